@@ -1,0 +1,120 @@
+# lectern: build, run, test, bench, view.
+#
+#   make run [LECTURE=name]   set up, build, run lectures/<name>.c, say how to view it
+#   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
+#   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
+#   make view                 serve the repo on localhost and print the viewer's URL
+#   make                      build the runtime, every lecture and every test
+#
+# Adding a lecture is dropping lectures/NAME.c in: no edit here.
+# CUDA is optional: with nvcc (PATH or /usr/local/cuda) GPU support is built
+# in and chosen at run time; `make CUDA=0` or no nvcc gives a CPU-only build.
+
+LECTURE ?= $(if $(wildcard lectures/lecture_08.c),lecture_08,lecture_00)
+BUILD   ?= build
+SAN     ?= 0
+
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+PKGS := ompi-c libcjson md4c-html libdw openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+CC ?= cc
+WARN := -Wall -Wextra -Wno-unused-parameter
+COMMON := -g -fno-omit-frame-pointer -D_GNU_SOURCE -Iruntime $(PKG_CFLAGS) -DLECTERN_ROOT='"$(CURDIR)"'
+# Lectures (and test fixtures) keep one frame per source function so every
+# traced stack matches the source: no inlining, no sibling calls.
+LECTURE_OPT := -O1 -fno-inline -fno-optimize-sibling-calls -fno-ipa-icf
+RUNTIME_OPT := -O2
+SAN_FLAGS :=
+ifeq ($(SAN),1)
+  SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  BUILD := build-asan
+endif
+
+LIBS := $(PKG_LIBS) -lm -lpthread
+CUDA_FLAGS :=
+ifeq ($(CUDA),1)
+  COMMON += -DLECTERN_CUDA=1 -I$(CUDA_HOME)/include
+  LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublas
+  # H100/H200 are sm_90; PTX too so newer GPUs JIT it.
+  CUDA_FLAGS := -O2 -g -Iruntime -I$(CUDA_HOME)/include -DLECTERN_CUDA=1 \
+                -gencode arch=compute_90,code=[sm_90,compute_90] -Xcompiler -fPIC,-Wall,-Wextra
+endif
+
+RUNTIME_SRC := $(wildcard runtime/*.c)
+RUNTIME_CU  := $(if $(filter 1,$(CUDA)),$(wildcard runtime/*.cu))
+RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o) $(RUNTIME_CU:%.cu=$(BUILD)/%.cu.o)
+LIB := $(BUILD)/liblectern.a
+
+LECTURES := $(notdir $(basename $(wildcard lectures/*.c)))
+LECTURE_BINS := $(LECTURES:%=$(BUILD)/lectures/%)
+FIXTURES := $(notdir $(basename $(wildcard tests/lectures/*.c)))
+FIXTURE_BINS := $(FIXTURES:%=$(BUILD)/tests/lectures/%)
+TESTS := $(notdir $(basename $(wildcard tests/test_*.c)))
+TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
+BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
+BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
+
+.PHONY: all run test test-c test-asan bench view setup clean check-deps lectures
+all: $(LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(BENCH_BINS)
+lectures: $(LECTURE_BINS)
+
+$(BUILD)/runtime/%.o: runtime/%.c runtime/lectern.h runtime/internal.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(COMMON) $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
+
+$(BUILD)/runtime/%.cu.o: runtime/%.cu runtime/lectern.h runtime/internal.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(CUDA_FLAGS) -c $< -o $@
+
+$(LIB): $(RUNTIME_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/lectures/%: lectures/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
+
+$(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS) $(CMOCKA_LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
+
+# The set-up step installs what is missing (Debian packages, npm packages);
+# it is quick when everything is there.
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
+	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE)
+
+test: setup
+	@$(MAKE) --no-print-directory all
+	@bash scripts/test.sh
+
+# The same tests, built with AddressSanitizer and UBSan (called by scripts/test.sh).
+test-asan:
+	@$(MAKE) --no-print-directory SAN=1 all
+
+bench: setup
+	@$(MAKE) --no-print-directory all
+	@bash scripts/bench.sh
+
+view:
+	@bash scripts/view.sh
+
+clean:
+	rm -rf build build-asan

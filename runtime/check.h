@@ -1,0 +1,54 @@
+/*
+ * check.h: every CUDA, cuBLAS, NCCL and MPI call goes through one of these.
+ * A failure prints the call, the library's own message and file:line, and
+ * exits 1: a wrong number silently produced is worse than a stop.
+ */
+#ifndef LECTERN_CHECK_H
+#define LECTERN_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define LX_DIE(lib, msg, file, line, expr)                                           \
+    do {                                                                             \
+        fprintf(stderr, "lectern: %s error at %s:%d: %s\n  in: %s\n", lib, file,     \
+                line, msg, expr);                                                    \
+        exit(1);                                                                     \
+    } while (0)
+
+#define MPI_CHECK(call)                                                              \
+    do {                                                                             \
+        int mpi_rc_ = (call);                                                        \
+        if (mpi_rc_ != MPI_SUCCESS) {                                                \
+            char mpi_msg_[MPI_MAX_ERROR_STRING];                                     \
+            int mpi_len_ = 0;                                                        \
+            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                          \
+            LX_DIE("MPI", mpi_msg_, __FILE__, __LINE__, #call);                      \
+        }                                                                            \
+    } while (0)
+
+#ifdef LECTERN_CUDA
+#define CUDA_CHECK(call)                                                             \
+    do {                                                                             \
+        cudaError_t cuda_rc_ = (call);                                               \
+        if (cuda_rc_ != cudaSuccess)                                                 \
+            LX_DIE("CUDA", cudaGetErrorString(cuda_rc_), __FILE__, __LINE__, #call); \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                           \
+    do {                                                                             \
+        cublasStatus_t cublas_rc_ = (call);                                          \
+        if (cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                     \
+            LX_DIE("cuBLAS", cublasGetStatusString(cublas_rc_), __FILE__, __LINE__,  \
+                   #call);                                                           \
+    } while (0)
+
+#define NCCL_CHECK(call)                                                             \
+    do {                                                                             \
+        ncclResult_t nccl_rc_ = (call);                                              \
+        if (nccl_rc_ != ncclSuccess)                                                 \
+            LX_DIE("NCCL", ncclGetErrorString(nccl_rc_), __FILE__, __LINE__, #call); \
+    } while (0)
+#endif
+
+#endif /* LECTERN_CHECK_H */

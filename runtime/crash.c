@@ -1,0 +1,92 @@
+/*
+ * crash.c: a lecture that crashes still leaves its trace.
+ *
+ * On SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT (a failed assert), SIGTERM or
+ * SIGINT we add one last step, an error naming the signal and the lecture
+ * line that was running, write the trace (in a rank: send the step to the
+ * parent), then let the signal take its normal course so the exit status
+ * says what happened.
+ *
+ * Formatting JSON inside a signal handler is not async-signal-safe. We accept
+ * that: the process is going down anyway, and a trace written in all but the
+ * rarest cases (a crash inside malloc) is worth far more than none. A second
+ * signal while we write goes straight to the default action.
+ */
+#include <execinfo.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static volatile sig_atomic_t handling;
+static const int signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT};
+
+static const char *describe(int sig) {
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV (invalid memory access)";
+    case SIGBUS: return "SIGBUS (bus error)";
+    case SIGFPE: return "SIGFPE (arithmetic error)";
+    case SIGILL: return "SIGILL (illegal instruction)";
+    case SIGABRT: return "SIGABRT (abort: a failed assert or abort())";
+    case SIGTERM: return "SIGTERM (terminated)";
+    case SIGINT: return "SIGINT (interrupted)";
+    default: return "a signal";
+    }
+}
+
+static void on_signal(int sig, siginfo_t *info, void *ucontext) {
+    (void)info;
+    if (handling) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    handling = 1;
+
+    lx_frame frames[LX_MAX_FRAMES];
+    int n = lx_stack_capture_signal(frames, LX_MAX_FRAMES, ucontext);
+    char *msg;
+    if (n > 0)
+        msg = lx_fmt("%s at %s:%d in %s()", describe(sig), frames[n - 1].path, frames[n - 1].line,
+                     frames[n - 1].function);
+    else
+        msg = lx_fmt("%s outside the lecture's own code", describe(sig));
+    lx_mark_failed();
+    lx_emit_frames(frames, n, lx_rendering_error(msg));
+    if (!lx_in_rank()) {
+        fprintf(stderr, "lectern: the lecture stopped: %s\n", msg);
+        if (lx_trace_write() == 0) {
+            char *path = lx_trace_path("json");
+            fprintf(stderr, "lectern: the trace so far is in %s\n", path);
+            free(path);
+        }
+    }
+    free(msg);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void lx_install_crash_handlers(void) {
+    /* A stack overflow (runaway recursion) leaves no stack to run the handler
+     * on: give it one of its own. */
+    static char *alt;
+    if (!alt) {
+        size_t size = 256 * 1024;
+        alt = malloc(size);
+        stack_t ss = {.ss_sp = alt, .ss_size = size, .ss_flags = 0};
+        if (alt) sigaltstack(&ss, NULL);
+    }
+    /* backtrace() loads libgcc on first use; do it now, not inside a handler. */
+    void *warm[4];
+    backtrace(warm, 4);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) sigaction(signals[i], &sa, NULL);
+}

@@ -1,0 +1,150 @@
+/*
+ * internal.h: what the runtime's files share with each other. Not for lectures.
+ *
+ * Flow of one note():
+ *   note()  -> lx_emit(rendering)             note.c
+ *           -> lx_stack_capture()             stack.c  (lecture frames, outermost first)
+ *           -> step = {stack, rank, ..., renderings}
+ *           -> the step sink                  trace.c keeps it (parent process);
+ *                                             spawn.c sends it to the parent (a rank)
+ */
+#ifndef LECTERN_INTERNAL_H
+#define LECTERN_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include "lectern.h"
+
+/* ---------------- stack.c ---------------- */
+
+typedef struct lx_frame {
+    const char *path;      /* relative to the repo root, interned (never freed) */
+    int line;              /* line being executed; the call site for outer frames */
+    const char *function;  /* interned */
+} lx_frame;
+
+#define LX_MAX_FRAMES 64
+
+/* The function whose frame is the outermost one kept: the body given to
+ * lecture_main in the parent, the spawned fn in a rank. */
+void lx_stack_set_root(const void *fn);
+
+/* Captures the lecture frames of the calling thread, outermost first, into
+ * frames[0..n). Runtime, libc and MPI frames are left out. Returns n. */
+int lx_stack_capture(lx_frame *frames, int max);
+
+/* As lx_stack_capture, from a signal handler's context (the faulting pc
+ * included). */
+int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext);
+
+/* The repo root the paths are relative to (where lectures/ and runtime/ are). */
+const char *lx_repo_root(void);
+
+/* 1 when `path` (repo-relative) is a lecture source file (not runtime/). */
+int lx_is_lecture_path(const char *path);
+
+cJSON *lx_stack_to_json(const lx_frame *frames, int n);
+
+/* The repo-relative source file that defines the function at `fn`, or NULL. */
+const char *lx_function_path(const void *fn);
+
+/* ---------------- trace.c ---------------- */
+
+/* Where finished steps go. The default sink appends to this process's trace.
+ * spawn.c installs one in each rank that sends the step to the parent. The
+ * sink takes ownership of `step`. */
+typedef void (*lx_step_sink)(cJSON *step);
+void lx_set_step_sink(lx_step_sink sink);
+
+/* Starts a new, empty trace for lecture `name`, to be written into `dir`. */
+void lx_trace_init(const char *name, const char *dir);
+void lx_trace_free(void);
+const char *lx_out_dir(void);
+int lx_trace_step_count(void);
+
+/* "<dir>/<name>.<ext>", or "<dir>/<name>.failed.<ext>" once the run failed.
+ * Caller frees. */
+char *lx_trace_path(const char *ext);
+
+/* Adds `s` to obj under key, made valid UTF-8 first. */
+void lx_add_text(cJSON *obj, const char *key, const char *s);
+
+/* markdown.c: CommonMark + GitHub extensions to HTML (md4c). Caller frees. */
+char *lx_markdown_to_html(const char *md);
+
+/* As lx_emit, with frames already captured. */
+void lx_emit_frames(const lx_frame *frames, int n, cJSON *rendering);
+
+/* Builds a step from the current lecture stack and `rendering` (owned), and
+ * hands it to the sink. The building block of note(), image(), ... */
+void lx_emit(cJSON *rendering);
+
+/* Appends a finished step to this process's trace (takes ownership). Used by
+ * spawn.c for steps received from ranks (after it prefixed the parent's
+ * frames and set rank / world_size / spawn). Thread-safe. */
+void lx_trace_append(cJSON *step);
+
+/* Trace metadata: lx_trace_meta("backend", cJSON_CreateString("mpi")) sets
+ * meta.backend (replacing). lx_trace_spawns() is the "spawns" array (append
+ * one object per spawn; owned by the trace). */
+void lx_trace_meta(const char *key, cJSON *value);
+cJSON *lx_trace_spawns(void);
+
+/* Renderings. */
+cJSON *lx_rendering_markdown(const char *md);
+cJSON *lx_rendering_text(const char *text);
+cJSON *lx_rendering_error(const char *message);
+
+/* An error step at the current lecture stack ("message" rendered as type
+ * error, with "file:line: " prefixed where a lecture line is known); marks
+ * the lecture failed. Printed on stderr too. */
+void lx_error(const char *fmt, ...) LECTERN_PRINTF(1, 2);
+
+/* As lx_error, then writes the trace and exits 1: for errors that make going
+ * on meaningless (bad spawn arguments, a rank crash). */
+void lx_fatal(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((noreturn));
+
+/* Marks the lecture failed (exit status 1 at the end). */
+void lx_mark_failed(void);
+int lx_failed(void);
+
+/* Writes the trace atomically; a failed run writes <name>.failed.json/.js
+ * and leaves the last good <name>.json alone. Returns 0 or -1. */
+int lx_trace_write(void);
+
+/* The lecture's name and whether we run in a spawned rank. */
+const char *lx_lecture_name(void);
+int lx_in_rank(void);             /* 1 inside a spawned rank */
+void lx_set_in_rank(int rank, int world_size);
+
+/* Seconds since the lecture started (monotonic). */
+double lx_elapsed(void);
+
+/* Strings: vasprintf that dies cleanly on out-of-memory. */
+char *lx_vfmt(const char *fmt, va_list ap);
+char *lx_fmt(const char *fmt, ...) LECTERN_PRINTF(1, 2);
+
+/* Makes `s` valid UTF-8 in place-or-copy: invalid bytes become U+FFFD.
+ * Returns a new string (caller frees). */
+char *lx_utf8_repair(const char *s);
+
+/* ---------------- spawn.c ---------------- */
+
+/* Called first thing by lecture_main: when this process was started by
+ * spawn() (MPI_Comm_get_parent != MPI_COMM_NULL), runs the rank and exits;
+ * otherwise returns. */
+void lx_spawn_child_entry(int argc, char **argv);
+
+/* Called by lecture_main at exit (MPI_Finalize if MPI was initialised). */
+void lx_spawn_shutdown(void);
+
+/* ---------------- crash.c (signals) ---------------- */
+
+/* Installs handlers for SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM,
+ * SIGINT: an error step naming the signal and the last lecture line, the
+ * trace written (parent) or sent (rank), then exit. */
+void lx_install_crash_handlers(void);
+
+#endif /* LECTERN_INTERNAL_H */

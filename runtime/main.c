@@ -1,0 +1,172 @@
+/*
+ * main.c: lecture_main, the whole main of a lecture.
+ *
+ *   int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
+ *
+ * It reads the options, opens the trace, runs the body, and writes the trace.
+ * A process started by spawn() runs here too: lx_spawn_child_entry() takes it
+ * over at once, runs its rank and exits, so the same binary is both the
+ * lecture and each of its ranks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static int quick, quiet;
+
+int lecture_quick(void) { return quick; }
+
+void progress(const char *fmt, ...) {
+    if (quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = lx_vfmt(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[%s %6.1fs] %s\n", lx_lecture_name(), lx_elapsed(), msg);
+    free(msg);
+}
+
+static void usage(FILE *f, const char *prog, const char *name) {
+    fprintf(f,
+            "usage: %s [--out DIR] [--quick] [--quiet] [--help]\n"
+            "\n"
+            "Runs the lecture %s and writes its trace: DIR/%s.json and DIR/%s.js\n"
+            "(the twin the viewer loads from file://). A run that fails writes\n"
+            "DIR/%s.failed.json instead and leaves the last good trace alone.\n"
+            "\n"
+            "  --out DIR   where to write the trace (default: %s/traces)\n"
+            "  --quick     reduced sizes, for tests\n"
+            "  --quiet     no progress lines on stderr\n"
+            "  --help      this text\n"
+            "\n"
+            "Environment: LECTERN_TIMEOUT=SECONDS stops a spawn whose ranks make no\n"
+            "progress for that long (default 120).\n"
+            "Exit status: 0 ok, 1 the lecture failed (see the error steps), 2 bad usage\n"
+            "or an unwritable output folder.\n",
+            prog, name, name, name, name, lx_repo_root());
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path) {
+    char *p = strdup(path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) { free(p); return -1; }
+        *s = '/';
+    }
+    int rc = (mkdir(p, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+    free(p);
+    return rc;
+}
+
+/* Fails early, before the lecture runs for minutes, if the trace cannot be written. */
+static int check_writable(const char *dir) {
+    if (make_dirs(dir) != 0) return -1;
+    char *probe = lx_fmt("%s/.lectern-write-test.%d", dir, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int saved = errno;
+    if (fd >= 0) { close(fd); unlink(probe); }
+    free(probe);
+    errno = saved;
+    return fd >= 0 ? 0 : -1;
+}
+
+/* lectures/lecture_08.c -> lecture_08 */
+static char *name_of(void (*body)(void), const char *argv0) {
+    const char *path = lx_function_path((const void *)body);
+    const char *src = path ? path : argv0;
+    const char *base = strrchr(src, '/');
+    base = base ? base + 1 : src;
+    char *name = strdup(base);
+    char *dot = strrchr(name, '.');
+    if (dot && path) *dot = '\0';
+    return name;
+}
+
+static void add_meta(int argc, char **argv) {
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    lx_trace_meta("start_time", cJSON_CreateString(when));
+    char host[256] = "unknown";
+    gethostname(host, sizeof host - 1);
+    lx_trace_meta("host", cJSON_CreateString(host));
+    lx_trace_meta("gpus", cJSON_CreateNumber(gpu_count()));
+    lx_trace_meta("backend", cJSON_CreateString("none"));   /* spawn() sets the real one */
+    char *cmd = strdup(argv[0]);
+    for (int i = 1; i < argc; i++) {
+        char *next = lx_fmt("%s %s", cmd, argv[i]);
+        free(cmd);
+        cmd = next;
+    }
+    lx_trace_meta("command", cJSON_CreateString(cmd));
+    free(cmd);
+    lx_trace_meta("quick", cJSON_CreateBool(quick));
+}
+
+int lecture_main(int argc, char **argv, void (*body)(void)) {
+    lx_spawn_child_entry(argc, argv);   /* a spawned rank never comes back */
+
+    char *name = name_of(body, argv[0]);
+    const char *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout, argv[0], name);
+            free(name);
+            return 0;
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out = argv[++i];
+        } else if (strncmp(argv[i], "--out=", 6) == 0) {
+            out = argv[i] + 6;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
+        } else {
+            fprintf(stderr, "%s: unknown option '%s'\n", argv[0], argv[i]);
+            usage(stderr, argv[0], name);
+            free(name);
+            return 2;
+        }
+    }
+    char *dir = out ? strdup(out) : lx_fmt("%s/traces", lx_repo_root());
+    if (!*dir || check_writable(dir) != 0) {
+        fprintf(stderr, "%s: cannot write the trace to '%s': %s\n", argv[0], dir, strerror(errno));
+        free(dir);
+        free(name);
+        return 2;
+    }
+
+    lx_trace_init(name, dir);
+    add_meta(argc, argv);
+    lx_stack_set_root((const void *)body);
+    lx_install_crash_handlers();
+
+    progress("start");
+    body();
+    lx_spawn_shutdown();
+
+    int written = lx_trace_write() == 0;
+    char *path = lx_trace_path("json");
+    int steps = lx_trace_step_count();
+    int failed = lx_failed();
+    if (written && !quiet) {
+        fprintf(stderr, "[%s %6.1fs] %s: %d steps written to %s\n", name, lx_elapsed(),
+                failed ? "FAILED" : "done", steps, path);
+    }
+    free(path);
+    lx_trace_free();
+    free(dir);
+    free(name);
+    if (!written) return 2;
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,242 @@
+/*
+ * stack.c: the real call stack of lecture frames, symbolized from DWARF.
+ *
+ * Lecture code needs no macro at each note(): we walk the machine stack with
+ * backtrace(), then ask libdw (elfutils) which source file, line and function
+ * each return address belongs to. Only frames of lecture sources are kept:
+ * the runtime's own files, libc, MPI and CUDA are dropped. The walk stops at
+ * the root function (the lecture's body, or the function a spawned rank
+ * runs), so a stack reads like the reference's: lecture_08 -> hardware.
+ *
+ * Two details make the lines exact:
+ *  - a return address points after the call instruction, often on the next
+ *    line; looking up pc - 1 lands inside the call, on the call's line;
+ *  - lectures are built with -fno-inline and no sibling calls, so every
+ *    source function keeps its own frame.
+ *
+ * A cold lookup costs about 0.1 ms; a note() runs the same pcs again and
+ * again, so symbols are cached by pc and a warm capture costs microseconds.
+ */
+#include <elfutils/libdwfl.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef LECTERN_ROOT
+#define LECTERN_ROOT "."
+#endif
+
+/* What we know of one pc, computed once. */
+typedef struct sym_entry {
+    uintptr_t pc;           /* the looked-up address (already pc - 1 for return addresses) */
+    const char *path;       /* repo-relative, interned; NULL when unknown */
+    const char *function;   /* interned; NULL when unknown */
+    uintptr_t func_start;   /* address of the function's first instruction */
+    int line;
+    int lecture;            /* a frame of a lecture source file */
+    int used;
+} sym_entry;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static Dwfl *dwfl;
+static Dwfl_Module *main_module;   /* the lecture executable: lectures and runtime live here */
+static sym_entry *cache;
+static size_t cache_cap, cache_len;
+static uintptr_t root_fn;
+
+/* ---- interned strings: a small hash set that lives as long as the process ---- */
+
+typedef struct intern_node { struct intern_node *next; char s[]; } intern_node;
+static intern_node *intern_table[1024];
+
+static const char *intern(const char *s) {
+    size_t h = 5381;
+    for (const char *p = s; *p; p++) h = h * 33 + (unsigned char)*p;
+    h %= sizeof intern_table / sizeof intern_table[0];
+    for (intern_node *n = intern_table[h]; n; n = n->next)
+        if (strcmp(n->s, s) == 0) return n->s;
+    size_t len = strlen(s);
+    intern_node *n = malloc(sizeof *n + len + 1);
+    if (!n) abort();
+    memcpy(n->s, s, len + 1);
+    n->next = intern_table[h];
+    intern_table[h] = n;
+    return n->s;
+}
+
+const char *lx_repo_root(void) { return LECTERN_ROOT; }
+
+int lx_is_lecture_path(const char *path) {
+    if (!path || path[0] == '/' || path[0] == '\0') return 0;   /* outside the repo */
+    if (strncmp(path, "runtime/", 8) == 0) return 0;
+    size_t n = strlen(path);
+    return (n > 2 && strcmp(path + n - 2, ".c") == 0) || (n > 2 && strcmp(path + n - 2, ".h") == 0);
+}
+
+/* "/repo/lectures/x.c" -> "lectures/x.c"; "./lectures/x.c" -> "lectures/x.c". */
+static const char *repo_relative(const char *path) {
+    const char *root = lx_repo_root();
+    size_t rn = strlen(root);
+    if (strncmp(path, root, rn) == 0 && path[rn] == '/') path += rn + 1;
+    while (strncmp(path, "./", 2) == 0) path += 2;
+    return path;
+}
+
+/* ---- libdw session over our own process ---- */
+
+static const Dwfl_Callbacks callbacks = {
+    .find_elf = dwfl_linux_proc_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+};
+
+static int dwfl_open(void) {
+    if (dwfl) return 0;
+    dwfl = dwfl_begin(&callbacks);
+    if (!dwfl) return -1;
+    dwfl_report_begin(dwfl);
+    if (dwfl_linux_proc_report(dwfl, getpid()) != 0 || dwfl_report_end(dwfl, NULL, NULL) != 0) {
+        dwfl_end(dwfl);
+        dwfl = NULL;
+        return -1;
+    }
+    main_module = dwfl_addrmodule(dwfl, (Dwarf_Addr)(uintptr_t)&lx_stack_capture);
+    return 0;
+}
+
+/* ---- the pc cache: open addressing, grows at half full ---- */
+
+static sym_entry *cache_slot(uintptr_t pc) {
+    size_t i = (pc * 0x9E3779B97F4A7C15ull) >> 20;
+    for (;; i++) {
+        sym_entry *e = &cache[i & (cache_cap - 1)];
+        if (!e->used || e->pc == pc) return e;
+    }
+}
+
+static void cache_grow(void) {
+    sym_entry *old = cache;
+    size_t old_cap = cache_cap;
+    cache_cap = cache_cap ? cache_cap * 2 : 1024;
+    cache = calloc(cache_cap, sizeof *cache);
+    if (!cache) abort();
+    cache_len = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].used) { *cache_slot(old[i].pc) = old[i]; cache_len++; }
+    free(old);
+}
+
+static void symbolize(sym_entry *e) {
+    e->path = NULL; e->function = NULL; e->line = 0; e->lecture = 0; e->func_start = 0;
+    if (dwfl_open() != 0) return;
+    Dwfl_Module *mod = dwfl_addrmodule(dwfl, e->pc);
+    if (!mod || mod != main_module) return;      /* libc, MPI, CUDA: never lecture frames */
+
+    GElf_Off offset = 0;
+    GElf_Sym sym;
+    const char *name = dwfl_module_addrinfo(mod, e->pc, &offset, &sym, NULL, NULL, NULL);
+    if (name) {
+        /* GCC may name a specialised copy "f.constprop.0"; the reader knows it as f. */
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", name);
+        char *dot = strchr(buf, '.');
+        if (dot) *dot = '\0';
+        e->function = intern(buf);
+        e->func_start = e->pc - offset;
+    }
+    Dwfl_Line *dl = dwfl_module_getsrc(mod, e->pc);
+    if (dl) {
+        int line = 0;
+        const char *file = dwfl_lineinfo(dl, NULL, &line, NULL, NULL, NULL);
+        if (file) {
+            e->path = intern(repo_relative(file));
+            e->line = line;
+        }
+    }
+    e->lecture = e->path && e->function && e->line > 0 && lx_is_lecture_path(e->path);
+}
+
+static const sym_entry *lookup(uintptr_t pc) {
+    if (cache_len * 2 >= cache_cap) cache_grow();
+    sym_entry *e = cache_slot(pc);
+    if (!e->used) {
+        e->used = 1;
+        e->pc = pc;
+        cache_len++;
+        symbolize(e);
+    }
+    return e;
+}
+
+void lx_stack_set_root(const void *fn) { root_fn = (uintptr_t)fn; }
+
+/* Turns raw pcs (innermost first) into lecture frames (outermost first).
+ * `exact_pc` is a pc that is not a return address (the faulting instruction
+ * in a signal handler), looked up as is. */
+static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *out, int max) {
+    lx_frame tmp[LX_MAX_FRAMES];
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < npcs && n < LX_MAX_FRAMES; i++) {
+        uintptr_t pc = (uintptr_t)pcs[i];
+        if (pc == 0) continue;
+        const sym_entry *e = lookup(pc == exact_pc ? pc : pc - 1);
+        if (!e->lecture) continue;
+        tmp[n].path = e->path;
+        tmp[n].line = e->line;
+        tmp[n].function = e->function;
+        n++;
+        if (root_fn && e->func_start == root_fn) break;   /* the outermost frame we keep */
+        if (strcmp(e->function, "main") == 0) break;
+    }
+    pthread_mutex_unlock(&lock);
+    if (n > max) n = max;
+    for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];   /* outermost first */
+    return n;
+}
+
+int lx_stack_capture(lx_frame *frames, int max) {
+    void *pcs[128];
+    int npcs = backtrace(pcs, 128);
+    return frames_from_pcs(pcs, npcs, 0, frames, max);
+}
+
+int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext) {
+    void *pcs[128];
+    int npcs = backtrace(pcs, 128);
+    uintptr_t fault_pc = 0;
+#if defined(__x86_64__)
+    if (ucontext) fault_pc = (uintptr_t)((ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    if (ucontext) fault_pc = (uintptr_t)((ucontext_t *)ucontext)->uc_mcontext.pc;
+#endif
+    return frames_from_pcs(pcs, npcs, fault_pc, frames, max);
+}
+
+/* The source file that defines `fn` (repo-relative), or NULL. Used to name a
+ * lecture after its file. */
+const char *lx_function_path(const void *fn) {
+    pthread_mutex_lock(&lock);
+    const sym_entry *e = lookup((uintptr_t)fn);
+    const char *path = e->path;
+    pthread_mutex_unlock(&lock);
+    return path;
+}
+
+cJSON *lx_stack_to_json(const lx_frame *frames, int n) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "path", frames[i].path);
+        cJSON_AddNumberToObject(f, "line", frames[i].line);
+        cJSON_AddStringToObject(f, "function", frames[i].function);
+        cJSON_AddItemToArray(arr, f);
+    }
+    return arr;
+}
