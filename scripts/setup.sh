@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs what lectern needs and is missing: Debian packages (apt-get) and
+# the viewer's npm packages. Quick when everything is there already.
+# As a non-root user without sudo rights it prints the command to run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Build and run: compiler, Open MPI, JSON, markdown, DWARF, BLAS, CPU topology.
+# Tests: cmocka, the schema validator, Chromium and its driver for the viewer.
+PACKAGES=(build-essential pkg-config git
+          libopenmpi-dev openmpi-bin libcjson-dev libmd4c-dev libmd4c-html0-dev
+          libdw-dev libelf-dev libopenblas-dev hwloc
+          libcmocka-dev python3 python3-jsonschema
+          chromium chromium-driver python3-selenium
+          nodejs npm)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+    # node and npm may come from elsewhere than Debian (nodesource, nvm): then they are not missing.
+    really=()
+    for p in "${missing[@]}"; do
+        case "$p" in
+            nodejs) command -v node >/dev/null || really+=("$p") ;;
+            npm) command -v npm >/dev/null || really+=("$p") ;;
+            *) really+=("$p") ;;
+        esac
+    done
+    missing=("${really[@]+"${really[@]}"}")
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        SUDO=""
+    elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+        SUDO="sudo"
+    else
+        echo "setup: these Debian packages are missing; please run:" >&2
+        echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q >&2
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+# The viewer's libraries (highlight.js, vega-embed ...), pinned by package-lock.json.
+if [ -f package-lock.json ]; then
+    if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+        echo "setup: npm ci (viewer libraries)" >&2
+        npm ci --no-audit --no-fund --loglevel=error >&2
+    fi
+fi
+
+if [ ! -x "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" ]; then
+    echo "setup: no CUDA toolkit found: building for CPU only (Open MPI + OpenBLAS)" >&2
+fi

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs every test and closes with one line: "N passed, N failed".
+#
+#   1. C unit tests (cmocka): build/tests/test_*
+#   2. script tests: tests/test_*.py (unittest, Debian's python3)
+#   3. browser tests of the viewer: tests/viewer/run.sh (headless Chromium)
+#   4. the C tests and the foundation script tests again, built with
+#      AddressSanitizer + UBSan (build-asan/), unless LECTERN_NO_ASAN=1
+#
+# Each test program's own summary is printed as it runs; the counts below are
+# individual test cases where the runner reports them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export LECTERN_ROOT_DIR=$PWD
+PY=/usr/bin/python3
+passed=0
+failed=0
+failures=()
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# Open MPI wants these to run as root and to put 4 ranks on 2 cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+count() {   # count <name> <exit status>: reads the runner's summary from $log
+    local name=$1 rc=$2 p=0 f=0 line
+    if line=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | tail -1); [ -n "$line" ]; then
+        p=$(echo "$line" | grep -oE '[0-9]+' | head -1)
+        f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | tail -1 | grep -oE '[0-9]+' | head -1)
+        f=${f:-0}
+    elif line=$(grep -E '^Ran [0-9]+ tests?' "$log" | tail -1); [ -n "$line" ]; then
+        local n
+        n=$(echo "$line" | grep -oE '[0-9]+' | head -1)
+        if grep -qE '^FAILED \(' "$log"; then
+            f=$(grep -E '^FAILED \(' "$log" | tail -1 | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+        fi
+        p=$((n - f))
+    elif line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1); [ -n "$line" ]; then
+        p=$(echo "$line" | grep -oE '[0-9]+' | sed -n 1p)
+        f=$(echo "$line" | grep -oE '[0-9]+' | sed -n 2p)
+    fi
+    # A runner that crashed or failed without saying how many counts as one failure.
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then p=1; fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+    [ "$f" -gt 0 ] && failures+=("$name")
+    printf '== %-40s %s passed, %s failed\n' "$name" "$p" "$f"
+}
+
+run() {   # run <name> <command...>
+    local name=$1; shift
+    echo "== $name"
+    timeout 900 "$@" 2>&1 | tee "$log"
+    count "$name" "${PIPESTATUS[0]}"
+}
+
+BUILD=${BUILD:-build}
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run "$(basename "$t")" env LECTERN_BUILD="$BUILD" "$t"
+done
+for t in tests/test_*.py; do
+    [ -f "$t" ] || continue
+    run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
+done
+if [ -x tests/viewer/run.sh ]; then
+    run "viewer (Chromium)" tests/viewer/run.sh
+fi
+
+if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
+    echo "== building with AddressSanitizer + UBSan (build-asan/)"
+    if make --no-print-directory SAN=1 all >"$log" 2>&1; then
+        # Open MPI and its helpers keep some memory until exit on purpose; the
+        # suppressions name only those libraries, never ours.
+        export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+        export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0"
+        export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+        for t in build-asan/tests/test_*; do
+            [ -x "$t" ] || continue
+            run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
+        done
+        for t in tests/test_foundation.py; do
+            [ -f "$t" ] || continue
+            run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan $PY "$t"
+        done
+    else
+        cat "$log"
+        echo "== asan build FAILED"
+        failed=$((failed + 1))
+        failures+=("asan build")
+    fi
+fi
+
+echo
+[ ${#failures[@]} -gt 0 ] && echo "failed: ${failures[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

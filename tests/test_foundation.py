@@ -1,0 +1,265 @@
+"""The foundation: traces, exact stacks, errors that name the line, nothing lost.
+
+Runs the fixture lectures in tests/lectures/ and lecture_00, and checks their
+traces. LECTERN_BUILD picks the build folder (build, or build-asan).
+"""
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
+BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+
+
+def fixture(name):
+    return os.path.join(BUILD, "tests", "lectures", name)
+
+
+def run(binary, out, env=None, args=()):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([binary, "--out", out, "--quiet", *args], env=e,
+                          capture_output=True, text=True, timeout=300)
+
+
+def texts(trace):
+    return [r.get("data", "") for s in trace["steps"] for r in s["renderings"]]
+
+
+def errors(trace):
+    return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == "error"]
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.out = tempfile.mkdtemp(prefix="lectern-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.out, ignore_errors=True)
+
+
+class Lecture00(Base):
+    def test_runs_validates_and_is_line_accurate(self):
+        p = run(os.path.join(BUILD, "lectures", "lecture_00"), self.out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        t = tracecheck.validate(os.path.join(self.out, "lecture_00.json"))
+        self.assertEqual(t["lecture"], "lecture_00")
+        kinds = {r["type"] for s in t["steps"] for r in s["renderings"]}
+        self.assertLessEqual({"markdown", "text", "image", "link", "plot"}, kinds)
+        self.assertEqual(t["meta"]["status"], "ok")
+        for key in ("start_time", "host", "gpus", "backend"):
+            self.assertIn(key, t["meta"])
+        # Stacks start at the body function, not at main.
+        self.assertTrue(all(s["stack"][0]["function"] == "lecture_00" for s in t["steps"]))
+        # The markdown was rendered to HTML.
+        first = t["steps"][0]["renderings"][0]
+        self.assertEqual(first["html"].strip(), "<h1>How executable lectures work</h1>")
+
+    def test_help_and_bad_option(self):
+        binary = os.path.join(BUILD, "lectures", "lecture_00")
+        p = subprocess.run([binary, "--help"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("--out DIR", p.stdout)
+        p = subprocess.run([binary, "--bogus"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("unknown option '--bogus'", p.stderr)
+
+    def test_unwritable_out_is_exit_2(self):
+        blocker = os.path.join(self.out, "a-file")
+        open(blocker, "w").close()
+        p = run(os.path.join(BUILD, "lectures", "lecture_00"), os.path.join(blocker, "sub"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("cannot write the trace to", p.stderr)
+        self.assertIn("a-file/sub", p.stderr)
+
+
+class Stacks(Base):
+    def setUp(self):
+        super().setUp()
+        p = run(fixture("stack_fixture"), self.out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.trace = tracecheck.validate(os.path.join(self.out, "stack_fixture.json"))
+        self.src = self.trace["files"]["tests/lectures/stack_fixture.c"].split("\n")
+
+    def line_of(self, text, path="tests/lectures/stack_fixture.c"):
+        src = self.trace["files"][path].split("\n")
+        hits = [i + 1 for i, l in enumerate(src) if text in l]
+        self.assertEqual(len(hits), 1, text)
+        return hits[0]
+
+    def step(self, data):
+        for s in self.trace["steps"]:
+            if s["renderings"][0].get("data") == data:
+                return s
+        self.fail("no step %r" % data)
+
+    def frames(self, step):
+        return [(f["function"], f["line"]) for f in step["stack"]]
+
+    def test_exact_frames_through_static_and_exported_functions(self):
+        s = self.step("leaf called by middle")
+        self.assertEqual(self.frames(s), [
+            ("body", self.line_of("    exported();")),
+            ("exported", self.line_of("    middle();")),
+            ("middle", self.line_of('    leaf("middle");')),
+            ("leaf", self.line_of('note("leaf called by %s", who);')),
+        ])
+
+    def test_helper_file_is_embedded_and_named(self):
+        s = self.step("helper at depth 2")
+        inner = s["stack"][-1]
+        self.assertEqual(inner["path"], "tests/lectures/stack_helper.h")
+        self.assertEqual(inner["function"], "helper_note")
+        self.assertEqual(inner["line"], self.line_of('note("helper at depth %d"', "tests/lectures/stack_helper.h"))
+        self.assertIn("tests/lectures/stack_helper.h", self.trace["files"])
+
+    def test_recursion_has_one_frame_per_call(self):
+        leaves = [s for s in self.trace["steps"] if s["renderings"][0].get("data", "").startswith("fib(")]
+        # fib(3) reaches the leaves fib(1), fib(0), fib(1), each at its own depth.
+        self.assertEqual([s["renderings"][0]["data"] for s in leaves], ["fib(1) = 1", "fib(0) = 0", "fib(1) = 1"])
+        depths = [sum(1 for f in s["stack"] if f["function"] == "fib") for s in leaves]
+        self.assertEqual(depths, [3, 3, 2])
+        rec = self.line_of("    return fib(n - 1) + fib(n - 2);")
+        for s in leaves:
+            self.assertTrue(all(f["line"] == rec for f in s["stack"][1:-1]))
+
+    def test_function_pointer_and_loop_and_multiline(self):
+        s = self.step("leaf called by a function pointer")
+        self.assertEqual([f for f, _ in self.frames(s)], ["body", "through_pointer", "leaf"])
+        loops = [s for s in self.trace["steps"] if s["renderings"][0].get("data", "").startswith("loop ")]
+        self.assertEqual(len(loops), 3)
+        self.assertEqual({s["stack"][-1]["line"] for s in loops}, {self.line_of('note_verbatim("loop %d", i);')})
+        s = self.step("a call over two lines")
+        self.assertIn(s["stack"][-1]["line"], (self.line_of('    note("a call "'), self.line_of('"over two lines");')))
+
+    def test_checker_rejects_a_wrong_line(self):
+        # The line checker itself must catch a stack that is off by one.
+        bad = copy.deepcopy(self.trace)
+        bad["steps"][1]["stack"][-1]["line"] += 1
+        with self.assertRaises(AssertionError):
+            tracecheck.check_lines(bad)
+        bad = copy.deepcopy(self.trace)
+        bad["steps"][2]["stack"][1]["function"] = "middle"
+        with self.assertRaises(AssertionError):
+            tracecheck.check_lines(bad)
+
+
+class Crashes(Base):
+    def crash(self, how):
+        good = os.path.join(self.out, "crash_fixture.json")
+        with open(good, "w") as f:
+            f.write('{"an": "earlier good trace"}\n')
+        p = run(fixture("crash_fixture"), self.out, {"LECTERN_FIXTURE_CRASH": how})
+        self.assertNotEqual(p.returncode, 0)
+        # The last good trace is untouched ...
+        with open(good) as f:
+            self.assertEqual(json.load(f), {"an": "earlier good trace"})
+        # ... and the failed run's trace holds everything up to the crash.
+        t = tracecheck.validate(os.path.join(self.out, "crash_fixture.failed.json"))
+        self.assertEqual(t["meta"]["status"], "failed")
+        self.assertEqual(texts(t)[:2], ["before the crash", "still fine"])
+        self.assertNotIn("never reached", texts(t))
+        last = t["steps"][-1]
+        self.assertEqual(last["renderings"][0]["type"], "error")
+        return t, last["renderings"][0]["data"], last, p
+
+    def test_segfault_names_signal_and_line(self):
+        t, msg, last, p = self.crash("segv")
+        src = t["files"]["tests/lectures/crash_fixture.c"].split("\n")
+        line = [i + 1 for i, l in enumerate(src) if "*p = 42;" in l][0]
+        self.assertIn("SIGSEGV", msg)
+        self.assertIn("tests/lectures/crash_fixture.c:%d in crash()" % line, msg)
+        self.assertEqual([f["function"] for f in last["stack"]], ["body", "crash"])
+        self.assertIn("SIGSEGV", p.stderr)
+
+    def test_abort_and_assert(self):
+        for how in ("abort", "assert"):
+            _, msg, last, _ = self.crash(how)
+            self.assertIn("SIGABRT", msg)
+            self.assertEqual(last["stack"][-1]["function"], "crash")
+
+    def test_fpe(self):
+        _, msg, _, _ = self.crash("fpe")
+        self.assertIn("SIGFPE", msg)
+
+    def test_stack_overflow(self):
+        t, msg, last, _ = self.crash("overflow")
+        self.assertIn("SIGSEGV", msg)
+        self.assertEqual(last["stack"][-1]["function"], "recurse")
+
+    def test_good_run_after_failed_one_removes_the_stale_failure(self):
+        self.crash("segv")
+        p = run(fixture("stack_fixture"), self.out)
+        self.assertEqual(p.returncode, 0)
+        self.assertTrue(os.path.exists(os.path.join(self.out, "crash_fixture.failed.json")))
+        self.assertFalse(os.path.exists(os.path.join(self.out, "stack_fixture.failed.json")))
+
+
+class Input(Base):
+    def case(self, name, ok=False):
+        p = run(fixture("input_fixture"), self.out, {"LECTERN_FIXTURE_INPUT": name})
+        self.assertEqual(p.returncode, 0 if ok else 1, p.stderr)
+        path = os.path.join(self.out, "input_fixture%s.json" % ("" if ok else ".failed"))
+        t = tracecheck.validate(path)
+        self.assertEqual(texts(t)[-1], "after")   # going on after a bad call
+        return t, p
+
+    def error_line(self, t, code):
+        src = t["files"]["tests/lectures/input_fixture.c"].split("\n")
+        return [i + 1 for i, l in enumerate(src) if code in l][0]
+
+    def test_missing_image_names_file_and_line(self):
+        t, p = self.case("missing_image")
+        (_, msg), = errors(t)
+        line = self.error_line(t, "assets/no_such_image.png")
+        self.assertEqual(msg, "tests/lectures/input_fixture.c:%d: image: no such file 'assets/no_such_image.png'" % line)
+        self.assertIn(msg, p.stderr)
+
+    def test_bad_width_and_outside_assets(self):
+        t, _ = self.case("bad_width")
+        self.assertIn("width 1.5", errors(t)[0][1])
+        t, _ = self.case("outside_assets")
+        self.assertIn("neither a file under assets/", errors(t)[0][1])
+
+    def test_remote_image_is_kept_as_a_link(self):
+        t, _ = self.case("remote_image", ok=True)
+        r = [r for s in t["steps"] for r in s["renderings"] if r["type"] == "image"][0]
+        self.assertEqual(r, {"type": "image", "src": "https://example.org/figure.png", "width": 0.3, "remote": True})
+
+    def test_bad_plot(self):
+        t, _ = self.case("bad_plot")
+        self.assertIn("plot: the specification is not a JSON object", errors(t)[0][1])
+
+    def test_missing_command_is_an_error_step_not_a_crash(self):
+        t, _ = self.case("missing_command")
+        out = [r for s in t["steps"] for r in s["renderings"] if r.get("command")][0]
+        self.assertEqual(out["exit_status"], 127)
+        self.assertIn("command not found", errors(t)[0][1])
+
+    def test_ansi_escapes_removed(self):
+        t, _ = self.case("ansi", ok=True)
+        out = [r for s in t["steps"] for r in s["renderings"] if r.get("command")][0]
+        self.assertEqual(out["data"], "red plain\n")
+
+    def test_invalid_utf8_is_repaired(self):
+        t, _ = self.case("utf8", ok=True)
+        msg = [x for x in texts(t) if x.startswith("bad bytes")][0]
+        self.assertEqual(msg, "bad bytes: \ufffd\ufffd and good: caf\u00e9, cut: \ufffd\ufffd")
+
+    def test_ten_megabyte_note(self):
+        t, _ = self.case("big", ok=True)
+        big = [x for x in texts(t) if len(x) > 1000][0]
+        self.assertEqual(len(big), 10 << 20)
+        self.assertEqual(big[:30], "abcdefghijklmnopqrstuvwxyzabcd")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
