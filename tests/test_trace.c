@@ -1,0 +1,200 @@
+/*
+ * test_trace.c: unit tests of the trace runtime (cmocka).
+ *
+ * UTF-8 repair, markdown to HTML, stack capture from plain C code, the step
+ * sink, and the atomic writer (a failed run keeps the last good trace).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+static void utf8_repair_keeps_valid_and_replaces_invalid(void **state) {
+    (void)state;
+    char *a = lx_utf8_repair("plain ascii");
+    assert_string_equal(a, "plain ascii");
+    char *b = lx_utf8_repair("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    assert_string_equal(b, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    /* A lone continuation byte, an overlong "/", a surrogate, a cut sequence. */
+    char *c = lx_utf8_repair("x\x80y\xc0\xafz\xed\xa0\x80w\xe2\x82");
+    assert_string_equal(c, "x\xef\xbf\xbdy\xef\xbf\xbd\xef\xbf\xbdz\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdw"
+                           "\xef\xbf\xbd\xef\xbf\xbd");
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void markdown_renders_and_escapes_html(void **state) {
+    (void)state;
+    char *h = lx_markdown_to_html("## Title\n\n*a* `b < c`");
+    assert_string_equal(h, "<h2>Title</h2>\n<p><em>a</em> <code>b &lt; c</code></p>\n");
+    free(h);
+    /* Raw HTML in a note stays text. */
+    h = lx_markdown_to_html("<script>x</script>");
+    assert_null(strstr(h, "<script>"));
+    free(h);
+    h = lx_markdown_to_html("| a | b |\n|---|---|\n| 1 | 2 |");
+    assert_non_null(strstr(h, "<table>"));
+    free(h);
+}
+
+/* Stack capture from ordinary code: the test program is not under runtime/,
+ * so its frames count as lecture frames. */
+static int captured_line;
+static int captured_n;
+static lx_frame captured[LX_MAX_FRAMES];
+
+static void inner_capture(void) {
+    captured_line = __LINE__ + 1;
+    captured_n = lx_stack_capture(captured, LX_MAX_FRAMES);
+}
+
+static int outer_line;
+static void outer_capture(void) {
+    outer_line = __LINE__ + 1;
+    inner_capture();
+}
+
+static void stack_capture_names_functions_and_lines(void **state) {
+    (void)state;
+    lx_stack_set_root((const void *)outer_capture);
+    outer_capture();
+    lx_stack_set_root(NULL);
+    assert_int_equal(captured_n, 2);   /* the root is the outermost frame kept */
+    assert_string_equal(captured[0].function, "outer_capture");
+    assert_int_equal(captured[0].line, outer_line);
+    assert_string_equal(captured[1].function, "inner_capture");
+    assert_int_equal(captured[1].line, captured_line);
+    assert_string_equal(captured[1].path, "tests/test_trace.c");
+    assert_string_equal(lx_function_path((const void *)outer_capture), "tests/test_trace.c");
+}
+
+static void lecture_paths(void **state) {
+    (void)state;
+    assert_true(lx_is_lecture_path("lectures/lecture_08.c"));
+    assert_true(lx_is_lecture_path("lectures/mlp.h"));
+    assert_false(lx_is_lecture_path("runtime/trace.c"));
+    assert_false(lx_is_lecture_path("/usr/include/stdio.h"));
+    assert_false(lx_is_lecture_path(NULL));
+}
+
+static cJSON *sunk;
+static void test_sink(cJSON *step) {
+    cJSON_Delete(sunk);
+    sunk = step;
+}
+
+static void steps_go_to_the_sink(void **state) {
+    (void)state;
+    lx_trace_init("unit", "/tmp");
+    lx_set_step_sink(test_sink);
+    lx_set_in_rank(2, 4);
+    note("hello %d", 42);
+    lx_set_step_sink(NULL);
+    assert_non_null(sunk);
+    cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(sunk, "renderings"), 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r, "data")), "hello 42");
+    assert_int_equal(cJSON_GetObjectItem(sunk, "rank")->valueint, 2);
+    assert_int_equal(cJSON_GetObjectItem(sunk, "world_size")->valueint, 4);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(sunk, "spawn")));
+    assert_int_equal(lx_trace_step_count(), 0);   /* the sink took it, not the trace */
+    cJSON_Delete(sunk);
+    sunk = NULL;
+    lx_trace_free();
+}
+
+static void write_is_atomic_and_failure_keeps_good_trace(void **state) {
+    (void)state;
+    char dir[] = "/tmp/lectern-unit-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+
+    lx_trace_init("unit", dir);
+    note("first");
+    assert_int_equal(lx_trace_write(), 0);
+    char *good_path = lx_fmt("%s/unit.json", dir);
+    char *good = read_all(good_path);
+    assert_non_null(good);
+    assert_non_null(strstr(good, "\"first\""));
+    char *js_path = lx_fmt("%s/unit.js", dir);
+    char *js = read_all(js_path);
+    assert_non_null(js);
+    assert_int_equal(strncmp(js, "(window.lecternTraces = window.lecternTraces || {})[\"unit\"] = {", 63), 0);
+    lx_trace_free();
+
+    /* A second run that fails: the good trace stays byte for byte. */
+    lx_trace_init("unit", dir);
+    note("second");
+    lx_mark_failed();
+    assert_int_equal(lx_trace_write(), 0);
+    char *again = read_all(good_path);
+    assert_string_equal(again, good);
+    char *failed_path = lx_fmt("%s/unit.failed.json", dir);
+    char *failed = read_all(failed_path);
+    assert_non_null(failed);
+    assert_non_null(strstr(failed, "\"second\""));
+    assert_non_null(strstr(failed, "\"status\":\"failed\""));
+    lx_trace_free();
+
+    /* No temporary file is left behind. */
+    char *cmd = lx_fmt("ls %s | grep -c tmp", dir);
+    FILE *p = popen(cmd, "r");
+    int count = -1;
+    assert_int_equal(fscanf(p, "%d", &count), 1);
+    pclose(p);
+    assert_int_equal(count, 0);
+
+    char *rm = lx_fmt("rm -rf %s", dir);
+    assert_int_equal(system(rm), 0);
+    free(cmd);
+    free(rm);
+    free(good_path);
+    free(good);
+    free(js_path);
+    free(js);
+    free(again);
+    free(failed_path);
+    free(failed);
+}
+
+static void unwritable_folder_is_an_error(void **state) {
+    (void)state;
+    lx_trace_init("unit", "/proc/version/not-a-dir");
+    note("x");
+    assert_int_equal(lx_trace_write(), -1);
+    lx_trace_free();
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(utf8_repair_keeps_valid_and_replaces_invalid),
+        cmocka_unit_test(markdown_renders_and_escapes_html),
+        cmocka_unit_test(stack_capture_names_functions_and_lines),
+        cmocka_unit_test(lecture_paths),
+        cmocka_unit_test(steps_go_to_the_sink),
+        cmocka_unit_test(write_is_atomic_and_failure_keeps_good_trace),
+        cmocka_unit_test(unwritable_folder_is_an_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
