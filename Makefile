@@ -40,7 +40,7 @@ LIBS := $(PKG_LIBS) -lm -lpthread
 CUDA_FLAGS :=
 ifeq ($(CUDA),1)
   COMMON += -DLECTERN_CUDA=1 -I$(CUDA_HOME)/include
-  LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublas
+  LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublas -lstdc++
   # H100/H200 are sm_90; PTX too so newer GPUs JIT it.
   CUDA_FLAGS := -O2 -g -Iruntime -I$(CUDA_HOME)/include -DLECTERN_CUDA=1 \
                 -gencode arch=compute_90,code=[sm_90,compute_90] -Xcompiler -fPIC,-Wall,-Wextra

@@ -2,6 +2,7 @@
  * (segv, abort, assert, fpe, overflow) after two notes. */
 #include <assert.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,9 @@ static int recurse(int n) {
 
 static void crash(const char *how) {
     if (strcmp(how, "segv") == 0) {
-        volatile int *volatile p = NULL;
+        /* Page zero is never mapped: a real fault, not undefined behaviour the
+         * compiler or UBSan could see at compile time. */
+        volatile int *volatile p = (volatile int *)(uintptr_t)64;
         *p = 42;
     } else if (strcmp(how, "abort") == 0) {
         abort();
