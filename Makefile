@@ -60,7 +60,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run test test-c test-asan bench view setup clean check-deps lectures
+.PHONY: all run test test-asan bench view setup clean lectures
 all: $(LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
@@ -95,9 +95,10 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 # The set-up step installs what is missing (Debian packages, npm packages);
 # it is quick when everything is there.
 setup:
-	@bash scripts/setup.sh
+	@bash scripts/setup.sh test
 
-run: setup
+run:
+	@bash scripts/setup.sh run
 	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
 	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE)
 

@@ -2,17 +2,25 @@
 # Installs what lectern needs and is missing: Debian packages (apt-get) and
 # the viewer's npm packages. Quick when everything is there already.
 # As a non-root user without sudo rights it prints the command to run.
+#
+#   scripts/setup.sh run    what building and running lectures needs
+#   scripts/setup.sh test   that, plus what the tests need (the default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build and run: compiler, Open MPI, JSON, markdown, DWARF, BLAS, CPU topology.
-# Tests: cmocka, the schema validator, Chromium and its driver for the viewer.
-PACKAGES=(build-essential pkg-config git
+mode=${1:-test}
+case "$mode" in run|test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
+
+# Build and run: compiler, Open MPI, JSON, markdown, DWARF, BLAS, CPU topology,
+# and npm for the viewer's libraries.
+PACKAGES=(build-essential pkg-config
           libopenmpi-dev openmpi-bin libcjson-dev libmd4c-dev libmd4c-html0-dev
-          libdw-dev libelf-dev libopenblas-dev hwloc
-          libcmocka-dev python3 python3-jsonschema
-          chromium chromium-driver python3-selenium
+          libdw-dev libelf-dev libopenblas-dev hwloc python3
           nodejs npm)
+# Tests: cmocka, the schema validator, Chromium and its driver for the viewer.
+if [ "$mode" = test ]; then
+    PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-driver python3-selenium)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
