@@ -64,11 +64,11 @@ BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 all: $(LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
-$(BUILD)/runtime/%.o: runtime/%.c runtime/lectern.h runtime/internal.h
+$(BUILD)/runtime/%.o: runtime/%.c $(wildcard runtime/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(COMMON) $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
 
-$(BUILD)/runtime/%.cu.o: runtime/%.cu runtime/lectern.h runtime/internal.h
+$(BUILD)/runtime/%.cu.o: runtime/%.cu $(wildcard runtime/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(CUDA_FLAGS) -c $< -o $@
 

@@ -16,7 +16,7 @@
  *   2. spawn              (runtime/spawn.c)
  *   3. tensors            (runtime/tensor.c, runtime/tensor_cuda.cu)
  *   4. collectives        (runtime/comm.c)
- *   5. timing helpers     (runtime/bench_util.c)
+ *   5. timing helpers     (runtime/timing.c)
  *
  * Errors in lecture input (a missing image, a bad plot spec, a bad spawn
  * argument) become an error step naming the lecture file and line, and the

@@ -1,0 +1,268 @@
+/*
+ * tensor_cuda.cu: the device half of the tensors (see tensor_impl.h).
+ *
+ * Memory and copies go through the CUDA runtime, matrix products and the
+ * BLAS-shaped vector operations (scale, axpy, dot) through cuBLAS, and the
+ * element-wise operations cuBLAS has no routine for (GELU and its backward,
+ * AdamW, adding a scalar) are the small kernels below.
+ *
+ * Every kernel is a grid-stride loop: a fixed, modest grid whose threads step
+ * through the array by the total thread count, so one launch shape serves
+ * every size, and a 64-bit index serves arrays past 2^31 elements.
+ *
+ * Every CUDA and cuBLAS call is checked (check.h): a failed call stops the
+ * program with the call, the library's message and file:line. A kernel launch
+ * returns nothing, so cudaGetLastError() right after it is the check.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "tensor_impl.h"
+
+/* ---------------- launch shape ---------------- */
+
+#define THREADS 256
+#define MAX_BLOCKS 4096 /* enough to fill an H100 (132 SMs x 2048 threads) */
+
+static int blocks_for(int64_t n)
+{
+    int64_t blocks = (n + THREADS - 1) / THREADS;
+    return blocks > MAX_BLOCKS ? MAX_BLOCKS : (int)blocks;
+}
+
+#define GRID_STRIDE_LOOP(i, n)                                                   \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---------------- memory ---------------- */
+
+static int in_use;
+
+extern "C" int lx_cuda_in_use(void) { return in_use; }
+
+extern "C" float *lx_cuda_alloc(int device, size_t bytes)
+{
+    float *p = NULL;
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaMalloc((void **)&p, bytes));
+    in_use = 1;
+    return p;
+}
+
+extern "C" void lx_cuda_free(int device, float *p)
+{
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaFree(p));
+}
+
+extern "C" void lx_cuda_zero(int device, float *p, size_t bytes)
+{
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+
+extern "C" void lx_cuda_copy(float *dst, int dst_device, const float *src, int src_device,
+                             size_t bytes)
+{
+    if (dst_device < 0 && src_device < 0) {
+        memcpy(dst, src, bytes);
+    } else if (src_device < 0) {
+        CUDA_CHECK(cudaSetDevice(dst_device));
+        CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    } else if (dst_device < 0) {
+        CUDA_CHECK(cudaSetDevice(src_device));
+        CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    } else if (dst_device == src_device) {
+        CUDA_CHECK(cudaSetDevice(dst_device));
+        CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    } else {
+        /* Between two GPUs: directly over NVLink/PCIe where peer access is
+         * possible, staged through the host otherwise; the driver chooses. */
+        CUDA_CHECK(cudaMemcpyPeer(dst, dst_device, src, src_device, bytes));
+    }
+}
+
+extern "C" void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const float *src,
+                                size_t spitch, size_t width, size_t height)
+{
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaMemcpy2D(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice));
+}
+
+/* ---------------- cuBLAS ---------------- */
+
+/* A cuBLAS handle is tied to the device that was current when it was made,
+ * so there is one per device this process uses (in practice one: a rank
+ * drives one GPU). Made on first use, destroyed at exit. */
+#define MAX_GPUS 64
+static cublasHandle_t handles[MAX_GPUS];
+
+static void destroy_handles(void)
+{
+    /* At exit a failure can only be reported: exiting again from inside an
+     * atexit handler is undefined, so no CUBLAS_CHECK here. */
+    for (int d = 0; d < MAX_GPUS; d++) {
+        if (!handles[d])
+            continue;
+        cudaError_t rc = cudaSetDevice(d);
+        cublasStatus_t st = rc == cudaSuccess ? cublasDestroy(handles[d]) : CUBLAS_STATUS_SUCCESS;
+        if (rc != cudaSuccess || st != CUBLAS_STATUS_SUCCESS)
+            fprintf(stderr, "lectern: warning: releasing cuBLAS on cuda:%d at exit: %s\n", d,
+                    rc != cudaSuccess ? cudaGetErrorString(rc) : cublasGetStatusString(st));
+        handles[d] = NULL;
+    }
+}
+
+static cublasHandle_t cublas_for(int device)
+{
+    static int registered;
+    if (device >= MAX_GPUS) {
+        fprintf(stderr, "lectern: cuda:%d is past the %d GPUs this build handles\n", device,
+                MAX_GPUS);
+        exit(1);
+    }
+    CUDA_CHECK(cudaSetDevice(device));
+    if (!handles[device]) {
+        CUBLAS_CHECK(cublasCreate(&handles[device]));
+        if (!registered) {
+            atexit(destroy_handles);
+            registered = 1;
+        }
+    }
+    return handles[device];
+}
+
+extern "C" void lx_cuda_scale(int device, float *x, int n, float s)
+{
+    CUBLAS_CHECK(cublasSscal(cublas_for(device), n, &s, x, 1));
+}
+
+extern "C" void lx_cuda_axpy(int device, float *y, const float *x, int n, float alpha)
+{
+    CUBLAS_CHECK(cublasSaxpy(cublas_for(device), n, &alpha, x, 1, y, 1));
+}
+
+extern "C" float lx_cuda_sumsq(int device, const float *x, int n)
+{
+    /* The result goes to a host variable (the default pointer mode), so this
+     * call waits for the GPU: a loss is wanted on the host anyway. */
+    float result = 0.0f;
+    CUBLAS_CHECK(cublasSdot(cublas_for(device), n, x, 1, x, 1, &result));
+    return result;
+}
+
+/*
+ * cuBLAS reads matrices column-major; ours are row-major. A row-major matrix
+ * read column-major is its transpose, so instead of C = op(A) op(B) we ask
+ * for C^T = op(B)^T op(A)^T: swap the operands (and m with n), keep each
+ * operand's own transpose flag, and cuBLAS writes C^T column-major, which is
+ * exactly C row-major. No data is moved.
+ */
+extern "C" void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k,
+                              float alpha, const float *a, int lda, const float *b, int ldb,
+                              float beta, float *c, int ldc)
+{
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasSgemm(cublas_for(device), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda,
+                             &beta, c, ldc));
+}
+
+/* ---------------- element-wise kernels ---------------- */
+
+static __global__ void add_scalar_kernel(float *x, int64_t n, float s)
+{
+    GRID_STRIDE_LOOP(i, n) x[i] += s;
+}
+
+extern "C" void lx_cuda_add_scalar(int device, float *x, int64_t n, float s)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    add_scalar_kernel<<<blocks_for(n), THREADS>>>(x, n, s);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* GELU, tanh form (torch's approximate='tanh'; torch's default is the erf
+ * form, which differs by at most about 1e-3):
+ *     gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+ * The same formulas as the CPU loops in tensor.c. */
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+static __global__ void gelu_kernel(float *y, const float *x, int64_t n)
+{
+    GRID_STRIDE_LOOP(i, n)
+    {
+        float v = x[i];
+        float u = GELU_C * (v + GELU_A * v * v * v);
+        y[i] = 0.5f * v * (1.0f + tanhf(u));
+    }
+}
+
+/* d/dx gelu(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,
+ * t = tanh(u), du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
+static __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, int64_t n)
+{
+    GRID_STRIDE_LOOP(i, n)
+    {
+        float v = x[i];
+        float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+        float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+}
+
+extern "C" void lx_cuda_gelu(int device, float *y, const float *x, int64_t n)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    gelu_kernel<<<blocks_for(n), THREADS>>>(y, x, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy,
+                                      int64_t n)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    gelu_backward_kernel<<<blocks_for(n), THREADS>>>(dx, x, dy, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* AdamW, in the order torch.optim.AdamW applies it: decoupled weight decay
+ * on the parameter first, then the moment updates, then the bias-corrected
+ * step. One thread per element, each element independent. */
+static __global__ void adamw_kernel(float *param, float *m, float *v, const float *grad, int64_t n,
+                             float beta1, float beta2, float eps, float decay, float step_size,
+                             float bias2_sqrt)
+{
+    GRID_STRIDE_LOOP(i, n)
+    {
+        float g = grad[i];
+        float p = param[i] * decay;
+        float mi = m[i] + (1.0f - beta1) * (g - m[i]);
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = p - step_size * mi / (sqrtf(vi) / bias2_sqrt + eps);
+    }
+}
+
+extern "C" void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad,
+                              int64_t n, float beta1, float beta2, float eps, float decay,
+                              float step_size, float bias2_sqrt)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    adamw_kernel<<<blocks_for(n), THREADS>>>(param, m, v, grad, n, beta1, beta2, eps, decay,
+                                             step_size, bias2_sqrt);
+    CUDA_CHECK(cudaGetLastError());
+}
