@@ -1,0 +1,1506 @@
+/*
+ * lecture_08: distributed training.
+ *
+ * Part 1 is about moving data: the hardware that links accelerators, the
+ * collective operations programs use to talk over it, how fast they are, and
+ * CUDA streams for overlapping talk with work. Part 2 trains one small model
+ * four ways (data parallel, data parallel with ZeRO stage 3, tensor parallel,
+ * pipeline parallel) and checks each against the same model trained on one
+ * device.
+ *
+ * Every example really runs: on GPUs with NCCL and cuBLAS, on a machine
+ * without GPUs with Open MPI and OpenBLAS. Run it with
+ *
+ *     make run                 (the full lecture; --quick gives reduced sizes)
+ *
+ * and open viewer/index.html?trace=lecture_08.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lectern.h"
+
+#ifdef LECTERN_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "check.h"
+#endif
+
+static void introduction(void);
+static void hardware(void);
+static void collective_operations(void);
+static void our_runtime_and_nccl(void);
+static void benchmarking(void);
+static void cuda_streams(void);
+static void parallelism_overview(void);
+static void one_device(void);
+static void ddp(void);
+static void ddp_zero3(void);
+static void tensor_parallelism(void);
+static void pipeline_parallelism(void);
+static void summary(void);
+static void further_reading(void);
+static void free_one_device(void);
+
+static void lecture_08(void) {
+    note("# Distributed training");
+    introduction();
+
+    note("## Part 1: the building blocks of distributed communication");
+    hardware();                /* how accelerators are wired to each other */
+    collective_operations();   /* the programming model: a handful of patterns */
+    our_runtime_and_nccl();    /* how those patterns are carried out */
+    benchmarking();            /* how fast they are */
+    cuda_streams();            /* overlapping communication with computation */
+
+    note("## Part 2: distributed training");
+    parallelism_overview();
+    one_device();              /* the answer every strategy must reproduce */
+    ddp();                     /* split the batch */
+    ddp_zero3();               /* split the batch, shard the model state */
+    tensor_parallelism();      /* split every layer along its width */
+    pipeline_parallelism();    /* split the stack of layers along its depth */
+
+    summary();
+    further_reading();
+    free_one_device();
+}
+
+/* ------------------------------------------------------------------ */
+/* Introduction                                                        */
+/* ------------------------------------------------------------------ */
+
+static void introduction(void) {
+    progress("introduction");
+    note("This lecture: training one model on many accelerators at once.");
+    note("The setting: arithmetic is spread over many devices, and moving data "
+         "between them is slow compared with computing on it.");
+    if (gpu_count() == 0)
+        note("*This run found no GPU.* Every example still runs for real: each rank is a "
+             "CPU process, tensors live in host memory, collectives go through Open MPI "
+             "and matrix products through OpenBLAS. On a machine with GPUs the same code "
+             "uses NCCL and cuBLAS. Timings below are this machine's, not a GPU's.");
+
+    note("Memory comes in a hierarchy, each level larger and slower than the one above:");
+    note("- L1 cache and shared memory, next to the arithmetic units (small, fast)\n"
+         "- L2 cache, shared by the whole chip\n"
+         "- DRAM (HBM) on the same package\n"
+         "- other GPUs in the same node\n"
+         "- GPUs in other nodes (huge in total, slowest to reach)");
+    image("assets/lecture_08_memory_hierarchy.svg", 0.55);
+    note("The previous lecture cut DRAM traffic inside one GPU (fusion, tiling). This "
+         "one cuts traffic between GPUs and nodes, by choosing what to keep a copy of "
+         "everywhere (replicate) and what to cut into pieces (shard).");
+    note("The game throughout: arrange the computation so that as little data as "
+         "possible has to cross the slow links.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 1: hardware                                                    */
+/* ------------------------------------------------------------------ */
+
+static void our_hardware(void);
+
+static void hardware(void) {
+    progress("hardware");
+    note("## One GPU");
+    image("https://miro.medium.com/v2/resize:fit:2000/format:webp/1*6xoBKi5kL2dZpivFe1-zgw.jpeg", 1.0);
+    note("Inside one GPU the bottleneck is usually DRAM: NVIDIA's datasheet gives the "
+         "H100 NVL 7.8 TB/s of memory bandwidth (a figure for its pair of boards; "
+         "about 3.9 TB/s per GPU).");
+    see("https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet");
+
+    note("## Many GPUs, many nodes: PCIe and Ethernet");
+    note("The classic layout: GPUs hang off the CPU, and the CPU and network card "
+         "sit in the middle of every transfer.");
+    image("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp", 0.4);
+    note("- GPUs in one node share a PCI Express bus. The newest generation (PCIe 7.0) "
+         "reaches 242 GB/s over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
+    see("https://en.wikipedia.org/wiki/PCI_Express");
+    note("- GPUs in different nodes go through ordinary Ethernet, on the order of "
+         "hundreds of MB/s on commodity links (~200 MB/s).");
+    note("Both are far slower than a GPU's own memory. The turning point in hardware was "
+         "to let GPUs reach each other *directly*, without the CPU in the way.");
+
+    note("## InfiniBand and RDMA");
+    note("InfiniBand is a network standard from 1999. Mellanox built most of its "
+         "hardware; NVIDIA bought Mellanox in 2019.");
+    note("Its key idea is Remote Direct Memory Access (RDMA): a network card writes "
+         "straight into another machine's memory (GPU memory, with GPUDirect RDMA) "
+         "without either CPU or operating system copying the bytes.");
+    image("https://lambdalabs.com/hubfs/Imported_Blog_Media/nvlink-diagram-update.png", 0.6);
+
+    note("## NVLink and NVSwitch");
+    note("NVLink is NVIDIA's own GPU-to-GPU link, announced in 2014. NVIDIA quotes "
+         "its NVLink switch fabric at 4.5 times the bandwidth of InfiniBand.");
+    see("https://developer.nvidia.com/blog/upgrading-multi-gpu-interconnectivity-with-the-third-generation-nvidia-nvswitch/");
+    note("Inside a node, NVLink joins GPUs to each other with no CPU on the path:");
+    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-generations-1.png", 0.6);
+    note("NVSwitch chips connect every GPU to every other at full NVLink speed, and the "
+         "NVLink Switch System carries that across nodes, sidestepping Ethernet:");
+    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-all-to-all-connectivity-1.png", 0.6);
+    note("An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s in total.");
+
+    note("## SHARP: reducing inside the switch");
+    note("NVSwitch can do the additions of an all-reduce itself (SHARP, in-network "
+         "reduction). Each GPU then sends its data once and receives the sum once, "
+         "instead of taking part in every step: about half the traffic.");
+    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-SHARP-acceleration-1.png", 0.6);
+    note("Expect more such changes: the hardware moves fast, but the hierarchy stays.");
+
+    our_hardware();
+}
+
+/* The machine this trace was made on. */
+static void our_hardware(void) {
+    note("## Our hardware");
+    note("What is this lecture running on?");
+    see("https://guide.ncloud-docs.com/docs/en/server-baremetal-a100-check-vpc");
+    if (gpu_count() > 0) {
+        note_system("nvidia-smi topo -m");
+        note("Read the matrix row by row: `NV#` means the two GPUs share # bonded NVLinks; "
+             "`PIX`, `PXB`, `PHB`, `NODE` and `SYS` are PCIe paths that cross more and more "
+             "of the machine (a PCIe bridge, several, the host bridge, the NUMA node, "
+             "the link between sockets). NICs are the network cards.");
+        return;
+    }
+    note("No GPU here, so `nvidia-smi topo -m` has nothing to show. The CPU's topology "
+         "instead, as hwloc sees it: sockets (packages), NUMA nodes, caches, cores, "
+         "and the PCI devices (disk, network card).");
+    note_system("lstopo-no-graphics --of console");
+    note("On a GPU server the same tool lists the GPUs and NICs under their PCIe bridges; "
+         "`nvidia-smi topo -m` condenses that into who-reaches-whom-how: `NV18` between "
+         "two H100s means 18 bonded NVLinks.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 1: collective operations                                       */
+/* ------------------------------------------------------------------ */
+
+static void collective_operations(void) {
+    progress("collective operations");
+    note("## Collective operations");
+    note("Collective operations are the vocabulary of distributed programs.");
+    see("https://en.wikipedia.org/wiki/Collective_operation");
+    note("- *Collective*: every rank calls the same operation, and together they "
+         "describe one communication pattern across all of them (4, 256, 10 000 ranks).\n"
+         "- They come from the parallel-computing literature of the 1980s (later, MPI).\n"
+         "- They suit SIMD-style programs: every rank runs the same code on its own data.\n"
+         "- They are simpler to use, and faster, than arranging point-to-point "
+         "sends and receives yourself.");
+
+    note("Two words used everywhere below:");
+    note("- **rank**: one device (a GPU, here a process) and its number, 0, 1, 2, ...\n"
+         "- **world size**: how many ranks there are.");
+
+    note("In the pictures, each row is a rank; before on the left, after on the right.");
+
+    note("### Broadcast");
+    note("One rank's tensor is copied to every rank.");
+    image("assets/lecture_08_broadcast.svg", 0.3);
+    see("https://pytorch.org/tutorials/_images/broadcast.png");
+
+    note("### Scatter");
+    note("One rank's tensor is cut into world-size pieces; rank *i* receives piece *i*.");
+    image("assets/lecture_08_scatter.svg", 0.3);
+    see("https://pytorch.org/tutorials/_images/scatter.png");
+
+    note("### Gather");
+    note("The reverse of scatter: every rank's piece is collected, in rank order, on one rank.");
+    image("assets/lecture_08_gather.svg", 0.3);
+    see("https://pytorch.org/tutorials/_images/gather.png");
+
+    note("### Reduce");
+    note("Every rank's tensor is combined elementwise (sum, average, min, max) and the "
+         "result lands on one rank.");
+    image("assets/lecture_08_reduce.svg", 0.3);
+    see("https://pytorch.org/tutorials/_images/reduce.png");
+
+    note("### All-gather");
+    note("A gather whose result lands on every rank.");
+    image("assets/lecture_08_all_gather.svg", 0.3);
+    see("https://pytorch.org/tutorials/_images/all_gather.png");
+
+    note("### Reduce-scatter");
+    note("A reduce whose result is cut into pieces: rank *i* gets piece *i* of the sum.");
+    image("assets/lecture_08_reduce_scatter.svg", 0.3);
+    see("https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/_images/reducescatter.png");
+
+    note("### All-reduce = reduce-scatter + all-gather");
+    note("A reduce whose result lands on every rank. It can be done as a reduce-scatter "
+         "(each rank sums one piece) followed by an all-gather (everyone collects all "
+         "pieces), which is how the ring algorithm below does it.");
+    image("assets/lecture_08_all_reduce.svg", 0.3);
+    see("https://pytorch.org/tutorials/_images/all_reduce.png");
+
+    note("How to keep them apart:");
+    note("- *reduce* means combining with an associative, commutative operation "
+         "(sum, min, max; average is a sum divided by the world size)\n"
+         "- *scatter* and *gather* undo each other, as do *broadcast* and *reduce* in shape\n"
+         "- *all-* means every rank gets the result");
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 1: how collectives are carried out                             */
+/* ------------------------------------------------------------------ */
+
+static void collective_examples_main(int rank, int world_size, void *args);
+
+static void our_runtime_and_nccl(void) {
+    progress("runtime and NCCL");
+    note("## Collectives in this runtime (our `torch.distributed`)");
+    note("PyTorch gives programs `torch.distributed`; this lecture's runtime gives C the same "
+         "calls: `dist_all_reduce`, `dist_reduce_scatter`, `dist_all_gather`, "
+         "`dist_broadcast`, `dist_reduce`, `dist_scatter`, `dist_gather`, `dist_send`, "
+         "`dist_recv`, each with SUM, AVG, MIN or MAX where it reduces.");
+    see("https://pytorch.org/docs/stable/distributed.html");
+    note("`spawn(fn, world_size, &args, sizeof args)` starts world-size real processes "
+         "(Open MPI's `MPI_Comm_spawn`), each running `fn(rank, world_size, args)` on its "
+         "own copy of the arguments, like `torch.multiprocessing.spawn`.");
+    note("Like PyTorch it has two backends, picked per spawn:");
+    note("| call | with a GPU per rank: NCCL | otherwise: Open MPI (host memory) |\n"
+         "|---|---|---|\n"
+         "| `dist_all_reduce` | `ncclAllReduce` | `MPI_Allreduce` |\n"
+         "| `dist_reduce_scatter` | `ncclReduceScatter` | `MPI_Reduce_scatter_block` |\n"
+         "| `dist_all_gather` | `ncclAllGather` | `MPI_Allgather` |\n"
+         "| `dist_broadcast` | `ncclBroadcast` | `MPI_Bcast` |\n"
+         "| `dist_reduce` | `ncclReduce` | `MPI_Reduce` |\n"
+         "| `dist_scatter`, `dist_gather` | `ncclSend`/`ncclRecv` in a group | `MPI_Scatter`, `MPI_Gather` |\n"
+         "| `dist_send`, `dist_recv` | `ncclSend`, `ncclRecv` | `MPI_Send`, `MPI_Recv` |");
+    note("Open MPI plays the part of PyTorch's gloo backend (CPU); NCCL is the GPU backend "
+         "in both worlds. NCCL has `ncclAvg` for averages; with MPI an average is a sum "
+         "divided by the world size. Higher-level tools (PyTorch's FSDP, DeepSpeed) are "
+         "built from these same calls, as Part 2 does by hand.");
+
+    note("## NCCL: the NVIDIA Collective Communication Library");
+    note("NCCL turns each collective into the transfers and small reduction kernels that "
+         "carry it out on the actual machine.");
+    see("https://www.nvidia.com/en-us/on-demand/session/gtcspring21-s31880/");
+    note("1. It detects the topology: nodes, switches, which GPUs share NVLink or PCIe, "
+         "which network card is closest to which GPU.");
+    note("2. It plans the paths between ranks. Two classic plans for all-reduce:");
+    image("assets/lecture_08_ring_vs_tree.svg", 0.6);
+    see("https://developer-blogs.nvidia.com/wp-content/uploads/2019/02/DBtree.png");
+    note("- **Ring**: the data is cut into N chunks that travel around a ring; N-1 steps "
+         "of reduce-scatter then N-1 steps of all-gather. Each rank sends 2(N-1)/N times "
+         "the data, close to the minimum, so a ring is *bandwidth*-optimal. But 2(N-1) "
+         "steps in a row means latency grows linearly with N.\n"
+         "- **Tree**: reduce up a tree and broadcast back down, in about 2 log2(N) steps, "
+         "so it is *latency*-friendly. A single tree leaves the leaves' outgoing links "
+         "idle, so NCCL uses a *double binary tree*: two trees where every interior "
+         "node of one is a leaf of the other, keeping all links busy.");
+    note("3. It launches CUDA kernels that move and add the data, on a CUDA stream, so a "
+         "collective is just more GPU work in the queue.");
+
+    note("## Examples");
+    note("Four ranks run `collective_examples_main`; each prints its tensors before and "
+         "after each operation. Rank *r* starts from [0, 1, 2, 3] + *r*.");
+    progress("examples: spawn 4 ranks");
+    spawn(collective_examples_main, 4, NULL, 0);
+}
+
+static void ring_all_reduce_by_hand(int rank, int world_size);
+
+/* Runs in every rank. The numbers are small on purpose: the point is where
+ * they end up. */
+static void collective_examples_main(int rank, int world_size, void *args) {
+    (void)args;
+    int device = get_device(rank);
+
+    if (rank == 0) note("### All-reduce");
+    dist_barrier();   /* the heading is sent before any rank prints numbers */
+    tensor *t = arange(world_size, device);
+    add_scalar(t, (float)rank);                     /* [0, 1, 2, 3] + rank */
+    note_verbatim("Rank %d [before all-reduce]: %s", rank, tensor_str(t));
+    dist_all_reduce(t, DIST_SUM);                   /* in place: t becomes the sum */
+    note_verbatim("Rank %d [after all-reduce]: %s", rank, tensor_str(t));
+    tensor_free(t);
+
+    if (rank == 0) note("### Reduce-scatter");
+    dist_barrier();
+    tensor *input = arange(world_size, device);
+    add_scalar(input, (float)rank);
+    tensor *output = zeros(1, 0, device);           /* one element: this rank's piece */
+    note_verbatim("Rank %d [before reduce-scatter]: input = %s, output = %s", rank,
+                  tensor_str(input), tensor_str(output));
+    dist_reduce_scatter(output, input, DIST_SUM);
+    note_verbatim("Rank %d [after reduce-scatter]: input = %s, output = %s", rank,
+                  tensor_str(input), tensor_str(output));
+
+    if (rank == 0) note("### All-gather");
+    dist_barrier();
+    tensor *piece = output;                          /* what reduce-scatter left here */
+    tensor *gathered = zeros(world_size, 0, device);
+    note_verbatim("Rank %d [before all-gather]: input = %s, output = %s", rank,
+                  tensor_str(piece), tensor_str(gathered));
+    dist_all_gather(gathered, piece);
+    note_verbatim("Rank %d [after all-gather]: input = %s, output = %s", rank,
+                  tensor_str(piece), tensor_str(gathered));
+    if (rank == 0)
+        note("Every rank now holds [6, 10, 14, 18] again: reduce-scatter followed by "
+             "all-gather *is* an all-reduce.");
+    tensor_free(input);
+    tensor_free(piece);
+    tensor_free(gathered);
+
+    ring_all_reduce_by_hand(rank, world_size);
+}
+
+/* The ring algorithm, written with point-to-point messages only. Each rank
+ * holds world_size chunks (one number each, to keep the output short); in each
+ * step it sends one chunk to its right neighbour and receives one from its
+ * left. */
+static void ring_all_reduce_by_hand(int rank, int world_size) {
+    int device = get_device(rank);
+    if (rank == 0) {
+        note("### All-reduce by hand: a ring of sends and receives");
+        note("Every rank sends to its right neighbour and receives from its left one at "
+             "the same time. With blocking `dist_send` on every rank, each would wait for a "
+             "receive nobody has posted yet (a deadlock), so the sends are non-blocking "
+             "(`dist_isend`), completed with `dist_wait`.");
+    }
+    dist_barrier();
+    tensor *x = arange(world_size, device);
+    add_scalar(x, (float)rank);
+    tensor *incoming = zeros(1, 0, device);
+    int right = (rank + 1) % world_size, left = (rank + world_size - 1) % world_size;
+
+    /* Reduce-scatter phase: after step s, chunk (rank - s - 1) holds s + 2 ranks'
+     * contributions; after world_size - 1 steps, chunk (rank + 1) holds the sum. */
+    for (int s = 0; s < world_size - 1; s++) {
+        int send_chunk = (rank - s + world_size) % world_size;
+        int recv_chunk = (rank - s - 1 + world_size) % world_size;
+        tensor *out = row_slice(x, send_chunk, send_chunk + 1);
+        tensor *in = row_slice(x, recv_chunk, recv_chunk + 1);
+        dist_request *req = dist_isend(out, right);
+        dist_recv(incoming, left);
+        dist_wait(req);
+        add_(in, incoming);
+        tensor_free(out);
+        tensor_free(in);
+    }
+    /* All-gather phase: pass the finished sums around the ring. */
+    for (int s = 0; s < world_size - 1; s++) {
+        int send_chunk = (rank + 1 - s + world_size) % world_size;
+        int recv_chunk = (rank - s + world_size) % world_size;
+        tensor *out = row_slice(x, send_chunk, send_chunk + 1);
+        tensor *in = row_slice(x, recv_chunk, recv_chunk + 1);
+        dist_request *req = dist_isend(out, right);
+        dist_recv(in, left);
+        dist_wait(req);
+        tensor_free(out);
+        tensor_free(in);
+    }
+    note_verbatim("Rank %d [after ring all-reduce]: %s", rank, tensor_str(x));
+    if (rank == 0)
+        note("Same [6, 10, 14, 18], in 2(N-1) = %d steps, each moving one chunk per rank.",
+             2 * (world_size - 1));
+    tensor_free(incoming);
+    tensor_free(x);
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 1: benchmarking                                                */
+/* ------------------------------------------------------------------ */
+
+#define MAX_SIZES 8
+
+typedef struct bench_args {
+    int n_sizes;
+    int64_t bytes[MAX_SIZES];   /* message sizes, as nccl-tests counts them */
+    int trials;
+} bench_args;
+
+static void bench_main(int rank, int world_size, void *args);
+
+static void benchmarking(void) {
+    progress("benchmarking");
+    note("## Benchmarking");
+    see("https://github.com/stas00/ml-engineering/blob/master/network/benchmarks/all_reduce_bench.py");
+    note("How fast is communication? We time all-reduce and reduce-scatter on one node, "
+         "with 2 and then 4 ranks, over a range of message sizes.");
+    note("Two bandwidths are reported, as nccl-tests defines them (GB = 10^9 bytes):");
+    note("- **algbw** = S / t, where S is the message size and t the time of one "
+         "operation. For reduce-scatter S is the size of the *whole input* "
+         "(world size times the output), because that is what gets reduced.\n"
+         "- **busbw** = algbw times a factor that turns it into the traffic on the busiest "
+         "link: 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter and all-gather. "
+         "busbw can be compared with the hardware's link speed, whatever the world size.");
+    see("https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md#allreduce");
+    note("A correction to the lecture this one follows: its reduce-scatter figure divided "
+         "the traffic by the *output* size, which is world-size times too small; with "
+         "S as the whole input, its 4-rank numbers would have been 4 times higher.");
+    note("Each rank times `trials` operations back to back after one warm-up; the times "
+         "are averaged over the ranks with an all-reduce (as nccl-tests does by default).");
+
+    bench_args args = {.n_sizes = 4, .bytes = {1 << 20, 4 << 20, 16 << 20, 32 << 20}, .trials = 5};
+    if (lecture_quick())
+        args = (bench_args){.n_sizes = 3, .bytes = {64 << 10, 256 << 10, 1 << 20}, .trials = 2};
+
+    note("### 2 ranks");
+    progress("benchmarking: spawn 2 ranks");
+    spawn(bench_main, 2, &args, sizeof args);
+    note("### 4 ranks");
+    progress("benchmarking: spawn 4 ranks");
+    spawn(bench_main, 4, &args, sizeof args);
+
+    if (gpu_count() == 0)
+        note("On this 2-core machine the 4 ranks share 2 cores and all traffic is memory "
+             "copies through shared memory, so busbw is a few GB/s at best, far from "
+             "NVLink's hundreds: the shape of the curve (latency-bound small messages, "
+             "flat large ones) is the lesson, not the level.");
+}
+
+/* One row of results. */
+typedef struct bench_result {
+    double bytes, seconds, algbw, busbw;
+} bench_result;
+
+/* The mean over ranks of a per-rank number, by all-reduce. */
+static double mean_over_ranks(double value, int device) {
+    float v = (float)value;
+    tensor *t = tensor_from(&v, 1, 0, device);
+    dist_all_reduce(t, DIST_AVG);
+    double mean = item(t, 0);
+    tensor_free(t);
+    return mean;
+}
+
+/* Seconds per all-reduce of `bytes`: one warm-up, then `trials` in a row. */
+static double time_all_reduce(int64_t bytes, int trials, int device) {
+    tensor *t = zeros(bytes / (int64_t)sizeof(float), 0, device);
+    dist_all_reduce(t, DIST_SUM);            /* warm-up: connections, buffers */
+    device_synchronize();
+    dist_barrier();
+    double start = now_seconds();
+    for (int i = 0; i < trials; i++)
+        dist_all_reduce(t, DIST_SUM);
+    device_synchronize();                    /* GPU work is asynchronous: wait for it */
+    double seconds = (now_seconds() - start) / trials;
+    tensor_free(t);
+    return mean_over_ranks(seconds, device);
+}
+
+/* Seconds per reduce-scatter whose whole input is `bytes`. */
+static double time_reduce_scatter(int64_t bytes, int trials, int world_size, int device) {
+    int64_t n = bytes / (int64_t)sizeof(float);
+    tensor *input = zeros(n, 0, device);
+    tensor *output = zeros(n / world_size, 0, device);
+    dist_reduce_scatter(output, input, DIST_SUM);
+    device_synchronize();
+    dist_barrier();
+    double start = now_seconds();
+    for (int i = 0; i < trials; i++)
+        dist_reduce_scatter(output, input, DIST_SUM);
+    device_synchronize();
+    double seconds = (now_seconds() - start) / trials;
+    tensor_free(input);
+    tensor_free(output);
+    return mean_over_ranks(seconds, device);
+}
+
+static bench_result bandwidths(int64_t bytes, double seconds, double bus_factor) {
+    bench_result r = {.bytes = (double)bytes, .seconds = seconds};
+    r.algbw = r.bytes / seconds / 1e9;
+    r.busbw = r.algbw * bus_factor;
+    return r;
+}
+
+/* A markdown table of one operation's results. */
+static void note_table(const char *op, int world_size, const bench_result *r, int n) {
+    char text[2048];
+    int len = snprintf(text, sizeof text,
+                       "%s on %d ranks:\n\n| size (MB) | time (ms) | algbw (GB/s) | busbw (GB/s) |\n"
+                       "|---:|---:|---:|---:|\n", op, world_size);
+    for (int i = 0; i < n && len < (int)sizeof text; i++)
+        len += snprintf(text + len, sizeof text - len, "| %g | %.3f | %.2f | %.2f |\n",
+                        r[i].bytes / (1 << 20), r[i].seconds * 1e3, r[i].algbw, r[i].busbw);
+    note("%s", text);
+}
+
+/* busbw against message size, one line per operation (Vega-Lite; cJSON adds the data). */
+static void plot_busbw(int world_size, const bench_result *all_reduce,
+                       const bench_result *reduce_scatter, int n) {
+    cJSON *spec = cJSON_Parse(
+        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v5.json\","
+        " \"width\": 360, \"height\": 220,"
+        " \"mark\": {\"type\": \"line\", \"point\": true},"
+        " \"encoding\": {"
+        "  \"x\": {\"field\": \"size_mb\", \"type\": \"quantitative\","
+        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MB)\"},"
+        "  \"y\": {\"field\": \"busbw\", \"type\": \"quantitative\", \"title\": \"busbw (GB/s)\"},"
+        "  \"color\": {\"field\": \"operation\", \"type\": \"nominal\"}}}");
+    char title[96];
+    snprintf(title, sizeof title, "busbw on %d ranks (%s)", world_size, dist_backend());
+    cJSON_AddStringToObject(spec, "title", title);
+    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
+    for (int op = 0; op < 2; op++) {
+        const bench_result *r = op == 0 ? all_reduce : reduce_scatter;
+        for (int i = 0; i < n; i++) {
+            cJSON *point = cJSON_CreateObject();
+            cJSON_AddStringToObject(point, "operation", op == 0 ? "all-reduce" : "reduce-scatter");
+            cJSON_AddNumberToObject(point, "size_mb", r[i].bytes / (1 << 20));
+            cJSON_AddNumberToObject(point, "busbw", r[i].busbw);
+            cJSON_AddItemToArray(values, point);
+        }
+    }
+    char *json = cJSON_PrintUnformatted(spec);
+    plot(json);
+    free(json);
+    cJSON_Delete(spec);
+}
+
+static void bench_main(int rank, int world_size, void *args) {
+    const bench_args *a = args;
+    int device = get_device(rank);
+    double n = world_size;
+    bench_result all_reduce[MAX_SIZES], reduce_scatter[MAX_SIZES];
+    for (int i = 0; i < a->n_sizes; i++) {
+        double t = time_all_reduce(a->bytes[i], a->trials, device);
+        all_reduce[i] = bandwidths(a->bytes[i], t, 2 * (n - 1) / n);
+    }
+    for (int i = 0; i < a->n_sizes; i++) {
+        double t = time_reduce_scatter(a->bytes[i], a->trials, world_size, device);
+        reduce_scatter[i] = bandwidths(a->bytes[i], t, (n - 1) / n);
+    }
+    if (rank != 0) return;   /* the numbers are the same everywhere: one rank reports */
+    note_table("all-reduce", world_size, all_reduce, a->n_sizes);
+    note_table("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
+    plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
+    note("With busbw both operations are on one scale: a reduce-scatter does half the "
+         "work of an all-reduce in about half the time, so their busbw should agree.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 1: CUDA streams                                                */
+/* ------------------------------------------------------------------ */
+
+#ifdef LECTERN_CUDA
+static void streams_example(void);
+#endif
+
+static void cuda_streams(void) {
+    progress("CUDA streams");
+    note("## CUDA streams");
+    note("How a GPU runs work: a kernel launch (a matmul, say) spreads over a grid of "
+         "blocks of threads. Launches return at once; the host queues kernels while the "
+         "GPU works through them asynchronously.");
+    note("The host waits only at synchronisation points: `cudaDeviceSynchronize()` "
+         "(in PyTorch `torch.cuda.synchronize()`), or copying a result back to the CPU. "
+         "Those stop the whole pipeline; we want finer-grained ordering that stays on the GPU.");
+    note("A **CUDA stream** is a queue of operations that run in order. Operations in "
+         "*different* streams may run at the same time; events (`cudaEventRecord`, "
+         "`cudaStreamWaitEvent`) order one stream after another without the host waiting. "
+         "NCCL runs its collectives on a stream, which is how communication overlaps "
+         "with computation.");
+    note("The example: two independent jobs, (1) a matrix product and (2) copying a "
+         "matrix from CPU to GPU, first one after the other on one stream, then on two "
+         "streams so that the copy engine works while the arithmetic units multiply.");
+#ifdef LECTERN_CUDA
+    if (gpu_count() > 0) {
+        streams_example();
+        return;
+    }
+    note("*Skipped here: this machine has no GPU* (`gpu_count()` is 0). The code below "
+         "this note is compiled into the lecture but was not run in this trace, so its "
+         "timings are not shown.");
+#else
+    note("*Skipped here: this build has no CUDA support*, so there is no stream to show. "
+         "Built with the CUDA toolkit and run on a GPU, the lecture times both versions here.");
+#endif
+}
+
+#ifdef LECTERN_CUDA
+typedef struct streams_work {
+    int n;
+    float *x1, *x2, *z1, *z2, *sum;   /* device, n x n each */
+    float *y_host;                    /* pinned (page-locked) host memory */
+    cublasHandle_t blas;
+    cudaStream_t compute, copy;
+    cudaEvent_t computed, copied;
+} streams_work;
+
+/* z1 = x1 @ x2 on whatever stream the handle is set to (row-major, so cuBLAS
+ * computes the transposed product in its column-major view). */
+static void multiply(streams_work *w) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasSgemm(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, w->n, &one,
+                             w->x2, w->n, w->x1, w->n, &zero, w->z1, w->n));
+}
+
+static void add_results(streams_work *w) {
+    const float one = 1.0f;
+    CUBLAS_CHECK(cublasSgeam(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, &one, w->z1,
+                             w->n, &one, w->z2, w->n, w->sum, w->n));
+}
+
+/* Both jobs on the default stream: the copy waits for the matmul. */
+static void run_one_stream(streams_work *w) {
+    size_t bytes = (size_t)w->n * w->n * sizeof(float);
+    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
+    multiply(w);
+    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, bytes, cudaMemcpyHostToDevice, 0));
+    add_results(w);
+}
+
+/* The matmul on one stream, the copy on another; the default stream waits for
+ * both (through events) before adding. */
+static void run_two_streams(streams_work *w) {
+    size_t bytes = (size_t)w->n * w->n * sizeof(float);
+    CUBLAS_CHECK(cublasSetStream(w->blas, w->compute));
+    multiply(w);
+    CUDA_CHECK(cudaEventRecord(w->computed, w->compute));
+    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, bytes, cudaMemcpyHostToDevice, w->copy));
+    CUDA_CHECK(cudaEventRecord(w->copied, w->copy));
+    CUDA_CHECK(cudaStreamWaitEvent(0, w->computed, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(0, w->copied, 0));
+    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
+    add_results(w);
+}
+
+static int compare_floats(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times `run` with CUDA events: warm-ups first (the first runs pay for
+ * allocation and cuBLAS set-up), then several trials, sorted, and their mean. */
+static void benchmark(const char *description, void (*run)(streams_work *), streams_work *w,
+                      int warmups, int trials) {
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < warmups; i++) run(w);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    float ms[16], mean = 0;
+    if (trials > 16) trials = 16;
+    for (int i = 0; i < trials; i++) {
+        CUDA_CHECK(cudaEventRecord(start, 0));
+        run(w);
+        CUDA_CHECK(cudaEventRecord(stop, 0));
+        CUDA_CHECK(cudaEventSynchronize(stop));   /* wait for the GPU, then read the clock */
+        CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+        mean += ms[i] / trials;
+    }
+    qsort(ms, trials, sizeof ms[0], compare_floats);
+    char list[256];
+    int len = 0;
+    for (int i = 0; i < trials; i++)
+        len += snprintf(list + len, sizeof list - len, "%s%.1f", i ? ", " : "", ms[i]);
+    note_verbatim("%s: [%s] (mean %.1f ms)", description, list, mean);
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+}
+
+static void streams_example(void) {
+    streams_work w = {.n = lecture_quick() ? 2048 : 8192};
+    size_t bytes = (size_t)w.n * w.n * sizeof(float);
+    tensor *x1 = randn(w.n, w.n, 0), *x2 = randn(w.n, w.n, 0);
+    tensor *y = randn(w.n, w.n, -1);
+    w.x1 = x1->data;
+    w.x2 = x2->data;
+    CUDA_CHECK(cudaMalloc((void **)&w.z1, bytes));
+    CUDA_CHECK(cudaMalloc((void **)&w.z2, bytes));
+    CUDA_CHECK(cudaMalloc((void **)&w.sum, bytes));
+    /* Pinned memory: the copy engine reads it directly, so the copy is truly
+     * asynchronous (from pageable memory the driver stages it and the host waits). */
+    CUDA_CHECK(cudaMallocHost((void **)&w.y_host, bytes));
+    memcpy(w.y_host, y->data, bytes);
+    CUBLAS_CHECK(cublasCreate(&w.blas));
+    CUDA_CHECK(cudaStreamCreate(&w.compute));
+    CUDA_CHECK(cudaStreamCreate(&w.copy));
+    CUDA_CHECK(cudaEventCreateWithFlags(&w.computed, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&w.copied, cudaEventDisableTiming));
+
+    note("Matrices of %d x %d floats (%.0f MB each):", w.n, w.n, bytes / 1e6);
+    benchmark("one stream", run_one_stream, &w, 1, 3);
+    benchmark("two streams", run_two_streams, &w, 1, 3);
+    note("The difference is the copy, hidden behind the matmul.");
+
+    CUDA_CHECK(cudaEventDestroy(w.computed));
+    CUDA_CHECK(cudaEventDestroy(w.copied));
+    CUDA_CHECK(cudaStreamDestroy(w.compute));
+    CUDA_CHECK(cudaStreamDestroy(w.copy));
+    CUBLAS_CHECK(cublasDestroy(w.blas));
+    CUDA_CHECK(cudaFreeHost(w.y_host));
+    CUDA_CHECK(cudaFree(w.z1));
+    CUDA_CHECK(cudaFree(w.z2));
+    CUDA_CHECK(cudaFree(w.sum));
+    tensor_free(x1);
+    tensor_free(x2);
+    tensor_free(y);
+}
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Part 2: the model every strategy trains                             */
+/* ------------------------------------------------------------------ */
+
+#define MAX_LAYERS 8
+#define MAX_MICRO_BATCHES 16
+enum { DATA_SEED = 0, WEIGHT_SEED = 1000 };
+
+/* A stack of square linear layers, each followed by GELU, trained with AdamW
+ * to push its output to zero: loss = mean(output^2). */
+typedef struct mlp_config {
+    int batch;    /* examples in one step (the whole data set) */
+    int width;    /* every layer is width x width */
+    int layers;
+    int steps;
+    float lr;
+} mlp_config;
+
+static mlp_config model_config(void) {
+    mlp_config c = {.batch = 128, .width = 1024, .layers = 4, .steps = 5, .lr = 1e-3f};
+    if (lecture_quick()) {
+        c.width = 256;
+        c.steps = 2;
+    }
+    return c;
+}
+
+/* Floats in all the layers' weights together. */
+static int64_t model_floats(const mlp_config *c) {
+    return (int64_t)c->layers * c->width * c->width;
+}
+
+/* The data set. Made from a fixed seed wherever it is needed rather than sent
+ * around: every rank that calls this gets the same numbers. */
+static tensor *make_data(const mlp_config *c, int device) {
+    manual_seed(DATA_SEED);
+    return randn(c->batch, c->width, device);
+}
+
+/* Layer `layer`'s full weights: standard normal, scaled by 1/sqrt(width) so
+ * activations keep their size through the stack. Each layer has its own seed,
+ * so a rank can make exactly the layers it holds and still agree with
+ * everyone else's copy. */
+static tensor *init_layer(const mlp_config *c, int layer, int device) {
+    manual_seed(WEIGHT_SEED + (uint64_t)layer);
+    tensor *w = randn(c->width, c->width, device);
+    scale(w, 1.0f / sqrtf((float)c->width));
+    return w;
+}
+
+/* y = gelu(x @ w). The pre-activation h = x @ w is kept for the backward pass. */
+static tensor *layer_forward(const tensor *x, const tensor *w, tensor **h) {
+    *h = matmul(x, w);
+    return gelu(*h);
+}
+
+/* The backward pass of y = gelu(x @ w), given dy = dloss/dy:
+ *   dh = dy * gelu'(h),   dw = x^T dh,   dx = dh w^T.
+ * dw = beta * dw + x^T dh (beta 1 accumulates over micro-batches). dx is
+ * made only when asked for (the first layer's input needs no gradient). */
+static void layer_backward(const tensor *x, const tensor *h, const tensor *w, const tensor *dy,
+                           tensor *dw, tensor **dx, float beta) {
+    tensor *dh = gelu_backward(h, dy);
+    matmul_into(dw, x, dh, 1, 0, 1.0f, beta);
+    if (dx) {
+        *dx = empty(x->shape[0], x->shape[1], x->device);
+        matmul_into(*dx, dh, w, 0, 1, 1.0f, 0.0f);
+    }
+    tensor_free(dh);
+}
+
+/* Forward through all layers, keeping each layer's input acts[i] (acts[0] is
+ * x itself) and pre-activation pre[i]; acts[layers] is the output. */
+static void forward(tensor *const *w, int layers, tensor *x, tensor **acts, tensor **pre) {
+    acts[0] = x;
+    for (int i = 0; i < layers; i++)
+        acts[i + 1] = layer_forward(acts[i], w[i], &pre[i]);
+}
+
+/* Gradients of mean(output^2) with respect to every layer's weights. */
+static void backward(tensor *const *w, int layers, tensor **acts, tensor **pre, tensor **grads) {
+    tensor *dy = mse_loss_backward(acts[layers]);
+    for (int i = layers - 1; i >= 0; i--) {
+        tensor *dx = NULL;
+        layer_backward(acts[i], pre[i], w[i], dy, grads[i], i > 0 ? &dx : NULL, 0.0f);
+        tensor_free(dy);
+        dy = dx;
+    }
+}
+
+/* Frees what forward() kept (not acts[0], the caller's input). */
+static void free_saved(int layers, tensor **acts, tensor **pre) {
+    for (int i = 0; i < layers; i++) {
+        tensor_free(acts[i + 1]);
+        tensor_free(pre[i]);
+    }
+}
+
+/* "[1024x1024[-0.0279...], ...]": shape and first element of each tensor. */
+static const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
+    size_t len = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < n && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", summarize(ts[i]));
+    if (len < size) snprintf(buf + len, size - len, "]");
+    return buf;
+}
+
+/* The baseline: what one device computed, as host arrays. The parent keeps
+ * it and sends it to the ranks inside their arguments. */
+static struct {
+    mlp_config cfg;
+    float first_loss;     /* step 0, whole batch */
+    float *first_output;  /* step 0: batch x width */
+    float *first_grads;   /* step 0: layers x width x width */
+    float *trained;       /* after all steps: layers x width x width */
+} baseline;
+
+/* The arguments every strategy's ranks get: the configuration and what one
+ * device got, so that each rank can print how far it is from it. */
+typedef struct train_args {
+    mlp_config cfg;
+    int micro_batches;    /* pipeline parallelism only */
+    float first_loss;
+    int64_t n_expected;
+    float expected[];     /* trained weights, or step-0 output then step-0 gradients */
+} train_args;
+
+static train_args *args_with(const float *a, int64_t na, const float *b, int64_t nb, size_t *size) {
+    *size = sizeof(train_args) + (size_t)(na + nb) * sizeof(float);
+    train_args *args = calloc(1, *size);
+    args->cfg = baseline.cfg;
+    args->first_loss = baseline.first_loss;
+    args->n_expected = na + nb;
+    memcpy(args->expected, a, (size_t)na * sizeof(float));
+    if (nb) memcpy(args->expected + na, b, (size_t)nb * sizeof(float));
+    return args;
+}
+
+/* Layer i's weights as one device trained them. */
+static tensor *expected_trained(const train_args *a, int layer, int device) {
+    int64_t ww = (int64_t)a->cfg.width * a->cfg.width;
+    return tensor_from(a->expected + layer * ww, a->cfg.width, a->cfg.width, device);
+}
+
+/* One device's step-0 output (batch x width). */
+static tensor *expected_output(const train_args *a, int device) {
+    return tensor_from(a->expected, a->cfg.batch, a->cfg.width, device);
+}
+
+/* The largest |element| of t: the scale to judge a difference against
+ * (gradients here are around 1e-5, so an absolute 1e-6 would be no match). */
+static double largest(const tensor *t) {
+    tensor *zero = zeros(t->shape[0], t->ndim == 2 ? t->shape[1] : 0, t->device);
+    double m = max_abs_diff(t, zero);
+    tensor_free(zero);
+    return m;
+}
+
+/* One device's step-0 gradient of layer i (width x width). */
+static tensor *expected_grad(const train_args *a, int layer, int device) {
+    int64_t ww = (int64_t)a->cfg.width * a->cfg.width;
+    const float *g = a->expected + (int64_t)a->cfg.batch * a->cfg.width + layer * ww;
+    return tensor_from(g, a->cfg.width, a->cfg.width, device);
+}
+
+static void parallelism_overview(void) {
+    progress("parallelism overview");
+    note("Three ways to cut up training, and the ones this part builds:");
+    image("assets/lecture_08_parallelism.svg", 0.7);
+    see("https://uvadlc-notebooks.readthedocs.io/en/latest/_images/parallelism_strategies_overview.svg");
+    note("- **data parallel**: every rank has the whole model and a slice of the batch\n"
+         "- **tensor parallel**: every layer's matrix is cut along its width\n"
+         "- **pipeline parallel**: the stack of layers is cut along its depth into stages");
+    mlp_config c = model_config();
+    note("One model for all of them: %d layers, each a %d x %d matrix followed by GELU; "
+         "loss = mean(output^2) (push the output to zero); AdamW with learning rate %g; "
+         "one data set of %d examples; %d steps. Each layer's initial weights come from its "
+         "own seed, scaled by 1/sqrt(%d), so any rank can make any layer and get the same "
+         "numbers.",
+         c.layers, c.width, c.width, (double)c.lr, c.batch, c.steps, c.width);
+    note("The backward pass is written out by hand: for y = gelu(x W), "
+         "dh = dy * gelu'(x W), dW = x^T dh and dx = dh W^T.");
+}
+
+/* The reference: the whole batch on one device, no communication at all. */
+static void one_device(void) {
+    progress("one device");
+    note("## One device first");
+    note("Before splitting anything, train on one device. Every strategy below must "
+         "reproduce these numbers.");
+    mlp_config c = model_config();
+    baseline.cfg = c;
+    int device = get_device(0);
+    int64_t ww = (int64_t)c.width * c.width;
+    tensor *data = make_data(&c, device);
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+    for (int i = 0; i < c.layers; i++) {
+        w[i] = init_layer(&c, i, device);
+        grads[i] = empty(c.width, c.width, device);
+        opt[i] = adamw_new(w[i], c.lr);
+    }
+    baseline.first_output = malloc((size_t)c.batch * c.width * sizeof(float));
+    baseline.first_grads = malloc((size_t)model_floats(&c) * sizeof(float));
+    baseline.trained = malloc((size_t)model_floats(&c) * sizeof(float));
+    char buf[512];
+    for (int step = 0; step < c.steps; step++) {
+        forward(w, c.layers, data, acts, pre);
+        float loss = mse_loss(acts[c.layers]);
+        backward(w, c.layers, acts, pre, grads);
+        if (step == 0) {   /* kept for tensor and pipeline parallelism */
+            baseline.first_loss = loss;
+            tensor_to_host(acts[c.layers], baseline.first_output);
+            for (int i = 0; i < c.layers; i++)
+                tensor_to_host(grads[i], baseline.first_grads + i * ww);
+        }
+        for (int i = 0; i < c.layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        note_verbatim("One device: step = %d, loss = %.9g, params = %s", step, loss,
+                      summaries(w, c.layers, buf, sizeof buf));
+        free_saved(c.layers, acts, pre);
+    }
+    for (int i = 0; i < c.layers; i++) {
+        tensor_to_host(w[i], baseline.trained + i * ww);
+        adamw_free(opt[i]);
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+    tensor_free(data);
+}
+
+static void free_one_device(void) {
+    free(baseline.first_output);
+    free(baseline.first_grads);
+    free(baseline.trained);
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 2: distributed data parallel (DDP)                             */
+/* ------------------------------------------------------------------ */
+
+static void ddp_main(int rank, int world_size, void *args);
+
+static void ddp(void) {
+    progress("DDP");
+    note("## Distributed data parallel (DDP)");
+    note("Every rank holds the whole model and takes 1/world-size of the batch. After its "
+         "backward pass, the ranks average their gradients with one all-reduce per layer; "
+         "since all start from the same weights and apply the same averaged gradient, "
+         "they stay identical. The average of per-slice mean gradients is the gradient "
+         "of the whole batch, so the result is what one device gets.");
+    size_t size;
+    train_args *args = args_with(baseline.trained, model_floats(&baseline.cfg), NULL, 0, &size);
+    int worlds[] = {1, 2, 4};
+    for (int k = 0; k < 3; k++) {
+        progress("DDP: spawn %d ranks", worlds[k]);
+        spawn(ddp_main, worlds[k], args, size);
+    }
+    free(args);
+    note("What to notice:");
+    note("- Losses differ between ranks: each is computed on that rank's own slice.\n"
+         "- Gradients are averaged, so parameters are *exactly* the same on every rank "
+         "(max - min over ranks is 0), and, up to the order in which floating-point sums "
+         "are added, the same for every world size and the same as on one device.");
+    note("Real DDP (PyTorch's `DistributedDataParallel`) does one more thing: it groups "
+         "gradients into buckets (25 MB by default) and starts each bucket's all-reduce "
+         "while the backward pass is still computing earlier layers, hiding communication "
+         "behind computation. Many small all-reduces would each pay the fixed latency; one "
+         "big one at the end could not overlap at all. With gradient accumulation it skips "
+         "the all-reduce (`no_sync`) on all but the last micro-step.");
+}
+
+/* The largest elementwise difference between ranks, for a list of tensors:
+ * all-reduce once with MAX and once with MIN, then compare. 0 means every rank
+ * holds bit-identical values. */
+static double spread_over_ranks(tensor *const *ts, int n) {
+    double spread = 0;
+    for (int i = 0; i < n; i++) {
+        tensor *hi = to_device(ts[i], ts[i]->device), *lo = to_device(ts[i], ts[i]->device);
+        dist_all_reduce(hi, DIST_MAX);
+        dist_all_reduce(lo, DIST_MIN);
+        spread = fmax(spread, max_abs_diff(hi, lo));
+        tensor_free(hi);
+        tensor_free(lo);
+    }
+    return spread;
+}
+
+static void ddp_main(int rank, int world_size, void *args) {
+    const train_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+
+    /* This rank's slice of the batch. */
+    tensor *data = make_data(c, device);
+    int64_t local = c->batch / world_size;
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);
+
+    /* The whole model, the same on every rank. */
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++) {
+        w[i] = init_layer(c, i, device);
+        grads[i] = empty(c->width, c->width, device);
+        opt[i] = adamw_new(w[i], c->lr);
+    }
+
+    char buf[512];
+    for (int step = 0; step < c->steps; step++) {
+        forward(w, c->layers, x, acts, pre);
+        float loss = mse_loss(acts[c->layers]);
+        backward(w, c->layers, acts, pre, grads);
+        for (int i = 0; i < c->layers; i++)
+            dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */
+        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        note_verbatim("Rank %d: step = %d, loss = %.9g, params = %s", rank, step, loss,
+                      summaries(w, c->layers, buf, sizeof buf));
+        if (rank == 0) progress("DDP %d ranks: step %d", world_size, step);
+        free_saved(c->layers, acts, pre);
+    }
+
+    double spread = spread_over_ranks(w, c->layers);
+    double diff = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *expected = expected_trained(a, i, device);
+        diff = fmax(diff, max_abs_diff(w[i], expected));
+        tensor_free(expected);
+    }
+    note_verbatim("Rank %d: max |DDP - one device| = %.3g", rank, diff);
+    if (rank == 0)
+        note_verbatim("Rank 0: over the %d ranks, max |params(max) - params(min)| = %.3g",
+                      world_size, spread);
+
+    for (int i = 0; i < c->layers; i++) {
+        adamw_free(opt[i]);
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+    tensor_free(x);
+    tensor_free(data);
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 2: DDP with ZeRO stage 3                                       */
+/* ------------------------------------------------------------------ */
+
+static void zero3_main(int rank, int world_size, void *args);
+
+static void ddp_zero3(void) {
+    progress("ZeRO-3");
+    note("## Distributed data parallel with ZeRO stage 3");
+    note("In DDP every rank keeps a full copy of everything: weights, gradients and "
+         "optimizer state. ZeRO (the Zero Redundancy Optimizer) removes the copies in "
+         "three stages:");
+    image("assets/lecture_08_zero_stages.svg", 0.6);
+    see("https://production-media.paperswithcode.com/methods/Screen_Shot_2021-07-26_at_3.17.43_PM_3oyU7Qb.png");
+    note("- stage 1: shard the optimizer state (for AdamW, two numbers per parameter)\n"
+         "- stage 2: shard the optimizer state and the gradients\n"
+         "- stage 3: shard the optimizer state, the gradients and the parameters "
+         "(what PyTorch's FSDP does)");
+    mlp_config c = model_config();
+    double layer_mb = (double)c.width * c.width * sizeof(float) / 1e6;
+    int ranks = 4;
+    note("Our model in fp32 with AdamW needs 16 bytes per parameter (weight, gradient, "
+         "two moments). Per rank, with %d ranks: DDP keeps all %d layers, %.0f MB; ZeRO-3 "
+         "keeps its own %d layer(s), %.0f MB, plus one gathered layer's weights and "
+         "gradient at a time (%.0f MB). The price is communication: every layer's "
+         "weights travel in the forward *and* the backward pass.",
+         ranks, c.layers, 4 * layer_mb * c.layers, c.layers / ranks,
+         4 * layer_mb * c.layers / ranks, 2 * layer_mb);
+    note("Here each rank owns whole layers (layer *i* belongs to rank *i* / (layers per "
+         "rank)), so the general all-gather of parameter shards becomes a broadcast from "
+         "the owner, and the reduce-scatter of gradients becomes a reduce to the owner.");
+    note("The backward pass covers *every* layer, layer 0 included: layer 0 needs no "
+         "input gradient, so its weights need not be broadcast again, but its weight "
+         "gradient must still be reduced to its owner and applied.");
+    size_t size;
+    train_args *args = args_with(baseline.trained, model_floats(&c), NULL, 0, &size);
+    progress("ZeRO-3: spawn %d ranks", ranks);
+    spawn(zero3_main, ranks, args, size);
+    free(args);
+    note("Each rank ends with the layers it owns, equal to what DDP and one device got.");
+}
+
+/* The weights of layer i for this step: the owner's own tensor, or a
+ * temporary filled by broadcast from the owner. */
+static tensor *fetch_layer(tensor *const *mine, int layer, int owner, int rank, const mlp_config *c,
+                           int device) {
+    tensor *w = rank == owner ? mine[layer] : empty(c->width, c->width, device);
+    dist_broadcast(w, owner);
+    return w;
+}
+
+static void release_layer(tensor *w, int owner, int rank) {
+    if (w && rank != owner) tensor_free(w);
+}
+
+static void zero3_main(int rank, int world_size, void *args) {
+    const train_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    int per_rank = c->layers / world_size;   /* layers owned by each rank */
+
+    tensor *data = make_data(c, device);
+    int64_t local = c->batch / world_size;
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);
+
+    /* Only the owned layers exist here, with their optimizer state. */
+    tensor *w[MAX_LAYERS] = {0}, *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS] = {0};
+    int owner[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++) {
+        owner[i] = i / per_rank;
+        if (owner[i] == rank) {
+            w[i] = init_layer(c, i, device);
+            opt[i] = adamw_new(w[i], c->lr);
+        }
+    }
+
+    char buf[512];
+    for (int step = 0; step < c->steps; step++) {
+        /* Forward: gather each layer, use it, drop it. */
+        acts[0] = x;
+        for (int i = 0; i < c->layers; i++) {
+            tensor *wi = fetch_layer(w, i, owner[i], rank, c, device);
+            acts[i + 1] = layer_forward(acts[i], wi, &pre[i]);
+            release_layer(wi, owner[i], rank);
+        }
+        float loss = mse_loss(acts[c->layers]);
+
+        /* Backward, every layer down to 0. */
+        tensor *dy = mse_loss_backward(acts[c->layers]);
+        for (int i = c->layers - 1; i >= 0; i--) {
+            tensor *wi = i > 0 ? fetch_layer(w, i, owner[i], rank, c, device) : NULL;
+            tensor *grad = empty(c->width, c->width, device);
+            tensor *dx = NULL;
+            layer_backward(acts[i], pre[i], wi, dy, grad, i > 0 ? &dx : NULL, 0.0f);
+            dist_reduce(grad, owner[i], DIST_AVG);   /* averaged gradient, at the owner only */
+            if (rank == owner[i]) adamw_step(opt[i], w[i], grad);
+            release_layer(wi, owner[i], rank);
+            tensor_free(grad);
+            tensor_free(dy);
+            dy = dx;
+        }
+        note_verbatim("Rank %d: step = %d, loss = %.9g, params of layer(s) %d-%d = %s", rank, step,
+                      loss, rank * per_rank, (rank + 1) * per_rank - 1,
+                      summaries(w + rank * per_rank, per_rank, buf, sizeof buf));
+        if (rank == 0) progress("ZeRO-3: step %d", step);
+        free_saved(c->layers, acts, pre);
+    }
+
+    for (int i = rank * per_rank; i < (rank + 1) * per_rank; i++) {
+        tensor *expected = expected_trained(a, i, device);
+        note_verbatim("Rank %d: layer %d: max |ZeRO-3 - one device| = %.3g", rank, i,
+                      max_abs_diff(w[i], expected));
+        tensor_free(expected);
+        adamw_free(opt[i]);
+        tensor_free(w[i]);
+    }
+    tensor_free(x);
+    tensor_free(data);
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 2: tensor parallelism                                          */
+/* ------------------------------------------------------------------ */
+
+static void tensor_parallel_main(int rank, int world_size, void *args);
+
+static train_args *first_step_args(int micro_batches, size_t *size) {
+    const mlp_config *c = &baseline.cfg;
+    train_args *args = args_with(baseline.first_output, (int64_t)c->batch * c->width,
+                                 baseline.first_grads, model_floats(c), size);
+    args->micro_batches = micro_batches;
+    return args;
+}
+
+static void tensor_parallelism(void) {
+    progress("tensor parallelism");
+    note("## Tensor parallelism");
+    note("Cut each layer's matrix by columns: with 4 ranks, rank *r* keeps columns "
+         "[r w/4, (r+1) w/4) of every W. Every rank sees the *whole* batch.");
+    note("Forward, per layer: each rank computes its columns of the output, "
+         "gelu(x W_r); an all-gather and a column concatenation give every rank the "
+         "full activation for the next layer.");
+    note("Backward, per layer: each rank takes its columns of dy, computes its columns of "
+         "dW (x^T dh_r, exactly its slice of the full gradient) and a *partial* dx = "
+         "dh_r W_r^T; the full dx is the sum of the partials, one all-reduce.");
+    note("Communication happens inside every layer, twice per step, so tensor "
+         "parallelism wants the fastest links (NVLink, within a node).");
+    size_t size;
+    train_args *args = first_step_args(0, &size);
+    progress("tensor parallelism: spawn 4 ranks");
+    spawn(tensor_parallel_main, 4, args, size);
+    free(args);
+    note("Same activations and the same gradients as one device, with each rank holding "
+         "a quarter of the weights.");
+}
+
+/* Every rank's (rows x cols/world) piece, side by side: (rows x cols). The
+ * all-gather stacks the pieces one under the other; cat_cols puts them side
+ * by side. */
+static tensor *all_gather_columns(tensor *piece, int world_size) {
+    int64_t rows = piece->shape[0];
+    tensor *stacked = empty(world_size * rows, piece->shape[1], piece->device);
+    dist_all_gather(stacked, piece);
+    tensor *parts[LECTERN_MAX_WORLD];
+    for (int r = 0; r < world_size; r++) parts[r] = row_slice(stacked, r * rows, (r + 1) * rows);
+    tensor *full = cat_cols(parts, world_size);
+    for (int r = 0; r < world_size; r++) tensor_free(parts[r]);
+    tensor_free(stacked);
+    return full;
+}
+
+static void tensor_parallel_main(int rank, int world_size, void *args) {
+    const train_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    int64_t shard = c->width / world_size;
+    int64_t first = rank * shard, last = (rank + 1) * shard;   /* my columns */
+
+    tensor *data = make_data(c, device);   /* the whole batch on every rank */
+    tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS], *grads[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = init_layer(c, i, device);   /* the same full weights as everyone */
+        w[i] = col_slice(full, first, last);
+        tensor_free(full);
+    }
+
+    /* Forward. */
+    acts[0] = data;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *mine = layer_forward(acts[i], w[i], &pre[i]);   /* batch x shard */
+        acts[i + 1] = all_gather_columns(mine, world_size);     /* batch x width */
+        tensor_free(mine);
+    }
+    float loss = mse_loss(acts[c->layers]);
+    tensor *expected = expected_output(a, device);
+    note_verbatim("Rank %d: forward: loss = %.9g (one device: %.9g), activations %s, "
+                  "max |TP - one device| = %.3g", rank, loss, a->first_loss,
+                  summarize(acts[c->layers]), max_abs_diff(acts[c->layers], expected));
+    tensor_free(expected);
+
+    /* Backward. */
+    tensor *dy = mse_loss_backward(acts[c->layers]);   /* full, the same on every rank */
+    for (int i = c->layers - 1; i >= 0; i--) {
+        tensor *dy_mine = col_slice(dy, first, last);
+        tensor *dx = NULL;
+        grads[i] = empty(c->width, shard, device);
+        layer_backward(acts[i], pre[i], w[i], dy_mine, grads[i], i > 0 ? &dx : NULL, 0.0f);
+        if (dx) dist_all_reduce(dx, DIST_SUM);   /* partial input gradients add up */
+        tensor_free(dy_mine);
+        tensor_free(dy);
+        dy = dx;
+    }
+    double diff = 0, size = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = expected_grad(a, i, device);
+        tensor *cols = col_slice(full, first, last);
+        diff = fmax(diff, max_abs_diff(grads[i], cols));
+        size = fmax(size, largest(cols));
+        tensor_free(cols);
+        tensor_free(full);
+    }
+    note_verbatim("Rank %d: backward: gradients of columns %lld-%lld of every layer, "
+                  "max |TP - one device| = %.3g (largest gradient %.3g)", rank, (long long)first,
+                  (long long)last - 1, diff, size);
+
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) {
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+    tensor_free(data);
+}
+
+/* ------------------------------------------------------------------ */
+/* Part 2: pipeline parallelism                                        */
+/* ------------------------------------------------------------------ */
+
+static void pipeline_main(int rank, int world_size, void *args);
+
+/* Fraction of a GPipe schedule's time that a stage sits idle: with p stages
+ * and m micro-batches, each pass takes m + p - 1 slots, p - 1 of them empty. */
+static double bubble_fraction(int stages, int micro_batches) {
+    return (double)(stages - 1) / (micro_batches + stages - 1);
+}
+
+static void pipeline_parallelism(void) {
+    progress("pipeline parallelism");
+    note("## Pipeline parallelism");
+    note("Cut the stack of layers into stages, one per rank; activations flow forward "
+         "from stage to stage with `dist_send`/`dist_recv`, and gradients flow back.");
+    see("https://pytorch.org/docs/stable/_images/pipe.png");
+    note("Sent as one batch, only one stage would work at a time. So the batch is cut "
+         "into micro-batches: while stage 1 works on micro-batch 0, stage 0 already "
+         "starts micro-batch 1. This is the GPipe schedule: all forwards, then all "
+         "backwards, gradients summed over micro-batches, then one optimizer step.");
+    image("assets/lecture_08_pipeline.svg", 0.7);
+    int m = 4;
+    note("The idle time (the *bubble*): with p stages and m micro-batches each pass "
+         "takes m + p - 1 slots of which a stage is busy m, so the bubble fraction is "
+         "(p - 1) / (m + p - 1):");
+    note("| stages p | micro-batches m | bubble |\n|---:|---:|---:|\n"
+         "| 2 | %d | %.3f |\n| 4 | %d | %.3f |\n| 4 | 16 | %.3f |\n| 4 | 64 | %.3f |",
+         m, bubble_fraction(2, m), m, bubble_fraction(4, m), bubble_fraction(4, 16),
+         bubble_fraction(4, 64));
+    note("More micro-batches shrink the bubble, at the cost of smaller matrix products "
+         "and more activations kept for the backward pass.");
+    size_t size;
+    train_args *args = first_step_args(m, &size);
+    int worlds[] = {2, 4};
+    for (int k = 0; k < 2; k++) {
+        note("### %d stages, %d micro-batches: bubble %.1f%%", worlds[k], m,
+             100 * bubble_fraction(worlds[k], m));
+        progress("pipeline parallelism: spawn %d ranks", worlds[k]);
+        spawn(pipeline_main, worlds[k], args, size);
+    }
+    free(args);
+    note("Forward and backward both match one device. Not done here: overlapping the "
+         "sends with computation, and interleaved schedules (1F1B) that start backward "
+         "passes early to keep fewer activations alive.");
+}
+
+static void pipeline_main(int rank, int world_size, void *args) {
+    const train_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    int per_stage = c->layers / world_size;
+    int first_layer = rank * per_stage;
+    int m = a->micro_batches;
+    int64_t mb = c->batch / m;
+    int last_stage = rank == world_size - 1;
+
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    for (int j = 0; j < per_stage; j++) {
+        w[j] = init_layer(c, first_layer + j, device);   /* only this stage's layers */
+        grads[j] = empty(c->width, c->width, device);
+    }
+    tensor *data = rank == 0 ? make_data(c, device) : NULL;   /* only stage 0 reads data */
+    tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
+
+    /* Forward, micro-batch by micro-batch. */
+    for (int k = 0; k < m; k++) {
+        tensor *x;
+        if (rank == 0) {
+            x = row_slice(data, k * mb, (k + 1) * mb);
+        } else {
+            x = empty(mb, c->width, device);
+            dist_recv(x, rank - 1);
+        }
+        forward(w, per_stage, x, acts[k], pre[k]);
+        note_verbatim("Rank %d: forward of micro-batch %d through layers %d-%d: %s", rank, k,
+                      first_layer, first_layer + per_stage - 1, summarize(acts[k][per_stage]));
+        if (!last_stage) dist_send(acts[k][per_stage], rank + 1);
+    }
+
+    if (last_stage) {
+        /* The batch loss is the mean of the micro-batch losses (equal sizes). */
+        float loss = 0;
+        double diff = 0;
+        tensor *expected = expected_output(a, device);
+        for (int k = 0; k < m; k++) {
+            loss += mse_loss(acts[k][per_stage]) / m;
+            tensor *rows = row_slice(expected, k * mb, (k + 1) * mb);
+            diff = fmax(diff, max_abs_diff(acts[k][per_stage], rows));
+            tensor_free(rows);
+        }
+        tensor_free(expected);
+        note_verbatim("Rank %d: loss = %.9g (one device: %.9g), max |output - one device| = %.3g",
+                      rank, loss, a->first_loss, diff);
+    }
+
+    /* Backward, last micro-batch first; weight gradients add up over micro-batches. */
+    for (int k = m - 1; k >= 0; k--) {
+        tensor *dy;
+        if (last_stage) {
+            dy = mse_loss_backward(acts[k][per_stage]);
+            scale(dy, 1.0f / m);   /* d(mean over micro-batches) */
+        } else {
+            dy = empty(mb, c->width, device);
+            dist_recv(dy, rank + 1);
+        }
+        for (int j = per_stage - 1; j >= 0; j--) {
+            int needs_dx = !(rank == 0 && j == 0);   /* the data needs no gradient */
+            tensor *dx = NULL;
+            layer_backward(acts[k][j], pre[k][j], w[j], dy, grads[j], needs_dx ? &dx : NULL,
+                           k == m - 1 ? 0.0f : 1.0f);
+            tensor_free(dy);
+            dy = dx;
+        }
+        if (rank > 0) dist_send(dy, rank - 1);
+        if (dy) tensor_free(dy);
+        free_saved(per_stage, acts[k], pre[k]);
+        tensor_free(acts[k][0]);
+    }
+
+    double diff = 0, size = 0;
+    for (int j = 0; j < per_stage; j++) {
+        tensor *expected = expected_grad(a, first_layer + j, device);
+        diff = fmax(diff, max_abs_diff(grads[j], expected));
+        size = fmax(size, largest(expected));
+        tensor_free(expected);
+    }
+    note_verbatim("Rank %d: backward over %d micro-batches, gradients of layers %d-%d: "
+                  "max |PP - one device| = %.3g (largest gradient %.3g)", rank, m, first_layer,
+                  first_layer + per_stage - 1, diff, size);
+
+    for (int j = 0; j < per_stage; j++) {
+        tensor_free(w[j]);
+        tensor_free(grads[j]);
+    }
+    if (data) tensor_free(data);
+}
+
+/* ------------------------------------------------------------------ */
+/* Summary and further reading                                         */
+/* ------------------------------------------------------------------ */
+
+static void summary(void) {
+    progress("summary");
+    note("## Summary");
+    note("Everything above trades two costs against each other:");
+    note("- memory: keep a copy here (replicate) and you need not fetch it\n"
+         "- communication: keep it elsewhere (shard) and you must send it");
+    note("| strategy | each rank holds | communicates | per step |\n|---|---|---|---|\n"
+         "| DDP | whole model, slice of batch | gradients | all-reduce per layer |\n"
+         "| ZeRO-3 / FSDP | its shard of everything, slice of batch | weights and gradients | broadcast/all-gather twice, reduce/reduce-scatter once per layer |\n"
+         "| tensor parallel | column slice of every layer, whole batch | activations | all-gather forward, all-reduce backward, per layer |\n"
+         "| pipeline parallel | some layers, micro-batches | activations at stage edges | send/recv per micro-batch |");
+    note("- Hardware keeps getting faster, but it will stay a hierarchy: fast and small "
+         "close by, big and slow far away.\n"
+         "- There are many ways to parallelise (data, tensor, pipeline, and their mixes), "
+         "and large runs combine them: tensor parallel inside a node, pipeline and data "
+         "parallel across nodes.");
+}
+
+static void further_reading(void) {
+    note("## Further reading");
+    note("Overview of parallelism strategies:");
+    see("https://github.com/stas00/ml-engineering/tree/master/training/model-parallelism");
+    note("Libraries and systems:");
+    note("- PyTorch FSDP");
+    see("https://arxiv.org/pdf/2304.11277.pdf");
+    note("- DeepSpeed and ZeRO");
+    see("https://www.microsoft.com/en-us/research/blog/zero-deepspeed-new-system-optimizations-enable-training-models-with-over-100-billion-parameters/");
+    note("- Megatron-LM");
+    see("https://github.com/NVIDIA/Megatron-LM");
+    note("- GPT-NeoX");
+    see("https://github.com/EleutherAI/gpt-neox");
+    note("- Levanter");
+    see("https://github.com/stanford-crfm/levanter");
+    note("Profiling with NVTX annotations:");
+    see("https://developer.nvidia.com/blog/nvidia-tools-extension-api-nvtx-annotation-tool-for-profiling-code-in-python-and-c-c/");
+    note("Collective operations:");
+    see("https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/collectives.html");
+    see("https://pytorch.org/tutorials/intermediate/dist_tuto.html");
+    note("InfiniBand:");
+    note("- Wikipedia");
+    see("https://en.wikipedia.org/wiki/InfiniBand");
+    note("- Introduction to InfiniBand (white paper)");
+    see("https://network.nvidia.com/pdf/whitepapers/IB_Intro_WP_190.pdf");
+    note("- Introduction to InfiniBand networks (video)");
+    see("https://www.youtube.com/watch?v=2gidd6lLiH8");
+    note("- InfiniBand (video)");
+    see("https://www.youtube.com/watch?v=wecZb5lHkXk");
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_08); }

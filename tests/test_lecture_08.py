@@ -1,0 +1,358 @@
+"""lecture_08 (distributed training): run it with --quick and check its trace.
+
+Every number the lecture claims is read back from the trace and checked here:
+the collective examples, the bandwidth arithmetic, and the agreement of DDP,
+ZeRO-3, tensor and pipeline parallelism with the one-device run. The trace
+must also validate against the schema with every stack line accurate.
+
+    /usr/bin/python3 tests/test_lecture_08.py
+"""
+import glob
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import tracecheck  # noqa: E402
+
+COLLECTIVES = ["broadcast", "scatter", "gather", "reduce", "all_gather", "reduce_scatter", "all_reduce"]
+
+# Headings in the order the lecture must give them.
+SECTIONS = [
+    "# Distributed training",
+    "## Part 1: the building blocks of distributed communication",
+    "## One GPU",
+    "## Many GPUs, many nodes: PCIe and Ethernet",
+    "## InfiniBand and RDMA",
+    "## NVLink and NVSwitch",
+    "## SHARP: reducing inside the switch",
+    "## Our hardware",
+    "## Collective operations",
+    "### Broadcast",
+    "### Scatter",
+    "### Gather",
+    "### Reduce",
+    "### All-gather",
+    "### Reduce-scatter",
+    "### All-reduce = reduce-scatter + all-gather",
+    "## Collectives in this runtime (our `torch.distributed`)",
+    "## NCCL: the NVIDIA Collective Communication Library",
+    "## Examples",
+    "### All-reduce",
+    "### Reduce-scatter",
+    "### All-gather",
+    "## Benchmarking",
+    "### 2 ranks",
+    "### 4 ranks",
+    "## CUDA streams",
+    "## Part 2: distributed training",
+    "## One device first",
+    "## Distributed data parallel (DDP)",
+    "## Distributed data parallel with ZeRO stage 3",
+    "## Tensor parallelism",
+    "## Pipeline parallelism",
+    "## Summary",
+    "## Further reading",
+]
+
+TOL = 1e-5        # largest difference allowed where summation order may differ
+NUM = r"([-+0-9.eE]+|nan|inf)"
+
+
+def find_binary():
+    """The lecture built by `make` (BUILD=build by default); else the newest build*/ one."""
+    build = os.environ.get("BUILD", "build")
+    path = os.path.join(ROOT, build, "lectures", "lecture_08")
+    if os.path.exists(path):
+        return path
+    found = sorted(glob.glob(os.path.join(ROOT, "build*", "lectures", "lecture_08")),
+                   key=os.path.getmtime)
+    return found[-1] if found else None
+
+
+def numbers(text):
+    """The floats inside tensor([...]) in text, one list per tensor."""
+    return [[float(v) for v in inner.replace(",", " ").split()]
+            for inner in re.findall(r"tensor\(\[([^\]]*)\]", text)]
+
+
+class Lecture08(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        binary = find_binary()
+        if binary is None:
+            raise unittest.SkipTest("lecture_08 is not built (run make)")
+        cls.out = tempfile.TemporaryDirectory()
+        cls.run_result = subprocess.run([binary, "--quick", "--quiet", "--out", cls.out.name],
+                                        capture_output=True, text=True, timeout=600)
+        cls.path = os.path.join(cls.out.name, "lecture_08.json")
+        cls.trace = tracecheck.load(cls.path) if os.path.exists(cls.path) else None
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.out.cleanup()
+
+    # ---- helpers over the trace ----
+
+    def setUp(self):
+        self.assertEqual(self.run_result.returncode, 0,
+                         "lecture_08 --quick failed:\n" + self.run_result.stderr[-4000:])
+        self.assertIsNotNone(self.trace, "no trace written")
+
+    def texts(self, world_size=None, pattern=None):
+        """(rank, world_size, text) of every text rendering, optionally only from
+        ranks of a spawn of this world size and matching a regex."""
+        out = []
+        for step in self.trace["steps"]:
+            if world_size is not None and step["world_size"] != world_size:
+                continue
+            for r in step["renderings"]:
+                if r["type"] == "text" and (pattern is None or re.search(pattern, r["data"])):
+                    out.append((step["rank"], step["world_size"], r["data"], step["spawn"]))
+        return out
+
+    def markdown(self):
+        return [r["data"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "markdown"]
+
+    def by_spawn(self, function):
+        """Spawn ids whose rank steps run in `function`, in order."""
+        ids = []
+        for step in self.trace["steps"]:
+            if step["spawn"] is not None and any(f["function"] == function for f in step["stack"]):
+                if step["spawn"] not in ids:
+                    ids.append(step["spawn"])
+        return ids
+
+    def spawn_texts(self, spawn_id, pattern):
+        return [(rank, m) for rank, _, text, sid in self.texts(pattern=pattern) if sid == spawn_id
+                for m in [re.search(pattern, text)]]
+
+    # ---- the trace as a whole ----
+
+    def test_schema_and_line_accuracy(self):
+        tracecheck.validate(self.path)
+        self.assertEqual(self.trace["meta"]["status"], "ok")
+        self.assertTrue(all(s["status"] == "ok" for s in self.trace["spawns"]))
+
+    def test_sections_in_order(self):
+        headings = [m.strip() for m in self.markdown() if m.startswith("#")]
+        pos = 0
+        for section in SECTIONS:
+            self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
+            pos = headings.index(section, pos) + 1
+
+    def test_diagrams_and_original_figures(self):
+        images = [r for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "image"]
+        local = {r["src"] for r in images if not r["remote"]}
+        for name in COLLECTIVES + ["ring_vs_tree", "memory_hierarchy", "parallelism",
+                                   "zero_stages", "pipeline"]:
+            src = "assets/lecture_08_%s.svg" % name
+            self.assertIn(src, local)
+            self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
+        links = {r["url"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
+        for fig in ["broadcast", "scatter", "gather", "reduce", "all_gather", "all_reduce"]:
+            self.assertIn("https://pytorch.org/tutorials/_images/%s.png" % fig, links)
+        self.assertIn("https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/_images/reducescatter.png",
+                      links)
+
+    def test_our_hardware(self):
+        commands = [r.get("command", "") for s in self.trace["steps"] for r in s["renderings"]
+                    if r["type"] == "text"]
+        if self.trace["meta"]["gpus"] > 0:
+            self.assertTrue(any("nvidia-smi topo -m" in c for c in commands))
+        else:
+            self.assertTrue(any("lstopo" in c for c in commands), commands)
+
+    # ---- collectives on 4 ranks ----
+
+    def examples(self, label):
+        """rank -> list of tensors printed on the `label` line, for every rank."""
+        found = {}
+        for rank, ws, text, _ in self.texts(4, r"^Rank \d \[%s\]" % re.escape(label)):
+            self.assertEqual(int(text[5]), rank)
+            found[rank] = numbers(text)
+        self.assertEqual(sorted(found), [0, 1, 2, 3], label)
+        return found
+
+    def test_all_reduce_example(self):
+        before = self.examples("before all-reduce")
+        after = self.examples("after all-reduce")
+        total = [sum(before[r][0][i] for r in range(4)) for i in range(4)]
+        self.assertEqual(total, [6, 10, 14, 18])
+        for r in range(4):
+            self.assertEqual(before[r][0], [r + i for i in range(4)])
+            self.assertEqual(after[r][0], total)
+        line = [t for _, _, t, _ in self.texts(4, r"^Rank 0 \[after all-reduce\]")][0]
+        self.assertIn("tensor([ 6., 10., 14., 18.]", line)
+
+    def test_reduce_scatter_and_all_gather_example(self):
+        before = self.examples("before reduce-scatter")
+        after = self.examples("after reduce-scatter")
+        for r in range(4):
+            self.assertEqual(before[r], [[r + i for i in range(4)], [0.0]])
+            self.assertEqual(after[r][0], before[r][0])           # the input is untouched
+            self.assertEqual(after[r][1], [[6, 10, 14, 18][r]])    # rank r keeps piece r of the sum
+        gather_before = self.examples("before all-gather")
+        gather_after = self.examples("after all-gather")
+        for r in range(4):
+            self.assertEqual(gather_before[r], [[[6, 10, 14, 18][r]], [0, 0, 0, 0]])
+            self.assertEqual(gather_after[r], [[[6, 10, 14, 18][r]], [6, 10, 14, 18]])
+        ring = self.examples("after ring all-reduce")
+        for r in range(4):
+            self.assertEqual(ring[r], [[6, 10, 14, 18]])
+
+    # ---- benchmarking ----
+
+    def test_benchmark_bandwidths(self):
+        tables = [m for m in self.markdown() if re.match(r"(all-reduce|reduce-scatter) on \d ranks:", m)]
+        seen = set()
+        for table in tables:
+            op, n = re.match(r"(all-reduce|reduce-scatter) on (\d) ranks:", table).groups()
+            n = int(n)
+            seen.add((op, n))
+            factor = 2 * (n - 1) / n if op == "all-reduce" else (n - 1) / n
+            rows = re.findall(r"^\| %s \| %s \| %s \| %s \|$" % (NUM, NUM, NUM, NUM), table, re.M)
+            self.assertGreaterEqual(len(rows), 2, table)
+            for size_mb, ms, algbw, busbw in rows:
+                size, seconds = float(size_mb) * 2 ** 20, float(ms) / 1e3
+                self.assertGreater(seconds, 0)
+                # algbw = S / t with S the whole message (for reduce-scatter: the whole input)
+                self.assertTrue(math.isclose(float(algbw), size / seconds / 1e9, rel_tol=0.02, abs_tol=0.01),
+                                (op, n, size_mb, ms, algbw))
+                self.assertTrue(math.isclose(float(busbw), float(algbw) * factor, rel_tol=0.02, abs_tol=0.01),
+                                (op, n, algbw, busbw))
+        self.assertEqual(seen, {("all-reduce", 2), ("all-reduce", 4), ("reduce-scatter", 2),
+                                ("reduce-scatter", 4)})
+        plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"]
+        self.assertEqual(len(plots), 2)
+        for spec in plots:
+            ops = {v["operation"] for v in spec["data"]["values"]}
+            self.assertEqual(ops, {"all-reduce", "reduce-scatter"})
+            self.assertTrue(all(v["busbw"] > 0 for v in spec["data"]["values"]))
+            self.assertEqual(spec["encoding"]["y"]["field"], "busbw")
+        self.assertTrue(any("output* size" in m and "world-size times too small" in m for m in self.markdown()))
+
+    def test_cuda_streams_skipped_without_gpu(self):
+        if self.trace["meta"]["gpus"] > 0:
+            self.assertTrue(self.texts(pattern=r"^two streams: \["))
+        else:
+            self.assertTrue(any(m.startswith("*Skipped here") for m in self.markdown()))
+
+    # ---- training ----
+
+    def one_device(self):
+        lines = [re.match(r"One device: step = (\d+), loss = %s, params = (\[.*\])$" % NUM, t)
+                 for _, _, t, _ in self.texts(pattern=r"^One device: step")]
+        self.assertTrue(lines)
+        return [(int(m.group(1)), float(m.group(2)), m.group(3)) for m in lines]
+
+    def test_ddp_matches_one_device_for_every_world_size(self):
+        one = self.one_device()
+        steps = len(one)
+        spawns = self.by_spawn("ddp_main")
+        self.assertEqual(len(spawns), 3)
+        for sid, world in zip(spawns, [1, 2, 4]):
+            rows = self.spawn_texts(sid, r"^Rank (\d): step = (\d+), loss = %s, params = (\[.*\])$" % NUM)
+            self.assertEqual(len(rows), steps * world)
+            for step in range(steps):
+                at = [m for _, m in rows if int(m.group(2)) == step]
+                self.assertEqual(sorted(int(m.group(1)) for m in at), list(range(world)))
+                # every rank prints the same parameters, and so does one device
+                self.assertEqual({m.group(4) for m in at}, {one[step][2]}, (world, step))
+                # the mean of the ranks' slice losses is the whole batch's loss
+                mean = sum(float(m.group(3)) for m in at) / world
+                self.assertTrue(math.isclose(mean, one[step][1], rel_tol=1e-4), (world, step, mean))
+            diffs = self.spawn_texts(sid, r"^Rank (\d): max \|DDP - one device\| = %s$" % NUM)
+            self.assertEqual(len(diffs), world)
+            for _, m in diffs:
+                self.assertLess(float(m.group(2)), TOL)
+            spread = self.spawn_texts(sid, r"max \|params\(max\) - params\(min\)\| = %s$" % NUM)
+            self.assertEqual(len(spread), 1)
+            self.assertEqual(float(spread[0][1].group(1)), 0.0, "ranks disagree within one run")
+
+    def test_zero3_trains_every_layer_like_ddp(self):
+        one = self.one_device()
+        final = one[-1][2].strip("[]").split(", ")
+        spawns = self.by_spawn("zero3_main")
+        self.assertEqual(len(spawns), 1)
+        rows = self.spawn_texts(spawns[0], r"^Rank (\d): step = (\d+), loss = %s, params of layer\(s\) "
+                                           r"(\d+)-(\d+) = (\[.*\])$" % NUM)
+        self.assertEqual(len(rows), 4 * len(one))
+        last = {int(m.group(1)): m for _, m in rows if int(m.group(2)) == len(one) - 1}
+        first = {int(m.group(1)): m for _, m in rows if int(m.group(2)) == 0}
+        for rank in range(4):
+            layer = int(last[rank].group(4))
+            self.assertEqual(last[rank].group(6), "[%s]" % final[layer])
+            if len(one) > 1:   # the layer really changed over training (layer 0 too)
+                self.assertNotEqual(first[rank].group(6), last[rank].group(6))
+        diffs = self.spawn_texts(spawns[0], r"^Rank (\d): layer (\d): max \|ZeRO-3 - one device\| = %s$" % NUM)
+        self.assertEqual(sorted(int(m.group(2)) for _, m in diffs), [0, 1, 2, 3])
+        for _, m in diffs:
+            self.assertLess(float(m.group(3)), TOL)
+
+    def test_tensor_parallel_forward_and_backward(self):
+        one = self.one_device()
+        spawns = self.by_spawn("tensor_parallel_main")
+        self.assertEqual(len(spawns), 1)
+        fwd = self.spawn_texts(spawns[0], r"^Rank (\d): forward: loss = %s \(one device: %s\), activations "
+                                          r"\S+, max \|TP - one device\| = %s$" % (NUM, NUM, NUM))
+        self.assertEqual(sorted(int(m.group(1)) for _, m in fwd), [0, 1, 2, 3])
+        for _, m in fwd:
+            loss, expected, diff = float(m.group(2)), float(m.group(3)), float(m.group(4))
+            self.assertTrue(math.isclose(expected, one[0][1], rel_tol=1e-6))
+            self.assertTrue(math.isclose(loss, expected, rel_tol=1e-5))
+            self.assertLess(diff, TOL)
+        bwd = self.spawn_texts(spawns[0], r"^Rank (\d): backward: gradients of columns (\d+)-(\d+) of every "
+                                          r"layer, max \|TP - one device\| = %s \(largest gradient %s\)$"
+                               % (NUM, NUM))
+        self.assertEqual(sorted(int(m.group(1)) for _, m in bwd), [0, 1, 2, 3])
+        covered = sorted((int(m.group(2)), int(m.group(3))) for _, m in bwd)
+        width = covered[-1][1] + 1
+        self.assertEqual(covered, [(r * width // 4, (r + 1) * width // 4 - 1) for r in range(4)])
+        for _, m in bwd:
+            diff, scale = float(m.group(4)), float(m.group(5))
+            self.assertGreater(scale, 0)
+            self.assertLess(diff, TOL * scale)
+
+    def test_pipeline_parallel_forward_backward_and_bubble(self):
+        one = self.one_device()
+        spawns = self.by_spawn("pipeline_main")
+        self.assertEqual(len(spawns), 2)
+        for sid, world in zip(spawns, [2, 4]):
+            fwd = self.spawn_texts(sid, r"^Rank (\d): forward of micro-batch (\d+) through layers")
+            micro = len({m.group(2) for _, m in fwd})
+            self.assertEqual(micro, 4)
+            self.assertEqual(len(fwd), world * micro)
+            loss = self.spawn_texts(sid, r"^Rank (\d): loss = %s \(one device: %s\), max \|output - one "
+                                         r"device\| = %s$" % (NUM, NUM, NUM))
+            self.assertEqual(len(loss), 1)
+            rank, m = loss[0]
+            self.assertEqual(int(m.group(1)), world - 1)
+            self.assertTrue(math.isclose(float(m.group(2)), one[0][1], rel_tol=1e-5))
+            self.assertLess(float(m.group(4)), TOL)
+            bwd = self.spawn_texts(sid, r"^Rank (\d): backward over 4 micro-batches, gradients of layers "
+                                        r"(\d)-(\d): max \|PP - one device\| = %s \(largest gradient %s\)$"
+                                   % (NUM, NUM))
+            layers = sorted(l for _, m in bwd for l in range(int(m.group(2)), int(m.group(3)) + 1))
+            self.assertEqual(layers, [0, 1, 2, 3])
+            for _, m in bwd:
+                self.assertLess(float(m.group(4)), TOL * float(m.group(5)))
+        table = [m for m in self.markdown() if m.startswith("| stages p | micro-batches m | bubble |")]
+        self.assertEqual(len(table), 1)
+        rows = re.findall(r"^\| (\d+) \| (\d+) \| ([0-9.]+) \|$", table[0], re.M)
+        self.assertEqual(len(rows), 4)
+        for p, m, bubble in rows:
+            p, m = int(p), int(m)
+            self.assertAlmostEqual(float(bubble), (p - 1) / (m + p - 1), places=3)
+        headings = [m for m in self.markdown() if re.match(r"### \d stages, 4 micro-batches", m)]
+        self.assertEqual(headings, ["### 2 stages, 4 micro-batches: bubble 20.0%",
+                                    "### 4 stages, 4 micro-batches: bubble 42.9%"])
+
+
+if __name__ == "__main__":
+    unittest.main()

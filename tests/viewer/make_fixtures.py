@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""Writes the viewer's fixture traces (tests/viewer/fixtures/*.json and .js).
+
+The traces are made by hand from the C sources in fixtures/src/: every stack
+frame names a line found by searching that source for a snippet, so the
+fixtures stay true to their sources when these are edited.
+
+    /usr/bin/python3 tests/viewer/make_fixtures.py [OUT_DIR]
+"""
+import copy
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "fixtures", "src")
+
+
+def source(path):
+    with open(os.path.join(SRC, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def line_of(path, snippet, nth=1):
+    """1-based line of the nth line of `path` containing `snippet`."""
+    seen = 0
+    for n, text in enumerate(source(path).split("\n"), 1):
+        if snippet in text:
+            seen += 1
+            if seen == nth:
+                return n
+    raise SystemExit(f"{path}: no line contains {snippet!r}")
+
+
+def frame(path, function, snippet, nth=1):
+    return {"path": path, "line": line_of(path, snippet, nth), "function": function}
+
+
+def md(data, html):
+    return {"type": "markdown", "data": data, "html": html}
+
+
+def text(data, **extra):
+    return dict({"type": "text", "data": data}, **extra)
+
+
+class Trace:
+    def __init__(self, lecture, files, backend="none", status="ok"):
+        self.t = {
+            "version": 1,
+            "lecture": lecture,
+            "meta": {"start_time": "2026-11-22T10:00:00Z", "host": "testbox", "gpus": 0, "gpu_names": [],
+                     "backend": backend, "status": status, "duration_s": 1.25,
+                     "command": f"build/lectures/{lecture}"},
+            "files": {f: source(f) for f in files},
+            "spawns": [],
+            "steps": [],
+        }
+        self.clock = 0.0
+
+    def step(self, stack, *renderings, rank=None, world_size=None, spawn=None):
+        self.clock += 0.0125
+        self.t["steps"].append({"stack": stack, "rank": rank, "world_size": world_size, "spawn": spawn,
+                                "time": round(self.clock, 4), "renderings": list(renderings)})
+
+    def spawn(self, stack, world_size, backend, reason, status="ok", seconds=0.36):
+        self.t["spawns"].append({"id": len(self.t["spawns"]), "world_size": world_size, "backend": backend,
+                                 "reason": reason, "stack": stack, "status": status, "seconds": seconds})
+        return len(self.t["spawns"]) - 1
+
+
+def demo():
+    p = "lectures/demo.c"
+    tr = Trace("demo", [p])
+    top = lambda snip: frame(p, "body", snip)
+    tr.step([top('note("# Demo lecture")')], md("# Demo lecture", "<h1>Demo lecture</h1>\n"))
+    tr.step([top('note("This lecture shows')],
+            md("This lecture shows each rendering the viewer knows: ...",
+               "<p>This lecture shows each rendering the viewer knows:</p>\n<ul>\n<li>markdown</li>\n<li>text</li>\n"
+               "<li>images, links, plots</li>\n<li>errors</li>\n</ul>\n"))
+    hw = [top("hardware();")]
+    f = lambda snip: hw + [frame(p, "hardware", snip)]
+    tr.step(f('note("## One GPU")'), md("## One GPU", "<h2>One GPU</h2>\n"))
+    tr.step(f('note("A GPU reads'), md("A GPU reads its own memory at about **3.35 TB/s** (H100 SXM, HBM3).",
+                                       "<p>A GPU reads its own memory at about <strong>3.35 TB/s</strong> "
+                                       "(H100 SXM, HBM3). See <a href=\"https://example.org/hbm\">HBM</a>.</p>\n"))
+    tr.step(f("image(\"tests/viewer"), {"type": "image", "src": "tests/viewer/fixtures/ring.svg", "width": 0.3,
+                                        "remote": False})
+    tr.step(f("see(\"https://www.nvidia"), {"type": "link", "url": "https://www.nvidia.com/en-us/data-center/h100/"})
+    tr.step(f('note_system("nproc")'), text("2\n", command="nproc", exit_status=0))
+    sq = [top("squares();")]
+    tr.step(sq + [frame(p, "squares", 'note("## A loop")')], md("## A loop", "<h2>A loop</h2>\n"))
+    for i in range(5):
+        tr.step(sq + [frame(p, "squares", "note_verbatim(\"i = %d")], text(f"i = {i}, i*i = {i * i}"))
+    bw = [top("bandwidth();")]
+    tr.step(bw + [frame(p, "bandwidth", 'note("## Bandwidth")')], md("## Bandwidth", "<h2>Bandwidth</h2>\n"))
+    spec = {"title": "all-reduce bus bandwidth",
+            "width": 360, "height": 180,
+            "data": {"values": [{"MB": m, "GB/s": g} for m, g in [(1, 0.4), (4, 0.9), (16, 1.3), (64, 1.6)]]},
+            "mark": {"type": "line", "point": True},
+            "encoding": {"x": {"field": "MB", "type": "quantitative", "scale": {"type": "log"}},
+                         "y": {"field": "GB/s", "type": "quantitative"}}}
+    tr.step(bw + [frame(p, "bandwidth", "plot(")], {"type": "plot", "spec": spec})
+    tr.step(bw + [frame(p, "bandwidth", 'image("https://example.org')],
+            {"type": "image", "src": "https://example.org/figures/nvlink.png", "width": 0.5, "remote": True})
+    br = [top("broken();")]
+    tr.step(br + [frame(p, "broken", 'note("## When something')], md("## When something goes wrong",
+                                                                    "<h2>When something goes wrong</h2>\n"))
+    tr.step(br + [frame(p, "broken", 'image("assets/missing.png"')],
+            {"type": "error", "data": "image: assets/missing.png does not exist"})
+    tr.step([top('note("That is all')], md("That is all for today.", "<p>That is all for today.</p>\n"))
+    return tr.t
+
+
+def multi():
+    p, h = "lectures/multi.c", "lectures/multi_helper.c"
+    tr = Trace("multi", [p, h], backend="mpi")
+    top = lambda snip: frame(p, "body", snip)
+    tr.step([top('note("# Multi-rank')], md("# Multi-rank lecture", "<h1>Multi-rank lecture</h1>\n"))
+    co = [top("collectives();")]
+    c = lambda snip: co + [frame(p, "collectives", snip)]
+    tr.step(c('note("## All-reduce on 4'), md("## All-reduce on 4 ranks", "<h2>All-reduce on 4 ranks</h2>\n"))
+    tr.step(c('note("Each rank starts'), md("Each rank starts with ...",
+                                           "<p>Each rank starts with <code>[0, 1, 2, 3] + rank</code>; after the "
+                                           "all-reduce every rank holds the sum.</p>\n"))
+    at = c("spawn(all_reduce_demo")
+    k = tr.spawn(at, 4, "mpi", "4 ranks, 0 GPUs: Open MPI on host memory")
+    w = lambda snip: at + [frame(h, "all_reduce_demo", snip)]
+    for r in range(4):
+        v = ", ".join(f"{x + r}." for x in range(4))
+        tr.step(w("[before all-reduce]"), text(f"Rank {r} [before all-reduce]: tensor([{v}], device='cpu')"),
+                rank=r, world_size=4, spawn=k)
+    for r in range(4):
+        tr.step(w("[after all-reduce]"), text(f"Rank {r} [after all-reduce]: tensor([ 6., 10., 14., 18.], device='cpu')"),
+                rank=r, world_size=4, spawn=k)
+    tr.step(w("check_sum(rank, t);") + [frame(h, "check_sum", 'note("Rank 0 checks')],
+            md("Rank 0 checks the sum: **[6, 10, 14, 18]**.",
+               "<p>Rank 0 checks the sum: <strong>[6, 10, 14, 18]</strong>.</p>\n"), rank=0, world_size=4, spawn=k)
+    tr.step(c('note("Every rank ended'), md("Every rank ended with the same tensor.",
+                                           "<p>Every rank ended with the same tensor.</p>\n"))
+    pa = [top("pairs();")]
+    tr.step(pa + [frame(p, "pairs", 'note("## Two ranks')], md("## Two ranks say hello", "<h2>Two ranks say hello</h2>\n"))
+    at2 = pa + [frame(p, "pairs", "spawn(greet")]
+    k2 = tr.spawn(at2, 2, "mpi", "2 ranks, 0 GPUs: Open MPI on host memory", seconds=0.28)
+    for r in range(2):
+        tr.step(at2 + [frame(p, "greet", "note_verbatim(\"hello")], text(f"hello from rank {r} of 2"),
+                rank=r, world_size=2, spawn=k2)
+    tr.step([top('note("Done.")')], md("Done.", "<p>Done.</p>\n"))
+    return tr.t
+
+
+def multi_failed(t):
+    """The same lecture, run until rank 2 crashed in the all-reduce."""
+    t = copy.deepcopy(t)
+    t["meta"]["status"] = "failed"
+    keep = [s for s in t["steps"] if s["spawn"] in (None, 0)][:5]
+    h = "lectures/multi_helper.c"
+    crash = copy.deepcopy(keep[-1])
+    crash["rank"], crash["world_size"], crash["spawn"] = 2, 4, 0
+    crash["stack"][-1] = frame(h, "all_reduce_demo", "all_reduce(t, DIST_SUM);")
+    crash["renderings"] = [{"type": "error", "data": f"rank 2 died with SIGSEGV at {h}:"
+                                                     f"{crash['stack'][-1]['line']} (all_reduce_demo)"}]
+    crash["time"] = 0.3
+    t["steps"] = keep + [crash]
+    t["spawns"] = t["spawns"][:1]
+    t["spawns"][0]["status"] = "failed"
+    return t
+
+
+def write(out, key, t):
+    os.makedirs(out, exist_ok=True)
+    body = json.dumps(t, ensure_ascii=False, separators=(",", ":"))
+    with open(os.path.join(out, key + ".json"), "w", encoding="utf-8") as f:
+        f.write(body + "\n")
+    with open(os.path.join(out, key + ".js"), "w", encoding="utf-8") as f:
+        f.write('(window.lecternTraces = window.lecternTraces || {})["' + key + '"] = ' + body + ";\n")
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures")
+    write(out, "demo", demo())
+    m = multi()
+    write(out, "multi", m)
+    write(out, "multi.failed", multi_failed(m))
+    # Broken traces: each must give a clear message in the page.
+    with open(os.path.join(out, "broken_syntax.js"), "w") as f:
+        f.write('(window.lecternTraces = window.lecternTraces || {})["broken_syntax"] = {"version": 1, "steps": [,;\n')
+    bad = multi()
+    bad["steps"][3]["stack"][1]["line"] = "forty"
+    write(out, "broken_schema", bad)
+    with open(os.path.join(out, "broken_empty.js"), "w") as f:
+        f.write("/* a trace file that defines nothing */\nvar nothing = 1;\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Browser tests of the viewer: Debian's headless Chromium driven by
+# python3-selenium, pages opened from file:// (and once over localhost).
+# Screenshots land in build/viewer-screenshots/. Exit status 1 on failure;
+# the last line reads "N passed, N failed".
+set -u
+cd "$(dirname "$0")/../.."
+for bin in /usr/bin/chromium /usr/bin/chromedriver /usr/bin/python3; do
+    if [ ! -x "$bin" ]; then
+        echo "viewer tests: $bin is missing (apt-get install chromium chromium-driver python3-selenium)"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+done
+[ -d node_modules/@highlightjs ] || echo "viewer tests: node_modules/ missing (npm ci): highlighting and plots are not checked"
+exec /usr/bin/python3 - "$@" <<'PY'
+import sys
+import unittest
+
+sys.path.insert(0, "tests/viewer")
+import test_viewer
+
+loader = unittest.defaultTestLoader
+names = sys.argv[1:]
+suite = loader.loadTestsFromNames(names, test_viewer) if names else loader.loadTestsFromModule(test_viewer)
+res = unittest.TextTestRunner(verbosity=2).run(suite)
+failed = len(res.failures) + len(res.errors) + len(res.unexpectedSuccesses)
+passed = res.testsRun - failed - len(res.skipped)
+print(f"viewer tests: {len(res.skipped)} skipped; screenshots in build/viewer-screenshots/")
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
+PY
