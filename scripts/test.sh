@@ -64,8 +64,8 @@ for t in tests/test_*.py; do
     [ -f "$t" ] || continue
     run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
 done
-if [ -x tests/viewer/run.sh ]; then
-    run "viewer (Chromium)" tests/viewer/run.sh
+if [ -f tests/viewer/run.sh ]; then
+    run "viewer (Chromium)" bash tests/viewer/run.sh
 fi
 
 if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
