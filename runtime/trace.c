@@ -132,13 +132,18 @@ void lx_mark_failed(void) { failed = 1; }
 int lx_failed(void) { return failed; }
 int lx_trace_step_count(void) { return steps ? cJSON_GetArraySize(steps) : 0; }
 
+/* obj[key] = value, replacing what was there. */
+static void set_item(cJSON *obj, const char *key, cJSON *value) {
+    if (cJSON_GetObjectItemCaseSensitive(obj, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(obj, key, value);
+    else
+        cJSON_AddItemToObject(obj, key, value);
+}
+
 void lx_trace_meta(const char *key, cJSON *value) {
     pthread_mutex_lock(&lock);
     if (!trace) lx_trace_init("lecture", ".");
-    if (cJSON_GetObjectItemCaseSensitive(meta, key))
-        cJSON_ReplaceItemInObjectCaseSensitive(meta, key, value);
-    else
-        cJSON_AddItemToObject(meta, key, value);
+    set_item(meta, key, value);
     pthread_mutex_unlock(&lock);
 }
 
@@ -296,7 +301,7 @@ static void embed_files(void) {
     cJSON *item;
     cJSON_ArrayForEach(item, steps) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
     cJSON_ArrayForEach(item, spawns) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
-    cJSON_ReplaceItemInObjectCaseSensitive(trace, "files", files);
+    set_item(trace, "files", files);
 }
 
 /* Writes parts[] to `path` through a temporary file and a rename. */
@@ -341,12 +346,8 @@ char *lx_trace_path(const char *ext) {
 int lx_trace_write(void) {
     pthread_mutex_lock(&lock);
     if (!trace) { pthread_mutex_unlock(&lock); return -1; }
-    cJSON *status = cJSON_CreateString(failed ? "failed" : "ok");
-    if (cJSON_GetObjectItemCaseSensitive(meta, "status")) cJSON_ReplaceItemInObjectCaseSensitive(meta, "status", status);
-    else cJSON_AddItemToObject(meta, "status", status);
-    cJSON *dur = cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3);
-    if (cJSON_GetObjectItemCaseSensitive(meta, "duration_s")) cJSON_ReplaceItemInObjectCaseSensitive(meta, "duration_s", dur);
-    else cJSON_AddItemToObject(meta, "duration_s", dur);
+    set_item(meta, "status", cJSON_CreateString(failed ? "failed" : "ok"));
+    set_item(meta, "duration_s", cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3));
     embed_files();
     char *json = cJSON_PrintUnformatted(trace);
     pthread_mutex_unlock(&lock);
