@@ -71,10 +71,10 @@ static void on_signal(int sig, siginfo_t *info, void *ucontext) {
 
 void lx_install_crash_handlers(void) {
     /* A stack overflow (runaway recursion) leaves no stack to run the handler
-     * on: give it one of its own. */
+     * on: give it one of its own, large enough for a cold libdw lookup. */
     static char *alt;
     if (!alt) {
-        size_t size = 256 * 1024;
+        size_t size = 1024 * 1024;
         alt = malloc(size);
         stack_t ss = {.ss_sp = alt, .ss_size = size, .ss_flags = 0};
         if (alt) sigaltstack(&ss, NULL);

@@ -119,6 +119,13 @@ const char *lx_lecture_name(void);
 int lx_in_rank(void);             /* 1 inside a spawned rank */
 void lx_set_in_rank(int rank, int world_size);
 
+/* In a rank: what the parent knows that the rank needs for progress lines,
+ * step times and lecture_quick(): the lecture's name, the parent's
+ * CLOCK_MONOTONIC reading (seconds) at lecture start, and --quick. */
+void lx_rank_init(const char *lecture, double clock_zero, int quick);
+void lx_trace_rank_init(const char *lecture, double clock_zero);
+int lx_rank(void);   /* this rank's number, -1 outside ranks */
+
 /* Seconds since the lecture started (monotonic). */
 double lx_elapsed(void);
 

@@ -24,13 +24,21 @@ static int quick, quiet;
 
 int lecture_quick(void) { return quick; }
 
+void lx_rank_init(const char *lecture, double clock_zero, int is_quick) {
+    quick = is_quick;
+    lx_trace_rank_init(lecture, clock_zero);
+}
+
 void progress(const char *fmt, ...) {
     if (quiet) return;
     va_list ap;
     va_start(ap, fmt);
     char *msg = lx_vfmt(fmt, ap);
     va_end(ap);
-    fprintf(stderr, "[%s %6.1fs] %s\n", lx_lecture_name(), lx_elapsed(), msg);
+    if (lx_rank() >= 0)
+        fprintf(stderr, "[%s %6.1fs rank %d] %s\n", lx_lecture_name(), lx_elapsed(), lx_rank(), msg);
+    else
+        fprintf(stderr, "[%s %6.1fs] %s\n", lx_lecture_name(), lx_elapsed(), msg);
     free(msg);
 }
 

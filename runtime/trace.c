@@ -120,6 +120,14 @@ void lx_trace_init(const char *name, const char *dir) {
 const char *lx_lecture_name(void) { return lecture_name ? lecture_name : "lecture"; }
 const char *lx_out_dir(void) { return out_dir; }
 int lx_in_rank(void) { return in_rank; }
+int lx_rank(void) { return in_rank ? my_rank : -1; }
+
+void lx_trace_rank_init(const char *name, double clock_zero) {
+    free(lecture_name);
+    lecture_name = strdup(name);
+    t0.tv_sec = (time_t)clock_zero;
+    t0.tv_nsec = (long)((clock_zero - (double)t0.tv_sec) * 1e9);
+}
 
 void lx_set_in_rank(int rank, int world_size) {
     in_rank = 1;

@@ -74,7 +74,9 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
         # Open MPI and its helpers keep some memory until exit on purpose; the
         # suppressions name only those libraries, never ours.
         export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
-        export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0"
+        # Open MPI's plugins have no frame pointers: the slow unwinder is needed
+        # for leak stacks to reach the libraries the suppressions name.
+        export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
         for t in build-asan/tests/test_*; do
             [ -x "$t" ] || continue

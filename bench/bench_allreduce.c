@@ -1,0 +1,142 @@
+/*
+ * bench_allreduce.c: bus bandwidth of the runtime's collectives against the
+ * bare MPI call on the same buffers, in the same ranks, in the same run.
+ *
+ * Definitions are nccl-tests' (docs/benchmarks.md), with `bytes` the size of
+ * the full vector:
+ *   algbw = bytes / time
+ *   all_reduce:                 busbw = algbw * 2(n-1)/n
+ *   reduce_scatter, all_gather: busbw = algbw * (n-1)/n
+ *     (reduce_scatter: bytes = input = n * each rank's output;
+ *      all_gather:     bytes = output = n * each rank's input)
+ * busbw is what each link carries, so it can be compared across n.
+ *
+ * time: every rank waits at a barrier, runs the call, and the slowest rank's
+ * time counts (an MPI_MAX reduction of the times). The runtime's call and the
+ * bare one alternate, first one then the other, so both see the same machine
+ * state; each figure is the median of several runs.
+ *
+ *   build/bench/bench_allreduce [--out DIR]   (default DIR: a temporary folder)
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lectern.h"
+
+enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, N_OPS };
+static const char *const OP_NAMES[] = {"all_reduce", "reduce_scatter", "all_gather"};
+
+static const double MB = 1024.0 * 1024.0;
+static const int SIZES_MB[] = {1, 4, 16, 64, 256};
+enum { N_SIZES = 5, MAX_REPEATS = 21 };
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof t[0], cmp);
+    return t[n / 2];
+}
+
+/* The slowest rank's time for one call. */
+static double slowest(double seconds) {
+    double worst = 0;
+    MPI_Allreduce(&seconds, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return worst;
+}
+
+/* One timed call: through the runtime (bare = 0) or straight to MPI. */
+static double run_once(int op, int bare, tensor *full, tensor *part) {
+    int count = (int)part->numel;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now_seconds();
+    if (op == OP_ALL_REDUCE) {
+        if (bare) MPI_Allreduce(MPI_IN_PLACE, full->data, (int)full->numel, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else dist_all_reduce(full, DIST_SUM);
+    } else if (op == OP_REDUCE_SCATTER) {
+        if (bare) MPI_Reduce_scatter_block(full->data, part->data, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else dist_reduce_scatter(part, full, DIST_SUM);
+    } else {
+        if (bare) MPI_Allgather(part->data, count, MPI_FLOAT, full->data, count, MPI_FLOAT, MPI_COMM_WORLD);
+        else dist_all_gather(full, part);
+    }
+    device_synchronize();
+    return slowest(now_seconds() - t0);
+}
+
+static double bus_factor(int op, int n) {
+    return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+}
+
+static void measure(int rank, int world_size, void *args) {
+    (void)args;
+    /* The bare side is MPI on host memory: compare like with like. */
+    int compare = strcmp(dist_backend(), "mpi") == 0;
+    if (rank == 0) {
+        printf("\n%d ranks (%s); busbw in GB/s (1 GB = 1e9 bytes), median of runs\n", world_size,
+               dist_backend());
+        printf("%-15s %8s %5s %12s %12s %12s %12s %7s\n", "collective", "size_MB", "runs", "lectern_s",
+               "lectern_bus", "bare_mpi_s", "bare_bus", "ratio");
+        fflush(stdout);
+    }
+    for (int op = 0; op < N_OPS; op++) {
+        for (int k = 0; k < N_SIZES; k++) {
+            int64_t full_n = (int64_t)(SIZES_MB[k] * MB / sizeof(float));
+            full_n -= full_n % world_size;
+            tensor *full = zeros(full_n, 0, get_device(rank));
+            tensor *part = zeros(full_n / world_size, 0, get_device(rank));
+            /* More runs where a run is short and the noise relatively large. */
+            int runs = SIZES_MB[k] <= 4 ? MAX_REPEATS : SIZES_MB[k] <= 16 ? 11 : SIZES_MB[k] <= 64 ? 7 : 5;
+            double ours[MAX_REPEATS], bare[MAX_REPEATS];
+            run_once(op, 0, full, part);   /* warm-up: first touch of the pages, connections */
+            if (compare) run_once(op, 1, full, part);
+            for (int i = 0; i < runs; i++) {
+                if (i % 2 == 0 || !compare) {
+                    ours[i] = run_once(op, 0, full, part);
+                    if (compare) bare[i] = run_once(op, 1, full, part);
+                } else {
+                    bare[i] = run_once(op, 1, full, part);
+                    ours[i] = run_once(op, 0, full, part);
+                }
+            }
+            double bytes = (double)full_n * sizeof(float);
+            double t_ours = median(ours, runs);
+            double bus_ours = bytes / t_ours * bus_factor(op, world_size) / 1e9;
+            if (rank == 0) {
+                if (compare) {
+                    double t_bare = median(bare, runs);
+                    double bus_bare = bytes / t_bare * bus_factor(op, world_size) / 1e9;
+                    double ratio = world_size > 1 ? bus_ours / bus_bare : t_bare / t_ours;
+                    printf("%-15s %8d %5d %12.5f %12.3f %12.5f %12.3f %7.3f\n", OP_NAMES[op], SIZES_MB[k], runs,
+                           t_ours, bus_ours, t_bare, bus_bare, ratio);
+                    note("%s %d MB on %d ranks: busbw %.3f GB/s, bare MPI %.3f GB/s (ratio %.3f)", OP_NAMES[op],
+                         SIZES_MB[k], world_size, bus_ours, bus_bare, ratio);
+                } else {
+                    printf("%-15s %8d %5d %12.5f %12.3f %12s %12s %7s\n", OP_NAMES[op], SIZES_MB[k], runs, t_ours,
+                           bus_ours, "-", "-", "-");
+                    note("%s %d MB on %d ranks: busbw %.3f GB/s", OP_NAMES[op], SIZES_MB[k], world_size, bus_ours);
+                }
+                fflush(stdout);
+            }
+            tensor_free(full);
+            tensor_free(part);
+        }
+    }
+}
+
+static void body(void) {
+    spawn(measure, 2, NULL, 0);
+    spawn(measure, 4, NULL, 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) return lecture_main(argc, argv, body);   /* a rank, or options given */
+    char dir[] = "/tmp/lectern-bench-XXXXXX";
+    if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
+    char *args[] = {argv[0], "--out", dir, "--quiet", NULL};
+    return lecture_main(4, args, body);
+}

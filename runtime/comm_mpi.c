@@ -1,0 +1,131 @@
+/*
+ * comm_mpi.c: the collectives on Open MPI, on host memory (the gloo of this
+ * world). Each dist_* call is one MPI call on a private copy of the ranks'
+ * MPI_COMM_WORLD, so a lecture's own MPI calls can never match ours.
+ *
+ * MPI has no "average": AVG is a SUM followed by a division by the world size
+ * on the ranks that hold a result, which is what torch's gloo backend does.
+ * Errors come back as codes (MPI_ERRORS_RETURN) so MPI_CHECK can name the
+ * call and the file:line; the exit then reaches the parent as a failed rank.
+ */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "internal.h"
+#include "spawn_impl.h"
+
+enum { TAG_P2P = 17 };
+
+static MPI_Comm world = MPI_COMM_NULL;
+static int world_size = 1;
+
+static MPI_Op mpi_op(dist_op op) {
+    switch (op) {
+    case DIST_MIN: return MPI_MIN;
+    case DIST_MAX: return MPI_MAX;
+    default: return MPI_SUM;   /* SUM, and AVG before its division */
+    }
+}
+
+static void average(float *x, size_t count, dist_op op) {
+    if (op != DIST_AVG) return;
+    for (size_t i = 0; i < count; i++) x[i] /= (float)world_size;
+}
+
+static void op_barrier(void) { MPI_CHECK(MPI_Barrier(world)); }
+
+static void op_all_reduce(float *buf, size_t count, dist_op op) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), world));
+    average(buf, count, op);
+}
+
+static void op_reduce(float *buf, size_t count, int root, dist_op op) {
+    int rank;
+    MPI_CHECK(MPI_Comm_rank(world, &rank));
+    if (rank == root) {
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, world));
+        average(buf, count, op);
+    } else {
+        MPI_CHECK(MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), root, world));
+    }
+}
+
+static void op_broadcast(float *buf, size_t count, int root) {
+    MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, world));
+}
+
+static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    MPI_CHECK(MPI_Reduce_scatter_block(in, out, (int)count, MPI_FLOAT, mpi_op(op), world));
+    average(out, count, op);
+}
+
+static void op_all_gather(float *out, const float *in, size_t count) {
+    MPI_CHECK(MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, world));
+}
+
+static void op_scatter(float *out, const float *in, size_t count, int root) {
+    MPI_CHECK(MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world));
+}
+
+static void op_gather(float *out, const float *in, size_t count, int root) {
+    MPI_CHECK(MPI_Gather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world));
+}
+
+static void op_send(const float *buf, size_t count, int peer) {
+    MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world));
+}
+
+static void op_recv(float *buf, size_t count, int peer) {
+    MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, MPI_STATUS_IGNORE));
+}
+
+static void *op_isend(const float *buf, size_t count, int peer) {
+    MPI_Request *req = malloc(sizeof *req);
+    if (!req) lx_fatal("out of memory");
+    MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, req));
+    return req;
+}
+
+static void *op_irecv(float *buf, size_t count, int peer) {
+    MPI_Request *req = malloc(sizeof *req);
+    if (!req) lx_fatal("out of memory");
+    MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, req));
+    return req;
+}
+
+static void op_wait(void *request) {
+    MPI_Request *req = request;
+    MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+    free(req);
+}
+
+static void op_stop(void) {
+    if (world != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world));
+}
+
+static const lx_comm_ops mpi_ops = {
+    .barrier = op_barrier,
+    .all_reduce = op_all_reduce,
+    .reduce = op_reduce,
+    .broadcast = op_broadcast,
+    .reduce_scatter = op_reduce_scatter,
+    .all_gather = op_all_gather,
+    .scatter = op_scatter,
+    .gather = op_gather,
+    .send = op_send,
+    .recv = op_recv,
+    .isend = op_isend,
+    .irecv = op_irecv,
+    .wait = op_wait,
+    .stop = op_stop,
+};
+
+const lx_comm_ops *lx_comm_mpi_start(int rank, int size) {
+    (void)rank;
+    world_size = size;
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+    MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
+    return &mpi_ops;
+}

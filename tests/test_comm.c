@@ -1,0 +1,407 @@
+/*
+ * test_comm.c: every collective and reduction op, on 1, 2, 3 and 4 real
+ * ranks started by spawn(), checked against results this test computes on
+ * its own from the same inputs.
+ *
+ * The ranks cannot return values to the parent, so each writes what it got
+ * to a file (w<world>_<case>_r<rank>.bin in a temporary folder); the cmocka
+ * tests, back in the parent, read the files and compare them with sums,
+ * minima, maxima and concatenations done here with plain loops. One spawn
+ * per world size runs every case, so the whole file takes a few seconds.
+ *
+ * Inputs are small integers (exact in float), so SUM, MIN and MAX must match
+ * exactly; AVG is compared to 1e-6 relative.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "lectern.h"
+
+enum { N = 6, BIG = 1 << 18 };   /* elements per rank; BIG: large enough for MPI's rendezvous path */
+
+static const dist_op OPS[] = {DIST_SUM, DIST_AVG, DIST_MIN, DIST_MAX};
+static const char *const OP_NAMES[] = {"sum", "avg", "min", "max"};
+
+/* Rank r's i-th input: small integers in [-8, 8], in a different order on
+ * each rank, so MIN and MAX pick different ranks for different i. */
+static float input_value(int rank, int64_t i) { return (float)(((i * 7 + rank * 13) % 17) - 8); }
+
+static tensor *inputs(int rank, int64_t n) {
+    tensor *t = zeros(n, 0, get_device(rank));
+    for (int64_t i = 0; i < n; i++) t->data[i] = input_value(rank, i);
+    return t;
+}
+
+typedef struct comm_args {
+    char dir[200];
+} comm_args;
+
+static void save(const comm_args *a, const char *name, int world, int rank, const float *v, int64_t n) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/w%d_%s_r%d.bin", a->dir, world, name, rank);
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); exit(1); }
+    if (fwrite(v, sizeof(float), (size_t)n, f) != (size_t)n) { perror(path); exit(1); }
+    fclose(f);
+}
+
+static void save_tensor(const comm_args *a, const char *name, int world, int rank, const tensor *t) {
+    save(a, name, world, rank, t->data, t->numel);
+}
+
+/* ---------------- the ranks' side ---------------- */
+
+static void run_reductions(const comm_args *a, int rank, int world) {
+    char name[64];
+    for (int k = 0; k < 4; k++) {
+        tensor *t = inputs(rank, N);
+        dist_all_reduce(t, OPS[k]);
+        snprintf(name, sizeof name, "all_reduce_%s", OP_NAMES[k]);
+        save_tensor(a, name, world, rank, t);
+        tensor_free(t);
+
+        t = inputs(rank, N);
+        dist_reduce(t, world - 1, OPS[k]);
+        snprintf(name, sizeof name, "reduce_%s", OP_NAMES[k]);
+        if (rank == world - 1) save_tensor(a, name, world, rank, t);
+        tensor_free(t);
+
+        tensor *in = inputs(rank, N * world);
+        tensor *out = zeros(N, 0, get_device(rank));
+        dist_reduce_scatter(out, in, OPS[k]);
+        snprintf(name, sizeof name, "reduce_scatter_%s", OP_NAMES[k]);
+        save_tensor(a, name, world, rank, out);
+        tensor_free(in);
+        tensor_free(out);
+    }
+}
+
+static void run_data_movement(const comm_args *a, int rank, int world) {
+    tensor *t = inputs(rank, N);
+    dist_broadcast(t, world - 1);
+    save_tensor(a, "broadcast", world, rank, t);
+    tensor_free(t);
+
+    tensor *in = inputs(rank, N);
+    tensor *out = zeros(N * world, 0, get_device(rank));
+    dist_all_gather(out, in);
+    save_tensor(a, "all_gather", world, rank, out);
+    tensor_free(in);
+    tensor_free(out);
+
+    /* Only the source's input is read: the others pass NULL. */
+    tensor *whole = rank == 0 ? inputs(100, N * world) : NULL;
+    tensor *part = zeros(N, 0, get_device(rank));
+    dist_scatter(part, whole, 0);
+    save_tensor(a, "scatter", world, rank, part);
+    tensor_free(whole);
+    tensor_free(part);
+
+    in = inputs(rank, N);
+    out = rank == world - 1 ? zeros(N * world, 0, get_device(rank)) : NULL;
+    dist_gather(out, in, world - 1);
+    if (out) save_tensor(a, "gather", world, rank, out);
+    tensor_free(in);
+    tensor_free(out);
+}
+
+static void run_point_to_point(const comm_args *a, int rank, int world) {
+    if (world < 2) return;
+    int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+
+    /* A ring with blocking calls: even ranks send first, odd ranks receive
+     * first, so no two neighbours both wait to receive. */
+    tensor *mine = inputs(rank, N);
+    tensor *got = zeros(N, 0, get_device(rank));
+    if (rank % 2 == 0) {
+        dist_send(mine, next);
+        dist_recv(got, prev);
+    } else {
+        dist_recv(got, prev);
+        dist_send(mine, next);
+    }
+    save_tensor(a, "send_recv", world, rank, got);
+    tensor_free(mine);
+    tensor_free(got);
+
+    /* Non-blocking: everyone posts both, then waits; large enough that a
+     * blocking pair in this order would deadlock. */
+    mine = inputs(rank, BIG);
+    got = zeros(BIG, 0, get_device(rank));
+    dist_request *s = dist_isend(mine, next);
+    dist_request *r = dist_irecv(got, prev);
+    dist_wait(r);
+    dist_wait(s);
+    save_tensor(a, "isend_irecv", world, rank, got);
+    tensor_free(mine);
+    tensor_free(got);
+}
+
+static void run_misc(const comm_args *a, int rank, int world) {
+    /* Large all-reduce: MPI switches algorithms for big messages. */
+    tensor *t = inputs(rank, BIG);
+    dist_all_reduce(t, DIST_SUM);
+    save_tensor(a, "all_reduce_big", world, rank, t);
+    tensor_free(t);
+
+    /* The barrier holds everyone until the slowest arrives: rank 0 comes
+     * 0.2 s late; the others measure how long they waited. */
+    dist_barrier();
+    if (rank == 0) {
+        struct timespec nap = {0, 200 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    double t0 = now_seconds();
+    dist_barrier();
+    float waited = (float)(now_seconds() - t0);
+    save(a, "barrier", world, rank, &waited, 1);
+
+    float who[4] = {(float)dist_rank(), (float)dist_world_size(), (float)get_device(rank),
+                    strcmp(dist_backend(), "mpi") == 0 ? 1.0f : 0.0f};
+    save(a, "identity", world, rank, who, 4);
+}
+
+static void exercise(int rank, int world, void *p) {
+    const comm_args *a = p;
+    run_reductions(a, rank, world);
+    run_data_movement(a, rank, world);
+    run_point_to_point(a, rank, world);
+    run_misc(a, rank, world);
+}
+
+/* ---------------- the parent's side: expected values ---------------- */
+
+static comm_args args;
+static int group_world;   /* the world size whose results are being checked */
+
+static float *load(const char *name, int rank, int64_t n) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/w%d_%s_r%d.bin", args.dir, group_world, name, rank);
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("world %d: rank %d wrote no result for %s (%s)", group_world, rank, name, path);
+    float *v = malloc((size_t)n * sizeof(float));
+    assert_non_null(v);
+    size_t got = fread(v, sizeof(float), (size_t)n, f);
+    int extra = fgetc(f);
+    fclose(f);
+    if (got != (size_t)n || extra != EOF)
+        fail_msg("world %d: %s of rank %d does not hold %lld floats", group_world, name, rank, (long long)n);
+    return v;
+}
+
+/* op over ranks of input_value(r, i) */
+static double reduce_expected(int op, int64_t i) {
+    double acc = input_value(0, i);
+    for (int r = 1; r < group_world; r++) {
+        double x = input_value(r, i);
+        if (OPS[op] == DIST_MIN) acc = x < acc ? x : acc;
+        else if (OPS[op] == DIST_MAX) acc = x > acc ? x : acc;
+        else acc += x;
+    }
+    return OPS[op] == DIST_AVG ? acc / group_world : acc;
+}
+
+static void expect_close(const char *what, int rank, int64_t i, double got, double want, int exact) {
+    double tol = exact ? 0.0 : 1e-6 * (fabs(want) + 1.0);
+    if (fabs(got - want) > tol)
+        fail_msg("world %d, %s, rank %d, element %lld: got %.9g, expected %.9g", group_world, what, rank,
+                 (long long)i, got, want);
+}
+
+static void test_all_reduce(void **state) {
+    (void)state;
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "all_reduce_%s", OP_NAMES[k]);
+        for (int r = 0; r < group_world; r++) {
+            float *v = load(name, r, N);
+            for (int64_t i = 0; i < N; i++) expect_close(name, r, i, v[i], reduce_expected(k, i), k != 1);
+            free(v);
+        }
+    }
+}
+
+static void test_reduce(void **state) {
+    (void)state;
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "reduce_%s", OP_NAMES[k]);
+        float *v = load(name, group_world - 1, N);   /* the result lives on dst only */
+        for (int64_t i = 0; i < N; i++)
+            expect_close(name, group_world - 1, i, v[i], reduce_expected(k, i), k != 1);
+        free(v);
+    }
+}
+
+static void test_reduce_scatter(void **state) {
+    (void)state;
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "reduce_scatter_%s", OP_NAMES[k]);
+        for (int r = 0; r < group_world; r++) {
+            float *v = load(name, r, N);
+            /* rank r holds chunk r of the reduced (N * group_world) vector */
+            for (int64_t i = 0; i < N; i++)
+                expect_close(name, r, i, v[i], reduce_expected(k, (int64_t)r * N + i), k != 1);
+            free(v);
+        }
+    }
+}
+
+static void test_broadcast(void **state) {
+    (void)state;
+    for (int r = 0; r < group_world; r++) {
+        float *v = load("broadcast", r, N);
+        for (int64_t i = 0; i < N; i++) expect_close("broadcast", r, i, v[i], input_value(group_world - 1, i), 1);
+        free(v);
+    }
+}
+
+static void test_all_gather(void **state) {
+    (void)state;
+    for (int r = 0; r < group_world; r++) {
+        float *v = load("all_gather", r, (int64_t)N * group_world);
+        for (int src = 0; src < group_world; src++)
+            for (int64_t i = 0; i < N; i++)
+                expect_close("all_gather", r, src * N + i, v[src * N + i], input_value(src, i), 1);
+        free(v);
+    }
+}
+
+static void test_scatter(void **state) {
+    (void)state;
+    for (int r = 0; r < group_world; r++) {
+        float *v = load("scatter", r, N);
+        for (int64_t i = 0; i < N; i++)
+            expect_close("scatter", r, i, v[i], input_value(100, (int64_t)r * N + i), 1);
+        free(v);
+    }
+}
+
+static void test_gather(void **state) {
+    (void)state;
+    float *v = load("gather", group_world - 1, (int64_t)N * group_world);
+    for (int src = 0; src < group_world; src++)
+        for (int64_t i = 0; i < N; i++)
+            expect_close("gather", group_world - 1, src * N + i, v[src * N + i], input_value(src, i), 1);
+    free(v);
+}
+
+static void test_send_recv(void **state) {
+    (void)state;
+    if (group_world < 2) skip();
+    for (int r = 0; r < group_world; r++) {
+        int prev = (r + group_world - 1) % group_world;
+        float *v = load("send_recv", r, N);
+        for (int64_t i = 0; i < N; i++) expect_close("send_recv", r, i, v[i], input_value(prev, i), 1);
+        free(v);
+        v = load("isend_irecv", r, BIG);
+        for (int64_t i = 0; i < BIG; i++) expect_close("isend_irecv", r, i, v[i], input_value(prev, i), 1);
+        free(v);
+    }
+}
+
+static void test_big_all_reduce(void **state) {
+    (void)state;
+    for (int r = 0; r < group_world; r++) {
+        float *v = load("all_reduce_big", r, BIG);
+        for (int64_t i = 0; i < BIG; i++) expect_close("all_reduce_big", r, i, v[i], reduce_expected(0, i), 1);
+        free(v);
+    }
+}
+
+static void test_barrier_waits(void **state) {
+    (void)state;
+    for (int r = 1; r < group_world; r++) {
+        float *v = load("barrier", r, 1);
+        if (v[0] < 0.1f)
+            fail_msg("world %d: rank %d left the barrier after %.3f s, before rank 0 (0.2 s late) arrived",
+                     group_world, r, v[0]);
+        free(v);
+    }
+}
+
+static void test_identity(void **state) {
+    (void)state;
+    for (int r = 0; r < group_world; r++) {
+        float *v = load("identity", r, 4);
+        assert_int_equal((int)v[0], r);                 /* dist_rank */
+        assert_int_equal((int)v[1], group_world);             /* dist_world_size */
+        assert_int_equal((int)v[2], -1);                /* get_device: the CPU under Open MPI */
+        assert_int_equal((int)v[3], 1);                 /* dist_backend() == "mpi" */
+        free(v);
+    }
+}
+
+/* Outside spawn there is no group_world to talk to. */
+static void test_outside_spawn(void **state) {
+    (void)state;
+    assert_int_equal(dist_rank(), 0);
+    assert_int_equal(dist_world_size(), 1);
+    assert_string_equal(dist_backend(), "none");
+    assert_int_equal(get_device(0), gpu_count() > 0 ? 0 : -1);
+}
+
+/* ---------------- groups: one spawn per group_world size ---------------- */
+
+static int spawn_world(void **state) {
+    (void)state;
+    spawn(exercise, group_world, &args, sizeof args);
+    return 0;
+}
+
+static int failures;
+
+static void body(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_reduce),    cmocka_unit_test(test_reduce),
+        cmocka_unit_test(test_reduce_scatter), cmocka_unit_test(test_broadcast),
+        cmocka_unit_test(test_all_gather),    cmocka_unit_test(test_scatter),
+        cmocka_unit_test(test_gather),        cmocka_unit_test(test_send_recv),
+        cmocka_unit_test(test_big_all_reduce), cmocka_unit_test(test_barrier_waits),
+        cmocka_unit_test(test_identity),
+    };
+    const struct CMUnitTest outside[] = {cmocka_unit_test(test_outside_spawn)};
+    failures += cmocka_run_group_tests_name("outside spawn", outside, NULL, NULL);
+    for (group_world = 1; group_world <= 4; group_world++) {
+        char name[32];
+        snprintf(name, sizeof name, "world size %d", group_world);
+        failures += _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], spawn_world, NULL);
+    }
+}
+
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) return lecture_main(argc, argv, body);   /* a rank */
+    snprintf(args.dir, sizeof args.dir, "/tmp/lectern-test-comm-XXXXXX");
+    if (!mkdtemp(args.dir)) { perror("mkdtemp"); return 2; }
+    char *lecture_args[] = {argv[0], "--out", args.dir, "--quiet", NULL};
+    int rc = lecture_main(4, lecture_args, body);
+    remove_dir(args.dir);
+    if (rc != 0) fprintf(stderr, "test_comm: the lecture run failed (status %d)\n", rc);
+    return failures || rc ? 1 : 0;
+}

@@ -1,0 +1,321 @@
+"""spawn(): real ranks whose steps land in the trace, and failures that are loud.
+
+Runs the fixture lectures tests/lectures/spawn_basic.c and spawn_fail.c and
+checks their traces: rank steps stamped with rank, world size and spawn, their
+stacks starting with the parent's frames down to the spawn() line, in the
+order they happened; a rank that crashes, exits or deadlocks stops the
+lecture with an error step naming the rank, the signal or status and the
+line, every earlier step kept, and no process left behind.
+
+LECTERN_BUILD picks the build folder (build, or build-asan).
+"""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
+BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+FAIL_SRC = os.path.join(ROOT, "tests", "lectures", "spawn_fail.c")
+BASIC_SRC = os.path.join(ROOT, "tests", "lectures", "spawn_basic.c")
+
+
+def fixture(name):
+    return os.path.join(BUILD, "tests", "lectures", name)
+
+
+def line_of(path, needle):
+    """1-based line of the first line of `path` containing `needle`."""
+    with open(path) as f:
+        for i, text in enumerate(f, 1):
+            if needle in text:
+                return i
+    raise AssertionError("%s not found in %s" % (needle, path))
+
+
+def rank_processes(binary):
+    """Pids of ranks of `binary` still alive (their command line names the
+    binary and the rank flag)."""
+    pids = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(os.path.join(d, "cmdline"), "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].decode(errors="replace") == binary and b"--lectern-rank" in argv:
+            pids.append(int(os.path.basename(d)))
+    return pids
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.out = tempfile.mkdtemp(prefix="lectern-test-spawn-")
+
+    def tearDown(self):
+        shutil.rmtree(self.out, ignore_errors=True)
+
+    def run_fixture(self, name, env=None, timeout=120):
+        e = dict(os.environ)
+        e.update(env or {})
+        t0 = time.monotonic()
+        p = subprocess.Popen([fixture(name), "--out", self.out, "--quiet"], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+        self.seconds = time.monotonic() - t0
+        self.pid = p.pid
+        return p.returncode, stdout, stderr
+
+
+class SpawnSteps(Base):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lectern-test-spawn-basic-")
+        p = subprocess.run([fixture("spawn_basic"), "--out", cls.tmp, "--quiet"],
+                           capture_output=True, text=True, timeout=120)
+        cls.rc, cls.stderr = p.returncode, p.stderr
+        cls.path = os.path.join(cls.tmp, "spawn_basic.json")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_runs_and_validates(self):
+        self.assertEqual(self.rc, 0, self.stderr)
+        # schema, .js twin, and every frame of every step on the right line
+        tracecheck.validate(self.path)
+
+    def test_spawns_and_backend_are_recorded(self):
+        t = tracecheck.load(self.path)
+        self.assertEqual(t["meta"]["backend"], "mpi")
+        self.assertEqual([s["world_size"] for s in t["spawns"]], [4, 1, 3])
+        for i, s in enumerate(t["spawns"]):
+            self.assertEqual(s["id"], i)
+            self.assertEqual(s["backend"], "mpi")
+            self.assertEqual(s["status"], "ok")
+            self.assertIn("Open MPI on host memory", s["reason"])
+            self.assertTrue(s["reason"].startswith("%d rank" % s["world_size"]), s["reason"])
+            self.assertGreater(s["seconds"], 0)
+            self.assertEqual(s["stack"][-1]["function"], "body")
+        self.assertEqual(t["spawns"][0]["stack"][-1]["line"], line_of(BASIC_SRC, "spawn(worker, 4"))
+        self.assertEqual(t["spawns"][2]["stack"][-1]["line"], line_of(BASIC_SRC, "spawn(worker, 3"))
+        # A note at each spawn() line says which backend and why.
+        notes = [(s["stack"][-1]["line"], r["data"]) for s in t["steps"] for r in s["renderings"]
+                 if s["rank"] is None and r["data"].startswith("spawn: ")]
+        self.assertEqual(notes, [(s["stack"][-1]["line"], "spawn: " + s["reason"]) for s in t["spawns"]])
+
+    def test_rank_steps_are_stamped_and_nested_under_spawn(self):
+        t = tracecheck.load(self.path)
+        rank_steps = [s for s in t["steps"] if s["rank"] is not None]
+        self.assertEqual(len(rank_steps), 4 * 3 + 3 * 3)
+        for s in rank_steps:
+            spawn = t["spawns"][s["spawn"]]
+            self.assertEqual(s["world_size"], spawn["world_size"])
+            self.assertTrue(0 <= s["rank"] < s["world_size"])
+            n = len(spawn["stack"])
+            self.assertEqual(s["stack"][:n], spawn["stack"], "a rank's stack starts with the parent's")
+            self.assertEqual(s["stack"][n]["function"], "worker")
+        # The quiet spawn made no steps.
+        self.assertFalse([s for s in rank_steps if s["spawn"] == 1])
+
+    def test_each_rank_says_its_lines_in_order(self):
+        t = tracecheck.load(self.path)
+        for spawn, world in ((0, 4), (2, 3)):
+            for r in range(world):
+                said = [s["renderings"][0]["data"] for s in t["steps"]
+                        if s["spawn"] == spawn and s["rank"] == r]
+                expect = ["rank %d round 0" % r, "rank %d round 1" % r]
+                self.assertEqual(said[:2], expect)
+                total = sum(range(4)) * world + 4 * sum(range(world))   # sum over ranks of [0,1,2,3]+rank
+                self.assertRegex(said[2], r"^sum %d/%d: tensor\(\[" % (r, world))
+                values = [float(v) for v in re.findall(r"-?\d+\.", said[2].split("[")[1])]
+                self.assertEqual(sum(values), total)
+
+    def test_steps_are_in_the_order_they_happened(self):
+        t = tracecheck.load(self.path)
+        times = [s["time"] for s in t["steps"]]
+        self.assertEqual(times, sorted(times))
+        texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
+        # Round 1 of any rank comes after round 0 of every rank: a barrier separates them.
+        first = [i for i, x in enumerate(texts) if re.match(r"rank \d round 1", x)]
+        zero = [i for i, x in enumerate(texts) if re.match(r"rank \d round 0", x)]
+        self.assertLess(max(zero[:4]), min(first[:4]))
+        self.assertLess(texts.index("before the spawns"), zero[0])
+        self.assertLess(max(first[:4]), texts.index("between"))
+        self.assertEqual(texts[-1], "after the spawns")
+
+
+class RankFailures(Base):
+    """Each case: the exit status, the failing rank, words of its error, and
+    the marker of the line it must name."""
+
+    def fail_case(self, case, env=None):
+        e = {"SPAWN_FAIL": case}
+        e.update(env or {})
+        rc, out, err = self.run_fixture("spawn_fail", e)
+        self.assertEqual(rc, 1, "case %s: status %d\n%s" % (case, rc, err))
+        path = os.path.join(self.out, "spawn_fail.failed.json")
+        self.assertTrue(os.path.exists(path), err)
+        t = tracecheck.validate(path)
+        self.assertEqual(t["meta"]["status"], "failed")
+        self.assertEqual(self.leftovers(), [], "ranks left running after case %s" % case)
+        self.assertEqual(glob.glob("/dev/shm/lectern-%d-*" % self.pid), [])
+        return t, err
+
+    def leftovers(self):
+        binary = fixture("spawn_fail")
+        deadline = time.monotonic() + 5
+        while rank_processes(binary) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return rank_processes(binary)
+
+    def rank_error(self, t, rank):
+        errs = [(s, r["data"]) for s in t["steps"] for r in s["renderings"]
+                if r["type"] == "error" and s["rank"] == rank]
+        self.assertTrue(errs, "no error step for rank %d" % rank)
+        return errs[-1]
+
+    def check_rank_failure(self, case, world, rank, words, marker, env=None):
+        t, err = self.fail_case(case, env)
+        step, msg = self.rank_error(t, rank)
+        line = line_of(FAIL_SRC, marker)
+        self.assertEqual(step["stack"][-1]["line"], line, msg)
+        self.assertEqual(step["world_size"], world)
+        self.assertEqual(step["spawn"], 0)
+        self.assertIn(words, msg)
+        self.assertTrue(msg.startswith("tests/lectures/spawn_fail.c:%d: rank %d of %d" % (line, rank, world)), msg)
+        self.assertEqual(t["spawns"][0]["status"], "failed")
+        # Every rank's first step, made before the failure, is kept.
+        starts = {s["rank"] for s in t["steps"] for r in s["renderings"]
+                  if r["data"].startswith("rank %d of %d starts" % (s["rank"] or 0, world))}
+        self.assertEqual(starts, set(range(world)))
+        # The lecture stops at the spawn: nothing after it ran.
+        texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
+        self.assertNotIn("after the spawn", texts)
+        self.assertIn("rank %d" % rank, err)
+        return t
+
+    def test_segfault(self):
+        t = self.check_rank_failure("segv", 4, 2, "died with SIGSEGV", "MARK:segv")
+        texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
+        self.assertFalse([x for x in texts if "should not get here" in x])
+        self.assertLess(self.seconds, 30)
+
+    def test_exit_status(self):
+        self.check_rank_failure("exit", 2, 1, "exited with status 3", "MARK:exit")
+
+    def test_abort(self):
+        self.check_rank_failure("abort", 2, 0, "died with SIGABRT", "MARK:abort")
+
+    def test_killed_without_a_word(self):
+        # SIGKILL cannot be caught: the line is the last one the rank reported.
+        self.check_rank_failure("kill", 3, 0, "too abruptly to say how", "MARK:kill-barrier")
+
+    def test_deadlock_is_stopped_by_the_timeout(self):
+        t, err = self.fail_case("deadlock", {"LECTERN_TIMEOUT": "2"})
+        line = line_of(FAIL_SRC, "MARK:deadlock")
+        for rank in (0, 1):
+            step, msg = self.rank_error(t, rank)
+            self.assertEqual(step["stack"][-1]["line"], line, msg)
+            self.assertIn("dist_recv", msg)
+            self.assertIn("no progress for 2 s", msg)
+        texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
+        self.assertIn("rank 0 waits for the other", texts)
+        self.assertIn("rank 1 waits for the other", texts)
+        self.assertLess(self.seconds, 30)
+
+    def test_collective_with_wrong_shapes_names_the_line(self):
+        t, err = self.fail_case("shape")
+        step, msg = self.rank_error(t, 0)
+        self.assertEqual(step["stack"][-1]["line"], line_of(FAIL_SRC, "MARK:shape"))
+        msgs = [r["data"] for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
+        self.assertTrue([m for m in msgs if "input has 8 elements, output 3" in m], msgs)
+
+
+class BadArguments(Base):
+    def check(self, case, words, marker):
+        rc, out, err = self.run_fixture("spawn_fail", {"SPAWN_FAIL": case})
+        self.assertEqual(rc, 1, err)
+        t = tracecheck.validate(os.path.join(self.out, "spawn_fail.failed.json"))
+        errs = [(s, r["data"]) for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
+        self.assertTrue(errs, err)
+        step, msg = errs[-1]
+        line = line_of(FAIL_SRC, marker)
+        self.assertEqual(step["stack"][-1]["line"], line)
+        self.assertTrue(msg.startswith("tests/lectures/spawn_fail.c:%d: " % line), msg)
+        self.assertIn(words, msg)
+        return t
+
+    def test_world_size_zero(self):
+        t = self.check("world0", "world_size 0 is out of range", "MARK:world0")
+        self.assertEqual(t["spawns"], [])   # refused before anything started
+
+    def test_world_size_above_the_limit(self):
+        self.check("world9", "world_size 9 is out of range: 1 to 8", "MARK:world9")
+
+    def test_null_function(self):
+        self.check("nullfn", "the function to run is NULL", "MARK:nullfn")
+
+    def test_null_args_with_a_size(self):
+        self.check("nullargs", "args is NULL but args_size is 8", "MARK:nullargs")
+
+    def test_args_too_large(self):
+        self.check("bigargs", "exceed the limit", "MARK:bigargs")
+
+    def test_spawn_inside_a_rank(self):
+        rc, out, err = self.run_fixture("spawn_fail", {"SPAWN_FAIL": "nested"})
+        self.assertEqual(rc, 1, err)
+        t = tracecheck.validate(os.path.join(self.out, "spawn_fail.failed.json"))
+        line = line_of(FAIL_SRC, "MARK:nested")
+        errs = [(s, r["data"]) for s in t["steps"] for r in s["renderings"]
+                if r["type"] == "error" and s["rank"] == 0]
+        self.assertTrue(errs, err)
+        for step, msg in errs:   # the rank's own error, then how it ended: both at its line
+            self.assertEqual(step["stack"][-1]["line"], line, msg)
+        self.assertIn("spawn() inside a spawned rank", errs[0][1])
+        self.assertIn("rank 0 of 1 exited with status 1", errs[-1][1])
+
+    def test_bad_spawn_after_a_good_one(self):
+        t = self.check("late", "world_size 9 is out of range", "MARK:late")
+        self.assertEqual([s["status"] for s in t["spawns"]], ["ok"])
+
+    def test_bad_timeout_setting(self):
+        rc, out, err = self.run_fixture("spawn_fail", {"SPAWN_FAIL": "ok", "LECTERN_TIMEOUT": "soon"})
+        self.assertEqual(rc, 1)
+        self.assertIn("LECTERN_TIMEOUT='soon'", err)
+
+
+class Hostfile(Base):
+    def test_a_hostfile_naming_this_machine(self):
+        hosts = os.path.join(self.out, "hosts")
+        with open(hosts, "w") as f:
+            f.write("%s slots=4\n" % os.uname().nodename)
+        rc, out, err = self.run_fixture("spawn_basic", {"LECTERN_HOSTFILE": hosts})
+        self.assertEqual(rc, 0, err)
+        t = tracecheck.load(os.path.join(self.out, "spawn_basic.json"))
+        self.assertEqual(len([s for s in t["steps"] if s["rank"] is not None]), 21)
+
+    def test_a_host_that_does_not_exist_fails_cleanly(self):
+        hosts = os.path.join(self.out, "hosts")
+        with open(hosts, "w") as f:
+            f.write("no-such-host.invalid slots=4\n")
+        rc, out, err = self.run_fixture("spawn_basic", {"LECTERN_HOSTFILE": hosts}, timeout=120)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("Open MPI could not start them", err)
+        self.assertTrue(os.path.exists(os.path.join(self.out, "spawn_basic.failed.json")))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
