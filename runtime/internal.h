@@ -121,8 +121,9 @@ void lx_set_in_rank(int rank, int world_size);
 
 /* In a rank: what the parent knows that the rank needs for progress lines,
  * step times and lecture_quick(): the lecture's name, the parent's
- * CLOCK_MONOTONIC reading (seconds) at lecture start, and --quick. */
-void lx_rank_init(const char *lecture, double clock_zero, int quick);
+ * CLOCK_MONOTONIC reading (seconds) at lecture start, --quick and --quiet. */
+void lx_rank_init(const char *lecture, double clock_zero, int quick, int quiet);
+int lx_quiet(void);
 void lx_trace_rank_init(const char *lecture, double clock_zero);
 int lx_rank(void);   /* this rank's number, -1 outside ranks */
 

@@ -24,8 +24,11 @@ static int quick, quiet;
 
 int lecture_quick(void) { return quick; }
 
-void lx_rank_init(const char *lecture, double clock_zero, int is_quick) {
+int lx_quiet(void) { return quiet; }
+
+void lx_rank_init(const char *lecture, double clock_zero, int is_quick, int is_quiet) {
     quick = is_quick;
+    quiet = is_quiet;
     lx_trace_rank_init(lecture, clock_zero);
 }
 

@@ -200,6 +200,7 @@ typedef struct spawn_desc {
     int32_t world_size;
     int32_t backend;        /* lx_backend */
     int32_t quick;
+    int32_t quiet;
     double clock_zero;      /* the parent's monotonic time at lecture start */
     uint64_t args_size;
     char host[256];         /* the parent's host: ranks there use the board */
@@ -393,7 +394,7 @@ static void run_rank(const char *board_name) {
     spawn_fn fn = (spawn_fn)(void *)((uintptr_t)(void *)&lecture_main + (uintptr_t)my_desc.fn_offset);
     lx_stack_set_root((const void *)fn);
     lx_set_in_rank(my_rank, world_size);
-    lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick);
+    lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick, my_desc.quiet);
     lx_set_step_sink(rank_sink);
 
     /* OpenBLAS starts one spinning thread per core in every process; four
@@ -959,6 +960,8 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
                 plural(world_size), start_limit);
     }
     MPI_CHECK(MPI_Comm_set_errhandler(run->inter, MPI_ERRORS_RETURN));
+    /* Start-up: from spawn() to every rank connected, retries included. */
+    set_number(run->entry, "startup_s", (double)(long long)((monotonic() - run->started) * 1e6) / 1e6);
 
     spawn_desc desc;
     memset(&desc, 0, sizeof desc);
@@ -967,6 +970,7 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     desc.world_size = world_size;
     desc.backend = run->backend;
     desc.quick = lecture_quick();
+    desc.quiet = lx_quiet();
     desc.clock_zero = monotonic() - lx_elapsed();
     desc.args_size = args_size;
     gethostname(desc.host, sizeof desc.host - 1);

@@ -24,10 +24,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 
 count() {   # count <name> <exit status>: reads the runner's summary from $log
     local name=$1 rc=$2 p=0 f=0 line
-    if line=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | tail -1); [ -n "$line" ]; then
-        p=$(echo "$line" | grep -oE '[0-9]+' | head -1)
-        f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | tail -1 | grep -oE '[0-9]+' | head -1)
-        f=${f:-0}
+    if grep -qE '^\[  PASSED  \] [0-9]+ test' "$log"; then
+        # cmocka prints one summary per group; a program may run several.
+        p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+        f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | grep -oE '^\[  FAILED  \] [0-9]+' | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
     elif line=$(grep -E '^Ran [0-9]+ tests?' "$log" | tail -1); [ -n "$line" ]; then
         local n
         n=$(echo "$line" | grep -oE '[0-9]+' | head -1)

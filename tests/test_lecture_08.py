@@ -221,8 +221,13 @@ class Lecture08(unittest.TestCase):
             for size_mb, ms, algbw, busbw in rows:
                 size, seconds = float(size_mb) * 2 ** 20, float(ms) / 1e3
                 self.assertGreater(seconds, 0)
-                # algbw = S / t with S the whole message (for reduce-scatter: the whole input)
-                self.assertTrue(math.isclose(float(algbw), size / seconds / 1e9, rel_tol=0.02, abs_tol=0.01),
+                # algbw = S / t with S the whole message (for reduce-scatter: the whole input).
+                # The table prints t rounded to its last digit: at tens of microseconds
+                # that rounding alone moves S / t by a few per cent, so check against
+                # the range of times that print the same.
+                half = 0.5 * 10 ** -len(ms.split(".")[1]) / 1e3 if "." in ms else 0.5e-3
+                lo, hi = size / (seconds + half) / 1e9, size / max(seconds - half, 1e-12) / 1e9
+                self.assertTrue(lo * 0.98 - 0.01 <= float(algbw) <= hi * 1.02 + 0.01,
                                 (op, n, size_mb, ms, algbw))
                 self.assertTrue(math.isclose(float(busbw), float(algbw) * factor, rel_tol=0.02, abs_tol=0.01),
                                 (op, n, algbw, busbw))
