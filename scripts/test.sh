@@ -4,8 +4,9 @@
 #   1. C unit tests (cmocka): build/tests/test_*
 #   2. script tests: tests/test_*.py (unittest, Debian's python3)
 #   3. browser tests of the viewer: tests/viewer/run.sh (headless Chromium)
-#   4. the C tests and the foundation script tests again, built with
-#      AddressSanitizer + UBSan (build-asan/), unless LECTERN_NO_ASAN=1
+#   4. the C tests and the runtime's script tests (foundation, spawn,
+#      lecture_08) again, built with AddressSanitizer + UBSan (build-asan/),
+#      unless LECTERN_NO_ASAN=1
 #
 # Each test program's own summary is printed as it runs; the counts below are
 # individual test cases where the runner reports them.
@@ -82,7 +83,7 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
             [ -x "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
         done
-        for t in tests/test_foundation.py; do
+        for t in tests/test_foundation.py tests/test_spawn.py tests/test_lecture_08.py; do
             [ -f "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan $PY "$t"
         done

@@ -7,7 +7,6 @@ must also validate against the schema with every stack line accurate.
 
     /usr/bin/python3 tests/test_lecture_08.py
 """
-import glob
 import math
 import os
 import re
@@ -65,14 +64,9 @@ NUM = r"([-+0-9.eE]+|nan|inf)"
 
 
 def find_binary():
-    """The lecture built by `make` (BUILD=build by default); else the newest build*/ one."""
-    build = os.environ.get("BUILD", "build")
-    path = os.path.join(ROOT, build, "lectures", "lecture_08")
-    if os.path.exists(path):
-        return path
-    found = sorted(glob.glob(os.path.join(ROOT, "build*", "lectures", "lecture_08")),
-                   key=os.path.getmtime)
-    return found[-1] if found else None
+    """The lecture in the build folder the runner names (LECTERN_BUILD, default build)."""
+    path = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "lectures", "lecture_08")
+    return path if os.path.exists(path) else None
 
 
 def numbers(text):
