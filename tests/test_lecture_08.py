@@ -80,7 +80,7 @@ class Lecture08(unittest.TestCase):
     def setUpClass(cls):
         binary = find_binary()
         if binary is None:
-            raise unittest.SkipTest("lecture_08 is not built (run make)")
+            raise AssertionError("lecture_08 is not built in %s (run make)" % os.environ.get("LECTERN_BUILD", "build"))
         cls.out = tempfile.TemporaryDirectory()
         cls.run_result = subprocess.run([binary, "--quick", "--quiet", "--out", cls.out.name],
                                         capture_output=True, text=True, timeout=600)
