@@ -16,6 +16,7 @@ export LECTERN_ROOT_DIR=$PWD
 PY=/usr/bin/python3
 passed=0
 failed=0
+skipped=0
 failures=()
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -24,29 +25,34 @@ trap 'rm -f "$log"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 count() {   # count <name> <exit status>: reads the runner's summary from $log
-    local name=$1 rc=$2 p=0 f=0 line
+    local name=$1 rc=$2 p=0 f=0 k=0 line
     if grep -qE '^\[  PASSED  \] [0-9]+ test' "$log"; then
         # cmocka prints one summary per group; a program may run several.
-        p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
-        f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | grep -oE '^\[  FAILED  \] [0-9]+' | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+        p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+        f=$(grep -oE '^\[  FAILED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+        k=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
     elif line=$(grep -E '^Ran [0-9]+ tests?' "$log" | tail -1); [ -n "$line" ]; then
-        local n
+        # unittest: "Ran N tests", then "OK" or "FAILED (failures=F, errors=E, skipped=S)"
+        local n verdict
         n=$(echo "$line" | grep -oE '[0-9]+' | head -1)
-        if grep -qE '^FAILED \(' "$log"; then
-            f=$(grep -E '^FAILED \(' "$log" | tail -1 | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
-        fi
-        p=$((n - f))
+        verdict=$(grep -E '^(OK|FAILED)( \(|$)' "$log" | tail -1)
+        f=$(echo "$verdict" | grep -oE '(failures|errors|unexpected successes)=[0-9]+' | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+        k=$(echo "$verdict" | grep -oE 'skipped=[0-9]+' | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+        p=$((n - f - k))
     elif line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1); [ -n "$line" ]; then
         p=$(echo "$line" | grep -oE '[0-9]+' | sed -n 1p)
         f=$(echo "$line" | grep -oE '[0-9]+' | sed -n 2p)
+        k=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+' || true)
+        k=${k:-0}
     fi
     # A runner that crashed or failed without saying how many counts as one failure.
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then p=1; fi
+    if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$k" -eq 0 ]; then p=1; fi
     passed=$((passed + p))
     failed=$((failed + f))
+    skipped=$((skipped + k))
     [ "$f" -gt 0 ] && failures+=("$name")
-    printf '== %-40s %s passed, %s failed\n' "$name" "$p" "$f"
+    printf '== %-40s %s passed, %s failed, %s skipped\n' "$name" "$p" "$f" "$k"
 }
 
 run() {   # run <name> <command...>
@@ -97,5 +103,5 @@ fi
 
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed: ${failures[*]}"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
