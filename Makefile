@@ -62,7 +62,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run test test-asan bench view setup clean lectures
+.PHONY: all run test test-asan bench view setup clean lectures print-cuda
 all: $(LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
@@ -119,5 +119,8 @@ bench: setup
 view:
 	@bash scripts/view.sh
 
+print-cuda:
+	@echo $(CUDA)
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cpu

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test and closes with one line: "N passed, N failed".
+# Runs every test and closes with one line: "N passed, N failed, N skipped".
 #
 #   1. C unit tests (cmocka): build/tests/test_*
 #   2. script tests: tests/test_*.py (unittest, Debian's python3)
@@ -7,6 +7,9 @@
 #   4. the C tests and the runtime's script tests (foundation, spawn,
 #      lecture_08) again, built with AddressSanitizer + UBSan (build-asan/),
 #      unless LECTERN_NO_ASAN=1
+#   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
+#      it must build without warnings and pass the C tests and lecture_08's
+#      tests
 #
 # Each test program's own summary is printed as it runs; the counts below are
 # individual test cases where the runner reports them.
@@ -98,6 +101,23 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
         echo "== asan build FAILED"
         failed=$((failed + 1))
         failures+=("asan build")
+    fi
+fi
+
+# The build without CUDA is what a machine without nvcc gets: keep it working.
+if [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ]; then
+    echo "== building without CUDA (build-cpu/)"
+    if make --no-print-directory CUDA=0 BUILD=build-cpu all >"$log" 2>&1 && ! grep -q "warning:" "$log"; then
+        for t in build-cpu/tests/test_*; do
+            [ -x "$t" ] || continue
+            run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
+        done
+        run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_08.py
+    else
+        cat "$log"
+        echo "== cpu-only build FAILED (or warned)"
+        failed=$((failed + 1))
+        failures+=("cpu-only build")
     fi
 fi
 
