@@ -41,8 +41,10 @@
  *    parent calls MPI_Comm_spawn from a helper thread, and if it has not
  *    returned in time, kills the stuck ranks and spawns again (a fresh
  *    MPI_Comm_spawn from another thread works after one hung).
+ *
+ * This file is the parent's side; spawn_rank.c is the rank's, and
+ * spawn_board.c the status board they share.
  */
-#include <cblas.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <mpi.h>
@@ -61,368 +63,7 @@
 #include "internal.h"
 #include "spawn_impl.h"
 
-#define RANK_FLAG "--lectern-rank"
-
-enum { TAG_STEP = 1, TAG_DONE = 2 };
-
-/* ------------------------------------------------------------------ */
-/* The status board: one slot per rank, in shared memory               */
-/* ------------------------------------------------------------------ */
-
-enum { SLOT_EMPTY = 0, SLOT_RUNNING, SLOT_DONE, SLOT_FAILED };
-
-/* Frames as text, "line<TAB>path<TAB>function<NEWLINE>", outermost first:
- * plain bytes, so a signal handler can write them and the parent read them. */
-#define FRAMES_TEXT 3072
-
-typedef struct board_slot {
-    volatile int pid;               /* 0 until the rank has started */
-    volatile int state;             /* SLOT_* */
-    volatile unsigned progress;     /* +1 at each step and each blocking call entered */
-    double failed_at;               /* monotonic seconds */
-    char operation[48];             /* the blocking call last entered, "dist_recv" */
-    char where[FRAMES_TEXT];        /* lecture stack at the last step or blocking call */
-    char failure[160];              /* "died with SIGSEGV", "exited with status 3" */
-    char failure_frames[FRAMES_TEXT];
-} board_slot;
-
-typedef struct board {
-    volatile int started;                     /* processes that registered, in any order */
-    volatile int started_pid[LECTERN_MAX_WORLD];
-    board_slot slot[LECTERN_MAX_WORLD];
-} board;
-
-static double monotonic(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static const char *plural(int n) { return n == 1 ? "" : "s"; }
-
-static void sleep_seconds(double s) {
-    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&t, NULL);
-}
-
-/* Maps the board `name`; creates it (zeroed) when `create`. NULL when it
- * cannot: a rank on another host has no board, and runs without one. */
-static board *board_map(const char *name, int create) {
-    int fd = shm_open(name, create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
-    if (fd < 0) return NULL;
-    if (create && ftruncate(fd, sizeof(board)) != 0) {
-        close(fd);
-        shm_unlink(name);
-        return NULL;
-    }
-    void *p = mmap(NULL, sizeof(board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    return p == MAP_FAILED ? NULL : (board *)p;
-}
-
-/* Writes frames as text into `out` (cut short rather than overflowing). */
-static void frames_to_text(const lx_frame *frames, int n, char *out, size_t size) {
-    size_t used = 0;
-    out[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        int w = snprintf(out + used, size - used, "%d\t%s\t%s\n", frames[i].line,
-                         frames[i].path ? frames[i].path : "?",
-                         frames[i].function ? frames[i].function : "?");
-        if (w < 0 || (size_t)w >= size - used) {
-            out[used] = '\0';
-            return;
-        }
-        used += (size_t)w;
-    }
-}
-
-/* The inverse, as the stack JSON of a step: [{"path","line","function"}...]. */
-static cJSON *frames_text_to_json(const char *text) {
-    cJSON *stack = cJSON_CreateArray();
-    const char *p = text;
-    while (*p) {
-        const char *end = strchr(p, '\n');
-        if (!end) break;
-        char *line = strndup(p, (size_t)(end - p));
-        char *tab1 = strchr(line, '\t');
-        char *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
-        if (tab2) {
-            *tab1 = *tab2 = '\0';
-            cJSON *f = cJSON_CreateObject();
-            cJSON_AddStringToObject(f, "path", tab1 + 1);
-            cJSON_AddNumberToObject(f, "line", atoi(line));
-            cJSON_AddStringToObject(f, "function", tab2 + 1);
-            cJSON_AddItemToArray(stack, f);
-        }
-        free(line);
-        p = end + 1;
-    }
-    return stack;
-}
-
-/* The innermost frame of a frames text: where the rank was. */
-typedef struct place {
-    int known;
-    int line;
-    char path[512];
-    char function[256];
-} place;
-
-static place innermost(const char *text) {
-    place pl;
-    memset(&pl, 0, sizeof pl);
-    const char *last = NULL;
-    for (const char *p = text; *p;) {
-        const char *end = strchr(p, '\n');
-        if (!end) break;
-        last = p;
-        p = end + 1;
-    }
-    if (!last) return pl;
-    const char *path = strchr(last, '\t');
-    const char *fn = path ? strchr(path + 1, '\t') : NULL;
-    const char *end = fn ? strchr(fn + 1, '\n') : NULL;
-    if (!end) return pl;
-    pl.known = 1;
-    pl.line = atoi(last);
-    snprintf(pl.path, sizeof pl.path, "%.*s", (int)(fn - path - 1), path + 1);
-    snprintf(pl.function, sizeof pl.function, "%.*s", (int)(end - fn - 1), fn + 1);
-    return pl;
-}
-
-/* ------------------------------------------------------------------ */
-/* What the parent tells its ranks                                      */
-/* ------------------------------------------------------------------ */
-
-typedef struct spawn_desc {
-    int64_t fn_offset;      /* fn - &lecture_main: the same in every copy of the binary */
-    int32_t spawn_id;
-    int32_t world_size;
-    int32_t backend;        /* lx_backend */
-    int32_t quick;
-    int32_t quiet;
-    double clock_zero;      /* the parent's monotonic time at lecture start */
-    uint64_t args_size;
-    char host[256];         /* the parent's host: ranks there use the board */
-    char lecture[128];      /* the lecture's name, for a rank's progress lines */
-} spawn_desc;
-
-/* ------------------------------------------------------------------ */
-/* Inside a rank                                                        */
-/* ------------------------------------------------------------------ */
-
-static MPI_Comm to_parent = MPI_COMM_NULL;
-static board_slot *my_slot;
-static spawn_desc my_desc;
-static int my_rank = -1;
-
-/* Each step goes to the parent as JSON text, stamped with the parent's clock
- * (CLOCK_MONOTONIC is one clock for all processes of a host). */
-static void rank_sink(cJSON *step) {
-    double t = monotonic() - my_desc.clock_zero;
-    cJSON *time = cJSON_CreateNumber((double)(long long)(t * 1e6) / 1e6);
-    if (cJSON_GetObjectItemCaseSensitive(step, "time"))
-        cJSON_ReplaceItemInObjectCaseSensitive(step, "time", time);
-    else
-        cJSON_AddItemToObject(step, "time", time);
-
-    if (my_slot) {   /* the step's line is this rank's latest known place */
-        lx_frame frames[LX_MAX_FRAMES];
-        int n = 0;
-        cJSON *f;
-        cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(step, "stack")) {
-            if (n == LX_MAX_FRAMES) break;
-            frames[n].path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
-            frames[n].function = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "function"));
-            cJSON *line = cJSON_GetObjectItemCaseSensitive(f, "line");
-            frames[n].line = cJSON_IsNumber(line) ? line->valueint : 0;
-            n++;
-        }
-        snprintf(my_slot->operation, sizeof my_slot->operation, "%s", "a step");
-        frames_to_text(frames, n, my_slot->where, sizeof my_slot->where);
-        __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
-    }
-
-    char *text = cJSON_PrintUnformatted(step);
-    cJSON_Delete(step);
-    MPI_CHECK(MPI_Send(text, (int)strlen(text) + 1, MPI_CHAR, 0, TAG_STEP, to_parent));
-    free(text);
-}
-
-void lx_rank_where(const char *operation) {
-    if (!my_slot) return;
-    lx_frame frames[LX_MAX_FRAMES];
-    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
-    snprintf(my_slot->operation, sizeof my_slot->operation, "%s", operation);
-    frames_to_text(frames, n, my_slot->where, sizeof my_slot->where);
-    __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
-}
-
-static const char *signal_name(int sig) {
-    switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGABRT: return "SIGABRT";
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    default: return "a signal";
-    }
-}
-
-/* A rank's crash: note how and where on the board, then die of the signal
- * (the default action), so Open MPI sees it too. The board is marked failed
- * first, with the last known place, so that even if finding the exact
- * faulting line goes wrong (symbolizing runs libdw inside a signal handler)
- * the parent still learns the signal. A second signal meanwhile goes straight
- * to the default action. */
-static volatile sig_atomic_t handling_signal;
-
-static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
-    (void)info;
-    if (handling_signal) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    handling_signal = 1;
-    if (my_slot && my_slot->state == SLOT_RUNNING) {
-        memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
-        snprintf(my_slot->failure, sizeof my_slot->failure, "died with %s", signal_name(sig));
-        my_slot->failed_at = monotonic();
-        __atomic_store_n(&my_slot->state, SLOT_FAILED, __ATOMIC_RELEASE);
-        lx_frame frames[LX_MAX_FRAMES];
-        int n = lx_stack_capture_signal(frames, LX_MAX_FRAMES, ucontext);
-        if (n > 0) {
-            char text[FRAMES_TEXT];
-            frames_to_text(frames, n, text, sizeof text);
-            memcpy(my_slot->failure_frames, text, sizeof text);
-        }
-    } else if (!my_slot) {
-        /* No board (a rank on another host): stderr is all we have. */
-        char msg[128];
-        int len = snprintf(msg, sizeof msg, "lectern: rank %d died with %s\n", my_rank, signal_name(sig));
-        if (len > 0) (void)!write(2, msg, (size_t)len);
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-/* exit() before fn returned (exit(3) in the lecture, a failed MPI_CHECK,
- * lx_fatal in the rank): record the status and the line. */
-static void rank_on_exit(int status, void *arg) {
-    (void)arg;
-    if (!my_slot || my_slot->state != SLOT_RUNNING) return;
-    lx_frame frames[LX_MAX_FRAMES];
-    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
-    if (n > 0) frames_to_text(frames, n, my_slot->failure_frames, sizeof my_slot->failure_frames);
-    else memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
-    snprintf(my_slot->failure, sizeof my_slot->failure, "exited with status %d before its function returned",
-             status);
-    my_slot->failed_at = monotonic();
-    __atomic_store_n(&my_slot->state, SLOT_FAILED, __ATOMIC_RELEASE);
-}
-
-static void rank_install_handlers(void) {
-    /* A stack for the handler, for when the rank's own overflowed. Generous:
-     * symbolizing a cold pc with libdw takes a good deal of it. */
-    static char alt[1024 * 1024];
-    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
-    sigaltstack(&ss, NULL);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = rank_on_signal;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    /* After MPI_Init: these replace Open MPI's own handlers, which print a raw backtrace. */
-    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
-    on_exit(rank_on_exit, NULL);
-}
-
-/* This rank's GPU under NCCL: its index among the ranks on its host. */
-static int local_rank(void) {
-    MPI_Comm node;
-    int r = 0;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    MPI_CHECK(MPI_Comm_rank(node, &r));
-    MPI_CHECK(MPI_Comm_free(&node));
-    return r;
-}
-
-static void run_rank(const char *board_name) {
-    /* Register on the board before MPI_Init, so a parent whose spawn hangs
-     * knows whom to stop; then start a few ms after the rank before us. */
-    board *b = board_map(board_name, 0);
-    if (b) {
-        int i = __atomic_fetch_add(&b->started, 1, __ATOMIC_ACQ_REL);
-        if (i < LECTERN_MAX_WORLD) b->started_pid[i] = getpid();
-    }
-    const char *launch_rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (launch_rank) sleep_seconds(0.003 * atoi(launch_rank));
-
-    MPI_CHECK(MPI_Init(NULL, NULL));
-    MPI_CHECK(MPI_Comm_get_parent(&to_parent));
-    if (to_parent == MPI_COMM_NULL) {
-        fprintf(stderr, "lectern: %s is for processes started by spawn()\n", RANK_FLAG);
-        MPI_Finalize();
-        exit(2);
-    }
-    MPI_CHECK(MPI_Bcast(&my_desc, (int)sizeof my_desc, MPI_BYTE, 0, to_parent));
-    void *args = malloc(my_desc.args_size ? my_desc.args_size : 1);
-    if (!args) {
-        fprintf(stderr, "lectern: out of memory for %llu bytes of spawn args\n",
-                (unsigned long long)my_desc.args_size);
-        exit(1);
-    }
-    if (my_desc.args_size)
-        MPI_CHECK(MPI_Bcast(args, (int)my_desc.args_size, MPI_BYTE, 0, to_parent));
-
-    int world_size = 0;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &my_rank));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    if (b && strcmp(host, my_desc.host) == 0 && my_rank < LECTERN_MAX_WORLD) {
-        my_slot = &b->slot[my_rank];
-        my_slot->pid = getpid();
-        __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
-    }
-    rank_install_handlers();
-
-    spawn_fn fn = (spawn_fn)(void *)((uintptr_t)(void *)&lecture_main + (uintptr_t)my_desc.fn_offset);
-    lx_stack_set_root((const void *)fn);
-    lx_set_in_rank(my_rank, world_size);
-    lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick, my_desc.quiet);
-    lx_set_step_sink(rank_sink);
-
-    /* OpenBLAS starts one spinning thread per core in every process; four
-     * ranks on two cores would fight over them (3.5x slower, measured).
-     * Share the cores out instead. */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores > world_size ? (int)(cores / world_size) : 1;
-    openblas_set_num_threads(threads);
-
-    int device = -1;
-    if (my_desc.backend == LX_BACKEND_NCCL) device = local_rank();
-    lx_comm_start((lx_backend)my_desc.backend, my_rank, world_size, device);
-
-    fn(my_rank, world_size, my_desc.args_size ? args : NULL);
-
-    lx_comm_stop();
-    free(args);
-    if (my_slot) __atomic_store_n(&my_slot->state, SLOT_DONE, __ATOMIC_RELEASE);
-    int ok = 0;
-    MPI_CHECK(MPI_Send(&ok, 1, MPI_INT, 0, TAG_DONE, to_parent));
-    MPI_CHECK(MPI_Comm_disconnect(&to_parent));
-    MPI_CHECK(MPI_Finalize());
-    exit(0);   /* the board stays mapped: the exit hook still looks at it */
-}
-
-void lx_spawn_child_entry(int argc, char **argv) {
-    if (argc >= 3 && strcmp(argv[1], RANK_FLAG) == 0) run_rank(argv[2]);
-}
 
 /* ------------------------------------------------------------------ */
 /* In the parent                                                        */
@@ -555,7 +196,7 @@ static void set_number(cJSON *obj, const char *key, double v) {
 
 static void finish_entry(spawn_run *run, const char *status) {
     cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "status", cJSON_CreateString(status));
-    set_number(run->entry, "seconds", (double)(long long)((monotonic() - run->started) * 1e6) / 1e6);
+    set_number(run->entry, "seconds", (double)(long long)((now_seconds() - run->started) * 1e6) / 1e6);
 }
 
 static void board_remove(spawn_run *run) {
@@ -567,7 +208,7 @@ static void board_remove(spawn_run *run) {
 static void board_create(spawn_run *run, int attempt) {
     snprintf(run->board_name, sizeof run->board_name, "/lectern-%d-%d-%d", (int)getpid(), run->id, attempt);
     shm_unlink(run->board_name);   /* a leftover of a crashed run with our pid */
-    run->board = board_map(run->board_name, 1);
+    run->board = lx_board_map(run->board_name, 1);
     if (!run->board)
         fprintf(stderr, "lectern: no status board in /dev/shm (%s): crashes will be found by the timeout only\n",
                 strerror(errno));
@@ -609,10 +250,10 @@ static int start_ranks(spawn_run *run, double limit) {
     } else {
         pthread_t th;
         if (pthread_create(&th, NULL, start_thread, c) != 0) lx_fatal("cannot create a thread");
-        double t0 = monotonic();
+        double t0 = now_seconds();
         double nap = 0.0002;
-        while (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE) && monotonic() - t0 < limit) {
-            sleep_seconds(nap);
+        while (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE) && now_seconds() - t0 < limit) {
+            lx_sleep_seconds(nap);
             if (nap < 0.005) nap *= 2;
         }
         if (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE)) {
@@ -773,7 +414,7 @@ static void kill_ranks(spawn_run *run) {
 
 /* An error step located in a rank: the parent's frames, then `frames_text`. */
 static void rank_error_step(spawn_run *run, int rank, const char *frames_text, const char *message) {
-    cJSON *rank_stack = frames_text_to_json(frames_text);
+    cJSON *rank_stack = lx_frames_text_to_json(frames_text);
     cJSON *step = cJSON_CreateObject();
     cJSON_AddItemToObject(step, "stack", joined_stack(run, rank_stack));
     cJSON_Delete(rank_stack);
@@ -791,10 +432,10 @@ static void rank_error_step(spawn_run *run, int rank, const char *frames_text, c
 /* Gives the ranks' last messages a moment to arrive: the steps a failing
  * rank made before it failed belong in the trace. */
 static void drain_briefly(spawn_run *run) {
-    double t0 = monotonic(), last = t0;
-    while (monotonic() - last < 0.1 && monotonic() - t0 < 1.0) {
-        if (drain(run) > 0) last = monotonic();
-        sleep_seconds(0.002);
+    double t0 = now_seconds(), last = t0;
+    while (now_seconds() - last < 0.1 && now_seconds() - t0 < 1.0) {
+        if (drain(run) > 0) last = now_seconds();
+        lx_sleep_seconds(0.002);
     }
     release(run, 1);
 }
@@ -803,10 +444,10 @@ static void __attribute__((noreturn)) fail_rank(spawn_run *run, int rank) {
     board_slot *s = &run->board->slot[rank];
     /* Its signal handler may still be writing where it was: wait (a little)
      * for the process to be gone. Meanwhile take the last steps of all. */
-    double t0 = monotonic();
-    while (s->pid > 0 && kill(s->pid, 0) == 0 && monotonic() - t0 < 2.0) {
+    double t0 = now_seconds();
+    while (s->pid > 0 && kill(s->pid, 0) == 0 && now_seconds() - t0 < 2.0) {
         drain(run);
-        sleep_seconds(0.005);
+        lx_sleep_seconds(0.005);
     }
     drain_briefly(run);
     kill_ranks(run);
@@ -817,7 +458,7 @@ static void __attribute__((noreturn)) fail_rank(spawn_run *run, int rank) {
     char *how = strdup(silent ? "ended before its function returned, too abruptly to say how "
                                 "(SIGKILL, the out-of-memory killer, or _exit)"
                               : s->failure);
-    place at = innermost(frames);
+    place at = lx_innermost(frames);
     char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d %s, in %s()%s", at.path, at.line, rank,
                                   run->world_size, how, at.function,
                                   silent ? " (the last line it reported)" : "")
@@ -845,7 +486,7 @@ static void __attribute__((noreturn)) fail_deadlock(spawn_run *run, double timeo
         waiting++;
         const char *frames = run->board ? run->board->slot[r].where : "";
         const char *op = run->board ? run->board->slot[r].operation : "";
-        place at = innermost(frames);
+        place at = lx_innermost(frames);
         char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d made no progress for %g s, last in %s, in %s() "
                                       "(a deadlock? each rank waiting for another)",
                                       at.path, at.line, r, run->world_size, timeout, op, at.function)
@@ -913,7 +554,7 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     spawn_run *run = calloc(1, sizeof *run);
     if (!run) lx_fatal("out of memory");
     run->world_size = world_size;
-    run->started = monotonic();
+    run->started = now_seconds();
     run->n_parent = lx_stack_capture(run->parent, LX_MAX_FRAMES);
     char *reason = NULL;
     run->backend = choose_backend(world_size, &reason);
@@ -961,7 +602,7 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     }
     MPI_CHECK(MPI_Comm_set_errhandler(run->inter, MPI_ERRORS_RETURN));
     /* Start-up: from spawn() to every rank connected, retries included. */
-    set_number(run->entry, "startup_s", (double)(long long)((monotonic() - run->started) * 1e6) / 1e6);
+    set_number(run->entry, "startup_s", (double)(long long)((now_seconds() - run->started) * 1e6) / 1e6);
 
     spawn_desc desc;
     memset(&desc, 0, sizeof desc);
@@ -971,7 +612,7 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     desc.backend = run->backend;
     desc.quick = lecture_quick();
     desc.quiet = lx_quiet();
-    desc.clock_zero = monotonic() - lx_elapsed();
+    desc.clock_zero = now_seconds() - lx_elapsed();
     desc.args_size = args_size;
     gethostname(desc.host, sizeof desc.host - 1);
     snprintf(desc.lecture, sizeof desc.lecture, "%s", lx_lecture_name());
@@ -980,10 +621,10 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
 
     /* Wait for "done" from every rank, forwarding steps as they come. Short
      * naps while idle: the ranks need the cores more than we do. */
-    run->last_progress = monotonic();
+    run->last_progress = now_seconds();
     double last_board = 0, nap = 0.00005;
     while (run->n_done < world_size) {
-        double now = monotonic();
+        double now = now_seconds();
         if (drain(run) > 0) {
             run->last_progress = now;
             nap = 0.00005;
@@ -994,7 +635,7 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
             watch_board(run, now);
         }
         if (now - run->last_progress > timeout) fail_deadlock(run, timeout);
-        sleep_seconds(nap);
+        lx_sleep_seconds(nap);
         if (nap < 0.005) nap *= 2;
     }
 
