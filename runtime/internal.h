@@ -134,6 +134,12 @@ double lx_elapsed(void);
 char *lx_vfmt(const char *fmt, va_list ap);
 char *lx_fmt(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 
+/* strbuf.c: a growing string; zero-initialise, add, free(b.s). */
+typedef struct lx_sb { char *s; size_t len, cap; } lx_sb;
+void lx_sb_add(lx_sb *b, const char *s, size_t n);
+void lx_sb_str(lx_sb *b, const char *s);
+void lx_sb_printf(lx_sb *b, const char *fmt, ...) LECTERN_PRINTF(2, 3);
+
 /* Makes `s` valid UTF-8 in place-or-copy: invalid bytes become U+FFFD.
  * Returns a new string (caller frees). */
 char *lx_utf8_repair(const char *s);

@@ -11,28 +11,18 @@
 
 #include "internal.h"
 
-typedef struct { char *buf; size_t len, cap; } html_buf;
-
 static void put(const MD_CHAR *text, MD_SIZE size, void *userdata) {
-    html_buf *b = userdata;
-    if (b->len + size + 1 > b->cap) {
-        b->cap = (b->len + size + 1) * 2;
-        b->buf = realloc(b->buf, b->cap);
-        if (!b->buf) abort();
-    }
-    memcpy(b->buf + b->len, text, size);
-    b->len += size;
-    b->buf[b->len] = '\0';
+    lx_sb_add(userdata, text, size);
 }
 
 char *lx_markdown_to_html(const char *md) {
-    html_buf b = {0};
-    put("", 0, &b);   /* an empty note still gives "" */
+    lx_sb b = {0};
+    lx_sb_add(&b, "", 0);   /* an empty note still gives "" */
     unsigned parser = MD_DIALECT_GITHUB | MD_FLAG_NOHTML;
     if (md_html(md, (MD_SIZE)strlen(md), put, &b, parser, 0) != 0) {
         /* md4c only fails on out-of-memory; keep the text, escaped by the viewer. */
         b.len = 0;
-        b.buf[0] = '\0';
+        b.s[0] = '\0';
     }
-    return b.buf;
+    return b.s;
 }

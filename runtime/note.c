@@ -118,19 +118,12 @@ int note_system(const char *command) {
         lx_error("note_system: cannot run '%s'", command);
         return -1;
     }
-    size_t cap = 4096, len = 0;
-    char *out = malloc(cap);
-    if (!out) abort();
+    lx_sb sb = {0};
+    lx_sb_add(&sb, "", 0);
+    char chunk[4096];
     size_t got;
-    while ((got = fread(out + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 2) {
-            cap *= 2;
-            out = realloc(out, cap);
-            if (!out) abort();
-        }
-    }
-    out[len] = '\0';
+    while ((got = fread(chunk, 1, sizeof chunk, p)) > 0) lx_sb_add(&sb, chunk, got);
+    char *out = sb.s;
     int raw = pclose(p);
     int status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0);
     strip_ansi(out);

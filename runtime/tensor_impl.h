@@ -22,6 +22,11 @@
 extern "C" {
 #endif
 
+/* tensor.c, for tensor_print.c: "cpu" or "cuda:N" into buf; a host buffer of
+ * n floats (NULL for 0; out of memory stops the lecture). */
+const char *lx_device_name(int device, char buf[32]);
+float *lx_host_buffer(int64_t n);
+
 #ifdef LECTERN_CUDA
 
 /* 1 once this process has put anything on a GPU (then device_synchronize()
