@@ -55,7 +55,7 @@ int gpu_count(void)
 void device_synchronize(void)
 {
 #ifdef LECTERN_CUDA
-    if (gpu_count() > 0 && lx_cuda_in_use())
+    if (lx_cuda_in_use() && gpu_count() > 0)   /* no CUDA start-up where none was used */
         CUDA_CHECK(cudaDeviceSynchronize());
 #endif
 }

@@ -63,6 +63,13 @@ TOL = 1e-5        # largest difference allowed where summation order may differ
 NUM = r"([-+0-9.eE]+|nan|inf)"
 
 
+def half_unit(printed):
+    """Half of the last printed digit's unit: how far a rounded number may be
+    from the value it stands for ("0.32" -> 0.005, "12" -> 0.5)."""
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    return 0.5 * 10 ** -decimals
+
+
 def find_binary():
     """The lecture in the build folder the runner names (LECTERN_BUILD, default build)."""
     path = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "lectures", "lecture_08")
@@ -219,12 +226,15 @@ class Lecture08(unittest.TestCase):
                 # The table prints t rounded to its last digit: at tens of microseconds
                 # that rounding alone moves S / t by a few per cent, so check against
                 # the range of times that print the same.
-                half = 0.5 * 10 ** -len(ms.split(".")[1]) / 1e3 if "." in ms else 0.5e-3
+                half = half_unit(ms) / 1e3
                 lo, hi = size / (seconds + half) / 1e9, size / max(seconds - half, 1e-12) / 1e9
-                self.assertTrue(lo * 0.98 - 0.01 <= float(algbw) <= hi * 1.02 + 0.01,
+                ha = half_unit(algbw)
+                self.assertTrue(lo - ha - 1e-9 <= float(algbw) <= hi + ha + 1e-9,
                                 (op, n, size_mb, ms, algbw))
-                self.assertTrue(math.isclose(float(busbw), float(algbw) * factor, rel_tol=0.02, abs_tol=0.01),
-                                (op, n, algbw, busbw))
+                # busbw = algbw * factor, both printed rounded: compare the intervals.
+                hb = half_unit(busbw)
+                self.assertTrue((float(algbw) - ha) * factor - hb - 1e-9 <= float(busbw)
+                                <= (float(algbw) + ha) * factor + hb + 1e-9, (op, n, algbw, busbw))
         self.assertEqual(seen, {("all-reduce", 2), ("all-reduce", 4), ("reduce-scatter", 2),
                                 ("reduce-scatter", 4)})
         plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"]
