@@ -423,7 +423,7 @@ static void benchmarking(void) {
     see("https://github.com/stas00/ml-engineering/blob/master/network/benchmarks/all_reduce_bench.py");
     note("How fast is communication? We time all-reduce and reduce-scatter on one node, "
          "with 2 and then 4 ranks, over a range of message sizes.");
-    note("Two bandwidths are reported, as nccl-tests defines them (GB = 10^9 bytes):");
+    note("Two bandwidths are reported, as nccl-tests defines them (GB = 10^9 bytes; message sizes in MiB, 2^20 bytes):");
     note("- **algbw** = S / t, where S is the message size and t the time of one "
          "operation. For reduce-scatter S is the size of the *whole input* "
          "(world size times the output), because that is what gets reduced.\n"
@@ -514,7 +514,7 @@ static bench_result bandwidths(int64_t bytes, double seconds, double bus_factor)
 static void note_table(const char *op, int world_size, const bench_result *r, int n) {
     char text[2048];
     int len = snprintf(text, sizeof text,
-                       "%s on %d ranks:\n\n| size (MB) | time (ms) | algbw (GB/s) | busbw (GB/s) |\n"
+                       "%s on %d ranks:\n\n| size (MiB) | time (ms) | algbw (GB/s) | busbw (GB/s) |\n"
                        "|---:|---:|---:|---:|\n", op, world_size);
     for (int i = 0; i < n && len < (int)sizeof text; i++)
         len += snprintf(text + len, sizeof text - len, "| %g | %.3f | %.2f | %.2f |\n",
@@ -531,7 +531,7 @@ static void plot_busbw(int world_size, const bench_result *all_reduce,
         " \"mark\": {\"type\": \"line\", \"point\": true},"
         " \"encoding\": {"
         "  \"x\": {\"field\": \"size_mb\", \"type\": \"quantitative\","
-        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MB)\"},"
+        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MiB)\"},"
         "  \"y\": {\"field\": \"busbw\", \"type\": \"quantitative\", \"title\": \"busbw (GB/s)\"},"
         "  \"color\": {\"field\": \"operation\", \"type\": \"nominal\"}}}");
     char title[96];
