@@ -133,10 +133,4 @@ static void body(void) {
     spawn(measure, 4, NULL, 0);
 }
 
-int main(int argc, char **argv) {
-    if (argc > 1) return lecture_main(argc, argv, body);   /* a rank, or options given */
-    char dir[] = "/tmp/lectern-bench-XXXXXX";
-    if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
-    char *args[] = {argv[0], "--out", dir, "--quiet", NULL};
-    return lecture_main(4, args, body);
-}
+int main(int argc, char **argv) { return lecture_main(argc, argv, body); }

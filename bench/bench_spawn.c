@@ -8,7 +8,8 @@
  * median and the spread of several spawns. Medians: this machine is shared
  * and noisy.
  *
- *   build/bench/bench_spawn [--out DIR]     (default DIR: a temporary folder)
+ *   build/bench/bench_spawn        (scripts/bench.sh sets LECTERN_OUT to a
+ *                                   temporary folder, so traces/ is untouched)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,11 +51,4 @@ static void body(void) {
     fflush(stdout);
 }
 
-int main(int argc, char **argv) {
-    if (argc > 1) return lecture_main(argc, argv, body);   /* a rank, or options given */
-    /* By default the trace goes to a temporary folder, not traces/. */
-    char dir[] = "/tmp/lectern-bench-XXXXXX";
-    if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
-    char *args[] = {argv[0], "--out", dir, "--quiet", NULL};
-    return lecture_main(4, args, body);
-}
+int main(int argc, char **argv) { return lecture_main(argc, argv, body); }

@@ -53,7 +53,8 @@ static void usage(FILE *f, const char *prog, const char *name) {
             "(the twin the viewer loads from file://). A run that fails writes\n"
             "DIR/%s.failed.json instead and leaves the last good trace alone.\n"
             "\n"
-            "  --out DIR   where to write the trace (default: %s/traces)\n"
+            "  --out DIR   where to write the trace (default: $LECTERN_OUT, else\n"
+            "              %s/traces)\n"
             "  --quick     reduced sizes, for tests\n"
             "  --quiet     no progress lines on stderr\n"
             "  --help      this text\n"
@@ -149,6 +150,10 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
             return 2;
         }
     }
+    /* --out, else $LECTERN_OUT (benchmarks and scripts point it at a
+     * temporary folder), else the repo's traces/. */
+    const char *env_out = getenv("LECTERN_OUT");
+    if (!out && env_out && *env_out) out = env_out;
     char *dir = out ? strdup(out) : lx_fmt("%s/traces", lx_repo_root());
     if (!*dir || check_writable(dir) != 0) {
         fprintf(stderr, "%s: cannot write the trace to '%s': %s\n", argv[0], dir, strerror(errno));

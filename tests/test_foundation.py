@@ -72,6 +72,19 @@ class Lecture00(Base):
         self.assertEqual(p.returncode, 2)
         self.assertIn("unknown option '--bogus'", p.stderr)
 
+    def test_lecture_out_environment_is_the_default_folder(self):
+        env = dict(os.environ, LECTERN_OUT=self.out)
+        p = subprocess.run([os.path.join(BUILD, "lectures", "lecture_00"), "--quiet"], env=env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        tracecheck.validate(os.path.join(self.out, "lecture_00.json"))
+        # --out still wins over the environment.
+        other = os.path.join(self.out, "other")
+        p = subprocess.run([os.path.join(BUILD, "lectures", "lecture_00"), "--quiet", "--out", other],
+                           env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.exists(os.path.join(other, "lecture_00.json")))
+
     def test_unwritable_out_is_exit_2(self):
         blocker = os.path.join(self.out, "a-file")
         open(blocker, "w").close()
