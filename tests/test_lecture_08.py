@@ -140,6 +140,14 @@ class Lecture08(unittest.TestCase):
         self.assertEqual(self.trace["meta"]["status"], "ok")
         self.assertTrue(all(s["status"] == "ok" for s in self.trace["spawns"]))
 
+    def test_checker_rejects_this_trace_shifted_by_one_line(self):
+        # The line check above means something only if a stack that is one
+        # line off fails it: shift every frame, then only the innermost.
+        for innermost in (False, True):
+            for delta in (1, -1):
+                rejected, total = tracecheck.shifted_rejections(self.trace, delta, innermost)
+                self.assertGreaterEqual(rejected, 0.98 * total, (innermost, delta, rejected, total))
+
     def test_sections_in_order(self):
         headings = [m.strip() for m in self.markdown() if m.startswith("#")]
         pos = 0

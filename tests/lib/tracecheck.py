@@ -3,11 +3,21 @@
     import tracecheck
     trace = tracecheck.load(path)          # the .json, parsed
     tracecheck.validate(path)              # schema + js twin + line accuracy; raises AssertionError
+    tracecheck.step_problem(trace, i)      # why step i's stack is wrong, or None
 
-Line accuracy: for every step, the innermost frame's line holds the call that
-made the step, and every outer frame's line calls the next frame's function.
-"The line holds the call" allows for a call spread over several lines: the
-statement that starts at or before the line and reaches it must contain it.
+Line accuracy. Every frame of a step names a line, and that exact line must
+hold the call that leads to the next frame:
+  - an outer frame's line calls the next frame's function: its name followed
+    by "(" is on that line (or a call through a function pointer is);
+  - the innermost frame's line calls one of the runtime's step-making
+    functions (note(), image(), ... or spawn(), whose note says which backend
+    it chose), unless the step is an error, which can come from any line.
+For a call spread over several lines GCC stamps the line that holds the
+called function's name, so "the name is on the stamped line" holds for every
+real step, and a stack shifted by one line almost never passes (the tests
+measure that). Comments and the insides of string literals are blanked
+before matching, so `note("call spawn() later")` or a comment naming a
+function cannot make a wrong line pass.
 """
 import json
 import os
@@ -19,9 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCHEMA_PATH = os.path.join(ROOT, "docs", "trace.schema.json")
 
 # Calls of the runtime that make a step directly.
-STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot")
-# spawn() notes which backend it chose, at the spawn() line. An error step
-# (bad input, a crash) may come from any line.
+STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_close")
+# spawn() notes which backend it chose, at the spawn() line.
 RUNTIME_CALLS = STEP_CALLS + ("spawn",)
 
 _schema = None
@@ -50,68 +59,291 @@ def load_js_twin(path):
     return m.group(1), json.loads(m.group(2))
 
 
-def statement_at(lines, line):
-    """The text of the statement around `line` (1-based): from the nearest
-    earlier line ending a statement (';', '{' or '}') up to the first line at
-    or after `line` that ends one."""
-    i = line - 1
-    start = i
-    while start > 0:
-        prev = lines[start - 1].split("//")[0].rstrip()
-        if prev.endswith((";", "{", "}")) or prev == "" or prev.lstrip().startswith("#"):
-            break
-        start -= 1
-    end = i
-    while end < len(lines) - 1:
-        cur = lines[end].split("//")[0].rstrip()
-        if cur.endswith((";", "{", "}")):
-            break
-        end += 1
-    return "\n".join(lines[start:end + 1])
+def code_only(text):
+    """The source's lines with comments and the insides of string and
+    character literals replaced by spaces (line numbers and columns kept)."""
+    out = []
+    i, n = 0, len(text)
+    state = None   # None, "block" (/* */), "line" (//), '"' or "'"
+    while i < n:
+        c = text[i]
+        if state is None:
+            if c == "/" and text.startswith("/*", i):
+                state = "block"
+                out.append("  ")
+                i += 2
+                continue
+            if c == "/" and text.startswith("//", i):
+                state = "line"
+                out.append("  ")
+                i += 2
+                continue
+            if c in "\"'":
+                state = c
+            out.append(c)
+        elif state == "block":
+            if text.startswith("*/", i):
+                state = None
+                out.append("  ")
+                i += 2
+                continue
+            out.append("\n" if c == "\n" else " ")
+        elif state == "line":
+            if c == "\n":
+                state = None
+                out.append(c)
+            else:
+                out.append(" ")
+        else:   # inside a literal
+            if c == "\\" and i + 1 < n:
+                out.append("  " if text[i + 1] != "\n" else " \n")
+                i += 2
+                continue
+            if c == state:
+                state = None
+                out.append(c)
+            elif c == "\n":   # an unterminated literal ends at the line's end
+                state = None
+                out.append(c)
+            else:
+                out.append(" ")
+        i += 1
+    return "".join(out).split("\n")
 
 
 def calls(text, name):
-    return re.search(r"(?<![A-Za-z0-9_])%s\s*\(" % re.escape(name), text) is not None
+    """`text` calls `name`: the name, not part of a longer identifier nor a
+    member (x.name, p->name), followed by "(" ."""
+    return re.search(r"(?<![A-Za-z0-9_.>])%s\s*\(" % re.escape(name), text) is not None
 
 
-def calls_through_pointer(stmt, src):
-    """A call through a function pointer: the called name is declared in the
-    file as a pointer to a function, e.g. `void (*fn)(int)` or `spawn_fn fn`."""
-    text = "\n".join(src)
-    for name in re.findall(r"(?<![A-Za-z0-9_.>])([A-Za-z_]\w*)\s*\(", stmt):
-        if re.search(r"\(\s*\*\s*%s\s*\)\s*\(" % re.escape(name), text):
-            return True
-        if re.search(r"\b\w+_fn\s+%s\b" % re.escape(name), text):
-            return True
+def pointer_names(code):
+    """Names declared in the file as pointers to functions: `void (*fn)(int)`
+    or `spawn_fn fn`."""
+    text = "\n".join(code)
+    names = set(re.findall(r"\(\s*\*\s*([A-Za-z_]\w*)\s*\)\s*\(", text))
+    names |= set(re.findall(r"\b\w+_fn\s+([A-Za-z_]\w*)\b", text))
+    return names
+
+
+def calls_through_pointer(line, pointers):
+    return any(calls(line, p) for p in pointers)
+
+
+
+# ---- what the call on a line would render ----
+
+_ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "0": b"\0", "a": b"\a", "b": b"\b", "f": b"\f",
+            "v": b"\v", "\\": b"\\", "'": b"'", '"': b'"', "?": b"?"}
+
+
+def _literal_at(src, pos):
+    """The bytes of the string literal(s) starting at src[pos] (after blanks
+    and comments; adjacent literals joined, as the compiler does), and the
+    position after them; (None, pos) when the next token is not a literal."""
+    out = b""
+    found = False
+    n = len(src)
+    while True:
+        while pos < n:
+            if src[pos].isspace():
+                pos += 1
+            elif src.startswith("/*", pos):
+                end = src.find("*/", pos + 2)
+                pos = n if end < 0 else end + 2
+            elif src.startswith("//", pos):
+                end = src.find("\n", pos)
+                pos = n if end < 0 else end
+            else:
+                break
+        if pos >= n or src[pos] != '"':
+            return (out if found else None), pos
+        found = True
+        pos += 1
+        while pos < n and src[pos] != '"':
+            c = src[pos]
+            if c == "\\" and pos + 1 < n:
+                e = src[pos + 1]
+                if e == "x":
+                    m = re.match(r"[0-9a-fA-F]+", src[pos + 2:])
+                    out += bytes([int(m.group(0), 16) & 0xFF])
+                    pos += 2 + len(m.group(0))
+                    continue
+                if e in "01234567":
+                    m = re.match(r"[0-7]{1,3}", src[pos + 1:])
+                    out += bytes([int(m.group(0), 8) & 0xFF])
+                    pos += 1 + len(m.group(0))
+                    continue
+                out += _ESCAPES.get(e, e.encode())
+                pos += 2
+                continue
+            out += c.encode("utf-8")
+            pos += 1
+        pos += 1
+
+
+_CONVERSION = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d+))?(hh|h|ll|l|L|z|j|t)?([diouxXeEfFgGaAcspn%])")
+
+
+def _text_pattern(text):
+    """A regex for literal text that may have lost bytes to UTF-8 repair."""
+    out = []
+    for piece in re.split(r"([\x80-\xff]+)", text.decode("latin-1")):
+        raw = piece.encode("latin-1")
+        if raw and raw[0] >= 0x80:
+            try:
+                out.append(re.escape(raw.decode("utf-8")))
+            except UnicodeDecodeError:
+                out.append(".*?")   # invalid bytes: the runtime replaced them
+        else:
+            out.append(re.escape(piece))
+    return "".join(out)
+
+
+def format_regex(fmt):
+    """A regex matching what printf(fmt, ...) can print."""
+    parts, last = [], 0
+    for m in _CONVERSION.finditer(fmt.decode("latin-1")):
+        parts.append(_text_pattern(fmt[last:m.start()]))
+        last = m.end()
+        conv = m.group(5)
+        if conv == "%":
+            parts.append("%")
+        elif conv in "diouxX":
+            parts.append(r"\s*[-+]?\s*[0-9a-fA-Fx]+")
+        elif conv in "eEfFgGaA":
+            parts.append(r"\s*(?:[-+]?[0-9a-fA-Fx.]+(?:[eEpP][-+]?\d+)?|[-+]?(?:nan|inf|NAN|INF))")
+        elif conv == "c":
+            parts.append(r"(?:.|\s)")
+        else:   # s, p, n: anything
+            parts.append(r".*?")
+    parts.append(_text_pattern(fmt[last:]))
+    return re.compile("".join(parts), re.S)
+
+
+# The rendering type each step-making call makes (check() and check_close()
+# make their own kind; anything is accepted from them).
+_RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
+                   "note_system": "text", "plot": "plot", "spawn": "markdown"}
+
+# What each step-making call's first argument must match in its rendering.
+_FIRST_ARG_FIELD = {"note": ("data", True), "note_verbatim": ("data", True), "image": ("src", False),
+                    "see": ("url", False), "note_system": ("command", False)}
+
+
+def rendered_by(raw_src_text, line_starts, line, rendering):
+    """True if some step-making call whose name is on `line` (1-based) could
+    have made `rendering`: its first argument, when a string literal, matches
+    (a printf format for note() and note_verbatim(), the exact text for
+    image(), see() and note_system()). Calls whose first argument is not a
+    literal match anything: the name on the line is all that can be checked."""
+    start = line_starts[line - 1]
+    end = line_starts[line] if line < len(line_starts) else len(raw_src_text)
+    code = code_only(raw_src_text[start:end])[0]
+    for name in RUNTIME_CALLS:
+        for m in re.finditer(r"(?<![A-Za-z0-9_.>])%s\s*\(" % re.escape(name), code):
+            if _RENDERING_TYPE.get(name, rendering.get("type")) != rendering.get("type"):
+                continue
+            if name not in _FIRST_ARG_FIELD:
+                if name == "spawn":
+                    if rendering.get("type") == "markdown" and rendering.get("data", "").startswith("spawn"):
+                        return True
+                    continue
+                return True   # plot(), check(): no literal to compare
+            field, is_format = _FIRST_ARG_FIELD[name]
+            lit, _ = _literal_at(raw_src_text, start + m.end())
+            if lit is None:
+                if field in rendering:
+                    return True
+                continue
+            value = rendering.get(field)
+            if value is None:
+                continue
+            if is_format:
+                if format_regex(lit).fullmatch(value):
+                    return True
+            elif re.fullmatch(_text_pattern(lit), value, re.S):
+                return True
     return False
+
+
+class _Files:
+    """Code-only lines of each embedded file, made once per trace."""
+
+    def __init__(self, trace):
+        self.raw = {p: t.split("\n") for p, t in trace["files"].items()}
+        self.code = {p: code_only(t) for p, t in trace["files"].items()}
+        self.pointers = {p: pointer_names(c) for p, c in self.code.items()}
+        self.text = dict(trace["files"])
+        self.line_starts = {}
+        for p, t in self.text.items():
+            starts, pos = [], 0
+            for l in t.split("\n"):
+                starts.append(pos)
+                pos += len(l) + 1
+            self.line_starts[p] = starts
+
+
+def _frame_problem(files, step, j):
+    stack = step["stack"]
+    frame = stack[j]
+    path, line = frame["path"], frame["line"]
+    if path not in files.code:
+        return "%s is not embedded in files" % path
+    code = files.code[path]
+    if not 1 <= line <= len(code):
+        return "%s:%d is past the end" % (path, line)
+    text = code[line - 1]
+    where = "frame %d (%s:%d %s)" % (j, path, line, frame["function"])
+    if j + 1 < len(stack):
+        nxt = stack[j + 1]["function"]
+        if calls(text, nxt) or calls_through_pointer(text, files.pointers[path]):
+            return None
+        return "%s: does not call %s(): %r" % (where, nxt, files.raw[path][line - 1].strip())
+    if any(r["type"] == "error" for r in step["renderings"]):
+        return None   # a crash or bad input can happen on any line
+    if not any(calls(text, c) for c in RUNTIME_CALLS):
+        return "%s: no call that makes a step: %r" % (where, files.raw[path][line - 1].strip())
+    first = step["renderings"][0]
+    if not rendered_by(files.text[path], files.line_starts[path], line, first):
+        return "%s: the call there cannot have made this %s rendering: %r" % (
+            where, first.get("type"), files.raw[path][line - 1].strip())
+    return None
+
+
+def step_problem(trace, i, files=None):
+    """Why step i's stack is not exact (a string), or None."""
+    files = files or _Files(trace)
+    step = trace["steps"][i]
+    spawn_depth = _spawn_depths(trace).get(step.get("spawn"))
+    for j in range(len(step["stack"])):
+        frame = step["stack"][j]
+        if spawn_depth is not None and j == spawn_depth - 1 and j + 1 < len(step["stack"]):
+            # The parent's spawn() line: the next frame is the rank function.
+            code = files.code.get(frame["path"])
+            if code is None or not 1 <= frame["line"] <= len(code):
+                return "step %d frame %d: %s:%d is not in the trace's files" % (i, j, frame["path"], frame["line"])
+            if not calls(code[frame["line"] - 1], "spawn"):
+                return "step %d frame %d (%s:%d): the spawn's line does not call spawn(): %r" % (
+                    i, j, frame["path"], frame["line"], files.raw[frame["path"]][frame["line"] - 1].strip())
+            continue
+        p = _frame_problem(files, step, j)
+        if p:
+            return "step %d %s" % (i, p)
+    return None
+
+
+def _spawn_depths(trace):
+    """spawn id -> number of parent frames (its recorded stack's length)."""
+    return {s["id"]: len(s["stack"]) for s in trace.get("spawns", []) if "stack" in s}
 
 
 def check_lines(trace):
     """Raises AssertionError naming the first step whose stack is not exact."""
-    files = {p: t.split("\n") for p, t in trace["files"].items()}
-    for i, step in enumerate(trace["steps"]):
-        stack = step["stack"]
-        kinds = [r["type"] for r in step["renderings"]]
-        for j, frame in enumerate(stack):
-            path, line = frame["path"], frame["line"]
-            assert path in files, "step %d: %s is not embedded in files" % (i, path)
-            src = files[path]
-            assert 1 <= line <= len(src), "step %d: %s:%d is past the end" % (i, path, line)
-            stmt = statement_at(src, line)
-            where = "step %d frame %d (%s:%d %s)" % (i, j, path, line, frame["function"])
-            if j + 1 < len(stack):
-                nxt = stack[j + 1]["function"]
-                # A rank's stack goes from the parent's spawn() line into the
-                # rank function, which spawn() calls on the rank's side.
-                if step.get("spawn") is not None and not calls(stmt, nxt) and calls(stmt, "spawn"):
-                    continue
-                assert calls(stmt, nxt) or calls_through_pointer(stmt, src), \
-                    "%s: does not call %s(): %r" % (where, nxt, stmt)
-            else:
-                if "error" in kinds:
-                    continue   # a crash or bad input can happen on any line
-                assert any(calls(stmt, c) for c in RUNTIME_CALLS), \
-                    "%s: no call that makes a step: %r" % (where, stmt)
+    files = _Files(trace)
+    for i in range(len(trace["steps"])):
+        problem = step_problem(trace, i, files)
+        assert problem is None, problem
 
 
 def function_contains(trace, frame):
@@ -139,3 +371,18 @@ def validate(path, lines=True):
                 assert function_contains(trace, frame), \
                     "%s:%d is not inside %s()" % (frame["path"], frame["line"], frame["function"])
     return trace
+
+
+def shifted_rejections(trace, delta, innermost_only):
+    """(rejected, total): how many steps the checker rejects once every frame
+    (or only the innermost one) of every step is moved `delta` lines. Used by
+    the tests to show that a stack off by one line does not pass."""
+    import copy
+    shifted = copy.deepcopy(trace)
+    for step in shifted["steps"]:
+        for frame in (step["stack"][-1:] if innermost_only else step["stack"]):
+            frame["line"] += delta
+    files = _Files(shifted)
+    total = len(shifted["steps"])
+    rejected = sum(1 for i in range(total) if step_problem(shifted, i, files) is not None)
+    return rejected, total
