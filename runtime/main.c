@@ -33,6 +33,10 @@ void lx_rank_init(const char *lecture, double clock_zero, int is_quick, int is_q
 }
 
 void progress(const char *fmt, ...) {
+    if (!fmt) {
+        lx_error("progress: the format is NULL");
+        return;
+    }
     if (quiet) return;
     va_list ap;
     va_start(ap, fmt);

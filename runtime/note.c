@@ -17,6 +17,10 @@
 #include "internal.h"
 
 void note(const char *fmt, ...) {
+    if (!fmt) {
+        lx_error("note: the format is NULL");
+        return;
+    }
     va_list ap;
     va_start(ap, fmt);
     char *md = lx_vfmt(fmt, ap);
@@ -26,6 +30,10 @@ void note(const char *fmt, ...) {
 }
 
 void note_verbatim(const char *fmt, ...) {
+    if (!fmt) {
+        lx_error("note_verbatim: the format is NULL");
+        return;
+    }
     va_list ap;
     va_start(ap, fmt);
     char *text = lx_vfmt(fmt, ap);
@@ -40,7 +48,7 @@ static int is_url(const char *s) {
 
 void image(const char *src, double width) {
     if (!src || !*src) {
-        lx_error("image: no source given");
+        lx_error("image: %s", src ? "the source is empty" : "src is NULL");
         return;
     }
     if (!(width > 0.0 && width <= 1.0)) {
@@ -73,7 +81,7 @@ void image(const char *src, double width) {
 
 void see(const char *url) {
     if (!url || !*url) {
-        lx_error("see: empty link");
+        lx_error("see: %s", url ? "the link is empty" : "url is NULL");
         return;
     }
     cJSON *r = cJSON_CreateObject();
@@ -107,7 +115,7 @@ static void strip_ansi(char *s) {
 
 int note_system(const char *command) {
     if (!command || !*command) {
-        lx_error("note_system: empty command");
+        lx_error("note_system: %s", command ? "the command is empty" : "command is NULL");
         return -1;
     }
     char *wrapped = lx_fmt("( %s ) 2>&1", command);
@@ -142,7 +150,7 @@ int note_system(const char *command) {
 
 void plot(const char *vega_lite_json) {
     if (!vega_lite_json) {
-        lx_error("plot: no specification given");
+        lx_error("plot: vega_lite_json is NULL");
         return;
     }
     const char *end = NULL;

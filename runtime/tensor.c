@@ -121,6 +121,14 @@ static void check_2d(const char *op, const tensor *t)
         lx_fatal("%s: needs a 2-D tensor, got shape %s", op, shape_of(t).s);
 }
 
+/* A NULL where a tensor (or buffer) belongs: named, with the lecture line,
+ * rather than a segfault somewhere inside. */
+#define NEED(p, op)                                                                  \
+    do {                                                                             \
+        if (!(p))                                                                    \
+            lx_fatal("%s: %s is NULL", op, #p);                                      \
+    } while (0)
+
 /* BLAS counts in int: refuse (rather than wrap) anything past 2^31 - 1. */
 static int blas_int(const char *op, int64_t n)
 {
@@ -204,6 +212,8 @@ static void fill_from_host(tensor *t, const float *values)
 tensor *tensor_from(const float *values, int64_t rows, int64_t cols, int device)
 {
     tensor *t = empty(rows, cols, device);
+    if (!values && t->numel > 0)
+        lx_fatal("tensor_from: values is NULL (for %" PRId64 " numbers)", t->numel);
     fill_from_host(t, values);
     return t;
 }
@@ -335,6 +345,8 @@ tensor *randn(int64_t rows, int64_t cols, int device)
 
 void tensor_copy(tensor *dst, const tensor *src)
 {
+    NEED(dst, "tensor_copy");
+    NEED(src, "tensor_copy");
     check_same_shape("tensor_copy", dst, src);
     if (src->numel == 0 || dst->data == src->data)
         return;
@@ -346,6 +358,7 @@ void tensor_copy(tensor *dst, const tensor *src)
 
 tensor *to_device(const tensor *t, int device)
 {
+    NEED(t, "to_device");
     tensor *out = new_tensor(t->ndim, t->shape[0], t->shape[1], device);
     tensor_copy(out, t);
     return out;
@@ -353,6 +366,9 @@ tensor *to_device(const tensor *t, int device)
 
 void tensor_to_host(const tensor *t, float *out)
 {
+    NEED(t, "tensor_to_host");
+    if (t->numel > 0)
+        NEED(out, "tensor_to_host");
     if (t->numel == 0)
         return;
     if (on_gpu(t))
@@ -366,6 +382,7 @@ void tensor_to_host(const tensor *t, float *out)
  * The original must outlive the view. */
 tensor *row_slice(tensor *t, int64_t start, int64_t end)
 {
+    NEED(t, "row_slice");
     if (start < 0 || end < start || end > t->shape[0])
         lx_fatal("row_slice: rows [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
                  " rows of a %s tensor",
@@ -403,6 +420,7 @@ static void copy_block(int device, float *dst, int64_t dst_row, const float *src
 /* Columns are not contiguous in row-major storage, so this is a copy. */
 tensor *col_slice(const tensor *t, int64_t start, int64_t end)
 {
+    NEED(t, "col_slice");
     check_2d("col_slice", t);
     if (start < 0 || end < start || end > t->shape[1])
         lx_fatal("col_slice: columns [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
@@ -417,10 +435,13 @@ tensor *col_slice(const tensor *t, int64_t start, int64_t end)
 
 tensor *cat_cols(tensor *const *parts, int n)
 {
+    NEED(parts, "cat_cols");
     if (n < 1)
         lx_fatal("cat_cols: needs at least one tensor, got %d", n);
     int64_t cols = 0;
     for (int i = 0; i < n; i++) {
+        if (!parts[i])
+            lx_fatal("cat_cols: part %d is NULL", i);
         check_2d("cat_cols", parts[i]);
         check_same_device("cat_cols", parts[0], parts[i]);
         if (parts[i]->shape[0] != parts[0]->shape[0])
@@ -441,6 +462,7 @@ tensor *cat_cols(tensor *const *parts, int n)
 
 float item(const tensor *t, int64_t i)
 {
+    NEED(t, "item");
     if (i < 0 || i >= t->numel)
         lx_fatal("item: index %" PRId64 " is outside a tensor of %" PRId64 " elements", i,
                  t->numel);
@@ -454,6 +476,8 @@ float item(const tensor *t, int64_t i)
 /* Compared on the host in double, wherever the two tensors live. */
 double max_abs_diff(const tensor *a, const tensor *b)
 {
+    NEED(a, "max_abs_diff");
+    NEED(b, "max_abs_diff");
     check_same_shape("max_abs_diff", a, b);
     float *x = lx_host_buffer(a->numel), *y = lx_host_buffer(b->numel);
     tensor_to_host(a, x);
@@ -479,6 +503,7 @@ double max_abs_diff(const tensor *a, const tensor *b)
 
 void add_scalar(tensor *t, float s)
 {
+    NEED(t, "add_scalar");
     if (on_gpu(t)) {
         lx_cuda_add_scalar(t->device, t->data, t->numel, s);
         return;
@@ -489,6 +514,7 @@ void add_scalar(tensor *t, float s)
 
 void scale(tensor *t, float s)
 {
+    NEED(t, "scale");
     int n = blas_int("scale", t->numel);
     if (n == 0)
         return;
@@ -500,6 +526,8 @@ void scale(tensor *t, float s)
 
 void add_(tensor *t, const tensor *u)
 {
+    NEED(t, "add_");
+    NEED(u, "add_");
     check_same_shape("add_", t, u);
     check_same_device("add_", t, u);
     int n = blas_int("add_", t->numel);
@@ -520,6 +548,9 @@ void add_(tensor *t, const tensor *u)
 void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b,
                  float alpha, float beta)
 {
+    NEED(c, "matmul_into");
+    NEED(a, "matmul_into");
+    NEED(b, "matmul_into");
     check_2d("matmul", a);
     check_2d("matmul", b);
     check_2d("matmul", c);
@@ -553,6 +584,8 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
 
 tensor *matmul(const tensor *a, const tensor *b)
 {
+    NEED(a, "matmul");
+    NEED(b, "matmul");
     check_2d("matmul", a);
     check_2d("matmul", b);
     if (a->shape[1] != b->shape[0])
@@ -580,6 +613,7 @@ tensor *matmul(const tensor *a, const tensor *b)
 
 tensor *gelu(const tensor *x)
 {
+    NEED(x, "gelu");
     tensor *y = new_like(x);
     if (on_gpu(x)) {
         lx_cuda_gelu(x->device, y->data, x->data, x->numel);
@@ -595,6 +629,8 @@ tensor *gelu(const tensor *x)
 
 tensor *gelu_backward(const tensor *x, const tensor *dy)
 {
+    NEED(x, "gelu_backward");
+    NEED(dy, "gelu_backward");
     check_same_shape("gelu_backward", x, dy);
     check_same_device("gelu_backward", x, dy);
     tensor *dx = new_like(x);
@@ -616,6 +652,7 @@ tensor *gelu_backward(const tensor *x, const tensor *dy)
  * in double, so the sum does not drift over 10^5 terms. */
 float mse_loss(const tensor *x)
 {
+    NEED(x, "mse_loss");
     int n = blas_int("mse_loss", x->numel);
     if (n == 0)
         return NAN; /* the mean of nothing, as torch says too */
@@ -627,6 +664,7 @@ float mse_loss(const tensor *x)
 /* d mean(x^2) / dx = 2x / numel */
 tensor *mse_loss_backward(const tensor *x)
 {
+    NEED(x, "mse_loss_backward");
     tensor *dx = new_like(x);
     tensor_copy(dx, x);
     if (x->numel)
@@ -641,6 +679,7 @@ tensor *mse_loss_backward(const tensor *x)
 /* torch.optim.AdamW's defaults. */
 adamw *adamw_new(const tensor *param, float lr)
 {
+    NEED(param, "adamw_new");
     adamw *opt = calloc(1, sizeof *opt);
     if (!opt)
         lx_fatal("out of memory for an optimizer");
@@ -678,6 +717,9 @@ adamw *adamw_new(const tensor *param, float lr)
  */
 void adamw_step(adamw *opt, tensor *param, const tensor *grad)
 {
+    NEED(opt, "adamw_step");
+    NEED(param, "adamw_step");
+    NEED(grad, "adamw_step");
     check_same_shape("adamw_step", param, grad);
     check_same_shape("adamw_step", param, opt->m);
     check_same_device("adamw_step", param, grad);

@@ -236,6 +236,8 @@ static void keep_string(tensor *t, lx_sb *b)
 
 const char *tensor_str(tensor *t)
 {
+    if (!t)
+        lx_fatal("tensor_str: t is NULL");
     static const char prefix[] = "tensor(";
     const int indent = (int)sizeof prefix - 1;
     lx_sb b = {0};
@@ -303,6 +305,8 @@ const char *tensor_str(tensor *t)
  * decimals and spelled as Python would (round(x, 4), then str()). */
 const char *summarize(tensor *t)
 {
+    if (!t)
+        lx_fatal("summarize: t is NULL");
     lx_sb b = {0};
     lx_sb_printf(&b, "%" PRId64, t->shape[0]);
     if (t->ndim == 2)

@@ -247,11 +247,21 @@ class Crashes(Base):
         self.assertEqual(last["stack"][-1]["function"], "recurse")
 
     def test_good_run_after_failed_one_removes_the_stale_failure(self):
+        # The same lecture fails, then runs well: its .failed trace (both
+        # twins) goes, the good trace is written, and another lecture's
+        # failure is none of its business.
         self.crash("segv")
-        p = run(fixture("stack_fixture"), self.out)
-        self.assertEqual(p.returncode, 0)
-        self.assertTrue(os.path.exists(os.path.join(self.out, "crash_fixture.failed.json")))
-        self.assertFalse(os.path.exists(os.path.join(self.out, "stack_fixture.failed.json")))
+        other = os.path.join(self.out, "stack_fixture.failed.json")
+        with open(other, "w") as f:
+            f.write("{}\n")
+        p = run(fixture("crash_fixture"), self.out, {"LECTERN_FIXTURE_CRASH": "none"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.out, "crash_fixture.failed.json")))
+        self.assertFalse(os.path.exists(os.path.join(self.out, "crash_fixture.failed.js")))
+        t = tracecheck.validate(os.path.join(self.out, "crash_fixture.json"))
+        self.assertEqual(t["meta"]["status"], "ok")
+        self.assertEqual(texts(t), ["before the crash", "still fine", "never reached"])
+        self.assertTrue(os.path.exists(other))
 
 
 class Input(Base):
@@ -279,6 +289,18 @@ class Input(Base):
         self.assertIn("width 1.5", errors(t)[0][1])
         t, _ = self.case("outside_assets")
         self.assertIn("neither a file under assets/", errors(t)[0][1])
+        # A path that starts in assets/ but climbs out of it (to a file that
+        # exists) is refused too, and no image rendering is kept.
+        t, _ = self.case("climbs_out")
+        (_, msg), = errors(t)
+        self.assertIn("'assets/../README.md' is neither a file under assets/", msg)
+        self.assertFalse([r for s in t["steps"] for r in s["renderings"] if r["type"] == "image"])
+
+    def test_empty_strings_are_errors(self):
+        t, _ = self.case("empty_strings")
+        self.assertEqual([m.split(": ", 1)[1] for _, m in errors(t)],
+                         ["image: the source is empty", "see: the link is empty",
+                          "note_system: the command is empty"])
 
     def test_remote_image_is_kept_as_a_link(self):
         t, _ = self.case("remote_image", ok=True)

@@ -21,12 +21,26 @@ static void body(void) {
     if (strcmp(c, "missing_image") == 0) image("assets/no_such_image.png", 0.5);
     if (strcmp(c, "bad_width") == 0) image("assets/lecture_00_step.svg", 1.5);
     if (strcmp(c, "outside_assets") == 0) image("/etc/passwd", 0.5);
+    if (strcmp(c, "climbs_out") == 0) image("assets/../README.md", 0.5);
+    if (strcmp(c, "empty_strings") == 0) {
+        image("", 0.5);
+        see("");
+        note_system("");
+    }
     if (strcmp(c, "remote_image") == 0) image("https://example.org/figure.png", 0.3);
     if (strcmp(c, "bad_plot") == 0) plot("{\"mark\": \"line\", ");
     if (strcmp(c, "missing_command") == 0) note_system("no-such-command-lectern-test --flag");
     if (strcmp(c, "ansi") == 0) note_system("printf '\\033[1;31mred\\033[0m plain\\n'");
     if (strcmp(c, "utf8") == 0) note("bad bytes: \xff\xfe and good: caf\xc3\xa9, cut: \xe2\x82");
     if (strcmp(c, "big") == 0) big_note();
+    if (strcmp(c, "status") == 0) {
+        int code = note_system("exit 3");
+        note_verbatim("exit 3 returned %d", code);
+        code = note_system("true");
+        note_verbatim("true returned %d", code);
+        code = note_system("kill -TERM $$");
+        note_verbatim("a killed shell returned %d", code);
+    }
     note("after");
 }
 

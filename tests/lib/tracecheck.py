@@ -127,7 +127,9 @@ def pointer_names(code):
 
 
 def calls_through_pointer(line, pointers):
-    return any(calls(line, p) for p in pointers)
+    """A call through a function pointer the file declares: `fn(...)`, or a
+    struct member `x.fn(...)` / `p->fn(...)`."""
+    return any(re.search(r"(?<![A-Za-z0-9_])%s\s*\(" % re.escape(p), line) for p in pointers)
 
 
 
@@ -348,9 +350,10 @@ def check_lines(trace):
 
 def function_contains(trace, frame):
     """True if frame's line lies in the body of frame's function (roughly:
-    after a line that defines it)."""
+    at or after a line, starting in column 0, that defines it; a one-line
+    definition counts)."""
     src = trace["files"][frame["path"]].split("\n")
-    pat = re.compile(r"(?<![A-Za-z0-9_])%s\s*\([^;]*$" % re.escape(frame["function"]))
+    pat = re.compile(r"(?<![A-Za-z0-9_])%s\s*\([^;{]*(\)\s*\{|[^;]$)" % re.escape(frame["function"]))
     for k in range(frame["line"] - 1, -1, -1):
         if pat.search(src[k]) and not src[k].startswith((" ", "\t")):
             return True

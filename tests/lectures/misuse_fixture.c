@@ -1,0 +1,204 @@
+/* Fixture: misuse of the public API (tests/test_misuse.py).
+ * LECTERN_FIXTURE_CASE names the case:
+ *   "function.parameter"  that function given NULL for that parameter; the
+ *                         test checks this covers every pointer parameter
+ *                         declared in runtime/lectern.h, and that each ends
+ *                         in a clear error at its line (or, for the free
+ *                         functions, in nothing);
+ *   "misuse:what"         a collective called wrongly (a peer that is not a
+ *                         rank, sizes that do not fit, ...), in a spawn of
+ *                         two ranks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lectern.h"
+
+/* Kept in a volatile so the compiler cannot see the NULL and warn. */
+static void *volatile nothing = NULL;
+#define NUL ((void *)nothing)
+
+static tensor *small(void) { return arange(4, -1); }
+
+static void c_note(void) { note(NUL); }
+static void c_note_verbatim(void) { note_verbatim(NUL); }
+static void c_image(void) { image(NUL, 0.5); }
+static void c_see(void) { see(NUL); }
+static void c_note_system(void) { note_system(NUL); }
+static void c_plot(void) { plot(NUL); }
+static void c_progress(void) { progress(NUL); }
+static void c_spawn_fn(void) { spawn(NUL, 1, NULL, 0); }
+static void c_spawn_args(void) { spawn((spawn_fn)(void (*)(void))c_note, 1, NUL, 8); }
+static void c_tensor_from(void) { tensor_from(NUL, 2, 2, -1); }
+static void c_to_device(void) { to_device(NUL, -1); }
+static void c_tensor_copy_dst(void) { tensor_copy(NUL, small()); }
+static void c_tensor_copy_src(void) { tensor_copy(small(), NUL); }
+static void c_row_slice(void) { row_slice(NUL, 0, 1); }
+static void c_col_slice(void) { col_slice(NUL, 0, 1); }
+static void c_cat_cols(void) { cat_cols(NUL, 2); }
+static void c_cat_cols_part(void) {
+    tensor *parts[2] = {zeros(2, 2, -1), NUL};
+    cat_cols(parts, 2);
+}
+static void c_tensor_free(void) { tensor_free(NUL); }
+static void c_tensor_to_host_t(void) { tensor_to_host(NUL, malloc(16)); }
+static void c_tensor_to_host_out(void) { tensor_to_host(small(), NUL); }
+static void c_add_scalar(void) { add_scalar(NUL, 1.0f); }
+static void c_scale(void) { scale(NUL, 2.0f); }
+static void c_add_t(void) { add_(NUL, small()); }
+static void c_add_u(void) { add_(small(), NUL); }
+static void c_matmul_a(void) { matmul(NUL, zeros(2, 2, -1)); }
+static void c_matmul_b(void) { matmul(zeros(2, 2, -1), NUL); }
+static void c_matmul_into_c(void) { matmul_into(NUL, zeros(2, 2, -1), zeros(2, 2, -1), 0, 0, 1, 0); }
+static void c_matmul_into_a(void) { matmul_into(zeros(2, 2, -1), NUL, zeros(2, 2, -1), 0, 0, 1, 0); }
+static void c_matmul_into_b(void) { matmul_into(zeros(2, 2, -1), zeros(2, 2, -1), NUL, 0, 0, 1, 0); }
+static void c_gelu(void) { gelu(NUL); }
+static void c_gelu_backward_x(void) { gelu_backward(NUL, small()); }
+static void c_gelu_backward_dy(void) { gelu_backward(small(), NUL); }
+static void c_mse_loss(void) { mse_loss(NUL); }
+static void c_mse_loss_backward(void) { mse_loss_backward(NUL); }
+static void c_item(void) { item(NUL, 0); }
+static void c_max_abs_diff_a(void) { max_abs_diff(NUL, small()); }
+static void c_max_abs_diff_b(void) { max_abs_diff(small(), NUL); }
+static void c_adamw_new(void) { adamw_new(NUL, 0.1f); }
+static void c_adamw_step_opt(void) { adamw_step(NUL, small(), small()); }
+static void c_adamw_step_param(void) { adamw_step(adamw_new(small(), 0.1f), NUL, small()); }
+static void c_adamw_step_grad(void) { adamw_step(adamw_new(small(), 0.1f), small(), NUL); }
+static void c_adamw_free(void) { adamw_free(NUL); }
+static void c_tensor_str(void) { tensor_str(NUL); }
+static void c_summarize(void) { summarize(NUL); }
+
+/* Collectives: the NULL is passed inside a one-rank spawn. */
+static const char *dist_case;
+
+static void dist_body(int rank, int world_size, void *args) {
+    const char *c = args;
+    tensor *t = small(), *big = arange(4 * world_size, -1);
+    if (strcmp(c, "dist_all_reduce.t") == 0) dist_all_reduce(NUL, DIST_SUM);
+    if (strcmp(c, "dist_reduce.t") == 0) dist_reduce(NUL, 0, DIST_SUM);
+    if (strcmp(c, "dist_broadcast.t") == 0) dist_broadcast(NUL, 0);
+    if (strcmp(c, "dist_reduce_scatter.output") == 0) dist_reduce_scatter(NUL, big, DIST_SUM);
+    if (strcmp(c, "dist_reduce_scatter.input") == 0) dist_reduce_scatter(t, NUL, DIST_SUM);
+    if (strcmp(c, "dist_all_gather.output") == 0) dist_all_gather(NUL, t);
+    if (strcmp(c, "dist_all_gather.input") == 0) dist_all_gather(big, NUL);
+    if (strcmp(c, "dist_scatter.output") == 0) dist_scatter(NUL, big, 0);
+    if (strcmp(c, "dist_scatter.input") == 0) dist_scatter(t, NUL, 0);
+    if (strcmp(c, "dist_gather.output") == 0) dist_gather(NUL, t, 0);
+    if (strcmp(c, "dist_gather.input") == 0) dist_gather(big, NUL, 0);
+    if (strcmp(c, "dist_send.t") == 0) dist_send(NUL, 0);
+    if (strcmp(c, "dist_recv.t") == 0) dist_recv(NUL, 0);
+    if (strcmp(c, "dist_isend.t") == 0) dist_isend(NUL, 0);
+    if (strcmp(c, "dist_irecv.t") == 0) dist_irecv(NUL, 0);
+    if (strcmp(c, "dist_wait.req") == 0) dist_wait(NUL);
+    note("rank %d of %d: no error", rank, world_size);
+    tensor_free(t);
+    tensor_free(big);
+}
+
+static void c_dist(void) { spawn(dist_body, 1, dist_case, strlen(dist_case) + 1); }
+
+/* Collectives called wrongly, on two ranks; only rank 1 errs where it can,
+ * so the error is not one every rank repeats. */
+static void misuse_body(int rank, int world_size, void *args) {
+    const char *c = args;
+    tensor *t = arange(4, -1), *odd = arange(5, -1), *big = arange(4 * world_size, -1);
+    if (strcmp(c, "misuse:outside_spawn") == 0) note("unreachable");
+    if (rank == 1 && strcmp(c, "misuse:send_to_self") == 0) dist_send(t, 1);
+    if (rank == 1 && strcmp(c, "misuse:recv_from_self") == 0) dist_recv(t, 1);
+    if (rank == 1 && strcmp(c, "misuse:send_to_no_rank") == 0) dist_send(t, 2);
+    if (rank == 1 && strcmp(c, "misuse:recv_from_no_rank") == 0) dist_recv(t, -1);
+    if (rank == 1 && strcmp(c, "misuse:broadcast_from_no_rank") == 0) dist_broadcast(t, 7);
+    if (rank == 1 && strcmp(c, "misuse:reduce_to_no_rank") == 0) dist_reduce(t, 2, DIST_SUM);
+    if (rank == 1 && strcmp(c, "misuse:unknown_op") == 0) dist_all_reduce(t, (dist_op)42);
+    if (rank == 1 && strcmp(c, "misuse:reduce_scatter_sizes") == 0) dist_reduce_scatter(t, odd, DIST_SUM);
+    if (rank == 1 && strcmp(c, "misuse:reduce_scatter_same_memory") == 0)
+        dist_reduce_scatter(row_slice(big, 0, 4), big, DIST_SUM);
+    if (rank == 1 && strcmp(c, "misuse:all_gather_sizes") == 0) dist_all_gather(odd, t);
+    if (rank == 1 && strcmp(c, "misuse:all_gather_same_memory") == 0)
+        dist_all_gather(big, row_slice(big, 0, 4));
+    if (rank == 1 && strcmp(c, "misuse:scatter_sizes") == 0) dist_scatter(t, odd, 1);
+    if (rank == 1 && strcmp(c, "misuse:gather_sizes") == 0) dist_gather(odd, t, 1);
+    if (rank == 1 && strcmp(c, "misuse:scatter_from_no_rank") == 0) dist_scatter(t, big, 5);
+    if (rank == 1 && strcmp(c, "misuse:gather_to_no_rank") == 0) dist_gather(big, t, -3);
+    if (rank == 1 && strcmp(c, "misuse:isend_to_self") == 0) dist_isend(t, 1);
+    if (rank == 1 && strcmp(c, "misuse:irecv_from_no_rank") == 0) dist_irecv(t, 9);
+    note("rank %d of %d: no error", rank, world_size);
+    tensor_free(t);
+    tensor_free(odd);
+    tensor_free(big);
+}
+
+/* A collective in the lecture itself, outside any spawn. */
+static void c_outside_spawn(void) {
+    tensor *t = arange(4, -1);
+    dist_all_reduce(t, DIST_SUM);
+    tensor_free(t);
+}
+
+typedef struct fixture_case {
+    const char *name;     /* "function.parameter" */
+    void (*run)(void);
+} fixture_case;
+
+static const fixture_case cases[] = {
+    {"note.fmt", c_note},
+    {"note_verbatim.fmt", c_note_verbatim},
+    {"image.src", c_image},
+    {"see.url", c_see},
+    {"note_system.command", c_note_system},
+    {"plot.vega_lite_json", c_plot},
+    {"progress.fmt", c_progress},
+    {"spawn.fn", c_spawn_fn},
+    {"spawn.args", c_spawn_args},
+    {"tensor_from.values", c_tensor_from},
+    {"to_device.t", c_to_device},
+    {"tensor_copy.dst", c_tensor_copy_dst},
+    {"tensor_copy.src", c_tensor_copy_src},
+    {"row_slice.t", c_row_slice},
+    {"col_slice.t", c_col_slice},
+    {"cat_cols.parts", c_cat_cols},
+    {"cat_cols.parts[i]", c_cat_cols_part},
+    {"tensor_free.t", c_tensor_free},
+    {"tensor_to_host.t", c_tensor_to_host_t},
+    {"tensor_to_host.out", c_tensor_to_host_out},
+    {"add_scalar.t", c_add_scalar},
+    {"scale.t", c_scale},
+    {"add_.t", c_add_t},
+    {"add_.u", c_add_u},
+    {"matmul.a", c_matmul_a},
+    {"matmul.b", c_matmul_b},
+    {"matmul_into.c", c_matmul_into_c},
+    {"matmul_into.a", c_matmul_into_a},
+    {"matmul_into.b", c_matmul_into_b},
+    {"gelu.x", c_gelu},
+    {"gelu_backward.x", c_gelu_backward_x},
+    {"gelu_backward.dy", c_gelu_backward_dy},
+    {"mse_loss.x", c_mse_loss},
+    {"mse_loss_backward.x", c_mse_loss_backward},
+    {"item.t", c_item},
+    {"max_abs_diff.a", c_max_abs_diff_a},
+    {"max_abs_diff.b", c_max_abs_diff_b},
+    {"adamw_new.param", c_adamw_new},
+    {"adamw_step.opt", c_adamw_step_opt},
+    {"adamw_step.param", c_adamw_step_param},
+    {"adamw_step.grad", c_adamw_step_grad},
+    {"adamw_free.opt", c_adamw_free},
+    {"tensor_str.t", c_tensor_str},
+    {"summarize.t", c_summarize},
+};
+
+static void body(void) {
+    const char *c = getenv("LECTERN_FIXTURE_CASE");
+    c = c ? c : "";
+    note("case %s", c);
+    if (strncmp(c, "dist_", 5) == 0) {
+        dist_case = c;
+        c_dist();
+    }
+    if (strcmp(c, "misuse:outside_spawn") == 0) c_outside_spawn();
+    else if (strncmp(c, "misuse:", 7) == 0) spawn(misuse_body, 2, c, strlen(c) + 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (strcmp(cases[i].name, c) == 0) cases[i].run();
+    note("after");
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
