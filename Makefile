@@ -53,6 +53,20 @@ RUNTIME_CU  := $(if $(filter 1,$(CUDA)),$(wildcard runtime/*.cu))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o) $(RUNTIME_CU:%.cu=$(BUILD)/%.cu.o)
 LIB := $(BUILD)/liblectern.a
 
+# Code lectures share (lectures/lib/*.c): built like lecture code (its frames
+# are lecture frames, shown in traces), linked into every lecture and test.
+LECTURE_LIB_SRC := $(wildcard lectures/lib/*.c)
+LECTURE_LIB_OBJ := $(LECTURE_LIB_SRC:%.c=$(BUILD)/%.o)
+LECTURE_LIB := $(BUILD)/liblectures.a
+
+# Test support (tests/lib/*.c, e.g. the float64 reference model) and test
+# tools (tests/tools/*.c: programs the script tests run).
+TEST_LIB_SRC := $(wildcard tests/lib/*.c)
+TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_LIB := $(BUILD)/libtestsupport.a
+TOOLS := $(notdir $(basename $(wildcard tests/tools/*.c)))
+TOOL_BINS := $(TOOLS:%=$(BUILD)/tests/tools/%)
+
 LECTURES := $(notdir $(basename $(wildcard lectures/*.c)))
 LECTURE_BINS := $(LECTURES:%=$(BUILD)/lectures/%)
 FIXTURES := $(notdir $(basename $(wildcard tests/lectures/*.c)))
@@ -63,7 +77,7 @@ BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
 .PHONY: all run test test-asan bench view setup clean lectures print-cuda
-all: $(LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(BENCH_BINS)
+all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(TOOL_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
 $(BUILD)/runtime/%.o: runtime/%.c $(wildcard runtime/*.h)
@@ -78,17 +92,37 @@ $(LIB): $(RUNTIME_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/lectures/%: lectures/%.c $(LIB)
+$(BUILD)/lectures/lib/%.o: lectures/lib/%.c $(wildcard lectures/lib/*.h) $(wildcard runtime/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
+	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) -c $< -o $@
+
+$(LECTURE_LIB): $(LECTURE_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LECTURE_LIB) $(LIB) $(LIBS)
 
 $(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c $(LIB)
+$(BUILD)/tests/lib/%.o: tests/lib/%.c $(wildcard tests/lib/*.h) $(wildcard lectures/lib/*.h) $(wildcard runtime/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS) $(CMOCKA_LIBS)
+	$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
+
+$(TEST_LIB): $(TEST_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/tools/%: tests/tools/%.c $(LIB) $(LECTURE_LIB) $(TEST_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(RUNTIME_OPT) $(SAN_FLAGS) $< -o $@ $(TEST_LIB) $(LECTURE_LIB) $(LIB) $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB) $(LECTURE_LIB) $(TEST_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(TEST_LIB) $(LECTURE_LIB) $(LIB) $(LIBS) $(CMOCKA_LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cblas.h>
+
 #include "internal.h"
 
 static int quick, quiet;
@@ -117,6 +119,11 @@ static void add_meta(int argc, char **argv) {
     gethostname(host, sizeof host - 1);
     lx_trace_meta("host", cJSON_CreateString(host));
     lx_trace_meta("gpus", cJSON_CreateNumber(gpu_count()));
+    /* Which BLAS kernels computed the CPU numbers: OpenBLAS picks them per
+     * CPU (or as OPENBLAS_CORETYPE says), and they set the order of sums. */
+    char *blas = lx_fmt("%s (%s)", openblas_get_config(), openblas_get_corename());
+    lx_trace_meta("blas", cJSON_CreateString(blas));
+    free(blas);
     lx_trace_meta("backend", cJSON_CreateString("none"));   /* spawn() sets the real one */
     char *cmd = strdup(argv[0]);
     for (int i = 1; i < argc; i++) {

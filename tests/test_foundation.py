@@ -49,7 +49,7 @@ class Base(unittest.TestCase):
 class Lecture00(Base):
     def test_runs_validates_and_is_line_accurate(self):
         p = run(os.path.join(BUILD, "lectures", "lecture_00"), self.out)
-        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
         t = tracecheck.validate(os.path.join(self.out, "lecture_00.json"))
         self.assertEqual(t["lecture"], "lecture_00")
         kinds = {r["type"] for s in t["steps"] for r in s["renderings"]}
@@ -69,20 +69,20 @@ class Lecture00(Base):
         self.assertEqual(p.returncode, 0)
         self.assertIn("--out DIR", p.stdout)
         p = subprocess.run([binary, "--bogus"], capture_output=True, text=True)
-        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.returncode, 2, tracecheck.why(p))
         self.assertIn("unknown option '--bogus'", p.stderr)
 
     def test_lecture_out_environment_is_the_default_folder(self):
         env = dict(os.environ, LECTERN_OUT=self.out)
         p = subprocess.run([os.path.join(BUILD, "lectures", "lecture_00"), "--quiet"], env=env,
                            capture_output=True, text=True, timeout=120)
-        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
         tracecheck.validate(os.path.join(self.out, "lecture_00.json"))
         # --out still wins over the environment.
         other = os.path.join(self.out, "other")
         p = subprocess.run([os.path.join(BUILD, "lectures", "lecture_00"), "--quiet", "--out", other],
                            env=env, capture_output=True, text=True, timeout=120)
-        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
         self.assertTrue(os.path.exists(os.path.join(other, "lecture_00.json")))
 
     def test_unwritable_out_is_exit_2(self):
@@ -98,7 +98,7 @@ class Stacks(Base):
     def setUp(self):
         super().setUp()
         p = run(fixture("stack_fixture"), self.out)
-        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
         self.trace = tracecheck.validate(os.path.join(self.out, "stack_fixture.json"))
         self.src = self.trace["files"]["tests/lectures/stack_fixture.c"].split("\n")
 
@@ -255,7 +255,7 @@ class Crashes(Base):
         with open(other, "w") as f:
             f.write("{}\n")
         p = run(fixture("crash_fixture"), self.out, {"LECTERN_FIXTURE_CRASH": "none"})
-        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
         self.assertFalse(os.path.exists(os.path.join(self.out, "crash_fixture.failed.json")))
         self.assertFalse(os.path.exists(os.path.join(self.out, "crash_fixture.failed.js")))
         t = tracecheck.validate(os.path.join(self.out, "crash_fixture.json"))
@@ -267,7 +267,7 @@ class Crashes(Base):
 class Input(Base):
     def case(self, name, ok=False):
         p = run(fixture("input_fixture"), self.out, {"LECTERN_FIXTURE_INPUT": name})
-        self.assertEqual(p.returncode, 0 if ok else 1, p.stderr)
+        self.assertEqual(p.returncode, 0 if ok else 1, tracecheck.why(p))
         path = os.path.join(self.out, "input_fixture%s.json" % ("" if ok else ".failed"))
         t = tracecheck.validate(path)
         self.assertEqual(texts(t)[-1], "after")   # going on after a bad call

@@ -93,7 +93,7 @@ class Base(unittest.TestCase):
         names the fixture's file:line, and that line calls `call` with the
         mistake."""
         p = run(fixture("misuse_fixture"), self.out, {"LECTERN_FIXTURE_CASE": case})
-        self.assertEqual(p.returncode, 1, "%s: %s" % (case, p.stderr[-2000:]))
+        self.assertEqual(p.returncode, 1, "%s: %s" % (case, tracecheck.why(p)))
         self.assertNotRegex(p.stderr, r"SIG[A-Z]+|Segmentation|core dumped", case)
         t = tracecheck.validate(os.path.join(self.out, "misuse_fixture.failed.json"))
         self.assertEqual(t["meta"]["status"], "failed")
@@ -118,7 +118,7 @@ class NullInputs(Base):
                 call = case.split(".")[0]
                 if case in NULL_IS_FINE:
                     p = run(fixture("misuse_fixture"), self.out, {"LECTERN_FIXTURE_CASE": case})
-                    self.assertEqual(p.returncode, 0, p.stderr)
+                    self.assertEqual(p.returncode, 0, tracecheck.why(p))
                     t = tracecheck.validate(os.path.join(self.out, "misuse_fixture.json"))
                     self.assertEqual(t["steps"][-1]["renderings"][0]["data"], "after")
                     continue
@@ -163,7 +163,7 @@ class CollectiveMisuse(Base):
 class ForcedBackend(Base):
     def test_forced_mpi_is_used_and_said(self):
         p = run(fixture("spawn_basic"), self.out, {"LECTERN_BACKEND": "mpi"})
-        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
         t = tracecheck.validate(os.path.join(self.out, "spawn_basic.json"))
         self.assertTrue(t["spawns"])
         for s in t["spawns"]:
@@ -174,7 +174,7 @@ class ForcedBackend(Base):
 
     def test_unknown_backend_is_an_error_at_the_spawn_line(self):
         p = run(fixture("spawn_basic"), self.out, {"LECTERN_BACKEND": "gloo"})
-        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.returncode, 1, tracecheck.why(p))
         t = tracecheck.validate(os.path.join(self.out, "spawn_basic.failed.json"))
         (step, msg), = errors(t)
         self.assertIn("LECTERN_BACKEND='gloo'", msg)
@@ -187,18 +187,18 @@ class OptionsAndReturns(Base):
     def test_quiet_silences_progress_in_lecture_and_ranks(self):
         binary = fixture("spawn_basic")
         loud = subprocess.run([binary, "--out", self.out], capture_output=True, text=True, timeout=180)
-        self.assertEqual(loud.returncode, 0, loud.stderr)
+        self.assertEqual(loud.returncode, 0, tracecheck.why(loud))
         self.assertRegex(loud.stderr, r"\[spawn_basic +[0-9.]+s\] start")
         self.assertRegex(loud.stderr, r"\[spawn_basic +[0-9.]+s\] done: \d+ steps written to ")
         quiet = subprocess.run([binary, "--quiet", "--out", self.out], capture_output=True, text=True,
                                timeout=180)
-        self.assertEqual(quiet.returncode, 0, quiet.stderr)
+        self.assertEqual(quiet.returncode, 0, tracecheck.why(quiet))
         self.assertEqual(quiet.stderr, "")
         self.assertEqual(quiet.stdout, "")
 
     def test_note_system_returns_the_exit_status(self):
         p = run(fixture("input_fixture"), self.out, {"LECTERN_FIXTURE_INPUT": "status"})
-        self.assertEqual(p.returncode, 1, p.stderr)   # exit 3 is recorded as an error
+        self.assertEqual(p.returncode, 1, tracecheck.why(p))   # exit 3 is recorded as an error
         t = tracecheck.validate(os.path.join(self.out, "input_fixture.failed.json"))
         said = [r["data"] for s in t["steps"] for r in s["renderings"] if r["type"] == "text"
                 and "returned" in r["data"]]

@@ -389,3 +389,32 @@ def shifted_rejections(trace, delta, innermost_only):
     total = len(shifted["steps"])
     rejected = sum(1 for i in range(total) if step_problem(shifted, i, files) is not None)
     return rejected, total
+
+
+# ---- why a run failed ----
+#
+# A test that fails because ranks never started, or because a run ran out of
+# time, is not a wrong result: the runner counts the three kinds apart. The
+# kind is a marker at the start of the failure's message.
+LAUNCH = "[ranks did not start]"
+TIMEOUT = "[timed out]"
+WRONG = "[wrong result]"
+
+
+def failure_kind(returncode, stderr):
+    """LAUNCH, TIMEOUT or WRONG for a lecture run that ended with `returncode`
+    (None: killed for running too long) and printed `stderr`."""
+    if returncode is None or "TimeoutExpired" in stderr:
+        return TIMEOUT
+    if re.search(r"did not start (them|\d+ ranks?)|could not start them", stderr):
+        return LAUNCH
+    if re.search(r"made no progress for", stderr):
+        return TIMEOUT
+    return WRONG
+
+
+def why(p):
+    """A failure message for the finished process p: its kind, its exit
+    status, and the end of what it printed on stderr."""
+    stderr = p.stderr or ""
+    return "%s exit status %s\n%s" % (failure_kind(p.returncode, stderr), p.returncode, stderr[-3000:])
