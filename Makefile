@@ -4,6 +4,8 @@
 #   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
 #   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
 #   make view                 serve the repo on localhost and print the viewer's URL
+#   make coverage             line and branch coverage of the runtime by the tests
+#   make mutate               plant bugs one by one; how many do the tests notice
 #   make                      build the runtime, every lecture and every test
 #
 # Adding a lecture is dropping lectures/NAME.c in: no edit here.
@@ -34,6 +36,14 @@ SAN_FLAGS :=
 ifeq ($(SAN),1)
   SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
   BUILD := build-asan
+endif
+# COV=1: a build for `make coverage` (gcov counters, no optimisation so every
+# line is its own).
+COV ?= 0
+ifeq ($(COV),1)
+  SAN_FLAGS += --coverage
+  RUNTIME_OPT := -O0
+  BUILD := build-cov
 endif
 
 LIBS := $(PKG_LIBS) -lm -lpthread
@@ -76,7 +86,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run test test-asan bench view setup clean lectures print-cuda
+.PHONY: all run test test-asan bench view setup clean lectures print-cuda coverage mutate
 all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(TOOL_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
@@ -153,8 +163,18 @@ bench: setup
 view:
 	@bash scripts/view.sh
 
+# How much of runtime/ and lectures/lib/ the tests run, line by line and
+# branch by branch (gcov + gcovr); minutes. See docs/testing.md.
+coverage: setup
+	@bash scripts/coverage.sh
+
+# Plants bugs one at a time in a copy of the tree and checks that the tests
+# notice each; many minutes. See docs/testing.md.
+mutate: setup
+	@python3 scripts/mutate.py
+
 print-cuda:
 	@echo $(CUDA)
 
 clean:
-	rm -rf build build-asan build-cpu
+	rm -rf build build-asan build-cpu build-cov

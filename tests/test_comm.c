@@ -100,10 +100,11 @@ static void run_data_movement(const comm_args *a, int rank, int world) {
     tensor_free(in);
     tensor_free(out);
 
-    /* Only the source's input is read: the others pass NULL. */
-    tensor *whole = rank == 0 ? inputs(100, N * world) : NULL;
+    /* Only the source's input is read: the others pass NULL. The source is
+     * the last rank, so a scatter that always started at rank 0 would fail. */
+    tensor *whole = rank == world - 1 ? inputs(100, N * world) : NULL;
     tensor *part = zeros(N, 0, get_device(rank));
-    dist_scatter(part, whole, 0);
+    dist_scatter(part, whole, world - 1);
     save_tensor(a, "scatter", world, rank, part);
     tensor_free(whole);
     tensor_free(part);

@@ -206,6 +206,16 @@ static void test_randn_is_seeded(void **state)
     assert_memory_equal(six->data, first->data, 3 * sizeof(float));
     assert_memory_equal(six->data + 3, second->data, 3 * sizeof(float));
 
+    /* manual_seed starts afresh, whatever was drawn before: after an odd
+     * number of draws too (nothing half-used carries over). */
+    manual_seed(7);
+    tensor *odd = randn(3, 0, -1);
+    manual_seed(7);
+    tensor *again = randn(6, 0, -1);
+    assert_memory_equal(six->data, again->data, 6 * sizeof(float));
+    tensor_free(odd);
+    tensor_free(again);
+
     tensor_free(a);
     tensor_free(b);
     tensor_free(c);

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""make mutate: plant bugs one at a time and check that the tests notice.
+
+Each mutant below changes one small thing in runtime/, lectures/ or viewer/
+(a sign, an index, a forgotten check) the way a real slip would. The script
+copies the working tree to a temporary folder, builds it once there, and
+for each mutant: applies it, rebuilds, runs the tests that should notice,
+and puts the line back. A mutant is *noticed* when one of those tests fails
+(or times out, or the build refuses it); it *survives* when all pass.
+
+    python3 scripts/mutate.py              every mutant
+    python3 scripts/mutate.py -k adamw     those whose name contains "adamw"
+    python3 scripts/mutate.py --list       the mutants, without running them
+    python3 scripts/mutate.py --check      each mutant's text is found once
+
+Prints a line per mutant and the score; the report is also written to
+build/mutate-report.txt. Survivors that
+are accepted are listed, with the reason, in docs/testing.md.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = "build-mutate"
+
+# The tests each kind of mutant should trip. Commands run in the copy's root.
+C_TENSOR = ["%s/tests/test_tensor" % BUILD]
+C_MLP = ["%s/tests/test_mlp" % BUILD]
+C_COMM = ["%s/tests/test_comm" % BUILD]
+C_TRACE = ["%s/tests/test_trace" % BUILD]
+C_GPU_COUNT = ["%s/tests/test_gpu_count" % BUILD]
+PY = "/usr/bin/python3"
+FOUNDATION = [PY, "tests/test_foundation.py"]
+SPAWN = [PY, "tests/test_spawn.py"]
+MISUSE_OPTIONS = [PY, "tests/test_misuse.py", "OptionsAndReturns"]
+MISUSE_COLLECTIVES = [PY, "tests/test_misuse.py", "CollectiveMisuse"]
+LECTURE_08 = [PY, "tests/test_lecture_08.py"]
+VIEWER = ["bash", "tests/viewer/run.sh"]
+
+
+def m(name, path, find, replace, *tests):
+    return {"name": name, "path": path, "find": find, "replace": replace, "tests": list(tests)}
+
+
+MUTANTS = [
+    # ---- the authoring API and the trace ----
+    m("image-allows-climbing-out-of-assets", "runtime/note.c",
+      'strncmp(src, "assets/", 7) != 0 || strstr(src, "..")', 'strncmp(src, "assets/", 7) != 0', FOUNDATION),
+    m("image-width-up-to-2", "runtime/note.c", "width <= 1.0", "width <= 2.0", FOUNDATION),
+    m("note-system-returns-raw-wait-status", "runtime/note.c", "    return status;\n}", "    return raw;\n}",
+      MISUSE_OPTIONS),
+    m("note-system-ignores-command-not-found", "runtime/note.c", "if (status == 127)", "if (status == 12700)",
+      FOUNDATION),
+    m("ansi-escape-keeps-final-byte", "runtime/note.c", "            if (*p) p++;\n        } else if (*p == ']')",
+      "        } else if (*p == ']')", FOUNDATION),
+    m("markdown-lets-raw-html-through", "runtime/markdown.c", "MD_DIALECT_GITHUB | MD_FLAG_NOHTML",
+      "MD_DIALECT_GITHUB", C_TRACE, FOUNDATION),
+    m("good-run-keeps-stale-failure", "runtime/trace.c", "    if (rc == 0 && !failed) {",
+      "    if (rc == 0 && failed) {", FOUNDATION),
+    m("failed-run-overwrites-good-trace", "runtime/trace.c",
+      'lx_fmt("%s/%s%s.%s", out_dir ? out_dir : ".", lx_lecture_name(), failed ? ".failed" : "", ext)',
+      'lx_fmt("%s/%s%s.%s", out_dir ? out_dir : ".", lx_lecture_name(), "", ext)', FOUNDATION),
+    m("stack-lines-off-by-one", "runtime/stack.c", "lookup(pc == exact_pc ? pc : pc - 1)", "lookup(pc)",
+      FOUNDATION),
+    m("quiet-ignored", "runtime/main.c", "            quiet = 1;", "            quiet = 0;", MISUSE_OPTIONS),
+    m("gpu-count-not-cached", "runtime/timing.c", "    if (count < 0) {", "    if (1) {", C_GPU_COUNT),
+    # ---- tensors ----
+    m("max-abs-diff-skips-nan", "runtime/tensor.c", "        if (isnan(d)) {\n            worst = NAN;\n            break;\n        }\n",
+      "", C_TENSOR),
+    m("add-scalar-subtracts", "runtime/tensor.c", "        t->data[i] += s;", "        t->data[i] -= s;", C_TENSOR),
+    m("scale-flips-sign", "runtime/tensor.c", "cblas_sscal(n, s, t->data, 1)", "cblas_sscal(n, -s, t->data, 1)",
+      C_TENSOR),
+    m("matmul-transposes-a-for-b", "runtime/tensor.c", "cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans",
+      "cblas_sgemm(CblasRowMajor, trans_b ? CblasTrans", C_TENSOR, C_MLP),
+    m("gelu-tanh-of-x", "runtime/tensor.c", "        y->data[i] = 0.5f * v * (1.0f + tanhf(u));",
+      "        y->data[i] = 0.5f * v * (1.0f + tanhf(v));", C_TENSOR, C_MLP),
+    m("gelu-backward-sign", "runtime/tensor.c", "0.5f * v * (1.0f - t * t) * du", "0.5f * v * (1.0f + t * t) * du",
+      C_TENSOR, C_MLP),
+    m("mse-backward-half-scale", "runtime/tensor.c", "scale(dx, (float)(2.0 / (double)x->numel));",
+      "scale(dx, (float)(1.0 / (double)x->numel));", C_MLP),
+    m("mse-loss-n-minus-1", "runtime/tensor.c", "    return (float)(sum / n);", "    return (float)(sum / (n - 1));",
+      C_TENSOR, C_MLP),
+    m("adamw-no-bias-correction", "runtime/tensor.c", "(float)(opt->lr / (1.0 - pow(opt->beta1, opt->step)))",
+      "(float)(opt->lr)", C_TENSOR),
+    m("adamw-no-weight-decay", "runtime/tensor.c", "(float)(1.0 - (double)opt->lr * opt->weight_decay)", "1.0f",
+      C_TENSOR),
+    m("row-slice-offset-in-elements", "runtime/tensor.c", "v->numel ? t->data + start * row : NULL",
+      "v->numel ? t->data + start : NULL", C_TENSOR),
+    m("col-slice-from-column-0", "runtime/tensor.c",
+      "copy_block(t->device, out->data, end - start, t->data + start,",
+      "copy_block(t->device, out->data, end - start, t->data,", C_TENSOR),
+    m("seed-keeps-spare-normal", "runtime/tensor.c", "    rng_seeded = 1;\n    have_spare = 0;", "    rng_seeded = 1;",
+      C_TENSOR),
+    m("matmul-accepts-mismatched-shapes", "runtime/tensor.c", "    if (a->shape[1] != b->shape[0])",
+      "    if (a->shape[1] < 0)", C_TENSOR),
+    # ---- collectives ----
+    m("avg-divides-by-two", "runtime/comm_mpi.c", "x[i] /= (float)world_size;", "x[i] /= 2.0f;", C_COMM),
+    m("min-is-max", "runtime/comm_mpi.c", "    case DIST_MIN: return MPI_MIN;", "    case DIST_MIN: return MPI_MAX;",
+      C_COMM),
+    m("reduce-always-to-rank-0", "runtime/comm_mpi.c",
+      "MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), root, world)",
+      "MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), 0, world)", C_COMM),
+    m("scatter-from-rank-0", "runtime/comm_mpi.c", "MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world)",
+      "MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, 0, world)", C_COMM),
+    m("send-to-self-allowed", "runtime/comm.c", "if (!allow_self && peer == my_rank)", "if (0 && peer == my_rank)",
+      MISUSE_COLLECTIVES),
+    m("reduce-scatter-size-unchecked", "runtime/comm.c", "    if (in_n != out_n * (size_t)my_world)\n        lx_fatal(\"dist_reduce_scatter()",
+      "    if (in_n < out_n)\n        lx_fatal(\"dist_reduce_scatter()", MISUSE_COLLECTIVES),
+    m("gather-output-checked-on-rank-0", "runtime/comm.c", "    float *out = NULL;\n    if (my_rank == dst) {",
+      "    float *out = NULL;\n    if (my_rank == 0) {", MISUSE_COLLECTIVES, C_COMM),
+    # ---- the lecture's model (lectures/lib/mlp.c) ----
+    m("accumulation-overwrites", "lectures/lib/mlp.c", "matmul_into(dw, x, dh, 1, 0, 1.0f, beta);",
+      "matmul_into(dw, x, dh, 1, 0, 1.0f, 0.0f);", C_MLP),
+    m("input-gradient-not-transposed", "lectures/lib/mlp.c", "matmul_into(*dx, dh, w, 0, 1, 1.0f, 0.0f);",
+      "matmul_into(*dx, dh, w, 0, 0, 1.0f, 0.0f);", C_MLP),
+    m("init-scaled-by-width", "lectures/lib/mlp.c", "scale(w, 1.0f / sqrtf((float)c->width));",
+      "scale(w, 1.0f / (float)c->width);", LECTURE_08),
+    m("gradient-tolerance-100x", "lectures/lib/mlp.c", "return 2.0 * (c->layers + 1) * longest_sum(c)",
+      "return 200.0 * (c->layers + 1) * longest_sum(c)", LECTURE_08),
+    # ---- lecture_08's strategies ----
+    m("ddp-sums-instead-of-averaging", "lectures/lecture_08.c",
+      "dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */",
+      "dist_all_reduce(grads[i], DIST_SUM);   /* the one line that makes it DDP */", LECTURE_08),
+    m("ddp-no-all-reduce", "lectures/lecture_08.c",
+      "            dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */",
+      "            (void)grads[i];", LECTURE_08),
+    m("zero3-skips-layer-0", "lectures/lecture_08.c", "        for (int i = c->layers - 1; i >= 0; i--) {\n            tensor *wi = i > 0",
+      "        for (int i = c->layers - 1; i > 0; i--) {\n            tensor *wi = i > 0", LECTURE_08),
+    m("tp-partial-input-gradients-not-summed", "lectures/lecture_08.c",
+      "        if (dx) dist_all_reduce(dx, DIST_SUM);   /* partial input gradients add up */", "", LECTURE_08),
+    m("pp-micro-batch-gradient-not-scaled", "lectures/lecture_08.c", "            scale(dy, 1.0f / m);   /* d(mean over micro-batches) */",
+      "", LECTURE_08),
+]
+
+
+def copy_tree(dest):
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.split(b"\0")
+    for f in files:
+        if not f:
+            continue
+        src = os.path.join(ROOT.encode(), f)
+        if not os.path.isfile(src):
+            continue   # a deleted file not yet committed
+        dst = os.path.join(dest.encode(), f)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(src, dst)
+    if os.path.isdir(os.path.join(ROOT, "node_modules")):
+        os.symlink(os.path.join(ROOT, "node_modules"), os.path.join(dest, "node_modules"))
+
+
+def build(tree):
+    p = subprocess.run(["make", "--no-print-directory", "BUILD=" + BUILD, "all"], cwd=tree, capture_output=True,
+                       text=True)
+    return p.returncode == 0, p.stdout + p.stderr
+
+
+def run_tests(tree, tests, timeout):
+    env = dict(os.environ, LECTERN_BUILD=BUILD, LECTERN_OTHER_KERNELS="0", LECTERN_TIMEOUT="30",
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", LECTERN_ROOT_DIR=tree)
+    for cmd in tests:
+        try:
+            p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "timed out: " + " ".join(cmd)
+        if p.returncode != 0:
+            out = p.stdout + p.stderr
+            first = re.search(r"^(?:FAIL|ERROR): (\w+)|^\[  FAILED  \] (\w+)", out, re.M)
+            name = " ".join(os.path.basename(c) for c in cmd)
+            return "failed: %s%s" % (name, " (%s)" % (first.group(1) or first.group(2)) if first else "")
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-k", help="only mutants whose name contains this")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the copy of the tree")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per test command")
+    args = ap.parse_args()
+    mutants = [x for x in MUTANTS if not args.k or args.k in x["name"]]
+
+    problems = 0
+    for x in mutants:
+        with open(os.path.join(ROOT, x["path"])) as f:
+            n = f.read().count(x["find"])
+        if n != 1:
+            print("mutant %s: its text occurs %d times in %s (must be once)" % (x["name"], n, x["path"]))
+            problems += 1
+    if args.list:
+        for x in mutants:
+            print("%-45s %-28s %s" % (x["name"], x["path"], ", ".join(os.path.basename(t[-1]) for t in x["tests"])))
+    if args.list or args.check or problems:
+        return 1 if problems else 0
+
+    tree = tempfile.mkdtemp(prefix="lectern-mutate-")
+    print("copy of the tree: %s" % tree, flush=True)
+    copy_tree(tree)
+    ok, log = build(tree)
+    if not ok:
+        print(log[-3000:])
+        print("mutate: the unchanged tree does not build")
+        return 1
+    for cmd in sorted({tuple(t) for x in mutants for t in x["tests"]}):
+        why = run_tests(tree, [list(cmd)], args.timeout)
+        if why:
+            print("mutate: the unchanged tree fails a test (%s); fix that first" % why)
+            return 1
+    print("the unchanged tree builds and passes the tests; planting %d bugs" % len(mutants), flush=True)
+
+    rows, noticed = [], 0
+    for i, x in enumerate(mutants, 1):
+        path = os.path.join(tree, x["path"])
+        with open(path) as f:
+            original = f.read()
+        t0 = time.monotonic()
+        try:
+            with open(path, "w") as f:
+                f.write(original.replace(x["find"], x["replace"], 1))
+            ok, log = build(tree)
+            why = "the build refused it" if not ok else run_tests(tree, x["tests"], args.timeout)
+        finally:
+            with open(path, "w") as f:
+                f.write(original)
+            os.utime(path)   # newer than the mutant's objects: rebuilt next time
+        noticed += why is not None
+        verdict = "noticed" if why else "SURVIVED"
+        rows.append((x["name"], verdict, why or "every test passed"))
+        print("[%2d/%d] %-45s %-9s %5.0fs  %s" % (i, len(mutants), x["name"], verdict, time.monotonic() - t0,
+                                                why or ""), flush=True)
+    build(tree)
+
+    score = "%d of %d mutants noticed (%.0f%%)" % (noticed, len(mutants), 100.0 * noticed / len(mutants))
+    os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
+    report = os.path.join(ROOT, "build", "mutate-report.txt")
+    with open(report, "w") as f:
+        for r in rows:
+            f.write("%-45s %-9s %s\n" % r)
+        f.write(score + "\n")
+    survivors = [r[0] for r in rows if r[1] == "SURVIVED"]
+    print()
+    if survivors:
+        print("survived: " + ", ".join(survivors))
+    print(score)
+    print("report: %s" % report)
+    if not args.keep:
+        shutil.rmtree(tree, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
