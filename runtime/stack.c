@@ -80,8 +80,7 @@ int lx_is_lecture_path(const char *path) {
     return (n > 2 && strcmp(path + n - 2, ".c") == 0) || (n > 2 && strcmp(path + n - 2, ".h") == 0);
 }
 
-/* "/repo/lectures/x.c" -> "lectures/x.c"; "./lectures/x.c" -> "lectures/x.c". */
-static const char *repo_relative(const char *path) {
+const char *lx_repo_relative(const char *path) {
     const char *root = lx_repo_root();
     size_t rn = strlen(root);
     if (strncmp(path, root, rn) == 0 && path[rn] == '/') path += rn + 1;
@@ -108,6 +107,13 @@ static int dwfl_open(void) {
     }
     main_module = dwfl_addrmodule(dwfl, (Dwarf_Addr)(uintptr_t)&lx_stack_capture);
     return 0;
+}
+
+struct Dwfl_Module *lx_main_module(void) {
+    pthread_mutex_lock(&lock);
+    Dwfl_Module *m = dwfl_open() == 0 ? main_module : NULL;
+    pthread_mutex_unlock(&lock);
+    return m;
 }
 
 /* ---- the pc cache: open addressing, grows at half full ---- */
@@ -155,7 +161,7 @@ static void symbolize(sym_entry *e) {
         int line = 0;
         const char *file = dwfl_lineinfo(dl, NULL, &line, NULL, NULL, NULL);
         if (file) {
-            e->path = intern(repo_relative(file));
+            e->path = intern(lx_repo_relative(file));
             e->line = line;
         }
     }

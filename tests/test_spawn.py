@@ -263,7 +263,7 @@ class BadArguments(Base):
         self.assertEqual(t["spawns"], [])   # refused before anything started
 
     def test_world_size_above_the_limit(self):
-        self.check("world9", "world_size 9 is out of range: 1 to 8", "MARK:world9")
+        self.check("world17", "world_size 17 is out of range: 1 to 16", "MARK:world17")
 
     def test_null_function(self):
         self.check("nullfn", "the function to run is NULL", "MARK:nullfn")
@@ -288,7 +288,7 @@ class BadArguments(Base):
         self.assertIn("rank 0 of 1 exited with status 1", errs[-1][1])
 
     def test_bad_spawn_after_a_good_one(self):
-        t = self.check("late", "world_size 9 is out of range", "MARK:late")
+        t = self.check("late", "world_size 17 is out of range", "MARK:late")
         self.assertEqual([s["status"] for s in t["spawns"]], ["ok"])
 
     def test_bad_timeout_setting(self):
