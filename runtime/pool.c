@@ -60,10 +60,21 @@
 
 extern char **environ;
 
-/* Below this, a pool is started with this many ranks anyway: spawns of
- * 1, 2, 3 and 4 ranks then share one pool, and a lecture that goes from
- * 1 rank to 4 does not pay for a second start (docs/design.md). */
+/* A pool is started with at least this many ranks (LECTERN_POOL_MIN
+ * overrides): spawns of 1, 2, 3 and 4 ranks then share one pool, and a
+ * lecture that goes from 1 rank to 4 does not pay for a second start
+ * (docs/design.md has the measurements). */
 #define POOL_MIN_RANKS 4
+
+int lx_pool_min_ranks(void) {
+    const char *s = getenv("LECTERN_POOL_MIN");
+    if (!s || !*s) return POOL_MIN_RANKS;
+    char *end;
+    long n = strtol(s, &end, 10);
+    if (*end != '\0' || n < 1 || n > LECTERN_MAX_WORLD)
+        lx_fatal("LECTERN_POOL_MIN='%s' is not a number of ranks from 1 to %d", s, LECTERN_MAX_WORLD);
+    return (int)n;
+}
 
 /* What mpirun printed, kept for explanations: the last CAPTURE_MAX bytes. */
 #define CAPTURE_MAX (64 * 1024)
@@ -271,13 +282,18 @@ static char *find_launcher(void) {
 }
 
 /* Our environment plus what Open MPI needs here, unless already set:
- * 16 ranks on 2 cores is the point of a lecture (oversubscribe); containers
- * often run as root, which Open MPI refuses by default; shared-memory
- * transfers through the kernel (CMA) are refused in most containers and
- * Open MPI then warns on every run. */
+ * 16 ranks on 2 cores is the point of a lecture (oversubscribe); a rank
+ * waiting inside an MPI call gives its core away (yield when idle) instead
+ * of spinning on it while the rank it waits for needs that core: the full
+ * lecture_08 took 108 and 155 s without it, 6.7 and 15.6 s with it, on a
+ * loaded 2-core machine (docs/design.md); containers often run as root,
+ * which Open MPI refuses by default; shared-memory transfers through the
+ * kernel (CMA) are refused in most containers and Open MPI then warns on
+ * every run. */
 static char **launch_environment(const char *token) {
     static const char *const defaults[][2] = {
         {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
+        {"OMPI_MCA_mpi_yield_when_idle", "1"},
         {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
         {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
         {"OMPI_MCA_btl_vader_single_copy_mechanism", "none"},
@@ -669,7 +685,8 @@ static int healthy(void) {
     if (!P.mpirun || P.broken || reap(0)) return 0;
     struct pollfd fds[LECTERN_MAX_WORLD];
     for (int r = 0; r < P.size; r++) fds[r] = (struct pollfd){.fd = P.fd[r], .events = POLLIN};
-    if (poll(fds, (nfds_t)P.size, 0) != 0) return 0;
+    int pr = poll(fds, (nfds_t)P.size, 0);
+    if (pr != 0) return 0;
     for (int r = 0; r < P.size; r++)
         if (P.board && __atomic_load_n(&P.board->slot[r].state, __ATOMIC_ACQUIRE) == SLOT_FAILED) return 0;
     return 1;
@@ -689,7 +706,8 @@ int lx_pool_ensure(int world_size, double limit, int *started_now, char **error)
         atexit(lx_pool_stop);
         registered = 1;
     }
-    int size = world_size < POOL_MIN_RANKS ? POOL_MIN_RANKS : world_size;
+    int min = lx_pool_min_ranks();
+    int size = world_size < min ? min : world_size;
     *started_now = 1;
     for (int attempt = 0;; attempt++) {
         int rc = start(size, limit, error);

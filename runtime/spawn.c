@@ -352,9 +352,13 @@ static void __attribute__((noreturn)) fail_rank(spawn_run *run, int rank) {
                                  "last words, if any, are on the console)");
     lx_pool_kill();   /* the next spawn starts a fresh pool */
     place at = lx_innermost(frames);
+    const lx_frame *line = run->n_parent > 0 ? &run->parent[run->n_parent - 1] : NULL;
     char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d %s, in %s()%s", at.path, at.line, rank,
                                   run->world_size, how, at.function,
                                   silent ? " (the last line it reported)" : "")
+                : line   ? lx_fmt("%s:%d: rank %d of %d %s (no line of its own known: this is the spawn() "
+                                  "line)",
+                                  line->path, line->line, rank, run->world_size, how)
                          : lx_fmt("rank %d of %d %s (no lecture line known)", rank, run->world_size, how);
     rank_error_step(run, rank, frames, msg);
     free(msg);
@@ -462,6 +466,7 @@ static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     check_arguments(fn, world_size, args, args_size);
     double timeout = timeout_seconds();
+    lx_pool_min_ranks();   /* a bad setting fails here, before anything starts */
 
     spawn_run *run = calloc(1, sizeof *run);
     if (!run) lx_fatal("out of memory");

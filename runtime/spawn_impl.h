@@ -154,6 +154,10 @@ void lx_sleep_seconds(double seconds);
  * Fills *started_now with 1 when this call started a pool. */
 int lx_pool_ensure(int world_size, double limit_seconds, int *started_now, char **error);
 
+/* The smallest pool started: LECTERN_POOL_MIN, default 4 (a bad value is
+ * an error at the spawn() line). */
+int lx_pool_min_ranks(void);
+
 int lx_pool_size(void);
 int lx_pool_fd(int rank);           /* the socket to pool rank `rank` */
 int lx_pool_pid(int rank);          /* its pid when on this host, else 0 */

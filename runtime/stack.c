@@ -187,7 +187,7 @@ void lx_stack_set_root(const void *fn) { root_fn = (uintptr_t)fn; }
  * in a signal handler), looked up as is. */
 static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *out, int max) {
     lx_frame tmp[LX_MAX_FRAMES];
-    int n = 0;
+    int n = 0, found_root = 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < npcs && n < LX_MAX_FRAMES; i++) {
         uintptr_t pc = (uintptr_t)pcs[i];
@@ -198,10 +198,14 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
         tmp[n].line = e->line;
         tmp[n].function = e->function;
         n++;
-        if (root_fn && e->func_start == root_fn) break;   /* the outermost frame we keep */
+        if (root_fn && e->func_start == root_fn) { found_root = 1; break; }   /* the outermost frame we keep */
         if (strcmp(e->function, "main") == 0) break;
     }
     pthread_mutex_unlock(&lock);
+    /* A rank's lecture code is its spawned function: outside it (setting up
+     * a spawn, tearing one down) no lecture line is running, whatever
+     * main() the walk would reach. */
+    if (lx_in_rank() && !found_root) n = 0;
     if (n > max) n = max;
     for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];   /* outermost first */
     return n;
