@@ -60,10 +60,12 @@ static double timeout_seconds(void) {
     return 120.0;
 }
 
+#ifdef LECTERN_CUDA
 static int hostfile_in_use(void) {
     const char *h = getenv("LECTERN_HOSTFILE");
     return h && *h;
 }
+#endif
 
 /* NCCL when every rank can have a GPU of its own; else Open MPI on host
  * memory. LECTERN_BACKEND=mpi|nccl overrides (e.g. nccl across machines,

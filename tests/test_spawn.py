@@ -418,6 +418,23 @@ class Pool(Base):
         self.assertEqual(sorted(fours), ["rank %d of 4: sum 6" % r for r in range(4)])
 
 
+class LectureCrash(Base):
+    def test_a_crash_of_the_lecture_stops_its_pool(self):
+        rc, out, err = self.run_fixture("crash_fixture", {"LECTERN_FIXTURE_CRASH": "segv",
+                                                          "LECTERN_FIXTURE_SPAWN": "1"})
+        self.assertEqual(rc, 1, err)
+        t = tracecheck.validate(os.path.join(self.out, "crash_fixture.failed.json"))
+        texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
+        self.assertIn("rank 1 of 2 is up", texts)
+        self.assertIn("SIGSEGV", texts[-1])
+        binary = fixture("crash_fixture")
+        deadline = time.monotonic() + 5
+        while rank_processes(binary) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(rank_processes(binary), [], "pool ranks outlived the lecture")
+        self.assertNotRegex(out + err, OPEN_MPI_TEXT)
+
+
 class ForcedBackend(Base):
     """LECTERN_BACKEND=nccl where it cannot work is an error at the spawn()
     line, naming what is missing."""
