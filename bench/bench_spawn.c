@@ -48,10 +48,10 @@ static void report_many(int world_size) {
     double t[REPEATS];
     for (int i = 0; i < REPEATS; i++) t[i] = timed_spawn(world_size);
     qsort(t, REPEATS, sizeof t[0], cmp);
-    printf("spawn of %2d rank%s on the pool: median %.4f s  min %.4f  max %.4f  (%d spawns)\n", world_size,
-           world_size == 1 ? " " : "s", t[REPEATS / 2], t[0], t[REPEATS - 1], REPEATS);
-    note("spawn of %d rank%s on the pool: median %.4f s (min %.4f, max %.4f, %d spawns)", world_size,
-         world_size == 1 ? "" : "s", t[REPEATS / 2], t[0], t[REPEATS - 1], REPEATS);
+    printf("spawn of %2d rank%s on the pool: median %.3f ms  min %.3f  max %.3f  (%d spawns)\n", world_size,
+           world_size == 1 ? " " : "s", 1e3 * t[REPEATS / 2], 1e3 * t[0], 1e3 * t[REPEATS - 1], REPEATS);
+    note("spawn of %d rank%s on the pool: median %.3f ms (min %.3f, max %.3f, %d spawns)", world_size,
+         world_size == 1 ? "" : "s", 1e3 * t[REPEATS / 2], 1e3 * t[0], 1e3 * t[REPEATS - 1], REPEATS);
 }
 
 static void body(void) {
