@@ -82,9 +82,7 @@ int lx_pool_min_ranks(void) {
 typedef struct pool {
     int size;
     pid_t mpirun;                   /* 0 when none */
-    int mpirun_status;              /* once reaped */
     int reaped;
-    int broken;
     int listen_fd;
     int fd[LECTERN_MAX_WORLD];
     int pid[LECTERN_MAX_WORLD];     /* local ranks; 0 elsewhere */
@@ -112,7 +110,6 @@ int lx_pool_size(void) { return P.mpirun ? P.size : 0; }
 int lx_pool_fd(int rank) { return P.fd[rank]; }
 int lx_pool_pid(int rank) { return P.pid[rank]; }
 board *lx_pool_board(void) { return P.board; }
-void lx_pool_mark_broken(void) { P.broken = 1; }
 lx_pool_stats lx_pool_get_stats(void) { return stats; }
 
 /* ---- mpirun's output ---- */
@@ -367,24 +364,21 @@ static void remember_pids_for_signals(void) {
     kill_list[LECTERN_MAX_WORLD] = P.mpirun;
 }
 
-/* Reaps mpirun if it has exited. */
-static int reap(int block_seconds_x1000) {
-    if (!P.mpirun) return 1;
-    if (P.reaped) return 1;
-    for (int waited = 0;; waited++) {
+/* 1 once mpirun has exited (and is reaped), waiting up to `seconds` for it. */
+static int reap(double seconds) {
+    if (!P.mpirun || P.reaped) return 1;
+    double t0 = now_seconds();
+    for (;;) {
         int status;
         pid_t r = waitpid(P.mpirun, &status, WNOHANG);
         if (r == P.mpirun || (r < 0 && errno == ECHILD)) {
             P.reaped = 1;
-            P.mpirun_status = r == P.mpirun ? status : 0;
             return 1;
         }
-        if (waited >= block_seconds_x1000) return 0;
+        if (now_seconds() - t0 >= seconds) return 0;
         lx_sleep_seconds(0.001);
     }
 }
-
-int lx_pool_mpirun_gone(void) { return P.mpirun && reap(0); }
 
 static void reset(void) {
     for (int r = 0; r < LECTERN_MAX_WORLD; r++) {
@@ -411,7 +405,6 @@ static void reset(void) {
     P.mpirun = 0;
     P.reaped = 0;
     P.size = 0;
-    P.broken = 0;
     for (int i = 0; i <= LECTERN_MAX_WORLD; i++) kill_list[i] = 0;
 }
 
@@ -421,9 +414,9 @@ void lx_pool_kill(void) {
         if (P.pid[r] > 0) kill(P.pid[r], SIGKILL);
     if (!reap(0)) {
         kill(P.mpirun, SIGTERM);   /* it stops the ranks on other hosts */
-        if (!reap(3000)) {
+        if (!reap(3.0)) {
             kill(P.mpirun, SIGKILL);
-            reap(3000);
+            reap(3.0);
         }
     }
     reset();
@@ -443,7 +436,7 @@ void lx_pool_stop(void) {
         if (P.fd[r] >= 0) close(P.fd[r]);
         P.fd[r] = -1;
     }
-    if (!reap(10000)) {
+    if (!reap(10.0)) {   /* a sanitizer build's leak checks at exit take seconds */
         lx_pool_kill();
         return;
     }
@@ -452,10 +445,6 @@ void lx_pool_stop(void) {
 
 /* ---- the handshake ---- */
 
-typedef struct pending {
-    int fd;
-    double since;
-} pending;
 
 /* Reads a rank's hello on a fresh connection. Returns its pool rank, or -1
  * (the connection is then closed: a stranger, or a rank that died). */
@@ -489,25 +478,27 @@ static int take_hello(int fd, const char *token, const char *host) {
 }
 
 /* Waits until every rank has said hello and then "ready". 0, or -1 with
- * *why set: "timeout" or "mpirun" (it exited). */
+ * *why set: "timeout", "mpirun" (it exited) or "rank" (one died starting). */
 static int handshake(const char *token, double limit, const char **why) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     double t0 = now_seconds();
-    pending pend[LECTERN_MAX_WORLD * 2];
-    int n_pend = 0, hellos = 0, ready = 0;
+    int pend[LECTERN_MAX_WORLD * 2];   /* connected, hello not read yet */
+    int n_pend = 0, ready = 0;
     int is_ready[LECTERN_MAX_WORLD] = {0};
     while (ready < P.size) {
-        if (now_seconds() - t0 > limit) { *why = "timeout"; return -1; }
-        if (reap(0)) { *why = "mpirun"; return -1; }
+        if (now_seconds() - t0 > limit) *why = "timeout";
+        else if (reap(0)) *why = "mpirun";
+        if (**why) break;
         struct pollfd fds[1 + LECTERN_MAX_WORLD * 3];
         int nf = 0;
         fds[nf++] = (struct pollfd){.fd = P.listen_fd, .events = POLLIN};
-        for (int i = 0; i < n_pend; i++) fds[nf++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+        for (int i = 0; i < n_pend; i++) fds[nf++] = (struct pollfd){.fd = pend[i], .events = POLLIN};
         int first_rank = nf;
         for (int r = 0; r < P.size; r++)
             if (P.fd[r] >= 0 && !is_ready[r]) fds[nf++] = (struct pollfd){.fd = P.fd[r], .events = POLLIN};
         if (poll(fds, (nfds_t)nf, 20) <= 0) continue;
+        int polled = n_pend;   /* the connections fds[1..polled] stand for */
         if (fds[0].revents & POLLIN) {
             int c = accept4(P.listen_fd, NULL, NULL, SOCK_CLOEXEC);
             if (c >= 0 && n_pend < (int)(sizeof pend / sizeof pend[0])) {
@@ -515,21 +506,20 @@ static int handshake(const char *token, double limit, const char **why) {
                     int one = 1;
                     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 }
-                pend[n_pend++] = (pending){.fd = c, .since = now_seconds()};
+                pend[n_pend++] = c;
             } else if (c >= 0) {
                 close(c);
             }
         }
-        for (int i = 0; i < n_pend; i++) {
-            if (!(fds[1 + i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            /* The hello is one small write right after connecting. */
-            int rank = take_hello(pend[i].fd, token, host);
-            if (rank < 0) close(pend[i].fd);
-            else hellos++;
-            pend[i].fd = -1;
-        }
         int k = 0;
-        for (int i = 0; i < n_pend; i++) if (pend[i].fd >= 0) pend[k++] = pend[i];
+        for (int i = 0; i < n_pend; i++) {
+            if (i >= polled || !(fds[1 + i].revents & (POLLIN | POLLHUP | POLLERR))) {
+                pend[k++] = pend[i];
+                continue;
+            }
+            /* The hello is one small write right after connecting. */
+            if (take_hello(pend[i], token, host) < 0) close(pend[i]);
+        }
         n_pend = k;
         for (int i = first_rank; i < nf; i++) {
             if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -541,8 +531,7 @@ static int handshake(const char *token, double limit, const char **why) {
             size_t size;
             if (lx_wire_recv(fds[i].fd, &type, &body, &size) != 0) {
                 *why = "rank";
-                for (int j = 0; j < n_pend; j++) close(pend[j].fd);
-                return -1;
+                break;
             }
             free(body);
             if (type == MSG_READY) {
@@ -550,9 +539,10 @@ static int handshake(const char *token, double limit, const char **why) {
                 ready++;
             }
         }
+        if (**why) break;
     }
-    (void)hellos;
-    return 0;
+    for (int j = 0; j < n_pend; j++) close(pend[j]);
+    return **why ? -1 : 0;
 }
 
 static int start(int size, double limit, char **error) {
@@ -660,7 +650,7 @@ static int start(int size, double limit, char **error) {
             *error = lx_fmt("Open MPI did not start %d rank%s within %g s", size, size == 1 ? "" : "s", limit);
             return -2;   /* worth another try */
         }
-        reap(2000);      /* mpirun's last words are in the pipe by now */
+        reap(2.0);       /* mpirun's last words are in the pipe by now */
         lx_pool_kill();
         char *explain = lx_pool_explain();
         *error = lx_fmt("Open MPI could not start them%s%s", explain ? ": " : "", explain ? explain : "");
@@ -682,7 +672,7 @@ static int start(int size, double limit, char **error) {
  * unasked, so a socket with something to read has closed: that rank died
  * between spawns (the out-of-memory killer, a kill from outside). */
 static int healthy(void) {
-    if (!P.mpirun || P.broken || reap(0)) return 0;
+    if (!P.mpirun || reap(0)) return 0;
     struct pollfd fds[LECTERN_MAX_WORLD];
     for (int r = 0; r < P.size; r++) fds[r] = (struct pollfd){.fd = P.fd[r], .events = POLLIN};
     int pr = poll(fds, (nfds_t)P.size, 0);

@@ -163,13 +163,6 @@ int lx_pool_fd(int rank);           /* the socket to pool rank `rank` */
 int lx_pool_pid(int rank);          /* its pid when on this host, else 0 */
 board *lx_pool_board(void);         /* NULL when shared memory is unavailable */
 
-/* 1 when mpirun has exited (the pool is then useless). */
-int lx_pool_mpirun_gone(void);
-
-/* The pool cannot be used again (a rank died, a spawn failed half-way): the
- * next lx_pool_ensure starts a fresh one. */
-void lx_pool_mark_broken(void);
-
 /* Kills every pool process now and reaps mpirun (a failed spawn). */
 void lx_pool_kill(void);
 
