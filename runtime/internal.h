@@ -6,7 +6,7 @@
  *           -> lx_stack_capture()             stack.c  (lecture frames, outermost first)
  *           -> step = {stack, rank, ..., renderings}
  *           -> the step sink                  trace.c keeps it (parent process);
- *                                             spawn.c sends it to the parent (a rank)
+ *                                             spawn_rank.c sends it to the parent (a rank)
  */
 #ifndef LECTERN_INTERNAL_H
 #define LECTERN_INTERNAL_H
@@ -61,7 +61,7 @@ const char *lx_function_path(const void *fn);
 /* ---------------- trace.c ---------------- */
 
 /* Where finished steps go. The default sink appends to this process's trace.
- * spawn.c installs one in each rank that sends the step to the parent. The
+ * spawn_rank.c installs one in each rank that sends the step to the parent. The
  * sink takes ownership of `step`. */
 typedef void (*lx_step_sink)(cJSON *step);
 void lx_set_step_sink(lx_step_sink sink);

@@ -471,8 +471,16 @@ static int take_hello(int fd, const char *token, const char *host) {
     P.fd[rank] = fd;
     P.pid[rank] = (!P.tcp || strcmp(h.host, host) == 0) ? h.pid : 0;
     if (!P.tcp) {   /* the lecture's stdout and stderr, for the rank's own output */
-        int fds[2] = {1, 2};
-        if (lx_wire_send_fds(fd, fds, 2) != 0) return -1;
+        int fds[2] = {1, 2}, devnull = -1;
+        for (int i = 0; i < 2; i++) {
+            if (fcntl(fds[i], F_GETFD) != -1) continue;
+            /* The lecture runs with that stream closed: so do the ranks. */
+            if (devnull < 0) devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+            fds[i] = devnull;
+        }
+        int rc = fds[0] >= 0 && fds[1] >= 0 ? lx_wire_send_fds(fd, fds, 2) : -1;
+        if (devnull >= 0) close(devnull);
+        if (rc != 0) return -1;
     }
     return rank;
 }
