@@ -208,6 +208,12 @@ size_t lx_globals_bytes(void);
  * stack capture (a few microseconds) and a copy. Nothing outside a rank. */
 void lx_rank_where(const char *operation);
 
+/* In a rank: the communicator of the current spawn's ranks (pool ranks
+ * 0..world_size-1). MPI_COMM_WORLD is the whole pool, more ranks than the
+ * spawn has: code that talks MPI directly (a benchmark comparing with bare
+ * MPI calls) uses this. MPI_COMM_NULL outside a rank. */
+MPI_Comm lx_rank_comm(void);
+
 /* ---------------- comm.c ---------------- */
 
 /* Starts the collectives of this rank on `backend` (the parent chose it),

@@ -192,6 +192,10 @@ static MPI_Comm comm_for(int w) {
     return world_comm[w];
 }
 
+MPI_Comm lx_rank_comm(void) {
+    return lx_in_rank() && my_desc.world_size > 0 ? comm_for(my_desc.world_size) : MPI_COMM_NULL;
+}
+
 /* This rank's GPU under NCCL: its index among the spawn's ranks on its host. */
 static int device_for(int w, MPI_Comm comm) {
     if (world_device[w] >= 0) return world_device[w];
