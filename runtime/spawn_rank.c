@@ -256,13 +256,15 @@ static void run_spawn(const char *body, size_t size) {
     }
     int w = my_desc.world_size;
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
-    fresh_state();
 
+    /* From here on, an error of this rank is an error step of this spawn. */
     spawn_fn fn = (spawn_fn)(void *)((uintptr_t)(void *)&lecture_main + (uintptr_t)my_desc.fn_offset);
     lx_stack_set_root((const void *)fn);
     lx_set_in_rank(pool_rank, w);
     lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick, my_desc.quiet);
     lx_set_step_sink(rank_sink);
+    output_to_console(1);
+    fresh_state();
 
     /* OpenBLAS starts one spinning thread per core in every process; four
      * ranks on two cores would fight over them (3.5x slower, measured).
@@ -273,7 +275,6 @@ static void run_spawn(const char *body, size_t size) {
 
     MPI_Comm comm = comm_for(w);
     int device = my_desc.backend == LX_BACKEND_NCCL ? device_for(w, comm) : -1;
-    output_to_console(1);
     lx_comm_start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
 
     fn(pool_rank, w, args);
@@ -306,6 +307,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
         exit(2);
     }
     pool_rank = atoi(launch_rank);
+    lx_set_in_rank(pool_rank, 0);   /* no lecture line runs here until a spawn's fn */
     /* Should mpirun die without stopping us, we go too. */
     pid_t launcher = getppid();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
