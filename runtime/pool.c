@@ -259,12 +259,14 @@ char *lx_pool_explain(void) {
 
 /* ---- starting mpirun ---- */
 
-/* mpirun (or mpiexec) on the PATH. */
+/* Open MPI's mpirun on the PATH: under the names only Open MPI uses first
+ * (Debian's alternatives may point plain mpirun at another MPI), then
+ * mpirun and mpiexec. */
 static char *find_launcher(void) {
     const char *path = getenv("PATH");
     if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
-    static const char *const names[] = {"mpirun", "mpiexec"};
-    for (size_t k = 0; k < 2; k++) {
+    static const char *const names[] = {"mpirun.openmpi", "orterun", "mpirun", "mpiexec"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         const char *p = path;
         while (*p) {
             const char *colon = strchr(p, ':');
