@@ -428,6 +428,7 @@ void lx_pool_kill_from_signal(void) {
     for (int i = 0; i < LECTERN_MAX_WORLD; i++)
         if (kill_list[i] > 0) kill(kill_list[i], SIGKILL);
     if (kill_list[LECTERN_MAX_WORLD] > 0) kill(kill_list[LECTERN_MAX_WORLD], SIGTERM);
+    if (P.board_name[0]) shm_unlink(P.board_name);   /* a crash while the pool starts */
 }
 
 void lx_pool_stop(void) {
@@ -446,6 +447,14 @@ void lx_pool_stop(void) {
 }
 
 /* ---- the handshake ---- */
+
+/* A rank maps the board before it says hello: once all have, the name can
+ * go, the memory stays until the last unmap, and nothing is left in
+ * /dev/shm whatever happens next (even a lecture killed by SIGKILL). */
+static void unlink_board_name(void) {
+    if (P.board_name[0]) shm_unlink(P.board_name);
+    P.board_name[0] = '\0';
+}
 
 
 /* Reads a rank's hello on a fresh connection. Returns its pool rank, or -1
@@ -494,7 +503,7 @@ static int handshake(const char *token, double limit, const char **why) {
     gethostname(host, sizeof host - 1);
     double t0 = now_seconds();
     int pend[LECTERN_MAX_WORLD * 2];   /* connected, hello not read yet */
-    int n_pend = 0, ready = 0;
+    int n_pend = 0, ready = 0, hellos = 0;
     int is_ready[LECTERN_MAX_WORLD] = {0};
     while (ready < P.size) {
         if (now_seconds() - t0 > limit) *why = "timeout";
@@ -529,6 +538,7 @@ static int handshake(const char *token, double limit, const char **why) {
             }
             /* The hello is one small write right after connecting. */
             if (take_hello(pend[i], token, host) < 0) close(pend[i]);
+            else if (++hellos == P.size) unlink_board_name();
         }
         n_pend = k;
         for (int i = first_rank; i < nf; i++) {
@@ -556,6 +566,10 @@ static int handshake(const char *token, double limit, const char **why) {
 }
 
 static int start(int size, double limit, char **error) {
+    /* Before the fork, so nothing buffered is written twice; and before
+     * anything is made, so a write that fails (a closed pipe) leaves nothing
+     * behind. */
+    fflush(NULL);
     reset();
     P.generation++;
     P.size = size;
@@ -636,7 +650,6 @@ static int start(int size, double limit, char **error) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) lx_fatal("cannot make a pipe: %s", strerror(errno));
     char **env = launch_environment(token);
-    fflush(NULL);
     P.mpirun = fork_launcher(argv, env, pipefd[1], !P.tcp);
     free_environment(env);
     free(launcher);
@@ -668,11 +681,6 @@ static int start(int size, double limit, char **error) {
         return -1;
     }
     remember_pids_for_signals();
-    /* Every rank has mapped the board by now: the name can go, the memory
-     * stays until the last unmap, and nothing is left in /dev/shm whatever
-     * happens next. */
-    if (P.board_name[0]) shm_unlink(P.board_name);
-    P.board_name[0] = '\0';
     close(P.listen_fd);
     P.listen_fd = -1;
     return 0;
