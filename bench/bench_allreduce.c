@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "lectern.h"
+#include "spawn_impl.h"   /* lx_rank_comm(): the spawn's ranks, for the bare calls */
 
 enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, N_OPS };
 static const char *const OP_NAMES[] = {"all_reduce", "reduce_scatter", "all_gather"};
@@ -45,23 +46,24 @@ static double median(double *t, int n) {
 /* The slowest rank's time for one call. */
 static double slowest(double seconds) {
     double worst = 0;
-    MPI_Allreduce(&seconds, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&seconds, &worst, 1, MPI_DOUBLE, MPI_MAX, lx_rank_comm());
     return worst;
 }
 
 /* One timed call: through the runtime (bare = 0) or straight to MPI. */
 static double run_once(int op, int bare, tensor *full, tensor *part) {
     int count = (int)part->numel;
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm ranks = lx_rank_comm();
+    MPI_Barrier(ranks);
     double t0 = now_seconds();
     if (op == OP_ALL_REDUCE) {
-        if (bare) MPI_Allreduce(MPI_IN_PLACE, full->data, (int)full->numel, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (bare) MPI_Allreduce(MPI_IN_PLACE, full->data, (int)full->numel, MPI_FLOAT, MPI_SUM, ranks);
         else dist_all_reduce(full, DIST_SUM);
     } else if (op == OP_REDUCE_SCATTER) {
-        if (bare) MPI_Reduce_scatter_block(full->data, part->data, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (bare) MPI_Reduce_scatter_block(full->data, part->data, count, MPI_FLOAT, MPI_SUM, ranks);
         else dist_reduce_scatter(part, full, DIST_SUM);
     } else {
-        if (bare) MPI_Allgather(part->data, count, MPI_FLOAT, full->data, count, MPI_FLOAT, MPI_COMM_WORLD);
+        if (bare) MPI_Allgather(part->data, count, MPI_FLOAT, full->data, count, MPI_FLOAT, ranks);
         else dist_all_gather(full, part);
     }
     device_synchronize();

@@ -1,15 +1,20 @@
 /*
  * bench_spawn.c: how long spawn() takes, from the call to its return, for a
- * function that does nothing: the price of starting ranks with Open MPI,
- * handing them the spawn description, and waiting for them to finish.
+ * function that does nothing: the price of handing a spawn to the ranks and
+ * waiting for them to finish.
  *
- * The first spawn of a process also pays for MPI_Init (the lecture becomes an
- * MPI singleton): it is reported on its own. Then, for 1, 2 and 4 ranks, the
- * median and the spread of several spawns. Medians: this machine is shared
- * and noisy.
+ * The first spawn of a run also starts the pool of ranks with mpirun
+ * (runtime/pool.c): it is reported on its own. Then, for 1, 2 and 4 ranks,
+ * the median and the spread of many spawns on that pool; then what growing
+ * the pool costs (a spawn of 8, then of 16 ranks, each replacing the pool
+ * with a bigger one), and spawns on the 16-rank pool. Medians: this machine
+ * is shared and noisy.
  *
  *   build/bench/bench_spawn        (scripts/bench.sh sets LECTERN_OUT to a
  *                                   temporary folder, so traces/ is untouched)
+ *
+ * LECTERN_POOL_MIN=1 shows what starting with a pool of 1 would cost
+ * instead (docs/design.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +22,7 @@
 
 #include "lectern.h"
 
-enum { REPEATS = 9 };
+enum { REPEATS = 21 };
 
 static void nothing(int rank, int world_size, void *args) {
     (void)rank; (void)world_size; (void)args;
@@ -34,20 +39,29 @@ static double timed_spawn(int world_size) {
     return now_seconds() - t;
 }
 
+static void report_one(const char *what, double seconds) {
+    printf("%-44s %8.3f s\n", what, seconds);
+    note("%s: %.3f s", what, seconds);
+}
+
+static void report_many(int world_size) {
+    double t[REPEATS];
+    for (int i = 0; i < REPEATS; i++) t[i] = timed_spawn(world_size);
+    qsort(t, REPEATS, sizeof t[0], cmp);
+    printf("spawn of %2d rank%s on the pool: median %.3f ms  min %.3f  max %.3f  (%d spawns)\n", world_size,
+           world_size == 1 ? " " : "s", 1e3 * t[REPEATS / 2], 1e3 * t[0], 1e3 * t[REPEATS - 1], REPEATS);
+    note("spawn of %d rank%s on the pool: median %.3f ms (min %.3f, max %.3f, %d spawns)", world_size,
+         world_size == 1 ? "" : "s", 1e3 * t[REPEATS / 2], 1e3 * t[0], 1e3 * t[REPEATS - 1], REPEATS);
+}
+
 static void body(void) {
-    double first = timed_spawn(1);
-    printf("first spawn (1 rank, includes MPI_Init): %.3f s\n", first);
-    note("first spawn (1 rank, includes MPI_Init): %.3f s", first);
+    report_one("first spawn (4 ranks, starts the pool)", timed_spawn(4));
     const int sizes[] = {1, 2, 4};
-    printf("%-6s %10s %10s %10s   (%d spawns each)\n", "ranks", "median_s", "min_s", "max_s", REPEATS);
-    for (int k = 0; k < 3; k++) {
-        double t[REPEATS];
-        for (int i = 0; i < REPEATS; i++) t[i] = timed_spawn(sizes[k]);
-        qsort(t, REPEATS, sizeof t[0], cmp);
-        printf("%-6d %10.3f %10.3f %10.3f\n", sizes[k], t[REPEATS / 2], t[0], t[REPEATS - 1]);
-        note("spawn of %d rank%s: median %.3f s (min %.3f, max %.3f, %d runs)", sizes[k],
-             sizes[k] == 1 ? "" : "s", t[REPEATS / 2], t[0], t[REPEATS - 1], REPEATS);
-    }
+    for (int k = 0; k < 3; k++) report_many(sizes[k]);
+    report_one("spawn of 8 ranks (grows the pool to 8)", timed_spawn(8));
+    report_one("spawn of 16 ranks (grows the pool to 16)", timed_spawn(16));
+    report_many(16);
+    report_many(4);
     fflush(stdout);
 }
 

@@ -259,9 +259,11 @@ static void our_runtime_and_nccl(void) {
          "`dist_broadcast`, `dist_reduce`, `dist_scatter`, `dist_gather`, `dist_send`, "
          "`dist_recv`, each with SUM, AVG, MIN or MAX where it reduces.");
     see("https://pytorch.org/docs/stable/distributed.html");
-    note("`spawn(fn, world_size, &args, sizeof args)` starts world-size real processes "
-         "(Open MPI's `MPI_Comm_spawn`), each running `fn(rank, world_size, args)` on its "
-         "own copy of the arguments, like `torch.multiprocessing.spawn`.");
+    note("`spawn(fn, world_size, &args, sizeof args)` runs `fn(rank, world_size, args)` in "
+         "world-size real processes, each on its own copy of the arguments, like "
+         "`torch.multiprocessing.spawn`. The processes come from a pool that Open MPI's "
+         "`mpirun` starts once, at the first spawn; each spawn finds the lecture's globals "
+         "as a fresh process would.");
     note("Like PyTorch it has two backends, picked per spawn:");
     note("| call | with a GPU per rank: NCCL | otherwise: Open MPI (host memory) |\n"
          "|---|---|---|\n"

@@ -6,7 +6,7 @@
  * lecture's intent (shapes, ranks, where the tensor lives) and names the
  * lecture line when they are wrong; the backend does the communication:
  *
- *   comm_mpi.c   Open MPI on host memory, MPI_COMM_WORLD of the ranks
+ *   comm_mpi.c   Open MPI on host memory, over the spawn's communicator
  *   comm_nccl.c  NCCL on device memory, one GPU per rank
  *
  * Before each call that waits for other ranks we note where the lecture is
@@ -24,23 +24,28 @@ static const lx_comm_ops *ops;    /* NULL outside a rank */
 static lx_backend backend;
 static int my_rank = 0, my_world = 1, my_device = -1;
 
-void lx_comm_start(lx_backend b, int rank, int world_size, int device) {
+void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm comm) {
     backend = b;
     my_rank = rank;
     my_world = world_size;
     my_device = device;
 #ifdef LECTERN_CUDA
     if (b == LX_BACKEND_NCCL) {
-        ops = lx_comm_nccl_start(rank, world_size, device);
+        ops = lx_comm_nccl_start(rank, world_size, device, comm);
         return;
     }
 #endif
-    ops = lx_comm_mpi_start(rank, world_size);
+    ops = lx_comm_mpi_start(rank, world_size, comm);
 }
 
+/* A pool rank runs many spawns: after one, it is back to "outside spawn". */
 void lx_comm_stop(void) {
     if (ops) ops->stop();
     ops = NULL;
+    backend = LX_BACKEND_MPI;
+    my_rank = 0;
+    my_world = 1;
+    my_device = -1;
 }
 
 int dist_rank(void) { return my_rank; }

@@ -1,7 +1,9 @@
 /*
  * comm_mpi.c: the collectives on Open MPI, on host memory (the gloo of this
- * world). Each dist_* call is one MPI call on a private copy of the ranks'
- * MPI_COMM_WORLD, so a lecture's own MPI calls can never match ours.
+ * world). Each dist_* call is one MPI call on a private copy of the spawn's
+ * communicator (the pool ranks of this spawn, spawn_rank.c), made at the
+ * spawn's start and freed at its end: a message one spawn left unreceived
+ * can never match a receive of the next.
  *
  * MPI has no "average": AVG is a SUM followed by a division by the world size
  * on the ranks that hold a result, which is what torch's gloo backend does.
@@ -122,10 +124,10 @@ static const lx_comm_ops mpi_ops = {
     .stop = op_stop,
 };
 
-const lx_comm_ops *lx_comm_mpi_start(int rank, int size) {
+const lx_comm_ops *lx_comm_mpi_start(int rank, int size, MPI_Comm comm) {
     (void)rank;
     world_size = size;
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+    MPI_CHECK(MPI_Comm_dup(comm, &world));
     MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
     return &mpi_ops;
 }

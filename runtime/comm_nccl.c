@@ -2,8 +2,11 @@
  * comm_nccl.c: the collectives on NCCL, on device memory, one GPU per rank.
  *
  * Start-up is NCCL's usual bootstrap over MPI: rank 0 makes a unique id,
- * MPI_Bcast gives it to every rank, and each calls ncclCommInitRank. Across
- * machines the same code gives a communicator over the network.
+ * MPI_Bcast over the spawn's communicator gives it to every rank, and each
+ * calls ncclCommInitRank. Across machines the same code gives a
+ * communicator over the network. NCCL's start-up is slow (about a second),
+ * and pool ranks serve many spawns: the communicator, with its stream, is
+ * made at the first spawn of each world size and kept for the next ones.
  *
  * Ordering. The tensor code queues its kernels on the default stream. NCCL
  * work goes to a stream of our own, made to wait (an event) for what the
@@ -34,6 +37,18 @@ static cudaStream_t stream;
 static cudaEvent_t queued;        /* "the default stream got this far" */
 static float *scratch;            /* one float for the barrier */
 static int my_rank, world_size;
+
+/* What a world size's first spawn made, for the next spawns of that size. */
+typedef struct nccl_world {
+    int made;
+    int device;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    cudaEvent_t queued;
+    float *scratch;
+} nccl_world;
+
+static nccl_world worlds[LECTERN_MAX_WORLD + 1];
 
 typedef struct p2p_op {
     int is_send;
@@ -197,12 +212,10 @@ static void op_wait(void *request) {
 }
 
 static void op_stop(void) {
-    /* Requests never waited for are issued, so the peers are not left hanging. */
+    /* Requests never waited for are issued, so the peers are not left
+     * hanging; the communicator stays for the next spawn of this size. */
     flush_p2p();
-    NCCL_CHECK(ncclCommDestroy(comm));
-    CUDA_CHECK(cudaFree(scratch));
-    CUDA_CHECK(cudaEventDestroy(queued));
-    CUDA_CHECK(cudaStreamDestroy(stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 static const lx_comm_ops nccl_ops = {
@@ -222,19 +235,57 @@ static const lx_comm_ops nccl_ops = {
     .stop = op_stop,
 };
 
-const lx_comm_ops *lx_comm_nccl_start(int rank, int size, int device) {
+/* The rank's GPU, or an error that says which GPU and why, at the spawn()
+ * line (no lecture frame of the rank has run yet). */
+static void use_device(int rank, int size, int device) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        count = 0;
+    }
+    if (device >= count)
+        lx_fatal("rank %d of %d cannot use cuda:%d: its host has %d GPU%s, and NCCL needs one GPU per rank",
+                 rank, size, device, count, count == 1 ? "" : "s");
+    cudaError_t rc = cudaSetDevice(device);
+    if (rc != cudaSuccess)
+        lx_fatal("rank %d of %d cannot use cuda:%d: %s", rank, size, device, cudaGetErrorString(rc));
+}
+
+const lx_comm_ops *lx_comm_nccl_start(int rank, int size, int device, MPI_Comm spawn_comm) {
     my_rank = rank;
     world_size = size;
-    CUDA_CHECK(cudaSetDevice(device));
-    ncclUniqueId id;
-    if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
-    NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
-    CUDA_CHECK(cudaMalloc((void **)&scratch, sizeof(float)));
-    CUDA_CHECK(cudaMemset(scratch, 0, sizeof(float)));
+    use_device(rank, size, device);
+    nccl_world *w = &worlds[size];
+    if (!w->made || w->device != device) {
+        ncclUniqueId id;
+        if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, spawn_comm));
+        NCCL_CHECK(ncclCommInitRank(&w->comm, size, id, rank));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&w->queued, cudaEventDisableTiming));
+        CUDA_CHECK(cudaMalloc((void **)&w->scratch, sizeof(float)));
+        CUDA_CHECK(cudaMemset(w->scratch, 0, sizeof(float)));
+        w->device = device;
+        w->made = 1;
+    }
+    comm = w->comm;
+    stream = w->stream;
+    queued = w->queued;
+    scratch = w->scratch;
     return &nccl_ops;
+}
+
+void lx_comm_nccl_release(void) {
+    for (int s = 0; s <= LECTERN_MAX_WORLD; s++) {
+        nccl_world *w = &worlds[s];
+        if (!w->made) continue;
+        CUDA_CHECK(cudaSetDevice(w->device));
+        NCCL_CHECK(ncclCommDestroy(w->comm));
+        CUDA_CHECK(cudaFree(w->scratch));
+        CUDA_CHECK(cudaEventDestroy(w->queued));
+        CUDA_CHECK(cudaStreamDestroy(w->stream));
+        w->made = 0;
+    }
 }
 
 #endif /* LECTERN_CUDA */

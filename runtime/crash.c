@@ -2,10 +2,12 @@
  * crash.c: a lecture that crashes still leaves its trace.
  *
  * On SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT (a failed assert), SIGTERM or
- * SIGINT we add one last step, an error naming the signal and the lecture
- * line that was running, write the trace (in a rank: send the step to the
- * parent), then let the signal take its normal course so the exit status
- * says what happened.
+ * SIGINT we stop the pool of ranks (pool.c), add one last step, an error
+ * naming the signal and the lecture line that was running, and write the
+ * trace. A crash then exits with status 1, the status of a lecture that
+ * failed (not 139 "Segmentation fault" from the shell). SIGTERM and SIGINT
+ * are requests from outside, not failures of the lecture: after the trace,
+ * they take their normal course, so a shell loop stopped with Ctrl-C stops.
  *
  * Formatting JSON inside a signal handler is not async-signal-safe. We accept
  * that: the process is going down anyway, and a trace written in all but the
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "spawn_impl.h"
 
 static volatile sig_atomic_t handling;
 static const int signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT};
@@ -45,6 +48,7 @@ static void on_signal(int sig, siginfo_t *info, void *ucontext) {
         return;
     }
     handling = 1;
+    if (!lx_in_rank()) lx_pool_kill_from_signal();
 
     lx_frame frames[LX_MAX_FRAMES];
     int n = lx_stack_capture_signal(frames, LX_MAX_FRAMES, ucontext);
@@ -65,6 +69,10 @@ static void on_signal(int sig, siginfo_t *info, void *ucontext) {
         }
     }
     free(msg);
+    if (!lx_in_rank() && sig != SIGTERM && sig != SIGINT) {
+        fflush(stdout);
+        _exit(1);
+    }
     signal(sig, SIG_DFL);
     raise(sig);
 }

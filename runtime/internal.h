@@ -6,7 +6,7 @@
  *           -> lx_stack_capture()             stack.c  (lecture frames, outermost first)
  *           -> step = {stack, rank, ..., renderings}
  *           -> the step sink                  trace.c keeps it (parent process);
- *                                             spawn.c sends it to the parent (a rank)
+ *                                             spawn_rank.c sends it to the parent (a rank)
  */
 #ifndef LECTERN_INTERNAL_H
 #define LECTERN_INTERNAL_H
@@ -42,6 +42,14 @@ int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext);
 /* The repo root the paths are relative to (where lectures/ and runtime/ are). */
 const char *lx_repo_root(void);
 
+/* "/repo/lectures/x.c" -> "lectures/x.c"; "./lectures/x.c" -> "lectures/x.c";
+ * a path outside the repo is returned as it is. */
+const char *lx_repo_relative(const char *path);
+
+/* The libdw module of the lecture executable (lectures and the runtime live
+ * there), for globals.c. NULL when the debug information cannot be read. */
+struct Dwfl_Module *lx_main_module(void);
+
 /* 1 when `path` (repo-relative) is a lecture source file (not runtime/). */
 int lx_is_lecture_path(const char *path);
 
@@ -53,7 +61,7 @@ const char *lx_function_path(const void *fn);
 /* ---------------- trace.c ---------------- */
 
 /* Where finished steps go. The default sink appends to this process's trace.
- * spawn.c installs one in each rank that sends the step to the parent. The
+ * spawn_rank.c installs one in each rank that sends the step to the parent. The
  * sink takes ownership of `step`. */
 typedef void (*lx_step_sink)(cJSON *step);
 void lx_set_step_sink(lx_step_sink sink);
@@ -144,14 +152,20 @@ void lx_sb_printf(lx_sb *b, const char *fmt, ...) LECTERN_PRINTF(2, 3);
  * Returns a new string (caller frees). */
 char *lx_utf8_repair(const char *s);
 
-/* ---------------- spawn.c ---------------- */
+/* ---------------- tensor.c ---------------- */
 
-/* Called first thing by lecture_main: when this process was started by
- * spawn() (MPI_Comm_get_parent != MPI_COMM_NULL), runs the rank and exits;
- * otherwise returns. */
+/* randn's generator back to its state at process start (unseeded: seed 0
+ * at the first draw). A pool rank calls it before each spawn. */
+void lx_tensor_reset_rng(void);
+
+/* ---------------- spawn.c, spawn_rank.c ---------------- */
+
+/* Called first thing by lecture_main: when this process is a pool rank
+ * (started by mpirun with --lectern-rank), runs it and exits; otherwise
+ * returns. */
 void lx_spawn_child_entry(int argc, char **argv);
 
-/* Called by lecture_main at exit (MPI_Finalize if MPI was initialised). */
+/* Called by lecture_main at exit: stops the pool of ranks cleanly. */
 void lx_spawn_shutdown(void);
 
 /* ---------------- crash.c (signals) ---------------- */

@@ -84,20 +84,26 @@ void progress(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 /* 2. spawn: real ranks, like torch.multiprocessing.spawn              */
 /* ------------------------------------------------------------------ */
 
-#define LECTERN_MAX_WORLD 8
+#define LECTERN_MAX_WORLD 16               /* 2 nodes x 8 GPUs */
 #define LECTERN_MAX_SPAWN_ARGS (64u << 20) /* bytes copied to each rank */
 
 typedef void (*spawn_fn)(int rank, int world_size, void *args);
 
-/* Starts world_size real processes (Open MPI's MPI_Comm_spawn) each running
- * fn(rank, world_size, args) on its own copy of the args_size bytes at args,
- * and returns when all are done. Their notes land in this trace, marked with
- * rank and world_size, their stacks starting with this process's frames down
- * to the spawn() line. A rank that crashes or fails stops its siblings, adds
- * an error step, and the lecture exits non-zero. A spawn that makes no
+/* Runs fn(rank, world_size, args) in world_size real processes, each on its
+ * own copy of the args_size bytes at args, and returns when all are done.
+ * The processes are a pool started with Open MPI's mpirun at the lecture's
+ * first spawn and reused by the later ones (grown when a spawn needs more
+ * ranks); before each spawn a rank's copy of the lecture's global and static
+ * variables is put back as it was at program start, so fn sees what a fresh
+ * process would (docs/authoring.md). Their notes land in this trace, marked
+ * with rank and world_size, their stacks starting with this process's frames
+ * down to the spawn() line. A rank that crashes or fails stops its siblings,
+ * adds an error step, and the lecture exits 1. A spawn that makes no
  * progress for LECTERN_TIMEOUT seconds (default 120) is stopped as a deadlock.
  * Collectives inside fn use NCCL on device memory when world_size <= GPUs
- * visible, else Open MPI on host memory; a note says which and why. */
+ * visible, else Open MPI on host memory; a note says which and why.
+ * LECTERN_BACKEND=nccl|mpi forces one; a forced NCCL without a GPU per rank
+ * is an error at the spawn() line before any rank starts. */
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size);
 
 /* ------------------------------------------------------------------ */

@@ -1,106 +1,53 @@
 /*
- * spawn.c: real ranks, started by Open MPI, whose steps land in this trace.
+ * spawn.c: real ranks whose steps land in this trace.
  *
  * spawn(fn, 4, args, size) in the lecture (the parent):
  *
- *   1. MPI_Init once (the lecture becomes an MPI "singleton"), then
- *      MPI_Comm_spawn starts 4 copies of this same executable with the
- *      argument --lectern-rank. They share MPI_COMM_WORLD among themselves
- *      and reach the parent through an intercommunicator.
- *   2. The parent broadcasts the spawn description (which function, the args
- *      bytes, the backend, the clock) over that intercommunicator.
- *   3. Each rank runs fn(rank, 4, its own copy of args). Its steps (note(),
- *      ...) are sent to the parent as JSON text; the parent puts its own
- *      frames down to the spawn() line in front of each step's stack, stamps
- *      rank / world_size / spawn and appends it to the trace.
- *   4. A rank says "done" when fn returns; spawn() returns when all have.
+ *   1. Picks the backend (NCCL when every rank can have a GPU of its own,
+ *      else Open MPI on host memory) and says so in a note.
+ *   2. Makes sure the pool of rank processes is up with at least 4 ranks
+ *      (pool.c: started with mpirun at the first spawn of the lecture,
+ *      reused by every later one).
+ *   3. Hands pool ranks 0..3 the spawn description (which function, the
+ *      backend, the clock) and the args bytes over their sockets (wire.c).
+ *   4. Each rank runs fn(rank, 4, its own copy of args) over a communicator
+ *      of those 4 ranks (spawn_rank.c). Its steps (note(), ...) come back as
+ *      JSON text; the parent puts its own frames down to the spawn() line in
+ *      front of each step's stack, stamps rank / world_size / spawn and
+ *      appends it to the trace.
+ *   5. A rank says "done" when fn returns; spawn() returns when all have.
+ *      The ranks go back to waiting for the next spawn.
  *
  * Failures must be loud and lose nothing. Each rank also owns a slot on a
- * small status board, a shared-memory file the parent creates on its host:
- * the rank writes its pid there, where it is before each call that can block
- * (lx_rank_where), and, from its signal handler or exit hook, how it died.
- * Writing to memory is safe in a signal handler, where sending an MPI
- * message is not. The parent polls: messages first, then every 20 ms the
- * board. A rank whose process is gone without "done" stops the spawn: the
- * others are killed, an error step names the rank, the signal or exit status
- * and the lecture line, and the lecture ends with status 1 and its trace
- * written. No progress at all (no step, no collective entered) for
+ * small status board, shared memory on the parent's host: the rank writes
+ * where it is before each call that can block (lx_rank_where), and, from its
+ * signal handler or exit hook, how it died. Writing to memory is safe in a
+ * signal handler, where sending a message is not. The parent waits on the
+ * ranks' sockets: a socket that closes before "done" is a rank that died;
+ * every 20 ms it also reads the board. A rank that failed stops the spawn:
+ * the pool is killed, an error step names the rank, the signal or exit
+ * status and the lecture line, and the lecture ends with status 1 and its
+ * trace written. No progress at all (no step, no collective entered) for
  * LECTERN_TIMEOUT seconds is reported as a deadlock, with each rank's last
  * lecture line.
- *
- * Facts about Open MPI 4.1.4 (Debian, external PMIx 4.2.2) this file leans on,
- * measured on a 2-core machine:
- *  - a singleton's first MPI_Init takes ~0.3 s; spawning 4 ranks ~0.35 s;
- *  - when a spawned rank dies, Open MPI aborts the ranks' job (about 1 s
- *    later) but the parent survives and can still write its trace;
- *  - the ranks' PMIx_Init sometimes never returns when several ranks start
- *    at the same instant (5 of 228 spawns of 4 ranks in our runs), and
- *    MPI_Comm_spawn in the parent then never returns either. Starting the
- *    ranks 3 ms apart made it vanish (0 of 300, and 0 of 120 more through
- *    spawn() itself); as a second line of defence the
- *    parent calls MPI_Comm_spawn from a helper thread, and if it has not
- *    returned in time, kills the stuck ranks and spawns again (a fresh
- *    MPI_Comm_spawn from another thread works after one hung).
- *
- * This file is the parent's side; spawn_rank.c is the rank's, and
- * spawn_board.c the status board they share.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <mpi.h>
-#include <pthread.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "internal.h"
 #include "spawn_impl.h"
 
 static const char *plural(int n) { return n == 1 ? "" : "s"; }
 
-/* ------------------------------------------------------------------ */
-/* In the parent                                                        */
-/* ------------------------------------------------------------------ */
-
-static int mpi_started;      /* MPI_Init done in this process */
-static int mpi_unusable;     /* a spawn failed or hung: no MPI_Finalize at exit */
-static int threads_ok;       /* MPI_THREAD_MULTIPLE: spawn from a helper thread */
 static int used_mpi, used_nccl;
 
-static void mpi_start(void) {
-    if (mpi_started) return;
-    /* Open MPI reads these at MPI_Init; an explicit setting by the user wins.
-     * Oversubscribe: 4 ranks on a 2-core machine is the point of the lecture.
-     * Root: containers often run as root, which Open MPI refuses by default. */
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    /* Shared-memory transfers through the kernel (CMA) are refused inside
-     * most containers and Open MPI then warns on every run; plain copies
-     * through the shared segment work everywhere. */
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    int provided = 0;
-    MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
-    threads_ok = provided >= MPI_THREAD_MULTIPLE;
-    /* A spawn that cannot start (a host of the hostfile unreachable, the
-     * program missing there) becomes an error step, not an abort. */
-    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
-    mpi_started = 1;
-}
-
-void lx_spawn_shutdown(void) {
-    if (!mpi_started || mpi_unusable) return;
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_CHECK(MPI_Finalize());
-}
+void lx_spawn_shutdown(void) { lx_pool_stop(); }
 
 static double timeout_seconds(void) {
     const char *s = getenv("LECTERN_TIMEOUT");
@@ -113,36 +60,57 @@ static double timeout_seconds(void) {
     return 120.0;
 }
 
+#ifdef LECTERN_CUDA
+static int hostfile_in_use(void) {
+    const char *h = getenv("LECTERN_HOSTFILE");
+    return h && *h;
+}
+#endif
+
 /* NCCL when every rank can have a GPU of its own; else Open MPI on host
  * memory. LECTERN_BACKEND=mpi|nccl overrides (e.g. nccl across machines,
- * where the GPUs of the other hosts are not visible here). */
+ * where the GPUs of the other hosts are not visible here). A forced NCCL
+ * that cannot work on this machine is refused here, at the spawn() line,
+ * before any rank starts. */
 static lx_backend choose_backend(int world_size, char **reason) {
     int gpus = gpu_count();
     const char *forced = getenv("LECTERN_BACKEND");
     if (forced && *forced) {
         if (strcmp(forced, "mpi") == 0) {
-            *reason = lx_fmt("LECTERN_BACKEND=mpi: Open MPI on host memory (%d ranks, %d GPU%s)",
-                             world_size, gpus, gpus == 1 ? "" : "s");
+            *reason = lx_fmt("LECTERN_BACKEND=mpi: Open MPI on host memory (%d rank%s, %d GPU%s)",
+                             world_size, plural(world_size), gpus, plural(gpus));
             return LX_BACKEND_MPI;
         }
         if (strcmp(forced, "nccl") == 0) {
 #ifdef LECTERN_CUDA
-            *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d ranks, %d GPU%s here)",
-                             world_size, gpus, gpus == 1 ? "" : "s");
+            if (hostfile_in_use()) {   /* the other hosts' GPUs cannot be counted from here */
+                *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s on the hosts of "
+                                 "LECTERN_HOSTFILE)",
+                                 world_size, plural(world_size));
+                return LX_BACKEND_NCCL;
+            }
+            if (gpus < world_size)
+                lx_fatal("LECTERN_BACKEND=nccl needs one GPU per rank: %d rank%s, %d GPU%s%s", world_size,
+                         plural(world_size), gpus, plural(gpus),
+                         gpus == 0 ? " (no GPU or no CUDA driver here; LECTERN_BACKEND=mpi runs on the CPU)"
+                                   : "; spawn fewer ranks, or LECTERN_BACKEND=mpi");
+            *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s, %d GPU%s)", world_size,
+                             plural(world_size), gpus, plural(gpus));
             return LX_BACKEND_NCCL;
 #else
-            lx_fatal("LECTERN_BACKEND=nccl, but this build has no CUDA (make CUDA=1)");
+            lx_fatal("LECTERN_BACKEND=nccl needs a build with CUDA and NCCL, and this one has none "
+                     "(build with nvcc present, or make CUDA=1)");
 #endif
         }
         lx_fatal("LECTERN_BACKEND='%s': expected 'mpi' or 'nccl'", forced);
     }
     if (gpus > 0 && world_size <= gpus) {
-        *reason = lx_fmt("%d rank%s, %d GPU%s: NCCL on device memory", world_size,
-                         world_size == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s");
+        *reason = lx_fmt("%d rank%s, %d GPU%s: NCCL on device memory", world_size, plural(world_size), gpus,
+                         plural(gpus));
         return LX_BACKEND_NCCL;
     }
-    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory", world_size,
-                     world_size == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s");
+    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory", world_size, plural(world_size), gpus,
+                     plural(gpus));
     return LX_BACKEND_MPI;
 }
 
@@ -156,10 +124,10 @@ typedef struct spawn_run {
     int n_parent;
     cJSON *entry;                     /* its object in the trace's "spawns" */
     double started;
-    char board_name[96];
-    board *board;
-    MPI_Comm inter;
+    board *board;                     /* the pool's; NULL without shared memory */
     int done[LECTERN_MAX_WORLD];
+    int gone[LECTERN_MAX_WORLD];      /* its socket closed before "done" */
+    double gone_at[LECTERN_MAX_WORLD];
     int n_done;
     unsigned last_progress_sum;
     double last_progress;
@@ -168,122 +136,17 @@ typedef struct spawn_run {
     unsigned long seq;
 } spawn_run;
 
-/* ---- starting the ranks ---- */
-
-typedef struct start_call {
-    char exe[4096];
-    char *argv[3];
-    int world_size;
-    MPI_Info info;
-    MPI_Comm inter;
-    int rc;
-    volatile int finished;
-} start_call;
-
-static void *start_thread(void *p) {
-    start_call *c = p;
-    c->rc = MPI_Comm_spawn(c->exe, c->argv, c->world_size, c->info, 0, MPI_COMM_SELF, &c->inter,
-                           MPI_ERRCODES_IGNORE);
-    __atomic_store_n(&c->finished, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
 static void set_number(cJSON *obj, const char *key, double v) {
     cJSON *n = cJSON_CreateNumber(v);
     if (cJSON_GetObjectItemCaseSensitive(obj, key)) cJSON_ReplaceItemInObjectCaseSensitive(obj, key, n);
     else cJSON_AddItemToObject(obj, key, n);
 }
 
+static double rounded(double seconds) { return (double)(long long)(seconds * 1e6) / 1e6; }
+
 static void finish_entry(spawn_run *run, const char *status) {
     cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "status", cJSON_CreateString(status));
-    set_number(run->entry, "seconds", (double)(long long)((now_seconds() - run->started) * 1e6) / 1e6);
-}
-
-static void board_remove(spawn_run *run) {
-    if (run->board) munmap(run->board, sizeof(board));
-    run->board = NULL;
-    shm_unlink(run->board_name);
-}
-
-static void board_create(spawn_run *run, int attempt) {
-    snprintf(run->board_name, sizeof run->board_name, "/lectern-%d-%d-%d", (int)getpid(), run->id, attempt);
-    shm_unlink(run->board_name);   /* a leftover of a crashed run with our pid */
-    run->board = lx_board_map(run->board_name, 1);
-    if (!run->board)
-        fprintf(stderr, "lectern: no status board in /dev/shm (%s): crashes will be found by the timeout only\n",
-                strerror(errno));
-}
-
-/* MPI_Info for MPI_Comm_spawn: run in our directory (relative asset paths
- * work the same in ranks), and on the hosts of LECTERN_HOSTFILE if set. */
-static MPI_Info spawn_info(void) {
-    MPI_Info info;
-    MPI_CHECK(MPI_Info_create(&info));
-    char cwd[4096];
-    if (getcwd(cwd, sizeof cwd)) MPI_CHECK(MPI_Info_set(info, "wdir", cwd));
-    const char *hostfile = getenv("LECTERN_HOSTFILE");
-    if (hostfile && *hostfile) {
-        if (access(hostfile, R_OK) != 0)
-            lx_fatal("LECTERN_HOSTFILE='%s' cannot be read: %s", hostfile, strerror(errno));
-        MPI_CHECK(MPI_Info_set(info, "add-hostfile", hostfile));
-    }
-    return info;
-}
-
-/* Starts the ranks. Returns 0, or -1 when Open MPI did not finish starting
- * them within `limit` seconds (the stuck call is left behind in its thread,
- * the processes it started are killed). */
-static int start_ranks(spawn_run *run, double limit) {
-    start_call *c = calloc(1, sizeof *c);
-    if (!c) lx_fatal("out of memory");
-    ssize_t len = readlink("/proc/self/exe", c->exe, sizeof c->exe - 1);
-    if (len <= 0) lx_fatal("cannot find this program's path (/proc/self/exe): %s", strerror(errno));
-    c->exe[len] = '\0';
-    c->argv[0] = RANK_FLAG;
-    c->argv[1] = run->board_name;
-    c->argv[2] = NULL;
-    c->world_size = run->world_size;
-    c->info = spawn_info();
-
-    if (!threads_ok) {   /* no helper thread possible: plain blocking call */
-        start_thread(c);
-    } else {
-        pthread_t th;
-        if (pthread_create(&th, NULL, start_thread, c) != 0) lx_fatal("cannot create a thread");
-        double t0 = now_seconds();
-        double nap = 0.0002;
-        while (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE) && now_seconds() - t0 < limit) {
-            lx_sleep_seconds(nap);
-            if (nap < 0.005) nap *= 2;
-        }
-        if (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE)) {
-            /* Open MPI is stuck starting them. Leave the call (and `c`, which it
-             * still writes to) behind, stop what it started. */
-            pthread_detach(th);
-            mpi_unusable = 1;   /* a thread is inside MPI for good: never MPI_Finalize */
-            if (run->board) {
-                for (int i = 0; i < run->board->started && i < LECTERN_MAX_WORLD; i++)
-                    if (run->board->started_pid[i] > 0) kill(run->board->started_pid[i], SIGKILL);
-            }
-            return -1;
-        }
-        pthread_join(th, NULL);
-    }
-    MPI_CHECK(MPI_Info_free(&c->info));
-    int rc = c->rc;
-    run->inter = c->inter;
-    free(c);
-    if (rc != MPI_SUCCESS) {
-        char msg[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, msg, &len);
-        mpi_unusable = 1;
-        board_remove(run);
-        finish_entry(run, "failed");
-        lx_fatal("spawn of %d rank%s failed: Open MPI could not start them: %s", run->world_size,
-                 plural(run->world_size), msg);
-    }
-    return 0;
+    set_number(run->entry, "seconds", rounded(now_seconds() - run->started));
 }
 
 /* ---- steps from the ranks ---- */
@@ -368,49 +231,54 @@ static void hold(spawn_run *run, int rank, cJSON *step) {
     h->step = step;
 }
 
-/* Receives every message waiting now. Returns how many there were. */
-static int drain(spawn_run *run) {
+/* One message from rank r, whose socket is readable. */
+static void take_message(spawn_run *run, int r) {
+    uint32_t type;
+    char *body;
+    size_t size;
+    if (lx_wire_recv(lx_pool_fd(r), &type, &body, &size) != 0) {
+        run->gone[r] = 1;   /* the rank's process is gone (or its socket broke) */
+        run->gone_at[r] = now_seconds();
+        return;
+    }
+    if (type == MSG_DONE) {
+        if (!run->done[r]) run->n_done++;
+        run->done[r] = 1;
+    } else if (type == MSG_STEP) {
+        cJSON *step = cJSON_Parse(body);
+        if (step) hold(run, r, step);
+        else fprintf(stderr, "lectern: rank %d sent a step that is not JSON; dropped\n", r);
+    }
+    free(body);
+}
+
+/* Waits up to `wait_ms` for messages from the ranks still working, and takes
+ * every message there is. Returns how many. */
+static int drain(spawn_run *run, int wait_ms) {
     int messages = 0;
     for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, run->inter, &flag, &st));
-        if (!flag) break;
-        messages++;
-        if (st.MPI_TAG == TAG_DONE) {
-            int code;
-            MPI_CHECK(MPI_Recv(&code, 1, MPI_INT, st.MPI_SOURCE, TAG_DONE, run->inter, MPI_STATUS_IGNORE));
-            if (!run->done[st.MPI_SOURCE]) run->n_done++;
-            run->done[st.MPI_SOURCE] = 1;
-            continue;
+        struct pollfd fds[LECTERN_MAX_WORLD];
+        int rank_of[LECTERN_MAX_WORLD];
+        int n = 0;
+        for (int r = 0; r < run->world_size; r++) {
+            if (run->done[r] || run->gone[r]) continue;
+            fds[n] = (struct pollfd){.fd = lx_pool_fd(r), .events = POLLIN};
+            rank_of[n++] = r;
         }
-        int count = 0;
-        MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &count));
-        char *text = malloc((size_t)count + 1);
-        if (!text) lx_fatal("out of memory for a step of %d bytes", count);
-        MPI_CHECK(MPI_Recv(text, count, MPI_CHAR, st.MPI_SOURCE, TAG_STEP, run->inter, MPI_STATUS_IGNORE));
-        text[count] = '\0';
-        cJSON *step = cJSON_Parse(text);
-        free(text);
-        if (!step) {
-            fprintf(stderr, "lectern: rank %d sent a step that is not JSON; dropped\n", st.MPI_SOURCE);
-            continue;
+        if (n == 0) break;
+        int ready = poll(fds, (nfds_t)n, messages ? 0 : wait_ms);
+        if (ready <= 0) break;
+        for (int i = 0; i < n; i++) {
+            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            take_message(run, rank_of[i]);
+            messages++;
         }
-        hold(run, st.MPI_SOURCE, step);
     }
     release(run, 0);
     return messages;
 }
 
 /* ---- failures ---- */
-
-static void kill_ranks(spawn_run *run) {
-    if (!run->board) return;
-    for (int r = 0; r < run->world_size; r++) {
-        int pid = run->board->slot[r].pid;
-        if (pid > 0 && !run->done[r]) kill(pid, SIGKILL);
-    }
-}
 
 /* An error step located in a rank: the parent's frames, then `frames_text`. */
 static void rank_error_step(spawn_run *run, int rank, const char *frames_text, const char *message) {
@@ -421,7 +289,7 @@ static void rank_error_step(spawn_run *run, int rank, const char *frames_text, c
     cJSON_AddNumberToObject(step, "rank", rank);
     cJSON_AddNumberToObject(step, "world_size", run->world_size);
     cJSON_AddNumberToObject(step, "spawn", run->id);
-    cJSON_AddNumberToObject(step, "time", (double)(long long)(lx_elapsed() * 1e6) / 1e6);
+    cJSON_AddNumberToObject(step, "time", rounded(lx_elapsed()));
     cJSON *list = cJSON_AddArrayToObject(step, "renderings");
     cJSON_AddItemToArray(list, lx_rendering_error(message));
     fprintf(stderr, "lectern: %s\n", message);
@@ -433,53 +301,83 @@ static void rank_error_step(spawn_run *run, int rank, const char *frames_text, c
  * rank made before it failed belong in the trace. */
 static void drain_briefly(spawn_run *run) {
     double t0 = now_seconds(), last = t0;
-    while (now_seconds() - last < 0.1 && now_seconds() - t0 < 1.0) {
-        if (drain(run) > 0) last = now_seconds();
-        lx_sleep_seconds(0.002);
-    }
+    while (now_seconds() - last < 0.1 && now_seconds() - t0 < 1.0)
+        if (drain(run, 5) > 0) last = now_seconds();
     release(run, 1);
 }
 
+static void free_run(spawn_run *run) {
+    for (int i = 0; i < run->n_held; i++) cJSON_Delete(run->held[i].step);
+    free(run->held);
+    free(run);
+}
+
+/* Which rank failed first: the board's earliest recorded failure, else the
+ * first socket that closed. -1 when none has failed. */
+static int first_failure(spawn_run *run) {
+    int first = -1;
+    double at = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->done[r]) continue;
+        board_slot *s = run->board ? &run->board->slot[r] : NULL;
+        int failed = s && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SLOT_FAILED;
+        double when = failed ? s->failed_at : run->gone[r] ? run->gone_at[r] : 0;
+        if (!failed && !run->gone[r]) continue;
+        if (first < 0 || when < at) {
+            first = r;
+            at = when;
+        }
+    }
+    return first;
+}
+
 static void __attribute__((noreturn)) fail_rank(spawn_run *run, int rank) {
-    board_slot *s = &run->board->slot[rank];
+    board_slot *s = run->board ? &run->board->slot[rank] : NULL;
     /* Its signal handler may still be writing where it was: wait (a little)
      * for the process to be gone. Meanwhile take the last steps of all. */
     double t0 = now_seconds();
-    while (s->pid > 0 && kill(s->pid, 0) == 0 && now_seconds() - t0 < 2.0) {
-        drain(run);
-        lx_sleep_seconds(0.005);
-    }
+    int pid = lx_pool_pid(rank);
+    while (pid > 0 && kill(pid, 0) == 0 && !run->gone[rank] && now_seconds() - t0 < 2.0) drain(run, 5);
     drain_briefly(run);
-    kill_ranks(run);
-    mpi_unusable = 1;
-    const char *frames = s->failure_frames[0] ? s->failure_frames : s->where;
-    /* Copied: the board goes away before lx_fatal. */
-    int silent = s->failure[0] == '\0';
-    char *how = strdup(silent ? "ended before its function returned, too abruptly to say how "
-                                "(SIGKILL, the out-of-memory killer, or _exit)"
-                              : s->failure);
+    int better = first_failure(run);   /* the last messages may show an earlier failure */
+    if (better >= 0) {
+        rank = better;
+        s = run->board ? &run->board->slot[rank] : NULL;
+    }
+    /* Copied: the board goes away with the pool. */
+    char *frames = strdup(s ? (s->failure_frames[0] ? s->failure_frames : s->where) : "");
+    int silent = !s || s->failure[0] == '\0';
+    char *how = strdup(!silent ? s->failure
+                       : s     ? "ended before its function returned, too abruptly to say how "
+                                 "(SIGKILL, the out-of-memory killer, or _exit)"
+                               : "ended before its function returned (it runs on another host: its own "
+                                 "last words, if any, are on the console)");
+    lx_pool_kill();   /* the next spawn starts a fresh pool */
     place at = lx_innermost(frames);
+    const lx_frame *line = run->n_parent > 0 ? &run->parent[run->n_parent - 1] : NULL;
     char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d %s, in %s()%s", at.path, at.line, rank,
                                   run->world_size, how, at.function,
                                   silent ? " (the last line it reported)" : "")
+                : line   ? lx_fmt("%s:%d: rank %d of %d %s (no line of its own known: this is the spawn() "
+                                  "line)",
+                                  line->path, line->line, rank, run->world_size, how)
                          : lx_fmt("rank %d of %d %s (no lecture line known)", rank, run->world_size, how);
     rank_error_step(run, rank, frames, msg);
     free(msg);
+    free(frames);
     finish_entry(run, "failed");
-    board_remove(run);
     char *summary = at.known ? lx_fmt("spawn of %d rank%s failed: rank %d %s, %s %s:%d", run->world_size,
                                       plural(run->world_size), rank, how, silent ? "last seen at" : "at",
                                       at.path, at.line)
                              : lx_fmt("spawn of %d rank%s failed: rank %d %s", run->world_size,
                                       plural(run->world_size), rank, how);
     free(how);
+    free_run(run);
     lx_fatal("%s", summary);
 }
 
 static void __attribute__((noreturn)) fail_deadlock(spawn_run *run, double timeout) {
     drain_briefly(run);
-    kill_ranks(run);
-    mpi_unusable = 1;
     int waiting = 0;
     for (int r = 0; r < run->world_size; r++) {
         if (run->done[r]) continue;
@@ -495,32 +393,29 @@ static void __attribute__((noreturn)) fail_deadlock(spawn_run *run, double timeo
         rank_error_step(run, r, frames, msg);
         free(msg);
     }
+    lx_pool_kill();
     finish_entry(run, "failed");
-    board_remove(run);
-    lx_fatal("spawn of %d rank%s stopped: %d rank%s made no progress for %g s (LECTERN_TIMEOUT)",
-             run->world_size, plural(run->world_size), waiting, plural(waiting), timeout);
+    int world_size = run->world_size;
+    free_run(run);
+    lx_fatal("spawn of %d rank%s stopped: %d rank%s made no progress for %g s (LECTERN_TIMEOUT)", world_size,
+             plural(world_size), waiting, plural(waiting), timeout);
 }
 
 /* Every 20 ms: did any rank move, and is any rank gone without "done"? */
 static void watch_board(spawn_run *run, double now) {
-    if (!run->board) return;
-    unsigned sum = 0;
-    int failed = -1;
-    double failed_at = 0;
-    for (int r = 0; r < run->world_size; r++) {
-        board_slot *s = &run->board->slot[r];
-        sum += __atomic_load_n(&s->progress, __ATOMIC_ACQUIRE);
-        if (run->done[r]) continue;
-        int state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
-        if (state == SLOT_FAILED) {
-            if (failed < 0 || s->failed_at < failed_at) { failed = r; failed_at = s->failed_at; }
-        } else if (state == SLOT_RUNNING && s->pid > 0 && kill(s->pid, 0) != 0 && errno == ESRCH) {
-            if (failed < 0) { failed = r; failed_at = now; }
+    int failed = first_failure(run);
+    if (run->board) {
+        unsigned sum = 0;
+        for (int r = 0; r < run->world_size; r++) {
+            board_slot *s = &run->board->slot[r];
+            sum += __atomic_load_n(&s->progress, __ATOMIC_ACQUIRE);
+            int pid = lx_pool_pid(r);
+            if (failed < 0 && !run->done[r] && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) failed = r;
         }
-    }
-    if (sum != run->last_progress_sum) {
-        run->last_progress_sum = sum;
-        run->last_progress = now;
+        if (sum != run->last_progress_sum) {
+            run->last_progress_sum = sum;
+            run->last_progress = now;
+        }
     }
     if (failed >= 0) fail_rank(run, failed);
 }
@@ -547,9 +442,33 @@ static void record_backend(lx_backend backend) {
     lx_trace_meta("backend", cJSON_CreateString(all));
 }
 
+/* Hands the spawn to pool ranks 0..world_size-1. */
+static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_size) {
+    spawn_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.fn_offset = (int64_t)((uintptr_t)(void *)fn - (uintptr_t)(void *)&lecture_main);
+    desc.spawn_id = run->id;
+    desc.world_size = run->world_size;
+    desc.backend = run->backend;
+    desc.quick = lecture_quick();
+    desc.quiet = lx_quiet();
+    desc.clock_zero = now_seconds() - lx_elapsed();
+    desc.args_size = args_size;
+    snprintf(desc.lecture, sizeof desc.lecture, "%s", lx_lecture_name());
+    if (!getcwd(desc.cwd, sizeof desc.cwd)) desc.cwd[0] = '\0';
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->board) lx_board_slot_reset(&run->board->slot[r]);
+        if (lx_wire_send(lx_pool_fd(r), MSG_SPAWN, &desc, sizeof desc, args, args_size) != 0) {
+            run->gone[r] = 1;
+            run->gone_at[r] = now_seconds();
+        }
+    }
+}
+
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     check_arguments(fn, world_size, args, args_size);
     double timeout = timeout_seconds();
+    lx_pool_min_ranks();   /* a bad setting fails here, before anything starts */
 
     spawn_run *run = calloc(1, sizeof *run);
     if (!run) lx_fatal("out of memory");
@@ -561,7 +480,7 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
 
     /* The trace says which backend and why, before any rank speaks. */
     note("spawn: %s", reason);
-    progress("spawn %d rank%s (%s)", world_size, world_size == 1 ? "" : "s",
+    progress("spawn %d rank%s (%s)", world_size, plural(world_size),
              run->backend == LX_BACKEND_NCCL ? "NCCL" : "Open MPI");
     cJSON *spawns = lx_trace_spawns();
     run->id = cJSON_GetArraySize(spawns);
@@ -577,72 +496,40 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     record_backend(run->backend);
     free(reason);
 
-    mpi_start();
-
-    /* Normal start: well under a second per rank even on 2 busy cores. */
+    /* A pool's normal start: well under a second per rank even on 2 busy
+     * cores. */
     double start_limit = 15.0 + 2.0 * world_size;
     if (start_limit > timeout) start_limit = timeout;
-    for (int attempt = 0;; attempt++) {
-        board_create(run, attempt);
-        if (start_ranks(run, start_limit) == 0) {
-            /* Every rank has mapped the board by now (before its MPI_Init):
-             * the name can go, the memory stays until the last unmap, and
-             * nothing is left in /dev/shm whatever happens next. */
-            shm_unlink(run->board_name);
-            break;
-        }
-        board_remove(run);
-        if (attempt == 2) {
-            finish_entry(run, "failed");
-            lx_fatal("spawn of %d rank%s failed: Open MPI did not start them within %g s, three times",
-                     world_size, plural(world_size), start_limit);
-        }
-        fprintf(stderr, "lectern: Open MPI did not start %d rank%s within %g s; trying again\n", world_size,
-                plural(world_size), start_limit);
+    int started_pool = 0;
+    char *error = NULL;
+    if (lx_pool_ensure(world_size, start_limit, &started_pool, &error) != 0) {
+        finish_entry(run, "failed");
+        free_run(run);
+        lx_fatal("spawn of %d rank%s failed: %s", world_size, plural(world_size), error);
     }
-    MPI_CHECK(MPI_Comm_set_errhandler(run->inter, MPI_ERRORS_RETURN));
-    /* Start-up: from spawn() to every rank connected, retries included. */
-    set_number(run->entry, "startup_s", (double)(long long)((now_seconds() - run->started) * 1e6) / 1e6);
+    run->board = lx_pool_board();
+    hand_out(run, fn, args, args_size);
+    /* Start-up: from spawn() until every rank has its work (a pool started
+     * on the way included). */
+    set_number(run->entry, "startup_s", rounded(now_seconds() - run->started));
 
-    spawn_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.fn_offset = (int64_t)((uintptr_t)(void *)fn - (uintptr_t)(void *)&lecture_main);
-    desc.spawn_id = run->id;
-    desc.world_size = world_size;
-    desc.backend = run->backend;
-    desc.quick = lecture_quick();
-    desc.quiet = lx_quiet();
-    desc.clock_zero = now_seconds() - lx_elapsed();
-    desc.args_size = args_size;
-    gethostname(desc.host, sizeof desc.host - 1);
-    snprintf(desc.lecture, sizeof desc.lecture, "%s", lx_lecture_name());
-    MPI_CHECK(MPI_Bcast(&desc, (int)sizeof desc, MPI_BYTE, MPI_ROOT, run->inter));
-    if (args_size) MPI_CHECK(MPI_Bcast((void *)args, (int)args_size, MPI_BYTE, MPI_ROOT, run->inter));
-
-    /* Wait for "done" from every rank, forwarding steps as they come. Short
-     * naps while idle: the ranks need the cores more than we do. */
+    /* Wait for "done" from every rank, forwarding steps as they come. */
     run->last_progress = now_seconds();
-    double last_board = 0, nap = 0.00005;
+    double last_board = 0;
     while (run->n_done < world_size) {
         double now = now_seconds();
-        if (drain(run) > 0) {
-            run->last_progress = now;
-            nap = 0.00005;
-            continue;
-        }
+        if (drain(run, 20) > 0) run->last_progress = now_seconds();
+        now = now_seconds();
+        int failed = first_failure(run);
+        if (failed >= 0) fail_rank(run, failed);
         if (now - last_board >= 0.02) {
             last_board = now;
             watch_board(run, now);
         }
         if (now - run->last_progress > timeout) fail_deadlock(run, timeout);
-        lx_sleep_seconds(nap);
-        if (nap < 0.005) nap *= 2;
     }
 
     release(run, 1);
-    MPI_CHECK(MPI_Comm_disconnect(&run->inter));
-    board_remove(run);
     finish_entry(run, "ok");
-    free(run->held);
-    free(run);
+    free_run(run);
 }

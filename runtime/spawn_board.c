@@ -1,12 +1,14 @@
 /*
- * spawn_board.c: the status board, one slot per rank in shared memory.
+ * spawn_board.c: the status board, one slot per pool rank in shared memory
+ * on the lecture's host.
  *
  * Before each call that can block, and at each step, a rank writes where it
  * is into its slot; its signal handler and exit hook write how it died.
- * Writing to memory is safe in a signal handler, where sending an MPI
- * message is not, and the parent can read a slot even when the rank is
- * stuck or gone. Stacks are kept as plain text in the slot,
- * "line<TAB>path<TAB>function<NEWLINE>" per frame, outermost first.
+ * Writing to memory is safe in a signal handler, where sending a message
+ * is not, and the parent can read a slot even when the rank is stuck or
+ * gone. Stacks are kept as plain text in the slot,
+ * "line<TAB>path<TAB>function<NEWLINE>" per frame, outermost first. The
+ * parent clears a rank's slot before each spawn it hands that rank.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -36,6 +38,16 @@ board *lx_board_map(const char *name, int create) {
     void *p = mmap(NULL, sizeof(board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     return p == MAP_FAILED ? NULL : (board *)p;
+}
+
+void lx_board_slot_reset(board_slot *s) {
+    __atomic_store_n(&s->progress, 0, __ATOMIC_RELEASE);
+    s->failed_at = 0;
+    s->operation[0] = '\0';
+    s->where[0] = '\0';
+    s->failure[0] = '\0';
+    s->failure_frames[0] = '\0';
+    __atomic_store_n(&s->state, SLOT_IDLE, __ATOMIC_RELEASE);
 }
 
 /* Writes frames as text into `out` (cut short rather than overflowing). */

@@ -1,21 +1,27 @@
 /*
- * spawn_impl.h: what the spawn files (spawn.c: the parent; spawn_rank.c:
- * a rank; spawn_board.c: the status board) share with each other and with
- * the collectives (comm.c, comm_mpi.c, comm_nccl.c).
- * Not for lectures.
+ * spawn_impl.h: what the spawn files share with each other and with the
+ * collectives. Not for lectures.
  *
- * Inside a rank the picture is:
- *
- *   spawn_rank.c MPI_Init, receives the spawn description, starts the
- *                backend (lx_comm_start), runs fn, stops it (lx_comm_stop)
- *   spawn_board.c the status board the rank writes and the parent reads
- *   comm.c       the public dist_* calls: argument checks, then one of
- *   comm_mpi.c   Open MPI on host buffers (MPI_COMM_WORLD of the ranks)
- *   comm_nccl.c  NCCL on device buffers (built with LECTERN_CUDA only)
+ *   spawn.c       the parent's spawn(): picks the backend, hands the spawn to
+ *                 the pool's first world_size ranks, forwards their steps
+ *                 into the trace, explains failures
+ *   pool.c        the parent's pool of rank processes: started with mpirun
+ *                 at the first spawn, grown or replaced when needed, stopped
+ *                 at exit
+ *   wire.c        framed messages between the parent and a rank over a
+ *                 socket (Unix on one machine, TCP across machines)
+ *   spawn_rank.c  a pool rank: MPI_Init once, then one spawn after another
+ *   globals.c     a rank's copy of the lecture's globals at start, put back
+ *                 before every spawn
+ *   spawn_board.c the status board a rank writes and the parent reads
+ *   comm.c        the public dist_* calls: argument checks, then one of
+ *   comm_mpi.c    Open MPI on host buffers (the spawn's communicator)
+ *   comm_nccl.c   NCCL on device buffers (built with LECTERN_CUDA only)
  */
 #ifndef LECTERN_SPAWN_IMPL_H
 #define LECTERN_SPAWN_IMPL_H
 
+#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,14 +31,60 @@
 
 typedef enum { LX_BACKEND_MPI = 0, LX_BACKEND_NCCL = 1 } lx_backend;
 
-/* ---------------- between the parent (spawn.c) and its ranks (spawn_rank.c) ---------------- */
+/* ---------------- how a pool rank is started ---------------- */
 
+/* mpirun starts every pool rank as
+ *     EXE --lectern-rank ADDRESS BOARD HOST
+ * ADDRESS: where the parent listens ("unix:NAME", an abstract Unix socket,
+ * or "tcp:HOST:PORT"); BOARD: the status board's shm name; HOST: the
+ * parent's host name (ranks there use the board). The environment variable
+ * LECTERN_POOL_TOKEN carries a secret the rank repeats in its hello, so the
+ * parent talks only to its own ranks. */
 #define RANK_FLAG "--lectern-rank"
+#define POOL_TOKEN_ENV "LECTERN_POOL_TOKEN"
 
-/* Message tags on the parent <-> ranks intercommunicator. */
-enum { TAG_STEP = 1, TAG_DONE = 2 };
+/* ---------------- wire.c: messages between the parent and a rank ---------------- */
 
-/* What the parent tells its ranks at start (one MPI_Bcast). */
+/* Each message is a header {type, size} and `size` bytes. */
+enum {
+    MSG_HELLO = 1,   /* rank -> parent: pool_hello, right after connecting */
+    MSG_READY,       /* rank -> parent: MPI is up, the rank waits for work */
+    MSG_SPAWN,       /* parent -> rank: spawn_desc, then args_size bytes */
+    MSG_STEP,        /* rank -> parent: one step as JSON text */
+    MSG_DONE,        /* rank -> parent: fn returned */
+};
+
+typedef struct pool_hello {
+    char token[40];
+    int32_t pool_rank;
+    int32_t pid;
+    char host[256];
+} pool_hello;
+
+/* Sends one message whose body is `a` then `b` (either may be empty).
+ * Returns 0, or -1 when the peer is gone. Never raises SIGPIPE. */
+int lx_wire_send(int fd, uint32_t type, const void *a, size_t na, const void *b, size_t nb);
+
+/* Receives one message; *body is malloc'd (NUL-terminated for convenience)
+ * and the caller frees it. Returns 0, or -1 at end of stream or on error. */
+int lx_wire_recv(int fd, uint32_t *type, char **body, size_t *size);
+
+/* Passes open file descriptors over a Unix socket (SCM_RIGHTS): the parent
+ * gives a local rank its stdout and stderr. Return 0 or -1. */
+int lx_wire_send_fds(int fd, const int *fds, int n);
+int lx_wire_recv_fds(int fd, int *fds, int n);
+
+/* The parent's listening socket: an abstract Unix socket, or TCP on every
+ * interface (any free port). `address` receives what ranks connect to.
+ * Returns the socket or -1 (errno set). */
+int lx_wire_listen(int tcp, const char *tag, char *address, size_t size);
+
+/* A rank connects to `address`. Returns the socket or -1 (errno set). */
+int lx_wire_connect(const char *address);
+
+/* ---------------- the spawn description ---------------- */
+
+/* What the parent tells the ranks of one spawn. */
 typedef struct spawn_desc {
     int64_t fn_offset;      /* fn - &lecture_main: the same in every copy of the binary */
     int32_t spawn_id;
@@ -42,13 +94,14 @@ typedef struct spawn_desc {
     int32_t quiet;
     double clock_zero;      /* the parent's monotonic time at lecture start */
     uint64_t args_size;
-    char host[256];         /* the parent's host: ranks there use the board */
     char lecture[128];      /* the lecture's name, for a rank's progress lines */
+    char cwd[4096];         /* the parent's working directory: ranks start each spawn there */
 } spawn_desc;
 
-/* The status board (spawn_board.c): one slot per rank, in shared memory on
- * the parent's host. */
-enum { SLOT_EMPTY = 0, SLOT_RUNNING, SLOT_DONE, SLOT_FAILED };
+/* ---------------- spawn_board.c: the status board ---------------- */
+
+/* One slot per pool rank, in shared memory on the parent's host. */
+enum { SLOT_EMPTY = 0, SLOT_IDLE, SLOT_RUNNING, SLOT_FAILED };
 
 /* Frames as text, "line<TAB>path<TAB>function<NEWLINE>", outermost first:
  * plain bytes, so a signal handler can write them and the parent read them. */
@@ -66,14 +119,15 @@ typedef struct board_slot {
 } board_slot;
 
 typedef struct board {
-    volatile int started;                     /* processes that registered, in any order */
-    volatile int started_pid[LECTERN_MAX_WORLD];
     board_slot slot[LECTERN_MAX_WORLD];
 } board;
 
 /* Maps the board `name`; creates it (zeroed) when `create`. NULL when it
  * cannot: a rank on another host has no board, and runs without one. */
 board *lx_board_map(const char *name, int create);
+
+/* Clears a slot for a new spawn (the parent, before it hands the spawn out). */
+void lx_board_slot_reset(board_slot *s);
 
 /* Frames to text (cut short rather than overflowing), and back as the stack
  * JSON of a step. */
@@ -91,6 +145,61 @@ place lx_innermost(const char *text);
 
 void lx_sleep_seconds(double seconds);
 
+/* ---------------- pool.c: the parent's pool of ranks ---------------- */
+
+/* Makes sure a pool of at least `world_size` ranks is up, every rank
+ * connected and waiting: starts one with mpirun (the first time), or a
+ * bigger one in place of one too small or broken. Returns 0, or -1 with
+ * *error set (malloc'd) to a sentence saying why, the pool then stopped.
+ * Fills *started_now with 1 when this call started a pool. */
+int lx_pool_ensure(int world_size, double limit_seconds, int *started_now, char **error);
+
+/* The smallest pool started: LECTERN_POOL_MIN, default 4 (a bad value is
+ * an error at the spawn() line). */
+int lx_pool_min_ranks(void);
+
+int lx_pool_size(void);
+int lx_pool_fd(int rank);           /* the socket to pool rank `rank` */
+int lx_pool_pid(int rank);          /* its pid when on this host, else 0 */
+board *lx_pool_board(void);         /* NULL when shared memory is unavailable */
+
+/* Kills every pool process now and reaps mpirun (a failed spawn). */
+void lx_pool_kill(void);
+
+/* The same from a signal handler: SIGKILL to the ranks of this host, SIGTERM
+ * to mpirun (which stops those elsewhere). Async-signal-safe. */
+void lx_pool_kill_from_signal(void);
+
+/* Ends the pool cleanly at exit: the ranks leave MPI and exit, mpirun ends. */
+void lx_pool_stop(void);
+
+/* What mpirun printed, made into a sentence a student can act on, or NULL
+ * when it printed nothing of use. Caller frees. */
+char *lx_pool_explain(void);
+
+/* Counters for benchmarks: pools started, and start attempts that had to be
+ * repeated because a pool did not come up in time. */
+typedef struct lx_pool_stats {
+    int starts;
+    int retries;
+} lx_pool_stats;
+lx_pool_stats lx_pool_get_stats(void);
+
+/* ---------------- globals.c ---------------- */
+
+/* In a rank, at pool start: copies the bytes of every global and static
+ * variable defined in a lecture source file (lx_is_lecture_path), found
+ * through the binary's DWARF. Returns how many variables (or -1 when the
+ * debug information cannot be read). */
+int lx_globals_snapshot(void);
+
+/* Puts those bytes back: before each spawn's fn, the lecture's globals are
+ * as they were when the process started. */
+void lx_globals_restore(void);
+
+/* Bytes held by the snapshot (for tests and benchmarks). */
+size_t lx_globals_bytes(void);
+
 /* ---------------- spawn_rank.c ---------------- */
 
 /* Before a call that can block on other ranks, a rank writes where it is
@@ -99,12 +208,19 @@ void lx_sleep_seconds(double seconds);
  * stack capture (a few microseconds) and a copy. Nothing outside a rank. */
 void lx_rank_where(const char *operation);
 
+/* In a rank: the communicator of the current spawn's ranks (pool ranks
+ * 0..world_size-1). MPI_COMM_WORLD is the whole pool, more ranks than the
+ * spawn has: code that talks MPI directly (a benchmark comparing with bare
+ * MPI calls) uses this. MPI_COMM_NULL outside a rank. */
+MPI_Comm lx_rank_comm(void);
+
 /* ---------------- comm.c ---------------- */
 
 /* Starts the collectives of this rank on `backend` (the parent chose it),
- * and stops them before the rank leaves. `device` is the GPU of this rank
- * under NCCL (-1 under Open MPI). */
-void lx_comm_start(lx_backend backend, int rank, int world_size, int device);
+ * over `comm`, the spawn's communicator (its world_size ranks), and stops
+ * them when fn has returned. `device` is the GPU of this rank under NCCL
+ * (-1 under Open MPI). */
+void lx_comm_start(lx_backend backend, int rank, int world_size, int device, MPI_Comm comm);
 void lx_comm_stop(void);
 
 /* ---------------- comm_mpi.c / comm_nccl.c ---------------- */
@@ -135,9 +251,12 @@ typedef struct lx_comm_ops {
     void (*stop)(void);
 } lx_comm_ops;
 
-const lx_comm_ops *lx_comm_mpi_start(int rank, int world_size);
+const lx_comm_ops *lx_comm_mpi_start(int rank, int world_size, MPI_Comm comm);
 #ifdef LECTERN_CUDA
-const lx_comm_ops *lx_comm_nccl_start(int rank, int world_size, int device);
+const lx_comm_ops *lx_comm_nccl_start(int rank, int world_size, int device, MPI_Comm comm);
+/* The NCCL communicators kept from one spawn to the next, destroyed when
+ * the pool rank leaves. */
+void lx_comm_nccl_release(void);
 #endif
 
 #endif /* LECTERN_SPAWN_IMPL_H */

@@ -1,31 +1,57 @@
 /*
- * spawn_rank.c: inside a rank started by spawn().
+ * spawn_rank.c: a pool rank, one of the processes mpirun starts for the
+ * lecture (pool.c).
  *
- * The same executable as the lecture, started by Open MPI with
- * --lectern-rank BOARD. lecture_main() hands it to lx_spawn_child_entry()
- * at once, which: registers on the status board, joins MPI, receives the
- * spawn description and the args from the parent, starts the collectives,
- * runs fn(rank, world_size, args), says "done" and exits. Every step the
- * rank makes goes to the parent as JSON text (rank_sink); the parent adds
- * it to the one trace. See spawn.c for the parent's side.
+ * The same executable as the lecture, started with
+ * --lectern-rank ADDRESS BOARD HOST. lecture_main() hands it to
+ * lx_spawn_child_entry() at once, and it never returns to the lecture:
+ *
+ *   connect to the lecture, say hello     (wire.c; the lecture's stdout and
+ *                                          stderr come back over the socket)
+ *   MPI_Init                              (once: the pool is MPI_COMM_WORLD)
+ *   snapshot the lecture's globals        (globals.c)
+ *   say "ready"
+ *   loop: wait for a spawn (a blocking read: no CPU while idle)
+ *         put the globals back, reset what a fresh process would have fresh
+ *         run fn(rank, world_size, args) on the spawn's communicator
+ *         say "done"
+ *   the socket closes: MPI_Finalize, exit
+ *
+ * A spawn of world size w runs on pool ranks 0..w-1 over a communicator of
+ * those ranks, made once per world size with MPI_Comm_create_group (only
+ * its members take part, so the other pool ranks stay asleep).
+ *
+ * Every step the rank makes goes to the parent as JSON text (rank_sink);
+ * the parent adds it to the one trace. See spawn.c for the parent's side.
  */
 #include <cblas.h>
-#include <mpi.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "internal.h"
 #include "spawn_impl.h"
 
-static MPI_Comm to_parent = MPI_COMM_NULL;
+static int parent_fd = -1;
+static board *my_board;
 static board_slot *my_slot;
 static spawn_desc my_desc;
-static int my_rank = -1;
+static int pool_rank = -1;
+static int console[2] = {-1, -1};    /* the lecture's stdout and stderr (ranks on its host) */
+static int launcher_out[2] = {-1, -1}; /* what mpirun gave us: its pipes */
+
+/* One communicator per world size, made at the first spawn of that size. */
+static MPI_Comm world_comm[LECTERN_MAX_WORLD + 1];
+static int world_device[LECTERN_MAX_WORLD + 1];
+
+/* The parent is gone: nothing left to report to, nobody to wait for. */
+static void __attribute__((noreturn)) parent_gone(void) { _exit(1); }
 
 /* Each step goes to the parent as JSON text, stamped with the parent's clock
  * (CLOCK_MONOTONIC is one clock for all processes of a host). */
@@ -56,7 +82,7 @@ static void rank_sink(cJSON *step) {
 
     char *text = cJSON_PrintUnformatted(step);
     cJSON_Delete(step);
-    MPI_CHECK(MPI_Send(text, (int)strlen(text) + 1, MPI_CHAR, 0, TAG_STEP, to_parent));
+    if (lx_wire_send(parent_fd, MSG_STEP, text, strlen(text), NULL, 0) != 0) parent_gone();
     free(text);
 }
 
@@ -83,11 +109,10 @@ static const char *signal_name(int sig) {
 }
 
 /* A rank's crash: note how and where on the board, then die of the signal
- * (the default action), so Open MPI sees it too. The board is marked failed
- * first, with the last known place, so that even if finding the exact
- * faulting line goes wrong (symbolizing runs libdw inside a signal handler)
- * the parent still learns the signal. A second signal meanwhile goes straight
- * to the default action. */
+ * (the default action). The board is marked failed first, with the last
+ * known place, so that even if finding the exact faulting line goes wrong
+ * (symbolizing runs libdw inside a signal handler) the parent still learns
+ * the signal. A second signal meanwhile goes straight to the default action. */
 static volatile sig_atomic_t handling_signal;
 
 static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
@@ -98,7 +123,7 @@ static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
         return;
     }
     handling_signal = 1;
-    if (my_slot && my_slot->state == SLOT_RUNNING) {
+    if (my_slot && (my_slot->state == SLOT_RUNNING || my_slot->state == SLOT_IDLE)) {
         memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
         snprintf(my_slot->failure, sizeof my_slot->failure, "died with %s", signal_name(sig));
         my_slot->failed_at = now_seconds();
@@ -113,7 +138,7 @@ static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
     } else if (!my_slot) {
         /* No board (a rank on another host): stderr is all we have. */
         char msg[128];
-        int len = snprintf(msg, sizeof msg, "lectern: rank %d died with %s\n", my_rank, signal_name(sig));
+        int len = snprintf(msg, sizeof msg, "lectern: rank %d died with %s\n", pool_rank, signal_name(sig));
         if (len > 0) (void)!write(2, msg, (size_t)len);
     }
     signal(sig, SIG_DFL);
@@ -152,85 +177,209 @@ static void rank_install_handlers(void) {
     on_exit(rank_on_exit, NULL);
 }
 
-/* This rank's GPU under NCCL: its index among the ranks on its host. */
-static int local_rank(void) {
+/* ---- the spawn's communicator ---- */
+
+/* Pool ranks 0..w-1, made by those ranks alone. */
+static MPI_Comm comm_for(int w) {
+    if (world_comm[w] != MPI_COMM_NULL) return world_comm[w];
+    MPI_Group all, first;
+    MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &all));
+    int range[1][3] = {{0, w - 1, 1}};
+    MPI_CHECK(MPI_Group_range_incl(all, 1, range, &first));
+    MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, first, w, &world_comm[w]));
+    MPI_CHECK(MPI_Group_free(&first));
+    MPI_CHECK(MPI_Group_free(&all));
+    return world_comm[w];
+}
+
+MPI_Comm lx_rank_comm(void) {
+    return lx_in_rank() && my_desc.world_size > 0 ? comm_for(my_desc.world_size) : MPI_COMM_NULL;
+}
+
+/* This rank's GPU under NCCL: its index among the spawn's ranks on its host. */
+static int device_for(int w, MPI_Comm comm) {
+    if (world_device[w] >= 0) return world_device[w];
     MPI_Comm node;
     int r = 0;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &r));
     MPI_CHECK(MPI_Comm_free(&node));
+    world_device[w] = r;
     return r;
 }
 
-static void run_rank(const char *board_name) {
-    /* Register on the board before MPI_Init, so a parent whose spawn hangs
-     * knows whom to stop; then start a few ms after the rank before us. */
-    board *b = lx_board_map(board_name, 0);
-    if (b) {
-        int i = __atomic_fetch_add(&b->started, 1, __ATOMIC_ACQ_REL);
-        if (i < LECTERN_MAX_WORLD) b->started_pid[i] = getpid();
-    }
-    const char *launch_rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (launch_rank) lx_sleep_seconds(0.003 * atoi(launch_rank));
+/* ---- output ---- */
 
-    MPI_CHECK(MPI_Init(NULL, NULL));
-    MPI_CHECK(MPI_Comm_get_parent(&to_parent));
-    if (to_parent == MPI_COMM_NULL) {
-        fprintf(stderr, "lectern: %s is for processes started by spawn()\n", RANK_FLAG);
-        MPI_Finalize();
-        exit(2);
-    }
-    MPI_CHECK(MPI_Bcast(&my_desc, (int)sizeof my_desc, MPI_BYTE, 0, to_parent));
-    void *args = malloc(my_desc.args_size ? my_desc.args_size : 1);
-    if (!args) {
-        fprintf(stderr, "lectern: out of memory for %llu bytes of spawn args\n",
-                (unsigned long long)my_desc.args_size);
+/* While fn runs, the rank writes to the lecture's own stdout and stderr (on
+ * its host): a student's printf() reaches the console as from any child
+ * process. Between spawns they point back at mpirun's pipes, where what
+ * Open MPI itself prints is kept out of sight (pool.c). */
+static void output_to_console(int on) {
+    if (console[0] < 0) return;
+    fflush(stdout);
+    fflush(stderr);
+    dup2(on ? console[0] : launcher_out[0], 1);
+    dup2(on ? console[1] : launcher_out[1], 2);
+}
+
+/* ---- one spawn ---- */
+
+/* What a fresh process would have had fresh, beyond the lecture's own
+ * globals: the working directory, the random generators (ours and libc's),
+ * the runtime's per-rank settings. */
+static void fresh_state(void) {
+    lx_globals_restore();
+    lx_tensor_reset_rng();
+    srand(1);        /* C's rand() and random() start from seed 1 */
+    srandom(1);
+    srand48(0x1234ABCD); /* drand48's documented initial state, 0x1234ABCD330E */
+    if (my_desc.cwd[0] && chdir(my_desc.cwd) != 0)
+        lx_fatal("rank %d cannot enter the lecture's folder %s: %s", pool_rank, my_desc.cwd, strerror(errno));
+}
+
+static void run_spawn(const char *body, size_t size) {
+    if (size < sizeof my_desc) {
+        fprintf(stderr, "lectern: rank %d got a malformed spawn\n", pool_rank);
         exit(1);
     }
-    if (my_desc.args_size)
-        MPI_CHECK(MPI_Bcast(args, (int)my_desc.args_size, MPI_BYTE, 0, to_parent));
-
-    int world_size = 0;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &my_rank));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    if (b && strcmp(host, my_desc.host) == 0 && my_rank < LECTERN_MAX_WORLD) {
-        my_slot = &b->slot[my_rank];
-        my_slot->pid = getpid();
-        __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
+    memcpy(&my_desc, body, sizeof my_desc);
+    if (size != sizeof my_desc + my_desc.args_size || my_desc.world_size <= pool_rank) {
+        fprintf(stderr, "lectern: rank %d got a malformed spawn\n", pool_rank);
+        exit(1);
     }
-    rank_install_handlers();
+    /* fn gets its own copy of the args, aligned as malloc aligns. */
+    void *args = NULL;
+    if (my_desc.args_size) {
+        args = malloc(my_desc.args_size);
+        if (!args) lx_fatal("out of memory for %llu bytes of spawn args", (unsigned long long)my_desc.args_size);
+        memcpy(args, body + sizeof my_desc, my_desc.args_size);
+    }
+    int w = my_desc.world_size;
+    if (my_slot) __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
 
+    /* From here on, an error of this rank is an error step of this spawn. */
     spawn_fn fn = (spawn_fn)(void *)((uintptr_t)(void *)&lecture_main + (uintptr_t)my_desc.fn_offset);
     lx_stack_set_root((const void *)fn);
-    lx_set_in_rank(my_rank, world_size);
+    lx_set_in_rank(pool_rank, w);
     lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick, my_desc.quiet);
     lx_set_step_sink(rank_sink);
+    output_to_console(1);
+    fresh_state();
 
     /* OpenBLAS starts one spinning thread per core in every process; four
      * ranks on two cores would fight over them (3.5x slower, measured).
      * Share the cores out instead. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores > world_size ? (int)(cores / world_size) : 1;
+    int threads = cores > w ? (int)(cores / w) : 1;
     openblas_set_num_threads(threads);
 
-    int device = -1;
-    if (my_desc.backend == LX_BACKEND_NCCL) device = local_rank();
-    lx_comm_start((lx_backend)my_desc.backend, my_rank, world_size, device);
+    MPI_Comm comm = comm_for(w);
+    int device = my_desc.backend == LX_BACKEND_NCCL ? device_for(w, comm) : -1;
+    lx_comm_start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
 
-    fn(my_rank, world_size, my_desc.args_size ? args : NULL);
+    fn(pool_rank, w, args);
 
     lx_comm_stop();
+    output_to_console(0);
     free(args);
-    if (my_slot) __atomic_store_n(&my_slot->state, SLOT_DONE, __ATOMIC_RELEASE);
-    int ok = 0;
-    MPI_CHECK(MPI_Send(&ok, 1, MPI_INT, 0, TAG_DONE, to_parent));
-    MPI_CHECK(MPI_Comm_disconnect(&to_parent));
+    if (my_slot) __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
+    if (lx_wire_send(parent_fd, MSG_DONE, NULL, 0, NULL, 0) != 0) parent_gone();
+}
+
+/* ---- the pool rank's life ---- */
+
+static int connect_to_parent(const char *address) {
+    /* The parent listens before it starts mpirun: the first try works. A
+     * few more cover a parent busy for a moment. */
+    for (int attempt = 0; attempt < 200; attempt++) {
+        int fd = lx_wire_connect(address);
+        if (fd >= 0) return fd;
+        lx_sleep_seconds(0.01);
+    }
+    return -1;
+}
+
+static void run_pool_rank(const char *address, const char *board_name, const char *parent_host) {
+    const char *launch_rank = getenv("OMPI_COMM_WORLD_RANK");
+    const char *token = getenv(POOL_TOKEN_ENV);
+    if (!launch_rank || !token) {
+        fprintf(stderr, "lectern: %s is for the processes spawn() starts with mpirun\n", RANK_FLAG);
+        exit(2);
+    }
+    pool_rank = atoi(launch_rank);
+    lx_set_in_rank(pool_rank, 0);   /* no lecture line runs here until a spawn's fn */
+    /* Should mpirun die without stopping us, we go too. */
+    pid_t launcher = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(1);
+
+    for (int w = 0; w <= LECTERN_MAX_WORLD; w++) {
+        world_comm[w] = MPI_COMM_NULL;
+        world_device[w] = -1;
+    }
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    if (strcmp(host, parent_host) == 0 && pool_rank < LECTERN_MAX_WORLD) {
+        my_board = lx_board_map(board_name, 0);
+        if (my_board) {
+            my_slot = &my_board->slot[pool_rank];
+            my_slot->pid = getpid();
+            __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
+        }
+    }
+
+    parent_fd = connect_to_parent(address);
+    if (parent_fd < 0) {
+        fprintf(stderr, "lectern: rank %d cannot reach the lecture at %s: %s\n", pool_rank, address,
+                strerror(errno));
+        exit(1);
+    }
+    pool_hello hello;
+    memset(&hello, 0, sizeof hello);
+    snprintf(hello.token, sizeof hello.token, "%s", token);
+    hello.pool_rank = pool_rank;
+    hello.pid = getpid();
+    snprintf(hello.host, sizeof hello.host, "%s", host);
+    if (lx_wire_send(parent_fd, MSG_HELLO, &hello, sizeof hello, NULL, 0) != 0) parent_gone();
+    if (strncmp(address, "unix:", 5) == 0) {
+        if (lx_wire_recv_fds(parent_fd, console, 2) != 0) parent_gone();
+        launcher_out[0] = dup(1);
+        launcher_out[1] = dup(2);
+    }
+
+    MPI_CHECK(MPI_Init(NULL, NULL));
+    /* Errors come back as codes, so MPI_CHECK names the call and line. */
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    if (lx_globals_snapshot() < 0)
+        fprintf(stderr, "lectern: rank %d cannot read the lecture's debug information: its globals keep "
+                        "their values from one spawn to the next\n", pool_rank);
+    rank_install_handlers();
+    if (lx_wire_send(parent_fd, MSG_READY, NULL, 0, NULL, 0) != 0) parent_gone();
+
+    for (;;) {
+        uint32_t type;
+        char *body;
+        size_t size;
+        if (lx_wire_recv(parent_fd, &type, &body, &size) != 0) break;   /* the pool ends */
+        if (type == MSG_SPAWN) run_spawn(body, size);
+        free(body);
+    }
+
+#ifdef LECTERN_CUDA
+    lx_comm_nccl_release();
+#endif
+    for (int w = 1; w <= LECTERN_MAX_WORLD; w++)
+        if (world_comm[w] != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_comm[w]));
     MPI_CHECK(MPI_Finalize());
+    /* What is said at exit (a leak report in a sanitizer build) is ours. */
+    output_to_console(1);
     exit(0);   /* the board stays mapped: the exit hook still looks at it */
 }
 
 void lx_spawn_child_entry(int argc, char **argv) {
-    if (argc >= 3 && strcmp(argv[1], RANK_FLAG) == 0) run_rank(argv[2]);
+    if (argc >= 5 && strcmp(argv[1], RANK_FLAG) == 0) run_pool_rank(argv[2], argv[3], argv[4]);
+    if (argc >= 2 && strcmp(argv[1], RANK_FLAG) == 0) {
+        fprintf(stderr, "lectern: %s is for the processes spawn() starts with mpirun\n", RANK_FLAG);
+        exit(2);
+    }
 }

@@ -80,8 +80,7 @@ int lx_is_lecture_path(const char *path) {
     return (n > 2 && strcmp(path + n - 2, ".c") == 0) || (n > 2 && strcmp(path + n - 2, ".h") == 0);
 }
 
-/* "/repo/lectures/x.c" -> "lectures/x.c"; "./lectures/x.c" -> "lectures/x.c". */
-static const char *repo_relative(const char *path) {
+const char *lx_repo_relative(const char *path) {
     const char *root = lx_repo_root();
     size_t rn = strlen(root);
     if (strncmp(path, root, rn) == 0 && path[rn] == '/') path += rn + 1;
@@ -108,6 +107,13 @@ static int dwfl_open(void) {
     }
     main_module = dwfl_addrmodule(dwfl, (Dwarf_Addr)(uintptr_t)&lx_stack_capture);
     return 0;
+}
+
+struct Dwfl_Module *lx_main_module(void) {
+    pthread_mutex_lock(&lock);
+    Dwfl_Module *m = dwfl_open() == 0 ? main_module : NULL;
+    pthread_mutex_unlock(&lock);
+    return m;
 }
 
 /* ---- the pc cache: open addressing, grows at half full ---- */
@@ -155,7 +161,7 @@ static void symbolize(sym_entry *e) {
         int line = 0;
         const char *file = dwfl_lineinfo(dl, NULL, &line, NULL, NULL, NULL);
         if (file) {
-            e->path = intern(repo_relative(file));
+            e->path = intern(lx_repo_relative(file));
             e->line = line;
         }
     }
@@ -181,7 +187,7 @@ void lx_stack_set_root(const void *fn) { root_fn = (uintptr_t)fn; }
  * in a signal handler), looked up as is. */
 static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *out, int max) {
     lx_frame tmp[LX_MAX_FRAMES];
-    int n = 0;
+    int n = 0, found_root = 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < npcs && n < LX_MAX_FRAMES; i++) {
         uintptr_t pc = (uintptr_t)pcs[i];
@@ -192,10 +198,14 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
         tmp[n].line = e->line;
         tmp[n].function = e->function;
         n++;
-        if (root_fn && e->func_start == root_fn) break;   /* the outermost frame we keep */
+        if (root_fn && e->func_start == root_fn) { found_root = 1; break; }   /* the outermost frame we keep */
         if (strcmp(e->function, "main") == 0) break;
     }
     pthread_mutex_unlock(&lock);
+    /* A rank's lecture code is its spawned function: outside it (setting up
+     * a spawn, tearing one down) no lecture line is running, whatever
+     * main() the walk would reach. */
+    if (lx_in_rank() && !found_root) n = 0;
     if (n > max) n = max;
     for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];   /* outermost first */
     return n;

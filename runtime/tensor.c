@@ -308,6 +308,15 @@ void manual_seed(uint64_t seed)
     have_spare = 0;
 }
 
+/* A pool rank starts each spawn as a fresh process would: unseeded. */
+void lx_tensor_reset_rng(void)
+{
+    memset(rng, 0, sizeof rng);
+    rng_seeded = 0;
+    have_spare = 0;
+    spare = 0.0;
+}
+
 /* Uniform in [0, 1): the top 53 bits, one per bit of a double's mantissa. */
 static double uniform(void) { return (double)(xoshiro256ss() >> 11) * 0x1.0p-53; }
 

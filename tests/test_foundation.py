@@ -209,7 +209,9 @@ class Crashes(Base):
         with open(good, "w") as f:
             f.write('{"an": "earlier good trace"}\n')
         p = run(fixture("crash_fixture"), self.out, {"LECTERN_FIXTURE_CRASH": how})
-        self.assertNotEqual(p.returncode, 0)
+        # A crash is a failed lecture: status 1, as documented (not the
+        # shell's 128 + signal).
+        self.assertEqual(p.returncode, 1, p.stderr)
         # The last good trace is untouched ...
         with open(good) as f:
             self.assertEqual(json.load(f), {"an": "earlier good trace"})

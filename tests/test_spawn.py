@@ -13,6 +13,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,11 @@ ROOT = tracecheck.ROOT
 BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
 FAIL_SRC = os.path.join(ROOT, "tests", "lectures", "spawn_fail.c")
 BASIC_SRC = os.path.join(ROOT, "tests", "lectures", "spawn_basic.c")
+
+# What Open MPI and PMIx print of their own (banners, help texts, notices):
+# none of it may reach a student's console.
+OPEN_MPI_TEXT = re.compile(r"mpirun|ORTE|PMIx|PRTE|noticed that process|Child job|Primary job|"
+                           r"^-{20,}|^\[[^\]]+:\d+\]", re.M)
 
 
 def fixture(name):
@@ -172,6 +178,7 @@ class RankFailures(Base):
         self.assertEqual(t["meta"]["status"], "failed")
         self.assertEqual(self.leftovers(), [], "ranks left running after case %s" % case)
         self.assertEqual(glob.glob("/dev/shm/lectern-%d-*" % self.pid), [])
+        self.assertNotRegex(out + err, OPEN_MPI_TEXT)
         return t, err
 
     def leftovers(self):
@@ -263,7 +270,7 @@ class BadArguments(Base):
         self.assertEqual(t["spawns"], [])   # refused before anything started
 
     def test_world_size_above_the_limit(self):
-        self.check("world9", "world_size 9 is out of range: 1 to 8", "MARK:world9")
+        self.check("world17", "world_size 17 is out of range: 1 to 16", "MARK:world17")
 
     def test_null_function(self):
         self.check("nullfn", "the function to run is NULL", "MARK:nullfn")
@@ -288,13 +295,197 @@ class BadArguments(Base):
         self.assertIn("rank 0 of 1 exited with status 1", errs[-1][1])
 
     def test_bad_spawn_after_a_good_one(self):
-        t = self.check("late", "world_size 9 is out of range", "MARK:late")
+        t = self.check("late", "world_size 17 is out of range", "MARK:late")
         self.assertEqual([s["status"] for s in t["spawns"]], ["ok"])
+
+    def test_bad_pool_size_setting(self):
+        rc, out, err = self.run_fixture("spawn_fail", {"SPAWN_FAIL": "ok", "LECTERN_POOL_MIN": "0"})
+        self.assertEqual(rc, 1)
+        self.assertIn("LECTERN_POOL_MIN='0'", err)
 
     def test_bad_timeout_setting(self):
         rc, out, err = self.run_fixture("spawn_fail", {"SPAWN_FAIL": "ok", "LECTERN_TIMEOUT": "soon"})
         self.assertEqual(rc, 1)
         self.assertIn("LECTERN_TIMEOUT='soon'", err)
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Pool(Base):
+    """The ranks are a pool of processes reused from one spawn to the next
+    (tests/lectures/spawn_pool.c)."""
+
+    def pool_case(self, case):
+        rc, out, err = self.run_fixture("spawn_pool", {"SPAWN_POOL": case})
+        self.assertEqual(rc, 0, err)
+        self.assertNotRegex(out + err, OPEN_MPI_TEXT)
+        return tracecheck.validate(os.path.join(self.out, "spawn_pool.json")), out, err
+
+    def test_every_spawn_sees_the_globals_as_at_program_start(self):
+        t, out, err = self.pool_case("globals")
+        texts = [(s["rank"], s["spawn"], r["data"]) for s in t["steps"] for r in s["renderings"]]
+        # The parent is a fresh process: its first rand() and randn() are what
+        # a fresh rank must draw too (glibc's rand() starts from seed 1).
+        parent = [x for r, _, x in texts if r is None and x.startswith("parent ")][0]
+        fresh_draws = parent[len("parent "):]
+        self.assertTrue(fresh_draws.startswith("rand=1804289383 "), parent)
+        seen = [(sp, r, x) for r, sp, x in texts if r is not None]
+        self.assertEqual(sorted((sp, r) for sp, r, _ in seen),
+                         [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0)])
+        for sp, r, x in seen:
+            # Each spawn changed every one of these; the next saw them as the
+            # source starts them (counter = 42 was the parent's own change).
+            self.assertEqual(x, "rank %d sees counter=7 scale=1.5 label=start table=4 calls=1 "
+                                "remembered=NULL %s" % (r, fresh_draws), "spawn %d" % sp)
+
+    def test_a_ranks_printf_reaches_the_console(self):
+        t, out, err = self.pool_case("printf")
+        for world in (2, 3):
+            for r in range(world):
+                self.assertIn("printf from rank %d of %d\n" % (r, world), out)
+                self.assertIn("stderr from rank %d of %d\n" % (r, world), err)
+
+    def interactive(self, case, on_prompt):
+        """Runs the fixture; at each prompt line on its stdout calls
+        on_prompt(line, binary) and answers on its stdin."""
+        e = dict(os.environ, SPAWN_POOL=case)
+        binary = fixture("spawn_pool")
+        p = subprocess.Popen([binary, "--out", self.out, "--quiet"], env=e, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            on_prompt(line.strip(), binary)
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertNotRegex(out + err, OPEN_MPI_TEXT)
+        deadline = time.monotonic() + 5
+        while rank_processes(binary) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(rank_processes(binary), [], "pool ranks left running")
+        return tracecheck.validate(os.path.join(self.out, "spawn_pool.json"))
+
+    def test_sixteen_ranks_and_an_idle_pool_costs_nothing(self):
+        used = {}
+
+        def watch(line, binary):
+            self.assertEqual(line, "idle")
+            pids = rank_processes(binary)
+            self.assertEqual(len(pids), 16, "the pool grew to 16 ranks")
+            before = sum(cpu_seconds(pid) for pid in pids)
+            time.sleep(1.0)
+            used["cpu"] = sum(cpu_seconds(pid) for pid in pids) - before
+
+        t = self.interactive("sixteen", watch)
+        # 16 ranks spinning in MPI would burn the machine's 2 cores for the
+        # whole second (about 2 s of CPU); idle ranks blocked in a read burn
+        # none. 0.3 s leaves room for a loaded machine's accounting noise and
+        # Open MPI's own housekeeping threads without letting a spinning pool
+        # (or even one spinning rank, about 1 s) pass.
+        self.assertLess(used["cpu"], 0.3)
+        sums = {(s["world_size"], s["rank"]): s["renderings"][0]["data"] for s in t["steps"]
+                if s["rank"] is not None}
+        self.assertEqual(len([k for k in sums if k[0] == 16]), 16)
+        for (world, rank), text in sums.items():
+            self.assertEqual(text, "rank %d of %d: sum %d" % (rank, world, world * (world - 1) // 2))
+        self.assertEqual([s["status"] for s in t["spawns"]], ["ok"] * 3)
+
+    def test_a_rank_that_died_between_spawns_is_replaced(self):
+        def kill_one(line, binary):
+            self.assertEqual(line, "pool up")
+            pids = rank_processes(binary)
+            self.assertEqual(len(pids), 4)
+            os.kill(pids[-1], signal.SIGKILL)
+            # The kill lands when the kernel next runs the process, and its
+            # socket closes when the last of its threads is gone: wait until
+            # mpirun has reaped it before the lecture goes on.
+            deadline = time.monotonic() + 10
+            while os.path.exists("/proc/%d" % pids[-1]) and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        t = self.interactive("revive", kill_one)
+        fours = [s["renderings"][0]["data"] for s in t["steps"] if s["world_size"] == 4]
+        self.assertEqual(sorted(fours), ["rank %d of 4: sum 6" % r for r in range(4)])
+
+
+class LectureCrash(Base):
+    def test_a_crash_of_the_lecture_stops_its_pool(self):
+        rc, out, err = self.run_fixture("crash_fixture", {"LECTERN_FIXTURE_CRASH": "segv",
+                                                          "LECTERN_FIXTURE_SPAWN": "1"})
+        self.assertEqual(rc, 1, err)
+        t = tracecheck.validate(os.path.join(self.out, "crash_fixture.failed.json"))
+        texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
+        self.assertIn("rank 1 of 2 is up", texts)
+        self.assertIn("SIGSEGV", texts[-1])
+        binary = fixture("crash_fixture")
+        deadline = time.monotonic() + 5
+        while rank_processes(binary) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(rank_processes(binary), [], "pool ranks outlived the lecture")
+        self.assertNotRegex(out + err, OPEN_MPI_TEXT)
+
+
+class ForcedBackend(Base):
+    """LECTERN_BACKEND=nccl where it cannot work is an error at the spawn()
+    line, naming what is missing."""
+
+    def nccl_case(self, env):
+        e = {"LECTERN_BACKEND": "nccl"}
+        e.update(env)
+        rc, out, err = self.run_fixture("spawn_basic", e)
+        path = os.path.join(self.out, "spawn_basic.failed.json")
+        if rc == 0:
+            t = tracecheck.load(os.path.join(self.out, "spawn_basic.json"))
+            if t["meta"]["gpus"] >= 4:
+                self.skipTest("this machine has a GPU for each of 4 ranks")
+        self.assertEqual(rc, 1, err)
+        t = tracecheck.validate(path)
+        errs = [(s, r["data"]) for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
+        self.assertTrue(errs, err)
+        self.assertNotRegex(out + err, OPEN_MPI_TEXT)
+        return t, errs, err
+
+    def test_without_a_gpu_per_rank_it_fails_before_any_rank_starts(self):
+        t, errs, err = self.nccl_case({})
+        line = line_of(BASIC_SRC, "spawn(worker, 4")
+        step, msg = errs[-1]
+        self.assertEqual(step["stack"][-1]["line"], line)
+        self.assertIsNone(step["rank"])
+        gpus = t["meta"]["gpus"]
+        if "build with CUDA" not in msg:   # a CPU-only build says that instead
+            self.assertTrue(msg.startswith("tests/lectures/spawn_basic.c:%d: LECTERN_BACKEND=nccl needs one GPU "
+                                           "per rank: 4 ranks, %d GPU%s" % (line, gpus, "" if gpus == 1 else "s")),
+                            msg)
+        self.assertEqual(t["spawns"], [])   # refused before anything started
+        # Generous: the check itself takes milliseconds; 5 s is the promise.
+        self.assertLess(self.seconds, 5)
+
+    def test_a_gpu_a_rank_cannot_use_is_named(self):
+        # With a hostfile the lecture cannot count the other hosts' GPUs, so
+        # each rank checks its own: here (no GPU) every rank fails to get one.
+        hosts = os.path.join(self.out, "hosts")
+        with open(hosts, "w") as f:
+            f.write("%s slots=4\n" % os.uname().nodename)
+        t, errs, err = self.nccl_case({"LECTERN_HOSTFILE": hosts})
+        line = line_of(BASIC_SRC, "spawn(worker, 4")
+        msgs = [m for _, m in errs]
+        if any("build with CUDA" in m for m in msgs):
+            self.skipTest("a CPU-only build refuses NCCL in the lecture itself")
+        named = [(s, m) for s, m in errs if re.match(r"rank (\d) of 4 cannot use cuda:\1: ", m)]
+        self.assertTrue(named, msgs)
+        for s, m in named:
+            self.assertEqual(s["stack"][-1]["line"], line)   # at the spawn() line
+        self.assertIn("spawn of 4 ranks failed", msgs[-1])
 
 
 class Hostfile(Base):

@@ -1,5 +1,7 @@
 /* Fixture: a lecture that crashes in the way LECTERN_FIXTURE_CRASH names
- * (segv, abort, assert, fpe, overflow) after two notes. */
+ * (segv, abort, assert, fpe, overflow) after two notes; with
+ * LECTERN_FIXTURE_SPAWN set, after a spawn too, so a pool of ranks is up
+ * when the lecture's own process crashes. */
 #include <assert.h>
 #include <signal.h>
 #include <stdint.h>
@@ -34,9 +36,14 @@ static void crash(const char *how) {
     }
 }
 
+static void rank_says_hello(int rank, int world_size, void *args) {
+    note("rank %d of %d is up", rank, world_size);
+}
+
 static void body(void) {
     note("before the crash");
     note_verbatim("still fine");
+    if (getenv("LECTERN_FIXTURE_SPAWN")) spawn(rank_says_hello, 2, NULL, 0);
     const char *how = getenv("LECTERN_FIXTURE_CRASH");
     crash(how ? how : "segv");
     note("never reached");
