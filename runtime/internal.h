@@ -17,6 +17,13 @@
 
 #include "lectern.h"
 
+/* LECTERN_NCCL is 1 when this build has NCCL (the Makefile passes
+ * -DLECTERN_NCCL=0 or 1): without it a CUDA build still uses the GPU, and
+ * every spawn's collectives run on Open MPI. */
+#ifndef LECTERN_NCCL
+#define LECTERN_NCCL 0
+#endif
+
 /* ---------------- stack.c ---------------- */
 
 typedef struct lx_frame {

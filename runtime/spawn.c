@@ -126,23 +126,24 @@ static lx_backend choose_backend(int world_size, char **reason) {
             return LX_BACKEND_MPI;
         }
         if (strcmp(forced, "nccl") == 0) {
-#ifdef LECTERN_CUDA
+#if LECTERN_NCCL
             *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d ranks, %d GPU%s here)",
                              world_size, gpus, gpus == 1 ? "" : "s");
             return LX_BACKEND_NCCL;
 #else
-            lx_fatal("LECTERN_BACKEND=nccl, but this build has no CUDA (make CUDA=1)");
+            lx_fatal("LECTERN_BACKEND=nccl, but this build has no NCCL (no CUDA, or no NCCL found at build time)");
 #endif
         }
         lx_fatal("LECTERN_BACKEND='%s': expected 'mpi' or 'nccl'", forced);
     }
-    if (gpus > 0 && world_size <= gpus) {
+    if (LECTERN_NCCL && gpus > 0 && world_size <= gpus) {   /* no NCCL: as if not possible */
         *reason = lx_fmt("%d rank%s, %d GPU%s: NCCL on device memory", world_size,
                          world_size == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s");
         return LX_BACKEND_NCCL;
     }
-    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory", world_size,
-                     world_size == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s");
+    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory%s", world_size,
+                     world_size == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s",
+                     gpus > 0 && !LECTERN_NCCL ? " (this build has no NCCL)" : "");
     return LX_BACKEND_MPI;
 }
 

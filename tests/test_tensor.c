@@ -731,6 +731,16 @@ static void test_timing(void **state)
 
 /* ---------------- the same on a GPU ---------------- */
 
+/* Why there is no GPU to test on, for the skip message. */
+static const char *gpu_count_reason(void)
+{
+#ifdef LECTERN_CUDA
+    return "no GPU visible (gpu_count() is 0): the GPU half of the tests cannot run here";
+#else
+    return "this build has no CUDA (make CUDA=0 or no nvcc): no GPU half to test";
+#endif
+}
+
 static void assert_close(tensor *gpu, tensor *cpu, double tol)
 {
     double d = max_abs_diff(gpu, cpu);
@@ -742,11 +752,14 @@ static void assert_close(tensor *gpu, tensor *cpu, double tol)
 static void test_gpu_matches_cpu(void **state)
 {
     (void)state;
-    if (gpu_count() == 0)
+    if (gpu_count() == 0) {
+        print_message("skipped: %s\n", gpu_count_reason());
         skip();
+    }
     const int dev = 0;
 
-    /* randn: the same numbers on both */
+    /* randn: the same numbers on both, made on each (tests/test_random.c
+     * checks the generator itself) */
     manual_seed(99);
     tensor *hx = randn(64, 48, -1);
     manual_seed(99);
