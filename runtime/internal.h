@@ -46,7 +46,9 @@ int lx_stack_capture(lx_frame *frames, int max);
  * included). */
 int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext);
 
-/* The repo root the paths are relative to (where lectures/ and runtime/ are). */
+/* The repo root the paths are relative to (where lectures/ and runtime/ are),
+ * found at run time: LECTERN_ROOT_DIR, else the folder above the binary that
+ * holds runtime/lectern.h, else the folder it was built in. */
 const char *lx_repo_root(void);
 
 /* 1 when `path` (repo-relative) is a lecture source file (not runtime/). */

@@ -3,6 +3,9 @@
 - scripts/find-nccl.sh searches NCCL_HOME, the CUDA folder, the system
   folders and a Python environment's nvidia/nccl package, in that order:
   checked with folders made here that look like each place.
+- A build moved to another folder beside a copy of the sources uses that
+  copy (LECTERN_ROOT_DIR, or the folder above the binary), not the folder it
+  was built in.
 - With nvcc but no NCCL (NCCL_HOME pointing at an empty folder, which is the
   only place searched then), `make` in a separate BUILD folder builds
   everything with CUDA and without NCCL, says so in one line, and a lecture
@@ -166,6 +169,64 @@ class BuildWithoutNccl(unittest.TestCase):
                            env=env, capture_output=True, text=True, timeout=300)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("NCCL", p.stderr)
+
+
+class MovedBuild(unittest.TestCase):
+    """A build carried to another folder (or machine) beside a copy of the
+    sources finds that copy at run time, not the folder it was built in:
+    the source it records and the traces/ it writes are the copy's."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="lectern-test-moved-")
+        build = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+        self.binary = os.path.join(build, "lectures", "lecture_00")
+        if not os.path.exists(self.binary):
+            self.fail("no %s: build first (make)" % self.binary)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def copy_repo(self, name, marker):
+        """The sources a lecture reads at run time, in a new folder, with a
+        marker line appended to the lecture so its copy is recognisable."""
+        top = os.path.join(self.tmp, name)
+        os.makedirs(os.path.join(top, "runtime"))
+        os.makedirs(os.path.join(top, "lectures"))
+        shutil.copy(os.path.join(ROOT, "runtime", "lectern.h"), os.path.join(top, "runtime"))
+        shutil.copytree(os.path.join(ROOT, "assets"), os.path.join(top, "assets"))
+        with open(os.path.join(ROOT, "lectures", "lecture_00.c")) as f:
+            text = f.read()
+        with open(os.path.join(top, "lectures", "lecture_00.c"), "w") as f:
+            f.write(text + "/* %s */\n" % marker)
+        return top
+
+    def run_lecture(self, binary, env):
+        p = subprocess.run([binary, "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+
+    def recorded_source(self, top):
+        import json
+        with open(os.path.join(top, "traces", "lecture_00.json")) as f:
+            t = json.load(f)
+        paths = {fr["path"] for st in t["steps"] for fr in st["stack"]}
+        self.assertEqual(paths, {"lectures/lecture_00.c"})
+        return t["files"]["lectures/lecture_00.c"]
+
+    def test_found_above_the_binary(self):
+        top = self.copy_repo("moved", "the moved copy")
+        os.makedirs(os.path.join(top, "build", "lectures"))
+        binary = os.path.join(top, "build", "lectures", "lecture_00")
+        shutil.copy(self.binary, binary)
+        env = {k: v for k, v in os.environ.items() if k not in ("LECTERN_ROOT_DIR", "LECTERN_OUT")}
+        self.run_lecture(binary, env)
+        self.assertIn("/* the moved copy */", self.recorded_source(top))
+
+    def test_lectern_root_dir_overrides(self):
+        top = self.copy_repo("elsewhere", "named by LECTERN_ROOT_DIR")
+        env = {k: v for k, v in os.environ.items() if k != "LECTERN_OUT"}
+        env["LECTERN_ROOT_DIR"] = top
+        self.run_lecture(self.binary, env)
+        self.assertIn("/* named by LECTERN_ROOT_DIR */", self.recorded_source(top))
 
 
 if __name__ == "__main__":
