@@ -4,6 +4,8 @@
 #   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
 #   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
 #   make view                 serve the repo on localhost and print the viewer's URL
+#   make gpu-bundle           build with CUDA and pack what a GPU machine lacks into .carry/
+#   make gpu-check            on a GPU machine: facts, tests, lecture, benchmarks (docs/gpu.md)
 #   make                      build the runtime, every lecture and every test
 #
 # Adding a lecture is dropping lectures/NAME.c in: no edit here.
@@ -46,7 +48,7 @@ endif
 # One line, once per top-level make, on stderr (stdout stays clean for
 # `make print-cuda`), saying where NCCL came from or that there is none.
 ifeq ($(MAKELEVEL)$(CUDA),01)
-  ifneq ($(filter-out print-cuda print-nccl clean view,$(or $(MAKECMDGOALS),all)),)
+  ifneq ($(filter-out print-cuda print-nccl clean view gpu-check,$(or $(MAKECMDGOALS),all)),)
     ifeq ($(NCCL),1)
       $(shell echo "lectern: NCCL $(word 4,$(NCCL_FOUND)) from $(NCCL_WHERE)" >&2)
     else
@@ -103,7 +105,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run test test-asan bench view setup clean lectures print-cuda print-nccl
+.PHONY: all run test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check
 all: $(LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
@@ -159,6 +161,14 @@ bench: setup
 
 view:
 	@bash scripts/view.sh
+
+# A GPU machine without network: pack here (gpu-bundle), run there (gpu-check,
+# which uses what is built; it does not build). docs/gpu.md.
+gpu-bundle:
+	@bash scripts/gpu-bundle.sh
+
+gpu-check:
+	@bash scripts/gpu-check.sh
 
 print-cuda:
 	@echo $(CUDA)

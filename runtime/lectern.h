@@ -97,7 +97,8 @@ typedef void (*spawn_fn)(int rank, int world_size, void *args);
  * an error step, and the lecture exits non-zero. A spawn that makes no
  * progress for LECTERN_TIMEOUT seconds (default 120) is stopped as a deadlock.
  * Collectives inside fn use NCCL on device memory when world_size <= GPUs
- * visible, else Open MPI on host memory; a note says which and why. */
+ * visible and the build has NCCL, else Open MPI on host memory; a note says
+ * which and why. */
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size);
 
 /* ------------------------------------------------------------------ */

@@ -56,8 +56,9 @@ rm -f "$CARRY"/build/runtime/*.o "$CARRY"/build/runtime/*.cu.o   # only the bina
 SEEDS=(libopenmpi3 openmpi-bin openmpi-common libpmix2 libcjson1 libmd4c0 libmd4c-html0
        libdw1 libelf1 libopenblas0-pthread libgfortran5 libhwloc15 libcmocka0
        python3-jsonschema python3-attr python3-pyrsistent)
-# Newer on any machine that has a CUDA toolkit: never shadow them.
-NEVER=" libc6 libgcc-s1 libstdc++6 "
+# Newer on any machine that has a CUDA toolkit: never shadow them (libc6-i386
+# and the like also ship a libc.so.6, for other architectures).
+NEVER=" libc6 libc6-i386 libc6-x32 libc6-amd64 libgcc-s1 libstdc++6 "
 
 root=$stage/root
 mkdir -p "$root" "$stage/debs"
@@ -106,6 +107,15 @@ while :; do
 done
 
 # ---- 3. trim, pack -----------------------------------------------------------
+# Some packages still ship /lib, /bin: put everything under usr/, as merged-/usr
+# systems see it, so one set of folders serves.
+for d in lib bin sbin; do
+    if [ -d "$root/$d" ]; then
+        mkdir -p "$root/usr/$d"
+        cp -a "$root/$d/." "$root/usr/$d/"
+        rm -rf "${root:?}/$d"
+    fi
+done
 rm -rf "$root"/usr/share/{doc,man,lintian,locale,bug,info}
 # Links that Debian makes with update-alternatives, not in the packages.
 ln -sf openblas-pthread/libopenblas.so.0 "$root/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
