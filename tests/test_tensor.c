@@ -704,8 +704,10 @@ static void test_errors_name_the_lecture_line(void **state)
 static void test_no_gpu_is_a_clear_error(void **state)
 {
     (void)state;
-    if (gpu_count() > 0)
-        skip(); /* a GPU is there: cuda:0 is fine */
+    if (gpu_count() > 0) {
+        print_message("skipped: a GPU is visible, so cuda:0 is no error here\n");
+        skip();
+    }
     expect_failure(ask_for_cuda0, ASK_FOR_CUDA0_LINE, "cuda:0 asked for, but");
     char err[8192];
     run_lecture(ask_for_cuda0, err, sizeof err);
