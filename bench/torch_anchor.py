@@ -20,7 +20,7 @@ one call):
   torch_anchor.py [--ours-spawn FILE] [--ours-allreduce FILE] [--ours-gpu FILE]
                   [--reference lecture_08.py --ours-lecture BINARY]
 
-Without PyTorch it says so and exits 0. Prints markdown tables.
+Where PyTorch cannot be imported it says so and exits 0. Prints markdown tables.
 """
 import argparse
 import os
@@ -170,8 +170,11 @@ def run_reference(script, ours_lecture, timeout=480):
         ref = time.perf_counter() - t0
         if p.returncode != 0:
             return None, None, "the reference stopped (status %d): %s" % (p.returncode, p.stderr.strip()[-600:])
+        # lectern's libraries (scripts/gpu-check.sh keeps them off torch's path)
+        ours_env = dict(env, LD_LIBRARY_PATH=os.environ.get("LECTERN_LD_LIBRARY_PATH",
+                                                            os.environ.get("LD_LIBRARY_PATH", "")))
         t0 = time.perf_counter()
-        q = subprocess.run([ours_lecture, "--quiet", "--out", work], env=env, capture_output=True, text=True,
+        q = subprocess.run([ours_lecture, "--quiet", "--out", work], env=ours_env, capture_output=True, text=True,
                            timeout=timeout)
         ours = time.perf_counter() - t0
         if q.returncode != 0:
@@ -197,8 +200,8 @@ def main():
     a = ap.parse_args()
     try:
         import torch
-    except ImportError as e:
-        print("torch_anchor: skipped: PyTorch is not installed here (%s)" % e)
+    except (ImportError, OSError) as e:
+        print("torch_anchor: skipped: PyTorch cannot be imported here (%s)" % e)
         return 0
     print("PyTorch %s (CUDA %s), %d GPU(s) visible, %d CPUs" % (
         torch.__version__, torch.version.cuda, torch.cuda.device_count() if torch.cuda.is_available() else 0,

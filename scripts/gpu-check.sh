@@ -37,6 +37,7 @@ trap 'rm -rf "$WORK"' EXIT
 exec > >(tee "$OUT/gpu-check.log") 2>&1
 
 PY=${PYTHON:-python3}
+ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
 if [ -n "${LECTERN_BUILD:-}" ]; then BUILD=$LECTERN_BUILD
 elif [ -x .carry/build/lectures/lecture_08 ]; then BUILD=.carry/build
 else BUILD=build
@@ -325,7 +326,10 @@ bench bench_allreduce 600 "$BUILD/bench/bench_allreduce"
 ref=()
 [ -f .carry/reference/lecture_08.py ] &&
     ref=(--reference .carry/reference/lecture_08.py --ours-lecture "$BUILD/lectures/lecture_08")
-bench torch_anchor 900 "$PY" bench/torch_anchor.py --ours-spawn "$WORK/bench_spawn.txt" \
+# PyTorch with the machine's libraries only (its own bundled ones must not meet
+# the carried copies); lectern's lecture, which it times too, with ours.
+bench torch_anchor 900 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" LECTERN_LD_LIBRARY_PATH="$LD_LIBRARY_PATH" \
+    "$PY" bench/torch_anchor.py --ours-spawn "$WORK/bench_spawn.txt" \
     --ours-allreduce "$WORK/bench_allreduce.txt" --ours-gpu "$WORK/bench_gpu.txt" "${ref[@]}"
 [ ${#ref[@]} -eq 0 ] && skip "reference lecture" "no .carry/reference/lecture_08.py (scripts/gpu-bundle.sh --reference DIR)"
 
