@@ -156,7 +156,7 @@ def ours_matmul(path):
     return out
 
 
-def run_reference(script, ours_lecture, timeout=480):
+def run_reference(script, ours_lecture, timeout=300):
     """Seconds for the reference lecture and for lectern's lecture_08, both
     with no GPU visible (CUDA_VISIBLE_DEVICES=''), or (None, why)."""
     work = tempfile.mkdtemp(prefix="lectern-reference-")

@@ -22,12 +22,19 @@
 # status 0 when nothing failed. Where there is no GPU the GPU parts skip and
 # say why (that is the dry run of scripts/gpu-dryrun.sh).
 #
-#   bash scripts/gpu-check.sh            (OUT=..., PYTHON=..., LECTERN_BUILD=... optional)
+#   bash scripts/gpu-check.sh [all|tests|bench]   (OUT=..., PYTHON=..., LECTERN_BUILD=... optional)
+#
+# all (the default) is steps 1-5, about 10 minutes on a 16-core H100 machine;
+# where one command may run at most 10 minutes, run `tests` (steps 1-4) and
+# `bench` (steps 1, 2, 5) as two commands.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PART=${1:-all}
+case "$PART" in all|tests|bench) ;; *) echo "usage: $0 [all|tests|bench]" >&2; exit 2 ;; esac
 ROOT=$PWD
 START=$(date +%s)
-BUDGET_S=${GPU_CHECK_BUDGET_S:-1320}   # stop starting benchmarks after 22 minutes
+# No benchmark starts after this many seconds (22 minutes; `bench` alone: 7).
+BUDGET_S=${GPU_CHECK_BUDGET_S:-$([ "$PART" = bench ] && echo 420 || echo 1320)}
 OUT=${OUT:-$ROOT/.carry/out}
 mkdir -p "$OUT/traces"
 SUMMARY=$OUT/summary.md
@@ -98,7 +105,7 @@ gpus=${gpus:-0}
 
 # ---------------------------------------------------------------- 1. facts
 section "the machine"
-md "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
+md "# GPU check ($PART), $(date -u +%Y-%m-%dT%H:%MZ)"
 md ""
 md "## The machine"
 md ""
@@ -206,6 +213,7 @@ else
     bad "Open MPI spawn of 4 ranks" "$(grep -m1 -E 'unable to open|file too short|error' "$WORK/smoke.log" | cut -c1-200)"
 fi
 
+if [ "$PART" != bench ]; then
 # ---------------------------------------------------------------- 3. tests
 section "tests"
 for t in "$BUILD"/tests/test_*; do
@@ -295,6 +303,9 @@ else
     bad "lecture_08 trace" "no trace written"
 fi
 
+fi   # tests and lecture
+
+if [ "$PART" != tests ]; then
 # ---------------------------------------------------------------- 5. benchmarks
 section "benchmarks"
 # bench NAME TIMEOUT COMMAND...: output into $WORK/NAME.txt and bench.md.
@@ -320,18 +331,19 @@ bench() {
 }
 export LECTERN_OUT=$WORK/bench-traces
 mkdir -p "$LECTERN_OUT"
-bench bench_gpu 600 "$BUILD/bench/bench_gpu"
-bench bench_spawn 300 "$BUILD/bench/bench_spawn"
-bench bench_allreduce 600 "$BUILD/bench/bench_allreduce"
+bench bench_gpu 300 "$BUILD/bench/bench_gpu"
+bench bench_spawn 180 "$BUILD/bench/bench_spawn"
+bench bench_allreduce 300 "$BUILD/bench/bench_allreduce"
 ref=()
 [ -f .carry/reference/lecture_08.py ] &&
     ref=(--reference .carry/reference/lecture_08.py --ours-lecture "$BUILD/lectures/lecture_08")
 # PyTorch with the machine's libraries only (its own bundled ones must not meet
 # the carried copies); lectern's lecture, which it times too, with ours.
-bench torch_anchor 900 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" LECTERN_LD_LIBRARY_PATH="$LD_LIBRARY_PATH" \
+bench torch_anchor 540 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" LECTERN_LD_LIBRARY_PATH="$LD_LIBRARY_PATH" \
     "$PY" bench/torch_anchor.py --ours-spawn "$WORK/bench_spawn.txt" \
     --ours-allreduce "$WORK/bench_allreduce.txt" --ours-gpu "$WORK/bench_gpu.txt" "${ref[@]}"
 [ ${#ref[@]} -eq 0 ] && skip "reference lecture" "no .carry/reference/lecture_08.py (scripts/gpu-bundle.sh --reference DIR)"
+fi   # benchmarks
 
 # ---------------------------------------------------------------- the end
 section "done"

@@ -13,7 +13,7 @@
 #   - gpu-check.sh runs there (GPU parts skip, saying why), and its results
 #     are checked: nothing failed, at most 8 files under OUT, 2 folders deep.
 #
-#   scripts/gpu-dryrun.sh        (after scripts/gpu-bundle.sh; PYTHON=... passes on)
+#   scripts/gpu-dryrun.sh [all|tests|bench]   (after scripts/gpu-bundle.sh; PYTHON=... passes on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f .carry/libs.tar.xz ] || { echo "gpu-dryrun: no .carry/: run scripts/gpu-bundle.sh first" >&2; exit 1; }
@@ -43,7 +43,7 @@ touch "$dest/empty"
 echo "gpu-dryrun: hiding $(wc -l <"$dest/hide.txt") files of $(wc -l <.carry/packages.txt) carried packages" >&2
 
 status=0
-unshare -m --propagation private bash -s "$dest" "${PYTHON:-}" <<'INSIDE' || status=$?
+unshare -m --propagation private bash -s "$dest" "${PYTHON:-}" "${1:-all}" <<'INSIDE' || status=$?
 set -uo pipefail
 dest=$1
 while IFS= read -r f; do mount --bind "$dest/empty" "$f"; done <"$dest/hide.txt"
@@ -51,7 +51,7 @@ while IFS= read -r f; do mount --bind "$dest/empty" "$f"; done <"$dest/hide.txt"
 if /usr/bin/orterun --version >/dev/null 2>&1; then echo "gpu-dryrun: the system's orterun still runs" >&2; exit 1; fi
 cd "$dest/repo"
 [ -n "$2" ] && export PYTHON=$2
-OUT=$dest/out LECTERN_CARRY_DIR=$dest/carry bash scripts/gpu-check.sh
+OUT=$dest/out LECTERN_CARRY_DIR=$dest/carry bash scripts/gpu-check.sh "$3"
 INSIDE
 
 echo >&2
