@@ -6,11 +6,17 @@
 #   make view                 serve the repo on localhost and print the viewer's URL
 #   make coverage             line and branch coverage of the runtime by the tests
 #   make mutate               plant bugs one by one; how many do the tests notice
+#   make gpu-bundle           build with CUDA and pack what a GPU machine lacks into .carry/
+#   make gpu-check            on a GPU machine: facts, tests, lecture, benchmarks (docs/gpu.md)
 #   make                      build the runtime, every lecture and every test
 #
 # Adding a lecture is dropping lectures/NAME.c in: no edit here.
 # CUDA is optional: with nvcc (PATH or /usr/local/cuda) GPU support is built
 # in and chosen at run time; `make CUDA=0` or no nvcc gives a CPU-only build.
+# NCCL is optional too (the CUDA toolkit does not ship it): scripts/find-nccl.sh
+# looks in NCCL_HOME, the CUDA folder, the system folders and python3's
+# nvidia/nccl package, in that order; without it (or with `make NCCL=0`) the
+# GPU support is built and collectives run on Open MPI.
 
 LECTURE ?= $(if $(wildcard lectures/lecture_08.c),lecture_08,lecture_00)
 BUILD   ?= build
@@ -25,9 +31,40 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
+# NCCL: searched only for a CUDA build. NCCL_FOUND is
+# "INCLUDE_DIR LIB_DIR LINK_FLAG VERSION WHERE...", or "none - - - WHY...".
+ifeq ($(CUDA),1)
+  NCCL_FOUND := $(shell CUDA_HOME='$(CUDA_HOME)' NCCL_HOME='$(NCCL_HOME)' bash scripts/find-nccl.sh)
+  NCCL_INC  := $(word 1,$(NCCL_FOUND))
+  NCCL_LIB  := $(word 2,$(NCCL_FOUND))
+  NCCL_LINK := $(word 3,$(NCCL_FOUND))
+  NCCL_WHERE := $(wordlist 5,$(words $(NCCL_FOUND)),$(NCCL_FOUND))
+  NCCL ?= $(if $(filter none,$(NCCL_INC)),0,1)
+  ifeq ($(NCCL)$(NCCL_INC),1none)
+    $(error NCCL=1 asked for, but no NCCL was found: $(NCCL_WHERE))
+  endif
+else
+  NCCL := 0
+endif
+
+# One line, once per top-level make, on stderr (stdout stays clean for
+# `make print-cuda`), saying where NCCL came from or that there is none.
+ifeq ($(MAKELEVEL)$(CUDA),01)
+  ifneq ($(filter-out print-cuda print-nccl clean view gpu-check,$(or $(MAKECMDGOALS),all)),)
+    ifeq ($(NCCL),1)
+      $(shell echo "lectern: NCCL $(word 4,$(NCCL_FOUND)) from $(NCCL_WHERE)" >&2)
+    else
+      $(shell echo "lectern: building GPU support without NCCL ($(if $(filter none,$(NCCL_INC)),$(NCCL_WHERE),NCCL=0)): collectives run on Open MPI" >&2)
+    endif
+  endif
+endif
+
 CC ?= cc
 WARN := -Wall -Wextra -Wno-unused-parameter
-COMMON := -g -fno-omit-frame-pointer -D_GNU_SOURCE -Iruntime $(PKG_CFLAGS) -DLECTERN_ROOT='"$(CURDIR)"'
+# -ffp-contract=off: no fused multiply-adds the source did not ask for, so the
+# random numbers (runtime/philox.h) round the same on every CPU and the GPU.
+COMMON := -g -fno-omit-frame-pointer -ffp-contract=off -D_GNU_SOURCE -Iruntime $(PKG_CFLAGS) \
+          -DLECTERN_ROOT='"$(CURDIR)"' -DLECTERN_NCCL=$(NCCL)
 # Lectures (and test fixtures) keep one frame per source function so every
 # traced stack matches the source: no inlining, no sibling calls.
 LECTURE_OPT := -O1 -fno-inline -fno-optimize-sibling-calls -fno-ipa-icf
@@ -52,13 +89,19 @@ ifeq ($(CUDA),1)
   COMMON += -DLECTERN_CUDA=1 -I$(CUDA_HOME)/include
   # cuBLAS is not linked: runtime/cublas_lazy.c loads it on first use, so
   # processes that never call it (CPU ranks) start 70 ms sooner.
-  LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lstdc++ -ldl
+  LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl
+  ifeq ($(NCCL),1)
+    COMMON += -I$(NCCL_INC)
+    LIBS += -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) $(NCCL_LINK)
+  endif
   # H100/H200 are sm_90; PTX too so newer GPUs JIT it.
   CUDA_FLAGS := -O2 -g -Iruntime -I$(CUDA_HOME)/include -DLECTERN_CUDA=1 \
-                -gencode arch=compute_90,code=[sm_90,compute_90] -Xcompiler -fPIC,-Wall,-Wextra
+                -gencode arch=compute_90,code=[sm_90,compute_90] -Xcompiler -fPIC,-Wall,-Wextra \
+                -DLECTERN_NCCL=$(NCCL)
 endif
 
-RUNTIME_SRC := $(wildcard runtime/*.c)
+# comm_nccl.c only where there is an NCCL to compile it against.
+RUNTIME_SRC := $(filter-out $(if $(filter 1,$(NCCL)),,runtime/comm_nccl.c),$(wildcard runtime/*.c))
 RUNTIME_CU  := $(if $(filter 1,$(CUDA)),$(wildcard runtime/*.cu))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o) $(RUNTIME_CU:%.cu=$(BUILD)/%.cu.o)
 LIB := $(BUILD)/liblectern.a
@@ -86,7 +129,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run test test-asan bench view setup clean lectures print-cuda coverage mutate
+.PHONY: all run test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
 all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(TOOL_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
@@ -173,8 +216,19 @@ coverage: setup
 mutate: setup
 	@python3 scripts/mutate.py
 
+# A GPU machine without network: pack here (gpu-bundle), run there (gpu-check,
+# which uses what is built; it does not build). docs/gpu.md.
+gpu-bundle:
+	@bash scripts/gpu-bundle.sh
+
+gpu-check:
+	@bash scripts/gpu-check.sh
+
 print-cuda:
 	@echo $(CUDA)
+
+print-nccl:
+	@echo $(NCCL)
 
 clean:
 	rm -rf build build-asan build-cpu build-cov

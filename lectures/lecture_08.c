@@ -705,17 +705,20 @@ static void benchmark(const char *description, void (*run)(streams_work *), stre
 static void streams_example(void) {
     streams_work w = {.n = lecture_quick() ? 2048 : 8192};
     size_t bytes = (size_t)w.n * w.n * sizeof(float);
+    /* randn makes its numbers where the tensor lives: on the GPU here. */
     tensor *x1 = randn(w.n, w.n, 0), *x2 = randn(w.n, w.n, 0);
-    tensor *y = randn(w.n, w.n, -1);
     w.x1 = x1->data;
     w.x2 = x2->data;
     CUDA_CHECK(cudaMalloc((void **)&w.z1, bytes));
     CUDA_CHECK(cudaMalloc((void **)&w.z2, bytes));
     CUDA_CHECK(cudaMalloc((void **)&w.sum, bytes));
     /* Pinned memory: the copy engine reads it directly, so the copy is truly
-     * asynchronous (from pageable memory the driver stages it and the host waits). */
+     * asynchronous (from pageable memory the driver stages it and the host waits).
+     * The data to copy in starts on the host: made on the GPU, brought over once. */
     CUDA_CHECK(cudaMallocHost((void **)&w.y_host, bytes));
-    memcpy(w.y_host, y->data, bytes);
+    tensor *y = randn(w.n, w.n, 0);
+    tensor_to_host(y, w.y_host);
+    tensor_free(y);
     CUBLAS_CHECK(cublasCreate(&w.blas));
     CUDA_CHECK(cudaStreamCreate(&w.compute));
     CUDA_CHECK(cudaStreamCreate(&w.copy));
@@ -738,7 +741,6 @@ static void streams_example(void) {
     CUDA_CHECK(cudaFree(w.sum));
     tensor_free(x1);
     tensor_free(x2);
-    tensor_free(y);
 }
 #endif
 

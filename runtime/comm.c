@@ -29,7 +29,7 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
     my_rank = rank;
     my_world = world_size;
     my_device = device;
-#ifdef LECTERN_CUDA
+#if LECTERN_NCCL
     if (b == LX_BACKEND_NCCL) {
         ops = lx_comm_nccl_start(rank, world_size, device, comm);
         return;

@@ -57,6 +57,7 @@ LAZY(cublasStatus_t, cublasCreate_v2, (cublasHandle_t *handle), (handle))
 LAZY(cublasStatus_t, cublasDestroy_v2, (cublasHandle_t handle), (handle))
 LAZY(cublasStatus_t, cublasSetStream_v2, (cublasHandle_t handle, cudaStream_t stream), (handle, stream))
 LAZY(const char *, cublasGetStatusString, (cublasStatus_t status), (status))
+LAZY(cublasStatus_t, cublasSetMathMode, (cublasHandle_t handle, cublasMath_t mode), (handle, mode))
 LAZY(cublasStatus_t, cublasSgemm_v2,
      (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
       const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta, float *C,

@@ -17,6 +17,13 @@
 
 #include "lectern.h"
 
+/* LECTERN_NCCL is 1 when this build has NCCL (the Makefile passes
+ * -DLECTERN_NCCL=0 or 1): without it a CUDA build still uses the GPU, and
+ * every spawn's collectives run on Open MPI. */
+#ifndef LECTERN_NCCL
+#define LECTERN_NCCL 0
+#endif
+
 /* ---------------- stack.c ---------------- */
 
 typedef struct lx_frame {
@@ -39,7 +46,9 @@ int lx_stack_capture(lx_frame *frames, int max);
  * included). */
 int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext);
 
-/* The repo root the paths are relative to (where lectures/ and runtime/ are). */
+/* The repo root the paths are relative to (where lectures/ and runtime/ are),
+ * found at run time: LECTERN_ROOT_DIR, else the folder above the binary that
+ * holds runtime/lectern.h, else the folder it was built in. */
 const char *lx_repo_root(void);
 
 /* "/repo/lectures/x.c" -> "lectures/x.c"; "./lectures/x.c" -> "lectures/x.c";

@@ -101,9 +101,10 @@ typedef void (*spawn_fn)(int rank, int world_size, void *args);
  * adds an error step, and the lecture exits 1. A spawn that makes no
  * progress for LECTERN_TIMEOUT seconds (default 120) is stopped as a deadlock.
  * Collectives inside fn use NCCL on device memory when world_size <= GPUs
- * visible, else Open MPI on host memory; a note says which and why.
- * LECTERN_BACKEND=nccl|mpi forces one; a forced NCCL without a GPU per rank
- * is an error at the spawn() line before any rank starts. */
+ * visible and the build has NCCL, else Open MPI on host memory; a note says
+ * which and why. LECTERN_BACKEND=nccl|mpi forces one; a forced NCCL without a
+ * GPU per rank (or in a build without NCCL) is an error at the spawn() line
+ * before any rank starts. */
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size);
 
 /* ------------------------------------------------------------------ */
@@ -131,8 +132,12 @@ int gpu_count(void);                  /* GPUs visible (0 without CUDA or driver)
 tensor *empty(int64_t rows, int64_t cols, int device);   /* cols 0 => 1-D */
 tensor *zeros(int64_t rows, int64_t cols, int device);
 tensor *arange(int64_t n, int device);                    /* [0, 1, ..., n-1] */
-/* Standard normal numbers from a seeded generator that gives the same numbers
- * on every backend and device (generated on the host, then copied). */
+/* Standard normal numbers from a seeded, counter-based generator
+ * (Philox4x32-10 and Box-Muller, runtime/philox.h) that gives the same floats,
+ * bit for bit, on the CPU and on every GPU: made where the tensor lives (a
+ * kernel fills a device tensor; nothing is copied). Draws continue one stream:
+ * after manual_seed(s), randn(3) then randn(3) gives the numbers of randn(6).
+ * A fresh process starts as if manual_seed(0) had been called. */
 tensor *randn(int64_t rows, int64_t cols, int device);
 void manual_seed(uint64_t seed);
 tensor *tensor_from(const float *values, int64_t rows, int64_t cols, int device);

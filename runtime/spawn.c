@@ -60,7 +60,7 @@ static double timeout_seconds(void) {
     return 120.0;
 }
 
-#ifdef LECTERN_CUDA
+#if LECTERN_NCCL
 static int hostfile_in_use(void) {
     const char *h = getenv("LECTERN_HOSTFILE");
     return h && *h;
@@ -82,7 +82,7 @@ static lx_backend choose_backend(int world_size, char **reason) {
             return LX_BACKEND_MPI;
         }
         if (strcmp(forced, "nccl") == 0) {
-#ifdef LECTERN_CUDA
+#if LECTERN_NCCL
             if (hostfile_in_use()) {   /* the other hosts' GPUs cannot be counted from here */
                 *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s on the hosts of "
                                  "LECTERN_HOSTFILE)",
@@ -99,18 +99,19 @@ static lx_backend choose_backend(int world_size, char **reason) {
             return LX_BACKEND_NCCL;
 #else
             lx_fatal("LECTERN_BACKEND=nccl needs a build with CUDA and NCCL, and this one has none "
-                     "(build with nvcc present, or make CUDA=1)");
+                     "(no nvcc, or no NCCL found at build time: see `make print-nccl`); "
+                     "LECTERN_BACKEND=mpi runs on the CPU");
 #endif
         }
         lx_fatal("LECTERN_BACKEND='%s': expected 'mpi' or 'nccl'", forced);
     }
-    if (gpus > 0 && world_size <= gpus) {
+    if (LECTERN_NCCL && gpus > 0 && world_size <= gpus) {   /* no NCCL: as if not possible */
         *reason = lx_fmt("%d rank%s, %d GPU%s: NCCL on device memory", world_size, plural(world_size), gpus,
                          plural(gpus));
         return LX_BACKEND_NCCL;
     }
-    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory", world_size, plural(world_size), gpus,
-                     plural(gpus));
+    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory%s", world_size, plural(world_size), gpus,
+                     plural(gpus), gpus > 0 && !LECTERN_NCCL ? " (this build has no NCCL)" : "");
     return LX_BACKEND_MPI;
 }
 

@@ -16,7 +16,7 @@
  *   spawn_board.c the status board a rank writes and the parent reads
  *   comm.c        the public dist_* calls: argument checks, then one of
  *   comm_mpi.c    Open MPI on host buffers (the spawn's communicator)
- *   comm_nccl.c   NCCL on device buffers (built with LECTERN_CUDA only)
+ *   comm_nccl.c   NCCL on device buffers (built where NCCL is: LECTERN_NCCL)
  */
 #ifndef LECTERN_SPAWN_IMPL_H
 #define LECTERN_SPAWN_IMPL_H
@@ -252,7 +252,7 @@ typedef struct lx_comm_ops {
 } lx_comm_ops;
 
 const lx_comm_ops *lx_comm_mpi_start(int rank, int world_size, MPI_Comm comm);
-#ifdef LECTERN_CUDA
+#if LECTERN_NCCL
 const lx_comm_ops *lx_comm_nccl_start(int rank, int world_size, int device, MPI_Comm comm);
 /* The NCCL communicators kept from one spawn to the next, destroyed when
  * the pool rank leaves. */

@@ -365,7 +365,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
         free(body);
     }
 
-#ifdef LECTERN_CUDA
+#if LECTERN_NCCL
     lx_comm_nccl_release();
 #endif
     for (int w = 1; w <= LECTERN_MAX_WORLD; w++)

@@ -71,7 +71,48 @@ static const char *intern(const char *s) {
     return n->s;
 }
 
-const char *lx_repo_root(void) { return LECTERN_ROOT; }
+/* ---- the repo root ---- */
+
+static int is_repo(const char *dir) {
+    char *probe = lx_fmt("%s/runtime/lectern.h", dir);
+    int yes = access(probe, R_OK) == 0;
+    free(probe);
+    return yes;
+}
+
+static char *root_dir;
+static pthread_once_t root_once = PTHREAD_ONCE_INIT;
+
+/* The first folder above the running binary that holds runtime/lectern.h
+ * (build/lectures/x -> the repo), or NULL. */
+static char *root_above_binary(void) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    for (char *slash = strrchr(exe, '/'); slash && slash != exe; slash = strrchr(exe, '/')) {
+        *slash = '\0';
+        if (is_repo(exe)) return strdup(exe);
+    }
+    return NULL;
+}
+
+/* Where lectures/, runtime/, assets/ and traces/ are, found once: LECTERN_ROOT_DIR
+ * when set; else the folder above the running binary that holds the sources
+ * (so a build carried to another folder or machine, beside its sources, finds
+ * them); else the folder it was built in (LECTERN_ROOT); else ".". */
+static void find_root(void) {
+    const char *env = getenv("LECTERN_ROOT_DIR");
+    if (env && *env) root_dir = strdup(env);
+    else if (!(root_dir = root_above_binary()))
+        root_dir = strdup(is_repo(LECTERN_ROOT) ? LECTERN_ROOT : ".");
+    if (!root_dir) abort();
+}
+
+const char *lx_repo_root(void) {
+    pthread_once(&root_once, find_root);
+    return root_dir;
+}
 
 int lx_is_lecture_path(const char *path) {
     if (!path || path[0] == '/' || path[0] == '\0') return 0;   /* outside the repo */
@@ -80,10 +121,18 @@ int lx_is_lecture_path(const char *path) {
     return (n > 2 && strcmp(path + n - 2, ".c") == 0) || (n > 2 && strcmp(path + n - 2, ".h") == 0);
 }
 
+/* "/repo/lectures/x.c" -> "lectures/x.c"; "./lectures/x.c" -> "lectures/x.c".
+ * The debug info names files under the folder the binary was built in
+ * (LECTERN_ROOT), which is not the run-time root when the build was moved. */
 const char *lx_repo_relative(const char *path) {
-    const char *root = lx_repo_root();
-    size_t rn = strlen(root);
-    if (strncmp(path, root, rn) == 0 && path[rn] == '/') path += rn + 1;
+    const char *roots[2] = {LECTERN_ROOT, lx_repo_root()};
+    for (int i = 0; i < 2; i++) {
+        size_t rn = strlen(roots[i]);
+        if (strncmp(path, roots[i], rn) == 0 && path[rn] == '/') {
+            path += rn + 1;
+            break;
+        }
+    }
     while (strncmp(path, "./", 2) == 0) path += 2;
     return path;
 }

@@ -27,6 +27,7 @@
 
 #include "internal.h"
 #include "lectern.h"
+#include "philox.h"
 #include "tensor_impl.h"
 
 /* ------------------------------------------------------------------ */
@@ -229,7 +230,7 @@ float *lx_host_buffer(int64_t n)
     return p;
 }
 
-/* Small and made once: built on the host and copied, like randn. */
+/* Small and made once: built on the host and copied. */
 tensor *arange(int64_t n, int device)
 {
     if (n < 0)
@@ -261,90 +262,44 @@ void tensor_free(tensor *t)
 /* ------------------------------------------------------------------ */
 
 /*
- * randn must give the same numbers whatever device the tensor lands on, so
- * that a run on GPUs and a run on CPUs train the same model. They are
- * therefore always drawn here on the host, in order, and then copied.
+ * randn gives the same numbers whatever device the tensor lands on, so that
+ * a run on GPUs and a run on CPUs train the same model; and it makes them
+ * where the tensor lives, so a large tensor on a GPU costs a kernel launch,
+ * not minutes of host work and a copy.
  *
- * Generator: xoshiro256** (Blackman and Vigna), 256 bits of state, seeded
- * from the 64-bit seed through splitmix64 as its authors advise (so nearby
- * seeds give unrelated states). Normals: Box-Muller, which turns two
- * uniforms into two independent standard normals; the second is kept for
- * the next draw, so randn(3) then randn(3) gives the numbers of randn(6).
+ * The generator is counter-based (runtime/philox.h): normal number i of a
+ * seed is a pure function of (seed, i), computed by the same code on the host
+ * and in the GPU kernel. The state is therefore just the seed and how many
+ * normals have been drawn since manual_seed(): randn(3) then randn(3) gives
+ * the numbers of randn(6).
  */
-static uint64_t rng[4];
-static int rng_seeded;
-static int have_spare;
-static double spare;
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro256ss(void)
-{
-    uint64_t result = rotl(rng[1] * 5, 7) * 9;
-    uint64_t t = rng[1] << 17;
-    rng[2] ^= rng[0];
-    rng[3] ^= rng[1];
-    rng[1] ^= rng[2];
-    rng[0] ^= rng[3];
-    rng[2] ^= t;
-    rng[3] = rotl(rng[3], 45);
-    return result;
-}
+static uint64_t rng_seed;   /* a fresh process is seeded 0, like torch */
+static uint64_t rng_drawn;  /* normals drawn since the seed was set */
 
 void manual_seed(uint64_t seed)
 {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++)
-        rng[i] = splitmix64(&x);
-    rng_seeded = 1;
-    have_spare = 0;
+    rng_seed = seed;
+    rng_drawn = 0;
 }
 
-/* A pool rank starts each spawn as a fresh process would: unseeded. */
+/* A pool rank starts each spawn as a fresh process would: seed 0, nothing
+ * drawn. */
 void lx_tensor_reset_rng(void)
 {
-    memset(rng, 0, sizeof rng);
-    rng_seeded = 0;
-    have_spare = 0;
-    spare = 0.0;
-}
-
-/* Uniform in [0, 1): the top 53 bits, one per bit of a double's mantissa. */
-static double uniform(void) { return (double)(xoshiro256ss() >> 11) * 0x1.0p-53; }
-
-static double standard_normal(void)
-{
-    if (!rng_seeded)
-        manual_seed(0); /* like a fresh torch process: seed 0 until told otherwise */
-    if (have_spare) {
-        have_spare = 0;
-        return spare;
-    }
-    double u1 = 1.0 - uniform(); /* in (0, 1], so log(u1) is finite */
-    double u2 = uniform();
-    double r = sqrt(-2.0 * log(u1));
-    double angle = 2.0 * M_PI * u2;
-    spare = r * sin(angle);
-    have_spare = 1;
-    return r * cos(angle);
+    rng_seed = 0;
+    rng_drawn = 0;
 }
 
 tensor *randn(int64_t rows, int64_t cols, int device)
 {
     tensor *t = empty(rows, cols, device);
-    float *values = lx_host_buffer(t->numel);
-    for (int64_t i = 0; i < t->numel; i++)
-        values[i] = (float)standard_normal();
-    fill_from_host(t, values);
-    free(values);
+    if (t->numel > 0) {
+        if (on_gpu(t))
+            lx_cuda_randn(t->device, t->data, t->numel, rng_seed, rng_drawn);
+        else
+            lx_normals(t->data, t->numel, rng_seed, rng_drawn);
+    }
+    rng_drawn += (uint64_t)t->numel;
     return t;
 }
 

@@ -4,7 +4,7 @@
  * Memory and copies go through the CUDA runtime, matrix products and the
  * BLAS-shaped vector operations (scale, axpy, dot) through cuBLAS, and the
  * element-wise operations cuBLAS has no routine for (GELU and its backward,
- * AdamW, adding a scalar) are the small kernels below.
+ * AdamW, adding a scalar) and randn's generator are the small kernels below.
  *
  * Every kernel is a grid-stride loop: a fixed, modest grid whose threads step
  * through the array by the total thread count, so one launch shape serves
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "philox.h"
 #include "tensor_impl.h"
 
 /* ---------------- launch shape ---------------- */
@@ -264,5 +265,39 @@ extern "C" void lx_cuda_adamw(int device, float *param, float *m, float *v, cons
     CUDA_CHECK(cudaSetDevice(device));
     adamw_kernel<<<blocks_for(n), THREADS>>>(param, m, v, grad, n, beta1, beta2, eps, decay,
                                              step_size, bias2_sqrt);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* ---------------- random normals ---------------- */
+
+/* Normals number first .. first + n - 1 of `seed` into x[0 .. n): one Philox
+ * block (four normals) per step of the grid-stride loop, with the very code
+ * the host runs (philox.h), so the floats are the host's bit for bit. The
+ * blocks at either end may be shared with the draws before and after: only
+ * the normals inside [first, first + n) are written. */
+static __global__ void randn_kernel(float *x, int64_t n, uint64_t seed, uint64_t first)
+{
+    uint64_t first_block = first / 4, last_block = (first + (uint64_t)n - 1) / 4;
+    int64_t blocks = (int64_t)(last_block - first_block) + 1;
+    GRID_STRIDE_LOOP(b, blocks)
+    {
+        uint64_t block = first_block + (uint64_t)b;
+        float four[4];
+        lx_normal4(seed, block, four);
+        for (int j = 0; j < 4; j++) {
+            int64_t i = (int64_t)(block * 4 + (uint64_t)j - first);
+            if (block * 4 + (uint64_t)j >= first && i < n)
+                x[i] = four[j];
+        }
+    }
+}
+
+extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    int64_t blocks = (int64_t)((first + (uint64_t)n - 1) / 4 - first / 4) + 1;
+    randn_kernel<<<blocks_for(blocks), THREADS>>>(x, n, seed, first);
     CUDA_CHECK(cudaGetLastError());
 }

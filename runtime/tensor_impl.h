@@ -61,6 +61,10 @@ float lx_cuda_sumsq(int device, const float *x, int n);
 void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k, float alpha,
                    const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
+/* Normals number first .. first + n - 1 of `seed` (philox.h) into x[0 .. n),
+ * made on the GPU: the same floats as lx_normals() on the host. */
+void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first);
+
 void lx_cuda_gelu(int device, float *y, const float *x, int64_t n);
 void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy, int64_t n);
 
@@ -93,6 +97,7 @@ static inline float lx_cuda_sumsq(int device, const float *x, int n) { lx_tensor
 static inline void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k,
                                  float alpha, const float *a, int lda, const float *b, int ldb,
                                  float beta, float *c, int ldc) { lx_tensor_no_cuda(); }
+static inline void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_gelu(int device, float *y, const float *x, int64_t n) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy,
                                          int64_t n) { lx_tensor_no_cuda(); }

@@ -11,6 +11,15 @@
  *
  * Inputs are small integers (exact in float), so SUM, MIN and MAX must match
  * exactly; AVG is compared to 1e-6 relative.
+ *
+ * Backends. Each world size runs once with the backend the runtime picks by
+ * itself (NCCL on device memory when every rank can have a GPU, else Open MPI
+ * on host memory), and test_identity checks the pick against that rule with
+ * what the ranks report (dist_backend(), get_device()). Where the machine
+ * could run both, the world size runs a second time with LECTERN_BACKEND=mpi,
+ * so both paths are covered. Tensors are filled and read through the API
+ * (tensor_from, tensor_to_host), never through ->data, so the same code runs
+ * on host and device memory.
  */
 #include <dirent.h>
 #include <math.h>
@@ -37,27 +46,38 @@ static const char *const OP_NAMES[] = {"sum", "avg", "min", "max"};
  * each rank, so MIN and MAX pick different ranks for different i. */
 static float input_value(int rank, int64_t i) { return (float)(((i * 7 + rank * 13) % 17) - 8); }
 
+/* Rank `rank`'s inputs, on the device this spawn's backend works on. */
 static tensor *inputs(int rank, int64_t n) {
-    tensor *t = zeros(n, 0, get_device(rank));
-    for (int64_t i = 0; i < n; i++) t->data[i] = input_value(rank, i);
+    float *v = malloc((size_t)n * sizeof(float));
+    if (!v) { perror("inputs"); exit(1); }
+    for (int64_t i = 0; i < n; i++) v[i] = input_value(rank, i);
+    tensor *t = tensor_from(v, n, 0, get_device(dist_rank()));
+    free(v);
     return t;
 }
 
 typedef struct comm_args {
     char dir[200];
+    char group[32];   /* "w2_auto", "w1_mpi": names this run's result files */
 } comm_args;
 
 static void save(const comm_args *a, const char *name, int world, int rank, const float *v, int64_t n) {
     char path[300];
-    snprintf(path, sizeof path, "%s/w%d_%s_r%d.bin", a->dir, world, name, rank);
+    (void)world;
+    snprintf(path, sizeof path, "%s/%s_%s_r%d.bin", a->dir, a->group, name, rank);
     FILE *f = fopen(path, "wb");
     if (!f) { perror(path); exit(1); }
     if (fwrite(v, sizeof(float), (size_t)n, f) != (size_t)n) { perror(path); exit(1); }
     fclose(f);
 }
 
+/* A tensor's values, wherever it lives, through the API. */
 static void save_tensor(const comm_args *a, const char *name, int world, int rank, const tensor *t) {
-    save(a, name, world, rank, t->data, t->numel);
+    float *v = malloc((size_t)t->numel * sizeof(float));
+    if (!v) { perror("save_tensor"); exit(1); }
+    tensor_to_host(t, v);
+    save(a, name, world, rank, v, t->numel);
+    free(v);
 }
 
 /* ---------------- the ranks' side ---------------- */
@@ -169,7 +189,7 @@ static void run_misc(const comm_args *a, int rank, int world) {
     save(a, "barrier", world, rank, &waited, 1);
 
     float who[4] = {(float)dist_rank(), (float)dist_world_size(), (float)get_device(rank),
-                    strcmp(dist_backend(), "mpi") == 0 ? 1.0f : 0.0f};
+                    strcmp(dist_backend(), "mpi") == 0 ? 1.0f : strcmp(dist_backend(), "nccl") == 0 ? 2.0f : 0.0f};
     save(a, "identity", world, rank, who, 4);
 }
 
@@ -184,11 +204,12 @@ static void exercise(int rank, int world, void *p) {
 /* ---------------- the parent's side: expected values ---------------- */
 
 static comm_args args;
-static int group_world;   /* the world size whose results are being checked */
+static int group_world;           /* the world size whose results are being checked */
+static const char *group_backend; /* "auto" (the runtime's pick) or the LECTERN_BACKEND forced */
 
 static float *load(const char *name, int rank, int64_t n) {
     char path[300];
-    snprintf(path, sizeof path, "%s/w%d_%s_r%d.bin", args.dir, group_world, name, rank);
+    snprintf(path, sizeof path, "%s/%s_%s_r%d.bin", args.dir, args.group, name, rank);
     FILE *f = fopen(path, "rb");
     if (!f) fail_msg("world %d: rank %d wrote no result for %s (%s)", group_world, rank, name, path);
     float *v = malloc((size_t)n * sizeof(float));
@@ -333,14 +354,31 @@ static void test_barrier_waits(void **state) {
     }
 }
 
+/* 1 where this build and machine can run world_size ranks on NCCL: the
+ * build has NCCL and every rank can have a GPU of its own. */
+static int nccl_possible(int world_size) { return LECTERN_NCCL && gpu_count() >= world_size; }
+
+/* The backend the ranks should have run: the forced one, or the runtime's
+ * documented rule (lectern.h, spawn()). */
+static const char *expected_backend(void) {
+    if (strcmp(group_backend, "auto") != 0) return group_backend;
+    const char *env = getenv("LECTERN_BACKEND");
+    if (env && *env) return env;
+    return nccl_possible(group_world) ? "nccl" : "mpi";
+}
+
 static void test_identity(void **state) {
     (void)state;
+    int nccl = strcmp(expected_backend(), "nccl") == 0;
     for (int r = 0; r < group_world; r++) {
         float *v = load("identity", r, 4);
         assert_int_equal((int)v[0], r);                 /* dist_rank */
-        assert_int_equal((int)v[1], group_world);             /* dist_world_size */
-        assert_int_equal((int)v[2], -1);                /* get_device: the CPU under Open MPI */
-        assert_int_equal((int)v[3], 1);                 /* dist_backend() == "mpi" */
+        assert_int_equal((int)v[1], group_world);       /* dist_world_size */
+        if ((int)v[3] != (nccl ? 2 : 1))
+            fail_msg("world %d (%s): rank %d ran on %s, expected %s", group_world, group_backend, r,
+                     (int)v[3] == 2 ? "nccl" : (int)v[3] == 1 ? "mpi" : "neither", expected_backend());
+        /* get_device: its own GPU under NCCL, the CPU under Open MPI */
+        assert_int_equal((int)v[2], nccl ? r : -1);
         free(v);
     }
 }
@@ -358,11 +396,27 @@ static void test_outside_spawn(void **state) {
 
 static int spawn_world(void **state) {
     (void)state;
+    snprintf(args.group, sizeof args.group, "w%d_%s", group_world, group_backend);
+    const char *before = getenv("LECTERN_BACKEND");
+    char *saved = before ? strdup(before) : NULL;
+    if (strcmp(group_backend, "auto") != 0) setenv("LECTERN_BACKEND", group_backend, 1);
     spawn(exercise, group_world, &args, sizeof args);
+    if (saved) setenv("LECTERN_BACKEND", saved, 1);
+    else unsetenv("LECTERN_BACKEND");
+    free(saved);
     return 0;
 }
 
 static int failures;
+
+/* One group of checks over the results of one spawn. */
+static void run_group(int world, const char *backend, const struct CMUnitTest *tests, size_t n) {
+    char name[64];
+    group_world = world;
+    group_backend = backend;
+    snprintf(name, sizeof name, "world size %d, backend %s", world, backend);
+    failures += _cmocka_run_group_tests(name, tests, n, spawn_world, NULL);
+}
 
 static void body(void) {
     const struct CMUnitTest tests[] = {
@@ -375,11 +429,16 @@ static void body(void) {
     };
     const struct CMUnitTest outside[] = {cmocka_unit_test(test_outside_spawn)};
     failures += cmocka_run_group_tests_name("outside spawn", outside, NULL, NULL);
-    for (group_world = 1; group_world <= 4; group_world++) {
-        char name[32];
-        snprintf(name, sizeof name, "world size %d", group_world);
-        failures += _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], spawn_world, NULL);
+    size_t n = sizeof tests / sizeof tests[0];
+    const char *forced = getenv("LECTERN_BACKEND");
+    for (int world = 1; world <= 4; world++) {
+        run_group(world, "auto", tests, n);
+        /* The runtime picked NCCL: cover the Open MPI path too. */
+        if (nccl_possible(world) && !(forced && *forced)) run_group(world, "mpi", tests, n);
     }
+    if (!nccl_possible(1))
+        fprintf(stderr, "test_comm: the NCCL path is not covered here: %s\n",
+                !LECTERN_NCCL ? "this build has no NCCL" : "no GPU is visible (gpu_count() is 0)");
 }
 
 static void remove_dir(const char *dir) {

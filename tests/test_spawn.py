@@ -47,6 +47,27 @@ def line_of(path, needle):
     raise AssertionError("%s not found in %s" % (needle, path))
 
 
+def links(binary, library):
+    """True when `binary` needs a shared library whose name starts with
+    `library` (readelf's NEEDED entries: what the build linked in)."""
+    out = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True).stdout
+    return re.search(r"\(NEEDED\).*\[%s[.-]" % re.escape(library), out) is not None
+
+
+def machine_gpus():
+    """GPUs this process may use, as the driver's nvidia-smi counts them
+    (0 without a driver), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    n = len([l for l in out.stdout.splitlines() if l.startswith("GPU ")]) if out.returncode == 0 else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        n = min(n, len([d for d in visible.split(",") if d.strip()]))
+    return n
+
+
 def rank_processes(binary):
     """Pids of ranks of `binary` still alive (their command line names the
     binary and the rank flag)."""
@@ -105,13 +126,29 @@ class SpawnSteps(Base):
 
     def test_spawns_and_backend_are_recorded(self):
         t = tracecheck.load(self.path)
-        self.assertEqual(t["meta"]["backend"], "mpi")
+        # What each spawn should have chosen, from the machine and the build,
+        # not from the runtime: NCCL where the binary links NCCL and there is
+        # a GPU for every rank (nvidia-smi's count), else Open MPI.
+        binary = fixture("spawn_basic")
+        gpus = machine_gpus() if links(binary, "libcudart") else 0
+        self.assertEqual(t["meta"]["gpus"], gpus, "the trace's GPU count is the machine's")
+        forced = os.environ.get("LECTERN_BACKEND")
+
+        def expected(world):
+            if forced:
+                return forced
+            return "nccl" if links(binary, "libnccl") and gpus >= world else "mpi"
+
         self.assertEqual([s["world_size"] for s in t["spawns"]], [4, 1, 3])
+        used = [expected(s["world_size"]) for s in t["spawns"]]
+        self.assertEqual(t["meta"]["backend"],
+                         "nccl+mpi" if set(used) == {"nccl", "mpi"} else used[0])
         for i, s in enumerate(t["spawns"]):
             self.assertEqual(s["id"], i)
-            self.assertEqual(s["backend"], "mpi")
+            self.assertEqual(s["backend"], used[i], s["reason"])
             self.assertEqual(s["status"], "ok")
-            self.assertIn("Open MPI on host memory", s["reason"])
+            self.assertIn("NCCL on device memory" if used[i] == "nccl" else "Open MPI on host memory",
+                          s["reason"])
             self.assertTrue(s["reason"].startswith("%d rank" % s["world_size"]), s["reason"])
             self.assertGreater(s["seconds"], 0)
             self.assertEqual(s["stack"][-1]["function"], "body")

@@ -797,8 +797,10 @@ static void test_errors_name_the_lecture_line(void **state)
 static void test_no_gpu_is_a_clear_error(void **state)
 {
     (void)state;
-    if (gpu_count() > 0)
-        skip(); /* a GPU is there: cuda:0 is fine */
+    if (gpu_count() > 0) {
+        print_message("skipped: a GPU is visible, so cuda:0 is no error here\n");
+        skip();
+    }
     expect_failure(ask_for_cuda0, ASK_FOR_CUDA0_LINE, "cuda:0 asked for, but");
     char err[8192];
     run_lecture(ask_for_cuda0, err, sizeof err);
@@ -821,6 +823,16 @@ static void test_timing(void **state)
 
 /* ---------------- the same on a GPU ---------------- */
 
+/* Why there is no GPU to test on, for the skip message. */
+static const char *gpu_count_reason(void)
+{
+#ifdef LECTERN_CUDA
+    return "no GPU visible (gpu_count() is 0): the GPU half of the tests cannot run here";
+#else
+    return "this build has no CUDA (make CUDA=0 or no nvcc): no GPU half to test";
+#endif
+}
+
 static void assert_close(tensor *gpu, tensor *cpu, double tol)
 {
     double d = max_abs_diff(gpu, cpu);
@@ -832,11 +844,14 @@ static void assert_close(tensor *gpu, tensor *cpu, double tol)
 static void test_gpu_matches_cpu(void **state)
 {
     (void)state;
-    if (gpu_count() == 0)
+    if (gpu_count() == 0) {
+        print_message("skipped: %s\n", gpu_count_reason());
         skip();
+    }
     const int dev = 0;
 
-    /* randn: the same numbers on both */
+    /* randn: the same numbers on both, made on each (tests/test_random.c
+     * checks the generator itself) */
     manual_seed(99);
     tensor *hx = randn(64, 48, -1);
     manual_seed(99);
