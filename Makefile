@@ -78,7 +78,7 @@ endif
 # line is its own).
 COV ?= 0
 ifeq ($(COV),1)
-  SAN_FLAGS += --coverage
+  SAN_FLAGS += --coverage -DLECTERN_COVERAGE
   RUNTIME_OPT := -O0
   BUILD := build-cov
 endif

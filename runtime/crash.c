@@ -71,8 +71,10 @@ static void on_signal(int sig, siginfo_t *info, void *ucontext) {
     free(msg);
     if (!lx_in_rank() && sig != SIGTERM && sig != SIGINT) {
         fflush(stdout);
+        LX_COVERAGE_FLUSH();
         _exit(1);
     }
+    LX_COVERAGE_FLUSH();
     signal(sig, SIG_DFL);
     raise(sig);
 }

@@ -179,6 +179,16 @@ void lx_spawn_shutdown(void);
 
 /* ---------------- crash.c (signals) ---------------- */
 
+/* A coverage build (make coverage) writes its gcov counters before a
+ * process dies of a signal or leaves through _exit, which skip the exit
+ * handlers that would write them; elsewhere nothing. */
+#ifdef LECTERN_COVERAGE
+void __gcov_dump(void);
+#define LX_COVERAGE_FLUSH() __gcov_dump()
+#else
+#define LX_COVERAGE_FLUSH() ((void)0)
+#endif
+
 /* Installs handlers for SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM,
  * SIGINT: an error step naming the signal and the last lecture line, the
  * trace written (parent) or sent (rank), then exit. */

@@ -141,6 +141,7 @@ static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
         int len = snprintf(msg, sizeof msg, "lectern: rank %d died with %s\n", pool_rank, signal_name(sig));
         if (len > 0) (void)!write(2, msg, (size_t)len);
     }
+    LX_COVERAGE_FLUSH();
     signal(sig, SIG_DFL);
     raise(sig);
 }

@@ -35,6 +35,7 @@ C_MLP = ["%s/tests/test_mlp" % BUILD]
 C_COMM = ["%s/tests/test_comm" % BUILD]
 C_TRACE = ["%s/tests/test_trace" % BUILD]
 C_GPU_COUNT = ["%s/tests/test_gpu_count" % BUILD]
+C_RANDOM = ["%s/tests/test_random" % BUILD]
 PY = "/usr/bin/python3"
 FOUNDATION = [PY, "tests/test_foundation.py"]
 SPAWN = [PY, "tests/test_spawn.py"]
@@ -95,8 +96,10 @@ MUTANTS = [
     m("col-slice-from-column-0", "runtime/tensor.c",
       "copy_block(t->device, out->data, end - start, t->data + start,",
       "copy_block(t->device, out->data, end - start, t->data,", C_TENSOR),
-    m("seed-keeps-spare-normal", "runtime/tensor.c", "    rng_seeded = 1;\n    have_spare = 0;", "    rng_seeded = 1;",
-      C_TENSOR),
+    m("randn-restarts-stream", "runtime/tensor.c", "    rng_drawn += (uint64_t)t->numel;", "", C_TENSOR),
+    m("philox-nine-rounds", "runtime/philox.h", "for (int round = 0; round < 10; round++)",
+      "for (int round = 0; round < 9; round++)", C_RANDOM),
+    m("philox-key-not-bumped", "runtime/philox.h", "            key[1] += LX_PHILOX_W1;\n", "", C_RANDOM),
     m("matmul-accepts-mismatched-shapes", "runtime/tensor.c", "    if (a->shape[1] != b->shape[0])",
       "    if (a->shape[1] < 0)", C_TENSOR),
     # ---- collectives ----
@@ -114,6 +117,19 @@ MUTANTS = [
       "    if (in_n < out_n)\n        lx_fatal(\"dist_reduce_scatter()", MISUSE_COLLECTIVES),
     m("gather-output-checked-on-rank-0", "runtime/comm.c", "    float *out = NULL;\n    if (my_rank == dst) {",
       "    float *out = NULL;\n    if (my_rank == 0) {", MISUSE_COLLECTIVES, C_COMM),
+    # ---- spawn and the pool of ranks ----
+    m("rank-steps-stamped-rank-0", "runtime/spawn.c", '    set_number(step, "rank", rank);',
+      '    set_number(step, "rank", 0);', SPAWN),
+    m("rank-steps-newest-first", "runtime/spawn.c", "if (x->time != y->time) return x->time < y->time ? -1 : 1;",
+      "if (x->time != y->time) return x->time > y->time ? -1 : 1;", SPAWN),
+    m("globals-not-restored", "runtime/spawn_rank.c", "    lx_globals_restore();\n    lx_tensor_reset_rng();",
+      "    lx_tensor_reset_rng();", SPAWN),
+    m("rng-not-reset-between-spawns", "runtime/spawn_rank.c", "    lx_globals_restore();\n    lx_tensor_reset_rng();",
+      "    lx_globals_restore();", SPAWN),
+    m("forced-nccl-not-checked", "runtime/spawn.c", "            if (gpus < world_size)\n",
+      "            if (0)\n", SPAWN),
+    m("lecture-crash-exits-by-signal", "runtime/crash.c", "        LX_COVERAGE_FLUSH();\n        _exit(1);",
+      "        LX_COVERAGE_FLUSH();", FOUNDATION),
     # ---- the lecture's model (lectures/lib/mlp.c) ----
     m("accumulation-overwrites", "lectures/lib/mlp.c", "matmul_into(dw, x, dh, 1, 0, 1.0f, beta);",
       "matmul_into(dw, x, dh, 1, 0, 1.0f, 0.0f);", C_MLP),
