@@ -52,8 +52,14 @@ void note_verbatim(const char *fmt, ...) LECTERN_PRINTF(1, 2);
  * the page in (0, 1]. */
 void image(const char *src, double width);
 
-/* A reference link, shown beside the step before it. */
-void see(const char *url);
+/* A reference link, shown beside the step before it: see(url) or
+ * see(url, title). The viewer shows the title, when there is one, with the
+ * link's host. see() is a macro over lx_see() so that both forms work; the
+ * step is stamped with the line of the see() call like any other. */
+void lx_see(const char *url, const char *title);
+#define LX_SEE_PICK(one, two, name, ...) name
+#define LX_SEE_URL_ONLY(url) lx_see((url), NULL)
+#define see(...) LX_SEE_PICK(__VA_ARGS__, lx_see, LX_SEE_URL_ONLY, unused)(__VA_ARGS__)
 
 /* Runs `command` through /bin/sh and records its output (stdout and stderr,
  * ANSI escapes removed) verbatim. Returns the exit status (127 when the

@@ -79,7 +79,9 @@ void image(const char *src, double width) {
     lx_emit(r);
 }
 
-void see(const char *url) {
+/* see(url) and see(url, title) both land here (lectern.h); an empty title
+ * is no title. */
+void lx_see(const char *url, const char *title) {
     if (!url || !*url) {
         lx_error("see: %s", url ? "the link is empty" : "url is NULL");
         return;
@@ -87,6 +89,7 @@ void see(const char *url) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "type", "link");
     lx_add_text(r, "url", url);
+    if (title && *title) lx_add_text(r, "title", title);
     lx_emit(r);
 }
 

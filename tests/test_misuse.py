@@ -24,7 +24,7 @@ FIXTURE_SRC = os.path.join(ROOT, "tests", "lectures", "misuse_fixture.c")
 HEADER = os.path.join(ROOT, "runtime", "lectern.h")
 
 # Functions whose NULL is not a mistake: like free(NULL), they do nothing.
-NULL_IS_FINE = {"tensor_free.t", "adamw_free.opt"}
+NULL_IS_FINE = {"tensor_free.t", "adamw_free.opt", "see.title"}
 # Not callable from a lecture's body: it is the lecture's main.
 NOT_A_CASE = {"lecture_main"}
 POINTER_TYPEDEFS = {"spawn_fn"}
@@ -44,7 +44,10 @@ def run(binary, out, env=None, args=()):
 def pointer_parameters():
     """{"function.parameter"} for every pointer parameter of every function
     runtime/lectern.h declares."""
-    text = open(HEADER).read()
+    with open(HEADER) as f:
+        text = f.read()
+    # A function lx_NAME behind a macro NAME(...) is called as NAME.
+    macros = set(re.findall(r"^\s*#\s*define\s+(\w+)\(", text, flags=re.M))
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     text = re.sub(r"^\s*#.*$", "", text, flags=re.M)
     text = re.sub(r"\s+", " ", text)
@@ -56,18 +59,22 @@ def pointer_parameters():
         m = re.match(r"^(?:const )?(?:struct )?[A-Za-z_]\w*[ *]+(\w+)\((.*?)\)(?: LECTERN_PRINTF.*)?$", stmt)
         if not m or m.group(1) in NOT_A_CASE:
             continue
+        fn = m.group(1)
+        if fn.startswith("lx_") and fn[3:] in macros:
+            fn = fn[3:]
         for param in m.group(2).split(","):
             param = param.strip()
             if param in ("void", "...", ""):
                 continue
             name = re.search(r"(\w+)\s*$", param).group(1)
             if "*" in param or param.split()[0] in POINTER_TYPEDEFS:
-                found.add("%s.%s" % (m.group(1), name))
+                found.add("%s.%s" % (fn, name))
     return found
 
 
 def fixture_cases():
-    src = open(FIXTURE_SRC).read()
+    with open(FIXTURE_SRC) as f:
+        src = f.read()
     return set(re.findall(r'\{"(\w+\.\w+)", c_\w+\}', src)) | \
         set(re.findall(r'strcmp\(c, "(dist_\w+\.\w+)"\)', src))
 

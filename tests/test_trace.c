@@ -125,6 +125,43 @@ static void steps_go_to_the_sink(void **state) {
     lx_trace_free();
 }
 
+/* see(url) and see(url, title): one link rendering each, the title only when
+ * given, and the step stamped with the line of the see() call. */
+static cJSON *sunk_link(const char *key) {
+    cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(sunk, "renderings"), 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r, "type")), "link");
+    return cJSON_GetObjectItem(r, key);
+}
+
+static int sunk_line(void) {
+    cJSON *stack = cJSON_GetObjectItem(sunk, "stack");
+    cJSON *inner = cJSON_GetArrayItem(stack, cJSON_GetArraySize(stack) - 1);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(inner, "function")), "see_with_and_without_title");
+    return cJSON_GetObjectItem(inner, "line")->valueint;
+}
+
+static void see_with_and_without_title(void **state) {
+    (void)state;
+    lx_trace_init("unit", "/tmp");
+    lx_set_step_sink(test_sink);
+    int line = __LINE__ + 1;
+    see("https://example.org/a");
+    assert_string_equal(cJSON_GetStringValue(sunk_link("url")), "https://example.org/a");
+    assert_null(sunk_link("title"));
+    assert_int_equal(sunk_line(), line);
+    line = __LINE__ + 1;
+    see("https://example.org/b", "The B paper");
+    assert_string_equal(cJSON_GetStringValue(sunk_link("url")), "https://example.org/b");
+    assert_string_equal(cJSON_GetStringValue(sunk_link("title")), "The B paper");
+    assert_int_equal(sunk_line(), line);
+    see("https://example.org/c", "");   /* an empty title is no title */
+    assert_null(sunk_link("title"));
+    lx_set_step_sink(NULL);
+    cJSON_Delete(sunk);
+    sunk = NULL;
+    lx_trace_free();
+}
+
 static void write_is_atomic_and_failure_keeps_good_trace(void **state) {
     (void)state;
     char dir[] = "/tmp/lectern-unit-XXXXXX";
@@ -193,6 +230,7 @@ int main(void) {
         cmocka_unit_test(stack_capture_names_functions_and_lines),
         cmocka_unit_test(lecture_paths),
         cmocka_unit_test(steps_go_to_the_sink),
+        cmocka_unit_test(see_with_and_without_title),
         cmocka_unit_test(write_is_atomic_and_failure_keeps_good_trace),
         cmocka_unit_test(unwritable_folder_is_an_error),
     };

@@ -23,6 +23,7 @@ static void c_note(void) { note(NUL); }
 static void c_note_verbatim(void) { note_verbatim(NUL); }
 static void c_image(void) { image(NUL, 0.5); }
 static void c_see(void) { see(NUL); }
+static void c_see_title(void) { see("https://example.org/", NUL); }
 static void c_note_system(void) { note_system(NUL); }
 static void c_plot(void) { plot(NUL); }
 static void c_progress(void) { progress(NUL); }
@@ -144,6 +145,7 @@ static const fixture_case cases[] = {
     {"note_verbatim.fmt", c_note_verbatim},
     {"image.src", c_image},
     {"see.url", c_see},
+    {"see.title", c_see_title},
     {"note_system.command", c_note_system},
     {"plot.vega_lite_json", c_plot},
     {"progress.fmt", c_progress},

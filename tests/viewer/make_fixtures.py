@@ -167,6 +167,108 @@ def multi_failed(t):
     return t
 
 
+def media():
+    p = "lectures/media.c"
+    tr = Trace("media", [p])
+    top = lambda snip: frame(p, "body", snip)
+    tr.step([top('note("# Figures')], md("# Figures and links", "<h1>Figures and links</h1>\n"))
+    tr.step([top('image("tests/viewer')], {"type": "image", "src": "tests/viewer/fixtures/wide.svg", "width": 0.3,
+                                            "remote": False})
+    tr.step([top('see("https://example.org/papers')], {"type": "link", "url": "https://example.org/papers/ring-allreduce.pdf",
+                                                        "title": "Ring all-reduce, the paper"})
+    tr.step([top('see("https://docs.example')], {"type": "link", "url": "https://docs.example.org/guide/usage/collectives.html"})
+    tr.step([top('image("https://example')], {"type": "image", "src": "https://example.org/figures/nvlink-generations.png",
+                                               "width": 0.5, "remote": True})
+    tr.step([top('note("The end')], md("The end.", "<p>The end.</p>\n"))
+    return tr.t
+
+
+# What a hostile trace tries to run: it renames the page, counts itself in a
+# global and calls alert(). The tests watch all three.
+PAY = "document.title='PWNED';top.__pwned=(top.__pwned||0)+1;alert('PWNED')"
+# Harmless text next to each payload: it must still show.
+SAFE = "SAFE-%s"
+
+
+def hostile():
+    """A trace anyone could write by hand, with every payload in the places a
+    trace carries HTML, addresses or text. Each step also holds plain text
+    (SAFE-...) that must still be shown."""
+    p = "lectures/hostile.c"
+    tr = Trace("hostile", [p])
+    top = lambda snip: frame(p, "body", snip)
+    h = lambda snip, html, data=None: tr.step([top(snip)], md(data or snip, html))
+    tr.step([top('note("# A hostile')], md("# A hostile trace", "<h1>A hostile trace</h1>\n"))
+    h('note("handlers: onerror")',
+      f'<p>{SAFE % "onerror"} before</p><img src="x" onerror="{PAY}"><p>after <strong>{SAFE % "onerror-after"}</strong></p>\n')
+    h('note("handlers: onload")',
+      f'<p>{SAFE % "onload"}</p><svg onload="{PAY}"></svg><img src="tests/viewer/fixtures/ring.svg" onload="{PAY}" '
+      f'alt="ring"><details open ontoggle="{PAY}"><summary>x</summary>y</details>'
+      f'<p onmouseover="{PAY}" onclick="{PAY}">{SAFE % "onload-after"}</p>\n')
+    h('note("script element")', f'<p>{SAFE % "script"}</p><script>{PAY}</script><p>{SAFE % "script-after"}</p>\n')
+    # md4c itself writes javascript: links from [text](javascript:...).
+    h('note("javascript: links in markdown")',
+      f'<p><a href="javascript:{PAY}">{SAFE % "jslink"}</a> <a href="JaVaScRiPt:{PAY}">upper</a> '
+      f'<a href="java&#x09;script:{PAY}">tab</a> <a href=" &#x0A;javascript:{PAY}">space</a> '
+      f'<a href="data:text/html,&lt;script&gt;{PAY}&lt;/script&gt;">data</a> '
+      f'<a href="vbscript:msgbox(1)">vb</a> <a href="//evil.example/x">other host</a> '
+      f'<a href="https://example.org/ok">{SAFE % "httplink"}</a></p>\n')
+    tr.step([top('see("javascript: link')], {"type": "link", "url": f"javascript:{PAY}"},
+            md("x", f"<p>{SAFE % 'see-js'}</p>\n"))
+    tr.step([top('see("data: link')], {"type": "link", "url": f"data:text/html,<script>{PAY}</script>",
+                                       "title": "<img src=x onerror=\"" + PAY + "\">"},
+            md("x", f"<p>{SAFE % 'see-data'}</p>\n"))
+    h('note("iframes")', f'<p>{SAFE % "iframe"}</p><iframe src="javascript:{PAY}"></iframe>'
+                          f'<iframe srcdoc="&lt;script&gt;{PAY}&lt;/script&gt;"></iframe><p>{SAFE % "iframe-after"}</p>\n')
+    h('note("svg with script")',
+      f'<svg xmlns="http://www.w3.org/2000/svg"><script>{PAY}</script><a xlink:href="javascript:{PAY}"><text>t</text></a>'
+      f'<animate onbegin="{PAY}" attributeName="x" dur="1s"/></svg><p>{SAFE % "svg"}</p>\n')
+    h('note("a style that hides',
+      f'<style>body, #main, #read {{ display: none !important; }}</style>'
+      f'<p style="position:fixed;inset:0;background:#fff;z-index:9999">{SAFE % "style"}</p>'
+      f'<div class="error-box sr-only">{SAFE % "style-class"}</div>\n')
+    # The mXSS patterns confuse the parser on purpose: what follows them in the
+    # same note may go with them, so more harmless text is a rendering of its own.
+    tr.step([top('note("object, embed')], md("x",
+      f'<p>{SAFE % "mixed"}</p><object data="javascript:{PAY}"></object><embed src="javascript:{PAY}">'
+      f'<form action="javascript:{PAY}"><button formaction="javascript:{PAY}">{SAFE % "form"}</button></form>'
+      f'<base href="javascript:{PAY}//"><meta http-equiv="refresh" content="0;url=javascript:{PAY}">'
+      f'<link rel="stylesheet" href="data:text/css,body{{display:none}}">'
+      f'<math><mtext><table><mglyph><style><img src=x onerror="{PAY}"></style></mglyph></table></mtext></math>'
+      f'<noscript><p title="</noscript><img src=x onerror=\"{PAY}\">"></noscript>\n'),
+      md("x", f"<p>{SAFE % 'mixed-after'}</p>\n"))
+    tr.step([top('note_verbatim("text stays')], text(f'<img src=x onerror="{PAY}"> {SAFE % "text"}'))
+    tr.step([top('image("javascript: image')],
+            {"type": "image", "src": f"javascript:{PAY}", "width": 0.5, "remote": False},
+            md("x", f"<p>{SAFE % 'image-js'}</p>\n"))
+    tr.step([top('image("quote in an image')],
+            {"type": "image", "src": f'x" onerror="{PAY}', "width": 0.5, "remote": False},
+            {"type": "image", "src": f"https://example.org/a.png\" onerror=\"{PAY}", "width": 0.5, "remote": True},
+            md("x", f"<p>{SAFE % 'image-quote'}</p>\n"))
+    h('note("images in markdown")',
+      f'<p><img src="javascript:{PAY}" alt="js image"> <img src="data:image/svg+xml,&lt;svg xmlns=&quot;http://www.w3.org/2000/svg&quot; '
+      f'onload=&quot;{PAY}&quot;/&gt;" alt="data image"> {SAFE % "mdimg"}</p>\n')
+    tr.step([top('note("error text")')], {"type": "error", "data": f'<img src=x onerror="{PAY}"> {SAFE % "error"}'})
+    spec = {"data": {"values": [{"a": 1, "b": 2}, {"a": 2, "b": 3}]}, "mark": "point",
+            "encoding": {"x": {"field": "a", "type": "quantitative"}, "y": {"field": "b", "type": "quantitative"},
+                         "href": {"value": f"javascript:{PAY}"}},
+            "title": f"<img src=x onerror=\"{PAY}\">",
+            "usermeta": {"embedOptions": {"actions": {"source": True, "editor": True},
+                                          "sourceHeader": f"<script>{PAY}</script>", "ast": False,
+                                          "editorUrl": f"javascript:{PAY}"}}}
+    tr.step([top('plot("a plot whose')], {"type": "plot", "spec": spec}, md("x", f"<p>{SAFE % 'plot'}</p>\n"))
+    at = [top("spawn(rank_part")]
+    k = tr.spawn(at, 2, "mpi", f'<img src=x onerror="{PAY}"> two ranks')
+    for r in range(2):
+        tr.step(at + [{"path": p, "line": line_of(p, 'note_verbatim("rank %d'),
+                       "function": f'rank_part<img src=x onerror="{PAY}">'}],
+                text(f'rank {r} <img src=x onerror="{PAY}"> {SAFE % "rank"}'), rank=r, world_size=2, spawn=k)
+    tr.step([top('note("The end')], md("The end", f"<p>The end: {SAFE % 'end'}</p>\n"))
+    tr.t["meta"]["host"] = f'<img src=x onerror="{PAY}">'
+    tr.t["meta"]["command"] = f'<script>{PAY}</script>'
+    return tr.t
+
+
 def write(out, key, t):
     os.makedirs(out, exist_ok=True)
     body = json.dumps(t, ensure_ascii=False, separators=(",", ":"))
@@ -182,6 +284,8 @@ def main():
     m = multi()
     write(out, "multi", m)
     write(out, "multi.failed", multi_failed(m))
+    write(out, "hostile", hostile())
+    write(out, "media", media())
     # Broken traces: each must give a clear message in the page.
     with open(os.path.join(out, "broken_syntax.js"), "w") as f:
         f.write('(window.lecternTraces = window.lecternTraces || {})["broken_syntax"] = {"version": 1, "steps": [,;\n')

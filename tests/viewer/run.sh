@@ -13,16 +13,23 @@ for bin in /usr/bin/chromium /usr/bin/chromedriver /usr/bin/python3; do
     fi
 done
 [ -d node_modules/@highlightjs ] || echo "viewer tests: node_modules/ missing (npm ci): highlighting and plots are not checked"
+# Arguments: test names, module first (test_hostile.TestHostileTrace.test_drop);
+# none runs every tests/viewer/test_*.py.
 exec /usr/bin/python3 - "$@" <<'PY'
+import glob
+import importlib
+import os
 import sys
 import unittest
 
 sys.path.insert(0, "tests/viewer")
-import test_viewer
-
 loader = unittest.defaultTestLoader
 names = sys.argv[1:]
-suite = loader.loadTestsFromNames(names, test_viewer) if names else loader.loadTestsFromModule(test_viewer)
+if names:
+    suite = loader.loadTestsFromNames(names)
+else:
+    mods = sorted(os.path.basename(p)[:-3] for p in glob.glob("tests/viewer/test_*.py"))
+    suite = unittest.TestSuite(loader.loadTestsFromModule(importlib.import_module(m)) for m in mods)
 res = unittest.TextTestRunner(verbosity=2).run(suite)
 failed = len(res.failures) + len(res.errors) + len(res.unexpectedSuccesses)
 passed = res.testsRun - failed - len(res.skipped)

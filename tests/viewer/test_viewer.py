@@ -60,7 +60,24 @@ class ViewerCase(unittest.TestCase):
 
     def open(self, query, root=None):
         self.d.get(harness.file_url(root or self.root, query))
-        return harness.wait_ready(self.d)
+        err = harness.wait_ready(self.d)
+        if not err:
+            self.wait_still()
+        return err
+
+    def wait_still(self):
+        """Waits until the page stops moving (figures loaded, plots drawn,
+        the step brought to its place) before something is clicked by its
+        position."""
+        seen = []
+
+        # Three equal looks 150 ms apart: longer than the 400 ms the viewer
+        # keeps bringing a step back to its place after a move.
+        def still(d):
+            seen.append(self.js("var s = document.getElementById('source'), r = document.getElementById('read');"
+                                "return [s.scrollTop, s.scrollHeight, r.scrollTop, r.scrollHeight].join(' ');"))
+            return len(seen) >= 4 and len(set(seen[-4:])) == 1
+        WebDriverWait(self.d, 15, poll_frequency=0.15).until(still)
 
     def js(self, script, *args):
         return self.d.execute_script(script, *args)
@@ -160,8 +177,11 @@ class TestViewer(ViewerCase):
 
     def test_step_over_and_out(self):
         self.open("?trace=demo&step=2")
-        self.keys(Keys.ARROW_RIGHT, shift=True)  # skip everything inside hardware(), squares(), ...
-        self.assertEqual(self.cur_step(), 19)
+        # The next statement of body() is hardware(): step over runs through
+        # it and lands on the first step after it returns, in squares().
+        self.keys(Keys.ARROW_RIGHT, shift=True)
+        self.assertEqual(self.cur_step(), 8)
+        self.assertEqual(self.current_line(), (self.DEMO, fixture_line("demo.c", 'note("## A loop")')))
         self.keys(Keys.HOME)
         self.assertEqual(self.cur_step(), 1)
         self.keys("j")
@@ -170,13 +190,17 @@ class TestViewer(ViewerCase):
         self.assertEqual(self.cur_step(), 19)
         self.wait_url_step(19)
         self.open("?trace=demo&step=3")  # inside hardware()
-        self.keys("j")  # over: next step at the same depth
+        self.keys("j")  # over: the next step of hardware()
         self.assertEqual(self.cur_step(), 4)
-        self.keys("u")  # out of hardware(): next step of body() or shallower
-        self.assertEqual(self.cur_step(), 19)
+        self.keys("u")  # out of hardware(): the first step after it returns
+        self.assertEqual(self.cur_step(), 8)
+        self.keys("U")  # back out of squares(): the step before it began
+        self.assertEqual(self.cur_step(), 7)
+        self.keys("k")  # back over: the previous step of hardware()
+        self.assertEqual(self.cur_step(), 6)
         # Out of a rank function: back in the parent, after the spawn.
         self.open("?trace=multi&step=5")
-        self.assertEqual(self.current_line()[0], self.HELPER)
+        self.assertEqual(self.stack()[0].split()[0], "all_reduce_demo")
         self.keys("u")
         self.assertEqual(self.current_line(), (self.MULTI, fixture_line("multi.c", 'note("Every rank ended')))
 
@@ -201,6 +225,7 @@ class TestViewer(ViewerCase):
         self.assertEqual(self.cur_step(), 14)
         self.assertEqual(self.current_line(), (self.DEMO, line))
         # A call site: the first step that passes through it.
+        self.wait_still()
         self.line_el(self.DEMO, fixture_line("demo.c", "squares();")).click()
         self.assertEqual(self.current_line(), (self.DEMO, fixture_line("demo.c", 'note("## A loop")')))
         self.wait_url_step(8)
@@ -223,15 +248,24 @@ class TestViewer(ViewerCase):
         src = self.d.find_element(By.ID, "source")
         self.assertEqual(src.find_element(By.CSS_SELECTOR, ".r-md h1").text, "Demo lecture")
         img = src.find_element(By.CSS_SELECTOR, ".r-img img")
-        self.assertEqual(img.get_attribute("style"), "width: 30%;")
+        zoom = src.find_element(By.CSS_SELECTOR, ".r-img .zoom")
+        self.assertIn("width: 30%", zoom.get_attribute("style"))
         WebDriverWait(self.d, 5).until(lambda d: self.js("return arguments[0].complete && arguments[0].naturalWidth", img))
+        # 30% of the column would be narrower than the figure's own 200 px:
+        # it is shown at its own width, where there is room.
+        WebDriverWait(self.d, 5).until(lambda d: img.size["width"] >= 199)
+        self.assertEqual(img.get_attribute("alt"), "Figure: ring")
         # A remote image is a link (new tab), never fetched.
         remote = src.find_element(By.CSS_SELECTOR, ".r-img.remote a")
         self.assertEqual(remote.get_attribute("target"), "_blank")
-        self.assertIn("figure (external)", remote.text)
+        self.assertIn("nvlink.png", remote.text)
+        self.assertIn("example.org", remote.text)
         self.assertEqual(len(self.d.find_elements(By.CSS_SELECTOR, 'img[src*="example.org"]')), 0)
         link = src.find_element(By.CSS_SELECTOR, ".r-link a")
         self.assertEqual(link.get_attribute("target"), "_blank")
+        # A link without a title says what it points to and where.
+        self.assertIn("h100", link.text)
+        self.assertIn("nvidia.com", link.find_element(By.CSS_SELECTOR, ".host").text)
         self.assertIn("noopener", link.get_attribute("rel"))
         # A link written inside markdown opens in a new tab too.
         self.assertEqual(src.find_element(By.CSS_SELECTOR, '.r-md a[href="https://example.org/hbm"]')
@@ -269,71 +303,79 @@ class TestViewer(ViewerCase):
     def test_multi_file_stack_switches_file(self):
         self.open("?trace=multi&step=3")
         self.assertEqual(self.current_line()[0], self.MULTI)
-        self.keys(Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)  # first rank step, in multi_helper.c
+        self.keys(Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)  # first rank step, made in multi_helper.c
         before = fixture_line("multi_helper.c", "[before all-reduce]")
-        self.assertEqual(self.current_line(), (self.HELPER, before))
-        tab = self.d.find_element(By.CSS_SELECTOR, '.tab[aria-selected="true"]')
-        self.assertEqual(tab.text, "multi_helper.c")
         spawn_line = fixture_line("multi.c", "spawn(all_reduce_demo")
+        # A rank's step is shown in its spawn's table, under the spawn() line.
+        self.assertEqual(self.current_line(), (self.MULTI, spawn_line))
         self.assertEqual(self.stack(), ["all_reduce_demo multi_helper.c:%d" % before,
                                         "collectives multi.c:%d" % spawn_line,
                                         "body multi.c:%d" % fixture_line("multi.c", "collectives();")])
         sep = self.d.find_element(By.CSS_SELECTOR, "#stack .spawn-sep").text
         self.assertIn("rank 1", sep)
         self.assertIn("4 ranks", sep)
-        # The echo under the rank line says which rank and which spawn.
-        echo = self.d.find_element(By.CSS_SELECTOR, '[aria-current="step"] .echo')
-        self.assertIn("rank 1 of 4", echo.text)
-        self.assertIn("multi.c:%d" % spawn_line, echo.text)
-        self.shot("multi-rank-step")
-        # Clicking the parent frame shows multi.c at the spawn line; the step stays.
-        self.d.find_elements(By.CSS_SELECTOR, "#stack .frame")[1].click()
-        self.assertEqual(self.d.find_element(By.CSS_SELECTOR, '.tab[aria-selected="true"]').text, "multi.c")
-        sel = self.d.find_element(By.CSS_SELECTOR, ".ln.frame-sel")
-        self.assertEqual(sel.get_attribute("data-line"), str(spawn_line))
-        self.assertEqual(self.cur_step(), 5)
-        cur = sel.find_element(By.CSS_SELECTOR, ".spawn .item.cur-item")
+        cur = self.d.find_element(By.CSS_SELECTOR, "#source .cell .item.cur-item")
         self.assertIn("Rank 1 [before", cur.text)
         self.assertTrue(cur.is_displayed())
+        # Its row says which line made it.
+        row = cur.find_element(By.XPATH, "ancestor::tr")
+        self.assertEqual(row.find_element(By.CSS_SELECTOR, ".to-line").text, str(before))
+        self.shot("multi-rank-step")
+        # Clicking the rank's frame shows multi_helper.c at its line; the step stays.
+        self.d.find_elements(By.CSS_SELECTOR, "#stack .frame")[0].click()
+        self.assertEqual(self.d.find_element(By.CSS_SELECTOR, '.tab[aria-selected="true"]').text, "multi_helper.c")
+        sel = self.d.find_element(By.CSS_SELECTOR, ".ln.frame-sel")
+        self.assertEqual(sel.get_attribute("data-line"), str(before))
+        self.assertEqual(self.cur_step(), 5)
+        # ... and it says which ranks ran that line, and how often.
+        self.assertEqual(" ".join(sel.find_element(By.CSS_SELECTOR, ".chips").text.split()), "4 ranks: 0 1 2 3")
         self.shot("multi-spawn-block")
-        # The next step goes back to the helper file.
+        # The next step goes back to the spawn's table in multi.c.
         self.keys(Keys.ARROW_RIGHT)
-        self.assertEqual(self.current_line()[0], self.HELPER)
+        self.assertEqual(self.current_line(), (self.MULTI, spawn_line))
+        self.assertEqual(self.d.find_element(By.CSS_SELECTOR, '.tab[aria-selected="true"]').text, "multi.c")
 
     def test_spawn_block_groups_ranks(self):
         self.open("?trace=multi&step=3")
         line = fixture_line("multi.c", "spawn(all_reduce_demo")
-        block = self.line_el(self.MULTI, line).find_element(By.CSS_SELECTOR, ".spawn")
-        self.assertIn("4 ranks", block.find_element(By.CSS_SELECTOR, ".spawn-h").text)
-        self.assertIn("mpi", block.find_element(By.CSS_SELECTOR, ".spawn-h").text)
-        secs = block.find_elements(By.CSS_SELECTOR, ".rank-sec")
-        self.assertEqual([s.find_element(By.CSS_SELECTOR, ".rank-label").text for s in secs],
-                         ["rank 0 of 4", "rank 1 of 4", "rank 2 of 4", "rank 3 of 4"])
-        colours = {s.value_of_css_property("border-left-color") for s in secs}
-        self.assertEqual(len(colours), 4)
-        first = secs[2].find_elements(By.CSS_SELECTOR, ".item")
-        self.assertEqual([i.text for i in first],
-                         ["Rank 2 [before all-reduce]: tensor([2., 3., 4., 5.], device='cpu')",
-                          "Rank 2 [after all-reduce]: tensor([ 6., 10., 14., 18.], device='cpu')"])
-        # Rank 0's note from a nested function sits under rank 0.
-        self.assertIn("Rank 0 checks the sum", secs[0].text)
+        ln = self.line_el(self.MULTI, line)
+        # The spawn() call stays visible, with the spawn's table under it.
+        self.assertIn("spawn(all_reduce_demo", ln.find_element(By.CSS_SELECTOR, ".code").text)
+        block = ln.find_element(By.CSS_SELECTOR, ".spawn")
+        cap = block.find_element(By.CSS_SELECTOR, ".sp-cap").text
+        self.assertIn("4 ranks", cap)
+        self.assertIn("mpi", cap)
+        heads = block.find_elements(By.CSS_SELECTOR, ".rank-h")
+        self.assertEqual([h.text for h in heads], ["rank 0 3", "rank 1 2", "rank 2 2", "rank 3 2"])
+        self.assertEqual(len({h.value_of_css_property("color") for h in heads}), 4)
+        # One row per line, the ranks side by side.
+        rows = block.find_elements(By.CSS_SELECTOR, "tbody tr")
+        cells = [[c.text for c in r.find_elements(By.CSS_SELECTOR, "td")] for r in rows]
+        self.assertEqual(cells[0], ["Rank %d [before all-reduce]: tensor([%s], device='cpu')" %
+                                    (r, ", ".join("%d." % (x + r) for x in range(4))) for r in range(4)])
+        self.assertEqual(cells[1], ["Rank %d [after all-reduce]: tensor([ 6., 10., 14., 18.], device='cpu')" % r
+                                    for r in range(4)])
+        # Rank 0's note from a nested function sits in rank 0's column, alone in its row.
+        self.assertEqual(cells[2], ["Rank 0 checks the sum: [6, 10, 14, 18].", "", "", ""])
+        self.assertEqual([r.find_element(By.CSS_SELECTOR, ".to-line").text for r in rows],
+                         [str(fixture_line("multi_helper.c", snip)) for snip in
+                          ("[before all-reduce]", "[after all-reduce]", 'note("Rank 0 checks')])
         # World size and backend in the side panel.
-        info = self.d.find_element(By.ID, "rank-info").text
-        self.assertIn("world size 4", info)
-        self.assertIn("backend mpi", info)
+        info = self.d.find_element(By.ID, "spawn-info").text
+        self.assertIn("4 ranks · mpi", info)
         # Clicking a rank's rendering goes to that step.
-        first[1].click()
-        self.assertEqual(self.js("return window.lecternViewer.state.cur"), 9)
-        self.assertEqual(self.current_line(), (self.HELPER, fixture_line("multi_helper.c", "[after all-reduce]")))
+        rows[1].find_elements(By.CSS_SELECTOR, "td .item")[2].click()
+        self.assertEqual(self.js("return window.lecternTraces.multi.steps[window.lecternViewer.cur()].rank"), 2)
+        self.assertEqual(self.stack()[0], "all_reduce_demo multi_helper.c:%d" % fixture_line("multi_helper.c", "[after all-reduce]"))
 
     def test_rank_filter(self):
         self.open("?trace=multi&step=3")
         Select(self.d.find_element(By.ID, "rank-filter")).select_by_visible_text("rank 2")
         WebDriverWait(self.d, 5).until(lambda d: "rank=2" in d.current_url)
         line = fixture_line("multi.c", "spawn(all_reduce_demo")
-        secs = self.line_el(self.MULTI, line).find_elements(By.CSS_SELECTOR, ".spawn .rank-sec")
-        self.assertEqual([s.get_attribute("data-rank") for s in secs], ["2"])
-        self.d.find_element(By.TAG_NAME, "body").click()
+        WebDriverWait(self.d, 5).until(lambda d: [h.get_attribute("data-r") for h in self.line_el(self.MULTI, line)
+                                                  .find_elements(By.CSS_SELECTOR, ".spawn .rank-h")] == ["2"])
+        # The keys work right after the select was used (no click elsewhere).
         ranks = []
         for _ in range(4):
             self.keys(Keys.ARROW_RIGHT)
@@ -343,8 +385,8 @@ class TestViewer(ViewerCase):
         self.shot("multi-rank-filter")
         self.keys("a")
         WebDriverWait(self.d, 5).until(lambda d: "rank=" not in d.current_url)
-        secs = self.line_el(self.MULTI, line).find_elements(By.CSS_SELECTOR, ".spawn .rank-sec")
-        self.assertEqual(len(secs), 4)
+        WebDriverWait(self.d, 5).until(lambda d: len(self.line_el(self.MULTI, line)
+                                                     .find_elements(By.CSS_SELECTOR, ".spawn .rank-h")) == 4)
         # A link with rank=1 opens filtered.
         self.open("?trace=multi&step=4&rank=1")
         self.assertEqual(Select(self.d.find_element(By.ID, "rank-filter")).first_selected_option.text, "rank 1")
@@ -356,8 +398,10 @@ class TestViewer(ViewerCase):
         self.assertIn("This run failed", banner.text)
         banner.find_element(By.CSS_SELECTOR, "button").click()
         crash = fixture_line("multi_helper.c", "all_reduce(t, DIST_SUM);")
-        self.assertEqual(self.current_line(), (self.HELPER, crash))
-        err = self.d.find_element(By.CSS_SELECTOR, "[aria-current=step] .r-error")
+        # The crash is rank 2's step: in the spawn's table, under the spawn() line.
+        self.assertEqual(self.current_line(), (self.MULTI, fixture_line("multi.c", "spawn(all_reduce_demo")))
+        err = WebDriverWait(self.d, 5).until(
+            lambda d: d.find_element(By.CSS_SELECTOR, "[aria-current=step] .item.cur-item .r-error"))
         self.assertIn("rank 2", err.text)
         self.assertIn("multi_helper.c:%d" % crash, err.text)
         self.shot("multi-failed")
@@ -377,7 +421,7 @@ class TestViewer(ViewerCase):
                 self.assertTrue(box.is_displayed())
                 self.assertIn(file, box.text)
                 self.assertIn(what, box.text)
-                self.assertFalse(self.d.find_element(By.ID, "main").is_displayed())
+                self.assertFalse(self.d.find_element(By.ID, "step-view").is_displayed())
         self.open("?trace=broken_schema")
         self.shot("broken-trace")
 
@@ -390,22 +434,26 @@ class TestViewer(ViewerCase):
         self.keys("m")
         read = self.d.find_element(By.ID, "read")
         self.assertTrue(read.is_displayed())
-        self.assertFalse(self.d.find_element(By.ID, "main").is_displayed())
+        self.assertFalse(self.d.find_element(By.ID, "step-view").is_displayed())
         WebDriverWait(self.d, 5).until(lambda d: "mode=read" in d.current_url)
         # Every step's rendering, once, in order; rank output grouped by rank.
         items = read.find_elements(By.CSS_SELECTOR, ".item")
         self.assertEqual(len(items), 17)
         texts = [i.text for i in items]
         self.assertLess(texts.index("Multi-rank lecture"), texts.index("All-reduce on 4 ranks"))
-        self.assertLess(texts.index("Rank 0 checks the sum: [6, 10, 14, 18]."),
-                        texts.index("Rank 1 [before all-reduce]: tensor([1., 2., 3., 4.], device='cpu')"))
+        # A spawn's output where the spawn comes, its ranks side by side: row by row.
+        self.assertLess(texts.index("All-reduce on 4 ranks"), texts.index("Rank 1 [before all-reduce]: tensor([1., 2., 3., 4.], device='cpu')"))
+        self.assertLess(texts.index("Rank 3 [before all-reduce]: tensor([3., 4., 5., 6.], device='cpu')"),
+                        texts.index("Rank 0 checks the sum: [6, 10, 14, 18]."))
+        self.assertLess(texts.index("Rank 0 checks the sum: [6, 10, 14, 18]."), texts.index("Every rank ended with the same tensor."))
+        self.assertEqual(len(read.find_elements(By.CSS_SELECTOR, ".spawn .rank-h")), 4 + 2)
         self.assertEqual(len(read.find_elements(By.CSS_SELECTOR, ".item.cur-item")), 1)
         self.shot("multi-read-mode")
         self.d.refresh()
         harness.wait_ready(self.d)
         self.assertTrue(self.d.find_element(By.ID, "read").is_displayed())
         self.d.find_element(By.ID, "btn-mode-step").click()
-        self.assertTrue(self.d.find_element(By.ID, "main").is_displayed())
+        self.assertTrue(self.d.find_element(By.ID, "step-view").is_displayed())
         self.assertEqual(self.cur_step(), 6)
 
     def test_help_and_accessible_names(self):
@@ -429,7 +477,7 @@ class TestViewer(ViewerCase):
             self.d.get(base + "/viewer/index.html?trace=multi&step=5")
             self.assertIsNone(harness.wait_ready(self.d))
             self.assertEqual(self.js("return window.lecternViewer.via"), "json")
-            self.assertEqual(self.current_line()[0], self.HELPER)
+            self.assertEqual(self.stack()[0].split()[1].split(":")[0], "multi_helper.c")
 
 
 class TestWithoutNodeModules(ViewerCase):
@@ -443,6 +491,10 @@ class TestWithoutNodeModules(ViewerCase):
             self.assertIn("static void hardware(void)", self.d.find_element(By.ID, "source").text)
             WebDriverWait(self.d, 5).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".r-plot.plot-missing"))
             self.assertIn("npm ci", self.d.find_element(By.CSS_SELECTOR, ".r-plot").text)
+            # Without DOMPurify a note's HTML is never used: its markdown shows as text.
+            self.assertIn("DOMPurify", self.d.find_element(By.ID, "notice").text)
+            self.assertEqual(len(self.d.find_elements(By.CSS_SELECTOR, "#source .r-md h2, #source .r-md strong")), 0)
+            self.assertIn("## Bandwidth", self.d.find_element(By.ID, "source").text)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
