@@ -5,12 +5,12 @@ window.lecternIndex = {
    "name": "lecture_00",
    "title": "How executable lectures work",
    "summary": "This lecture is a C program. Running it is giving the lecture: each note() it calls becomes one step of a trace, and the viewer replays the steps beside this very source file.",
-   "start_time": "2026-11-23T09:06:23Z",
+   "start_time": "2026-11-23T18:43:50Z",
    "host": "vm",
    "gpus": 0,
    "backend": "none",
-   "duration_s": 0.003,
-   "steps": 28,
+   "duration_s": 0.004,
+   "steps": 32,
    "failed_run": false
   },
   {
