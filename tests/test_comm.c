@@ -105,6 +105,24 @@ static void run_reductions(const comm_args *a, int rank, int world) {
         tensor_free(in);
         tensor_free(out);
     }
+    /* The async twins: both requests of an op in flight at once, waited
+     * for in the other order than they were made. */
+    for (int k = 0; k < 4; k++) {
+        tensor *t = inputs(rank, N);
+        tensor *in = inputs(rank, N * world);
+        tensor *out = zeros(N, 0, get_device(rank));
+        dist_request *ar = dist_all_reduce_async(t, OPS[k]);
+        dist_request *rs = dist_reduce_scatter_async(out, in, OPS[k]);
+        dist_wait(rs);
+        dist_wait(ar);
+        snprintf(name, sizeof name, "all_reduce_async_%s", OP_NAMES[k]);
+        save_tensor(a, name, world, rank, t);
+        snprintf(name, sizeof name, "reduce_scatter_async_%s", OP_NAMES[k]);
+        save_tensor(a, name, world, rank, out);
+        tensor_free(t);
+        tensor_free(in);
+        tensor_free(out);
+    }
 }
 
 static void run_data_movement(const comm_args *a, int rank, int world) {
@@ -117,6 +135,19 @@ static void run_data_movement(const comm_args *a, int rank, int world) {
     tensor *out = zeros(N * world, 0, get_device(rank));
     dist_all_gather(out, in);
     save_tensor(a, "all_gather", world, rank, out);
+    tensor_free(in);
+    tensor_free(out);
+
+    t = inputs(rank, N);
+    in = inputs(rank, N);
+    out = zeros(N * world, 0, get_device(rank));
+    dist_request *bc = dist_broadcast_async(t, world - 1);
+    dist_request *ag = dist_all_gather_async(out, in);
+    dist_wait(bc);
+    dist_wait(ag);
+    save_tensor(a, "broadcast_async", world, rank, t);
+    save_tensor(a, "all_gather_async", world, rank, out);
+    tensor_free(t);
     tensor_free(in);
     tensor_free(out);
 
@@ -153,6 +184,15 @@ static void run_point_to_point(const comm_args *a, int rank, int world) {
         dist_send(mine, next);
     }
     save_tensor(a, "send_recv", world, rank, got);
+    tensor_free(mine);
+    tensor_free(got);
+
+    /* sendrecv: every rank sends right and receives from the left at once,
+     * large enough that blocking sends in that order would deadlock. */
+    mine = inputs(rank, BIG);
+    got = zeros(BIG, 0, get_device(rank));
+    dist_sendrecv(mine, next, got, prev);
+    save_tensor(a, "sendrecv", world, rank, got);
     tensor_free(mine);
     tensor_free(got);
 
@@ -241,17 +281,26 @@ static void expect_close(const char *what, int rank, int64_t i, double got, doub
                  (long long)i, got, want);
 }
 
-static void test_all_reduce(void **state) {
-    (void)state;
+static void check_all_reduce(const char *prefix) {
     for (int k = 0; k < 4; k++) {
         char name[64];
-        snprintf(name, sizeof name, "all_reduce_%s", OP_NAMES[k]);
+        snprintf(name, sizeof name, "%s_%s", prefix, OP_NAMES[k]);
         for (int r = 0; r < group_world; r++) {
             float *v = load(name, r, N);
             for (int64_t i = 0; i < N; i++) expect_close(name, r, i, v[i], reduce_expected(k, i), k != 1);
             free(v);
         }
     }
+}
+
+static void test_all_reduce(void **state) {
+    (void)state;
+    check_all_reduce("all_reduce");
+}
+
+static void test_all_reduce_async(void **state) {
+    (void)state;
+    check_all_reduce("all_reduce_async");
 }
 
 static void test_reduce(void **state) {
@@ -266,11 +315,10 @@ static void test_reduce(void **state) {
     }
 }
 
-static void test_reduce_scatter(void **state) {
-    (void)state;
+static void check_reduce_scatter(const char *prefix) {
     for (int k = 0; k < 4; k++) {
         char name[64];
-        snprintf(name, sizeof name, "reduce_scatter_%s", OP_NAMES[k]);
+        snprintf(name, sizeof name, "%s_%s", prefix, OP_NAMES[k]);
         for (int r = 0; r < group_world; r++) {
             float *v = load(name, r, N);
             /* rank r holds chunk r of the reduced (N * group_world) vector */
@@ -281,24 +329,44 @@ static void test_reduce_scatter(void **state) {
     }
 }
 
+static void test_reduce_scatter(void **state) {
+    (void)state;
+    check_reduce_scatter("reduce_scatter");
+}
+
+static void test_reduce_scatter_async(void **state) {
+    (void)state;
+    check_reduce_scatter("reduce_scatter_async");
+}
+
+static void check_broadcast(const char *name) {
+    for (int r = 0; r < group_world; r++) {
+        float *v = load(name, r, N);
+        for (int64_t i = 0; i < N; i++) expect_close(name, r, i, v[i], input_value(group_world - 1, i), 1);
+        free(v);
+    }
+}
+
 static void test_broadcast(void **state) {
     (void)state;
+    check_broadcast("broadcast");
+    check_broadcast("broadcast_async");
+}
+
+static void check_all_gather(const char *name) {
     for (int r = 0; r < group_world; r++) {
-        float *v = load("broadcast", r, N);
-        for (int64_t i = 0; i < N; i++) expect_close("broadcast", r, i, v[i], input_value(group_world - 1, i), 1);
+        float *v = load(name, r, (int64_t)N * group_world);
+        for (int src = 0; src < group_world; src++)
+            for (int64_t i = 0; i < N; i++)
+                expect_close(name, r, src * N + i, v[src * N + i], input_value(src, i), 1);
         free(v);
     }
 }
 
 static void test_all_gather(void **state) {
     (void)state;
-    for (int r = 0; r < group_world; r++) {
-        float *v = load("all_gather", r, (int64_t)N * group_world);
-        for (int src = 0; src < group_world; src++)
-            for (int64_t i = 0; i < N; i++)
-                expect_close("all_gather", r, src * N + i, v[src * N + i], input_value(src, i), 1);
-        free(v);
-    }
+    check_all_gather("all_gather");
+    check_all_gather("all_gather_async");
 }
 
 static void test_scatter(void **state) {
@@ -327,6 +395,9 @@ static void test_send_recv(void **state) {
         int prev = (r + group_world - 1) % group_world;
         float *v = load("send_recv", r, N);
         for (int64_t i = 0; i < N; i++) expect_close("send_recv", r, i, v[i], input_value(prev, i), 1);
+        free(v);
+        v = load("sendrecv", r, BIG);
+        for (int64_t i = 0; i < BIG; i++) expect_close("sendrecv", r, i, v[i], input_value(prev, i), 1);
         free(v);
         v = load("isend_irecv", r, BIG);
         for (int64_t i = 0; i < BIG; i++) expect_close("isend_irecv", r, i, v[i], input_value(prev, i), 1);
@@ -425,7 +496,8 @@ static void body(void) {
         cmocka_unit_test(test_all_gather),    cmocka_unit_test(test_scatter),
         cmocka_unit_test(test_gather),        cmocka_unit_test(test_send_recv),
         cmocka_unit_test(test_big_all_reduce), cmocka_unit_test(test_barrier_waits),
-        cmocka_unit_test(test_identity),
+        cmocka_unit_test(test_identity),      cmocka_unit_test(test_all_reduce_async),
+        cmocka_unit_test(test_reduce_scatter_async),
     };
     const struct CMUnitTest outside[] = {cmocka_unit_test(test_outside_spawn)};
     failures += cmocka_run_group_tests_name("outside spawn", outside, NULL, NULL);
