@@ -59,6 +59,8 @@ void lx_comm_stop(void) {
     my_device = -1;
 }
 
+int lx_comm_active(void) { return ops != NULL; }
+
 int dist_rank(void) { return my_rank; }
 int dist_world_size(void) { return my_world; }
 const char *dist_backend(void) {

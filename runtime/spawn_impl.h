@@ -232,6 +232,8 @@ MPI_Comm lx_rank_comm(void);
  * (-1 under Open MPI). */
 void lx_comm_start(lx_backend backend, int rank, int world_size, int device, MPI_Comm comm);
 void lx_comm_stop(void);
+/* 1 between lx_comm_start and lx_comm_stop: the rank runs a spawned function. */
+int lx_comm_active(void);
 
 /* ---------------- comm_mpi.c / comm_nccl.c ---------------- */
 

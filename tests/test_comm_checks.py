@@ -104,7 +104,9 @@ class CommChecks(Base):
         self.assertIn("after the spawn", self.texts(t))
 
     def check_straggler(self, case, marker, waiting_in, returned):
-        t, err = self.run_case(case)
+        # Without the straggler report, LECTERN_TIMEOUT would call it a
+        # deadlock after 20 s: the test tells the two apart.
+        t, err = self.run_case(case, {"LECTERN_TIMEOUT": "20"})
         line = line_of(SRC, marker)
         # Reported soon, not after LECTERN_TIMEOUT (120 s by default). The
         # bound includes starting the pool, which takes seconds on a busy
@@ -126,6 +128,17 @@ class CommChecks(Base):
 
     def test_a_receive_from_a_rank_that_returned(self):
         self.check_straggler("nosend", "MARK:nosend", "dist_recv", "rank 1")
+
+    def test_the_librarys_error_reaches_the_trace(self):
+        t, err = self.run_case("mpierror")
+        line = line_of(SRC, "MARK:mpierror")
+        msgs = [(s, m) for s, m in self.errors(t) if "MPI error" in m]
+        self.assertEqual(len(msgs), 1, self.errors(t))
+        step, msg = msgs[0]
+        self.assertEqual(step["stack"][-1]["line"], line)
+        # Open MPI's own words for a negative count, and the call.
+        self.assertIn("MPI_ERR_COUNT", msg)
+        self.assertIn("MPI_Bcast", msg)
 
     def test_a_computing_rank_is_not_deadlocked(self):
         # Rank 0 computes for 3 s under LECTERN_TIMEOUT=1 while rank 1 waits.

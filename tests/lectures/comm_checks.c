@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mpi.h>
+
+#include "check.h"
 #include "lectern.h"
 
 /* Rank 2 all-reduces 6 floats, the others 4. */
@@ -75,6 +78,16 @@ static void slow_compute(int rank, int world_size, void *args) {
     note("rank %d passed the barrier", rank);
 }
 
+/* A library call that fails, checked as the runtime checks its own: an
+ * element count MPI refuses. Its message must reach the trace. */
+static void mpi_error(int rank, int world_size, void *args) {
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_SELF, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    float x = 0;
+    MPI_CHECK(MPI_Bcast(&x, -1, MPI_FLOAT, 0, c));   /* MARK:mpierror */
+}
+
 static void body(void) {
     const char *c = getenv("COMM_CASE");
     if (!c) c = "";
@@ -85,6 +98,7 @@ static void body(void) {
     else if (strcmp(c, "extra") == 0) spawn(one_extra, 4, NULL, 0);
     else if (strcmp(c, "nosend") == 0) spawn(no_sender, 2, NULL, 0);
     else if (strcmp(c, "compute") == 0) spawn(slow_compute, 2, NULL, 0);
+    else if (strcmp(c, "mpierror") == 0) spawn(mpi_error, 1, NULL, 0);
     note("after the spawn");
 }
 
