@@ -142,7 +142,7 @@ class CommChecks(Base):
 
     def test_a_computing_rank_is_not_deadlocked(self):
         # Rank 0 computes for 3 s under LECTERN_TIMEOUT=1 while rank 1 waits.
-        t, err = self.run_case("compute", {"LECTERN_TIMEOUT": "1"}, want_rc=0)
+        t, err = self.run_case("compute", {"COMM_TIMEOUT": "1"}, want_rc=0)
         self.assertIn("rank 0 passed the barrier", self.texts(t))
         self.assertIn("rank 1 passed the barrier", self.texts(t))
         self.assertEqual(self.errors(t), [])
