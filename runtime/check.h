@@ -1,7 +1,8 @@
 /*
  * check.h: every CUDA, cuBLAS, NCCL and MPI call goes through one of these.
- * A failure prints the call, the library's own message and file:line, and
- * exits 1: a wrong number silently produced is worse than a stop.
+ * A failure prints the call, the library's own message and file:line, adds
+ * them to the trace as an error step, and exits 1: a wrong number silently
+ * produced is worse than a stop.
  */
 #ifndef LECTERN_CHECK_H
 #define LECTERN_CHECK_H
@@ -9,12 +10,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define LX_DIE(lib, msg, file, line, expr)                                           \
-    do {                                                                             \
-        fprintf(stderr, "lectern: %s error at %s:%d: %s\n  in: %s\n", lib, file,     \
-                line, msg, expr);                                                    \
-        exit(1);                                                                     \
-    } while (0)
+#ifdef __cplusplus
+extern "C"
+#endif
+    void
+    lx_backend_error(const char *lib, const char *msg, const char *file, int line, const char *expr)
+        __attribute__((noreturn));
+
+/* The library's own message reaches the trace: an error step at the lecture
+ * line (in the rank where it happened), then exit 1 (check.c). */
+#define LX_DIE(lib, msg, file, line, expr) lx_backend_error(lib, msg, file, line, expr)
 
 #define MPI_CHECK(call)                                                              \
     do {                                                                             \

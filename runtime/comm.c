@@ -1,23 +1,29 @@
 /*
  * comm.c: the collectives a spawned function calls, torch.distributed style.
  *
- * Every call is synchronous (like async_op=False): when it returns, the
- * result is in the tensor. This file checks the arguments against the
- * lecture's intent (shapes, ranks, where the tensor lives) and names the
- * lecture line when they are wrong; the backend does the communication:
+ * A blocking call returns with the result in the tensor (async_op=False);
+ * a *_async call returns a request at once and dist_wait() completes it
+ * (async_op=True). This file checks the arguments against the lecture's
+ * intent (shapes, ranks, where the tensor lives) and names the lecture line
+ * when they are wrong, checks that the ranks agree on the call
+ * (comm_agree.c), and keeps the requests not yet waited for (each one not
+ * waited for when the function returns is an error step at the line that
+ * made it). The backend does the communication:
  *
  *   comm_mpi.c   Open MPI on host memory, over the spawn's communicator
  *   comm_nccl.c  NCCL on device memory, one GPU per rank
  *
- * Before each call that waits for other ranks we note where the lecture is
- * (lx_rank_where): if the ranks deadlock or one crashes, the parent can say
- * at which line each rank was.
+ * Around each call that waits for other ranks we note where the lecture is
+ * and whom it waits for (lx_rank_enter, lx_rank_leave): if the ranks
+ * deadlock, one crashes or one waits for a rank that has returned, the
+ * parent can say at which line each rank was.
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "internal.h"
+#include "comm_agree.h"
 #include "spawn_impl.h"
 
 static const lx_comm_ops *ops;    /* NULL outside a rank */
@@ -29,6 +35,7 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
     my_rank = rank;
     my_world = world_size;
     my_device = device;
+    lx_agree_start(rank, world_size, comm);
 #if LECTERN_NCCL
     if (b == LX_BACKEND_NCCL) {
         ops = lx_comm_nccl_start(rank, world_size, device, comm);
@@ -39,14 +46,20 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
 }
 
 /* A pool rank runs many spawns: after one, it is back to "outside spawn". */
+static void finish_forgotten(void);
+
 void lx_comm_stop(void) {
+    if (ops) finish_forgotten();
     if (ops) ops->stop();
+    lx_agree_stop();
     ops = NULL;
     backend = LX_BACKEND_MPI;
     my_rank = 0;
     my_world = 1;
     my_device = -1;
 }
+
+int lx_comm_active(void) { return ops != NULL; }
 
 int dist_rank(void) { return my_rank; }
 int dist_world_size(void) { return my_world; }
@@ -111,20 +124,46 @@ static void check_op(const char *call, dist_op op) {
         lx_fatal("%s(): unknown reduction op %d (DIST_SUM, DIST_AVG, DIST_MIN or DIST_MAX)", call, (int)op);
 }
 
+/* ---- around each call that waits ---- */
+
+/* Where the call is, captured once: for the status board (so the parent can
+ * name the line when the rank waits for ever) and for the agreement check. */
+typedef struct call_site {
+    lx_frame frames[LX_MAX_FRAMES];
+    int n;
+} call_site;
+
+static void enter(call_site *site, const char *call, int peer) {
+    site->n = lx_stack_capture(site->frames, LX_MAX_FRAMES);
+    lx_rank_enter(call, site->frames, site->n, peer);
+}
+
+/* A collective: every rank must make the same call (comm_agree.c). */
+static void enter_collective(call_site *site, const char *call, size_t count, int op, int root) {
+    enter(site, call, -1);
+    lx_agree_collective(call, (int64_t)count, op, root, site->frames, site->n);
+}
+
+static void leave(void) { lx_rank_leave(); }
+
 /* ---- collectives ---- */
 
 void dist_barrier(void) {
     need_rank("dist_barrier");
-    lx_rank_where("dist_barrier");
+    call_site site;
+    enter_collective(&site, "dist_barrier", 0, -1, -1);
     ops->barrier();
+    leave();
 }
 
 void dist_all_reduce(tensor *t, dist_op op) {
     need_rank("dist_all_reduce");
     size_t n = check_tensor("dist_all_reduce", "the tensor", t);
     check_op("dist_all_reduce", op);
-    lx_rank_where("dist_all_reduce");
+    call_site site;
+    enter_collective(&site, "dist_all_reduce", n, op, -1);
     ops->all_reduce(t->data, n, op);
+    leave();
 }
 
 void dist_reduce(tensor *t, int dst, dist_op op) {
@@ -132,45 +171,61 @@ void dist_reduce(tensor *t, int dst, dist_op op) {
     size_t n = check_tensor("dist_reduce", "the tensor", t);
     check_peer("dist_reduce", "dst", dst, 1);
     check_op("dist_reduce", op);
-    lx_rank_where("dist_reduce");
+    call_site site;
+    enter_collective(&site, "dist_reduce", n, op, dst);
     ops->reduce(t->data, n, dst, op);
+    leave();
 }
 
 void dist_broadcast(tensor *t, int src) {
     need_rank("dist_broadcast");
     size_t n = check_tensor("dist_broadcast", "the tensor", t);
     check_peer("dist_broadcast", "src", src, 1);
-    lx_rank_where("dist_broadcast");
+    call_site site;
+    enter_collective(&site, "dist_broadcast", n, -1, src);
     ops->broadcast(t->data, n, src);
+    leave();
+}
+
+/* Returns the output's element count. */
+static size_t check_reduce_scatter(const char *call, tensor *output, const tensor *input, dist_op op) {
+    size_t out_n = check_tensor(call, "output", output);
+    size_t in_n = check_tensor(call, "input", input);
+    check_op(call, op);
+    if (in_n != out_n * (size_t)my_world)
+        lx_fatal("%s(): input has %zu elements, output %zu: input must be world_size (%d) times output", call,
+                 in_n, out_n, my_world);
+    if (output->data == input->data && my_world > 1) lx_fatal("%s(): output and input are the same memory", call);
+    return out_n;
+}
+
+/* Returns the input's element count. */
+static size_t check_all_gather(const char *call, tensor *output, const tensor *input) {
+    size_t out_n = check_tensor(call, "output", output);
+    size_t in_n = check_tensor(call, "input", input);
+    if (out_n != in_n * (size_t)my_world)
+        lx_fatal("%s(): output has %zu elements, input %zu: output must be world_size (%d) times input", call,
+                 out_n, in_n, my_world);
+    if (output->data == input->data && my_world > 1) lx_fatal("%s(): output and input are the same memory", call);
+    return in_n;
 }
 
 void dist_reduce_scatter(tensor *output, const tensor *input, dist_op op) {
     need_rank("dist_reduce_scatter");
-    size_t out_n = check_tensor("dist_reduce_scatter", "output", output);
-    size_t in_n = check_tensor("dist_reduce_scatter", "input", input);
-    check_op("dist_reduce_scatter", op);
-    if (in_n != out_n * (size_t)my_world)
-        lx_fatal("dist_reduce_scatter(): input has %zu elements, output %zu: input must be world_size (%d) "
-                 "times output",
-                 in_n, out_n, my_world);
-    if (output->data == input->data && my_world > 1)
-        lx_fatal("dist_reduce_scatter(): output and input are the same memory");
-    lx_rank_where("dist_reduce_scatter");
+    size_t out_n = check_reduce_scatter("dist_reduce_scatter", output, input, op);
+    call_site site;
+    enter_collective(&site, "dist_reduce_scatter", out_n, op, -1);
     ops->reduce_scatter(output->data, input->data, out_n, op);
+    leave();
 }
 
 void dist_all_gather(tensor *output, const tensor *input) {
     need_rank("dist_all_gather");
-    size_t out_n = check_tensor("dist_all_gather", "output", output);
-    size_t in_n = check_tensor("dist_all_gather", "input", input);
-    if (out_n != in_n * (size_t)my_world)
-        lx_fatal("dist_all_gather(): output has %zu elements, input %zu: output must be world_size (%d) "
-                 "times input",
-                 out_n, in_n, my_world);
-    if (output->data == input->data && my_world > 1)
-        lx_fatal("dist_all_gather(): output and input are the same memory");
-    lx_rank_where("dist_all_gather");
+    size_t in_n = check_all_gather("dist_all_gather", output, input);
+    call_site site;
+    enter_collective(&site, "dist_all_gather", in_n, -1, -1);
     ops->all_gather(output->data, input->data, in_n);
+    leave();
 }
 
 void dist_scatter(tensor *output, const tensor *input, int src) {
@@ -186,8 +241,10 @@ void dist_scatter(tensor *output, const tensor *input, int src) {
                      in_n, out_n, my_world);
         in = input->data;
     }
-    lx_rank_where("dist_scatter");
+    call_site site;
+    enter_collective(&site, "dist_scatter", out_n, -1, src);
     ops->scatter(output->data, in, out_n, src);
+    leave();
 }
 
 void dist_gather(tensor *output, const tensor *input, int dst) {
@@ -203,55 +260,215 @@ void dist_gather(tensor *output, const tensor *input, int dst) {
                      out_n, in_n, my_world);
         out = output->data;
     }
-    lx_rank_where("dist_gather");
+    call_site site;
+    enter_collective(&site, "dist_gather", in_n, -1, dst);
     ops->gather(out, input->data, in_n, dst);
+    leave();
 }
+
+/* ---- point to point ---- */
 
 void dist_send(const tensor *t, int dst) {
     need_rank("dist_send");
     size_t n = check_tensor("dist_send", "the tensor", t);
     check_peer("dist_send", "dst", dst, 0);
-    lx_rank_where("dist_send");
+    call_site site;
+    enter(&site, "dist_send", dst);
+    lx_agree_send_desc *d = lx_agree_send("dist_send", (int64_t)n, dst, site.frames, site.n);
     ops->send(t->data, n, dst);
+    lx_agree_send_done(d);
+    leave();
 }
 
 void dist_recv(tensor *t, int src) {
     need_rank("dist_recv");
     size_t n = check_tensor("dist_recv", "the tensor", t);
     check_peer("dist_recv", "src", src, 0);
-    lx_rank_where("dist_recv");
+    call_site site;
+    enter(&site, "dist_recv", src);
+    lx_agree_recv_desc *d = lx_agree_recv_post(src);
+    lx_agree_recv_check(d, "dist_recv", (int64_t)n, site.frames, site.n);
     ops->recv(t->data, n, src);
+    leave();
 }
 
+void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
+    need_rank("dist_sendrecv");
+    size_t sn = check_tensor("dist_sendrecv", "send", send);
+    size_t rn = check_tensor("dist_sendrecv", "recv", recv);
+    check_peer("dist_sendrecv", "dst", dst, 0);
+    check_peer("dist_sendrecv", "src", src, 0);
+    if ((const float *)send->data == recv->data) lx_fatal("dist_sendrecv(): send and recv are the same memory");
+    call_site site;
+    enter(&site, "dist_sendrecv", src);
+    lx_agree_send_desc *sd = lx_agree_send("dist_sendrecv", (int64_t)sn, dst, site.frames, site.n);
+    lx_agree_recv_desc *rd = lx_agree_recv_post(src);
+    lx_agree_recv_check(rd, "dist_sendrecv", (int64_t)rn, site.frames, site.n);
+    ops->sendrecv(send->data, sn, dst, recv->data, rn, src);
+    lx_agree_send_done(sd);
+    leave();
+}
+
+/* ---- requests ---- */
+
+/* A request remembers the line that made it: dist_wait is where the rank
+ * waits, but a request never waited for is reported at the line that made
+ * it, when the spawned function returns. The outstanding ones form a list. */
 struct dist_request {
     void *backend_request;
+    const char *call;                 /* "dist_all_reduce_async" */
+    int peer;                         /* for the status board: -1 all ranks */
+    lx_agree_send_desc *send_check;   /* isend: the descriptor in flight */
+    lx_agree_recv_desc *recv_check;   /* irecv: checked at wait */
+    int64_t count;
+    call_site site;
+    struct dist_request *prev, *next;
 };
 
-static dist_request *wrap(void *r) {
-    dist_request *req = malloc(sizeof *req);
+static dist_request *outstanding;
+
+static dist_request *make_request(const char *call, int peer, int64_t count, const call_site *site) {
+    dist_request *req = calloc(1, sizeof *req);
     if (!req) lx_fatal("out of memory");
-    req->backend_request = r;
+    req->call = call;
+    req->peer = peer;
+    req->count = count;
+    req->site = *site;
+    req->next = outstanding;
+    if (outstanding) outstanding->prev = req;
+    outstanding = req;
     return req;
+}
+
+static void unlink_request(dist_request *req) {
+    if (req->prev) req->prev->next = req->next;
+    else outstanding = req->next;
+    if (req->next) req->next->prev = req->prev;
+}
+
+static int is_outstanding(const dist_request *req) {
+    for (const dist_request *r = outstanding; r; r = r->next)
+        if (r == req) return 1;
+    return 0;
 }
 
 dist_request *dist_isend(const tensor *t, int dst) {
     need_rank("dist_isend");
     size_t n = check_tensor("dist_isend", "the tensor", t);
     check_peer("dist_isend", "dst", dst, 0);
-    return wrap(ops->isend(t->data, n, dst));
+    call_site site;
+    site.n = lx_stack_capture(site.frames, LX_MAX_FRAMES);
+    dist_request *req = make_request("dist_isend", dst, (int64_t)n, &site);
+    req->send_check = lx_agree_send("dist_isend", (int64_t)n, dst, site.frames, site.n);
+    req->backend_request = ops->isend(t->data, n, dst);
+    return req;
 }
 
 dist_request *dist_irecv(tensor *t, int src) {
     need_rank("dist_irecv");
     size_t n = check_tensor("dist_irecv", "the tensor", t);
     check_peer("dist_irecv", "src", src, 0);
-    return wrap(ops->irecv(t->data, n, src));
+    call_site site;
+    site.n = lx_stack_capture(site.frames, LX_MAX_FRAMES);
+    dist_request *req = make_request("dist_irecv", src, (int64_t)n, &site);
+    req->recv_check = lx_agree_recv_post(src);
+    req->backend_request = ops->irecv(t->data, n, src);
+    return req;
+}
+
+/* The async collectives: the agreement check runs at the call (it needs
+ * every rank to have made the call: a short wait), then the transfer is
+ * started and the request returned. */
+static dist_request *async_collective(call_site *site, const char *call, size_t count, int op, int root) {
+    enter_collective(site, call, count, op, root);
+    leave();
+    return make_request(call, -1, (int64_t)count, site);
+}
+
+dist_request *dist_all_reduce_async(tensor *t, dist_op op) {
+    need_rank("dist_all_reduce_async");
+    size_t n = check_tensor("dist_all_reduce_async", "the tensor", t);
+    check_op("dist_all_reduce_async", op);
+    call_site site;
+    dist_request *req = async_collective(&site, "dist_all_reduce_async", n, op, -1);
+    req->backend_request = ops->iall_reduce(t->data, n, op);
+    return req;
+}
+
+dist_request *dist_broadcast_async(tensor *t, int src) {
+    need_rank("dist_broadcast_async");
+    size_t n = check_tensor("dist_broadcast_async", "the tensor", t);
+    check_peer("dist_broadcast_async", "src", src, 1);
+    call_site site;
+    dist_request *req = async_collective(&site, "dist_broadcast_async", n, -1, src);
+    req->backend_request = ops->ibroadcast(t->data, n, src);
+    return req;
+}
+
+dist_request *dist_reduce_scatter_async(tensor *output, const tensor *input, dist_op op) {
+    need_rank("dist_reduce_scatter_async");
+    size_t out_n = check_reduce_scatter("dist_reduce_scatter_async", output, input, op);
+    call_site site;
+    dist_request *req = async_collective(&site, "dist_reduce_scatter_async", out_n, op, -1);
+    req->backend_request = ops->ireduce_scatter(output->data, input->data, out_n, op);
+    return req;
+}
+
+dist_request *dist_all_gather_async(tensor *output, const tensor *input) {
+    need_rank("dist_all_gather_async");
+    size_t in_n = check_all_gather("dist_all_gather_async", output, input);
+    call_site site;
+    dist_request *req = async_collective(&site, "dist_all_gather_async", in_n, -1, -1);
+    req->backend_request = ops->iall_gather(output->data, input->data, in_n);
+    return req;
+}
+
+/* Completes a request: the receive's check first (a mismatched size is
+ * named before the backend could complain about it), then the transfer. */
+static void complete(dist_request *req) {
+    if (req->recv_check) lx_agree_recv_check(req->recv_check, req->call, req->count, req->site.frames, req->site.n);
+    ops->wait(req->backend_request);
+    if (req->send_check) lx_agree_send_done(req->send_check);
 }
 
 void dist_wait(dist_request *req) {
     need_rank("dist_wait");
     if (!req) lx_fatal("dist_wait(): the request is NULL");
-    lx_rank_where("dist_wait");
-    ops->wait(req->backend_request);
+    if (!is_outstanding(req))
+        lx_fatal("dist_wait(): this request is not one this spawn made, or it was waited for already");
+    call_site site;
+    enter(&site, "dist_wait", req->peer);
+    unlink_request(req);
+    complete(req);
+    leave();
     free(req);
+}
+
+/* When the function returns: each request never waited for is an error
+ * step at the line that made it; it is then completed, so the other ranks
+ * are not left waiting for its transfer. */
+static void finish_forgotten(void) {
+    /* Oldest first: the list holds the newest first. */
+    dist_request *last = outstanding;
+    while (last && last->next) last = last->next;
+    for (dist_request *req = last; req; req = req->prev) {
+        const lx_frame *at = req->site.n > 0 ? &req->site.frames[req->site.n - 1] : NULL;
+        char *msg = at ? lx_fmt("%s:%d: the request of %s() was never waited for: call dist_wait() on it "
+                                "before the spawned function returns",
+                                at->path, at->line, req->call)
+                       : lx_fmt("the request of %s() was never waited for", req->call);
+        fprintf(stderr, "lectern: rank %d: error: %s\n", my_rank, msg);
+        lx_emit_frames(req->site.frames, req->site.n, lx_rendering_error(msg));
+        lx_mark_failed();
+        free(msg);
+    }
+    while (outstanding) {
+        dist_request *req = outstanding;
+        unlink_request(req);
+        call_site site = req->site;
+        lx_rank_enter("dist_wait", site.frames, site.n, req->peer);
+        complete(req);
+        leave();
+        free(req);
+    }
 }

@@ -83,24 +83,71 @@ static void op_recv(float *buf, size_t count, int peer) {
     MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, MPI_STATUS_IGNORE));
 }
 
+/* A non-blocking call's request. AVG needs a division once the sum has
+ * arrived: `average` is the buffer to divide at wait (NULL for others). */
+typedef struct mpi_request {
+    MPI_Request req;
+    float *average;
+    size_t count;
+} mpi_request;
+
+static mpi_request *new_request(float *average, size_t count) {
+    mpi_request *r = malloc(sizeof *r);
+    if (!r) lx_fatal("out of memory");
+    r->req = MPI_REQUEST_NULL;
+    r->average = average;
+    r->count = count;
+    return r;
+}
+
 static void *op_isend(const float *buf, size_t count, int peer) {
-    MPI_Request *req = malloc(sizeof *req);
-    if (!req) lx_fatal("out of memory");
-    MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, req));
-    return req;
+    mpi_request *r = new_request(NULL, 0);
+    MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->req));
+    return r;
 }
 
 static void *op_irecv(float *buf, size_t count, int peer) {
-    MPI_Request *req = malloc(sizeof *req);
-    if (!req) lx_fatal("out of memory");
-    MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, req));
-    return req;
+    mpi_request *r = new_request(NULL, 0);
+    MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->req));
+    return r;
+}
+
+/* The non-blocking collectives (MPI 3): the transfer moves while the rank
+ * computes, as far as Open MPI progresses it in the background. */
+static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
+    mpi_request *r = new_request(op == DIST_AVG ? buf : NULL, count);
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), world, &r->req));
+    return r;
+}
+
+static void *op_ibroadcast(float *buf, size_t count, int root) {
+    mpi_request *r = new_request(NULL, 0);
+    MPI_CHECK(MPI_Ibcast(buf, (int)count, MPI_FLOAT, root, world, &r->req));
+    return r;
+}
+
+static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    mpi_request *r = new_request(op == DIST_AVG ? out : NULL, count);
+    MPI_CHECK(MPI_Ireduce_scatter_block(in, out, (int)count, MPI_FLOAT, mpi_op(op), world, &r->req));
+    return r;
+}
+
+static void *op_iall_gather(float *out, const float *in, size_t count) {
+    mpi_request *r = new_request(NULL, 0);
+    MPI_CHECK(MPI_Iallgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, world, &r->req));
+    return r;
 }
 
 static void op_wait(void *request) {
-    MPI_Request *req = request;
-    MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
-    free(req);
+    mpi_request *r = request;
+    MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
+    if (r->average) average(r->average, r->count, DIST_AVG);
+    free(r);
+}
+
+static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
+    MPI_CHECK(MPI_Sendrecv(send, (int)send_count, MPI_FLOAT, dst, TAG_P2P, recv, (int)recv_count, MPI_FLOAT, src,
+                           TAG_P2P, world, MPI_STATUS_IGNORE));
 }
 
 static void op_stop(void) {
@@ -121,6 +168,11 @@ static const lx_comm_ops mpi_ops = {
     .isend = op_isend,
     .irecv = op_irecv,
     .wait = op_wait,
+    .iall_reduce = op_iall_reduce,
+    .ibroadcast = op_ibroadcast,
+    .ireduce_scatter = op_ireduce_scatter,
+    .iall_gather = op_iall_gather,
+    .sendrecv = op_sendrecv,
     .stop = op_stop,
 };
 

@@ -11,8 +11,11 @@
  * Ordering. The tensor code queues its kernels on the default stream. NCCL
  * work goes to a stream of our own, made to wait (an event) for what the
  * default stream has queued, so a collective sees the tensor's final values.
- * Every call then waits for its stream: the calls are synchronous, as the
- * lecture expects (torch's async_op=False).
+ * A blocking call then waits for its stream (torch's async_op=False); a
+ * *_async call records an event behind its work and returns, and dist_wait
+ * makes the compute stream (and the host) wait for that event, so matmuls
+ * queued in between overlap the transfer (unverified: no GPU where this
+ * was written).
  *
  * Point-to-point. Two ranks that both send before they receive deadlock in
  * NCCL once messages outgrow its buffers, unless the sends and receives are
@@ -51,6 +54,7 @@ typedef struct nccl_world {
 static nccl_world worlds[LECTERN_MAX_WORLD + 1];
 
 typedef struct p2p_op {
+    int is_collective;            /* 0: this is a queued send or receive */
     int is_send;
     float *buf;
     size_t count;
@@ -201,11 +205,77 @@ static void op_recv(float *buf, size_t count, int peer) {
     free(mine);
 }
 
+/* A non-blocking collective: queued on our stream after the compute
+ * stream's work so far (begin), with an event recorded behind it. The
+ * compute stream is not made to wait until dist_wait: kernels queued in
+ * between (a matmul of the next layer) overlap the transfer. */
+typedef struct coll_request {
+    int is_collective;            /* 1 */
+    cudaEvent_t done;
+} coll_request;
+
+static void *issued(void) {
+    coll_request *r = calloc(1, sizeof *r);
+    if (!r) lx_fatal("out of memory");
+    r->is_collective = 1;
+    CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(r->done, stream));
+    return r;
+}
+
+static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
+    flush_p2p();
+    begin();
+    NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, nccl_op(op), comm, stream));
+    return issued();
+}
+
+static void *op_ibroadcast(float *buf, size_t count, int root) {
+    flush_p2p();
+    begin();
+    NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclFloat, root, comm, stream));
+    return issued();
+}
+
+static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    flush_p2p();
+    begin();
+    NCCL_CHECK(ncclReduceScatter(in, out, count, ncclFloat, nccl_op(op), comm, stream));
+    return issued();
+}
+
+static void *op_iall_gather(float *out, const float *in, size_t count) {
+    flush_p2p();
+    begin();
+    NCCL_CHECK(ncclAllGather(in, out, count, ncclFloat, comm, stream));
+    return issued();
+}
+
+/* One group: both directions move together, whatever the ranks' order. */
+static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
+    p2p_op *s = enqueue(1, send, send_count, dst);
+    p2p_op *r = enqueue(0, recv, recv_count, src);
+    flush_p2p();
+    free(s);
+    free(r);
+}
+
 static void *op_isend(const float *buf, size_t count, int peer) { return enqueue(1, buf, count, peer); }
 
 static void *op_irecv(float *buf, size_t count, int peer) { return enqueue(0, buf, count, peer); }
 
 static void op_wait(void *request) {
+    if (((coll_request *)request)->is_collective) {
+        /* The compute stream waits for the collective (later kernels see
+         * its result), and so does the host: dist_wait returns with the
+         * result in place, as on Open MPI. */
+        coll_request *c = request;
+        CUDA_CHECK(cudaStreamWaitEvent(0, c->done, 0));
+        CUDA_CHECK(cudaEventSynchronize(c->done));
+        CUDA_CHECK(cudaEventDestroy(c->done));
+        free(c);
+        return;
+    }
     p2p_op *o = request;
     if (!o->issued) flush_p2p();
     free(o);
@@ -232,6 +302,11 @@ static const lx_comm_ops nccl_ops = {
     .isend = op_isend,
     .irecv = op_irecv,
     .wait = op_wait,
+    .iall_reduce = op_iall_reduce,
+    .ibroadcast = op_ibroadcast,
+    .ireduce_scatter = op_ireduce_scatter,
+    .iall_gather = op_iall_gather,
+    .sendrecv = op_sendrecv,
     .stop = op_stop,
 };
 

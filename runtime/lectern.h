@@ -209,10 +209,34 @@ void dist_gather(tensor *output, const tensor *input, int dst);
 void dist_send(const tensor *t, int dst);
 void dist_recv(tensor *t, int src);
 
+/* Sends `send` to rank dst and receives `recv` from rank src in one call:
+ * a ring step (every rank sends right and receives from the left) that
+ * cannot deadlock whatever order the ranks arrive in. */
+void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src);
+
+/* Non-blocking calls (torch's async_op=True, isend, irecv): each returns a
+ * request at once and the transfer goes on while the rank computes; the
+ * tensors must stay untouched (and alive) until dist_wait(req) returns with
+ * the result in place. dist_wait frees the request. Under Open MPI they are
+ * MPI's non-blocking calls (MPI_Iallreduce, ...); under NCCL they run on a
+ * communication stream ordered after the compute stream's queued work, so
+ * kernels queued before the wait overlap them. A request never waited for
+ * when the spawned function returns is an error step at the line that made
+ * it (and is then completed). */
 typedef struct dist_request dist_request;
 dist_request *dist_isend(const tensor *t, int dst);
 dist_request *dist_irecv(tensor *t, int src);
+dist_request *dist_all_reduce_async(tensor *t, dist_op op);
+dist_request *dist_broadcast_async(tensor *t, int src);
+dist_request *dist_reduce_scatter_async(tensor *output, const tensor *input, dist_op op);
+dist_request *dist_all_gather_async(tensor *output, const tensor *input);
 void dist_wait(dist_request *req);                                   /* frees req */
+
+/* Every collective and every send/receive pair checks that the ranks made
+ * the same call (the same collective, element count, op and root; a
+ * receive as many floats as its send): a mismatch is an error step on the
+ * ranks involved naming both lecture lines, and the spawn fails before any
+ * result of that call is recorded (docs/authoring.md). */
 
 /* ------------------------------------------------------------------ */
 /* 5. Timing helpers                                                   */

@@ -27,9 +27,19 @@
  * every 20 ms it also reads the board. A rank that failed stops the spawn:
  * the pool is killed, an error step names the rank, the signal or exit
  * status and the lecture line, and the lecture ends with status 1 and its
- * trace written. No progress at all (no step, no collective entered) for
- * LECTERN_TIMEOUT seconds is reported as a deadlock, with each rank's last
- * lecture line.
+ * trace written.
+ *
+ * Progress. A rank *waits* while it is inside a call that needs other
+ * ranks (a collective, a send or receive, dist_wait: the board's `waiting`
+ * flag); otherwise it *works* (its own code, tensor operations, matmuls). A
+ * working rank is progress. So are steps and every waiting call entered or
+ * left. Two ways to be stuck:
+ *   - a rank waits for a rank that has returned from the function (a
+ *     collective needs every rank; a receive its sender): that wait can
+ *     never end, and is reported after STRAGGLER_GRACE, naming who returned
+ *     and who waits at which line;
+ *   - every rank still running waits, and nothing moved for
+ *     LECTERN_TIMEOUT seconds: a deadlock, with each rank's line.
  */
 #include <errno.h>
 #include <poll.h>
@@ -132,6 +142,8 @@ typedef struct spawn_run {
     int n_done;
     unsigned last_progress_sum;
     double last_progress;
+    double stuck_since;               /* a rank waits for one that returned: since when (0: none) */
+    unsigned stuck_progress;          /* the progress sum then */
     held_step *held;                  /* steps received, not yet appended (see release) */
     int n_held, cap_held;
     unsigned long seq;
@@ -402,20 +414,94 @@ static void __attribute__((noreturn)) fail_deadlock(spawn_run *run, double timeo
              plural(world_size), waiting, plural(waiting), timeout);
 }
 
-/* Every 20 ms: did any rank move, and is any rank gone without "done"? */
+/* A rank waits for a rank that has returned from the function: the wait can
+ * never end (a collective needs every rank, a receive its sender). `rank`
+ * waits in a collective (peer -1) or for `peer`. */
+static int waits_for_returned(const spawn_run *run, int peer) {
+    if (peer >= 0) return peer < run->world_size && run->done[peer];
+    return run->n_done > 0;
+}
+
+/* "1, 2 and 3" */
+static void list_ranks(lx_sb *b, const spawn_run *run, int peer) {
+    int n = 0, total = 0;
+    for (int q = 0; q < run->world_size; q++)
+        if (run->done[q] && (peer < 0 || q == peer)) total++;
+    for (int q = 0; q < run->world_size; q++) {
+        if (!run->done[q] || (peer >= 0 && q != peer)) continue;
+        lx_sb_printf(b, "%s%d", n == 0 ? "" : n == total - 1 ? " and " : ", ", q);
+        n++;
+    }
+}
+
+static void __attribute__((noreturn)) fail_stragglers(spawn_run *run) {
+    drain_briefly(run);
+    lx_sb summary = {0};
+    int waiting = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->done[r]) continue;
+        board_slot *s = &run->board->slot[r];
+        place at = lx_innermost(s->where);
+        lx_sb b = {0};
+        int peer = s->peer;
+        if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
+        lx_sb_printf(&b, "rank %d of %d waits in %s()", r, run->world_size, s->operation);
+        if (at.known) lx_sb_printf(&b, " in %s()", at.function);
+        lx_sb_printf(&b, " for rank%s ", peer < 0 && run->n_done > 1 ? "s" : "");
+        list_ranks(&b, run, peer);
+        lx_sb_printf(&b, ", which returned from the spawned function already: %s",
+                     peer < 0 ? "a collective the other ranks never make" : "a send or receive that rank never matches");
+        rank_error_step(run, r, s->where, b.s);
+        free(b.s);
+        waiting++;
+        lx_sb_printf(&summary, "%srank %d waits in %s", waiting > 1 ? "; " : "", r, s->operation);
+        if (at.known) lx_sb_printf(&summary, " at %s:%d", at.path, at.line);
+    }
+    lx_sb returned = {0};
+    list_ranks(&returned, run, -1);
+    lx_pool_kill();
+    finish_entry(run, "failed");
+    int world_size = run->world_size, n_done = run->n_done;
+    free_run(run);
+    lx_fatal("spawn of %d rank%s stopped: rank%s %s returned from the function while %s", world_size,
+             plural(world_size), n_done > 1 ? "s" : "", returned.s, summary.s);
+}
+
+/* How long a wait for a returned rank must last before it is reported: a
+ * rank that is leaving the last collective (its peer returned from it a
+ * moment earlier) still shows as waiting for a few microseconds, or for
+ * longer when it loses its core; 1.5 s covers that and keeps the report
+ * within 2 s. */
+#define STRAGGLER_GRACE 1.5
+
+/* Every 20 ms: did any rank move, is any rank gone without "done", does a
+ * rank wait for one that returned, and is any rank working (not waiting
+ * for others: computing, in its own code or the runtime's)? */
 static void watch_board(spawn_run *run, double now) {
     int failed = first_failure(run);
     if (run->board) {
         unsigned sum = 0;
+        int working = 0, stuck = 0;
         for (int r = 0; r < run->world_size; r++) {
             board_slot *s = &run->board->slot[r];
             sum += __atomic_load_n(&s->progress, __ATOMIC_ACQUIRE);
             int pid = lx_pool_pid(r);
             if (failed < 0 && !run->done[r] && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) failed = r;
+            if (run->done[r] || run->gone[r]) continue;
+            if (!__atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE)) working = 1;
+            else if (waits_for_returned(run, s->peer)) stuck = 1;
         }
         if (sum != run->last_progress_sum) {
             run->last_progress_sum = sum;
             run->last_progress = now;
+        }
+        /* A working rank is progress: only ranks that all wait can deadlock. */
+        if (working) run->last_progress = now;
+        if (!stuck || sum != run->stuck_progress) {
+            run->stuck_since = stuck ? now : 0;
+            run->stuck_progress = sum;
+        } else if (failed < 0 && now - run->stuck_since >= STRAGGLER_GRACE) {
+            fail_stragglers(run);
         }
     }
     if (failed >= 0) fail_rank(run, failed);

@@ -44,6 +44,8 @@ void lx_board_slot_reset(board_slot *s) {
     __atomic_store_n(&s->progress, 0, __ATOMIC_RELEASE);
     s->failed_at = 0;
     s->operation[0] = '\0';
+    s->waiting = 0;
+    s->peer = -1;
     s->where[0] = '\0';
     s->failure[0] = '\0';
     s->failure_frames[0] = '\0';

@@ -113,6 +113,8 @@ typedef struct board_slot {
     volatile unsigned progress;     /* +1 at each step and each blocking call entered */
     double failed_at;               /* monotonic seconds */
     char operation[48];             /* the blocking call last entered, "dist_recv" */
+    volatile int waiting;           /* 1 while inside a call that waits for other ranks */
+    volatile int peer;              /* whom it waits for: a rank, or -1 for all (a collective) */
     char where[FRAMES_TEXT];        /* lecture stack at the last step or blocking call */
     char failure[160];              /* "died with SIGSEGV", "exited with status 3" */
     char failure_frames[FRAMES_TEXT];
@@ -208,6 +210,14 @@ size_t lx_globals_bytes(void);
  * stack capture (a few microseconds) and a copy. Nothing outside a rank. */
 void lx_rank_where(const char *operation);
 
+/* The same with the stack already captured, and the rank marked as waiting
+ * until lx_rank_leave(): inside a collective (peer -1: it needs every rank)
+ * or a receive or send (peer: the other rank). The parent uses this to tell
+ * a rank that waits for a rank that has returned (it never will complete)
+ * from a rank that computes (spawn.c). Both count as progress. */
+void lx_rank_enter(const char *operation, const lx_frame *frames, int n, int peer);
+void lx_rank_leave(void);
+
 /* In a rank: the communicator of the current spawn's ranks (pool ranks
  * 0..world_size-1). MPI_COMM_WORLD is the whole pool, more ranks than the
  * spawn has: code that talks MPI directly (a benchmark comparing with bare
@@ -222,6 +232,8 @@ MPI_Comm lx_rank_comm(void);
  * (-1 under Open MPI). */
 void lx_comm_start(lx_backend backend, int rank, int world_size, int device, MPI_Comm comm);
 void lx_comm_stop(void);
+/* 1 between lx_comm_start and lx_comm_stop: the rank runs a spawned function. */
+int lx_comm_active(void);
 
 /* ---------------- comm_mpi.c / comm_nccl.c ---------------- */
 
@@ -248,6 +260,13 @@ typedef struct lx_comm_ops {
     void *(*isend)(const float *buf, size_t count, int peer);
     void *(*irecv)(float *buf, size_t count, int peer);
     void (*wait)(void *request);
+    /* Non-blocking collectives: as their blocking twins, completed by wait. */
+    void *(*iall_reduce)(float *buf, size_t count, dist_op op);
+    void *(*ibroadcast)(float *buf, size_t count, int root);
+    void *(*ireduce_scatter)(float *out, const float *in, size_t count, dist_op op);
+    void *(*iall_gather)(float *out, const float *in, size_t count);
+    /* send to dst and receive from src at once (no ordering deadlock) */
+    void (*sendrecv)(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src);
     void (*stop)(void);
 } lx_comm_ops;
 

@@ -95,6 +95,21 @@ void lx_rank_where(const char *operation) {
     __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
 }
 
+void lx_rank_enter(const char *operation, const lx_frame *frames, int n, int peer) {
+    if (!my_slot) return;
+    snprintf(my_slot->operation, sizeof my_slot->operation, "%s", operation);
+    lx_frames_to_text(frames, n, my_slot->where, sizeof my_slot->where);
+    my_slot->peer = peer;
+    __atomic_store_n(&my_slot->waiting, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
+}
+
+void lx_rank_leave(void) {
+    if (!my_slot) return;
+    __atomic_store_n(&my_slot->waiting, 0, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
+}
+
 static const char *signal_name(int sig) {
     switch (sig) {
     case SIGSEGV: return "SIGSEGV";

@@ -41,6 +41,7 @@ FOUNDATION = [PY, "tests/test_foundation.py"]
 SPAWN = [PY, "tests/test_spawn.py"]
 MISUSE_OPTIONS = [PY, "tests/test_misuse.py", "OptionsAndReturns"]
 MISUSE_COLLECTIVES = [PY, "tests/test_misuse.py", "CollectiveMisuse"]
+COMM_CHECKS = [PY, "tests/test_comm_checks.py"]
 LECTURE_08 = [PY, "tests/test_lecture_08.py"]
 VIEWER = ["bash", "tests/viewer/run.sh"]
 
@@ -113,10 +114,36 @@ MUTANTS = [
       "MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, 0, world)", C_COMM),
     m("send-to-self-allowed", "runtime/comm.c", "if (!allow_self && peer == my_rank)", "if (0 && peer == my_rank)",
       MISUSE_COLLECTIVES),
-    m("reduce-scatter-size-unchecked", "runtime/comm.c", "    if (in_n != out_n * (size_t)my_world)\n        lx_fatal(\"dist_reduce_scatter()",
-      "    if (in_n < out_n)\n        lx_fatal(\"dist_reduce_scatter()", MISUSE_COLLECTIVES),
+    m("reduce-scatter-size-unchecked", "runtime/comm.c", "    if (in_n != out_n * (size_t)my_world)\n        lx_fatal(\"%s(): input has",
+      "    if (in_n < out_n)\n        lx_fatal(\"%s(): input has", MISUSE_COLLECTIVES),
     m("gather-output-checked-on-rank-0", "runtime/comm.c", "    float *out = NULL;\n    if (my_rank == dst) {",
       "    float *out = NULL;\n    if (my_rank == 0) {", MISUSE_COLLECTIVES, C_COMM),
+    m("async-avg-not-divided", "runtime/comm_mpi.c", "    if (r->average) average(r->average, r->count, DIST_AVG);\n",
+      "", C_COMM),
+    m("async-all-reduce-is-a-broadcast", "runtime/comm_mpi.c",
+      "MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), world, &r->req)",
+      "MPI_Ibcast(buf, (int)count, MPI_FLOAT, 0, world, &r->req)", C_COMM),
+    m("sendrecv-receives-from-dst", "runtime/comm_mpi.c", "(int)recv_count, MPI_FLOAT, src,",
+      "(int)recv_count, MPI_FLOAT, dst,", C_COMM),
+    # ---- agreement checks, forgotten requests, stragglers ----
+    m("agreement-check-skipped", "runtime/comm_agree.c",
+      "    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) return;", "    return;",
+      COMM_CHECKS),
+    m("agreement-ignores-count", "runtime/comm_agree.c",
+      "    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) return;",
+      "    if (v[0] == -v[4] && v[2] == -v[6] && v[3] == -v[7]) return;", COMM_CHECKS),
+    m("agreement-ignores-root", "runtime/comm_agree.c",
+      "    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) return;",
+      "    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6]) return;", COMM_CHECKS),
+    m("send-recv-size-unchecked", "runtime/comm_agree.c", "    if (d->desc.count != count) {", "    if (0) {",
+      COMM_CHECKS),
+    m("forgotten-request-no-error-step", "runtime/comm.c",
+      "        lx_emit_frames(req->site.frames, req->site.n, lx_rendering_error(msg));\n", "", COMM_CHECKS),
+    m("straggler-not-detected", "runtime/spawn.c", "    return run->n_done > 0;\n}", "    return 0;\n}",
+      COMM_CHECKS),
+    m("working-rank-called-deadlocked", "runtime/spawn.c", "        if (working) run->last_progress = now;\n", "",
+      COMM_CHECKS),
+    m("backend-error-not-traced", "runtime/check.c", "    if (!dying && traced) {", "    if (0) {", COMM_CHECKS),
     # ---- spawn and the pool of ranks ----
     m("rank-steps-stamped-rank-0", "runtime/spawn.c", '    set_number(step, "rank", rank);',
       '    set_number(step, "rank", 0);', SPAWN),

@@ -1,0 +1,200 @@
+/*
+ * comm_agree.c: do all ranks make the same call?
+ *
+ * Ranks that all-reduce different sizes, or where one broadcasts and the
+ * other all-reduces, give wrong numbers or an error deep inside the
+ * library. Before each collective's transfer, every rank puts its call's
+ * four numbers (which collective, element count, op, root) into one small
+ * MPI_Allreduce with MPI_MIN over {x, -x}: the minimum of -x is minus the
+ * maximum of x, so one call of 8 integers gives the minimum and maximum of
+ * each number, and all ranks agree exactly when they are equal. That is the
+ * whole cost when the ranks agree: one latency-bound call of 64 bytes
+ * (docs/benchmarks.md measures it against the transfer).
+ *
+ * Only when they disagree, which every rank learns from the same result,
+ * does a second call (MPI_Allgather) bring each rank's call and lecture
+ * line to everyone, so that each rank's error step names its own line and
+ * a disagreeing rank's. Then a barrier: every rank has sent its error step
+ * to the lecture before any rank exits, so none is lost to the pool being
+ * stopped.
+ *
+ * Point to point has no "all ranks": the sender sends its call's
+ * description (count and line) ahead of the data, on the private
+ * communicator with the same ordering as the data, and the receiver
+ * compares it with its own call before it takes the data.
+ *
+ * The checks run on Open MPI over host memory under either backend: they
+ * are a few bytes, and the NCCL calls they precede are on device memory.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm_agree.h"
+#include "spawn_impl.h"
+
+enum { TAG_DESC = 23 };
+
+static MPI_Comm check_comm = MPI_COMM_NULL;
+static int my_rank, my_world;
+
+/* One call, as it travels in the slow path and with a send. */
+typedef struct call_desc {
+    int64_t kind, count, op, root;
+    int32_t rank, line;
+    char call[40];
+    char path[200];
+} call_desc;
+
+/* The calls that must match each other, as numbers: a blocking call and
+ * its _async twin are different calls (MPI does not match them either). */
+static const char *const KINDS[] = {
+    "dist_barrier",   "dist_all_reduce",       "dist_reduce",          "dist_broadcast",
+    "dist_reduce_scatter", "dist_all_gather",  "dist_scatter",         "dist_gather",
+    "dist_all_reduce_async", "dist_broadcast_async", "dist_reduce_scatter_async", "dist_all_gather_async",
+};
+
+static int64_t kind_of(const char *call) {
+    for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
+        if (strcmp(KINDS[i], call) == 0) return (int64_t)i;
+    return -1;
+}
+
+void lx_agree_start(int rank, int world_size, MPI_Comm comm) {
+    my_rank = rank;
+    my_world = world_size;
+    MPI_CHECK(MPI_Comm_dup(comm, &check_comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(check_comm, MPI_ERRORS_RETURN));
+}
+
+void lx_agree_stop(void) {
+    if (check_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&check_comm));
+}
+
+static void fill(call_desc *d, const char *call, int64_t count, int op, int root, const lx_frame *frames, int n) {
+    memset(d, 0, sizeof *d);
+    d->kind = kind_of(call);
+    d->count = count;
+    d->op = op;
+    d->root = root;
+    d->rank = my_rank;
+    snprintf(d->call, sizeof d->call, "%s", call);
+    const lx_frame *at = n > 0 ? &frames[n - 1] : NULL;
+    d->line = at ? at->line : 0;
+    snprintf(d->path, sizeof d->path, "%s", at && at->path ? at->path : "?");
+}
+
+static const char *op_name(int64_t op) {
+    switch (op) {
+    case DIST_SUM: return "sum";
+    case DIST_AVG: return "avg";
+    case DIST_MIN: return "min";
+    case DIST_MAX: return "max";
+    default: return NULL;
+    }
+}
+
+/* "dist_all_reduce of 4 floats (sum) at lectures/hw.c:14" */
+static void describe(lx_sb *b, const call_desc *d, const char *peer_word) {
+    lx_sb_printf(b, "rank %d: %s", (int)d->rank, d->call);
+    if (d->kind != 0) lx_sb_printf(b, " of %lld float%s", (long long)d->count, d->count == 1 ? "" : "s");
+    if (op_name(d->op)) lx_sb_printf(b, " (%s)", op_name(d->op));
+    if (d->root >= 0) lx_sb_printf(b, " %s rank %lld", peer_word, (long long)d->root);
+    lx_sb_printf(b, " at %s:%d", d->path, (int)d->line);
+}
+
+static const char *root_word(const char *call) {
+    if (strstr(call, "broadcast") || strstr(call, "scatter") || strstr(call, "recv")) return "from";
+    return "to";
+}
+
+static int same(const call_desc *a, const call_desc *b) {
+    return a->kind == b->kind && a->count == b->count && a->op == b->op && a->root == b->root;
+}
+
+/* The slow path: everyone learns everyone's call, names the first rank
+ * whose call differs from its own, and leaves. */
+static void __attribute__((noreturn)) disagree(const call_desc *mine) {
+    call_desc *all = calloc((size_t)my_world, sizeof *all);
+    if (!all) lx_fatal("out of memory");
+    MPI_CHECK(MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, check_comm));
+    int other = -1;
+    for (int r = 0; r < my_world && other < 0; r++)
+        if (!same(&all[r], mine)) other = r;
+    lx_sb b = {0};
+    lx_sb_str(&b, "the ranks made different calls: ");
+    describe(&b, mine, root_word(mine->call));
+    if (other >= 0) {
+        lx_sb_str(&b, "; ");
+        describe(&b, &all[other], root_word(all[other].call));
+    }
+    lx_sb_str(&b, " (every rank must make the same collective call, in the same order)");
+    lx_error("%s", b.s);
+    free(b.s);
+    free(all);
+    /* All error steps are on their way to the lecture before anyone exits. */
+    MPI_CHECK(MPI_Barrier(check_comm));
+    exit(1);
+}
+
+void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n) {
+    int64_t kind = kind_of(call);
+    int64_t v[8] = {kind, count, op, root, -kind, -count, -op, -root};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, check_comm));
+    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) return;
+    call_desc mine;
+    fill(&mine, call, count, op, root, frames, n);
+    disagree(&mine);
+}
+
+/* ---- point to point ---- */
+
+struct lx_agree_send_desc {
+    call_desc desc;
+    MPI_Request req;
+};
+
+struct lx_agree_recv_desc {
+    call_desc desc;
+    MPI_Request req;
+    int src;
+};
+
+lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n) {
+    lx_agree_send_desc *d = malloc(sizeof *d);
+    if (!d) lx_fatal("out of memory");
+    fill(&d->desc, call, count, -1, dst, frames, n);
+    MPI_CHECK(MPI_Isend(&d->desc, (int)sizeof d->desc, MPI_BYTE, dst, TAG_DESC, check_comm, &d->req));
+    return d;
+}
+
+void lx_agree_send_done(lx_agree_send_desc *d) {
+    MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));
+    free(d);
+}
+
+lx_agree_recv_desc *lx_agree_recv_post(int src) {
+    lx_agree_recv_desc *d = malloc(sizeof *d);
+    if (!d) lx_fatal("out of memory");
+    d->src = src;
+    MPI_CHECK(MPI_Irecv(&d->desc, (int)sizeof d->desc, MPI_BYTE, src, TAG_DESC, check_comm, &d->req));
+    return d;
+}
+
+void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n) {
+    MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));
+    if (d->desc.count != count) {
+        call_desc mine;
+        fill(&mine, call, count, -1, d->src, frames, n);
+        lx_sb b = {0};
+        lx_sb_str(&b, "the send and the receive do not match: ");
+        describe(&b, &mine, "from");
+        lx_sb_str(&b, "; ");
+        describe(&b, &d->desc, "to");
+        lx_sb_str(&b, " (a receive takes exactly as many floats as its send gives)");
+        free(d);
+        lx_fatal("%s", b.s);
+    }
+    free(d);
+}

@@ -1,0 +1,37 @@
+/*
+ * comm_agree.h: the check that the ranks made the same call (comm_agree.c).
+ * Not for lectures.
+ */
+#ifndef LECTERN_COMM_AGREE_H
+#define LECTERN_COMM_AGREE_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Over a private copy of the spawn's communicator: checks never match the
+ * lecture's own messages. */
+void lx_agree_start(int rank, int world_size, MPI_Comm comm);
+void lx_agree_stop(void);
+
+/* Every rank calls this at the same point of a collective, before its
+ * transfer: returns when all ranks made the same call (`call`, `count`
+ * elements, `op` and `root`, -1 where they do not apply). Otherwise each
+ * rank adds an error step naming its own line and another rank's, and the
+ * rank exits once all have said so: no result is recorded after it. */
+void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n);
+
+/* Point to point: the sender sends a small descriptor of its call ahead of
+ * the data; the receiver checks it against its own call before it takes
+ * the data, and on a mismatch adds an error step naming both lines and
+ * exits. */
+typedef struct lx_agree_send_desc lx_agree_send_desc;
+typedef struct lx_agree_recv_desc lx_agree_recv_desc;
+lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n);
+void lx_agree_send_done(lx_agree_send_desc *d);           /* frees d */
+lx_agree_recv_desc *lx_agree_recv_post(int src);
+/* Waits for the sender's descriptor and compares; frees d. */
+void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n);
+
+#endif /* LECTERN_COMM_AGREE_H */

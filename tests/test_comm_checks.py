@@ -1,0 +1,152 @@
+"""Collectives the ranks disagree on, requests never waited for, ranks that
+wait for ranks that returned, and a rank that computes for longer than
+LECTERN_TIMEOUT (tests/lectures/comm_checks.c).
+
+Each case runs the fixture with COMM_CASE set and reads its trace: the error
+steps must name the right ranks and lecture lines, and no rank may record a
+result after a mismatch. LECTERN_BUILD picks the build folder.
+"""
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tracecheck  # noqa: E402
+from test_spawn import Base, fixture, line_of, rank_processes  # noqa: E402
+
+SRC = os.path.join(tracecheck.ROOT, "tests", "lectures", "comm_checks.c")
+WHERE = "tests/lectures/comm_checks.c"
+
+
+class CommChecks(Base):
+    def run_case(self, case, env=None, want_rc=1):
+        e = {"COMM_CASE": case}
+        e.update(env or {})
+        rc, out, err = self.run_fixture("comm_checks", e)
+        self.assertEqual(rc, want_rc, "case %s: status %d\n%s" % (case, rc, err))
+        name = "comm_checks.failed.json" if want_rc else "comm_checks.json"
+        t = tracecheck.validate(os.path.join(self.out, name))
+        # No rank left running, whichever way the spawn ended (the pool is
+        # killed a moment after the lecture writes its trace).
+        binary = fixture("comm_checks")
+        deadline = time.monotonic() + 5
+        while rank_processes(binary) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(rank_processes(binary), [])
+        return t, err
+
+    @staticmethod
+    def errors(t):
+        return [(s, r["data"]) for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
+
+    @staticmethod
+    def texts(t):
+        return [r["data"] for s in t["steps"] for r in s["renderings"]]
+
+    def test_different_counts_name_both_lines_on_every_rank(self):
+        t, err = self.run_case("counts")
+        four, six = line_of(SRC, "MARK:four"), line_of(SRC, "MARK:six")
+        errs = self.errors(t)
+        for rank in range(4):
+            mine = [(s, m) for s, m in errs if s.get("rank") == rank and "made different calls" in m]
+            self.assertEqual(len(mine), 1, "rank %d: %s" % (rank, errs))
+            step, msg = mine[0]
+            own = six if rank == 2 else four
+            self.assertEqual(step["stack"][-1]["line"], own, msg)
+            self.assertIn("rank %d: dist_all_reduce of %d floats (sum) at %s:%d"
+                          % (rank, 6 if rank == 2 else 4, WHERE, own), msg)
+            # The other line named: rank 2's for everyone else, a 4-float rank's for rank 2.
+            if rank == 2:
+                self.assertRegex(msg, r"; rank [013]: dist_all_reduce of 4 floats \(sum\) at %s:%d"
+                                 % (WHERE, four))
+            else:
+                self.assertIn("; rank 2: dist_all_reduce of 6 floats (sum) at %s:%d" % (WHERE, six), msg)
+        # No rank recorded a result after the mismatch, and the lecture stopped.
+        self.assertFalse([x for x in self.texts(t) if "has a result" in x])
+        self.assertNotIn("after the spawn", self.texts(t))
+        self.assertEqual(t["spawns"][0]["status"], "failed")
+
+    def test_different_roots(self):
+        t, err = self.run_case("roots")
+        line = line_of(SRC, "MARK:root")
+        for rank in (0, 1):
+            msgs = [m for s, m in self.errors(t) if s.get("rank") == rank and "made different calls" in m]
+            self.assertEqual(len(msgs), 1, self.errors(t))
+            self.assertIn("rank %d: dist_broadcast of 4 floats from rank %d at %s:%d" % (rank, rank, WHERE, line),
+                          msgs[0])
+            self.assertIn("rank %d: dist_broadcast of 4 floats from rank %d" % (1 - rank, 1 - rank), msgs[0])
+        self.assertFalse([x for x in self.texts(t) if "has a result" in x])
+
+    def test_send_and_receive_of_different_sizes(self):
+        t, err = self.run_case("p2p")
+        send, recv = line_of(SRC, "MARK:send6"), line_of(SRC, "MARK:recv4")
+        msgs = [m for s, m in self.errors(t) if s.get("rank") == 1 and "do not match" in m]
+        self.assertEqual(len(msgs), 1, self.errors(t))
+        self.assertIn("rank 1: dist_recv of 4 floats from rank 0 at %s:%d" % (WHERE, recv), msgs[0])
+        self.assertIn("rank 0: dist_send of 6 floats to rank 1 at %s:%d" % (WHERE, send), msgs[0])
+        # The receiver, where a wrong result would land, records none.
+        self.assertNotIn("rank 1 has a result", self.texts(t))
+
+    def test_a_request_never_waited_for_is_an_error_at_its_line(self):
+        t, err = self.run_case("forgotten")
+        line = line_of(SRC, "MARK:forgotten")
+        for rank in (0, 1):
+            mine = [(s, m) for s, m in self.errors(t) if s.get("rank") == rank]
+            self.assertEqual(len(mine), 1, self.errors(t))
+            step, msg = mine[0]
+            self.assertEqual(step["stack"][-1]["line"], line)
+            self.assertTrue(msg.startswith("%s:%d: " % (WHERE, line)), msg)
+            self.assertIn("dist_all_reduce_async", msg)
+            self.assertIn("never waited for", msg)
+        # The spawn itself completed (the request was finished for the peers).
+        self.assertIn("after the spawn", self.texts(t))
+
+    def check_straggler(self, case, marker, waiting_in, returned):
+        # Without the straggler report, LECTERN_TIMEOUT would call it a
+        # deadlock after 20 s: the test tells the two apart.
+        t, err = self.run_case(case, {"LECTERN_TIMEOUT": "20"})
+        line = line_of(SRC, marker)
+        # Reported soon, not after LECTERN_TIMEOUT (120 s by default). The
+        # bound includes starting the pool, which takes seconds on a busy
+        # 2-core machine; the report itself comes 1.5 s after the wait.
+        self.assertLess(self.seconds, 60)
+        msgs = [(s, m) for s, m in self.errors(t) if s.get("rank") == 0]
+        self.assertEqual(len(msgs), 1, self.errors(t))
+        step, msg = msgs[0]
+        self.assertEqual(step["stack"][-1]["line"], line)
+        self.assertIn("rank 0 of", msg)
+        self.assertIn("waits in %s()" % waiting_in, msg)
+        self.assertIn(returned + ", which returned", msg)
+        self.assertIn("returned from the function while rank 0 waits in %s at %s:%d" % (waiting_in, WHERE, line),
+                      err)
+        self.assertNotIn("made no progress", err)
+
+    def test_one_extra_collective_is_reported_at_once(self):
+        self.check_straggler("extra", "MARK:extra", "dist_all_reduce", "ranks 1, 2 and 3")
+
+    def test_a_receive_from_a_rank_that_returned(self):
+        self.check_straggler("nosend", "MARK:nosend", "dist_recv", "rank 1")
+
+    def test_the_librarys_error_reaches_the_trace(self):
+        t, err = self.run_case("mpierror")
+        line = line_of(SRC, "MARK:mpierror")
+        msgs = [(s, m) for s, m in self.errors(t) if "MPI error" in m]
+        self.assertEqual(len(msgs), 1, self.errors(t))
+        step, msg = msgs[0]
+        self.assertEqual(step["stack"][-1]["line"], line)
+        # Open MPI's own words for a negative count, and the call.
+        self.assertIn("MPI_ERR_COUNT", msg)
+        self.assertIn("MPI_Bcast", msg)
+
+    def test_a_computing_rank_is_not_deadlocked(self):
+        # Rank 0 computes for 3 s under LECTERN_TIMEOUT=1 while rank 1 waits.
+        t, err = self.run_case("compute", {"COMM_TIMEOUT": "1"}, want_rc=0)
+        self.assertIn("rank 0 passed the barrier", self.texts(t))
+        self.assertIn("rank 1 passed the barrier", self.texts(t))
+        self.assertEqual(self.errors(t), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
