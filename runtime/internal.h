@@ -161,6 +161,15 @@ void lx_sb_printf(lx_sb *b, const char *fmt, ...) LECTERN_PRINTF(2, 3);
  * Returns a new string (caller frees). */
 char *lx_utf8_repair(const char *s);
 
+/* ---------------- verdict.c (check, check_close) ---------------- */
+
+/* Counts the check renderings of a step that reaches this process's trace
+ * (the lecture's own, or one a rank sent); a failed one marks the lecture
+ * failed. Called by lx_trace_append. */
+void lx_check_tally(const cJSON *step);
+/* The totals so far. */
+void lx_check_counts(int *passed, int *failed);
+
 /* ---------------- tensor.c ---------------- */
 
 /* randn's generator back to its state at process start (unseeded: seed 0

@@ -17,6 +17,7 @@
  *   3. tensors            (runtime/tensor.c, runtime/tensor_cuda.cu)
  *   4. collectives        (runtime/comm.c)
  *   5. timing helpers     (runtime/timing.c)
+ *   6. checks             (runtime/verdict.c)
  *
  * Errors in lecture input (a missing image, a bad plot spec, a bad spawn
  * argument) become an error step naming the lecture file and line, and the
@@ -220,6 +221,39 @@ void dist_wait(dist_request *req);                                   /* frees re
 
 double now_seconds(void);             /* monotonic clock */
 void device_synchronize(void);        /* cudaDeviceSynchronize, or nothing on CPU */
+
+/* ------------------------------------------------------------------ */
+/* 6. Checks: right or wrong, said by the lecture                      */
+/* ------------------------------------------------------------------ */
+
+/* Each check records a step (rendering type "check") at the line that calls
+ * it, whether it passed or not, and returns 1 when it passed, 0 when it
+ * failed. A failed check does not stop the lecture: it is said on stderr
+ * with its file:line, the lecture goes on, and at the end the run counts as
+ * failed (exit status 1, the trace written as NAME.failed.json). After the
+ * run the console's last line is "checks: N passed, M failed" (when any
+ * check ran); the trace's meta.checks holds the same counts. Checks work
+ * in the lecture and inside spawned ranks alike (a rank's check counts in
+ * the lecture's totals and is shown in its rank's column). */
+
+/* Passes when every element satisfies
+ *     |actual - expected| <= atol + rtol * |expected|
+ * (numpy.isclose, torch.allclose), compared on the host in double whatever
+ * devices the tensors are on. Two equal infinities match; a NaN never does.
+ * The step records the largest absolute difference and the largest relative
+ * difference (|a - e| / |e|, over elements where e != 0), each with its
+ * index, how many elements are outside the tolerance and the first of them.
+ * Different shapes, or a negative or non-finite tolerance, are a failed
+ * check saying so; a NULL tensor is an error step (a mistake in the code,
+ * like any NULL given to the runtime). `what` names the comparison ("gradients of
+ * layer 0"); NULL or "" gives "check_close". */
+int check_close(const tensor *actual, const tensor *expected, double rtol, double atol,
+                const char *what);
+
+/* Passes when `condition` is non-zero; `fmt` (printf-style) says what was
+ * checked, best written as what should be true ("loss went down: %g < %g").
+ * A NULL fmt is an error step. */
+int check(int condition, const char *fmt, ...) LECTERN_PRINTF(2, 3);
 
 #ifdef __cplusplus
 }

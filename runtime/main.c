@@ -191,6 +191,11 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
                 failed ? "FAILED" : "done", steps, path);
     }
     free(path);
+    /* The verdict last, so it is the line a student sees. */
+    int checks_passed, checks_failed;
+    lx_check_counts(&checks_passed, &checks_failed);
+    if (checks_passed + checks_failed > 0)
+        fprintf(stderr, "checks: %d passed, %d failed\n", checks_passed, checks_failed);
     lx_trace_free();
     free(dir);
     free(name);

@@ -67,6 +67,10 @@ static void c_adamw_step_grad(void) { adamw_step(adamw_new(small(), 0.1f), small
 static void c_adamw_free(void) { adamw_free(NUL); }
 static void c_tensor_str(void) { tensor_str(NUL); }
 static void c_summarize(void) { summarize(NUL); }
+static void c_check_close_actual(void) { check_close(NUL, small(), 0, 0, "x"); }
+static void c_check_close_expected(void) { check_close(small(), NUL, 0, 0, "x"); }
+static void c_check_close_what(void) { check_close(small(), small(), 0, 0, NUL); }
+static void c_check_fmt(void) { check(1, NUL); }
 
 /* Collectives: the NULL is passed inside a one-rank spawn. */
 static const char *dist_case;
@@ -142,6 +146,10 @@ typedef struct fixture_case {
 
 static const fixture_case cases[] = {
     {"note.fmt", c_note},
+    {"check_close.actual", c_check_close_actual},
+    {"check_close.expected", c_check_close_expected},
+    {"check_close.what", c_check_close_what},
+    {"check.fmt", c_check_fmt},
     {"note_verbatim.fmt", c_note_verbatim},
     {"image.src", c_image},
     {"see.url", c_see},

@@ -223,10 +223,10 @@ def format_regex(fmt):
     return re.compile("".join(parts), re.S)
 
 
-# The rendering type each step-making call makes (check() and check_close()
-# make their own kind; anything is accepted from them).
+# The rendering type each step-making call makes.
 _RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
-                   "note_system": "text", "plot": "plot", "spawn": "markdown"}
+                   "note_system": "text", "plot": "plot", "spawn": "markdown",
+                   "check": "check", "check_close": "check"}
 
 # What each step-making call's first argument must match in its rendering.
 _FIRST_ARG_FIELD = {"note": ("data", True), "note_verbatim": ("data", True), "image": ("src", False),
