@@ -1,6 +1,7 @@
 # lectern: build, run, test, bench, view.
 #
-#   make run [LECTURE=name]   set up, build, run lectures/<name>.c, say how to view it
+#   make run [LECTURE=name] [ARGS="--opt --n=8"]
+#                             set up, build, run lectures/<name>.c with ARGS, say how to view it
 #   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
 #   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
 #   make view                 serve the repo on localhost and print the viewer's URL
@@ -189,7 +190,7 @@ setup:
 run:
 	@bash scripts/setup.sh run
 	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
-	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE)
+	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
 
 test: setup
 	@$(MAKE) --no-print-directory all

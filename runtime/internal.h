@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "lectern.h"
 
@@ -160,6 +161,20 @@ void lx_sb_printf(lx_sb *b, const char *fmt, ...) LECTERN_PRINTF(2, 3);
 /* Makes `s` valid UTF-8 in place-or-copy: invalid bytes become U+FFFD.
  * Returns a new string (caller frees). */
 char *lx_utf8_repair(const char *s);
+
+/* ---------------- options.c (a lecture's own options) ---------------- */
+
+/* Takes one command-line argument that is not one of lecture_main's own:
+ * NULL when it is a declared option (remembered), else a message saying
+ * what is wrong (caller frees). */
+char *lx_option_accept(const char *arg);
+/* The lecture's declared options for --help (nothing when it has none). */
+void lx_options_usage(FILE *f);
+/* What was given as "name[=value]\n" lines (caller frees), and a rank's
+ * way to take the same in. */
+char *lx_options_text(void);
+void lx_options_load(const char *text);
+void lx_options_free(void);
 
 /* ---------------- verdict.c (check, check_close) ---------------- */
 

@@ -83,6 +83,34 @@ int lecture_main(int argc, char **argv, void (*body)(void));
  * smaller sizes for tests. The full lecture is what `make run` gives. */
 int lecture_quick(void);
 
+/* A lecture's own options. Declare them once, at file scope:
+ *
+ *     LECTURE_OPTIONS({"naive", NULL, "the naive ring instead of the fast one"},
+ *                     {"n", "N", "elements per rank (default 8)"});
+ *
+ * `value` NULL makes a flag (--naive); a placeholder ("N") makes an option
+ * with a value (--n=8). --help lists them; an option that is not declared,
+ * a flag given a value or an option given none is bad usage (exit 2, the
+ * message naming what the lecture reads) before the lecture runs. Ranks see
+ * the same options as the lecture. `make run LECTURE=x ARGS="--naive --n=8"`
+ * passes them. */
+typedef struct lecture_opt {
+    const char *name;    /* "naive" for --naive, "n" for --n=VALUE */
+    const char *value;   /* NULL for a flag, else what --help shows after '=' */
+    const char *help;    /* one line for --help */
+} lecture_opt;
+#define LECTURE_OPTIONS(...) const lecture_opt lecture_options[] = {__VA_ARGS__, {NULL, NULL, NULL}}
+
+/* 1 when --name was given, else 0. A name LECTURE_OPTIONS does not declare
+ * as a flag is an error step at the calling line (and 0). */
+int lecture_flag(const char *name);
+
+/* The VALUE of --name=VALUE (the last one given), or `fallback` (which may
+ * be NULL) when it was not given. A name LECTURE_OPTIONS does not declare as
+ * an option with a value is an error step at the calling line (and
+ * `fallback`). The string lives until the lecture ends. */
+const char *lecture_option(const char *name, const char *fallback);
+
 /* Progress on stderr ("[lecture_08 12.3s] DDP: spawn 4 ranks"); never in the
  * trace. Silent with --quiet. */
 void progress(const char *fmt, ...) LECTERN_PRINTF(1, 2);

@@ -17,6 +17,8 @@
 static void *volatile nothing = NULL;
 #define NUL ((void *)nothing)
 
+LECTURE_OPTIONS({"level", "N", "an option for the lecture_option case"});
+
 static tensor *small(void) { return arange(4, -1); }
 
 static void c_note(void) { note(NUL); }
@@ -71,6 +73,9 @@ static void c_check_close_actual(void) { check_close(NUL, small(), 0, 0, "x"); }
 static void c_check_close_expected(void) { check_close(small(), NUL, 0, 0, "x"); }
 static void c_check_close_what(void) { check_close(small(), small(), 0, 0, NUL); }
 static void c_check_fmt(void) { check(1, NUL); }
+static void c_lecture_flag(void) { lecture_flag(NUL); }
+static void c_lecture_option_name(void) { lecture_option(NUL, "x"); }
+static void c_lecture_option_fallback(void) { lecture_option("level", NUL); }
 
 /* Collectives: the NULL is passed inside a one-rank spawn. */
 static const char *dist_case;
@@ -150,6 +155,9 @@ static const fixture_case cases[] = {
     {"check_close.expected", c_check_close_expected},
     {"check_close.what", c_check_close_what},
     {"check.fmt", c_check_fmt},
+    {"lecture_flag.name", c_lecture_flag},
+    {"lecture_option.name", c_lecture_option_name},
+    {"lecture_option.fallback", c_lecture_option_fallback},
     {"note_verbatim.fmt", c_note_verbatim},
     {"image.src", c_image},
     {"see.url", c_see},
