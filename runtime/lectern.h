@@ -180,6 +180,16 @@ tensor *to_device(const tensor *t, int device);           /* a copy */
 void tensor_copy(tensor *dst, const tensor *src);          /* same shape, any devices */
 tensor *row_slice(tensor *t, int64_t start, int64_t end);  /* view of rows [start, end) */
 tensor *col_slice(const tensor *t, int64_t start, int64_t end); /* a copy of columns */
+/* A view of the rows*cols elements of t starting at element `offset`
+ * (row-major order), shaped rows x cols (cols 0: 1-D of `rows`). It shares
+ * t's storage: writes through either reach both; t must outlive it; free it
+ * with tensor_free (which leaves t's storage alone). Elements outside t stop
+ * the lecture with an error at the calling line. The way one flat buffer
+ * holds several parameters (a DDP bucket, a ZeRO shard). */
+tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols);
+/* A view of all of t with another shape (cols 0: 1-D); the element count
+ * must stay the same. */
+tensor *reshape(tensor *t, int64_t rows, int64_t cols);
 tensor *cat_cols(tensor *const *parts, int n);             /* concatenate along dim 1 */
 void tensor_free(tensor *t);
 void tensor_to_host(const tensor *t, float *out);          /* numel floats */
@@ -187,6 +197,10 @@ void tensor_to_host(const tensor *t, float *out);          /* numel floats */
 void add_scalar(tensor *t, float s);                       /* in place */
 void scale(tensor *t, float s);                            /* in place */
 void add_(tensor *t, const tensor *u);                     /* t += u */
+void sub_(tensor *t, const tensor *u);                     /* t -= u (same shape and device) */
+void fill_(tensor *t, float value);                        /* every element = value */
+double sum(const tensor *t);                               /* added in double; 0 when empty */
+double norm(const tensor *t);                              /* sqrt(sum of squares); 0 when empty */
 tensor *matmul(const tensor *a, const tensor *b);          /* cuBLAS or OpenBLAS */
 void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b,
                  float alpha, float beta);                 /* c = alpha*op(a)op(b) + beta*c */
@@ -249,6 +263,29 @@ void dist_wait(dist_request *req);                                   /* frees re
 
 double now_seconds(void);             /* monotonic clock */
 void device_synchronize(void);        /* cudaDeviceSynchronize, or nothing on CPU */
+
+/* Times a region of work across the ranks of a spawn (runtime/dist_timer.c):
+ *
+ *     dist_timer t = {0};
+ *     dist_timer_start(&t);      // every rank: device work done, a barrier, the clock
+ *     train_step(...);
+ *     dist_timer_stop(&t);       // device work done, the clock, every rank's time gathered
+ *     if (rank == 0) note("step: max %.1f ms, mean %.1f ms", t.max * 1e3, t.mean * 1e3);
+ *
+ * Both calls are collective: every rank of the spawn must make them. After
+ * dist_timer_stop every rank holds the same max, mean and min over the
+ * ranks (float32 precision) and its own `seconds`. Outside a spawn it
+ * times the lecture's own process (max = mean = min = seconds). stop
+ * returns max; a stop without a start is an error step (and NAN). */
+typedef struct dist_timer {
+    double started;                   /* this rank's clock at the start */
+    double seconds;                   /* this rank's time for the region */
+    double max, mean, min;            /* over the ranks, after the stop */
+    int world_size;                   /* ranks the figures are over */
+    int running;                      /* 1 between start and stop */
+} dist_timer;
+void dist_timer_start(dist_timer *timer);
+double dist_timer_stop(dist_timer *timer);
 
 /* ------------------------------------------------------------------ */
 /* 6. Checks: right or wrong, said by the lecture                      */

@@ -364,6 +364,53 @@ tensor *row_slice(tensor *t, int64_t start, int64_t end)
     return v;
 }
 
+/* A view is a new header over the same storage: it never owns it, writes
+ * through it reach the original, and the original must outlive it. */
+static tensor *view_of(tensor *t, int64_t offset, int ndim, int64_t rows, int64_t cols)
+{
+    tensor *v = calloc(1, sizeof *v);
+    if (!v)
+        lx_fatal("out of memory for a tensor");
+    *v = *t;
+    v->ndim = ndim;
+    v->shape[0] = rows;
+    v->shape[1] = ndim == 2 ? cols : 0;
+    v->numel = ndim == 2 ? rows * cols : rows;
+    v->data = v->numel ? t->data + offset : NULL;
+    v->owns_data = 0;
+    v->str = NULL;
+    return v;
+}
+
+/* Any run of numel consecutive elements is a tensor of its own in
+ * row-major storage: this is how one flat buffer holds many parameters
+ * (a DDP bucket, a ZeRO shard) and each is still used with its shape. */
+tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols)
+{
+    NEED(t, "tensor_view");
+    if (rows < 0 || cols < 0)
+        lx_fatal("tensor_view: a negative size (%" PRId64 ", %" PRId64 ")", rows, cols);
+    int64_t n = cols == 0 ? rows : rows * cols;
+    if (cols > 0 && rows > INT64_MAX / cols)
+        lx_fatal("tensor_view: %" PRId64 "x%" PRId64 " is too large", rows, cols);
+    if (offset < 0 || offset > t->numel || n > t->numel - offset)
+        lx_fatal("tensor_view: elements [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
+                 " elements of a %s tensor",
+                 offset, offset + n, t->numel, shape_of(t).s);
+    return view_of(t, offset, cols == 0 ? 1 : 2, rows, cols);
+}
+
+tensor *reshape(tensor *t, int64_t rows, int64_t cols)
+{
+    NEED(t, "reshape");
+    int64_t n = cols == 0 ? rows : (rows >= 0 && cols > 0 && rows <= INT64_MAX / cols ? rows * cols : -1);
+    if (rows < 0 || cols < 0 || n != t->numel)
+        lx_fatal("reshape: a %s tensor (%" PRId64 " elements) cannot be %" PRId64 "%s%.0" PRId64
+                 " (%" PRId64 " elements)",
+                 shape_of(t).s, t->numel, rows, cols ? "x" : "", cols, n);
+    return view_of(t, 0, cols == 0 ? 1 : 2, rows, cols);
+}
+
 /* height rows of width floats between two row-major matrices on one device;
  * the pitches are the full row lengths of each. */
 static void copy_block(int device, float *dst, int64_t dst_row, const float *src,
@@ -501,6 +548,57 @@ void add_(tensor *t, const tensor *u)
         lx_cuda_axpy(t->device, t->data, u->data, n, 1.0f);
     else
         cblas_saxpy(n, 1.0f, u->data, 1, t->data, 1);
+}
+
+void sub_(tensor *t, const tensor *u)
+{
+    NEED(t, "sub_");
+    NEED(u, "sub_");
+    check_same_shape("sub_", t, u);
+    check_same_device("sub_", t, u);
+    int n = blas_int("sub_", t->numel);
+    if (n == 0)
+        return;
+    if (on_gpu(t))
+        lx_cuda_axpy(t->device, t->data, u->data, n, -1.0f);
+    else
+        cblas_saxpy(n, -1.0f, u->data, 1, t->data, 1);
+}
+
+void fill_(tensor *t, float value)
+{
+    NEED(t, "fill_");
+    if (on_gpu(t)) {
+        lx_cuda_fill(t->device, t->data, t->numel, value);
+        return;
+    }
+    for (int64_t i = 0; i < t->numel; i++)
+        t->data[i] = value;
+}
+
+/* Added in double on either device, so a sum of 10^7 floats keeps the
+ * float's precision instead of losing digits to the running total. */
+double sum(const tensor *t)
+{
+    NEED(t, "sum");
+    if (on_gpu(t))
+        return lx_cuda_sum(t->device, t->data, t->numel);
+    double acc = 0.0;
+    for (int64_t i = 0; i < t->numel; i++)
+        acc += (double)t->data[i];
+    return acc;
+}
+
+/* sqrt(sum of squares): on the host the squares are added in double
+ * (dsdot); on a GPU cublasSdot adds them in float. */
+double norm(const tensor *t)
+{
+    NEED(t, "norm");
+    int n = blas_int("norm", t->numel);
+    if (n == 0)
+        return 0.0;
+    double sq = on_gpu(t) ? (double)lx_cuda_sumsq(t->device, t->data, n) : cblas_dsdot(n, t->data, 1, t->data, 1);
+    return sqrt(sq);
 }
 
 /*
