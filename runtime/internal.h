@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "lectern.h"
@@ -67,6 +68,8 @@ cJSON *lx_stack_to_json(const lx_frame *frames, int n);
 
 /* The repo-relative source file that defines the function at `fn`, or NULL. */
 const char *lx_function_path(const void *fn);
+/* The name of the function at `fn` ("?" when unknown); interned. */
+const char *lx_function_name(const void *fn);
 
 /* ---------------- trace.c ---------------- */
 
@@ -186,6 +189,21 @@ void lx_check_tally(const cJSON *step);
 void lx_check_counts(int *passed, int *failed);
 
 /* ---------------- tensor.c ---------------- */
+
+/* tensor_track.c. Every tensor header is made by lx_tensor_alloc (zeroed,
+ * registered as alive, the lecture stack of the making call kept) and given
+ * up by lx_tensor_release (from tensor_free, after the data is freed: a
+ * second release is a double free, named; the header is poisoned and kept
+ * for a while). lx_tensor_check stops the lecture when `t` was freed.
+ * lx_tensor_leaks makes a warning step per line whose tensors are still
+ * alive at the end of `when` ("the lecture", "rank 2's function ranks()"),
+ * frees them when `release`, and returns how many there were. */
+#define LX_POISON ((uintptr_t)0x3ead00000000ull)   /* freed tensors' data: below the 47-bit user space top, far from heap, stacks and libraries */
+#define LX_POISON_SPAN ((uintptr_t)1 << 36)        /* faults in [LX_POISON, + 64 GiB) are "use after free" */
+tensor *lx_tensor_alloc(void);
+void lx_tensor_release(tensor *t);
+void lx_tensor_check(const tensor *t, const char *op);
+int lx_tensor_leaks(const char *when, int release);
 
 /* randn's generator back to its state at process start (unseeded: seed 0
  * at the first draw). A pool rank calls it before each spawn. */

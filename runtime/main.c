@@ -190,6 +190,7 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     progress("start");
     body();
     lx_spawn_shutdown();
+    lx_tensor_leaks("the lecture", 0);
 
     int written = lx_trace_write() == 0;
     char *path = lx_trace_path("json");

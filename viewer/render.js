@@ -95,6 +95,9 @@
           '<span class="plot-wait">plot</span></figure>';
       case 'check':
         return checkHTML(r);
+      case 'warning':
+        return '<div class="r-warning"><div class="warn-h"><strong>Warning</strong> · ' + esc(whereText(i)) + '</div>' +
+          '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';
       case 'error':
         return '<div class="r-error"><div class="err-h"><strong>Error</strong> · ' + esc(whereText(i)) + '</div>' +
           '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';

@@ -302,7 +302,7 @@ def _frame_problem(files, step, j):
         if calls(text, nxt) or calls_through_pointer(text, files.pointers[path]):
             return None
         return "%s: does not call %s(): %r" % (where, nxt, files.raw[path][line - 1].strip())
-    if any(r["type"] == "error" for r in step["renderings"]):
+    if any(r["type"] in ("error", "warning") for r in step["renderings"]):
         return None   # a crash or bad input can happen on any line
     if not any(calls(text, c) for c in RUNTIME_CALLS):
         return "%s: no call that makes a step: %r" % (where, files.raw[path][line - 1].strip())
