@@ -1,6 +1,7 @@
 # lectern: build, run, test, bench, view.
 #
-#   make run [LECTURE=name]   set up, build, run lectures/<name>.c, say how to view it
+#   make run [LECTURE=name] [ARGS="--opt --n=8"]
+#                             set up, build, run lectures/<name>.c with ARGS, say how to view it
 #   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
 #   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
 #   make view                 serve the repo on localhost and print the viewer's URL
@@ -30,6 +31,9 @@ PKGS := ompi-c libcjson md4c-html libdw openblas
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+# The C unit tests need cmocka (a test package): without it `make` builds
+# everything else and says how to get it. CMOCKA=0 builds as if it were missing.
+CMOCKA ?= $(shell pkg-config --exists cmocka 2>/dev/null && echo 1 || echo 0)
 
 # NCCL: searched only for a CUDA build. NCCL_FOUND is
 # "INCLUDE_DIR LIB_DIR LINK_FLAG VERSION WHERE...", or "none - - - WHY...".
@@ -61,6 +65,20 @@ endif
 
 CC ?= cc
 WARN := -Wall -Wextra -Wno-unused-parameter
+# Lecture code: a printf format that does not match its arguments (%d given a
+# double, a missing argument) is an error, not a warning lost in the output.
+LECTURE_WARN := $(WARN) -Werror=format
+
+# Short build lines ("CC lectures/hw.c"), the compiler's warnings as they
+# are; V=1 prints each full command.
+V ?= 0
+ifeq ($(V),1)
+  Q :=
+  say = @true
+else
+  Q := @
+  say = @printf '  %-5s %s\n' $(1) $(2)
+endif
 # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the
 # random numbers (runtime/philox.h) round the same on every CPU and the GPU.
 COMMON := -g -fno-omit-frame-pointer -ffp-contract=off -D_GNU_SOURCE -Iruntime $(PKG_CFLAGS) \
@@ -130,56 +148,78 @@ BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
 .PHONY: all run test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
-all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(TEST_BINS) $(TOOL_BINS) $(BENCH_BINS)
+ifeq ($(CMOCKA),1)
+  C_TEST_BINS := $(TEST_BINS)
+else
+  C_TEST_BINS :=
+  ifeq ($(MAKELEVEL),0)
+    $(info lectern: cmocka is missing, so the C unit tests (tests/test_*.c) are not built; everything else is. \
+      To get it: bash scripts/setup.sh test (or apt-get install libcmocka-dev))
+  endif
+endif
+
+all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
 $(BUILD)/runtime/%.o: runtime/%.c $(wildcard runtime/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(COMMON) $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
 
 $(BUILD)/runtime/%.cu.o: runtime/%.cu $(wildcard runtime/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(CUDA_FLAGS) -c $< -o $@
+	$(call say,NVCC,$<)
+	$(Q)$(NVCC) $(CUDA_FLAGS) -c $< -o $@
 
 $(LIB): $(RUNTIME_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call say,AR,$@)
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/lectures/lib/%.o: lectures/lib/%.c $(wildcard lectures/lib/*.h) $(wildcard runtime/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) -c $< -o $@
+	$(call say,CC,$<)
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) -c $< -o $@
 
 $(LECTURE_LIB): $(LECTURE_LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call say,AR,$@)
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LECTURE_LIB) $(LIB) $(LIBS)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LECTURE_LIB) $(LIB) $(LIBS)
 
 $(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
 
 $(BUILD)/tests/lib/%.o: tests/lib/%.c $(wildcard tests/lib/*.h) $(wildcard lectures/lib/*.h) $(wildcard runtime/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
 
 $(TEST_LIB): $(TEST_LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call say,AR,$@)
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/tests/tools/%: tests/tools/%.c $(LIB) $(LECTURE_LIB) $(TEST_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(RUNTIME_OPT) $(SAN_FLAGS) $< -o $@ $(TEST_LIB) $(LECTURE_LIB) $(LIB) $(LIBS)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(RUNTIME_OPT) $(SAN_FLAGS) $< -o $@ $(TEST_LIB) $(LECTURE_LIB) $(LIB) $(LIBS)
 
 $(BUILD)/tests/%: tests/%.c $(LIB) $(LECTURE_LIB) $(TEST_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(TEST_LIB) $(LECTURE_LIB) $(LIB) $(LIBS) $(CMOCKA_LIBS)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(TEST_LIB) $(LECTURE_LIB) $(LIB) $(LIBS) $(CMOCKA_LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
 
 # The set-up step installs what is missing (Debian packages, npm packages);
 # it is quick when everything is there.
@@ -189,7 +229,7 @@ setup:
 run:
 	@bash scripts/setup.sh run
 	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
-	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE)
+	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
 
 test: setup
 	@$(MAKE) --no-print-directory all

@@ -41,7 +41,6 @@ static const char *describe(int sig) {
 }
 
 static void on_signal(int sig, siginfo_t *info, void *ucontext) {
-    (void)info;
     if (handling) {
         signal(sig, SIG_DFL);
         raise(sig);
@@ -53,11 +52,16 @@ static void on_signal(int sig, siginfo_t *info, void *ucontext) {
     lx_frame frames[LX_MAX_FRAMES];
     int n = lx_stack_capture_signal(frames, LX_MAX_FRAMES, ucontext);
     char *msg;
+    /* tensor_free points a freed tensor's data at LX_POISON (tensor_track.c):
+     * a fault there is a tensor used after it was freed. */
+    uintptr_t addr = info ? (uintptr_t)info->si_addr : 0;
+    const char *uaf = sig == SIGSEGV && addr >= LX_POISON && addr - LX_POISON < LX_POISON_SPAN
+                          ? " (a freed tensor's data: a tensor used after tensor_free)" : "";
     if (n > 0)
-        msg = lx_fmt("%s at %s:%d in %s()", describe(sig), frames[n - 1].path, frames[n - 1].line,
+        msg = lx_fmt("%s%s at %s:%d in %s()", describe(sig), uaf, frames[n - 1].path, frames[n - 1].line,
                      frames[n - 1].function);
     else
-        msg = lx_fmt("%s outside the lecture's own code", describe(sig));
+        msg = lx_fmt("%s%s outside the lecture's own code", describe(sig), uaf);
     lx_mark_failed();
     lx_emit_frames(frames, n, lx_rendering_error(msg));
     if (!lx_in_rank()) {

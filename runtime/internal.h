@@ -14,6 +14,8 @@
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "lectern.h"
 
@@ -66,6 +68,8 @@ cJSON *lx_stack_to_json(const lx_frame *frames, int n);
 
 /* The repo-relative source file that defines the function at `fn`, or NULL. */
 const char *lx_function_path(const void *fn);
+/* The name of the function at `fn` ("?" when unknown); interned. */
+const char *lx_function_name(const void *fn);
 
 /* ---------------- trace.c ---------------- */
 
@@ -161,7 +165,45 @@ void lx_sb_printf(lx_sb *b, const char *fmt, ...) LECTERN_PRINTF(2, 3);
  * Returns a new string (caller frees). */
 char *lx_utf8_repair(const char *s);
 
+/* ---------------- options.c (a lecture's own options) ---------------- */
+
+/* Takes one command-line argument that is not one of lecture_main's own:
+ * NULL when it is a declared option (remembered), else a message saying
+ * what is wrong (caller frees). */
+char *lx_option_accept(const char *arg);
+/* The lecture's declared options for --help (nothing when it has none). */
+void lx_options_usage(FILE *f);
+/* What was given as "name[=value]\n" lines (caller frees), and a rank's
+ * way to take the same in. */
+char *lx_options_text(void);
+void lx_options_load(const char *text);
+void lx_options_free(void);
+
+/* ---------------- verdict.c (check, check_close) ---------------- */
+
+/* Counts the check renderings of a step that reaches this process's trace
+ * (the lecture's own, or one a rank sent); a failed one marks the lecture
+ * failed. Called by lx_trace_append. */
+void lx_check_tally(const cJSON *step);
+/* The totals so far. */
+void lx_check_counts(int *passed, int *failed);
+
 /* ---------------- tensor.c ---------------- */
+
+/* tensor_track.c. Every tensor header is made by lx_tensor_alloc (zeroed,
+ * registered as alive, the lecture stack of the making call kept) and given
+ * up by lx_tensor_release (from tensor_free, after the data is freed: a
+ * second release is a double free, named; the header is poisoned and kept
+ * for a while). lx_tensor_check stops the lecture when `t` was freed.
+ * lx_tensor_leaks makes a warning step per line whose tensors are still
+ * alive at the end of `when` ("the lecture", "rank 2's function ranks()"),
+ * frees them when `release`, and returns how many there were. */
+#define LX_POISON ((uintptr_t)0x3ead00000000ull)   /* freed tensors' data: below the 47-bit user space top, far from heap, stacks and libraries */
+#define LX_POISON_SPAN ((uintptr_t)1 << 36)        /* faults in [LX_POISON, + 64 GiB) are "use after free" */
+tensor *lx_tensor_alloc(void);
+void lx_tensor_release(tensor *t);
+void lx_tensor_check(const tensor *t, const char *op);
+int lx_tensor_leaks(const char *when, int release);
 
 /* randn's generator back to its state at process start (unseeded: seed 0
  * at the first draw). A pool rank calls it before each spawn. */

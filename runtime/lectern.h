@@ -17,6 +17,7 @@
  *   3. tensors            (runtime/tensor.c, runtime/tensor_cuda.cu)
  *   4. collectives        (runtime/comm.c)
  *   5. timing helpers     (runtime/timing.c)
+ *   6. checks             (runtime/verdict.c)
  *
  * Errors in lecture input (a missing image, a bad plot spec, a bad spawn
  * argument) become an error step naming the lecture file and line, and the
@@ -81,6 +82,34 @@ int lecture_main(int argc, char **argv, void (*body)(void));
 /* 1 when the lecture was started with --quick: lectures use it to pick
  * smaller sizes for tests. The full lecture is what `make run` gives. */
 int lecture_quick(void);
+
+/* A lecture's own options. Declare them once, at file scope:
+ *
+ *     LECTURE_OPTIONS({"naive", NULL, "the naive ring instead of the fast one"},
+ *                     {"n", "N", "elements per rank (default 8)"});
+ *
+ * `value` NULL makes a flag (--naive); a placeholder ("N") makes an option
+ * with a value (--n=8). --help lists them; an option that is not declared,
+ * a flag given a value or an option given none is bad usage (exit 2, the
+ * message naming what the lecture reads) before the lecture runs. Ranks see
+ * the same options as the lecture. `make run LECTURE=x ARGS="--naive --n=8"`
+ * passes them. */
+typedef struct lecture_opt {
+    const char *name;    /* "naive" for --naive, "n" for --n=VALUE */
+    const char *value;   /* NULL for a flag, else what --help shows after '=' */
+    const char *help;    /* one line for --help */
+} lecture_opt;
+#define LECTURE_OPTIONS(...) const lecture_opt lecture_options[] = {__VA_ARGS__, {NULL, NULL, NULL}}
+
+/* 1 when --name was given, else 0. A name LECTURE_OPTIONS does not declare
+ * as a flag is an error step at the calling line (and 0). */
+int lecture_flag(const char *name);
+
+/* The VALUE of --name=VALUE (the last one given), or `fallback` (which may
+ * be NULL) when it was not given. A name LECTURE_OPTIONS does not declare as
+ * an option with a value is an error step at the calling line (and
+ * `fallback`). The string lives until the lecture ends. */
+const char *lecture_option(const char *name, const char *fallback);
 
 /* Progress on stderr ("[lecture_08 12.3s] DDP: spawn 4 ranks"); never in the
  * trace. Silent with --quiet. */
@@ -151,6 +180,16 @@ tensor *to_device(const tensor *t, int device);           /* a copy */
 void tensor_copy(tensor *dst, const tensor *src);          /* same shape, any devices */
 tensor *row_slice(tensor *t, int64_t start, int64_t end);  /* view of rows [start, end) */
 tensor *col_slice(const tensor *t, int64_t start, int64_t end); /* a copy of columns */
+/* A view of the rows*cols elements of t starting at element `offset`
+ * (row-major order), shaped rows x cols (cols 0: 1-D of `rows`). It shares
+ * t's storage: writes through either reach both; t must outlive it; free it
+ * with tensor_free (which leaves t's storage alone). Elements outside t stop
+ * the lecture with an error at the calling line. The way one flat buffer
+ * holds several parameters (a DDP bucket, a ZeRO shard). */
+tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols);
+/* A view of all of t with another shape (cols 0: 1-D); the element count
+ * must stay the same. */
+tensor *reshape(tensor *t, int64_t rows, int64_t cols);
 tensor *cat_cols(tensor *const *parts, int n);             /* concatenate along dim 1 */
 void tensor_free(tensor *t);
 void tensor_to_host(const tensor *t, float *out);          /* numel floats */
@@ -158,6 +197,10 @@ void tensor_to_host(const tensor *t, float *out);          /* numel floats */
 void add_scalar(tensor *t, float s);                       /* in place */
 void scale(tensor *t, float s);                            /* in place */
 void add_(tensor *t, const tensor *u);                     /* t += u */
+void sub_(tensor *t, const tensor *u);                     /* t -= u (same shape and device) */
+void fill_(tensor *t, float value);                        /* every element = value */
+double sum(const tensor *t);                               /* added in double; 0 when empty */
+double norm(const tensor *t);                              /* sqrt(sum of squares); 0 when empty */
 tensor *matmul(const tensor *a, const tensor *b);          /* cuBLAS or OpenBLAS */
 void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b,
                  float alpha, float beta);                 /* c = alpha*op(a)op(b) + beta*c */
@@ -244,6 +287,62 @@ void dist_wait(dist_request *req);                                   /* frees re
 
 double now_seconds(void);             /* monotonic clock */
 void device_synchronize(void);        /* cudaDeviceSynchronize, or nothing on CPU */
+
+/* Times a region of work across the ranks of a spawn (runtime/dist_timer.c):
+ *
+ *     dist_timer t = {0};
+ *     dist_timer_start(&t);      // every rank: device work done, a barrier, the clock
+ *     train_step(...);
+ *     dist_timer_stop(&t);       // device work done, the clock, every rank's time gathered
+ *     if (rank == 0) note("step: max %.1f ms, mean %.1f ms", t.max * 1e3, t.mean * 1e3);
+ *
+ * Both calls are collective: every rank of the spawn must make them. After
+ * dist_timer_stop every rank holds the same max, mean and min over the
+ * ranks (float32 precision) and its own `seconds`. Outside a spawn it
+ * times the lecture's own process (max = mean = min = seconds). stop
+ * returns max; a stop without a start is an error step (and NAN). */
+typedef struct dist_timer {
+    double started;                   /* this rank's clock at the start */
+    double seconds;                   /* this rank's time for the region */
+    double max, mean, min;            /* over the ranks, after the stop */
+    int world_size;                   /* ranks the figures are over */
+    int running;                      /* 1 between start and stop */
+} dist_timer;
+void dist_timer_start(dist_timer *timer);
+double dist_timer_stop(dist_timer *timer);
+
+/* ------------------------------------------------------------------ */
+/* 6. Checks: right or wrong, said by the lecture                      */
+/* ------------------------------------------------------------------ */
+
+/* Each check records a step (rendering type "check") at the line that calls
+ * it, whether it passed or not, and returns 1 when it passed, 0 when it
+ * failed. A failed check does not stop the lecture: it is said on stderr
+ * with its file:line, the lecture goes on, and at the end the run counts as
+ * failed (exit status 1, the trace written as NAME.failed.json). After the
+ * run the console's last line is "checks: N passed, M failed" (when any
+ * check ran); the trace's meta.checks holds the same counts. Checks work
+ * in the lecture and inside spawned ranks alike (a rank's check counts in
+ * the lecture's totals and is shown in its rank's column). */
+
+/* Passes when every element satisfies
+ *     |actual - expected| <= atol + rtol * |expected|
+ * (numpy.isclose, torch.allclose), compared on the host in double whatever
+ * devices the tensors are on. Two equal infinities match; a NaN never does.
+ * The step records the largest absolute difference and the largest relative
+ * difference (|a - e| / |e|, over elements where e != 0), each with its
+ * index, how many elements are outside the tolerance and the first of them.
+ * Different shapes, or a negative or non-finite tolerance, are a failed
+ * check saying so; a NULL tensor is an error step (a mistake in the code,
+ * like any NULL given to the runtime). `what` names the comparison ("gradients of
+ * layer 0"); NULL or "" gives "check_close". */
+int check_close(const tensor *actual, const tensor *expected, double rtol, double atol,
+                const char *what);
+
+/* Passes when `condition` is non-zero; `fmt` (printf-style) says what was
+ * checked, best written as what should be true ("loss went down: %g < %g").
+ * A NULL fmt is an error step. */
+int check(int condition, const char *fmt, ...) LECTERN_PRINTF(2, 3);
 
 #ifdef __cplusplus
 }

@@ -53,7 +53,7 @@ void progress(const char *fmt, ...) {
 
 static void usage(FILE *f, const char *prog, const char *name) {
     fprintf(f,
-            "usage: %s [--out DIR] [--quick] [--quiet] [--help]\n"
+            "usage: %s [--out DIR] [--quick] [--quiet] [--help] [lecture options]\n"
             "\n"
             "Runs the lecture %s and writes its trace: DIR/%s.json and DIR/%s.js\n"
             "(the twin the viewer loads from file://). A run that fails writes\n"
@@ -144,6 +144,8 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout, argv[0], name);
+            lx_options_usage(stdout);
+            lx_options_free();
             free(name);
             return 0;
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
@@ -155,10 +157,17 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
         } else if (strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;
         } else {
-            fprintf(stderr, "%s: unknown option '%s'\n", argv[0], argv[i]);
-            usage(stderr, argv[0], name);
-            free(name);
-            return 2;
+            /* The lecture's own options (LECTURE_OPTIONS); anything else is
+             * said at once, with what the lecture does read. */
+            char *why = lx_option_accept(argv[i]);
+            if (why) {
+                fprintf(stderr, "%s: %s\n", argv[0], why);
+                fprintf(stderr, "(run %s --help for every option)\n", argv[0]);
+                free(why);
+                lx_options_free();
+                free(name);
+                return 2;
+            }
         }
     }
     /* --out, else $LECTERN_OUT (benchmarks and scripts point it at a
@@ -181,6 +190,7 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     progress("start");
     body();
     lx_spawn_shutdown();
+    lx_tensor_leaks("the lecture", 0);
 
     int written = lx_trace_write() == 0;
     char *path = lx_trace_path("json");
@@ -191,7 +201,13 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
                 failed ? "FAILED" : "done", steps, path);
     }
     free(path);
+    /* The verdict last, so it is the line a student sees. */
+    int checks_passed, checks_failed;
+    lx_check_counts(&checks_passed, &checks_failed);
+    if (checks_passed + checks_failed > 0)
+        fprintf(stderr, "checks: %d passed, %d failed\n", checks_passed, checks_failed);
     lx_trace_free();
+    lx_options_free();
     free(dir);
     free(name);
     if (!written) return 2;

@@ -543,6 +543,12 @@ static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_
     desc.args_size = args_size;
     snprintf(desc.lecture, sizeof desc.lecture, "%s", lx_lecture_name());
     if (!getcwd(desc.cwd, sizeof desc.cwd)) desc.cwd[0] = '\0';
+    char *options = lx_options_text();
+    if (strlen(options) >= sizeof desc.options)
+        lx_fatal("spawn(): the lecture's options take %zu bytes, more than the %zu its ranks can be sent",
+                 strlen(options), sizeof desc.options - 1);
+    snprintf(desc.options, sizeof desc.options, "%s", options);
+    free(options);
     for (int r = 0; r < run->world_size; r++) {
         if (run->board) lx_board_slot_reset(&run->board->slot[r]);
         if (lx_wire_send(lx_pool_fd(r), MSG_SPAWN, &desc, sizeof desc, args, args_size) != 0) {

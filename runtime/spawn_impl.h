@@ -96,6 +96,7 @@ typedef struct spawn_desc {
     uint64_t args_size;
     char lecture[128];      /* the lecture's name, for a rank's progress lines */
     char cwd[4096];         /* the parent's working directory: ranks start each spawn there */
+    char options[2048];     /* the lecture's own options, "name[=value]\n" lines (options.c) */
 } spawn_desc;
 
 /* ---------------- spawn_board.c: the status board ---------------- */

@@ -131,7 +131,6 @@ static const char *signal_name(int sig) {
 static volatile sig_atomic_t handling_signal;
 
 static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
-    (void)info;
     if (handling_signal) {
         signal(sig, SIG_DFL);
         raise(sig);
@@ -140,7 +139,11 @@ static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
     handling_signal = 1;
     if (my_slot && (my_slot->state == SLOT_RUNNING || my_slot->state == SLOT_IDLE)) {
         memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
-        snprintf(my_slot->failure, sizeof my_slot->failure, "died with %s", signal_name(sig));
+        /* A fault at LX_POISON is a freed tensor's data (tensor_track.c). */
+        uintptr_t addr = info ? (uintptr_t)info->si_addr : 0;
+        int uaf = sig == SIGSEGV && addr >= LX_POISON && addr - LX_POISON < LX_POISON_SPAN;
+        snprintf(my_slot->failure, sizeof my_slot->failure, "died with %s%s", signal_name(sig),
+                 uaf ? " (a freed tensor's data: a tensor used after tensor_free)" : "");
         my_slot->failed_at = now_seconds();
         __atomic_store_n(&my_slot->state, SLOT_FAILED, __ATOMIC_RELEASE);
         lx_frame frames[LX_MAX_FRAMES];
@@ -278,6 +281,8 @@ static void run_spawn(const char *body, size_t size) {
     lx_stack_set_root((const void *)fn);
     lx_set_in_rank(pool_rank, w);
     lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick, my_desc.quiet);
+    my_desc.options[sizeof my_desc.options - 1] = '\0';
+    lx_options_load(my_desc.options);   /* lecture_flag() and lecture_option() as in the lecture */
     lx_set_step_sink(rank_sink);
     output_to_console(1);
     fresh_state();
@@ -294,6 +299,11 @@ static void run_spawn(const char *body, size_t size) {
     lx_comm_start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
 
     fn(pool_rank, w, args);
+    /* Tensors the function left alive: a warning step per line that made
+     * them, and freed, as the end of a process would. */
+    char *when = lx_fmt("rank %d's function %s()", pool_rank, lx_function_name((const void *)fn));
+    lx_tensor_leaks(when, 1);
+    free(when);
 
     lx_comm_stop();
     output_to_console(0);

@@ -288,6 +288,14 @@ const char *lx_function_path(const void *fn) {
     return path;
 }
 
+const char *lx_function_name(const void *fn) {
+    pthread_mutex_lock(&lock);
+    const sym_entry *e = lookup((uintptr_t)fn);
+    const char *name = e->function ? e->function : "?";
+    pthread_mutex_unlock(&lock);
+    return name;
+}
+
 cJSON *lx_stack_to_json(const lx_frame *frames, int n) {
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {

@@ -130,6 +130,14 @@ static void check_2d(const char *op, const tensor *t)
             lx_fatal("%s: %s is NULL", op, #p);                                      \
     } while (0)
 
+/* The same for a tensor, which must also still be alive (not freed):
+ * tensor_track.c names a use after free. */
+#define NEED_T(p, op)                                                                \
+    do {                                                                             \
+        NEED(p, op);                                                                 \
+        lx_tensor_check((p), op);                                                    \
+    } while (0)
+
 /* BLAS counts in int: refuse (rather than wrap) anything past 2^31 - 1. */
 static int blas_int(const char *op, int64_t n)
 {
@@ -154,9 +162,7 @@ static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device)
         lx_fatal("a %" PRId64 "x%" PRId64 " tensor is too large", rows, cols);
     check_device(device);
 
-    tensor *t = calloc(1, sizeof *t);
-    if (!t)
-        lx_fatal("out of memory for a tensor");
+    tensor *t = lx_tensor_alloc();
     t->ndim = ndim;
     t->shape[0] = rows;
     t->shape[1] = ndim == 2 ? cols : 0;
@@ -254,7 +260,7 @@ void tensor_free(tensor *t)
             free(t->data);
     }
     free(t->str);
-    free(t);
+    lx_tensor_release(t);   /* poisoned and kept a while: a second free is named */
 }
 
 /* ------------------------------------------------------------------ */
@@ -309,8 +315,8 @@ tensor *randn(int64_t rows, int64_t cols, int device)
 
 void tensor_copy(tensor *dst, const tensor *src)
 {
-    NEED(dst, "tensor_copy");
-    NEED(src, "tensor_copy");
+    NEED_T(dst, "tensor_copy");
+    NEED_T(src, "tensor_copy");
     check_same_shape("tensor_copy", dst, src);
     if (src->numel == 0 || dst->data == src->data)
         return;
@@ -322,7 +328,7 @@ void tensor_copy(tensor *dst, const tensor *src)
 
 tensor *to_device(const tensor *t, int device)
 {
-    NEED(t, "to_device");
+    NEED_T(t, "to_device");
     tensor *out = new_tensor(t->ndim, t->shape[0], t->shape[1], device);
     tensor_copy(out, t);
     return out;
@@ -330,7 +336,7 @@ tensor *to_device(const tensor *t, int device)
 
 void tensor_to_host(const tensor *t, float *out)
 {
-    NEED(t, "tensor_to_host");
+    NEED_T(t, "tensor_to_host");
     if (t->numel > 0)
         NEED(out, "tensor_to_host");
     if (t->numel == 0)
@@ -346,14 +352,12 @@ void tensor_to_host(const tensor *t, float *out)
  * The original must outlive the view. */
 tensor *row_slice(tensor *t, int64_t start, int64_t end)
 {
-    NEED(t, "row_slice");
+    NEED_T(t, "row_slice");
     if (start < 0 || end < start || end > t->shape[0])
         lx_fatal("row_slice: rows [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
                  " rows of a %s tensor",
                  start, end, t->shape[0], shape_of(t).s);
-    tensor *v = calloc(1, sizeof *v);
-    if (!v)
-        lx_fatal("out of memory for a tensor");
+    tensor *v = lx_tensor_alloc();
     *v = *t;
     int64_t row = t->ndim == 2 ? t->shape[1] : 1;
     v->shape[0] = end - start;
@@ -362,6 +366,51 @@ tensor *row_slice(tensor *t, int64_t start, int64_t end)
     v->owns_data = 0;
     v->str = NULL;
     return v;
+}
+
+/* A view is a new header over the same storage: it never owns it, writes
+ * through it reach the original, and the original must outlive it. */
+static tensor *view_of(tensor *t, int64_t offset, int ndim, int64_t rows, int64_t cols)
+{
+    tensor *v = lx_tensor_alloc();
+    *v = *t;
+    v->ndim = ndim;
+    v->shape[0] = rows;
+    v->shape[1] = ndim == 2 ? cols : 0;
+    v->numel = ndim == 2 ? rows * cols : rows;
+    v->data = v->numel ? t->data + offset : NULL;
+    v->owns_data = 0;
+    v->str = NULL;
+    return v;
+}
+
+/* Any run of numel consecutive elements is a tensor of its own in
+ * row-major storage: this is how one flat buffer holds many parameters
+ * (a DDP bucket, a ZeRO shard) and each is still used with its shape. */
+tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols)
+{
+    NEED_T(t, "tensor_view");
+    if (rows < 0 || cols < 0)
+        lx_fatal("tensor_view: a negative size (%" PRId64 ", %" PRId64 ")", rows, cols);
+    int64_t n = cols == 0 ? rows : rows * cols;
+    if (cols > 0 && rows > INT64_MAX / cols)
+        lx_fatal("tensor_view: %" PRId64 "x%" PRId64 " is too large", rows, cols);
+    if (offset < 0 || offset > t->numel || n > t->numel - offset)
+        lx_fatal("tensor_view: elements [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
+                 " elements of a %s tensor",
+                 offset, offset + n, t->numel, shape_of(t).s);
+    return view_of(t, offset, cols == 0 ? 1 : 2, rows, cols);
+}
+
+tensor *reshape(tensor *t, int64_t rows, int64_t cols)
+{
+    NEED_T(t, "reshape");
+    int64_t n = cols == 0 ? rows : (rows >= 0 && cols > 0 && rows <= INT64_MAX / cols ? rows * cols : -1);
+    if (rows < 0 || cols < 0 || n != t->numel)
+        lx_fatal("reshape: a %s tensor (%" PRId64 " elements) cannot be %" PRId64 "%s%.0" PRId64
+                 " (%" PRId64 " elements)",
+                 shape_of(t).s, t->numel, rows, cols ? "x" : "", cols, n);
+    return view_of(t, 0, cols == 0 ? 1 : 2, rows, cols);
 }
 
 /* height rows of width floats between two row-major matrices on one device;
@@ -384,7 +433,7 @@ static void copy_block(int device, float *dst, int64_t dst_row, const float *src
 /* Columns are not contiguous in row-major storage, so this is a copy. */
 tensor *col_slice(const tensor *t, int64_t start, int64_t end)
 {
-    NEED(t, "col_slice");
+    NEED_T(t, "col_slice");
     check_2d("col_slice", t);
     if (start < 0 || end < start || end > t->shape[1])
         lx_fatal("col_slice: columns [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
@@ -426,7 +475,7 @@ tensor *cat_cols(tensor *const *parts, int n)
 
 float item(const tensor *t, int64_t i)
 {
-    NEED(t, "item");
+    NEED_T(t, "item");
     if (i < 0 || i >= t->numel)
         lx_fatal("item: index %" PRId64 " is outside a tensor of %" PRId64 " elements", i,
                  t->numel);
@@ -440,8 +489,8 @@ float item(const tensor *t, int64_t i)
 /* Compared on the host in double, wherever the two tensors live. */
 double max_abs_diff(const tensor *a, const tensor *b)
 {
-    NEED(a, "max_abs_diff");
-    NEED(b, "max_abs_diff");
+    NEED_T(a, "max_abs_diff");
+    NEED_T(b, "max_abs_diff");
     check_same_shape("max_abs_diff", a, b);
     float *x = lx_host_buffer(a->numel), *y = lx_host_buffer(b->numel);
     tensor_to_host(a, x);
@@ -467,7 +516,7 @@ double max_abs_diff(const tensor *a, const tensor *b)
 
 void add_scalar(tensor *t, float s)
 {
-    NEED(t, "add_scalar");
+    NEED_T(t, "add_scalar");
     if (on_gpu(t)) {
         lx_cuda_add_scalar(t->device, t->data, t->numel, s);
         return;
@@ -478,7 +527,7 @@ void add_scalar(tensor *t, float s)
 
 void scale(tensor *t, float s)
 {
-    NEED(t, "scale");
+    NEED_T(t, "scale");
     int n = blas_int("scale", t->numel);
     if (n == 0)
         return;
@@ -490,8 +539,8 @@ void scale(tensor *t, float s)
 
 void add_(tensor *t, const tensor *u)
 {
-    NEED(t, "add_");
-    NEED(u, "add_");
+    NEED_T(t, "add_");
+    NEED_T(u, "add_");
     check_same_shape("add_", t, u);
     check_same_device("add_", t, u);
     int n = blas_int("add_", t->numel);
@@ -503,6 +552,57 @@ void add_(tensor *t, const tensor *u)
         cblas_saxpy(n, 1.0f, u->data, 1, t->data, 1);
 }
 
+void sub_(tensor *t, const tensor *u)
+{
+    NEED_T(t, "sub_");
+    NEED_T(u, "sub_");
+    check_same_shape("sub_", t, u);
+    check_same_device("sub_", t, u);
+    int n = blas_int("sub_", t->numel);
+    if (n == 0)
+        return;
+    if (on_gpu(t))
+        lx_cuda_axpy(t->device, t->data, u->data, n, -1.0f);
+    else
+        cblas_saxpy(n, -1.0f, u->data, 1, t->data, 1);
+}
+
+void fill_(tensor *t, float value)
+{
+    NEED_T(t, "fill_");
+    if (on_gpu(t)) {
+        lx_cuda_fill(t->device, t->data, t->numel, value);
+        return;
+    }
+    for (int64_t i = 0; i < t->numel; i++)
+        t->data[i] = value;
+}
+
+/* Added in double on either device, so a sum of 10^7 floats keeps the
+ * float's precision instead of losing digits to the running total. */
+double sum(const tensor *t)
+{
+    NEED_T(t, "sum");
+    if (on_gpu(t))
+        return lx_cuda_sum(t->device, t->data, t->numel);
+    double acc = 0.0;
+    for (int64_t i = 0; i < t->numel; i++)
+        acc += (double)t->data[i];
+    return acc;
+}
+
+/* sqrt(sum of squares): on the host the squares are added in double
+ * (dsdot); on a GPU cublasSdot adds them in float. */
+double norm(const tensor *t)
+{
+    NEED_T(t, "norm");
+    int n = blas_int("norm", t->numel);
+    if (n == 0)
+        return 0.0;
+    double sq = on_gpu(t) ? (double)lx_cuda_sumsq(t->device, t->data, n) : cblas_dsdot(n, t->data, 1, t->data, 1);
+    return sqrt(sq);
+}
+
 /*
  * c = alpha * op(a) op(b) + beta * c, everything row-major, where op(x) is x
  * or its transpose. The transposes are never materialised: BLAS reads the
@@ -512,9 +612,9 @@ void add_(tensor *t, const tensor *u)
 void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b,
                  float alpha, float beta)
 {
-    NEED(c, "matmul_into");
-    NEED(a, "matmul_into");
-    NEED(b, "matmul_into");
+    NEED_T(c, "matmul_into");
+    NEED_T(a, "matmul_into");
+    NEED_T(b, "matmul_into");
     check_2d("matmul", a);
     check_2d("matmul", b);
     check_2d("matmul", c);
@@ -548,8 +648,8 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
 
 tensor *matmul(const tensor *a, const tensor *b)
 {
-    NEED(a, "matmul");
-    NEED(b, "matmul");
+    NEED_T(a, "matmul");
+    NEED_T(b, "matmul");
     check_2d("matmul", a);
     check_2d("matmul", b);
     if (a->shape[1] != b->shape[0])
@@ -577,7 +677,7 @@ tensor *matmul(const tensor *a, const tensor *b)
 
 tensor *gelu(const tensor *x)
 {
-    NEED(x, "gelu");
+    NEED_T(x, "gelu");
     tensor *y = new_like(x);
     if (on_gpu(x)) {
         lx_cuda_gelu(x->device, y->data, x->data, x->numel);
@@ -593,8 +693,8 @@ tensor *gelu(const tensor *x)
 
 tensor *gelu_backward(const tensor *x, const tensor *dy)
 {
-    NEED(x, "gelu_backward");
-    NEED(dy, "gelu_backward");
+    NEED_T(x, "gelu_backward");
+    NEED_T(dy, "gelu_backward");
     check_same_shape("gelu_backward", x, dy);
     check_same_device("gelu_backward", x, dy);
     tensor *dx = new_like(x);
@@ -616,7 +716,7 @@ tensor *gelu_backward(const tensor *x, const tensor *dy)
  * in double, so the sum does not drift over 10^5 terms. */
 float mse_loss(const tensor *x)
 {
-    NEED(x, "mse_loss");
+    NEED_T(x, "mse_loss");
     int n = blas_int("mse_loss", x->numel);
     if (n == 0)
         return NAN; /* the mean of nothing, as torch says too */
@@ -628,7 +728,7 @@ float mse_loss(const tensor *x)
 /* d mean(x^2) / dx = 2x / numel */
 tensor *mse_loss_backward(const tensor *x)
 {
-    NEED(x, "mse_loss_backward");
+    NEED_T(x, "mse_loss_backward");
     tensor *dx = new_like(x);
     tensor_copy(dx, x);
     if (x->numel)
@@ -643,7 +743,7 @@ tensor *mse_loss_backward(const tensor *x)
 /* torch.optim.AdamW's defaults. */
 adamw *adamw_new(const tensor *param, float lr)
 {
-    NEED(param, "adamw_new");
+    NEED_T(param, "adamw_new");
     adamw *opt = calloc(1, sizeof *opt);
     if (!opt)
         lx_fatal("out of memory for an optimizer");
@@ -682,8 +782,8 @@ adamw *adamw_new(const tensor *param, float lr)
 void adamw_step(adamw *opt, tensor *param, const tensor *grad)
 {
     NEED(opt, "adamw_step");
-    NEED(param, "adamw_step");
-    NEED(grad, "adamw_step");
+    NEED_T(param, "adamw_step");
+    NEED_T(grad, "adamw_step");
     check_same_shape("adamw_step", param, grad);
     check_same_shape("adamw_step", param, opt->m);
     check_same_device("adamw_step", param, grad);

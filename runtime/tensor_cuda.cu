@@ -188,6 +188,56 @@ extern "C" void lx_cuda_add_scalar(int device, float *x, int64_t n, float s)
     CUDA_CHECK(cudaGetLastError());
 }
 
+static __global__ void fill_kernel(float *x, int64_t n, float v)
+{
+    GRID_STRIDE_LOOP(i, n) x[i] = v;
+}
+
+extern "C" void lx_cuda_fill(int device, float *x, int64_t n, float v)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    fill_kernel<<<blocks_for(n), THREADS>>>(x, n, v);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* Each thread adds its grid-stride share in double, each block adds its
+ * threads' sums in shared memory, and thread 0 of each block adds
+ * the block's sum into *out with a double atomicAdd (sm_60 and later). The
+ * order of the blocks' additions varies from run to run; in double that
+ * moves the float result by far less than its last bit. */
+static __global__ void sum_kernel(const float *x, int64_t n, double *out)
+{
+    __shared__ double part[THREADS];
+    double acc = 0.0;
+    GRID_STRIDE_LOOP(i, n) acc += (double)x[i];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(out, part[0]);
+}
+
+extern "C" double lx_cuda_sum(int device, const float *x, int64_t n)
+{
+    if (n == 0)
+        return 0.0;
+    CUDA_CHECK(cudaSetDevice(device));
+    double *d_out = NULL, result = 0.0;
+    CUDA_CHECK(cudaMalloc((void **)&d_out, sizeof(double)));
+    CUDA_CHECK(cudaMemset(d_out, 0, sizeof(double)));
+    sum_kernel<<<blocks_for(n), THREADS>>>(x, n, d_out);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemcpy(&result, d_out, sizeof(double), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(d_out));
+    return result;
+}
+
 /* GELU, tanh form (torch's approximate='tanh'; torch's default is the erf
  * form, which differs by at most about 1e-3):
  *     gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)

@@ -54,6 +54,10 @@ void lx_cuda_scale(int device, float *x, int n, float s);
 void lx_cuda_axpy(int device, float *y, const float *x, int n, float alpha);
 /* sum of x[i]^2 (cublasSdot), returned to the host */
 float lx_cuda_sumsq(int device, const float *x, int n);
+/* x[i] = v */
+void lx_cuda_fill(int device, float *x, int64_t n, float v);
+/* sum of x[i], added in double, returned to the host */
+double lx_cuda_sum(int device, const float *x, int64_t n);
 
 /* Row-major C (m x n) = alpha * op(A) op(B) + beta * C, with op(A) m x k and
  * op(B) k x n; lda, ldb, ldc are the row lengths of A, B, C as stored. The
@@ -94,6 +98,8 @@ static inline void lx_cuda_add_scalar(int device, float *x, int64_t n, float s) 
 static inline void lx_cuda_scale(int device, float *x, int n, float s) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_axpy(int device, float *y, const float *x, int n, float alpha) { lx_tensor_no_cuda(); }
 static inline float lx_cuda_sumsq(int device, const float *x, int n) { lx_tensor_no_cuda(); }
+static inline void lx_cuda_fill(int device, float *x, int64_t n, float v) { lx_tensor_no_cuda(); }
+static inline double lx_cuda_sum(int device, const float *x, int64_t n) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k,
                                  float alpha, const float *a, int lda, const float *b, int ldb,
                                  float beta, float *c, int ldc) { lx_tensor_no_cuda(); }

@@ -163,6 +163,7 @@ cJSON *lx_trace_spawns(void) {
 void lx_trace_append(cJSON *step) {
     pthread_mutex_lock(&lock);
     if (!trace) lx_trace_init("lecture", ".");
+    lx_check_tally(step);
     cJSON_AddItemToArray(steps, step);
     pthread_mutex_unlock(&lock);
 }
@@ -355,6 +356,12 @@ int lx_trace_write(void) {
     pthread_mutex_lock(&lock);
     if (!trace) { pthread_mutex_unlock(&lock); return -1; }
     set_item(meta, "status", cJSON_CreateString(failed ? "failed" : "ok"));
+    int checks_passed, checks_failed;
+    lx_check_counts(&checks_passed, &checks_failed);
+    cJSON *checks = cJSON_CreateObject();
+    cJSON_AddNumberToObject(checks, "passed", checks_passed);
+    cJSON_AddNumberToObject(checks, "failed", checks_failed);
+    set_item(meta, "checks", checks);
     set_item(meta, "duration_s", cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3));
     embed_files();
     char *json = cJSON_PrintUnformatted(trace);

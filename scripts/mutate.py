@@ -44,6 +44,9 @@ MISUSE_COLLECTIVES = [PY, "tests/test_misuse.py", "CollectiveMisuse"]
 COMM_CHECKS = [PY, "tests/test_comm_checks.py"]
 LECTURE_08 = [PY, "tests/test_lecture_08.py"]
 VIEWER = ["bash", "tests/viewer/run.sh"]
+CHECKS = [PY, "tests/test_checks.py"]
+LEAKS = [PY, "tests/test_leaks.py"]
+HOMEWORK = [PY, "tests/test_homework.py"]
 
 
 def m(name, path, find, replace, *tests):
@@ -72,6 +75,15 @@ MUTANTS = [
       FOUNDATION),
     m("quiet-ignored", "runtime/main.c", "            quiet = 1;", "            quiet = 0;", MISUSE_OPTIONS),
     m("gpu-count-not-cached", "runtime/timing.c", "    if (count < 0) {", "    if (1) {", C_GPU_COUNT),
+    # ---- checks, tensor tracking ----
+    m("check-close-tolerance-ignores-expected", "runtime/verdict.c", "ok = d <= atol + rtol * fabs(y);",
+      "ok = d <= atol + rtol;", CHECKS),
+    m("failed-check-does-not-fail-the-run", "runtime/verdict.c", "            failed_count++;\n            lx_mark_failed();",
+      "            failed_count++;", CHECKS, HOMEWORK),
+    m("check-close-nan-matches", "runtime/verdict.c", "ok = !isnan(x) && !isnan(y) && x == y;", "ok = 1;", CHECKS),
+    m("double-free-not-noticed", "runtime/tensor_track.c", "    rec *r = (rec *)t;\n    if (r->magic == MAGIC_FREED) {",
+      "    rec *r = (rec *)t;\n    if (0) {", LEAKS),
+    m("leaks-not-reported", "runtime/tensor_track.c", "    if (total == 0) {", "    if (1) {", LEAKS),
     # ---- tensors ----
     m("max-abs-diff-skips-nan", "runtime/tensor.c", "        if (isnan(d)) {\n            worst = NAN;\n            break;\n        }\n",
       "", C_TENSOR),

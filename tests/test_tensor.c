@@ -403,6 +403,76 @@ static void check_matmul(int64_t m, int64_t k, int64_t n, int ta, int tb, float 
     tensor_free(c);
 }
 
+/* tensor_view, reshape, sub_, fill_, sum, norm against loops over the
+ * values the test put in. */
+static void test_views_and_reductions(void **state)
+{
+    (void)state;
+    tensor *flat = arange(12, -1);                    /* 0, 1, ..., 11 */
+    tensor *v = tensor_view(flat, 5, 2, 3);           /* elements 5..10 as 2x3 */
+    assert_int_equal(v->ndim, 2);
+    assert_int_equal(v->shape[0], 2);
+    assert_int_equal(v->shape[1], 3);
+    assert_int_equal(v->numel, 6);
+    assert_false(v->owns_data);
+    for (int i = 0; i < 6; i++)
+        assert_true(v->data[i] == (float)(5 + i));
+    fill_(v, -1.0f);                                  /* writes reach the buffer */
+    for (int i = 0; i < 12; i++)
+        assert_true(flat->data[i] == ((i >= 5 && i < 11) ? -1.0f : (float)i));
+    tensor *one_d = tensor_view(flat, 11, 1, 0);
+    assert_int_equal(one_d->ndim, 1);
+    assert_true(one_d->data[0] == 11.0f);
+    tensor *empty_view = tensor_view(flat, 12, 0, 0); /* the end is a valid place for nothing */
+    assert_int_equal(empty_view->numel, 0);
+
+    tensor *m = reshape(flat, 3, 4);
+    assert_int_equal(m->shape[0], 3);
+    assert_int_equal(m->shape[1], 4);
+    assert_true(m->data == flat->data);
+    tensor *back = reshape(m, 12, 0);
+    assert_int_equal(back->ndim, 1);
+    assert_int_equal(back->numel, 12);
+
+    /* sub_: t - u elementwise, against the values computed here. */
+    float a_vals[6] = {1.5f, -2.0f, 3.25f, 0.0f, 10.0f, -7.5f};
+    float b_vals[6] = {0.5f, 2.0f, -1.0f, 4.0f, 2.5f, -7.5f};
+    tensor *a = tensor_from(a_vals, 2, 3, -1), *b = tensor_from(b_vals, 2, 3, -1);
+    sub_(a, b);
+    for (int i = 0; i < 6; i++)
+        assert_true(a->data[i] == a_vals[i] - b_vals[i]);   /* exact: every value is a short binary fraction */
+
+    /* sum and norm of a random tensor against double loops here. */
+    manual_seed(3);
+    tensor *r = randn(37, 11, -1);
+    double s = 0, sq = 0;
+    for (int64_t i = 0; i < r->numel; i++) {
+        s += r->data[i];
+        sq += (double)r->data[i] * r->data[i];
+    }
+    /* sum adds the same floats in double in the same order: equal. norm's
+     * squares go through OpenBLAS's dsdot, whose kernels may round each
+     * product to float before adding it in double (this machine's does):
+     * each square then moves by up to 2^-24 of itself, and the order of the
+     * additions by n 2^-53 of the total; sqrt and squaring back add 2^-51. */
+    double bound = sq * (ldexp(1.0, -24) + (double)r->numel * ldexp(1.0, -53) + ldexp(1.0, -51));
+    assert_true(sum(r) == s);
+    double n2 = norm(r) * norm(r);
+    assert_true(fabs(n2 - sq) <= bound);
+    assert_true(sum(empty_view) == 0.0);
+    assert_true(norm(empty_view) == 0.0);
+
+    tensor_free(r);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(back);
+    tensor_free(m);
+    tensor_free(empty_view);
+    tensor_free(one_d);
+    tensor_free(v);
+    tensor_free(flat);
+}
+
 static void test_matmul_against_triple_loop(void **state)
 {
     (void)state;
@@ -784,6 +854,31 @@ static void slice_out_of_range(void)
 }
 enum { SLICE_OUT_OF_RANGE_LINE = __LINE__ - 3 };
 
+static void view_out_of_range(void)
+{
+    tensor *a = zeros(4, 2, -1);
+    tensor_view(a, 5, 2, 2);
+    tensor_free(a);
+}
+enum { VIEW_OUT_OF_RANGE_LINE = __LINE__ - 3 };
+
+static void reshape_wrong_count(void)
+{
+    tensor *a = zeros(4, 2, -1);
+    reshape(a, 3, 3);
+    tensor_free(a);
+}
+enum { RESHAPE_WRONG_COUNT_LINE = __LINE__ - 3 };
+
+static void sub_mismatched(void)
+{
+    tensor *a = zeros(2, 2, -1), *b = zeros(4, 0, -1);
+    sub_(a, b);
+    tensor_free(a);
+    tensor_free(b);
+}
+enum { SUB_MISMATCHED_LINE = __LINE__ - 4 };
+
 static void test_errors_name_the_lecture_line(void **state)
 {
     (void)state;
@@ -792,6 +887,11 @@ static void test_errors_name_the_lecture_line(void **state)
     expect_failure(add_mismatched, ADD_MISMATCHED_LINE, "add_: shapes differ: 4 and 5");
     expect_failure(slice_out_of_range, SLICE_OUT_OF_RANGE_LINE,
                    "row_slice: rows [2, 6) are not within the 4 rows of a 4x2 tensor");
+    expect_failure(view_out_of_range, VIEW_OUT_OF_RANGE_LINE,
+                   "tensor_view: elements [5, 9) are not within the 8 elements of a 4x2 tensor");
+    expect_failure(reshape_wrong_count, RESHAPE_WRONG_COUNT_LINE,
+                   "reshape: a 4x2 tensor (8 elements) cannot be 3x3 (9 elements)");
+    expect_failure(sub_mismatched, SUB_MISMATCHED_LINE, "sub_: shapes differ: 2x2 and 4");
 }
 
 static void test_no_gpu_is_a_clear_error(void **state)
@@ -959,6 +1059,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_row_slice_is_a_view),
         cmocka_unit_test(test_col_slice_and_cat_cols),
         cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_views_and_reductions),
         cmocka_unit_test(test_matmul_against_triple_loop),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_mse),

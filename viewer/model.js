@@ -36,7 +36,30 @@
       r[0].data.lastIndexOf('spawn: ', 0) === 0;
   }
 
+  // Ranks run at once, and their steps reach the trace in the order they
+  // happen to arrive (rank 0, 3, 2, 1). A run of consecutive steps that are
+  // different ranks' output of one line of one spawn is put in rank order,
+  // so stepping through it and reading it both go 0, 1, 2, 3.
+  function rankOrder(steps) {
+    function at(s) { var f = s.stack[s.stack.length - 1]; return f.path + ':' + f.line; }
+    for (var i = 0; i < steps.length;) {
+      var s = steps[i], j = i + 1;
+      if (s.rank != null) {
+        var seen = Object.create(null), where = at(s);
+        seen[s.rank] = true;
+        while (j < steps.length && steps[j].rank != null && steps[j].spawn === s.spawn && !seen[steps[j].rank] &&
+               at(steps[j]) === where) seen[steps[j++].rank] = true;
+        if (j - i > 1) {
+          var run = steps.slice(i, j).sort(function (a, b) { return a.rank - b.rank; });
+          for (var k = 0; k < run.length; k++) steps[i + k] = run[k];
+        }
+      }
+      i = j;
+    }
+  }
+
   L.buildIndex = function (t) {
+    rankOrder(t.steps);
     var n = t.steps.length;
     var ix = {
       n: n,
@@ -50,7 +73,7 @@
       spawnSteps: [],                  // spawn -> [steps], in order
       spawnNote: [],                   // spawn -> its note step, or -1
       noteSpawn: new Int32Array(n).fill(-1),   // step -> the spawn it announces, or -1
-      errors: [], ranks: [], files: [], headings: [], title: null,
+      errors: [], checks: { passed: [], failed: [] }, ranks: [], files: [], headings: [], title: null,
       ends: Object.create(null)        // path -> statement-end cache (stmtEnd)
     };
     var spawns = t.spawns = Array.isArray(t.spawns) ? t.spawns : [];
@@ -86,6 +109,7 @@
       }
       var rs = s.renderings;
       for (var j = 0; j < rs.length; j++) if (rs[j] && rs[j].type === 'error') { ix.errors.push(i); break; }
+      for (j = 0; j < rs.length; j++) if (rs[j] && rs[j].type === 'check') (rs[j].passed === true ? ix.checks.passed : ix.checks.failed).push(i);
     }
     spawnNotes(t, ix, maybeNotes);
     // The look-alikes that are no spawn's note are notes like any other.

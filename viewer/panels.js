@@ -35,10 +35,21 @@
       b.textContent = failed ? 'failed' : m.status;
       b.className = 'badge ' + (failed ? 'bad' : 'ok');
     }
+    // Checks: how many passed and failed, the failed count a button to the
+    // first failed check.
+    var ck = IX.checks, cb = $('checks-badge');
+    if (ck.passed.length + ck.failed.length) {
+      cb.hidden = false;
+      cb.className = 'badge checks ' + (ck.failed.length ? 'bad' : 'ok');
+      cb.innerHTML = 'checks: <span class="n-pass">' + ck.passed.length + ' passed</span>, ' + (ck.failed.length ?
+        '<button type="button" class="to-step n-fail" data-step="' + ck.failed[0] + '" title="Go to the first failed check">' +
+        ck.failed.length + ' failed</button>' : '<span class="n-fail">0 failed</span>');
+    }
     $('meta').textContent = L.metaLine();
     var dl = '';
     function row(k, v) { if (v != null && v !== '') dl += '<dt>' + esc(k) + '</dt><dd>' + esc(v) + '</dd>'; }
     row('status', m.status);
+    if (ck.passed.length + ck.failed.length) row('checks', ck.passed.length + ' passed, ' + ck.failed.length + ' failed');
     row('backend', m.backend);
     row('GPUs', m.gpus != null ? m.gpus + (m.gpu_names && m.gpu_names.length ? ' · ' + L.uniq(m.gpu_names).join(', ') : '') : null);
     row('host', m.host);
@@ -56,7 +67,9 @@
       ban.className = 'banner bad';
       ban.innerHTML = (failed ? '<strong>This run failed.</strong> ' : '') + (IX.errors.length ? IX.errors.length + ' error step' +
         (IX.errors.length > 1 ? 's' : '') + '. <button type="button" class="to-step" data-step="' + e + '">First: ' +
-        esc(whereText(e)) + '</button>' : 'The trace holds the steps up to the failure.');
+        esc(whereText(e)) + '</button>' : ck.failed.length ? ck.failed.length + ' check' + (ck.failed.length > 1 ? 's' : '') +
+        ' failed. <button type="button" class="to-step" data-step="' + ck.failed[0] + '">First: ' + esc(whereText(ck.failed[0])) +
+        '</button>' : 'The trace holds the steps up to the failure.');
     }
     // Without DOMPurify notes are shown as their markdown text: say why.
     if (!window.lecternSafe.ready()) {

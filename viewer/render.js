@@ -93,6 +93,11 @@
         var ph = r.spec && typeof r.spec.height === 'number' && r.spec.height > 0 && r.spec.height < 2000 ? r.spec.height : 200;
         return '<figure class="r-plot" data-s="' + i + '" data-r="' + j + '" style="min-height:' + (ph + 60) + 'px">' +
           '<span class="plot-wait">plot</span></figure>';
+      case 'check':
+        return checkHTML(r);
+      case 'warning':
+        return '<div class="r-warning"><div class="warn-h"><strong>Warning</strong> · ' + esc(whereText(i)) + '</div>' +
+          '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';
       case 'error':
         return '<div class="r-error"><div class="err-h"><strong>Error</strong> · ' + esc(whereText(i)) + '</div>' +
           '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';
@@ -100,6 +105,30 @@
         return '<div class="r-unknown">unknown rendering type ' + esc(JSON.stringify(r.type)) + '</div>';
     }
   };
+
+  // A check as a badge (passed or failed, in words as well as colour), what
+  // it checked, and the numbers that decided it. Every field is the trace's
+  // and goes in as text.
+  // Three significant digits, like C's %.3g: 0.5, 0.0909, 1e-5.
+  function num(x) {
+    if (typeof x !== 'number' || !isFinite(x)) return '?';
+    if (x === 0) return '0';
+    var a = Math.abs(x), s = a < 1e-3 || a >= 1e5 ? x.toExponential(2) : x.toPrecision(3);
+    return s.replace(/(\.\d*?)0+(?=e|$)/, '$1').replace(/\.(?=e|$)/, '').replace('e+', 'e');
+  }
+  function at(a) { return Array.isArray(a) ? '[' + a.map(function (v) { return esc(v); }).join(', ') + ']' : ''; }
+  function checkHTML(r) {
+    var ok = r.passed === true, nums = [];
+    if (typeof r.max_abs === 'number') nums.push('max abs diff ' + num(r.max_abs) + (r.max_abs_at ? ' at ' + at(r.max_abs_at) : ''));
+    if (typeof r.max_rel === 'number') nums.push('max rel diff ' + num(r.max_rel) + (r.max_rel_at ? ' at ' + at(r.max_rel_at) : ''));
+    if (typeof r.rtol === 'number' || typeof r.atol === 'number') nums.push('rtol ' + num(r.rtol) + ', atol ' + num(r.atol));
+    if (!ok && typeof r.bad === 'number' && r.bad > 0) nums.push(esc(r.bad) + ' of ' + esc(r.numel) + ' outside' +
+      (r.first_bad_at ? ', first at ' + at(r.first_bad_at) : '') + (r.nonfinite ? ', ' + esc(r.nonfinite) + ' NaN or infinite' : ''));
+    if (typeof r.reason === 'string') nums.push(esc(r.reason));
+    return '<div class="r-check ' + (ok ? 'pass' : 'fail') + '"><span class="check-badge">' + (ok ? '✓ pass' : '✗ fail') +
+      '</span> <span class="check-what">' + esc(r.what == null ? '' : r.what) + '</span>' +
+      (nums.length ? ' <span class="check-nums">' + nums.join(' · ') + '</span>' : '') + '</div>';
+  }
 
   // A local figure at its share of the page, but never narrower than its own
   // width where there is room (hydrate() sets that once it has loaded); a

@@ -1,9 +1,10 @@
 /* lectern viewer, trace: reading a trace and checking it.
  *
  * Three ways in:
- *   ?trace=NAME      ../traces/NAME.js from file:// (a page on disk cannot
- *                    fetch(), it can load a script), ../traces/NAME.json
- *                    over http (read as data);
+ *   ?trace=NAME      ../traces/local/NAME.js (what `make run` wrote), else
+ *                    ../traces/NAME.js (the trace the repository ships), from
+ *                    file:// (a page on disk cannot fetch(), it can load a
+ *                    script); the .json twins over http (read as data);
  *   ?trace=PATH      that .js or .json file: only on the page's own origin
  *                    over http, only a file on disk from file://;
  *   a .json file     picked with "Open trace…" or dropped on the page, read
@@ -26,7 +27,10 @@
 
   function traceSource(arg) {
     var isPath = /\.(js|json)$/i.test(arg) || arg.indexOf('/') >= 0 || SCHEME.test(arg);
-    if (!isPath) return { key: arg, js: L.ROOT + 'traces/' + arg + '.js', json: L.ROOT + 'traces/' + arg + '.json' };
+    // By name: the trace `make run` wrote (traces/local/, not tracked), else
+    // the one the repository ships (traces/).
+    if (!isPath) return { key: arg, js: L.ROOT + 'traces/local/' + arg + '.js', json: L.ROOT + 'traces/local/' + arg + '.json',
+                          fallback: { key: arg, js: L.ROOT + 'traces/' + arg + '.js', json: L.ROOT + 'traces/' + arg + '.json' } };
     var base = L.basename(arg).replace(/\.(js|json)$/i, '');
     if (/\.json$/i.test(arg)) return { key: base, js: null, json: arg };
     return { key: base, js: arg.replace(/\.js$/i, '') + '.js', json: null };
@@ -77,13 +81,22 @@
         (Object.keys(all).length ? Object.keys(all).map(function (k) { return '"' + k + '"'; }).join(', ') : 'nothing') + ')');
     }, function () {
       window.removeEventListener('error', onErr);
-      done(null, src, 'the file could not be read: it is missing, or the path is wrong.');
+      done(null, src, 'the file could not be read: it is missing, or the path is wrong.', true);
     });
   }
 
-  // The trace a ?trace= names: done(trace, file, problem).
+  // The trace a ?trace= names: done(trace, file, problem). A name is looked
+  // for in traces/local/ first; when that file is missing, in traces/.
   L.loadTrace = function (arg, done) {
     var src = traceSource(arg);
+    if (!src.fallback) return loadFrom(src, arg, done);
+    loadFrom(src, arg, function (t, file, problem, missing) {
+      if (!t && missing) return loadFrom(src.fallback, arg, done);
+      done(t, file, problem);
+    });
+  };
+
+  function loadFrom(src, arg, done) {
     S.name = src.key;
     var http = /^https?:$/.test(location.protocol);
     var useJson = src.json && (http || !src.js);
@@ -105,13 +118,13 @@
         S.via = 'json';
         done(t, src.json);
       }, function (e) {
-        done(null, src.json, 'the file could not be read' + (e && e.status ? ' (HTTP ' + e.status + ')' : '') + '.');
+        done(null, src.json, 'the file could not be read' + (e && e.status ? ' (HTTP ' + e.status + ')' : '') + '.', e && e.status === 404);
       });
       return;
     }
     S.via = 'script';
     loadViaScript(src.js, src.key, done);
-  };
+  }
 
   // A file picked or dropped: read as text, parsed as JSON.
   L.readTraceFile = function (f, done) {

@@ -17,6 +17,8 @@
 static void *volatile nothing = NULL;
 #define NUL ((void *)nothing)
 
+LECTURE_OPTIONS({"level", "N", "an option for the lecture_option case"});
+
 static tensor *small(void) { return arange(4, -1); }
 
 static void c_note(void) { note(NUL); }
@@ -67,6 +69,26 @@ static void c_adamw_step_grad(void) { adamw_step(adamw_new(small(), 0.1f), small
 static void c_adamw_free(void) { adamw_free(NUL); }
 static void c_tensor_str(void) { tensor_str(NUL); }
 static void c_summarize(void) { summarize(NUL); }
+static void c_check_close_actual(void) { check_close(NUL, small(), 0, 0, "x"); }
+static void c_check_close_expected(void) { check_close(small(), NUL, 0, 0, "x"); }
+static void c_check_close_what(void) {
+    tensor *a = small();
+    check_close(a, a, 0, 0, NUL);
+    tensor_free(a);
+}
+static void c_check_fmt(void) { check(1, NUL); }
+static void c_lecture_flag(void) { lecture_flag(NUL); }
+static void c_tensor_view(void) { tensor_view(NUL, 0, 1, 0); }
+static void c_reshape(void) { reshape(NUL, 1, 0); }
+static void c_sub_t(void) { sub_(NUL, small()); }
+static void c_sub_u(void) { sub_(small(), NUL); }
+static void c_fill(void) { fill_(NUL, 1.0f); }
+static void c_sum(void) { sum(NUL); }
+static void c_norm(void) { norm(NUL); }
+static void c_dist_timer_start(void) { dist_timer_start(NUL); }
+static void c_dist_timer_stop(void) { dist_timer_stop(NUL); }
+static void c_lecture_option_name(void) { lecture_option(NUL, "x"); }
+static void c_lecture_option_fallback(void) { lecture_option("level", NUL); }
 
 /* Collectives: the NULL is passed inside a one-rank spawn. */
 static const char *dist_case;
@@ -150,6 +172,22 @@ typedef struct fixture_case {
 
 static const fixture_case cases[] = {
     {"note.fmt", c_note},
+    {"check_close.actual", c_check_close_actual},
+    {"check_close.expected", c_check_close_expected},
+    {"check_close.what", c_check_close_what},
+    {"check.fmt", c_check_fmt},
+    {"lecture_flag.name", c_lecture_flag},
+    {"tensor_view.t", c_tensor_view},
+    {"reshape.t", c_reshape},
+    {"sub_.t", c_sub_t},
+    {"sub_.u", c_sub_u},
+    {"fill_.t", c_fill},
+    {"sum.t", c_sum},
+    {"norm.t", c_norm},
+    {"dist_timer_start.timer", c_dist_timer_start},
+    {"dist_timer_stop.timer", c_dist_timer_stop},
+    {"lecture_option.name", c_lecture_option_name},
+    {"lecture_option.fallback", c_lecture_option_fallback},
     {"note_verbatim.fmt", c_note_verbatim},
     {"image.src", c_image},
     {"see.url", c_see},

@@ -223,10 +223,10 @@ def format_regex(fmt):
     return re.compile("".join(parts), re.S)
 
 
-# The rendering type each step-making call makes (check() and check_close()
-# make their own kind; anything is accepted from them).
+# The rendering type each step-making call makes.
 _RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
-                   "note_system": "text", "plot": "plot", "spawn": "markdown"}
+                   "note_system": "text", "plot": "plot", "spawn": "markdown",
+                   "check": "check", "check_close": "check"}
 
 # What each step-making call's first argument must match in its rendering.
 _FIRST_ARG_FIELD = {"note": ("data", True), "note_verbatim": ("data", True), "image": ("src", False),
@@ -302,7 +302,7 @@ def _frame_problem(files, step, j):
         if calls(text, nxt) or calls_through_pointer(text, files.pointers[path]):
             return None
         return "%s: does not call %s(): %r" % (where, nxt, files.raw[path][line - 1].strip())
-    if any(r["type"] == "error" for r in step["renderings"]):
+    if any(r["type"] in ("error", "warning") for r in step["renderings"]):
         return None   # a crash or bad input can happen on any line
     if not any(calls(text, c) for c in RUNTIME_CALLS):
         return "%s: no call that makes a step: %r" % (where, files.raw[path][line - 1].strip())

@@ -269,6 +269,37 @@ def hostile():
     return tr.t
 
 
+def checks():
+    """check() and check_close() steps, passed and failed, in the lecture and
+    in ranks; the ranks' output arrives in the order 0, 3, 2, 1."""
+    p = "lectures/checks.c"
+    tr = Trace("checks", [p], backend="mpi", status="failed")
+    top = lambda snip: frame(p, "body", snip)
+    tr.step([top('note("# Checks")')], md("# Checks", "<h1>Checks</h1>\n"))
+    tr.step([top('"outputs")')], {"type": "check", "passed": True, "what": "outputs", "rtol": 1e-5, "atol": 1e-8,
+                                   "numel": 6, "bad": 0, "max_abs": 0, "max_abs_at": [0], "max_rel": 0,
+                                   "max_rel_at": [1], "data": "PASS: outputs"})
+    tr.step([top('"gradients")')], {"type": "check", "passed": False, "what": "gradients", "rtol": 1e-5, "atol": 1e-8,
+                                     "numel": 6, "bad": 6, "max_abs": 0.5, "max_abs_at": [0], "max_rel": 0.5,
+                                     "max_rel_at": [1], "first_bad_at": [0],
+                                     "data": "FAIL: gradients: max abs diff 0.5 at [0]"})
+    tr.step([top('check(2 + 2')], {"type": "check", "passed": True, "what": "two and two make 4",
+                                    "data": "PASS: two and two make 4"})
+    at = [top("spawn(ranks")]
+    k = tr.spawn(at, 4, "mpi", "4 ranks, 0 GPUs: Open MPI on host memory")
+    for r in (0, 3, 2, 1):
+        tr.step(at + [frame(p, "ranks", 'note_verbatim("rank')], text(f"rank {r} of 4"), rank=r, world_size=4, spawn=k)
+    for r in (2, 0, 1, 3):
+        ok = r != 3
+        tr.step(at + [frame(p, "ranks", "check_close(t, want")],
+                {"type": "check", "passed": ok, "what": "arange against itself", "rtol": 0, "atol": 0, "numel": 4,
+                 "bad": 0 if ok else 1, "max_abs": 0 if ok else 1, "max_abs_at": [0 if ok else 2],
+                 "data": "PASS" if ok else "FAIL"}, rank=r, world_size=4, spawn=k)
+    tr.step([top('note("The end.")')], md("The end.", "<p>The end.</p>\n"))
+    tr.t["meta"]["checks"] = {"passed": 6, "failed": 2}
+    return tr.t
+
+
 def write(out, key, t):
     os.makedirs(out, exist_ok=True)
     body = json.dumps(t, ensure_ascii=False, separators=(",", ":"))
@@ -286,6 +317,7 @@ def main():
     write(out, "multi.failed", multi_failed(m))
     write(out, "hostile", hostile())
     write(out, "media", media())
+    write(out, "checks", checks())
     # Broken traces: each must give a clear message in the page.
     with open(os.path.join(out, "broken_syntax.js"), "w") as f:
         f.write('(window.lecternTraces = window.lecternTraces || {})["broken_syntax"] = {"version": 1, "steps": [,;\n')

@@ -37,7 +37,30 @@ def load(name):
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        t = json.load(f)
+    rank_order(t["steps"])
+    return t
+
+
+def rank_order(steps):
+    """The order the viewer shows steps in (docs/trace-format.md, "How the
+    viewer places steps"): a run of consecutive steps of one spawn, made at
+    one line by different ranks, goes in rank order. Written here from the
+    rule, not taken from the viewer, so step numbers agree with the page."""
+    def at(s):
+        f = s["stack"][-1]
+        return (f["path"], f["line"])
+    i = 0
+    while i < len(steps):
+        s, j = steps[i], i + 1
+        if s["rank"] is not None:
+            seen = {s["rank"]}
+            while (j < len(steps) and steps[j]["rank"] is not None and steps[j]["spawn"] == s["spawn"]
+                   and steps[j]["rank"] not in seen and at(steps[j]) == at(s)):
+                seen.add(steps[j]["rank"])
+                j += 1
+            steps[i:j] = sorted(steps[i:j], key=lambda x: x["rank"])
+        i = j
 
 
 def text_of(step):

@@ -1,0 +1,58 @@
+/* Fixture: tensors left alive, freed twice, used after free
+ * (tests/test_leaks.py). LECTERN_FIXTURE_CASE picks: "leak" (the default),
+ * "double_free", "use_after_free", "raw_after_free", "rank_use_after_free". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lectern.h"
+
+static tensor *kept;
+
+static void ranks(int rank, int world_size, void *args) {
+    for (int i = 0; i < 3; i++) {
+        tensor *t = zeros(16, 16, get_device(rank));   /* 1 kB each, never freed */
+        (void)t;
+    }
+    kept = arange(8, get_device(rank));                /* 32 bytes, in a global */
+    tensor *fine = zeros(4, 0, get_device(rank));
+    tensor_free(fine);
+    note_verbatim("rank %d done", rank);
+}
+
+static void ranks_use_after_free(int rank, int world_size, void *args) {
+    tensor *t = zeros(4, 0, get_device(rank));
+    tensor_free(t);
+    if (rank == 1) dist_all_reduce(t, DIST_SUM);
+}
+
+static void leak(void) {
+    tensor *a = randn(256, 256, -1);   /* 256 kB, never freed */
+    (void)a;
+    spawn(ranks, 2, NULL, 0);
+    spawn(ranks, 2, NULL, 0);          /* the pool's ranks start clean again */
+    note("after");
+}
+
+static void body(void) {
+    const char *c = getenv("LECTERN_FIXTURE_CASE");
+    c = c ? c : "leak";
+    if (strcmp(c, "leak") == 0) leak();
+    if (strcmp(c, "double_free") == 0) {
+        tensor *t = zeros(2, 2, -1);
+        tensor_free(t);
+        tensor_free(t);
+    }
+    if (strcmp(c, "use_after_free") == 0) {
+        tensor *t = zeros(2, 2, -1);
+        tensor_free(t);
+        add_scalar(t, 1.0f);
+    }
+    if (strcmp(c, "raw_after_free") == 0) {
+        tensor *t = zeros(2, 2, -1);
+        tensor_free(t);
+        note("%g", (double)t->data[1]);
+    }
+    if (strcmp(c, "rank_use_after_free") == 0) spawn(ranks_use_after_free, 2, NULL, 0);
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, body); }

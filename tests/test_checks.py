@@ -1,0 +1,120 @@
+"""check() and check_close(): a step per check with the numbers that decided
+it, a failed check fails the run without stopping it, ranks' checks count,
+and the console's last line counts them.
+
+    /usr/bin/python3 tests/test_checks.py        (LECTERN_BUILD picks the build)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
+BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+FIXTURE = os.path.join(BUILD, "tests", "lectures", "check_fixture")
+SRC = os.path.join(ROOT, "tests", "lectures", "check_fixture.c")
+
+
+def run(out, case):
+    env = dict(os.environ, LECTERN_FIXTURE_CASE=case)
+    return subprocess.run([FIXTURE, "--quiet", "--out", out], env=env, capture_output=True, text=True, timeout=180)
+
+
+def checks(trace):
+    return [(s, r) for s in trace["steps"] for r in s["renderings"] if r["type"] == "check"]
+
+
+def src_lines():
+    with open(SRC) as f:
+        return f.read().split("\n")
+
+
+class Checks(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.p = run(cls.tmp.name, "all")
+        cls.trace = tracecheck.validate(os.path.join(cls.tmp.name, "check_fixture.failed.json"))
+        cls.by_what = {r["what"]: (s, r) for s, r in checks(cls.trace) if s["rank"] is None}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_failed_checks_fail_the_run_but_do_not_stop_it(self):
+        self.assertEqual(self.p.returncode, 1, tracecheck.why(self.p))
+        self.assertEqual(self.trace["meta"]["status"], "failed")
+        last = self.trace["steps"][-1]["renderings"][0]
+        self.assertEqual(last.get("data"), "after")     # the lecture went on to its end
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "check_fixture.json")))
+
+    def test_counts_on_console_and_in_meta(self):
+        # Lecture: 3 pass, 4 fail; ranks: 2 all-reduce checks pass, rank 1's false check fails.
+        self.assertEqual(self.p.stderr.rstrip("\n").split("\n")[-1], "checks: 5 passed, 5 failed")
+        self.assertEqual(self.trace["meta"]["checks"], {"passed": 5, "failed": 5})
+        self.assertEqual(sum(r["passed"] for _, r in checks(self.trace)), 5)
+
+    def test_each_check_is_at_its_line(self):
+        lines = src_lines()
+        for s, r in checks(self.trace):
+            code = lines[s["stack"][-1]["line"] - 1]
+            self.assertRegex(code, r"\bcheck(_close)?\(", r["what"])
+
+    def test_numbers_of_a_failed_check_close(self):
+        # six against six_off: only element [1, 2] differs, 5 against 5.5.
+        s, r = self.by_what["one element off"]
+        self.assertFalse(r["passed"])
+        self.assertEqual(r["max_abs"], 0.5)
+        self.assertEqual(r["max_abs_at"], [1, 2])
+        self.assertAlmostEqual(r["max_rel"], 0.5 / 5.5, places=12)   # computed in double from exact floats
+        self.assertEqual(r["max_rel_at"], [1, 2])
+        self.assertEqual((r["bad"], r["numel"], r["first_bad_at"]), (1, 6, [1, 2]))
+        self.assertIn("max abs diff 0.5 at [1, 2]", r["data"])
+        self.assertIn("tests/lectures/check_fixture.c:%d: FAIL: one element off" % s["stack"][-1]["line"],
+                      self.p.stderr)
+
+    def test_tolerance_is_rtol_times_expected(self):
+        # 5.00001f against 5: |d| = float32(5.00001) - 5, within 1e-5 * 5.
+        s, r = self.by_what["within rtol"]
+        self.assertTrue(r["passed"])
+        import struct
+        d = struct.unpack("f", struct.pack("f", 5.00001))[0] - 5
+        self.assertEqual(r["max_abs"], d)
+        self.assertLessEqual(d, 1e-5 * 5)
+
+    def test_shapes_and_nan(self):
+        _, r = self.by_what["shapes differ"]
+        self.assertFalse(r["passed"])
+        self.assertIn("actual 6, expected 2x3", r["reason"])
+        _, r = self.by_what["a NaN"]
+        # The NaN is outside any tolerance, however wide.
+        self.assertFalse(r["passed"])
+        self.assertEqual((r["nonfinite"], r["first_bad_at"]), (1, [0, 2]))
+
+    def test_check_with_format(self):
+        _, r = self.by_what["two and two make 5"]
+        self.assertFalse(r["passed"])
+        _, r = self.by_what["one and one make 2"]
+        self.assertTrue(r["passed"])
+
+    def test_ranks_checks(self):
+        ranked = [(s["rank"], r["what"], r["passed"]) for s, r in checks(self.trace) if s["rank"] is not None]
+        self.assertCountEqual(ranked, [(0, "all-reduce sum", True), (1, "all-reduce sum", True),
+                                       (1, "rank 1 is rank 0", False)])
+        self.assertIn("rank 1: check failed: tests/lectures/check_fixture.c:", self.p.stderr)
+
+    def test_all_passing_is_status_ok(self):
+        with tempfile.TemporaryDirectory() as out:
+            p = run(out, "pass")
+            self.assertEqual(p.returncode, 0, tracecheck.why(p))
+            self.assertEqual(p.stderr.rstrip("\n").split("\n")[-1], "checks: 5 passed, 0 failed")
+            t = tracecheck.validate(os.path.join(out, "check_fixture.json"))
+            self.assertEqual(t["meta"]["checks"], {"passed": 5, "failed": 0})
+
+
+if __name__ == "__main__":
+    unittest.main()

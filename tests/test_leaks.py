@@ -1,0 +1,112 @@
+"""Tensors left alive, freed twice, used after free.
+
+At the end of each rank's function and of the lecture, tensors still alive
+are one warning step per line that made them (count and bytes, stamped at
+that line), the run still ok; a pool rank gives them back, so the next spawn
+starts clean. A double free and a use after free are named as such, with
+the lines that made and freed the tensor.
+
+    /usr/bin/python3 tests/test_leaks.py        (LECTERN_BUILD picks the build)
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
+BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+FIXTURE = os.path.join(BUILD, "tests", "lectures", "leak_fixture")
+SRC = "tests/lectures/leak_fixture.c"
+
+
+def line_of(snippet):
+    with open(os.path.join(ROOT, SRC)) as f:
+        for n, text in enumerate(f.read().split("\n"), 1):
+            if snippet in text:
+                return n
+    raise AssertionError(snippet)
+
+
+def run(out, case):
+    env = dict(os.environ, LECTERN_FIXTURE_CASE=case)
+    return subprocess.run([FIXTURE, "--quiet", "--out", out], env=env, capture_output=True, text=True, timeout=180)
+
+
+def renderings(trace, kind):
+    return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == kind]
+
+
+class Leaks(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_leaks_are_warnings_at_the_making_line(self):
+        p = run(self.out, "leak")
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))   # a warning, not a failure
+        t = tracecheck.validate(os.path.join(self.out, "leak_fixture.json"))
+        warns = renderings(t, "warning")
+        zeros_line, arange_line, randn_line = line_of("zeros(16, 16"), line_of("kept = arange"), line_of("randn(256")
+        ranked = sorted((s["spawn"], s["rank"], s["stack"][-1]["line"], m) for s, m in warns if s["rank"] is not None)
+        # Two spawns x two ranks x two lines: the loop's 3 tensors of 16x16 floats, the global's 8 floats.
+        self.assertEqual(len(ranked), 8, ranked)
+        for sp, rank, line, m in ranked:
+            self.assertIn(line, (zeros_line, arange_line))
+            want = "3 tensors (3.0 kB) made here are" if line == zeros_line else "1 tensor (32 bytes) made here is"
+            self.assertIn(want, m)
+            self.assertIn("still alive at the end of rank %d's function ranks()" % rank, m)
+            self.assertTrue(m.startswith("%s:%d: " % (SRC, line)), m)
+        own = [(s["stack"][-1]["line"], m) for s, m in warns if s["rank"] is None]
+        self.assertEqual(len(own), 1, own)
+        self.assertEqual(own[0][0], randn_line)
+        self.assertIn("1 tensor (256.0 kB) made here is still alive at the end of the lecture", own[0][1])
+        self.assertIn("warning: 1 tensor (256.0 kB) still alive at the end of the lecture", p.stderr)
+        self.assertEqual(t["meta"]["status"], "ok")
+
+    def failed(self, case):
+        p = run(self.out, case)
+        self.assertEqual(p.returncode, 1, tracecheck.why(p))
+        self.assertNotIn("core dumped", p.stderr)
+        return p, tracecheck.validate(os.path.join(self.out, "leak_fixture.failed.json"))
+
+    def test_double_free_is_named(self):
+        p, t = self.failed("double_free")
+        (_, m), = renderings(t, "error")
+        made, freed = line_of("tensor *t = zeros(2, 2", ), None
+        m2 = re.fullmatch(r"%s:(\d+): tensor_free: double free: this tensor \(made at %s:(\d+)\) was already freed at "
+                          r"%s:(\d+)" % (SRC, SRC, SRC), m)
+        self.assertTrue(m2, m)
+        second, made_at, first = (int(x) for x in m2.groups())
+        self.assertEqual(made_at, made)
+        self.assertEqual(first, made + 1)
+        self.assertEqual(second, made + 2)
+
+    def test_use_after_free_is_named(self):
+        p, t = self.failed("use_after_free")
+        (_, m), = renderings(t, "error")
+        self.assertRegex(m, r"^%s:\d+: add_scalar: use after free: this tensor \(made at %s:\d+\) was freed at "
+                            r"%s:\d+$" % (SRC, SRC, SRC))
+
+    def test_raw_access_after_free_is_named_by_the_crash(self):
+        p, t = self.failed("raw_after_free")
+        (_, m), = renderings(t, "error")
+        self.assertIn("SIGSEGV (invalid memory access) (a freed tensor's data: a tensor used after tensor_free) "
+                      "at %s:%d" % (SRC, line_of("t->data[1]")), m)
+
+    def test_use_after_free_in_a_rank(self):
+        p, t = self.failed("rank_use_after_free")
+        msgs = [m for _, m in renderings(t, "error")]
+        self.assertTrue(any("rank 1 of 2 died with SIGSEGV (a freed tensor's data: a tensor used after tensor_free)"
+                            in m for m in msgs), msgs)
+
+
+if __name__ == "__main__":
+    unittest.main()
