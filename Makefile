@@ -2,6 +2,7 @@
 #
 #   make run [LECTURE=name] [ARGS="--opt --n=8"]
 #                             set up, build, run lectures/<name>.c with ARGS, say how to view it
+#                             (LECTURE=all: every lecture but the homework)
 #   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
 #   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
 #   make view                 serve the repo on localhost and print the viewer's URL
@@ -226,10 +227,21 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 setup:
 	@bash scripts/setup.sh test
 
+# LECTURE=all: every lecture but the homework ones (a homework's starter fails
+# its checks until the student solves it), one after the other.
+ALL_LECTURES := $(filter-out homework_%,$(LECTURES))
 run:
 	@bash scripts/setup.sh run
+ifeq ($(LECTURE),all)
+	@$(MAKE) --no-print-directory $(ALL_LECTURES:%=$(BUILD)/lectures/%)
+	@failed=; for l in $(ALL_LECTURES); do echo "== $$l"; \
+	    bash scripts/run-lecture.sh $(BUILD)/lectures/$$l $(ARGS) || failed="$$failed $$l"; echo; done; \
+	  echo "All lectures: open file://$(CURDIR)/viewer/index.html for the list"; \
+	  if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
+else
 	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
 	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
+endif
 
 test: setup
 	@$(MAKE) --no-print-directory all

@@ -42,6 +42,8 @@ else
     echo "The lecture wrote no trace (exit $rc: bad usage, an unwritable $rel, or it was killed)."
     exit $rc
 fi
+# The list the viewer shows when no trace is named (viewer/lectures.js).
+python3 "$root/scripts/trace_index.py" "$out" >/dev/null || echo "(the lecture index in $rel could not be updated)"
 echo "View it: open file://$root/viewer/index.html?trace=$trace in a browser"
 echo "   (or run 'make view' and open the URL it prints)"
 exit $rc

@@ -2,10 +2,12 @@
  *
  * viewer/index.html with no ?trace= lists every lecture whose trace is in
  * traces/: its title, its first lines, when and on what machine its trace
- * was made. The list comes from traces/index.js, which
- * scripts/trace_index.py writes after each `make run` (a page opened from
- * file:// can load a script but not read a folder). Everything in it is
- * shown as text, never as HTML.
+ * was made. The lists come from traces/local/index.js (the lectures run
+ * here: `make run` writes there and scripts/trace_index.py lists them) and
+ * traces/index.js (the traces the repository ships); a page opened from
+ * file:// can load a script but not read a folder. A lecture in both is
+ * listed once, with the local run, as ?trace=NAME opens it. Everything in
+ * the lists is shown as text, never as HTML.
  */
 (function () {
   'use strict';
@@ -35,16 +37,27 @@
       '<h2><a href="index.html?trace=' + encodeURIComponent(name) + '">' + esc(e.title || name) + '</a></h2>' +
       '<p class="lecture-file"><code>lectures/' + esc(name) + '.c</code></p>' +
       (e.summary ? '<p class="lecture-summary">' + esc(e.summary) + '</p>' : '') +
-      '<p class="lecture-facts">Trace of ' + esc(facts.join(' · ')) + '</p>' +
+      '<p class="lecture-facts">' + (e.local ? 'Your run: ' : 'Trace of ') + esc(facts.join(' · ')) + '</p>' +
       (e.failed_run ? '<p class="lecture-failed">A later run failed: <a href="index.html?trace=' +
         encodeURIComponent(name + '.failed') + '">its trace up to the failure</a>.</p>' : '') +
       '</li>';
   }
 
-  function show(index) {
-    var list = index && Array.isArray(index.lectures) ? index.lectures.filter(function (e) {
+  function entries(index) {
+    return index && Array.isArray(index.lectures) ? index.lectures.filter(function (e) {
       return e && typeof e.name === 'string' && /^[A-Za-z0-9_.\-]+$/.test(e.name);
     }) : [];
+  }
+
+  // The local runs first by name, then the shipped traces not run here.
+  function merge(local, shipped) {
+    var seen = {}, list = [];
+    entries(local).forEach(function (e) { e.local = true; seen[e.name] = 1; list.push(e); });
+    entries(shipped).forEach(function (e) { if (!seen[e.name]) list.push(e); });
+    return list.sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; });
+  }
+
+  function show(list) {
     if (!list.length) return false;
     document.body.classList.remove('loading');
     document.body.classList.add('index-page');
@@ -68,8 +81,18 @@
 
   // Shows the index, or calls fallback() when there is none to show.
   L.showIndex = function (fallback) {
-    L.loadScript(L.ROOT + 'traces/index.js', function () {
-      if (!show(window.lecternIndex)) fallback();
-    }, fallback);
+    // Each index.js sets window.lecternIndex: take it before the next loads.
+    function take(then) {
+      return function () { var x = window.lecternIndex; window.lecternIndex = null; then(x); };
+    }
+    L.loadScript(L.ROOT + 'traces/local/index.js', take(function (local) {
+      L.loadScript(L.ROOT + 'traces/index.js', take(function (shipped) {
+        if (!show(merge(local, shipped))) fallback();
+      }), take(function () { if (!show(merge(local, null))) fallback(); }));
+    }), take(function () {
+      L.loadScript(L.ROOT + 'traces/index.js', take(function (shipped) {
+        if (!show(merge(null, shipped))) fallback();
+      }), fallback);
+    }));
   };
 })();

@@ -93,6 +93,19 @@ class IndexPage(unittest.TestCase):
         cls.expected["zz_hostile"] = (HOSTILE, "box")
         p = run_indexer(cls.traces)
         assert p.returncode == 0, p.stderr
+        # A lecture also run here (make run writes traces/local/): listed
+        # once, as the local run.
+        cls.local_name = min(n for n in cls.expected if n != "zz_hostile")
+        local = os.path.join(cls.traces, "local")
+        os.makedirs(local)
+        with open(os.path.join(cls.traces, cls.local_name + ".json"), encoding="utf-8") as f:
+            t = json.load(f)
+        t["meta"]["host"] = "here-box"
+        with open(os.path.join(local, cls.local_name + ".json"), "w", encoding="utf-8") as f:
+            json.dump(t, f)
+        cls.expected[cls.local_name] = (cls.expected[cls.local_name][0], "here-box")
+        p = run_indexer(local)
+        assert p.returncode == 0, p.stderr
         cls.root = harness.make_root(cls.traces)
         cls.d = harness.browser(1280, 800)
 
@@ -119,6 +132,8 @@ class IndexPage(unittest.TestCase):
                 self.assertEqual(row.find_element(By.CSS_SELECTOR, "h2").text, title)
                 self.assertIn(host, row.find_element(By.CSS_SELECTOR, ".lecture-facts").text)
                 self.assertIn("lectures/%s.c" % name, row.text)
+                facts = row.find_element(By.CSS_SELECTOR, ".lecture-facts").text
+                self.assertEqual(facts.startswith("Your run: "), name == self.local_name, facts)
         self.assertIsNone(self.d.execute_script("return window.pwned"))
         self.assertEqual(self.d.find_elements(By.CSS_SELECTOR, ".lecture-index img"), [])
         os.makedirs(os.path.join(harness.REPO, "build", "viewer-screenshots"), exist_ok=True)
