@@ -181,8 +181,9 @@ static void wait_then_touch_main(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
-/* The deadlock, run in a second process of this program (see MISTAKE_ENV)
- * with a short LECTERN_TIMEOUT; its report is what the runtime prints. */
+/* The deadlock, run in a second process of this program (MISTAKE_ENV, spelt
+ * out in the command) with a short LECTERN_TIMEOUT; what it shows is what
+ * the runtime prints. */
 static void show_the_deadlock_report(void) {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -192,7 +193,8 @@ static void show_the_deadlock_report(void) {
     }
     self[n] = '\0';
     setenv("LECTURE_COLLECTIVES_SELF", self, 1);
-    note_system("out=$(mktemp -d) && LECTERN_TIMEOUT=1 " MISTAKE_ENV "=1 \"$LECTURE_COLLECTIVES_SELF\" "
+    note_system("out=$(mktemp -d) && LECTERN_TIMEOUT=1 LECTURE_COLLECTIVES_MISTAKE=1 "
+                "\"$LECTURE_COLLECTIVES_SELF\" "
                 "--quiet --out \"$out\" >\"$out/log\" 2>&1; status=$?; grep '^lectern:' \"$out/log\"; "
                 "echo \"(exit status of that run: $status)\"; rm -rf \"$out\"");
 }
@@ -486,13 +488,221 @@ static void all_reduce_by_hand(void) {
 /* Alpha-beta                                                          */
 /* ------------------------------------------------------------------ */
 
+/* Message sizes of the sweeps, in floats (4 bytes each), multiples of 4 so
+ * the ring can cut them in 4 chunks. */
+static const int64_t PING_SIZES[] = {1, 16, 256, 4096, 65536, 262144};
+static const int64_t SWEEP_SIZES[] = {4, 64, 1024, 4096, 16384, 65536, 262144};
+#define N_PING (int)(sizeof PING_SIZES / sizeof PING_SIZES[0])
+#define N_SWEEP (int)(sizeof SWEEP_SIZES / sizeof SWEEP_SIZES[0])
+
+typedef struct {
+    int reps;             /* timed repetitions per size; the median is kept */
+} timing_args;
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One-way time of a message of `floats` between ranks 0 and 1: half the
+ * round trip (0 sends, 1 sends it back), median over reps. */
+static double ping_pong(int rank, int64_t floats, int reps) {
+    tensor *t = zeros(floats, 0, get_device(rank));
+    double *times = malloc((size_t)reps * sizeof *times);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_seconds();
+        if (rank == 0) {
+            dist_send(t, 1);
+            dist_recv(t, 1);
+        } else {
+            dist_recv(t, 0);
+            dist_send(t, 0);
+        }
+        times[i] = (now_seconds() - t0) / 2;
+    }
+    double m = median(times, reps);
+    free(times);
+    tensor_free(t);
+    return m;
+}
+
+/* Time of one hand-built all-reduce of `floats` on every rank: from a
+ * barrier to a barrier, median over reps (the same for every rank). */
+static double time_all_reduce(all_reduce_fn fn, int rank, int n, int64_t floats, int reps) {
+    tensor *x = whole_numbers(rank, floats);
+    double *times = malloc((size_t)reps * sizeof *times);
+    for (int i = 0; i < reps; i++) {
+        dist_barrier();
+        double t0 = now_seconds();
+        fn(x, rank, n);
+        dist_barrier();
+        times[i] = now_seconds() - t0;
+        tensor_free(x);
+        x = whole_numbers(rank, floats);
+    }
+    double m = median(times, reps);
+    free(times);
+    tensor_free(x);
+    return m;
+}
+
+/* alpha: the one-way time of the smallest message, where the bytes cost
+ * next to nothing. beta: what the largest message took beyond alpha, per
+ * byte. Two points of the line rather than a least-squares fit, which the
+ * large sizes would dominate, and which could give a negative alpha. */
+static void fit_alpha_beta(const double *one_way, double *alpha, double *beta) {
+    *alpha = one_way[0];
+    double bytes = 4.0 * (double)PING_SIZES[N_PING - 1];
+    *beta = (one_way[N_PING - 1] - *alpha) / bytes;
+}
+
+static void note_ping_pong(const double *one_way, double alpha, double beta) {
+    char table[2048];
+    int len = snprintf(table, sizeof table,
+                       "| bytes | one-way time (us) | model alpha + beta x bytes (us) |\n|---|---|---|\n");
+    for (int i = 0; i < N_PING && len < (int)sizeof table; i++) {
+        double bytes = 4.0 * (double)PING_SIZES[i];
+        len += snprintf(table + len, sizeof table - len, "| %.0f | %.2f | %.2f |\n", bytes, one_way[i] * 1e6,
+                        (alpha + beta * bytes) * 1e6);
+    }
+    note("%s", table);
+    note("alpha = %.4g s, beta = %.4g s/byte (a bandwidth of %.3g GB/s)", alpha, beta, 1e-9 / beta);
+}
+
+/* Ring: 2(N-1) steps of D/N floats. Tree: 2 log2 N steps of D floats on the
+ * root's path. Equal at bytes B = 4D where
+ *   2(N-1)(alpha + beta B/N) = 2 log2N (alpha + beta B),
+ *   B = alpha (N-1-log2N) / (beta (log2N - (N-1)/N)). */
+static double ring_model(double alpha, double beta, int n, double bytes) {
+    return 2.0 * (n - 1) * (alpha + beta * bytes / n);
+}
+
+static double tree_model(double alpha, double beta, int n, double bytes) {
+    return 2.0 * log2(n) * (alpha + beta * bytes);
+}
+
+static double crossover_bytes(double alpha, double beta, int n) {
+    double l = log2(n);
+    return alpha * (n - 1 - l) / (beta * (l - (double)(n - 1) / n));
+}
+
+static void plot_sweep(const double *ring_s, const double *tree_s, double alpha, double beta, int n) {
+    char spec[8192];
+    int len = snprintf(spec, sizeof spec,
+                       "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+                       " \"description\": \"all-reduce time against message size, measured and modelled\","
+                       " \"width\": 420, \"height\": 260, \"data\": {\"values\": [");
+    for (int i = 0; i < N_SWEEP; i++) {
+        double b = 4.0 * (double)SWEEP_SIZES[i];
+        len += snprintf(spec + len, sizeof spec - len,
+                        "%s{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"ring measured\"},"
+                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"tree measured\"},"
+                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"ring model\"},"
+                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"tree model\"}",
+                        i ? "," : "", b, ring_s[i] * 1e6, b, tree_s[i] * 1e6, b,
+                        ring_model(alpha, beta, n, b) * 1e6, b, tree_model(alpha, beta, n, b) * 1e6);
+    }
+    snprintf(spec + len, sizeof spec - len,
+             "]}, \"mark\": {\"type\": \"line\", \"point\": true},"
+             " \"encoding\": {\"x\": {\"field\": \"bytes\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
+             " \"title\": \"bytes per rank\"},"
+             " \"y\": {\"field\": \"us\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
+             " \"title\": \"all-reduce time (us)\"},"
+             " \"color\": {\"field\": \"series\", \"type\": \"nominal\"}}}");
+    plot(spec);
+}
+
+/* Where the ring takes over: the smallest swept size from which on the
+ * ring was faster at every larger size too (the tree won just below it);
+ * 0 when the ring was faster everywhere, -1 when the tree won at the
+ * largest size. */
+static double measured_crossover(const double *ring_s, const double *tree_s) {
+    if (tree_s[N_SWEEP - 1] <= ring_s[N_SWEEP - 1]) return -1;
+    int i = N_SWEEP - 1;
+    while (i > 0 && ring_s[i - 1] < tree_s[i - 1]) i--;
+    return i == 0 ? 0 : 4.0 * (double)SWEEP_SIZES[i];
+}
+
+static void note_sweep(const double *ring_s, const double *tree_s, double alpha, double beta, int n) {
+    char table[2048];
+    int len = snprintf(table, sizeof table,
+                       "| bytes | ring (us) | tree (us) | faster | model: ring (us) | model: tree (us) |\n"
+                       "|---|---|---|---|---|---|\n");
+    for (int i = 0; i < N_SWEEP && len < (int)sizeof table; i++) {
+        double b = 4.0 * (double)SWEEP_SIZES[i];
+        len += snprintf(table + len, sizeof table - len, "| %.0f | %.1f | %.1f | %s | %.1f | %.1f |\n", b,
+                        ring_s[i] * 1e6, tree_s[i] * 1e6, tree_s[i] < ring_s[i] ? "tree" : "ring",
+                        ring_model(alpha, beta, n, b) * 1e6, tree_model(alpha, beta, n, b) * 1e6);
+    }
+    note("%s", table);
+    plot_sweep(ring_s, tree_s, alpha, beta, n);
+    note("predicted: on %d ranks the tree beats the ring below %.0f bytes", n, crossover_bytes(alpha, beta, n));
+    double m = measured_crossover(ring_s, tree_s);
+    if (m > 0)
+        note("measured: the ring was faster from %.0f bytes on, the tree below", m);
+    else if (m == 0)
+        note("measured: the ring was faster at every swept size");
+    else
+        note("measured: the tree was faster even at the largest swept size");
+    double model0 = ring_model(alpha, beta, n, 4.0 * (double)SWEEP_SIZES[0]);
+    if (ring_s[0] > 2 * model0)
+        note("The measured times are well above the model here (%.0f us against %.0f us for the "
+             "ring's smallest message): on this machine the ranks outnumber the cores, so each "
+             "step waits for the operating system to run the rank that should answer, a cost "
+             "the ping-pong between two ranks did not see. Treat the measured crossover as this "
+             "machine's, and the model's as what a core per rank would give.",
+             ring_s[0] * 1e6, model0 * 1e6);
+}
+
+static void timing_main(int rank, int n, void *args) {
+    const timing_args *a = args;
+    double one_way[N_PING], ring_s[N_SWEEP], tree_s[N_SWEEP];
+    if (rank < 2)
+        for (int i = 0; i < N_PING; i++) one_way[i] = ping_pong(rank, PING_SIZES[i], 4 * a->reps);
+    dist_barrier();
+    for (int i = 0; i < N_SWEEP; i++) {
+        ring_s[i] = time_all_reduce(ring_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
+        tree_s[i] = time_all_reduce(tree_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
+    }
+    if (rank != 0) return;
+    double alpha, beta;
+    fit_alpha_beta(one_way, &alpha, &beta);
+    note_ping_pong(one_way, alpha, beta);
+    note("The hand-built ring and tree of the section before, timed on %d ranks (median of %d runs "
+         "each), against the model:", n, a->reps);
+    note_sweep(ring_s, tree_s, alpha, beta, n);
+}
+
+static void measure_alpha_beta(int quick) {
+    note("Ranks 0 and 1 bounce messages of growing size (a ping-pong; half the round trip is "
+         "one message). The smallest message gives alpha, the largest the slope beta. Every "
+         "send here includes the runtime's own check that both sides agree on the message "
+         "(a small description sent ahead of the data), so alpha is the price of a message "
+         "through this runtime, not through bare Open MPI.");
+    note("This machine runs 4 ranks on its CPU cores; where there are fewer cores than "
+         "ranks, a rank waiting for a message shares its core with the one that should "
+         "send it, which makes alpha larger and noisier than on a machine with a core (or "
+         "a GPU) per rank.");
+    timing_args a = {.reps = quick ? 5 : 21};
+    spawn(timing_main, 4, &a, sizeof a);
+    note("Below the crossover, the ring's extra steps cost more than the tree's extra bytes; "
+         "above it the bytes dominate, and the ring wins. With more ranks the ring's step "
+         "count grows like N and the tree's like log2 N, so the crossover moves to larger "
+         "messages: that is why NCCL switches to trees for small messages at scale.");
+}
+
 static void alpha_beta(void) {
     note("## The alpha-beta model");
     note("A message of n bytes costs about `alpha + beta x n`: alpha is the fixed price "
          "of any message (calls, handshakes, waking the other side), beta the time per "
          "byte (one over the bandwidth). An algorithm's time is its steps times alpha "
          "plus the bytes on its slowest path times beta.");
-    note("(measurements follow)");
+    measure_alpha_beta(lecture_quick());
 }
 
 /* ------------------------------------------------------------------ */
