@@ -117,7 +117,7 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
             [ -x "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
         done
-        for t in tests/test_foundation.py tests/test_spawn.py tests/test_misuse.py tests/test_lecture_08.py; do
+        for t in tests/test_foundation.py tests/test_spawn.py tests/test_misuse.py tests/test_lecture_08.py tests/test_lecture_collectives.py; do
             [ -f "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
         done
