@@ -74,8 +74,32 @@ static double bus_factor(int op, int n) {
     return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 }
 
+/* What the agreement check (runtime/comm_agree.c) adds to every collective
+ * when the ranks agree: one MPI_Allreduce of 8 int64 with MPI_MIN. Timed
+ * alone, it bounds the ratio the table can show: at best
+ * t_bare / (t_bare + t_check). */
+static double check_alone(void) {
+    MPI_Comm ranks = lx_rank_comm();
+    enum { RUNS = 101 };
+    double t[RUNS];
+    int64_t v[8] = {0};
+    for (int i = 0; i < RUNS; i++) {
+        MPI_Barrier(ranks);
+        double t0 = now_seconds();
+        MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, ranks);
+        t[i] = slowest(now_seconds() - t0);
+    }
+    return median(t, RUNS);
+}
+
 static void measure(int rank, int world_size, void *args) {
     (void)args;
+    double check = check_alone();
+    if (rank == 0) {
+        printf("\n%d ranks: the agreement check alone (MPI_Allreduce of 8 int64): %.1f us, median of 101\n",
+               world_size, check * 1e6);
+        note("agreement check alone on %d ranks: %.1f us", world_size, check * 1e6);
+    }
     /* The bare side is MPI on host memory: compare like with like. */
     int compare = strcmp(dist_backend(), "mpi") == 0;
     if (rank == 0) {

@@ -466,10 +466,10 @@ static void fail_stragglers(spawn_run *run) {
         lx_sb_printf(&b, " for rank%s ", peer < 0 && run->n_done > 1 ? "s" : "");
         list_ranks(&b, run, peer);
         lx_sb_printf(&b, ", which returned from the spawned function already: %s",
-                     peer < 0 ? "a collective the other ranks never make" : "a message never sent");
+                     peer < 0 ? "a collective the other ranks never make" : "a send or receive that rank never matches");
         rank_error_step(run, r, s->where, b.s);
         free(b.s);
-        if (waiting++ == 0) lx_sb_str(&summary, "");
+        waiting++;
         lx_sb_printf(&summary, "%srank %d waits in %s", waiting > 1 ? "; " : "", r, s->operation);
         if (at.known) lx_sb_printf(&summary, " at %s:%d", at.path, at.line);
     }

@@ -90,6 +90,14 @@ static void dist_body(int rank, int world_size, void *args) {
     if (strcmp(c, "dist_isend.t") == 0) dist_isend(NUL, 0);
     if (strcmp(c, "dist_irecv.t") == 0) dist_irecv(NUL, 0);
     if (strcmp(c, "dist_wait.req") == 0) dist_wait(NUL);
+    if (strcmp(c, "dist_sendrecv.send") == 0) dist_sendrecv(NUL, 0, t, 0);
+    if (strcmp(c, "dist_sendrecv.recv") == 0) dist_sendrecv(t, 0, NUL, 0);
+    if (strcmp(c, "dist_all_reduce_async.t") == 0) dist_all_reduce_async(NUL, DIST_SUM);
+    if (strcmp(c, "dist_broadcast_async.t") == 0) dist_broadcast_async(NUL, 0);
+    if (strcmp(c, "dist_reduce_scatter_async.output") == 0) dist_reduce_scatter_async(NUL, big, DIST_SUM);
+    if (strcmp(c, "dist_reduce_scatter_async.input") == 0) dist_reduce_scatter_async(t, NUL, DIST_SUM);
+    if (strcmp(c, "dist_all_gather_async.output") == 0) dist_all_gather_async(NUL, t);
+    if (strcmp(c, "dist_all_gather_async.input") == 0) dist_all_gather_async(big, NUL);
     note("rank %d of %d: no error", rank, world_size);
     tensor_free(t);
     tensor_free(big);
