@@ -183,7 +183,9 @@ static void wait_then_touch_main(int rank, int world_size, void *args) {
 
 /* The deadlock, run in a second process of this program (MISTAKE_ENV, spelt
  * out in the command) with a short LECTERN_TIMEOUT; what it shows is what
- * the runtime prints. */
+ * the runtime prints. 3 s, not less: the timeout also bounds how long the
+ * rank processes may take to start, and they start slowly on a busy machine
+ * or under AddressSanitizer. */
 static void show_the_deadlock_report(void) {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -193,7 +195,7 @@ static void show_the_deadlock_report(void) {
     }
     self[n] = '\0';
     setenv("LECTURE_COLLECTIVES_SELF", self, 1);
-    note_system("out=$(mktemp -d) && LECTERN_TIMEOUT=1 LECTURE_COLLECTIVES_MISTAKE=1 "
+    note_system("out=$(mktemp -d) && LECTERN_TIMEOUT=3 LECTURE_COLLECTIVES_MISTAKE=1 "
                 "\"$LECTURE_COLLECTIVES_SELF\" "
                 "--quiet --out \"$out\" >\"$out/log\" 2>&1; status=$?; grep '^lectern:' \"$out/log\"; "
                 "echo \"(exit status of that run: $status)\"; rm -rf \"$out\"");
@@ -206,7 +208,7 @@ static void mistakes(void) {
          "receiving: the library will not buffer megabytes on its own. If both ranks send "
          "first, each waits in its send for a receive the other will only make after *its* "
          "send returns. Neither moves, for ever.");
-    note("Here is that program, `both_send_first_main`, run with a one-second "
+    note("Here is that program, `both_send_first_main`, run with a three-second "
          "`LECTERN_TIMEOUT`. A deadlocked spawn ends the run that made it, so this lecture "
          "runs it as a second process of itself and shows the runtime's report: every rank "
          "waits, nothing moves, and each rank's line is named.");
