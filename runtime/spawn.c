@@ -434,8 +434,24 @@ static void list_ranks(lx_sb *b, const spawn_run *run, int peer) {
     }
 }
 
-static void __attribute__((noreturn)) fail_stragglers(spawn_run *run) {
+/* A rank still running that waits for a rank that returned. */
+static int still_stuck(const spawn_run *run) {
+    for (int r = 0; r < run->world_size; r++)
+        if (!run->done[r] && !run->gone[r] && __atomic_load_n(&run->board->slot[r].waiting, __ATOMIC_ACQUIRE) &&
+            waits_for_returned(run, run->board->slot[r].peer))
+            return 1;
+    return 0;
+}
+
+/* Stops the spawn, unless the ranks' last messages show that the waiting
+ * rank finished after all (a rank starved of its core on a busy machine can
+ * sit in its last wait past STRAGGLER_GRACE and then return normally). */
+static void fail_stragglers(spawn_run *run) {
     drain_briefly(run);
+    if (!still_stuck(run)) {
+        run->stuck_since = 0;
+        return;
+    }
     lx_sb summary = {0};
     int waiting = 0;
     for (int r = 0; r < run->world_size; r++) {

@@ -43,6 +43,7 @@ MISUSE_OPTIONS = [PY, "tests/test_misuse.py", "OptionsAndReturns"]
 MISUSE_COLLECTIVES = [PY, "tests/test_misuse.py", "CollectiveMisuse"]
 COMM_CHECKS = [PY, "tests/test_comm_checks.py"]
 LECTURE_08 = [PY, "tests/test_lecture_08.py"]
+LECTURE_COLLECTIVES = [PY, "tests/test_lecture_collectives.py"]
 VIEWER = ["bash", "tests/viewer/run.sh"]
 CHECKS = [PY, "tests/test_checks.py"]
 LEAKS = [PY, "tests/test_leaks.py"]
@@ -191,6 +192,19 @@ MUTANTS = [
       "        if (dx) dist_all_reduce(dx, DIST_SUM);   /* partial input gradients add up */", "", LECTURE_08),
     m("pp-micro-batch-gradient-not-scaled", "lectures/lecture_08.c", "            scale(dy, 1.0f / m);   /* d(mean over micro-batches) */",
       "", LECTURE_08),
+    # ---- lecture_collectives' hand-built all-reduces and its model ----
+    m("ring-overwrites-the-partial-sum", "lectures/lecture_collectives.c",
+      "    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);\n    add_(in, got);",
+      "    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);\n    tensor_copy(in, got);",
+      LECTURE_COLLECTIVES),
+    m("tree-skips-a-child", "lectures/lecture_collectives.c", "    for (mask = 1; mask < n; mask <<= 1) {",
+      "    for (mask = 2; mask < n; mask <<= 1) {", LECTURE_COLLECTIVES),
+    m("sendrecv-bytes-not-counted", "lectures/lecture_collectives.c",
+      "    dist_sendrecv(send, dst, recv, src);\n    mine.steps++;\n    mine.bytes += 4.0 * (double)send->numel;",
+      "    dist_sendrecv(send, dst, recv, src);\n    mine.steps++;", LECTURE_COLLECTIVES),
+    m("crossover-forgets-the-tree-steps", "lectures/lecture_collectives.c",
+      "    return alpha * (n - 1 - l) / (beta * (l - (double)(n - 1) / n));",
+      "    return alpha * (n - 1) / (beta * (l - (double)(n - 1) / n));", LECTURE_COLLECTIVES),
     # ---- the viewer (each runs the browser tests that should notice) ----
     m("viewer-note-html-unsanitized", "viewer/safe.js", "    return p.sanitize(String(s));", "    return String(s);",
       VIEWER + ["test_hostile.TestHostileTrace"]),

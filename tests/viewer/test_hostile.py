@@ -300,7 +300,7 @@ class TestLectureNotesUnchanged(base.ViewerCase):
     def test_lectures(self):
         if not base.HAVE_NPM:
             self.skipTest("node_modules/ missing (npm ci): no DOMPurify")
-        for name in ["lecture_00", "lecture_08"]:
+        for name in ["lecture_00", "lecture_08", "lecture_collectives"]:
             with self.subTest(lecture=name):
                 self.d.get("file://" + os.path.join(harness.REPO, "viewer", "index.html") + "?trace=" + name)
                 self.assertIsNone(harness.wait_ready(self.d))

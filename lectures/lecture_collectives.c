@@ -1,0 +1,750 @@
+/*
+ * lecture_collectives: how ranks talk, from one message to an all-reduce.
+ *
+ * Point-to-point messages (blocking and not), the two mistakes that hang a
+ * program, all-reduce built three ways by hand and checked against the
+ * library's, the alpha-beta cost model fitted to this machine, and the
+ * machine's topology. Run it with
+ *
+ *     make run LECTURE=lecture_collectives
+ *
+ * and open viewer/index.html?trace=lecture_collectives.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lectern.h"
+
+/* Set in the environment of a second run of this program that shows one
+ * mistake on its own: a spawn that deadlocks ends the run that made it, so
+ * the lecture runs the mistake as a separate process and shows its report. */
+#define MISTAKE_ENV "LECTURE_COLLECTIVES_MISTAKE"
+
+static void point_to_point(void);
+static void non_blocking(void);
+static void mistakes(void);
+static void all_reduce_by_hand(void);
+static void alpha_beta(void);
+static void topology(void);
+
+static void lecture_collectives(void) {
+    note("# Collectives from scratch");
+    note("Ranks that train one model together have to exchange numbers: gradients, "
+         "parameters, activations. This lecture starts from the smallest exchange, one "
+         "rank handing one tensor to another, and builds the all-reduce of data-parallel "
+         "training out of it three different ways. Then it measures what a message costs "
+         "on this machine and uses that to predict which way wins.");
+    point_to_point();
+    non_blocking();
+    mistakes();
+    all_reduce_by_hand();
+    alpha_beta();
+    topology();
+    note("## Summary");
+    note("- `send`/`recv` pair up by source and destination; the non-blocking pair lets a "
+         "rank compute while the message travels, as long as it leaves the tensor alone "
+         "until `wait`.\n"
+         "- Two ranks that both block in a large send wait for each other for ever; pair "
+         "the calls by rank, or use a combined send-receive.\n"
+         "- All-reduce can move everything to everyone, funnel through one root, pass "
+         "chunks round a ring or climb a tree. They give the same sums and very different "
+         "costs: the ring moves the fewest bytes, the tree takes the fewest steps.\n"
+         "- With time = alpha + beta x bytes per message, small messages favour the tree "
+         "and large ones the ring; the crossover follows from the measured alpha and beta.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Point-to-point                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Rank 0 fills a tensor and sends it; rank 1 receives into its own. */
+static void send_recv_main(int rank, int world_size, void *args) {
+    tensor *t = zeros(4, 0, get_device(rank));
+    if (rank == 0) {
+        add_scalar(t, 7.0f);
+        dist_send(t, 1);
+        note("rank 0 sent %s", tensor_str(t));
+    } else {
+        note("rank 1 before receiving: %s", tensor_str(t));
+        dist_recv(t, 0);
+        note("rank 1 received %s", tensor_str(t));
+    }
+    tensor_free(t);
+}
+
+static void point_to_point(void) {
+    note("## Point-to-point: send and receive");
+    note("A collective involves every rank. A *point-to-point* message involves two: one "
+         "rank calls `dist_send(t, dst)`, and the rank `dst` calls `dist_recv(t, src)` "
+         "naming the sender. Both calls block: the sender until its data has left its "
+         "tensor, the receiver until the data has arrived in its own.");
+    note("The two sides must agree: if rank 0 sends to rank 1, rank 1 must receive from "
+         "rank 0, and take as many floats as were sent. The runtime checks this and names "
+         "both lines when they differ.");
+    spawn(send_recv_main, 2, NULL, 0);
+}
+
+/* While the message travels the ranks multiply matrices; only after
+ * dist_wait() may the tensors be read or changed. */
+static void isend_irecv_main(int rank, int world_size, void *args) {
+    int dev = get_device(rank);
+    tensor *t = zeros(4, 0, dev);
+    tensor *a = randn(64, 64, dev);
+    dist_request *req;
+    if (rank == 0) {
+        add_scalar(t, 3.0f);
+        req = dist_isend(t, 1);
+    } else {
+        req = dist_irecv(t, 0);
+    }
+    tensor *busy = matmul(a, a);   /* work that does not touch t */
+    dist_wait(req);
+    note("rank %d after wait: %s (and a 64x64 matmul done meanwhile)", rank, tensor_str(t));
+    tensor_free(busy);
+    tensor_free(a);
+    tensor_free(t);
+}
+
+static void non_blocking(void) {
+    note("## The non-blocking pair");
+    note("`dist_isend` and `dist_irecv` return at once with a request; the transfer goes "
+         "on in the background and `dist_wait(req)` returns when it is complete. Between "
+         "the two the rank can do other work: that is how communication is hidden behind "
+         "computation in training.");
+    spawn(isend_irecv_main, 2, NULL, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Two mistakes                                                        */
+/* ------------------------------------------------------------------ */
+
+/* 4 MiB: far above what Open MPI buffers for a blocking send, so the
+ * send returns only once the receiver has started taking the data. */
+#define BIG (1 << 20)
+
+/* Both ranks send first: each send waits for a receive that never comes. */
+static void both_send_first_main(int rank, int world_size, void *args) {
+    tensor *mine = zeros(BIG, 0, get_device(rank));
+    tensor *theirs = zeros(BIG, 0, get_device(rank));
+    dist_send(mine, 1 - rank);   /* both ranks block here */
+    dist_recv(theirs, 1 - rank);
+    tensor_free(theirs);
+    tensor_free(mine);
+}
+
+/* The same exchange ordered by rank: the even rank sends first, the odd
+ * one receives first, so each send meets a waiting receive. */
+static void ordered_main(int rank, int world_size, void *args) {
+    tensor *mine = zeros(BIG, 0, get_device(rank));
+    tensor *theirs = zeros(BIG, 0, get_device(rank));
+    add_scalar(mine, (float)rank + 1);
+    if (rank % 2 == 0) {
+        dist_send(mine, 1 - rank);
+        dist_recv(theirs, 1 - rank);
+    } else {
+        dist_recv(theirs, 1 - rank);
+        dist_send(mine, 1 - rank);
+    }
+    note("ordered by rank: rank %d got %s from rank %d", rank, summarize(theirs), 1 - rank);
+    tensor_free(theirs);
+    tensor_free(mine);
+}
+
+/* dist_sendrecv posts both halves at once: no order to get wrong. */
+static void sendrecv_main(int rank, int world_size, void *args) {
+    tensor *mine = zeros(BIG, 0, get_device(rank));
+    tensor *theirs = zeros(BIG, 0, get_device(rank));
+    add_scalar(mine, (float)rank + 1);
+    dist_sendrecv(mine, 1 - rank, theirs, 1 - rank);
+    note("sendrecv: rank %d got %s from rank %d", rank, summarize(theirs), 1 - rank);
+    tensor_free(theirs);
+    tensor_free(mine);
+}
+
+/* Waits before changing the tensor it sent: the receiver gets the value
+ * the sender meant. */
+static void wait_then_touch_main(int rank, int world_size, void *args) {
+    tensor *t = zeros(BIG, 0, get_device(rank));
+    if (rank == 0) {
+        add_scalar(t, 1.0f);
+        dist_request *req = dist_isend(t, 1);
+        dist_wait(req);
+        add_scalar(t, 100.0f);   /* safe: the message has left */
+    } else {
+        dist_request *req = dist_irecv(t, 0);
+        dist_wait(req);
+        note("rank 1 received %s: the value before rank 0 changed its tensor", summarize(t));
+    }
+    tensor_free(t);
+}
+
+/* The deadlock, run in a second process of this program (MISTAKE_ENV, spelt
+ * out in the command) with a short LECTERN_TIMEOUT; what it shows is what
+ * the runtime prints. 3 s, not less: the timeout also bounds how long the
+ * rank processes may take to start, and they start slowly on a busy machine
+ * or under AddressSanitizer. */
+static void show_the_deadlock_report(void) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        note("(this system has no /proc/self/exe, so the failing run is not shown here)");
+        return;
+    }
+    self[n] = '\0';
+    setenv("LECTURE_COLLECTIVES_SELF", self, 1);
+    note_system("out=$(mktemp -d) && LECTERN_TIMEOUT=3 LECTURE_COLLECTIVES_MISTAKE=1 "
+                "\"$LECTURE_COLLECTIVES_SELF\" "
+                "--quiet --out \"$out\" >\"$out/log\" 2>&1; status=$?; grep '^lectern:' \"$out/log\"; "
+                "echo \"(exit status of that run: $status)\"; rm -rf \"$out\"");
+}
+
+static void mistakes(void) {
+    note("## Two ways to hang");
+    note("### Both ranks send first");
+    note("A blocking send of a large message cannot finish until the other side starts "
+         "receiving: the library will not buffer megabytes on its own. If both ranks send "
+         "first, each waits in its send for a receive the other will only make after *its* "
+         "send returns. Neither moves, for ever.");
+    note("Here is that program, `both_send_first_main`, run with a three-second "
+         "`LECTERN_TIMEOUT`. A deadlocked spawn ends the run that made it, so this lecture "
+         "runs it as a second process of itself and shows the runtime's report: every rank "
+         "waits, nothing moves, and each rank's line is named.");
+    show_the_deadlock_report();
+    note("Two fixes. Order the calls by rank, so every send meets a receive that is "
+         "already waiting:");
+    spawn(ordered_main, 2, NULL, 0);
+    note("or use `dist_sendrecv`, which posts the send and the receive together:");
+    spawn(sendrecv_main, 2, NULL, 0);
+    note("### Touching a buffer before `wait`");
+    note("After `dist_isend(t, dst)` the library may still be reading `t`; after "
+         "`dist_irecv(t, src)` it may still be writing it. Changing or reading `t` before "
+         "`dist_wait` races with the transfer: the receiver may get the old value, the new "
+         "one, or a mix, and nothing fails. The runtime does not detect this race (it "
+         "would have to compare the tensor at the call and at the wait), so the rule is "
+         "the programmer's: wait first, then touch.");
+    spawn(wait_then_touch_main, 2, NULL, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* All-reduce by hand                                                  */
+/* ------------------------------------------------------------------ */
+
+/* What this rank did in the current hand-built all-reduce: communication
+ * calls made one after the other, and bytes it sent. A global, so it is
+ * zero again at the start of every spawn. */
+typedef struct {
+    int steps;
+    double bytes;
+} tally;
+static tally mine;
+
+static void counted_send(const tensor *t, int dst) {
+    dist_send(t, dst);
+    mine.steps++;
+    mine.bytes += 4.0 * (double)t->numel;
+}
+
+static void counted_recv(tensor *t, int src) {
+    dist_recv(t, src);
+    mine.steps++;
+}
+
+static void counted_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
+    dist_sendrecv(send, dst, recv, src);
+    mine.steps++;
+    mine.bytes += 4.0 * (double)send->numel;
+}
+
+/* Everyone to everyone: in round k each rank sends its whole tensor k ranks
+ * to the right and receives the one from k ranks to the left, adding it up. */
+static void all_to_all_all_reduce(tensor *x, int rank, int n) {
+    tensor *sum = to_device(x, x->device);
+    tensor *got = zeros(x->numel, 0, x->device);
+    for (int k = 1; k < n; k++) {
+        counted_sendrecv(x, (rank + k) % n, got, (rank - k + n) % n);
+        add_(sum, got);
+    }
+    tensor_copy(x, sum);
+    tensor_free(got);
+    tensor_free(sum);
+}
+
+/* Reduce then broadcast: rank 0 receives every other tensor, one at a time,
+ * adds them, and sends the sum back to each rank, one at a time. */
+static void root_all_reduce(tensor *x, int rank, int n) {
+    if (rank == 0) {
+        tensor *got = zeros(x->numel, 0, x->device);
+        for (int src = 1; src < n; src++) {
+            counted_recv(got, src);
+            add_(x, got);
+        }
+        for (int dst = 1; dst < n; dst++) counted_send(x, dst);
+        tensor_free(got);
+    } else {
+        counted_send(x, 0);
+        counted_recv(x, 0);
+    }
+}
+
+/* Chunk `i` of the n equal chunks of x, as a view. */
+static tensor *chunk(tensor *x, int i, int n) {
+    int64_t c = x->numel / n;
+    return row_slice(x, i * c, (i + 1) * c);
+}
+
+/* Reduce-scatter round `s` of the ring: send the chunk summed so far to
+ * the right, add the left neighbour's partial sum of the next one. */
+static void ring_reduce_step(tensor *x, tensor *got, int s, int rank, int n) {
+    tensor *out = chunk(x, (rank - s + n) % n, n);
+    tensor *in = chunk(x, (rank - s - 1 + 2 * n) % n, n);
+    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);
+    add_(in, got);
+    tensor_free(in);
+    tensor_free(out);
+}
+
+/* All-gather round `s`: pass on the finished chunk received last round. */
+static void ring_gather_step(tensor *x, int s, int rank, int n) {
+    tensor *out = chunk(x, (rank + 1 - s + n) % n, n);
+    tensor *in = chunk(x, (rank - s + n) % n, n);
+    counted_sendrecv(out, (rank + 1) % n, in, (rank - 1 + n) % n);
+    tensor_free(in);
+    tensor_free(out);
+}
+
+/* Ring: n-1 reduce-scatter rounds leave rank r with the full sum of chunk
+ * r+1; n-1 all-gather rounds hand every finished chunk round the ring. */
+static void ring_all_reduce(tensor *x, int rank, int n) {
+    tensor *got = zeros(x->numel / n, 0, x->device);
+    for (int s = 0; s < n - 1; s++) ring_reduce_step(x, got, s, rank, n);
+    for (int s = 0; s < n - 1; s++) ring_gather_step(x, s, rank, n);
+    tensor_free(got);
+}
+
+/* Binary (binomial) tree, n a power of two. Going up, in round `mask` a
+ * rank whose bit `mask` is set sends its partial sum to rank - mask and is
+ * done; the others add what rank + mask sends. Going down the sum retraces
+ * the same edges from rank 0. */
+static void tree_all_reduce(tensor *x, int rank, int n) {
+    tensor *got = zeros(x->numel, 0, x->device);
+    int mask;
+    for (mask = 1; mask < n; mask <<= 1) {
+        if (rank & mask) {
+            counted_send(x, rank - mask);
+            break;
+        }
+        counted_recv(got, rank + mask);
+        add_(x, got);
+    }
+    for (mask = n / 2; mask >= 1; mask >>= 1) {
+        if (rank % (2 * mask) == mask) counted_recv(x, rank - mask);
+        else if (rank % (2 * mask) == 0) counted_send(x, rank + mask);
+    }
+    tensor_free(got);
+}
+
+typedef void (*all_reduce_fn)(tensor *x, int rank, int n);
+
+typedef struct {
+    int64_t floats;       /* D: elements per rank, a multiple of the world size */
+    int which;            /* index into ALGORITHMS */
+} by_hand_args;
+
+static const struct {
+    const char *name;
+    all_reduce_fn fn;
+} ALGORITHMS[] = {
+    {"everyone to everyone", all_to_all_all_reduce},
+    {"reduce + broadcast", root_all_reduce},
+    {"ring", ring_all_reduce},
+    {"tree", tree_all_reduce},
+};
+
+/* Rank r's input: whole numbers from -6 to 6, different on every rank. */
+static tensor *whole_numbers(int rank, int64_t d) {
+    float *v = malloc((size_t)d * sizeof *v);
+    for (int64_t i = 0; i < d; i++) v[i] = (float)((i * 7 + rank * 3) % 13) - 6.0f;
+    tensor *t = tensor_from(v, d, 0, get_device(rank));
+    free(v);
+    return t;
+}
+
+/* Every rank's steps, bytes and difference from dist_all_reduce, gathered
+ * to rank 0 (which prints them as a table). */
+static void report_tally(const char *name, tensor *x, tensor *expect, int rank, int n) {
+    float row[3] = {(float)mine.steps, (float)mine.bytes, (float)max_abs_diff(x, expect)};
+    tensor *r = tensor_from(row, 3, 0, x->device);
+    tensor *all = zeros(3 * n, 0, x->device);
+    dist_all_gather(all, r);
+    if (rank == 0) {
+        float v[3 * LECTERN_MAX_WORLD];
+        tensor_to_host(all, v);
+        char table[4096];
+        int len = snprintf(table, sizeof table,
+                           "**%s**, D = %lld floats on %d ranks; result %s\n\n"
+                           "| rank | steps | bytes sent | max abs difference from dist_all_reduce |\n"
+                           "|---|---|---|---|\n",
+                           name, (long long)x->numel, n, summarize(x));
+        for (int q = 0; q < n && len < (int)sizeof table; q++)
+            len += snprintf(table + len, sizeof table - len, "| %d | %.0f | %.0f | %g |\n", q, v[3 * q],
+                            v[3 * q + 1], v[3 * q + 2]);
+        note("%s", table);
+    }
+    tensor_free(all);
+    tensor_free(r);
+}
+
+static void by_hand_main(int rank, int n, void *args) {
+    const by_hand_args *a = args;
+    tensor *input = whole_numbers(rank, a->floats);
+    tensor *expect = to_device(input, input->device);
+    dist_all_reduce(expect, DIST_SUM);
+    tensor *x = to_device(input, input->device);
+    ALGORITHMS[a->which].fn(x, rank, n);
+    report_tally(ALGORITHMS[a->which].name, x, expect, rank, n);
+    tensor_free(x);
+    tensor_free(expect);
+    tensor_free(input);
+}
+
+static void run_by_hand(int which, int64_t floats) {
+    by_hand_args a = {.floats = floats, .which = which};
+    spawn(by_hand_main, 4, &a, sizeof a);
+}
+
+static void everyone_to_everyone(int64_t floats) {
+    note("### Everyone to everyone");
+    note("The simplest plan: every rank sends its whole tensor to every other rank and "
+         "adds up what it receives. N-1 rounds, but each rank sends N-1 full copies: the "
+         "bytes grow with the number of ranks.");
+    run_by_hand(0, floats);
+}
+
+static void reduce_then_broadcast(int64_t floats) {
+    note("### Reduce, then broadcast, at a root");
+    note("Rank 0 collects and sums every tensor, then sends the sum back to each rank. "
+         "The other ranks send and receive one copy each, but the root handles 2(N-1) "
+         "messages one after the other, and its link carries all of them: it is the "
+         "bottleneck, while the other links sit idle.");
+    run_by_hand(1, floats);
+}
+
+static void ring(int64_t floats) {
+    note("### Ring: reduce-scatter, then all-gather");
+    note("Cut each tensor into N chunks and arrange the ranks in a circle. In each of N-1 "
+         "rounds every rank passes one chunk to its right neighbour and adds the chunk "
+         "arriving from its left: after the last round each rank holds one chunk summed "
+         "over all ranks (a reduce-scatter). N-1 more rounds pass those finished chunks "
+         "round the circle (an all-gather). Every link is busy in every round, and each "
+         "rank sends only 2(N-1) chunks of D/N floats: about twice its tensor, whatever N "
+         "is. The price: 2(N-1) rounds, growing with N.");
+    image("assets/lecture_collectives_ring.svg", 0.6);
+    run_by_hand(2, floats);
+}
+
+static void tree(int64_t floats) {
+    note("### Tree");
+    note("Pair the ranks up: in the first round the odd ranks send to their even "
+         "neighbour, in the next rank 2 sends to rank 0, and so on; after log2 N rounds "
+         "rank 0 has the sum, and the same edges carry it back down. Only 2 log2 N rounds, "
+         "but each message is the whole tensor, and at any time many ranks are idle.");
+    image("assets/lecture_collectives_tree.svg", 0.6);
+    run_by_hand(3, floats);
+    note("NCCL's *double binary tree* mends the idle leaves: it builds two trees in which "
+         "every rank that is a leaf in one is an inner node in the other, and sends half "
+         "the data down each, so every rank works in both halves and the links are shared "
+         "evenly. It keeps the tree's logarithmic number of steps.");
+}
+
+static void run_all_reduces(int64_t floats) {
+    everyone_to_everyone(floats);
+    reduce_then_broadcast(floats);
+    ring(floats);
+    tree(floats);
+}
+
+static void all_reduce_by_hand(void) {
+    note("## All-reduce by hand");
+    note("All-reduce leaves on every rank the sum of every rank's tensor. Below it is "
+         "built from `dist_send`, `dist_recv` and `dist_sendrecv` alone, four ways, on 4 "
+         "ranks, and each result is compared with `dist_all_reduce`'s.");
+    note("The inputs are whole numbers (small integers stored as floats). Their sums are "
+         "exact in float32, whatever the order of the additions, so the hand-built results "
+         "must equal the library's bit for bit; with arbitrary floats, a different order "
+         "of additions would round differently and only a tolerance could compare them.");
+    note("Each rank counts its own *steps* (communication calls it makes, one after the "
+         "other) and *bytes sent*. For D floats of 4 bytes on N ranks the notes' "
+         "arithmetic is:\n\n"
+         "| algorithm | steps | bytes sent per rank |\n|---|---|---|\n"
+         "| everyone to everyone | N-1 | (N-1) x 4D |\n"
+         "| reduce + broadcast at a root | 2(N-1) at the root | (N-1) x 4D at the root, 4D elsewhere |\n"
+         "| ring | 2(N-1) | 2(N-1) x 4D/N |\n"
+         "| binary tree | 2 log2 N on the root's path | 4D per child, and 4D to the parent |");
+    run_all_reduces(lecture_quick() ? 1024 : 65536);
+}
+
+/* ------------------------------------------------------------------ */
+/* Alpha-beta                                                          */
+/* ------------------------------------------------------------------ */
+
+/* Message sizes of the sweeps, in floats (4 bytes each), multiples of 4 so
+ * the ring can cut them in 4 chunks. */
+static const int64_t PING_SIZES[] = {1, 16, 256, 4096, 65536, 262144};
+static const int64_t SWEEP_SIZES[] = {4, 64, 1024, 4096, 16384, 65536, 262144};
+#define N_PING (int)(sizeof PING_SIZES / sizeof PING_SIZES[0])
+#define N_SWEEP (int)(sizeof SWEEP_SIZES / sizeof SWEEP_SIZES[0])
+
+typedef struct {
+    int reps;             /* timed repetitions per size; the median is kept */
+} timing_args;
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One-way time of a message of `floats` between ranks 0 and 1: half the
+ * round trip (0 sends, 1 sends it back), median over reps. */
+static double ping_pong(int rank, int64_t floats, int reps) {
+    tensor *t = zeros(floats, 0, get_device(rank));
+    double *times = malloc((size_t)reps * sizeof *times);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_seconds();
+        if (rank == 0) {
+            dist_send(t, 1);
+            dist_recv(t, 1);
+        } else {
+            dist_recv(t, 0);
+            dist_send(t, 0);
+        }
+        times[i] = (now_seconds() - t0) / 2;
+    }
+    double m = median(times, reps);
+    free(times);
+    tensor_free(t);
+    return m;
+}
+
+/* Time of one hand-built all-reduce of `floats` on every rank: from a
+ * barrier to a barrier, median over reps (the same for every rank). */
+static double time_all_reduce(all_reduce_fn fn, int rank, int n, int64_t floats, int reps) {
+    tensor *x = whole_numbers(rank, floats);
+    double *times = malloc((size_t)reps * sizeof *times);
+    for (int i = 0; i < reps; i++) {
+        dist_barrier();
+        double t0 = now_seconds();
+        fn(x, rank, n);
+        dist_barrier();
+        times[i] = now_seconds() - t0;
+        tensor_free(x);
+        x = whole_numbers(rank, floats);
+    }
+    double m = median(times, reps);
+    free(times);
+    tensor_free(x);
+    return m;
+}
+
+/* alpha: the one-way time of the smallest message, where the bytes cost
+ * next to nothing. beta: what the largest message took beyond alpha, per
+ * byte. Two points of the line rather than a least-squares fit, which the
+ * large sizes would dominate, and which could give a negative alpha. */
+static void fit_alpha_beta(const double *one_way, double *alpha, double *beta) {
+    *alpha = one_way[0];
+    double bytes = 4.0 * (double)PING_SIZES[N_PING - 1];
+    *beta = (one_way[N_PING - 1] - *alpha) / bytes;
+}
+
+static void note_ping_pong(const double *one_way, double alpha, double beta) {
+    char table[2048];
+    int len = snprintf(table, sizeof table,
+                       "| bytes | one-way time (us) | model alpha + beta x bytes (us) |\n|---|---|---|\n");
+    for (int i = 0; i < N_PING && len < (int)sizeof table; i++) {
+        double bytes = 4.0 * (double)PING_SIZES[i];
+        len += snprintf(table + len, sizeof table - len, "| %.0f | %.2f | %.2f |\n", bytes, one_way[i] * 1e6,
+                        (alpha + beta * bytes) * 1e6);
+    }
+    note("%s", table);
+    note("alpha = %.4g s, beta = %.4g s/byte (a bandwidth of %.3g GB/s)", alpha, beta, 1e-9 / beta);
+}
+
+/* Ring: 2(N-1) steps of D/N floats. Tree: 2 log2 N steps of D floats on the
+ * root's path. Equal at bytes B = 4D where
+ *   2(N-1)(alpha + beta B/N) = 2 log2N (alpha + beta B),
+ *   B = alpha (N-1-log2N) / (beta (log2N - (N-1)/N)). */
+static double ring_model(double alpha, double beta, int n, double bytes) {
+    return 2.0 * (n - 1) * (alpha + beta * bytes / n);
+}
+
+static double tree_model(double alpha, double beta, int n, double bytes) {
+    return 2.0 * log2(n) * (alpha + beta * bytes);
+}
+
+static double crossover_bytes(double alpha, double beta, int n) {
+    double l = log2(n);
+    return alpha * (n - 1 - l) / (beta * (l - (double)(n - 1) / n));
+}
+
+static void plot_sweep(const double *ring_s, const double *tree_s, double alpha, double beta, int n) {
+    char spec[8192];
+    int len = snprintf(spec, sizeof spec,
+                       "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+                       " \"description\": \"all-reduce time against message size, measured and modelled\","
+                       " \"width\": 420, \"height\": 260, \"data\": {\"values\": [");
+    for (int i = 0; i < N_SWEEP; i++) {
+        double b = 4.0 * (double)SWEEP_SIZES[i];
+        len += snprintf(spec + len, sizeof spec - len,
+                        "%s{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"ring measured\"},"
+                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"tree measured\"},"
+                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"ring model\"},"
+                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"tree model\"}",
+                        i ? "," : "", b, ring_s[i] * 1e6, b, tree_s[i] * 1e6, b,
+                        ring_model(alpha, beta, n, b) * 1e6, b, tree_model(alpha, beta, n, b) * 1e6);
+    }
+    snprintf(spec + len, sizeof spec - len,
+             "]}, \"mark\": {\"type\": \"line\", \"point\": true},"
+             " \"encoding\": {\"x\": {\"field\": \"bytes\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
+             " \"title\": \"bytes per rank\"},"
+             " \"y\": {\"field\": \"us\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
+             " \"title\": \"all-reduce time (us)\"},"
+             " \"color\": {\"field\": \"series\", \"type\": \"nominal\"}}}");
+    plot(spec);
+}
+
+/* Where the ring takes over: the smallest swept size from which on the
+ * ring was faster at every larger size too (the tree won just below it);
+ * 0 when the ring was faster everywhere, -1 when the tree won at the
+ * largest size. */
+static double measured_crossover(const double *ring_s, const double *tree_s) {
+    if (tree_s[N_SWEEP - 1] <= ring_s[N_SWEEP - 1]) return -1;
+    int i = N_SWEEP - 1;
+    while (i > 0 && ring_s[i - 1] < tree_s[i - 1]) i--;
+    return i == 0 ? 0 : 4.0 * (double)SWEEP_SIZES[i];
+}
+
+static void note_sweep(const double *ring_s, const double *tree_s, double alpha, double beta, int n) {
+    char table[2048];
+    int len = snprintf(table, sizeof table,
+                       "| bytes | ring (us) | tree (us) | faster | model: ring (us) | model: tree (us) |\n"
+                       "|---|---|---|---|---|---|\n");
+    for (int i = 0; i < N_SWEEP && len < (int)sizeof table; i++) {
+        double b = 4.0 * (double)SWEEP_SIZES[i];
+        len += snprintf(table + len, sizeof table - len, "| %.0f | %.1f | %.1f | %s | %.1f | %.1f |\n", b,
+                        ring_s[i] * 1e6, tree_s[i] * 1e6, tree_s[i] < ring_s[i] ? "tree" : "ring",
+                        ring_model(alpha, beta, n, b) * 1e6, tree_model(alpha, beta, n, b) * 1e6);
+    }
+    note("%s", table);
+    plot_sweep(ring_s, tree_s, alpha, beta, n);
+    note("predicted: on %d ranks the tree beats the ring below %.0f bytes", n, crossover_bytes(alpha, beta, n));
+    double m = measured_crossover(ring_s, tree_s);
+    if (m > 0)
+        note("measured: the ring was faster from %.0f bytes on, the tree below", m);
+    else if (m == 0)
+        note("measured: the ring was faster at every swept size");
+    else
+        note("measured: the tree was faster even at the largest swept size");
+    double model0 = ring_model(alpha, beta, n, 4.0 * (double)SWEEP_SIZES[0]);
+    if (ring_s[0] > 2 * model0)
+        note("The measured times are well above the model here (%.0f us against %.0f us for the "
+             "ring's smallest message): on this machine the ranks outnumber the cores, so each "
+             "step waits for the operating system to run the rank that should answer, a cost "
+             "the ping-pong between two ranks did not see. Treat the measured crossover as this "
+             "machine's, and the model's as what a core per rank would give.",
+             ring_s[0] * 1e6, model0 * 1e6);
+}
+
+static void timing_main(int rank, int n, void *args) {
+    const timing_args *a = args;
+    double one_way[N_PING], ring_s[N_SWEEP], tree_s[N_SWEEP];
+    if (rank < 2)
+        for (int i = 0; i < N_PING; i++) one_way[i] = ping_pong(rank, PING_SIZES[i], 4 * a->reps);
+    dist_barrier();
+    for (int i = 0; i < N_SWEEP; i++) {
+        ring_s[i] = time_all_reduce(ring_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
+        tree_s[i] = time_all_reduce(tree_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
+    }
+    if (rank != 0) return;
+    double alpha, beta;
+    fit_alpha_beta(one_way, &alpha, &beta);
+    note_ping_pong(one_way, alpha, beta);
+    note("The hand-built ring and tree of the section before, timed on %d ranks (median of %d runs "
+         "each), against the model:", n, a->reps);
+    note_sweep(ring_s, tree_s, alpha, beta, n);
+}
+
+static void measure_alpha_beta(int quick) {
+    note("Ranks 0 and 1 bounce messages of growing size (a ping-pong; half the round trip is "
+         "one message). The smallest message gives alpha, the largest the slope beta. Every "
+         "send here includes the runtime's own check that both sides agree on the message "
+         "(a small description sent ahead of the data), so alpha is the price of a message "
+         "through this runtime, not through bare Open MPI.");
+    note("This machine runs 4 ranks on its CPU cores; where there are fewer cores than "
+         "ranks, a rank waiting for a message shares its core with the one that should "
+         "send it, which makes alpha larger and noisier than on a machine with a core (or "
+         "a GPU) per rank.");
+    timing_args a = {.reps = quick ? 5 : 21};
+    spawn(timing_main, 4, &a, sizeof a);
+    note("Below the crossover, the ring's extra steps cost more than the tree's extra bytes; "
+         "above it the bytes dominate, and the ring wins. With more ranks the ring's step "
+         "count grows like N and the tree's like log2 N, so the crossover moves to larger "
+         "messages: that is why NCCL switches to trees for small messages at scale.");
+}
+
+static void alpha_beta(void) {
+    note("## The alpha-beta model");
+    note("A message of n bytes costs about `alpha + beta x n`: alpha is the fixed price "
+         "of any message (calls, handshakes, waking the other side), beta the time per "
+         "byte (one over the bandwidth). An algorithm's time is its steps times alpha "
+         "plus the bytes on its slowest path times beta.");
+    measure_alpha_beta(lecture_quick());
+}
+
+/* ------------------------------------------------------------------ */
+/* Topology                                                            */
+/* ------------------------------------------------------------------ */
+
+static void topology(void) {
+    note("## Topology");
+    note("How fast two ranks talk depends on the path between them. On a GPU machine "
+         "`nvidia-smi topo -m` prints a matrix with one entry per pair of GPUs:\n\n"
+         "| entry | path between the two GPUs |\n|---|---|\n"
+         "| X | the GPU itself |\n"
+         "| NV# | # NVLink links, GPU to GPU directly |\n"
+         "| PIX | one PCIe switch |\n"
+         "| PXB | several PCIe switches, no CPU |\n"
+         "| PHB | through the PCIe host bridge, that is through the CPU |\n"
+         "| NODE | across host bridges within one NUMA node |\n"
+         "| SYS | across NUMA nodes (the link between CPU sockets) |\n\n"
+         "NVLink carries many times what PCIe does, so which pairs share a link decides "
+         "how well a ring or tree over them runs.");
+    if (gpu_count() > 0) {
+        note("This machine has %d GPU(s); their matrix:", gpu_count());
+        note_system("nvidia-smi topo -m");
+    } else {
+        note("This machine has no GPU, so there is no such matrix to show. Its ranks "
+             "are processes on CPU cores talking through shared memory; hwloc's "
+             "`lstopo` shows the cores and caches they share:");
+        note_system("if command -v lstopo-no-graphics >/dev/null; then lstopo-no-graphics --no-io; "
+                    "else echo 'hwloc is not installed; from /proc/cpuinfo:'; "
+                    "grep -m1 'model name' /proc/cpuinfo; nproc; fi");
+    }
+}
+
+static void body(void) {
+    const char *mistake = getenv(MISTAKE_ENV);
+    if (mistake && *mistake) {
+        spawn(both_send_first_main, 2, NULL, 0);
+        return;
+    }
+    lecture_collectives();
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, body); }

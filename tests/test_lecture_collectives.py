@@ -1,0 +1,293 @@
+"""lecture_collectives: run it with --quick and check its numbers from the trace.
+
+Every hand-built all-reduce must equal dist_all_reduce's result, with the
+steps and bytes per rank the formulas below give; the deadlock must be
+reported by the runtime at the lecture's line; alpha and beta must be
+positive, and the predicted crossover and model times must follow from them.
+The trace must validate against the schema with every stack line accurate.
+
+    /usr/bin/python3 tests/test_lecture_collectives.py
+"""
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import tracecheck  # noqa: E402
+
+NAME = "lecture_collectives"
+SOURCE = os.path.join(ROOT, "lectures", NAME + ".c")
+
+SECTIONS = [
+    "# Collectives from scratch",
+    "## Point-to-point: send and receive",
+    "## The non-blocking pair",
+    "## Two ways to hang",
+    "### Both ranks send first",
+    "### Touching a buffer before `wait`",
+    "## All-reduce by hand",
+    "### Everyone to everyone",
+    "### Reduce, then broadcast, at a root",
+    "### Ring: reduce-scatter, then all-gather",
+    "### Tree",
+    "## The alpha-beta model",
+    "## Topology",
+    "## Summary",
+]
+
+ALGORITHMS = ["everyone to everyone", "reduce + broadcast", "ring", "tree"]
+
+
+def binary():
+    path = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "lectures", NAME)
+    if not os.path.exists(path):
+        raise AssertionError("%s is not built (run make)" % path)
+    return path
+
+
+def half_unit(printed):
+    """Half the last printed digit's unit: how far a rounded number may be
+    from the value it stands for ("8.445e-06" -> 0.0005e-06, "12" -> 0.5)."""
+    mantissa, _, exponent = printed.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
+
+
+def expected_tally(name, rank, n, d):
+    """(steps, bytes sent) of `rank` in the hand-built all-reduce `name` of
+    d floats on n ranks, from the algorithms' definitions."""
+    full = 4 * d
+    if name == "everyone to everyone":
+        return n - 1, (n - 1) * full
+    if name == "reduce + broadcast":
+        return (2 * (n - 1), (n - 1) * full) if rank == 0 else (2, full)
+    if name == "ring":
+        return 2 * (n - 1), 2 * (n - 1) * full // n
+    if name == "tree":
+        # children: rank + mask for every mask below rank's lowest set bit
+        # (every mask for rank 0); one message to the parent unless root.
+        children = sum(1 for k in range(int(math.log2(n))) if rank == 0 or (1 << k) < (rank & -rank))
+        up = 1 if rank else 0
+        return 2 * (children + up), (children + up) * full
+    raise AssertionError(name)
+
+
+def line_of(function, text):
+    """The source line inside `function` that holds `text`."""
+    with open(SOURCE) as f:
+        lines = f.read().split("\n")
+    inside = False
+    for i, line in enumerate(lines, 1):
+        if re.match(r"static \w+ \*?%s\(" % function, line):
+            inside = True
+        elif inside and text in line:
+            return i
+        elif inside and line.startswith("}"):
+            break
+    raise AssertionError("no %r in %s()" % (text, function))
+
+
+class LectureCollectives(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp()
+        try:
+            cls.run_result = subprocess.run([binary(), "--quick", "--quiet", "--out", cls.out],
+                                            capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired as e:
+            cls.run_result = subprocess.CompletedProcess(e.cmd, None, "", "TimeoutExpired after 600 s")
+        cls.path = os.path.join(cls.out, NAME + ".json")
+        cls.trace = tracecheck.load(cls.path) if os.path.exists(cls.path) else None
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def setUp(self):
+        self.assertEqual(self.run_result.returncode, 0, "%s --quick failed: %s" % (NAME, tracecheck.why(self.run_result)))
+        self.assertIsNotNone(self.trace, "no trace written")
+
+    def renderings(self, kind):
+        """(step, rendering) of every rendering of this kind, in order."""
+        return [(s, r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == kind]
+
+    def markdown(self, pattern, rank=None):
+        out = []
+        for s, r in self.renderings("markdown"):
+            if rank is not None and s["rank"] != rank:
+                continue
+            m = re.search(pattern, r["data"], re.S)
+            if m:
+                out.append((s, m))
+        return out
+
+    def test_schema_and_line_accuracy(self):
+        tracecheck.validate(self.path)
+
+    def test_sections_in_order(self):
+        heads = [r["data"].strip() for _, r in self.renderings("markdown") if r["data"].startswith("#")]
+        self.assertEqual([h for h in heads if h in SECTIONS], SECTIONS)
+
+    def test_send_recv(self):
+        sent = self.markdown(r"^rank 0 sent tensor\(\[([^\]]*)\]")
+        got = self.markdown(r"^rank 1 received tensor\(\[([^\]]*)\]")
+        before = self.markdown(r"^rank 1 before receiving: tensor\(\[([^\]]*)\]")
+        self.assertEqual(len(sent), 1)
+        self.assertEqual(len(got), 1)
+        self.assertEqual(got[0][1].group(1), sent[0][1].group(1))
+        self.assertNotEqual(before[0][1].group(1), got[0][1].group(1), "the receive changed nothing")
+        # the non-blocking pair: both ranks hold the sent value after the wait
+        waited = self.markdown(r"^rank (\d) after wait: tensor\(\[([^\]]*)\]")
+        self.assertEqual(sorted(m.group(1) for _, m in waited), ["0", "1"])
+        self.assertEqual(len({m.group(2) for _, m in waited}), 1)
+        self.assertEqual([float(v) for v in waited[0][1].group(2).split(",")], [3.0] * 4)
+
+    def test_deadlock_reported_at_the_send(self):
+        line = line_of("both_send_first_main", "dist_send(mine, 1 - rank);")
+        texts = [r["data"] for _, r in self.renderings("text") if "made no progress" in r["data"]]
+        self.assertEqual(len(texts), 1, "the deadlock's report is not in the trace")
+        for rank in (0, 1):
+            self.assertRegex(texts[0], r"lectures/%s\.c:%d: rank %d of 2 made no progress .* in both_send_first_main\(\)"
+                             % (NAME, line, rank))
+        self.assertIn("(exit status of that run: 1)", texts[0])
+
+    def test_deadlock_run_fails_and_keeps_no_good_trace(self):
+        out = tempfile.mkdtemp()
+        try:
+            # 3 s, as the lecture uses: the timeout also bounds the ranks' start
+            env = dict(os.environ, LECTERN_TIMEOUT="3", LECTURE_COLLECTIVES_MISTAKE="1")
+            r = subprocess.run([binary(), "--quiet", "--out", out], env=env, capture_output=True, text=True,
+                               timeout=120)
+            self.assertEqual(r.returncode, 1, tracecheck.why(r))
+            self.assertFalse(os.path.exists(os.path.join(out, NAME + ".json")))
+            failed = tracecheck.load(os.path.join(out, NAME + ".failed.json"))
+            line = line_of("both_send_first_main", "dist_send(mine, 1 - rank);")
+            errors = [(s["rank"], s["stack"][-1]) for s in failed["steps"] for x in s["renderings"]
+                      if x["type"] == "error" and "made no progress" in x["data"] and s["rank"] is not None]
+            self.assertEqual(sorted(rank for rank, _ in errors), [0, 1])
+            for _, frame in errors:
+                self.assertEqual((frame["function"], frame["line"]), ("both_send_first_main", line))
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    def test_safe_patterns_exchange(self):
+        for label in ("ordered by rank", "sendrecv"):
+            got = self.markdown(r"^%s: rank (\d) got (\d+)\[([-0-9.]+)\.\.\.\] from rank (\d)" % label)
+            self.assertEqual(len(got), 2, label)
+            for _, m in got:
+                rank, other = int(m.group(1)), int(m.group(4))
+                self.assertEqual(other, 1 - rank)
+                self.assertEqual(float(m.group(3)), other + 1.0, "%s: rank %d got the wrong tensor" % (label, rank))
+        kept = self.markdown(r"^rank 1 received \d+\[([-0-9.]+)\.\.\.\]: the value before")
+        self.assertEqual([float(m.group(1)) for _, m in kept], [1.0])
+
+    def test_hand_built_all_reduces(self):
+        seen = []
+        for _, m in self.markdown(r"^\*\*([^*]+)\*\*, D = (\d+) floats on (\d+) ranks; result [^\n]*\n\n(.*)", rank=0):
+            name, d, n = m.group(1), int(m.group(2)), int(m.group(3))
+            rows = re.findall(r"^\| (\d+) \| (\d+) \| (\d+) \| ([^ |]+) \|$", m.group(4), re.M)
+            self.assertEqual([int(r[0]) for r in rows], list(range(n)), name)
+            for rank, steps, sent, diff in rows:
+                # whole-number inputs: every order of additions is exact, so
+                # equality with dist_all_reduce is exact too
+                self.assertEqual(float(diff), 0.0, "%s differs from dist_all_reduce on rank %s" % (name, rank))
+                self.assertEqual((int(steps), int(sent)), expected_tally(name, int(rank), n, d),
+                                 "%s rank %s: steps, bytes" % (name, rank))
+            seen.append(name)
+        self.assertEqual(seen, ALGORITHMS)
+
+    def alpha_beta(self):
+        m = self.markdown(r"^alpha = ([0-9.e+-]+) s, beta = ([0-9.e+-]+) s/byte")
+        self.assertEqual(len(m), 1)
+        return m[0][1].group(1), m[0][1].group(2)
+
+    def test_alpha_beta_positive_and_the_crossover_follows(self):
+        a_s, b_s = self.alpha_beta()
+        alpha, beta = float(a_s), float(b_s)
+        self.assertGreater(alpha, 0)
+        self.assertGreater(beta, 0)
+        n = 4
+        L = math.log2(n)
+
+        def crossover(a, b):
+            return a * (n - 1 - L) / (b * (L - (n - 1) / n))
+        pred = self.markdown(r"^predicted: on 4 ranks the tree beats the ring below (\d+) bytes")
+        self.assertEqual(len(pred), 1)
+        # alpha and beta are printed to 4 digits: the crossover may move by
+        # what their rounding allows, plus the half byte of its own printing
+        lo = crossover(alpha - half_unit(a_s), beta + half_unit(b_s))
+        hi = crossover(alpha + half_unit(a_s), beta - half_unit(b_s))
+        self.assertTrue(lo - 0.5 <= float(pred[0][1].group(1)) <= hi + 0.5, (lo, pred[0][1].group(1), hi))
+
+    def sweep(self):
+        m = self.markdown(r"^\| bytes \| ring \(us\) \| tree \(us\) \| faster \|[^\n]*\n[^\n]*\n(.*)")
+        self.assertEqual(len(m), 1)
+        return re.findall(r"^\| (\d+) \| ([0-9.]+) \| ([0-9.]+) \| (ring|tree) \| ([0-9.]+) \| ([0-9.]+) \|$",
+                          m[0][1].group(1), re.M)
+
+    def test_sweep_model_and_measured_crossover(self):
+        a_s, b_s = self.alpha_beta()
+        alpha, beta, n = float(a_s), float(b_s), 4
+        rows = self.sweep()
+        self.assertGreaterEqual(len(rows), 3)
+        for size, ring, tree, faster, ring_model, tree_model in rows:
+            b = float(size)
+            self.assertEqual(faster, "tree" if float(tree) < float(ring) else "ring")
+            # the model columns from alpha and beta; tolerance: alpha and
+            # beta's 4 printed digits (relative 1e-3) and the 0.05 us of the
+            # column's own rounding
+            for printed, want in ((ring_model, 2 * (n - 1) * (alpha + beta * b / n) * 1e6),
+                                  (tree_model, 2 * math.log2(n) * (alpha + beta * b) * 1e6)):
+                self.assertAlmostEqual(float(printed), want, delta=1e-3 * want + 0.051)
+        measured = self.markdown(r"^measured: (.*)")
+        self.assertEqual(len(measured), 1)
+        text = measured[0][1].group(1)
+        ring_wins = [float(r[1]) < float(r[2]) for r in rows]
+        if not ring_wins[-1]:
+            self.assertIn("the tree was faster even at the largest swept size", text)
+        elif all(ring_wins):
+            self.assertIn("the ring was faster at every swept size", text)
+        else:
+            first = len(rows) - 1
+            while first > 0 and ring_wins[first - 1]:
+                first -= 1
+            self.assertIn("the ring was faster from %s bytes on" % rows[first][0], text)
+
+    def test_plot_is_vega_lite_v6_with_four_series(self):
+        plots = self.renderings("plot")
+        self.assertEqual(len(plots), 1)
+        spec = plots[0][1]["spec"]
+        self.assertIn("/v6", spec["$schema"])
+        series = {v["series"] for v in spec["data"]["values"]}
+        self.assertEqual(series, {"ring measured", "tree measured", "ring model", "tree model"})
+        self.assertEqual(len(spec["data"]["values"]), 4 * len(self.sweep()))
+
+    def test_diagrams(self):
+        srcs = [r.get("src") or r.get("data") for _, r in self.renderings("image")]
+        for name in ("ring", "tree"):
+            src = "assets/%s_%s.svg" % (NAME, name)
+            self.assertIn(src, srcs)
+            self.assertTrue(os.path.exists(os.path.join(ROOT, src)))
+
+    def test_topology(self):
+        texts = [r for _, r in self.renderings("text") if "nvidia-smi" in r.get("command", "")
+                 or "lstopo" in r.get("command", "")]
+        self.assertEqual(len(texts), 1)
+        out = texts[0]["data"]
+        if shutil.which("nvidia-smi") and "GPU0" in subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True,
+                                                                  text=True).stdout:
+            self.assertIn("GPU0", out)
+        elif shutil.which("lstopo-no-graphics"):
+            self.assertIn("Core", out)
+        else:
+            self.assertIn("model name", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
