@@ -24,6 +24,18 @@ window.lecternIndex = {
    "duration_s": 13.541,
    "steps": 355,
    "failed_run": false
+  },
+  {
+   "name": "lecture_collectives",
+   "title": "Collectives from scratch",
+   "summary": "Ranks that train one model together have to exchange numbers: gradients, parameters, activations. This lecture starts from the smallest exchange, one rank handing one tensor to another, and builds the all-reduce of data-parallel training out of it three different ways. Then it …",
+   "start_time": "2026-11-23T19:13:40Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "mpi",
+   "duration_s": 5.36,
+   "steps": 74,
+   "failed_run": false
   }
  ]
 };
