@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lectern.h"
 #include "lib/mlp.h"
@@ -122,8 +123,9 @@ static void hardware(void) {
     note("- GPUs in one node share a PCI Express bus. The newest generation (PCIe 7.0) "
          "reaches 242 GB/s over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
     see("https://en.wikipedia.org/wiki/PCI_Express");
-    note("- GPUs in different nodes go through ordinary Ethernet, on the order of "
-         "hundreds of MB/s on commodity links (~200 MB/s).");
+    note("- GPUs in different nodes go through the network. Commodity Ethernet runs at "
+         "1 to 10 Gb/s (0.125 to 1.25 GB/s); data-centre Ethernet and InfiniBand at "
+         "100 to 400 Gb/s (12.5 to 50 GB/s) per port.");
     note("Both are far slower than a GPU's own memory. The turning point in hardware was "
          "to let GPUs reach each other *directly*, without the CPU in the way.");
 
@@ -144,7 +146,9 @@ static void hardware(void) {
     note("NVSwitch chips connect every GPU to every other at full NVLink speed, and the "
          "NVLink Switch System carries that across nodes, sidestepping Ethernet:");
     image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-all-to-all-connectivity-1.png", 0.6);
-    note("An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s in total.");
+    note("An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s in total, "
+         "counting both directions, so 450 GB/s each way. A measured bandwidth of one "
+         "direction's traffic (busbw, below) is to be compared with the 450.");
 
     note("## SHARP: reducing inside the switch");
     note("NVSwitch can do the additions of an all-reduce itself (SHARP, in-network "
@@ -190,7 +194,8 @@ static void collective_operations(void) {
     note("- *Collective*: every rank calls the same operation, and together they "
          "describe one communication pattern across all of them (4, 256, 10 000 ranks).\n"
          "- They come from the parallel-computing literature of the 1980s (later, MPI).\n"
-         "- They suit SIMD-style programs: every rank runs the same code on its own data.\n"
+         "- They suit SPMD programs (single program, multiple data): every rank runs the "
+         "same code on its own data.\n"
          "- They are simpler to use, and faster, than arranging point-to-point "
          "sends and receives yourself.");
 
@@ -257,7 +262,8 @@ static void our_runtime_and_nccl(void) {
     note("PyTorch gives programs `torch.distributed`; this lecture's runtime gives C the same "
          "calls: `dist_all_reduce`, `dist_reduce_scatter`, `dist_all_gather`, "
          "`dist_broadcast`, `dist_reduce`, `dist_scatter`, `dist_gather`, `dist_send`, "
-         "`dist_recv`, each with SUM, AVG, MIN or MAX where it reduces.");
+         "`dist_recv`, the non-blocking `dist_isend` and `dist_irecv` completed by "
+         "`dist_wait`, and `dist_barrier`; SUM, AVG, MIN or MAX where they reduce.");
     see("https://pytorch.org/docs/stable/distributed.html");
     note("`spawn(fn, world_size, &args, sizeof args)` runs `fn(rank, world_size, args)` in "
          "world-size real processes, each on its own copy of the arguments, like "
@@ -273,7 +279,8 @@ static void our_runtime_and_nccl(void) {
          "| `dist_broadcast` | `ncclBroadcast` | `MPI_Bcast` |\n"
          "| `dist_reduce` | `ncclReduce` | `MPI_Reduce` |\n"
          "| `dist_scatter`, `dist_gather` | `ncclSend`/`ncclRecv` in a group | `MPI_Scatter`, `MPI_Gather` |\n"
-         "| `dist_send`, `dist_recv` | `ncclSend`, `ncclRecv` | `MPI_Send`, `MPI_Recv` |");
+         "| `dist_send`, `dist_recv` | `ncclSend`, `ncclRecv` | `MPI_Send`, `MPI_Recv` |\n"
+         "| `dist_isend`, `dist_irecv`, `dist_wait` | `ncclSend`, `ncclRecv` on the stream, then a stream wait | `MPI_Isend`, `MPI_Irecv`, `MPI_Wait` |");
     note("Open MPI plays the part of PyTorch's gloo backend (CPU); NCCL is the GPU backend "
          "in both worlds. NCCL has `ncclAvg` for averages; with MPI an average is a sum "
          "divided by the world size. Higher-level tools (PyTorch's FSDP, DeepSpeed) are "
@@ -290,7 +297,10 @@ static void our_runtime_and_nccl(void) {
     see("https://developer-blogs.nvidia.com/wp-content/uploads/2019/02/DBtree.png");
     note("- **Ring**: the data is cut into N chunks that travel around a ring; N-1 steps "
          "of reduce-scatter then N-1 steps of all-gather. Each rank sends 2(N-1)/N times "
-         "the data, close to the minimum, so a ring is *bandwidth*-optimal. But 2(N-1) "
+         "the data. No all-reduce can do with less: every rank must send out all but its "
+         "own 1/N share of its data to be summed ((N-1)/N), and receive the other ranks' "
+         "share of the result ((N-1)/N again). The ring meets that bound exactly: it is "
+         "*bandwidth*-optimal. But 2(N-1) "
          "steps in a row means latency grows linearly with N.\n"
          "- **Tree**: reduce up a tree and broadcast back down, in about 2 log2(N) steps, "
          "so it is *latency*-friendly. A single tree leaves the leaves' outgoing links "
@@ -434,9 +444,11 @@ static void benchmarking(void) {
          "link: 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter and all-gather. "
          "busbw can be compared with the hardware's link speed, whatever the world size.");
     see("https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md#allreduce");
-    note("A correction to the lecture this one follows: its reduce-scatter figure divided "
-         "the traffic by the *output* size, which is world-size times too small; with "
-         "S as the whole input, its 4-rank numbers would have been 4 times higher.");
+    note("A correction to the lecture this one follows. Its all-reduce estimate, "
+         "S 2(n-1) / (n t), is exactly busbw. Its reduce-scatter estimate started from the "
+         "*output* size S/n: (S/n)(n-1) / (n t), which is busbw / n, so 2 times too low on "
+         "2 ranks and 4 times on 4. Counted from the whole input S, reduce-scatter's busbw "
+         "is on the same scale as all-reduce's, and the two can be compared.");
     note("Each rank times `trials` operations back to back after one warm-up; the times "
          "are averaged over the ranks with an all-reduce (as nccl-tests does by default).");
 
@@ -575,10 +587,30 @@ static void bench_main(int rank, int world_size, void *args) {
     note_table("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
     plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
     int last = a->n_sizes - 1;
-    note("busbw puts both operations on one scale: a reduce-scatter moves half the data of "
-         "an all-reduce, so equally good implementations reach the same busbw. At %g MB "
-         "here: all-reduce %.2f GB/s, reduce-scatter %.2f GB/s.",
-         all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    note("busbw puts both operations on one scale: it counts the bytes the busiest link "
+         "must carry, so two operations that each keep the links equally busy show the "
+         "same busbw. Measured at %g MiB: all-reduce %.2f GB/s, reduce-scatter %.2f GB/s "
+         "(ratio %.2f). The scale is shared; the speed is not: each number is what one "
+         "implementation achieved (Open MPI picks a different algorithm per operation and "
+         "size, NCCL a different kernel), and a gap says one of them is further from the "
+         "link's limit.",
+         all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
+         reduce_scatter[last].busbw / all_reduce[last].busbw);
+    int peak = 0;   /* the size where all-reduce's busbw was highest */
+    for (int i = 1; i < a->n_sizes; i++)
+        if (all_reduce[i].busbw > all_reduce[peak].busbw) peak = i;
+    if (gpu_count() == 0)
+        note("Here all-reduce's busbw peaks at %g MiB (%.2f GB/s) and is %.2f GB/s at %g MiB. "
+             "On a real link it rises with size towards the link's limit, as the fixed cost "
+             "per operation is spread over more bytes. On this machine (%ld CPU cores, %d "
+             "ranks%s) larger messages no longer fit in the caches and go through the main "
+             "memory all ranks share%s, which can make it fall instead.",
+             all_reduce[peak].bytes / (1 << 20), all_reduce[peak].busbw, all_reduce[last].busbw,
+             all_reduce[last].bytes / (1 << 20), cores, world_size,
+             world_size > cores ? ": more ranks than cores, so they take turns" : "",
+             world_size > cores ? "; and a rank that waits in a collective for a partner "
+                                  "that is not running at the moment loses its time slice" : "");
 }
 
 /* ------------------------------------------------------------------ */
@@ -777,6 +809,31 @@ static const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
     return buf;
 }
 
+/* "layer 2" or "layers 0-1": layers first..last, in words. */
+static const char *layer_range(int first, int last, char *buf, size_t size) {
+    if (first == last) snprintf(buf, size, "layer %d", first);
+    else snprintf(buf, size, "layers %d-%d", first, last);
+    return buf;
+}
+
+/* "1 rank", "4 ranks". */
+static const char *plural(int n, const char *one, const char *many) {
+    return n == 1 ? one : many;
+}
+
+/* Every strategy cuts something (the batch, the layers, a matrix's columns)
+ * into world-size equal pieces. When it does not divide, the lecture stops
+ * before any rank starts, naming the spawn line (`line`: must_divide() is
+ * called on the spawn() line itself, with __LINE__) and what did not divide; no trace is
+ * written, so the last good one stays. */
+static void must_divide(int64_t n, int world_size, const char *what, int line) {
+    if (world_size > 0 && n % world_size == 0) return;
+    fprintf(stderr, "%s:%d: spawn of %d ranks: %s (%lld) do not divide into %d equal parts\n", __FILE__,
+            line, world_size, what, (long long)n, world_size);
+    exit(1);
+}
+
+
 /* The baseline: what one device computed, as host arrays. The parent keeps
  * it and sends it to the ranks inside their arguments. */
 static struct {
@@ -930,7 +987,7 @@ static void ddp(void) {
     int worlds[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         progress("DDP: spawn %d ranks", worlds[k]);
-        spawn(ddp_main, worlds[k], args, size);
+        must_divide(baseline.cfg.batch, worlds[k], "the batch's examples", __LINE__); spawn(ddp_main, worlds[k], args, size);
     }
     free(args);
     mlp_config c = baseline.cfg;
@@ -1028,8 +1085,8 @@ static void ddp_main(int rank, int world_size, void *args) {
     note_verbatim("Rank %d: max |DDP - one device| = %.3g (AdamW's rounding bound %.3g)", rank, diff,
                   adamw_rounding_bound(c));
     if (rank == 0)
-        note_verbatim("Rank 0: across %d rank(s), max |params(max) - params(min)| = %.3g",
-                      world_size, spread);
+        note_verbatim("Rank 0: across %d %s, max |params(max) - params(min)| = %.3g",
+                      world_size, plural(world_size, "rank", "ranks"), spread);
 
     for (int i = 0; i < c->layers; i++) {
         adamw_free(opt[i]);
@@ -1063,10 +1120,11 @@ static void ddp_zero3(void) {
     int ranks = 4;
     note("Our model in fp32 with AdamW needs 16 bytes per parameter (weight, gradient, "
          "two moments). Per rank, with %d ranks: DDP keeps all %d layers, %.0f MB; ZeRO-3 "
-         "keeps its own %d layer(s), %.0f MB, plus one gathered layer's weights and "
+         "keeps its own %d %s, %.0f MB, plus one gathered layer's weights and "
          "gradient at a time (%.0f MB). The price is communication: every layer's "
          "weights travel in the forward *and* the backward pass.",
          ranks, c.layers, 4 * layer_mb * c.layers, c.layers / ranks,
+         plural(c.layers / ranks, "layer", "layers"),
          4 * layer_mb * c.layers / ranks, 2 * layer_mb);
     note("Here each rank owns whole layers (layer *i* belongs to rank *i* / (layers per "
          "rank)), so the general all-gather of parameter shards becomes a broadcast from "
@@ -1077,7 +1135,7 @@ static void ddp_zero3(void) {
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
-    spawn(zero3_main, ranks, args, size);
+    must_divide(c.layers, ranks, "the layers", __LINE__); spawn(zero3_main, ranks, args, size);
     free(args);
     note("At step 0 each owner holds exactly one device's gradient for its layers (to "
          "float32 rounding, as in DDP), and ends with its layers trained as DDP and one "
@@ -1119,7 +1177,7 @@ static void zero3_main(int rank, int world_size, void *args) {
         }
     }
 
-    char buf[512];
+    char buf[512], range[32];
     for (int step = 0; step < c->steps; step++) {
         /* Forward: gather each layer, use it, drop it. */
         acts[0] = x;
@@ -1150,8 +1208,8 @@ static void zero3_main(int rank, int world_size, void *args) {
             tensor_free(dy);
             dy = dx;
         }
-        note_verbatim("Rank %d: step = %d, loss = %.9g, params of layer(s) %d-%d = %s", rank, step,
-                      loss, rank * per_rank, (rank + 1) * per_rank - 1,
+        note_verbatim("Rank %d: step = %d, loss = %.9g, params of %s = %s", rank, step, loss,
+                      layer_range(rank * per_rank, (rank + 1) * per_rank - 1, range, sizeof range),
                       summaries(w + rank * per_rank, per_rank, buf, sizeof buf));
         if (rank == 0) progress("ZeRO-3: step %d", step);
         free_saved(c->layers, acts, pre);
@@ -1186,12 +1244,13 @@ static void tensor_parallelism(void) {
     note("Backward, per layer: each rank takes its columns of dy, computes its columns of "
          "dW (x^T dh_r, exactly its slice of the full gradient) and a *partial* dx = "
          "dh_r W_r^T; the full dx is the sum of the partials, one all-reduce.");
-    note("Communication happens inside every layer, twice per step, so tensor "
+    note("Communication happens inside every layer, twice per layer per step (once "
+         "forward, once backward), so tensor "
          "parallelism wants the fastest links (NVLink, within a node).");
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("tensor parallelism: spawn 4 ranks");
-    spawn(tensor_parallel_main, 4, args, size);
+    must_divide(baseline.cfg.width, 4, "the columns of a layer", __LINE__); spawn(tensor_parallel_main, 4, args, size);
     free(args);
     note("Same activations and the same gradients as one device, with each rank holding "
          "a quarter of the weights.");
@@ -1296,7 +1355,9 @@ static void pipeline_parallelism(void) {
     note("Sent as one batch, only one stage would work at a time. So the batch is cut "
          "into micro-batches: while stage 1 works on micro-batch 0, stage 0 already "
          "starts micro-batch 1. This is the GPipe schedule: all forwards, then all "
-         "backwards, gradients summed over micro-batches, then one optimizer step.");
+         "backwards, each stage's weight gradients summed over the micro-batches. A "
+         "training run would then take one optimizer step per stage; this section stops "
+         "at the gradients, which it compares with one device's.");
     image("assets/lecture_08_pipeline.svg", 0.7);
     int m = 4;
     note("The idle time (the *bubble*): with p stages and m micro-batches each pass "
@@ -1307,7 +1368,9 @@ static void pipeline_parallelism(void) {
          m, bubble_fraction(2, m), m, bubble_fraction(4, m), bubble_fraction(4, 16),
          bubble_fraction(4, 64));
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products "
-         "and more activations kept for the backward pass.");
+         "(less efficient) and more messages. They do not cost activation memory: GPipe "
+         "keeps every micro-batch's activations until its backward pass, m micro-batches "
+         "of batch/m rows each, which is the whole batch's activations whatever m is.");
     size_t size;
     train_args *args = baseline_args(m, &size);
     int worlds[] = {2, 4};
@@ -1315,12 +1378,16 @@ static void pipeline_parallelism(void) {
         note("### %d stages, %d micro-batches: bubble %.1f%%", worlds[k], m,
              100 * bubble_fraction(worlds[k], m));
         progress("pipeline parallelism: spawn %d ranks", worlds[k]);
-        spawn(pipeline_main, worlds[k], args, size);
+        must_divide(baseline.cfg.layers, worlds[k], "the layers", __LINE__); spawn(pipeline_main, worlds[k], args, size);
     }
     free(args);
-    note("Forward and backward both match one device. Not done here: overlapping the "
-         "sends with computation, and interleaved schedules (1F1B) that start backward "
-         "passes early to keep fewer activations alive.");
+    note("Forward and backward both match one device. Two refinements are not run here. "
+         "The 1F1B schedule (one forward, one backward) starts each micro-batch's backward "
+         "as soon as the last stage has its forward, so a stage holds at most p "
+         "micro-batches' activations instead of m; its bubble is the same as GPipe's. "
+         "*Interleaved* 1F1B gives each rank several non-adjacent groups of layers (v "
+         "virtual stages), which divides the bubble by v at the cost of v times more "
+         "messages.");
 }
 
 static void pipeline_main(int rank, int world_size, void *args) {
@@ -1339,6 +1406,7 @@ static void pipeline_main(int rank, int world_size, void *args) {
         grads[j] = empty(c->width, c->width, device);
     }
     tensor *data = rank == 0 ? make_data(c, device) : NULL;   /* only stage 0 reads data */
+    char range[32];
     tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
 
     /* Forward, micro-batch by micro-batch. */
@@ -1351,8 +1419,9 @@ static void pipeline_main(int rank, int world_size, void *args) {
             dist_recv(x, rank - 1);
         }
         forward(w, per_stage, x, acts[k], pre[k]);
-        note_verbatim("Rank %d: forward of micro-batch %d through layers %d-%d: %s", rank, k,
-                      first_layer, first_layer + per_stage - 1, summarize(acts[k][per_stage]));
+        note_verbatim("Rank %d: forward of micro-batch %d through %s: %s", rank, k,
+                      layer_range(first_layer, first_layer + per_stage - 1, range, sizeof range),
+                      summarize(acts[k][per_stage]));
         if (!last_stage) dist_send(acts[k][per_stage], rank + 1);
     }
 
@@ -1399,9 +1468,10 @@ static void pipeline_main(int rank, int world_size, void *args) {
 
     double diff = 0, size = 0;
     for (int j = 0; j < per_stage; j++) diff = fmax(diff, grad_diff(a, grads[j], first_layer + j, &size));
-    note_verbatim("Rank %d: backward over %d micro-batches, gradients of layers %d-%d: "
+    note_verbatim("Rank %d: backward over %d micro-batches, gradients of %s: "
                   "max |PP - one device| = %.3g (largest gradient %.3g, tolerance %.3g)", rank, m,
-                  first_layer, first_layer + per_stage - 1, diff, size, gradient_tolerance(c) * size);
+                  layer_range(first_layer, first_layer + per_stage - 1, range, sizeof range), diff,
+                  size, gradient_tolerance(c) * size);
 
     for (int j = 0; j < per_stage; j++) {
         tensor_free(w[j]);
