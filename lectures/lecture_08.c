@@ -110,7 +110,9 @@ static void our_hardware(void);
 static void hardware(void) {
     progress("hardware");
     note("## One GPU");
-    image("https://miro.medium.com/v2/resize:fit:2000/format:webp/1*6xoBKi5kL2dZpivFe1-zgw.jpeg", 1.0);
+    image("assets/lecture_08_gpu.svg", 0.6);
+    see("https://miro.medium.com/v2/resize:fit:2000/format:webp/1*6xoBKi5kL2dZpivFe1-zgw.jpeg",
+        "the H100 chip's block diagram");
     note("Inside one GPU the bottleneck is usually DRAM: NVIDIA's datasheet gives the "
          "H100 NVL 7.8 TB/s of memory bandwidth (a figure for its pair of boards; "
          "about 3.9 TB/s per GPU).");
@@ -119,7 +121,9 @@ static void hardware(void) {
     note("## Many GPUs, many nodes: PCIe and Ethernet");
     note("The classic layout: GPUs hang off the CPU, and the CPU and network card "
          "sit in the middle of every transfer.");
-    image("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp", 0.4);
+    image("assets/lecture_08_pcie_ethernet.svg", 0.65);
+    see("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp",
+        "a multi-GPU cluster's node layout");
     note("- GPUs in one node share a PCI Express bus. The newest generation (PCIe 7.0) "
          "reaches 242 GB/s over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
     see("https://en.wikipedia.org/wiki/PCI_Express");
@@ -135,17 +139,23 @@ static void hardware(void) {
     note("Its key idea is Remote Direct Memory Access (RDMA): a network card writes "
          "straight into another machine's memory (GPU memory, with GPUDirect RDMA) "
          "without either CPU or operating system copying the bytes.");
-    image("https://lambdalabs.com/hubfs/Imported_Blog_Media/nvlink-diagram-update.png", 0.6);
+    image("assets/lecture_08_rdma.svg", 0.65);
+    see("https://lambdalabs.com/hubfs/Imported_Blog_Media/nvlink-diagram-update.png",
+        "GPUs, NVLink and network cards in a server");
 
     note("## NVLink and NVSwitch");
     note("NVLink is NVIDIA's own GPU-to-GPU link, announced in 2014. NVIDIA quotes "
          "its NVLink switch fabric at 4.5 times the bandwidth of InfiniBand.");
     see("https://developer.nvidia.com/blog/upgrading-multi-gpu-interconnectivity-with-the-third-generation-nvidia-nvswitch/");
     note("Inside a node, NVLink joins GPUs to each other with no CPU on the path:");
-    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-generations-1.png", 0.6);
+    image("assets/lecture_08_nvlink_generations.svg", 0.55);
+    see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-generations-1.png",
+        "NVLink generations");
     note("NVSwitch chips connect every GPU to every other at full NVLink speed, and the "
          "NVLink Switch System carries that across nodes, sidestepping Ethernet:");
-    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-all-to-all-connectivity-1.png", 0.6);
+    image("assets/lecture_08_nvswitch.svg", 0.6);
+    see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-all-to-all-connectivity-1.png",
+        "NVLink all-to-all connectivity");
     note("An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s in total, "
          "counting both directions, so 450 GB/s each way. A measured bandwidth of one "
          "direction's traffic (busbw, below) is to be compared with the 450.");
@@ -154,7 +164,9 @@ static void hardware(void) {
     note("NVSwitch can do the additions of an all-reduce itself (SHARP, in-network "
          "reduction). Each GPU then sends its data once and receives the sum once, "
          "instead of taking part in every step: about half the traffic.");
-    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-SHARP-acceleration-1.png", 0.6);
+    image("assets/lecture_08_sharp.svg", 0.65);
+    see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-SHARP-acceleration-1.png",
+        "NVLink SHARP acceleration");
     note("Expect more such changes: the hardware moves fast, but the hierarchy stays.");
 
     our_hardware();

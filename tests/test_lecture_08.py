@@ -414,10 +414,25 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         images = [r for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "image"]
         local = {r["src"] for r in images if not r["remote"]}
         for name in COLLECTIVES + ["ring_vs_tree", "memory_hierarchy", "parallelism",
-                                   "zero_stages", "pipeline"]:
+                                   "zero_stages", "pipeline", "gpu", "pcie_ethernet", "rdma",
+                                   "nvlink_generations", "nvswitch", "sharp"]:
             src = "assets/lecture_08_%s.svg" % name
             self.assertIn(src, local)
             self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
+        # Nothing is hot-linked: every figure is ours, drawn in assets/ (an offline
+        # reader sees it); the originals stay as titled links.
+        self.assertEqual([r["src"] for r in images if r["remote"]], [])
+        for src in local:
+            with open(os.path.join(ROOT, src)) as f:
+                svg = f.read()
+            self.assertTrue(svg.startswith("<svg") and svg.rstrip().endswith("</svg>"), src)
+            self.assertNotIn("http://", svg.replace("http://www.w3.org/2000/svg", ""), src)
+        titled = {r["url"]: r.get("title") for s in self.trace["steps"] for r in s["renderings"]
+                  if r["type"] == "link"}
+        for host in ("miro.medium.com", "media.springernature.com", "lambdalabs.com"):
+            self.assertTrue(any(host in u and t for u, t in titled.items()), host)
+        self.assertEqual(sum(1 for u, t in titled.items() if "developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink"
+                             in u and t), 3)
         links = {r["url"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
         for fig in ["broadcast", "scatter", "gather", "reduce", "all_gather", "all_reduce"]:
             self.assertIn("https://pytorch.org/tutorials/_images/%s.png" % fig, links)
