@@ -33,6 +33,7 @@ BUILD = "build-mutate"
 C_TENSOR = ["%s/tests/test_tensor" % BUILD]
 C_MLP = ["%s/tests/test_mlp" % BUILD]
 C_COMM = ["%s/tests/test_comm" % BUILD]
+C_COMM_STATS = ["%s/tests/test_comm_stats" % BUILD]
 C_TRACE = ["%s/tests/test_trace" % BUILD]
 C_GPU_COUNT = ["%s/tests/test_gpu_count" % BUILD]
 C_RANDOM = ["%s/tests/test_random" % BUILD]
@@ -50,6 +51,14 @@ def m(name, path, find, replace, *tests):
 
 
 MUTANTS = [
+    # ---- the traffic counter ----
+    m("comm-stats-all-reduce-counts-once", "runtime/comm_stats.c", "    add(2 * share(count));",
+      "    add(share(count));", C_COMM_STATS),
+    m("comm-stats-all-gather-counts-the-piece", "runtime/comm_stats.c",
+      "    add(share(count * (size_t)world));\n    inner->all_gather", "    add(share(count));\n    inner->all_gather",
+      C_COMM_STATS),
+    m("trace-forgets-library-sources", "runtime/trace.c",
+      "    lx_lecture_sources(embed_file, files);", "", LECTURE_08),
     # ---- the authoring API and the trace ----
     m("image-allows-climbing-out-of-assets", "runtime/note.c",
       'strncmp(src, "assets/", 7) != 0 || strstr(src, "..")', 'strncmp(src, "assets/", 7) != 0', FOUNDATION),
