@@ -1244,6 +1244,7 @@ static void zero3_main(int rank, int world_size, void *args) {
 /* ------------------------------------------------------------------ */
 
 static void tensor_parallel_main(int rank, int world_size, void *args);
+static void megatron_main(int rank, int world_size, void *args);
 
 static void tensor_parallelism(void) {
     progress("tensor parallelism");
@@ -1266,6 +1267,40 @@ static void tensor_parallelism(void) {
     free(args);
     note("Same activations and the same gradients as one device, with each rank holding "
          "a quarter of the weights.");
+
+    note("### Megatron: a column-parallel layer, then a row-parallel one");
+    see("https://arxiv.org/abs/1909.08053", "Megatron-LM (Shoeybi et al., 2019)");
+    note("Cutting every layer by columns gathers the whole activation after every layer. "
+         "Megatron-LM needs fewer collectives by taking the layers in pairs, an MLP block "
+         "y = gelu(gelu(x A) B):");
+    note("- A is cut by **columns**: rank *r* computes z_r = gelu(x A_r), its columns of "
+         "the hidden activation, with no communication (GELU acts elementwise, so its "
+         "columns need only its columns).\n"
+         "- B is cut by **rows**: z_r B_r is rank *r*'s *partial* pre-activation, and "
+         "x A B = sum over r of z_r B_r. One all-reduce adds the partials; every rank then "
+         "applies the last GELU to the whole.\n"
+         "- Backward mirrors it: the output gradient is whole on every rank, so the "
+         "gradients of B_r and of z_r need nothing from other ranks; the input gradient "
+         "is a sum of partials dh_r A_r^T, one all-reduce.");
+    note("One all-reduce forward and one backward per block of two layers (none backward "
+         "for the first block, whose input is the data), against an all-gather per layer "
+         "forward and an all-reduce per layer backward when every layer is cut by columns. "
+         "Both versions below count the bytes each rank sends with the runtime's "
+         "`dist_bytes_sent()`.");
+    args = baseline_args(0, &size);
+    progress("Megatron tensor parallelism: spawn 4 ranks");
+    must_divide(baseline.cfg.layers, 2, "the layers (in pairs)", __LINE__); spawn(megatron_main, 4, args, size);
+    free(args);
+    mlp_config c = baseline.cfg;
+    double b = (double)c.batch * c.width * sizeof(float), p = 4;
+    double column_only = c.layers * (p - 1) / p * b + (c.layers - 1) * 2 * (p - 1) / p * b;
+    double megatron = (c.layers / 2 + c.layers / 2 - 1) * 2 * (p - 1) / p * b;
+    note("Per rank and step, by the ring's count (an activation is %d x %d floats, b = %.0f "
+         "bytes): column-only %d all-gathers of (p-1)/p b and %d all-reduces of 2(p-1)/p b, "
+         "%.0f bytes; Megatron %d all-reduces, %.0f bytes, %.2f times less. Compare the "
+         "counts the ranks measured above.",
+         c.batch, c.width, b, c.layers, c.layers - 1, column_only, c.layers - 1, megatron,
+         column_only / megatron);
 }
 
 /* Every rank's (rows x cols/world) piece, side by side: (rows x cols). The
@@ -1297,6 +1332,8 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
         w[i] = col_slice(full, first, last);
         tensor_free(full);
     }
+
+    int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
 
     /* Forward. */
     acts[0] = data;
@@ -1337,6 +1374,88 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
     note_verbatim("Rank %d: backward: gradients of columns %lld-%lld of every layer, "
                   "max |TP - one device| = %.3g (largest gradient %.3g, tolerance %.3g)", rank,
                   (long long)first, (long long)last - 1, diff, size, gradient_tolerance(c) * size);
+
+    note_verbatim("Rank %d: column-only: bytes sent in one step = %lld in %lld calls", rank,
+                  (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) {
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+    tensor_free(data);
+}
+
+/* Megatron's MLP block over layers (2k, 2k+1): layer 2k cut by columns,
+ * layer 2k+1 by rows. acts[2k+1] holds only this rank's columns of the
+ * hidden activation; acts[2k+2] and pre[2k+1] are whole on every rank. */
+static void megatron_main(int rank, int world_size, void *args) {
+    const train_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    int64_t shard = c->width / world_size;
+    int64_t first = rank * shard, last = (rank + 1) * shard;
+
+    tensor *data = make_data(c, device);
+    tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS], *grads[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = init_layer(c, i, device);
+        if (i % 2 == 0) {
+            w[i] = col_slice(full, first, last);                /* A_r: width x shard */
+        } else {
+            tensor *rows = row_slice(full, first, last);       /* B_r: shard x width */
+            w[i] = to_device(rows, device);
+            tensor_free(rows);
+        }
+        tensor_free(full);
+    }
+    int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+
+    /* Forward: one all-reduce per block. */
+    acts[0] = data;
+    for (int i = 0; i < c->layers; i += 2) {
+        acts[i + 1] = layer_forward(acts[i], w[i], &pre[i]);   /* z_r = gelu(x A_r) */
+        pre[i + 1] = matmul(acts[i + 1], w[i + 1]);            /* z_r B_r: a partial sum */
+        dist_all_reduce(pre[i + 1], DIST_SUM);                  /* x A B, whole */
+        acts[i + 2] = gelu(pre[i + 1]);
+    }
+    float loss = mse_loss(acts[c->layers]);
+    tensor *expected = expected_output(a, device);
+    note_verbatim("Rank %d: Megatron forward: loss = %.9g (one device: %.9g), max |Megatron - one device| "
+                  "= %.3g (tolerance %.3g)", rank, loss, a->first_loss,
+                  max_abs_diff(acts[c->layers], expected), output_tolerance(c) * largest(expected));
+    tensor_free(expected);
+
+    /* Backward: one all-reduce per block, none for the first. */
+    tensor *dy = mse_loss_backward(acts[c->layers]);   /* whole, the same on every rank */
+    for (int i = c->layers - 2; i >= 0; i -= 2) {
+        tensor *dz = NULL, *dx = NULL;
+        grads[i + 1] = empty(shard, c->width, device);
+        layer_backward(acts[i + 1], pre[i + 1], w[i + 1], dy, grads[i + 1], &dz, 0.0f);
+        grads[i] = empty(c->width, shard, device);
+        layer_backward(acts[i], pre[i], w[i], dz, grads[i], i > 0 ? &dx : NULL, 0.0f);
+        if (dx) dist_all_reduce(dx, DIST_SUM);   /* the partial input gradients add up */
+        tensor_free(dz);
+        tensor_free(dy);
+        dy = dx;
+    }
+    int64_t bytes = dist_bytes_sent() - bytes_before, calls = dist_calls() - calls_before;
+
+    double diff = 0, size = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = expected_grad(a, i, device);
+        tensor *mine = i % 2 == 0 ? col_slice(full, first, last) : row_slice(full, first, last);
+        diff = fmax(diff, max_abs_diff(grads[i], mine));
+        size = fmax(size, largest(mine));
+        tensor_free(mine);
+        tensor_free(full);
+    }
+    note_verbatim("Rank %d: Megatron backward: gradients of columns %lld-%lld of the even layers and "
+                  "rows %lld-%lld of the odd ones, max |Megatron - one device| = %.3g (largest gradient "
+                  "%.3g, tolerance %.3g)", rank, (long long)first, (long long)last - 1, (long long)first,
+                  (long long)last - 1, diff, size, gradient_tolerance(c) * size);
+    note_verbatim("Rank %d: Megatron: bytes sent in one step = %lld in %lld calls", rank, (long long)bytes,
+                  (long long)calls);
 
     free_saved(c->layers, acts, pre);
     for (int i = 0; i < c->layers; i++) {
@@ -1505,7 +1624,8 @@ static void summary(void) {
     note("| strategy | each rank holds | communicates | per step |\n|---|---|---|---|\n"
          "| DDP | whole model, slice of batch | gradients | all-reduce per layer |\n"
          "| ZeRO-3 / FSDP | its shard of everything, slice of batch | weights and gradients | broadcast/all-gather twice, reduce/reduce-scatter once per layer |\n"
-         "| tensor parallel | column slice of every layer, whole batch | activations | all-gather forward, all-reduce backward, per layer |\n"
+         "| tensor parallel, columns only | column slice of every layer, whole batch | activations | all-gather forward, all-reduce backward, per layer |\n"
+         "| tensor parallel, Megatron | column slice, then row slice, of each pair of layers; whole batch | activations | one all-reduce forward, one backward, per pair |\n"
          "| pipeline parallel | some layers, micro-batches | activations at stage edges | send/recv per micro-batch |");
     note("- Hardware keeps getting faster, but it will stay a hierarchy: fast and small "
          "close by, big and slow far away.\n"

@@ -316,6 +316,44 @@ class Numbers:
             self.assert_within(m, 4, 6, 5, self.grad_tol(),
                                "TP gradient")
 
+    def test_megatron_matches_one_device_and_sends_less(self):
+        one = self.one_device()
+        c = self.config()
+        spawns = self.by_spawn("megatron_main")
+        self.assertEqual(len(spawns), 1)
+        fwd = self.spawn_texts(spawns[0], r"^Rank (\d): Megatron forward: loss = %s \(one device: %s\), "
+                                          r"max \|Megatron - one device\| = %s \(tolerance %s\)$" % (NUM, NUM, NUM, NUM))
+        self.assertEqual(sorted(int(m.group(1)) for _, m in fwd), [0, 1, 2, 3])
+        for _, m in fwd:
+            self.assertEqual(float(m.group(3)), one[0][1])
+            self.assert_loss(float(m.group(2)), 0, "Megatron forward")
+            self.assertLessEqual(float(m.group(4)), float(m.group(5)))
+            self.assertLessEqual(float(m.group(5)), self.out_tol() * 10)   # the output's elements are O(1)
+        bwd = self.spawn_texts(spawns[0], r"^Rank (\d): Megatron backward: gradients of columns (\d+)-(\d+) of the "
+                                          r"even layers and rows (\d+)-(\d+) of the odd ones, max \|Megatron - one "
+                                          r"device\| = %s \(largest gradient %s, tolerance %s\)$" % (NUM, NUM, NUM))
+        self.assertEqual(sorted(int(m.group(1)) for _, m in bwd), [0, 1, 2, 3])
+        w = c["width"]
+        for _, m in bwd:
+            r = int(m.group(1))
+            self.assertEqual([int(m.group(i)) for i in (2, 3, 4, 5)],
+                             [r * w // 4, (r + 1) * w // 4 - 1, r * w // 4, (r + 1) * w // 4 - 1])
+            self.assertGreater(float(m.group(7)), 0)
+            self.assert_within(m, 6, 8, 7, self.grad_tol(), "Megatron gradient")
+        # Bytes each rank sent in one step, counted by the runtime, against the
+        # ring's count worked out here: an activation is b = batch x width
+        # floats; all-gather sends (p-1)/p b, all-reduce 2(p-1)/p b (p = 4).
+        b, L = c["batch"] * c["width"] * 4, c["layers"]
+        want = {"column-only": (L * 3 * b // 4 + (L - 1) * 3 * b // 2, 2 * L - 1),
+                "Megatron": ((L - 1) * 3 * b // 2, L - 1)}
+        for name, (nbytes, calls) in want.items():
+            sid = spawns[0] if name == "Megatron" else self.by_spawn("tensor_parallel_main")[0]
+            rows = self.spawn_texts(sid, r"^Rank (\d): %s: bytes sent in one step = (\d+) in (\d+) calls$" % name)
+            self.assertEqual(sorted(int(m.group(1)) for _, m in rows), [0, 1, 2, 3], name)
+            for _, m in rows:
+                self.assertEqual((int(m.group(2)), int(m.group(3))), (nbytes, calls), name)
+        self.assertLess(want["Megatron"][0], want["column-only"][0])
+
     def test_pipeline_parallel_forward_backward_and_bubble(self):
         one = self.one_device()
         spawns = self.by_spawn("pipeline_main")
