@@ -1066,13 +1066,22 @@ static void ddp_main(int rank, int world_size, void *args) {
         opt[i] = adamw_new(w[i], c->lr);
     }
 
+    /* weights, gradients, AdamW's two moments (one float each per weight) */
+    double held = 0;
+    for (int i = 0; i < c->layers; i++) held += (double)(w[i]->numel + grads[i]->numel + 2 * w[i]->numel) * sizeof(float);
+    note_verbatim("Rank %d: DDP holds %.0f bytes of model state", rank, held);
+
     char buf[512];
     for (int step = 0; step < c->steps; step++) {
+        int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
         forward(w, c->layers, x, acts, pre);
         float loss = mse_loss(acts[c->layers]);
         backward(w, c->layers, acts, pre, grads);
         for (int i = 0; i < c->layers; i++)
             dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */
+        if (step == 0)
+            note_verbatim("Rank %d: DDP: bytes sent in one step = %lld in %lld calls", rank,
+                          (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
         if (step == 0) {
             double diff = 0, size = 0;
             for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
@@ -1115,6 +1124,22 @@ static void ddp_main(int rank, int world_size, void *args) {
 
 static void zero3_main(int rank, int world_size, void *args);
 
+/* Bytes of model state one rank holds, with `ranks` ranks and P
+ * parameters in fp32 with AdamW: weights 4P, gradients 4P, AdamW's two
+ * moments 8P; ZeRO stage s divides the first s of (optimizer state,
+ * gradients, weights) by the world size. */
+typedef struct state_bytes {
+    double params, grads, optimizer;
+} state_bytes;
+
+static state_bytes zero_bytes(int stage, double params, int ranks) {
+    state_bytes b = {4 * params, 4 * params, 8 * params};
+    if (stage >= 1) b.optimizer /= ranks;
+    if (stage >= 2) b.grads /= ranks;
+    if (stage >= 3) b.params /= ranks;
+    return b;
+}
+
 static void ddp_zero3(void) {
     progress("ZeRO-3");
     note("## Distributed data parallel with ZeRO stage 3");
@@ -1122,119 +1147,159 @@ static void ddp_zero3(void) {
          "optimizer state. ZeRO (the Zero Redundancy Optimizer) removes the copies in "
          "three stages:");
     image("assets/lecture_08_zero_stages.svg", 0.6);
-    see("https://production-media.paperswithcode.com/methods/Screen_Shot_2021-07-26_at_3.17.43_PM_3oyU7Qb.png");
+    see("https://production-media.paperswithcode.com/methods/Screen_Shot_2021-07-26_at_3.17.43_PM_3oyU7Qb.png",
+        "ZeRO's three stages (Rajbhandari et al.)");
     note("- stage 1: shard the optimizer state (for AdamW, two numbers per parameter)\n"
          "- stage 2: shard the optimizer state and the gradients\n"
          "- stage 3: shard the optimizer state, the gradients and the parameters "
          "(what PyTorch's FSDP does)");
     mlp_config c = model_config();
-    double layer_mb = (double)c.width * c.width * sizeof(float) / 1e6;
     int ranks = 4;
-    note("Our model in fp32 with AdamW needs 16 bytes per parameter (weight, gradient, "
-         "two moments). Per rank, with %d ranks: DDP keeps all %d layers, %.0f MB; ZeRO-3 "
-         "keeps its own %d %s, %.0f MB, plus one gathered layer's weights and "
-         "gradient at a time (%.0f MB). The price is communication: every layer's "
-         "weights travel in the forward *and* the backward pass.",
-         ranks, c.layers, 4 * layer_mb * c.layers, c.layers / ranks,
-         plural(c.layers / ranks, "layer", "layers"),
-         4 * layer_mb * c.layers / ranks, 2 * layer_mb);
-    note("Here each rank owns whole layers (layer *i* belongs to rank *i* / (layers per "
-         "rank)), so the general all-gather of parameter shards becomes a broadcast from "
-         "the owner, and the reduce-scatter of gradients becomes a reduce to the owner.");
-    note("The backward pass covers *every* layer, layer 0 included: layer 0 needs no "
-         "input gradient, so its weights need not be broadcast again, but its weight "
-         "gradient must still be reduced to its owner and applied.");
+    double params = (double)model_floats(&c), layer = (double)c.width * c.width;
+    char table[1024];
+    int len = snprintf(table, sizeof table,
+                       "| %d ranks | weights (MB) | gradients (MB) | AdamW state (MB) | total (MB) |\n"
+                       "|---|---:|---:|---:|---:|\n", ranks);
+    const char *names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    for (int stage = 0; stage <= 3; stage++) {
+        state_bytes b = zero_bytes(stage, params, ranks);
+        len += snprintf(table + len, sizeof table - len, "| %s | %.3f | %.3f | %.3f | %.3f |\n", names[stage],
+                        b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
+                        (b.params + b.grads + b.optimizer) / 1e6);
+    }
+    note("Model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per "
+         "parameter in DDP), MB = 10^6 bytes:", params);
+    note("%s", table);
+    note("ZeRO-3 also needs, for a moment, one layer's gathered weights and its full "
+         "gradient (%.3f MB) on top of its shards. Below, each rank adds up the tensors it "
+         "really holds, in DDP and in ZeRO-3.", 2 * 4 * layer / 1e6);
+
+    note("How FSDP does stage 3, and how this section does it:");
+    note("- Each layer's weights, flattened, are cut into world-size equal pieces: rank *r* "
+         "keeps piece *r* of every layer (here, a band of rows), with AdamW's state for it.\n"
+         "- Forward, layer by layer: **all-gather** the pieces into the whole layer, use it, "
+         "free it.\n"
+         "- Backward, layer by layer: all-gather the layer again (it was freed), compute the "
+         "full gradient of this rank's slice of the batch, then **reduce-scatter**: each rank "
+         "receives only its piece of the averaged gradient. Free the rest.\n"
+         "- Step: each rank runs AdamW on its own piece. AdamW works element by element, so "
+         "the pieces together are exactly the full update.");
+    note("Layer 0 needs no gathering in the backward pass: its input is the data, which "
+         "needs no gradient, and its weight gradient x^T dh does not use the weights.");
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
-    must_divide(c.layers, ranks, "the layers", __LINE__); spawn(zero3_main, ranks, args, size);
+    must_divide(c.width, ranks, "the rows of a layer", __LINE__); spawn(zero3_main, ranks, args, size);
     free(args);
-    note("At step 0 each owner holds exactly one device's gradient for its layers (to "
-         "float32 rounding, as in DDP), and ends with its layers trained as DDP and one "
-         "device trained them, within AdamW's rounding bound.");
+    note("Each rank's piece of the averaged gradient is one device's, to float32 rounding, "
+         "and its piece of the weights ends where one device's did, within AdamW's "
+         "rounding bound.");
+    double p = ranks, ddp_bytes = c.layers * 2 * (p - 1) / p * 4 * layer;
+    double zero3_bytes = (2 * c.layers - 1 + c.layers) * (p - 1) / p * 4 * layer;
+    note("The price is communication. Per rank and step, by the ring's count (a layer is "
+         "%.0f bytes): DDP all-reduces each layer's gradient once, 2(p-1)/p of it, "
+         "%.0f bytes in all. ZeRO-3 all-gathers each layer in the forward pass and all but "
+         "layer 0 again in the backward pass, and reduce-scatters each gradient, (p-1)/p of "
+         "a layer each: %.0f bytes, %.3f times DDP's. (FSDP gathers layer 0 again too: "
+         "3 against 2, 1.5 times.) The runtime's counts, measured in each spawn, are "
+         "printed above: compare them.",
+         4 * layer, ddp_bytes, zero3_bytes, zero3_bytes / ddp_bytes);
 }
 
-/* The weights of layer i for this step: the owner's own tensor, or a
- * temporary filled by broadcast from the owner. */
-static tensor *fetch_layer(tensor *const *mine, int layer, int owner, int rank, const mlp_config *c,
-                           int device) {
-    tensor *w = rank == owner ? mine[layer] : empty(c->width, c->width, device);
-    dist_broadcast(w, owner);
+/* Layer `layer`'s whole weights, gathered from every rank's piece. The
+ * caller frees it as soon as it is used: that is the memory ZeRO-3 saves. */
+static tensor *gather_layer(const tensor *piece, const mlp_config *c) {
+    tensor *w = empty(c->width, c->width, piece->device);
+    dist_all_gather(w, piece);   /* the pieces are bands of rows, in rank order */
     return w;
-}
-
-static void release_layer(tensor *w, int owner, int rank) {
-    if (w && rank != owner) tensor_free(w);
 }
 
 static void zero3_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
     int device = get_device(rank);
-    int per_rank = c->layers / world_size;   /* layers owned by each rank */
+    int64_t rows = c->width / world_size;         /* my piece: these rows of every layer */
+    int64_t first = rank * rows, last = (rank + 1) * rows;
 
     tensor *data = make_data(c, device);
     int64_t local = c->batch / world_size;
     tensor *x = row_slice(data, rank * local, (rank + 1) * local);
 
-    /* Only the owned layers exist here, with their optimizer state. */
-    tensor *w[MAX_LAYERS] = {0}, *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
-    adamw *opt[MAX_LAYERS] = {0};
-    int owner[MAX_LAYERS];
+    /* Only the pieces exist here, each with its gradient piece and AdamW state. */
+    tensor *piece[MAX_LAYERS], *grad_piece[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+    double held = 0;
     for (int i = 0; i < c->layers; i++) {
-        owner[i] = i / per_rank;
-        if (owner[i] == rank) {
-            w[i] = init_layer(c, i, device);
-            opt[i] = adamw_new(w[i], c->lr);
-        }
+        tensor *full = init_layer(c, i, device);
+        tensor *band = row_slice(full, first, last);
+        piece[i] = to_device(band, device);
+        tensor_free(band);
+        tensor_free(full);
+        grad_piece[i] = empty(rows, c->width, device);
+        opt[i] = adamw_new(piece[i], c->lr);
+        /* weights, gradient, AdamW's two moments (one float each per weight) */
+        held += (double)(piece[i]->numel + grad_piece[i]->numel + 2 * piece[i]->numel) * sizeof(float);
     }
+    note_verbatim("Rank %d: ZeRO-3 holds %.0f bytes of model state (rows %lld-%lld of every layer)", rank,
+                  held, (long long)first, (long long)last - 1);
 
-    char buf[512], range[32];
+    char buf[512];
     for (int step = 0; step < c->steps; step++) {
-        /* Forward: gather each layer, use it, drop it. */
+        int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+        /* Forward: gather each layer, use it, free it. */
         acts[0] = x;
         for (int i = 0; i < c->layers; i++) {
-            tensor *wi = fetch_layer(w, i, owner[i], rank, c, device);
-            acts[i + 1] = layer_forward(acts[i], wi, &pre[i]);
-            release_layer(wi, owner[i], rank);
+            tensor *w = gather_layer(piece[i], c);
+            acts[i + 1] = layer_forward(acts[i], w, &pre[i]);
+            tensor_free(w);
         }
         float loss = mse_loss(acts[c->layers]);
 
-        /* Backward, every layer down to 0. */
+        /* Backward: gather again, compute the full gradient of my slice of the
+         * batch, keep my piece of the average, free the rest. */
         tensor *dy = mse_loss_backward(acts[c->layers]);
         for (int i = c->layers - 1; i >= 0; i--) {
-            tensor *wi = i > 0 ? fetch_layer(w, i, owner[i], rank, c, device) : NULL;
+            tensor *w = i > 0 ? gather_layer(piece[i], c) : NULL;
             tensor *grad = empty(c->width, c->width, device);
             tensor *dx = NULL;
-            layer_backward(acts[i], pre[i], wi, dy, grad, i > 0 ? &dx : NULL, 0.0f);
-            dist_reduce(grad, owner[i], DIST_AVG);   /* averaged gradient, at the owner only */
-            if (rank == owner[i] && step == 0) {
-                double size = 0, diff = grad_diff(a, grad, i, &size);
-                note_verbatim("Rank %d: step 0: layer %d: max |averaged gradient - one device| = %.3g "
-                              "(largest gradient %.3g, tolerance %.3g)",
-                              rank, i, diff, size, gradient_tolerance(c) * size);
+            layer_backward(acts[i], pre[i], w, dy, grad, i > 0 ? &dx : NULL, 0.0f);
+            dist_reduce_scatter(grad_piece[i], grad, DIST_AVG);   /* my rows of the average */
+            if (step == 0) {
+                tensor *full = expected_grad(a, i, device), *mine = row_slice(full, first, last);
+                note_verbatim("Rank %d: step 0: layer %d: max |averaged gradient piece - one device| = %.3g "
+                              "(largest gradient %.3g, tolerance %.3g)", rank, i,
+                              max_abs_diff(grad_piece[i], mine), largest(full),
+                              gradient_tolerance(c) * largest(full));
+                tensor_free(mine);
+                tensor_free(full);
             }
-            if (rank == owner[i]) adamw_step(opt[i], w[i], grad);
-            release_layer(wi, owner[i], rank);
+            if (w) tensor_free(w);
             tensor_free(grad);
             tensor_free(dy);
             dy = dx;
         }
-        note_verbatim("Rank %d: step = %d, loss = %.9g, params of %s = %s", rank, step, loss,
-                      layer_range(rank * per_rank, (rank + 1) * per_rank - 1, range, sizeof range),
-                      summaries(w + rank * per_rank, per_rank, buf, sizeof buf));
+        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], piece[i], grad_piece[i]);
+        if (step == 0)
+            note_verbatim("Rank %d: ZeRO-3: bytes sent in one step = %lld in %lld calls", rank,
+                          (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+        note_verbatim("Rank %d: step = %d, loss = %.9g, pieces = %s", rank, step, loss,
+                      summaries(piece, c->layers, buf, sizeof buf));
         if (rank == 0) progress("ZeRO-3: step %d", step);
         free_saved(c->layers, acts, pre);
     }
 
-    for (int i = rank * per_rank; i < (rank + 1) * per_rank; i++) {
-        tensor *expected = expected_trained(a, i, device);
-        note_verbatim("Rank %d: layer %d: max |ZeRO-3 - one device| = %.3g (AdamW's rounding bound %.3g)",
-                      rank, i, max_abs_diff(w[i], expected), adamw_rounding_bound(c));
-        tensor_free(expected);
+    double diff = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = expected_trained(a, i, device), *mine = row_slice(full, first, last);
+        diff = fmax(diff, max_abs_diff(piece[i], mine));
+        tensor_free(mine);
+        tensor_free(full);
         adamw_free(opt[i]);
-        tensor_free(w[i]);
+        tensor_free(piece[i]);
+        tensor_free(grad_piece[i]);
     }
+    note_verbatim("Rank %d: max |ZeRO-3 piece - one device| = %.3g (AdamW's rounding bound %.3g)", rank, diff,
+                  adamw_rounding_bound(c));
     tensor_free(x);
     tensor_free(data);
 }
@@ -1623,7 +1688,7 @@ static void summary(void) {
          "- communication: keep it elsewhere (shard) and you must send it");
     note("| strategy | each rank holds | communicates | per step |\n|---|---|---|---|\n"
          "| DDP | whole model, slice of batch | gradients | all-reduce per layer |\n"
-         "| ZeRO-3 / FSDP | its shard of everything, slice of batch | weights and gradients | broadcast/all-gather twice, reduce/reduce-scatter once per layer |\n"
+         "| ZeRO-3 / FSDP | its piece of every layer's weights, gradients and AdamW state; slice of batch | weights and gradients | all-gather twice, reduce-scatter once, per layer |\n"
          "| tensor parallel, columns only | column slice of every layer, whole batch | activations | all-gather forward, all-reduce backward, per layer |\n"
          "| tensor parallel, Megatron | column slice, then row slice, of each pair of layers; whole batch | activations | one all-reduce forward, one backward, per pair |\n"
          "| pipeline parallel | some layers, micro-batches | activations at stage edges | send/recv per micro-batch |");
