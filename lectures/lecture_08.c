@@ -862,6 +862,8 @@ static struct {
 typedef struct train_args {
     mlp_config cfg;
     int micro_batches;    /* pipeline parallelism only */
+    int schedule;         /* pipeline parallelism: GPIPE or ONE_F_ONE_B */
+    double clock_base;    /* pipeline parallelism: now_seconds() at the spawn */
     float first_loss;
     float expected[];     /* trained weights, step-0 output, step-0 gradients */
 } train_args;
@@ -1536,8 +1538,12 @@ static void megatron_main(int rank, int world_size, void *args) {
 
 static void pipeline_main(int rank, int world_size, void *args);
 
-/* Fraction of a GPipe schedule's time that a stage sits idle: with p stages
- * and m micro-batches, each pass takes m + p - 1 slots, p - 1 of them empty. */
+enum { GPIPE = 0, ONE_F_ONE_B = 1 };
+static const char *const SCHEDULE_NAMES[] = {"GPipe", "1F1B"};
+
+/* Fraction of a schedule's time that a stage sits idle, GPipe or 1F1B alike:
+ * with p stages and m micro-batches each pass takes m + p - 1 slots, p - 1
+ * of them empty. */
 static double bubble_fraction(int stages, int micro_batches) {
     return (double)(stages - 1) / (micro_batches + stages - 1);
 }
@@ -1547,7 +1553,7 @@ static void pipeline_parallelism(void) {
     note("## Pipeline parallelism");
     note("Cut the stack of layers into stages, one per rank; activations flow forward "
          "from stage to stage with `dist_send`/`dist_recv`, and gradients flow back.");
-    see("https://pytorch.org/docs/stable/_images/pipe.png");
+    see("https://pytorch.org/docs/stable/_images/pipe.png", "GPipe's schedule (PyTorch docs)");
     note("Sent as one batch, only one stage would work at a time. So the batch is cut "
          "into micro-batches: while stage 1 works on micro-batch 0, stage 0 already "
          "starts micro-batch 1. This is the GPipe schedule: all forwards, then all "
@@ -1564,116 +1570,250 @@ static void pipeline_parallelism(void) {
          m, bubble_fraction(2, m), m, bubble_fraction(4, m), bubble_fraction(4, 16),
          bubble_fraction(4, 64));
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products "
-         "(less efficient) and more messages. They do not cost activation memory: GPipe "
-         "keeps every micro-batch's activations until its backward pass, m micro-batches "
-         "of batch/m rows each, which is the whole batch's activations whatever m is.");
+         "(less efficient) and more messages. They do not cost activation memory in "
+         "GPipe: it keeps every micro-batch's activations until its backward pass, m "
+         "micro-batches of batch/m rows each, which is the whole batch's activations "
+         "whatever m is.");
+    note("**1F1B** (one forward, one backward) runs the same work in another order: stage "
+         "*r* does p - r - 1 forwards to fill the pipe, then alternates one forward and one "
+         "backward, then drains the last backwards. A micro-batch's activations are freed "
+         "as soon as its backward is done, so stage *r* never holds more than p - r "
+         "micro-batches, instead of all m. Its bubble is the same as GPipe's; what it saves "
+         "is memory. (*Interleaved* 1F1B, not run here, gives each rank several "
+         "non-adjacent groups of layers, v virtual stages, which divides the bubble by v "
+         "at the cost of v times more messages.)");
+    note("Each rank below stamps the start and end of every forward and backward with the "
+         "machine's monotonic clock, shared by all ranks; sends are non-blocking "
+         "(`dist_isend`), so a stage waits only for what it receives. The measured bubble "
+         "of a rank is 1 - (its busy time) / (the time from the first start to the last "
+         "end, over all ranks).");
     size_t size;
     train_args *args = baseline_args(m, &size);
-    int worlds[] = {2, 4};
-    for (int k = 0; k < 2; k++) {
-        note("### %d stages, %d micro-batches: bubble %.1f%%", worlds[k], m,
-             100 * bubble_fraction(worlds[k], m));
-        progress("pipeline parallelism: spawn %d ranks", worlds[k]);
-        must_divide(baseline.cfg.layers, worlds[k], "the layers", __LINE__); spawn(pipeline_main, worlds[k], args, size);
+    struct { int stages, schedule; } runs[] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}};
+    for (int k = 0; k < 3; k++) {
+        note("### %s, %d stages, %d micro-batches: bubble %.1f%%", SCHEDULE_NAMES[runs[k].schedule],
+             runs[k].stages, m, 100 * bubble_fraction(runs[k].stages, m));
+        progress("pipeline parallelism: %s, spawn %d ranks", SCHEDULE_NAMES[runs[k].schedule], runs[k].stages);
+        args->schedule = runs[k].schedule;
+        args->clock_base = now_seconds();
+        int p = runs[k].stages;
+        must_divide(baseline.cfg.layers, p, "the layers", __LINE__); spawn(pipeline_main, p, args, size);
     }
     free(args);
-    note("Forward and backward both match one device. Two refinements are not run here. "
-         "The 1F1B schedule (one forward, one backward) starts each micro-batch's backward "
-         "as soon as the last stage has its forward, so a stage holds at most p "
-         "micro-batches' activations instead of m; its bubble is the same as GPipe's. "
-         "*Interleaved* 1F1B gives each rank several non-adjacent groups of layers (v "
-         "virtual stages), which divides the bubble by v at the cost of v times more "
-         "messages.");
+    note("Forward and backward match one device in both schedules. The measured bubble "
+         "is larger than the formula's when the stages do not take equal time (the last "
+         "stage also computes the loss), when sending costs time the formula leaves out, "
+         "and, on a CPU machine, when ranks outnumber cores and wait for each other's turn.");
+}
+
+/* One forward or backward of one micro-batch on one stage, in ms after the
+ * spawn began; gathered on rank 0 for the timeline. */
+typedef struct pipe_event {
+    float backward, micro_batch, start_ms, end_ms;
+} pipe_event;
+
+/* Everything a stage keeps between its forwards and backwards. */
+typedef struct stage {
+    const train_args *a;
+    int rank, world, first_layer, per_stage, m, device;
+    int64_t mb;                                   /* rows per micro-batch */
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    tensor *data;                                 /* stage 0 only */
+    tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
+    dist_request *sent[MAX_MICRO_BATCHES];        /* the forward send of each micro-batch */
+    int backwards_done, in_flight, most_in_flight;
+    float loss;                                   /* last stage: the batch's loss */
+    double out_diff;                              /* last stage: max |output - one device| */
+    tensor *expected;                             /* last stage: one device's output */
+    pipe_event events[2 * MAX_MICRO_BATCHES];
+    int n_events;
+} stage;
+
+static double ms_since(const stage *s) { return (now_seconds() - s->a->clock_base) * 1e3; }
+
+static void stamp(stage *s, int backward, int k, double start) {
+    device_synchronize();   /* on a GPU, the work has really ended */
+    s->events[s->n_events++] = (pipe_event){(float)backward, (float)k, (float)start, (float)ms_since(s)};
+}
+
+/* Forward of micro-batch k through this stage's layers. */
+static void stage_forward(stage *s, int k) {
+    tensor *x;
+    if (s->rank == 0) {
+        x = row_slice(s->data, k * s->mb, (k + 1) * s->mb);
+    } else {
+        x = empty(s->mb, s->a->cfg.width, s->device);
+        dist_recv(x, s->rank - 1);
+    }
+    double start = ms_since(s);
+    forward(s->w, s->per_stage, x, s->acts[k], s->pre[k]);
+    stamp(s, 0, k, start);
+    if (s->rank == s->world - 1) {   /* checks, after the clock stopped */
+        s->loss += mse_loss(s->acts[k][s->per_stage]) / s->m;
+        tensor *rows = row_slice(s->expected, k * s->mb, (k + 1) * s->mb);
+        s->out_diff = fmax(s->out_diff, max_abs_diff(s->acts[k][s->per_stage], rows));
+        tensor_free(rows);
+    }
+    s->sent[k] = s->rank < s->world - 1 ? dist_isend(s->acts[k][s->per_stage], s->rank + 1) : NULL;
+    if (++s->in_flight > s->most_in_flight) s->most_in_flight = s->in_flight;
+}
+
+/* Backward of micro-batch k; weight gradients add up over micro-batches. */
+static void stage_backward(stage *s, int k) {
+    tensor *dy;
+    if (s->rank == s->world - 1) {
+        dy = mse_loss_backward(s->acts[k][s->per_stage]);
+        scale(dy, 1.0f / s->m);   /* d(mean over micro-batches) */
+    } else {
+        dy = empty(s->mb, s->a->cfg.width, s->device);
+        dist_recv(dy, s->rank + 1);
+    }
+    double start = ms_since(s);
+    for (int j = s->per_stage - 1; j >= 0; j--) {
+        int needs_dx = !(s->rank == 0 && j == 0);   /* the data needs no gradient */
+        tensor *dx = NULL;
+        layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], needs_dx ? &dx : NULL,
+                       s->backwards_done == 0 ? 0.0f : 1.0f);
+        tensor_free(dy);
+        dy = dx;
+    }
+    stamp(s, 1, k, start);
+    s->backwards_done++;
+    if (s->rank > 0) dist_wait(dist_isend(dy, s->rank - 1));   /* dy is freed next: wait here */
+    if (dy) tensor_free(dy);
+    if (s->sent[k]) dist_wait(s->sent[k]);   /* its activation went out long ago */
+    free_saved(s->per_stage, s->acts[k], s->pre[k]);
+    tensor_free(s->acts[k][0]);
+    s->in_flight--;
+}
+
+/* Rank 0 gathers every stage's events, reports the bubble and plots the
+ * timeline (Vega-Lite: one bar per forward or backward, a row per stage). */
+static void report_timeline(stage *s, int schedule) {
+    int per_rank = 2 * s->m * 4 + 1;   /* the events, then the most micro-batches held at once */
+    float mine[2 * MAX_MICRO_BATCHES * 4 + 1];
+    memcpy(mine, s->events, sizeof(pipe_event) * 2 * s->m);
+    mine[per_rank - 1] = (float)s->most_in_flight;
+    tensor *local = tensor_from(mine, per_rank, 0, s->device);
+    tensor *all = s->rank == 0 ? empty((int64_t)per_rank * s->world, 0, s->device) : NULL;
+    dist_gather(all, local, 0);
+    tensor_free(local);
+    if (s->rank != 0) return;
+    float *v = malloc(sizeof(float) * per_rank * s->world);
+    tensor_to_host(all, v);
+    tensor_free(all);
+    double first = 1e30, last = -1e30, busy[LECTERN_MAX_WORLD] = {0};
+    for (int r = 0; r < s->world; r++) {
+        const pipe_event *e = (const pipe_event *)(v + r * per_rank);
+        for (int i = 0; i < 2 * s->m; i++) {
+            first = fmin(first, e[i].start_ms);
+            last = fmax(last, e[i].end_ms);
+            busy[r] += e[i].end_ms - e[i].start_ms;
+        }
+    }
+    double span = last - first, mean = 0;
+    char list[256];
+    int len = 0;
+    for (int r = 0; r < s->world; r++) {
+        double idle = 1 - busy[r] / span;
+        mean += idle / s->world;
+        len += snprintf(list + len, sizeof list - len, "%s%.3f", r ? ", " : "", idle);
+    }
+    note_verbatim("%s on %d stages: span %.2f ms, measured bubble per stage [%s], mean %.3f "
+                  "(formula %.3f)", SCHEDULE_NAMES[schedule], s->world, span, list, mean,
+                  bubble_fraction(s->world, s->m));
+    len = 0;
+    for (int r = 0; r < s->world; r++)
+        len += snprintf(list + len, sizeof list - len, "%s%d", r ? ", " : "", (int)v[r * per_rank + per_rank - 1]);
+    note_verbatim("%s on %d stages: most micro-batches' activations held at once, per stage: [%s]",
+                  SCHEDULE_NAMES[schedule], s->world, list);
+
+    cJSON *spec = cJSON_Parse(
+        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+        " \"width\": 480, \"height\": 120, \"mark\": \"bar\","
+        " \"encoding\": {"
+        "  \"x\": {\"field\": \"start_ms\", \"type\": \"quantitative\", \"title\": \"time (ms)\"},"
+        "  \"x2\": {\"field\": \"end_ms\"},"
+        "  \"y\": {\"field\": \"stage\", \"type\": \"ordinal\"},"
+        "  \"color\": {\"field\": \"pass\", \"type\": \"nominal\"},"
+        "  \"tooltip\": [{\"field\": \"pass\"}, {\"field\": \"micro_batch\"}, {\"field\": \"start_ms\"},"
+        "              {\"field\": \"end_ms\"}]}}");
+    char title[96];
+    snprintf(title, sizeof title, "%s timeline, %d stages, %d micro-batches", SCHEDULE_NAMES[schedule], s->world,
+             s->m);
+    cJSON_AddStringToObject(spec, "title", title);
+    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
+    for (int r = 0; r < s->world; r++) {
+        const pipe_event *e = (const pipe_event *)(v + r * per_rank);
+        for (int i = 0; i < 2 * s->m; i++) {
+            cJSON *point = cJSON_CreateObject();
+            cJSON_AddNumberToObject(point, "stage", r);
+            cJSON_AddStringToObject(point, "pass", e[i].backward > 0 ? "backward" : "forward");
+            cJSON_AddNumberToObject(point, "micro_batch", e[i].micro_batch);
+            cJSON_AddNumberToObject(point, "start_ms", e[i].start_ms - first);
+            cJSON_AddNumberToObject(point, "end_ms", e[i].end_ms - first);
+            cJSON_AddItemToArray(values, point);
+        }
+    }
+    char *json = cJSON_PrintUnformatted(spec);
+    plot(json);
+    free(json);
+    cJSON_Delete(spec);
+    free(v);
 }
 
 static void pipeline_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
-    int device = get_device(rank);
-    int per_stage = c->layers / world_size;
-    int first_layer = rank * per_stage;
-    int m = a->micro_batches;
-    int64_t mb = c->batch / m;
-    int last_stage = rank == world_size - 1;
-
-    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
-    for (int j = 0; j < per_stage; j++) {
-        w[j] = init_layer(c, first_layer + j, device);   /* only this stage's layers */
-        grads[j] = empty(c->width, c->width, device);
+    stage *s = calloc(1, sizeof *s);
+    *s = (stage){.a = a, .rank = rank, .world = world_size, .m = a->micro_batches, .device = get_device(rank)};
+    s->per_stage = c->layers / world_size;
+    s->first_layer = rank * s->per_stage;
+    s->mb = c->batch / s->m;
+    for (int j = 0; j < s->per_stage; j++) {
+        s->w[j] = init_layer(c, s->first_layer + j, s->device);   /* only this stage's layers */
+        s->grads[j] = empty(c->width, c->width, s->device);
     }
-    tensor *data = rank == 0 ? make_data(c, device) : NULL;   /* only stage 0 reads data */
+    if (rank == 0) s->data = make_data(c, s->device);   /* only stage 0 reads data */
+    if (rank == world_size - 1) s->expected = expected_output(a, s->device);
+    dist_barrier();   /* every stage ready before the clock matters */
+
+    int m = s->m;
+    if (a->schedule == GPIPE) {
+        for (int k = 0; k < m; k++) stage_forward(s, k);
+        for (int k = m - 1; k >= 0; k--) stage_backward(s, k);
+    } else {
+        int warmup = world_size - rank - 1 < m ? world_size - rank - 1 : m;
+        for (int k = 0; k < warmup; k++) stage_forward(s, k);
+        for (int k = warmup; k < m; k++) {
+            stage_forward(s, k);
+            stage_backward(s, k - warmup);
+        }
+        for (int k = m - warmup; k < m; k++) stage_backward(s, k);
+    }
+
     char range[32];
-    tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
-
-    /* Forward, micro-batch by micro-batch. */
-    for (int k = 0; k < m; k++) {
-        tensor *x;
-        if (rank == 0) {
-            x = row_slice(data, k * mb, (k + 1) * mb);
-        } else {
-            x = empty(mb, c->width, device);
-            dist_recv(x, rank - 1);
-        }
-        forward(w, per_stage, x, acts[k], pre[k]);
-        note_verbatim("Rank %d: forward of micro-batch %d through %s: %s", rank, k,
-                      layer_range(first_layer, first_layer + per_stage - 1, range, sizeof range),
-                      summarize(acts[k][per_stage]));
-        if (!last_stage) dist_send(acts[k][per_stage], rank + 1);
-    }
-
-    if (last_stage) {
+    layer_range(s->first_layer, s->first_layer + s->per_stage - 1, range, sizeof range);
+    if (rank == world_size - 1) {
         /* The batch loss is the mean of the micro-batch losses (equal sizes). */
-        float loss = 0;
-        double diff = 0;
-        tensor *expected = expected_output(a, device);
-        for (int k = 0; k < m; k++) {
-            loss += mse_loss(acts[k][per_stage]) / m;
-            tensor *rows = row_slice(expected, k * mb, (k + 1) * mb);
-            diff = fmax(diff, max_abs_diff(acts[k][per_stage], rows));
-            tensor_free(rows);
-        }
-        note_verbatim("Rank %d: loss = %.9g (one device: %.9g), max |output - one device| = %.3g "
-                      "(tolerance %.3g)", rank, loss, a->first_loss, diff,
-                      output_tolerance(c) * largest(expected));
-        tensor_free(expected);
+        note_verbatim("Rank %d: %s: loss = %.9g (one device: %.9g), max |output - one device| = %.3g "
+                      "(tolerance %.3g)", rank, SCHEDULE_NAMES[a->schedule], s->loss, a->first_loss, s->out_diff,
+                      output_tolerance(c) * largest(s->expected));
+        tensor_free(s->expected);
     }
-
-    /* Backward, last micro-batch first; weight gradients add up over micro-batches. */
-    for (int k = m - 1; k >= 0; k--) {
-        tensor *dy;
-        if (last_stage) {
-            dy = mse_loss_backward(acts[k][per_stage]);
-            scale(dy, 1.0f / m);   /* d(mean over micro-batches) */
-        } else {
-            dy = empty(mb, c->width, device);
-            dist_recv(dy, rank + 1);
-        }
-        for (int j = per_stage - 1; j >= 0; j--) {
-            int needs_dx = !(rank == 0 && j == 0);   /* the data needs no gradient */
-            tensor *dx = NULL;
-            layer_backward(acts[k][j], pre[k][j], w[j], dy, grads[j], needs_dx ? &dx : NULL,
-                           k == m - 1 ? 0.0f : 1.0f);
-            tensor_free(dy);
-            dy = dx;
-        }
-        if (rank > 0) dist_send(dy, rank - 1);
-        if (dy) tensor_free(dy);
-        free_saved(per_stage, acts[k], pre[k]);
-        tensor_free(acts[k][0]);
-    }
-
     double diff = 0, size = 0;
-    for (int j = 0; j < per_stage; j++) diff = fmax(diff, grad_diff(a, grads[j], first_layer + j, &size));
-    note_verbatim("Rank %d: backward over %d micro-batches, gradients of %s: "
-                  "max |PP - one device| = %.3g (largest gradient %.3g, tolerance %.3g)", rank, m,
-                  layer_range(first_layer, first_layer + per_stage - 1, range, sizeof range), diff,
+    for (int j = 0; j < s->per_stage; j++) diff = fmax(diff, grad_diff(a, s->grads[j], s->first_layer + j, &size));
+    note_verbatim("Rank %d: %s: gradients of %s over %d micro-batches: max |PP - one device| = %.3g "
+                  "(largest gradient %.3g, tolerance %.3g)", rank, SCHEDULE_NAMES[a->schedule], range, m, diff,
                   size, gradient_tolerance(c) * size);
+    report_timeline(s, a->schedule);
 
-    for (int j = 0; j < per_stage; j++) {
-        tensor_free(w[j]);
-        tensor_free(grads[j]);
+    for (int j = 0; j < s->per_stage; j++) {
+        tensor_free(s->w[j]);
+        tensor_free(s->grads[j]);
     }
-    if (data) tensor_free(data);
+    if (s->data) tensor_free(s->data);
+    free(s);
 }
 
 /* ------------------------------------------------------------------ */

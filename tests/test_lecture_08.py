@@ -409,31 +409,28 @@ class Numbers:
 
     def test_pipeline_parallel_forward_backward_and_bubble(self):
         one = self.one_device()
+        c = self.config()
         spawns = self.by_spawn("pipeline_main")
-        self.assertEqual(len(spawns), 2)
-        for sid, world in zip(spawns, [2, 4]):
-            fwd = self.spawn_texts(sid, r"^Rank (\d): forward of micro-batch (\d+) through layers? ")
-            micro = len({m.group(2) for _, m in fwd})
-            self.assertEqual(micro, 4)
-            self.assertEqual(len(fwd), world * micro)
-            loss = self.spawn_texts(sid, r"^Rank (\d): loss = %s \(one device: %s\), max \|output - one "
-                                         r"device\| = %s \(tolerance %s\)$" % (NUM, NUM, NUM, NUM))
+        runs = [("GPipe", 2), ("GPipe", 4), ("1F1B", 4)]
+        self.assertEqual(len(spawns), len(runs))
+        for sid, (schedule, world) in zip(spawns, runs):
+            loss = self.spawn_texts(sid, r"^Rank (\d): %s: loss = %s \(one device: %s\), max \|output - one "
+                                         r"device\| = %s \(tolerance %s\)$" % (schedule, NUM, NUM, NUM, NUM))
             self.assertEqual(len(loss), 1)
             rank, m = loss[0]
             self.assertEqual(int(m.group(1)), world - 1)
             self.assertEqual(float(m.group(3)), one[0][1])
-            self.assert_loss(float(m.group(2)), 0, "PP on %d stages" % world)
+            self.assert_loss(float(m.group(2)), 0, "%s on %d stages" % (schedule, world))
             self.assertLessEqual(float(m.group(4)), float(m.group(5)))
-            bwd = self.spawn_texts(sid, r"^Rank (\d): backward over 4 micro-batches, gradients of "
-                                        r"(?:layer (\d)()|layers (\d)-(\d)): max \|PP - one device\| = %s \(largest gradient %s, "
-                                        r"tolerance %s\)$" % (NUM, NUM, NUM))
+            bwd = self.spawn_texts(sid, r"^Rank (\d): %s: gradients of (?:layer (\d)()|layers (\d)-(\d)) over 4 "
+                                        r"micro-batches: max \|PP - one device\| = %s \(largest gradient %s, "
+                                        r"tolerance %s\)$" % (schedule, NUM, NUM, NUM))
             layers = sorted(l for _, m in bwd for l in
                             (range(int(m.group(2)), int(m.group(2)) + 1) if m.group(2) is not None
                              else range(int(m.group(4)), int(m.group(5)) + 1)))
-            self.assertEqual(layers, [0, 1, 2, 3])
+            self.assertEqual(layers, list(range(c["layers"])))
             for _, m in bwd:
-                self.assert_within(m, 6, 8, 7, self.grad_tol(),
-                                   "PP gradient")
+                self.assert_within(m, 6, 8, 7, self.grad_tol(), "%s gradient" % schedule)
         table = [m for m in self.markdown() if m.startswith("| stages p | micro-batches m | bubble |")]
         self.assertEqual(len(table), 1)
         rows = re.findall(r"^\| (\d+) \| (\d+) \| ([0-9.]+) \|$", table[0], re.M)
@@ -441,9 +438,69 @@ class Numbers:
         for p, m, bubble in rows:
             p, m = int(p), int(m)
             self.assertAlmostEqual(float(bubble), (p - 1) / (m + p - 1), places=3)
-        headings = [m for m in self.markdown() if re.match(r"### \d stages, 4 micro-batches", m)]
-        self.assertEqual(headings, ["### 2 stages, 4 micro-batches: bubble 20.0%",
-                                    "### 4 stages, 4 micro-batches: bubble 42.9%"])
+        headings = [m for m in self.markdown() if re.match(r"### (GPipe|1F1B), \d stages", m)]
+        self.assertEqual(headings, ["### GPipe, 2 stages, 4 micro-batches: bubble 20.0%",
+                                    "### GPipe, 4 stages, 4 micro-batches: bubble 42.9%",
+                                    "### 1F1B, 4 stages, 4 micro-batches: bubble 42.9%"])
+
+    def test_pipeline_timelines(self):
+        """The timeline each schedule plots: the stamps obey the data's
+        dependencies, the order is the schedule's, and the bubble printed is
+        the one these stamps give."""
+        m = 4
+        plots = {r["spec"]["title"]: r["spec"] for s in self.trace["steps"] for r in s["renderings"]
+                 if r["type"] == "plot" and "timeline" in r["spec"].get("title", "")}
+        self.assertEqual(sorted(plots), sorted(["GPipe timeline, 2 stages, 4 micro-batches",
+                                                "GPipe timeline, 4 stages, 4 micro-batches",
+                                                "1F1B timeline, 4 stages, 4 micro-batches"]))
+        for title, spec in plots.items():
+            schedule, p = title.split()[0], int(title.split()[2])
+            self.assertIn("vega-lite/v6", spec["$schema"])
+            ev = spec["data"]["values"]
+            self.assertEqual(len(ev), 2 * m * p)
+            at = {(e["stage"], e["pass"], e["micro_batch"]): e for e in ev}
+            self.assertEqual(len(at), 2 * m * p)   # each pass of each micro-batch once per stage
+            # Stamps come from one clock (CLOCK_MONOTONIC, shared by the ranks'
+            # processes); stored as float32 ms, they are exact to well under
+            # 0.01 ms at these magnitudes.
+            eps = 0.01
+            for r in range(p):
+                for k in range(m):
+                    f, b = at[(r, "forward", k)], at[(r, "backward", k)]
+                    self.assertLessEqual(f["start_ms"], f["end_ms"])
+                    self.assertLessEqual(f["end_ms"], b["start_ms"] + eps)    # backward after its forward
+                    if r > 0:   # a stage starts a forward after the stage before finished it
+                        self.assertGreaterEqual(f["start_ms"] + eps, at[(r - 1, "forward", k)]["end_ms"], title)
+                    if r < p - 1:   # and a backward after the stage after finished it
+                        self.assertGreaterEqual(b["start_ms"] + eps, at[(r + 1, "backward", k)]["end_ms"], title)
+                order = [(e["pass"][0], e["micro_batch"]) for e in sorted((e for e in ev if e["stage"] == r),
+                                                                           key=lambda e: e["start_ms"])]
+                if schedule == "GPipe":
+                    want = [("f", k) for k in range(m)] + [("b", k) for k in reversed(range(m))]
+                else:
+                    warm = min(p - r - 1, m)
+                    want = [("f", k) for k in range(warm)]
+                    for k in range(warm, m):
+                        want += [("f", k), ("b", k - warm)]
+                    want += [("b", k) for k in range(m - warm, m)]
+                self.assertEqual(order, want, (title, r))
+            # the bubble from these stamps, against the printed one
+            span = max(e["end_ms"] for e in ev) - min(e["start_ms"] for e in ev)
+            idle = [1 - sum(e["end_ms"] - e["start_ms"] for e in ev if e["stage"] == r) / span for r in range(p)]
+            line = [t for _, _, t, _ in self.texts(pattern=r"^%s on %d stages: span" % (schedule, p))]
+            self.assertEqual(len(line), 1)
+            mm = re.search(r"measured bubble per stage \[([^\]]*)\], mean %s \(formula %s\)" % (NUM, NUM), line[0])
+            printed = [float(x) for x in mm.group(1).split(",")]
+            for got, want in zip(printed, idle):
+                self.assertAlmostEqual(got, want, delta=0.0005 + 1e-4)   # 3 decimals; float32 stamps
+            self.assertAlmostEqual(float(mm.group(2)), sum(idle) / p, delta=0.0005 + 1e-4)
+            self.assertAlmostEqual(float(mm.group(3)), (p - 1) / (m + p - 1), places=3)
+            self.assertTrue(0 < sum(idle) / p < 1)
+            # activations held at once: all m in GPipe, at most p - r in 1F1B
+            held = [t for _, _, t, _ in self.texts(pattern=r"^%s on %d stages: most micro-batches" % (schedule, p))]
+            self.assertEqual(len(held), 1)
+            counts = [int(x) for x in re.search(r"\[([^\]]*)\]", held[0]).group(1).split(",")]
+            self.assertEqual(counts, [m] * p if schedule == "GPipe" else [min(m, p - r) for r in range(p)])
 
 
 class Lecture08(Run, Numbers, unittest.TestCase):
@@ -606,7 +663,8 @@ class Lecture08(Run, Numbers, unittest.TestCase):
                                 <= (float(algbw) + ha) * factor + hb + 1e-9, (op, n, algbw, busbw))
         self.assertEqual(seen, {("all-reduce", 2), ("all-reduce", 4), ("reduce-scatter", 2),
                                 ("reduce-scatter", 4)})
-        plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"]
+        plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"
+                 and r["spec"].get("title", "").startswith("busbw")]
         self.assertEqual(len(plots), 2)
         for spec in plots:
             ops = {v["operation"] for v in spec["data"]["values"]}
