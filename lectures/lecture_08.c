@@ -464,9 +464,17 @@ static void benchmarking(void) {
     note("Each rank times `trials` operations back to back after one warm-up; the times "
          "are averaged over the ranks with an all-reduce (as nccl-tests does by default).");
 
-    bench_args args = {.n_sizes = 4, .bytes = {1 << 20, 4 << 20, 16 << 20, 64 << 20}, .trials = 5};
+    note("A model to read the times with, the alpha-beta model: sending n bytes costs "
+         "alpha + n / beta, a fixed cost alpha (latency: software, synchronisation, the "
+         "wire's delay) plus the bytes at bandwidth beta. A ring all-reduce on p ranks takes "
+         "2(p-1) steps, each sending n/p bytes, so it costs "
+         "**t = 2(p-1) (alpha + n / (p beta))**. Each spawn below fits alpha and beta to its "
+         "own all-reduce times (least squares on relative errors, so that small messages "
+         "count as much as large ones) and plots the model against the measurements.");
+    bench_args args = {.n_sizes = 6, .bytes = {4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20},
+                       .trials = 5};
     if (lecture_quick())
-        args = (bench_args){.n_sizes = 3, .bytes = {64 << 10, 256 << 10, 1 << 20}, .trials = 2};
+        args = (bench_args){.n_sizes = 4, .bytes = {4 << 10, 64 << 10, 256 << 10, 1 << 20}, .trials = 2};
 
     note("### 2 ranks");
     progress("benchmarking: spawn 2 ranks");
@@ -486,6 +494,84 @@ static void benchmarking(void) {
 typedef struct bench_result {
     double bytes, seconds, algbw, busbw;
 } bench_result;
+
+/* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n/(p beta)),
+ * fitted to measured times: t = A + B n is linear in A = 2(p-1) alpha and
+ * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
+ * divided by its t), so a 4 KiB message weighs as much as a 64 MiB one. A
+ * negative A (times that grow faster than linearly, as on an oversubscribed
+ * CPU) is not a latency: then A = 0 and B is fitted alone, and *clamped
+ * says so. */
+typedef struct cost_model {
+    double alpha, beta;           /* seconds; bytes per second */
+    double rms_error, max_error;  /* relative, over the sizes fitted */
+    int clamped;
+} cost_model;
+
+static double model_seconds(const cost_model *m, double bytes, int p) {
+    return 2.0 * (p - 1) * (m->alpha + bytes / (p * m->beta));
+}
+
+static cost_model fit_cost_model(const bench_result *r, int n, int p) {
+    /* normal equations of min sum ((A + B x_i) / t_i - 1)^2 */
+    double s11 = 0, s12 = 0, s22 = 0, b1 = 0, b2 = 0;
+    for (int i = 0; i < n; i++) {
+        double u = 1 / r[i].seconds, v = r[i].bytes / r[i].seconds;
+        s11 += u * u; s12 += u * v; s22 += v * v; b1 += u; b2 += v;
+    }
+    double det = s11 * s22 - s12 * s12;
+    double A = (b1 * s22 - b2 * s12) / det, B = (s11 * b2 - s12 * b1) / det;
+    cost_model m = {0};
+    if (A < 0) {
+        A = 0;
+        B = b2 / s22;
+        m.clamped = 1;
+    }
+    m.alpha = A / (2.0 * (p - 1));
+    m.beta = 2.0 * (p - 1) / (p * B);
+    for (int i = 0; i < n; i++) {
+        double e = model_seconds(&m, r[i].bytes, p) / r[i].seconds - 1;
+        m.rms_error += e * e / n;
+        m.max_error = fmax(m.max_error, fabs(e));
+    }
+    m.rms_error = sqrt(m.rms_error);
+    return m;
+}
+
+/* Measured all-reduce times against the fitted model, log-log. */
+static void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m) {
+    cJSON *spec = cJSON_Parse(
+        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+        " \"width\": 360, \"height\": 220,"
+        " \"mark\": {\"type\": \"line\", \"point\": true},"
+        " \"encoding\": {"
+        "  \"x\": {\"field\": \"size_mib\", \"type\": \"quantitative\","
+        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MiB)\"},"
+        "  \"y\": {\"field\": \"ms\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
+        "        \"title\": \"all-reduce time (ms)\"},"
+        "  \"color\": {\"field\": \"series\", \"type\": \"nominal\"},"
+        "  \"strokeDash\": {\"field\": \"series\", \"type\": \"nominal\"}}}");
+    char title[96];
+    snprintf(title, sizeof title, "all-reduce on %d ranks: measured and alpha-beta model", world_size);
+    cJSON_AddStringToObject(spec, "title", title);
+    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
+    for (int series = 0; series < 2; series++) {
+        for (int i = 0; i < n; i++) {
+            cJSON *point = cJSON_CreateObject();
+            cJSON_AddStringToObject(point, "series", series == 0 ? "measured" : "model");
+            cJSON_AddNumberToObject(point, "bytes", r[i].bytes);
+            cJSON_AddNumberToObject(point, "size_mib", r[i].bytes / (1 << 20));
+            double t = series == 0 ? r[i].seconds : model_seconds(m, r[i].bytes, world_size);
+            cJSON_AddNumberToObject(point, "ms", t * 1e3);
+            cJSON_AddItemToArray(values, point);
+        }
+    }
+    char *json = cJSON_PrintUnformatted(spec);
+    plot(json);
+    free(json);
+    cJSON_Delete(spec);
+}
+
 
 /* The mean over ranks of a per-rank number, by all-reduce. */
 static double mean_over_ranks(double value, int device) {
@@ -623,6 +709,30 @@ static void bench_main(int rank, int world_size, void *args) {
              world_size > cores ? ": more ranks than cores, so they take turns" : "",
              world_size > cores ? "; and a rank that waits in a collective for a partner "
                                   "that is not running at the moment loses its time slice" : "");
+
+    cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
+    note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g GB/s%s; the model is off "
+         "by %.1f%% (root mean square) and at most %.1f%% over the %d sizes.",
+         world_size, m.alpha * 1e6, m.beta / 1e9,
+         m.clamped ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)" : "",
+         100 * m.rms_error, 100 * m.max_error, a->n_sizes);
+    plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
+    double off = all_reduce[last].seconds / model_seconds(&m, all_reduce[last].bytes, world_size) - 1;
+    note("Two regimes make the model: alpha dominates while n / (p beta) is small (here "
+         "below about %.0f KiB, where the two terms are equal), beta above. At %g MiB the "
+         "measured time is %.0f%% %s the model's. Where the points leave the model's line, "
+         "the machine is not one link of fixed speed: %s",
+         m.alpha * m.beta * world_size / 1024, all_reduce[last].bytes / (1 << 20), 100 * fabs(off),
+         off >= 0 ? "above" : "below",
+         gpu_count() > 0 ? "NCCL switches algorithm and protocol with the size (LL, LL128, Simple), "
+                           "each with its own alpha and beta."
+         : world_size > cores ? "here the ranks outnumber the CPU cores, so each of the ring's 2(p-1) "
+                                "steps may wait for a partner to be scheduled, a cost the model has no "
+                                "term for; and the ranks share caches and memory bandwidth, which the "
+                                "largest messages exhaust."
+                              : "the CPU ranks share caches and memory bandwidth, so the bytes of the "
+                                "largest messages move at main memory's speed, not the cache's, and "
+                                "the other processes on the machine take turns on the same cores.");
 }
 
 /* ------------------------------------------------------------------ */

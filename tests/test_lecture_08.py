@@ -684,6 +684,60 @@ class Lecture08(Run, Numbers, unittest.TestCase):
                 # each printed to 2 decimals: the ratio of the rounded values is near the printed one
                 self.assertLess(abs(rs / ar - ratio), 0.01 + 0.01 / ar + half_unit(r.group(4)), m)
 
+    def test_alpha_beta_cost_model(self):
+        """alpha and beta refitted here from the measured times the plot
+        carries, by the same criterion (least squares on relative errors of
+        t = 2(p-1)(alpha + n/(p beta))), written out independently."""
+        plots = {r["spec"]["title"]: r["spec"] for s in self.trace["steps"] for r in s["renderings"]
+                 if r["type"] == "plot" and "alpha-beta model" in r["spec"].get("title", "")}
+        self.assertEqual(sorted(plots), ["all-reduce on 2 ranks: measured and alpha-beta model",
+                                         "all-reduce on 4 ranks: measured and alpha-beta model"])
+        fits = {int(m.group(1)): m for m in (re.search(
+            r"Alpha-beta fit on (\d) ranks: alpha = %s us, beta = %s GB/s(.*?); the model is off by %s%% \(root mean "
+            r"square\) and at most %s%% over the (\d+) sizes" % (NUM, NUM, NUM, NUM), md) for md in self.markdown()) if m}
+        self.assertEqual(sorted(fits), [2, 4])
+        for title, spec in plots.items():
+            p = int(title.split()[2])
+            pts = [v for v in spec["data"]["values"] if v["series"] == "measured"]
+            model = {v["bytes"]: v["ms"] for v in spec["data"]["values"] if v["series"] == "model"}
+            self.assertGreaterEqual(len(pts), 3)
+            n = [v["bytes"] for v in pts]
+            t = [v["ms"] / 1e3 for v in pts]
+            # rows (1/t, n/t) . (A, B) ~ 1
+            rows = [(1 / ti, ni / ti) for ni, ti in zip(n, t)]
+            a11 = sum(u * u for u, _ in rows); a12 = sum(u * v for u, v in rows); a22 = sum(v * v for _, v in rows)
+            r1 = sum(u for u, _ in rows); r2 = sum(v for _, v in rows)
+            det = a11 * a22 - a12 * a12
+            A, B = (r1 * a22 - r2 * a12) / det, (a11 * r2 - a12 * r1) / det
+            clamped = A < 0
+            if clamped:
+                A, B = 0.0, r2 / a22
+            alpha, beta = A / (2 * (p - 1)), 2 * (p - 1) / (p * B)
+            m = fits[p]
+            self.assertEqual(int(m.group(7)), len(pts))
+            self.assertEqual("negative alpha" in m.group(4), clamped)
+            self.assertGreaterEqual(alpha, 0)
+            self.assertGreater(beta, 0)
+            if not clamped:
+                self.assertGreater(alpha, 0)
+            # printed with 3 significant digits
+            self.assertTrue(math.isclose(float(m.group(2)), alpha * 1e6, rel_tol=5e-3, abs_tol=1e-9), (p, m.group(2), alpha))
+            self.assertTrue(math.isclose(float(m.group(3)), beta / 1e9, rel_tol=5e-3), (p, m.group(3), beta))
+            pred = [2 * (p - 1) * (alpha + ni / (p * beta)) for ni in n]
+            err = [pi / ti - 1 for pi, ti in zip(pred, t)]
+            rms = math.sqrt(sum(e * e for e in err) / len(err))
+            self.assertAlmostEqual(float(m.group(5)), 100 * rms, delta=0.05 + 1e-6)
+            self.assertAlmostEqual(float(m.group(6)), 100 * max(abs(e) for e in err), delta=0.05 + 1e-6)
+            for ni, pi in zip(n, pred):   # the plotted model is this formula
+                self.assertTrue(math.isclose(model[ni], pi * 1e3, rel_tol=1e-9))
+            # the measured times are the table's (printed in ms to 3 decimals)
+            table = [md for md in self.markdown() if md.startswith("all-reduce on %d ranks:" % p)][0]
+            printed = [float(x) for x in re.findall(r"^\| %s \| (%s) \|" % (NUM, NUM), table, re.M)
+                       for x in [x[1]]]
+            self.assertEqual(len(printed), len(t))
+            for ms, ti in zip(printed, t):
+                self.assertAlmostEqual(ms, ti * 1e3, delta=0.0005 + 1e-9)
+
     def test_cuda_streams_skipped_without_gpu(self):
         if self.trace["meta"]["gpus"] > 0:
             self.assertTrue(self.texts(pattern=r"^two streams: \["))
