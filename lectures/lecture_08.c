@@ -712,18 +712,18 @@ static void bench_main(int rank, int world_size, void *args) {
 
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
     note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g GB/s%s; the model is off "
-         "by %.1f%% (root mean square) and at most %.1f%% over the %d sizes.",
+         "by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model / "
+         "measured - 1).",
          world_size, m.alpha * 1e6, m.beta / 1e9,
          m.clamped ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)" : "",
          100 * m.rms_error, 100 * m.max_error, a->n_sizes);
     plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
-    double off = all_reduce[last].seconds / model_seconds(&m, all_reduce[last].bytes, world_size) - 1;
     note("Two regimes make the model: alpha dominates while n / (p beta) is small (here "
          "below about %.0f KiB, where the two terms are equal), beta above. At %g MiB the "
-         "measured time is %.0f%% %s the model's. Where the points leave the model's line, "
+         "model predicts %.3g ms, against %.3g ms measured. Where the points leave the model's line, "
          "the machine is not one link of fixed speed: %s",
-         m.alpha * m.beta * world_size / 1024, all_reduce[last].bytes / (1 << 20), 100 * fabs(off),
-         off >= 0 ? "above" : "below",
+         m.alpha * m.beta * world_size / 1024, all_reduce[last].bytes / (1 << 20),
+         model_seconds(&m, all_reduce[last].bytes, world_size) * 1e3, all_reduce[last].seconds * 1e3,
          gpu_count() > 0 ? "NCCL switches algorithm and protocol with the size (LL, LL128, Simple), "
                            "each with its own alpha and beta."
          : world_size > cores ? "here the ranks outnumber the CPU cores, so each of the ring's 2(p-1) "
