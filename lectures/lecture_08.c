@@ -1097,6 +1097,11 @@ static void free_one_device(void) {
 /* ------------------------------------------------------------------ */
 
 static void ddp_main(int rank, int world_size, void *args);
+static void ddp_buckets_main(int rank, int world_size, void *args);
+
+/* DDP as PyTorch runs it: gradients in buckets of this many layers, each
+ * rank's slice of the batch run as this many micro-batches per step. */
+enum { LAYERS_PER_BUCKET = 2, ACCUMULATION_STEPS = 2 };
 
 static void ddp(void) {
     progress("DDP");
@@ -1135,12 +1140,26 @@ static void ddp(void) {
          "2 lr per step: %.3g over these %d steps (the bound printed beside each "
          "difference). Compare gradients, not AdamW's parameters, to check a strategy.",
          adamw_rounding_bound(&c), c.steps);
-    note("Real DDP (PyTorch's `DistributedDataParallel`) does one more thing: it groups "
-         "gradients into buckets (25 MB by default) and starts each bucket's all-reduce "
-         "while the backward pass is still computing earlier layers, hiding communication "
-         "behind computation. Many small all-reduces would each pay the fixed latency; one "
-         "big one at the end could not overlap at all. With gradient accumulation it skips "
-         "the all-reduce (`no_sync`) on all but the last micro-step.");
+    note("### Buckets and gradient accumulation");
+    note("PyTorch's `DistributedDataParallel` does two more things. It groups the "
+         "gradients into **buckets** (25 MB by default), each one contiguous tensor, and "
+         "all-reduces a bucket as soon as the backward pass has filled it. Many small "
+         "all-reduces would each pay the fixed cost alpha; one big one at the end could "
+         "start only when all of backward is done. With an asynchronous all-reduce, a "
+         "bucket's transfer runs while backward computes the layers below it.");
+    note("With **gradient accumulation** (a batch too big for memory, run as k "
+         "micro-batches before one step), it adds up the gradients locally and skips the "
+         "all-reduce (`no_sync`) on all but the last micro-batch: communication once per "
+         "step, not once per micro-batch.");
+    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d micro-batches. "
+         "Here the all-reduce of each bucket is started at the right moment but is "
+         "blocking, so it does not yet overlap anything: the point shown is the order of "
+         "events, the number of calls, and that the result is still one device's.",
+         LAYERS_PER_BUCKET, ACCUMULATION_STEPS);
+    args = baseline_args(0, &size);
+    progress("DDP with buckets: spawn 4 ranks");
+    must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples", __LINE__); spawn(ddp_buckets_main, 4, args, size);
+    free(args);
 }
 
 /* The largest elementwise difference between ranks, for a list of tensors:
@@ -1227,6 +1246,108 @@ static void ddp_main(int rank, int world_size, void *args) {
         tensor_free(grads[i]);
     }
     tensor_free(x);
+    tensor_free(data);
+}
+
+/* ---- DDP as PyTorch runs it: buckets, and no_sync for accumulation ---- */
+
+/* Bucket b holds the gradients of layers [first, first + count), the layers
+ * the backward pass reaches b-th (the last layers first). */
+static void bucket_layers(const mlp_config *c, int b, int *first, int *count) {
+    int end = c->layers - b * LAYERS_PER_BUCKET;
+    *first = end - LAYERS_PER_BUCKET > 0 ? end - LAYERS_PER_BUCKET : 0;
+    *count = end - *first;
+}
+
+static void ddp_buckets_main(int rank, int world_size, void *args) {
+    const train_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    int n_buckets = (c->layers + LAYERS_PER_BUCKET - 1) / LAYERS_PER_BUCKET;
+    int k_micro = ACCUMULATION_STEPS;
+
+    tensor *data = make_data(c, device);
+    int64_t local = c->batch / world_size, mb = local / k_micro;
+
+    /* Each bucket is one tensor; the layers' gradients are views into it, so
+     * the backward pass writes them in place and one all-reduce covers them. */
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *bucket[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    int bucket_of[MAX_LAYERS], bucket_first[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+    char list[256];
+    int len = 0;
+    for (int b = 0; b < n_buckets; b++) {
+        int first, count;
+        bucket_layers(c, b, &first, &count);
+        bucket[b] = empty((int64_t)count * c->width, c->width, device);
+        bucket_first[b] = first;
+        for (int i = first; i < first + count; i++) {
+            grads[i] = row_slice(bucket[b], (int64_t)(i - first) * c->width, (int64_t)(i - first + 1) * c->width);
+            bucket_of[i] = b;
+        }
+        char range[32];
+        len += snprintf(list + len, sizeof list - len, "%s%s", b ? ", " : "",
+                        layer_range(first, first + count - 1, range, sizeof range));
+    }
+    for (int i = 0; i < c->layers; i++) {
+        w[i] = init_layer(c, i, device);
+        opt[i] = adamw_new(w[i], c->lr);
+    }
+    if (rank == 0) note_verbatim("Rank 0: %d buckets, in the order backward fills them: %s", n_buckets, list);
+
+    for (int step = 0; step < c->steps; step++) {
+        float loss = 0;
+        for (int k = 0; k < k_micro; k++) {
+            int sync = k == k_micro - 1;   /* no_sync on all micro-batches but the last */
+            int64_t calls_before = dist_calls();
+            tensor *x = row_slice(data, rank * local + k * mb, rank * local + (k + 1) * mb);
+            forward(w, c->layers, x, acts, pre);
+            loss += mse_loss(acts[c->layers]) / k_micro;
+            tensor *dy = mse_loss_backward(acts[c->layers]);
+            scale(dy, 1.0f / k_micro);   /* the slice's mean loss is the mean over micro-batches */
+            for (int i = c->layers - 1; i >= 0; i--) {
+                tensor *dx = NULL;
+                layer_backward(acts[i], pre[i], w[i], dy, grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
+                tensor_free(dy);
+                dy = dx;
+                /* The bucket is complete once its first layer is done: start its
+                 * all-reduce here, while the layers below are still to compute.
+                 * Blocking today; with an asynchronous all-reduce this one line
+                 * becomes `req[b] = dist_all_reduce_async(bucket[b], DIST_AVG)`,
+                 * with a dist_wait(req[b]) per bucket before the optimizer step,
+                 * and the transfer overlaps the rest of the backward pass. */
+                if (sync && i == bucket_first[bucket_of[i]]) dist_all_reduce(bucket[bucket_of[i]], DIST_AVG);
+            }
+            free_saved(c->layers, acts, pre);
+            tensor_free(x);
+            if (step == 0)
+                note_verbatim("Rank %d: step 0, micro-batch %d%s: %lld collective calls", rank, k,
+                              sync ? "" : " (no_sync)", (long long)(dist_calls() - calls_before));
+        }
+        if (step == 0) {
+            double diff = 0, size = 0;
+            for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
+            note_verbatim("Rank %d: buckets, %d micro-batches: step 0: max |averaged gradient - one device| = %.3g "
+                          "(largest gradient %.3g, tolerance %.3g)",
+                          rank, k_micro, diff, size, gradient_tolerance(c) * size);
+        }
+        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        note_verbatim("Rank %d: buckets: step = %d, loss = %.9g", rank, step, loss);
+    }
+    double diff = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *expected = expected_trained(a, i, device);
+        diff = fmax(diff, max_abs_diff(w[i], expected));
+        tensor_free(expected);
+    }
+    note_verbatim("Rank %d: max |DDP with buckets and accumulation - one device| = %.3g (AdamW's rounding "
+                  "bound %.3g)", rank, diff, adamw_rounding_bound(c));
+    for (int i = 0; i < c->layers; i++) {
+        adamw_free(opt[i]);
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+    for (int b = 0; b < n_buckets; b++) tensor_free(bucket[b]);
     tensor_free(data);
 }
 

@@ -262,6 +262,43 @@ class Numbers:
             self.assertEqual(len(spread), 1)
             self.assertEqual(float(spread[0][1].group(1)), 0.0, "ranks disagree within one run")
 
+    def test_ddp_buckets_and_no_sync_accumulation(self):
+        one = self.one_device()
+        c = self.config()
+        spawns = self.by_spawn("ddp_buckets_main")
+        self.assertEqual(len(spawns), 1)
+        sid = spawns[0]
+        order = self.spawn_texts(sid, r"^Rank 0: (\d+) buckets, in the order backward fills them: (.*)$")
+        self.assertEqual(len(order), 1)
+        n_buckets = int(order[0][1].group(1))
+        # buckets of 2 layers, the last layers first
+        want = ["layers %d-%d" % (hi - 1, hi) for hi in range(c["layers"] - 1, 0, -2)]
+        self.assertEqual(order[0][1].group(2).split(", "), want)
+        self.assertEqual(n_buckets, len(want))
+        calls = self.spawn_texts(sid, r"^Rank (\d): step 0, micro-batch (\d)( \(no_sync\))?: (\d+) collective calls$")
+        self.assertEqual(sorted((int(m.group(1)), int(m.group(2))) for _, m in calls),
+                         [(r, k) for r in range(4) for k in range(2)])
+        for _, m in calls:
+            last = int(m.group(2)) == 1
+            self.assertEqual(m.group(3) is None, last)
+            # no communication while accumulating; one all-reduce per bucket at the end
+            self.assertEqual(int(m.group(4)), n_buckets if last else 0, m.group(0))
+        grads = self.spawn_texts(sid, r"^Rank (\d): buckets, 2 micro-batches: step 0: max \|averaged gradient - one "
+                                      r"device\| = %s \(largest gradient %s, tolerance %s\)$" % (NUM, NUM, NUM))
+        self.assertEqual(sorted(r for r, _ in grads), [0, 1, 2, 3])
+        for _, m in grads:
+            self.assert_within(m, 2, 4, 3, self.grad_tol(), "DDP with buckets")
+        losses = self.spawn_texts(sid, r"^Rank (\d): buckets: step = (\d+), loss = %s$" % NUM)
+        self.assertEqual(len(losses), 4 * len(one))
+        for step in range(len(one)):
+            at = [float(m.group(3)) for _, m in losses if int(m.group(2)) == step]
+            self.assert_loss(sum(at) / 4, step, "DDP with buckets")
+        diffs = self.spawn_texts(sid, r"^Rank (\d): max \|DDP with buckets and accumulation - one device\| = %s "
+                                      r"\(AdamW's rounding bound %s\)$" % (NUM, NUM))
+        self.assertEqual(sorted(r for r, _ in diffs), [0, 1, 2, 3])
+        for _, m in diffs:
+            self.assertLessEqual(float(m.group(2)), float(m.group(3)))
+
     def test_zero3_trains_like_one_device(self):
         one = self.one_device()
         c = self.config()
