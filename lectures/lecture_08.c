@@ -3,10 +3,12 @@
  *
  * Part 1 is about moving data: the hardware that links accelerators, the
  * collective operations programs use to talk over it, how fast they are, and
- * CUDA streams for overlapping talk with work. Part 2 trains one small model
- * four ways (data parallel, data parallel with ZeRO stage 3, tensor parallel,
- * pipeline parallel) and checks each against the same model trained on one
- * device.
+ * CUDA streams for overlapping talk with work, and a cost model fitted to
+ * the measurements. Part 2 trains one small model every way (data parallel,
+ * with buckets and gradient accumulation, ZeRO stage 3 as FSDP does it,
+ * tensor parallel by columns and as Megatron pairs layers, pipeline parallel
+ * with the GPipe and 1F1B schedules) and checks each against the same model
+ * trained on one device, counting the bytes each rank sends.
  *
  * Every example really runs: on GPUs with NCCL and cuBLAS, on a machine
  * without GPUs with Open MPI and OpenBLAS. Run it with
@@ -125,7 +127,7 @@ static void hardware(void) {
     see("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp",
         "a multi-GPU cluster's node layout");
     note("- GPUs in one node share a PCI Express bus. The newest generation (PCIe 7.0) "
-         "reaches 242 GB/s over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
+         "reaches 242 GB/s each way over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
     see("https://en.wikipedia.org/wiki/PCI_Express");
     note("- GPUs in different nodes go through the network. Commodity Ethernet runs at "
          "1 to 10 Gb/s (0.125 to 1.25 GB/s); data-centre Ethernet and InfiniBand at "
@@ -135,7 +137,7 @@ static void hardware(void) {
 
     note("## InfiniBand and RDMA");
     note("InfiniBand is a network standard from 1999. Mellanox built most of its "
-         "hardware; NVIDIA bought Mellanox in 2019.");
+         "hardware; NVIDIA agreed to buy Mellanox in 2019 and completed the purchase in 2020.");
     note("Its key idea is Remote Direct Memory Access (RDMA): a network card writes "
          "straight into another machine's memory (GPU memory, with GPUDirect RDMA) "
          "without either CPU or operating system copying the bytes.");
@@ -384,8 +386,9 @@ static void ring_all_reduce_by_hand(int rank, int world_size) {
     if (rank == 0) {
         note("### All-reduce by hand: a ring of sends and receives");
         note("Every rank sends to its right neighbour and receives from its left one at "
-             "the same time. With blocking `dist_send` on every rank, each would wait for a "
-             "receive nobody has posted yet (a deadlock), so the sends are non-blocking "
+             "the same time. A blocking `dist_send` may wait until the matching receive is "
+             "posted (MPI does so for large messages); with every rank sending first, each "
+             "would wait for a receive nobody has posted yet (a deadlock), so the sends are non-blocking "
              "(`dist_isend`), completed with `dist_wait`.");
     }
     dist_barrier();
@@ -2058,7 +2061,7 @@ static void summary(void) {
     note("- memory: keep a copy here (replicate) and you need not fetch it\n"
          "- communication: keep it elsewhere (shard) and you must send it");
     note("| strategy | each rank holds | communicates | per step |\n|---|---|---|---|\n"
-         "| DDP | whole model, slice of batch | gradients | all-reduce per layer |\n"
+         "| DDP | whole model, slice of batch | gradients | all-reduce per layer, or per bucket of layers |\n"
          "| ZeRO-3 / FSDP | its piece of every layer's weights, gradients and AdamW state; slice of batch | weights and gradients | all-gather twice, reduce-scatter once, per layer |\n"
          "| tensor parallel, columns only | column slice of every layer, whole batch | activations | all-gather forward, all-reduce backward, per layer |\n"
          "| tensor parallel, Megatron | column slice, then row slice, of each pair of layers; whole batch | activations | one all-reduce forward, one backward, per pair |\n"
