@@ -503,12 +503,13 @@ typedef struct bench_result {
  * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
  * divided by its t), so a 4 KiB message weighs as much as a 64 MiB one. A
  * negative A (times that grow faster than linearly, as on an oversubscribed
- * CPU) is not a latency: then A = 0 and B is fitted alone, and *clamped
- * says so. */
+ * CPU) is not a latency: then A = 0 and B is fitted alone; a B <= 0
+ * (times that do not grow with size, noise on a busy machine) likewise
+ * gives B = 0 and A alone. `clamped` says which. */
 typedef struct cost_model {
-    double alpha, beta;           /* seconds; bytes per second */
+    double alpha, beta;           /* seconds; bytes per second (infinite: not resolved) */
     double rms_error, max_error;  /* relative, over the sizes fitted */
-    int clamped;
+    int clamped;                  /* 1: alpha held at 0; 2: 1/beta held at 0 */
 } cost_model;
 
 static double model_seconds(const cost_model *m, double bytes, int p) {
@@ -530,8 +531,13 @@ static cost_model fit_cost_model(const bench_result *r, int n, int p) {
         B = b2 / s22;
         m.clamped = 1;
     }
+    if (B <= 0) {   /* times that do not grow with size: a busy machine's noise */
+        B = 0;
+        A = b1 / s11;
+        m.clamped = 2;
+    }
     m.alpha = A / (2.0 * (p - 1));
-    m.beta = 2.0 * (p - 1) / (p * B);
+    m.beta = B > 0 ? 2.0 * (p - 1) / (p * B) : INFINITY;
     for (int i = 0; i < n; i++) {
         double e = model_seconds(&m, r[i].bytes, p) / r[i].seconds - 1;
         m.rms_error += e * e / n;
@@ -642,7 +648,7 @@ static void note_table(const char *op, int world_size, const bench_result *r, in
 static void plot_busbw(int world_size, const bench_result *all_reduce,
                        const bench_result *reduce_scatter, int n) {
     cJSON *spec = cJSON_Parse(
-        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v5.json\","
+        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
         " \"width\": 360, \"height\": 220,"
         " \"mark\": {\"type\": \"line\", \"point\": true},"
         " \"encoding\": {"
@@ -670,17 +676,25 @@ static void plot_busbw(int world_size, const bench_result *all_reduce,
     cJSON_Delete(spec);
 }
 
+/* Trials for size i: at least a->trials, more for small messages (up to 50,
+ * about 1 MiB moved in all), whose times are short enough for one stall of
+ * a busy machine to dominate a few trials. */
+static int trials_for(const bench_args *a, int i) {
+    int64_t more = (1 << 20) / a->bytes[i];
+    return more > a->trials ? (more < 50 ? (int)more : 50) : a->trials;
+}
+
 static void bench_main(int rank, int world_size, void *args) {
     const bench_args *a = args;
     int device = get_device(rank);
     double n = world_size;
     bench_result all_reduce[MAX_SIZES], reduce_scatter[MAX_SIZES];
     for (int i = 0; i < a->n_sizes; i++) {
-        double t = time_all_reduce(a->bytes[i], a->trials, device);
+        double t = time_all_reduce(a->bytes[i], trials_for(a, i), device);
         all_reduce[i] = bandwidths(a->bytes[i], t, 2 * (n - 1) / n);
     }
     for (int i = 0; i < a->n_sizes; i++) {
-        double t = time_reduce_scatter(a->bytes[i], a->trials, world_size, device);
+        double t = time_reduce_scatter(a->bytes[i], trials_for(a, i), world_size, device);
         reduce_scatter[i] = bandwidths(a->bytes[i], t, (n - 1) / n);
     }
     if (rank != 0) return;   /* the numbers are the same everywhere: one rank reports */
@@ -718,7 +732,8 @@ static void bench_main(int rank, int world_size, void *args) {
          "by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model / "
          "measured - 1).",
          world_size, m.alpha * 1e6, m.beta / 1e9,
-         m.clamped ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)" : "",
+         m.clamped == 1 ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)"
+         : m.clamped == 2 ? " (the times did not grow with size: no bandwidth term could be fitted)" : "",
          100 * m.rms_error, 100 * m.max_error, a->n_sizes);
     plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
     note("Two regimes make the model: alpha dominates while n / (p beta) is small (here "
