@@ -40,6 +40,9 @@ static void what_a_step_is(void) {
     int answer = 6 * 7;
     note("Steps are made while the program runs, so they can show real values: "
          "six times seven is **%d**, computed on the line above.", answer);
+    note("A note in a loop makes one step per pass, each with that pass's values:");
+    for (int k = 1; k <= 3; k++) note_verbatim("pass %d of 3: k squared is %d",
+                                               k, k * k);
 }
 
 static void how_the_stack_is_recorded(void) {
@@ -73,7 +76,7 @@ static void kinds_of_steps(void) {
          "is kept as a link, never downloaded:");
     see("https://en.wikipedia.org/wiki/Literate_programming");
     note("A chart is a Vega-Lite specification; the viewer draws it:");
-    plot("{\"$schema\": \"https://vega.github.io/schema/vega-lite/v5.json\","
+    plot("{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
          " \"description\": \"the squares\","
          " \"data\": {\"values\": [{\"n\": 1, \"square\": 1}, {\"n\": 2, \"square\": 4},"
          " {\"n\": 3, \"square\": 9}, {\"n\": 4, \"square\": 16}]},"

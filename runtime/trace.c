@@ -402,5 +402,6 @@ void lx_trace_free(void) {
     free(lecture_name);
     free(out_dir);
     lecture_name = out_dir = NULL;
+    in_rank = 0;   /* a new trace starts in the lecture, not in a rank */
     pthread_mutex_unlock(&lock);
 }

@@ -307,8 +307,12 @@
     bind();
     var p = L.params();
     if (!p.trace) {
-      return L.fail(null, 'No trace named in the address.', ['Open this page as viewer/index.html?trace=lecture_08 ' +
-        '(the name of a file in traces/, without .js), or ?trace=path/to/trace.js.']);
+      // The list of lectures; without one, say how to name a trace.
+      return L.showIndex(function () {
+        L.fail(null, 'No trace named in the address, and no lecture index in traces/.', ['Open this page as ' +
+          'viewer/index.html?trace=lecture_08 (the name of a file in traces/, without .js), or ' +
+          '?trace=path/to/trace.js. `make run` writes traces/index.js, the list of lectures.']);
+      });
     }
     L.loadTrace(p.trace, function (trace, file, problem) {
       L.api.timings.load_ms = performance.now() - t0;

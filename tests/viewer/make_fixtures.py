@@ -292,6 +292,9 @@ def main():
     bad = multi()
     bad["steps"][3]["stack"][1]["line"] = "forty"
     write(out, "broken_schema", bad)
+    newer = demo()   # sound in every way but its version
+    newer["version"] = 2
+    write(out, "broken_version", newer)
     with open(os.path.join(out, "broken_empty.js"), "w") as f:
         f.write("/* a trace file that defines nothing */\nvar nothing = 1;\n")
 

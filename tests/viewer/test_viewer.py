@@ -409,6 +409,7 @@ class TestViewer(ViewerCase):
     def test_broken_traces_explain_themselves(self):
         cases = [("?trace=broken_syntax", "broken_syntax.js", "not valid JavaScript"),
                  ("?trace=broken_schema", "broken_schema.js", "steps[3].stack[1].line is not a positive integer"),
+                 ("?trace=broken_version", "broken_version.js", '"version" is 2, this viewer reads version 1'),
                  ("?trace=broken_empty", "broken_empty.js", 'does not define the trace "broken_empty"'),
                  ("?trace=no_such_lecture", "traces/no_such_lecture.js", "missing"),
                  ("?trace=../tests/viewer/fixtures/none.json", "none.json", "cannot be read from file://"),

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Writes the lecture index the viewer shows when no trace is named.
+
+    python3 scripts/trace_index.py [DIR]          (DIR: traces/ by default)
+
+Reads every DIR/NAME.json trace (not the NAME.failed.json of a failed run)
+and writes DIR/index.json and its twin DIR/index.js, which a page opened
+from file:// can load with a <script> (it cannot fetch() a file). Each entry:
+
+    {"name": "lecture_08", "title": "Distributed training",
+     "summary": "the first lines of the lecture",
+     "start_time": "...", "host": "...", "gpus": 0, "backend": "mpi",
+     "duration_s": 13.5, "steps": 355, "failed_run": false}
+
+The title is the lecture's first heading, the summary the text of the
+markdown that follows it, both as plain text: the viewer shows them as text,
+never as HTML. `failed_run` says that a later run failed (NAME.failed.json is
+newer than NAME.json). A file that is not a lectern trace is skipped with a
+warning on stderr; the index is written atomically, so a viewer never reads
+half of one.
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+SUMMARY_CHARS = 280
+
+
+def plain(markdown):
+    """Markdown to one line of plain text: no markup characters, no links'
+    addresses, whitespace folded."""
+    text = re.sub(r"```.*?```", " ", markdown, flags=re.S)
+    text = re.sub(r"!\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"^\s{0,3}(#+|[-*+]|\d+\.|>)\s+", "", text, flags=re.M)
+    text = re.sub(r"[*_`|]", "", text)
+    return " ".join(text.split())
+
+
+def describe(name, trace):
+    markdown = [r["data"] for s in trace["steps"] if s.get("rank") is None
+                for r in s.get("renderings", []) if r.get("type") == "markdown" and isinstance(r.get("data"), str)]
+    title, summary = name, []
+    for i, md in enumerate(markdown):
+        m = re.match(r"\s*#\s+(.+)", md)
+        if m:
+            title = plain(m.group(1))
+            markdown = markdown[i + 1:]
+            break
+    for md in markdown:
+        if re.match(r"\s*#", md) or len(" ".join(summary)) >= SUMMARY_CHARS:
+            break
+        summary.append(plain(md))
+    summary = " ".join(s for s in summary if s)
+    if len(summary) > SUMMARY_CHARS:
+        summary = summary[:SUMMARY_CHARS].rsplit(" ", 1)[0] + " …"
+    meta = trace.get("meta") or {}
+    return {
+        "name": name,
+        "title": title,
+        "summary": summary,
+        "start_time": meta.get("start_time"),
+        "host": meta.get("host"),
+        "gpus": meta.get("gpus"),
+        "backend": meta.get("backend"),
+        "duration_s": meta.get("duration_s"),
+        "steps": len(trace["steps"]),
+    }
+
+
+def build(folder):
+    entries = []
+    for fname in sorted(os.listdir(folder)):
+        if not fname.endswith(".json") or fname.endswith(".failed.json") or fname == "index.json":
+            continue
+        name = fname[:-len(".json")]
+        path = os.path.join(folder, fname)
+        try:
+            with open(path, encoding="utf-8") as f:
+                trace = json.load(f)
+            if trace.get("version") != 1 or not isinstance(trace.get("steps"), list):
+                raise ValueError("not a version 1 lectern trace")
+            entry = describe(name, trace)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print("trace_index: skipping %s: %s" % (path, e), file=sys.stderr)
+            continue
+        failed = os.path.join(folder, name + ".failed.json")
+        entry["failed_run"] = os.path.exists(failed) and os.path.getmtime(failed) > os.path.getmtime(path)
+        entries.append(entry)
+    return {"version": 1, "lectures": entries}
+
+
+def write_atomic(path, text):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".index.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv):
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].startswith("-")):
+        print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
+        return 2
+    folder = argv[1] if len(argv) == 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "traces")
+    if not os.path.isdir(folder):
+        print("trace_index: %s is not a folder" % folder, file=sys.stderr)
+        return 1
+    index = build(folder)
+    text = json.dumps(index, indent=1, ensure_ascii=False)
+    write_atomic(os.path.join(folder, "index.json"), text + "\n")
+    write_atomic(os.path.join(folder, "index.js"), "window.lecternIndex = " + text + ";\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

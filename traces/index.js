@@ -1,0 +1,29 @@
+window.lecternIndex = {
+ "version": 1,
+ "lectures": [
+  {
+   "name": "lecture_00",
+   "title": "How executable lectures work",
+   "summary": "This lecture is a C program. Running it is giving the lecture: each note() it calls becomes one step of a trace, and the viewer replays the steps beside this very source file.",
+   "start_time": "2026-11-23T18:43:50Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "none",
+   "duration_s": 0.004,
+   "steps": 32,
+   "failed_run": false
+  },
+  {
+   "name": "lecture_08",
+   "title": "Distributed training",
+   "summary": "This lecture: training one model on many accelerators at once. The setting: arithmetic is spread over many devices, and moving data between them is slow compared with computing on it. This run found no GPU. Every example still runs for real: each rank is a CPU process, tensors …",
+   "start_time": "2026-11-23T10:46:18Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "mpi",
+   "duration_s": 13.541,
+   "steps": 355,
+   "failed_run": false
+  }
+ ]
+};
