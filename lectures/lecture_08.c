@@ -1168,8 +1168,8 @@ static void ddp(void) {
     note("With **gradient accumulation** (a batch too big for memory, run as k "
          "micro-batches before one step), it adds up the gradients locally and skips the "
          "all-reduce (`no_sync`) on all but the last micro-batch: communication once per "
-         "step, not once per micro-batch.");
-    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d micro-batches. "
+         "step, not once per micro-batch (PyTorch's word for them: accumulation steps).");
+    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d accumulation steps. "
          "Here the all-reduce of each bucket is started at the right moment but is "
          "blocking, so it does not yet overlap anything: the point shown is the order of "
          "events, the number of calls, and that the result is still one device's: the "
@@ -1341,13 +1341,13 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             free_saved(c->layers, acts, pre);
             tensor_free(x);
             if (step == 0)
-                note_verbatim("Rank %d: step 0, micro-batch %d%s: %lld collective calls", rank, k,
+                note_verbatim("Rank %d: step 0, accumulation step %d%s: %lld collective calls", rank, k,
                               sync ? "" : " (no_sync)", (long long)(dist_calls() - calls_before));
         }
         if (step == 0) {
             double diff = 0, size = 0;
             for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
-            note_verbatim("Rank %d: buckets, %d micro-batches: step 0: max |averaged gradient - one device| = %.3g "
+            note_verbatim("Rank %d: buckets, %d accumulation steps: step 0: max |averaged gradient - one device| = %.3g "
                           "(largest gradient %.3g, tolerance %.3g)",
                           rank, k_micro, diff, size, gradient_tolerance(c) * size);
         }
@@ -1891,7 +1891,11 @@ static void stage_forward(stage *s, int k) {
     double start = ms_since(s);
     forward(s->w, s->per_stage, x, s->acts[k], s->pre[k]);
     stamp(s, 0, k, start);
-    if (s->rank == s->world - 1) {   /* checks, after the clock stopped */
+    char range[32];   /* what happened, said after the clock stopped */
+    note_verbatim("Rank %d: %s: forward of micro-batch %d through %s: %s", s->rank, SCHEDULE_NAMES[s->a->schedule], k,
+                  layer_range(s->first_layer, s->first_layer + s->per_stage - 1, range, sizeof range),
+                  summarize(s->acts[k][s->per_stage]));
+    if (s->rank == s->world - 1) {
         s->loss += mse_loss(s->acts[k][s->per_stage]) / s->m;
         tensor *rows = row_slice(s->expected, k * s->mb, (k + 1) * s->mb);
         s->out_diff = fmax(s->out_diff, max_abs_diff(s->acts[k][s->per_stage], rows));
@@ -1921,6 +1925,7 @@ static void stage_backward(stage *s, int k) {
         dy = dx;
     }
     stamp(s, 1, k, start);
+    note_verbatim("Rank %d: %s: backward of micro-batch %d", s->rank, SCHEDULE_NAMES[s->a->schedule], k);
     s->backwards_done++;
     if (s->rank > 0) dist_wait(dist_isend(dy, s->rank - 1));   /* dy is freed next: wait here */
     if (dy) tensor_free(dy);

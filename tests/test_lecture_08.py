@@ -275,7 +275,7 @@ class Numbers:
         want = ["layers %d-%d" % (hi - 1, hi) for hi in range(c["layers"] - 1, 0, -2)]
         self.assertEqual(order[0][1].group(2).split(", "), want)
         self.assertEqual(n_buckets, len(want))
-        calls = self.spawn_texts(sid, r"^Rank (\d): step 0, micro-batch (\d)( \(no_sync\))?: (\d+) collective calls$")
+        calls = self.spawn_texts(sid, r"^Rank (\d): step 0, accumulation step (\d)( \(no_sync\))?: (\d+) collective calls$")
         self.assertEqual(sorted((int(m.group(1)), int(m.group(2))) for _, m in calls),
                          [(r, k) for r in range(4) for k in range(2)])
         for _, m in calls:
@@ -283,7 +283,7 @@ class Numbers:
             self.assertEqual(m.group(3) is None, last)
             # no communication while accumulating; one all-reduce per bucket at the end
             self.assertEqual(int(m.group(4)), n_buckets if last else 0, m.group(0))
-        grads = self.spawn_texts(sid, r"^Rank (\d): buckets, 2 micro-batches: step 0: max \|averaged gradient - one "
+        grads = self.spawn_texts(sid, r"^Rank (\d): buckets, 2 accumulation steps: step 0: max \|averaged gradient - one "
                                       r"device\| = %s \(largest gradient %s, tolerance %s\)$" % (NUM, NUM, NUM))
         self.assertEqual(sorted(r for r, _ in grads), [0, 1, 2, 3])
         for _, m in grads:
@@ -452,6 +452,11 @@ class Numbers:
             loss = self.spawn_texts(sid, r"^Rank (\d): %s: loss = %s \(one device: %s\), max \|output - one "
                                          r"device\| = %s \(tolerance %s\)$" % (schedule, NUM, NUM, NUM, NUM))
             self.assertEqual(len(loss), 1)
+            fwd = self.spawn_texts(sid, r"^Rank (\d): %s: forward of micro-batch (\d) through " % schedule)
+            bwd_notes = self.spawn_texts(sid, r"^Rank (\d): %s: backward of micro-batch (\d)$" % schedule)
+            for notes in (fwd, bwd_notes):   # every stage, every micro-batch, once
+                self.assertEqual(sorted((int(m.group(1)), int(m.group(2))) for _, m in notes),
+                                 [(r, k) for r in range(world) for k in range(4)])
             rank, m = loss[0]
             self.assertEqual(int(m.group(1)), world - 1)
             self.assertEqual(float(m.group(3)), one[0][1])
