@@ -964,12 +964,12 @@ static const char *plural(int n, const char *one, const char *many) {
 /* Every strategy cuts something (the batch, the layers, a matrix's columns)
  * into world-size equal pieces. When it does not divide, the lecture stops
  * before any rank starts, naming the spawn line (`line`: must_divide() is
- * called on the spawn() line itself, with __LINE__) and what did not divide; no trace is
+ * called on the line before the spawn(), with __LINE__ + 1) and what did not divide; no trace is
  * written, so the last good one stays. */
 static void must_divide(int64_t n, int world_size, const char *what, int line) {
     if (world_size > 0 && n % world_size == 0) return;
-    fprintf(stderr, "%s:%d: spawn of %d ranks: %s (%lld) do not divide into %d equal parts\n", __FILE__,
-            line, world_size, what, (long long)n, world_size);
+    fprintf(stderr, "%s:%d: spawn(): %s (%lld) do not divide into %d equal parts\n", __FILE__, line, what,
+            (long long)n, world_size);
     exit(1);
 }
 
@@ -1134,7 +1134,8 @@ static void ddp(void) {
     int worlds[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         progress("DDP: spawn %d ranks", worlds[k]);
-        must_divide(baseline.cfg.batch, worlds[k], "the batch's examples", __LINE__); spawn(ddp_main, worlds[k], args, size);
+        must_divide(baseline.cfg.batch, worlds[k], "the batch's examples", __LINE__ + 1);   /* the spawn() below */
+        spawn(ddp_main, worlds[k], args, size);
     }
     free(args);
     mlp_config c = baseline.cfg;
@@ -1178,7 +1179,8 @@ static void ddp(void) {
     args = baseline_args(0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
     progress("DDP with buckets: spawn 4 ranks");
-    must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples", __LINE__); spawn(ddp_buckets_main, 4, args, size);
+    must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples", __LINE__ + 1);   /* the spawn() below */
+    spawn(ddp_buckets_main, 4, args, size);
     free(args);
 }
 
@@ -1434,7 +1436,8 @@ static void ddp_zero3(void) {
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
-    must_divide(c.width, ranks, "the rows of a layer", __LINE__); spawn(zero3_main, ranks, args, size);
+    must_divide(c.width, ranks, "the rows of a layer", __LINE__ + 1);   /* the spawn() below */
+    spawn(zero3_main, ranks, args, size);
     free(args);
     note("Each rank's piece of the averaged gradient is one device's, to float32 rounding, "
          "and its piece of the weights ends where one device's did, within AdamW's "
@@ -1573,7 +1576,8 @@ static void tensor_parallelism(void) {
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("tensor parallelism: spawn 4 ranks");
-    must_divide(baseline.cfg.width, 4, "the columns of a layer", __LINE__); spawn(tensor_parallel_main, 4, args, size);
+    must_divide(baseline.cfg.width, 4, "the columns of a layer", __LINE__ + 1);   /* the spawn() below */
+    spawn(tensor_parallel_main, 4, args, size);
     free(args);
     note("Same activations and the same gradients as one device, with each rank holding "
          "a quarter of the weights.");
@@ -1599,7 +1603,8 @@ static void tensor_parallelism(void) {
          "`dist_bytes_sent()`.");
     args = baseline_args(0, &size);
     progress("Megatron tensor parallelism: spawn 4 ranks");
-    must_divide(baseline.cfg.layers, 2, "the layers (in pairs)", __LINE__); spawn(megatron_main, 4, args, size);
+    must_divide(baseline.cfg.layers, 2, "the layers (in pairs)", __LINE__ + 1);   /* the spawn() below */
+    spawn(megatron_main, 4, args, size);
     free(args);
     mlp_config c = baseline.cfg;
     double b = (double)c.batch * c.width * sizeof(float), p = 4;
@@ -1840,7 +1845,8 @@ static void pipeline_parallelism(void) {
         args->schedule = runs[k].schedule;
         args->clock_base = now_seconds();
         int p = runs[k].stages;
-        must_divide(baseline.cfg.layers, p, "the layers", __LINE__); spawn(pipeline_main, p, args, size);
+        must_divide(baseline.cfg.layers, p, "the layers", __LINE__ + 1);   /* the spawn() below */
+        spawn(pipeline_main, p, args, size);
     }
     free(args);
     note("Forward and backward match one device in both schedules. The measured bubble "
