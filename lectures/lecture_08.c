@@ -3,10 +3,12 @@
  *
  * Part 1 is about moving data: the hardware that links accelerators, the
  * collective operations programs use to talk over it, how fast they are, and
- * CUDA streams for overlapping talk with work. Part 2 trains one small model
- * four ways (data parallel, data parallel with ZeRO stage 3, tensor parallel,
- * pipeline parallel) and checks each against the same model trained on one
- * device.
+ * CUDA streams for overlapping talk with work, and a cost model fitted to
+ * the measurements. Part 2 trains one small model every way (data parallel,
+ * with buckets and gradient accumulation, ZeRO stage 3 as FSDP does it,
+ * tensor parallel by columns and as Megatron pairs layers, pipeline parallel
+ * with the GPipe and 1F1B schedules) and checks each against the same model
+ * trained on one device, counting the bytes each rank sends.
  *
  * Every example really runs: on GPUs with NCCL and cuBLAS, on a machine
  * without GPUs with Open MPI and OpenBLAS. Run it with
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lectern.h"
 #include "lib/mlp.h"
@@ -109,7 +112,9 @@ static void our_hardware(void);
 static void hardware(void) {
     progress("hardware");
     note("## One GPU");
-    image("https://miro.medium.com/v2/resize:fit:2000/format:webp/1*6xoBKi5kL2dZpivFe1-zgw.jpeg", 1.0);
+    image("assets/lecture_08_gpu.svg", 0.6);
+    see("https://miro.medium.com/v2/resize:fit:2000/format:webp/1*6xoBKi5kL2dZpivFe1-zgw.jpeg",
+        "the H100 chip's block diagram");
     note("Inside one GPU the bottleneck is usually DRAM: NVIDIA's datasheet gives the "
          "H100 NVL 7.8 TB/s of memory bandwidth (a figure for its pair of boards; "
          "about 3.9 TB/s per GPU).");
@@ -118,39 +123,52 @@ static void hardware(void) {
     note("## Many GPUs, many nodes: PCIe and Ethernet");
     note("The classic layout: GPUs hang off the CPU, and the CPU and network card "
          "sit in the middle of every transfer.");
-    image("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp", 0.4);
+    image("assets/lecture_08_pcie_ethernet.svg", 0.65);
+    see("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp",
+        "a multi-GPU cluster's node layout");
     note("- GPUs in one node share a PCI Express bus. The newest generation (PCIe 7.0) "
-         "reaches 242 GB/s over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
+         "reaches 242 GB/s each way over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
     see("https://en.wikipedia.org/wiki/PCI_Express");
-    note("- GPUs in different nodes go through ordinary Ethernet, on the order of "
-         "hundreds of MB/s on commodity links (~200 MB/s).");
+    note("- GPUs in different nodes go through the network. Commodity Ethernet runs at "
+         "1 to 10 Gb/s (0.125 to 1.25 GB/s); data-centre Ethernet and InfiniBand at "
+         "100 to 400 Gb/s (12.5 to 50 GB/s) per port.");
     note("Both are far slower than a GPU's own memory. The turning point in hardware was "
          "to let GPUs reach each other *directly*, without the CPU in the way.");
 
     note("## InfiniBand and RDMA");
     note("InfiniBand is a network standard from 1999. Mellanox built most of its "
-         "hardware; NVIDIA bought Mellanox in 2019.");
+         "hardware; NVIDIA agreed to buy Mellanox in 2019 and completed the purchase in 2020.");
     note("Its key idea is Remote Direct Memory Access (RDMA): a network card writes "
          "straight into another machine's memory (GPU memory, with GPUDirect RDMA) "
          "without either CPU or operating system copying the bytes.");
-    image("https://lambdalabs.com/hubfs/Imported_Blog_Media/nvlink-diagram-update.png", 0.6);
+    image("assets/lecture_08_rdma.svg", 0.65);
+    see("https://lambdalabs.com/hubfs/Imported_Blog_Media/nvlink-diagram-update.png",
+        "GPUs, NVLink and network cards in a server");
 
     note("## NVLink and NVSwitch");
     note("NVLink is NVIDIA's own GPU-to-GPU link, announced in 2014. NVIDIA quotes "
          "its NVLink switch fabric at 4.5 times the bandwidth of InfiniBand.");
     see("https://developer.nvidia.com/blog/upgrading-multi-gpu-interconnectivity-with-the-third-generation-nvidia-nvswitch/");
     note("Inside a node, NVLink joins GPUs to each other with no CPU on the path:");
-    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-generations-1.png", 0.6);
+    image("assets/lecture_08_nvlink_generations.svg", 0.55);
+    see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-generations-1.png",
+        "NVLink generations");
     note("NVSwitch chips connect every GPU to every other at full NVLink speed, and the "
          "NVLink Switch System carries that across nodes, sidestepping Ethernet:");
-    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-all-to-all-connectivity-1.png", 0.6);
-    note("An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s in total.");
+    image("assets/lecture_08_nvswitch.svg", 0.6);
+    see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-all-to-all-connectivity-1.png",
+        "NVLink all-to-all connectivity");
+    note("An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s in total, "
+         "counting both directions, so 450 GB/s each way. A measured bandwidth of one "
+         "direction's traffic (busbw, below) is to be compared with the 450.");
 
     note("## SHARP: reducing inside the switch");
     note("NVSwitch can do the additions of an all-reduce itself (SHARP, in-network "
          "reduction). Each GPU then sends its data once and receives the sum once, "
          "instead of taking part in every step: about half the traffic.");
-    image("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-SHARP-acceleration-1.png", 0.6);
+    image("assets/lecture_08_sharp.svg", 0.65);
+    see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-SHARP-acceleration-1.png",
+        "NVLink SHARP acceleration");
     note("Expect more such changes: the hardware moves fast, but the hierarchy stays.");
 
     our_hardware();
@@ -190,7 +208,8 @@ static void collective_operations(void) {
     note("- *Collective*: every rank calls the same operation, and together they "
          "describe one communication pattern across all of them (4, 256, 10 000 ranks).\n"
          "- They come from the parallel-computing literature of the 1980s (later, MPI).\n"
-         "- They suit SIMD-style programs: every rank runs the same code on its own data.\n"
+         "- They suit SPMD programs (single program, multiple data): every rank runs the "
+         "same code on its own data.\n"
          "- They are simpler to use, and faster, than arranging point-to-point "
          "sends and receives yourself.");
 
@@ -257,7 +276,8 @@ static void our_runtime_and_nccl(void) {
     note("PyTorch gives programs `torch.distributed`; this lecture's runtime gives C the same "
          "calls: `dist_all_reduce`, `dist_reduce_scatter`, `dist_all_gather`, "
          "`dist_broadcast`, `dist_reduce`, `dist_scatter`, `dist_gather`, `dist_send`, "
-         "`dist_recv`, each with SUM, AVG, MIN or MAX where it reduces.");
+         "`dist_recv`, the non-blocking `dist_isend` and `dist_irecv` completed by "
+         "`dist_wait`, and `dist_barrier`; SUM, AVG, MIN or MAX where they reduce.");
     see("https://pytorch.org/docs/stable/distributed.html");
     note("`spawn(fn, world_size, &args, sizeof args)` runs `fn(rank, world_size, args)` in "
          "world-size real processes, each on its own copy of the arguments, like "
@@ -273,7 +293,8 @@ static void our_runtime_and_nccl(void) {
          "| `dist_broadcast` | `ncclBroadcast` | `MPI_Bcast` |\n"
          "| `dist_reduce` | `ncclReduce` | `MPI_Reduce` |\n"
          "| `dist_scatter`, `dist_gather` | `ncclSend`/`ncclRecv` in a group | `MPI_Scatter`, `MPI_Gather` |\n"
-         "| `dist_send`, `dist_recv` | `ncclSend`, `ncclRecv` | `MPI_Send`, `MPI_Recv` |");
+         "| `dist_send`, `dist_recv` | `ncclSend`, `ncclRecv` | `MPI_Send`, `MPI_Recv` |\n"
+         "| `dist_isend`, `dist_irecv`, `dist_wait` | `ncclSend`, `ncclRecv` on the stream, then a stream wait | `MPI_Isend`, `MPI_Irecv`, `MPI_Wait` |");
     note("Open MPI plays the part of PyTorch's gloo backend (CPU); NCCL is the GPU backend "
          "in both worlds. NCCL has `ncclAvg` for averages; with MPI an average is a sum "
          "divided by the world size. Higher-level tools (PyTorch's FSDP, DeepSpeed) are "
@@ -290,7 +311,10 @@ static void our_runtime_and_nccl(void) {
     see("https://developer-blogs.nvidia.com/wp-content/uploads/2019/02/DBtree.png");
     note("- **Ring**: the data is cut into N chunks that travel around a ring; N-1 steps "
          "of reduce-scatter then N-1 steps of all-gather. Each rank sends 2(N-1)/N times "
-         "the data, close to the minimum, so a ring is *bandwidth*-optimal. But 2(N-1) "
+         "the data. No all-reduce can do with less: every rank must send out all but its "
+         "own 1/N share of its data to be summed ((N-1)/N), and receive the other ranks' "
+         "share of the result ((N-1)/N again). The ring meets that bound exactly: it is "
+         "*bandwidth*-optimal. But 2(N-1) "
          "steps in a row means latency grows linearly with N.\n"
          "- **Tree**: reduce up a tree and broadcast back down, in about 2 log2(N) steps, "
          "so it is *latency*-friendly. A single tree leaves the leaves' outgoing links "
@@ -362,8 +386,9 @@ static void ring_all_reduce_by_hand(int rank, int world_size) {
     if (rank == 0) {
         note("### All-reduce by hand: a ring of sends and receives");
         note("Every rank sends to its right neighbour and receives from its left one at "
-             "the same time. With blocking `dist_send` on every rank, each would wait for a "
-             "receive nobody has posted yet (a deadlock), so the sends are non-blocking "
+             "the same time. A blocking `dist_send` may wait until the matching receive is "
+             "posted (MPI does so for large messages); with every rank sending first, each "
+             "would wait for a receive nobody has posted yet (a deadlock), so the sends are non-blocking "
              "(`dist_isend`), completed with `dist_wait`.");
     }
     dist_barrier();
@@ -434,15 +459,25 @@ static void benchmarking(void) {
          "link: 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter and all-gather. "
          "busbw can be compared with the hardware's link speed, whatever the world size.");
     see("https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md#allreduce");
-    note("A correction to the lecture this one follows: its reduce-scatter figure divided "
-         "the traffic by the *output* size, which is world-size times too small; with "
-         "S as the whole input, its 4-rank numbers would have been 4 times higher.");
+    note("A correction to the lecture this one follows. Its all-reduce estimate, "
+         "S 2(n-1) / (n t), is exactly busbw. Its reduce-scatter estimate started from the "
+         "*output* size S/n: (S/n)(n-1) / (n t), which is busbw / n, so 2 times too low on "
+         "2 ranks and 4 times on 4. Counted from the whole input S, reduce-scatter's busbw "
+         "is on the same scale as all-reduce's, and the two can be compared.");
     note("Each rank times `trials` operations back to back after one warm-up; the times "
          "are averaged over the ranks with an all-reduce (as nccl-tests does by default).");
 
-    bench_args args = {.n_sizes = 4, .bytes = {1 << 20, 4 << 20, 16 << 20, 64 << 20}, .trials = 5};
+    note("A model to read the times with, the alpha-beta model: sending n bytes costs "
+         "alpha + n / beta, a fixed cost alpha (latency: software, synchronisation, the "
+         "wire's delay) plus the bytes at bandwidth beta. A ring all-reduce on p ranks takes "
+         "2(p-1) steps, each sending n/p bytes, so it costs "
+         "**t = 2(p-1) (alpha + n / (p beta))**. Each spawn below fits alpha and beta to its "
+         "own all-reduce times (least squares on relative errors, so that small messages "
+         "count as much as large ones) and plots the model against the measurements.");
+    bench_args args = {.n_sizes = 6, .bytes = {4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20},
+                       .trials = 5};
     if (lecture_quick())
-        args = (bench_args){.n_sizes = 3, .bytes = {64 << 10, 256 << 10, 1 << 20}, .trials = 2};
+        args = (bench_args){.n_sizes = 4, .bytes = {4 << 10, 64 << 10, 256 << 10, 1 << 20}, .trials = 2};
 
     note("### 2 ranks");
     progress("benchmarking: spawn 2 ranks");
@@ -462,6 +497,90 @@ static void benchmarking(void) {
 typedef struct bench_result {
     double bytes, seconds, algbw, busbw;
 } bench_result;
+
+/* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n/(p beta)),
+ * fitted to measured times: t = A + B n is linear in A = 2(p-1) alpha and
+ * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
+ * divided by its t), so a 4 KiB message weighs as much as a 64 MiB one. A
+ * negative A (times that grow faster than linearly, as on an oversubscribed
+ * CPU) is not a latency: then A = 0 and B is fitted alone; a B <= 0
+ * (times that do not grow with size, noise on a busy machine) likewise
+ * gives B = 0 and A alone. `clamped` says which. */
+typedef struct cost_model {
+    double alpha, beta;           /* seconds; bytes per second (infinite: not resolved) */
+    double rms_error, max_error;  /* relative, over the sizes fitted */
+    int clamped;                  /* 1: alpha held at 0; 2: 1/beta held at 0 */
+} cost_model;
+
+static double model_seconds(const cost_model *m, double bytes, int p) {
+    return 2.0 * (p - 1) * (m->alpha + bytes / (p * m->beta));
+}
+
+static cost_model fit_cost_model(const bench_result *r, int n, int p) {
+    /* normal equations of min sum ((A + B x_i) / t_i - 1)^2 */
+    double s11 = 0, s12 = 0, s22 = 0, b1 = 0, b2 = 0;
+    for (int i = 0; i < n; i++) {
+        double u = 1 / r[i].seconds, v = r[i].bytes / r[i].seconds;
+        s11 += u * u; s12 += u * v; s22 += v * v; b1 += u; b2 += v;
+    }
+    double det = s11 * s22 - s12 * s12;
+    double A = (b1 * s22 - b2 * s12) / det, B = (s11 * b2 - s12 * b1) / det;
+    cost_model m = {0};
+    if (A < 0) {
+        A = 0;
+        B = b2 / s22;
+        m.clamped = 1;
+    }
+    if (B <= 0) {   /* times that do not grow with size: a busy machine's noise */
+        B = 0;
+        A = b1 / s11;
+        m.clamped = 2;
+    }
+    m.alpha = A / (2.0 * (p - 1));
+    m.beta = B > 0 ? 2.0 * (p - 1) / (p * B) : INFINITY;
+    for (int i = 0; i < n; i++) {
+        double e = model_seconds(&m, r[i].bytes, p) / r[i].seconds - 1;
+        m.rms_error += e * e / n;
+        m.max_error = fmax(m.max_error, fabs(e));
+    }
+    m.rms_error = sqrt(m.rms_error);
+    return m;
+}
+
+/* Measured all-reduce times against the fitted model, log-log. */
+static void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m) {
+    cJSON *spec = cJSON_Parse(
+        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+        " \"width\": 360, \"height\": 220,"
+        " \"mark\": {\"type\": \"line\", \"point\": true},"
+        " \"encoding\": {"
+        "  \"x\": {\"field\": \"size_mib\", \"type\": \"quantitative\","
+        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MiB)\"},"
+        "  \"y\": {\"field\": \"ms\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
+        "        \"title\": \"all-reduce time (ms)\"},"
+        "  \"color\": {\"field\": \"series\", \"type\": \"nominal\"},"
+        "  \"strokeDash\": {\"field\": \"series\", \"type\": \"nominal\"}}}");
+    char title[96];
+    snprintf(title, sizeof title, "all-reduce on %d ranks: measured and alpha-beta model", world_size);
+    cJSON_AddStringToObject(spec, "title", title);
+    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
+    for (int series = 0; series < 2; series++) {
+        for (int i = 0; i < n; i++) {
+            cJSON *point = cJSON_CreateObject();
+            cJSON_AddStringToObject(point, "series", series == 0 ? "measured" : "model");
+            cJSON_AddNumberToObject(point, "bytes", r[i].bytes);
+            cJSON_AddNumberToObject(point, "size_mib", r[i].bytes / (1 << 20));
+            double t = series == 0 ? r[i].seconds : model_seconds(m, r[i].bytes, world_size);
+            cJSON_AddNumberToObject(point, "ms", t * 1e3);
+            cJSON_AddItemToArray(values, point);
+        }
+    }
+    char *json = cJSON_PrintUnformatted(spec);
+    plot(json);
+    free(json);
+    cJSON_Delete(spec);
+}
+
 
 /* The mean over ranks of a per-rank number, by all-reduce. */
 static double mean_over_ranks(double value, int device) {
@@ -529,7 +648,7 @@ static void note_table(const char *op, int world_size, const bench_result *r, in
 static void plot_busbw(int world_size, const bench_result *all_reduce,
                        const bench_result *reduce_scatter, int n) {
     cJSON *spec = cJSON_Parse(
-        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v5.json\","
+        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
         " \"width\": 360, \"height\": 220,"
         " \"mark\": {\"type\": \"line\", \"point\": true},"
         " \"encoding\": {"
@@ -557,17 +676,25 @@ static void plot_busbw(int world_size, const bench_result *all_reduce,
     cJSON_Delete(spec);
 }
 
+/* Trials for size i: at least a->trials, more for small messages (up to 50,
+ * about 1 MiB moved in all), whose times are short enough for one stall of
+ * a busy machine to dominate a few trials. */
+static int trials_for(const bench_args *a, int i) {
+    int64_t more = (1 << 20) / a->bytes[i];
+    return more > a->trials ? (more < 50 ? (int)more : 50) : a->trials;
+}
+
 static void bench_main(int rank, int world_size, void *args) {
     const bench_args *a = args;
     int device = get_device(rank);
     double n = world_size;
     bench_result all_reduce[MAX_SIZES], reduce_scatter[MAX_SIZES];
     for (int i = 0; i < a->n_sizes; i++) {
-        double t = time_all_reduce(a->bytes[i], a->trials, device);
+        double t = time_all_reduce(a->bytes[i], trials_for(a, i), device);
         all_reduce[i] = bandwidths(a->bytes[i], t, 2 * (n - 1) / n);
     }
     for (int i = 0; i < a->n_sizes; i++) {
-        double t = time_reduce_scatter(a->bytes[i], a->trials, world_size, device);
+        double t = time_reduce_scatter(a->bytes[i], trials_for(a, i), world_size, device);
         reduce_scatter[i] = bandwidths(a->bytes[i], t, (n - 1) / n);
     }
     if (rank != 0) return;   /* the numbers are the same everywhere: one rank reports */
@@ -575,10 +702,55 @@ static void bench_main(int rank, int world_size, void *args) {
     note_table("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
     plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
     int last = a->n_sizes - 1;
-    note("busbw puts both operations on one scale: a reduce-scatter moves half the data of "
-         "an all-reduce, so equally good implementations reach the same busbw. At %g MB "
-         "here: all-reduce %.2f GB/s, reduce-scatter %.2f GB/s.",
-         all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    note("busbw puts both operations on one scale: it counts the bytes the busiest link "
+         "must carry, so two operations that each keep the links equally busy show the "
+         "same busbw. Measured at %g MiB: all-reduce %.2f GB/s, reduce-scatter %.2f GB/s "
+         "(ratio %.2f). The scale is shared; the speed is not: each number is what one "
+         "implementation achieved (Open MPI picks a different algorithm per operation and "
+         "size, NCCL a different kernel), and a gap says one of them is further from the "
+         "link's limit.",
+         all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
+         reduce_scatter[last].busbw / all_reduce[last].busbw);
+    int peak = 0;   /* the size where all-reduce's busbw was highest */
+    for (int i = 1; i < a->n_sizes; i++)
+        if (all_reduce[i].busbw > all_reduce[peak].busbw) peak = i;
+    if (gpu_count() == 0)
+        note("Here all-reduce's busbw peaks at %g MiB (%.2f GB/s) and is %.2f GB/s at %g MiB. "
+             "On a real link it rises with size towards the link's limit, as the fixed cost "
+             "per operation is spread over more bytes. On this machine (%ld CPU cores, %d "
+             "ranks%s) larger messages no longer fit in the caches and go through the main "
+             "memory all ranks share%s, which can make it fall instead.",
+             all_reduce[peak].bytes / (1 << 20), all_reduce[peak].busbw, all_reduce[last].busbw,
+             all_reduce[last].bytes / (1 << 20), cores, world_size,
+             world_size > cores ? ": more ranks than cores, so they take turns" : "",
+             world_size > cores ? "; and a rank that waits in a collective for a partner "
+                                  "that is not running at the moment loses its time slice" : "");
+
+    cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
+    note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g GB/s%s; the model is off "
+         "by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model / "
+         "measured - 1).",
+         world_size, m.alpha * 1e6, m.beta / 1e9,
+         m.clamped == 1 ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)"
+         : m.clamped == 2 ? " (the times did not grow with size: no bandwidth term could be fitted)" : "",
+         100 * m.rms_error, 100 * m.max_error, a->n_sizes);
+    plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
+    note("Two regimes make the model: alpha dominates while n / (p beta) is small (here "
+         "below about %.0f KiB, where the two terms are equal), beta above. At %g MiB the "
+         "model predicts %.3g ms, against %.3g ms measured. Where the points leave the model's line, "
+         "the machine is not one link of fixed speed: %s",
+         m.alpha * m.beta * world_size / 1024, all_reduce[last].bytes / (1 << 20),
+         model_seconds(&m, all_reduce[last].bytes, world_size) * 1e3, all_reduce[last].seconds * 1e3,
+         gpu_count() > 0 ? "NCCL switches algorithm and protocol with the size (LL, LL128, Simple), "
+                           "each with its own alpha and beta."
+         : world_size > cores ? "here the ranks outnumber the CPU cores, so each of the ring's 2(p-1) "
+                                "steps may wait for a partner to be scheduled, a cost the model has no "
+                                "term for; and the ranks share caches and memory bandwidth, which the "
+                                "largest messages exhaust."
+                              : "the CPU ranks share caches and memory bandwidth, so the bytes of the "
+                                "largest messages move at main memory's speed, not the cache's, and "
+                                "the other processes on the machine take turns on the same cores.");
 }
 
 /* ------------------------------------------------------------------ */
@@ -777,6 +949,31 @@ static const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
     return buf;
 }
 
+/* "layer 2" or "layers 0-1": layers first..last, in words. */
+static const char *layer_range(int first, int last, char *buf, size_t size) {
+    if (first == last) snprintf(buf, size, "layer %d", first);
+    else snprintf(buf, size, "layers %d-%d", first, last);
+    return buf;
+}
+
+/* "1 rank", "4 ranks". */
+static const char *plural(int n, const char *one, const char *many) {
+    return n == 1 ? one : many;
+}
+
+/* Every strategy cuts something (the batch, the layers, a matrix's columns)
+ * into world-size equal pieces. When it does not divide, the lecture stops
+ * before any rank starts, naming the spawn line (`line`: must_divide() is
+ * called on the line before the spawn(), with __LINE__ + 1) and what did not divide; no trace is
+ * written, so the last good one stays. */
+static void must_divide(int64_t n, int world_size, const char *what, int line) {
+    if (world_size > 0 && n % world_size == 0) return;
+    fprintf(stderr, "%s:%d: spawn(): %s (%lld) do not divide into %d equal parts\n", __FILE__, line, what,
+            (long long)n, world_size);
+    exit(1);
+}
+
+
 /* The baseline: what one device computed, as host arrays. The parent keeps
  * it and sends it to the ranks inside their arguments. */
 static struct {
@@ -793,6 +990,8 @@ static struct {
 typedef struct train_args {
     mlp_config cfg;
     int micro_batches;    /* pipeline parallelism only */
+    int schedule;         /* pipeline parallelism: GPIPE or ONE_F_ONE_B */
+    double clock_base;    /* pipeline parallelism: now_seconds() at the spawn */
     float first_loss;
     float expected[];     /* trained weights, step-0 output, step-0 gradients */
 } train_args;
@@ -916,6 +1115,11 @@ static void free_one_device(void) {
 /* ------------------------------------------------------------------ */
 
 static void ddp_main(int rank, int world_size, void *args);
+static void ddp_buckets_main(int rank, int world_size, void *args);
+
+/* DDP as PyTorch runs it: gradients in buckets of this many layers, each
+ * rank's slice of the batch run as this many micro-batches per step. */
+enum { LAYERS_PER_BUCKET = 2, ACCUMULATION_STEPS = 2, BUCKET_STEPS = 2 };
 
 static void ddp(void) {
     progress("DDP");
@@ -930,6 +1134,7 @@ static void ddp(void) {
     int worlds[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         progress("DDP: spawn %d ranks", worlds[k]);
+        must_divide(baseline.cfg.batch, worlds[k], "the batch's examples", __LINE__ + 1);   /* the spawn() below */
         spawn(ddp_main, worlds[k], args, size);
     }
     free(args);
@@ -954,12 +1159,29 @@ static void ddp(void) {
          "2 lr per step: %.3g over these %d steps (the bound printed beside each "
          "difference). Compare gradients, not AdamW's parameters, to check a strategy.",
          adamw_rounding_bound(&c), c.steps);
-    note("Real DDP (PyTorch's `DistributedDataParallel`) does one more thing: it groups "
-         "gradients into buckets (25 MB by default) and starts each bucket's all-reduce "
-         "while the backward pass is still computing earlier layers, hiding communication "
-         "behind computation. Many small all-reduces would each pay the fixed latency; one "
-         "big one at the end could not overlap at all. With gradient accumulation it skips "
-         "the all-reduce (`no_sync`) on all but the last micro-step.");
+    note("### Buckets and gradient accumulation");
+    note("PyTorch's `DistributedDataParallel` does two more things. It groups the "
+         "gradients into **buckets** (25 MB by default), each one contiguous tensor, and "
+         "all-reduces a bucket as soon as the backward pass has filled it. Many small "
+         "all-reduces would each pay the fixed cost alpha; one big one at the end could "
+         "start only when all of backward is done. With an asynchronous all-reduce, a "
+         "bucket's transfer runs while backward computes the layers below it.");
+    note("With **gradient accumulation** (a batch too big for memory, run as k "
+         "micro-batches before one step), it adds up the gradients locally and skips the "
+         "all-reduce (`no_sync`) on all but the last micro-batch: communication once per "
+         "step, not once per micro-batch (PyTorch's word for them: accumulation steps).");
+    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d accumulation steps. "
+         "Here the all-reduce of each bucket is started at the right moment but is "
+         "blocking, so it does not yet overlap anything: the point shown is the order of "
+         "events, the number of calls, and that the result is still one device's: the "
+         "step-0 gradient, and the loss over %d steps (to keep the lecture short).",
+         LAYERS_PER_BUCKET, ACCUMULATION_STEPS, BUCKET_STEPS);
+    args = baseline_args(0, &size);
+    args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
+    progress("DDP with buckets: spawn 4 ranks");
+    must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples", __LINE__ + 1);   /* the spawn() below */
+    spawn(ddp_buckets_main, 4, args, size);
+    free(args);
 }
 
 /* The largest elementwise difference between ranks, for a list of tensors:
@@ -997,13 +1219,22 @@ static void ddp_main(int rank, int world_size, void *args) {
         opt[i] = adamw_new(w[i], c->lr);
     }
 
+    /* weights, gradients, AdamW's two moments (one float each per weight) */
+    double held = 0;
+    for (int i = 0; i < c->layers; i++) held += (double)(w[i]->numel + grads[i]->numel + 2 * w[i]->numel) * sizeof(float);
+    note_verbatim("Rank %d: DDP holds %.0f bytes of model state", rank, held);
+
     char buf[512];
     for (int step = 0; step < c->steps; step++) {
+        int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
         forward(w, c->layers, x, acts, pre);
         float loss = mse_loss(acts[c->layers]);
         backward(w, c->layers, acts, pre, grads);
         for (int i = 0; i < c->layers; i++)
             dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */
+        if (step == 0)
+            note_verbatim("Rank %d: DDP: bytes sent in one step = %lld in %lld calls", rank,
+                          (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
         if (step == 0) {
             double diff = 0, size = 0;
             for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
@@ -1028,8 +1259,8 @@ static void ddp_main(int rank, int world_size, void *args) {
     note_verbatim("Rank %d: max |DDP - one device| = %.3g (AdamW's rounding bound %.3g)", rank, diff,
                   adamw_rounding_bound(c));
     if (rank == 0)
-        note_verbatim("Rank 0: across %d rank(s), max |params(max) - params(min)| = %.3g",
-                      world_size, spread);
+        note_verbatim("Rank 0: across %d %s, max |params(max) - params(min)| = %.3g",
+                      world_size, plural(world_size, "rank", "ranks"), spread);
 
     for (int i = 0; i < c->layers; i++) {
         adamw_free(opt[i]);
@@ -1040,11 +1271,121 @@ static void ddp_main(int rank, int world_size, void *args) {
     tensor_free(data);
 }
 
+/* ---- DDP as PyTorch runs it: buckets, and no_sync for accumulation ---- */
+
+/* Bucket b holds the gradients of layers [first, first + count), the layers
+ * the backward pass reaches b-th (the last layers first). */
+static void bucket_layers(const mlp_config *c, int b, int *first, int *count) {
+    int end = c->layers - b * LAYERS_PER_BUCKET;
+    *first = end - LAYERS_PER_BUCKET > 0 ? end - LAYERS_PER_BUCKET : 0;
+    *count = end - *first;
+}
+
+static void ddp_buckets_main(int rank, int world_size, void *args) {
+    const train_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    int n_buckets = (c->layers + LAYERS_PER_BUCKET - 1) / LAYERS_PER_BUCKET;
+    int k_micro = ACCUMULATION_STEPS;
+
+    tensor *data = make_data(c, device);
+    int64_t local = c->batch / world_size, mb = local / k_micro;
+
+    /* Each bucket is one tensor; the layers' gradients are views into it, so
+     * the backward pass writes them in place and one all-reduce covers them. */
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *bucket[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    int bucket_of[MAX_LAYERS], bucket_first[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+    char list[256];
+    int len = 0;
+    for (int b = 0; b < n_buckets; b++) {
+        int first, count;
+        bucket_layers(c, b, &first, &count);
+        bucket[b] = empty((int64_t)count * c->width, c->width, device);
+        bucket_first[b] = first;
+        for (int i = first; i < first + count; i++) {
+            grads[i] = row_slice(bucket[b], (int64_t)(i - first) * c->width, (int64_t)(i - first + 1) * c->width);
+            bucket_of[i] = b;
+        }
+        char range[32];
+        len += snprintf(list + len, sizeof list - len, "%s%s", b ? ", " : "",
+                        layer_range(first, first + count - 1, range, sizeof range));
+    }
+    for (int i = 0; i < c->layers; i++) {
+        w[i] = init_layer(c, i, device);
+        opt[i] = adamw_new(w[i], c->lr);
+    }
+    if (rank == 0) note_verbatim("Rank 0: %d buckets, in the order backward fills them: %s", n_buckets, list);
+
+    for (int step = 0; step < c->steps; step++) {
+        float loss = 0;
+        for (int k = 0; k < k_micro; k++) {
+            int sync = k == k_micro - 1;   /* no_sync on all micro-batches but the last */
+            int64_t calls_before = dist_calls();
+            tensor *x = row_slice(data, rank * local + k * mb, rank * local + (k + 1) * mb);
+            forward(w, c->layers, x, acts, pre);
+            loss += mse_loss(acts[c->layers]) / k_micro;
+            tensor *dy = mse_loss_backward(acts[c->layers]);
+            scale(dy, 1.0f / k_micro);   /* the slice's mean loss is the mean over micro-batches */
+            for (int i = c->layers - 1; i >= 0; i--) {
+                tensor *dx = NULL;
+                layer_backward(acts[i], pre[i], w[i], dy, grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
+                tensor_free(dy);
+                dy = dx;
+                /* The bucket is complete once its first layer is done: start its
+                 * all-reduce here, while the layers below are still to compute.
+                 * Blocking today; with an asynchronous all-reduce this one line
+                 * becomes `req[b] = dist_all_reduce_async(bucket[b], DIST_AVG)`,
+                 * with a dist_wait(req[b]) per bucket before the optimizer step,
+                 * and the transfer overlaps the rest of the backward pass. */
+                if (sync && i == bucket_first[bucket_of[i]]) dist_all_reduce(bucket[bucket_of[i]], DIST_AVG);
+            }
+            free_saved(c->layers, acts, pre);
+            tensor_free(x);
+            if (step == 0)
+                note_verbatim("Rank %d: step 0, accumulation step %d%s: %lld collective calls", rank, k,
+                              sync ? "" : " (no_sync)", (long long)(dist_calls() - calls_before));
+        }
+        if (step == 0) {
+            double diff = 0, size = 0;
+            for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
+            note_verbatim("Rank %d: buckets, %d accumulation steps: step 0: max |averaged gradient - one device| = %.3g "
+                          "(largest gradient %.3g, tolerance %.3g)",
+                          rank, k_micro, diff, size, gradient_tolerance(c) * size);
+        }
+        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        note_verbatim("Rank %d: buckets: step = %d, loss = %.9g", rank, step, loss);
+    }
+    for (int i = 0; i < c->layers; i++) {
+        adamw_free(opt[i]);
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+    for (int b = 0; b < n_buckets; b++) tensor_free(bucket[b]);
+    tensor_free(data);
+}
+
 /* ------------------------------------------------------------------ */
 /* Part 2: DDP with ZeRO stage 3                                       */
 /* ------------------------------------------------------------------ */
 
 static void zero3_main(int rank, int world_size, void *args);
+
+/* Bytes of model state one rank holds, with `ranks` ranks and P
+ * parameters in fp32 with AdamW: weights 4P, gradients 4P, AdamW's two
+ * moments 8P; ZeRO stage s divides the first s of (optimizer state,
+ * gradients, weights) by the world size. */
+typedef struct state_bytes {
+    double params, grads, optimizer;
+} state_bytes;
+
+static state_bytes zero_bytes(int stage, double params, int ranks) {
+    state_bytes b = {4 * params, 4 * params, 8 * params};
+    if (stage >= 1) b.optimizer /= ranks;
+    if (stage >= 2) b.grads /= ranks;
+    if (stage >= 3) b.params /= ranks;
+    return b;
+}
 
 static void ddp_zero3(void) {
     progress("ZeRO-3");
@@ -1053,118 +1394,160 @@ static void ddp_zero3(void) {
          "optimizer state. ZeRO (the Zero Redundancy Optimizer) removes the copies in "
          "three stages:");
     image("assets/lecture_08_zero_stages.svg", 0.6);
-    see("https://production-media.paperswithcode.com/methods/Screen_Shot_2021-07-26_at_3.17.43_PM_3oyU7Qb.png");
+    see("https://production-media.paperswithcode.com/methods/Screen_Shot_2021-07-26_at_3.17.43_PM_3oyU7Qb.png",
+        "ZeRO's three stages (Rajbhandari et al.)");
     note("- stage 1: shard the optimizer state (for AdamW, two numbers per parameter)\n"
          "- stage 2: shard the optimizer state and the gradients\n"
          "- stage 3: shard the optimizer state, the gradients and the parameters "
          "(what PyTorch's FSDP does)");
     mlp_config c = model_config();
-    double layer_mb = (double)c.width * c.width * sizeof(float) / 1e6;
     int ranks = 4;
-    note("Our model in fp32 with AdamW needs 16 bytes per parameter (weight, gradient, "
-         "two moments). Per rank, with %d ranks: DDP keeps all %d layers, %.0f MB; ZeRO-3 "
-         "keeps its own %d layer(s), %.0f MB, plus one gathered layer's weights and "
-         "gradient at a time (%.0f MB). The price is communication: every layer's "
-         "weights travel in the forward *and* the backward pass.",
-         ranks, c.layers, 4 * layer_mb * c.layers, c.layers / ranks,
-         4 * layer_mb * c.layers / ranks, 2 * layer_mb);
-    note("Here each rank owns whole layers (layer *i* belongs to rank *i* / (layers per "
-         "rank)), so the general all-gather of parameter shards becomes a broadcast from "
-         "the owner, and the reduce-scatter of gradients becomes a reduce to the owner.");
-    note("The backward pass covers *every* layer, layer 0 included: layer 0 needs no "
-         "input gradient, so its weights need not be broadcast again, but its weight "
-         "gradient must still be reduced to its owner and applied.");
+    double params = (double)model_floats(&c), layer = (double)c.width * c.width;
+    char table[1024];
+    int len = snprintf(table, sizeof table,
+                       "| %d ranks | weights (MB) | gradients (MB) | AdamW state (MB) | total (MB) |\n"
+                       "|---|---:|---:|---:|---:|\n", ranks);
+    const char *names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    for (int stage = 0; stage <= 3; stage++) {
+        state_bytes b = zero_bytes(stage, params, ranks);
+        len += snprintf(table + len, sizeof table - len, "| %s | %.3f | %.3f | %.3f | %.3f |\n", names[stage],
+                        b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
+                        (b.params + b.grads + b.optimizer) / 1e6);
+    }
+    note("Model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per "
+         "parameter in DDP), MB = 10^6 bytes:", params);
+    note("%s", table);
+    note("ZeRO-3 also needs, for a moment, one layer's gathered weights and its full "
+         "gradient (%.3f MB) on top of its shards. Below, each rank adds up the tensors it "
+         "really holds, in DDP and in ZeRO-3.", 2 * 4 * layer / 1e6);
+
+    note("How FSDP does stage 3, and how this section does it:");
+    note("- Each layer's weights, flattened, are cut into world-size equal pieces: rank *r* "
+         "keeps piece *r* of every layer (here, a band of rows), with AdamW's state for it.\n"
+         "- Forward, layer by layer: **all-gather** the pieces into the whole layer, use it, "
+         "free it.\n"
+         "- Backward, layer by layer: all-gather the layer again (it was freed), compute the "
+         "full gradient of this rank's slice of the batch, then **reduce-scatter**: each rank "
+         "receives only its piece of the averaged gradient. Free the rest.\n"
+         "- Step: each rank runs AdamW on its own piece. AdamW works element by element, so "
+         "the pieces together are exactly the full update.");
+    note("Layer 0 needs no gathering in the backward pass: its input is the data, which "
+         "needs no gradient, and its weight gradient x^T dh does not use the weights.");
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
+    must_divide(c.width, ranks, "the rows of a layer", __LINE__ + 1);   /* the spawn() below */
     spawn(zero3_main, ranks, args, size);
     free(args);
-    note("At step 0 each owner holds exactly one device's gradient for its layers (to "
-         "float32 rounding, as in DDP), and ends with its layers trained as DDP and one "
-         "device trained them, within AdamW's rounding bound.");
+    note("Each rank's piece of the averaged gradient is one device's, to float32 rounding, "
+         "and its piece of the weights ends where one device's did, within AdamW's "
+         "rounding bound.");
+    double p = ranks, ddp_bytes = c.layers * 2 * (p - 1) / p * 4 * layer;
+    double zero3_bytes = (2 * c.layers - 1 + c.layers) * (p - 1) / p * 4 * layer;
+    note("The price is communication. Per rank and step, by the ring's count (a layer is "
+         "%.0f bytes): DDP all-reduces each layer's gradient once, 2(p-1)/p of it, "
+         "%.0f bytes in all. ZeRO-3 all-gathers each layer in the forward pass and all but "
+         "layer 0 again in the backward pass, and reduce-scatters each gradient, (p-1)/p of "
+         "a layer each: %.0f bytes, %.3f times DDP's. (FSDP gathers layer 0 again too: "
+         "3 against 2, 1.5 times.) The runtime's counts, measured in each spawn, are "
+         "printed above: compare them.",
+         4 * layer, ddp_bytes, zero3_bytes, zero3_bytes / ddp_bytes);
 }
 
-/* The weights of layer i for this step: the owner's own tensor, or a
- * temporary filled by broadcast from the owner. */
-static tensor *fetch_layer(tensor *const *mine, int layer, int owner, int rank, const mlp_config *c,
-                           int device) {
-    tensor *w = rank == owner ? mine[layer] : empty(c->width, c->width, device);
-    dist_broadcast(w, owner);
+/* Layer `layer`'s whole weights, gathered from every rank's piece. The
+ * caller frees it as soon as it is used: that is the memory ZeRO-3 saves. */
+static tensor *gather_layer(const tensor *piece, const mlp_config *c) {
+    tensor *w = empty(c->width, c->width, piece->device);
+    dist_all_gather(w, piece);   /* the pieces are bands of rows, in rank order */
     return w;
-}
-
-static void release_layer(tensor *w, int owner, int rank) {
-    if (w && rank != owner) tensor_free(w);
 }
 
 static void zero3_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
     int device = get_device(rank);
-    int per_rank = c->layers / world_size;   /* layers owned by each rank */
+    int64_t rows = c->width / world_size;         /* my piece: these rows of every layer */
+    int64_t first = rank * rows, last = (rank + 1) * rows;
 
     tensor *data = make_data(c, device);
     int64_t local = c->batch / world_size;
     tensor *x = row_slice(data, rank * local, (rank + 1) * local);
 
-    /* Only the owned layers exist here, with their optimizer state. */
-    tensor *w[MAX_LAYERS] = {0}, *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
-    adamw *opt[MAX_LAYERS] = {0};
-    int owner[MAX_LAYERS];
+    /* Only the pieces exist here, each with its gradient piece and AdamW state. */
+    tensor *piece[MAX_LAYERS], *grad_piece[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+    double held = 0;
     for (int i = 0; i < c->layers; i++) {
-        owner[i] = i / per_rank;
-        if (owner[i] == rank) {
-            w[i] = init_layer(c, i, device);
-            opt[i] = adamw_new(w[i], c->lr);
-        }
+        tensor *full = init_layer(c, i, device);
+        tensor *band = row_slice(full, first, last);
+        piece[i] = to_device(band, device);
+        tensor_free(band);
+        tensor_free(full);
+        grad_piece[i] = empty(rows, c->width, device);
+        opt[i] = adamw_new(piece[i], c->lr);
+        /* weights, gradient, AdamW's two moments (one float each per weight) */
+        held += (double)(piece[i]->numel + grad_piece[i]->numel + 2 * piece[i]->numel) * sizeof(float);
     }
+    note_verbatim("Rank %d: ZeRO-3 holds %.0f bytes of model state (rows %lld-%lld of every layer)", rank,
+                  held, (long long)first, (long long)last - 1);
 
     char buf[512];
     for (int step = 0; step < c->steps; step++) {
-        /* Forward: gather each layer, use it, drop it. */
+        int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+        /* Forward: gather each layer, use it, free it. */
         acts[0] = x;
         for (int i = 0; i < c->layers; i++) {
-            tensor *wi = fetch_layer(w, i, owner[i], rank, c, device);
-            acts[i + 1] = layer_forward(acts[i], wi, &pre[i]);
-            release_layer(wi, owner[i], rank);
+            tensor *w = gather_layer(piece[i], c);
+            acts[i + 1] = layer_forward(acts[i], w, &pre[i]);
+            tensor_free(w);
         }
         float loss = mse_loss(acts[c->layers]);
 
-        /* Backward, every layer down to 0. */
+        /* Backward: gather again, compute the full gradient of my slice of the
+         * batch, keep my piece of the average, free the rest. */
         tensor *dy = mse_loss_backward(acts[c->layers]);
         for (int i = c->layers - 1; i >= 0; i--) {
-            tensor *wi = i > 0 ? fetch_layer(w, i, owner[i], rank, c, device) : NULL;
+            tensor *w = i > 0 ? gather_layer(piece[i], c) : NULL;
             tensor *grad = empty(c->width, c->width, device);
             tensor *dx = NULL;
-            layer_backward(acts[i], pre[i], wi, dy, grad, i > 0 ? &dx : NULL, 0.0f);
-            dist_reduce(grad, owner[i], DIST_AVG);   /* averaged gradient, at the owner only */
-            if (rank == owner[i] && step == 0) {
-                double size = 0, diff = grad_diff(a, grad, i, &size);
-                note_verbatim("Rank %d: step 0: layer %d: max |averaged gradient - one device| = %.3g "
-                              "(largest gradient %.3g, tolerance %.3g)",
-                              rank, i, diff, size, gradient_tolerance(c) * size);
+            layer_backward(acts[i], pre[i], w, dy, grad, i > 0 ? &dx : NULL, 0.0f);
+            dist_reduce_scatter(grad_piece[i], grad, DIST_AVG);   /* my rows of the average */
+            if (step == 0) {
+                tensor *full = expected_grad(a, i, device), *mine = row_slice(full, first, last);
+                note_verbatim("Rank %d: step 0: layer %d: max |averaged gradient piece - one device| = %.3g "
+                              "(largest gradient %.3g, tolerance %.3g)", rank, i,
+                              max_abs_diff(grad_piece[i], mine), largest(full),
+                              gradient_tolerance(c) * largest(full));
+                tensor_free(mine);
+                tensor_free(full);
             }
-            if (rank == owner[i]) adamw_step(opt[i], w[i], grad);
-            release_layer(wi, owner[i], rank);
+            if (w) tensor_free(w);
             tensor_free(grad);
             tensor_free(dy);
             dy = dx;
         }
-        note_verbatim("Rank %d: step = %d, loss = %.9g, params of layer(s) %d-%d = %s", rank, step,
-                      loss, rank * per_rank, (rank + 1) * per_rank - 1,
-                      summaries(w + rank * per_rank, per_rank, buf, sizeof buf));
+        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], piece[i], grad_piece[i]);
+        if (step == 0)
+            note_verbatim("Rank %d: ZeRO-3: bytes sent in one step = %lld in %lld calls", rank,
+                          (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+        note_verbatim("Rank %d: step = %d, loss = %.9g, pieces = %s", rank, step, loss,
+                      summaries(piece, c->layers, buf, sizeof buf));
         if (rank == 0) progress("ZeRO-3: step %d", step);
         free_saved(c->layers, acts, pre);
     }
 
-    for (int i = rank * per_rank; i < (rank + 1) * per_rank; i++) {
-        tensor *expected = expected_trained(a, i, device);
-        note_verbatim("Rank %d: layer %d: max |ZeRO-3 - one device| = %.3g (AdamW's rounding bound %.3g)",
-                      rank, i, max_abs_diff(w[i], expected), adamw_rounding_bound(c));
-        tensor_free(expected);
+    double diff = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = expected_trained(a, i, device), *mine = row_slice(full, first, last);
+        diff = fmax(diff, max_abs_diff(piece[i], mine));
+        tensor_free(mine);
+        tensor_free(full);
         adamw_free(opt[i]);
-        tensor_free(w[i]);
+        tensor_free(piece[i]);
+        tensor_free(grad_piece[i]);
     }
+    note_verbatim("Rank %d: max |ZeRO-3 piece - one device| = %.3g (AdamW's rounding bound %.3g)", rank, diff,
+                  adamw_rounding_bound(c));
     tensor_free(x);
     tensor_free(data);
 }
@@ -1174,6 +1557,7 @@ static void zero3_main(int rank, int world_size, void *args) {
 /* ------------------------------------------------------------------ */
 
 static void tensor_parallel_main(int rank, int world_size, void *args);
+static void megatron_main(int rank, int world_size, void *args);
 
 static void tensor_parallelism(void) {
     progress("tensor parallelism");
@@ -1186,15 +1570,52 @@ static void tensor_parallelism(void) {
     note("Backward, per layer: each rank takes its columns of dy, computes its columns of "
          "dW (x^T dh_r, exactly its slice of the full gradient) and a *partial* dx = "
          "dh_r W_r^T; the full dx is the sum of the partials, one all-reduce.");
-    note("Communication happens inside every layer, twice per step, so tensor "
+    note("Communication happens inside every layer, twice per layer per step (once "
+         "forward, once backward), so tensor "
          "parallelism wants the fastest links (NVLink, within a node).");
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("tensor parallelism: spawn 4 ranks");
+    must_divide(baseline.cfg.width, 4, "the columns of a layer", __LINE__ + 1);   /* the spawn() below */
     spawn(tensor_parallel_main, 4, args, size);
     free(args);
     note("Same activations and the same gradients as one device, with each rank holding "
          "a quarter of the weights.");
+
+    note("### Megatron: a column-parallel layer, then a row-parallel one");
+    see("https://arxiv.org/abs/1909.08053", "Megatron-LM (Shoeybi et al., 2019)");
+    note("Cutting every layer by columns gathers the whole activation after every layer. "
+         "Megatron-LM needs fewer collectives by taking the layers in pairs, an MLP block "
+         "y = gelu(gelu(x A) B):");
+    note("- A is cut by **columns**: rank *r* computes z_r = gelu(x A_r), its columns of "
+         "the hidden activation, with no communication (GELU acts elementwise, so its "
+         "columns need only its columns).\n"
+         "- B is cut by **rows**: z_r B_r is rank *r*'s *partial* pre-activation, and "
+         "x A B = sum over r of z_r B_r. One all-reduce adds the partials; every rank then "
+         "applies the last GELU to the whole.\n"
+         "- Backward mirrors it: the output gradient is whole on every rank, so the "
+         "gradients of B_r and of z_r need nothing from other ranks; the input gradient "
+         "is a sum of partials dh_r A_r^T, one all-reduce.");
+    note("One all-reduce forward and one backward per block of two layers (none backward "
+         "for the first block, whose input is the data), against an all-gather per layer "
+         "forward and an all-reduce per layer backward when every layer is cut by columns. "
+         "Both versions below count the bytes each rank sends with the runtime's "
+         "`dist_bytes_sent()`.");
+    args = baseline_args(0, &size);
+    progress("Megatron tensor parallelism: spawn 4 ranks");
+    must_divide(baseline.cfg.layers, 2, "the layers (in pairs)", __LINE__ + 1);   /* the spawn() below */
+    spawn(megatron_main, 4, args, size);
+    free(args);
+    mlp_config c = baseline.cfg;
+    double b = (double)c.batch * c.width * sizeof(float), p = 4;
+    double column_only = c.layers * (p - 1) / p * b + (c.layers - 1) * 2 * (p - 1) / p * b;
+    double megatron = (c.layers / 2 + c.layers / 2 - 1) * 2 * (p - 1) / p * b;
+    note("Per rank and step, by the ring's count (an activation is %d x %d floats, b = %.0f "
+         "bytes): column-only %d all-gathers of (p-1)/p b and %d all-reduces of 2(p-1)/p b, "
+         "%.0f bytes; Megatron %d all-reduces, %.0f bytes, %.2f times less. Compare the "
+         "counts the ranks measured above.",
+         c.batch, c.width, b, c.layers, c.layers - 1, column_only, c.layers - 1, megatron,
+         column_only / megatron);
 }
 
 /* Every rank's (rows x cols/world) piece, side by side: (rows x cols). The
@@ -1226,6 +1647,8 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
         w[i] = col_slice(full, first, last);
         tensor_free(full);
     }
+
+    int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
 
     /* Forward. */
     acts[0] = data;
@@ -1267,6 +1690,88 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
                   "max |TP - one device| = %.3g (largest gradient %.3g, tolerance %.3g)", rank,
                   (long long)first, (long long)last - 1, diff, size, gradient_tolerance(c) * size);
 
+    note_verbatim("Rank %d: column-only: bytes sent in one step = %lld in %lld calls", rank,
+                  (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) {
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+    tensor_free(data);
+}
+
+/* Megatron's MLP block over layers (2k, 2k+1): layer 2k cut by columns,
+ * layer 2k+1 by rows. acts[2k+1] holds only this rank's columns of the
+ * hidden activation; acts[2k+2] and pre[2k+1] are whole on every rank. */
+static void megatron_main(int rank, int world_size, void *args) {
+    const train_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    int64_t shard = c->width / world_size;
+    int64_t first = rank * shard, last = (rank + 1) * shard;
+
+    tensor *data = make_data(c, device);
+    tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS], *grads[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = init_layer(c, i, device);
+        if (i % 2 == 0) {
+            w[i] = col_slice(full, first, last);                /* A_r: width x shard */
+        } else {
+            tensor *rows = row_slice(full, first, last);       /* B_r: shard x width */
+            w[i] = to_device(rows, device);
+            tensor_free(rows);
+        }
+        tensor_free(full);
+    }
+    int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+
+    /* Forward: one all-reduce per block. */
+    acts[0] = data;
+    for (int i = 0; i < c->layers; i += 2) {
+        acts[i + 1] = layer_forward(acts[i], w[i], &pre[i]);   /* z_r = gelu(x A_r) */
+        pre[i + 1] = matmul(acts[i + 1], w[i + 1]);            /* z_r B_r: a partial sum */
+        dist_all_reduce(pre[i + 1], DIST_SUM);                  /* x A B, whole */
+        acts[i + 2] = gelu(pre[i + 1]);
+    }
+    float loss = mse_loss(acts[c->layers]);
+    tensor *expected = expected_output(a, device);
+    note_verbatim("Rank %d: Megatron forward: loss = %.9g (one device: %.9g), max |Megatron - one device| "
+                  "= %.3g (tolerance %.3g)", rank, loss, a->first_loss,
+                  max_abs_diff(acts[c->layers], expected), output_tolerance(c) * largest(expected));
+    tensor_free(expected);
+
+    /* Backward: one all-reduce per block, none for the first. */
+    tensor *dy = mse_loss_backward(acts[c->layers]);   /* whole, the same on every rank */
+    for (int i = c->layers - 2; i >= 0; i -= 2) {
+        tensor *dz = NULL, *dx = NULL;
+        grads[i + 1] = empty(shard, c->width, device);
+        layer_backward(acts[i + 1], pre[i + 1], w[i + 1], dy, grads[i + 1], &dz, 0.0f);
+        grads[i] = empty(c->width, shard, device);
+        layer_backward(acts[i], pre[i], w[i], dz, grads[i], i > 0 ? &dx : NULL, 0.0f);
+        if (dx) dist_all_reduce(dx, DIST_SUM);   /* the partial input gradients add up */
+        tensor_free(dz);
+        tensor_free(dy);
+        dy = dx;
+    }
+    int64_t bytes = dist_bytes_sent() - bytes_before, calls = dist_calls() - calls_before;
+
+    double diff = 0, size = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = expected_grad(a, i, device);
+        tensor *mine = i % 2 == 0 ? col_slice(full, first, last) : row_slice(full, first, last);
+        diff = fmax(diff, max_abs_diff(grads[i], mine));
+        size = fmax(size, largest(mine));
+        tensor_free(mine);
+        tensor_free(full);
+    }
+    note_verbatim("Rank %d: Megatron backward: gradients of columns %lld-%lld of the even layers and "
+                  "rows %lld-%lld of the odd ones, max |Megatron - one device| = %.3g (largest gradient "
+                  "%.3g, tolerance %.3g)", rank, (long long)first, (long long)last - 1, (long long)first,
+                  (long long)last - 1, diff, size, gradient_tolerance(c) * size);
+    note_verbatim("Rank %d: Megatron: bytes sent in one step = %lld in %lld calls", rank, (long long)bytes,
+                  (long long)calls);
+
     free_saved(c->layers, acts, pre);
     for (int i = 0; i < c->layers; i++) {
         tensor_free(w[i]);
@@ -1281,8 +1786,12 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
 
 static void pipeline_main(int rank, int world_size, void *args);
 
-/* Fraction of a GPipe schedule's time that a stage sits idle: with p stages
- * and m micro-batches, each pass takes m + p - 1 slots, p - 1 of them empty. */
+enum { GPIPE = 0, ONE_F_ONE_B = 1 };
+static const char *const SCHEDULE_NAMES[] = {"GPipe", "1F1B"};
+
+/* Fraction of a schedule's time that a stage sits idle, GPipe or 1F1B alike:
+ * with p stages and m micro-batches each pass takes m + p - 1 slots, p - 1
+ * of them empty. */
 static double bubble_fraction(int stages, int micro_batches) {
     return (double)(stages - 1) / (micro_batches + stages - 1);
 }
@@ -1292,11 +1801,13 @@ static void pipeline_parallelism(void) {
     note("## Pipeline parallelism");
     note("Cut the stack of layers into stages, one per rank; activations flow forward "
          "from stage to stage with `dist_send`/`dist_recv`, and gradients flow back.");
-    see("https://pytorch.org/docs/stable/_images/pipe.png");
+    see("https://pytorch.org/docs/stable/_images/pipe.png", "GPipe's schedule (PyTorch docs)");
     note("Sent as one batch, only one stage would work at a time. So the batch is cut "
          "into micro-batches: while stage 1 works on micro-batch 0, stage 0 already "
          "starts micro-batch 1. This is the GPipe schedule: all forwards, then all "
-         "backwards, gradients summed over micro-batches, then one optimizer step.");
+         "backwards, each stage's weight gradients summed over the micro-batches. A "
+         "training run would then take one optimizer step per stage; this section stops "
+         "at the gradients, which it compares with one device's.");
     image("assets/lecture_08_pipeline.svg", 0.7);
     int m = 4;
     note("The idle time (the *bubble*): with p stages and m micro-batches each pass "
@@ -1307,107 +1818,256 @@ static void pipeline_parallelism(void) {
          m, bubble_fraction(2, m), m, bubble_fraction(4, m), bubble_fraction(4, 16),
          bubble_fraction(4, 64));
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products "
-         "and more activations kept for the backward pass.");
+         "(less efficient) and more messages. They do not cost activation memory in "
+         "GPipe: it keeps every micro-batch's activations until its backward pass, m "
+         "micro-batches of batch/m rows each, which is the whole batch's activations "
+         "whatever m is.");
+    note("**1F1B** (one forward, one backward) runs the same work in another order: stage "
+         "*r* does p - r - 1 forwards to fill the pipe, then alternates one forward and one "
+         "backward, then drains the last backwards. A micro-batch's activations are freed "
+         "as soon as its backward is done, so stage *r* never holds more than p - r "
+         "micro-batches, instead of all m. Its bubble is the same as GPipe's; what it saves "
+         "is memory. (*Interleaved* 1F1B, not run here, gives each rank several "
+         "non-adjacent groups of layers, v virtual stages, which divides the bubble by v "
+         "at the cost of v times more messages.)");
+    note("Each rank below stamps the start and end of every forward and backward with the "
+         "machine's monotonic clock, shared by all ranks; sends are non-blocking "
+         "(`dist_isend`), so a stage waits only for what it receives. The measured bubble "
+         "of a rank is 1 - (its busy time) / (the time from the first start to the last "
+         "end, over all ranks).");
     size_t size;
     train_args *args = baseline_args(m, &size);
-    int worlds[] = {2, 4};
-    for (int k = 0; k < 2; k++) {
-        note("### %d stages, %d micro-batches: bubble %.1f%%", worlds[k], m,
-             100 * bubble_fraction(worlds[k], m));
-        progress("pipeline parallelism: spawn %d ranks", worlds[k]);
-        spawn(pipeline_main, worlds[k], args, size);
+    struct { int stages, schedule; } runs[] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}};
+    for (int k = 0; k < 3; k++) {
+        note("### %s, %d stages, %d micro-batches: bubble %.1f%%", SCHEDULE_NAMES[runs[k].schedule],
+             runs[k].stages, m, 100 * bubble_fraction(runs[k].stages, m));
+        progress("pipeline parallelism: %s, spawn %d ranks", SCHEDULE_NAMES[runs[k].schedule], runs[k].stages);
+        args->schedule = runs[k].schedule;
+        args->clock_base = now_seconds();
+        int p = runs[k].stages;
+        must_divide(baseline.cfg.layers, p, "the layers", __LINE__ + 1);   /* the spawn() below */
+        spawn(pipeline_main, p, args, size);
     }
     free(args);
-    note("Forward and backward both match one device. Not done here: overlapping the "
-         "sends with computation, and interleaved schedules (1F1B) that start backward "
-         "passes early to keep fewer activations alive.");
+    note("Forward and backward match one device in both schedules. The measured bubble "
+         "is larger than the formula's when the stages do not take equal time (the last "
+         "stage also computes the loss), when sending costs time the formula leaves out, "
+         "and, on a CPU machine, when ranks outnumber cores and wait for each other's turn.");
+}
+
+/* One forward or backward of one micro-batch on one stage, in ms after the
+ * spawn began; gathered on rank 0 for the timeline. */
+typedef struct pipe_event {
+    float backward, micro_batch, start_ms, end_ms;
+} pipe_event;
+
+/* Everything a stage keeps between its forwards and backwards. */
+typedef struct stage {
+    const train_args *a;
+    int rank, world, first_layer, per_stage, m, device;
+    int64_t mb;                                   /* rows per micro-batch */
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    tensor *data;                                 /* stage 0 only */
+    tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
+    dist_request *sent[MAX_MICRO_BATCHES];        /* the forward send of each micro-batch */
+    int backwards_done, in_flight, most_in_flight;
+    float loss;                                   /* last stage: the batch's loss */
+    double out_diff;                              /* last stage: max |output - one device| */
+    tensor *expected;                             /* last stage: one device's output */
+    pipe_event events[2 * MAX_MICRO_BATCHES];
+    int n_events;
+} stage;
+
+static double ms_since(const stage *s) { return (now_seconds() - s->a->clock_base) * 1e3; }
+
+static void stamp(stage *s, int backward, int k, double start) {
+    device_synchronize();   /* on a GPU, the work has really ended */
+    s->events[s->n_events++] = (pipe_event){(float)backward, (float)k, (float)start, (float)ms_since(s)};
+}
+
+/* Forward of micro-batch k through this stage's layers. */
+static void stage_forward(stage *s, int k) {
+    tensor *x;
+    if (s->rank == 0) {
+        x = row_slice(s->data, k * s->mb, (k + 1) * s->mb);
+    } else {
+        x = empty(s->mb, s->a->cfg.width, s->device);
+        dist_recv(x, s->rank - 1);
+    }
+    double start = ms_since(s);
+    forward(s->w, s->per_stage, x, s->acts[k], s->pre[k]);
+    stamp(s, 0, k, start);
+    char range[32];   /* what happened, said after the clock stopped */
+    note_verbatim("Rank %d: %s: forward of micro-batch %d through %s: %s", s->rank, SCHEDULE_NAMES[s->a->schedule], k,
+                  layer_range(s->first_layer, s->first_layer + s->per_stage - 1, range, sizeof range),
+                  summarize(s->acts[k][s->per_stage]));
+    if (s->rank == s->world - 1) {
+        s->loss += mse_loss(s->acts[k][s->per_stage]) / s->m;
+        tensor *rows = row_slice(s->expected, k * s->mb, (k + 1) * s->mb);
+        s->out_diff = fmax(s->out_diff, max_abs_diff(s->acts[k][s->per_stage], rows));
+        tensor_free(rows);
+    }
+    s->sent[k] = s->rank < s->world - 1 ? dist_isend(s->acts[k][s->per_stage], s->rank + 1) : NULL;
+    if (++s->in_flight > s->most_in_flight) s->most_in_flight = s->in_flight;
+}
+
+/* Backward of micro-batch k; weight gradients add up over micro-batches. */
+static void stage_backward(stage *s, int k) {
+    tensor *dy;
+    if (s->rank == s->world - 1) {
+        dy = mse_loss_backward(s->acts[k][s->per_stage]);
+        scale(dy, 1.0f / s->m);   /* d(mean over micro-batches) */
+    } else {
+        dy = empty(s->mb, s->a->cfg.width, s->device);
+        dist_recv(dy, s->rank + 1);
+    }
+    double start = ms_since(s);
+    for (int j = s->per_stage - 1; j >= 0; j--) {
+        int needs_dx = !(s->rank == 0 && j == 0);   /* the data needs no gradient */
+        tensor *dx = NULL;
+        layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], needs_dx ? &dx : NULL,
+                       s->backwards_done == 0 ? 0.0f : 1.0f);
+        tensor_free(dy);
+        dy = dx;
+    }
+    stamp(s, 1, k, start);
+    note_verbatim("Rank %d: %s: backward of micro-batch %d", s->rank, SCHEDULE_NAMES[s->a->schedule], k);
+    s->backwards_done++;
+    if (s->rank > 0) dist_wait(dist_isend(dy, s->rank - 1));   /* dy is freed next: wait here */
+    if (dy) tensor_free(dy);
+    if (s->sent[k]) dist_wait(s->sent[k]);   /* its activation went out long ago */
+    free_saved(s->per_stage, s->acts[k], s->pre[k]);
+    tensor_free(s->acts[k][0]);
+    s->in_flight--;
+}
+
+/* Rank 0 gathers every stage's events, reports the bubble and plots the
+ * timeline (Vega-Lite: one bar per forward or backward, a row per stage). */
+static void report_timeline(stage *s, int schedule) {
+    int per_rank = 2 * s->m * 4 + 1;   /* the events, then the most micro-batches held at once */
+    float mine[2 * MAX_MICRO_BATCHES * 4 + 1];
+    memcpy(mine, s->events, sizeof(pipe_event) * 2 * s->m);
+    mine[per_rank - 1] = (float)s->most_in_flight;
+    tensor *local = tensor_from(mine, per_rank, 0, s->device);
+    tensor *all = s->rank == 0 ? empty((int64_t)per_rank * s->world, 0, s->device) : NULL;
+    dist_gather(all, local, 0);
+    tensor_free(local);
+    if (s->rank != 0) return;
+    float *v = malloc(sizeof(float) * per_rank * s->world);
+    tensor_to_host(all, v);
+    tensor_free(all);
+    double first = 1e30, last = -1e30, busy[LECTERN_MAX_WORLD] = {0};
+    for (int r = 0; r < s->world; r++) {
+        const pipe_event *e = (const pipe_event *)(v + r * per_rank);
+        for (int i = 0; i < 2 * s->m; i++) {
+            first = fmin(first, e[i].start_ms);
+            last = fmax(last, e[i].end_ms);
+            busy[r] += e[i].end_ms - e[i].start_ms;
+        }
+    }
+    double span = last - first, mean = 0;
+    char list[256];
+    int len = 0;
+    for (int r = 0; r < s->world; r++) {
+        double idle = 1 - busy[r] / span;
+        mean += idle / s->world;
+        len += snprintf(list + len, sizeof list - len, "%s%.3f", r ? ", " : "", idle);
+    }
+    note_verbatim("%s on %d stages: span %.2f ms, measured bubble per stage [%s], mean %.3f "
+                  "(formula %.3f)", SCHEDULE_NAMES[schedule], s->world, span, list, mean,
+                  bubble_fraction(s->world, s->m));
+    len = 0;
+    for (int r = 0; r < s->world; r++)
+        len += snprintf(list + len, sizeof list - len, "%s%d", r ? ", " : "", (int)v[r * per_rank + per_rank - 1]);
+    note_verbatim("%s on %d stages: most micro-batches' activations held at once, per stage: [%s]",
+                  SCHEDULE_NAMES[schedule], s->world, list);
+
+    cJSON *spec = cJSON_Parse(
+        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+        " \"width\": 480, \"height\": 120, \"mark\": \"bar\","
+        " \"encoding\": {"
+        "  \"x\": {\"field\": \"start_ms\", \"type\": \"quantitative\", \"title\": \"time (ms)\"},"
+        "  \"x2\": {\"field\": \"end_ms\"},"
+        "  \"y\": {\"field\": \"stage\", \"type\": \"ordinal\"},"
+        "  \"color\": {\"field\": \"pass\", \"type\": \"nominal\"},"
+        "  \"tooltip\": [{\"field\": \"pass\"}, {\"field\": \"micro_batch\"}, {\"field\": \"start_ms\"},"
+        "              {\"field\": \"end_ms\"}]}}");
+    char title[96];
+    snprintf(title, sizeof title, "%s timeline, %d stages, %d micro-batches", SCHEDULE_NAMES[schedule], s->world,
+             s->m);
+    cJSON_AddStringToObject(spec, "title", title);
+    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
+    for (int r = 0; r < s->world; r++) {
+        const pipe_event *e = (const pipe_event *)(v + r * per_rank);
+        for (int i = 0; i < 2 * s->m; i++) {
+            cJSON *point = cJSON_CreateObject();
+            cJSON_AddNumberToObject(point, "stage", r);
+            cJSON_AddStringToObject(point, "pass", e[i].backward > 0 ? "backward" : "forward");
+            cJSON_AddNumberToObject(point, "micro_batch", e[i].micro_batch);
+            cJSON_AddNumberToObject(point, "start_ms", e[i].start_ms - first);
+            cJSON_AddNumberToObject(point, "end_ms", e[i].end_ms - first);
+            cJSON_AddItemToArray(values, point);
+        }
+    }
+    char *json = cJSON_PrintUnformatted(spec);
+    plot(json);
+    free(json);
+    cJSON_Delete(spec);
+    free(v);
 }
 
 static void pipeline_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
-    int device = get_device(rank);
-    int per_stage = c->layers / world_size;
-    int first_layer = rank * per_stage;
-    int m = a->micro_batches;
-    int64_t mb = c->batch / m;
-    int last_stage = rank == world_size - 1;
-
-    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
-    for (int j = 0; j < per_stage; j++) {
-        w[j] = init_layer(c, first_layer + j, device);   /* only this stage's layers */
-        grads[j] = empty(c->width, c->width, device);
+    stage *s = calloc(1, sizeof *s);
+    *s = (stage){.a = a, .rank = rank, .world = world_size, .m = a->micro_batches, .device = get_device(rank)};
+    s->per_stage = c->layers / world_size;
+    s->first_layer = rank * s->per_stage;
+    s->mb = c->batch / s->m;
+    for (int j = 0; j < s->per_stage; j++) {
+        s->w[j] = init_layer(c, s->first_layer + j, s->device);   /* only this stage's layers */
+        s->grads[j] = empty(c->width, c->width, s->device);
     }
-    tensor *data = rank == 0 ? make_data(c, device) : NULL;   /* only stage 0 reads data */
-    tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
+    if (rank == 0) s->data = make_data(c, s->device);   /* only stage 0 reads data */
+    if (rank == world_size - 1) s->expected = expected_output(a, s->device);
+    dist_barrier();   /* every stage ready before the clock matters */
 
-    /* Forward, micro-batch by micro-batch. */
-    for (int k = 0; k < m; k++) {
-        tensor *x;
-        if (rank == 0) {
-            x = row_slice(data, k * mb, (k + 1) * mb);
-        } else {
-            x = empty(mb, c->width, device);
-            dist_recv(x, rank - 1);
+    int m = s->m;
+    if (a->schedule == GPIPE) {
+        for (int k = 0; k < m; k++) stage_forward(s, k);
+        for (int k = m - 1; k >= 0; k--) stage_backward(s, k);
+    } else {
+        int warmup = world_size - rank - 1 < m ? world_size - rank - 1 : m;
+        for (int k = 0; k < warmup; k++) stage_forward(s, k);
+        for (int k = warmup; k < m; k++) {
+            stage_forward(s, k);
+            stage_backward(s, k - warmup);
         }
-        forward(w, per_stage, x, acts[k], pre[k]);
-        note_verbatim("Rank %d: forward of micro-batch %d through layers %d-%d: %s", rank, k,
-                      first_layer, first_layer + per_stage - 1, summarize(acts[k][per_stage]));
-        if (!last_stage) dist_send(acts[k][per_stage], rank + 1);
+        for (int k = m - warmup; k < m; k++) stage_backward(s, k);
     }
 
-    if (last_stage) {
+    char range[32];
+    layer_range(s->first_layer, s->first_layer + s->per_stage - 1, range, sizeof range);
+    if (rank == world_size - 1) {
         /* The batch loss is the mean of the micro-batch losses (equal sizes). */
-        float loss = 0;
-        double diff = 0;
-        tensor *expected = expected_output(a, device);
-        for (int k = 0; k < m; k++) {
-            loss += mse_loss(acts[k][per_stage]) / m;
-            tensor *rows = row_slice(expected, k * mb, (k + 1) * mb);
-            diff = fmax(diff, max_abs_diff(acts[k][per_stage], rows));
-            tensor_free(rows);
-        }
-        note_verbatim("Rank %d: loss = %.9g (one device: %.9g), max |output - one device| = %.3g "
-                      "(tolerance %.3g)", rank, loss, a->first_loss, diff,
-                      output_tolerance(c) * largest(expected));
-        tensor_free(expected);
+        note_verbatim("Rank %d: %s: loss = %.9g (one device: %.9g), max |output - one device| = %.3g "
+                      "(tolerance %.3g)", rank, SCHEDULE_NAMES[a->schedule], s->loss, a->first_loss, s->out_diff,
+                      output_tolerance(c) * largest(s->expected));
+        tensor_free(s->expected);
     }
-
-    /* Backward, last micro-batch first; weight gradients add up over micro-batches. */
-    for (int k = m - 1; k >= 0; k--) {
-        tensor *dy;
-        if (last_stage) {
-            dy = mse_loss_backward(acts[k][per_stage]);
-            scale(dy, 1.0f / m);   /* d(mean over micro-batches) */
-        } else {
-            dy = empty(mb, c->width, device);
-            dist_recv(dy, rank + 1);
-        }
-        for (int j = per_stage - 1; j >= 0; j--) {
-            int needs_dx = !(rank == 0 && j == 0);   /* the data needs no gradient */
-            tensor *dx = NULL;
-            layer_backward(acts[k][j], pre[k][j], w[j], dy, grads[j], needs_dx ? &dx : NULL,
-                           k == m - 1 ? 0.0f : 1.0f);
-            tensor_free(dy);
-            dy = dx;
-        }
-        if (rank > 0) dist_send(dy, rank - 1);
-        if (dy) tensor_free(dy);
-        free_saved(per_stage, acts[k], pre[k]);
-        tensor_free(acts[k][0]);
-    }
-
     double diff = 0, size = 0;
-    for (int j = 0; j < per_stage; j++) diff = fmax(diff, grad_diff(a, grads[j], first_layer + j, &size));
-    note_verbatim("Rank %d: backward over %d micro-batches, gradients of layers %d-%d: "
-                  "max |PP - one device| = %.3g (largest gradient %.3g, tolerance %.3g)", rank, m,
-                  first_layer, first_layer + per_stage - 1, diff, size, gradient_tolerance(c) * size);
+    for (int j = 0; j < s->per_stage; j++) diff = fmax(diff, grad_diff(a, s->grads[j], s->first_layer + j, &size));
+    note_verbatim("Rank %d: %s: gradients of %s over %d micro-batches: max |PP - one device| = %.3g "
+                  "(largest gradient %.3g, tolerance %.3g)", rank, SCHEDULE_NAMES[a->schedule], range, m, diff,
+                  size, gradient_tolerance(c) * size);
+    report_timeline(s, a->schedule);
 
-    for (int j = 0; j < per_stage; j++) {
-        tensor_free(w[j]);
-        tensor_free(grads[j]);
+    for (int j = 0; j < s->per_stage; j++) {
+        tensor_free(s->w[j]);
+        tensor_free(s->grads[j]);
     }
-    if (data) tensor_free(data);
+    if (s->data) tensor_free(s->data);
+    free(s);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1421,9 +2081,10 @@ static void summary(void) {
     note("- memory: keep a copy here (replicate) and you need not fetch it\n"
          "- communication: keep it elsewhere (shard) and you must send it");
     note("| strategy | each rank holds | communicates | per step |\n|---|---|---|---|\n"
-         "| DDP | whole model, slice of batch | gradients | all-reduce per layer |\n"
-         "| ZeRO-3 / FSDP | its shard of everything, slice of batch | weights and gradients | broadcast/all-gather twice, reduce/reduce-scatter once per layer |\n"
-         "| tensor parallel | column slice of every layer, whole batch | activations | all-gather forward, all-reduce backward, per layer |\n"
+         "| DDP | whole model, slice of batch | gradients | all-reduce per layer, or per bucket of layers |\n"
+         "| ZeRO-3 / FSDP | its piece of every layer's weights, gradients and AdamW state; slice of batch | weights and gradients | all-gather twice, reduce-scatter once, per layer |\n"
+         "| tensor parallel, columns only | column slice of every layer, whole batch | activations | all-gather forward, all-reduce backward, per layer |\n"
+         "| tensor parallel, Megatron | column slice, then row slice, of each pair of layers; whole batch | activations | one all-reduce forward, one backward, per pair |\n"
          "| pipeline parallel | some layers, micro-batches | activations at stage edges | send/recv per micro-batch |");
     note("- Hardware keeps getting faster, but it will stay a hierarchy: fast and small "
          "close by, big and slow far away.\n"

@@ -38,11 +38,11 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
     lx_agree_start(rank, world_size, comm);
 #if LECTERN_NCCL
     if (b == LX_BACKEND_NCCL) {
-        ops = lx_comm_nccl_start(rank, world_size, device, comm);
+        ops = lx_comm_stats_wrap(lx_comm_nccl_start(rank, world_size, device, comm), rank, world_size);
         return;
     }
 #endif
-    ops = lx_comm_mpi_start(rank, world_size, comm);
+    ops = lx_comm_stats_wrap(lx_comm_mpi_start(rank, world_size, comm), rank, world_size);
 }
 
 /* A pool rank runs many spawns: after one, it is back to "outside spawn". */

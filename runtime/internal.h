@@ -64,6 +64,10 @@ struct Dwfl_Module *lx_main_module(void);
 /* 1 when `path` (repo-relative) is a lecture source file (not runtime/). */
 int lx_is_lecture_path(const char *path);
 
+/* Calls add(path) for every lecture source file (repo-relative, .c or .h,
+ * not runtime/) the executable was built from, a file possibly more than once. */
+void lx_lecture_sources(void (*add)(const char *path, void *ctx), void *ctx);
+
 cJSON *lx_stack_to_json(const lx_frame *frames, int n);
 
 /* The repo-relative source file that defines the function at `fn`, or NULL. */

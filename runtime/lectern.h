@@ -281,6 +281,18 @@ void dist_wait(dist_request *req);                                   /* frees re
  * ranks involved naming both lecture lines, and the spawn fails before any
  * result of that call is recorded (docs/authoring.md). */
 
+/* This rank's traffic since its spawn started: the bytes it sent and the
+ * calls it made (collectives, sends, receives, barriers). Bytes are counted
+ * as a bandwidth-optimal algorithm sends them, whatever the library picked,
+ * so they can be checked by hand: for p ranks and b bytes, all-reduce
+ * 2(p-1)/p b; reduce-scatter and all-gather (p-1)/p of the whole (input,
+ * resp. output); broadcast and reduce b, from every rank but one (a chain);
+ * scatter (p-1) pieces at the root; gather one piece from every other rank;
+ * send and isend b; receives and barriers 0. Read it before and after a
+ * step for the step's traffic. 0 outside a spawn. */
+int64_t dist_bytes_sent(void);
+int64_t dist_calls(void);
+
 /* ------------------------------------------------------------------ */
 /* 5. Timing helpers                                                   */
 /* ------------------------------------------------------------------ */

@@ -272,6 +272,9 @@ typedef struct lx_comm_ops {
 } lx_comm_ops;
 
 const lx_comm_ops *lx_comm_mpi_start(int rank, int world_size, MPI_Comm comm);
+/* comm_stats.c: a table in front of `ops` that counts the bytes this rank
+ * sends (dist_bytes_sent) and passes every call on; resets the counters. */
+const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int world_size);
 #if LECTERN_NCCL
 const lx_comm_ops *lx_comm_nccl_start(int rank, int world_size, int device, MPI_Comm comm);
 /* The NCCL communicators kept from one spawn to the next, destroyed when

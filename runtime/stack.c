@@ -19,6 +19,7 @@
  */
 #include <elfutils/libdwfl.h>
 #include <execinfo.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -294,6 +295,36 @@ const char *lx_function_name(const void *fn) {
     const char *name = e->function ? e->function : "?";
     pthread_mutex_unlock(&lock);
     return name;
+}
+
+/* Every lecture source file the executable was built from: each lecture
+ * compile unit and the lecture headers it includes (lectures/lib/mlp.c and
+ * mlp.h, say), read from the DWARF line tables. A file whose functions never
+ * call note() appears in no stack, yet the reader should be able to open it. */
+void lx_lecture_sources(void (*add)(const char *path, void *ctx), void *ctx) {
+    Dwfl_Module *mod = lx_main_module();
+    Dwarf_Addr bias;
+    if (!mod || !dwfl_module_getdwarf(mod, &bias)) return;
+    Dwarf_Die *cu = NULL;
+    while ((cu = dwfl_module_nextcu(mod, cu, &bias)) != NULL) {
+        Dwarf_Files *files;
+        size_t n;
+        if (dwarf_getsrcfiles(cu, &files, &n) != 0) continue;
+        const char *const *dirs;
+        size_t ndirs;
+        if (dwarf_getsrcdirs(files, &dirs, &ndirs) != 0 || ndirs == 0) continue;
+        for (size_t i = 0; i < n; i++) {
+            const char *name = dwarf_filesrc(files, i, NULL, NULL);
+            if (!name) continue;
+            char buf[4096];
+            if (name[0] != '/' && dirs[0]) {   /* relative to the compile directory */
+                snprintf(buf, sizeof buf, "%s/%s", dirs[0], name);
+                name = buf;
+            }
+            const char *path = lx_repo_relative(name);
+            if (lx_is_lecture_path(path)) add(path, ctx);
+        }
+    }
 }
 
 cJSON *lx_stack_to_json(const lx_frame *frames, int n) {

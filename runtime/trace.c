@@ -280,36 +280,42 @@ void lx_fatal(const char *fmt, ...) {
 
 /* ---- writing ---- */
 
-static void collect_paths(cJSON *stack, cJSON *files) {
-    cJSON *frame;
-    cJSON_ArrayForEach(frame, stack) {
-        const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(frame, "path"));
-        if (!path || cJSON_GetObjectItemCaseSensitive(files, path)) continue;
-        char *full = lx_fmt("%s/%s", lx_repo_root(), path);
-        FILE *f = fopen(full, "rb");
-        free(full);
-        char *text = NULL;
-        if (f) {
-            fseek(f, 0, SEEK_END);
-            long size = ftell(f);
-            fseek(f, 0, SEEK_SET);
-            text = malloc(size > 0 ? (size_t)size + 1 : 1);
-            if (!text) abort();
-            size_t got = size > 0 ? fread(text, 1, (size_t)size, f) : 0;
-            text[got] = '\0';
-            fclose(f);
-        }
-        lx_add_text(files, path, text ? text : "");
-        free(text);
+/* Adds the text of repo file `path` to `files` once. */
+static void embed_file(const char *path, void *ctx) {
+    cJSON *files = ctx;
+    if (!path || cJSON_GetObjectItemCaseSensitive(files, path)) return;
+    char *full = lx_fmt("%s/%s", lx_repo_root(), path);
+    FILE *f = fopen(full, "rb");
+    free(full);
+    char *text = NULL;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        text = malloc(size > 0 ? (size_t)size + 1 : 1);
+        if (!text) abort();
+        size_t got = size > 0 ? fread(text, 1, (size_t)size, f) : 0;
+        text[got] = '\0';
+        fclose(f);
     }
+    lx_add_text(files, path, text ? text : "");
+    free(text);
 }
 
-/* The full text of every file a stack names, so the viewer needs nothing else. */
+static void collect_paths(cJSON *stack, cJSON *files) {
+    cJSON *frame;
+    cJSON_ArrayForEach(frame, stack)
+        embed_file(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(frame, "path")), files);
+}
+
+/* The full text of every file a stack names, and of every lecture source the
+ * executable was built from, so the viewer needs nothing else. */
 static void embed_files(void) {
     cJSON *files = cJSON_CreateObject();
     cJSON *item;
     cJSON_ArrayForEach(item, steps) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
     cJSON_ArrayForEach(item, spawns) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
+    lx_lecture_sources(embed_file, files);   /* the lecture's own library code, too */
     set_item(trace, "files", files);
 }
 

@@ -33,6 +33,7 @@ BUILD = "build-mutate"
 C_TENSOR = ["%s/tests/test_tensor" % BUILD]
 C_MLP = ["%s/tests/test_mlp" % BUILD]
 C_COMM = ["%s/tests/test_comm" % BUILD]
+C_COMM_STATS = ["%s/tests/test_comm_stats" % BUILD]
 C_TRACE = ["%s/tests/test_trace" % BUILD]
 C_GPU_COUNT = ["%s/tests/test_gpu_count" % BUILD]
 C_RANDOM = ["%s/tests/test_random" % BUILD]
@@ -55,6 +56,21 @@ def m(name, path, find, replace, *tests):
 
 
 MUTANTS = [
+    # ---- the traffic counter ----
+    m("comm-stats-all-reduce-counts-once", "runtime/comm_stats.c", "    add(2 * share(count));",
+      "    add(share(count));", C_COMM_STATS),
+    m("comm-stats-all-gather-counts-the-piece", "runtime/comm_stats.c",
+      "    add(share(count * (size_t)world));\n    inner->all_gather", "    add(share(count));\n    inner->all_gather",
+      C_COMM_STATS),
+    m("ddp-buckets-all-reduce-every-micro-batch", "lectures/lecture_08.c",
+      "            int sync = k == k_micro - 1;", "            int sync = 1;", LECTURE_08),
+    m("megatron-skips-forward-all-reduce", "lectures/lecture_08.c",
+      "        dist_all_reduce(pre[i + 1], DIST_SUM);                  /* x A B, whole */", "", LECTURE_08),
+    m("zero3-sums-gradients-instead-of-averaging", "lectures/lecture_08.c",
+      "dist_reduce_scatter(grad_piece[i], grad, DIST_AVG);", "dist_reduce_scatter(grad_piece[i], grad, DIST_SUM);",
+      LECTURE_08),
+    m("trace-forgets-library-sources", "runtime/trace.c",
+      "    lx_lecture_sources(embed_file, files);", "", LECTURE_08),
     # ---- the authoring API and the trace ----
     m("image-allows-climbing-out-of-assets", "runtime/note.c",
       'strncmp(src, "assets/", 7) != 0 || strstr(src, "..")', 'strncmp(src, "assets/", 7) != 0', FOUNDATION),
@@ -186,11 +202,11 @@ MUTANTS = [
     m("ddp-no-all-reduce", "lectures/lecture_08.c",
       "            dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */",
       "            (void)grads[i];", LECTURE_08),
-    m("zero3-skips-layer-0", "lectures/lecture_08.c", "        for (int i = c->layers - 1; i >= 0; i--) {\n            tensor *wi = i > 0",
-      "        for (int i = c->layers - 1; i > 0; i--) {\n            tensor *wi = i > 0", LECTURE_08),
+    m("zero3-skips-layer-0", "lectures/lecture_08.c", "        for (int i = c->layers - 1; i >= 0; i--) {\n            tensor *w = i > 0",
+      "        for (int i = c->layers - 1; i > 0; i--) {\n            tensor *w = i > 0", LECTURE_08),
     m("tp-partial-input-gradients-not-summed", "lectures/lecture_08.c",
       "        if (dx) dist_all_reduce(dx, DIST_SUM);   /* partial input gradients add up */", "", LECTURE_08),
-    m("pp-micro-batch-gradient-not-scaled", "lectures/lecture_08.c", "            scale(dy, 1.0f / m);   /* d(mean over micro-batches) */",
+    m("pp-micro-batch-gradient-not-scaled", "lectures/lecture_08.c", "        scale(dy, 1.0f / s->m);   /* d(mean over micro-batches) */",
       "", LECTURE_08),
     # ---- lecture_collectives' hand-built all-reduces and its model ----
     m("ring-overwrites-the-partial-sum", "lectures/lecture_collectives.c",
