@@ -94,6 +94,28 @@ static void *c_irecv(float *buf, size_t count, int peer) {
     add(0);
     return inner->irecv(buf, count, peer);
 }
+/* The async collectives send what their blocking twins send; a sendrecv
+ * sends its send. */
+static void *c_iall_reduce(float *buf, size_t count, dist_op op) {
+    add(2 * share(count));
+    return inner->iall_reduce(buf, count, op);
+}
+static void *c_ibroadcast(float *buf, size_t count, int root) {
+    add(world > 1 && me != (root + world - 1) % world ? (double)count * sizeof(float) : 0);
+    return inner->ibroadcast(buf, count, root);
+}
+static void *c_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    add(share(count * (size_t)world));
+    return inner->ireduce_scatter(out, in, count, op);
+}
+static void *c_iall_gather(float *out, const float *in, size_t count) {
+    add(share(count * (size_t)world));
+    return inner->iall_gather(out, in, count);
+}
+static void c_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
+    add((double)send_count * sizeof(float));
+    inner->sendrecv(send, send_count, dst, recv, recv_count, src);
+}
 
 const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int world_size) {
     inner = ops;
@@ -110,6 +132,11 @@ const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int worl
     counted.recv = c_recv;
     counted.isend = c_isend;
     counted.irecv = c_irecv;
+    if (ops->iall_reduce) counted.iall_reduce = c_iall_reduce;
+    if (ops->ibroadcast) counted.ibroadcast = c_ibroadcast;
+    if (ops->ireduce_scatter) counted.ireduce_scatter = c_ireduce_scatter;
+    if (ops->iall_gather) counted.iall_gather = c_iall_gather;
+    if (ops->sendrecv) counted.sendrecv = c_sendrecv;
     me = rank;
     world = world_size;
     bytes_sent = 0;

@@ -288,7 +288,8 @@ void dist_wait(dist_request *req);                                   /* frees re
  * 2(p-1)/p b; reduce-scatter and all-gather (p-1)/p of the whole (input,
  * resp. output); broadcast and reduce b, from every rank but one (a chain);
  * scatter (p-1) pieces at the root; gather one piece from every other rank;
- * send and isend b; receives and barriers 0. Read it before and after a
+ * send and isend b; receives and barriers 0; an async collective what its
+ * blocking twin sends; dist_sendrecv its send. Read it before and after a
  * step for the step's traffic. 0 outside a spawn. */
 int64_t dist_bytes_sent(void);
 int64_t dist_calls(void);

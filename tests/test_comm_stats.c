@@ -25,10 +25,11 @@
 
 #include "lectern.h"
 
-enum { N = 1200, OPS_N = 11 };
+enum { N = 1200, OPS_N = 16 };
 static const char *const NAMES[OPS_N] = {"barrier", "all_reduce", "reduce", "broadcast", "reduce_scatter",
                                          "all_gather", "scatter", "gather", "send_recv", "isend_irecv",
-                                         "total"};
+                                         "all_reduce_async", "broadcast_async", "reduce_scatter_async",
+                                         "all_gather_async", "sendrecv", "total"};
 
 typedef struct stats_args {
     char dir[200];
@@ -72,8 +73,18 @@ static void exercise(int rank, int world, void *p) {
         if (rank == 1) dist_wait(dist_irecv(t, 0));
     }
     mark(9);
-    got_bytes[10] = dist_bytes_sent() - start_bytes;
-    got_calls[10] = dist_calls() - start_calls;
+    dist_wait(dist_all_reduce_async(t, DIST_SUM));                mark(10);
+    dist_wait(dist_broadcast_async(t, 0));                        mark(11);
+    dist_wait(dist_reduce_scatter_async(piece, whole, DIST_SUM)); mark(12);
+    dist_wait(dist_all_gather_async(whole, piece));               mark(13);
+    if (world > 1) {   /* a ring: each rank sends to the next, receives from the one before */
+        tensor *got = zeros(N, 0, dev);
+        dist_sendrecv(t, (rank + 1) % world, got, (rank + world - 1) % world);
+        tensor_free(got);
+    }
+    mark(14);
+    got_bytes[OPS_N - 1] = dist_bytes_sent() - start_bytes;
+    got_calls[OPS_N - 1] = dist_calls() - start_calls;
     tensor_free(t);
     tensor_free(whole);
     tensor_free(piece);
@@ -104,9 +115,14 @@ static void expected(int r, int p, int64_t *bytes, int64_t *calls) {
         r == 0 ? 0 : b / p,             /* gather to 0: one piece from each other rank */
         p > 1 && r == 0 ? b : 0,        /* send (the receive counts 0) */
         p > 1 && r == 0 ? b : 0,        /* isend */
+        2 * share,                      /* the async twins send what the blocking ones send */
+        r == p - 1 ? 0 : b,
+        share,
+        share,
+        p > 1 ? b : 0,                  /* sendrecv: its send */
         0,
     };
-    int64_t c[OPS_N] = {1, 1, 1, 1, 1, 1, 1, 1, p > 1 && r < 2, p > 1 && r < 2, 0};
+    int64_t c[OPS_N] = {1, 1, 1, 1, 1, 1, 1, 1, p > 1 && r < 2, p > 1 && r < 2, 1, 1, 1, 1, p > 1, 0};
     for (int k = 0; k < OPS_N - 1; k++) {
         e[OPS_N - 1] += e[k];
         c[OPS_N - 1] += c[k];
