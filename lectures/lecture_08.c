@@ -1171,10 +1171,14 @@ static void ddp(void) {
          "all-reduce (`no_sync`) on all but the last micro-batch: communication once per "
          "step, not once per micro-batch (PyTorch's word for them: accumulation steps).");
     note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d accumulation steps. "
-         "Here the all-reduce of each bucket is started at the right moment but is "
-         "blocking, so it does not yet overlap anything: the point shown is the order of "
-         "events, the number of calls, and that the result is still one device's: the "
-         "step-0 gradient, and the loss over %d steps (to keep the lecture short).",
+         "Each bucket's all-reduce starts with `dist_all_reduce_async` the moment backward "
+         "has filled it, and `dist_wait` completes them all before the optimizer step. "
+         "Shown: the order of events, the number of calls, and that the result is still "
+         "one device's (the step-0 gradient, and the loss over %d steps, to keep the "
+         "lecture short). How much the transfer overlaps depends on the machine: with NCCL "
+         "it runs on its own stream beside the backward kernels; with Open MPI on CPU "
+         "cores it moves mostly inside MPI calls and needs the cores the matmuls use, so "
+         "expect little gain there (docs/benchmarks.md, `bench_overlap`).",
          LAYERS_PER_BUCKET, ACCUMULATION_STEPS, BUCKET_STEPS);
     args = baseline_args(0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
@@ -1295,6 +1299,7 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
      * the backward pass writes them in place and one all-reduce covers them. */
     tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *bucket[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     int bucket_of[MAX_LAYERS], bucket_first[MAX_LAYERS];
+    dist_request *req[MAX_LAYERS];   /* each bucket's all-reduce in flight */
     adamw *opt[MAX_LAYERS];
     char list[256];
     int len = 0;
@@ -1333,13 +1338,13 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
                 tensor_free(dy);
                 dy = dx;
                 /* The bucket is complete once its first layer is done: start its
-                 * all-reduce here, while the layers below are still to compute.
-                 * Blocking today; with an asynchronous all-reduce this one line
-                 * becomes `req[b] = dist_all_reduce_async(bucket[b], DIST_AVG)`,
-                 * with a dist_wait(req[b]) per bucket before the optimizer step,
-                 * and the transfer overlaps the rest of the backward pass. */
-                if (sync && i == bucket_first[bucket_of[i]]) dist_all_reduce(bucket[bucket_of[i]], DIST_AVG);
+                 * all-reduce now, while the layers below are still to compute.
+                 * The layers below write other buckets, never this one. */
+                if (sync && i == bucket_first[bucket_of[i]])
+                    req[bucket_of[i]] = dist_all_reduce_async(bucket[bucket_of[i]], DIST_AVG);
             }
+            if (sync)   /* every bucket averaged before anyone reads a gradient */
+                for (int b = 0; b < n_buckets; b++) dist_wait(req[b]);
             free_saved(c->layers, acts, pre);
             tensor_free(x);
             if (step == 0)
