@@ -296,6 +296,9 @@
     ['wheel', 'touchstart', 'mousedown'].forEach(function (ev) {
       $('source').addEventListener(ev, L.stopSettling, { passive: true });
     });
+    $('source').addEventListener('keydown', function (e) {   // the source pane scrolled by its keys
+      if (/^(PageUp|PageDown|ArrowUp|ArrowDown| |Home|End)$/.test(e.key)) L.stopSettling();
+    });
     $('zoom').addEventListener('click', function (e) { if (e.target === this || e.target.id === 'zoom-img') this.close(); });
     window.addEventListener('beforeprint', function () { if (S.mode === 'read') L.readAll(); });
   }

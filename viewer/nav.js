@@ -74,20 +74,24 @@
   };
 
   // Chunks of source near the view are drawn after the scroll (as they come
-  // near it), and their real height replaces a guess: for a few frames after
-  // a move, bring the current step back to its place if that moved it.
-  // Any other scroll (by hand, by the keyboard, by a script) stops this at
-  // once.
-  var settleUntil = 0;
+  // near it) and their real height replaces a guess; figures and plots take
+  // their size when they have loaded, which on a busy machine can be long
+  // after the move. So for a while after a move, whenever the source changes
+  // size, bring the current step back to its place. Any scroll by hand
+  // (wheel, touch, mouse, keys) stops this at once.
+  var SETTLE_MS = 2500, settleUntil = 0, settleStep = -1;
+  var resized = window.ResizeObserver ? new ResizeObserver(function () {
+    if (S.cur !== settleStep || S.mode !== 'step' || performance.now() > settleUntil) return;
+    L.scrollToCurrent();
+  }) : null;
   function settle(i) {
-    var box = $('source'), mine = box.scrollTop;
-    settleUntil = performance.now() + 400;
-    requestAnimationFrame(function again() {
-      if (S.cur !== i || S.mode !== 'step' || performance.now() > settleUntil || box.scrollTop !== mine) return;
-      L.scrollToCurrent();
-      mine = box.scrollTop;
-      requestAnimationFrame(again);
-    });
+    settleStep = i;
+    settleUntil = performance.now() + SETTLE_MS;
+    if (resized) {
+      var files = document.querySelectorAll('#source .file');
+      for (var k = 0; k < files.length; k++) resized.observe(files[k]);
+    }
+    requestAnimationFrame(function () { if (S.cur === i && performance.now() <= settleUntil) L.scrollToCurrent(); });
   }
   L.stopSettling = function () { settleUntil = 0; };
 

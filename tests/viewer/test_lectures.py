@@ -157,7 +157,7 @@ def shared_levels(a, b):
 
 class LectureCase(base.ViewerCase):
     width, height = 1400, 900
-    lectures = ("lecture_00", "lecture_08")
+    lectures = ("lecture_00", "lecture_08", "lecture_collectives")
 
     @classmethod
     def setUpClass(cls):
