@@ -57,8 +57,10 @@ def m(name, path, find, replace, *tests):
 
 MUTANTS = [
     # ---- the traffic counter ----
-    m("comm-stats-all-reduce-counts-once", "runtime/comm_stats.c", "    add(2 * share(count));",
-      "    add(share(count));", C_COMM_STATS),
+    m("comm-stats-all-reduce-counts-once", "runtime/comm_stats.c", "    add(2 * share(count));\n    inner->all_reduce",
+      "    add(share(count));\n    inner->all_reduce", C_COMM_STATS),
+    m("comm-stats-async-not-counted", "runtime/comm_stats.c",
+      "    if (ops->iall_reduce) counted.iall_reduce = c_iall_reduce;\n", "", C_COMM_STATS),
     m("comm-stats-all-gather-counts-the-piece", "runtime/comm_stats.c",
       "    add(share(count * (size_t)world));\n    inner->all_gather", "    add(share(count));\n    inner->all_gather",
       C_COMM_STATS),
