@@ -222,6 +222,21 @@ class Numbers:
         self.assertTrue(lines)
         return [(int(m.group(1)), float(m.group(2)), m.group(3)) for m in lines]
 
+    def test_every_strategy_checks_itself_against_one_device(self):
+        """Each printed comparison with one device comes with a check() step:
+        one per rank of every DDP world size, DDP with buckets, ZeRO-3 (per
+        layer), both TPs (output and gradients) and the pipelines; none
+        failed. The count is what the lecture's spawns imply, worked out
+        here from the trace's own rank steps, not a constant."""
+        checks = [(s["rank"], r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "check"]
+        self.assertTrue(checks, "lecture_08 records no check step")
+        failed = [r for _, r in checks if not r.get("passed")]
+        self.assertEqual(failed, [])
+        self.assertEqual(self.trace["meta"]["checks"], {"passed": len(checks), "failed": 0})
+        compared = self.texts(pattern=r"one device\| = ")
+        self.assertEqual(len(checks), len(compared),
+                         "a comparison with one device printed without its check (or a check without one)")
+
     def test_one_device_trains_like_float64(self):
         one = self.one_device()
         self.assertEqual([s for s, _, _ in one], list(range(self.config()["steps"])))
