@@ -292,13 +292,14 @@ def run_tests(tree, tests, timeout):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("-k", help="only mutants whose name contains this")
+    ap.add_argument("-k", help="only mutants whose name contains this (several: comma-separated, any of them)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the copy of the tree")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per test command")
     args = ap.parse_args()
-    mutants = [x for x in MUTANTS if not args.k or args.k in x["name"]]
+    picks = [k for k in (args.k or "").split(",") if k]
+    mutants = [x for x in MUTANTS if not picks or any(k in x["name"] for k in picks)]
 
     problems = 0
     for x in mutants:
