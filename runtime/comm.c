@@ -94,6 +94,7 @@ static const char *where_name(int device) {
  * element count. */
 static size_t check_tensor(const char *call, const char *what, const tensor *t) {
     if (!t) lx_fatal("%s(): %s is NULL", call, what);
+    lx_tensor_check(t, call);   /* a freed tensor: named, before any rank is waited for */
     int want_device = backend == LX_BACKEND_NCCL;
     if (want_device && t->device < 0)
         lx_fatal("%s(): %s is on the CPU, but this spawn runs NCCL on GPU memory: create it on "
