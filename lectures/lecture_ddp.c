@@ -648,15 +648,17 @@ static void bucket_size(void) {
          (double)a.cfg.layers * a.cfg.width * a.cfg.width * 4 / 1e6, a.cfg.batch, SWEEP_WORLD, a.steps,
          a.warmup);
     spawn(sweep_main, SWEEP_WORLD, &a, sizeof a);
-    note("What this machine can show, and what it cannot: its ranks are processes on a "
-         "2-core CPU, and Open MPI moves a non-blocking all-reduce forward mostly while a "
-         "rank is inside an MPI call, so the transfer of an early bucket largely waits for "
-         "the `dist_wait` before the optimizer; and the copies need the same cores as the "
-         "matrix products. The timings therefore show the fixed cost per all-reduce (more "
-         "buckets, more calls), not overlap. On GPUs with NCCL each all-reduce runs on its "
-         "own stream beside the backward kernels, and a middle bucket size hides most of the "
-         "communication: that is why PyTorch's default is neither one bucket per parameter "
-         "nor one for all.");
+    note("What this machine can show, and what it cannot. Its ranks are processes on a "
+         "2-core CPU that other work shares, and Open MPI moves a non-blocking all-reduce "
+         "forward mostly while a rank is inside an MPI call: an early bucket's transfer "
+         "largely waits for the `dist_wait` before the optimizer, and its copies need the "
+         "same cores as the matrix products. So these rows differ by the fixed cost of each "
+         "all-reduce call and by the noise of a shared machine; they cannot show overlap, "
+         "and their order may change from run to run. On GPUs with NCCL each all-reduce "
+         "runs on its own stream beside the backward kernels: there a middle bucket size "
+         "hides most of the communication, small buckets pay the fixed cost many times, and "
+         "one bucket for all cannot start before backward ends. That is why PyTorch's "
+         "default (25 MB) is neither one bucket per parameter nor one for all.");
 }
 
 static int compare_doubles(const void *a, const void *b) {
