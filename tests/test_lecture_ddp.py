@@ -157,16 +157,6 @@ class LectureDDP(unittest.TestCase):
         links = {r["url"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
         self.assertIn("https://arxiv.org/abs/2006.15704", links)
 
-    def test_committed_trace_is_current_and_valid(self):
-        path = os.path.join(ROOT, "traces", "lecture_ddp.json")
-        self.assertTrue(os.path.exists(path), "no committed traces/lecture_ddp.json")
-        trace = tracecheck.validate(path)
-        self.assertEqual(trace["meta"]["status"], "ok")
-        with open(os.path.join(ROOT, "lectures", "lecture_ddp.c"), encoding="utf-8") as f:
-            self.assertEqual(trace["files"]["lectures/lecture_ddp.c"], f.read(),
-                             "traces/lecture_ddp.json was made from another version of the lecture: "
-                             "run build/lectures/lecture_ddp --out traces")
-
     # ---- one device ----
 
     def one_device_losses(self):
@@ -339,6 +329,22 @@ class LectureDDP(unittest.TestCase):
             else:
                 # The fast ranks spend the difference inside the all-reduce.
                 self.assertGreaterEqual(reduce, 0.5 * delay, m.group(0))
+
+
+class CommittedTrace(unittest.TestCase):
+    """traces/lecture_ddp.json, the trace the repository ships (a class of
+    its own: a planted bug in the lecture makes it stale, which says nothing
+    about whether the numbers above notice the bug)."""
+
+    def test_committed_trace_is_current_and_valid(self):
+        path = os.path.join(ROOT, "traces", "lecture_ddp.json")
+        self.assertTrue(os.path.exists(path), "no committed traces/lecture_ddp.json")
+        trace = tracecheck.validate(path)
+        self.assertEqual(trace["meta"]["status"], "ok")
+        with open(os.path.join(ROOT, "lectures", "lecture_ddp.c"), encoding="utf-8") as f:
+            self.assertEqual(trace["files"]["lectures/lecture_ddp.c"], f.read(),
+                             "traces/lecture_ddp.json was made from another version of the lecture: "
+                             "run build/lectures/lecture_ddp --out traces")
 
 
 if __name__ == "__main__":
