@@ -5,7 +5,7 @@
 #   2. script tests: tests/test_*.py (unittest, Debian's python3)
 #   3. browser tests of the viewer: tests/viewer/run.sh (headless Chromium)
 #   4. the C tests and the runtime's script tests (foundation, spawn, misuse,
-#      lecture_08) again, built with AddressSanitizer + UBSan (build-asan/),
+#      lecture_08, lecture_ddp) again, built with AddressSanitizer + UBSan (build-asan/),
 #      unless LECTERN_NO_ASAN=1
 #
 # lecture_08's numbers are checked under this CPU's OpenBLAS kernels and,
@@ -117,7 +117,7 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
             [ -x "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
         done
-        for t in tests/test_foundation.py tests/test_spawn.py tests/test_misuse.py tests/test_lecture_08.py; do
+        for t in tests/test_foundation.py tests/test_spawn.py tests/test_misuse.py tests/test_lecture_08.py tests/test_lecture_ddp.py; do
             [ -f "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
         done
