@@ -138,6 +138,7 @@ if [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ];
             run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
         done
         run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
+        run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
     else
         cat "$log"
         echo "== cpu-only build FAILED (or warned)"
