@@ -12,8 +12,8 @@
 # in the first pass, under older ones too (tests/test_lecture_08.py);
 # LECTERN_OTHER_KERNELS=0 leaves those out.
 #   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
-#      it must build without warnings and pass the C tests and lecture_08's
-#      tests
+#      it must build without warnings and pass the C tests and lecture_08's and
+#      lecture_ddp's tests
 #
 # Each test program's own summary is printed as it runs; the counts below are
 # individual test cases where the runner reports them.

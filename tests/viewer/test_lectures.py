@@ -134,7 +134,7 @@ def shared_levels(a, b):
 
 class LectureCase(base.ViewerCase):
     width, height = 1400, 900
-    lectures = ("lecture_00", "lecture_08")
+    lectures = ("lecture_00", "lecture_08", "lecture_ddp")
 
     @classmethod
     def setUpClass(cls):
