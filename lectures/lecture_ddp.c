@@ -215,7 +215,9 @@ static void data_parallelism(void) {
          "of the largest gradient. That is the tolerance below; a missing or doubled "
          "reduction would miss by far more.",
          gradient_tolerance(&c));
-    spawn(average_main, WORLD, reference.args, reference.size);
+    dp_args *args = reference.args;
+    size_t size = reference.size;
+    spawn(average_main, WORLD, args, size);
     note("What to take away:");
     note("- **Averaging gradients** is the full-batch gradient, to rounding, on every rank.\n"
          "- **Averaging parameters** after each rank's own SGD step agrees too, after *one* "
@@ -526,8 +528,10 @@ static void ddp_design(void) {
          "4. **no_sync**: with gradient accumulation, the micro-batches before the last "
          "only add to the local gradients; the all-reduce runs once, on the last.");
     image("assets/lecture_ddp_buckets.svg", 0.8);
-    reference.args->per_bucket = 2;
-    spawn(ddp_main, WORLD, reference.args, reference.size);
+    dp_args *args = reference.args;
+    size_t size = reference.size;
+    args->per_bucket = 2;   /* 4 layers in 2 buckets */
+    spawn(ddp_main, WORLD, args, size);
     image("assets/lecture_ddp_overlap.svg", 0.8);
 }
 
@@ -762,7 +766,7 @@ static void straggler_main(int rank, int world_size, void *args);
 static void stragglers(void) {
     progress("stragglers");
     note("## Stragglers");
-    straggler_args a = {.cfg = model_config(), .delay_ms = 30, .steps = 7};
+    straggler_args a = {.cfg = model_config(), .delay_ms = 50, .steps = 7};
     if (lecture_quick()) a.steps = 5;
     note("An all-reduce finishes only when every rank has joined it, so a step is as slow "
          "as the slowest rank. Here rank %d of %d sleeps %d ms more than the others in "
