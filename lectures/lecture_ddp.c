@@ -30,7 +30,10 @@ static void lecture_ddp(void) {
     note("Data parallelism is the most common way to train on many devices: every rank "
          "keeps a whole copy of the model and works on its own part of each batch. This "
          "lecture builds it up from plain SGD to the design of PyTorch's "
-         "`DistributedDataParallel` (DDP), and runs every piece on real ranks.");
+         "`DistributedDataParallel` (DDP), and runs every piece on real ranks. The design is "
+         "the one this paper describes:");
+    see("https://arxiv.org/abs/2006.15704", "Li et al.: PyTorch Distributed: Experiences on "
+                                            "Accelerating Data Parallel Training (VLDB 2020)");
     introduction();
     sgd_on_one_device();
     data_parallelism();
@@ -242,9 +245,18 @@ static void average_all(tensor **ts, int layers) {
     for (int i = 0; i < layers; i++) dist_all_reduce(ts[i], DIST_AVG);
 }
 
+/* The largest value over ranks. */
+static double max_over_ranks(double value, int device) {
+    tensor *t = tensor_from((float[]){(float)value}, 1, 0, device);
+    dist_all_reduce(t, DIST_MAX);
+    double v = item(t, 0);
+    tensor_free(t);
+    return v;
+}
+
 /* How far parameters averaged after one SGD step may be from one device's:
  * lr times the gradients' rounding (gradient_tolerance of the largest
- * gradient), plus the roundings of w - lr g on each rank and of the
+ * gradient of any rank: each rank steps on its own), plus the roundings of w - lr g on each rank and of the
  * world_size - 1 additions of the average, each at most 2^-24 of the
  * largest weight summed (world_size of them). */
 static double sgd_tolerance(const mlp_config *c, int world_size, double grad_size, double w_size) {
@@ -296,7 +308,7 @@ static void average_parameters_one_step(int rank, const dp_args *a, tensor *x) {
     sgd_all(w, grads, c->layers, c->lr);   /* each rank steps on its own gradient */
     average_all(w, c->layers);             /* then the weights are averaged */
     double wsize, diff = diff_to(w, a, REF_SGD1, &wsize);
-    double tol = sgd_tolerance(c, dist_world_size(), WORLD * gsize, wsize);
+    double tol = sgd_tolerance(c, dist_world_size(), max_over_ranks(gsize, x->device), wsize);
     if (rank == 0)
         note_verbatim("SGD, 1 step, averaged parameters: max |rank 0 - one device| = %.3g "
                       "(tolerance %.3g)", diff, tol);
@@ -321,7 +333,7 @@ static double sgd_steps(const dp_args *a, tensor *x, int steps, int average_grad
     /* Each step can add one step's rounding; the steps' errors are not
      * amplified much at this learning rate (checked: the measured
      * differences stay far below). */
-    *tol = steps * sgd_tolerance(c, dist_world_size(), WORLD * gsize, wsize);
+    *tol = steps * sgd_tolerance(c, dist_world_size(), max_over_ranks(gsize, x->device), wsize);
     free_model(c, w, grads);
     return diff;
 }
@@ -673,15 +685,6 @@ static int compare_doubles(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, compare_doubles);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* The largest value over ranks. */
-static double max_over_ranks(double value, int device) {
-    tensor *t = tensor_from((float[]){(float)value}, 1, 0, device);
-    dist_all_reduce(t, DIST_MAX);
-    double v = item(t, 0);
-    tensor_free(t);
-    return v;
 }
 
 /* Median step time (s) and median time waiting for buckets, with buckets of
