@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""The viewer over the committed lecture traces (traces/lecture_00 and
-lecture_08), as a student uses it at 1400x900 and 800x900.
+"""The viewer over the committed lecture traces (traces/lecture_00, lecture_08 and
+lecture_ddp), as a student uses it at 1400x900 and 800x900.
 
 Steps are found by what they hold, never by their number: the traces are
 made again whenever the lectures change. What a check expects is worked out
@@ -626,7 +626,7 @@ class TestScrollNarrow(TestScroll):
 
 
 class TestScreenshots(LectureCase):
-    """Both lectures at 1400x900 and 800x900, for a person to look at."""
+    """Every lecture at 1400x900 and 800x900, for a person to look at."""
 
     def test_screenshots(self):
         for w in (1400, 800):
