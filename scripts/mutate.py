@@ -45,6 +45,7 @@ MISUSE_COLLECTIVES = [PY, "tests/test_misuse.py", "CollectiveMisuse"]
 COMM_CHECKS = [PY, "tests/test_comm_checks.py"]
 LECTURE_08 = [PY, "tests/test_lecture_08.py"]
 LECTURE_COLLECTIVES = [PY, "tests/test_lecture_collectives.py"]
+LECTURE_DDP = [PY, "tests/test_lecture_ddp.py", "LectureDDP"]   # not the committed trace: any edit makes it stale
 VIEWER = ["bash", "tests/viewer/run.sh"]
 CHECKS = [PY, "tests/test_checks.py"]
 LEAKS = [PY, "tests/test_leaks.py"]
@@ -223,6 +224,20 @@ MUTANTS = [
     m("crossover-forgets-the-tree-steps", "lectures/lecture_collectives.c",
       "    return alpha * (n - 1 - l) / (beta * (l - (double)(n - 1) / n));",
       "    return alpha * (n - 1) / (beta * (l - (double)(n - 1) / n));", LECTURE_COLLECTIVES),
+    # ---- lecture_ddp ----
+    m("ddp-lecture-averaging-sums", "lectures/lecture_ddp.c",
+      "for (int i = 0; i < layers; i++) dist_all_reduce(ts[i], DIST_AVG);",
+      "for (int i = 0; i < layers; i++) dist_all_reduce(ts[i], DIST_SUM);", LECTURE_DDP),
+    m("ddp-lecture-buckets-in-forward-order", "lectures/lecture_ddp.c",
+      "{ return m->cfg.layers - 1 - layer; }", "{ return layer; }", LECTURE_DDP),
+    m("ddp-lecture-no-sync-ignored", "lectures/lecture_ddp.c",
+      "if (--m->pending[b] > 0 || !m->sync) return;", "if (--m->pending[b] > 0) return;", LECTURE_DDP),
+    m("ddp-lecture-accumulation-not-scaled", "lectures/lecture_ddp.c",
+      "    scale(m->flat, 1.0f / MICRO_BATCHES);\n", "", LECTURE_DDP),
+    m("ddp-lecture-no-broadcast", "lectures/lecture_ddp.c",
+      "for (int i = 0; i < c->layers; i++) dist_broadcast(m->w[i], 0);", "", LECTURE_DDP),
+    m("ddp-lecture-straggler-never-sleeps", "lectures/lecture_ddp.c",
+      "if (rank == STRAGGLER) sleep_ms(a->delay_ms);", "if (rank == -1) sleep_ms(a->delay_ms);", LECTURE_DDP),
     # ---- the viewer (each runs the browser tests that should notice) ----
     m("viewer-note-html-unsanitized", "viewer/safe.js", "    return p.sanitize(String(s));", "    return String(s);",
       VIEWER + ["test_hostile.TestHostileTrace"]),

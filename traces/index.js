@@ -36,6 +36,18 @@ window.lecternIndex = {
    "duration_s": 5.36,
    "steps": 74,
    "failed_run": false
+  },
+  {
+   "name": "lecture_ddp",
+   "title": "Distributed data parallel training",
+   "summary": "Data parallelism is the most common way to train on many devices: every rank keeps a whole copy of the model and works on its own part of each batch. This lecture builds it up from plain SGD to the design of PyTorch's DistributedDataParallel (DDP), and runs every piece on real …",
+   "start_time": "2026-11-23T19:40:53Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "mpi",
+   "duration_s": 1.604,
+   "steps": 67,
+   "failed_run": false
   }
  ]
 };

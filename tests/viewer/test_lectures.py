@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""The viewer over the committed lecture traces (traces/lecture_00 and
-lecture_08), as a student uses it at 1400x900 and 800x900.
+"""The viewer over the committed lecture traces (traces/lecture_00, lecture_08 and
+lecture_ddp), as a student uses it at 1400x900 and 800x900.
 
 Steps are found by what they hold, never by their number: the traces are
 made again whenever the lectures change. What a check expects is worked out
@@ -157,7 +157,7 @@ def shared_levels(a, b):
 
 class LectureCase(base.ViewerCase):
     width, height = 1400, 900
-    lectures = ("lecture_00", "lecture_08", "lecture_collectives")
+    lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp")
 
     @classmethod
     def setUpClass(cls):
@@ -649,7 +649,7 @@ class TestScrollNarrow(TestScroll):
 
 
 class TestScreenshots(LectureCase):
-    """Both lectures at 1400x900 and 800x900, for a person to look at."""
+    """Every lecture at 1400x900 and 800x900, for a person to look at."""
 
     def test_screenshots(self):
         for w in (1400, 800):

@@ -1,0 +1,840 @@
+/*
+ * lecture_ddp: distributed data parallel training, from SGD to the design of
+ * PyTorch's DistributedDataParallel.
+ *
+ *     make run LECTURE=lecture_ddp
+ *
+ * and open viewer/index.html?trace=lecture_ddp. Every claim is run: the
+ * ranks' results are compared with one device computing the whole batch,
+ * the bucketed all-reduce is built from dist_all_reduce_async, and the step
+ * times are measured on this machine.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lib/mlp.h"
+
+static void introduction(void);
+static void sgd_on_one_device(void);
+static void data_parallelism(void);
+static void ddp_design(void);
+static void bucket_size(void);
+static void stragglers(void);
+static void summary(void);
+
+static void lecture_ddp(void) {
+    note("# Distributed data parallel training");
+    note("Data parallelism is the most common way to train on many devices: every rank "
+         "keeps a whole copy of the model and works on its own part of each batch. This "
+         "lecture builds it up from plain SGD to the design of PyTorch's "
+         "`DistributedDataParallel` (DDP), and runs every piece on real ranks. The design is "
+         "the one this paper describes:");
+    see("https://arxiv.org/abs/2006.15704", "Li et al.: PyTorch Distributed: Experiences on "
+                                            "Accelerating Data Parallel Training (VLDB 2020)");
+    introduction();
+    sgd_on_one_device();
+    data_parallelism();
+    ddp_design();
+    bucket_size();
+    stragglers();
+    summary();
+}
+
+/* ------------------------------------------------------------------ */
+/* The model and the one-device reference                              */
+/* ------------------------------------------------------------------ */
+
+/* Data parallelism on 4 ranks: the batch must split evenly (and again into
+ * micro-batches for accumulation). */
+enum { WORLD = 4, LOCAL_STEPS = 4, MICRO_BATCHES = 4 };
+
+/* The shared model of lectures/lib/mlp.h, small enough that every rank's
+ * part runs in milliseconds. lr is plain SGD's learning rate. */
+static mlp_config model_config(void) {
+    mlp_config c = {.batch = 64, .width = 64, .layers = 4, .steps = LOCAL_STEPS, .lr = 20.0f};
+    return c;
+}
+
+static const float ADAM_LR = 1e-3f;
+
+static int64_t layer_floats(const mlp_config *c) { return (int64_t)c->width * c->width; }
+
+/* What one device computes on the whole batch, as host arrays, handed to
+ * the ranks in their arguments so each can say how far it is from it. */
+enum { REF_GRAD, REF_SGD1, REF_SGDK, REF_ADAM1, REFS };
+
+typedef struct dp_args {
+    mlp_config cfg;
+    float adam_lr;
+    int per_bucket;   /* DDP: layers per gradient bucket */
+    float ref[];   /* REFS blocks of layers x width x width floats */
+} dp_args;
+
+static struct {
+    dp_args *args;
+    size_t size;
+} reference;
+
+static float *ref_block(dp_args *a, int which) {
+    return a->ref + (int64_t)which * a->cfg.layers * layer_floats(&a->cfg);
+}
+
+/* Layer `layer` of reference block `which`, as a tensor on `device`. */
+static tensor *ref_tensor(const dp_args *a, int which, int layer, int device) {
+    const float *p = a->ref + ((int64_t)which * a->cfg.layers + layer) * layer_floats(&a->cfg);
+    return tensor_from(p, a->cfg.width, a->cfg.width, device);
+}
+
+/* w -= lr * g: one step of plain SGD. */
+static void sgd_step(tensor *w, const tensor *g, float lr) {
+    tensor *update = to_device(g, g->device);
+    scale(update, -lr);
+    add_(w, update);
+    tensor_free(update);
+}
+
+/* Gradients of the loss on x (a batch, or one rank's shard) for every layer,
+ * and that loss. */
+static float gradients(tensor *const *w, int layers, tensor *x, tensor **grads) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    forward(w, layers, x, acts, pre);
+    float loss = mse_loss(acts[layers]);
+    backward(w, layers, acts, pre, grads);
+    free_saved(layers, acts, pre);
+    return loss;
+}
+
+static void make_model(const mlp_config *c, int device, tensor **w, tensor **grads) {
+    for (int i = 0; i < c->layers; i++) {
+        w[i] = init_layer(c, i, device);
+        grads[i] = empty(c->width, c->width, device);
+    }
+}
+
+static void free_model(const mlp_config *c, tensor **w, tensor **grads) {
+    for (int i = 0; i < c->layers; i++) {
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+}
+
+static void keep(dp_args *a, int which, tensor *const *ts) {
+    for (int i = 0; i < a->cfg.layers; i++)
+        tensor_to_host(ts[i], ref_block(a, which) + i * layer_floats(&a->cfg));
+}
+
+/* max over layers of |a[i] - b[i]| and of |b[i]|. */
+static double max_diff(tensor *const *a, tensor *const *b, int layers, double *size) {
+    double d = 0;
+    *size = 0;
+    for (int i = 0; i < layers; i++) {
+        d = fmax(d, max_abs_diff(a[i], b[i]));
+        *size = fmax(*size, largest(b[i]));
+    }
+    return d;
+}
+
+static void introduction(void) {
+    note("## The plan");
+    note("1. SGD on one device: the reference every other run must reproduce.\n"
+         "2. Data parallelism: each rank a shard of the batch; averaging gradients "
+         "against averaging parameters.\n"
+         "3. DDP's design: the initial broadcast, gradient buckets in reverse order, "
+         "all-reduce started during the backward pass, `no_sync` for accumulation.\n"
+         "4. Step time against bucket size, measured.\n"
+         "5. What one slow rank (a straggler) does to all the others.");
+    mlp_config c = model_config();
+    note("The model is the one lecture_08 trains: %d layers, each a %d x %d matrix followed "
+         "by GELU; loss = mean(output^2); one data set of %d examples. SGD's learning rate "
+         "is %g; AdamW's is %g.",
+         c.layers, c.width, c.width, c.batch, (double)c.lr, (double)ADAM_LR);
+}
+
+static void sgd_on_one_device(void) {
+    progress("SGD on one device");
+    note("## SGD on one device");
+    note("Stochastic gradient descent repeats three things: a forward pass computes the "
+         "loss on a batch, the backward pass its gradient with respect to every weight "
+         "(the chain rule, layer by layer from the last), and the update "
+         "w <- w - lr * gradient. Each step needs the weights the previous step made: the "
+         "steps themselves cannot run in parallel. What can is the work *inside* a step.");
+    mlp_config c = model_config();
+    reference.size = sizeof(dp_args) + (size_t)REFS * c.layers * layer_floats(&c) * sizeof(float);
+    dp_args *a = reference.args = calloc(1, reference.size);
+    a->cfg = c;
+    a->adam_lr = ADAM_LR;
+    int device = get_device(0);
+    tensor *data = make_data(&c, device);
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    make_model(&c, device, w, grads);
+    for (int step = 0; step < c.steps; step++) {
+        float loss = gradients(w, c.layers, data, grads);
+        if (step == 0) keep(a, REF_GRAD, grads);
+        for (int i = 0; i < c.layers; i++) sgd_step(w[i], grads[i], c.lr);
+        if (step == 0) keep(a, REF_SGD1, w);
+        note_verbatim("One device, SGD: step = %d, loss = %.9g", step, loss);
+    }
+    keep(a, REF_SGDK, w);
+    free_model(&c, w, grads);
+
+    make_model(&c, device, w, grads);
+    gradients(w, c.layers, data, grads);
+    for (int i = 0; i < c.layers; i++) {
+        adamw *opt = adamw_new(w[i], ADAM_LR);
+        adamw_step(opt, w[i], grads[i]);
+        adamw_free(opt);
+    }
+    keep(a, REF_ADAM1, w);
+    free_model(&c, w, grads);
+    tensor_free(data);
+    note("The loss falls step by step. These gradients and weights, computed on the whole "
+         "batch by one device, are what the ranks below are judged against.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Data parallelism: averaging gradients or parameters                 */
+/* ------------------------------------------------------------------ */
+
+static void average_main(int rank, int world_size, void *args);
+
+static void data_parallelism(void) {
+    progress("data parallelism");
+    note("## Data parallelism");
+    note("The gradient of a mean loss is the mean of the per-example gradients. Cut the "
+         "batch into %d equal shards, one per rank: each rank's gradient is the mean over "
+         "its shard, and the mean of those %d gradients is the gradient of the whole batch. "
+         "One all-reduce (sum, divided by the world size) turns every rank's gradient "
+         "into the same full-batch gradient, so every rank makes the same update.",
+         WORLD, WORLD);
+    mlp_config c = model_config();
+    note("Float32 sums give the same result only up to rounding when their terms are added "
+         "in another order (each rank sums its shard; the BLAS picks its kernel, and its "
+         "order, for this CPU). A float32 sum of n terms is exact to n 2^-24 of their size, "
+         "and every gradient goes through one sum per layer plus one for the weight "
+         "gradient, so two orders agree to 2 (layers + 1) max(batch, width) 2^-24 = %.3g "
+         "of the largest gradient. That is the tolerance below; a missing or doubled "
+         "reduction would miss by far more.",
+         gradient_tolerance(&c));
+    dp_args *args = reference.args;
+    size_t size = reference.size;
+    spawn(average_main, WORLD, args, size);
+    note("What to take away:");
+    note("- **Averaging gradients** is the full-batch gradient, to rounding, on every rank.\n"
+         "- **Averaging parameters** after each rank's own SGD step agrees too, after *one* "
+         "step: SGD's update is linear in the gradient, so the mean of the updated weights "
+         "is the weights updated with the mean gradient.\n"
+         "- After **%d local steps** it does not: each rank's later gradients are taken at "
+         "its own weights, which have drifted apart (this is *local SGD*, a different "
+         "algorithm).\n"
+         "- With **AdamW** it does not even after one step: the update divides each gradient "
+         "by its own size, which is not linear; averaged updates are not the update of the "
+         "averaged gradient. DDP therefore averages gradients, and every optimizer works "
+         "unchanged.",
+         LOCAL_STEPS);
+}
+
+/* SGD step on every layer. */
+static void sgd_all(tensor **w, tensor *const *grads, int layers, float lr) {
+    for (int i = 0; i < layers; i++) sgd_step(w[i], grads[i], lr);
+}
+
+static void average_all(tensor **ts, int layers) {
+    for (int i = 0; i < layers; i++) dist_all_reduce(ts[i], DIST_AVG);
+}
+
+/* The largest value over ranks. */
+static double max_over_ranks(double value, int device) {
+    tensor *t = tensor_from((float[]){(float)value}, 1, 0, device);
+    dist_all_reduce(t, DIST_MAX);
+    double v = item(t, 0);
+    tensor_free(t);
+    return v;
+}
+
+/* How far parameters averaged after one SGD step may be from one device's:
+ * lr times the gradients' rounding (gradient_tolerance of the largest
+ * gradient of any rank: each rank steps on its own), plus the roundings of w - lr g on each rank and of the
+ * world_size - 1 additions of the average, each at most 2^-24 of the
+ * largest weight summed (world_size of them). */
+static double sgd_tolerance(const mlp_config *c, int world_size, double grad_size, double w_size) {
+    return c->lr * gradient_tolerance(c) * grad_size + (2.0 + world_size) * world_size * w_size * 0x1p-24;
+}
+
+/* Of all parameters, the share more than `by` away from one device's. */
+static double share_off(tensor *const *w, const dp_args *a, int which, double by) {
+    int64_t n = layer_floats(&a->cfg), off = 0;
+    float *got = malloc((size_t)n * sizeof(float));
+    for (int i = 0; i < a->cfg.layers; i++) {
+        tensor_to_host(w[i], got);
+        const float *ref = a->ref + ((int64_t)which * a->cfg.layers + i) * n;
+        for (int64_t k = 0; k < n; k++) off += fabsf(got[k] - ref[k]) > by;
+    }
+    free(got);
+    return (double)off / (double)(n * a->cfg.layers);
+}
+
+/* Compares w with reference block `which`: max |w - ref| and max |ref|. */
+static double diff_to(tensor *const *w, const dp_args *a, int which, double *size) {
+    tensor *ref[MAX_LAYERS];
+    for (int i = 0; i < a->cfg.layers; i++) ref[i] = ref_tensor(a, which, i, w[i]->device);
+    double d = max_diff(w, ref, a->cfg.layers, size);
+    for (int i = 0; i < a->cfg.layers; i++) tensor_free(ref[i]);
+    return d;
+}
+
+static void average_gradients(int rank, const dp_args *a, tensor *x) {
+    const mlp_config *c = &a->cfg;
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    make_model(c, x->device, w, grads);
+    float loss = gradients(w, c->layers, x, grads);
+    average_all(grads, c->layers);   /* the one line that makes it data parallel */
+    double size, diff = diff_to(grads, a, REF_GRAD, &size);
+    note_verbatim("Rank %d: shard loss = %.6g; averaged gradients: max |rank - one device| = %.3g "
+                  "(largest gradient %.3g, tolerance %.3g)",
+                  rank, loss, diff, size, gradient_tolerance(c) * size);
+    free_model(c, w, grads);
+}
+
+static void average_parameters_one_step(int rank, const dp_args *a, tensor *x) {
+    const mlp_config *c = &a->cfg;
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    make_model(c, x->device, w, grads);
+    gradients(w, c->layers, x, grads);
+    double gsize = 0;
+    for (int i = 0; i < c->layers; i++) gsize = fmax(gsize, largest(grads[i]));
+    sgd_all(w, grads, c->layers, c->lr);   /* each rank steps on its own gradient */
+    average_all(w, c->layers);             /* then the weights are averaged */
+    double wsize, diff = diff_to(w, a, REF_SGD1, &wsize);
+    double tol = sgd_tolerance(c, dist_world_size(), max_over_ranks(gsize, x->device), wsize);
+    if (rank == 0)
+        note_verbatim("SGD, 1 step, averaged parameters: max |rank 0 - one device| = %.3g "
+                      "(tolerance %.3g)", diff, tol);
+    free_model(c, w, grads);
+}
+
+/* `steps` steps on this rank's shard; gradients averaged at every step
+ * (average_grads), or parameters averaged once at the end. */
+static double sgd_steps(const dp_args *a, tensor *x, int steps, int average_grads, double *tol) {
+    const mlp_config *c = &a->cfg;
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    make_model(c, x->device, w, grads);
+    double gsize = 0;
+    for (int step = 0; step < steps; step++) {
+        gradients(w, c->layers, x, grads);
+        for (int i = 0; i < c->layers; i++) gsize = fmax(gsize, largest(grads[i]));
+        if (average_grads) average_all(grads, c->layers);
+        sgd_all(w, grads, c->layers, c->lr);
+    }
+    if (!average_grads) average_all(w, c->layers);
+    double wsize, diff = diff_to(w, a, REF_SGDK, &wsize);
+    /* Each step can add one step's rounding; the steps' errors are not
+     * amplified much at this learning rate (checked: the measured
+     * differences stay far below). */
+    *tol = steps * sgd_tolerance(c, dist_world_size(), max_over_ranks(gsize, x->device), wsize);
+    free_model(c, w, grads);
+    return diff;
+}
+
+static void local_sgd(int rank, const dp_args *a, tensor *x) {
+    double tol;
+    double by_grads = sgd_steps(a, x, LOCAL_STEPS, 1, &tol);
+    double by_params = sgd_steps(a, x, LOCAL_STEPS, 0, &tol);
+    if (rank == 0) {
+        note_verbatim("SGD, %d steps, gradients averaged every step: max |rank 0 - one device| = %.3g "
+                      "(tolerance %.3g)", LOCAL_STEPS, by_grads, tol);
+        note_verbatim("SGD, %d local steps, parameters averaged at the end: max |rank 0 - one device| "
+                      "= %.3g (%.0f times the tolerance)", LOCAL_STEPS, by_params, by_params / tol);
+    }
+}
+
+/* One AdamW step: on the averaged gradient, or on this rank's own gradient
+ * followed by averaging the parameters. */
+static void adam_one_step(int rank, const dp_args *a, tensor *x, int average_grads) {
+    const mlp_config *c = &a->cfg;
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    make_model(c, x->device, w, grads);
+    gradients(w, c->layers, x, grads);
+    if (average_grads) average_all(grads, c->layers);
+    for (int i = 0; i < c->layers; i++) {
+        adamw *opt = adamw_new(w[i], a->adam_lr);
+        adamw_step(opt, w[i], grads[i]);
+        adamw_free(opt);
+    }
+    if (!average_grads) average_all(w, c->layers);
+    double wsize, diff = diff_to(w, a, REF_ADAM1, &wsize);
+    double share = share_off(w, a, REF_ADAM1, a->adam_lr / 2);
+    if (rank == 0)
+        note_verbatim("AdamW, 1 step, %s averaged: max |rank 0 - one device| = %.3g; "
+                      "share of parameters more than lr/2 away: %.4f",
+                      average_grads ? "gradients" : "parameters", diff, share);
+    free_model(c, w, grads);
+}
+
+static void average_main(int rank, int world_size, void *args) {
+    const dp_args *a = args;
+    const mlp_config *c = &a->cfg;
+    tensor *data = make_data(c, get_device(rank));
+    int64_t local = c->batch / world_size;
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);   /* this rank's shard */
+    average_gradients(rank, a, x);
+    average_parameters_one_step(rank, a, x);
+    local_sgd(rank, a, x);
+    if (rank == 0)
+        note("AdamW makes a first step of about lr * sign(gradient) per parameter. Where the "
+             "shards' gradients disagree in sign, the averaged steps cancel; the step on the "
+             "averaged gradient does not. Averaging gradients leaves only rounding: a "
+             "gradient within rounding of zero can flip sign, so a few parameters may land "
+             "up to 2 lr away.");
+    adam_one_step(rank, a, x, 1);
+    adam_one_step(rank, a, x, 0);
+    tensor_free(x);
+    tensor_free(data);
+}
+
+/* ------------------------------------------------------------------ */
+/* DDP's design                                                        */
+/* ------------------------------------------------------------------ */
+
+/* One DDP model on one rank: the weights, the gradients laid out in one
+ * flat buffer in *reverse* layer order (the order backward makes them), and
+ * the buckets cut from that buffer. */
+typedef struct ddp_model {
+    mlp_config cfg;
+    int device;
+    tensor *w[MAX_LAYERS];
+    tensor *flat;                    /* every gradient, last layer first */
+    tensor *grads[MAX_LAYERS];       /* views into flat */
+    int buckets;
+    tensor *bucket[MAX_LAYERS];      /* views into flat */
+    int pending[MAX_LAYERS];         /* layers of the bucket still in backward */
+    int bucket_of[MAX_LAYERS];
+    dist_request *req[MAX_LAYERS];
+    int sync;                        /* 0 inside no_sync: no all-reduce */
+    int all_reduces;                 /* started so far */
+    double wait_seconds;             /* spent in dist_wait */
+    char log[512];                   /* what happened, in order (when logging) */
+    int logging;
+} ddp_model;
+
+static void log_event(ddp_model *m, const char *fmt, int a, int b) {
+    if (!m->logging) return;
+    size_t len = strlen(m->log);
+    if (len) snprintf(m->log + len, sizeof m->log - len, ", ");
+    len = strlen(m->log);
+    snprintf(m->log + len, sizeof m->log - len, fmt, a, b);
+}
+
+/* Position of layer i in the flat buffer: the last layer comes first. */
+static int slot(const ddp_model *m, int layer) { return m->cfg.layers - 1 - layer; }
+
+/* Buckets of `per_bucket` layers each, filled in the order the gradients
+ * become ready: from the last layer down. */
+static void make_buckets(ddp_model *m, int per_bucket) {
+    const mlp_config *c = &m->cfg;
+    m->flat = zeros((int64_t)c->layers * c->width, c->width, m->device);
+    for (int i = 0; i < c->layers; i++)
+        m->grads[i] = row_slice(m->flat, (int64_t)slot(m, i) * c->width, (int64_t)(slot(m, i) + 1) * c->width);
+    m->buckets = (c->layers + per_bucket - 1) / per_bucket;
+    for (int b = 0; b < m->buckets; b++) {
+        int first = b * per_bucket, end = first + per_bucket < c->layers ? first + per_bucket : c->layers;
+        m->bucket[b] = row_slice(m->flat, (int64_t)first * c->width, (int64_t)end * c->width);
+        m->pending[b] = end - first;
+    }
+    for (int i = 0; i < c->layers; i++) m->bucket_of[i] = slot(m, i) / per_bucket;
+}
+
+static void ddp_free(ddp_model *m) {
+    for (int i = 0; i < m->cfg.layers; i++) {
+        tensor_free(m->w[i]);
+        tensor_free(m->grads[i]);
+    }
+    for (int b = 0; b < m->buckets; b++) tensor_free(m->bucket[b]);
+    tensor_free(m->flat);
+}
+
+/* The hook DDP puts on every parameter: called when layer i's gradient is
+ * final. When it completes its bucket, that bucket's all-reduce starts at
+ * once, while backward goes on with the layers below. */
+static void gradient_ready(ddp_model *m, int layer) {
+    int b = m->bucket_of[layer];
+    log_event(m, "grad %d", layer, 0);
+    if (--m->pending[b] > 0 || !m->sync) return;
+    m->req[b] = dist_all_reduce_async(m->bucket[b], DIST_AVG);
+    m->all_reduces++;
+    log_event(m, "start bucket %d", b, 0);
+}
+
+/* Before the optimizer: every bucket's all-reduce must have finished. */
+static void wait_for_buckets(ddp_model *m) {
+    double t0 = now_seconds();
+    for (int b = 0; b < m->buckets; b++) {
+        dist_wait(m->req[b]);
+        m->req[b] = NULL;
+        log_event(m, "wait bucket %d", b, 0);
+    }
+    m->wait_seconds += now_seconds() - t0;
+}
+
+/* Backward pass, last layer first, calling the hook after each layer. beta
+ * 1 adds to the gradients already there (accumulation). */
+static void ddp_backward(ddp_model *m, tensor **acts, tensor **pre, float beta) {
+    const mlp_config *c = &m->cfg;
+    for (int b = 0; b < m->buckets; b++) m->pending[b] = 0;
+    for (int i = 0; i < c->layers; i++) m->pending[m->bucket_of[i]]++;
+    tensor *dy = mse_loss_backward(acts[c->layers]);
+    for (int i = c->layers - 1; i >= 0; i--) {
+        tensor *dx = NULL;
+        layer_backward(acts[i], pre[i], m->w[i], dy, m->grads[i], i > 0 ? &dx : NULL, beta);
+        gradient_ready(m, i);
+        tensor_free(dy);
+        dy = dx;
+    }
+}
+
+/* Forward and backward on x; with m->sync the gradients come back averaged
+ * over the ranks. Returns the loss on x. */
+static float ddp_forward_backward(ddp_model *m, tensor *x, float beta) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    forward(m->w, m->cfg.layers, x, acts, pre);
+    float loss = mse_loss(acts[m->cfg.layers]);
+    ddp_backward(m, acts, pre, beta);
+    if (m->sync) wait_for_buckets(m);
+    free_saved(m->cfg.layers, acts, pre);
+    return loss;
+}
+
+static double spread_over_ranks(tensor *const *ts, int n) {
+    double spread = 0;
+    for (int i = 0; i < n; i++) {
+        tensor *hi = to_device(ts[i], ts[i]->device), *lo = to_device(ts[i], ts[i]->device);
+        dist_all_reduce(hi, DIST_MAX);
+        dist_all_reduce(lo, DIST_MIN);
+        spread = fmax(spread, max_abs_diff(hi, lo));
+        tensor_free(hi);
+        tensor_free(lo);
+    }
+    return spread;
+}
+
+static void ddp_main(int rank, int world_size, void *args);
+
+static void ddp_design(void) {
+    progress("DDP's design");
+    note("## DDP's design");
+    note("PyTorch's `DistributedDataParallel` wraps a model so that training code stays "
+         "as it was: the user calls forward, backward and the optimizer; DDP does the "
+         "averaging in hooks. The paper behind it (Li et al., VLDB 2020) explains four "
+         "choices, each built below on %d ranks:", WORLD);
+    note("1. **Broadcast the initial parameters** from rank 0, so every replica starts "
+         "from the same weights whatever each process drew.\n"
+         "2. **Buckets**: many small all-reduces each pay a fixed cost (latency, launch); "
+         "one for the whole model would wait for the whole backward pass. DDP groups "
+         "gradients into buckets (25 MB by default, `bucket_cap_mb`), in *reverse* layer "
+         "order, because backward makes the last layer's gradients first.\n"
+         "3. **Overlap**: a hook on each parameter notes when its gradient is final; when "
+         "a bucket is complete its all-reduce starts asynchronously, while backward goes on "
+         "with the earlier layers. The optimizer waits for all of them.\n"
+         "4. **no_sync**: with gradient accumulation, the micro-batches before the last "
+         "only add to the local gradients; the all-reduce runs once, on the last.");
+    image("assets/lecture_ddp_buckets.svg", 0.8);
+    dp_args *args = reference.args;
+    size_t size = reference.size;
+    args->per_bucket = 2;   /* 4 layers in 2 buckets */
+    spawn(ddp_main, WORLD, args, size);
+    image("assets/lecture_ddp_overlap.svg", 0.8);
+}
+
+/* Every rank draws its own weights; only rank 0's are the model's. */
+static void broadcast_initial_parameters(ddp_model *m, int rank) {
+    const mlp_config *c = &m->cfg;
+    for (int i = 0; i < c->layers; i++) {
+        if (rank == 0) {
+            m->w[i] = init_layer(c, i, m->device);
+        } else {
+            manual_seed(5000 + 100 * (uint64_t)rank + (uint64_t)i);   /* a process's own seed */
+            m->w[i] = randn(c->width, c->width, m->device);
+        }
+    }
+    double before = spread_over_ranks(m->w, c->layers);
+    for (int i = 0; i < c->layers; i++) dist_broadcast(m->w[i], 0);
+    double after = spread_over_ranks(m->w, c->layers), from_rank0 = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *expected = init_layer(c, i, m->device);
+        from_rank0 = fmax(from_rank0, max_abs_diff(m->w[i], expected));
+        tensor_free(expected);
+    }
+    if (rank == 0)
+        note_verbatim("Initial parameters: max spread over ranks before broadcast = %.3g, after = %.3g",
+                      before, after);
+    note_verbatim("Rank %d: after broadcast, max |weights - rank 0's initial weights| = %.3g", rank,
+                  from_rank0);
+}
+
+static void bucketed_step(ddp_model *m, int rank, const dp_args *a, tensor *x) {
+    const mlp_config *c = &m->cfg;
+    m->logging = rank == 0;
+    ddp_forward_backward(m, x, 0.0f);
+    m->logging = 0;
+    if (rank == 0)
+        note_verbatim("Rank 0, step 0, %d layers in %d buckets, in order: %s", c->layers, m->buckets, m->log);
+    double size, diff = diff_to(m->grads, a, REF_GRAD, &size);
+    note_verbatim("Rank %d: bucketed DDP gradients: max |rank - one device| = %.3g (tolerance %.3g)", rank,
+                  diff, gradient_tolerance(c) * size);
+    for (int step = 0; step < c->steps; step++) {
+        if (step > 0) ddp_forward_backward(m, x, 0.0f);
+        for (int i = 0; i < c->layers; i++) sgd_step(m->w[i], m->grads[i], c->lr);
+    }
+    double spread = spread_over_ranks(m->w, c->layers);
+    if (rank == 0)
+        note_verbatim("After %d DDP steps: max spread of the weights over ranks = %.3g", c->steps, spread);
+}
+
+/* no_sync: micro-batches 0 .. n-2 only accumulate; the last one averages. */
+static void accumulate(ddp_model *m, int rank, const dp_args *a, tensor *x) {
+    const mlp_config *c = &m->cfg;
+    int64_t rows = x->shape[0] / MICRO_BATCHES;
+    int before = m->all_reduces;
+    for (int k = 0; k < MICRO_BATCHES; k++) {
+        tensor *micro = row_slice(x, k * rows, (k + 1) * rows);
+        m->sync = k == MICRO_BATCHES - 1;   /* no_sync() around all but the last */
+        ddp_forward_backward(m, micro, k == 0 ? 0.0f : 1.0f);
+        tensor_free(micro);
+    }
+    /* Each micro-batch's gradient is a mean over its rows: the sum of the
+     * MICRO_BATCHES means, divided by their number, is the shard's mean. */
+    scale(m->flat, 1.0f / MICRO_BATCHES);
+    double size, diff = diff_to(m->grads, a, REF_GRAD, &size);
+    note_verbatim("Rank %d: %d micro-batches with no_sync, %d all-reduces (%d buckets): max |rank - one "
+                  "device| = %.3g (tolerance %.3g)",
+                  rank, MICRO_BATCHES, m->all_reduces - before, m->buckets, diff,
+                  gradient_tolerance(c) * size);
+}
+
+static void ddp_main(int rank, int world_size, void *args) {
+    const dp_args *a = args;
+    ddp_model m = {.cfg = a->cfg, .device = get_device(rank), .sync = 1};
+    broadcast_initial_parameters(&m, rank);
+    make_buckets(&m, a->per_bucket);
+    tensor *data = make_data(&m.cfg, m.device);
+    int64_t local = m.cfg.batch / world_size;
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);
+    bucketed_step(&m, rank, a, x);
+    /* Back to the initial weights for the accumulation run. */
+    for (int i = 0; i < m.cfg.layers; i++) {
+        tensor *w0 = init_layer(&m.cfg, i, m.device);
+        tensor_copy(m.w[i], w0);
+        tensor_free(w0);
+    }
+    accumulate(&m, rank, a, x);
+    tensor_free(x);
+    tensor_free(data);
+    ddp_free(&m);
+}
+
+/* ------------------------------------------------------------------ */
+/* Step time against bucket size                                       */
+/* ------------------------------------------------------------------ */
+
+enum { SWEEP_WORLD = 2, SWEEP_LAYERS = 8 };
+
+typedef struct sweep_args {
+    mlp_config cfg;
+    int warmup, steps;
+} sweep_args;
+
+static void sweep_main(int rank, int world_size, void *args);
+
+static void bucket_size(void) {
+    progress("bucket size");
+    note("## Step time against bucket size");
+    sweep_args a = {.cfg = {.batch = 64, .width = 128, .layers = SWEEP_LAYERS, .steps = 1, .lr = 1e-2f},
+                    .warmup = 1, .steps = 9};
+    if (lecture_quick()) {
+        a.cfg.width = 64;
+        a.steps = 5;
+    }
+    note("A bigger model for timing: %d layers of %d x %d (%.2f MB of gradients), a batch of "
+         "%d on %d ranks. One training step (forward, backward with the bucketed all-reduce, "
+         "SGD) is timed %d times after %d warm-up steps for each bucket size; the table gives "
+         "the median, the slowest rank's.",
+         a.cfg.layers, a.cfg.width, a.cfg.width,
+         (double)a.cfg.layers * a.cfg.width * a.cfg.width * 4 / 1e6, a.cfg.batch, SWEEP_WORLD, a.steps,
+         a.warmup);
+    spawn(sweep_main, SWEEP_WORLD, &a, sizeof a);
+    note("What this machine can show, and what it cannot. Its ranks are processes on a "
+         "2-core CPU that other work shares, and Open MPI moves a non-blocking all-reduce "
+         "forward mostly while a rank is inside an MPI call: an early bucket's transfer "
+         "largely waits for the `dist_wait` before the optimizer, and its copies need the "
+         "same cores as the matrix products. So these rows differ by the fixed cost of each "
+         "all-reduce call and by the noise of a shared machine; they cannot show overlap, "
+         "and their order may change from run to run. On GPUs with NCCL each all-reduce "
+         "runs on its own stream beside the backward kernels: there a middle bucket size "
+         "hides most of the communication, small buckets pay the fixed cost many times, and "
+         "one bucket for all cannot start before backward ends. That is why PyTorch's "
+         "default (25 MB) is neither one bucket per parameter nor one for all.");
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Median step time (s) and median time waiting for buckets, with buckets of
+ * per_bucket layers. */
+static double time_steps(const sweep_args *a, int per_bucket, tensor *x, double *wait) {
+    ddp_model m = {.cfg = a->cfg, .device = x->device, .sync = 1};
+    for (int i = 0; i < a->cfg.layers; i++) m.w[i] = init_layer(&a->cfg, i, m.device);
+    make_buckets(&m, per_bucket);
+    double times[64], waits[64];
+    for (int s = 0; s < a->warmup + a->steps; s++) {
+        dist_barrier();   /* every rank starts the step together */
+        m.wait_seconds = 0;
+        double t0 = now_seconds();
+        ddp_forward_backward(&m, x, 0.0f);
+        for (int i = 0; i < a->cfg.layers; i++) sgd_step(m.w[i], m.grads[i], a->cfg.lr);
+        device_synchronize();
+        if (s >= a->warmup) {
+            times[s - a->warmup] = now_seconds() - t0;
+            waits[s - a->warmup] = m.wait_seconds;
+        }
+    }
+    ddp_free(&m);
+    *wait = median(waits, a->steps);
+    return median(times, a->steps);
+}
+
+static void sweep_main(int rank, int world_size, void *args) {
+    const sweep_args *a = args;
+    int device = get_device(rank);
+    tensor *data = make_data(&a->cfg, device);
+    int64_t local = a->cfg.batch / world_size;
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);
+    int sizes[] = {1, 2, 4, SWEEP_LAYERS};
+    char table[1024], values[1024];
+    int tl = snprintf(table, sizeof table, "| layers per bucket | buckets | bucket size (MB) | step (ms) | "
+                                           "waiting for buckets (ms) |\n|---|---|---|---|---|\n");
+    int vl = 0;
+    values[0] = 0;
+    for (int k = 0; k < 4; k++) {
+        double wait, step = time_steps(a, sizes[k], x, &wait);
+        step = max_over_ranks(step, device);
+        wait = max_over_ranks(wait, device);
+        int buckets = (a->cfg.layers + sizes[k] - 1) / sizes[k];
+        double mb = (double)sizes[k] * a->cfg.width * a->cfg.width * 4 / 1e6;
+        tl += snprintf(table + tl, sizeof table - (size_t)tl, "| %d | %d | %.3f | %.3f | %.3f |\n", sizes[k],
+                       buckets, mb, step * 1e3, wait * 1e3);
+        vl += snprintf(values + vl, sizeof values - (size_t)vl,
+                       "%s{\"buckets\": %d, \"step_ms\": %.4f, \"wait_ms\": %.4f}", k ? ", " : "", buckets,
+                       step * 1e3, wait * 1e3);
+    }
+    if (rank == 0) {
+        note("%s", table);
+        char spec[2048];
+        snprintf(spec, sizeof spec,
+                 "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+                 " \"description\": \"DDP step time against the number of buckets\","
+                 " \"data\": {\"values\": [%s]},"
+                 " \"mark\": {\"type\": \"line\", \"point\": true},"
+                 " \"encoding\": {\"x\": {\"field\": \"buckets\", \"type\": \"quantitative\","
+                 " \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"buckets\"},"
+                 " \"y\": {\"field\": \"step_ms\", \"type\": \"quantitative\", \"title\": \"step (ms)\"}}}",
+                 values);
+        plot(spec);
+    }
+    tensor_free(x);
+    tensor_free(data);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stragglers                                                          */
+/* ------------------------------------------------------------------ */
+
+enum { STRAGGLER_WORLD = 3, STRAGGLER = 1 };
+
+typedef struct straggler_args {
+    mlp_config cfg;
+    int delay_ms, steps;
+} straggler_args;
+
+static void straggler_main(int rank, int world_size, void *args);
+
+static void stragglers(void) {
+    progress("stragglers");
+    note("## Stragglers");
+    straggler_args a = {.cfg = model_config(), .delay_ms = 50, .steps = 7};
+    if (lecture_quick()) a.steps = 5;
+    note("An all-reduce finishes only when every rank has joined it, so a step is as slow "
+         "as the slowest rank. Here rank %d of %d sleeps %d ms more than the others in "
+         "each step (a slower GPU, a busy host, a bigger batch). Every rank times its own "
+         "compute, its all-reduce and the whole step, %d steps; medians below.",
+         STRAGGLER, STRAGGLER_WORLD, a.delay_ms, a.steps);
+    spawn(straggler_main, STRAGGLER_WORLD, &a, sizeof a);
+    note("The fast ranks finish their compute early and spend the difference inside the "
+         "all-reduce: every rank's step takes as long as the straggler's. With hundreds of "
+         "ranks, the chance that *some* rank is slow in a step grows, which is why large "
+         "jobs watch for stragglers.");
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void straggler_main(int rank, int world_size, void *args) {
+    const straggler_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    tensor *data = make_data(c, device);
+    int64_t local = c->batch / world_size;
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    make_model(c, device, w, grads);
+    double compute[64], reduce[64], step[64];
+    for (int s = 0; s < a->steps; s++) {
+        dist_barrier();
+        double t0 = now_seconds();
+        gradients(w, c->layers, x, grads);
+        if (rank == STRAGGLER) sleep_ms(a->delay_ms);   /* the slow rank */
+        double t1 = now_seconds();
+        average_all(grads, c->layers);
+        double t2 = now_seconds();
+        sgd_all(w, grads, c->layers, c->lr);
+        double t3 = now_seconds();
+        compute[s] = t1 - t0;
+        reduce[s] = t2 - t1;
+        step[s] = t3 - t0;
+    }
+    note_verbatim("Rank %d%s: compute %.2f ms, all-reduce %.2f ms, step %.2f ms", rank,
+                  rank == STRAGGLER ? " (straggler)" : "", median(compute, a->steps) * 1e3,
+                  median(reduce, a->steps) * 1e3, median(step, a->steps) * 1e3);
+    free_model(c, w, grads);
+    tensor_free(x);
+    tensor_free(data);
+}
+
+static void summary(void) {
+    note("## Summary");
+    note("- Data parallelism splits the batch; averaging gradients reproduces one device "
+         "(to float32 rounding) with any optimizer, averaging parameters only for one plain "
+         "SGD step.\n"
+         "- DDP broadcasts rank 0's parameters, fills buckets in reverse layer order, starts "
+         "each bucket's all-reduce as soon as backward completes it, and waits before the "
+         "optimizer; `no_sync` skips the all-reduce on all but the last micro-batch.\n"
+         "- The bucket size trades a fixed cost per all-reduce against how early "
+         "communication can start.\n"
+         "- One slow rank slows every rank: they wait for it in the all-reduce.");
+    see("https://arxiv.org/abs/2006.15704", "Li et al.: PyTorch Distributed: Experiences on "
+                                            "Accelerating Data Parallel Training (VLDB 2020)");
+    see("https://pytorch.org/docs/stable/notes/ddp.html", "PyTorch: Distributed Data Parallel design notes");
+    free(reference.args);
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_ddp); }

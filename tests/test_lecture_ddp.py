@@ -1,0 +1,351 @@
+"""lecture_ddp (distributed data parallel): run it with --quick and check its trace.
+
+Every number the lecture claims is read back from the trace and judged here:
+the data-parallel gradients against one device (and one device against a
+float64 run), averaging parameters against averaging gradients, the initial
+broadcast, the order of the bucketed all-reduces, accumulation with no_sync,
+the bucket-size sweep and the straggler's skew. The trace must validate
+against the schema with every stack line accurate; so must the committed
+traces/lecture_ddp.json, made from the current source.
+
+    /usr/bin/python3 tests/test_lecture_ddp.py
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import tracecheck  # noqa: E402
+
+NUM = r"([-+0-9.eE]+|nan|inf)"
+U = 2.0 ** -24   # half the spacing of float32 numbers near 1
+
+SECTIONS = [
+    "# Distributed data parallel training",
+    "## The plan",
+    "## SGD on one device",
+    "## Data parallelism",
+    "## DDP's design",
+    "## Step time against bucket size",
+    "## Stragglers",
+    "## Summary",
+]
+
+
+def half_unit(printed):
+    """Half of the last printed digit's unit: how far a rounded number may be
+    from the value it stands for ("0.32" -> 0.005, "1.73e-07" -> 0.005e-07)."""
+    mantissa, _, exponent = printed.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
+
+
+def build_dir():
+    return os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+
+
+class LectureDDP(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        binary = os.path.join(build_dir(), "lectures", "lecture_ddp")
+        if not os.path.exists(binary):
+            raise AssertionError("lecture_ddp is not built in %s (run make)" % build_dir())
+        cls.out = tempfile.TemporaryDirectory()
+        try:
+            cls.run_result = subprocess.run([binary, "--quick", "--quiet", "--out", cls.out.name],
+                                            capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired as e:
+            cls.run_result = subprocess.CompletedProcess(e.cmd, None, "", "TimeoutExpired after 600 s")
+        cls.path = os.path.join(cls.out.name, "lecture_ddp.json")
+        cls.trace = tracecheck.load(cls.path) if os.path.exists(cls.path) else None
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.out.cleanup()
+
+    def setUp(self):
+        self.assertEqual(self.run_result.returncode, 0, "lecture_ddp --quick failed: " + tracecheck.why(self.run_result))
+        self.assertIsNotNone(self.trace, "no trace written")
+
+    # ---- helpers over the trace ----
+
+    def texts(self, pattern):
+        """(rank, match) for every text rendering matching the regex."""
+        out = []
+        for step in self.trace["steps"]:
+            for r in step["renderings"]:
+                if r["type"] == "text":
+                    m = re.match(pattern, r["data"])
+                    if m:
+                        out.append((step["rank"], m))
+        return out
+
+    def one(self, pattern):
+        found = self.texts(pattern)
+        self.assertEqual(len(found), 1, pattern)
+        return found[0][1]
+
+    def per_rank(self, pattern, world):
+        """One match per rank 0 .. world-1, each naming its own rank in group 1."""
+        found = self.texts(pattern)
+        self.assertEqual(sorted(rank for rank, _ in found), list(range(world)), pattern)
+        for rank, m in found:
+            self.assertEqual(int(m.group(1)), rank)
+        return [m for _, m in sorted(found, key=lambda x: x[0])]
+
+    def markdown(self):
+        return [r["data"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "markdown"]
+
+    def config(self):
+        pat = (r"The model is the one lecture_08 trains: (\d+) layers, each a (\d+) x \d+ matrix.*one data set "
+               r"of (\d+) examples\. SGD's learning rate is %s; AdamW's is %s\." % (NUM, NUM))
+        m = [re.search(pat, md, re.S) for md in self.markdown()]
+        m = [x for x in m if x][0]
+        return {"layers": int(m.group(1)), "width": int(m.group(2)), "batch": int(m.group(3)),
+                "lr": float(m.group(4)), "adam_lr": float(m.group(5))}
+
+    def grad_tol(self):
+        """Two float32 summation orders of this model's gradients agree to
+        2 (layers + 1) max(batch, width) u of the largest gradient: each
+        gradient goes through one sum per layer plus one for the weight
+        gradient, each of at most max(batch, width) terms, and a float32 sum
+        of n terms in any order is exact to n u of the terms' size. Derived
+        here from the printed configuration, not read from the lecture."""
+        c = self.config()
+        return 2 * (c["layers"] + 1) * max(c["batch"], c["width"]) * U
+
+    def assert_tolerance(self, printed_tol, printed_size, factor, what):
+        """printed_tol is factor * printed_size, both printed with 3
+        significant digits: compared as intervals."""
+        lo = (float(printed_size) - half_unit(printed_size)) * factor - half_unit(printed_tol)
+        hi = (float(printed_size) + half_unit(printed_size)) * factor + half_unit(printed_tol)
+        self.assertTrue(lo <= float(printed_tol) <= hi, (what, printed_tol, printed_size, factor))
+
+    # ---- the trace as a whole ----
+
+    def test_schema_and_line_accuracy(self):
+        tracecheck.validate(self.path)
+        self.assertEqual(self.trace["meta"]["status"], "ok")
+        self.assertTrue(all(s["status"] == "ok" for s in self.trace["spawns"]))
+
+    def test_checker_rejects_this_trace_shifted_by_one_line(self):
+        for innermost in (False, True):
+            for delta in (1, -1):
+                rejected, total = tracecheck.shifted_rejections(self.trace, delta, innermost)
+                self.assertGreaterEqual(rejected, 0.98 * total, (innermost, delta, rejected, total))
+
+    def test_sections_in_order(self):
+        headings = [m.strip() for m in self.markdown() if m.startswith("#")]
+        pos = 0
+        for section in SECTIONS:
+            self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
+            pos = headings.index(section, pos) + 1
+
+    def test_diagrams_and_references(self):
+        local = {r["src"] for s in self.trace["steps"] for r in s["renderings"]
+                 if r["type"] == "image" and not r["remote"]}
+        for name in ("buckets", "overlap"):
+            src = "assets/lecture_ddp_%s.svg" % name
+            self.assertIn(src, local)
+            self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
+        links = {r["url"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
+        self.assertIn("https://arxiv.org/abs/2006.15704", links)
+
+    # ---- one device ----
+
+    def one_device_losses(self):
+        rows = self.texts(r"^One device, SGD: step = (\d+), loss = %s$" % NUM)
+        self.assertTrue(rows)
+        self.assertEqual([int(m.group(1)) for _, m in rows], list(range(len(rows))))
+        return [float(m.group(2)) for _, m in rows]
+
+    def test_one_device_loss_matches_float64_and_falls(self):
+        c = self.config()
+        tool = os.path.join(build_dir(), "tests", "tools", "mlp_reference")
+        out = subprocess.run([tool, str(c["batch"]), str(c["width"]), str(c["layers"]), "1", "0.001"],
+                             capture_output=True, text=True, timeout=600, check=True)
+        ref = json.loads(out.stdout)["losses"][0]   # the loss before any update
+        losses = self.one_device_losses()
+        # The output is exact to 2 layers max(batch, width) u of its size; the
+        # loss, a mean of its squares, to twice that, relatively.
+        tol = 2 * 2 * c["layers"] * max(c["batch"], c["width"]) * U
+        self.assertLessEqual(abs(losses[0] - ref), tol * ref, (losses[0], ref))
+        for a, b in zip(losses, losses[1:]):
+            self.assertLess(b, a)   # SGD makes progress every step
+
+    # ---- data parallelism ----
+
+    def test_averaged_gradients_equal_one_device(self):
+        rows = self.per_rank(r"^Rank (\d): shard loss = %s; averaged gradients: max \|rank - one device\| = %s "
+                             r"\(largest gradient %s, tolerance %s\)$" % (NUM, NUM, NUM, NUM), 4)
+        for m in rows:
+            self.assertGreater(float(m.group(4)), 0)
+            self.assert_tolerance(m.group(5), m.group(4), self.grad_tol(), "averaged gradients")
+            self.assertLessEqual(float(m.group(3)), float(m.group(5)))
+        # The shards are equal in size, so the mean of their mean losses is
+        # the whole batch's: one device's step-0 loss. Shard losses are
+        # printed with 6 digits (rounding 5e-6 relative each); float32 adds
+        # under 1e-6 more.
+        mean = sum(float(m.group(2)) for m in rows) / 4
+        first = self.one_device_losses()[0]
+        self.assertLessEqual(abs(mean - first), 2e-5 * first, (mean, first))
+
+    def test_averaging_parameters_agrees_after_one_sgd_step_only(self):
+        one = self.one(r"^SGD, 1 step, averaged parameters: max \|rank 0 - one device\| = %s \(tolerance %s\)$"
+                       % (NUM, NUM))
+        self.assertLessEqual(float(one.group(1)), float(one.group(2)))
+        c = self.config()
+        # The tolerance is lr times the gradients' rounding plus a few float32
+        # roundings of weights of size about 1: well under 1e-3 of a weight.
+        self.assertLess(float(one.group(2)), 1e-3)
+        grads = self.one(r"^SGD, (\d+) steps, gradients averaged every step: max \|rank 0 - one device\| = %s "
+                         r"\(tolerance %s\)$" % (NUM, NUM))
+        self.assertGreater(int(grads.group(1)), 1)
+        self.assertLessEqual(float(grads.group(2)), float(grads.group(3)))
+        local = self.one(r"^SGD, (\d+) local steps, parameters averaged at the end: max \|rank 0 - one device\| "
+                         r"= %s \(%s times the tolerance\)$" % (NUM, NUM))
+        self.assertEqual(local.group(1), grads.group(1))
+        # Local SGD is another algorithm: its weights are off by far more than
+        # rounding (the drift is of the order of lr^2 steps^2 times the
+        # gradients' change, thousands of times the tolerance here).
+        self.assertGreater(float(local.group(2)), 10 * float(grads.group(3)))
+        self.assertGreater(float(local.group(3)), 10)
+        self.assertGreater(c["lr"], 0)
+
+    def test_adamw_needs_averaged_gradients(self):
+        c = self.config()
+        rows = {m.group(1): m for _, m in self.texts(
+            r"^AdamW, 1 step, (gradients|parameters) averaged: max \|rank 0 - one device\| = %s; "
+            r"share of parameters more than lr/2 away: %s$" % (NUM, NUM))}
+        self.assertEqual(sorted(rows), ["gradients", "parameters"])
+        # Averaged gradients: only a gradient within rounding of zero can flip
+        # sign and move its parameter (by up to 2 lr); that is a tiny share.
+        self.assertLess(float(rows["gradients"].group(3)), 0.001)
+        self.assertLessEqual(float(rows["gradients"].group(2)), 2 * c["adam_lr"] * 1.01)
+        # Averaged parameters: wherever the 4 shards' gradients disagree in
+        # sign, the ~lr sign steps cancel: a large share is off by over lr/2.
+        self.assertGreater(float(rows["parameters"].group(3)), 0.05)
+        self.assertGreater(float(rows["parameters"].group(2)), c["adam_lr"] / 2)
+
+    # ---- DDP's design ----
+
+    def test_broadcast_makes_every_rank_rank0s_initial_weights(self):
+        m = self.one(r"^Initial parameters: max spread over ranks before broadcast = %s, after = %s$" % (NUM, NUM))
+        self.assertGreater(float(m.group(1)), 0.1)   # started from different random weights
+        self.assertEqual(float(m.group(2)), 0)
+        for row in self.per_rank(r"^Rank (\d): after broadcast, max \|weights - rank 0's initial weights\| = %s$"
+                                 % NUM, 4):
+            self.assertEqual(float(row.group(2)), 0)
+
+    def test_buckets_start_in_reverse_order_during_backward(self):
+        m = self.one(r"^Rank 0, step 0, (\d+) layers in (\d+) buckets, in order: (.*)$")
+        layers, buckets = int(m.group(1)), int(m.group(2))
+        self.assertGreater(buckets, 1)
+        self.assertLess(buckets, layers)
+        per = -(-layers // buckets)
+        # Expected, built here: gradients from the last layer down; a bucket
+        # holds `per` consecutive layers from the top and starts right after
+        # its lowest layer's gradient, before the layers below; every wait
+        # comes after the whole backward pass.
+        expected = []
+        for i in range(layers - 1, -1, -1):
+            expected.append("grad %d" % i)
+            position = layers - 1 - i
+            if position % per == per - 1 or i == 0:
+                expected.append("start bucket %d" % (position // per))
+        expected += ["wait bucket %d" % b for b in range(buckets)]
+        self.assertEqual(m.group(3).split(", "), expected)
+
+    def test_bucketed_ddp_equals_one_device_and_ranks_agree(self):
+        for m in self.per_rank(r"^Rank (\d): bucketed DDP gradients: max \|rank - one device\| = %s "
+                               r"\(tolerance %s\)$" % (NUM, NUM), 4):
+            self.assertGreater(float(m.group(3)), 0)
+            self.assertLessEqual(float(m.group(2)), float(m.group(3)))
+        spread = self.one(r"^After (\d+) DDP steps: max spread of the weights over ranks = %s$" % NUM)
+        self.assertGreater(int(spread.group(1)), 1)
+        self.assertEqual(float(spread.group(2)), 0)   # the same averaged gradient, bit for bit
+
+    def test_no_sync_accumulation_equals_one_device_with_one_all_reduce_per_bucket(self):
+        buckets = int(self.one(r"^Rank 0, step 0, (\d+) layers in (\d+) buckets")
+                      .group(2))
+        for m in self.per_rank(r"^Rank (\d): (\d+) micro-batches with no_sync, (\d+) all-reduces \((\d+) buckets\): "
+                               r"max \|rank - one device\| = %s \(tolerance %s\)$" % (NUM, NUM), 4):
+            self.assertGreater(int(m.group(2)), 1)
+            self.assertEqual(int(m.group(4)), buckets)
+            self.assertEqual(int(m.group(3)), buckets)   # only the last micro-batch communicates
+            self.assertGreater(float(m.group(6)), 0)
+            self.assertLessEqual(float(m.group(5)), float(m.group(6)))
+
+    # ---- measurements ----
+
+    def test_bucket_sweep(self):
+        tables = [md for md in self.markdown() if md.startswith("| layers per bucket | buckets |")]
+        self.assertEqual(len(tables), 1)
+        rows = re.findall(r"^\| (\d+) \| (\d+) \| %s \| %s \| %s \|$" % (NUM, NUM, NUM), tables[0], re.M)
+        m = re.search(r"A bigger model for timing: (\d+) layers of (\d+) x", "\n".join(self.markdown()))
+        layers, width = int(m.group(1)), int(m.group(2))
+        self.assertEqual([int(r[0]) for r in rows], [1, 2, 4, layers])   # per parameter, a few, one for all
+        for per, buckets, mb, step, wait in rows:
+            self.assertEqual(int(buckets), -(-layers // int(per)))
+            self.assertAlmostEqual(float(mb), int(per) * width * width * 4 / 1e6, delta=half_unit(mb))
+            self.assertGreater(float(step), 0)
+            self.assertGreaterEqual(float(wait), 0)
+            # Waiting is part of the step (both the slowest rank's medians,
+            # possibly of different ranks: allow the printed rounding).
+            self.assertLessEqual(float(wait), float(step) + half_unit(step))
+        plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"]
+        self.assertEqual(len(plots), 1)
+        spec = plots[0]
+        self.assertIn("vega-lite/v6", spec["$schema"])
+        points = spec["data"]["values"]
+        self.assertEqual([p["buckets"] for p in points], [int(r[1]) for r in rows])
+        for p, r in zip(points, rows):
+            self.assertGreater(p["step_ms"], 0)
+            self.assertAlmostEqual(p["step_ms"], float(r[3]), delta=half_unit(r[3]) + 1e-4)
+
+    def test_straggler_makes_every_rank_wait(self):
+        m = re.search(r"Here rank (\d) of (\d) sleeps (\d+) ms more", "\n".join(self.markdown()))
+        straggler, world, delay = int(m.group(1)), int(m.group(2)), float(m.group(3))
+        rows = self.per_rank(r"^Rank (\d)( \(straggler\))?: compute %s ms, all-reduce %s ms, step %s ms$"
+                             % (NUM, NUM, NUM), world)
+        for m in rows:
+            rank = int(m.group(1))
+            compute, reduce, step = float(m.group(3)), float(m.group(4)), float(m.group(5))
+            self.assertEqual(m.group(2) is not None, rank == straggler)
+            # Every rank's step lasts at least most of the straggler's delay:
+            # the all-reduce ends only once the straggler joins. Half the delay
+            # leaves room for the ranks leaving the barrier at different times
+            # on a busy machine (a late start shortens a step, never the wait
+            # for a rank that sleeps).
+            self.assertGreaterEqual(step, 0.5 * delay, m.group(0))
+            if rank == straggler:
+                self.assertGreaterEqual(compute, delay * 0.99, m.group(0))   # it slept that long
+            else:
+                # The fast ranks spend the difference inside the all-reduce.
+                self.assertGreaterEqual(reduce, 0.5 * delay, m.group(0))
+
+
+class CommittedTrace(unittest.TestCase):
+    """traces/lecture_ddp.json, the trace the repository ships (a class of
+    its own: a planted bug in the lecture makes it stale, which says nothing
+    about whether the numbers above notice the bug)."""
+
+    def test_committed_trace_is_current_and_valid(self):
+        path = os.path.join(ROOT, "traces", "lecture_ddp.json")
+        self.assertTrue(os.path.exists(path), "no committed traces/lecture_ddp.json")
+        trace = tracecheck.validate(path)
+        self.assertEqual(trace["meta"]["status"], "ok")
+        with open(os.path.join(ROOT, "lectures", "lecture_ddp.c"), encoding="utf-8") as f:
+            self.assertEqual(trace["files"]["lectures/lecture_ddp.c"], f.read(),
+                             "traces/lecture_ddp.json was made from another version of the lecture: "
+                             "run build/lectures/lecture_ddp --out traces")
+
+
+if __name__ == "__main__":
+    unittest.main()
