@@ -1195,22 +1195,6 @@ static void ddp(void) {
     free(args);
 }
 
-/* The largest elementwise difference between ranks, for a list of tensors:
- * all-reduce once with MAX and once with MIN, then compare. 0 means every rank
- * holds bit-identical values. */
-static double spread_over_ranks(tensor *const *ts, int n) {
-    double spread = 0;
-    for (int i = 0; i < n; i++) {
-        tensor *hi = to_device(ts[i], ts[i]->device), *lo = to_device(ts[i], ts[i]->device);
-        dist_all_reduce(hi, DIST_MAX);
-        dist_all_reduce(lo, DIST_MIN);
-        spread = fmax(spread, max_abs_diff(hi, lo));
-        tensor_free(hi);
-        tensor_free(lo);
-    }
-    return spread;
-}
-
 static void ddp_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;

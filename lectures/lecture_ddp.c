@@ -506,19 +506,6 @@ static float ddp_forward_backward(ddp_model *m, tensor *x, float beta) {
     return loss;
 }
 
-static double spread_over_ranks(tensor *const *ts, int n) {
-    double spread = 0;
-    for (int i = 0; i < n; i++) {
-        tensor *hi = to_device(ts[i], ts[i]->device), *lo = to_device(ts[i], ts[i]->device);
-        dist_all_reduce(hi, DIST_MAX);
-        dist_all_reduce(lo, DIST_MIN);
-        spread = fmax(spread, max_abs_diff(hi, lo));
-        tensor_free(hi);
-        tensor_free(lo);
-    }
-    return spread;
-}
-
 static void ddp_main(int rank, int world_size, void *args);
 
 static void ddp_design(void) {

@@ -21,7 +21,6 @@
  * (tensor_from, tensor_to_host), never through ->data, so the same code runs
  * on host and device memory.
  */
-#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +35,7 @@
 #include <cmocka.h>
 
 #include "lectern.h"
+#include "lecture_test.h"
 
 enum { N = 6, BIG = 1 << 18 };   /* elements per rank; BIG: large enough for MPI's rendezvous path */
 
@@ -602,27 +602,7 @@ static void body(void) {
                 !LECTERN_NCCL ? "this build has no NCCL" : "no GPU is visible (gpu_count() is 0)");
 }
 
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 int main(int argc, char **argv) {
-    if (argc > 1) return lecture_main(argc, argv, body);   /* a rank */
-    snprintf(args.dir, sizeof args.dir, "/tmp/lectern-test-comm-XXXXXX");
-    if (!mkdtemp(args.dir)) { perror("mkdtemp"); return 2; }
-    char *lecture_args[] = {argv[0], "--out", args.dir, "--quiet", NULL};
-    int rc = lecture_main(4, lecture_args, body);
-    remove_dir(args.dir);
-    if (rc != 0) fprintf(stderr, "test_comm: the lecture run failed (status %d)\n", rc);
+    int rc = run_test_lecture(argc, argv, body, args.dir, sizeof args.dir, "test_comm");
     return failures || rc ? 1 : 0;
 }

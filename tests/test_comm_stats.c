@@ -11,7 +11,6 @@
  * formula gives a whole number of bytes for p = 1..4 and the comparison is
  * exact.
  */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +23,7 @@
 #include <cmocka.h>
 
 #include "lectern.h"
+#include "lecture_test.h"
 
 enum { N = 1200, OPS_N = 16 };
 static const char *const NAMES[OPS_N] = {"barrier", "all_reduce", "reduce", "broadcast", "reduce_scatter",
@@ -168,27 +168,7 @@ static void body(void) {
     failures += cmocka_run_group_tests_name("comm stats", tests, NULL, NULL);
 }
 
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 int main(int argc, char **argv) {
-    if (argc > 1) return lecture_main(argc, argv, body);   /* a rank */
-    snprintf(args.dir, sizeof args.dir, "/tmp/lectern-test-comm-stats-XXXXXX");
-    if (!mkdtemp(args.dir)) { perror("mkdtemp"); return 2; }
-    char *lecture_args[] = {argv[0], "--out", args.dir, "--quiet", NULL};
-    int rc = lecture_main(4, lecture_args, body);
-    remove_dir(args.dir);
-    if (rc != 0) fprintf(stderr, "test_comm_stats: the lecture run failed (status %d)\n", rc);
+    int rc = run_test_lecture(argc, argv, body, args.dir, sizeof args.dir, "test_comm_stats");
     return failures || rc ? 1 : 0;
 }

@@ -97,13 +97,8 @@ class LectureCollectives(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp()
-        try:
-            cls.run_result = subprocess.run([binary(), "--quick", "--quiet", "--out", cls.out],
-                                            capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired as e:
-            cls.run_result = subprocess.CompletedProcess(e.cmd, None, "", "TimeoutExpired after 600 s")
+        cls.run_result, cls.trace = tracecheck.run_quick(binary(), cls.out)
         cls.path = os.path.join(cls.out, NAME + ".json")
-        cls.trace = tracecheck.load(cls.path) if os.path.exists(cls.path) else None
 
     @classmethod
     def tearDownClass(cls):

@@ -57,13 +57,8 @@ class LectureDDP(unittest.TestCase):
         if not os.path.exists(binary):
             raise AssertionError("lecture_ddp is not built in %s (run make)" % build_dir())
         cls.out = tempfile.TemporaryDirectory()
-        try:
-            cls.run_result = subprocess.run([binary, "--quick", "--quiet", "--out", cls.out.name],
-                                            capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired as e:
-            cls.run_result = subprocess.CompletedProcess(e.cmd, None, "", "TimeoutExpired after 600 s")
+        cls.run_result, cls.trace = tracecheck.run_quick(binary, cls.out.name)
         cls.path = os.path.join(cls.out.name, "lecture_ddp.json")
-        cls.trace = tracecheck.load(cls.path) if os.path.exists(cls.path) else None
 
     @classmethod
     def tearDownClass(cls):

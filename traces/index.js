@@ -17,11 +17,11 @@ window.lecternIndex = {
    "name": "lecture_08",
    "title": "Distributed training",
    "summary": "This lecture: training one model on many accelerators at once. The setting: arithmetic is spread over many devices, and moving data between them is slow compared with computing on it. This run found no GPU. Every example still runs for real: each rank is a CPU process, tensors …",
-   "start_time": "2026-11-23T19:40:07Z",
+   "start_time": "2026-11-23T20:35:52Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 16.132,
+   "duration_s": 9.727,
    "steps": 609,
    "failed_run": false
   },
@@ -41,11 +41,11 @@ window.lecternIndex = {
    "name": "lecture_ddp",
    "title": "Distributed data parallel training",
    "summary": "Data parallelism is the most common way to train on many devices: every rank keeps a whole copy of the model and works on its own part of each batch. This lecture builds it up from plain SGD to the design of PyTorch's DistributedDataParallel (DDP), and runs every piece on real …",
-   "start_time": "2026-11-23T19:40:53Z",
+   "start_time": "2026-11-23T20:35:51Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 1.604,
+   "duration_s": 0.964,
    "steps": 67,
    "failed_run": false
   }

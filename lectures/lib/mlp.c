@@ -64,6 +64,19 @@ double largest(const tensor *t) {
     return m;
 }
 
+double spread_over_ranks(tensor *const *ts, int n) {
+    double spread = 0;
+    for (int i = 0; i < n; i++) {
+        tensor *hi = to_device(ts[i], ts[i]->device), *lo = to_device(ts[i], ts[i]->device);
+        dist_all_reduce(hi, DIST_MAX);
+        dist_all_reduce(lo, DIST_MIN);
+        spread = fmax(spread, max_abs_diff(hi, lo));
+        tensor_free(hi);
+        tensor_free(lo);
+    }
+    return spread;
+}
+
 /* u = 2^-24: FLT_EPSILON (2^-23, the spacing of floats at 1) halved. */
 static double longest_sum(const mlp_config *c) { return c->batch > c->width ? c->batch : c->width; }
 

@@ -63,6 +63,11 @@ void free_saved(int layers, tensor **acts, tensor **pre);
 /* The largest |element| of t. */
 double largest(const tensor *t);
 
+/* Inside a spawn, every rank calling it: the largest elementwise difference
+ * between ranks over a list of tensors (all-reduce a copy with MAX, another
+ * with MIN, compare). 0 means every rank holds bit-identical values. */
+double spread_over_ranks(tensor *const *ts, int n);
+
 /* How far apart two float32 computations of this model's gradients may be,
  * relative to the largest gradient, when they differ only in the order of
  * their sums (another BLAS kernel, the batch cut into slices, columns cut

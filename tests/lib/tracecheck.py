@@ -22,6 +22,7 @@ function cannot make a wrong line pass.
 import json
 import os
 import re
+import subprocess
 
 import jsonschema
 
@@ -411,6 +412,20 @@ def failure_kind(returncode, stderr):
     if re.search(r"made no progress for", stderr):
         return TIMEOUT
     return WRONG
+
+
+def run_quick(binary, out_dir, env=None, timeout=600):
+    """Runs a lecture `--quick --quiet` into out_dir; returns the finished
+    process (returncode None and "TimeoutExpired" on stderr when it ran past
+    `timeout`) and its trace, or None when it wrote none."""
+    name = os.path.basename(binary)
+    try:
+        p = subprocess.run([binary, "--quick", "--quiet", "--out", out_dir], env=env, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        p = subprocess.CompletedProcess(e.cmd, None, "", "TimeoutExpired after %d s" % timeout)
+    path = os.path.join(out_dir, name + ".json")
+    return p, (load(path) if os.path.exists(path) else None)
 
 
 def why(p):
