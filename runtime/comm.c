@@ -10,8 +10,10 @@
  * waited for when the function returns is an error step at the line that
  * made it). The backend does the communication:
  *
- *   comm_mpi.c   Open MPI on host memory, over the spawn's communicator
- *   comm_nccl.c  NCCL on device memory, one GPU per rank
+ *   comm_mpi.c     Open MPI on host memory, over the spawn's communicator
+ *   comm_nccl.c    NCCL on device memory, one GPU per rank
+ *   comm_staged.c  Open MPI on device memory staged through pinned host
+ *                  buffers, for ranks that share a GPU
  *
  * Around each call that waits for other ranks we note where the lecture is
  * and whom it waits for (lx_rank_enter, lx_rank_leave): if the ranks
@@ -42,8 +44,26 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
         return;
     }
 #endif
+    if (b == LX_BACKEND_SHARED) {
+#ifdef LECTERN_CUDA
+        if (device < 0) lx_fatal("rank %d of a spawn on shared GPUs sees no GPU (CUDA_VISIBLE_DEVICES?)", rank);
+        ops = lx_comm_stats_wrap(lx_comm_staged_start(rank, world_size, comm, lx_cuda_stage_copier(device)), rank,
+                                 world_size);
+        return;
+#else
+        lx_fatal("a spawn on shared GPUs reached a rank built without CUDA");
+#endif
+    }
+    if (b == LX_BACKEND_STAGED_HOST) {
+        ops = lx_comm_stats_wrap(lx_comm_staged_start(rank, world_size, comm, lx_stage_host_copier()), rank,
+                                 world_size);
+        return;
+    }
     ops = lx_comm_stats_wrap(lx_comm_mpi_start(rank, world_size, comm), rank, world_size);
 }
+
+/* 1 when this spawn's tensors live on GPUs. */
+static int on_device(void) { return backend == LX_BACKEND_NCCL || backend == LX_BACKEND_SHARED; }
 
 /* A pool rank runs many spawns: after one, it is back to "outside spawn". */
 static void finish_forgotten(void);
@@ -70,9 +90,12 @@ const char *dist_backend(void) {
 
 /* Outside spawn: the first GPU if there is one. In a rank: its own GPU under
  * NCCL (its index among the ranks of its host, which is its rank on one
- * machine), the CPU under Open MPI. */
+ * machine), cuda:(rank mod GPUs) on shared GPUs, the CPU under Open MPI.
+ * dist_backend() says "mpi" on shared GPUs: the collectives are Open MPI's;
+ * get_device() says where the tensors live. */
 int get_device(int rank) {
     if (!ops) return gpu_count() > 0 ? 0 : -1;
+    if (backend == LX_BACKEND_SHARED) return rank == my_rank ? my_device : rank % gpu_count();
     if (backend != LX_BACKEND_NCCL) return -1;
     return rank == my_rank ? my_device : rank;
 }
@@ -95,11 +118,11 @@ static const char *where_name(int device) {
 static size_t check_tensor(const char *call, const char *what, const tensor *t) {
     if (!t) lx_fatal("%s(): %s is NULL", call, what);
     lx_tensor_check(t, call);   /* a freed tensor: named, before any rank is waited for */
-    int want_device = backend == LX_BACKEND_NCCL;
+    int want_device = on_device();
     if (want_device && t->device < 0)
-        lx_fatal("%s(): %s is on the CPU, but this spawn runs NCCL on GPU memory: create it on "
+        lx_fatal("%s(): %s is on the CPU, but this spawn's ranks compute on GPUs (%s): create it on "
                  "get_device(rank)",
-                 call, what);
+                 call, what, backend == LX_BACKEND_NCCL ? "NCCL" : "shared, Open MPI via host memory");
     if (!want_device && t->device >= 0)
         lx_fatal("%s(): %s is on %s, but this spawn runs Open MPI on host memory: create it on "
                  "get_device(rank) (the CPU here)",
@@ -196,7 +219,9 @@ static size_t check_reduce_scatter(const char *call, tensor *output, const tenso
     if (in_n != out_n * (size_t)my_world)
         lx_fatal("%s(): input has %zu elements, output %zu: input must be world_size (%d) times output", call,
                  in_n, out_n, my_world);
-    if (output->data == input->data && my_world > 1) lx_fatal("%s(): output and input are the same memory", call);
+    /* (empty tensors may both have no memory at all) */
+    if (output->data == input->data && my_world > 1 && out_n > 0)
+        lx_fatal("%s(): output and input are the same memory", call);
     return out_n;
 }
 
@@ -207,7 +232,8 @@ static size_t check_all_gather(const char *call, tensor *output, const tensor *i
     if (out_n != in_n * (size_t)my_world)
         lx_fatal("%s(): output has %zu elements, input %zu: output must be world_size (%d) times input", call,
                  out_n, in_n, my_world);
-    if (output->data == input->data && my_world > 1) lx_fatal("%s(): output and input are the same memory", call);
+    if (output->data == input->data && my_world > 1 && in_n > 0)
+        lx_fatal("%s(): output and input are the same memory", call);
     return in_n;
 }
 
@@ -299,7 +325,7 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
     size_t rn = check_tensor("dist_sendrecv", "recv", recv);
     check_peer("dist_sendrecv", "dst", dst, 0);
     check_peer("dist_sendrecv", "src", src, 0);
-    if ((const float *)send->data == recv->data) lx_fatal("dist_sendrecv(): send and recv are the same memory");
+    if ((const float *)send->data == recv->data && sn > 0 && rn > 0) lx_fatal("dist_sendrecv(): send and recv are the same memory");
     call_site site;
     enter(&site, "dist_sendrecv", src);
     lx_agree_send_desc *sd = lx_agree_send("dist_sendrecv", (int64_t)sn, dst, site.frames, site.n);

@@ -70,59 +70,14 @@ static double timeout_seconds(void) {
     return 120.0;
 }
 
-#if LECTERN_NCCL
-static int hostfile_in_use(void) {
-    const char *h = getenv("LECTERN_HOSTFILE");
-    return h && *h;
-}
-#endif
-
-/* NCCL when every rank can have a GPU of its own; else Open MPI on host
- * memory. LECTERN_BACKEND=mpi|nccl overrides (e.g. nccl across machines,
- * where the GPUs of the other hosts are not visible here). A forced NCCL
- * that cannot work on this machine is refused here, at the spawn() line,
- * before any rank starts. */
+/* The backend for this spawn, from the machine's facts (spawn_backend.c). */
 static lx_backend choose_backend(int world_size, char **reason) {
+    const char *hostfile = getenv("LECTERN_HOSTFILE");
+    const char *stage_test = getenv("LECTERN_STAGE_TEST");
     int gpus = gpu_count();
-    const char *forced = getenv("LECTERN_BACKEND");
-    if (forced && *forced) {
-        if (strcmp(forced, "mpi") == 0) {
-            *reason = lx_fmt("LECTERN_BACKEND=mpi: Open MPI on host memory (%d rank%s, %d GPU%s)",
-                             world_size, plural(world_size), gpus, plural(gpus));
-            return LX_BACKEND_MPI;
-        }
-        if (strcmp(forced, "nccl") == 0) {
-#if LECTERN_NCCL
-            if (hostfile_in_use()) {   /* the other hosts' GPUs cannot be counted from here */
-                *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s on the hosts of "
-                                 "LECTERN_HOSTFILE)",
-                                 world_size, plural(world_size));
-                return LX_BACKEND_NCCL;
-            }
-            if (gpus < world_size)
-                lx_fatal("LECTERN_BACKEND=nccl needs one GPU per rank: %d rank%s, %d GPU%s%s", world_size,
-                         plural(world_size), gpus, plural(gpus),
-                         gpus == 0 ? " (no GPU or no CUDA driver here; LECTERN_BACKEND=mpi runs on the CPU)"
-                                   : "; spawn fewer ranks, or LECTERN_BACKEND=mpi");
-            *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s, %d GPU%s)", world_size,
-                             plural(world_size), gpus, plural(gpus));
-            return LX_BACKEND_NCCL;
-#else
-            lx_fatal("LECTERN_BACKEND=nccl needs a build with CUDA and NCCL, and this one has none "
-                     "(no nvcc, or no NCCL found at build time: see `make print-nccl`); "
-                     "LECTERN_BACKEND=mpi runs on the CPU");
-#endif
-        }
-        lx_fatal("LECTERN_BACKEND='%s': expected 'mpi' or 'nccl'", forced);
-    }
-    if (LECTERN_NCCL && gpus > 0 && world_size <= gpus) {   /* no NCCL: as if not possible */
-        *reason = lx_fmt("%d rank%s, %d GPU%s: NCCL on device memory", world_size, plural(world_size), gpus,
-                         plural(gpus));
-        return LX_BACKEND_NCCL;
-    }
-    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory%s", world_size, plural(world_size), gpus,
-                     plural(gpus), gpus > 0 && !LECTERN_NCCL ? " (this build has no NCCL)" : "");
-    return LX_BACKEND_MPI;
+    return lx_choose_backend(world_size, gpus, gpus > 0 ? lx_gpu_compute_mode() : 0, lx_gpu_held_here(),
+                             getenv("LECTERN_BACKEND"), LECTERN_NCCL, hostfile && *hostfile,
+                             stage_test && strcmp(stage_test, "1") == 0, reason);
 }
 
 typedef struct held_step held_step;

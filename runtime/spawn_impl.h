@@ -25,11 +25,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm_staged.h"
 #include "internal.h"
 
 #include "lectern.h"
 
-typedef enum { LX_BACKEND_MPI = 0, LX_BACKEND_NCCL = 1 } lx_backend;
+/* How a spawn's ranks compute and communicate (spawn_backend.c chooses):
+ *   MPI     the CPU: host tensors, Open MPI on host memory
+ *   NCCL    one GPU per rank: device tensors, NCCL
+ *   SHARED  more ranks than GPUs: rank r on cuda:(r mod GPUs), device
+ *           tensors, Open MPI through pinned host buffers (comm_staged.c)
+ *   STAGED_HOST  a test hook (LECTERN_STAGE_TEST=1): the CPU, host tensors,
+ *           run through comm_staged.c's pipeline with memcpy as the copies */
+typedef enum {
+    LX_BACKEND_MPI = 0,
+    LX_BACKEND_NCCL = 1,
+    LX_BACKEND_SHARED = 2,
+    LX_BACKEND_STAGED_HOST = 3,
+} lx_backend;
+
+/* spawn_backend.c: the parent's choice for a spawn of world_size ranks on a
+ * machine with `gpus` GPUs whose compute mode is `compute_mode` (the worst
+ * of those the spawn would use: 0 default, 1 exclusive-thread (obsolete),
+ * 2 prohibited, 3 exclusive-process, as cudaComputeMode numbers them),
+ * `parent_on_gpu` when the lecture process itself holds a CUDA context,
+ * `forced` LECTERN_BACKEND (NULL or "" when unset), `nccl_built` and
+ * `hostfile` (LECTERN_HOSTFILE is set). Returns the backend; *reason (malloc'd)
+ * says what the spawn's note says. A forced backend that cannot work is an
+ * lx_fatal at the spawn() line. A pure function of its arguments, so a test
+ * can try every case on any machine. */
+lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int parent_on_gpu, const char *forced,
+                             int nccl_built, int hostfile, int stage_test, char **reason);
+/* The facts it needs from CUDA: the deciding compute mode over the visible
+ * GPUs (read without making a context), and whether this process holds one. */
+int lx_gpu_compute_mode(void);
+int lx_gpu_held_here(void);
 
 /* ---------------- how a pool rank is started ---------------- */
 
@@ -275,6 +305,16 @@ const lx_comm_ops *lx_comm_mpi_start(int rank, int world_size, MPI_Comm comm);
 /* comm_stats.c: a table in front of `ops` that counts the bytes this rank
  * sends (dist_bytes_sent) and passes every call on; resets the counters. */
 const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int world_size);
+/* comm_staged.c (the copy interface, lx_stage_copier, is in comm_staged.h). */
+
+const lx_comm_ops *lx_comm_staged_start(int rank, int world_size, MPI_Comm comm, const lx_stage_copier *copier);
+/* Frees the staging buffers kept from one spawn to the next (the pool rank leaves). */
+void lx_comm_staged_release(void);
+const lx_stage_copier *lx_stage_host_copier(void);
+/* Pipeline steps (chunks) this process has run: tests check that the
+ * pipeline, not something else, produced a result. */
+int64_t lx_stage_chunks_run(void);
+
 #if LECTERN_NCCL
 const lx_comm_ops *lx_comm_nccl_start(int rank, int world_size, int device, MPI_Comm comm);
 /* The NCCL communicators kept from one spawn to the next, destroyed when

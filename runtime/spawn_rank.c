@@ -295,7 +295,12 @@ static void run_spawn(const char *body, size_t size) {
     openblas_set_num_threads(threads);
 
     MPI_Comm comm = comm_for(w);
-    int device = my_desc.backend == LX_BACKEND_NCCL ? device_for(w, comm) : -1;
+    /* NCCL: a GPU per rank; shared GPUs: rank r on cuda:(r mod GPUs). The
+     * CUDA context and cuBLAS handle a rank makes stay with the process, so
+     * the next spawn on this pool rank finds them made. */
+    int device = my_desc.backend == LX_BACKEND_NCCL     ? device_for(w, comm)
+                 : my_desc.backend == LX_BACKEND_SHARED ? (gpu_count() > 0 ? pool_rank % gpu_count() : -1)
+                                                        : -1;
     lx_comm_start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
 
     fn(pool_rank, w, args);
@@ -394,6 +399,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
 #if LECTERN_NCCL
     lx_comm_nccl_release();
 #endif
+    lx_comm_staged_release();
     for (int w = 1; w <= LECTERN_MAX_WORLD; w++)
         if (world_comm[w] != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_comm[w]));
     MPI_CHECK(MPI_Finalize());

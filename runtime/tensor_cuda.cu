@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "comm_staged.h"
 #include "philox.h"
 #include "tensor_impl.h"
 
@@ -350,4 +351,112 @@ extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, ui
     int64_t blocks = (int64_t)((first + (uint64_t)n - 1) / 4 - first / 4) + 1;
     randn_kernel<<<blocks_for(blocks), THREADS>>>(x, n, seed, first);
     CUDA_CHECK(cudaGetLastError());
+}
+
+/* ---------------- staging copies for ranks that share a GPU ---------------- */
+
+/* comm_staged.c's copy interface (spawn_impl.h, lx_stage_copier) on one
+ * device: a "down" stream for device -> host copies and an "up" stream for
+ * host -> device, so a chunk going down and another coming up move at once
+ * (the H100 has a copy engine for each direction), and an event per slot
+ * and direction the host waits on. The streams are blocking streams, so
+ * they are ordered after the kernels and cuBLAS calls of the legacy default
+ * stream that every tensor operation uses: the copies read what those
+ * wrote. Made once per process and kept (a pool rank runs many spawns).
+ * UNVERIFIED: written on a machine without a GPU. */
+#define STAGE_SLOTS 3
+
+static int stage_device = -1;
+static cudaStream_t stage_down_stream, stage_up_stream;
+static cudaEvent_t stage_down_done[STAGE_SLOTS], stage_up_done[STAGE_SLOTS];
+
+static void stage_begin(void)
+{
+    /* Blocking streams wait for the default stream's earlier work by
+     * themselves; nothing to do but make this the current device. */
+    CUDA_CHECK(cudaSetDevice(stage_device));
+}
+
+static void stage_to_host(float *host, const float *dev, size_t n)
+{
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost,
+                               stage_down_stream));
+}
+
+static void stage_to_device(float *dev, const float *host, size_t n)
+{
+    CUDA_CHECK(cudaMemcpyAsync(dev, host, n * sizeof(float), cudaMemcpyHostToDevice,
+                               stage_up_stream));
+}
+
+static void stage_mark_down(int slot) { CUDA_CHECK(cudaEventRecord(stage_down_done[slot], stage_down_stream)); }
+static void stage_wait_down(int slot) { CUDA_CHECK(cudaEventSynchronize(stage_down_done[slot])); }
+static void stage_mark_up(int slot) { CUDA_CHECK(cudaEventRecord(stage_up_done[slot], stage_up_stream)); }
+static void stage_wait_up(int slot) { CUDA_CHECK(cudaEventSynchronize(stage_up_done[slot])); }
+
+/* The async forms' copies: plain cudaMemcpy on the default stream, ordered
+ * with everything else; they return when the copy is done. */
+static void stage_sync_to_host(float *host, const float *dev, size_t n)
+{
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+static void stage_sync_to_device(float *dev, const float *host, size_t n)
+{
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+/* Pinned memory: the copy engines read and write it directly, at full
+ * speed and asynchronously (pageable memory would be staged once more by
+ * the driver, and cudaMemcpyAsync on it is not asynchronous). */
+static float *stage_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+    return (float *)p;
+}
+
+static void stage_host_free(float *p) { CUDA_CHECK(cudaFreeHost(p)); }
+
+static const lx_stage_copier cuda_copier = {
+    "cudaMemcpyAsync on two streams",
+    stage_begin,
+    stage_to_host,
+    stage_to_device,
+    stage_mark_down,
+    stage_wait_down,
+    stage_mark_up,
+    stage_wait_up,
+    stage_sync_to_host,
+    stage_sync_to_device,
+    stage_host_alloc,
+    stage_host_free,
+};
+
+extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device)
+{
+    if (stage_device != device) {
+        if (stage_device >= 0) {   /* another device than before: the old ones go */
+            CUDA_CHECK(cudaSetDevice(stage_device));
+            CUDA_CHECK(cudaStreamDestroy(stage_down_stream));
+            CUDA_CHECK(cudaStreamDestroy(stage_up_stream));
+            for (int s = 0; s < STAGE_SLOTS; s++) {
+                CUDA_CHECK(cudaEventDestroy(stage_down_done[s]));
+                CUDA_CHECK(cudaEventDestroy(stage_up_done[s]));
+            }
+        }
+        CUDA_CHECK(cudaSetDevice(device));
+        CUDA_CHECK(cudaStreamCreate(&stage_down_stream));
+        CUDA_CHECK(cudaStreamCreate(&stage_up_stream));
+        for (int s = 0; s < STAGE_SLOTS; s++) {
+            CUDA_CHECK(cudaEventCreateWithFlags(&stage_down_done[s], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&stage_up_done[s], cudaEventDisableTiming));
+        }
+        stage_device = device;
+    }
+    in_use = 1;
+    return &cuda_copier;
 }

@@ -34,6 +34,7 @@ C_TENSOR = ["%s/tests/test_tensor" % BUILD]
 C_MLP = ["%s/tests/test_mlp" % BUILD]
 C_COMM = ["%s/tests/test_comm" % BUILD]
 C_COMM_STATS = ["%s/tests/test_comm_stats" % BUILD]
+C_COMM_STAGED = ["%s/tests/test_comm_staged" % BUILD]
 C_TRACE = ["%s/tests/test_trace" % BUILD]
 C_GPU_COUNT = ["%s/tests/test_gpu_count" % BUILD]
 C_RANDOM = ["%s/tests/test_random" % BUILD]
@@ -57,6 +58,16 @@ def m(name, path, find, replace, *tests):
 
 
 MUTANTS = [
+    # ---- ranks that share a GPU: the staging pipeline and the choice ----
+    m("staged-pieces-forget-chunk-offset", "runtime/comm_staged.c",
+      "p->in + (size_t)r * p->count + lo, n);", "p->in + (size_t)r * p->count, n);", C_COMM_STAGED),
+    m("staged-async-average-not-divided", "runtime/comm_staged.c",
+      "    if (r->op == DIST_AVG) average(r->host_out, r->average_count, DIST_AVG);\n", "", C_COMM_STAGED),
+    m("staged-last-chunk-short-by-one", "runtime/comm_staged.c",
+      "(total - lo < p->clen ? total - lo : p->clen)", "(total - lo < p->clen ? total - lo - 1 : p->clen)",
+      C_COMM_STAGED),
+    m("choice-shares-an-exclusive-gpu", "runtime/spawn_backend.c",
+      "    if (exclusive) {", "    if (0) {", C_COMM_STAGED),
     # ---- the traffic counter ----
     m("comm-stats-all-reduce-counts-once", "runtime/comm_stats.c", "    add(2 * share(count));\n    inner->all_reduce",
       "    add(share(count));\n    inner->all_reduce", C_COMM_STATS),
@@ -185,7 +196,7 @@ MUTANTS = [
       "    lx_tensor_reset_rng();", SPAWN),
     m("rng-not-reset-between-spawns", "runtime/spawn_rank.c", "    lx_globals_restore();\n    lx_tensor_reset_rng();",
       "    lx_globals_restore();", SPAWN),
-    m("forced-nccl-not-checked", "runtime/spawn.c", "            if (gpus < world_size)\n",
+    m("forced-nccl-not-checked", "runtime/spawn_backend.c", "            if (gpus < world_size)\n",
       "            if (0)\n", SPAWN),
     m("lecture-crash-exits-by-signal", "runtime/crash.c", "        LX_COVERAGE_FLUSH();\n        _exit(1);",
       "        LX_COVERAGE_FLUSH();", FOUNDATION),

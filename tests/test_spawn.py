@@ -147,8 +147,15 @@ class SpawnSteps(Base):
             self.assertEqual(s["id"], i)
             self.assertEqual(s["backend"], used[i], s["reason"])
             self.assertEqual(s["status"], "ok")
-            self.assertIn("NCCL on device memory" if used[i] == "nccl" else "Open MPI on host memory",
-                          s["reason"])
+            # Fewer GPUs than ranks (and at least one): the ranks share them.
+            shared = not forced and used[i] == "mpi" and gpus > 0
+            if shared:
+                self.assertEqual(s["reason"], "%d ranks share %d GPU%s (%s); collectives through Open MPI via "
+                                 "host memory" % (s["world_size"], gpus, "" if gpus == 1 else "s",
+                                                  "cuda:0" if gpus == 1 else "cuda:0-%d" % (gpus - 1)))
+            else:
+                self.assertIn("NCCL on device memory" if used[i] == "nccl" else "Open MPI on host memory",
+                              s["reason"])
             self.assertTrue(s["reason"].startswith("%d rank" % s["world_size"]), s["reason"])
             self.assertGreater(s["seconds"], 0)
             self.assertEqual(s["stack"][-1]["function"], "body")
