@@ -16,6 +16,12 @@
  * bare one alternate, first one then the other, so both see the same machine
  * state; each figure is the median of several runs.
  *
+ * On a machine with fewer GPUs than ranks the ranks share the GPUs
+ * (docs/gpu.md): the runtime's side then runs on device tensors of
+ * get_device(rank), staged through pinned host buffers, and the bare side
+ * stays MPI on host buffers of the same size: what the staging costs
+ * against the same transfer that never leaves host memory.
+ *
  *   build/bench/bench_allreduce [--out DIR]   (default DIR: a temporary folder)
  */
 #include <mpi.h>
@@ -50,8 +56,11 @@ static double slowest(double seconds) {
     return worst;
 }
 
-/* One timed call: through the runtime (bare = 0) or straight to MPI. */
-static double run_once(int op, int bare, tensor *full, tensor *part) {
+/* One timed call: through the runtime (bare = 0) on full and part, or
+ * straight to MPI on full_h and part_h (host tensors: the same ones where
+ * the spawn runs on the CPU). */
+static double run_once(int op, int bare, tensor *full_t, tensor *part_t, tensor *full_h, tensor *part_h) {
+    tensor *full = bare ? full_h : full_t, *part = bare ? part_h : part_t;
     int count = (int)part->numel;
     MPI_Comm ranks = lx_rank_comm();
     MPI_Barrier(ranks);
@@ -100,11 +109,13 @@ static void measure(int rank, int world_size, void *args) {
                world_size, check * 1e6);
         note("agreement check alone on %d ranks: %.1f us", world_size, check * 1e6);
     }
-    /* The bare side is MPI on host memory: compare like with like. */
+    /* The bare side is MPI on host memory. Under NCCL it is not run (device
+     * memory, another library); on shared GPUs it is, on host buffers. */
     int compare = strcmp(dist_backend(), "mpi") == 0;
+    int dev = get_device(rank);
     if (rank == 0) {
-        printf("\n%d ranks (%s); busbw in GB/s (1 GB = 1e9 bytes), median of runs\n", world_size,
-               dist_backend());
+        printf("\n%d ranks (%s, tensors on %s); busbw in GB/s (1 GB = 1e9 bytes), median of runs\n", world_size,
+               dist_backend(), dev < 0 ? "the CPU" : "cuda:0, shared");
         printf("%-15s %8s %5s %12s %12s %12s %12s %7s\n", "collective", "size_MB", "runs", "lectern_s",
                "lectern_bus", "bare_mpi_s", "bare_bus", "ratio");
         fflush(stdout);
@@ -113,20 +124,22 @@ static void measure(int rank, int world_size, void *args) {
         for (int k = 0; k < N_SIZES; k++) {
             int64_t full_n = (int64_t)(SIZES_MB[k] * MB / sizeof(float));
             full_n -= full_n % world_size;
-            tensor *full = zeros(full_n, 0, get_device(rank));
-            tensor *part = zeros(full_n / world_size, 0, get_device(rank));
+            tensor *full = zeros(full_n, 0, dev);
+            tensor *part = zeros(full_n / world_size, 0, dev);
+            tensor *full_h = compare && dev >= 0 ? zeros(full_n, 0, -1) : full;
+            tensor *part_h = compare && dev >= 0 ? zeros(full_n / world_size, 0, -1) : part;
             /* More runs where a run is short and the noise relatively large. */
             int runs = SIZES_MB[k] <= 4 ? MAX_REPEATS : SIZES_MB[k] <= 16 ? 11 : SIZES_MB[k] <= 64 ? 7 : 5;
             double ours[MAX_REPEATS], bare[MAX_REPEATS];
-            run_once(op, 0, full, part);   /* warm-up: first touch of the pages, connections */
-            if (compare) run_once(op, 1, full, part);
+            run_once(op, 0, full, part, full_h, part_h);   /* warm-up: first touch of the pages, connections */
+            if (compare) run_once(op, 1, full, part, full_h, part_h);
             for (int i = 0; i < runs; i++) {
                 if (i % 2 == 0 || !compare) {
-                    ours[i] = run_once(op, 0, full, part);
-                    if (compare) bare[i] = run_once(op, 1, full, part);
+                    ours[i] = run_once(op, 0, full, part, full_h, part_h);
+                    if (compare) bare[i] = run_once(op, 1, full, part, full_h, part_h);
                 } else {
-                    bare[i] = run_once(op, 1, full, part);
-                    ours[i] = run_once(op, 0, full, part);
+                    bare[i] = run_once(op, 1, full, part, full_h, part_h);
+                    ours[i] = run_once(op, 0, full, part, full_h, part_h);
                 }
             }
             double bytes = (double)full_n * sizeof(float);
@@ -148,6 +161,8 @@ static void measure(int rank, int world_size, void *args) {
                 }
                 fflush(stdout);
             }
+            if (full_h != full) tensor_free(full_h);
+            if (part_h != part) tensor_free(part_h);
             tensor_free(full);
             tensor_free(part);
         }

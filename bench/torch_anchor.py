@@ -8,7 +8,10 @@ one call):
   all_reduce  torch.distributed on gloo, CPU tensors, busbw at 1-256 MiB on 2
               and 4 processes, against lectern on Open MPI (bench_allreduce);
               busbw = bytes / time x 2(n-1)/n, the slowest process's time,
-              median of runs (the definitions of docs/benchmarks.md)
+              median of runs (the definitions of docs/benchmarks.md). With a
+              GPU, also gloo on cuda:0 tensors (torch's way of running several
+              processes on one GPU) against lectern's ranks sharing cuda:0
+              (bench_allreduce's figures there are on device tensors)
   matmul      float32 (TF32 off) n x n on cuda:0, torch.matmul against
               lectern's matmul (bench_gpu)
   reference   the reference lecture_08.py run end to end with its helpers
@@ -47,22 +50,25 @@ def empty(rank):
     pass
 
 
-def allreduce_worker(rank, world, port, out_path):
+def allreduce_worker(rank, world, port, out_path, device="cpu"):
     import torch
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     rows = []
     for mib in SIZES_MIB:
         n = mib * 1024 * 1024 // 4
         n -= n % world
-        x = torch.ones(n, dtype=torch.float32)
+        x = torch.ones(n, dtype=torch.float32, device=device)
         runs = 21 if mib <= 4 else 11 if mib <= 16 else 7 if mib <= 64 else 5
         dist.all_reduce(x)  # warm-up: connections, first touch of the pages
+        sync()
         times = []
         for _ in range(runs):
             dist.barrier()
             t0 = time.perf_counter()
             dist.all_reduce(x)
+            sync()  # on cuda:0 the result is back on the device
             dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the slowest process's time
             times.append(dt.item())
@@ -85,12 +91,12 @@ def torch_spawn(runs=3):
     return statistics.median(times), times
 
 
-def torch_allreduce(world):
+def torch_allreduce(world, device="cpu"):
     import torch.multiprocessing as mp
     with tempfile.NamedTemporaryFile(suffix=".txt", delete=False) as f:
         path = f.name
     try:
-        mp.spawn(allreduce_worker, args=(world, free_port(), path), nprocs=world, join=True)
+        mp.spawn(allreduce_worker, args=(world, free_port(), path, device), nprocs=world, join=True)
         with open(path) as f:
             return {int(a): (float(b), float(c)) for a, b, c in (l.split() for l in f if l.strip())}
     finally:
@@ -133,17 +139,23 @@ def ours_spawn(path):
 
 
 def ours_allreduce(path):
-    """bench_allreduce: {world: {MiB: busbw}} for all_reduce."""
-    out, world = {}, None
+    """bench_allreduce: {world: {MiB: busbw}} for all_reduce, the bare MPI
+    call's on host buffers likewise, and the worlds whose tensors were on a
+    GPU (ranks sharing it)."""
+    out, bare, on_gpu, world = {}, {}, set(), None
     for line in open(path):
-        m = re.match(r"\s*(\d+) ranks", line)
+        m = re.match(r"\s*(\d+) ranks \(", line)
         if m:
             world = int(m.group(1))
+            if "tensors on cuda" in line:
+                on_gpu.add(world)
             continue
         f = line.split()
         if world and len(f) >= 5 and f[0] == "all_reduce":
             out.setdefault(world, {})[int(f[1])] = float(f[4])
-    return out
+            if len(f) >= 7 and f[6] != "-":
+                bare.setdefault(world, {})[int(f[1])] = float(f[6])
+    return out, bare, on_gpu
 
 
 def ours_matmul(path):
@@ -216,16 +228,31 @@ def main():
         "%.3f" % ours if ours else "-", med, ", ".join("%.2f" % t for t in runs), ratio(med, ours)))
     sys.stdout.flush()
 
-    ours_ar = ours_allreduce(a.ours_allreduce) if a.ours_allreduce else {}
+    ours_ar, bare_ar, on_gpu = ours_allreduce(a.ours_allreduce) if a.ours_allreduce else ({}, {}, set())
     for world in (2, 4):
         got = torch_allreduce(world)
-        print("\n### all_reduce busbw GB/s, %d processes, CPU memory (lectern: Open MPI; torch: gloo)\n" % world)
+        # Where lectern's ranks shared a GPU, its host-memory figure is the
+        # bare MPI call bench_allreduce ran beside it.
+        host = bare_ar if world in on_gpu else ours_ar
+        print("\n### all_reduce busbw GB/s, %d processes, CPU memory (lectern: Open MPI%s; torch: gloo)\n" % (
+            world, ", the bare call" if world in on_gpu else ""))
         print("| MiB | lectern | torch gloo | lectern / gloo |\n|---:|---:|---:|---:|")
         for mib in SIZES_MIB:
-            o = ours_ar.get(world, {}).get(mib)
+            o = host.get(world, {}).get(mib)
             g = got[mib][1]
             print("| %d | %s | %.3f | %s |" % (mib, "%.3f" % o if o else "-", g, ratio(o, g)))
         sys.stdout.flush()
+    if torch.cuda.is_available():
+        for world in (2, 4):
+            got = torch_allreduce(world, "cuda:0")
+            print("\n### all_reduce busbw GB/s, %d processes sharing cuda:0 (lectern: device tensors staged "
+                  "through Open MPI; torch: gloo on cuda:0 tensors)\n" % world)
+            print("| MiB | lectern | torch gloo cuda:0 | lectern / gloo |\n|---:|---:|---:|---:|")
+            for mib in SIZES_MIB:
+                o = ours_ar.get(world, {}).get(mib) if world in on_gpu else None
+                g = got[mib][1]
+                print("| %d | %s | %.3f | %s |" % (mib, "%.3f" % o if o else "-", g, ratio(o, g)))
+            sys.stdout.flush()
 
     if torch.cuda.is_available():
         mm = torch_matmul()

@@ -62,7 +62,16 @@ static int64_t chunks_run;       /* pipeline steps since the process started (te
 
 int64_t lx_stage_chunks_run(void) { return chunks_run; }
 
+static size_t chunk_override;   /* lx_stage_set_chunk, for tests */
+static size_t stage_chunk_floats(void);
+
+void lx_stage_set_chunk(size_t floats) {
+    chunk_override = floats;
+    if (world != MPI_COMM_NULL) chunk = floats ? floats : stage_chunk_floats();
+}
+
 static size_t stage_chunk_floats(void) {
+    if (chunk_override) return chunk_override;
     const char *s = getenv("LECTERN_STAGE_CHUNK");
     if (s && *s) {
         char *end;

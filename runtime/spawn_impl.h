@@ -314,6 +314,9 @@ const lx_stage_copier *lx_stage_host_copier(void);
 /* Pipeline steps (chunks) this process has run: tests check that the
  * pipeline, not something else, produced a result. */
 int64_t lx_stage_chunks_run(void);
+/* For tests, in a rank: chunks of `floats` from now on in this process (0:
+ * back to LECTERN_STAGE_CHUNK or the default), the current spawn included. */
+void lx_stage_set_chunk(size_t floats);
 
 #if LECTERN_NCCL
 const lx_comm_ops *lx_comm_nccl_start(int rank, int world_size, int device, MPI_Comm comm);

@@ -12,7 +12,8 @@
  *    cover every edge, on 1 to 4 ranks, every collective and op, blocking
  *    and async. Each rank computes what each result must be from the
  *    inputs' formula (every rank's inputs are known to every rank) and
- *    writes a line per mismatch; the test here reads the lines, and checks
+ *    writes a line per mismatch (then the same with chunks of 256 Ki floats,
+ *    on 3 chunks and 7 floats); the test here reads the lines, and checks
  *    that the number of pipeline steps each rank ran is the number of
  *    chunks the sizes make (computed here again), so a result that came
  *    from anywhere but the pipeline fails.
@@ -284,6 +285,38 @@ static void one_size(checker *c, int world, int64_t n) {
     tensor_free(got);
 }
 
+/* Chunks of a realistic size (256 Ki floats, 1 MiB; the default is 4 MiB): a tensor of 3 chunks and 7
+ * floats through all-reduce (every op), reduce-scatter and all-gather. On a
+ * GPU this is where the copies are large enough to overlap. */
+enum { BIG_CHUNK = 1 << 18, BIG = 3 * BIG_CHUNK + 7 };
+
+static void big_sizes(checker *c, int world) {
+    lx_stage_set_chunk(BIG_CHUNK);
+    for (int k = 0; k < 4; k++) {
+        want_ctx w = {.op = OPS[k], .world = world};
+        tensor *t = inputs(c, c->rank, BIG);
+        dist_all_reduce(t, OPS[k]);
+        expect(c, "big all_reduce", BIG, t, want_reduce, &w);
+        tensor_free(t);
+    }
+    int64_t piece = BIG / world;
+    tensor *in = inputs(c, c->rank, piece * world);
+    tensor *out = filled(c, piece, -99);
+    dist_reduce_scatter(out, in, DIST_SUM);
+    want_ctx mine = {.op = DIST_SUM, .world = world, .offset = (int)(c->rank * piece)};
+    expect(c, "big reduce_scatter", piece, out, want_reduce, &mine);
+    tensor_free(in);
+    tensor_free(out);
+    want_ctx gathered = {.n = piece};
+    in = inputs(c, c->rank, piece);
+    out = filled(c, piece * world, -99);
+    dist_all_gather(out, in);
+    expect(c, "big all_gather", piece, out, want_gathered, &gathered);
+    tensor_free(in);
+    tensor_free(out);
+    lx_stage_set_chunk(0);
+}
+
 static void exercise(int rank, int world, void *p) {
     const staged_args *a = p;
     char path[300];
@@ -293,9 +326,14 @@ static void exercise(int rank, int world, void *p) {
     checker c = {.f = f, .rank = rank, .dev = get_device(rank)};
     int64_t before = lx_stage_chunks_run();
     for (int s = 0; s < N_SIZES; s++) one_size(&c, world, SIZES[s]);
+    int64_t chunks = lx_stage_chunks_run() - before;
+    int small_cases = c.cases;
+    big_sizes(&c, world);
+    fprintf(f, "big %d\n", c.cases - small_cases);
+    c.cases = small_cases;
     int gpus = gpu_count();
     fprintf(f, "cases %d chunks %lld device %d backend %s gpus %d\n", c.cases,
-            (long long)(lx_stage_chunks_run() - before), c.dev, dist_backend(), gpus);
+            (long long)chunks, c.dev, dist_backend(), gpus);
     fclose(f);
 }
 
@@ -338,12 +376,13 @@ static void check_group(const char *group, int world, int expect_device_mod) {
         snprintf(path, sizeof path, "%s/%s_w%d_r%d.txt", args.dir, group, world, r);
         FILE *f = fopen(path, "r");
         if (!f) fail_msg("%s, world %d: rank %d wrote no results (%s)", group, world, r, path);
-        int cases = -1, device = -2, gpus = -1;
+        int cases = -1, device = -2, gpus = -1, big = -1;
         long long chunks = -1;
         char backend[16] = "";
         char first_fail[512] = "";
         while (fgets(line, sizeof line, f)) {
             if (strncmp(line, "FAIL", 4) == 0 && !first_fail[0]) snprintf(first_fail, sizeof first_fail, "%s", line);
+            sscanf(line, "big %d", &big);
             sscanf(line, "cases %d chunks %lld device %d backend %15s gpus %d", &cases, &chunks, &device, backend,
                    &gpus);
         }
@@ -352,6 +391,8 @@ static void check_group(const char *group, int world, int expect_device_mod) {
         if (cases != cases_expected(world, r))
             fail_msg("%s, world %d, rank %d: %d cases checked, expected %d", group, world, r, cases,
                      cases_expected(world, r));
+        if (big != 6)   /* 4 all-reduces, a reduce-scatter, an all-gather */
+            fail_msg("%s, world %d, rank %d: %d checks of real chunk sizes, expected 6", group, world, r, big);
         if (chunks != chunks_expected(world, r))
             fail_msg("%s, world %d, rank %d: the staging pipeline ran %lld chunks, expected %lld", group, world, r,
                      chunks, (long long)chunks_expected(world, r));
