@@ -44,18 +44,19 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
         return;
     }
 #endif
-    if (b == LX_BACKEND_SHARED) {
+    if (b == LX_BACKEND_SHARED || b == LX_BACKEND_SHARED_CUDA_AWARE) {
 #ifdef LECTERN_CUDA
         if (device < 0) lx_fatal("rank %d of a spawn on shared GPUs sees no GPU (CUDA_VISIBLE_DEVICES?)", rank);
-        ops = lx_comm_stats_wrap(lx_comm_staged_start(rank, world_size, comm, lx_cuda_stage_copier(device)), rank,
-                                 world_size);
+        ops = lx_comm_stats_wrap(lx_comm_staged_start(rank, world_size, comm, lx_cuda_stage_copier(device),
+                                                      b == LX_BACKEND_SHARED_CUDA_AWARE),
+                                 rank, world_size);
         return;
 #else
         lx_fatal("a spawn on shared GPUs reached a rank built without CUDA");
 #endif
     }
     if (b == LX_BACKEND_STAGED_HOST) {
-        ops = lx_comm_stats_wrap(lx_comm_staged_start(rank, world_size, comm, lx_stage_host_copier()), rank,
+        ops = lx_comm_stats_wrap(lx_comm_staged_start(rank, world_size, comm, lx_stage_host_copier(), 0), rank,
                                  world_size);
         return;
     }
@@ -63,7 +64,9 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
 }
 
 /* 1 when this spawn's tensors live on GPUs. */
-static int on_device(void) { return backend == LX_BACKEND_NCCL || backend == LX_BACKEND_SHARED; }
+static int on_device(void) {
+    return backend == LX_BACKEND_NCCL || backend == LX_BACKEND_SHARED || backend == LX_BACKEND_SHARED_CUDA_AWARE;
+}
 
 /* A pool rank runs many spawns: after one, it is back to "outside spawn". */
 static void finish_forgotten(void);
@@ -95,7 +98,7 @@ const char *dist_backend(void) {
  * get_device() says where the tensors live. */
 int get_device(int rank) {
     if (!ops) return gpu_count() > 0 ? 0 : -1;
-    if (backend == LX_BACKEND_SHARED) return rank == my_rank ? my_device : rank % gpu_count();
+    if (backend == LX_BACKEND_SHARED || backend == LX_BACKEND_SHARED_CUDA_AWARE) return rank == my_rank ? my_device : rank % gpu_count();
     if (backend != LX_BACKEND_NCCL) return -1;
     return rank == my_rank ? my_device : rank;
 }

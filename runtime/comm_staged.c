@@ -35,12 +35,26 @@
  * dist_wait: the transfer moves while the rank computes, and the tensor is
  * updated at dist_wait, not before.
  *
+ * CUDA-aware Open MPI (one built with CUDA, which reads device memory
+ * itself: MPIX_CUDA_AWARE_SUPPORT in mpi-ext.h at build time, and
+ * MPIX_Query_cuda_support() at run time) is given the device pointers
+ * straight ("direct"): the blocking calls and sends and receives go to Open
+ * MPI as they are, after the device's queued work is done, and AVG divides
+ * on the device. The async collectives are staged as above even then (Open
+ * MPI's non-blocking collectives do not take device memory). The spawn
+ * chooses the path in the parent (spawn_backend.c) from the build; a rank
+ * whose Open MPI says at run time that it is not CUDA-aware stages instead
+ * and says so in a warning step. LECTERN_CUDA_AWARE=0 forces staging.
+ *
  * The pinned buffer is allocated once per rank process (at its first staged
  * call) and kept from one spawn to the next; it grows only if a later spawn
  * needs bigger slots. lx_comm_staged_release frees it when the pool rank
  * leaves.
  */
 #include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>   /* MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +73,7 @@ static size_t host_floats;
 static const lx_stage_copier *host_owner;   /* who allocated `host` (frees it) */
 static size_t area;              /* floats in each half of a slot */
 static int64_t chunks_run;       /* pipeline steps since the process started (tests) */
+static int direct;               /* device pointers straight to (CUDA-aware) Open MPI */
 
 int64_t lx_stage_chunks_run(void) { return chunks_run; }
 
@@ -199,7 +214,46 @@ static void step_all_reduce(const pipe *p, size_t k, float *a, float *b) {
     average(a, n, p->op);
 }
 
+/* ---- direct: device pointers straight to CUDA-aware Open MPI ---- */
+
+/* Open MPI reads and writes device memory with its own copies, which are
+ * not ordered after the kernels this rank queued: wait for them first. */
+static void settle(void) {
+    copy->begin();
+    copy->device_sync();
+}
+
+static void divide(float *x, size_t count, dist_op op) {
+    if (op == DIST_AVG && count) copy->divide(x, count, (float)world_size);
+}
+
+static void direct_all_reduce(float *buf, size_t count, dist_op op) {
+    settle();
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), world));
+    divide(buf, count, op);
+}
+
+static void direct_reduce(float *buf, size_t count, int root, dist_op op) {
+    settle();
+    if (me == root) {
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, world));
+        divide(buf, count, op);
+    } else {
+        MPI_CHECK(MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), root, world));
+    }
+}
+
+static void direct_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    settle();
+    MPI_CHECK(MPI_Reduce_scatter_block(in, out, (int)count, MPI_FLOAT, mpi_op(op), world));
+    divide(out, count, op);
+}
+
 static void op_all_reduce(float *buf, size_t count, dist_op op) {
+    if (direct) {
+        direct_all_reduce(buf, count, op);
+        return;
+    }
     pipe p = make_pipe(count, chunk);
     p.buf = buf;
     p.op = op;
@@ -222,6 +276,10 @@ static void step_reduce(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_reduce(float *buf, size_t count, int root, dist_op op) {
+    if (direct) {
+        direct_reduce(buf, count, root, op);
+        return;
+    }
     pipe p = make_pipe(count, chunk);
     p.buf = buf;
     p.op = op;
@@ -239,6 +297,11 @@ static void step_broadcast(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_broadcast(float *buf, size_t count, int root) {
+    if (direct) {
+        settle();
+        MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, world));
+        return;
+    }
     pipe p = make_pipe(count, chunk);
     p.buf = buf;
     p.root = root;
@@ -278,6 +341,10 @@ static void step_reduce_scatter(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    if (direct) {
+        direct_reduce_scatter(out, in, count, op);
+        return;
+    }
     pipe p = make_pipe(count, gather_clen());
     p.out = out;
     p.in = in;
@@ -295,6 +362,11 @@ static void step_all_gather(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_all_gather(float *out, const float *in, size_t count) {
+    if (direct) {
+        settle();
+        MPI_CHECK(MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, world));
+        return;
+    }
     pipe p = make_pipe(count, gather_clen());
     p.out = out;
     p.in = in;
@@ -311,6 +383,11 @@ static void step_scatter(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_scatter(float *out, const float *in, size_t count, int root) {
+    if (direct) {
+        settle();
+        MPI_CHECK(MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world));
+        return;
+    }
     pipe p = make_pipe(count, gather_clen());
     p.out = out;
     p.in = in;
@@ -328,6 +405,11 @@ static void step_gather(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_gather(float *out, const float *in, size_t count, int root) {
+    if (direct) {
+        settle();
+        MPI_CHECK(MPI_Gather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world));
+        return;
+    }
     pipe p = make_pipe(count, gather_clen());
     p.out = out;
     p.in = in;
@@ -349,6 +431,11 @@ static void step_send(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_send(const float *buf, size_t count, int peer) {
+    if (direct) {   /* one message: the receive is direct too (the same Open MPI in every rank) */
+        settle();
+        MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world));
+        return;
+    }
     pipe p = make_pipe(count, chunk);
     p.buf = (float *)buf;   /* only read: down_buf copies from it */
     p.peer = peer;
@@ -365,6 +452,11 @@ static void step_recv(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_recv(float *buf, size_t count, int peer) {
+    if (direct) {
+        settle();
+        MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, MPI_STATUS_IGNORE));
+        return;
+    }
     pipe p = make_pipe(count, chunk);
     p.buf = buf;
     p.peer = peer;
@@ -396,6 +488,12 @@ static void up_recv(const pipe *p, size_t k, const float *a, const float *b) {
 }
 
 static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
+    if (direct) {
+        settle();
+        MPI_CHECK(MPI_Sendrecv(send, (int)send_count, MPI_FLOAT, dst, TAG_P2P, recv, (int)recv_count, MPI_FLOAT, src,
+                               TAG_P2P, world, MPI_STATUS_IGNORE));
+        return;
+    }
     size_t longer = send_count > recv_count ? send_count : recv_count;
     pipe p = make_pipe(longer, chunk);
     p.in = send;
@@ -443,6 +541,12 @@ static staged_request *new_request(int n_reqs) {
 }
 
 static void *op_isend(const float *buf, size_t count, int peer) {
+    if (direct) {
+        staged_request *r = new_request(1);
+        settle();
+        MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[0]));
+        return r;
+    }
     size_t chunks = chunks_for(count, chunk);
     if (chunks > INT32_MAX) lx_fatal("dist_isend(): too many chunks");
     staged_request *r = new_request((int)chunks);
@@ -455,6 +559,12 @@ static void *op_isend(const float *buf, size_t count, int peer) {
 }
 
 static void *op_irecv(float *buf, size_t count, int peer) {
+    if (direct) {
+        staged_request *r = new_request(1);
+        settle();
+        MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[0]));
+        return r;
+    }
     size_t chunks = chunks_for(count, chunk);
     if (chunks > INT32_MAX) lx_fatal("dist_irecv(): too many chunks");
     staged_request *r = new_request((int)chunks);
@@ -551,7 +661,39 @@ static const lx_comm_ops staged_ops = {
     .stop = op_stop,
 };
 
-const lx_comm_ops *lx_comm_staged_start(int rank, int size, MPI_Comm comm, const lx_stage_copier *copier) {
+/* Open MPI built CUDA-aware (mpi-ext.h), and not turned off with
+ * LECTERN_CUDA_AWARE=0: what the parent predicts for the spawn's note. */
+int lx_mpi_cuda_aware_built(void) {
+    const char *off = getenv("LECTERN_CUDA_AWARE");
+    if (off && strcmp(off, "0") == 0) return 0;
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* The same, asked of Open MPI at run time (after MPI_Init). */
+static int cuda_aware_now(void) {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+    return MPIX_Query_cuda_support() == 1;
+#else
+    return 0;
+#endif
+}
+
+void lx_stage_set_direct(int on) { direct = on; }
+
+const lx_comm_ops *lx_comm_staged_start(int rank, int size, MPI_Comm comm, const lx_stage_copier *copier,
+                                        int cuda_aware) {
+    direct = 0;
+    if (cuda_aware) {
+        direct = cuda_aware_now();
+        if (!direct)
+            lx_emit(lx_rendering_markdown("**warning:** Open MPI was built CUDA-aware but says at run time that it "
+                                          "is not (`MPIX_Query_cuda_support()` is 0): this rank stages its "
+                                          "collectives through host memory"));
+    }
     me = rank;
     world_size = size;
     if (host && copier != host_owner) {   /* another kind of memory than last spawn's */
@@ -578,7 +720,8 @@ void lx_comm_staged_release(void) {
  * run Open MPI on host memory runs the staged pipeline above instead, with
  * memcpy as its copies and "device" tensors that are host tensors. Every
  * chunking and ordering decision is the one a GPU spawn makes; only the copy
- * primitive differs. tests/test_comm_staged.c runs it. */
+ * primitive differs. tests/test_comm_staged.c runs it, and with
+ * lx_stage_set_direct(1) the direct path's code as well. */
 static void h_begin(void) {}
 static void h_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void h_mark(int slot) { (void)slot; }
@@ -588,6 +731,9 @@ static float *h_alloc(size_t bytes) {
     return p;
 }
 static void h_free(float *p) { free(p); }
+static void h_divide(float *x, size_t n, float by) {
+    for (size_t i = 0; i < n; i++) x[i] /= by;
+}
 
 static const lx_stage_copier host_copier = {
     .name = "host memcpy",
@@ -602,6 +748,8 @@ static const lx_stage_copier host_copier = {
     .sync_to_device = h_copy,
     .host_alloc = h_alloc,
     .host_free = h_free,
+    .device_sync = h_begin,
+    .divide = h_divide,
 };
 
 const lx_stage_copier *lx_stage_host_copier(void) { return &host_copier; }

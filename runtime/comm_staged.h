@@ -29,6 +29,8 @@ typedef struct lx_stage_copier {
     void (*sync_to_device)(float *dev, const float *host, size_t n);
     float *(*host_alloc)(size_t bytes);   /* pinned on a GPU */
     void (*host_free)(float *p);
+    void (*device_sync)(void);                         /* the device's queued work is done */
+    void (*divide)(float *dev, size_t n, float by);    /* AVG on device memory (the direct path) */
 } lx_stage_copier;
 
 #ifdef LECTERN_CUDA

@@ -77,7 +77,7 @@ static lx_backend choose_backend(int world_size, char **reason) {
     int gpus = gpu_count();
     return lx_choose_backend(world_size, gpus, gpus > 0 ? lx_gpu_compute_mode() : 0, lx_gpu_held_here(),
                              getenv("LECTERN_BACKEND"), LECTERN_NCCL, hostfile && *hostfile,
-                             stage_test && strcmp(stage_test, "1") == 0, reason);
+                             stage_test && strcmp(stage_test, "1") == 0, lx_mpi_cuda_aware_built(), reason);
 }
 
 typedef struct held_step held_step;

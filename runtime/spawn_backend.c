@@ -14,6 +14,10 @@
  * runs on the CPU and its note says why. A prohibited GPU (no process may
  * use it) likewise.
  *
+ * On shared GPUs the collectives stage device memory through pinned host
+ * buffers, or, where Open MPI was built CUDA-aware, hand it the device
+ * pointers (comm_staged.c); the note says which.
+ *
  * LECTERN_BACKEND=mpi|nccl forces a backend: mpi the CPU path, nccl NCCL (an
  * error at the spawn() line when there are fewer GPUs than ranks).
  */
@@ -39,7 +43,7 @@ static char *gpu_list(int gpus) {
 }
 
 lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int parent_on_gpu, const char *forced,
-                             int nccl_built, int hostfile, int stage_test, char **reason) {
+                             int nccl_built, int hostfile, int stage_test, int mpi_cuda_aware, char **reason) {
     if (forced && *forced) {
         if (strcmp(forced, "mpi") == 0) {
             *reason = lx_fmt("LECTERN_BACKEND=mpi: Open MPI on host memory (%d rank%s, %d GPU%s)", world_size,
@@ -91,11 +95,12 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
     if (gpus > 0 && !hostfile) {
         char *list = gpu_list(gpus);
         /* Without NCCL, ranks that could each have a GPU use Open MPI too. */
-        *reason = lx_fmt("%d rank%s %s %d GPU%s (%s); collectives through Open MPI via host memory%s", world_size,
-                         plural(world_size), world_size > gpus ? "share" : "on", gpus, plural(gpus), list,
+        *reason = lx_fmt("%d rank%s %s %d GPU%s (%s); collectives through %s%s", world_size, plural(world_size),
+                         world_size > gpus ? "share" : "on", gpus, plural(gpus), list,
+                         mpi_cuda_aware ? "CUDA-aware Open MPI" : "Open MPI via host memory",
                          world_size > gpus ? "" : " (this build has no NCCL)");
         free(list);
-        return LX_BACKEND_SHARED;
+        return mpi_cuda_aware ? LX_BACKEND_SHARED_CUDA_AWARE : LX_BACKEND_SHARED;
     }
     *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory%s", world_size, plural(world_size), gpus,
                      plural(gpus), stage_test ? " (staged in chunks: LECTERN_STAGE_TEST)" : "");

@@ -35,6 +35,8 @@
  *   NCCL    one GPU per rank: device tensors, NCCL
  *   SHARED  more ranks than GPUs: rank r on cuda:(r mod GPUs), device
  *           tensors, Open MPI through pinned host buffers (comm_staged.c)
+ *   SHARED_CUDA_AWARE  the same where Open MPI is CUDA-aware: device
+ *           pointers go straight to it
  *   STAGED_HOST  a test hook (LECTERN_STAGE_TEST=1): the CPU, host tensors,
  *           run through comm_staged.c's pipeline with memcpy as the copies */
 typedef enum {
@@ -42,6 +44,7 @@ typedef enum {
     LX_BACKEND_NCCL = 1,
     LX_BACKEND_SHARED = 2,
     LX_BACKEND_STAGED_HOST = 3,
+    LX_BACKEND_SHARED_CUDA_AWARE = 4,   /* SHARED, device pointers straight to CUDA-aware Open MPI */
 } lx_backend;
 
 /* spawn_backend.c: the parent's choice for a spawn of world_size ranks on a
@@ -55,7 +58,7 @@ typedef enum {
  * lx_fatal at the spawn() line. A pure function of its arguments, so a test
  * can try every case on any machine. */
 lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int parent_on_gpu, const char *forced,
-                             int nccl_built, int hostfile, int stage_test, char **reason);
+                             int nccl_built, int hostfile, int stage_test, int mpi_cuda_aware, char **reason);
 /* The facts it needs from CUDA: the deciding compute mode over the visible
  * GPUs (read without making a context), and whether this process holds one. */
 int lx_gpu_compute_mode(void);
@@ -307,7 +310,14 @@ const lx_comm_ops *lx_comm_mpi_start(int rank, int world_size, MPI_Comm comm);
 const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int world_size);
 /* comm_staged.c (the copy interface, lx_stage_copier, is in comm_staged.h). */
 
-const lx_comm_ops *lx_comm_staged_start(int rank, int world_size, MPI_Comm comm, const lx_stage_copier *copier);
+/* cuda_aware: the parent chose device pointers straight to Open MPI (the
+ * rank checks that Open MPI agrees at run time, and stages if not). */
+const lx_comm_ops *lx_comm_staged_start(int rank, int world_size, MPI_Comm comm, const lx_stage_copier *copier,
+                                        int cuda_aware);
+/* Open MPI was built CUDA-aware and LECTERN_CUDA_AWARE is not 0. */
+int lx_mpi_cuda_aware_built(void);
+/* For tests, in a rank: the direct path on (1) or off (0) from now on. */
+void lx_stage_set_direct(int on);
 /* Frees the staging buffers kept from one spawn to the next (the pool rank leaves). */
 void lx_comm_staged_release(void);
 const lx_stage_copier *lx_stage_host_copier(void);

@@ -299,8 +299,9 @@ static void run_spawn(const char *body, size_t size) {
      * CUDA context and cuBLAS handle a rank makes stay with the process, so
      * the next spawn on this pool rank finds them made. */
     int device = my_desc.backend == LX_BACKEND_NCCL     ? device_for(w, comm)
-                 : my_desc.backend == LX_BACKEND_SHARED ? (gpu_count() > 0 ? pool_rank % gpu_count() : -1)
-                                                        : -1;
+                 : my_desc.backend == LX_BACKEND_SHARED || my_desc.backend == LX_BACKEND_SHARED_CUDA_AWARE
+                     ? (gpu_count() > 0 ? pool_rank % gpu_count() : -1)
+                     : -1;
     lx_comm_start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
 
     fn(pool_rank, w, args);

@@ -421,6 +421,30 @@ static float *stage_host_alloc(size_t bytes)
 
 static void stage_host_free(float *p) { CUDA_CHECK(cudaFreeHost(p)); }
 
+/* The direct path (CUDA-aware Open MPI): Open MPI's own copies are not
+ * ordered after this rank's kernels, so the device's queued work is done
+ * first; and AVG's division happens where the sum is, on the device. */
+static void stage_device_sync(void)
+{
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+/* x / by, as the host divides (not x * (1/by), which rounds differently
+ * for a world size that is not a power of two). */
+static __global__ void divide_kernel(float *x, int64_t n, float by)
+{
+    GRID_STRIDE_LOOP(i, n) x[i] = x[i] / by;
+}
+
+static void stage_divide(float *x, size_t n, float by)
+{
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    divide_kernel<<<blocks_for((int64_t)n), THREADS>>>(x, (int64_t)n, by);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 static const lx_stage_copier cuda_copier = {
     "cudaMemcpyAsync on two streams",
     stage_begin,
@@ -434,6 +458,8 @@ static const lx_stage_copier cuda_copier = {
     stage_sync_to_device,
     stage_host_alloc,
     stage_host_free,
+    stage_device_sync,
+    stage_divide,
 };
 
 extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device)

@@ -17,6 +17,9 @@
  *    that the number of pipeline steps each rank ran is the number of
  *    chunks the sizes make (computed here again), so a result that came
  *    from anywhere but the pipeline fails.
+ *    The same cases run through the direct path's code too (what a
+ *    CUDA-aware Open MPI gets), on host memory, where no chunk may go
+ *    through the pipeline.
  * 2. The same on shared GPUs, where there is a GPU (skipped otherwise, with
  *    the reason): 2 to 4 ranks on fewer GPUs, device tensors on
  *    cuda:(rank mod GPUs), the spawn's note as the issue words it.
@@ -51,7 +54,8 @@ static const char *const OP_NAMES[] = {"sum", "avg", "min", "max"};
 
 typedef struct staged_args {
     char dir[200];
-    char group[16];    /* "host" or "gpu": names the result files */
+    char group[16];    /* "host", "direct" or "gpu": names the result files */
+    int direct;        /* the direct path (CUDA-aware Open MPI's), on host memory */
 } staged_args;
 
 static staged_args args;
@@ -324,12 +328,14 @@ static void exercise(int rank, int world, void *p) {
     FILE *f = fopen(path, "w");
     if (!f) { perror(path); exit(1); }
     checker c = {.f = f, .rank = rank, .dev = get_device(rank)};
+    if (a->direct) lx_stage_set_direct(1);
     int64_t before = lx_stage_chunks_run();
     for (int s = 0; s < N_SIZES; s++) one_size(&c, world, SIZES[s]);
     int64_t chunks = lx_stage_chunks_run() - before;
     int small_cases = c.cases;
     big_sizes(&c, world);
     fprintf(f, "big %d\n", c.cases - small_cases);
+    if (a->direct) lx_stage_set_direct(0);
     c.cases = small_cases;
     int gpus = gpu_count();
     fprintf(f, "cases %d chunks %lld device %d backend %s gpus %d\n", c.cases,
@@ -370,7 +376,7 @@ static int cases_expected(int world, int rank) {
 
 /* Reads rank r's file of world `world`; fails on a FAIL line or counts that
  * are not what they must be. */
-static void check_group(const char *group, int world, int expect_device_mod) {
+static void check_group(const char *group, int world, int expect_device_mod, int direct) {
     for (int r = 0; r < world; r++) {
         char path[300], line[512];
         snprintf(path, sizeof path, "%s/%s_w%d_r%d.txt", args.dir, group, world, r);
@@ -393,9 +399,11 @@ static void check_group(const char *group, int world, int expect_device_mod) {
                      cases_expected(world, r));
         if (big != 6)   /* 4 all-reduces, a reduce-scatter, an all-gather */
             fail_msg("%s, world %d, rank %d: %d checks of real chunk sizes, expected 6", group, world, r, big);
-        if (chunks != chunks_expected(world, r))
+        /* The direct path hands whole buffers to Open MPI: no pipeline step. */
+        long long want_chunks = direct ? 0 : (long long)chunks_expected(world, r);
+        if (chunks != want_chunks)
             fail_msg("%s, world %d, rank %d: the staging pipeline ran %lld chunks, expected %lld", group, world, r,
-                     chunks, (long long)chunks_expected(world, r));
+                     chunks, want_chunks);
         if (strcmp(backend, "mpi") != 0) fail_msg("%s, world %d, rank %d: dist_backend() is '%s'", group, world, r, backend);
         int want_device = expect_device_mod > 0 ? r % expect_device_mod : -1;
         if (device != want_device)
@@ -416,8 +424,15 @@ static void test_pipeline_on_host(void **state) {
         const char *reason = spawn_reason(host_first_spawn + w - 1);
         if (!reason || !strstr(reason, "staged in chunks: LECTERN_STAGE_TEST"))
             fail_msg("world %d: the spawn's note does not say the test hook ran: %s", w, reason ? reason : "(none)");
-        check_group("host", w, 0);
+        check_group("host", w, 0, 0);
     }
+}
+
+/* The direct path's code (device pointers straight to CUDA-aware Open MPI,
+ * AVG divided by the copier) run on host memory: every case again. */
+static void test_direct_on_host(void **state) {
+    (void)state;
+    for (int w = 1; w <= 4; w++) check_group("direct", w, 0, 1);
 }
 
 static void test_shared_gpu(void **state) {
@@ -431,19 +446,20 @@ static void test_shared_gpu(void **state) {
         printf("skipped: %d GPUs: no spawn of up to 4 ranks shares one\n", gpus);
         skip();
     }
+    /* Where Open MPI is CUDA-aware the device pointers go straight to it. */
+    int aware = lx_mpi_cuda_aware_built();
+    const char *path = aware ? "CUDA-aware Open MPI" : "Open MPI via host memory";
     for (int w = gpus + 1; w <= 4 && w > gpus; w++) {
         const char *reason = spawn_reason(gpu_first_spawn + w - (gpus + 1));
         char want[200];
         if (gpus == 1)
-            snprintf(want, sizeof want, "%d ranks share 1 GPU (cuda:0); collectives through Open MPI via host memory",
-                     w);
+            snprintf(want, sizeof want, "%d ranks share 1 GPU (cuda:0); collectives through %s", w, path);
         else
-            snprintf(want, sizeof want,
-                     "%d ranks share %d GPUs (cuda:0-%d); collectives through Open MPI via host memory", w, gpus,
-                     gpus - 1);
+            snprintf(want, sizeof want, "%d ranks share %d GPUs (cuda:0-%d); collectives through %s", w, gpus,
+                     gpus - 1, path);
         if (!reason || strcmp(reason, want) != 0)
             fail_msg("world %d: the spawn's note is '%s', expected '%s'", w, reason ? reason : "(none)", want);
-        check_group("gpu", w, gpus);
+        check_group("gpu", w, gpus, aware);
     }
 }
 
@@ -452,7 +468,7 @@ static void test_shared_gpu(void **state) {
 static lx_backend choose(int world, int gpus, int mode, int parent, const char *forced, int nccl, int hostfile,
                          int stage_test, char *reason, size_t size) {
     char *r = NULL;
-    lx_backend b = lx_choose_backend(world, gpus, mode, parent, forced, nccl, hostfile, stage_test, &r);
+    lx_backend b = lx_choose_backend(world, gpus, mode, parent, forced, nccl, hostfile, stage_test, 0, &r);
     snprintf(reason, size, "%s", r);
     free(r);
     return b;
@@ -489,6 +505,11 @@ static void test_choice(void **state) {
     /* The test hook turns only the CPU path into the staged one. */
     assert_int_equal(choose(4, 0, 0, 0, NULL, 0, 0, 1, why, sizeof why), LX_BACKEND_STAGED_HOST);
     assert_int_equal(choose(4, 1, 0, 0, NULL, 1, 0, 1, why, sizeof why), LX_BACKEND_SHARED);
+    /* CUDA-aware Open MPI: the device pointers go straight, and the note says so. */
+    char *r = NULL;
+    assert_int_equal(lx_choose_backend(4, 1, 0, 0, NULL, 1, 0, 0, 1, &r), LX_BACKEND_SHARED_CUDA_AWARE);
+    assert_string_equal(r, "4 ranks share 1 GPU (cuda:0); collectives through CUDA-aware Open MPI");
+    free(r);
 }
 
 static void body(void) {
@@ -496,6 +517,10 @@ static void body(void) {
     snprintf(args.group, sizeof args.group, "host");
     setenv("LECTERN_STAGE_TEST", "1", 1);
     for (int w = 1; w <= 4; w++) spawn(exercise, w, &args, sizeof args);
+    snprintf(args.group, sizeof args.group, "direct");
+    args.direct = 1;
+    for (int w = 1; w <= 4; w++) spawn(exercise, w, &args, sizeof args);
+    args.direct = 0;
     unsetenv("LECTERN_STAGE_TEST");
     int gpus = gpu_count();
     if (gpus > 0) {
@@ -505,6 +530,7 @@ static void body(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipeline_on_host),
+        cmocka_unit_test(test_direct_on_host),
         cmocka_unit_test(test_shared_gpu),
         cmocka_unit_test(test_choice),
     };
