@@ -8,13 +8,17 @@
 #      relocated there (OPAL_PREFIX ...); the machine's own copy of a general
 #      library wins over the carried one, lectern's own dependencies are the
 #      carried ones; NCCL from python3's nvidia/nccl package if there is one
-#   3. the tests: every C test, tests/test_spawn.py, test_lecture_08.py,
+#   3. the tests: every C test (test_comm_staged: every collective on device
+#      tensors of ranks sharing a GPU), tests/test_spawn.py, test_lecture_08.py,
 #      test_foundation.py; compute-sanitizer's memcheck on the GPU tests
 #   4. the full lecture_08, three runs: the first becomes
 #      traces/lecture_08.gpu.json (+ .js); wall time, the CUDA-streams section
 #   5. benchmarks: bench_gpu (matmul vs bare cuBLAS, device copy, randn),
-#      bench_spawn, bench_allreduce, then bench/torch_anchor.py (PyTorch on the
-#      same machine: spawn, gloo all_reduce, matmul, the reference lecture)
+#      bench_spawn (with spawns of 4 ranks using the GPU), bench_allreduce
+#      (device tensors of ranks sharing the GPU beside bare MPI on host
+#      buffers), then bench/torch_anchor.py (PyTorch on the same machine:
+#      spawn, gloo all_reduce on CPU and on cuda:0 tensors, matmul, the
+#      reference lecture)
 #
 # Writes under $OUT (default .carry/out): gpu-check.log (everything),
 # summary.md (facts, results, timings), bench.md (the benchmark tables),
@@ -117,6 +121,8 @@ md '```'
     echo "CPUs: $(nproc); memory: $(free -g 2>/dev/null | awk '/^Mem:/ {print $2 " GiB"}')"
     echo "GPUs (nvidia-smi -L): $gpus"
     nvidia-smi -L 2>/dev/null
+    # Exclusive-process or prohibited: spawns fall back to the CPU (docs/gpu.md).
+    [ "$gpus" -gt 0 ] && echo "compute mode: $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | paste -sd, -)"
     nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
     if [ -x "$nvcc_bin" ]; then echo "nvcc: $("$nvcc_bin" --version | tail -2 | head -1)"; else echo "nvcc: none"; fi
     echo "python: $($PY --version 2>&1) at $(command -v "$PY")"
@@ -333,7 +339,7 @@ export LECTERN_OUT=$WORK/bench-traces
 mkdir -p "$LECTERN_OUT"
 bench bench_gpu 300 "$BUILD/bench/bench_gpu"
 bench bench_spawn 180 "$BUILD/bench/bench_spawn"
-bench bench_allreduce 300 "$BUILD/bench/bench_allreduce"
+bench bench_allreduce 420 "$BUILD/bench/bench_allreduce"
 ref=()
 [ -f .carry/reference/lecture_08.py ] &&
     ref=(--reference .carry/reference/lecture_08.py --ours-lecture "$BUILD/lectures/lecture_08")

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -417,6 +418,23 @@ static const char *spawn_reason(int id) {
 }
 
 static int host_first_spawn = -1, gpu_first_spawn = -1;
+/* After the GPU spawns: does nvidia-smi list this (the lecture) process as
+ * one holding a CUDA context? -1 when nvidia-smi could not say. The spawn
+ * read the GPUs' compute mode here; that must not have made a context, or
+ * an exclusive-process GPU would be taken from the ranks by the asking. */
+static int parent_listed = -1;
+
+static void ask_nvidia_smi(void) {
+    FILE *p = popen("nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null", "r");
+    if (!p) return;
+    char line[64];
+    int listed = 0, lines = 0;
+    while (fgets(line, sizeof line, p)) {
+        lines++;
+        if (atoi(line) == (int)getpid()) listed = 1;
+    }
+    if (pclose(p) == 0 && lines > 0) parent_listed = listed;   /* the ranks hold contexts: some lines */
+}
 
 static void test_pipeline_on_host(void **state) {
     (void)state;
@@ -461,6 +479,8 @@ static void test_shared_gpu(void **state) {
             fail_msg("world %d: the spawn's note is '%s', expected '%s'", w, reason ? reason : "(none)", want);
         check_group("gpu", w, gpus, aware);
     }
+    if (parent_listed < 0) printf("(nvidia-smi could not list the processes on the GPU: the parent's context not checked)\n");
+    else if (parent_listed) fail_msg("the lecture process holds a CUDA context after choosing the backend");
 }
 
 /* ---- lx_choose_backend on given facts ---- */
@@ -527,6 +547,7 @@ static void body(void) {
         gpu_first_spawn = cJSON_GetArraySize(lx_trace_spawns());
         snprintf(args.group, sizeof args.group, "gpu");
         for (int w = gpus + 1; w <= 4; w++) spawn(exercise, w, &args, sizeof args);
+        ask_nvidia_smi();   /* while the pool ranks still hold theirs */
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipeline_on_host),
