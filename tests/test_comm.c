@@ -14,7 +14,8 @@
  *
  * Backends. Each world size runs once with the backend the runtime picks by
  * itself (NCCL on device memory when every rank can have a GPU, else Open MPI
- * on host memory), and test_identity checks the pick against that rule with
+ * on host memory; ranks sharing fewer GPUs than they are, on device tensors
+ * staged through Open MPI), and test_identity checks the pick against that rule with
  * what the ranks report (dist_backend(), get_device()). Where the machine
  * could run both, the world size runs a second time with LECTERN_BACKEND=mpi,
  * so both paths are covered. Tensors are filled and read through the API
@@ -592,8 +593,8 @@ static void body(void) {
     const char *forced = getenv("LECTERN_BACKEND");
     for (int world = 1; world <= 4; world++) {
         run_group(world, "auto", tests, n);
-        /* The runtime picked NCCL: cover the Open MPI path too. */
-        if (nccl_possible(world) && !(forced && *forced)) run_group(world, "mpi", tests, n);
+        /* The runtime picked NCCL, or shared GPUs: cover the CPU path too. */
+        if ((nccl_possible(world) || gpu_count() > 0) && !(forced && *forced)) run_group(world, "mpi", tests, n);
     }
     const struct CMUnitTest overlap[] = {cmocka_unit_test(test_overlap)};
     group_world = 2;
