@@ -37,6 +37,10 @@ typedef struct lx_stage_copier {
 /* tensor_cuda.cu: the copier for `device` (its streams and events made once
  * per process and kept). */
 const lx_stage_copier *lx_cuda_stage_copier(int device);
+/* How many cuBLAS handles this process has made in its life (returned), and
+ * sets of staging streams (*stagings): a pool rank that keeps them from one
+ * spawn to the next makes each once. For tests. */
+int lx_cuda_made(int *stagings);
 #endif
 
 #ifdef __cplusplus

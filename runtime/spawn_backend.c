@@ -46,8 +46,9 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
                              int nccl_built, int hostfile, int stage_test, int mpi_cuda_aware, char **reason) {
     if (forced && *forced) {
         if (strcmp(forced, "mpi") == 0) {
-            *reason = lx_fmt("LECTERN_BACKEND=mpi: Open MPI on host memory (%d rank%s, %d GPU%s)", world_size,
-                             plural(world_size), gpus, plural(gpus));
+            *reason = lx_fmt("LECTERN_BACKEND=mpi: Open MPI on host memory (%d rank%s, %d GPU%s)%s", world_size,
+                             plural(world_size), gpus, plural(gpus),
+                             stage_test ? " (staged in chunks: LECTERN_STAGE_TEST)" : "");
             return stage_test ? LX_BACKEND_STAGED_HOST : LX_BACKEND_MPI;
         }
         if (strcmp(forced, "nccl") == 0) {

@@ -101,6 +101,7 @@ extern "C" void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const flo
  * drives one GPU). Made on first use, destroyed at exit. */
 #define MAX_GPUS 64
 static cublasHandle_t handles[MAX_GPUS];
+static int handles_made;   /* in this process's life: a pool rank makes one per device, once */
 
 static void destroy_handles(void)
 {
@@ -129,6 +130,7 @@ static cublasHandle_t cublas_for(int device)
     CUDA_CHECK(cudaSetDevice(device));
     if (!handles[device]) {
         CUBLAS_CHECK(cublasCreate(&handles[device]));
+        handles_made++;
         if (!registered) {
             atexit(destroy_handles);
             registered = 1;
@@ -367,6 +369,7 @@ extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, ui
 #define STAGE_SLOTS 3
 
 static int stage_device = -1;
+static int stagings_made;   /* stream and event sets made in this process's life */
 static cudaStream_t stage_down_stream, stage_up_stream;
 static cudaEvent_t stage_down_done[STAGE_SLOTS], stage_up_done[STAGE_SLOTS];
 
@@ -482,7 +485,14 @@ extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device)
             CUDA_CHECK(cudaEventCreateWithFlags(&stage_up_done[s], cudaEventDisableTiming));
         }
         stage_device = device;
+        stagings_made++;
     }
     in_use = 1;
     return &cuda_copier;
+}
+
+extern "C" int lx_cuda_made(int *stagings)
+{
+    *stagings = stagings_made;
+    return handles_made;
 }

@@ -22,7 +22,9 @@
  *    through the pipeline.
  * 2. The same on shared GPUs, where there is a GPU (skipped otherwise, with
  *    the reason): 2 to 4 ranks on fewer GPUs, device tensors on
- *    cuda:(rank mod GPUs), the spawn's note as the issue words it.
+ *    cuda:(rank mod GPUs), the spawn's note as the issue words it; each
+ *    pool rank makes its cuBLAS handle and staging streams once for all
+ *    spawns; the lecture process holds no CUDA context.
  * 3. lx_choose_backend on facts given here: shared GPUs, NCCL,
  *    exclusive-process and prohibited compute modes, no NCCL built,
  *    a hostfile, the test hook.
@@ -338,6 +340,16 @@ static void exercise(int rank, int world, void *p) {
     fprintf(f, "big %d\n", c.cases - small_cases);
     if (a->direct) lx_stage_set_direct(0);
     c.cases = small_cases;
+#ifdef LECTERN_CUDA
+    if (c.dev >= 0) {   /* what this pool rank made on the GPU, in its whole life so far */
+        tensor *x = randn(4, 4, c.dev);
+        tensor *y = matmul(x, x);   /* cuBLAS: its handle */
+        tensor_free(y);
+        tensor_free(x);
+        int stagings = 0, handles = lx_cuda_made(&stagings);
+        fprintf(f, "made %d %d\n", handles, stagings);
+    }
+#endif
     int gpus = gpu_count();
     fprintf(f, "cases %d chunks %lld device %d backend %s gpus %d\n", c.cases,
             (long long)chunks, c.dev, dist_backend(), gpus);
@@ -383,13 +395,14 @@ static void check_group(const char *group, int world, int expect_device_mod, int
         snprintf(path, sizeof path, "%s/%s_w%d_r%d.txt", args.dir, group, world, r);
         FILE *f = fopen(path, "r");
         if (!f) fail_msg("%s, world %d: rank %d wrote no results (%s)", group, world, r, path);
-        int cases = -1, device = -2, gpus = -1, big = -1;
+        int cases = -1, device = -2, gpus = -1, big = -1, handles = -1, stagings = -1;
         long long chunks = -1;
         char backend[16] = "";
         char first_fail[512] = "";
         while (fgets(line, sizeof line, f)) {
             if (strncmp(line, "FAIL", 4) == 0 && !first_fail[0]) snprintf(first_fail, sizeof first_fail, "%s", line);
             sscanf(line, "big %d", &big);
+            sscanf(line, "made %d %d", &handles, &stagings);
             sscanf(line, "cases %d chunks %lld device %d backend %15s gpus %d", &cases, &chunks, &device, backend,
                    &gpus);
         }
@@ -406,6 +419,13 @@ static void check_group(const char *group, int world, int expect_device_mod, int
             fail_msg("%s, world %d, rank %d: the staging pipeline ran %lld chunks, expected %lld", group, world, r,
                      chunks, want_chunks);
         if (strcmp(backend, "mpi") != 0) fail_msg("%s, world %d, rank %d: dist_backend() is '%s'", group, world, r, backend);
+        /* On a GPU: the pool rank made one cuBLAS handle and one set of
+         * staging streams in its life, however many spawns it ran (the
+         * spawns of 2, 3 and 4 ranks run on the same pool of 4). */
+        if (expect_device_mod > 0 && (handles != 1 || stagings != 1))
+            fail_msg("%s, world %d, rank %d: the rank has made %d cuBLAS handles and %d sets of staging streams "
+                     "so far; once each is expected (kept from one spawn to the next)",
+                     group, world, r, handles, stagings);
         int want_device = expect_device_mod > 0 ? r % expect_device_mod : -1;
         if (device != want_device)
             fail_msg("%s, world %d, rank %d: get_device() gave %d, expected %d", group, world, r, device, want_device);
@@ -523,6 +543,7 @@ static void test_choice(void **state) {
     /* Ranks on other hosts cannot share this host's GPU. */
     assert_int_equal(choose(4, 1, 0, 0, NULL, 1, 1, 0, why, sizeof why), LX_BACKEND_MPI);
     /* The test hook turns only the CPU path into the staged one. */
+    assert_int_equal(choose(4, 1, 0, 0, "mpi", 1, 0, 1, why, sizeof why), LX_BACKEND_STAGED_HOST);
     assert_int_equal(choose(4, 0, 0, 0, NULL, 0, 0, 1, why, sizeof why), LX_BACKEND_STAGED_HOST);
     assert_int_equal(choose(4, 1, 0, 0, NULL, 1, 0, 1, why, sizeof why), LX_BACKEND_SHARED);
     /* CUDA-aware Open MPI: the device pointers go straight, and the note says so. */
@@ -536,12 +557,14 @@ static void body(void) {
     host_first_spawn = cJSON_GetArraySize(lx_trace_spawns());
     snprintf(args.group, sizeof args.group, "host");
     setenv("LECTERN_STAGE_TEST", "1", 1);
+    setenv("LECTERN_BACKEND", "mpi", 1);   /* the CPU path, also on a GPU machine */
     for (int w = 1; w <= 4; w++) spawn(exercise, w, &args, sizeof args);
     snprintf(args.group, sizeof args.group, "direct");
     args.direct = 1;
     for (int w = 1; w <= 4; w++) spawn(exercise, w, &args, sizeof args);
     args.direct = 0;
     unsetenv("LECTERN_STAGE_TEST");
+    unsetenv("LECTERN_BACKEND");
     int gpus = gpu_count();
     if (gpus > 0) {
         gpu_first_spawn = cJSON_GetArraySize(lx_trace_spawns());
