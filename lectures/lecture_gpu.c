@@ -369,7 +369,7 @@ static void matmul_tiled(const float *a, const float *b, float *c, int n) {
  * largest sum_k |a_ik| |b_kj| is computed with matmul() of |a| and |b|. A
  * real mistake (a tile skipped, an index off by one) is off by a whole
  * product, orders of magnitude more. */
-static double matmul_tolerance(const float *a, const float *b, int n) {
+static double matmul_tolerance(const float *a, const float *b, int n, double *largest_sum) {
     size_t nn = (size_t)n * (size_t)n;
     float *aa = malloc(sizeof(float) * nn), *bb = malloc(sizeof(float) * nn);
     for (size_t i = 0; i < nn; i++) {
@@ -379,6 +379,7 @@ static double matmul_tolerance(const float *a, const float *b, int n) {
     tensor *ta = tensor_from(aa, n, n, -1), *tb = tensor_from(bb, n, n, -1);
     tensor *s = matmul(ta, tb);
     double smax = largest(s);
+    *largest_sum = smax;
     tensor_free(s);
     tensor_free(tb);
     tensor_free(ta);
@@ -443,13 +444,13 @@ static void matmul_section(void) {
     size_t nn = (size_t)n * (size_t)n;
     float *a = host_randn(n, n), *b = host_randn(n, n);
     float *c_naive = malloc(sizeof(float) * nn), *c_tiled = malloc(sizeof(float) * nn);
-    double tol = matmul_tolerance(a, b, n);
+    double s_max, tol = matmul_tolerance(a, b, n, &s_max);
     note("The product of two %d x %d matrices of standard normal numbers, three ways on "
          "the CPU: the textbook loop, the same loop cut into %d x %d tiles, and "
          "OpenBLAS (the runtime's `matmul()`). Each is checked against `matmul()`; they "
-         "may differ only by rounding, at most %.3g here (twice n u / (1 - n u) times "
-         "the largest sum of |a||b|: see `matmul_tolerance()`).",
-         n, n, CPU_TILE, CPU_TILE, tol);
+         "may differ only by rounding: at most 2 n u / (1 - n u) S = %.6g, where u = 2^-24 "
+         "and S = %.6g is the largest sum of |a_ik||b_kj| (see `matmul_tolerance()`).",
+         n, n, CPU_TILE, CPU_TILE, tol, s_max);
     mm_work naive = {a, b, c_naive, n, matmul_naive}, tiled = {a, b, c_tiled, n, matmul_tiled};
     /* Plain loops need no warming up; the naive one is slow at the full size,
      * so it runs once there. */
