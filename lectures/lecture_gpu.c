@@ -142,7 +142,9 @@ static double time_fastest(void (*work)(void *), void *arg, int reps) {
  * so the lecture shows exactly what nvcc compiles; NULL if missing. The
  * caller frees it. */
 static char *kernel_source(const char *name) {
-    FILE *f = fopen(LECTERN_ROOT "/lectures/lecture_gpu_kernels.cu", "r");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/lectures/lecture_gpu_kernels.cu", lecture_root());
+    FILE *f = fopen(path, "r");
     if (!f) return NULL;
     static char all[16384];
     size_t n = fread(all, 1, sizeof all - 1, f);

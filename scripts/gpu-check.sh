@@ -9,7 +9,7 @@
 #      library wins over the carried one, lectern's own dependencies are the
 #      carried ones; NCCL from python3's nvidia/nccl package if there is one
 #   3. the tests: every C test, tests/test_spawn.py, test_lecture_08.py,
-#      test_foundation.py; compute-sanitizer's memcheck on the GPU tests
+#      test_lecture_gpu.py (its CUDA kernels run and are checked), test_foundation.py; compute-sanitizer's memcheck on the GPU tests
 #   4. the full lecture_08, three runs: the first becomes
 #      traces/lecture_08.gpu.json (+ .js); wall time, the CUDA-streams section
 #   5. benchmarks: bench_gpu (matmul vs bare cuBLAS, device copy, randn),
@@ -220,7 +220,7 @@ for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     tests "$(basename "$t")" "$t"
 done
-for t in tests/test_spawn.py tests/test_lecture_08.py tests/test_foundation.py; do
+for t in tests/test_spawn.py tests/test_lecture_08.py tests/test_lecture_gpu.py tests/test_foundation.py; do
     tests "$(basename "$t")" env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$t"
 done
 if [ "$gpus" -eq 0 ]; then

@@ -256,6 +256,27 @@ class LectureGpu(unittest.TestCase):
             self.assertEqual(notes, [])
             self.one(r"^\| on the GPU \| time \(ms\) \| GFLOP/s \|")
 
+    def test_kernel_source_read_from_lecture_root(self):
+        # lecture_root() honours LECTERN_ROOT_DIR: a copy of the repository's
+        # lectures/ and assets/ whose kernel file differs must be what is shown
+        # (and not a path fixed at build time, nor one relative to the cwd)
+        with tempfile.TemporaryDirectory() as root:
+            for d in ("lectures", "assets"):
+                shutil.copytree(os.path.join(ROOT, d), os.path.join(root, d))
+            with open(KERNELS) as f:
+                source = f.read()
+            planted = "    /* planted by the test */\n"
+            source = source.replace("/* lecture: vector_add */\n", "/* lecture: vector_add */\n" + planted)
+            with open(os.path.join(root, "lectures", "lecture_gpu_kernels.cu"), "w") as f:
+                f.write(source)
+            out = os.path.join(root, "out")
+            env = dict(os.environ, LECTERN_ROOT_DIR=root)
+            p, trace = tracecheck.run_quick(binary(), out, env=env)
+            self.assertEqual(p.returncode, 0, tracecheck.why(p))
+            blocks = [r["data"] for s in trace["steps"] for r in s["renderings"]
+                      if r["type"] == "markdown" and r["data"].startswith("```cuda")]
+            self.assertTrue(blocks[0].startswith("```cuda\n" + planted), blocks[0][:200])
+
     def test_ddp_and_fsdp_memory_and_traffic(self):
         m = self.one(r"P = (\d+) x (\d+) x (\d+) = (\d+) parameters and N = (\d+) ranks")
         layers, w, w2, p, n = (int(g) for g in m.groups())
