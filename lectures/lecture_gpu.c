@@ -164,8 +164,9 @@ static char *kernel_source(const char *name) {
 
 static void show_kernel(const char *name) {
     char *src = kernel_source(name);
-    if (check(src != NULL, "the kernel `%s` is in lectures/lecture_gpu_kernels.cu", name))
-        note("```cuda\n%s```", src);
+    check(src != NULL, "the kernel `%s` is in lectures/lecture_gpu_kernels.cu", name);
+    if (src == NULL) return;
+    note("```cuda\n%s```", src);
     free(src);
 }
 
