@@ -194,7 +194,7 @@ static void add_in_place(void *arg) {
 }
 
 static void latency_and_throughput(void) {
-    note("### Latency and throughput");
+    note("## Latency and throughput");
     note("Every operation has a fixed cost (deciding what to run, launching it) and a "
          "cost per element. A CPU core keeps the fixed cost tiny and makes one thread "
          "fast; a GPU pays more to start (a kernel launch crosses PCIe and takes "
@@ -947,7 +947,7 @@ static void many_gpus_section(void) {
          "step DDP sends 2(N-1)/N x 4P bytes per rank (the all-reduce), FSDP "
          "3(N-1)/N x 4P (gather, gather again, reduce-scatter): 1.5 times as much.",
          a.cfg.layers, a.cfg.width, a.cfg.width, a.cfg.layers * a.cfg.width * a.cfg.width, WORLD);
-    note("| | DDP | FSDP |\n|---|---|---|\n"
+    note("| in short | DDP | FSDP |\n|---|---|---|\n"
          "| memory per GPU | a full copy of model, gradients and optimizer state | 1/N of each, "
          "plus the layer that is running |\n"
          "| communication | one all-reduce of the gradients, overlapped with the backward pass | "

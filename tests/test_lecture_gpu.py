@@ -30,7 +30,7 @@ KERNELS = os.path.join(ROOT, "lectures", "lecture_gpu_kernels.cu")
 SECTIONS = [
     "# GPUs: one, then many",
     "## Why GPUs",
-    "### Latency and throughput",
+    "## Latency and throughput",
     "## The memory hierarchy",
     "## A first kernel: vector add",
     "## Matrix multiply: tiles and shared memory",
