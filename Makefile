@@ -12,7 +12,8 @@
 #   make gpu-check            on a GPU machine: facts, tests, lecture, benchmarks (docs/gpu.md)
 #   make                      build the runtime, every lecture and every test
 #
-# Adding a lecture is dropping lectures/NAME.c in: no edit here.
+# Adding a lecture is dropping lectures/NAME.c in: no edit here (its CUDA
+# kernels, if any, in lectures/NAME_kernels.cu: built only where CUDA is).
 # CUDA is optional: with nvcc (PATH or /usr/local/cuda) GPU support is built
 # in and chosen at run time; `make CUDA=0` or no nvcc gives a CPU-only build.
 # NCCL is optional too (the CUDA toolkit does not ship it): scripts/find-nccl.sh
@@ -141,6 +142,11 @@ TOOL_BINS := $(TOOLS:%=$(BUILD)/tests/tools/%)
 
 LECTURES := $(notdir $(basename $(wildcard lectures/*.c)))
 LECTURE_BINS := $(LECTURES:%=$(BUILD)/lectures/%)
+# A lecture's own CUDA kernels: lectures/NAME_kernels.cu is compiled with nvcc
+# and linked into lectures/NAME in a CUDA build; a CPU-only build leaves it
+# out, and the lecture keeps its calls to it inside #ifdef LECTERN_CUDA.
+LECTURE_CU := $(if $(filter 1,$(CUDA)),$(wildcard lectures/*_kernels.cu))
+$(foreach k,$(LECTURE_CU),$(eval $(BUILD)/lectures/$(notdir $(k:_kernels.cu=)): $(BUILD)/$(k:.cu=.cu.o)))
 FIXTURES := $(notdir $(basename $(wildcard tests/lectures/*.c)))
 FIXTURE_BINS := $(FIXTURES:%=$(BUILD)/tests/lectures/%)
 TESTS := $(notdir $(basename $(wildcard tests/test_*.c)))
@@ -187,10 +193,15 @@ $(LECTURE_LIB): $(LECTURE_LIB_OBJ)
 	$(call say,AR,$@)
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/*.h)
+$(BUILD)/lectures/%_kernels.cu.o: lectures/%_kernels.cu $(wildcard lectures/*.h) $(wildcard runtime/*.h)
+	@mkdir -p $(dir $@)
+	$(call say,NVCC,$<)
+	$(Q)$(NVCC) $(CUDA_FLAGS) -c $< -o $@
+
+$(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/*.h) $(wildcard lectures/*.h)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LECTURE_LIB) $(LIB) $(LIBS)
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o,$^) $(LECTURE_LIB) $(LIB) $(LIBS)
 
 $(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -111,6 +111,13 @@ int lecture_flag(const char *name);
  * `fallback`). The string lives until the lecture ends. */
 const char *lecture_option(const char *name, const char *fallback);
 
+/* The folder the lecture's repository is in (the one holding lectures/ and
+ * assets/), for reading one of its files at run time: LECTERN_ROOT_DIR when
+ * set, else the repository above the running binary (a build carried to
+ * another folder or machine beside its sources), else the folder it was
+ * built in, else ".". Never NULL; lives until the program ends. */
+const char *lecture_root(void);
+
 /* Progress on stderr ("[lecture_08 12.3s] DDP: spawn 4 ranks"); never in the
  * trace. Silent with --quiet. */
 void progress(const char *fmt, ...) LECTERN_PRINTF(1, 2);

@@ -115,6 +115,8 @@ const char *lx_repo_root(void) {
     return root_dir;
 }
 
+const char *lecture_root(void) { return lx_repo_root(); }
+
 int lx_is_lecture_path(const char *path) {
     if (!path || path[0] == '/' || path[0] == '\0') return 0;   /* outside the repo */
     if (strncmp(path, "runtime/", 8) == 0) return 0;

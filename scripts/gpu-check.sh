@@ -10,6 +10,7 @@
 #      carried ones; NCCL from python3's nvidia/nccl package if there is one
 #   3. the tests: every C test (test_comm_staged: every collective on device
 #      tensors of ranks sharing a GPU), tests/test_spawn.py, test_lecture_08.py,
+#      test_lecture_gpu.py (its CUDA kernels run and are checked),
 #      test_foundation.py; compute-sanitizer's memcheck on the GPU tests
 #   4. the full lecture_08, three runs: the first becomes
 #      traces/lecture_08.gpu.json (+ .js); wall time, the CUDA-streams section
@@ -226,7 +227,7 @@ for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     tests "$(basename "$t")" "$t"
 done
-for t in tests/test_spawn.py tests/test_lecture_08.py tests/test_foundation.py; do
+for t in tests/test_spawn.py tests/test_lecture_08.py tests/test_lecture_gpu.py tests/test_foundation.py; do
     tests "$(basename "$t")" env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$t"
 done
 if [ "$gpus" -eq 0 ]; then

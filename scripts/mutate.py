@@ -47,6 +47,7 @@ COMM_CHECKS = [PY, "tests/test_comm_checks.py"]
 LECTURE_08 = [PY, "tests/test_lecture_08.py"]
 LECTURE_COLLECTIVES = [PY, "tests/test_lecture_collectives.py"]
 LECTURE_DDP = [PY, "tests/test_lecture_ddp.py", "LectureDDP"]   # not the committed trace: any edit makes it stale
+LECTURE_GPU = [PY, "tests/test_lecture_gpu.py"]
 VIEWER = ["bash", "tests/viewer/run.sh"]
 CHECKS = [PY, "tests/test_checks.py"]
 LEAKS = [PY, "tests/test_leaks.py"]
@@ -249,6 +250,21 @@ MUTANTS = [
       "for (int i = 0; i < c->layers; i++) dist_broadcast(m->w[i], 0);", "", LECTURE_DDP),
     m("ddp-lecture-straggler-never-sleeps", "lectures/lecture_ddp.c",
       "if (rank == STRAGGLER) sleep_ms(a->delay_ms);", "if (rank == -1) sleep_ms(a->delay_ms);", LECTURE_DDP),
+    # ---- lecture_gpu ----
+    m("gpu-lecture-tiled-loop-skips-last-k-tile", "lectures/lecture_gpu.c",
+      "        for (int k0 = 0; k0 < n; k0 += CPU_TILE)", "        for (int k0 = 0; k0 < n - CPU_TILE; k0 += CPU_TILE)",
+      LECTURE_GPU),
+    m("gpu-lecture-matmul-bytes-count-one-matrix-less", "lectures/lecture_gpu.c",
+      "static double mm_bytes(double n) { return 3 * 4 * n * n; }",
+      "static double mm_bytes(double n) { return 2 * 4 * n * n; }", LECTURE_GPU),
+    m("gpu-lecture-roof-ignores-bandwidth", "lectures/lecture_gpu.c",
+      "    return mem < peak ? mem : peak;", "    return peak;", LECTURE_GPU),
+    m("gpu-lecture-fsdp-sums-gradients", "lectures/lecture_gpu.c",
+      "dist_reduce_scatter(gs[i], dw, DIST_AVG);", "dist_reduce_scatter(gs[i], dw, DIST_SUM);", LECTURE_GPU),
+    m("gpu-lecture-fsdp-gathers-once", "lectures/lecture_gpu.c",
+      "    for (int i = c->layers - 1; i >= 0; i--) {\n        tensor *full = gather_layer(c, ws[i]);",
+      "    for (int i = c->layers - 1; i >= 0; i--) {\n        tensor *full = empty(c->width, c->width, x->device);",
+      LECTURE_GPU),
     # ---- the viewer (each runs the browser tests that should notice) ----
     m("viewer-note-html-unsanitized", "viewer/safe.js", "    return p.sanitize(String(s));", "    return String(s);",
       VIEWER + ["test_hostile.TestHostileTrace"]),

@@ -5,15 +5,17 @@
 #   2. script tests: tests/test_*.py (unittest, Debian's python3)
 #   3. browser tests of the viewer: tests/viewer/run.sh (headless Chromium)
 #   4. the C tests and the runtime's script tests (foundation, spawn, misuse,
-#      lecture_08, lecture_ddp) again, built with AddressSanitizer + UBSan (build-asan/),
+#      lecture_08, lecture_collectives, lecture_ddp, lecture_gpu) again, built with
+#      AddressSanitizer + UBSan (build-asan/),
 #      unless LECTERN_NO_ASAN=1
 #
 # lecture_08's numbers are checked under this CPU's OpenBLAS kernels and,
 # in the first pass, under older ones too (tests/test_lecture_08.py);
 # LECTERN_OTHER_KERNELS=0 leaves those out.
 #   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
-#      it must build without warnings and pass the C tests and lecture_08's and
-#      lecture_ddp's tests
+#      it must build without warnings and pass the C tests and lecture_08's,
+#      lecture_ddp's and lecture_gpu's tests (lecture_gpu's CUDA kernels are
+#      left out of that build)
 #
 # Each test program's own summary is printed as it runs; the counts below are
 # individual test cases where the runner reports them.
@@ -118,7 +120,7 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
         done
         for t in tests/test_foundation.py tests/test_spawn.py tests/test_misuse.py tests/test_lecture_08.py \
-                 tests/test_lecture_collectives.py tests/test_lecture_ddp.py \
+                 tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py \
                  tests/test_checks.py tests/test_leaks.py tests/test_options.py tests/test_timer.py; do
             [ -f "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
@@ -141,6 +143,7 @@ if [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ];
         done
         run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
         run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
+        run "cpu-only: test_lecture_gpu.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_gpu.py
     else
         cat "$log"
         echo "== cpu-only build FAILED (or warned)"

@@ -48,6 +48,18 @@ window.lecternIndex = {
    "duration_s": 0.964,
    "steps": 67,
    "failed_run": false
+  },
+  {
+   "name": "lecture_gpu",
+   "title": "GPUs: one, then many",
+   "summary": "A GPU is a processor built for throughput: tens of thousands of threads running the same small program on different data. This lecture looks at what that buys and what it costs: the chip and its memory, two kernels written by hand (a vector add and a tiled matrix multiply), the …",
+   "start_time": "2026-11-23T21:58:06Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "mpi",
+   "duration_s": 1.841,
+   "steps": 71,
+   "failed_run": false
   }
  ]
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The viewer over the committed lecture traces (traces/lecture_00, lecture_08 and
-lecture_ddp), as a student uses it at 1400x900 and 800x900.
+"""The viewer over the committed lecture traces (traces/lecture_00, lecture_08,
+lecture_collectives, lecture_ddp and lecture_gpu), as a student uses it at
+1400x900 and 800x900.
 
 Steps are found by what they hold, never by their number: the traces are
 made again whenever the lectures change. What a check expects is worked out
@@ -157,7 +158,7 @@ def shared_levels(a, b):
 
 class LectureCase(base.ViewerCase):
     width, height = 1400, 900
-    lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp")
+    lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_gpu")
 
     @classmethod
     def setUpClass(cls):

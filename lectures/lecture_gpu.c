@@ -1,0 +1,999 @@
+/*
+ * lecture_gpu: what a GPU is, how a kernel uses its memory, what limits a
+ * computation (the roofline), and how training spreads over many GPUs.
+ *
+ *     make run LECTURE=lecture_gpu
+ *
+ * and open viewer/index.html?trace=lecture_gpu. The kernels it teaches are
+ * in lectures/lecture_gpu_kernels.cu, compiled by nvcc in a CUDA build and
+ * run where a GPU is present; everywhere else the lecture runs the CPU
+ * versions and says that the GPU part did not run, and why. Every result is
+ * checked against the runtime's own operations (OpenBLAS or cuBLAS), and
+ * every number in the roofline is measured on the machine that ran it.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/mlp.h"
+#ifdef LECTERN_CUDA
+#include "lecture_gpu_kernels.h"
+#endif
+
+static void why_gpus(void);
+static void memory_hierarchy(void);
+static void vector_add_section(void);
+static void matmul_section(void);
+static void intensity_section(void);
+static void roofline_section(void);
+static void many_gpus_section(void);
+static void many_machines_section(void);
+static void summary(void);
+
+static void lecture_gpu(void) {
+    note("# GPUs: one, then many");
+    note("A GPU is a processor built for throughput: tens of thousands of threads "
+         "running the same small program on different data. This lecture looks at "
+         "what that buys and what it costs: the chip and its memory, two kernels "
+         "written by hand (a vector add and a tiled matrix multiply), the roofline "
+         "that says whether a computation is limited by arithmetic or by memory, "
+         "and what changes when one model is trained on many GPUs (DDP against "
+         "FSDP) and on many machines.");
+    why_gpus();
+    memory_hierarchy();
+    vector_add_section();
+    matmul_section();
+    intensity_section();
+    roofline_section();
+    many_gpus_section();
+    many_machines_section();
+    summary();
+}
+
+/* ------------------------------------------------------------------ */
+/* Small tools                                                         */
+/* ------------------------------------------------------------------ */
+
+/* A growing piece of markdown (a table) built row by row. */
+typedef struct text {
+    char s[16384];
+    size_t n;
+} text;
+
+static void add_text(text *t, const char *fmt, ...) LECTERN_PRINTF(2, 3);
+static void add_text(text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(t->s + t->n, sizeof t->s - t->n, fmt, ap);
+    va_end(ap);
+    if (k > 0) t->n += (size_t)k < sizeof t->s - t->n ? (size_t)k : sizeof t->s - t->n - 1;
+}
+
+/* The device the single-device sections run on: cuda:0 where there is a
+ * GPU, else the CPU. */
+static int main_device(void) { return get_device(0); }
+
+static const char *device_name(int device) { return device >= 0 ? "the GPU (cuda:0)" : "the CPU"; }
+
+/* Why the GPU part is not running here, or NULL when it is. */
+static const char *no_gpu_reason(void) {
+#ifdef LECTERN_CUDA
+    if (gpu_count() == 0)
+        return "this build has CUDA, but the CUDA runtime finds no GPU on this machine (gpu_count() is 0)";
+    return NULL;
+#else
+    return "this build has no CUDA (nvcc was not found when it was built, or `make CUDA=0`)";
+#endif
+}
+
+/* Sorts and takes the middle: one slow repetition (the machine busy with
+ * something else) does not move a median. */
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times `reps` runs of work(arg), each finished on the device
+ * (device_synchronize) before the clock is read: a kernel launch returns
+ * long before the kernel is done. `warm`: run it once untimed first, so
+ * first-call costs (a cuBLAS handle, page faults) stay out of the figures.
+ * Returns the median; *fastest gets the fastest run. */
+static double time_runs(void (*work)(void *), void *arg, int reps, int warm, double *fastest) {
+    double t[64];
+    if (reps > 64) reps = 64;
+    if (warm) work(arg);
+    device_synchronize();
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_seconds();
+        work(arg);
+        device_synchronize();
+        t[r] = now_seconds() - t0;
+    }
+    double m = median(t, reps);   /* sorts t */
+    *fastest = t[0];
+    return m;
+}
+
+/* The typical time of a piece of work: the median of its runs. */
+static double time_median(void (*work)(void *), void *arg, int reps, int warm) {
+    double fastest;
+    return time_runs(work, arg, reps, warm, &fastest);
+}
+
+/* What the machine can do: the fastest run. Another program on the machine
+ * can only slow a run down, never speed it up, so for a roof (the best this
+ * device reaches) the fastest of several runs is the honest estimate. */
+static double time_fastest(void (*work)(void *), void *arg, int reps) {
+    double fastest;
+    time_runs(work, arg, reps, 1, &fastest);
+    return fastest;
+}
+
+/* The text between "lecture: NAME" and "lecture: end" in the kernels file,
+ * so the lecture shows exactly what nvcc compiles; NULL if missing. The
+ * caller frees it. */
+static char *kernel_source(const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/lectures/lecture_gpu_kernels.cu", lecture_root());
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    static char all[16384];
+    size_t n = fread(all, 1, sizeof all - 1, f);
+    fclose(f);
+    all[n] = 0;
+    char start[64];
+    snprintf(start, sizeof start, "/* lecture: %s */\n", name);
+    char *from = strstr(all, start);
+    char *to = from ? strstr(from, "/* lecture: end */") : NULL;
+    if (!to) return NULL;
+    from += strlen(start);
+    char *out = malloc((size_t)(to - from) + 1);
+    memcpy(out, from, (size_t)(to - from));
+    out[to - from] = 0;
+    return out;
+}
+
+static void show_kernel(const char *name) {
+    char *src = kernel_source(name);
+    check(src != NULL, "the kernel `%s` is in lectures/lecture_gpu_kernels.cu", name);
+    if (src == NULL) return;
+    note("```cuda\n%s```", src);
+    free(src);
+}
+
+/* rows x cols standard normal float32 numbers (cols 0: a vector of rows)
+ * from the runtime's generator, as a plain host array the caller frees. */
+static float *host_randn(int rows, int cols) {
+    tensor *t = randn(rows, cols, -1);
+    float *p = malloc(sizeof(float) * (size_t)t->numel);
+    tensor_to_host(t, p);
+    tensor_free(t);
+    return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* Why GPUs                                                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct add_work {
+    tensor *x, *y;
+} add_work;
+
+static void add_in_place(void *arg) {
+    add_work *w = arg;
+    add_(w->x, w->y);
+}
+
+static void latency_and_throughput(void) {
+    note("## Latency and throughput");
+    note("Every operation has a fixed cost (deciding what to run, launching it) and a "
+         "cost per element. A CPU core keeps the fixed cost tiny and makes one thread "
+         "fast; a GPU pays more to start (a kernel launch crosses PCIe and takes "
+         "microseconds) and then runs thousands of elements at once. Here is the same "
+         "`add_()` on one element and on many, on %s:",
+         device_name(main_device()));
+    int device = main_device();
+    int64_t big = lecture_quick() ? (1 << 20) : (1 << 22);
+    if (device >= 0) big *= 16;
+    add_work one = {zeros(1, 0, device), zeros(1, 0, device)};
+    add_work many = {zeros(big, 0, device), zeros(big, 0, device)};
+    double t1 = time_median(add_in_place, &one, 51, 1);
+    double tn = time_median(add_in_place, &many, 7, 1);
+    note("| elements | time (us) | ns per element |\n|---|---|---|\n"
+         "| 1 | %.2f | %.2f |\n| %lld | %.1f | %.4f |",
+         t1 * 1e6, t1 * 1e9, (long long)big, tn * 1e6, tn * 1e9 / (double)big);
+    note("One element costs %.2f us, almost all of it fixed cost; %lld elements cost %.0f times "
+         "as much, not %lld times. A GPU is the extreme of this trade: give it large "
+         "batches of the same work, or its fixed costs dominate.",
+         t1 * 1e6, (long long)big, tn / t1, (long long)big);
+    tensor_free(many.y);
+    tensor_free(many.x);
+    tensor_free(one.y);
+    tensor_free(one.x);
+}
+
+static void this_machine(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    note("This machine's CPU has %ld cores online.", cores);
+#ifdef LECTERN_CUDA
+    if (gpu_count() > 0) {
+        gpu_facts f;
+        gpu_facts_of(0, &f);
+        note("Its GPU 0 is a %s: %d SMs, each holding up to %d resident threads, so **%d "
+             "threads** at once; %d registers and %d KiB of shared memory per SM, %d MiB "
+             "of L2 cache shared by all SMs, and %.1f GiB of its own memory (HBM).",
+             f.name, f.sms, f.threads_per_sm, f.sms * f.threads_per_sm, f.registers_per_sm,
+             f.shared_per_sm / 1024, f.l2_bytes >> 20, f.global_bytes / (1 << 30));
+        return;
+    }
+#endif
+    note("There is no GPU to describe here: %s.", no_gpu_reason());
+}
+
+static void why_gpus(void) {
+    note("## Why GPUs");
+    note("A CPU has a few cores (4 to 128), each built to run one thread as fast as "
+         "possible: large caches, branch prediction, out-of-order execution. A GPU "
+         "spends its transistors on arithmetic instead. It is made of *streaming "
+         "multiprocessors* (SMs; an H100 has 132), each holding up to 2048 threads at "
+         "once; threads run in groups of 32 (a *warp*) that execute the same "
+         "instruction together. While one warp waits for memory, the SM runs another: "
+         "the GPU hides memory latency with more work, not with bigger caches.");
+    note("That suits deep learning: a layer is a matrix product or an element-wise "
+         "function over millions of numbers, the same operation on every element. "
+         "A programmer writes a *kernel*, the code of one thread, and launches it "
+         "on a *grid* of *blocks* of threads; each thread finds its own element from "
+         "its block and thread index.");
+    this_machine();
+    latency_and_throughput();
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory hierarchy                                                    */
+/* ------------------------------------------------------------------ */
+
+static void memory_hierarchy(void) {
+    note("## The memory hierarchy");
+    note("Arithmetic is cheap; moving data is what costs. Each level of a GPU's memory "
+         "is larger and slower than the one above it:");
+    image("assets/lecture_gpu_memory.svg", 0.9);
+    note("- **Registers**: private to a thread, read in a cycle. A kernel's local "
+         "variables live here (the `acc` of the matrix multiply below).\n"
+         "- **Shared memory**: on the SM, shared by the threads of one block, a few "
+         "cycles away; the programmer decides what goes in it (the tiles below).\n"
+         "- **L2 cache**: on the chip, shared by all SMs, managed by the hardware.\n"
+         "- **HBM** (or GDDR on gaming cards): the GPU's own memory, tens of GB, "
+         "several TB/s on data-centre GPUs, but hundreds of cycles away.\n"
+         "- **Host memory**, over PCIe: the CPU's RAM, reached at tens of GB/s. Data "
+         "crosses it when a tensor moves between devices (`to_device()`), which is why "
+         "a training loop moves the model once and each batch once, and nothing else.");
+    note("A fast kernel is one that reads each number from HBM as few times as "
+         "possible and reuses it from registers and shared memory.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Vector add                                                          */
+/* ------------------------------------------------------------------ */
+
+/* The CPU version: one loop, one element per iteration. */
+static void cpu_vector_add(const float *x, const float *y, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        out[i] = x[i] + y[i];
+}
+
+#ifdef LECTERN_CUDA
+static void vector_add_on_gpu(const float *x, const float *y, int64_t n, const tensor *expected_host) {
+    tensor *dx = tensor_from(x, n, 0, 0), *dy = tensor_from(y, n, 0, 0);
+    tensor *out = empty(n, 0, 0);
+    gpu_vector_add(0, dx->data, dy->data, out->data, n);
+    device_synchronize();
+    /* Reference: the runtime's add_ on the GPU (cuBLAS axpy with alpha 1). */
+    tensor *ref = to_device(dx, 0);
+    add_(ref, dy);
+    check_close(out, ref, 0, 0, "vector_add kernel vs add_() on the GPU");
+    check_close(out, expected_host, 0, 0, "vector_add kernel on the GPU vs the CPU loop");
+    tensor_free(ref);
+    tensor_free(out);
+    tensor_free(dy);
+    tensor_free(dx);
+}
+#endif
+
+static void vector_add_section(void) {
+    note("## A first kernel: vector add");
+    note("Adding two vectors is the simplest parallel work there is: every element is "
+         "independent. On a CPU it is a loop:");
+    int64_t n = lecture_quick() ? 100000 : 1000000;
+    float *x = host_randn((int)n, 0), *y = host_randn((int)n, 0);
+    float *out = malloc(sizeof(float) * (size_t)n);
+    cpu_vector_add(x, y, out, n);
+    tensor *got = tensor_from(out, n, 0, -1);
+    tensor *ref = tensor_from(x, n, 0, -1), *ty = tensor_from(y, n, 0, -1);
+    add_(ref, ty);
+    /* Tolerance 0: each element is one float addition of the same two floats,
+     * and IEEE 754 rounds it the same way on every machine. */
+    check_close(got, ref, 0, 0, "the CPU loop vs the runtime's add_()");
+    note("On a GPU the loop disappears. The kernel is the body of the loop for one "
+         "element; the launch makes one thread per element, in blocks of 256, and "
+         "each thread works out which element is its own:");
+    show_kernel("vector_add");
+    const char *why = no_gpu_reason();
+    if (why) {
+        note("**The GPU part did not run on this machine**: %s. The kernel above is "
+             "compiled wherever nvcc is present; on a machine with a GPU this section "
+             "runs it on the same %lld elements and checks it, exactly, against the CPU "
+             "loop and against `add_()` on the GPU.",
+             why, (long long)n);
+    } else {
+#ifdef LECTERN_CUDA
+        vector_add_on_gpu(x, y, n, ref);
+#endif
+    }
+    tensor_free(ty);
+    tensor_free(ref);
+    tensor_free(got);
+    free(out);
+    free(y);
+    free(x);
+}
+
+/* ------------------------------------------------------------------ */
+/* Matrix multiply                                                     */
+/* ------------------------------------------------------------------ */
+
+/* c = a b, n x n row-major: the textbook triple loop. Each c[i][j] walks a
+ * row of a and a column of b; the column is n floats apart in memory, so
+ * for large n every step of k is a cache miss. */
+static void matmul_naive(const float *a, const float *b, float *c, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < n; k++)
+                acc += a[i * n + k] * b[k * n + j];
+            c[i * n + j] = acc;
+        }
+}
+
+/* The same product in CPU_TILE x CPU_TILE blocks: three 32x32 tiles (12 KiB)
+ * fit in a core's L1 cache, so each number brought in from memory is used
+ * CPU_TILE times before it is evicted: the CPU's version of the shared-memory
+ * tiles of the GPU kernel. Inside a tile the loops run i, k, j, so the
+ * innermost loop reads b and writes c along rows (consecutive addresses). */
+enum { CPU_TILE = 32 };
+
+static void matmul_tiled(const float *a, const float *b, float *c, int n) {
+    memset(c, 0, sizeof(float) * (size_t)n * (size_t)n);
+    for (int i0 = 0; i0 < n; i0 += CPU_TILE)
+        for (int k0 = 0; k0 < n; k0 += CPU_TILE)
+            for (int j0 = 0; j0 < n; j0 += CPU_TILE)
+                for (int i = i0; i < i0 + CPU_TILE && i < n; i++)
+                    for (int k = k0; k < k0 + CPU_TILE && k < n; k++) {
+                        float aik = a[i * n + k];
+                        for (int j = j0; j < j0 + CPU_TILE && j < n; j++)
+                            c[i * n + j] += aik * b[k * n + j];
+                    }
+}
+
+/* How far two float32 computations of a b may be apart, element by element.
+ * A float32 sum of n products, added in any order, is within
+ * gamma_n = n u / (1 - n u) (u = 2^-24) of the exact sum times
+ * sum_k |a_ik| |b_kj|; two such computations are within twice that. The
+ * largest sum_k |a_ik| |b_kj| is computed with matmul() of |a| and |b|. A
+ * real mistake (a tile skipped, an index off by one) is off by a whole
+ * product, orders of magnitude more. */
+static double matmul_tolerance(const float *a, const float *b, int n, double *largest_sum) {
+    size_t nn = (size_t)n * (size_t)n;
+    float *aa = malloc(sizeof(float) * nn), *bb = malloc(sizeof(float) * nn);
+    for (size_t i = 0; i < nn; i++) {
+        aa[i] = fabsf(a[i]);
+        bb[i] = fabsf(b[i]);
+    }
+    tensor *ta = tensor_from(aa, n, n, -1), *tb = tensor_from(bb, n, n, -1);
+    tensor *s = matmul(ta, tb);
+    double smax = largest(s);
+    *largest_sum = smax;
+    tensor_free(s);
+    tensor_free(tb);
+    tensor_free(ta);
+    free(bb);
+    free(aa);
+    double u = FLT_EPSILON / 2, gamma = n * u / (1 - n * u);
+    return 2 * gamma * smax;
+}
+
+typedef struct mm_work {
+    const float *a, *b;
+    float *c;
+    int n;
+    void (*fn)(const float *, const float *, float *, int);
+} mm_work;
+
+static void run_mm(void *arg) {
+    mm_work *w = arg;
+    w->fn(w->a, w->b, w->c, w->n);
+}
+
+typedef struct blas_work {
+    tensor *a, *b, *c;
+} blas_work;
+
+static void run_blas(void *arg) {
+    blas_work *w = arg;
+    matmul_into(w->c, w->a, w->b, 0, 0, 1.0f, 0.0f);
+}
+
+#ifdef LECTERN_CUDA
+typedef struct gpu_mm_work {
+    tensor *a, *b, *c;
+} gpu_mm_work;
+
+static void run_gpu_tiled(void *arg) {
+    gpu_mm_work *w = arg;
+    gpu_tiled_matmul(0, w->a->data, w->b->data, w->c->data, (int)w->a->shape[0]);
+}
+
+static void matmul_on_gpu(const float *a, const float *b, int n, double tol) {
+    gpu_mm_work w = {tensor_from(a, n, n, 0), tensor_from(b, n, n, 0), empty(n, n, 0)};
+    double t = time_median(run_gpu_tiled, &w, 5, 1);
+    tensor *ref = matmul(w.a, w.b);   /* cuBLAS */
+    check_close(w.c, ref, 0, tol, "tiled_matmul kernel vs matmul() (cuBLAS)");
+    blas_work bw = {w.a, w.b, ref};
+    double tb = time_median(run_blas, &bw, 5, 1);
+    double flops = 2.0 * n * n * n;
+    note("| on the GPU | time (ms) | GFLOP/s |\n|---|---|---|\n| tiled_matmul kernel | %.3f | %.1f |\n"
+         "| cuBLAS (matmul) | %.3f | %.1f |",
+         t * 1e3, flops / t / 1e9, tb * 1e3, flops / tb / 1e9);
+    tensor_free(ref);
+    tensor_free(w.c);
+    tensor_free(w.b);
+    tensor_free(w.a);
+}
+#endif
+
+static void matmul_section(void) {
+    note("## Matrix multiply: tiles and shared memory");
+    int n = lecture_quick() ? 128 : 512;
+    size_t nn = (size_t)n * (size_t)n;
+    float *a = host_randn(n, n), *b = host_randn(n, n);
+    float *c_naive = malloc(sizeof(float) * nn), *c_tiled = malloc(sizeof(float) * nn);
+    double s_max, tol = matmul_tolerance(a, b, n, &s_max);
+    note("The product of two %d x %d matrices of standard normal numbers, three ways on "
+         "the CPU: the textbook loop, the same loop cut into %d x %d tiles, and "
+         "OpenBLAS (the runtime's `matmul()`). Each is checked against `matmul()`; they "
+         "may differ only by rounding: at most 2 n u / (1 - n u) S = %.6g, where u = 2^-24 "
+         "and S = %.6g is the largest sum of |a_ik||b_kj| (see `matmul_tolerance()`).",
+         n, n, CPU_TILE, CPU_TILE, tol, s_max);
+    mm_work naive = {a, b, c_naive, n, matmul_naive}, tiled = {a, b, c_tiled, n, matmul_tiled};
+    /* Plain loops need no warming up; the naive one is slow at the full size,
+     * so it runs once there. */
+    double t_naive = time_median(run_mm, &naive, lecture_quick() ? 3 : 1, 0);
+    double t_tiled = time_median(run_mm, &tiled, 3, 0);
+    tensor *ta = tensor_from(a, n, n, -1), *tb = tensor_from(b, n, n, -1);
+    tensor *ref = matmul(ta, tb);
+    blas_work bw = {ta, tb, ref};
+    double t_blas = time_median(run_blas, &bw, 5, 1);
+    tensor *got_naive = tensor_from(c_naive, n, n, -1), *got_tiled = tensor_from(c_tiled, n, n, -1);
+    check_close(got_naive, ref, 0, tol, "the naive loop vs matmul() (OpenBLAS)");
+    check_close(got_tiled, ref, 0, tol, "the tiled loop vs matmul() (OpenBLAS)");
+    double flops = 2.0 * n * n * n;
+    note("| on the CPU | time (ms) | GFLOP/s |\n|---|---|---|\n| naive loop | %.2f | %.2f |\n"
+         "| tiled loop | %.2f | %.2f |\n| OpenBLAS (matmul) | %.3f | %.1f |",
+         t_naive * 1e3, flops / t_naive / 1e9, t_tiled * 1e3, flops / t_tiled / 1e9, t_blas * 1e3,
+         flops / t_blas / 1e9);
+    note("The tiled loop ran %.1f times as fast as the naive one%s. Tiling is about "
+         "reuse, not about arithmetic: both loops do the same %.0f multiply-adds. OpenBLAS adds the rest of what a CPU offers (vector "
+         "instructions, both cores, tiles sized for each cache level); the lecture's "
+         "own loops are compiled without vectorisation (`-O1`), so they show the "
+         "memory effect only.",
+         t_naive / t_tiled,
+         t_naive / t_tiled < 1.5 ? " (little: at this size the three matrices fit in this CPU's caches, so "
+                                   "the naive loop's column walks hardly miss)"
+                                 : "",
+         flops / 2);
+    note("The GPU kernel does the same thing with shared memory. Each block computes a "
+         "16 x 16 tile of the result; its 256 threads load one tile of `a` and one of "
+         "`b` into shared memory together, wait for each other (`__syncthreads()`), and "
+         "then each thread reads 16 numbers of each from shared memory instead of HBM. "
+         "Each number fetched from HBM is used 16 times.");
+    show_kernel("tiled_matmul");
+    const char *why = no_gpu_reason();
+    if (why) {
+        note("**The GPU part did not run on this machine**: %s. On a machine with a GPU "
+             "this section runs `tiled_matmul` on the same matrices, checks it against "
+             "`matmul()` on the GPU (cuBLAS) with the same tolerance, and times both.",
+             why);
+    } else {
+#ifdef LECTERN_CUDA
+        matmul_on_gpu(a, b, n, tol);
+#endif
+    }
+    tensor_free(got_tiled);
+    tensor_free(got_naive);
+    tensor_free(ref);
+    tensor_free(tb);
+    tensor_free(ta);
+    free(c_tiled);
+    free(c_naive);
+    free(b);
+    free(a);
+}
+
+/* ------------------------------------------------------------------ */
+/* Arithmetic intensity                                                */
+/* ------------------------------------------------------------------ */
+
+/* FLOPs and the fewest bytes that must move between memory and the chip
+ * (each input read once, each output written once), float32. */
+static double add_flops(double n) { return n; }
+static double add_bytes(double n) { return 3 * 4 * n; }
+static double mm_flops(double n) { return 2 * n * n * n; }
+static double mm_bytes(double n) { return 3 * 4 * n * n; }
+
+static void intensity_section(void) {
+    note("## Arithmetic intensity");
+    note("*Arithmetic intensity* is the work a computation does per byte it must move: "
+         "FLOPs divided by bytes read and written. A vector add of n floats does n "
+         "additions and moves 3n floats (two in, one out): 1/12 FLOP per byte, whatever n "
+         "is. A product of two n x n matrices does 2n^3 FLOPs (a multiply and an add per "
+         "term) and moves at least 3n^2 floats: n/6 FLOP per byte, growing with n.");
+    text t = {.n = 0};
+    add_text(&t, "| n | vector add FLOPs | vector add bytes | vector add FLOP/byte | matmul FLOPs | "
+                 "matmul bytes | matmul FLOP/byte |\n|---|---|---|---|---|---|---|\n");
+    for (int n = 64; n <= 4096; n *= 4)
+        add_text(&t, "| %d | %.0f | %.0f | %.4f | %.0f | %.0f | %.2f |\n", n, add_flops(n), add_bytes(n),
+                 add_flops(n) / add_bytes(n), mm_flops(n), mm_bytes(n), mm_flops(n) / mm_bytes(n));
+    note("%s", t.s);
+    note("So a vector add can never keep the arithmetic units busy: it waits on memory. "
+         "A large matrix product can, provided the kernel really reuses what it loads "
+         "(the tiles): a naive kernel that re-reads `a` and `b` from memory for every "
+         "term has an intensity of 1/4 whatever n is.");
+}
+
+/* ------------------------------------------------------------------ */
+/* The roofline                                                        */
+/* ------------------------------------------------------------------ */
+
+typedef struct copy_work {
+    tensor *dst, *src;
+} copy_work;
+
+static void run_copy(void *arg) {
+    copy_work *w = arg;
+    tensor_copy(w->dst, w->src);
+}
+
+enum { MAX_SIZES = 8 };
+
+typedef struct roof_point {
+    const char *kernel;
+    int n;
+    double intensity, gflops;
+} roof_point;
+
+/* The memory bandwidth this device reaches, in GB/s: the better of a big
+ * copy and a big add_(), each over arrays much larger than the caches.
+ * Also the vector add's own point. */
+static double measure_bandwidth(int device, roof_point *vadd) {
+    int64_t n = lecture_quick() ? (8 << 20) : (16 << 20);  /* 32 or 64 MiB per array */
+    if (device >= 0) n = 64 << 20;                         /* 256 MiB: past any L2 */
+    copy_work cw = {zeros(n, 0, device), zeros(n, 0, device)};
+    add_work aw = {zeros(n, 0, device), zeros(n, 0, device)};
+    double t_copy = time_fastest(run_copy, &cw, 5);
+    double t_add = time_fastest(add_in_place, &aw, 5);
+    double bw_copy = 2 * 4.0 * n / t_copy / 1e9, bw_add = add_bytes(n) / t_add / 1e9;
+    note("Memory: a copy of %lld floats (%.0f MiB each way) ran at **%.1f GB/s**, an "
+         "`add_()` of two such arrays at **%.1f GB/s** (3 arrays moved). The roof's "
+         "bandwidth is the better of the two.",
+         (long long)n, 4.0 * n / (1 << 20), bw_copy, bw_add);
+    *vadd = (roof_point){"vector add", (int)n, add_flops(n) / add_bytes(n), add_flops(n) / t_add / 1e9};
+    tensor_free(cw.dst);
+    tensor_free(cw.src);
+    tensor_free(aw.x);
+    tensor_free(aw.y);
+    return bw_copy > bw_add ? bw_copy : bw_add;
+}
+
+/* matmul() GFLOP/s at each size; returns how many sizes. */
+static int measure_matmuls(int device, roof_point *pts) {
+    static const int cpu_full[] = {64, 128, 256, 512, 1024}, cpu_quick[] = {64, 128, 256};
+    static const int gpu_sizes[] = {256, 512, 1024, 2048, 4096};
+    const int *sizes = device >= 0 ? gpu_sizes : lecture_quick() ? cpu_quick : cpu_full;
+    int count = device >= 0 ? 5 : lecture_quick() ? 3 : 5;
+    for (int i = 0; i < count; i++) {
+        int n = sizes[i];
+        blas_work w = {randn(n, n, device), randn(n, n, device), empty(n, n, device)};
+        double t = time_fastest(run_blas, &w, n >= 1024 ? 3 : 5);
+        pts[i] = (roof_point){"matmul", n, mm_flops(n) / mm_bytes(n), mm_flops(n) / t / 1e9};
+        tensor_free(w.a);
+        tensor_free(w.b);
+        tensor_free(w.c);
+    }
+    return count;
+}
+
+static double roof(double peak, double bw, double intensity) {
+    double mem = bw * intensity;
+    return mem < peak ? mem : peak;
+}
+
+static void roofline_plot(const roof_point *pts, int count, double peak, double bw) {
+    text v = {.n = 0};
+    double ridge = peak / bw;
+    /* The roof: the slope bw x intensity up to the ridge, then flat. */
+    double xs[] = {1.0 / 64, 1.0 / 12, ridge, 4 * pts[count - 1].intensity};
+    for (int i = 0; i < 4; i++)
+        add_text(&v, "%s{\"series\": \"roof (measured)\", \"intensity\": %.6g, \"gflops\": %.6g}", i ? ", " : "",
+                 xs[i], roof(peak, bw, xs[i]));
+    for (int i = 0; i <= count; i++)
+        add_text(&v, ", {\"series\": \"%s\", \"n\": %d, \"intensity\": %.6g, \"gflops\": %.6g}", pts[i].kernel,
+                 pts[i].n, pts[i].intensity, pts[i].gflops);
+    char spec[20000];
+    snprintf(spec, sizeof spec,
+             "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+             " \"description\": \"Roofline of this device, measured\","
+             " \"data\": {\"values\": [%s]},"
+             " \"encoding\": {\"x\": {\"field\": \"intensity\", \"type\": \"quantitative\","
+             " \"scale\": {\"type\": \"log\"}, \"title\": \"arithmetic intensity (FLOP/byte)\"},"
+             " \"y\": {\"field\": \"gflops\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
+             " \"title\": \"GFLOP/s\"}, \"color\": {\"field\": \"series\", \"type\": \"nominal\"}},"
+             " \"layer\": [{\"transform\": [{\"filter\": \"datum.series === 'roof (measured)'\"}],"
+             " \"mark\": \"line\"},"
+             " {\"transform\": [{\"filter\": \"datum.series !== 'roof (measured)'\"}],"
+             " \"mark\": {\"type\": \"point\", \"filled\": true, \"size\": 80}}]}",
+             v.s);
+    plot(spec);
+}
+
+static void roofline_section(void) {
+    note("## The roofline");
+    int device = main_device();
+    note("How fast can a kernel of a given intensity run? At most the device's peak "
+         "arithmetic rate, and at most its memory bandwidth times the intensity (it "
+         "cannot compute on data that has not arrived). The lower of the two is the "
+         "*roof*. Both are measured here, on %s, not taken from a data sheet: the "
+         "bandwidth from a big copy and a big add, the peak from the best rate of "
+         "`matmul()` (%s) over several sizes; each the fastest of a few runs, since "
+         "other work on the machine can only slow a run down.",
+         device_name(device), device >= 0 ? "cuBLAS" : "OpenBLAS");
+    roof_point pts[MAX_SIZES + 1];
+    int count = measure_matmuls(device, pts);
+    double bw = measure_bandwidth(device, &pts[count]);
+    double peak = 0;
+    for (int i = 0; i < count; i++)
+        if (pts[i].gflops > peak) peak = pts[i].gflops;
+    note("Compute: the best `matmul()` reached **%.1f GFLOP/s**. The ridge, where the "
+         "two roofs meet, is at %.1f FLOP/byte: a matrix product is compute-bound from "
+         "about n = 6 x %.1f = %.0f on, if its kernel reuses what it loads.",
+         peak, peak / bw, peak / bw, 6 * peak / bw);
+    text t = {.n = 0};
+    add_text(&t, "| kernel | n | FLOP/byte | GFLOP/s | roof (GFLOP/s) | of the roof |\n|---|---|---|---|---|---|\n");
+    for (int i = 0; i <= count; i++) {
+        double r = roof(peak, bw, pts[i].intensity);
+        add_text(&t, "| %s | %d | %.4f | %.3f | %.3f | %.0f%% |\n", pts[i].kernel, pts[i].n, pts[i].intensity,
+                 pts[i].gflops, r, 100 * pts[i].gflops / r);
+    }
+    note("%s", t.s);
+    roofline_plot(pts, count, peak, bw);
+    int above = 0;
+    for (int i = 0; i < count; i++)
+        above += pts[i].gflops > bw * pts[i].intensity;
+    if (above)
+        note("%d of the matrix products ran above the memory slope: their matrices fit "
+             "in the caches, which are faster than the memory the slope was measured on.",
+             above);
+    int right = 0, best = 0;
+    for (int i = 0; i < count; i++) {
+        right += pts[i].intensity >= peak / bw;
+        if (pts[i].gflops == peak) best = pts[i].n;
+    }
+    note("The vector add sits on the memory slope, far below the peak: no kernel can "
+         "make it faster than the memory allows. %d of the %d matrix products are right "
+         "of the ridge, where only the peak limits them; the best rate came at n = %d. "
+         "Those below the roof lose to fixed costs (a small product is too little work "
+         "to fill the machine, as in the first section) or to other work this machine "
+         "was doing while they ran.",
+         right, count, best);
+}
+
+/* ------------------------------------------------------------------ */
+/* Many GPUs: DDP and FSDP                                             */
+/* ------------------------------------------------------------------ */
+
+enum { WORLD = 4 };
+static const float LR = 1e-3f;
+
+typedef struct dist_args {
+    mlp_config cfg;
+    int timed_steps;
+} dist_args;
+
+static double bytes_of(const tensor *t) { return 4.0 * (double)t->numel; }
+
+/* One DDP step on this rank's part of the batch: full gradients, averaged
+ * with one all-reduce per layer, the same AdamW step on every rank. */
+static void ddp_step(const mlp_config *c, tensor **w, tensor **g, adamw **opt, tensor *x) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    forward(w, c->layers, x, acts, pre);
+    backward(w, c->layers, acts, pre, g);
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) {
+        dist_all_reduce(g[i], DIST_AVG);
+        adamw_step(opt[i], w[i], g[i]);
+    }
+}
+
+/* Layer i's full weights, gathered from every rank's shard (the caller frees). */
+static tensor *gather_layer(const mlp_config *c, tensor *shard) {
+    tensor *full = empty(c->width, c->width, shard->device);
+    dist_all_gather(full, shard);
+    return full;
+}
+
+/* One FSDP (ZeRO-3) step: each rank keeps only its shard of every layer's
+ * weights, gradients and AdamW state. A layer's full weights exist only
+ * while it runs: gathered for the forward, freed, gathered again for the
+ * backward; its full gradient is reduce-scattered at once, leaving each
+ * rank the averaged gradient of its own shard. `peak` gets the most bytes
+ * of full layers (weights and gradient) alive at one time. */
+static void fsdp_step(const mlp_config *c, tensor **ws, tensor **gs, adamw **opt, tensor *x, double *peak) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    acts[0] = x;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = gather_layer(c, ws[i]);
+        acts[i + 1] = layer_forward(acts[i], full, &pre[i]);
+        tensor_free(full);
+    }
+    tensor *dy = mse_loss_backward(acts[c->layers]);
+    *peak = 0;
+    for (int i = c->layers - 1; i >= 0; i--) {
+        tensor *full = gather_layer(c, ws[i]);
+        tensor *dw = empty(c->width, c->width, x->device), *dx = NULL;
+        layer_backward(acts[i], pre[i], full, dy, dw, i > 0 ? &dx : NULL, 0.0f);
+        double alive = bytes_of(full) + bytes_of(dw);
+        if (alive > *peak) *peak = alive;
+        tensor_free(full);
+        dist_reduce_scatter(gs[i], dw, DIST_AVG);
+        tensor_free(dw);
+        tensor_free(dy);
+        dy = dx;
+    }
+    for (int i = 0; i < c->layers; i++)
+        adamw_step(opt[i], ws[i], gs[i]);
+    free_saved(c->layers, acts, pre);
+}
+
+typedef struct model_state {
+    tensor *w[MAX_LAYERS], *g[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+} model_state;
+
+/* Bytes this rank holds for parameters, gradients and optimizer state,
+ * summed over the tensors themselves. */
+static void held_bytes(const mlp_config *c, const model_state *s, double *params, double *grads, double *state) {
+    *params = *grads = *state = 0;
+    for (int i = 0; i < c->layers; i++) {
+        *params += bytes_of(s->w[i]);
+        *grads += bytes_of(s->g[i]);
+        *state += bytes_of(s->opt[i]->m) + bytes_of(s->opt[i]->v);
+    }
+}
+
+static void make_ddp(const mlp_config *c, int device, model_state *s) {
+    for (int i = 0; i < c->layers; i++) {
+        s->w[i] = init_layer(c, i, device);
+        s->g[i] = empty(c->width, c->width, device);
+        s->opt[i] = adamw_new(s->w[i], LR);
+    }
+}
+
+/* Each rank's shard: the rank-th 1/world of every layer's weights. */
+static void make_fsdp(const mlp_config *c, int device, int rank, int world, model_state *s) {
+    int64_t shard = (int64_t)c->width * c->width / world;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *full = init_layer(c, i, device);
+        tensor *mine = tensor_view(full, rank * shard, shard, 0);
+        s->w[i] = empty(shard, 0, device);
+        tensor_copy(s->w[i], mine);
+        tensor_free(mine);
+        tensor_free(full);
+        s->g[i] = empty(shard, 0, device);
+        s->opt[i] = adamw_new(s->w[i], LR);
+    }
+}
+
+static void free_state(const mlp_config *c, model_state *s) {
+    for (int i = 0; i < c->layers; i++) {
+        tensor_free(s->w[i]);
+        tensor_free(s->g[i]);
+        adamw_free(s->opt[i]);
+    }
+}
+
+/* After one step from the same start on the same data, this rank's FSDP
+ * shards must equal the matching part of the DDP model: the same averaged
+ * gradients (up to the order of their sums) and the same AdamW step. */
+static void compare_shards(const mlp_config *c, int rank, int world, model_state *ddp, model_state *fsdp) {
+    int64_t shard = (int64_t)c->width * c->width / world;
+    double gdiff = 0, gsize = 0, wdiff = 0;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *gpart = tensor_view(ddp->g[i], rank * shard, shard, 0);
+        tensor *wpart = tensor_view(ddp->w[i], rank * shard, shard, 0);
+        gdiff = fmax(gdiff, max_abs_diff(fsdp->g[i], gpart));
+        gsize = fmax(gsize, largest(ddp->g[i]));
+        wdiff = fmax(wdiff, max_abs_diff(fsdp->w[i], wpart));
+        tensor_free(wpart);
+        tensor_free(gpart);
+    }
+    /* Tolerances from lectures/lib/mlp.h: the gradients differ only in the
+     * order of their float32 sums (reduce-scatter against all-reduce), and
+     * AdamW can carry such a difference at most adamw_rounding_bound(). */
+    double gtol = gradient_tolerance(c) * gsize, wtol = adamw_rounding_bound(c);
+    check(gdiff <= gtol, "rank %d: FSDP's gradient shards equal DDP's averaged gradients (%.3g <= %.3g)", rank,
+          gdiff, gtol);
+    check(wdiff <= wtol, "rank %d: FSDP's weight shards equal DDP's weights after the step (%.3g <= %.3g)", rank,
+          wdiff, wtol);
+}
+
+/* Median time of `steps` steps, as the slowest rank saw each. */
+static double time_steps(const dist_args *a, model_state *s, tensor *x, int fsdp) {
+    double t[16], peak;
+    int n = a->timed_steps > 16 ? 16 : a->timed_steps;
+    for (int k = 0; k < n; k++) {
+        dist_timer timer = {0};
+        dist_timer_start(&timer);
+        if (fsdp)
+            fsdp_step(&a->cfg, s->w, s->g, s->opt, x, &peak);
+        else
+            ddp_step(&a->cfg, s->w, s->g, s->opt, x);
+        t[k] = dist_timer_stop(&timer);
+    }
+    return median(t, n);
+}
+
+static void ddp_vs_fsdp_main(int rank, int world, void *args) {
+    const dist_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    tensor *data = make_data(c, device);
+    int64_t local = c->batch / world;
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);
+
+    model_state ddp, fsdp;
+    make_ddp(c, device, &ddp);
+    make_fsdp(c, device, rank, world, &fsdp);
+    double dp[3], fp[3], peak = 0;
+    held_bytes(c, &ddp, &dp[0], &dp[1], &dp[2]);
+    held_bytes(c, &fsdp, &fp[0], &fp[1], &fp[2]);
+
+    int64_t b0 = dist_bytes_sent();
+    ddp_step(c, ddp.w, ddp.g, ddp.opt, x);
+    int64_t b1 = dist_bytes_sent();
+    fsdp_step(c, fsdp.w, fsdp.g, fsdp.opt, x, &peak);
+    int64_t b2 = dist_bytes_sent();
+    compare_shards(c, rank, world, &ddp, &fsdp);
+
+    double t_ddp = time_steps(a, &ddp, x, 0), t_fsdp = time_steps(a, &fsdp, x, 1);
+    if (rank == 0) {
+        double mb = 1e6;
+        note("| per rank | DDP (MB) | FSDP (MB) |\n|---|---|---|\n"
+             "| parameters | %.4f | %.4f |\n| gradients | %.4f | %.4f |\n"
+             "| optimizer state (AdamW m, v) | %.4f | %.4f |\n"
+             "| total kept between steps | %.4f | %.4f |\n"
+             "| full layers alive at once during a step | 0 | %.4f |",
+             dp[0] / mb, fp[0] / mb, dp[1] / mb, fp[1] / mb, dp[2] / mb, fp[2] / mb, (dp[0] + dp[1] + dp[2]) / mb,
+             (fp[0] + fp[1] + fp[2]) / mb, peak / mb);
+        note("| per rank, per step | DDP | FSDP |\n|---|---|---|\n"
+             "| bytes sent (dist_bytes_sent) | %lld | %lld |\n"
+             "| step time, slowest rank, median of %d (ms) | %.2f | %.2f |\n"
+             "| examples per second | %.0f | %.0f |",
+             (long long)(b1 - b0), (long long)(b2 - b1), a->timed_steps, t_ddp * 1e3, t_fsdp * 1e3,
+             c->batch / t_ddp, c->batch / t_fsdp);
+        /* The traffic, from the byte counter's rules (runtime/lectern.h), per
+         * layer: an all-reduce of the W x W gradient; two all-gathers of the
+         * W x W weights and a reduce-scatter of the W x W gradient. */
+        double layer = 4.0 * c->width * c->width, share = (double)(world - 1) / world;
+        check(b1 - b0 == (int64_t)(c->layers * 2 * share * layer),
+              "DDP sent 2(N-1)/N x 4P = %.0f bytes per rank", c->layers * 2 * share * layer);
+        check(b2 - b1 == (int64_t)(c->layers * 3 * share * layer),
+              "FSDP sent 3(N-1)/N x 4P = %.0f bytes per rank", c->layers * 3 * share * layer);
+        note("FSDP's step took %.2f times as long as DDP's here. The messages are small "
+             "(%.2f MB a step for FSDP) and the %d ranks share this machine's CPU cores, so "
+             "what a step costs here is mostly the cost of each collective call, %d of them "
+             "for FSDP against %d for DDP, more than their bytes. On GPUs linked by NVLink, "
+             "FSDP gathers the next layer while the current one computes, and hides much "
+             "of its extra traffic.",
+             t_fsdp / t_ddp, (double)(b2 - b1) / 1e6, world, 3 * c->layers, c->layers);
+    }
+    free_state(c, &fsdp);
+    free_state(c, &ddp);
+    tensor_free(x);
+    tensor_free(data);
+}
+
+static void many_gpus_section(void) {
+    note("## Many GPUs: DDP and FSDP");
+    note("When the model fits on one GPU, the simplest way to use eight is *data "
+         "parallelism*: every GPU holds the whole model, works on its own slice of the "
+         "batch, and the gradients are averaged with an all-reduce before every GPU "
+         "takes the same optimizer step (DDP). Every GPU then keeps a full copy of the "
+         "parameters, the gradients and the optimizer state: N copies of the same "
+         "numbers.");
+    note("*Fully sharded* data parallelism (PyTorch's FSDP, ZeRO stage 3) keeps only "
+         "one copy, cut into N shards. A layer's full weights are gathered just before "
+         "it runs and dropped after; its gradient is reduce-scattered so each GPU gets "
+         "the averaged gradient of its own shard, and updates only that. Memory per GPU "
+         "falls by N; the price is more communication: two all-gathers of the weights "
+         "(forward and backward) and a reduce-scatter, against DDP's one all-reduce.");
+    dist_args a = {.cfg = {.batch = 64, .width = lecture_quick() ? 64 : 128, .layers = 4, .steps = 1, .lr = LR},
+                   .timed_steps = lecture_quick() ? 3 : 7};
+    note("Both, for real, on %d ranks: a model of %d layers of %d x %d float32 weights "
+         "(lectures/lib/mlp.h), batch %d split over the ranks, AdamW. One step of each "
+         "from the same start, the FSDP shards compared with the DDP model; the bytes "
+         "come from the tensors each rank holds, the traffic from `dist_bytes_sent()`.",
+         WORLD, a.cfg.layers, a.cfg.width, a.cfg.width, a.cfg.batch);
+    spawn(ddp_vs_fsdp_main, WORLD, &a, sizeof a);
+    note("What the tables say, with P = %d x %d x %d = %d parameters and N = %d ranks: "
+         "DDP keeps 16P bytes per rank (4 bytes each of weights, gradients, and AdamW's two "
+         "moments), FSDP 16P/N plus one full layer and its gradient while it runs. Per "
+         "step DDP sends 2(N-1)/N x 4P bytes per rank (the all-reduce), FSDP "
+         "3(N-1)/N x 4P (gather, gather again, reduce-scatter): 1.5 times as much.",
+         a.cfg.layers, a.cfg.width, a.cfg.width, a.cfg.layers * a.cfg.width * a.cfg.width, WORLD);
+    note("| in short | DDP | FSDP |\n|---|---|---|\n"
+         "| memory per GPU | a full copy of model, gradients and optimizer state | 1/N of each, "
+         "plus the layer that is running |\n"
+         "| communication | one all-reduce of the gradients, overlapped with the backward pass | "
+         "all-gathers in the forward and the backward, a reduce-scatter of the gradients |\n"
+         "| use it when | the model and its activations fit on one GPU | they do not, or a larger "
+         "batch per GPU is wanted |");
+}
+
+/* ------------------------------------------------------------------ */
+/* M machines x N GPUs                                                 */
+/* ------------------------------------------------------------------ */
+
+static void many_machines_section(void) {
+    note("## M machines x N GPUs");
+    note("Nothing in the lecture's code changes when the ranks are on several "
+         "machines: `spawn()` starts them with Open MPI, and a *hostfile* says where "
+         "they go (docs/multinode.md). For M = 2 machines with N = 4 GPUs each:");
+    note_verbatim("$ cat hosts\nnode1 slots=4\nnode2 slots=4\n\n"
+                  "$ LECTERN_BACKEND=nccl LECTERN_HOSTFILE=$PWD/hosts build/lectures/lecture_gpu");
+    int machines = 2, per_machine = 4;
+    text t = {.n = 0};
+    add_text(&t, "| rank | machine | GPU on that machine |\n|---|---|---|\n");
+    for (int rank = 0; rank < machines * per_machine; rank++)
+        add_text(&t, "| %d | node%d | cuda:%d |\n", rank, rank / per_machine + 1, rank % per_machine);
+    note("Open MPI fills each machine's slots in order, so the world of %d ranks is "
+         "numbered machine by machine, and each rank uses the GPU numbered by its "
+         "place on its own machine (`get_device(rank)`):\n\n%s",
+         machines * per_machine, t.s);
+    note("DDP's all-reduce then spans all M x N GPUs, and part of it crosses the "
+         "network between machines, which is slower than NVLink inside one; FSDP "
+         "shards over all M x N GPUs and gathers across machines in the forward and "
+         "backward passes too. Ring and tree all-reduce (lecture_collectives) are how "
+         "NCCL keeps that traffic efficient.");
+}
+
+static void summary(void) {
+    note("## Summary");
+    note("- A GPU trades single-thread speed for many threads: feed it large, uniform "
+         "work.\n"
+         "- Memory is a hierarchy; fast kernels reuse data from registers and shared "
+         "memory (tiles) instead of going back to HBM.\n"
+         "- Arithmetic intensity says which roof limits a kernel: a vector add is "
+         "memory-bound everywhere, a large matrix product compute-bound.\n"
+         "- DDP copies everything to every GPU and all-reduces the gradients; FSDP "
+         "shards it and pays for that with 1.5 times the traffic.\n"
+         "- More machines change the hostfile, not the program.");
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_gpu); }

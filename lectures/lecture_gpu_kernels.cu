@@ -1,0 +1,88 @@
+/*
+ * lecture_gpu_kernels.cu: the two kernels lecture_gpu teaches, and the
+ * launches that run them (declared in lecture_gpu_kernels.h).
+ *
+ * The lecture shows the text between the "lecture:" markers below as it is
+ * in this file, so what the reader sees is what nvcc compiled.
+ *
+ * Compiled by nvcc in a CUDA build; not yet run on a GPU (unverified).
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "lecture_gpu_kernels.h"
+
+extern "C" void gpu_facts_of(int device, gpu_facts *f)
+{
+    cudaDeviceProp p;
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+    memset(f, 0, sizeof *f);
+    snprintf(f->name, sizeof f->name, "%s", p.name);
+    CUDA_CHECK(cudaDeviceGetAttribute(&f->sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&f->threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&f->registers_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&f->shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&f->l2_bytes, cudaDevAttrL2CacheSize, device));
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    f->global_bytes = (double)total_bytes;
+}
+
+/* lecture: vector_add */
+__global__ void vector_add(const float *x, const float *y, float *out, int64_t n)
+{
+    /* Which element is mine: my block's first element plus my place in it. */
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)              /* the last block may stick out past the end */
+        out[i] = x[i] + y[i];
+}
+
+extern "C" void gpu_vector_add(int device, const float *x, const float *y, float *out, int64_t n)
+{
+    int threads = 256;                                  /* per block */
+    int64_t blocks = (n + threads - 1) / threads;       /* enough blocks to cover n */
+    CUDA_CHECK(cudaSetDevice(device));
+    vector_add<<<(unsigned)blocks, threads>>>(x, y, out, n);
+    CUDA_CHECK(cudaGetLastError());                     /* a launch returns nothing */
+}
+/* lecture: end */
+
+/* lecture: tiled_matmul */
+#define TILE 16
+
+__global__ void tiled_matmul(const float *a, const float *b, float *c, int n)
+{
+    /* Each block computes one TILE x TILE tile of c; each thread one element. */
+    __shared__ float a_tile[TILE][TILE];
+    __shared__ float b_tile[TILE][TILE];
+    int row = blockIdx.y * TILE + threadIdx.y;
+    int col = blockIdx.x * TILE + threadIdx.x;
+    float acc = 0.0f;                                   /* lives in a register */
+    for (int t = 0; t < n; t += TILE) {
+        /* The block loads one tile of a and one of b from HBM, each thread
+         * one element (zero past the edge)... */
+        a_tile[threadIdx.y][threadIdx.x] = (row < n && t + threadIdx.x < n) ? a[row * n + t + threadIdx.x] : 0.0f;
+        b_tile[threadIdx.y][threadIdx.x] = (t + threadIdx.y < n && col < n) ? b[(t + threadIdx.y) * n + col] : 0.0f;
+        __syncthreads();                                /* ...the whole tile is in */
+        /* ...and every thread reads TILE elements of each from shared memory:
+         * each element loaded once is used TILE times. */
+        for (int k = 0; k < TILE; k++)
+            acc += a_tile[threadIdx.y][k] * b_tile[k][threadIdx.x];
+        __syncthreads();                                /* done with this tile */
+    }
+    if (row < n && col < n)
+        c[row * n + col] = acc;
+}
+
+extern "C" void gpu_tiled_matmul(int device, const float *a, const float *b, float *c, int n)
+{
+    dim3 threads(TILE, TILE);
+    dim3 blocks((n + TILE - 1) / TILE, (n + TILE - 1) / TILE);
+    CUDA_CHECK(cudaSetDevice(device));
+    tiled_matmul<<<blocks, threads>>>(a, b, c, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+/* lecture: end */

@@ -1,0 +1,328 @@
+"""lecture_gpu: run it with --quick and check its numbers from the trace.
+
+Every check of the lecture must pass; the arithmetic intensities must be the
+formulas' (worked out here from n); the roofline's roof must be the lower of
+the measured peak and the measured bandwidth times the intensity, and every
+measured point must lie under it (or be named by the lecture when it does
+not); the DDP and FSDP memory and traffic must be what the model's sizes give;
+where the machine has no GPU, the lecture must say the GPU part did not run and
+show the kernels' source exactly as lectures/lecture_gpu_kernels.cu holds it.
+The trace must validate against the schema with every stack line accurate.
+
+    /usr/bin/python3 tests/test_lecture_gpu.py
+"""
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import unittest
+import xml.dom.minidom
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import tracecheck  # noqa: E402
+
+NAME = "lecture_gpu"
+KERNELS = os.path.join(ROOT, "lectures", "lecture_gpu_kernels.cu")
+
+SECTIONS = [
+    "# GPUs: one, then many",
+    "## Why GPUs",
+    "## Latency and throughput",
+    "## The memory hierarchy",
+    "## A first kernel: vector add",
+    "## Matrix multiply: tiles and shared memory",
+    "## Arithmetic intensity",
+    "## The roofline",
+    "## Many GPUs: DDP and FSDP",
+    "## M machines x N GPUs",
+    "## Summary",
+]
+
+U = 2.0 ** -24   # float32's unit roundoff
+
+
+def binary():
+    path = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "lectures", NAME)
+    if not os.path.exists(path):
+        raise AssertionError("%s is not built (run make)" % path)
+    return path
+
+
+def half_unit(printed):
+    """Half the last printed digit's unit: how far a rounded number may be
+    from the value it stands for ("8.445e-06" -> 0.0005e-06, "12" -> 0.5)."""
+    mantissa, _, exponent = printed.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
+
+
+def table_rows(text, cells):
+    """Rows of a markdown table with `cells` cells, as lists of strings
+    (the header and separator rows are left out)."""
+    rows = []
+    for line in text.split("\n"):
+        parts = [p.strip() for p in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(parts) == cells and not parts[0].startswith("---"):
+            rows.append(parts)
+    return rows[1:]
+
+
+class LectureGpu(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp()
+        cls.run_result, cls.trace = tracecheck.run_quick(binary(), cls.out)
+        cls.path = os.path.join(cls.out, NAME + ".json")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def setUp(self):
+        self.assertEqual(self.run_result.returncode, 0, "%s --quick failed: %s" % (NAME, tracecheck.why(self.run_result)))
+        self.assertIsNotNone(self.trace, "no trace written")
+
+    def renderings(self, kind):
+        return [(s, r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == kind]
+
+    def markdown(self, pattern):
+        """Every match of `pattern` in a note, in order."""
+        out = []
+        for _, r in self.renderings("markdown"):
+            m = re.search(pattern, r["data"], re.S)
+            if m:
+                out.append(m)
+        return out
+
+    def one(self, pattern):
+        found = self.markdown(pattern)
+        self.assertEqual(len(found), 1, "%r: %d notes match" % (pattern, len(found)))
+        return found[0]
+
+    def checks(self):
+        return [r for _, r in self.renderings("check")]
+
+    def gpus(self):
+        return self.trace["meta"]["gpus"]
+
+    def test_schema_and_line_accuracy(self):
+        tracecheck.validate(self.path)
+
+    def test_sections_in_order(self):
+        heads = [r["data"].strip() for _, r in self.renderings("markdown") if r["data"].startswith("#")]
+        self.assertEqual([h for h in heads if h in SECTIONS], SECTIONS)
+
+    def test_every_check_passed_and_the_expected_ones_ran(self):
+        checks = self.checks()
+        self.assertEqual([c["data"] for c in checks if not c["passed"]], [])
+        self.assertEqual(self.trace["meta"]["checks"], {"passed": len(checks), "failed": 0})
+        whats = [c["what"] for c in checks]
+        expected = ["the CPU loop vs the runtime's add_()", "the naive loop vs matmul() (OpenBLAS)",
+                    "the tiled loop vs matmul() (OpenBLAS)"]
+        if self.gpus() > 0:
+            expected += ["vector_add kernel vs add_() on the GPU", "vector_add kernel on the GPU vs the CPU loop",
+                         "tiled_matmul kernel vs matmul() (cuBLAS)"]
+        for what in expected:
+            self.assertIn(what, whats)
+        for rank in range(4):
+            for claim in ("FSDP's gradient shards equal DDP's", "FSDP's weight shards equal DDP's"):
+                self.assertEqual(len([w for w in whats if w.startswith("rank %d: %s" % (rank, claim))]), 1,
+                                 (rank, claim))
+
+    def test_vector_add_is_exact(self):
+        adds = [c for c in self.checks() if "rtol" in c and ("vector_add" in c["what"] or "add_()" in c["what"])]
+        self.assertEqual(len(adds), 3 if self.gpus() > 0 else 1)
+        for c in adds:
+                # one float addition of the same two floats: IEEE 754 rounds it
+                # one way everywhere, so no tolerance at all
+                self.assertEqual((c["rtol"], c["atol"], c["max_abs"]), (0, 0, 0), c["what"])
+
+    def test_matmul_tolerance_follows_from_its_formula(self):
+        m = self.one(r"The product of two (\d+) x \d+ matrices.*?at most 2 n u / \(1 - n u\) S = ([0-9.e+-]+), "
+                     r"where u = 2\^-24 and S = ([0-9.e+-]+)")
+        n, tol_s, s_s = int(m.group(1)), m.group(2), m.group(3)
+        s = float(s_s)
+        gamma = n * U / (1 - n * U)
+        # S is printed to 6 digits: the formula may move by what that allows
+        self.assertAlmostEqual(float(tol_s), 2 * gamma * s, delta=2 * gamma * half_unit(s_s) + half_unit(tol_s))
+        # S is a sum of n products |a||b| of standard normals, each 2/pi on
+        # average; the largest of n^2 such sums lies within a factor 2 of the
+        # mean n 2/pi for any seed at n >= 64 (a check whose tolerance were
+        # much larger would let real mistakes through)
+        self.assertTrue(n * 2 / 3.14159 / 2 < s < n * 2 / 3.14159 * 2, s)
+        mm = [c for c in self.checks() if "matmul()" in c["what"]]
+        self.assertGreaterEqual(len(mm), 2)
+        for c in mm:
+            self.assertEqual(c["rtol"], 0)
+            self.assertAlmostEqual(c["atol"], float(tol_s), delta=half_unit(tol_s))
+            self.assertLessEqual(c["max_abs"], c["atol"])
+            # a skipped tile or a wrong index is off by a whole product
+            # (about 1 here); the tolerance must be far below that
+            self.assertLess(c["atol"], 0.05)
+
+    def test_intensity_table_is_the_formulas(self):
+        m = self.one(r"^(\| n \| vector add FLOPs .*)")
+        rows = table_rows(m.group(1), 7)
+        self.assertGreaterEqual(len(rows), 3)
+        for n_s, af, ab, ai, mf, mb, mi in rows:
+            n = int(n_s)
+            self.assertEqual((float(af), float(ab)), (n, 12 * n))
+            self.assertAlmostEqual(float(ai), 1 / 12, delta=half_unit(ai))
+            self.assertEqual((float(mf), float(mb)), (2 * n ** 3, 12 * n ** 2))
+            self.assertAlmostEqual(float(mi), n / 6, delta=half_unit(mi))
+
+    def roofline(self):
+        bw = self.one(r"ran at \*\*([0-9.]+) GB/s\*\*, an `add_\(\)` of two such arrays at \*\*([0-9.]+) GB/s\*\*")
+        peak = self.one(r"the best `matmul\(\)` reached \*\*([0-9.]+) GFLOP/s\*\*")
+        table = self.one(r"^(\| kernel \| n \| FLOP/byte .*)")
+        rows = table_rows(table.group(1), 6)
+        return bw.groups(), peak.group(1), rows
+
+    def test_roofline_points_under_the_measured_roof(self):
+        (copy_s, add_s), peak_s, rows = self.roofline()
+        bw = max(float(copy_s), float(add_s))
+        bw_err = half_unit(copy_s) if float(copy_s) >= float(add_s) else half_unit(add_s)
+        peak = float(peak_s)
+        matmuls = [r for r in rows if r[0] == "matmul"]
+        vadd = [r for r in rows if r[0] == "vector add"]
+        self.assertGreaterEqual(len(matmuls), 3)
+        self.assertEqual(len(vadd), 1)
+        # the peak is the best matmul measured
+        self.assertAlmostEqual(max(float(r[3]) for r in matmuls), peak, delta=half_unit(peak_s) + 0.0005)
+        above = 0
+        for kernel, n_s, i_s, g_s, roof_s, _ in rows:
+            n = int(n_s)
+            intensity = n / 6 if kernel == "matmul" else 1 / 12
+            self.assertAlmostEqual(float(i_s), intensity, delta=half_unit(i_s))
+            # the roof from the printed peak and bandwidth: their rounding
+            # (and the roof's own) is all the room there is
+            roof = min(peak, bw * intensity)
+            room = max(half_unit(peak_s), bw_err * intensity) + half_unit(roof_s)
+            self.assertAlmostEqual(float(roof_s), roof, delta=room, msg=(kernel, n))
+            g = float(g_s)
+            if kernel == "vector add":
+                # its add_() is one of the two bandwidth measurements, so it
+                # is on or under the slope by construction
+                self.assertLessEqual(g, bw * intensity + room, (kernel, n))
+            else:
+                self.assertLessEqual(g, peak + half_unit(peak_s) + half_unit(g_s), (kernel, n))
+                above += g > bw * intensity + room
+        named = self.markdown(r"^(\d+) of the matrix products ran above the memory slope")
+        if above:
+            self.assertEqual([int(m.group(1)) for m in named], [above])
+        else:
+            self.assertEqual(named, [])
+
+    def test_roofline_plot(self):
+        plots = self.renderings("plot")
+        self.assertEqual(len(plots), 1)
+        spec = plots[0][1]["spec"]
+        self.assertIn("/v6", spec["$schema"])
+        (copy_s, add_s), peak_s, rows = self.roofline()
+        bw, peak = max(float(copy_s), float(add_s)), float(peak_s)
+        values = spec["data"]["values"]
+        roof = [v for v in values if v["series"] == "roof (measured)"]
+        self.assertGreaterEqual(len(roof), 3)
+        for v in roof:
+            # the plot holds 6 digits of unrounded values; the peak and
+            # bandwidth here are the note's 1 decimal
+            want = min(peak, bw * v["intensity"])
+            self.assertAlmostEqual(v["gflops"], want, delta=0.05 * max(1, v["intensity"]) + 1e-5 * want)
+        points = [v for v in values if v["series"] != "roof (measured)"]
+        self.assertEqual(sorted((v["series"], v["n"]) for v in points), sorted((r[0], int(r[1])) for r in rows))
+        for v in points:
+            row = [r for r in rows if (r[0], int(r[1])) == (v["series"], v["n"])][0]
+            self.assertAlmostEqual(v["gflops"], float(row[3]), delta=half_unit(row[3]) + 1e-5 * v["gflops"])
+
+    def test_gpu_part_or_the_reason_it_did_not_run(self):
+        with open(KERNELS) as f:
+            source = f.read()
+        blocks = [m.group(1) for m in self.markdown(r"^```cuda\n(.*)```$")]
+        self.assertEqual(len(blocks), 2)
+        for block, marker in zip(blocks, ("vector_add", "tiled_matmul")):
+            # exactly the file's text between its markers
+            self.assertIn("/* lecture: %s */\n%s/* lecture: end */" % (marker, block), source)
+            self.assertIn("__global__ void %s(" % marker, block)
+        self.assertIn("__shared__", blocks[1])
+        notes = self.markdown(r"\*\*The GPU part did not run on this machine\*\*: ([^.]*)\.")
+        if self.gpus() == 0:
+            self.assertEqual(len(notes), 2)
+            for m in notes:
+                self.assertRegex(m.group(1), r"finds no GPU on this machine \(gpu_count\(\) is 0\)|this build has no CUDA")
+        else:
+            self.assertEqual(notes, [])
+            self.one(r"^\| on the GPU \| time \(ms\) \| GFLOP/s \|")
+
+    def test_kernel_source_read_from_lecture_root(self):
+        # lecture_root() honours LECTERN_ROOT_DIR: a copy of the repository's
+        # lectures/ and assets/ whose kernel file differs must be what is shown
+        # (and not a path fixed at build time, nor one relative to the cwd)
+        with tempfile.TemporaryDirectory() as root:
+            for d in ("lectures", "assets"):
+                shutil.copytree(os.path.join(ROOT, d), os.path.join(root, d))
+            with open(KERNELS) as f:
+                source = f.read()
+            planted = "    /* planted by the test */\n"
+            source = source.replace("/* lecture: vector_add */\n", "/* lecture: vector_add */\n" + planted)
+            with open(os.path.join(root, "lectures", "lecture_gpu_kernels.cu"), "w") as f:
+                f.write(source)
+            out = os.path.join(root, "out")
+            env = dict(os.environ, LECTERN_ROOT_DIR=root)
+            p, trace = tracecheck.run_quick(binary(), out, env=env)
+            self.assertEqual(p.returncode, 0, tracecheck.why(p))
+            blocks = [r["data"] for s in trace["steps"] for r in s["renderings"]
+                      if r["type"] == "markdown" and r["data"].startswith("```cuda")]
+            self.assertTrue(blocks[0].startswith("```cuda\n" + planted), blocks[0][:200])
+
+    def test_ddp_and_fsdp_memory_and_traffic(self):
+        m = self.one(r"P = (\d+) x (\d+) x (\d+) = (\d+) parameters and N = (\d+) ranks")
+        layers, w, w2, p, n = (int(g) for g in m.groups())
+        self.assertEqual((w, p), (w2, layers * w * w))
+        mem = table_rows(self.one(r"^(\| per rank \| DDP \(MB\) \| FSDP \(MB\) \|.*)").group(1), 3)
+        got = {r[0]: (float(r[1]), float(r[2])) for r in mem}
+        b = 4   # float32
+        want = {
+            "parameters": (b * p, b * p / n),
+            "gradients": (b * p, b * p / n),
+            "optimizer state (AdamW m, v)": (2 * b * p, 2 * b * p / n),
+            "total kept between steps": (4 * b * p, 4 * b * p / n),
+            # FSDP's backward holds one full layer and its full gradient
+            "full layers alive at once during a step": (0, 2 * b * w * w),
+        }
+        self.assertEqual(set(got), set(want))
+        for k, (ddp, fsdp) in want.items():
+            # MB printed to 4 decimals
+            self.assertAlmostEqual(got[k][0], ddp / 1e6, delta=0.00005, msg=k)
+            self.assertAlmostEqual(got[k][1], fsdp / 1e6, delta=0.00005, msg=k)
+        comm = table_rows(self.one(r"^(\| per rank, per step \| DDP \| FSDP \|.*)").group(1), 3)
+        sent = [r for r in comm if r[0].startswith("bytes sent")][0]
+        share = (n - 1) / n
+        self.assertEqual(int(sent[1]), round(2 * share * b * p))   # one all-reduce of the gradients
+        self.assertEqual(int(sent[2]), round(3 * share * b * p))   # gather, gather again, reduce-scatter
+
+    def test_hostfile_and_rank_placement(self):
+        texts = [r["data"] for _, r in self.renderings("text") if "LECTERN_HOSTFILE" in r["data"]]
+        self.assertEqual(len(texts), 1)
+        hosts = re.findall(r"^(node\d+) slots=(\d+)$", texts[0], re.M)
+        self.assertEqual(len(hosts), 2)
+        per = int(hosts[0][1])
+        rows = table_rows(self.one(r"(\| rank \| machine \| GPU on that machine \|.*)").group(1), 3)
+        self.assertEqual(len(rows), len(hosts) * per)
+        for rank_s, machine, gpu in rows:
+            rank = int(rank_s)
+            self.assertEqual((machine, gpu), (hosts[rank // per][0], "cuda:%d" % (rank % per)))
+
+    def test_memory_diagram(self):
+        srcs = [r.get("src") for _, r in self.renderings("image")]
+        self.assertIn("assets/lecture_gpu_memory.svg", srcs)
+        doc = xml.dom.minidom.parse(os.path.join(ROOT, "assets", "lecture_gpu_memory.svg"))
+        text = " ".join(t.firstChild.data for t in doc.getElementsByTagName("text") if t.firstChild)
+        for level in ("registers", "shared mem", "L2 cache", "HBM", "host (CPU) memory", "PCIe"):
+            self.assertIn(level, text)
+
+
+if __name__ == "__main__":
+    unittest.main()
