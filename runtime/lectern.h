@@ -142,6 +142,19 @@ typedef void (*spawn_fn)(int rank, int world_size, void *args);
  * before any rank starts. */
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size);
 
+/* A spawn whose failure is the lesson: a deadlock, a crash, ranks that make
+ * different calls. Runs fn as spawn() does; when the spawn fails, the
+ * ranks' error steps are recorded as they would be, each marked as
+ * expected ("expected": true in the trace; the viewer shows "caught, as
+ * expected"), the lecture goes on and the run is not failed by them.
+ * Returns 1 then. A deadlock is called after LECTERN_EXPECT_TIMEOUT seconds
+ * of every rank waiting (default 3; never more than LECTERN_TIMEOUT); the
+ * pool's start is not bounded by it. The ranks are stopped, and the next
+ * spawn starts fresh ones (about 0.4 s). If the spawn succeeds, that is the
+ * lecture's error: an error step at this line, the run fails (exit 1), and
+ * it returns 0. Bad arguments are errors as for spawn(). */
+int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t args_size);
+
 /* ------------------------------------------------------------------ */
 /* 3. Tensors: small float32 tensors on host or device                 */
 /* ------------------------------------------------------------------ */
