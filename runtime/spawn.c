@@ -274,6 +274,9 @@ static void take_message(spawn_run *run, int r) {
     if (type == MSG_DONE) {
         if (!run->done[r]) run->n_done++;
         run->done[r] = 1;
+    } else if (type == MSG_RESULT) {
+        lx_spawn_results_put(r, body, size);   /* kept: spawn_result() reads it */
+        return;
     } else if (type == MSG_STEP) {
         cJSON *step = cJSON_Parse(body);
         if (step) hold(run, r, step);
@@ -612,6 +615,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     if (!run) lx_fatal("out of memory");
     run->world_size = world_size;
     run->expect_failure = expect_failure;
+    lx_spawn_results_clear(world_size);
     run->started = now_seconds();
     run->n_parent = lx_stack_capture(run->parent, LX_MAX_FRAMES);
     char *reason = NULL;

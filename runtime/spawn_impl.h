@@ -14,6 +14,7 @@
  *   globals.c     a rank's copy of the lecture's globals at start, put back
  *                 before every spawn
  *   spawn_board.c the status board a rank writes and the parent reads
+ *   spawn_result.c what ranks return (spawn_return) kept for spawn_result
  *   comm.c        the public dist_* calls: argument checks, then one of
  *   comm_mpi.c    Open MPI on host buffers (the spawn's communicator)
  *   comm_nccl.c   NCCL on device buffers (built where NCCL is: LECTERN_NCCL)
@@ -52,6 +53,7 @@ enum {
     MSG_SPAWN,       /* parent -> rank: spawn_desc, then args_size bytes */
     MSG_STEP,        /* rank -> parent: one step as JSON text */
     MSG_DONE,        /* rank -> parent: fn returned */
+    MSG_RESULT,      /* rank -> parent: the bytes of spawn_return(), before MSG_DONE */
 };
 
 typedef struct pool_hello {
@@ -147,6 +149,14 @@ typedef struct place {
 place lx_innermost(const char *text);
 
 void lx_sleep_seconds(double seconds);
+
+/* ---------------- spawn_result.c ---------------- */
+
+/* Forgets the previous spawn's results; a spawn of `world_size` ranks
+ * starts (the parent). */
+void lx_spawn_results_clear(int world_size);
+/* Keeps `body` (malloc'd; taken over) as what `rank` returned. */
+void lx_spawn_results_put(int rank, char *body, size_t size);
 
 /* ---------------- pool.c: the parent's pool of ranks ---------------- */
 
