@@ -635,23 +635,32 @@ static void note_sweep(const double *ring_s, const double *tree_s, double alpha,
              ring_s[0] * 1e6, model0 * 1e6);
 }
 
+/* What rank 0 measured, handed back to the lecture (spawn_return), which
+ * fits the model and draws the plot once, in its own process. */
+typedef struct timings {
+    double one_way[N_PING], ring_s[N_SWEEP], tree_s[N_SWEEP];
+} timings;
+
 static void timing_main(int rank, int n, void *args) {
     const timing_args *a = args;
-    double one_way[N_PING], ring_s[N_SWEEP], tree_s[N_SWEEP];
+    timings t;
     if (rank < 2)
-        for (int i = 0; i < N_PING; i++) one_way[i] = ping_pong(rank, PING_SIZES[i], 4 * a->reps);
+        for (int i = 0; i < N_PING; i++) t.one_way[i] = ping_pong(rank, PING_SIZES[i], 4 * a->reps);
     dist_barrier();
     for (int i = 0; i < N_SWEEP; i++) {
-        ring_s[i] = time_all_reduce(ring_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
-        tree_s[i] = time_all_reduce(tree_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
+        t.ring_s[i] = time_all_reduce(ring_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
+        t.tree_s[i] = time_all_reduce(tree_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
     }
-    if (rank != 0) return;
+    if (rank == 0) spawn_return(&t, sizeof t);
+}
+
+static void fit_and_compare(const timings *t, int n, int reps) {
     double alpha, beta;
-    fit_alpha_beta(one_way, &alpha, &beta);
-    note_ping_pong(one_way, alpha, beta);
+    fit_alpha_beta(t->one_way, &alpha, &beta);
+    note_ping_pong(t->one_way, alpha, beta);
     note("The hand-built ring and tree of the section before, timed on %d ranks (median of %d runs "
-         "each), against the model:", n, a->reps);
-    note_sweep(ring_s, tree_s, alpha, beta, n);
+         "each), against the model:", n, reps);
+    note_sweep(t->ring_s, t->tree_s, alpha, beta, n);
 }
 
 static void measure_alpha_beta(int quick) {
@@ -666,6 +675,8 @@ static void measure_alpha_beta(int quick) {
          "a GPU) per rank.");
     timing_args a = {.reps = quick ? 5 : 21};
     spawn(timing_main, 4, &a, sizeof a);
+    timings t;
+    if (spawn_result(0, &t, sizeof t) == sizeof t) fit_and_compare(&t, 4, a.reps);
     note("Below the crossover, the ring's extra steps cost more than the tree's extra bytes; "
          "above it the bytes dominate, and the ring wins. With more ranks the ring's step "
          "count grows like N and the tree's like log2 N, so the crossover moves to larger "

@@ -29,23 +29,23 @@ window.lecternIndex = {
    "name": "lecture_collectives",
    "title": "Collectives from scratch",
    "summary": "Ranks that train one model together have to exchange numbers: gradients, parameters, activations. This lecture starts from the smallest exchange, one rank handing one tensor to another, and builds the all-reduce of data-parallel training out of it three different ways. Then it …",
-   "start_time": "2026-11-23T19:13:40Z",
+   "start_time": "2026-11-23T21:21:46Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 5.36,
-   "steps": 74,
+   "duration_s": 6.376,
+   "steps": 76,
    "failed_run": false
   },
   {
    "name": "lecture_ddp",
    "title": "Distributed data parallel training",
    "summary": "Data parallelism is the most common way to train on many devices: every rank keeps a whole copy of the model and works on its own part of each batch. This lecture builds it up from plain SGD to the design of PyTorch's DistributedDataParallel (DDP), and runs every piece on real …",
-   "start_time": "2026-11-23T20:35:51Z",
+   "start_time": "2026-11-23T21:21:53Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 0.964,
+   "duration_s": 2.177,
    "steps": 67,
    "failed_run": false
   }
