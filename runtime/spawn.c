@@ -279,7 +279,14 @@ static void take_message(spawn_run *run, int r) {
         return;
     } else if (type == MSG_STEP) {
         cJSON *step = cJSON_Parse(body);
-        if (step) hold(run, r, step);
+        /* A step one rank writes for another (lx_rank_error_for). */
+        cJSON *as = step ? cJSON_GetObjectItemCaseSensitive(step, "as_rank") : NULL;
+        int rank = r;
+        if (as) {
+            if (cJSON_IsNumber(as) && as->valueint >= 0 && as->valueint < run->world_size) rank = as->valueint;
+            cJSON_DeleteItemFromObjectCaseSensitive(step, "as_rank");
+        }
+        if (step) hold(run, rank, step);
         else fprintf(stderr, "lectern: rank %d sent a step that is not JSON; dropped\n", r);
     }
     free(body);

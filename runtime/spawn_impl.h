@@ -229,6 +229,13 @@ void lx_rank_where(const char *operation);
 void lx_rank_enter(const char *operation, const lx_frame *frames, int n, int peer);
 void lx_rank_leave(void);
 
+/* An error step for another rank of the spawn, at `frames_text` (that
+ * rank's lecture stack): a receiver that finds its sender's call does not
+ * match writes the sender's step too, since the sender may be blocked in
+ * its send or gone on. The step travels on this rank's socket marked
+ * "as_rank"; the parent stamps it with that rank. */
+void lx_rank_error_for(int rank, const char *frames_text, const char *message);
+
 /* In a rank: the communicator of the current spawn's ranks (pool ranks
  * 0..world_size-1). MPI_COMM_WORLD is the whole pool, more ranks than the
  * spawn has: code that talks MPI directly (a benchmark comparing with bare

@@ -114,6 +114,21 @@ void spawn_return(const void *data, size_t size) {
     if (lx_wire_send(parent_fd, MSG_RESULT, data, size, NULL, 0) != 0) parent_gone();
 }
 
+void lx_rank_error_for(int rank, const char *frames_text, const char *message) {
+    if (parent_fd < 0) return;
+    cJSON *step = cJSON_CreateObject();
+    cJSON_AddItemToObject(step, "stack", lx_frames_text_to_json(frames_text));
+    cJSON_AddNumberToObject(step, "as_rank", rank);
+    double t = now_seconds() - my_desc.clock_zero;
+    cJSON_AddNumberToObject(step, "time", (double)(long long)(t * 1e6) / 1e6);
+    cJSON *list = cJSON_AddArrayToObject(step, "renderings");
+    cJSON_AddItemToArray(list, lx_rendering_error(message));
+    char *text = cJSON_PrintUnformatted(step);
+    cJSON_Delete(step);
+    if (lx_wire_send(parent_fd, MSG_STEP, text, strlen(text), NULL, 0) != 0) parent_gone();
+    free(text);
+}
+
 void lx_rank_where(const char *operation) {
     if (!my_slot) return;
     lx_frame frames[LX_MAX_FRAMES];
