@@ -562,17 +562,18 @@ static void watch_board(spawn_run *run, double now) {
 
 /* ---- spawn() ---- */
 
-static void check_arguments(spawn_fn fn, int world_size, const void *args, size_t args_size) {
-    if (lx_in_rank()) lx_fatal("spawn() inside a spawned rank: ranks cannot start ranks of their own");
-    if (!fn) lx_fatal("spawn(): the function to run is NULL");
+/* `call`: "spawn" or "spawn_expect_failure", as the lecture wrote it. */
+static void check_arguments(const char *call, spawn_fn fn, int world_size, const void *args, size_t args_size) {
+    if (lx_in_rank()) lx_fatal("%s() inside a spawned rank: ranks cannot start ranks of their own", call);
+    if (!fn) lx_fatal("%s(): the function to run is NULL", call);
     if (world_size <= 0 || world_size > LECTERN_MAX_WORLD)
-        lx_fatal("spawn(): world_size %d is out of range: 1 to %d ranks (LECTERN_MAX_WORLD)", world_size,
+        lx_fatal("%s(): world_size %d is out of range: 1 to %d ranks (LECTERN_MAX_WORLD)", call, world_size,
                  LECTERN_MAX_WORLD);
     if (args_size > LECTERN_MAX_SPAWN_ARGS)
-        lx_fatal("spawn(): args of %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_ARGS); "
+        lx_fatal("%s(): args of %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_ARGS); "
                  "pass sizes and let each rank make its data",
-                 args_size, (unsigned)LECTERN_MAX_SPAWN_ARGS);
-    if (!args && args_size > 0) lx_fatal("spawn(): args is NULL but args_size is %zu", args_size);
+                 call, args_size, (unsigned)LECTERN_MAX_SPAWN_ARGS);
+    if (!args && args_size > 0) lx_fatal("%s(): args is NULL but args_size is %zu", call, args_size);
 }
 
 static void record_backend(lx_backend backend) {
@@ -697,7 +698,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
 }
 
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
-    check_arguments(fn, world_size, args, args_size);
+    check_arguments("spawn", fn, world_size, args, args_size);
     double timeout = timeout_seconds();
     lx_pool_min_ranks();   /* a bad setting fails here, before anything starts */
     char *failure = run_spawn(fn, world_size, args, args_size, 0, timeout);
@@ -722,7 +723,7 @@ static double expect_timeout_seconds(void) {
 }
 
 int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t args_size) {
-    check_arguments(fn, world_size, args, args_size);
+    check_arguments("spawn_expect_failure", fn, world_size, args, args_size);
     double timeout = expect_timeout_seconds();
     lx_pool_min_ranks();
     char *failure = run_spawn(fn, world_size, args, args_size, 1, timeout);

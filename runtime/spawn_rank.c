@@ -91,6 +91,10 @@ static void rank_sink(cJSON *step) {
 static int returned;   /* this spawn's fn called spawn_return() already */
 
 void spawn_return(const void *data, size_t size) {
+    if (!data && size > 0) {
+        lx_error("spawn_return(): data is NULL but size is %zu", size);
+        return;
+    }
     if (!lx_in_rank() || parent_fd < 0 || my_desc.world_size <= 0) {
         lx_error("spawn_return() outside a spawned rank: a rank's function calls it to hand bytes to the "
                  "lecture");
@@ -104,10 +108,6 @@ void spawn_return(const void *data, size_t size) {
     if (size > LECTERN_MAX_SPAWN_RESULT) {
         lx_error("spawn_return(): %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_RESULT); nothing "
                  "returned", size, (unsigned)LECTERN_MAX_SPAWN_RESULT);
-        return;
-    }
-    if (!data && size > 0) {
-        lx_error("spawn_return(): data is NULL but size is %zu", size);
         return;
     }
     returned = 1;

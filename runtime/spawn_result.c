@@ -42,6 +42,10 @@ void lx_spawn_results_put(int rank, char *body, size_t size) {
 }
 
 size_t spawn_result(int rank, void *out, size_t cap) {
+    if (!out && cap > 0) {
+        lx_error("spawn_result(%d): out is NULL but cap is %zu", rank, cap);
+        return 0;
+    }
     if (lx_in_rank()) {
         lx_error("spawn_result() inside a spawned rank: it reads, in the lecture, what the ranks of the last "
                  "spawn returned");
@@ -56,11 +60,7 @@ size_t spawn_result(int rank, void *out, size_t cap) {
         return 0;
     }
     size_t size = results[rank].size;
-    if (!out && cap == 0) return size;   /* asking for the size */
-    if (!out) {
-        lx_error("spawn_result(%d): out is NULL but cap is %zu", rank, cap);
-        return 0;
-    }
+    if (!out) return size;   /* out NULL and cap 0: asking for the size */
     if (size > cap) {
         lx_error("spawn_result(%d): rank %d returned %zu bytes, more than the %zu of out: nothing copied", rank,
                  rank, size, cap);

@@ -137,7 +137,7 @@ class ExpectFailure(Base):
         errs = self.errors(t)
         self.assertEqual(len(errs), 1, errs)
         self.assertEqual(errs[0][0]["stack"][-1]["line"], line_of(SRC, "MARK:bad"))
-        self.assertIn("world_size 0 is out of range", errs[0][1]["data"])
+        self.assertIn("spawn_expect_failure(): world_size 0 is out of range", errs[0][1]["data"])
 
 
 if __name__ == "__main__":
