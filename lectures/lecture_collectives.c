@@ -14,14 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "lectern.h"
-
-/* Set in the environment of a second run of this program that shows one
- * mistake on its own: a spawn that deadlocks ends the run that made it, so
- * the lecture runs the mistake as a separate process and shows its report. */
-#define MISTAKE_ENV "LECTURE_COLLECTIVES_MISTAKE"
 
 static void point_to_point(void);
 static void non_blocking(void);
@@ -181,26 +175,6 @@ static void wait_then_touch_main(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
-/* The deadlock, run in a second process of this program (MISTAKE_ENV, spelt
- * out in the command) with a short LECTERN_TIMEOUT; what it shows is what
- * the runtime prints. 3 s, not less: the timeout also bounds how long the
- * rank processes may take to start, and they start slowly on a busy machine
- * or under AddressSanitizer. */
-static void show_the_deadlock_report(void) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        note("(this system has no /proc/self/exe, so the failing run is not shown here)");
-        return;
-    }
-    self[n] = '\0';
-    setenv("LECTURE_COLLECTIVES_SELF", self, 1);
-    note_system("out=$(mktemp -d) && LECTERN_TIMEOUT=3 LECTURE_COLLECTIVES_MISTAKE=1 "
-                "\"$LECTURE_COLLECTIVES_SELF\" "
-                "--quiet --out \"$out\" >\"$out/log\" 2>&1; status=$?; grep '^lectern:' \"$out/log\"; "
-                "echo \"(exit status of that run: $status)\"; rm -rf \"$out\"");
-}
-
 static void mistakes(void) {
     note("## Two ways to hang");
     note("### Both ranks send first");
@@ -208,11 +182,11 @@ static void mistakes(void) {
          "receiving: the library will not buffer megabytes on its own. If both ranks send "
          "first, each waits in its send for a receive the other will only make after *its* "
          "send returns. Neither moves, for ever.");
-    note("Here is that program, `both_send_first_main`, run with a three-second "
-         "`LECTERN_TIMEOUT`. A deadlocked spawn ends the run that made it, so this lecture "
-         "runs it as a second process of itself and shows the runtime's report: every rank "
-         "waits, nothing moves, and each rank's line is named.");
-    show_the_deadlock_report();
+    note("Here is that program, `both_send_first_main`, run with `spawn_expect_failure`: "
+         "a spawn whose failure is the point. After three seconds in which every rank waits "
+         "and nothing moves, the runtime stops it and names each rank's line; the lecture "
+         "goes on.");
+    spawn_expect_failure(both_send_first_main, 2, NULL, 0);
     note("Two fixes. Order the calls by rank, so every send meets a receive that is "
          "already waiting:");
     spawn(ordered_main, 2, NULL, 0);
@@ -661,23 +635,32 @@ static void note_sweep(const double *ring_s, const double *tree_s, double alpha,
              ring_s[0] * 1e6, model0 * 1e6);
 }
 
+/* What rank 0 measured, handed back to the lecture (spawn_return), which
+ * fits the model and draws the plot once, in its own process. */
+typedef struct timings {
+    double one_way[N_PING], ring_s[N_SWEEP], tree_s[N_SWEEP];
+} timings;
+
 static void timing_main(int rank, int n, void *args) {
     const timing_args *a = args;
-    double one_way[N_PING], ring_s[N_SWEEP], tree_s[N_SWEEP];
+    timings t;
     if (rank < 2)
-        for (int i = 0; i < N_PING; i++) one_way[i] = ping_pong(rank, PING_SIZES[i], 4 * a->reps);
+        for (int i = 0; i < N_PING; i++) t.one_way[i] = ping_pong(rank, PING_SIZES[i], 4 * a->reps);
     dist_barrier();
     for (int i = 0; i < N_SWEEP; i++) {
-        ring_s[i] = time_all_reduce(ring_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
-        tree_s[i] = time_all_reduce(tree_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
+        t.ring_s[i] = time_all_reduce(ring_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
+        t.tree_s[i] = time_all_reduce(tree_all_reduce, rank, n, SWEEP_SIZES[i], a->reps);
     }
-    if (rank != 0) return;
+    if (rank == 0) spawn_return(&t, sizeof t);
+}
+
+static void fit_and_compare(const timings *t, int n, int reps) {
     double alpha, beta;
-    fit_alpha_beta(one_way, &alpha, &beta);
-    note_ping_pong(one_way, alpha, beta);
+    fit_alpha_beta(t->one_way, &alpha, &beta);
+    note_ping_pong(t->one_way, alpha, beta);
     note("The hand-built ring and tree of the section before, timed on %d ranks (median of %d runs "
-         "each), against the model:", n, a->reps);
-    note_sweep(ring_s, tree_s, alpha, beta, n);
+         "each), against the model:", n, reps);
+    note_sweep(t->ring_s, t->tree_s, alpha, beta, n);
 }
 
 static void measure_alpha_beta(int quick) {
@@ -692,6 +675,8 @@ static void measure_alpha_beta(int quick) {
          "a GPU) per rank.");
     timing_args a = {.reps = quick ? 5 : 21};
     spawn(timing_main, 4, &a, sizeof a);
+    timings t;
+    if (spawn_result(0, &t, sizeof t) == sizeof t) fit_and_compare(&t, 4, a.reps);
     note("Below the crossover, the ring's extra steps cost more than the tree's extra bytes; "
          "above it the bytes dominate, and the ring wins. With more ranks the ring's step "
          "count grows like N and the tree's like log2 N, so the crossover moves to larger "
@@ -738,13 +723,6 @@ static void topology(void) {
     }
 }
 
-static void body(void) {
-    const char *mistake = getenv(MISTAKE_ENV);
-    if (mistake && *mistake) {
-        spawn(both_send_first_main, 2, NULL, 0);
-        return;
-    }
-    lecture_collectives();
-}
+static void body(void) { lecture_collectives(); }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, body); }

@@ -632,7 +632,18 @@ typedef struct sweep_args {
     int warmup, steps;
 } sweep_args;
 
+/* Layers per bucket: one bucket per parameter, a few, one for all. */
+static const int SWEEP_SIZES[] = {1, 2, 4, SWEEP_LAYERS};
+#define N_SIZES (int)(sizeof SWEEP_SIZES / sizeof SWEEP_SIZES[0])
+
+/* The slowest rank's medians, per bucket size, handed to the lecture
+ * (spawn_return), which makes the table and the plot. */
+typedef struct sweep_times {
+    double step[N_SIZES], wait[N_SIZES];
+} sweep_times;
+
 static void sweep_main(int rank, int world_size, void *args);
+static void note_sweep(const sweep_args *a, const sweep_times *t);
 
 static void bucket_size(void) {
     progress("bucket size");
@@ -651,6 +662,8 @@ static void bucket_size(void) {
          (double)a.cfg.layers * a.cfg.width * a.cfg.width * 4 / 1e6, a.cfg.batch, SWEEP_WORLD, a.steps,
          a.warmup);
     spawn(sweep_main, SWEEP_WORLD, &a, sizeof a);
+    sweep_times t;
+    if (spawn_result(0, &t, sizeof t) == sizeof t) note_sweep(&a, &t);
     note("What this machine can show, and what it cannot. Its ranks are processes on a "
          "2-core CPU that other work shares, and Open MPI moves a non-blocking all-reduce "
          "forward mostly while a rank is inside an MPI call: an early bucket's transfer "
@@ -704,40 +717,44 @@ static void sweep_main(int rank, int world_size, void *args) {
     tensor *data = make_data(&a->cfg, device);
     int64_t local = a->cfg.batch / world_size;
     tensor *x = row_slice(data, rank * local, (rank + 1) * local);
-    int sizes[] = {1, 2, 4, SWEEP_LAYERS};
+    sweep_times t;
+    for (int k = 0; k < N_SIZES; k++) {
+        double wait, step = time_steps(a, SWEEP_SIZES[k], x, &wait);
+        t.step[k] = max_over_ranks(step, device);
+        t.wait[k] = max_over_ranks(wait, device);
+    }
+    if (rank == 0) spawn_return(&t, sizeof t);
+    tensor_free(x);
+    tensor_free(data);
+}
+
+static void note_sweep(const sweep_args *a, const sweep_times *t) {
     char table[1024], values[1024];
     int tl = snprintf(table, sizeof table, "| layers per bucket | buckets | bucket size (MB) | step (ms) | "
                                            "waiting for buckets (ms) |\n|---|---|---|---|---|\n");
     int vl = 0;
     values[0] = 0;
-    for (int k = 0; k < 4; k++) {
-        double wait, step = time_steps(a, sizes[k], x, &wait);
-        step = max_over_ranks(step, device);
-        wait = max_over_ranks(wait, device);
-        int buckets = (a->cfg.layers + sizes[k] - 1) / sizes[k];
-        double mb = (double)sizes[k] * a->cfg.width * a->cfg.width * 4 / 1e6;
-        tl += snprintf(table + tl, sizeof table - (size_t)tl, "| %d | %d | %.3f | %.3f | %.3f |\n", sizes[k],
-                       buckets, mb, step * 1e3, wait * 1e3);
+    for (int k = 0; k < N_SIZES; k++) {
+        int buckets = (a->cfg.layers + SWEEP_SIZES[k] - 1) / SWEEP_SIZES[k];
+        double mb = (double)SWEEP_SIZES[k] * a->cfg.width * a->cfg.width * 4 / 1e6;
+        tl += snprintf(table + tl, sizeof table - (size_t)tl, "| %d | %d | %.3f | %.3f | %.3f |\n", SWEEP_SIZES[k],
+                       buckets, mb, t->step[k] * 1e3, t->wait[k] * 1e3);
         vl += snprintf(values + vl, sizeof values - (size_t)vl,
                        "%s{\"buckets\": %d, \"step_ms\": %.4f, \"wait_ms\": %.4f}", k ? ", " : "", buckets,
-                       step * 1e3, wait * 1e3);
+                       t->step[k] * 1e3, t->wait[k] * 1e3);
     }
-    if (rank == 0) {
-        note("%s", table);
-        char spec[2048];
-        snprintf(spec, sizeof spec,
-                 "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-                 " \"description\": \"DDP step time against the number of buckets\","
-                 " \"data\": {\"values\": [%s]},"
-                 " \"mark\": {\"type\": \"line\", \"point\": true},"
-                 " \"encoding\": {\"x\": {\"field\": \"buckets\", \"type\": \"quantitative\","
-                 " \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"buckets\"},"
-                 " \"y\": {\"field\": \"step_ms\", \"type\": \"quantitative\", \"title\": \"step (ms)\"}}}",
-                 values);
-        plot(spec);
-    }
-    tensor_free(x);
-    tensor_free(data);
+    note("%s", table);
+    char spec[2048];
+    snprintf(spec, sizeof spec,
+             "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
+             " \"description\": \"DDP step time against the number of buckets\","
+             " \"data\": {\"values\": [%s]},"
+             " \"mark\": {\"type\": \"line\", \"point\": true},"
+             " \"encoding\": {\"x\": {\"field\": \"buckets\", \"type\": \"quantitative\","
+             " \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"buckets\"},"
+             " \"y\": {\"field\": \"step_ms\", \"type\": \"quantitative\", \"title\": \"step (ms)\"}}}",
+             values);
+    plot(spec);
 }
 
 /* ------------------------------------------------------------------ */

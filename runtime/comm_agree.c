@@ -19,13 +19,18 @@
  * stopped.
  *
  * Point to point has no "all ranks": the sender sends its call's
- * description (count and line) ahead of the data, on the private
+ * description (count, line, and its lecture stack as text: a few hundred
+ * bytes, sent only as long as it is) ahead of the data, on the private
  * communicator with the same ordering as the data, and the receiver
- * compares it with its own call before it takes the data.
+ * compares it with its own call before it takes the data. On a mismatch
+ * the receiver writes two error steps: its own, and the sender's, at the
+ * sender's stack, which it has; the sender may be blocked in its send, or
+ * gone on after a send the library buffered, and could not say it itself.
  *
  * The checks run on Open MPI over host memory under either backend: they
  * are a few bytes, and the NCCL calls they precede are on device memory.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +50,13 @@ typedef struct call_desc {
     int32_t rank, line;
     char call[40];
     char path[200];
+    char frames[FRAMES_TEXT];   /* a send's: its lecture stack (lx_frames_to_text); last, sent as long as it is */
 } call_desc;
+
+/* The bytes of `d` that travel with a send: all but the unused end of frames. */
+static int sent_size(const call_desc *d) {
+    return (int)(offsetof(call_desc, frames) + strlen(d->frames) + 1);
+}
 
 /* The calls that must match each other, as numbers: a blocking call and
  * its _async twin are different calls (MPI does not match them either). */
@@ -83,6 +94,12 @@ static void fill(call_desc *d, const char *call, int64_t count, int op, int root
     const lx_frame *at = n > 0 ? &frames[n - 1] : NULL;
     d->line = at ? at->line : 0;
     snprintf(d->path, sizeof d->path, "%s", at && at->path ? at->path : "?");
+}
+
+/* The same, with the stack as text: what a send carries. */
+static void fill_send(call_desc *d, const char *call, int64_t count, int dst, const lx_frame *frames, int n) {
+    fill(d, call, count, -1, dst, frames, n);
+    lx_frames_to_text(frames, n, d->frames, sizeof d->frames);
 }
 
 static const char *op_name(int64_t op) {
@@ -164,8 +181,8 @@ struct lx_agree_recv_desc {
 lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n) {
     lx_agree_send_desc *d = malloc(sizeof *d);
     if (!d) lx_fatal("out of memory");
-    fill(&d->desc, call, count, -1, dst, frames, n);
-    MPI_CHECK(MPI_Isend(&d->desc, (int)sizeof d->desc, MPI_BYTE, dst, TAG_DESC, check_comm, &d->req));
+    fill_send(&d->desc, call, count, dst, frames, n);
+    MPI_CHECK(MPI_Isend(&d->desc, sent_size(&d->desc), MPI_BYTE, dst, TAG_DESC, check_comm, &d->req));
     return d;
 }
 
@@ -184,9 +201,23 @@ lx_agree_recv_desc *lx_agree_recv_post(int src) {
 
 void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n) {
     MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));
+    d->desc.frames[sizeof d->desc.frames - 1] = '\0';
     if (d->desc.count != count) {
         call_desc mine;
         fill(&mine, call, count, -1, d->src, frames, n);
+        /* The sender's step first, at its own line: "rank 0: dist_send of 6
+         * floats to rank 1 at ...; rank 1: dist_recv of 4 floats ...". */
+        lx_sb s = {0};
+        lx_sb_str(&s, "the send and the receive do not match: ");
+        describe(&s, &d->desc, "to");
+        lx_sb_str(&s, "; ");
+        describe(&s, &mine, "from");
+        lx_sb_str(&s, " (a send gives exactly as many floats as its receive takes)");
+        place at = lx_innermost(d->desc.frames);
+        char *located = at.known ? lx_fmt("%s:%d: %s", at.path, at.line, s.s) : strdup(s.s);
+        lx_rank_error_for(d->src, d->desc.frames, located);
+        free(located);
+        free(s.s);
         lx_sb b = {0};
         lx_sb_str(&b, "the send and the receive do not match: ");
         describe(&b, &mine, "from");

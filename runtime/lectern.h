@@ -153,6 +153,38 @@ typedef void (*spawn_fn)(int rank, int world_size, void *args);
  * build without NCCL) is an error at the spawn() line before any rank starts. */
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size);
 
+/* A spawn whose failure is the lesson: a deadlock, a crash, ranks that make
+ * different calls. Runs fn as spawn() does; when the spawn fails, the
+ * ranks' error steps are recorded as they would be, each marked as
+ * expected ("expected": true in the trace; the viewer shows "caught, as
+ * expected"), the lecture goes on and the run is not failed by them.
+ * Returns 1 then. A deadlock is called after LECTERN_EXPECT_TIMEOUT seconds
+ * of every rank waiting (default 3; never more than LECTERN_TIMEOUT); the
+ * pool's start is not bounded by it. The ranks are stopped, and the next
+ * spawn starts fresh ones (about 0.4 s). If the spawn succeeds, that is the
+ * lecture's error: an error step at this line, the run fails (exit 1), and
+ * it returns 0. Bad arguments are errors as for spawn(). */
+int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t args_size);
+
+#define LECTERN_MAX_SPAWN_RESULT (16u << 20) /* bytes one rank may return */
+
+/* In a rank's function: hands `size` bytes at `data` to the lecture (copied
+ * at once; the rank may free them after). One value per rank per spawn: a
+ * second call, more than LECTERN_MAX_SPAWN_RESULT bytes, NULL data with a
+ * size, or a call outside a rank is an error step at the line and returns
+ * nothing. Pass numbers, not pointers: the lecture is another process. */
+void spawn_return(const void *data, size_t size);
+
+/* In the lecture, after spawn() (or spawn_expect_failure()) returned: copies
+ * what `rank` of that spawn gave spawn_return() into `out` and returns its
+ * size; 0 when the rank returned nothing (or 0 bytes). out NULL and cap 0:
+ * only the size. A value larger than `cap` is an error step at the line and
+ * nothing is copied (the size is returned). A rank outside the last spawn,
+ * no spawn yet, or a call inside a rank: an error step, 0. Results are kept
+ * until the next spawn starts; a rank of a failed spawn that returned before
+ * it failed keeps its value. */
+size_t spawn_result(int rank, void *out, size_t cap);
+
 /* ------------------------------------------------------------------ */
 /* 3. Tensors: small float32 tensors on host or device                 */
 /* ------------------------------------------------------------------ */

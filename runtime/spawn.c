@@ -102,6 +102,8 @@ typedef struct spawn_run {
     held_step *held;                  /* steps received, not yet appended (see release) */
     int n_held, cap_held;
     unsigned long seq;
+    int expect_failure;               /* spawn_expect_failure(): its errors are the lesson */
+    char *failure;                    /* why it failed, one sentence (NULL while it has not) */
 } spawn_run;
 
 static void set_number(cJSON *obj, const char *key, double v) {
@@ -136,6 +138,18 @@ static int has_error(cJSON *step) {
     return 0;
 }
 
+/* An error of a spawn made with spawn_expect_failure() is what the lecture
+ * set out to show: its error renderings say so ("expected": true), and the
+ * run is not failed by them. */
+static void mark_expected(cJSON *step) {
+    cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
+        if (type && strcmp(type, "error") == 0 && !cJSON_GetObjectItemCaseSensitive(r, "expected"))
+            cJSON_AddTrueToObject(r, "expected");
+    }
+}
+
 static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
     cJSON *stack = joined_stack(run, cJSON_GetObjectItemCaseSensitive(step, "stack"));
     if (cJSON_GetObjectItemCaseSensitive(step, "stack"))
@@ -145,7 +159,10 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
     set_number(step, "rank", rank);
     set_number(step, "world_size", run->world_size);
     set_number(step, "spawn", run->id);
-    if (has_error(step)) lx_mark_failed();   /* lx_error in a rank fails the lecture */
+    if (has_error(step)) {
+        if (run->expect_failure) mark_expected(step);
+        else lx_mark_failed();   /* lx_error in a rank fails the lecture */
+    }
     lx_trace_append(step);
 }
 
@@ -212,9 +229,19 @@ static void take_message(spawn_run *run, int r) {
     if (type == MSG_DONE) {
         if (!run->done[r]) run->n_done++;
         run->done[r] = 1;
+    } else if (type == MSG_RESULT) {
+        lx_spawn_results_put(r, body, size);   /* kept: spawn_result() reads it */
+        return;
     } else if (type == MSG_STEP) {
         cJSON *step = cJSON_Parse(body);
-        if (step) hold(run, r, step);
+        /* A step one rank writes for another (lx_rank_error_for). */
+        cJSON *as = step ? cJSON_GetObjectItemCaseSensitive(step, "as_rank") : NULL;
+        int rank = r;
+        if (as) {
+            if (cJSON_IsNumber(as) && as->valueint >= 0 && as->valueint < run->world_size) rank = as->valueint;
+            cJSON_DeleteItemFromObjectCaseSensitive(step, "as_rank");
+        }
+        if (step) hold(run, rank, step);
         else fprintf(stderr, "lectern: rank %d sent a step that is not JSON; dropped\n", r);
     }
     free(body);
@@ -260,6 +287,11 @@ static void rank_error_step(spawn_run *run, int rank, const char *frames_text, c
     cJSON_AddNumberToObject(step, "time", rounded(lx_elapsed()));
     cJSON *list = cJSON_AddArrayToObject(step, "renderings");
     cJSON_AddItemToArray(list, lx_rendering_error(message));
+    if (run->expect_failure) {
+        mark_expected(step);
+        lx_trace_append(step);
+        return;
+    }
     fprintf(stderr, "lectern: %s\n", message);
     lx_trace_append(step);
     lx_mark_failed();
@@ -277,6 +309,7 @@ static void drain_briefly(spawn_run *run) {
 static void free_run(spawn_run *run) {
     for (int i = 0; i < run->n_held; i++) cJSON_Delete(run->held[i].step);
     free(run->held);
+    free(run->failure);
     free(run);
 }
 
@@ -299,7 +332,11 @@ static int first_failure(spawn_run *run) {
     return first;
 }
 
-static void __attribute__((noreturn)) fail_rank(spawn_run *run, int rank) {
+/* The failure paths below write the error steps, stop the pool (the next
+ * spawn starts a fresh one), close the spawn's entry and leave the reason
+ * in run->failure: spawn() ends the lecture with it, spawn_expect_failure()
+ * goes on. */
+static void fail_rank(spawn_run *run, int rank) {
     board_slot *s = run->board ? &run->board->slot[rank] : NULL;
     /* Its signal handler may still be writing where it was: wait (a little)
      * for the process to be gone. Meanwhile take the last steps of all. */
@@ -340,11 +377,10 @@ static void __attribute__((noreturn)) fail_rank(spawn_run *run, int rank) {
                              : lx_fmt("spawn of %d rank%s failed: rank %d %s", run->world_size,
                                       plural(run->world_size), rank, how);
     free(how);
-    free_run(run);
-    lx_fatal("%s", summary);
+    run->failure = summary;
 }
 
-static void __attribute__((noreturn)) fail_deadlock(spawn_run *run, double timeout) {
+static void fail_deadlock(spawn_run *run, double timeout) {
     drain_briefly(run);
     int waiting = 0;
     for (int r = 0; r < run->world_size; r++) {
@@ -363,10 +399,9 @@ static void __attribute__((noreturn)) fail_deadlock(spawn_run *run, double timeo
     }
     lx_pool_kill();
     finish_entry(run, "failed");
-    int world_size = run->world_size;
-    free_run(run);
-    lx_fatal("spawn of %d rank%s stopped: %d rank%s made no progress for %g s (LECTERN_TIMEOUT)", world_size,
-             plural(world_size), waiting, plural(waiting), timeout);
+    run->failure = lx_fmt("spawn of %d rank%s stopped: %d rank%s made no progress for %g s (%s)", run->world_size,
+                          plural(run->world_size), waiting, plural(waiting), timeout,
+                          run->expect_failure ? "the timeout of spawn_expect_failure" : "LECTERN_TIMEOUT");
 }
 
 /* A rank waits for a rank that has returned from the function: the wait can
@@ -432,10 +467,11 @@ static void fail_stragglers(spawn_run *run) {
     list_ranks(&returned, run, -1);
     lx_pool_kill();
     finish_entry(run, "failed");
-    int world_size = run->world_size, n_done = run->n_done;
-    free_run(run);
-    lx_fatal("spawn of %d rank%s stopped: rank%s %s returned from the function while %s", world_size,
-             plural(world_size), n_done > 1 ? "s" : "", returned.s, summary.s);
+    run->failure = lx_fmt("spawn of %d rank%s stopped: rank%s %s returned from the function while %s",
+                          run->world_size, plural(run->world_size), run->n_done > 1 ? "s" : "", returned.s,
+                          summary.s);
+    free(returned.s);
+    free(summary.s);
 }
 
 /* How long a wait for a returned rank must last before it is reported: a
@@ -473,6 +509,7 @@ static void watch_board(spawn_run *run, double now) {
             run->stuck_progress = sum;
         } else if (failed < 0 && now - run->stuck_since >= STRAGGLER_GRACE) {
             fail_stragglers(run);
+            if (run->failure) return;
         }
     }
     if (failed >= 0) fail_rank(run, failed);
@@ -480,17 +517,18 @@ static void watch_board(spawn_run *run, double now) {
 
 /* ---- spawn() ---- */
 
-static void check_arguments(spawn_fn fn, int world_size, const void *args, size_t args_size) {
-    if (lx_in_rank()) lx_fatal("spawn() inside a spawned rank: ranks cannot start ranks of their own");
-    if (!fn) lx_fatal("spawn(): the function to run is NULL");
+/* `call`: "spawn" or "spawn_expect_failure", as the lecture wrote it. */
+static void check_arguments(const char *call, spawn_fn fn, int world_size, const void *args, size_t args_size) {
+    if (lx_in_rank()) lx_fatal("%s() inside a spawned rank: ranks cannot start ranks of their own", call);
+    if (!fn) lx_fatal("%s(): the function to run is NULL", call);
     if (world_size <= 0 || world_size > LECTERN_MAX_WORLD)
-        lx_fatal("spawn(): world_size %d is out of range: 1 to %d ranks (LECTERN_MAX_WORLD)", world_size,
+        lx_fatal("%s(): world_size %d is out of range: 1 to %d ranks (LECTERN_MAX_WORLD)", call, world_size,
                  LECTERN_MAX_WORLD);
     if (args_size > LECTERN_MAX_SPAWN_ARGS)
-        lx_fatal("spawn(): args of %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_ARGS); "
+        lx_fatal("%s(): args of %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_ARGS); "
                  "pass sizes and let each rank make its data",
-                 args_size, (unsigned)LECTERN_MAX_SPAWN_ARGS);
-    if (!args && args_size > 0) lx_fatal("spawn(): args is NULL but args_size is %zu", args_size);
+                 call, args_size, (unsigned)LECTERN_MAX_SPAWN_ARGS);
+    if (!args && args_size > 0) lx_fatal("%s(): args is NULL but args_size is %zu", call, args_size);
 }
 
 static void record_backend(lx_backend backend) {
@@ -529,14 +567,18 @@ static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_
     }
 }
 
-void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
-    check_arguments(fn, world_size, args, args_size);
-    double timeout = timeout_seconds();
-    lx_pool_min_ranks();   /* a bad setting fails here, before anything starts */
-
+/* Runs one spawn to its end. Returns NULL when every rank's function
+ * returned, else why the spawn failed (malloc'd): the error steps are in
+ * the trace by then, and the pool is stopped. `deadlock_timeout`: seconds
+ * every rank may wait without progress. */
+static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t args_size, int expect_failure,
+                       double deadlock_timeout) {
+    double timeout = deadlock_timeout;
     spawn_run *run = calloc(1, sizeof *run);
     if (!run) lx_fatal("out of memory");
     run->world_size = world_size;
+    run->expect_failure = expect_failure;
+    lx_spawn_results_clear(world_size);
     run->started = now_seconds();
     run->n_parent = lx_stack_capture(run->parent, LX_MAX_FRAMES);
     char *reason = NULL;
@@ -555,15 +597,18 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     cJSON_AddStringToObject(run->entry, "reason", reason);
     cJSON_AddItemToObject(run->entry, "stack", lx_stack_to_json(run->parent, run->n_parent));
     cJSON_AddStringToObject(run->entry, "status", "running");
+    if (expect_failure) cJSON_AddTrueToObject(run->entry, "expect_failure");
     cJSON_AddNumberToObject(run->entry, "seconds", 0);
     cJSON_AddItemToArray(spawns, run->entry);
     record_backend(run->backend);
     free(reason);
 
     /* A pool's normal start: well under a second per rank even on 2 busy
-     * cores. */
+     * cores. LECTERN_TIMEOUT bounds it too; the short timeout of an
+     * expected failure does not (it is about the ranks' waits, not their
+     * start). */
     double start_limit = 15.0 + 2.0 * world_size;
-    if (start_limit > timeout) start_limit = timeout;
+    if (start_limit > timeout_seconds()) start_limit = timeout_seconds();
     int started_pool = 0;
     char *error = NULL;
     if (lx_pool_ensure(world_size, start_limit, &started_pool, &error) != 0) {
@@ -580,20 +625,71 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     /* Wait for "done" from every rank, forwarding steps as they come. */
     run->last_progress = now_seconds();
     double last_board = 0;
-    while (run->n_done < world_size) {
+    while (run->n_done < world_size && !run->failure) {
         double now = now_seconds();
         if (drain(run, 20) > 0) run->last_progress = now_seconds();
         now = now_seconds();
         int failed = first_failure(run);
-        if (failed >= 0) fail_rank(run, failed);
+        if (failed >= 0) {
+            fail_rank(run, failed);
+            break;
+        }
         if (now - last_board >= 0.02) {
             last_board = now;
             watch_board(run, now);
+            if (run->failure) break;
         }
         if (now - run->last_progress > timeout) fail_deadlock(run, timeout);
     }
 
-    release(run, 1);
-    finish_entry(run, "ok");
+    char *failure = run->failure;
+    run->failure = NULL;
+    if (!failure) {
+        release(run, 1);
+        finish_entry(run, "ok");
+    }
     free_run(run);
+    return failure;
+}
+
+void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
+    check_arguments("spawn", fn, world_size, args, args_size);
+    double timeout = timeout_seconds();
+    lx_pool_min_ranks();   /* a bad setting fails here, before anything starts */
+    char *failure = run_spawn(fn, world_size, args, args_size, 0, timeout);
+    if (failure) lx_fatal("%s", failure);
+}
+
+/* The deadlock timeout of an expected failure: LECTERN_EXPECT_TIMEOUT, else
+ * 3 s; never longer than LECTERN_TIMEOUT. 3 s is far above any wait of a
+ * working program on a busy machine (a working rank is progress anyway),
+ * and short enough for a lecture to show a deadlock without a pause. */
+static double expect_timeout_seconds(void) {
+    double t = 3.0;
+    const char *s = getenv("LECTERN_EXPECT_TIMEOUT");
+    if (s && *s) {
+        char *end;
+        t = strtod(s, &end);
+        if (*end != '\0' || !(t > 0))
+            lx_fatal("LECTERN_EXPECT_TIMEOUT='%s' is not a positive number of seconds", s);
+    }
+    double limit = timeout_seconds();
+    return t < limit ? t : limit;
+}
+
+int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t args_size) {
+    check_arguments("spawn_expect_failure", fn, world_size, args, args_size);
+    double timeout = expect_timeout_seconds();
+    lx_pool_min_ranks();
+    char *failure = run_spawn(fn, world_size, args, args_size, 1, timeout);
+    if (!failure) {
+        /* The lesson did not happen: the lecture is wrong, say where. */
+        lx_error("spawn_expect_failure(): the spawn of %d rank%s succeeded, but it was expected to fail "
+                 "(a deadlock, a crash, ranks that disagree)",
+                 world_size, plural(world_size));
+        return 0;
+    }
+    if (!lx_quiet()) fprintf(stderr, "lectern: caught, as expected: %s\n", failure);
+    free(failure);
+    return 1;
 }

@@ -14,6 +14,7 @@
  *   globals.c     a rank's copy of the lecture's globals at start, put back
  *                 before every spawn
  *   spawn_board.c the status board a rank writes and the parent reads
+ *   spawn_result.c what ranks return (spawn_return) kept for spawn_result
  *   comm.c        the public dist_* calls: argument checks, then one of
  *   comm_mpi.c    Open MPI on host buffers (the spawn's communicator)
  *   comm_nccl.c   NCCL on device buffers (built where NCCL is: LECTERN_NCCL)
@@ -85,6 +86,7 @@ enum {
     MSG_SPAWN,       /* parent -> rank: spawn_desc, then args_size bytes */
     MSG_STEP,        /* rank -> parent: one step as JSON text */
     MSG_DONE,        /* rank -> parent: fn returned */
+    MSG_RESULT,      /* rank -> parent: the bytes of spawn_return(), before MSG_DONE */
 };
 
 typedef struct pool_hello {
@@ -181,6 +183,14 @@ place lx_innermost(const char *text);
 
 void lx_sleep_seconds(double seconds);
 
+/* ---------------- spawn_result.c ---------------- */
+
+/* Forgets the previous spawn's results; a spawn of `world_size` ranks
+ * starts (the parent). */
+void lx_spawn_results_clear(int world_size);
+/* Keeps `body` (malloc'd; taken over) as what `rank` returned. */
+void lx_spawn_results_put(int rank, char *body, size_t size);
+
 /* ---------------- pool.c: the parent's pool of ranks ---------------- */
 
 /* Makes sure a pool of at least `world_size` ranks is up, every rank
@@ -251,6 +261,13 @@ void lx_rank_where(const char *operation);
  * from a rank that computes (spawn.c). Both count as progress. */
 void lx_rank_enter(const char *operation, const lx_frame *frames, int n, int peer);
 void lx_rank_leave(void);
+
+/* An error step for another rank of the spawn, at `frames_text` (that
+ * rank's lecture stack): a receiver that finds its sender's call does not
+ * match writes the sender's step too, since the sender may be blocked in
+ * its send or gone on. The step travels on this rank's socket marked
+ * "as_rank"; the parent stamps it with that rank. */
+void lx_rank_error_for(int rank, const char *frames_text, const char *message);
 
 /* In a rank: the communicator of the current spawn's ranks (pool ranks
  * 0..world_size-1). MPI_COMM_WORLD is the whole pool, more ranks than the

@@ -86,6 +86,49 @@ static void rank_sink(cJSON *step) {
     free(text);
 }
 
+/* ---- spawn_return: bytes for the lecture ---- */
+
+static int returned;   /* this spawn's fn called spawn_return() already */
+
+void spawn_return(const void *data, size_t size) {
+    if (!data && size > 0) {
+        lx_error("spawn_return(): data is NULL but size is %zu", size);
+        return;
+    }
+    if (!lx_in_rank() || parent_fd < 0 || my_desc.world_size <= 0) {
+        lx_error("spawn_return() outside a spawned rank: a rank's function calls it to hand bytes to the "
+                 "lecture");
+        return;
+    }
+    if (returned) {
+        lx_error("spawn_return() called a second time in rank %d's function: a rank returns one value "
+                 "(put everything into one struct)", pool_rank);
+        return;
+    }
+    if (size > LECTERN_MAX_SPAWN_RESULT) {
+        lx_error("spawn_return(): %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_RESULT); nothing "
+                 "returned", size, (unsigned)LECTERN_MAX_SPAWN_RESULT);
+        return;
+    }
+    returned = 1;
+    if (lx_wire_send(parent_fd, MSG_RESULT, data, size, NULL, 0) != 0) parent_gone();
+}
+
+void lx_rank_error_for(int rank, const char *frames_text, const char *message) {
+    if (parent_fd < 0) return;
+    cJSON *step = cJSON_CreateObject();
+    cJSON_AddItemToObject(step, "stack", lx_frames_text_to_json(frames_text));
+    cJSON_AddNumberToObject(step, "as_rank", rank);
+    double t = now_seconds() - my_desc.clock_zero;
+    cJSON_AddNumberToObject(step, "time", (double)(long long)(t * 1e6) / 1e6);
+    cJSON *list = cJSON_AddArrayToObject(step, "renderings");
+    cJSON_AddItemToArray(list, lx_rendering_error(message));
+    char *text = cJSON_PrintUnformatted(step);
+    cJSON_Delete(step);
+    if (lx_wire_send(parent_fd, MSG_STEP, text, strlen(text), NULL, 0) != 0) parent_gone();
+    free(text);
+}
+
 void lx_rank_where(const char *operation) {
     if (!my_slot) return;
     lx_frame frames[LX_MAX_FRAMES];
@@ -274,6 +317,7 @@ static void run_spawn(const char *body, size_t size) {
         memcpy(args, body + sizeof my_desc, my_desc.args_size);
     }
     int w = my_desc.world_size;
+    returned = 0;
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
 
     /* From here on, an error of this rank is an error step of this spawn. */

@@ -44,6 +44,7 @@ SPAWN = [PY, "tests/test_spawn.py"]
 MISUSE_OPTIONS = [PY, "tests/test_misuse.py", "OptionsAndReturns"]
 MISUSE_COLLECTIVES = [PY, "tests/test_misuse.py", "CollectiveMisuse"]
 COMM_CHECKS = [PY, "tests/test_comm_checks.py"]
+SPAWN_EXPECT = [PY, "tests/test_spawn_expect.py"]
 LECTURE_08 = [PY, "tests/test_lecture_08.py"]
 LECTURE_COLLECTIVES = [PY, "tests/test_lecture_collectives.py"]
 LECTURE_DDP = [PY, "tests/test_lecture_ddp.py", "LectureDDP"]   # not the committed trace: any edit makes it stale
@@ -179,6 +180,16 @@ MUTANTS = [
     m("agreement-ignores-root", "runtime/comm_agree.c",
       "    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) return;",
       "    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6]) return;", COMM_CHECKS),
+    m("mismatched-sender-gets-no-step", "runtime/comm_agree.c",
+      "        lx_rank_error_for(d->src, d->desc.frames, located);\n", "", COMM_CHECKS),
+    m("wrapped-spawn-header-sticks-whole", "viewer/source.js",
+      "      head.parentNode.classList.toggle('tall-head', tall);\n", "", VIEWER),
+    m("sticky-header-padding-ignored", "viewer/source.js",
+      "sticky = (parseFloat(getComputedStyle(box).paddingTop) || 0) + stuck", "sticky = stuck", VIEWER),
+    m("expected-error-shown-as-failure", "viewer/render.js", "        if (r.expected === true)\n",
+      "        if (false)\n", VIEWER),
+    m("spawn-results-not-cleared", "runtime/spawn.c", "    lx_spawn_results_clear(world_size);\n", "",
+      [PY, "tests/test_spawn_result.py"]),
     m("send-recv-size-unchecked", "runtime/comm_agree.c", "    if (d->desc.count != count) {", "    if (0) {",
       COMM_CHECKS),
     m("forgotten-request-no-error-step", "runtime/comm.c",
@@ -197,6 +208,12 @@ MUTANTS = [
       "    lx_tensor_reset_rng();", SPAWN),
     m("rng-not-reset-between-spawns", "runtime/spawn_rank.c", "    lx_globals_restore();\n    lx_tensor_reset_rng();",
       "    lx_globals_restore();", SPAWN),
+    m("expected-error-fails-the-run", "runtime/spawn.c", "        else lx_mark_failed();   /* lx_error in a rank",
+      "        lx_mark_failed();   /* lx_error in a rank", SPAWN_EXPECT),
+    m("expected-error-not-marked", "runtime/spawn.c", "    if (run->expect_failure) {\n        mark_expected(step);",
+      "    if (run->expect_failure) {\n        (void)mark_expected;", SPAWN_EXPECT),
+    m("unexpected-success-not-an-error", "runtime/spawn.c", "    if (!failure) {\n        /* The lesson did not happen",
+      "    if (0) {\n        /* The lesson did not happen", SPAWN_EXPECT),
     m("forced-nccl-not-checked", "runtime/spawn_backend.c", "            if (gpus < world_size)\n",
       "            if (0)\n", SPAWN),
     m("lecture-crash-exits-by-signal", "runtime/crash.c", "        LX_COVERAGE_FLUSH();\n        _exit(1);",

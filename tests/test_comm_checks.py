@@ -88,6 +88,28 @@ class CommChecks(Base):
         self.assertIn("rank 0: dist_send of 6 floats to rank 1 at %s:%d" % (WHERE, send), msgs[0])
         # The receiver, where a wrong result would land, records none.
         self.assertNotIn("rank 1 has a result", self.texts(t))
+        self.check_sender_step(t, "dist_send of 6 floats to rank 1", send, "dist_recv of 4 floats from rank 0", recv)
+
+    def check_sender_step(self, t, send_call, send, recv_call, recv):
+        """The sender has its own error step, at its line, naming both."""
+        steps = [(s, m) for s, m in self.errors(t) if s.get("rank") == 0 and "do not match" in m]
+        self.assertEqual(len(steps), 1, self.errors(t))
+        step, msg = steps[0]
+        self.assertEqual(step["stack"][-1]["line"], send, msg)
+        self.assertTrue(msg.startswith("%s:%d: the send and the receive do not match: rank 0: %s at %s:%d; "
+                                       "rank 1: %s at %s:%d" % (WHERE, send, send_call, WHERE, send, recv_call,
+                                                                WHERE, recv)), msg)
+
+    def test_a_blocked_isend_of_the_wrong_size_gets_its_error_step(self):
+        t, err = self.run_case("p2p-big")
+        send, recv = line_of(SRC, "MARK:isend-big"), line_of(SRC, "MARK:irecv-big")
+        n = (1 << 20)
+        msgs = [m for s, m in self.errors(t) if s.get("rank") == 1 and "do not match" in m]
+        self.assertEqual(len(msgs), 1, self.errors(t))
+        self.assertIn("rank 1: dist_irecv of %d floats from rank 0 at %s:%d" % (n, WHERE, recv), msgs[0])
+        self.check_sender_step(t, "dist_isend of %d floats to rank 1" % (n + 1), send,
+                               "dist_irecv of %d floats from rank 0" % n, recv)
+        self.assertFalse([x for x in self.texts(t) if "has a result" in x])
 
     def test_a_request_never_waited_for_is_an_error_at_its_line(self):
         t, err = self.run_case("forgotten")

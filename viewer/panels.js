@@ -224,7 +224,7 @@
         esc(L.basename(top.path)) + ':' + top.line + '</span></button><div class="sp-facts"><b>' + esc(ws) + '</b> rank' +
         (ws == 1 ? '' : 's') + ' · ' + esc(sp.backend || (T.meta && T.meta.backend) || '?') +
         (sp.seconds != null ? ' · ' + esc(L.fmtSeconds(sp.seconds)) : '') + ' · ' + IX.spawnSteps[k].length + ' steps' +
-        (sp.status ? ' · ' + esc(sp.status) : '') + '</div></li>';
+        (sp.status ? ' · ' + esc(L.spawnStatus(sp).text) : '') + '</div></li>';
     });
     h += '</ul><div class="legend" role="group" aria-label="Show one rank">';
     IX.ranks.forEach(function (r) {

@@ -139,10 +139,20 @@
     return line || 'spawn()';
   }
 
+  // A spawn's status in words: a spawn_expect_failure() spawn that failed
+  // did what the lecture wanted, one that succeeded did not.
+  L.spawnStatus = function (sp) {
+    if (!sp.status) return null;
+    if (sp.expect_failure === true)
+      return sp.status === 'failed' ? { text: 'caught, as expected', bad: false } :
+        sp.status === 'ok' ? { text: 'succeeded, but a failure was expected', bad: true } : { text: sp.status, bad: false };
+    return { text: sp.status, bad: sp.status === 'failed' };
+  };
+
   L.spawnHTML = function (k, ctx) {
     var T = L.T, IX = L.IX, sp = T.spawns[k], byRank = IX.spawnRanks[k] || [];
     var ws = sp.world_size != null ? sp.world_size : byRank.length;
-    var failed = sp.status === 'failed', view = L.spawnView(k);
+    var st = L.spawnStatus(sp), failed = !!(st && st.bad), view = L.spawnView(k);
     var cols = [];
     for (var r = 0; r < byRank.length; r++) if (byRank[r] && (S.rank == null || r === S.rank)) cols.push(r);
     var n = IX.spawnSteps[k].length, note = IX.spawnNote[k];
@@ -154,7 +164,7 @@
       '<code class="spawn-call">' + esc(spawnCall(k)) + '</code> <span class="sp-facts"><strong>' + esc(ws) + ' rank' +
       (ws == 1 ? '' : 's') + '</strong>' + (sp.backend ? ' · <span class="backend">' + esc(sp.backend) + '</span>' : '') +
       (sp.seconds != null ? ' · ' + esc(L.fmtSeconds(sp.seconds)) : '') +
-      (sp.status ? ' · <span class="st ' + (failed ? 'bad' : 'ok') + '">' + esc(sp.status) + '</span>' : '') +
+      (st ? ' · <span class="st ' + (failed ? 'bad' : 'ok') + '">' + esc(st.text) + '</span>' : '') +
       ' · ' + n + ' step' + (n === 1 ? '' : 's') + '</span>' +
       '<span class="seg sp-view" role="group" aria-label="Lay out the ranks\' output">' +
       '<button type="button" class="sp-view-b" data-spawn="' + k + '" data-view="line" aria-pressed="' + (view === 'line') +

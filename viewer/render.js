@@ -99,6 +99,9 @@
         return '<div class="r-warning"><div class="warn-h"><strong>Warning</strong> · ' + esc(whereText(i)) + '</div>' +
           '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';
       case 'error':
+        if (r.expected === true)
+          return '<div class="r-error r-expected"><div class="err-h"><strong>Caught, as expected</strong> · ' + esc(whereText(i)) +
+            '</div><pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';
         return '<div class="r-error"><div class="err-h"><strong>Error</strong> · ' + esc(whereText(i)) + '</div>' +
           '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';
       default:
@@ -153,7 +156,7 @@
   L.itemHTML = function (i, cls) {
     var s = L.T.steps[i], rs = s.renderings, h = '';
     for (var j = 0; j < rs.length; j++) h += L.renderingHTML(rs[j], i, j);
-    var err = L.IX.errors.length && rs.some(function (r) { return r && r.type === 'error'; });
+    var err = L.IX.errors.length && rs.some(function (r) { return r && r.type === 'error' && r.expected !== true; });
     var style = s.rank != null ? ' style="--rc:' + L.rankColor(s.rank) + '"' : '';
     return '<div class="item' + (cls ? ' ' + cls : '') + (err ? ' has-error' : '') + (i === L.S.cur ? ' cur-item' : '') +
       '" data-step="' + i + '"' + style + '>' + h + '</div>';

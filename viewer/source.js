@@ -446,7 +446,23 @@
     var box = $('source'), b = box.getBoundingClientRect(), r = target.getBoundingClientRect();
     var H = box.clientHeight, top = r.top - b.top, sticky = 0;
     var head = target.closest('.spawn') && target.closest('.spawn').querySelector('thead');
-    if (head) sticky = head.getBoundingClientRect().height;
+    if (head) {
+      // A spawn's header sticks to the top of the pane while its grid scrolls
+      // by. In a narrow pane it wraps (the call, its facts and buttons, the
+      // spawn's note), and a header taller than a quarter of the pane would
+      // keep every row of the grid out of the pane's upper third: then only
+      // the rank labels stick (.tall-head), the rest scrolls away.
+      var tall = head.getBoundingClientRect().height > H / 4;
+      head.parentNode.classList.toggle('tall-head', tall);
+      // What actually sticks over the target, down to its bottom: it sticks
+      // below the pane's top padding (top: 0 is the content edge), so it
+      // covers that padding plus its own height. Nothing when the target is
+      // in the header itself (the spawn's note).
+      var stuck = head.contains(target) ? null : tall ? head.querySelector('.sp-cols') : head;
+      if (stuck) sticky = (parseFloat(getComputedStyle(box).paddingTop) || 0) + stuck.getBoundingClientRect().height;
+      r = target.getBoundingClientRect();   /* the class may have moved it */
+      top = r.top - b.top;
+    }
     var lo = sticky + 4, hi = H / 3;
     var cut = r.bottom - b.top > H - 8 && r.height < H * 0.6;
     if (top >= lo && top <= hi && !cut) return;

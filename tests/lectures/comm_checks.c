@@ -38,6 +38,18 @@ static void send_recv_sizes(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
+/* The same without blocking, and large: rank 0's isend cannot complete
+ * until rank 1 takes the data, which it never does (its check fails). */
+static void isend_irecv_sizes(int rank, int world_size, void *args) {
+    tensor *t = zeros(rank == 0 ? (1 << 20) + 1 : 1 << 20, 0, get_device(rank));
+    dist_request *req;
+    if (rank == 0) req = dist_isend(t, 1);   /* MARK:isend-big */
+    else req = dist_irecv(t, 0);             /* MARK:irecv-big */
+    dist_wait(req);
+    note("rank %d has a result", rank);
+    tensor_free(t);
+}
+
 /* An async all-reduce nobody waits for. */
 static void forgotten(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
@@ -96,6 +108,7 @@ static void body(void) {
     if (strcmp(c, "counts") == 0) spawn(different_counts, 4, NULL, 0);
     else if (strcmp(c, "roots") == 0) spawn(different_roots, 2, NULL, 0);
     else if (strcmp(c, "p2p") == 0) spawn(send_recv_sizes, 2, NULL, 0);
+    else if (strcmp(c, "p2p-big") == 0) spawn(isend_irecv_sizes, 2, NULL, 0);
     else if (strcmp(c, "forgotten") == 0) spawn(forgotten, 2, NULL, 0);
     else if (strcmp(c, "extra") == 0) spawn(one_extra, 4, NULL, 0);
     else if (strcmp(c, "nosend") == 0) spawn(no_sender, 2, NULL, 0);

@@ -31,6 +31,10 @@ static void c_plot(void) { plot(NUL); }
 static void c_progress(void) { progress(NUL); }
 static void c_spawn_fn(void) { spawn(NUL, 1, NULL, 0); }
 static void c_spawn_args(void) { spawn((spawn_fn)(void (*)(void))c_note, 1, NUL, 8); }
+static void c_spawn_expect_failure_fn(void) { spawn_expect_failure(NUL, 1, NULL, 0); }
+static void c_spawn_expect_failure_args(void) { spawn_expect_failure((spawn_fn)(void (*)(void))c_note, 1, NUL, 8); }
+static void c_spawn_return(void) { spawn_return(NUL, 8); }
+static void c_spawn_result(void) { spawn_result(0, NUL, 8); }
 static void c_tensor_from(void) { tensor_from(NUL, 2, 2, -1); }
 static void c_to_device(void) { to_device(NUL, -1); }
 static void c_tensor_copy_dst(void) { tensor_copy(NUL, small()); }
@@ -197,6 +201,10 @@ static const fixture_case cases[] = {
     {"progress.fmt", c_progress},
     {"spawn.fn", c_spawn_fn},
     {"spawn.args", c_spawn_args},
+    {"spawn_expect_failure.fn", c_spawn_expect_failure_fn},
+    {"spawn_expect_failure.args", c_spawn_expect_failure_args},
+    {"spawn_return.data", c_spawn_return},
+    {"spawn_result.out", c_spawn_result},
     {"tensor_from.values", c_tensor_from},
     {"to_device.t", c_to_device},
     {"tensor_copy.dst", c_tensor_copy_dst},

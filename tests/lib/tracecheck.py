@@ -31,8 +31,9 @@ SCHEMA_PATH = os.path.join(ROOT, "docs", "trace.schema.json")
 
 # Calls of the runtime that make a step directly.
 STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_close")
-# spawn() notes which backend it chose, at the spawn() line.
-RUNTIME_CALLS = STEP_CALLS + ("spawn",)
+# spawn() (and spawn_expect_failure()) notes which backend it chose, at its line.
+SPAWN_CALLS = ("spawn", "spawn_expect_failure")
+RUNTIME_CALLS = STEP_CALLS + SPAWN_CALLS
 
 _schema = None
 
@@ -226,7 +227,7 @@ def format_regex(fmt):
 
 # The rendering type each step-making call makes.
 _RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
-                   "note_system": "text", "plot": "plot", "spawn": "markdown",
+                   "note_system": "text", "plot": "plot", "spawn": "markdown", "spawn_expect_failure": "markdown",
                    "check": "check", "check_close": "check"}
 
 # What each step-making call's first argument must match in its rendering.
@@ -248,7 +249,7 @@ def rendered_by(raw_src_text, line_starts, line, rendering):
             if _RENDERING_TYPE.get(name, rendering.get("type")) != rendering.get("type"):
                 continue
             if name not in _FIRST_ARG_FIELD:
-                if name == "spawn":
+                if name in SPAWN_CALLS:
                     if rendering.get("type") == "markdown" and rendering.get("data", "").startswith("spawn"):
                         return True
                     continue
@@ -326,7 +327,7 @@ def step_problem(trace, i, files=None):
             code = files.code.get(frame["path"])
             if code is None or not 1 <= frame["line"] <= len(code):
                 return "step %d frame %d: %s:%d is not in the trace's files" % (i, j, frame["path"], frame["line"])
-            if not calls(code[frame["line"] - 1], "spawn"):
+            if not any(calls(code[frame["line"] - 1], c) for c in SPAWN_CALLS):
                 return "step %d frame %d (%s:%d): the spawn's line does not call spawn(): %r" % (
                     i, j, frame["path"], frame["line"], files.raw[frame["path"]][frame["line"] - 1].strip())
             continue

@@ -300,6 +300,51 @@ def checks():
     return tr.t
 
 
+def expected():
+    """A spawn_expect_failure() spawn: its error steps are expected (the
+    lesson, not a failure of the run); then a spawn of 4 ranks. Both spawn
+    calls are long, so their headers wrap in a narrow pane."""
+    p = "lectures/expected.c"
+    tr = Trace("expected", [p], backend="mpi")
+    top = lambda snip: frame(p, "body", snip)
+    tr.step([top('note("# Expected')], md("# Expected failures", "<h1>Expected failures</h1>\n"))
+    tr.step([top('note("Every rank sends')], md("Every rank sends first, and none receives:",
+                                                "<p>Every rank sends first, and none receives:</p>\n"))
+    at = [top("spawn_expect_failure(")]
+    k = tr.spawn(at, 4, "mpi", "4 ranks, 0 GPUs: Open MPI on host memory", status="failed", seconds=3.4)
+    tr.t["spawns"][k]["expect_failure"] = True
+    tr.step(at, md("spawn: 4 ranks, 0 GPUs: Open MPI on host memory",
+                   "<p>spawn: 4 ranks, 0 GPUs: Open MPI on host memory</p>\n"))
+    fn = "both_ranks_send_first_and_wait_for_each_other"
+    for r in range(4):
+        tr.step(at + [frame(p, fn, 'note_verbatim("rank %d sends')], text(f"rank {r} sends first"),
+                rank=r, world_size=4, spawn=k)
+    send = at + [frame(p, fn, "dist_send(mine")]
+    line = send[-1]["line"]
+    for r in range(4):
+        tr.step(send, {"type": "error", "expected": True,
+                       "data": f"lectures/expected.c:{line}: rank {r} of 4 made no progress for 3 s, last in "
+                               f"dist_send, in {fn}() (a deadlock? each rank waiting for another)"},
+                rank=r, world_size=4, spawn=k)
+    tr.step([top('note("The runtime caught')], md("The runtime caught it; the lecture goes on.",
+                                                  "<p>The runtime caught it; the lecture goes on.</p>\n"))
+    tr.step([top('note("Now an all-reduce')], md("Now an all-reduce that works:",
+                                                 "<p>Now an all-reduce that works:</p>\n"))
+    at = [top("spawn(every_rank")]
+    k = tr.spawn(at, 4, "mpi", "4 ranks, 0 GPUs: Open MPI on host memory")
+    tr.step(at, md("spawn: 4 ranks, 0 GPUs: Open MPI on host memory",
+                   "<p>spawn: 4 ranks, 0 GPUs: Open MPI on host memory</p>\n"))
+    fn = "every_rank_reports_what_it_has_after_the_all_reduce"
+    for when, vals in (("before", "[0., 1., 2., 3.]"), ("after", "[ 0.,  4.,  8., 12.]")):
+        for r in range(4):
+            tr.step(at + [frame(p, fn, 'note_verbatim("rank %d ' + when)],
+                    text(f"rank {r} {when}:\ntensor({vals}, device='cpu')"), rank=r, world_size=4, spawn=k)
+    for i in range(12):
+        tr.step([top("A paragraph after the spawns")], md(f"A paragraph after the spawns, number {i}.",
+                                                          f"<p>A paragraph after the spawns, number {i}.</p>\n"))
+    return tr.t
+
+
 def write(out, key, t):
     os.makedirs(out, exist_ok=True)
     body = json.dumps(t, ensure_ascii=False, separators=(",", ":"))
@@ -318,6 +363,7 @@ def main():
     write(out, "hostile", hostile())
     write(out, "media", media())
     write(out, "checks", checks())
+    write(out, "expected", expected())
     # Broken traces: each must give a clear message in the page.
     with open(os.path.join(out, "broken_syntax.js"), "w") as f:
         f.write('(window.lecternTraces = window.lecternTraces || {})["broken_syntax"] = {"version": 1, "steps": [,;\n')
