@@ -21,6 +21,9 @@
 # nvidia/nccl package, in that order; without it (or with `make NCCL=0`) the
 # GPU support is built and collectives run on Open MPI.
 
+# `make` alone builds everything, whatever rules the variables below add first.
+.DEFAULT_GOAL := all
+
 LECTURE ?= $(if $(wildcard lectures/lecture_08.c),lecture_08,lecture_00)
 BUILD   ?= build
 SAN     ?= 0
