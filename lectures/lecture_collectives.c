@@ -158,6 +158,23 @@ static void sendrecv_main(int rank, int world_size, void *args) {
     tensor_free(mine);
 }
 
+/* Changes the tensor it sent before waiting: a race with the transfer.
+ * The runtime knows the request still reads the tensor and stops the rank
+ * at the add_scalar line, naming the isend's. */
+static void touch_then_wait_main(int rank, int world_size, void *args) {
+    tensor *t = zeros(BIG, 0, get_device(rank));
+    if (rank == 0) {
+        add_scalar(t, 1.0f);
+        dist_request *req = dist_isend(t, 1);
+        add_scalar(t, 100.0f);   /* too early: the message may not have left */
+        dist_wait(req);
+    } else {
+        dist_request *req = dist_irecv(t, 0);
+        dist_wait(req);
+    }
+    tensor_free(t);
+}
+
 /* Waits before changing the tensor it sent: the receiver gets the value
  * the sender meant. */
 static void wait_then_touch_main(int rank, int world_size, void *args) {
@@ -196,9 +213,15 @@ static void mistakes(void) {
     note("After `dist_isend(t, dst)` the library may still be reading `t`; after "
          "`dist_irecv(t, src)` it may still be writing it. Changing or reading `t` before "
          "`dist_wait` races with the transfer: the receiver may get the old value, the new "
-         "one, or a mix, and nothing fails. The runtime does not detect this race (it "
-         "would have to compare the tensor at the call and at the wait), so the rule is "
-         "the programmer's: wait first, then touch.");
+         "one, or a mix. With MPI or NCCL alone nothing fails; the program computes "
+         "something else, some of the time.");
+    note("The runtime keeps track of which tensors a request still uses, so here the race "
+         "is an error at the line that touches the tensor, naming the `dist_isend` that "
+         "still reads it. (A change made through `->data`, which no tensor operation sees, "
+         "is caught at the `dist_wait` instead: the runtime compares the tensor's contents "
+         "there with those at the send.)");
+    spawn_expect_failure(touch_then_wait_main, 2, NULL, 0);
+    note("The fix is the rule: wait first, then touch.");
     spawn(wait_then_touch_main, 2, NULL, 0);
 }
 

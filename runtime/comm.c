@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "comm_agree.h"
@@ -71,8 +72,12 @@ static int on_device(void) {
 /* A pool rank runs many spawns: after one, it is back to "outside spawn". */
 static void finish_forgotten(void);
 
-void lx_comm_stop(void) {
+void lx_comm_finish_requests(void) {
     if (ops) finish_forgotten();
+}
+
+void lx_comm_stop(void) {
+    lx_comm_finish_requests();
     if (ops) ops->stop();
     lx_agree_stop();
     ops = NULL;
@@ -120,7 +125,9 @@ static const char *where_name(int device) {
  * element count. */
 static size_t check_tensor(const char *call, const char *what, const tensor *t) {
     if (!t) lx_fatal("%s(): %s is NULL", call, what);
-    lx_tensor_check(t, call);   /* a freed tensor: named, before any rank is waited for */
+    /* A freed tensor, or one a request is still writing into: named, before
+     * any rank is waited for. */
+    lx_tensor_read(t, call);
     int want_device = on_device();
     if (want_device && t->device < 0)
         lx_fatal("%s(): %s is on the CPU, but this spawn's ranks compute on GPUs (%s): create it on "
@@ -352,6 +359,11 @@ struct dist_request {
     lx_agree_recv_desc *recv_check;   /* irecv: checked at wait */
     int64_t count;
     call_site site;
+    int n_uses;                       /* the tensors it uses until its wait */
+    const tensor *uses[2];
+    int writes[2];                    /* the library writes into uses[i] */
+    int hashed[2];                    /* sum[i] holds uses[i]'s hash at the call */
+    uint64_t sum[2];
     struct dist_request *prev, *next;
 };
 
@@ -368,6 +380,54 @@ static dist_request *make_request(const char *call, int peer, int64_t count, con
     if (outstanding) outstanding->prev = req;
     outstanding = req;
     return req;
+}
+
+/* FNV-1a over 64-bit words, then the tail: fast enough to run on every
+ * isend (a memory pass), and any change to the values changes it but for
+ * 1 in 2^64. */
+static uint64_t hash_values(const tensor *t) {
+    const unsigned char *p = (const unsigned char *)t->data;
+    size_t n = (size_t)t->numel * sizeof(float), i = 0;
+    uint64_t h = 1469598103934665603ull;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The request uses `t` until its wait: the tensor operations refuse to
+ * change it (and, when the library writes into it, to read it) meanwhile
+ * (tensor_track.c). A tensor the library only reads, on the host, is also
+ * hashed now and again at the wait: a change through ->data, which no
+ * tensor operation sees, is caught there. */
+static void request_uses(dist_request *req, const tensor *t, int library_writes) {
+    int i = req->n_uses++;
+    req->uses[i] = t;
+    req->writes[i] = library_writes;
+    const lx_frame *at = req->site.n > 0 ? &req->site.frames[req->site.n - 1] : NULL;
+    lx_tensor_busy(t, req->call, at, library_writes);
+    if (!library_writes && t->device < 0 && t->numel > 0) {
+        req->sum[i] = hash_values(t);
+        req->hashed[i] = 1;
+    }
+}
+
+/* After the transfer: the tensors are the lecture's again. */
+static void request_done(dist_request *req) {
+    for (int i = 0; i < req->n_uses; i++) {
+        lx_tensor_idle(req->uses[i], req->writes[i]);
+        if (req->hashed[i] && hash_values(req->uses[i]) != req->sum[i]) {
+            const lx_frame *at = req->site.n > 0 ? &req->site.frames[req->site.n - 1] : NULL;
+            char *made = at ? lx_fmt("%s:%d", at->path, at->line) : strdup("an unknown line");
+            lx_fatal("dist_wait(): the tensor that %s at %s was sending changed before this wait "
+                     "(through its ->data: no tensor operation did it): the receiver may have got the "
+                     "old value, the new one, or a mix; change it only after dist_wait",
+                     req->call, made);
+        }
+    }
 }
 
 static void unlink_request(dist_request *req) {
@@ -390,6 +450,7 @@ dist_request *dist_isend(const tensor *t, int dst) {
     site.n = lx_stack_capture(site.frames, LX_MAX_FRAMES);
     dist_request *req = make_request("dist_isend", dst, (int64_t)n, &site);
     req->send_check = lx_agree_send("dist_isend", (int64_t)n, dst, site.frames, site.n);
+    request_uses(req, t, 0);
     req->backend_request = ops->isend(t->data, n, dst);
     return req;
 }
@@ -402,6 +463,7 @@ dist_request *dist_irecv(tensor *t, int src) {
     site.n = lx_stack_capture(site.frames, LX_MAX_FRAMES);
     dist_request *req = make_request("dist_irecv", src, (int64_t)n, &site);
     req->recv_check = lx_agree_recv_post(src);
+    request_uses(req, t, 1);
     req->backend_request = ops->irecv(t->data, n, src);
     return req;
 }
@@ -421,6 +483,7 @@ dist_request *dist_all_reduce_async(tensor *t, dist_op op) {
     check_op("dist_all_reduce_async", op);
     call_site site;
     dist_request *req = async_collective(&site, "dist_all_reduce_async", n, op, -1);
+    request_uses(req, t, 1);
     req->backend_request = ops->iall_reduce(t->data, n, op);
     return req;
 }
@@ -431,6 +494,7 @@ dist_request *dist_broadcast_async(tensor *t, int src) {
     check_peer("dist_broadcast_async", "src", src, 1);
     call_site site;
     dist_request *req = async_collective(&site, "dist_broadcast_async", n, -1, src);
+    request_uses(req, t, 1);
     req->backend_request = ops->ibroadcast(t->data, n, src);
     return req;
 }
@@ -440,6 +504,8 @@ dist_request *dist_reduce_scatter_async(tensor *output, const tensor *input, dis
     size_t out_n = check_reduce_scatter("dist_reduce_scatter_async", output, input, op);
     call_site site;
     dist_request *req = async_collective(&site, "dist_reduce_scatter_async", out_n, op, -1);
+    request_uses(req, output, 1);
+    request_uses(req, input, 0);
     req->backend_request = ops->ireduce_scatter(output->data, input->data, out_n, op);
     return req;
 }
@@ -449,6 +515,8 @@ dist_request *dist_all_gather_async(tensor *output, const tensor *input) {
     size_t in_n = check_all_gather("dist_all_gather_async", output, input);
     call_site site;
     dist_request *req = async_collective(&site, "dist_all_gather_async", in_n, -1, -1);
+    request_uses(req, output, 1);
+    request_uses(req, input, 0);
     req->backend_request = ops->iall_gather(output->data, input->data, in_n);
     return req;
 }
@@ -459,6 +527,7 @@ static void complete(dist_request *req) {
     if (req->recv_check) lx_agree_recv_check(req->recv_check, req->call, req->count, req->site.frames, req->site.n);
     ops->wait(req->backend_request);
     if (req->send_check) lx_agree_send_done(req->send_check);
+    request_done(req);
 }
 
 void dist_wait(dist_request *req) {

@@ -207,6 +207,14 @@ void lx_check_counts(int *passed, int *failed);
 tensor *lx_tensor_alloc(void);
 void lx_tensor_release(tensor *t);
 void lx_tensor_check(const tensor *t, const char *op);
+/* A request still using a tensor: comm.c marks it at the call (library_writes:
+ * the library writes into it, as dist_irecv does) and unmarks it at the wait.
+ * lx_tensor_read stops the lecture when `t` is being written by a request,
+ * lx_tensor_write when any request uses it; both also do lx_tensor_check. */
+void lx_tensor_busy(const tensor *t, const char *call, const lx_frame *at, int library_writes);
+void lx_tensor_idle(const tensor *t, int library_writes);
+void lx_tensor_read(const tensor *t, const char *op);
+void lx_tensor_write(const tensor *t, const char *op);
 int lx_tensor_leaks(const char *when, int release);
 
 /* randn's generator back to its state at process start (unseeded: seed 0

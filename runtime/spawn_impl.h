@@ -282,6 +282,9 @@ MPI_Comm lx_rank_comm(void);
  * them when fn has returned. `device` is the GPU of this rank under NCCL
  * (-1 under Open MPI). */
 void lx_comm_start(lx_backend backend, int rank, int world_size, int device, MPI_Comm comm);
+/* Requests the function never waited for: an error step each at the line
+ * that made it, then completed (before the tensors they use are freed). */
+void lx_comm_finish_requests(void);
 void lx_comm_stop(void);
 /* 1 between lx_comm_start and lx_comm_stop: the rank runs a spawned function. */
 int lx_comm_active(void);

@@ -349,6 +349,9 @@ static void run_spawn(const char *body, size_t size) {
     lx_comm_start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
 
     fn(pool_rank, w, args);
+    /* Requests never waited for first: their transfers may still use
+     * tensors the next lines free. */
+    lx_comm_finish_requests();
     /* Tensors the function left alive: a warning step per line that made
      * them, and freed, as the end of a process would. */
     char *when = lx_fmt("rank %d's function %s()", pool_rank, lx_function_name((const void *)fn));

@@ -138,6 +138,20 @@ static void check_2d(const char *op, const tensor *t)
         lx_tensor_check((p), op);                                                    \
     } while (0)
 
+/* The same, for an operation that reads the tensor's values (one a request
+ * may still be writing: an error) or changes them (one a request still uses:
+ * an error). tensor_track.c names the request and its line. */
+#define NEED_R(p, op)                                                                \
+    do {                                                                             \
+        NEED(p, op);                                                                 \
+        lx_tensor_read((p), op);                                                     \
+    } while (0)
+#define NEED_W(p, op)                                                                \
+    do {                                                                             \
+        NEED(p, op);                                                                 \
+        lx_tensor_write((p), op);                                                    \
+    } while (0)
+
 /* BLAS counts in int: refuse (rather than wrap) anything past 2^31 - 1. */
 static int blas_int(const char *op, int64_t n)
 {
@@ -315,8 +329,8 @@ tensor *randn(int64_t rows, int64_t cols, int device)
 
 void tensor_copy(tensor *dst, const tensor *src)
 {
-    NEED_T(dst, "tensor_copy");
-    NEED_T(src, "tensor_copy");
+    NEED_W(dst, "tensor_copy");
+    NEED_R(src, "tensor_copy");
     check_same_shape("tensor_copy", dst, src);
     if (src->numel == 0 || dst->data == src->data)
         return;
@@ -328,7 +342,7 @@ void tensor_copy(tensor *dst, const tensor *src)
 
 tensor *to_device(const tensor *t, int device)
 {
-    NEED_T(t, "to_device");
+    NEED_R(t, "to_device");
     tensor *out = new_tensor(t->ndim, t->shape[0], t->shape[1], device);
     tensor_copy(out, t);
     return out;
@@ -336,7 +350,7 @@ tensor *to_device(const tensor *t, int device)
 
 void tensor_to_host(const tensor *t, float *out)
 {
-    NEED_T(t, "tensor_to_host");
+    NEED_R(t, "tensor_to_host");
     if (t->numel > 0)
         NEED(out, "tensor_to_host");
     if (t->numel == 0)
@@ -433,7 +447,7 @@ static void copy_block(int device, float *dst, int64_t dst_row, const float *src
 /* Columns are not contiguous in row-major storage, so this is a copy. */
 tensor *col_slice(const tensor *t, int64_t start, int64_t end)
 {
-    NEED_T(t, "col_slice");
+    NEED_R(t, "col_slice");
     check_2d("col_slice", t);
     if (start < 0 || end < start || end > t->shape[1])
         lx_fatal("col_slice: columns [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
@@ -455,6 +469,7 @@ tensor *cat_cols(tensor *const *parts, int n)
     for (int i = 0; i < n; i++) {
         if (!parts[i])
             lx_fatal("cat_cols: part %d is NULL", i);
+        lx_tensor_read(parts[i], "cat_cols");
         check_2d("cat_cols", parts[i]);
         check_same_device("cat_cols", parts[0], parts[i]);
         if (parts[i]->shape[0] != parts[0]->shape[0])
@@ -475,7 +490,7 @@ tensor *cat_cols(tensor *const *parts, int n)
 
 float item(const tensor *t, int64_t i)
 {
-    NEED_T(t, "item");
+    NEED_R(t, "item");
     if (i < 0 || i >= t->numel)
         lx_fatal("item: index %" PRId64 " is outside a tensor of %" PRId64 " elements", i,
                  t->numel);
@@ -489,8 +504,8 @@ float item(const tensor *t, int64_t i)
 /* Compared on the host in double, wherever the two tensors live. */
 double max_abs_diff(const tensor *a, const tensor *b)
 {
-    NEED_T(a, "max_abs_diff");
-    NEED_T(b, "max_abs_diff");
+    NEED_R(a, "max_abs_diff");
+    NEED_R(b, "max_abs_diff");
     check_same_shape("max_abs_diff", a, b);
     float *x = lx_host_buffer(a->numel), *y = lx_host_buffer(b->numel);
     tensor_to_host(a, x);
@@ -516,7 +531,7 @@ double max_abs_diff(const tensor *a, const tensor *b)
 
 void add_scalar(tensor *t, float s)
 {
-    NEED_T(t, "add_scalar");
+    NEED_W(t, "add_scalar");
     if (on_gpu(t)) {
         lx_cuda_add_scalar(t->device, t->data, t->numel, s);
         return;
@@ -527,7 +542,7 @@ void add_scalar(tensor *t, float s)
 
 void scale(tensor *t, float s)
 {
-    NEED_T(t, "scale");
+    NEED_W(t, "scale");
     int n = blas_int("scale", t->numel);
     if (n == 0)
         return;
@@ -539,8 +554,8 @@ void scale(tensor *t, float s)
 
 void add_(tensor *t, const tensor *u)
 {
-    NEED_T(t, "add_");
-    NEED_T(u, "add_");
+    NEED_W(t, "add_");
+    NEED_R(u, "add_");
     check_same_shape("add_", t, u);
     check_same_device("add_", t, u);
     int n = blas_int("add_", t->numel);
@@ -554,8 +569,8 @@ void add_(tensor *t, const tensor *u)
 
 void sub_(tensor *t, const tensor *u)
 {
-    NEED_T(t, "sub_");
-    NEED_T(u, "sub_");
+    NEED_W(t, "sub_");
+    NEED_R(u, "sub_");
     check_same_shape("sub_", t, u);
     check_same_device("sub_", t, u);
     int n = blas_int("sub_", t->numel);
@@ -569,7 +584,7 @@ void sub_(tensor *t, const tensor *u)
 
 void fill_(tensor *t, float value)
 {
-    NEED_T(t, "fill_");
+    NEED_W(t, "fill_");
     if (on_gpu(t)) {
         lx_cuda_fill(t->device, t->data, t->numel, value);
         return;
@@ -582,7 +597,7 @@ void fill_(tensor *t, float value)
  * float's precision instead of losing digits to the running total. */
 double sum(const tensor *t)
 {
-    NEED_T(t, "sum");
+    NEED_R(t, "sum");
     if (on_gpu(t))
         return lx_cuda_sum(t->device, t->data, t->numel);
     double acc = 0.0;
@@ -595,7 +610,7 @@ double sum(const tensor *t)
  * (dsdot); on a GPU cublasSdot adds them in float. */
 double norm(const tensor *t)
 {
-    NEED_T(t, "norm");
+    NEED_R(t, "norm");
     int n = blas_int("norm", t->numel);
     if (n == 0)
         return 0.0;
@@ -612,9 +627,9 @@ double norm(const tensor *t)
 void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b,
                  float alpha, float beta)
 {
-    NEED_T(c, "matmul_into");
-    NEED_T(a, "matmul_into");
-    NEED_T(b, "matmul_into");
+    NEED_W(c, "matmul_into");
+    NEED_R(a, "matmul_into");
+    NEED_R(b, "matmul_into");
     check_2d("matmul", a);
     check_2d("matmul", b);
     check_2d("matmul", c);
@@ -648,8 +663,8 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
 
 tensor *matmul(const tensor *a, const tensor *b)
 {
-    NEED_T(a, "matmul");
-    NEED_T(b, "matmul");
+    NEED_R(a, "matmul");
+    NEED_R(b, "matmul");
     check_2d("matmul", a);
     check_2d("matmul", b);
     if (a->shape[1] != b->shape[0])
@@ -677,7 +692,7 @@ tensor *matmul(const tensor *a, const tensor *b)
 
 tensor *gelu(const tensor *x)
 {
-    NEED_T(x, "gelu");
+    NEED_R(x, "gelu");
     tensor *y = new_like(x);
     if (on_gpu(x)) {
         lx_cuda_gelu(x->device, y->data, x->data, x->numel);
@@ -693,8 +708,8 @@ tensor *gelu(const tensor *x)
 
 tensor *gelu_backward(const tensor *x, const tensor *dy)
 {
-    NEED_T(x, "gelu_backward");
-    NEED_T(dy, "gelu_backward");
+    NEED_R(x, "gelu_backward");
+    NEED_R(dy, "gelu_backward");
     check_same_shape("gelu_backward", x, dy);
     check_same_device("gelu_backward", x, dy);
     tensor *dx = new_like(x);
@@ -716,7 +731,7 @@ tensor *gelu_backward(const tensor *x, const tensor *dy)
  * in double, so the sum does not drift over 10^5 terms. */
 float mse_loss(const tensor *x)
 {
-    NEED_T(x, "mse_loss");
+    NEED_R(x, "mse_loss");
     int n = blas_int("mse_loss", x->numel);
     if (n == 0)
         return NAN; /* the mean of nothing, as torch says too */
@@ -728,7 +743,7 @@ float mse_loss(const tensor *x)
 /* d mean(x^2) / dx = 2x / numel */
 tensor *mse_loss_backward(const tensor *x)
 {
-    NEED_T(x, "mse_loss_backward");
+    NEED_R(x, "mse_loss_backward");
     tensor *dx = new_like(x);
     tensor_copy(dx, x);
     if (x->numel)
@@ -743,7 +758,7 @@ tensor *mse_loss_backward(const tensor *x)
 /* torch.optim.AdamW's defaults. */
 adamw *adamw_new(const tensor *param, float lr)
 {
-    NEED_T(param, "adamw_new");
+    NEED_R(param, "adamw_new");
     adamw *opt = calloc(1, sizeof *opt);
     if (!opt)
         lx_fatal("out of memory for an optimizer");
@@ -782,8 +797,8 @@ adamw *adamw_new(const tensor *param, float lr)
 void adamw_step(adamw *opt, tensor *param, const tensor *grad)
 {
     NEED(opt, "adamw_step");
-    NEED_T(param, "adamw_step");
-    NEED_T(grad, "adamw_step");
+    NEED_W(param, "adamw_step");
+    NEED_R(grad, "adamw_step");
     check_same_shape("adamw_step", param, grad);
     check_same_shape("adamw_step", param, opt->m);
     check_same_device("adamw_step", param, grad);

@@ -238,7 +238,7 @@ const char *tensor_str(tensor *t)
 {
     if (!t)
         lx_fatal("tensor_str: t is NULL");
-    lx_tensor_check(t, "tensor_str");
+    lx_tensor_read(t, "tensor_str");
     static const char prefix[] = "tensor(";
     const int indent = (int)sizeof prefix - 1;
     lx_sb b = {0};
@@ -308,7 +308,7 @@ const char *summarize(tensor *t)
 {
     if (!t)
         lx_fatal("summarize: t is NULL");
-    lx_tensor_check(t, "summarize");
+    lx_tensor_read(t, "summarize");
     lx_sb b = {0};
     lx_sb_printf(&b, "%" PRId64, t->shape[0]);
     if (t->ndim == 2)

@@ -36,6 +36,10 @@ typedef struct rec {
     int n_made;
     lx_frame *made;           /* the lecture stack at the making call */
     lx_frame freed;           /* the tensor_free call (line 0: unknown) */
+    int busy;                 /* requests still using the data (dist_isend, ...) */
+    int busy_written;         /* of those, the ones the library writes into */
+    const char *busy_call;    /* the latest such request's call ... */
+    lx_frame busy_at;         /* ... and the line that made it (line 0: unknown) */
     struct rec *prev, *next;  /* the live list */
 } rec;
 
@@ -91,6 +95,60 @@ void lx_tensor_check(const tensor *t, const char *op) {
              "zeros/randn/tensor_from/...)", op);
 }
 
+/* ---- tensors a request is still using ----
+ *
+ * After dist_isend(t) the library may still be reading t; after dist_irecv(t)
+ * or an *_async collective it may still be writing it. Until dist_wait, the
+ * lecture must not change the first kind nor touch the second: doing so
+ * races with the transfer and fails silently (the receiver gets the old
+ * value, the new one or a mix). comm.c marks the tensors a request uses and
+ * unmarks them at its wait; the runtime's tensor operations ask here first
+ * (lx_tensor_read / lx_tensor_write), so the mistake is an error at its own
+ * line, naming the request's. */
+
+void lx_tensor_busy(const tensor *t, const char *call, const lx_frame *at, int library_writes) {
+    rec *r = (rec *)t;
+    pthread_mutex_lock(&lock);
+    r->busy++;
+    if (library_writes) r->busy_written++;
+    r->busy_call = call;
+    if (at) r->busy_at = *at;
+    else memset(&r->busy_at, 0, sizeof r->busy_at);
+    pthread_mutex_unlock(&lock);
+}
+
+void lx_tensor_idle(const tensor *t, int library_writes) {
+    rec *r = (rec *)t;
+    if (r->magic != MAGIC_LIVE) return;   /* freed meanwhile: named elsewhere */
+    pthread_mutex_lock(&lock);
+    if (r->busy > 0) r->busy--;
+    if (library_writes && r->busy_written > 0) r->busy_written--;
+    pthread_mutex_unlock(&lock);
+}
+
+static void busy_error(const rec *r, const char *op, const char *verb) {
+    char *at = site(&r->busy_at, r->busy_at.line > 0);
+    int written = r->busy_written > 0;
+    lx_fatal("%s: %s a tensor that %s at %s is still %s: call dist_wait on that request first "
+             "(until it returns, %s)",
+             op, verb, r->busy_call, at, written ? "writing into" : "sending",
+             written ? "the tensor may hold the old value, the new one, or a mix"
+                     : "the receiver may get the old value, the new one, or a mix");
+    free(at);
+}
+
+void lx_tensor_read(const tensor *t, const char *op) {
+    lx_tensor_check(t, op);
+    const rec *r = (const rec *)t;
+    if (r->busy_written > 0) busy_error(r, op, "reads");
+}
+
+void lx_tensor_write(const tensor *t, const char *op) {
+    lx_tensor_check(t, op);
+    const rec *r = (const rec *)t;
+    if (r->busy > 0) busy_error(r, op, "changes");
+}
+
 /* Gives the header back for good (the quarantine's oldest, or at exit). */
 static void destroy(rec *r) {
     free(r->made);
@@ -107,7 +165,7 @@ void lx_tensor_release(tensor *t) {
         free(freed);
         lx_fatal("%s", msg);
     }
-    lx_tensor_check(t, "tensor_free");
+    lx_tensor_write(t, "tensor_free");
     lx_frame frames[LX_MAX_FRAMES];
     int n = lx_stack_capture(frames, LX_MAX_FRAMES);
     pthread_mutex_lock(&lock);

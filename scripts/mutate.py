@@ -199,6 +199,10 @@ MUTANTS = [
     m("working-rank-called-deadlocked", "runtime/spawn.c", "        if (working) run->last_progress = now;\n", "",
       COMM_CHECKS),
     m("backend-error-not-traced", "runtime/check.c", "    if (!dying && traced) {", "    if (0) {", COMM_CHECKS),
+    m("busy-tensor-change-allowed", "runtime/tensor_track.c", "    if (r->busy > 0) busy_error(r, op, \"changes\");",
+      "    (void)r;", COMM_CHECKS + ["-k", "before_wait"]),
+    m("isend-hash-not-compared", "runtime/comm.c", "        if (req->hashed[i] && hash_values(req->uses[i]) != req->sum[i]) {",
+      "        if (0) {", COMM_CHECKS + ["-k", "through_data"]),
     # ---- spawn and the pool of ranks ----
     m("rank-steps-stamped-rank-0", "runtime/spawn.c", '    set_number(step, "rank", rank);',
       '    set_number(step, "rank", 0);', SPAWN),

@@ -145,6 +145,64 @@ class CommChecks(Base):
                       err)
         self.assertNotIn("made no progress", err)
 
+    def touched(self, how):
+        t, err = self.run_case("touch", {"TOUCH": how})
+        self.assertEqual(t["spawns"][0]["status"], "failed")
+        return t, self.errors(t)
+
+    def test_changing_an_isends_tensor_before_wait_is_an_error_at_that_line(self):
+        t, errs = self.touched("send")
+        mine = [(s, m) for s, m in errs if s.get("rank") == 0 and "add_scalar" in m]
+        self.assertEqual(len(mine), 1, errs)
+        step, msg = mine[0]
+        self.assertEqual(step["stack"][-1]["line"], line_of(SRC, "MARK:touch-send"), msg)
+        self.assertIn("changes a tensor that dist_isend at %s:%d is still sending"
+                      % (WHERE, line_of(SRC, "MARK:touch-isend")), msg)
+        self.assertIn("dist_wait", msg)
+        self.assertFalse([x for x in self.texts(t) if "rank 0 has a result" in x])
+
+    def test_a_change_through_data_is_caught_at_the_wait(self):
+        t, errs = self.touched("raw")
+        mine = [(s, m) for s, m in errs if s.get("rank") == 0 and "changed before this wait" in m]
+        self.assertEqual(len(mine), 1, errs)
+        step, msg = mine[0]
+        self.assertEqual(step["stack"][-1]["line"], line_of(SRC, "MARK:touch-wait"), msg)
+        self.assertIn("dist_isend at %s:%d" % (WHERE, line_of(SRC, "MARK:touch-isend")), msg)
+
+    def test_reading_an_irecvs_tensor_before_wait_is_an_error(self):
+        t, errs = self.touched("recv")
+        mine = [(s, m) for s, m in errs if s.get("rank") == 1 and "item" in m]
+        self.assertEqual(len(mine), 1, errs)
+        step, msg = mine[0]
+        self.assertEqual(step["stack"][-1]["line"], line_of(SRC, "MARK:touch-recv"), msg)
+        self.assertIn("reads a tensor that dist_irecv at %s:%d is still writing into"
+                      % (WHERE, line_of(SRC, "MARK:touch-irecv")), msg)
+        self.assertFalse([x for x in self.texts(t) if "early:" in x])
+
+    def test_reading_an_async_all_reduces_tensor_before_wait_is_an_error(self):
+        t, errs = self.touched("async")
+        for rank in (0, 1):
+            mine = [(s, m) for s, m in errs if s.get("rank") == rank and "item" in m]
+            self.assertEqual(len(mine), 1, errs)
+            self.assertEqual(mine[0][0]["stack"][-1]["line"], line_of(SRC, "MARK:touch-async-read"))
+            self.assertIn("dist_all_reduce_async at %s:%d" % (WHERE, line_of(SRC, "MARK:touch-async")),
+                          mine[0][1])
+
+    def test_freeing_an_isends_tensor_before_wait_is_an_error(self):
+        t, errs = self.touched("free")
+        mine = [(s, m) for s, m in errs if s.get("rank") == 0 and "tensor_free" in m]
+        self.assertEqual(len(mine), 1, errs)
+        self.assertEqual(mine[0][0]["stack"][-1]["line"], line_of(SRC, "MARK:touch-free"))
+
+    def test_the_same_calls_waited_first_run_clean(self):
+        # The control: waiting before touching is fine, including two isends
+        # of one tensor in flight at once (both only read it).
+        rc, out, err = self.run_fixture("comm_checks", {"COMM_CASE": "touch-ok"})
+        self.assertEqual(rc, 0, err)
+        t = tracecheck.validate(os.path.join(self.out, "comm_checks.json"))
+        self.assertEqual(self.errors(t), [])
+        self.assertIn("rank 1 got 3 3", self.texts(t))
+
     def test_one_extra_collective_is_reported_at_once(self):
         self.check_straggler("extra", "MARK:extra", "dist_all_reduce", "ranks 1, 2 and 3")
 

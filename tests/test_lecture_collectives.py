@@ -149,7 +149,8 @@ class LectureCollectives(unittest.TestCase):
         # as expected, and the run goes on (it exited 0: setUp)
         line = line_of("both_send_first_main", "dist_send(mine, 1 - rank);")
         spawn_line = line_of("mistakes", "spawn_expect_failure(both_send_first_main")
-        errors = [(s, r) for s, r in self.renderings("error")]
+        errors = [(s, r) for s, r in self.renderings("error")
+                  if s["stack"][-1]["function"] == "both_send_first_main"]
         self.assertTrue(errors, "the deadlock's report is not in the trace")
         self.assertTrue(all(r.get("expected") is True for _, r in errors), errors)
         self.assertEqual(sorted(s["rank"] for s, _ in errors), [0, 1])
@@ -163,6 +164,25 @@ class LectureCollectives(unittest.TestCase):
         # the spawns after it ran: the two fixes exchanged their tensors
         later = [s["spawn"] for s, _ in self.markdown(r"^(ordered by rank|sendrecv): rank")]
         self.assertTrue(later and min(later) > errors[0][0]["spawn"])
+
+    def test_touching_before_wait_is_caught_at_its_line(self):
+        # spawn_expect_failure() of touch_then_wait_main: rank 0's error names
+        # its add_scalar line and the isend's; nothing else failed
+        touch = line_of("touch_then_wait_main", "add_scalar(t, 100.0f);")
+        isend = line_of("touch_then_wait_main", "dist_isend(t, 1);")
+        errors = [(s, r) for s, r in self.renderings("error")
+                  if s["stack"][-1]["function"] == "touch_then_wait_main"]
+        self.assertTrue(errors, "the race's report is not in the trace")
+        self.assertTrue(all(r.get("expected") is True for _, r in errors), errors)
+        mine = [(s, r) for s, r in errors if "add_scalar" in r["data"]]
+        self.assertEqual([(s["rank"], s["stack"][-1]["line"]) for s, _ in mine], [(0, touch)], errors)
+        self.assertEqual(len(mine), 1, errors)
+        self.assertIn("add_scalar: changes a tensor that dist_isend at lectures/%s.c:%d is still sending"
+                      % (NAME, isend), mine[0][1]["data"])
+        sp = self.trace["spawns"][mine[0][0]["spawn"]]
+        self.assertEqual((sp["status"], sp.get("expect_failure")), ("failed", True))
+        others = [r for s, r in self.renderings("error") if not r.get("expected")]
+        self.assertEqual(others, [])
 
     def test_safe_patterns_exchange(self):
         for label in ("ordered by rank", "sendrecv"):

@@ -29,12 +29,12 @@ window.lecternIndex = {
    "name": "lecture_collectives",
    "title": "Collectives from scratch",
    "summary": "Ranks that train one model together have to exchange numbers: gradients, parameters, activations. This lecture starts from the smallest exchange, one rank handing one tensor to another, and builds the all-reduce of data-parallel training out of it three different ways. Then it …",
-   "start_time": "2026-11-23T21:21:46Z",
+   "start_time": "2026-11-23T22:25:40Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 6.376,
-   "steps": 76,
+   "duration_s": 7.062,
+   "steps": 81,
    "failed_run": false
   },
   {

@@ -58,6 +58,54 @@ static void forgotten(int rank, int world_size, void *args) {
     note("rank %d returns", rank);
 }
 
+/* Tensors touched while a request still uses them (TOUCH picks how):
+ * "send" changes an isend's tensor with a tensor operation, "raw" through
+ * ->data (seen at the wait), "recv" reads an irecv's tensor, "async" reads
+ * an async all-reduce's, "free" frees an isend's. */
+static void touch_before_wait(int rank, int world_size, void *args) {
+    const char *how = getenv("TOUCH");
+    tensor *t = zeros(1 << 16, 0, get_device(rank));
+    if (strcmp(how, "async") == 0) {
+        dist_request *req = dist_all_reduce_async(t, DIST_SUM);   /* MARK:touch-async */
+        note("rank %d: %g", rank, item(t, 0));                     /* MARK:touch-async-read */
+        dist_wait(req);
+    } else if (rank == 0) {
+        dist_request *req = dist_isend(t, 1);   /* MARK:touch-isend */
+        if (strcmp(how, "send") == 0) add_scalar(t, 1.0f);   /* MARK:touch-send */
+        if (strcmp(how, "raw") == 0) t->data[7] = 5.0f;
+        if (strcmp(how, "free") == 0) tensor_free(t);         /* MARK:touch-free */
+        dist_wait(req);                          /* MARK:touch-wait */
+    } else {
+        dist_request *req = dist_irecv(t, 0);   /* MARK:touch-irecv */
+        if (strcmp(how, "recv") == 0) note("early: %g", item(t, 0));   /* MARK:touch-recv */
+        dist_wait(req);
+    }
+    note("rank %d has a result", rank);
+    tensor_free(t);
+}
+
+/* The control: every touch after its wait; rank 0 sends one tensor to
+ * rank 1 twice, both in flight at once (both only read it). */
+static void touch_after_wait(int rank, int world_size, void *args) {
+    tensor *t = zeros(1 << 16, 0, get_device(rank));
+    tensor *u = zeros(1 << 16, 0, get_device(rank));
+    if (rank == 0) {
+        fill_(t, 3.0f);
+        dist_request *a = dist_isend(t, 1), *b = dist_isend(t, 1);
+        note("rank 0 reads its tensor while it is sent: %g", item(t, 0));
+        dist_wait(a);
+        dist_wait(b);
+        add_scalar(t, 1.0f);
+    } else {
+        dist_request *a = dist_irecv(t, 0), *b = dist_irecv(u, 0);
+        dist_wait(a);
+        dist_wait(b);
+        note("rank 1 got %g %g", item(t, (1 << 16) - 1), item(u, 0));
+    }
+    tensor_free(u);
+    tensor_free(t);
+}
+
 /* Rank 0 all-reduces once more than the others. */
 static void one_extra(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
@@ -110,6 +158,8 @@ static void body(void) {
     else if (strcmp(c, "p2p") == 0) spawn(send_recv_sizes, 2, NULL, 0);
     else if (strcmp(c, "p2p-big") == 0) spawn(isend_irecv_sizes, 2, NULL, 0);
     else if (strcmp(c, "forgotten") == 0) spawn(forgotten, 2, NULL, 0);
+    else if (strcmp(c, "touch") == 0) spawn(touch_before_wait, 2, NULL, 0);
+    else if (strcmp(c, "touch-ok") == 0) spawn(touch_after_wait, 2, NULL, 0);
     else if (strcmp(c, "extra") == 0) spawn(one_extra, 4, NULL, 0);
     else if (strcmp(c, "nosend") == 0) spawn(no_sender, 2, NULL, 0);
     else if (strcmp(c, "compute") == 0) {
