@@ -51,6 +51,19 @@ void progress(const char *fmt, ...) {
     free(msg);
 }
 
+/* 1 when this program was built into a folder named bench (build/bench/). */
+static int is_benchmark(void) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return 0;
+    *slash = 0;
+    slash = strrchr(exe, '/');
+    return strcmp(slash ? slash + 1 : exe, "bench") == 0;
+}
+
 static void usage(FILE *f, const char *prog, const char *name) {
     fprintf(f,
             "usage: %s [--out DIR] [--quick] [--quiet] [--help] [lecture options]\n"
@@ -60,7 +73,7 @@ static void usage(FILE *f, const char *prog, const char *name) {
             "DIR/%s.failed.json instead and leaves the last good trace alone.\n"
             "\n"
             "  --out DIR   where to write the trace (default: $LECTERN_OUT, else\n"
-            "              %s/traces)\n"
+            "              %s/%s)\n"
             "  --quick     reduced sizes, for tests\n"
             "  --quiet     no progress lines on stderr\n"
             "  --help      this text\n"
@@ -69,7 +82,7 @@ static void usage(FILE *f, const char *prog, const char *name) {
             "progress for that long (default 120).\n"
             "Exit status: 0 ok, 1 the lecture failed (see the error steps), 2 bad usage\n"
             "or an unwritable output folder.\n",
-            prog, name, name, name, name, lx_repo_root());
+            prog, name, name, name, name, lx_repo_root(), is_benchmark() ? "bench/results" : "traces");
 }
 
 /* mkdir -p */
@@ -171,10 +184,12 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
         }
     }
     /* --out, else $LECTERN_OUT (benchmarks and scripts point it at a
-     * temporary folder), else the repo's traces/. */
+     * temporary folder), else the repo's traces/ -- or, for a benchmark
+     * (a program built into a bench/ folder), bench/results/, next to its
+     * tables: a benchmark run by hand leaves traces/ to the lectures. */
     const char *env_out = getenv("LECTERN_OUT");
     if (!out && env_out && *env_out) out = env_out;
-    char *dir = out ? strdup(out) : lx_fmt("%s/traces", lx_repo_root());
+    char *dir = out ? strdup(out) : lx_fmt("%s/%s", lx_repo_root(), is_benchmark() ? "bench/results" : "traces");
     if (!*dir || check_writable(dir) != 0) {
         fprintf(stderr, "%s: cannot write the trace to '%s': %s\n", argv[0], dir, strerror(errno));
         free(dir);

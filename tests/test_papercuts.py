@@ -57,6 +57,24 @@ class RunLecture(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(out, "check_fixture.failed.json")))
             self.assertIn("?trace=check_fixture.failed", p.stdout)
 
+    def test_a_benchmark_run_by_hand_leaves_traces_alone(self):
+        # Without --out or LECTERN_OUT a benchmark's trace goes to
+        # bench/results/ (ignored), a lecture's to traces/.
+        env = {k: v for k, v in make_env().items() if k != "LECTERN_OUT"}
+        bench = subprocess.run([os.path.join(BUILD, "bench", "soak_spawn"), "--help"], env=env,
+                               capture_output=True, text=True, timeout=60)
+        lecture = subprocess.run([os.path.join(BUILD, "lectures", "lecture_00"), "--help"], env=env,
+                                 capture_output=True, text=True, timeout=60)
+        self.assertIn("%s/bench/results)" % ROOT, bench.stdout)
+        self.assertIn("%s/traces)" % ROOT, lecture.stdout)
+        before = tracked_status()
+        p = subprocess.run([os.path.join(BUILD, "bench", "soak_spawn"), "--quick", "--quiet"], cwd=ROOT,
+                           env=dict(env, SOAK_SPAWNS="2"), capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertTrue(os.path.exists(os.path.join(ROOT, "bench", "results", "soak_spawn.json")))
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "traces", "soak_spawn.json")))
+        self.assertEqual(tracked_status(), before)
+
     def test_bad_usage_writes_and_names_no_trace(self):
         with tempfile.TemporaryDirectory() as out:
             p = subprocess.run(["bash", "scripts/run-lecture.sh", os.path.join(BUILD, "lectures", "lecture_00"), "--nope"],
