@@ -474,7 +474,9 @@ static void benchmarking(void) {
          "**t = 2(p-1) (alpha + n / (p beta))**. Each spawn below fits alpha and beta to its "
          "own all-reduce times (least squares on relative errors, so that small messages "
          "count as much as large ones) and plots the model against the measurements.");
-    bench_args args = {.n_sizes = 6, .bytes = {4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20},
+    /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound: alpha is a few
+     * percent of the time there), a factor of 4 apart */
+    bench_args args = {.n_sizes = 7, .bytes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20},
                        .trials = 5};
     if (lecture_quick())
         args = (bench_args){.n_sizes = 4, .bytes = {4 << 10, 64 << 10, 256 << 10, 1 << 20}, .trials = 2};
@@ -501,7 +503,7 @@ typedef struct bench_result {
 /* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n/(p beta)),
  * fitted to measured times: t = A + B n is linear in A = 2(p-1) alpha and
  * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
- * divided by its t), so a 4 KiB message weighs as much as a 64 MiB one. A
+ * divided by its t), so a 4 KiB message weighs as much as a 16 MiB one. A
  * negative A (times that grow faster than linearly, as on an oversubscribed
  * CPU) is not a latency: then A = 0 and B is fitted alone; a B <= 0
  * (times that do not grow with size, noise on a busy machine) likewise
@@ -927,7 +929,7 @@ static void streams_example(void) {
  * tolerances for comparing float32 results live in lectures/lib/mlp.c:
  * every strategy below trains exactly that model. */
 static mlp_config model_config(void) {
-    mlp_config c = {.batch = 128, .width = 1024, .layers = 4, .steps = 5, .lr = 1e-3f};
+    mlp_config c = {.batch = 128, .width = 512, .layers = 4, .steps = 5, .lr = 1e-3f};
     if (lecture_quick()) {
         c.width = 256;
         c.steps = 2;
@@ -940,7 +942,7 @@ static int64_t model_floats(const mlp_config *c) {
     return (int64_t)c->layers * c->width * c->width;
 }
 
-/* "[1024x1024[-0.0279...], ...]": shape and first element of each tensor. */
+/* "[512x512[-0.0279...], ...]": shape and first element of each tensor. */
 static const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
     size_t len = (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < n && len < size; i++)
