@@ -1189,6 +1189,12 @@ static void ddp(void) {
          "cores it moves mostly inside MPI calls and needs the cores the matmuls use, so "
          "expect little gain there (docs/benchmarks.md, `bench_overlap`).",
          LAYERS_PER_BUCKET, ACCUMULATION_STEPS, BUCKET_STEPS);
+    note("Then the ranks measure what overlap buys: the same step (forward and backward "
+         "of the whole slice, the buckets' all-reduce; no optimizer step, which is the "
+         "same either way) timed three ways, taking turns: without any all-reduce, with "
+         "each bucket's blocking all-reduce after backward, and with each bucket's async "
+         "all-reduce started during backward. A step costs what its slowest rank costs "
+         "(`dist_timer`).");
     args = baseline_args(0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
     progress("DDP with buckets: spawn 4 ranks");
@@ -1280,6 +1286,105 @@ static void bucket_layers(const mlp_config *c, int b, int *first, int *count) {
     *count = end - *first;
 }
 
+/* ---- Overlap, measured: the same DDP step three ways ---- */
+
+/* How a timed step communicates: not at all (the compute alone), each
+ * bucket's blocking all-reduce after the whole backward pass, or each
+ * bucket's async all-reduce started the moment backward has filled it. */
+enum { NO_ALL_REDUCE, AFTER_BACKWARD, DURING_BACKWARD, STEP_MODES };
+static const char *const STEP_MODE_NAMES[] = {
+    "forward + backward, no all-reduce (the compute alone)",
+    "blocking all-reduce of each bucket after backward",
+    "async all-reduce of each bucket started during backward",
+};
+enum { OVERLAP_TRIALS = 5 };   /* steps timed per way; the median is shown */
+
+/* The gradient buckets of ddp_buckets_main: bucket b is one tensor, and
+ * layer i's gradient grads[i] a view into bucket bucket_of[i], whose first
+ * (lowest) layer is bucket_first[b]. */
+typedef struct buckets {
+    int n;
+    tensor *bucket[MAX_LAYERS], *grads[MAX_LAYERS];
+    int bucket_of[MAX_LAYERS], bucket_first[MAX_LAYERS];
+} buckets;
+
+/* One DDP step's forward and backward on x (no optimizer step: it is the
+ * same in every way), communicating as `mode` says. */
+static void ddp_step(int mode, const mlp_config *c, tensor *const *w, buckets *g, tensor *x) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    dist_request *req[MAX_LAYERS];
+    forward(w, c->layers, x, acts, pre);
+    tensor *dy = mse_loss_backward(acts[c->layers]);
+    for (int i = c->layers - 1; i >= 0; i--) {
+        tensor *dx = NULL;
+        layer_backward(acts[i], pre[i], w[i], dy, g->grads[i], i > 0 ? &dx : NULL, 0.0f);
+        tensor_free(dy);
+        dy = dx;
+        if (mode == DURING_BACKWARD && i == g->bucket_first[g->bucket_of[i]])
+            req[g->bucket_of[i]] = dist_all_reduce_async(g->bucket[g->bucket_of[i]], DIST_AVG);
+    }
+    if (mode == DURING_BACKWARD)
+        for (int b = 0; b < g->n; b++) dist_wait(req[b]);
+    if (mode == AFTER_BACKWARD)
+        for (int b = 0; b < g->n; b++) dist_all_reduce(g->bucket[b], DIST_AVG);
+    free_saved(c->layers, acts, pre);
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times OVERLAP_TRIALS steps each way, the ways taking turns (so that a
+ * busy spell of the machine hits all three alike), and shows the median of
+ * the slowest rank's times side by side. */
+static void measure_overlap(int rank, int world_size, const mlp_config *c, tensor *const *w, buckets *g,
+                            tensor *x) {
+    double ms[STEP_MODES][OVERLAP_TRIALS];
+    for (int mode = 0; mode < STEP_MODES; mode++) ddp_step(mode, c, w, g, x);   /* warm-up */
+    for (int trial = 0; trial < OVERLAP_TRIALS; trial++)
+        for (int mode = 0; mode < STEP_MODES; mode++) {
+            dist_timer t = {0};
+            dist_timer_start(&t);
+            ddp_step(mode, c, w, g, x);
+            ms[mode][trial] = dist_timer_stop(&t) * 1e3;   /* the slowest rank's time */
+        }
+    if (rank != 0) return;
+    double median[STEP_MODES];
+    for (int mode = 0; mode < STEP_MODES; mode++) {
+        qsort(ms[mode], OVERLAP_TRIALS, sizeof ms[mode][0], compare_doubles);
+        median[mode] = ms[mode][OVERLAP_TRIALS / 2];
+    }
+    char text[1024];
+    int len = snprintf(text, sizeof text,
+                       "Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, "
+                       "slowest rank, median of %d steps each:\n\n"
+                       "| step | time (ms) |\n|---|---:|\n",
+                       world_size, dist_backend(), (long long)x->shape[0], OVERLAP_TRIALS);
+    for (int mode = 0; mode < STEP_MODES && len < (int)sizeof text; mode++)
+        len += snprintf(text + len, sizeof text - len, "| %s | %.2f |\n", STEP_MODE_NAMES[mode], median[mode]);
+    note("%s", text);
+    note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the "
+         "all-reduce adds %.2f ms to the compute's %.2f ms; perfect overlap would hide it "
+         "behind backward, down to the longer of the two.",
+         median[AFTER_BACKWARD], median[DURING_BACKWARD], median[AFTER_BACKWARD] / median[DURING_BACKWARD],
+         median[AFTER_BACKWARD] - median[NO_ALL_REDUCE], median[NO_ALL_REDUCE]);
+    if (strcmp(dist_backend(), "nccl") == 0)
+        note("On NCCL, each bucket's all-reduce runs on the communication stream while the "
+             "compute stream goes on with the backward kernels of the layers below, so the "
+             "async step can take less than the blocking one: the speed-up above is what "
+             "that bought on this machine.");
+    else
+        note("Here (Open MPI, %d ranks on %ld CPU cores) overlap has nothing to gain: the "
+             "all-reduce's copies and sums are CPU work on the same cores as the matmuls, and "
+             "Open MPI moves a non-blocking collective along only while the rank is inside an "
+             "MPI call (here, mostly in `dist_wait`), so the async step costs what the blocking "
+             "one costs. A speed-up away from 1 above is the machine's noise (processes taking "
+             "turns on the cores), not overlap. The code is the one that overlaps on GPUs, "
+             "where NCCL runs the all-reduce on its own stream beside the backward kernels.",
+             world_size, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 static void ddp_buckets_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
@@ -1292,8 +1397,8 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
 
     /* Each bucket is one tensor; the layers' gradients are views into it, so
      * the backward pass writes them in place and one all-reduce covers them. */
-    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *bucket[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
-    int bucket_of[MAX_LAYERS], bucket_first[MAX_LAYERS];
+    tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    buckets g = {.n = n_buckets};
     dist_request *req[MAX_LAYERS];   /* each bucket's all-reduce in flight */
     adamw *opt[MAX_LAYERS];
     char list[256];
@@ -1301,11 +1406,11 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     for (int b = 0; b < n_buckets; b++) {
         int first, count;
         bucket_layers(c, b, &first, &count);
-        bucket[b] = empty((int64_t)count * c->width, c->width, device);
-        bucket_first[b] = first;
+        g.bucket[b] = empty((int64_t)count * c->width, c->width, device);
+        g.bucket_first[b] = first;
         for (int i = first; i < first + count; i++) {
-            grads[i] = row_slice(bucket[b], (int64_t)(i - first) * c->width, (int64_t)(i - first + 1) * c->width);
-            bucket_of[i] = b;
+            g.grads[i] = row_slice(g.bucket[b], (int64_t)(i - first) * c->width, (int64_t)(i - first + 1) * c->width);
+            g.bucket_of[i] = b;
         }
         char range[32];
         len += snprintf(list + len, sizeof list - len, "%s%s", b ? ", " : "",
@@ -1329,14 +1434,14 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             scale(dy, 1.0f / k_micro);   /* the slice's mean loss is the mean over micro-batches */
             for (int i = c->layers - 1; i >= 0; i--) {
                 tensor *dx = NULL;
-                layer_backward(acts[i], pre[i], w[i], dy, grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
+                layer_backward(acts[i], pre[i], w[i], dy, g.grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
                 tensor_free(dy);
                 dy = dx;
                 /* The bucket is complete once its first layer is done: start its
                  * all-reduce now, while the layers below are still to compute.
                  * The layers below write other buckets, never this one. */
-                if (sync && i == bucket_first[bucket_of[i]])
-                    req[bucket_of[i]] = dist_all_reduce_async(bucket[bucket_of[i]], DIST_AVG);
+                if (sync && i == g.bucket_first[g.bucket_of[i]])
+                    req[g.bucket_of[i]] = dist_all_reduce_async(g.bucket[g.bucket_of[i]], DIST_AVG);
             }
             if (sync)   /* every bucket averaged before anyone reads a gradient */
                 for (int b = 0; b < n_buckets; b++) dist_wait(req[b]);
@@ -1348,21 +1453,25 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
         }
         if (step == 0) {
             double diff = 0, size = 0;
-            for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
+            for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, g.grads[i], i, &size));
             note_verbatim("Rank %d: buckets, %d accumulation steps: step 0: max |averaged gradient - one device| = %.3g "
                           "(largest gradient %.3g, tolerance %.3g)",
                           rank, k_micro, diff, size, gradient_tolerance(c) * size);
             agrees(rank, "DDP with buckets and accumulation: step-0 gradients", diff, gradient_tolerance(c) * size);
         }
-        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], g.grads[i]);
         note_verbatim("Rank %d: buckets: step = %d, loss = %.9g", rank, step, loss);
     }
+
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);   /* the whole slice, one step */
+    measure_overlap(rank, world_size, c, w, &g, x);
+    tensor_free(x);
     for (int i = 0; i < c->layers; i++) {
         adamw_free(opt[i]);
         tensor_free(w[i]);
-        tensor_free(grads[i]);
+        tensor_free(g.grads[i]);
     }
-    for (int b = 0; b < n_buckets; b++) tensor_free(bucket[b]);
+    for (int b = 0; b < n_buckets; b++) tensor_free(g.bucket[b]);
     tensor_free(data);
 }
 
