@@ -774,9 +774,19 @@ static void cuda_streams(void) {
          "Those stop the whole pipeline; we want finer-grained ordering that stays on the GPU.");
     note("A **CUDA stream** is a queue of operations that run in order. Operations in "
          "*different* streams may run at the same time; events (`cudaEventRecord`, "
-         "`cudaStreamWaitEvent`) order one stream after another without the host waiting. "
-         "NCCL runs its collectives on a stream, which is how communication overlaps "
-         "with computation.");
+         "`cudaStreamWaitEvent`) order one stream after another without the host waiting.");
+    image("assets/lecture_08_streams.svg", 0.9);
+    note("- **One stream**: each operation starts when the one before it ends, so a matmul "
+         "and an unrelated copy take the sum of their times.\n"
+         "- **Two streams**: the copy engine moves the bytes while the SMs multiply. The add "
+         "needs both results, so stream 0 waits for an event recorded at the end of each: "
+         "the ordering stays on the GPU, and the host is never blocked. The two take about "
+         "the longer of the two times instead of their sum.\n"
+         "- **DDP on NCCL** is the same picture. In this runtime `dist_all_reduce_async` "
+         "puts the all-reduce on a communication stream that first waits (an event) for "
+         "the kernels queued before the call, so the backward kernels of the layers below "
+         "run beside it; `dist_wait` makes the compute stream wait for the all-reduce's "
+         "event (and the host too, so the result is in place when it returns).");
     note("The example: two independent jobs, (1) a matrix product and (2) copying a "
          "matrix from CPU to GPU, first one after the other on one stream, then on two "
          "streams so that the copy engine works while the arithmetic units multiply.");
@@ -785,13 +795,18 @@ static void cuda_streams(void) {
         streams_example();
         return;
     }
-    note("*Skipped here: this machine has no GPU* (`gpu_count()` is 0). The code below "
-         "this note is compiled into the lecture but was not run in this trace, so its "
-         "timings are not shown.");
+    note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code "
+         "below this note is compiled into the lecture, and on a GPU it times both versions "
+         "with CUDA events here; without one there is no stream and no copy engine, so "
+         "there are no timings to show.");
 #else
-    note("*Skipped here: this build has no CUDA support*, so there is no stream to show. "
+    note("*Not run here: this build has no CUDA support*, so there is no stream to show. "
          "Built with the CUDA toolkit and run on a GPU, the lecture times both versions here.");
 #endif
+    note("A CPU rank has no second queue: its own cores do an Open MPI transfer's copies and "
+         "sums, between its matmuls, and a non-blocking collective moves only while the rank "
+         "is inside an MPI call. The DDP section below measures what that means for "
+         "overlapping the all-reduce with backward, on whichever backend the trace was made.");
 }
 
 #ifdef LECTERN_CUDA

@@ -619,7 +619,7 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         local = {r["src"] for r in images if not r["remote"]}
         for name in COLLECTIVES + ["ring_vs_tree", "memory_hierarchy", "parallelism",
                                    "zero_stages", "pipeline", "gpu", "pcie_ethernet", "rdma",
-                                   "nvlink_generations", "nvswitch", "sharp"]:
+                                   "nvlink_generations", "nvswitch", "sharp", "streams"]:
             src = "assets/lecture_08_%s.svg" % name
             self.assertIn(src, local)
             self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
@@ -846,11 +846,21 @@ class Lecture08(Run, Numbers, unittest.TestCase):
             self.assertTrue(any("overlap has nothing to gain" in t for _, _, t in
                                 self.spawn_markdown(sid, r"^Here \(Open MPI")))
 
-    def test_cuda_streams_skipped_without_gpu(self):
+    def test_cuda_streams_timed_on_gpu_explained_without(self):
+        md = self.markdown()
+        streams = md.index("## CUDA streams")
+        part2 = md.index("## Part 2: distributed training")
+        section = md[streams:part2]
+        self.assertTrue(any("**DDP on NCCL** is the same picture" in m for m in section))
         if self.trace["meta"]["gpus"] > 0:
+            self.assertTrue(self.texts(pattern=r"^one stream: \["))
             self.assertTrue(self.texts(pattern=r"^two streams: \["))
         else:
-            self.assertTrue(any(m.startswith("*Skipped here") for m in self.markdown()))
+            # no timings are made up without a GPU: the section says it did not run
+            self.assertFalse(self.texts(pattern=r"^(one|two) streams?: \["))
+            self.assertTrue(any(m.startswith("*Not run here: this machine has no GPU*")
+                                or m.startswith("*Not run here: this build has no CUDA support*") for m in section))
+            self.assertTrue(any(m.startswith("A CPU rank has no second queue") for m in section))
 
 
 def other_kernels():
