@@ -50,7 +50,13 @@ static void summary(void);
 static void further_reading(void);
 static void free_one_device(void);
 
+LECTURE_OPTIONS({"batch", "N", "examples per training step in Part 2 (default 128); every strategy cuts them "
+                                "into equal pieces (4 ranks, 2 micro-batches each), so N must divide by 8"});
+
+static mlp_config model_config(void);
+
 static void lecture_08(void) {
+    model_config();            /* a bad --batch stops the lecture before anything runs */
     note("# Distributed training");
     introduction();
 
@@ -949,6 +955,14 @@ static mlp_config model_config(void) {
         c.width = 256;
         c.steps = 2;
     }
+    const char *batch = lecture_option("batch", "128");
+    char *end;
+    long n = strtol(batch, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1 << 16) {   /* bad usage, as for an undeclared option */
+        fprintf(stderr, "lecture_08: --batch=%s: expected a number of examples from 1 to 65536\n", batch);
+        exit(2);
+    }
+    c.batch = (int)n;
     return c;
 }
 
@@ -1561,7 +1575,8 @@ static void ddp_zero3(void) {
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
-    must_divide(c.width, ranks, "the rows of a layer", __LINE__ + 1);   /* the spawn() below */
+    must_divide(c.width, ranks, "the rows of a layer", __LINE__ + 2);     /* the spawn() below */
+    must_divide(c.batch, ranks, "the batch's examples", __LINE__ + 1);
     spawn(zero3_main, ranks, args, size);
     free(args);
     note("Each rank's piece of the averaged gradient is one device's, to float32 rounding, "
@@ -1976,7 +1991,8 @@ static void pipeline_parallelism(void) {
         args->schedule = runs[k].schedule;
         args->clock_base = now_seconds();
         int p = runs[k].stages;
-        must_divide(baseline.cfg.layers, p, "the layers", __LINE__ + 1);   /* the spawn() below */
+        must_divide(baseline.cfg.layers, p, "the layers", __LINE__ + 2);   /* the spawn() below */
+        must_divide(baseline.cfg.batch, m, "the batch's examples (in micro-batches)", __LINE__ + 1);
         spawn(pipeline_main, p, args, size);
     }
     free(args);

@@ -863,6 +863,53 @@ class Lecture08(Run, Numbers, unittest.TestCase):
             self.assertTrue(any(m.startswith("A CPU rank has no second queue") for m in section))
 
 
+class WorkThatDoesNotDivide(unittest.TestCase):
+    """A batch (--batch) that a strategy's world size does not divide stops the
+    lecture at that strategy's spawn() line, before any rank starts, exit
+    status 1, and the trace already in the output folder stays as it was."""
+
+    def spawn_line(self, call):
+        with open(os.path.join(ROOT, "lectures", "lecture_08.c")) as f:
+            lines = [i + 1 for i, line in enumerate(f) if call in line]
+        self.assertEqual(len(lines), 1, call)
+        return lines[0]
+
+    def run_with(self, *options):
+        binary = find_binary()
+        self.assertIsNotNone(binary, "lecture_08 is not built")
+        with tempfile.TemporaryDirectory() as out:
+            previous = {}
+            for name in ("lecture_08.json", "lecture_08.js"):   # the last good trace, as a run left it
+                previous[name] = "the last good trace: %s\n" % name
+                with open(os.path.join(out, name), "w") as f:
+                    f.write(previous[name])
+            run = subprocess.run([binary, "--quick", "--quiet", "--out", out] + list(options),
+                                 capture_output=True, text=True, timeout=600)
+            for name, text in previous.items():
+                with open(os.path.join(out, name)) as f:
+                    self.assertEqual(f.read(), text, name + " was overwritten")
+        return run
+
+    def test_batch_not_divided_by_ddp_world_size(self):
+        # 6 examples: DDP on 1 and 2 ranks runs, on 4 ranks it cannot
+        run = self.run_with("--batch=6")
+        self.assertEqual(run.returncode, 1, run.stderr)
+        self.assertIn("lectures/lecture_08.c:%d: spawn(): the batch's examples (6) do not divide into 4 equal parts"
+                      % self.spawn_line("spawn(ddp_main, worlds[k], args, size);"), run.stderr)
+
+    def test_batch_not_divided_into_micro_batches(self):
+        # 12 examples: DDP on 4 ranks runs (3 each), 4 ranks x 2 accumulation steps cannot
+        run = self.run_with("--batch=12")
+        self.assertEqual(run.returncode, 1, run.stderr)
+        self.assertIn("lectures/lecture_08.c:%d: spawn(): the batch's examples (12) do not divide into 8 equal parts"
+                      % self.spawn_line("spawn(ddp_buckets_main, 4, args, size);"), run.stderr)
+
+    def test_batch_that_is_not_a_number(self):
+        run = self.run_with("--batch=many")
+        self.assertEqual(run.returncode, 2, run.stderr)
+        self.assertIn("--batch=many: expected a number of examples", run.stderr)
+
+
 def other_kernels():
     """OpenBLAS kernels older than this CPU's that it runs correctly: Prescott
     (SSE3) always, Sandybridge where it has AVX, Haswell where it has AVX2.
