@@ -480,8 +480,10 @@ static void benchmarking(void) {
          "**t = 2(p-1) (alpha + n / (p beta))**. Each spawn below fits alpha and beta to its "
          "own all-reduce times (least squares on relative errors, so that small messages "
          "count as much as large ones) and plots the model against the measurements.");
-    /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound: alpha is a few
-     * percent of the time there), a factor of 4 apart */
+    /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound), a factor of 4
+     * apart: enough for the fit's two regimes, and a few seconds in all on a
+     * 2-core machine (going on to 64 MiB cost about 2 s more, and added
+     * nothing the fit needs) */
     bench_args args = {.n_sizes = 7, .bytes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20},
                        .trials = 5};
     if (lecture_quick())
