@@ -1409,9 +1409,11 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
         note("Here (Open MPI, %d ranks on %ld CPU cores) overlap has nothing to gain: the "
              "all-reduce's copies and sums are CPU work on the same cores as the matmuls, and "
              "Open MPI moves a non-blocking collective along only while the rank is inside an "
-             "MPI call (here, mostly in `dist_wait`), so the async step costs what the blocking "
-             "one costs. A speed-up away from 1 above is the machine's noise (processes taking "
-             "turns on the cores), not overlap. The code is the one that overlaps on GPUs, "
+             "MPI call (here, mostly in `dist_wait`), so the async step costs at least what the "
+             "blocking one costs; more where Open MPI's non-blocking all-reduce, a different "
+             "algorithm from its blocking one, is the slower of the two. A speed-up above 1 here "
+             "would be the machine's noise (processes taking turns on the cores), not overlap. "
+             "The code is the one that overlaps on GPUs, "
              "where NCCL runs the all-reduce on its own stream beside the backward kernels.",
              world_size, sysconf(_SC_NPROCESSORS_ONLN));
 }
