@@ -1411,8 +1411,11 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
              "Open MPI moves a non-blocking collective along only while the rank is inside an "
              "MPI call (here, mostly in `dist_wait`), so the async step costs at least what the "
              "blocking one costs; more where Open MPI's non-blocking all-reduce, a different "
-             "algorithm from its blocking one, is the slower of the two. A speed-up above 1 here "
-             "would be the machine's noise (processes taking turns on the cores), not overlap. "
+             "algorithm from its blocking one, is the slower of the two. A speed-up away from 1 "
+             "in this table comes from the machine, not from overlap: more ranks than cores, and "
+             "other processes, make each step's time depend on when the operating system runs "
+             "each rank (docs/benchmarks.md times the same async all-reduce behind matmuls over "
+             "many runs, `bench_overlap`: compute plus all-reduce, or more). "
              "The code is the one that overlaps on GPUs, "
              "where NCCL runs the all-reduce on its own stream beside the backward kernels.",
              world_size, sysconf(_SC_NPROCESSORS_ONLN));
