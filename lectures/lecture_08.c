@@ -1400,6 +1400,7 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
          "behind backward, down to the longer of the two.",
          median[AFTER_BACKWARD], median[DURING_BACKWARD], median[AFTER_BACKWARD] / median[DURING_BACKWARD],
          median[AFTER_BACKWARD] - median[NO_ALL_REDUCE], median[NO_ALL_REDUCE]);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (strcmp(dist_backend(), "nccl") == 0)
         note("On NCCL, each bucket's all-reduce runs on the communication stream while the "
              "compute stream goes on with the backward kernels of the layers below, so the "
@@ -1412,13 +1413,13 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
              "MPI call (here, mostly in `dist_wait`), so the async step costs at least what the "
              "blocking one costs; more where Open MPI's non-blocking all-reduce, a different "
              "algorithm from its blocking one, is the slower of the two. A speed-up away from 1 "
-             "in this table comes from the machine, not from overlap: more ranks than cores, and "
-             "other processes, make each step's time depend on when the operating system runs "
-             "each rank (docs/benchmarks.md times the same async all-reduce behind matmuls over "
-             "many runs, `bench_overlap`: compute plus all-reduce, or more). "
+             "in this table comes from the machine, not from overlap: %sother processes make "
+             "each step's time depend on when the operating system runs each rank "
+             "(docs/benchmarks.md times the same async all-reduce behind matmuls over many "
+             "runs, `bench_overlap`: compute plus all-reduce, or more). "
              "The code is the one that overlaps on GPUs, "
              "where NCCL runs the all-reduce on its own stream beside the backward kernels.",
-             world_size, sysconf(_SC_NPROCESSORS_ONLN));
+             world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
 }
 
 static void ddp_buckets_main(int rank, int world_size, void *args) {
