@@ -1407,18 +1407,17 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
              "async step can take less than the blocking one: the speed-up above is what "
              "that bought on this machine.");
     else
-        note("Here (Open MPI, %d ranks on %ld CPU cores) overlap has nothing to gain: the "
-             "all-reduce's copies and sums are CPU work on the same cores as the matmuls, and "
-             "Open MPI moves a non-blocking collective along only while the rank is inside an "
-             "MPI call (here, mostly in `dist_wait`), so the async step costs at least what the "
-             "blocking one costs; more where Open MPI's non-blocking all-reduce, a different "
-             "algorithm from its blocking one, is the slower of the two. A speed-up away from 1 "
-             "in this table comes from the machine, not from overlap: %sother processes make "
-             "each step's time depend on when the operating system runs each rank "
-             "(docs/benchmarks.md times the same async all-reduce behind matmuls over many "
-             "runs, `bench_overlap`: compute plus all-reduce, or more). "
-             "The code is the one that overlaps on GPUs, "
-             "where NCCL runs the all-reduce on its own stream beside the backward kernels.",
+        note("Here (Open MPI, %d ranks on %ld CPU cores) there is nothing for overlap to use: "
+             "the all-reduce's copies and sums are CPU work on the same cores as the matmuls, "
+             "and Open MPI moves a non-blocking collective along only while a rank is inside an "
+             "MPI call (here, mostly in `dist_wait`); its non-blocking all-reduce is also a "
+             "different algorithm from its blocking one, sometimes the slower. So read the "
+             "speed-up above with care: %sother processes make each step's time depend on when "
+             "the operating system runs each rank, and on the 2-core machine where this lecture "
+             "was written it went from 0.5 to 2.5 from run to run, with the load "
+             "(docs/benchmarks.md, beside `bench_overlap`, which times an async all-reduce "
+             "behind matmuls over many runs). The code is the one that overlaps on GPUs, where "
+             "NCCL runs the all-reduce on its own stream beside the backward kernels.",
              world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
 }
 

@@ -843,7 +843,7 @@ class Lecture08(Run, Numbers, unittest.TestCase):
             # Open MPI on CPU: the all-reduce is CPU work on the matmuls' cores
             # and progresses only inside MPI calls, so no gain is expected and
             # none is asserted; the lecture must say so rather than claim one
-            self.assertTrue(any("overlap has nothing to gain" in t for _, _, t in
+            self.assertTrue(any("there is nothing for overlap to use" in t for _, _, t in
                                 self.spawn_markdown(sid, r"^Here \(Open MPI")))
 
     def test_cuda_streams_timed_on_gpu_explained_without(self):
