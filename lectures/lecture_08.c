@@ -50,7 +50,13 @@ static void summary(void);
 static void further_reading(void);
 static void free_one_device(void);
 
+LECTURE_OPTIONS({"batch", "N", "examples per training step in Part 2 (default 128); every strategy cuts them "
+                                "into equal pieces (4 ranks, 2 micro-batches each), so N must divide by 8"});
+
+static mlp_config model_config(void);
+
 static void lecture_08(void) {
+    model_config();            /* a bad --batch stops the lecture before anything runs */
     note("# Distributed training");
     introduction();
 
@@ -474,7 +480,11 @@ static void benchmarking(void) {
          "**t = 2(p-1) (alpha + n / (p beta))**. Each spawn below fits alpha and beta to its "
          "own all-reduce times (least squares on relative errors, so that small messages "
          "count as much as large ones) and plots the model against the measurements.");
-    bench_args args = {.n_sizes = 6, .bytes = {4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20},
+    /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound), a factor of 4
+     * apart: enough for the fit's two regimes, and a few seconds in all on a
+     * 2-core machine (going on to 64 MiB cost about 2 s more, and added
+     * nothing the fit needs) */
+    bench_args args = {.n_sizes = 7, .bytes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20},
                        .trials = 5};
     if (lecture_quick())
         args = (bench_args){.n_sizes = 4, .bytes = {4 << 10, 64 << 10, 256 << 10, 1 << 20}, .trials = 2};
@@ -501,7 +511,7 @@ typedef struct bench_result {
 /* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n/(p beta)),
  * fitted to measured times: t = A + B n is linear in A = 2(p-1) alpha and
  * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
- * divided by its t), so a 4 KiB message weighs as much as a 64 MiB one. A
+ * divided by its t), so a 4 KiB message weighs as much as a 16 MiB one. A
  * negative A (times that grow faster than linearly, as on an oversubscribed
  * CPU) is not a latency: then A = 0 and B is fitted alone; a B <= 0
  * (times that do not grow with size, noise on a busy machine) likewise
@@ -772,9 +782,19 @@ static void cuda_streams(void) {
          "Those stop the whole pipeline; we want finer-grained ordering that stays on the GPU.");
     note("A **CUDA stream** is a queue of operations that run in order. Operations in "
          "*different* streams may run at the same time; events (`cudaEventRecord`, "
-         "`cudaStreamWaitEvent`) order one stream after another without the host waiting. "
-         "NCCL runs its collectives on a stream, which is how communication overlaps "
-         "with computation.");
+         "`cudaStreamWaitEvent`) order one stream after another without the host waiting.");
+    image("assets/lecture_08_streams.svg", 0.9);
+    note("- **One stream**: each operation starts when the one before it ends, so a matmul "
+         "and an unrelated copy take the sum of their times.\n"
+         "- **Two streams**: the copy engine moves the bytes while the SMs multiply. The add "
+         "needs both results, so stream 0 waits for an event recorded at the end of each: "
+         "the ordering stays on the GPU, and the host is never blocked. The two take about "
+         "the longer of the two times instead of their sum.\n"
+         "- **DDP on NCCL** is the same picture. In this runtime `dist_all_reduce_async` "
+         "puts the all-reduce on a communication stream that first waits (an event) for "
+         "the kernels queued before the call, so the backward kernels of the layers below "
+         "run beside it; `dist_wait` makes the compute stream wait for the all-reduce's "
+         "event (and the host too, so the result is in place when it returns).");
     note("The example: two independent jobs, (1) a matrix product and (2) copying a "
          "matrix from CPU to GPU, first one after the other on one stream, then on two "
          "streams so that the copy engine works while the arithmetic units multiply.");
@@ -783,13 +803,18 @@ static void cuda_streams(void) {
         streams_example();
         return;
     }
-    note("*Skipped here: this machine has no GPU* (`gpu_count()` is 0). The code below "
-         "this note is compiled into the lecture but was not run in this trace, so its "
-         "timings are not shown.");
+    note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code "
+         "below this note is compiled into the lecture, and on a GPU it times both versions "
+         "with CUDA events here; without one there is no stream and no copy engine, so "
+         "there are no timings to show.");
 #else
-    note("*Skipped here: this build has no CUDA support*, so there is no stream to show. "
+    note("*Not run here: this build has no CUDA support*, so there is no stream to show. "
          "Built with the CUDA toolkit and run on a GPU, the lecture times both versions here.");
 #endif
+    note("A CPU rank has no second queue: its own cores do an Open MPI transfer's copies and "
+         "sums, between its matmuls, and a non-blocking collective moves only while the rank "
+         "is inside an MPI call. The DDP section below measures what that means for "
+         "overlapping the all-reduce with backward, on whichever backend the trace was made.");
 }
 
 #ifdef LECTERN_CUDA
@@ -927,11 +952,19 @@ static void streams_example(void) {
  * tolerances for comparing float32 results live in lectures/lib/mlp.c:
  * every strategy below trains exactly that model. */
 static mlp_config model_config(void) {
-    mlp_config c = {.batch = 128, .width = 1024, .layers = 4, .steps = 5, .lr = 1e-3f};
+    mlp_config c = {.batch = 128, .width = 512, .layers = 4, .steps = 5, .lr = 1e-3f};
     if (lecture_quick()) {
         c.width = 256;
         c.steps = 2;
     }
+    const char *batch = lecture_option("batch", "128");
+    char *end;
+    long n = strtol(batch, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1 << 16) {   /* bad usage, as for an undeclared option */
+        fprintf(stderr, "lecture_08: --batch=%s: expected a number of examples from 1 to 65536\n", batch);
+        exit(2);
+    }
+    c.batch = (int)n;
     return c;
 }
 
@@ -940,7 +973,7 @@ static int64_t model_floats(const mlp_config *c) {
     return (int64_t)c->layers * c->width * c->width;
 }
 
-/* "[1024x1024[-0.0279...], ...]": shape and first element of each tensor. */
+/* "[512x512[-0.0279...], ...]": shape and first element of each tensor. */
 static const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
     size_t len = (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < n && len < size; i++)
@@ -1187,6 +1220,12 @@ static void ddp(void) {
          "cores it moves mostly inside MPI calls and needs the cores the matmuls use, so "
          "expect little gain there (docs/benchmarks.md, `bench_overlap`).",
          LAYERS_PER_BUCKET, ACCUMULATION_STEPS, BUCKET_STEPS);
+    note("Then the ranks measure what overlap buys: the same step (forward and backward "
+         "of the whole slice, the buckets' all-reduce; no optimizer step, which is the "
+         "same either way) timed three ways, taking turns: without any all-reduce, with "
+         "each bucket's blocking all-reduce after backward, and with each bucket's async "
+         "all-reduce started during backward. A step costs what its slowest rank costs "
+         "(`dist_timer`).");
     args = baseline_args(0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
     progress("DDP with buckets: spawn 4 ranks");
@@ -1278,6 +1317,110 @@ static void bucket_layers(const mlp_config *c, int b, int *first, int *count) {
     *count = end - *first;
 }
 
+/* ---- Overlap, measured: the same DDP step three ways ---- */
+
+/* How a timed step communicates: not at all (the compute alone), each
+ * bucket's blocking all-reduce after the whole backward pass, or each
+ * bucket's async all-reduce started the moment backward has filled it. */
+enum { NO_ALL_REDUCE, AFTER_BACKWARD, DURING_BACKWARD, STEP_MODES };
+static const char *const STEP_MODE_NAMES[] = {
+    "forward + backward, no all-reduce (the compute alone)",
+    "blocking all-reduce of each bucket after backward",
+    "async all-reduce of each bucket started during backward",
+};
+enum { OVERLAP_TRIALS = 5 };   /* steps timed per way; the median is shown */
+
+/* The gradient buckets of ddp_buckets_main: bucket b is one tensor, and
+ * layer i's gradient grads[i] a view into bucket bucket_of[i], whose first
+ * (lowest) layer is bucket_first[b]. */
+typedef struct buckets {
+    int n;
+    tensor *bucket[MAX_LAYERS], *grads[MAX_LAYERS];
+    int bucket_of[MAX_LAYERS], bucket_first[MAX_LAYERS];
+} buckets;
+
+/* One DDP step's forward and backward on x (no optimizer step: it is the
+ * same in every way), communicating as `mode` says. */
+static void ddp_step(int mode, const mlp_config *c, tensor *const *w, buckets *g, tensor *x) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    dist_request *req[MAX_LAYERS];
+    forward(w, c->layers, x, acts, pre);
+    tensor *dy = mse_loss_backward(acts[c->layers]);
+    for (int i = c->layers - 1; i >= 0; i--) {
+        tensor *dx = NULL;
+        layer_backward(acts[i], pre[i], w[i], dy, g->grads[i], i > 0 ? &dx : NULL, 0.0f);
+        tensor_free(dy);
+        dy = dx;
+        if (mode == DURING_BACKWARD && i == g->bucket_first[g->bucket_of[i]])
+            req[g->bucket_of[i]] = dist_all_reduce_async(g->bucket[g->bucket_of[i]], DIST_AVG);
+    }
+    if (mode == DURING_BACKWARD)
+        for (int b = 0; b < g->n; b++) dist_wait(req[b]);
+    if (mode == AFTER_BACKWARD)
+        for (int b = 0; b < g->n; b++) dist_all_reduce(g->bucket[b], DIST_AVG);
+    free_saved(c->layers, acts, pre);
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times OVERLAP_TRIALS steps each way, the ways taking turns (so that a
+ * busy spell of the machine hits all three alike), and shows the median of
+ * the slowest rank's times side by side. */
+static void measure_overlap(int rank, int world_size, const mlp_config *c, tensor *const *w, buckets *g,
+                            tensor *x) {
+    double ms[STEP_MODES][OVERLAP_TRIALS];
+    for (int mode = 0; mode < STEP_MODES; mode++) ddp_step(mode, c, w, g, x);   /* warm-up */
+    for (int trial = 0; trial < OVERLAP_TRIALS; trial++)
+        for (int mode = 0; mode < STEP_MODES; mode++) {
+            dist_timer t = {0};
+            dist_timer_start(&t);
+            ddp_step(mode, c, w, g, x);
+            ms[mode][trial] = dist_timer_stop(&t) * 1e3;   /* the slowest rank's time */
+        }
+    if (rank != 0) return;
+    double median[STEP_MODES];
+    for (int mode = 0; mode < STEP_MODES; mode++) {
+        qsort(ms[mode], OVERLAP_TRIALS, sizeof ms[mode][0], compare_doubles);
+        median[mode] = ms[mode][OVERLAP_TRIALS / 2];
+    }
+    char text[1024];
+    int len = snprintf(text, sizeof text,
+                       "Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, "
+                       "slowest rank, median of %d steps each:\n\n"
+                       "| step | time (ms) |\n|---|---:|\n",
+                       world_size, dist_backend(), (long long)x->shape[0], OVERLAP_TRIALS);
+    for (int mode = 0; mode < STEP_MODES && len < (int)sizeof text; mode++)
+        len += snprintf(text + len, sizeof text - len, "| %s | %.2f |\n", STEP_MODE_NAMES[mode], median[mode]);
+    note("%s", text);
+    note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the "
+         "all-reduce adds %.2f ms to the compute's %.2f ms; perfect overlap would hide it "
+         "behind backward, down to the longer of the two.",
+         median[AFTER_BACKWARD], median[DURING_BACKWARD], median[AFTER_BACKWARD] / median[DURING_BACKWARD],
+         median[AFTER_BACKWARD] - median[NO_ALL_REDUCE], median[NO_ALL_REDUCE]);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (strcmp(dist_backend(), "nccl") == 0)
+        note("On NCCL, each bucket's all-reduce runs on the communication stream while the "
+             "compute stream goes on with the backward kernels of the layers below, so the "
+             "async step can take less than the blocking one: the speed-up above is what "
+             "that bought on this machine.");
+    else
+        note("Here (Open MPI, %d ranks on %ld CPU cores) there is nothing for overlap to use: "
+             "the all-reduce's copies and sums are CPU work on the same cores as the matmuls, "
+             "and Open MPI moves a non-blocking collective along only while a rank is inside an "
+             "MPI call (here, mostly in `dist_wait`); its non-blocking all-reduce is also a "
+             "different algorithm from its blocking one, sometimes the slower. So read the "
+             "speed-up above with care: %sother processes make each step's time depend on when "
+             "the operating system runs each rank, and on the 2-core machine where this lecture "
+             "was written it went from 0.5 to 2.5 from run to run, with the load "
+             "(docs/benchmarks.md, beside `bench_overlap`, which times an async all-reduce "
+             "behind matmuls over many runs). The code is the one that overlaps on GPUs, where "
+             "NCCL runs the all-reduce on its own stream beside the backward kernels.",
+             world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
+}
+
 static void ddp_buckets_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
@@ -1290,8 +1433,8 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
 
     /* Each bucket is one tensor; the layers' gradients are views into it, so
      * the backward pass writes them in place and one all-reduce covers them. */
-    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *bucket[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
-    int bucket_of[MAX_LAYERS], bucket_first[MAX_LAYERS];
+    tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    buckets g = {.n = n_buckets};
     dist_request *req[MAX_LAYERS];   /* each bucket's all-reduce in flight */
     adamw *opt[MAX_LAYERS];
     char list[256];
@@ -1299,11 +1442,11 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     for (int b = 0; b < n_buckets; b++) {
         int first, count;
         bucket_layers(c, b, &first, &count);
-        bucket[b] = empty((int64_t)count * c->width, c->width, device);
-        bucket_first[b] = first;
+        g.bucket[b] = empty((int64_t)count * c->width, c->width, device);
+        g.bucket_first[b] = first;
         for (int i = first; i < first + count; i++) {
-            grads[i] = row_slice(bucket[b], (int64_t)(i - first) * c->width, (int64_t)(i - first + 1) * c->width);
-            bucket_of[i] = b;
+            g.grads[i] = row_slice(g.bucket[b], (int64_t)(i - first) * c->width, (int64_t)(i - first + 1) * c->width);
+            g.bucket_of[i] = b;
         }
         char range[32];
         len += snprintf(list + len, sizeof list - len, "%s%s", b ? ", " : "",
@@ -1327,14 +1470,14 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             scale(dy, 1.0f / k_micro);   /* the slice's mean loss is the mean over micro-batches */
             for (int i = c->layers - 1; i >= 0; i--) {
                 tensor *dx = NULL;
-                layer_backward(acts[i], pre[i], w[i], dy, grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
+                layer_backward(acts[i], pre[i], w[i], dy, g.grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
                 tensor_free(dy);
                 dy = dx;
                 /* The bucket is complete once its first layer is done: start its
                  * all-reduce now, while the layers below are still to compute.
                  * The layers below write other buckets, never this one. */
-                if (sync && i == bucket_first[bucket_of[i]])
-                    req[bucket_of[i]] = dist_all_reduce_async(bucket[bucket_of[i]], DIST_AVG);
+                if (sync && i == g.bucket_first[g.bucket_of[i]])
+                    req[g.bucket_of[i]] = dist_all_reduce_async(g.bucket[g.bucket_of[i]], DIST_AVG);
             }
             if (sync)   /* every bucket averaged before anyone reads a gradient */
                 for (int b = 0; b < n_buckets; b++) dist_wait(req[b]);
@@ -1346,21 +1489,25 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
         }
         if (step == 0) {
             double diff = 0, size = 0;
-            for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
+            for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, g.grads[i], i, &size));
             note_verbatim("Rank %d: buckets, %d accumulation steps: step 0: max |averaged gradient - one device| = %.3g "
                           "(largest gradient %.3g, tolerance %.3g)",
                           rank, k_micro, diff, size, gradient_tolerance(c) * size);
             agrees(rank, "DDP with buckets and accumulation: step-0 gradients", diff, gradient_tolerance(c) * size);
         }
-        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], g.grads[i]);
         note_verbatim("Rank %d: buckets: step = %d, loss = %.9g", rank, step, loss);
     }
+
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);   /* the whole slice, one step */
+    measure_overlap(rank, world_size, c, w, &g, x);
+    tensor_free(x);
     for (int i = 0; i < c->layers; i++) {
         adamw_free(opt[i]);
         tensor_free(w[i]);
-        tensor_free(grads[i]);
+        tensor_free(g.grads[i]);
     }
-    for (int b = 0; b < n_buckets; b++) tensor_free(bucket[b]);
+    for (int b = 0; b < n_buckets; b++) tensor_free(g.bucket[b]);
     tensor_free(data);
 }
 
@@ -1435,7 +1582,8 @@ static void ddp_zero3(void) {
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
-    must_divide(c.width, ranks, "the rows of a layer", __LINE__ + 1);   /* the spawn() below */
+    must_divide(c.width, ranks, "the rows of a layer", __LINE__ + 2);     /* the spawn() below */
+    must_divide(c.batch, ranks, "the batch's examples", __LINE__ + 1);
     spawn(zero3_main, ranks, args, size);
     free(args);
     note("Each rank's piece of the averaged gradient is one device's, to float32 rounding, "
@@ -1850,7 +1998,8 @@ static void pipeline_parallelism(void) {
         args->schedule = runs[k].schedule;
         args->clock_base = now_seconds();
         int p = runs[k].stages;
-        must_divide(baseline.cfg.layers, p, "the layers", __LINE__ + 1);   /* the spawn() below */
+        must_divide(baseline.cfg.layers, p, "the layers", __LINE__ + 2);   /* the spawn() below */
+        must_divide(baseline.cfg.batch, m, "the batch's examples (in micro-batches)", __LINE__ + 1);
         spawn(pipeline_main, p, args, size);
     }
     free(args);

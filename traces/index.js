@@ -17,12 +17,12 @@ window.lecternIndex = {
    "name": "lecture_08",
    "title": "Distributed training",
    "summary": "This lecture: training one model on many accelerators at once. The setting: arithmetic is spread over many devices, and moving data between them is slow compared with computing on it. This run found no GPU. Every example still runs for real: each rank is a CPU process, tensors …",
-   "start_time": "2026-11-23T20:35:52Z",
+   "start_time": "2026-11-23T22:18:30Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 9.727,
-   "steps": 609,
+   "duration_s": 4.427,
+   "steps": 616,
    "failed_run": false
   },
   {
