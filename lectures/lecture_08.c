@@ -996,14 +996,13 @@ static const char *plural(int n, const char *one, const char *many) {
 
 /* Every strategy cuts something (the batch, the layers, a matrix's columns)
  * into world-size equal pieces. When it does not divide, the lecture stops
- * before any rank starts, naming the spawn line (`line`: must_divide() is
- * called on the line before the spawn(), with __LINE__ + 1) and what did not divide; no trace is
- * written, so the last good one stays. */
-static void must_divide(int64_t n, int world_size, const char *what, int line) {
+ * before any rank starts: an error step at the must_divide() call (the line
+ * above its spawn()) saying what did not divide; the steps so far are kept
+ * in lecture_08.failed.json and the last good trace stays. */
+static void must_divide(int64_t n, int world_size, const char *what) {
     if (world_size > 0 && n % world_size == 0) return;
-    fprintf(stderr, "%s:%d: spawn(): %s (%lld) do not divide into %d equal parts\n", __FILE__, line, what,
-            (long long)n, world_size);
-    exit(1);
+    lecture_fail("%s (%lld) do not divide into %d equal parts for the spawn() below", what, (long long)n,
+                 world_size);
 }
 
 
@@ -1174,7 +1173,7 @@ static void ddp(void) {
     int worlds[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         progress("DDP: spawn %d ranks", worlds[k]);
-        must_divide(baseline.cfg.batch, worlds[k], "the batch's examples", __LINE__ + 1);   /* the spawn() below */
+        must_divide(baseline.cfg.batch, worlds[k], "the batch's examples");
         spawn(ddp_main, worlds[k], args, size);
     }
     free(args);
@@ -1229,7 +1228,7 @@ static void ddp(void) {
     args = baseline_args(0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
     progress("DDP with buckets: spawn 4 ranks");
-    must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples", __LINE__ + 1);   /* the spawn() below */
+    must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples");
     spawn(ddp_buckets_main, 4, args, size);
     free(args);
 }
@@ -1582,8 +1581,8 @@ static void ddp_zero3(void) {
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
-    must_divide(c.width, ranks, "the rows of a layer", __LINE__ + 2);     /* the spawn() below */
-    must_divide(c.batch, ranks, "the batch's examples", __LINE__ + 1);
+    must_divide(c.width, ranks, "the rows of a layer");
+    must_divide(c.batch, ranks, "the batch's examples");
     spawn(zero3_main, ranks, args, size);
     free(args);
     note("Each rank's piece of the averaged gradient is one device's, to float32 rounding, "
@@ -1725,7 +1724,7 @@ static void tensor_parallelism(void) {
     size_t size;
     train_args *args = baseline_args(0, &size);
     progress("tensor parallelism: spawn 4 ranks");
-    must_divide(baseline.cfg.width, 4, "the columns of a layer", __LINE__ + 1);   /* the spawn() below */
+    must_divide(baseline.cfg.width, 4, "the columns of a layer");
     spawn(tensor_parallel_main, 4, args, size);
     free(args);
     note("Same activations and the same gradients as one device, with each rank holding "
@@ -1752,7 +1751,7 @@ static void tensor_parallelism(void) {
          "`dist_bytes_sent()`.");
     args = baseline_args(0, &size);
     progress("Megatron tensor parallelism: spawn 4 ranks");
-    must_divide(baseline.cfg.layers, 2, "the layers (in pairs)", __LINE__ + 1);   /* the spawn() below */
+    must_divide(baseline.cfg.layers, 2, "the layers (in pairs)");
     spawn(megatron_main, 4, args, size);
     free(args);
     mlp_config c = baseline.cfg;
@@ -1998,8 +1997,8 @@ static void pipeline_parallelism(void) {
         args->schedule = runs[k].schedule;
         args->clock_base = now_seconds();
         int p = runs[k].stages;
-        must_divide(baseline.cfg.layers, p, "the layers", __LINE__ + 2);   /* the spawn() below */
-        must_divide(baseline.cfg.batch, m, "the batch's examples (in micro-batches)", __LINE__ + 1);
+        must_divide(baseline.cfg.layers, p, "the layers");
+        must_divide(baseline.cfg.batch, m, "the batch's examples (in micro-batches)");
         spawn(pipeline_main, p, args, size);
     }
     free(args);

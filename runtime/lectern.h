@@ -401,6 +401,15 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
  * A NULL fmt is an error step. */
 int check(int condition, const char *fmt, ...) LECTERN_PRINTF(2, 3);
 
+/* Stops the lecture (or the rank) at once with an error step at the line
+ * that calls it: `fmt` (printf-style) says what is wrong, as the runtime's
+ * own errors do ("the batch (6) does not divide into 4 equal parts"). Exit
+ * status 1; the trace is written as NAME.failed.json with every step
+ * recorded so far, and the last good trace stays. For input the lecture
+ * cannot go on with (an option's value, a size that does not divide); a
+ * NULL fmt is an error step too. Does not return. */
+void lecture_fail(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((noreturn));
+
 #ifdef __cplusplus
 }
 #endif

@@ -69,6 +69,15 @@ static cJSON *check_rendering(int ok, const char *what) {
     return r;
 }
 
+void lecture_fail(const char *fmt, ...) {
+    if (!fmt) lx_fatal("lecture_fail: fmt is NULL");
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = lx_vfmt(fmt, ap);
+    va_end(ap);
+    lx_fatal("%s", msg);
+}
+
 int check(int condition, const char *fmt, ...) {
     if (!fmt) {
         lx_error("check: the format is NULL");

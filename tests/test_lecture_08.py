@@ -865,14 +865,16 @@ class Lecture08(Run, Numbers, unittest.TestCase):
 
 class WorkThatDoesNotDivide(unittest.TestCase):
     """A batch (--batch) that a strategy's world size does not divide stops the
-    lecture at that strategy's spawn() line, before any rank starts, exit
-    status 1, and the trace already in the output folder stays as it was."""
+    lecture before any rank of that strategy starts: an error step at the
+    must_divide() line just above its spawn(), exit status 1, the steps so
+    far kept in lecture_08.failed.json, and the trace already in the output
+    folder as it was."""
 
-    def spawn_line(self, call):
+    def line_before(self, call):
         with open(os.path.join(ROOT, "lectures", "lecture_08.c")) as f:
             lines = [i + 1 for i, line in enumerate(f) if call in line]
         self.assertEqual(len(lines), 1, call)
-        return lines[0]
+        return lines[0] - 1
 
     def run_with(self, *options):
         binary = find_binary()
@@ -888,26 +890,45 @@ class WorkThatDoesNotDivide(unittest.TestCase):
             for name, text in previous.items():
                 with open(os.path.join(out, name)) as f:
                     self.assertEqual(f.read(), text, name + " was overwritten")
-        return run
+            failed = os.path.join(out, "lecture_08.failed.json")
+            trace = tracecheck.validate(failed) if os.path.exists(failed) else None
+        return run, trace
+
+    def assert_stopped_at(self, run, trace, call, message):
+        self.assertEqual(run.returncode, 1, run.stderr)
+        line = self.line_before(call)
+        # stderr names the innermost lecture line (in must_divide) and the message
+        self.assertRegex(run.stderr, r"lectures/lecture_08\.c:\d+: %s" % re.escape(message))
+        self.assertIsNotNone(trace, "no lecture_08.failed.json written")
+        errors = [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == "error"]
+        self.assertEqual(len(errors), 1, errors)
+        step, msg = errors[0]
+        self.assertIn(message, msg)
+        # the call in the section's function, then must_divide itself
+        self.assertEqual(step["stack"][-2]["line"], line, step["stack"])
+        self.assertEqual(step["stack"][-1]["function"], "must_divide")
+        # what ran before is kept: the one-device baseline's steps
+        self.assertGreater(len(trace["steps"]), 10)
 
     def test_batch_not_divided_by_ddp_world_size(self):
         # 6 examples: DDP on 1 and 2 ranks runs, on 4 ranks it cannot
-        run = self.run_with("--batch=6")
-        self.assertEqual(run.returncode, 1, run.stderr)
-        self.assertIn("lectures/lecture_08.c:%d: spawn(): the batch's examples (6) do not divide into 4 equal parts"
-                      % self.spawn_line("spawn(ddp_main, worlds[k], args, size);"), run.stderr)
+        run, trace = self.run_with("--batch=6")
+        self.assert_stopped_at(run, trace, "spawn(ddp_main, worlds[k], args, size);",
+                               "the batch's examples (6) do not divide into 4 equal parts for the spawn() below")
+        # DDP on 1 and 2 ranks ran before it
+        self.assertEqual([sp["world_size"] for sp in trace["spawns"]][-2:], [1, 2])
 
     def test_batch_not_divided_into_micro_batches(self):
         # 12 examples: DDP on 4 ranks runs (3 each), 4 ranks x 2 accumulation steps cannot
-        run = self.run_with("--batch=12")
-        self.assertEqual(run.returncode, 1, run.stderr)
-        self.assertIn("lectures/lecture_08.c:%d: spawn(): the batch's examples (12) do not divide into 8 equal parts"
-                      % self.spawn_line("spawn(ddp_buckets_main, 4, args, size);"), run.stderr)
+        run, trace = self.run_with("--batch=12")
+        self.assert_stopped_at(run, trace, "spawn(ddp_buckets_main, 4, args, size);",
+                               "the batch's examples (12) do not divide into 8 equal parts for the spawn() below")
 
     def test_batch_that_is_not_a_number(self):
-        run = self.run_with("--batch=many")
+        run, trace = self.run_with("--batch=many")
         self.assertEqual(run.returncode, 2, run.stderr)
         self.assertIn("--batch=many: expected a number of examples", run.stderr)
+        self.assertIsNone(trace)
 
 
 def other_kernels():
