@@ -94,6 +94,15 @@ static void introduction(void) {
              "CPU process, tensors live in host memory, collectives go through Open MPI "
              "and matrix products through OpenBLAS. On a machine with GPUs the same code "
              "uses NCCL and cuBLAS. Timings below are this machine's, not a GPU's.");
+    else if (gpu_count() < 4)
+        note("*This machine has %d GPU%s for spawns of up to 4 ranks.* NCCL wants one GPU per "
+             "rank, so a spawn with more ranks than GPUs puts rank r on cuda:(r mod %d): every "
+             "rank's tensors live there and its matmuls run in cuBLAS, but the ranks take "
+             "turns on the device, so 4 ranks are not 4 times faster than 1. Their collectives "
+             "go through Open MPI via pinned host memory, copied off the GPU and back in "
+             "chunks that overlap with the transfer: the bandwidth you see is host memory's, "
+             "a few GB/s, not NVLink's. Each spawn's note says which way it ran.",
+             gpu_count(), gpu_count() == 1 ? "" : "s", gpu_count());
 
     note("Memory comes in a hierarchy, each level larger and slower than the one above:");
     note("- L1 cache and shared memory, next to the arithmetic units (small, fast)\n"
