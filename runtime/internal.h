@@ -148,6 +148,8 @@ void lx_set_in_rank(int rank, int world_size);
  * step times and lecture_quick(): the lecture's name, the parent's
  * CLOCK_MONOTONIC reading (seconds) at lecture start, --quick and --quiet. */
 void lx_rank_init(const char *lecture, double clock_zero, int quick, int quiet);
+/* In a rank of a spawn_expect_failure() spawn: its errors say so on the console. */
+void lx_rank_errors_expected(int expected);
 int lx_quiet(void);
 void lx_trace_rank_init(const char *lecture, double clock_zero);
 int lx_rank(void);   /* this rank's number, -1 outside ranks */

@@ -548,6 +548,7 @@ static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_
     desc.backend = run->backend;
     desc.quick = lecture_quick();
     desc.quiet = lx_quiet();
+    desc.expect_failure = run->expect_failure;
     desc.clock_zero = now_seconds() - lx_elapsed();
     desc.args_size = args_size;
     snprintf(desc.lecture, sizeof desc.lecture, "%s", lx_lecture_name());

@@ -127,6 +127,7 @@ typedef struct spawn_desc {
     int32_t backend;        /* lx_backend */
     int32_t quick;
     int32_t quiet;
+    int32_t expect_failure; /* spawn_expect_failure(): a rank's errors are the lesson */
     double clock_zero;      /* the parent's monotonic time at lecture start */
     uint64_t args_size;
     char lecture[128];      /* the lecture's name, for a rank's progress lines */

@@ -325,6 +325,7 @@ static void run_spawn(const char *body, size_t size) {
     lx_stack_set_root((const void *)fn);
     lx_set_in_rank(pool_rank, w);
     lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick, my_desc.quiet);
+    lx_rank_errors_expected(my_desc.expect_failure);
     my_desc.options[sizeof my_desc.options - 1] = '\0';
     lx_options_load(my_desc.options);   /* lecture_flag() and lecture_option() as in the lecture */
     lx_set_step_sink(rank_sink);

@@ -247,12 +247,18 @@ static char *located(const lx_frame *frames, int n, const char *msg) {
     return strdup(msg);
 }
 
+static int errors_expected;
+
+void lx_rank_errors_expected(int expected) { errors_expected = expected; }
+
 static void error_step(const char *fmt, va_list ap) {
     char *msg = lx_vfmt(fmt, ap);
     lx_frame frames[LX_MAX_FRAMES];
     int n = lx_stack_capture(frames, LX_MAX_FRAMES);
     char *full = located(frames, n, msg);
-    if (in_rank) fprintf(stderr, "lectern: rank %d: error: %s\n", my_rank, full);
+    if (in_rank)
+        fprintf(stderr, "lectern: rank %d: %s: %s\n", my_rank,
+                errors_expected ? "error, as the lecture expects (spawn_expect_failure)" : "error", full);
     else fprintf(stderr, "lectern: error: %s\n", full);
     lx_emit_frames(frames, n, lx_rendering_error(full));
     failed = 1;

@@ -109,6 +109,11 @@ class ExpectFailure(Base):
             self.assertIs(r.get("expected"), True)
         errs = [(s, r) for s, r in errs if "made different calls" in r["data"]]
         self.assertEqual(sorted(s["rank"] for s, _ in errs), [0, 1, 2], errs)
+        # The console says the errors are the lesson, not a failure.
+        for rank in (0, 1, 2):
+            self.assertIn("lectern: rank %d: error, as the lecture expects (spawn_expect_failure): %s:"
+                          % (rank, WHERE), err)
+        self.assertNotRegex(err, r"lectern: rank \d: error: ")
         for s, r in errs:
             self.assertEqual(s["stack"][-1]["line"], line_of(SRC, "MARK:four" if s["rank"] == 0 else "MARK:six"))
         self.assertFalse([x for x in self.texts(t) if x and "has a result" in x])
