@@ -39,16 +39,6 @@ static const double MB = 1024.0 * 1024.0;
 static const int SIZES_MB[] = {1, 4, 16, 64, 256};
 enum { N_SIZES = 5, MAX_REPEATS = 21 };
 
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof t[0], cmp);
-    return t[n / 2];
-}
-
 /* The slowest rank's time for one call. */
 static double slowest(double seconds) {
     double worst = 0;

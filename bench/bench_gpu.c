@@ -55,7 +55,7 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static float median(float *v, int n)
+static float median_ms(float *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp);
     return v[n / 2];
@@ -180,7 +180,7 @@ static void bench_matmul(const device_facts *f, int quick)
         bare_sgemm(&g);
         for (int s = 0; s < SAMPLES; s++)
             tf32[s] = time_calls(bare_sgemm, &g, reps, start, stop);
-        float o = median(ours, SAMPLES), b = median(bare, SAMPLES), t = median(tf32, SAMPLES);
+        float o = median_ms(ours, SAMPLES), b = median_ms(bare, SAMPLES), t = median_ms(tf32, SAMPLES);
         double tflops = flop / (o * 1e-3) / 1e12, tf32_tflops = flop / (t * 1e-3) / 1e12;
         char tf32_share[32] = "n/a";
         if (f->tf32_peak > 0)
@@ -234,7 +234,7 @@ static void bench_copy(const device_facts *f, int quick)
                 (do_ours ? ours : bare)[s] = ms / reps;
             }
         }
-        float o = median(ours, SAMPLES), b = median(bare, SAMPLES);
+        float o = median_ms(ours, SAMPLES), b = median_ms(bare, SAMPLES);
         double gbs = 2.0 * bytes / (o * 1e-3) / 1e9;
         printf("| %lld MiB | %.3f | %.3f | %.3f | %.0f | %.0f%% |\n", (long long)mib[k], o, b, o / b, gbs,
                100 * gbs * 1e9 / f->mem_peak);

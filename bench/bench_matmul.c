@@ -26,18 +26,6 @@ typedef struct shape {
     int trans_a, trans_b;
 } shape;
 
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void bare_sgemm(tensor *c, const tensor *a, const tensor *b, const shape *s)
 {
     cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,

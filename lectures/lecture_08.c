@@ -1369,11 +1369,6 @@ static void ddp_step(int mode, const mlp_config *c, tensor *const *w, buckets *g
     free_saved(c->layers, acts, pre);
 }
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Times OVERLAP_TRIALS steps each way, the ways taking turns (so that a
  * busy spell of the machine hits all three alike), and shows the median of
  * the slowest rank's times side by side. */
@@ -1389,11 +1384,8 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
             ms[mode][trial] = dist_timer_stop(&t) * 1e3;   /* the slowest rank's time */
         }
     if (rank != 0) return;
-    double median[STEP_MODES];
-    for (int mode = 0; mode < STEP_MODES; mode++) {
-        qsort(ms[mode], OVERLAP_TRIALS, sizeof ms[mode][0], compare_doubles);
-        median[mode] = ms[mode][OVERLAP_TRIALS / 2];
-    }
+    double median_ms[STEP_MODES];
+    for (int mode = 0; mode < STEP_MODES; mode++) median_ms[mode] = median(ms[mode], OVERLAP_TRIALS);
     char text[1024];
     int len = snprintf(text, sizeof text,
                        "Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, "
@@ -1401,13 +1393,13 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
                        "| step | time (ms) |\n|---|---:|\n",
                        world_size, dist_backend(), (long long)x->shape[0], OVERLAP_TRIALS);
     for (int mode = 0; mode < STEP_MODES && len < (int)sizeof text; mode++)
-        len += snprintf(text + len, sizeof text - len, "| %s | %.2f |\n", STEP_MODE_NAMES[mode], median[mode]);
+        len += snprintf(text + len, sizeof text - len, "| %s | %.2f |\n", STEP_MODE_NAMES[mode], median_ms[mode]);
     note("%s", text);
     note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the "
          "all-reduce adds %.2f ms to the compute's %.2f ms; perfect overlap would hide it "
          "behind backward, down to the longer of the two.",
-         median[AFTER_BACKWARD], median[DURING_BACKWARD], median[AFTER_BACKWARD] / median[DURING_BACKWARD],
-         median[AFTER_BACKWARD] - median[NO_ALL_REDUCE], median[NO_ALL_REDUCE]);
+         median_ms[AFTER_BACKWARD], median_ms[DURING_BACKWARD], median_ms[AFTER_BACKWARD] / median_ms[DURING_BACKWARD],
+         median_ms[AFTER_BACKWARD] - median_ms[NO_ALL_REDUCE], median_ms[NO_ALL_REDUCE]);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (strcmp(dist_backend(), "nccl") == 0)
         note("On NCCL, each bucket's all-reduce runs on the communication stream while the "

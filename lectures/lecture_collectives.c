@@ -498,16 +498,6 @@ typedef struct {
     int reps;             /* timed repetitions per size; the median is kept */
 } timing_args;
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* One-way time of a message of `floats` between ranks 0 and 1: half the
  * round trip (0 sends, 1 sends it back), median over reps. */
 static double ping_pong(int rank, int64_t floats, int reps) {

@@ -677,16 +677,6 @@ static void bucket_size(void) {
          "default (25 MB) is neither one bucket per parameter nor one for all.");
 }
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* Median step time (s) and median time waiting for buckets, with buckets of
  * per_bucket layers. */
 static double time_steps(const sweep_args *a, int per_bucket, tensor *x, double *wait) {

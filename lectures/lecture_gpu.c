@@ -90,18 +90,6 @@ static const char *no_gpu_reason(void) {
 #endif
 }
 
-/* Sorts and takes the middle: one slow repetition (the machine busy with
- * something else) does not move a median. */
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Times `reps` runs of work(arg), each finished on the device
  * (device_synchronize) before the clock is read: a kernel launch returns
  * long before the kernel is done. `warm`: run it once untimed first, so

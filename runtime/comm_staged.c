@@ -97,20 +97,11 @@ static size_t stage_chunk_floats(void) {
     return (size_t)1 << 20;
 }
 
-static MPI_Op mpi_op(dist_op op) {
-    switch (op) {
-    case DIST_MIN: return MPI_MIN;
-    case DIST_MAX: return MPI_MAX;
-    default: return MPI_SUM;   /* SUM, and AVG before its division */
-    }
-}
+static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
 
-/* AVG: the sum divided by the world size, on host memory, as comm_mpi.c
- * does (so the results are the same floats). */
-static void average(float *x, size_t count, dist_op op) {
-    if (op != DIST_AVG) return;
-    for (size_t i = 0; i < count; i++) x[i] /= (float)world_size;
-}
+/* AVG: the sum divided by the world size, on host memory, by comm_mpi.c's
+ * code (so the results are the same floats). */
+static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, world_size); }
 
 /* ---- the pipeline ---- */
 

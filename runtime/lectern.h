@@ -345,6 +345,12 @@ int64_t dist_calls(void);
 double now_seconds(void);             /* monotonic clock */
 void device_synchronize(void);        /* cudaDeviceSynchronize, or nothing on CPU */
 
+/* The median of n timings (sorts `values` in place): the middle one, or the
+ * mean of the two middle ones when n is even. One slow repetition (the
+ * machine busy with something else) does not move it, as it moves a mean.
+ * n < 1 or NULL values is an error step. */
+double median(double *values, int n);
+
 /* Times a region of work across the ranks of a spawn (runtime/dist_timer.c):
  *
  *     dist_timer t = {0};

@@ -326,6 +326,10 @@ typedef struct lx_comm_ops {
 } lx_comm_ops;
 
 const lx_comm_ops *lx_comm_mpi_start(int rank, int world_size, MPI_Comm comm);
+/* comm_mpi.c's pieces that the staged backend (comm_staged.c) shares: the
+ * MPI_Op of a dist_op (AVG sums), and AVG's division on host memory. */
+MPI_Op lx_mpi_op(dist_op op);
+void lx_mpi_average(float *x, size_t count, dist_op op, int world_size);
 /* comm_stats.c: a table in front of `ops` that counts the bytes this rank
  * sends (dist_bytes_sent) and passes every call on; resets the counters. */
 const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int world_size);

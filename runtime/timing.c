@@ -5,6 +5,7 @@
  * measurement is now_seconds(), the work, device_synchronize(), now_seconds()
  * (without the synchronize one would time the launch, not the work).
  */
+#include <stdlib.h>
 #include <time.h>
 
 #ifdef LECTERN_CUDA
@@ -14,7 +15,24 @@
 #endif
 
 #include "lectern.h"
+#include "internal.h"
 #include "tensor_impl.h"
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double median(double *values, int n)
+{
+    if (!values)
+        lx_fatal("median: values is NULL");
+    if (n < 1)
+        lx_fatal("median: of %d values (needs at least one)", n);
+    qsort(values, (size_t)n, sizeof *values, by_value);
+    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
 
 /* Monotonic: never jumps when the wall clock is set, so differences are
  * true durations. */

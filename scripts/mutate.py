@@ -83,7 +83,7 @@ MUTANTS = [
     m("lecture08-work-not-divided-goes-on", "lectures/lecture_08.c",
       "    if (world_size > 0 && n % world_size == 0) return;", "    return;", LECTURE_08),
     m("lecture08-overlap-speed-up-inverted", "lectures/lecture_08.c",
-      "median[AFTER_BACKWARD] / median[DURING_BACKWARD],", "median[DURING_BACKWARD] / median[AFTER_BACKWARD],",
+      "median_ms[AFTER_BACKWARD] / median_ms[DURING_BACKWARD],", "median_ms[DURING_BACKWARD] / median_ms[AFTER_BACKWARD],",
       LECTURE_08),
     m("megatron-skips-forward-all-reduce", "lectures/lecture_08.c",
       "        dist_all_reduce(pre[i + 1], DIST_SUM);                  /* x A B, whole */", "", LECTURE_08),

@@ -919,6 +919,14 @@ static void test_timing(void **state)
     double t1 = now_seconds();
     assert_true(t1 - t0 >= 0.019);
     assert_true(t1 - t0 < 5.0);
+    /* median: the middle value of an odd count, the mean of the two middle
+     * ones of an even count, whatever the order given. */
+    double odd[] = {9.0, 1.0, 5.0, 3.0, 7.0};
+    assert_true(median(odd, 5) == 5.0);
+    double even[] = {4.0, 1.0, 3.0, 2.0};
+    assert_true(median(even, 4) == 2.5);
+    double one[] = {-1.5};
+    assert_true(median(one, 1) == -1.5);
 }
 
 /* ---------------- the same on a GPU ---------------- */

@@ -82,6 +82,7 @@ static void c_check_close_what(void) {
 }
 static void c_check_fmt(void) { check(1, NUL); }
 static void c_lecture_fail(void) { lecture_fail(NUL); }
+static void c_median(void) { median(NUL, 3); }
 static void c_lecture_flag(void) { lecture_flag(NUL); }
 static void c_tensor_view(void) { tensor_view(NUL, 0, 1, 0); }
 static void c_reshape(void) { reshape(NUL, 1, 0); }
@@ -182,6 +183,7 @@ static const fixture_case cases[] = {
     {"check_close.what", c_check_close_what},
     {"check.fmt", c_check_fmt},
     {"lecture_fail.fmt", c_lecture_fail},
+    {"median.values", c_median},
     {"lecture_flag.name", c_lecture_flag},
     {"tensor_view.t", c_tensor_view},
     {"reshape.t", c_reshape},
