@@ -303,6 +303,18 @@ void dist_gather(tensor *output, const tensor *input, int dst) {
     leave();
 }
 
+/* ---- timed regions ---- */
+
+/* Inside, repeated calls skip the agreement check (comm_agree.c). Outside a
+ * spawn there is nothing to check: both do nothing. */
+void dist_timed_begin(void) {
+    if (ops) lx_agree_timed_begin();
+}
+
+void dist_timed_end(void) {
+    if (ops) lx_agree_timed_end();
+}
+
 /* ---- point to point ---- */
 
 void dist_send(const tensor *t, int dst) {
@@ -323,7 +335,7 @@ void dist_recv(tensor *t, int src) {
     check_peer("dist_recv", "src", src, 0);
     call_site site;
     enter(&site, "dist_recv", src);
-    lx_agree_recv_desc *d = lx_agree_recv_post(src);
+    lx_agree_recv_desc *d = lx_agree_recv_post(src, (int64_t)n);
     lx_agree_recv_check(d, "dist_recv", (int64_t)n, site.frames, site.n);
     ops->recv(t->data, n, src);
     leave();
@@ -339,7 +351,7 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
     call_site site;
     enter(&site, "dist_sendrecv", src);
     lx_agree_send_desc *sd = lx_agree_send("dist_sendrecv", (int64_t)sn, dst, site.frames, site.n);
-    lx_agree_recv_desc *rd = lx_agree_recv_post(src);
+    lx_agree_recv_desc *rd = lx_agree_recv_post(src, (int64_t)rn);
     lx_agree_recv_check(rd, "dist_sendrecv", (int64_t)rn, site.frames, site.n);
     ops->sendrecv(send->data, sn, dst, recv->data, rn, src);
     lx_agree_send_done(sd);
@@ -462,7 +474,7 @@ dist_request *dist_irecv(tensor *t, int src) {
     call_site site;
     site.n = lx_stack_capture(site.frames, LX_MAX_FRAMES);
     dist_request *req = make_request("dist_irecv", src, (int64_t)n, &site);
-    req->recv_check = lx_agree_recv_post(src);
+    req->recv_check = lx_agree_recv_post(src, (int64_t)n);
     request_uses(req, t, 1);
     req->backend_request = ops->irecv(t->data, n, src);
     return req;

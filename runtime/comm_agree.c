@@ -29,6 +29,20 @@
  *
  * The checks run on Open MPI over host memory under either backend: they
  * are a few bytes, and the NCCL calls they precede are on device memory.
+ *
+ * Timed regions (dist_timer_start .. dist_timer_stop, dist_timed_begin ..
+ * dist_timed_end). A check costs a latency-bound collective, a few
+ * microseconds: in a loop that times a small collective, it would be most of
+ * what is measured. Inside a timed region a call the ranks have already
+ * agreed on in this spawn (the same collective, count, op and root; for a
+ * send or receive the same peer and count) skips its check: the warm-up
+ * call before the loop carries it. Every rank decides alike, because every
+ * rank keeps the same list of agreed calls (a call enters it only when all
+ * ranks made it). A mismatch inside the region between calls that were each
+ * agreed before cannot be caught call by call without the check's cost; the
+ * collectives skipped are folded into a digest, compared when the region
+ * ends, so it is named there (a mismatch that hangs the transfer is a
+ * deadlock, named as one).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -43,6 +57,39 @@ enum { TAG_DESC = 23 };
 
 static MPI_Comm check_comm = MPI_COMM_NULL;
 static int my_rank, my_world;
+
+/* Timed regions: depth, the calls agreed so far in this spawn, the digest
+ * of the collectives skipped in the region, and how many checks ran. */
+enum { AGREED_MAX = 32 };
+typedef struct agreed { int64_t kind, count, op, root; } agreed;
+static int timed_depth;
+static agreed agreed_calls[AGREED_MAX], agreed_sends[AGREED_MAX], agreed_recvs[AGREED_MAX];
+static int n_calls, n_sends, n_recvs;
+static uint64_t skipped_digest;
+static int64_t checks_made, checks_skipped;
+
+static int is_agreed(const agreed *list, int n, agreed a) {
+    for (int i = 0; i < n; i++)
+        if (list[i].kind == a.kind && list[i].count == a.count && list[i].op == a.op && list[i].root == a.root)
+            return 1;
+    return 0;
+}
+
+/* Remembers a; the oldest goes when the list is full (every rank drops the
+ * same one). */
+static void remember(agreed *list, int *n, agreed a) {
+    if (is_agreed(list, *n, a)) return;
+    if (*n == AGREED_MAX) {
+        memmove(list, list + 1, (AGREED_MAX - 1) * sizeof *list);
+        (*n)--;
+    }
+    list[(*n)++] = a;
+}
+
+static void fold(agreed a) {
+    const int64_t v[4] = {a.kind, a.count, a.op, a.root};
+    for (int i = 0; i < 4; i++) skipped_digest = (skipped_digest ^ (uint64_t)v[i]) * 1099511628211ull;
+}
 
 /* One call, as it travels in the slow path and with a send. */
 typedef struct call_desc {
@@ -77,6 +124,10 @@ void lx_agree_start(int rank, int world_size, MPI_Comm comm) {
     my_world = world_size;
     MPI_CHECK(MPI_Comm_dup(comm, &check_comm));
     MPI_CHECK(MPI_Comm_set_errhandler(check_comm, MPI_ERRORS_RETURN));
+    timed_depth = 0;
+    n_calls = n_sends = n_recvs = 0;
+    skipped_digest = 1469598103934665603ull;
+    checks_made = checks_skipped = 0;
 }
 
 void lx_agree_stop(void) {
@@ -157,9 +208,19 @@ static void __attribute__((noreturn)) disagree(const call_desc *mine) {
 
 void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n) {
     int64_t kind = kind_of(call);
+    agreed a = {kind, count, op, root};
+    if (timed_depth > 0 && is_agreed(agreed_calls, n_calls, a)) {
+        fold(a);
+        checks_skipped++;
+        return;
+    }
+    checks_made++;
     int64_t v[8] = {kind, count, op, root, -kind, -count, -op, -root};
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, check_comm));
-    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) return;
+    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) {
+        remember(agreed_calls, &n_calls, a);
+        return;
+    }
     call_desc mine;
     fill(&mine, call, count, op, root, frames, n);
     disagree(&mine);
@@ -179,6 +240,13 @@ struct lx_agree_recv_desc {
 };
 
 lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n) {
+    agreed a = {0, count, 0, dst};
+    if (timed_depth > 0 && is_agreed(agreed_sends, n_sends, a)) {
+        checks_skipped++;
+        return NULL;
+    }
+    checks_made++;
+    remember(agreed_sends, &n_sends, a);
     lx_agree_send_desc *d = malloc(sizeof *d);
     if (!d) lx_fatal("out of memory");
     fill_send(&d->desc, call, count, dst, frames, n);
@@ -187,11 +255,18 @@ lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, cons
 }
 
 void lx_agree_send_done(lx_agree_send_desc *d) {
+    if (!d) return;
     MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));
     free(d);
 }
 
-lx_agree_recv_desc *lx_agree_recv_post(int src) {
+lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count) {
+    agreed a = {0, count, 0, src};
+    if (timed_depth > 0 && is_agreed(agreed_recvs, n_recvs, a)) {
+        checks_skipped++;
+        return NULL;
+    }
+    checks_made++;
     lx_agree_recv_desc *d = malloc(sizeof *d);
     if (!d) lx_fatal("out of memory");
     d->src = src;
@@ -200,6 +275,7 @@ lx_agree_recv_desc *lx_agree_recv_post(int src) {
 }
 
 void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n) {
+    if (!d) return;
     MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));
     d->desc.frames[sizeof d->desc.frames - 1] = '\0';
     if (d->desc.count != count) {
@@ -227,5 +303,29 @@ void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count,
         free(d);
         lx_fatal("%s", b.s);
     }
+    agreed a = {0, count, 0, d->src};
+    remember(agreed_recvs, &n_recvs, a);
     free(d);
 }
+
+/* ---- timed regions ---- */
+
+void lx_agree_timed_begin(void) { timed_depth++; }
+
+void lx_agree_timed_end(void) {
+    if (timed_depth == 0) return;
+    if (--timed_depth > 0) return;
+    /* Did every rank skip the same collectives? One more small all-reduce,
+     * once per region, outside the timing. */
+    uint64_t d = skipped_digest;
+    skipped_digest = 1469598103934665603ull;
+    int64_t v[2] = {(int64_t)(d >> 1), -(int64_t)(d >> 1)};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MIN, check_comm));
+    if (v[0] == -v[1]) return;
+    lx_fatal("the ranks made different collective calls inside the timed region that ends here (calls "
+             "repeated there skip the agreement check; run the loop once before the timer to find the "
+             "line where they differ)");
+}
+
+int64_t lx_agree_checks_made(void) { return checks_made; }
+int64_t lx_agree_checks_skipped(void) { return checks_skipped; }

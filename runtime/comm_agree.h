@@ -29,9 +29,21 @@ void lx_agree_collective(const char *call, int64_t count, int op, int root, cons
 typedef struct lx_agree_send_desc lx_agree_send_desc;
 typedef struct lx_agree_recv_desc lx_agree_recv_desc;
 lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n);
-void lx_agree_send_done(lx_agree_send_desc *d);           /* frees d */
-lx_agree_recv_desc *lx_agree_recv_post(int src);
+void lx_agree_send_done(lx_agree_send_desc *d);           /* frees d; NULL: nothing */
+lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count);
 /* Waits for the sender's descriptor and compares; frees d. */
 void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n);
+
+/* In a timed region a call the ranks already agreed on in this spawn skips
+ * its check: lx_agree_collective returns at once, lx_agree_send and
+ * lx_agree_recv_post return NULL (which send_done and recv_check accept).
+ * Regions nest; both ends are collective. The end compares a digest of the
+ * collectives skipped and stops the rank with an error (at the lecture line
+ * that ends the region) when the ranks differ. */
+void lx_agree_timed_begin(void);
+void lx_agree_timed_end(void);
+/* Checks this spawn has made and skipped so far (tests). */
+int64_t lx_agree_checks_made(void);
+int64_t lx_agree_checks_skipped(void);
 
 #endif /* LECTERN_COMM_AGREE_H */

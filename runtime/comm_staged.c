@@ -59,6 +59,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "comm_progress.h"
 #include "internal.h"
 #include "spawn_impl.h"
 
@@ -512,7 +513,15 @@ typedef struct staged_request {
     int pieces;                  /* 1, or world_size for an all-gather (already contiguous) */
     dist_op op;
     size_t average_count;        /* AVG: floats of host_out to divide at wait */
+    lx_progress_group *moving;   /* the progress thread's hold on reqs (comm_progress.c) */
 } staged_request;
+
+/* Every request of r has started: from now on they move while the rank
+ * computes. */
+static void *started(staged_request *r) {
+    r->moving = lx_progress_watch(r->reqs, r->n_reqs);
+    return r;
+}
 
 static float *host_copy(const float *dev, size_t n) {
     float *h = malloc((n ? n : 1) * sizeof(float));
@@ -536,7 +545,7 @@ static void *op_isend(const float *buf, size_t count, int peer) {
         staged_request *r = new_request(1);
         settle();
         MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[0]));
-        return r;
+        return started(r);
     }
     size_t chunks = chunks_for(count, chunk);
     if (chunks > INT32_MAX) lx_fatal("dist_isend(): too many chunks");
@@ -546,7 +555,7 @@ static void *op_isend(const float *buf, size_t count, int peer) {
         size_t lo = k * chunk, n = count - lo < chunk ? count - lo : chunk;
         MPI_CHECK(MPI_Isend(r->host_in + lo, (int)n, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[k]));
     }
-    return r;
+    return started(r);
 }
 
 static void *op_irecv(float *buf, size_t count, int peer) {
@@ -554,7 +563,7 @@ static void *op_irecv(float *buf, size_t count, int peer) {
         staged_request *r = new_request(1);
         settle();
         MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[0]));
-        return r;
+        return started(r);
     }
     size_t chunks = chunks_for(count, chunk);
     if (chunks > INT32_MAX) lx_fatal("dist_irecv(): too many chunks");
@@ -566,7 +575,7 @@ static void *op_irecv(float *buf, size_t count, int peer) {
         size_t lo = k * chunk, n = count - lo < chunk ? count - lo : chunk;
         MPI_CHECK(MPI_Irecv(r->host_out + lo, (int)n, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[k]));
     }
-    return r;
+    return started(r);
 }
 
 static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
@@ -577,7 +586,7 @@ static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
     r->op = op;
     r->average_count = count;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->host_out, (int)count, MPI_FLOAT, mpi_op(op), world, &r->reqs[0]));
-    return r;
+    return started(r);
 }
 
 static void *op_ibroadcast(float *buf, size_t count, int root) {
@@ -588,7 +597,7 @@ static void *op_ibroadcast(float *buf, size_t count, int root) {
         r->out_count = count;
     }
     MPI_CHECK(MPI_Ibcast(r->host_out, (int)count, MPI_FLOAT, root, world, &r->reqs[0]));
-    return r;
+    return started(r);
 }
 
 static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
@@ -601,7 +610,7 @@ static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_
     r->average_count = count;
     MPI_CHECK(MPI_Ireduce_scatter_block(r->host_in, r->host_out, (int)count, MPI_FLOAT, mpi_op(op), world,
                                         &r->reqs[0]));
-    return r;
+    return started(r);
 }
 
 static void *op_iall_gather(float *out, const float *in, size_t count) {
@@ -612,11 +621,12 @@ static void *op_iall_gather(float *out, const float *in, size_t count) {
     r->out_count = count * (size_t)world_size;
     MPI_CHECK(MPI_Iallgather(r->host_in, (int)count, MPI_FLOAT, r->host_out, (int)count, MPI_FLOAT, world,
                              &r->reqs[0]));
-    return r;
+    return started(r);
 }
 
 static void op_wait(void *request) {
     staged_request *r = request;
+    lx_progress_claim(r->moving, "MPI_Waitall");
     MPI_CHECK(MPI_Waitall(r->n_reqs, r->reqs, MPI_STATUSES_IGNORE));
     if (r->op == DIST_AVG) average(r->host_out, r->average_count, DIST_AVG);
     if (r->device_out && r->out_count) copy->sync_to_device(r->device_out, r->host_out, r->out_count);

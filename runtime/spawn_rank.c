@@ -8,7 +8,8 @@
  *
  *   connect to the lecture, say hello     (wire.c; the lecture's stdout and
  *                                          stderr come back over the socket)
- *   MPI_Init                              (once: the pool is MPI_COMM_WORLD)
+ *   MPI_Init_thread                       (once: the pool is MPI_COMM_WORLD;
+ *                                          THREAD_MULTIPLE for comm_progress.c)
  *   snapshot the lecture's globals        (globals.c)
  *   say "ready"
  *   loop: wait for a spawn (a blocking read: no CPU while idle)
@@ -35,6 +36,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "comm_progress.h"
 #include "internal.h"
 #include "spawn_impl.h"
 
@@ -427,7 +429,12 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
         launcher_out[1] = dup(2);
     }
 
-    MPI_CHECK(MPI_Init(NULL, NULL));
+    /* MPI_THREAD_MULTIPLE: the rank's progress thread tests non-blocking
+     * requests while the lecture's thread computes or makes other calls
+     * (comm_progress.c). */
+    int provided = MPI_THREAD_SINGLE;
+    MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
+    lx_progress_init(provided);
     /* Errors come back as codes, so MPI_CHECK names the call and line. */
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     if (lx_globals_snapshot() < 0)
@@ -445,6 +452,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
         free(body);
     }
 
+    lx_progress_stop();
 #if LECTERN_NCCL
     lx_comm_nccl_release();
 #endif

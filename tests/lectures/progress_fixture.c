@@ -1,0 +1,208 @@
+/* Fixture: does communication move while its rank computes?
+ * (tests/test_progress.py; bench/bench_progress.c measures the same cases)
+ *
+ *   --case=isend      rank 0 isends 4 MiB to rank 1, then computes (sleeps,
+ *                     leaving the core free) for --compute seconds before its
+ *                     wait; rank 1 receives at once. Printed: how long after
+ *                     rank 0's isend returned rank 1's receive returned.
+ *   --case=allreduce  every rank starts a --mib MiB all-reduce, computes
+ *                     (sleeps) --compute seconds, then waits; printed: that
+ *                     total, and the same all-reduce alone (blocking).
+ *   --case=order      async collectives in flight together, between blocking
+ *                     ones and sends, waited for out of order: each result
+ *                     checked against the sum the fixture works out.
+ *   --case=timed      a warm-up, then a timed region of 50 all-reduces and 50
+ *                     send/receive pairs: printed, the checks each rank made
+ *                     and skipped inside the region.
+ *   --case=timed_mismatch  rank 0 sums where rank 1 takes the maximum inside a
+ *                     timed region (both calls were agreed before it): an
+ *                     error at the line that ends the region.
+ *
+ * The ranks hand their clock readings back with spawn_return()
+ * (CLOCK_MONOTONIC is one clock for every process of a host); the lecture
+ * prints one "result ..." line. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lectern.h"
+
+LECTURE_OPTIONS({"case", "NAME", "isend, allreduce, order, timed or timed_mismatch"},
+                {"compute", "SECONDS", "how long a rank computes (default 0.3)"},
+                {"mib", "N", "MiB the all-reduce moves (default 16)"},
+                {"world", "N", "ranks (default 2)"});
+
+typedef struct { double compute; int mib; } cfg;
+typedef struct { double a, b; } times;
+
+static void nap(double seconds) {
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+static void isend_case(int rank, int world_size, void *args) {
+    const cfg *c = args;
+    tensor *t = zeros(1 << 20, 0, get_device(rank));   /* 4 MiB */
+    times out = {0, 0};
+    dist_barrier();
+    if (rank == 0) {
+        fill_(t, 3.0f);
+        dist_request *r = dist_isend(t, 1);
+        out.a = now_seconds();
+        nap(c->compute);
+        dist_wait(r);
+    } else if (rank == 1) {
+        dist_recv(t, 0);
+        out.a = now_seconds();
+        out.b = sum(t);
+    }
+    spawn_return(&out, sizeof out);
+    tensor_free(t);
+}
+
+static void allreduce_case(int rank, int world_size, void *args) {
+    const cfg *c = args;
+    tensor *t = zeros((int64_t)c->mib << 18, 0, get_device(rank));
+    fill_(t, 1.0f);
+    dist_all_reduce(t, DIST_SUM);   /* warm-up: connections, buffers */
+    dist_barrier();
+    double start = now_seconds();
+    dist_all_reduce(t, DIST_SUM);
+    double alone = now_seconds() - start;
+    dist_barrier();
+    start = now_seconds();
+    dist_request *r = dist_all_reduce_async(t, DIST_SUM);
+    nap(c->compute);
+    dist_wait(r);
+    times out = {now_seconds() - start, alone};
+    spawn_return(&out, sizeof out);
+    tensor_free(t);
+}
+
+/* rank r holds r + 1 + k/1000 at element k: the sum over p ranks is
+ * p(p+1)/2 + p k/1000, worked out here, not by the runtime. */
+static tensor *ramp(int rank, int64_t n, float scale) {
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t k = 0; k < n; k++) v[k] = scale * ((float)(rank + 1) + (float)k / 1000.0f);
+    tensor *t = tensor_from(v, n, 0, get_device(rank));
+    free(v);
+    return t;
+}
+
+static tensor *ramp_sum(int world, int64_t n, float scale) {
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t k = 0; k < n; k++)
+        v[k] = scale * ((float)(world * (world + 1) / 2) + (float)world * (float)k / 1000.0f);
+    tensor *t = tensor_from(v, n, 0, -1);
+    free(v);
+    return t;
+}
+
+static void order_case(int rank, int world_size, void *args) {
+    enum { N = 4096, K = 6 };
+    tensor *a[K];
+    dist_request *req[K];
+    for (int i = 0; i < K; i++) {
+        a[i] = ramp(rank, N, (float)(i + 1));
+        req[i] = dist_all_reduce_async(a[i], DIST_SUM);
+    }
+    /* A blocking all-reduce and a ring of sends while those are in flight. */
+    tensor *b = ramp(rank, N, 10.0f);
+    dist_all_reduce(b, DIST_SUM);
+    tensor *out = ramp(rank, N, 1.0f), *in = zeros(N, 0, get_device(rank));
+    dist_request *rr = dist_irecv(in, (rank + world_size - 1) % world_size);
+    dist_send(out, (rank + 1) % world_size);
+    dist_wait(rr);
+    tensor *g = zeros((int64_t)N * world_size, 0, get_device(rank));
+    dist_request *gr = dist_all_gather_async(g, out);
+    for (int i = K - 1; i >= 0; i -= 2) dist_wait(req[i]);   /* out of order */
+    for (int i = 0; i < K; i += 2) dist_wait(req[i]);
+    dist_wait(gr);
+    for (int i = 0; i < K; i++) {
+        tensor *want = ramp_sum(world_size, N, (float)(i + 1));
+        check_close(a[i], want, 1e-6, 0, "async all-reduce in flight with others");
+        tensor_free(want);
+        tensor_free(a[i]);
+    }
+    tensor *want = ramp_sum(world_size, N, 10.0f);
+    check_close(b, want, 1e-6, 0, "blocking all-reduce between async ones");
+    tensor_free(want);
+    tensor *left = ramp((rank + world_size - 1) % world_size, N, 1.0f);
+    check_close(in, left, 0, 0, "the left neighbour's send");
+    for (int r = 0; r < world_size; r++) {
+        tensor *part = tensor_view(g, (int64_t)r * N, N, 0), *expect = ramp(r, N, 1.0f);
+        check_close(part, expect, 0, 0, "all-gather piece");
+        tensor_free(part);
+        tensor_free(expect);
+    }
+    tensor_free(left);
+    tensor_free(g);
+    tensor_free(b);
+    tensor_free(out);
+    tensor_free(in);
+}
+
+int64_t lx_agree_checks_made(void);      /* runtime/comm_agree.h: not a lecture's API */
+int64_t lx_agree_checks_skipped(void);
+
+static void timed_case(int rank, int world_size, void *args) {
+    tensor *t = ramp(rank, 4, 1.0f);
+    dist_all_reduce(t, DIST_SUM);           /* warm-ups: each checked once */
+    if (rank == 0) dist_send(t, 1);
+    if (rank == 1) dist_recv(t, 0);
+    int64_t made = lx_agree_checks_made(), skipped = lx_agree_checks_skipped();
+    dist_timed_begin();
+    for (int i = 0; i < 50; i++) {
+        dist_all_reduce(t, DIST_SUM);
+        if (rank == 0) dist_send(t, 1);
+        if (rank == 1) dist_recv(t, 0);
+    }
+    tensor *other = zeros(8, 0, get_device(rank));
+    dist_all_reduce(other, DIST_SUM);       /* not seen before: checked */
+    int64_t in_made = lx_agree_checks_made() - made, in_skipped = lx_agree_checks_skipped() - skipped;
+    dist_timed_end();
+    note_verbatim("result rank %d made %lld skipped %lld", rank, (long long)in_made, (long long)in_skipped);
+    tensor_free(other);
+    tensor_free(t);
+}
+
+static void timed_mismatch_case(int rank, int world_size, void *args) {
+    tensor *t = ramp(rank, 4, 1.0f);
+    dist_all_reduce(t, DIST_SUM);
+    dist_all_reduce(t, DIST_MAX);
+    dist_timed_begin();
+    dist_all_reduce(t, rank == 0 ? DIST_SUM : DIST_MAX);
+    dist_timed_end();                       /* MISMATCH LINE */
+    tensor_free(t);
+}
+
+static void body(void) {
+    cfg c = {atof(lecture_option("compute", "0.3")), atoi(lecture_option("mib", "16"))};
+    const char *which = lecture_option("case", "isend");
+    int world = atoi(lecture_option("world", "2"));
+    if (strcmp(which, "isend") == 0) {
+        spawn(isend_case, world, &c, sizeof c);
+        times r0, r1;
+        spawn_result(0, &r0, sizeof r0);
+        spawn_result(1, &r1, sizeof r1);
+        note_verbatim("result recv_after %.6f compute %.6f sum %.1f", r1.a - r0.a, c.compute, r1.b);
+    } else if (strcmp(which, "order") == 0) {
+        spawn(order_case, world, NULL, 0);
+    } else if (strcmp(which, "timed") == 0) {
+        spawn(timed_case, world, NULL, 0);
+    } else if (strcmp(which, "timed_mismatch") == 0) {
+        spawn(timed_mismatch_case, world, NULL, 0);
+    } else {
+        spawn(allreduce_case, world, &c, sizeof c);
+        double total = 0, alone = 0;
+        for (int r = 0; r < world; r++) {
+            times x;
+            spawn_result(r, &x, sizeof x);
+            if (x.a > total) total = x.a;
+            if (x.b > alone) alone = x.b;
+        }
+        note_verbatim("result total %.6f alone %.6f compute %.6f", total, alone, c.compute);
+    }
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
