@@ -73,7 +73,11 @@ static double bus_factor(int op, int n) {
     return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 }
 
-/* What the agreement check (runtime/comm_agree.c) adds to every collective
+/* The lectern side is one dist_* call with its agreement check, as a
+ * lecture's single call pays it (a timed region would skip the check:
+ * bench_progress.c measures that case).
+ *
+ * What the agreement check (runtime/comm_agree.c) adds to every collective
  * when the ranks agree: one MPI_Allreduce of 8 int64 with MPI_MIN. Timed
  * alone, it bounds the ratio the table can show: at best
  * t_bare / (t_bare + t_check). */

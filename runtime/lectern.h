@@ -392,12 +392,14 @@ double dist_timer_stop(dist_timer *timer);
  *     for (int i = 0; i < reps; i++) dist_all_reduce(t, DIST_SUM);   // not checked
  *     dist_timed_end();
  *
- * Both are collective (every rank makes them, in the same order); regions
- * nest; dist_timer_start/stop open and close one. dist_timed_end compares
- * what the ranks skipped (one small all-reduce, outside the timing): ranks
- * that made different calls in the region are an error at its line. A
- * mismatch that hangs the transfer itself is reported as a deadlock. Outside
- * a spawn both do nothing. */
+ * Every rank that takes part in what the region times makes both (a
+ * ping-pong between ranks 0 and 1 of four: those two); regions nest;
+ * dist_timer_start/stop open and close one. When the region skipped checks
+ * of collectives, dist_timed_end compares what the ranks skipped (one small
+ * all-reduce over every rank, outside the timing): ranks that made
+ * different calls in the region are an error at its line. A mismatch that
+ * hangs the transfer itself is reported as a deadlock. Outside a spawn both
+ * do nothing. */
 void dist_timed_begin(void);
 void dist_timed_end(void);
 

@@ -126,6 +126,9 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
             [ -f "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
         done
+        # The progress thread's correctness cases (its timing bounds are the first pass's).
+        run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
+            Progress.test_async_calls_in_flight_together_give_the_right_sums
     else
         cat "$log"
         echo "== asan build FAILED"

@@ -34,6 +34,7 @@ LECTURE_OPTIONS({"case", "NAME", "isend, allreduce, order, timed or timed_mismat
 
 typedef struct { double compute; int mib; } cfg;
 typedef struct { double a, b; } times;
+typedef struct { double total, alone, async_alone; } times3;
 
 static void nap(double seconds) {
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
@@ -60,21 +61,35 @@ static void isend_case(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
+/* One all-reduce three ways, each the median of 3 (every rank's slowest
+ * figure is what the lecture keeps): blocking; async and waited for at once;
+ * async with the compute in between. */
 static void allreduce_case(int rank, int world_size, void *args) {
     const cfg *c = args;
     tensor *t = zeros((int64_t)c->mib << 18, 0, get_device(rank));
     fill_(t, 1.0f);
     dist_all_reduce(t, DIST_SUM);   /* warm-up: connections, buffers */
-    dist_barrier();
-    double start = now_seconds();
-    dist_all_reduce(t, DIST_SUM);
-    double alone = now_seconds() - start;
-    dist_barrier();
-    start = now_seconds();
-    dist_request *r = dist_all_reduce_async(t, DIST_SUM);
-    nap(c->compute);
-    dist_wait(r);
-    times out = {now_seconds() - start, alone};
+    dist_request *w = dist_all_reduce_async(t, DIST_SUM);
+    dist_wait(w);
+    double alone[3], async_alone[3], total[3];
+    for (int i = 0; i < 3; i++) {
+        dist_barrier();
+        double start = now_seconds();
+        dist_all_reduce(t, DIST_SUM);
+        alone[i] = now_seconds() - start;
+        dist_barrier();
+        start = now_seconds();
+        dist_request *r = dist_all_reduce_async(t, DIST_SUM);
+        dist_wait(r);
+        async_alone[i] = now_seconds() - start;
+        dist_barrier();
+        start = now_seconds();
+        r = dist_all_reduce_async(t, DIST_SUM);
+        nap(c->compute);
+        dist_wait(r);
+        total[i] = now_seconds() - start;
+    }
+    times3 out = {median(total, 3), median(alone, 3), median(async_alone, 3)};
     spawn_return(&out, sizeof out);
     tensor_free(t);
 }
@@ -194,14 +209,16 @@ static void body(void) {
         spawn(timed_mismatch_case, world, NULL, 0);
     } else {
         spawn(allreduce_case, world, &c, sizeof c);
-        double total = 0, alone = 0;
+        times3 most = {0, 0, 0};
         for (int r = 0; r < world; r++) {
-            times x;
+            times3 x;
             spawn_result(r, &x, sizeof x);
-            if (x.a > total) total = x.a;
-            if (x.b > alone) alone = x.b;
+            if (x.total > most.total) most.total = x.total;
+            if (x.alone > most.alone) most.alone = x.alone;
+            if (x.async_alone > most.async_alone) most.async_alone = x.async_alone;
         }
-        note_verbatim("result total %.6f alone %.6f compute %.6f", total, alone, c.compute);
+        note_verbatim("result total %.6f alone %.6f async_alone %.6f compute %.6f", most.total, most.alone,
+                      most.async_alone, c.compute);
     }
 }
 

@@ -1,0 +1,132 @@
+"""Communication that moves while its rank computes (runtime/comm_progress.c),
+and timed regions that skip the agreement check (runtime/comm_agree.c).
+
+Every timing bound is generous and relative to a figure measured in the
+same run, and each is shown to discriminate: the same case run with the
+progress thread off (LECTERN_PROGRESS=0) must break it. "Computing" is a
+sleep, which leaves the core free, so the bounds do not depend on how fast
+this machine is, only on the transfer moving during the sleep.
+
+    /usr/bin/python3 tests/test_progress.py        (LECTERN_BUILD picks the build)
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
+BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+FIXTURE = os.path.join(BUILD, "tests", "lectures", "progress_fixture")
+SOURCE = os.path.join(ROOT, "tests", "lectures", "progress_fixture.c")
+NUM = r"([-0-9.e+]+)"
+
+
+def run(args, progress=True, expect_ok=True):
+    env = dict(os.environ)
+    env["LECTERN_PROGRESS"] = "1" if progress else "0"
+    with tempfile.TemporaryDirectory() as out:
+        p = subprocess.run([FIXTURE, "--quiet", "--out", out] + args, capture_output=True, text=True,
+                           timeout=300, env=env)
+        name = "progress_fixture.json" if p.returncode == 0 else "progress_fixture.failed.json"
+        path = os.path.join(out, name)
+        trace = tracecheck.validate(path) if os.path.exists(path) else None
+    if expect_ok and p.returncode != 0:
+        raise AssertionError("%s failed (%d): %s" % (args, p.returncode, p.stderr[-2000:]))
+    texts = [r["data"] for s in (trace or {}).get("steps", []) for r in s["renderings"] if r["type"] == "text"]
+    return p, trace, texts
+
+
+def result(texts, pattern):
+    for x in texts:
+        m = re.fullmatch(pattern, x)
+        if m:
+            return [float(g) for g in m.groups()]
+    raise AssertionError("no line matching %r in %r" % (pattern, texts))
+
+
+def line_of(marker):
+    with open(SOURCE) as f:
+        for i, text in enumerate(f, 1):
+            if marker in text:
+                return i
+    raise AssertionError(marker)
+
+
+ISEND = r"result recv_after %s compute %s sum %s" % (NUM, NUM, NUM)
+ALLREDUCE = r"result total %s alone %s async_alone %s compute %s" % (NUM, NUM, NUM, NUM)
+
+
+class Progress(unittest.TestCase):
+    def test_isend_moves_while_the_sender_computes(self):
+        # Rank 0 isends 4 MiB and sleeps 1 s before its wait. With progress the
+        # receive returns long before that (2-10 ms measured on the 2-core
+        # machine); without, it waits for the sender's wait: at least 1 s.
+        _, _, texts = run(["--case=isend", "--compute=1.0"])
+        after, compute, total = result(texts, ISEND)
+        self.assertEqual(total, 3.0 * (1 << 20))   # every float arrived (3.0 each)
+        self.assertLess(after, 0.5 * compute, "the receive waited for the sender's compute")
+        _, _, texts = run(["--case=isend", "--compute=1.0"], progress=False)
+        after_off, _, _ = result(texts, ISEND)
+        self.assertGreaterEqual(after_off, 0.9 * compute, "without progress the test cannot tell")
+
+    def check_overlap(self, progress):
+        # A 64 MiB all-reduce started before 1.5 s of compute on 2 ranks. With
+        # the transfer moving during the compute the total is about the longer
+        # of the two; a total that exceeds the longer by half the shorter
+        # means the two ran one after the other. The compute is long next to
+        # the transfer (0.2-1 s measured for it alone on the 2-core machine,
+        # the slower figures under load) so that a loaded machine, which
+        # slows the progress thread too, still leaves it room.
+        _, _, texts = run(["--case=allreduce", "--compute=1.5", "--mib=64"], progress=progress)
+        total, alone, async_alone, compute = result(texts, ALLREDUCE)
+        longer, shorter = max(compute, async_alone), min(compute, async_alone)
+        return total, longer + 0.5 * shorter, (total, alone, async_alone, compute)
+
+    def test_async_all_reduce_overlaps_compute(self):
+        total, bound, figures = self.check_overlap(True)
+        self.assertLessEqual(total, bound, "total, alone, async alone, compute: %r" % (figures,))
+
+    def test_without_progress_the_overlap_bound_fails(self):
+        total, bound, figures = self.check_overlap(False)
+        self.assertGreater(total, bound, "total, alone, async alone, compute: %r" % (figures,))
+
+    def test_async_calls_in_flight_together_give_the_right_sums(self):
+        # 4 ranks: six all-reduces and an all-gather in flight at once, a
+        # blocking all-reduce and a ring of sends between them, waited for out
+        # of order; each result checked in the fixture against sums it works
+        # out itself (check_close fails the run otherwise).
+        for progress in (True, False):
+            p, trace, _ = run(["--case=order", "--world=4"], progress=progress)
+            checks = trace["meta"]["checks"]
+            self.assertEqual(checks["failed"], 0)
+            self.assertEqual(checks["passed"], 4 * (6 + 1 + 1 + 4))
+
+
+class TimedRegion(unittest.TestCase):
+    def test_repeated_calls_skip_the_check(self):
+        # In the region: 50 all-reduces and 50 sends (rank 0) / receives
+        # (rank 1) that repeat the warm-up's calls, and one all-reduce of a
+        # new size. Only the new one is checked.
+        _, _, texts = run(["--case=timed"])
+        for rank in (0, 1):
+            made, skipped = result(texts, r"result rank %d made %s skipped %s" % (rank, NUM, NUM))
+            self.assertEqual(made, 1)
+            self.assertEqual(skipped, 100)
+
+    def test_a_mismatch_inside_the_region_is_named_at_its_end(self):
+        p, trace, _ = run(["--case=timed_mismatch"], expect_ok=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        line = line_of("MISMATCH LINE")
+        errors = [(s.get("rank"), s["stack"][-1]["line"], r["data"]) for s in trace["steps"]
+                  for r in s["renderings"] if r["type"] == "error" and s.get("rank") is not None]
+        ranks = {r for r, l, text in errors if l == line and "different collective calls inside the timed region" in text}
+        self.assertEqual(ranks, {0, 1}, errors)
+
+
+if __name__ == "__main__":
+    unittest.main()
