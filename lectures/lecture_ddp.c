@@ -699,7 +699,7 @@ static double time_steps(const sweep_args *a, int per_bucket, tensor *x, double 
             waits[s - a->warmup] = m.wait_seconds;
         }
     }
-    if (a->warmup + a->steps > a->warmup) dist_timed_end();
+    if (a->steps > 0) dist_timed_end();
     ddp_free(&m);
     *wait = median(waits, a->steps);
     return median(times, a->steps);
