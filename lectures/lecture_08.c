@@ -824,10 +824,12 @@ static void cuda_streams(void) {
     note("*Not run here: this build has no CUDA support*, so there is no stream to show. "
          "Built with the CUDA toolkit and run on a GPU, the lecture times both versions here.");
 #endif
-    note("A CPU rank has no second queue: its own cores do an Open MPI transfer's copies and "
-         "sums, between its matmuls, and a non-blocking collective moves only while the rank "
-         "is inside an MPI call. The DDP section below measures what that means for "
-         "overlapping the all-reduce with backward, on whichever backend the trace was made.");
+    note("On a CPU rank an Open MPI transfer's copies and sums are work for the same cores as "
+         "the matmuls. Open MPI moves a transfer only while some thread of the rank is inside "
+         "an MPI call, so this runtime gives each rank a progress thread of its own that keeps "
+         "its non-blocking calls moving while the rank computes (docs/design.md): the "
+         "nearest thing a CPU has to a second queue. The DDP section below measures what that "
+         "buys when the all-reduce overlaps backward, on whichever backend the trace was made.");
 }
 
 #ifdef LECTERN_CUDA
@@ -1411,17 +1413,15 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
              "async step can take less than the blocking one: the speed-up above is what "
              "that bought on this machine.");
     else
-        note("Here (Open MPI, %d ranks on %ld CPU cores) there is nothing for overlap to use: "
-             "the all-reduce's copies and sums are CPU work on the same cores as the matmuls, "
-             "and Open MPI moves a non-blocking collective along only while a rank is inside an "
-             "MPI call (here, mostly in `dist_wait`); its non-blocking all-reduce is also a "
-             "different algorithm from its blocking one, sometimes the slower. So read the "
-             "speed-up above with care: %sother processes make each step's time depend on when "
-             "the operating system runs each rank, and on the 2-core machine where this lecture "
-             "was written it went from 0.5 to 2.5 from run to run, with the load "
-             "(docs/benchmarks.md, beside `bench_overlap`, which times an async all-reduce "
-             "behind matmuls over many runs). The code is the one that overlaps on GPUs, where "
-             "NCCL runs the all-reduce on its own stream beside the backward kernels.",
+        note("Here (Open MPI, %d ranks on %ld CPU cores) each rank's progress thread moves the "
+             "non-blocking all-reduce while backward computes, but its copies and sums are CPU "
+             "work on the same cores as the matmuls: overlap can hide the waiting for other "
+             "ranks, not that work. Open MPI's non-blocking all-reduce is also a different "
+             "algorithm from its blocking one, sometimes the slower. So read the speed-up above "
+             "with care: %sother processes make each step's time depend on when the operating "
+             "system runs each rank (docs/benchmarks.md, beside `bench_overlap`, times an async "
+             "all-reduce behind matmuls over many runs). The code is the one meant to overlap on "
+             "GPUs, where NCCL runs the all-reduce on its own stream beside the backward kernels.",
              world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
 }
 

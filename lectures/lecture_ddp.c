@@ -665,16 +665,17 @@ static void bucket_size(void) {
     sweep_times t;
     if (spawn_result(0, &t, sizeof t) == sizeof t) note_sweep(&a, &t);
     note("What this machine can show, and what it cannot. Its ranks are processes on a "
-         "2-core CPU that other work shares, and Open MPI moves a non-blocking all-reduce "
-         "forward mostly while a rank is inside an MPI call: an early bucket's transfer "
-         "largely waits for the `dist_wait` before the optimizer, and its copies need the "
-         "same cores as the matrix products. So these rows differ by the fixed cost of each "
-         "all-reduce call and by the noise of a shared machine; they cannot show overlap, "
-         "and their order may change from run to run. On GPUs with NCCL each all-reduce "
-         "runs on its own stream beside the backward kernels: there a middle bucket size "
-         "hides most of the communication, small buckets pay the fixed cost many times, and "
-         "one bucket for all cannot start before backward ends. That is why PyTorch's "
-         "default (25 MB) is neither one bucket per parameter nor one for all.");
+         "CPU that other work shares: each rank's progress thread moves an early bucket's "
+         "all-reduce while backward goes on (docs/design.md), but the all-reduce's copies and "
+         "sums need the same cores as the matrix products, so hiding the transfer does not "
+         "hide its work. These rows differ by the fixed cost of each all-reduce call, by "
+         "what waiting the overlap hides, and by the noise of a shared machine, and their "
+         "order may change from run to run. On GPUs with NCCL each all-reduce runs on its "
+         "own stream beside the backward kernels: there a middle bucket size is expected to "
+         "hide most of the communication (not yet shown by a GPU trace of this lecture), "
+         "small buckets pay the fixed cost many times, and one bucket for all cannot start "
+         "before backward ends. That is why PyTorch's default (25 MB) is neither one bucket "
+         "per parameter nor one for all.");
 }
 
 /* Median step time (s) and median time waiting for buckets, with buckets of
