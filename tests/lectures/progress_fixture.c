@@ -30,7 +30,8 @@
 LECTURE_OPTIONS({"case", "NAME", "isend, allreduce, order, timed or timed_mismatch"},
                 {"compute", "SECONDS", "how long a rank computes (default 0.3)"},
                 {"mib", "N", "MiB the all-reduce moves (default 16)"},
-                {"world", "N", "ranks (default 2)"});
+                {"world", "N", "ranks (default 2)"},
+                {"repeat", "N", "spawns of the order case, 2 to --world ranks in turn (default 1): a soak"});
 
 typedef struct { double compute; int mib; } cfg;
 typedef struct { double a, b; } times;
@@ -202,7 +203,9 @@ static void body(void) {
         spawn_result(1, &r1, sizeof r1);
         note_verbatim("result recv_after %.6f compute %.6f sum %.1f", r1.a - r0.a, c.compute, r1.b);
     } else if (strcmp(which, "order") == 0) {
-        spawn(order_case, world, NULL, 0);
+        int repeat = atoi(lecture_option("repeat", "1"));
+        /* A soak cycles through 2 .. world ranks on one pool. */
+        for (int i = 0; i < repeat; i++) spawn(order_case, repeat == 1 || world < 3 ? world : 2 + i % (world - 1), NULL, 0);
     } else if (strcmp(which, "timed") == 0) {
         spawn(timed_case, world, NULL, 0);
     } else if (strcmp(which, "timed_mismatch") == 0) {
