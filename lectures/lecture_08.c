@@ -1268,7 +1268,7 @@ static void ddp_main(int rank, int world_size, void *args) {
 
     char buf[512];
     for (int step = 0; step < c->steps; step++) {
-        int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+        int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
         forward(w, c->layers, x, acts, pre);
         float loss = mse_loss(acts[c->layers]);
         backward(w, c->layers, acts, pre, grads);
@@ -1276,7 +1276,7 @@ static void ddp_main(int rank, int world_size, void *args) {
             dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */
         if (step == 0)
             note_verbatim("Rank %d: DDP: bytes sent in one step = %lld in %lld calls", rank,
-                          (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+                          (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
         if (step == 0) {
             double diff = 0, size = 0;
             for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
@@ -1640,7 +1640,7 @@ static void zero3_main(int rank, int world_size, void *args) {
 
     char buf[512];
     for (int step = 0; step < c->steps; step++) {
-        int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+        int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
         /* Forward: gather each layer, use it, free it. */
         acts[0] = x;
         for (int i = 0; i < c->layers; i++) {
@@ -1677,7 +1677,7 @@ static void zero3_main(int rank, int world_size, void *args) {
         for (int i = 0; i < c->layers; i++) adamw_step(opt[i], piece[i], grad_piece[i]);
         if (step == 0)
             note_verbatim("Rank %d: ZeRO-3: bytes sent in one step = %lld in %lld calls", rank,
-                          (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+                          (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
         note_verbatim("Rank %d: step = %d, loss = %.9g, pieces = %s", rank, step, loss,
                       summaries(piece, c->layers, buf, sizeof buf));
         if (rank == 0) progress("ZeRO-3: step %d", step);
@@ -1749,7 +1749,7 @@ static void tensor_parallelism(void) {
          "for the first block, whose input is the data), against an all-gather per layer "
          "forward and an all-reduce per layer backward when every layer is cut by columns. "
          "Both versions below count the bytes each rank sends with the runtime's "
-         "`dist_bytes_sent()`.");
+         "`dist_bytes_nominal()`.");
     args = baseline_args(0, &size);
     progress("Megatron tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.layers, 2, "the layers (in pairs)");
@@ -1797,7 +1797,7 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
         tensor_free(full);
     }
 
-    int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+    int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
 
     /* Forward. */
     acts[0] = data;
@@ -1842,7 +1842,7 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
     agrees(rank, "column-parallel TP: the gradients", diff, gradient_tolerance(c) * size);
 
     note_verbatim("Rank %d: column-only: bytes sent in one step = %lld in %lld calls", rank,
-                  (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+                  (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
 
     free_saved(c->layers, acts, pre);
     for (int i = 0; i < c->layers; i++) {
@@ -1875,7 +1875,7 @@ static void megatron_main(int rank, int world_size, void *args) {
         }
         tensor_free(full);
     }
-    int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+    int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
 
     /* Forward: one all-reduce per block. */
     acts[0] = data;
@@ -1906,7 +1906,7 @@ static void megatron_main(int rank, int world_size, void *args) {
         tensor_free(dy);
         dy = dx;
     }
-    int64_t bytes = dist_bytes_sent() - bytes_before, calls = dist_calls() - calls_before;
+    int64_t bytes = dist_bytes_nominal() - bytes_before, calls = dist_calls() - calls_before;
 
     double diff = 0, size = 0;
     for (int i = 0; i < c->layers; i++) {
