@@ -206,7 +206,9 @@ $(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/
 	$(call say,CC,$<)
 	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o,$^) $(LECTURE_LIB) $(LIB) $(LIBS)
 
-$(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB)
+# (a fixture may include a homework, as the homework's solution and its
+# wrong methods do, and the fixtures' own headers)
+$(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB) $(wildcard tests/lectures/*.h) $(wildcard lectures/homework_*.c)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
