@@ -3,6 +3,8 @@
 #   make run [LECTURE=name] [ARGS="--opt --n=8"]
 #                             set up, build, run lectures/<name>.c with ARGS, say how to view it
 #                             (LECTURE=all: every lecture but the homework)
+#   make grade LECTURE=name [ARGS=...]
+#                             run it as a course's autograder does (--grade) and print the score table
 #   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
 #   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
 #   make view                 serve the repo on localhost and print the viewer's URL
@@ -157,7 +159,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
+.PHONY: all run grade test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
 ifeq ($(CMOCKA),1)
   C_TEST_BINS := $(TEST_BINS)
 else
@@ -258,6 +260,12 @@ else
 	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
 	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
 endif
+
+# A homework graded as a course's autograder grades it (docs/homework.md).
+grade:
+	@bash scripts/setup.sh run
+	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
+	@bash scripts/grade.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
 
 test: setup
 	@$(MAKE) --no-print-directory all

@@ -306,6 +306,13 @@ static void body(void) {
         check(0, "--n=%d must be a positive multiple of %d", c.n, world);
         return;
     }
+    /* The weights of the grade an autograder reads (--grade FILE,
+     * docs/homework.md): 30 points for each of exercises 1 to 3, shared by
+     * their checks (per rank: 3, 4 and 3), 10 for the deadlock. */
+    grade_exercise("exercise 1:", 30, 3 * world);
+    grade_exercise("exercise 2:", 30, 4 * world);
+    grade_exercise("exercise 3:", 30, 3 * world);
+    if (c.deadlock) grade_exercise("exercise 4:", 10, world);
     note("## Exercises 1 to 3%s", c.deadlock ? ", and 4 (the deadlock)" : "");
     spawn(exercises, world, &c, sizeof c);
 }

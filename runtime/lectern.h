@@ -17,7 +17,7 @@
  *   3. tensors            (runtime/tensor.c, runtime/tensor_cuda.cu)
  *   4. collectives        (runtime/comm.c)
  *   5. timing helpers     (runtime/timing.c)
- *   6. checks             (runtime/verdict.c)
+ *   6. checks             (runtime/verdict.c, runtime/grade.c)
  *
  * Errors in lecture input (a missing image, a bad plot spec, a bad spawn
  * argument) become an error step naming the lecture file and line, and the
@@ -73,7 +73,8 @@ int note_system(const char *command);
 void plot(const char *vega_lite_json);
 
 /* The whole main of a lecture. The lecture's name is its source file's name
- * (lectures/lecture_00.c -> lecture_00). Options: --out DIR, --quick (reduced
+ * (lectures/lecture_00.c -> lecture_00). Options: --out DIR, --grade FILE
+ * (the checks as an autograder's score: grade_exercise()), --quick (reduced
  * sizes for tests; see lecture_quick()), --quiet, --help. Returns the exit
  * status: 0 ok, 1 the lecture failed (error steps, crash), 2 bad usage or
  * an unwritable --out. */
@@ -486,6 +487,29 @@ int check(int condition, const char *fmt, ...) LECTERN_PRINTF(2, 3);
  * cannot go on with (an option's value, a size that does not divide); a
  * NULL fmt is an error step too. Does not return. */
 void lecture_fail(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((noreturn));
+
+/* A grade for a course's autograder. `--grade FILE` (every lecture takes
+ * it) writes FILE in Gradescope's results.json format: one test per check
+ * (its text and rank as the name; PASS or FAIL with the numbers that
+ * decided it and the lecture line as its output), the total score, and the
+ * run's console tail. The file is written however the run ends (a failed
+ * check, an error, a crash, a deadlock stopped after LECTERN_TIMEOUT, a
+ * SIGTERM from the autograder's own time limit); a FILE that cannot be
+ * written is bad usage (exit 2) before the lecture runs. docs/homework.md
+ * has the autograder's script.
+ *
+ * Every check weighs 1 point unless the lecture groups checks into
+ * exercises, in the lecture (not in a rank), before the checks run:
+ *
+ *     grade_exercise("exercise 1:", 30, 3 * world);   // 3 checks per rank
+ *
+ * The checks whose text starts with `prefix` share `points` equally, over
+ * `checks` checks: how many a complete run makes, so that a run that stops
+ * early lists those it did not reach as one test worth 0, with the reason.
+ * A prefix declared twice, a NULL or empty prefix, negative or non-finite
+ * points or checks < 1 are error steps. Without --grade it only records
+ * the weights. */
+void grade_exercise(const char *prefix, double points, int checks);
 
 #ifdef __cplusplus
 }
