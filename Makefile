@@ -159,7 +159,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run grade test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
+.PHONY: all run grade submission test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
 ifeq ($(CMOCKA),1)
   C_TEST_BINS := $(TEST_BINS)
 else
@@ -260,6 +260,13 @@ else
 	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
 	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
 endif
+
+# A student's copy of a homework, built against this lectern from wherever
+# it is (scripts/run_autograder): make submission SRC=dir/homework_08.c OUT=dir/homework_08
+submission: $(LIB) $(LECTURE_LIB)
+	@test -n "$(SRC)" -a -n "$(OUT)" || { echo "make submission SRC=FILE.c OUT=BINARY" >&2; exit 2; }
+	$(call say,CC,$(SRC))
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) -I$(CURDIR)/lectures $(SRC) -o $(OUT) $(LECTURE_LIB) $(LIB) $(LIBS)
 
 # A homework graded as a course's autograder grades it (docs/homework.md).
 grade:

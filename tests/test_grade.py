@@ -1,7 +1,10 @@
 """--grade FILE: the results.json a course's autograder reads (Gradescope's
 format), read back after a passing run, a failing one, a rank that crashes,
 a deadlock stopped by LECTERN_TIMEOUT and an autograder's SIGTERM; a FILE
-that cannot be written; and `make grade`'s table (scripts/grade.sh).
+that cannot be written; `make grade`'s table (scripts/grade.sh); and the
+autograder's script (scripts/run_autograder) on a solved submission, one that
+changes the checking code, one that hides a #define in an exercise, and one
+that does not compile.
 
 Each total is worked out here from homework_08's weights (30, 30, 30 and 10
 points over 3, 4, 3 and 1 checks per rank on 4 ranks) and the checks the
@@ -193,6 +196,73 @@ class Grade(unittest.TestCase):
         self.assertEqual(len(lines), len(r["tests"]) + 2)   # a heading, one line per test, the total
         self.assertEqual(lines[-1].split(), ["total", "%g/%g" % (r["score"], r["max_score"])])
         self.assertEqual(sum(line.endswith("FAILED") for line in lines), WORLD)
+
+
+    # ---- scripts/run_autograder, in Gradescope's layout under a temporary root ----
+
+    def autograder(self, exercises, edit_outside=None):
+        """Runs scripts/run_autograder on the course's homework_08.c with its
+        exercise part replaced by `exercises` (and `edit_outside` applied to
+        the rest); returns the results and the course copy's text after."""
+        root = os.path.join(self.out, "autograder")
+        source = os.path.join(root, "source")
+        os.makedirs(os.path.join(source, "lectures"))
+        os.makedirs(os.path.join(root, "submission"))
+        for name in ("Makefile", "runtime", "scripts", os.path.basename(BUILD)):   # lectern, built
+            os.symlink(os.path.join(ROOT, name), os.path.join(source, name))
+        os.symlink(os.path.join(ROOT, "lectures", "lib"), os.path.join(source, "lectures", "lib"))
+        with open(os.path.join(ROOT, "lectures", "homework_08.c")) as f:
+            course = f.read()
+        with open(os.path.join(source, "lectures", "homework_08.c"), "w") as f:
+            f.write(course)
+        start = course.index("#ifndef HOMEWORK_SOLUTION\n") + len("#ifndef HOMEWORK_SOLUTION\n")
+        end = course.index("#else\n", start)
+        text = course[:start] + exercises + course[end:]
+        if edit_outside:
+            text = edit_outside(text)
+        with open(os.path.join(root, "submission", "homework_08.c"), "w") as f:
+            f.write(text)
+        env = dict(os.environ, AUTOGRADER=root, LECTERN_SOURCE=source, HOMEWORK_ARGS="", LECTERN_TIMEOUT="20")
+        if BUILD != os.path.join(ROOT, "build"):
+            env["BUILD"] = os.path.basename(BUILD)
+        p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_autograder")], env=env, capture_output=True,
+                           text=True, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.results = os.path.join(root, "results", "results.json")
+        with open(os.path.join(source, "lectures", "homework_08.c")) as f:
+            after = f.read()
+        self.assertEqual(after, course)    # the course's copy is put back
+        return self.read()
+
+    def solution_exercises(self):
+        with open(os.path.join(ROOT, "tests", "lectures", "homework_08_solution.h")) as f:
+            return "".join(line for line in f if not line.lstrip().startswith("#"))
+
+    def test_autograder_solved_submission(self):
+        r = self.autograder(self.solution_exercises())
+        self.assertAlmostEqual(r["score"], 90, places=2)    # exercises 1 to 3 (no --deadlock here)
+        self.assertEqual(len(r["tests"]), 40)
+        self.assertTrue(all(t["status"] == "passed" for t in r["tests"]))
+        self.assertTrue(all("at lectures/homework_08.c:" in t["output"] for t in r["tests"]))
+
+    def test_autograder_refuses_changed_checks(self):
+        r = self.autograder(self.solution_exercises(),
+                            lambda text: text.replace("#define SUM_ATOL 1e-5", "#define SUM_ATOL 1e9"))
+        self.assertEqual((r["score"], r["tests"]), (0, []))
+        self.assertIn("Only the exercise functions may change", r["output"])
+        self.assertIn("#define SUM_ATOL 1e9", r["output"])
+
+    def test_autograder_refuses_a_define_in_the_exercises(self):
+        r = self.autograder("#define check_close(...) 1\n" + self.solution_exercises())
+        self.assertEqual((r["score"], r["tests"]), (0, []))
+        self.assertIn("may not hold preprocessor lines", r["output"])
+        self.assertIn("#define check_close", r["output"])
+
+    def test_autograder_submission_that_does_not_compile(self):
+        r = self.autograder("void ring_all_reduce(tensor *t) { t->nonsense = 1; }\n")
+        self.assertEqual((r["score"], r["tests"]), (0, []))
+        self.assertIn("does not compile", r["output"])
+        self.assertIn("nonsense", r["output"])
 
 
 if __name__ == "__main__":
