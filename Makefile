@@ -3,6 +3,8 @@
 #   make run [LECTURE=name] [ARGS="--opt --n=8"]
 #                             set up, build, run lectures/<name>.c with ARGS, say how to view it
 #                             (LECTURE=all: every lecture but the homework)
+#   make grade LECTURE=name [ARGS=...]
+#                             run it as a course's autograder does (--grade) and print the score table
 #   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
 #   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
 #   make view                 serve the repo on localhost and print the viewer's URL
@@ -157,7 +159,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
+.PHONY: all run grade submission test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
 ifeq ($(CMOCKA),1)
   C_TEST_BINS := $(TEST_BINS)
 else
@@ -206,7 +208,9 @@ $(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/
 	$(call say,CC,$<)
 	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o,$^) $(LECTURE_LIB) $(LIB) $(LIBS)
 
-$(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB)
+# (a fixture may include a homework, as the homework's solution and its
+# wrong methods do, and the fixtures' own headers)
+$(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB) $(wildcard tests/lectures/*.h) $(wildcard lectures/homework_*.c)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
@@ -256,6 +260,19 @@ else
 	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
 	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
 endif
+
+# A student's copy of a homework, built against this lectern from wherever
+# it is (scripts/run_autograder): make submission SRC=dir/homework_08.c OUT=dir/homework_08
+submission: $(LIB) $(LECTURE_LIB)
+	@test -n "$(SRC)" -a -n "$(OUT)" || { echo "make submission SRC=FILE.c OUT=BINARY" >&2; exit 2; }
+	$(call say,CC,$(SRC))
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) -I$(CURDIR)/lectures $(SRC) -o $(OUT) $(LECTURE_LIB) $(LIB) $(LIBS)
+
+# A homework graded as a course's autograder grades it (docs/homework.md).
+grade:
+	@bash scripts/setup.sh run
+	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
+	@bash scripts/grade.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
 
 test: setup
 	@$(MAKE) --no-print-directory all

@@ -3,9 +3,11 @@
  *
  * Four exercises on what lecture_08 teaches. Each function marked EXERCISE
  * is yours to write; the code after them runs your functions on 4 ranks and
- * checks them against lectern's own collectives with check_close(). At the
- * start every check fails; when all pass, the last line of the run says
- * "checks: 20 passed, 0 failed".
+ * checks them against lectern's own collectives with check_close(), and
+ * checks how the ranks communicated (which calls, how many bytes to whom,
+ * with dist_traffic_since()): the right numbers by another method do not
+ * pass. At the start every check fails; when all pass, the last line of the
+ * run says "checks: 40 passed, 0 failed".
  *
  *     make run LECTURE=homework_08                 exercises 1 to 3
  *     make run LECTURE=homework_08 ARGS=--deadlock exercise 4 as well
@@ -15,6 +17,7 @@
  * defines HOMEWORK_SOLUTION and its own versions of the four functions.)
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "lectern.h"
@@ -94,19 +97,84 @@ void exchange(tensor *mine, tensor *theirs);
  * moves that step by far less than 1e-6. A step not taken is off by 1e-3. */
 #define STEP_ATOL 1e-6
 #define LR 1e-3f
+/* That step is the same for g and for 4 g (a sum of 4 ranks' gradients
+ * where the average was asked for) but where |g| is near eps (1e-8): there
+ * g / (|g| + eps) is about 1/2 for the average and 4/5 for the sum, a step
+ * 3e-4 apart. Gradients of that size make the sum show. */
+#define TINY_GRAD 1e-8f
 
 typedef struct config {
     int n;          /* elements per rank, exercise 1 */
     int deadlock;   /* run exercise 4 */
 } config;
 
+/* ---- how the ranks communicated (dist_traffic_since) ---- */
+
+static int64_t collective_calls(const dist_traffic *d) {
+    int64_t n = 0;
+    for (int k = 0; k < DIST_CALL_KINDS; k++)
+        if (k != DIST_CALL_SEND && k != DIST_CALL_RECV && k != DIST_CALL_SENDRECV) n += d->calls[k];
+    return n;
+}
+
+static int64_t p2p_calls(const dist_traffic *d) {
+    return d->calls[DIST_CALL_SEND] + d->calls[DIST_CALL_RECV] + d->calls[DIST_CALL_SENDRECV];
+}
+
+/* "1 dist_all_reduce call, 6 dist_send calls" (or "no calls"), for a check's message. */
+static const char *calls_text(const dist_traffic *d, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int k = 0; k < DIST_CALL_KINDS; k++) {
+        if (!d->calls[k] || at >= size) continue;
+        at += (size_t)snprintf(buf + at, size - at, "%s%lld dist_%s call%s", at ? ", " : "", (long long)d->calls[k],
+                               dist_call_name((dist_call_kind)k), d->calls[k] == 1 ? "" : "s");
+    }
+    if (!buf[0]) snprintf(buf, size, "no calls");
+    return buf;
+}
+
+/* Exercise 1's method: sends and receives only, and a ring's traffic: one
+ * chunk (numel / world floats) to the next rank and one from the previous
+ * rank per step, 2 (world - 1) steps; nothing to or from anyone else. A ring
+ * that passes whole tensors sends world times too much. */
+static void check_ring_method(const dist_traffic *d, int rank, int world, int64_t numel) {
+    char calls[256];
+    calls_text(d, calls, sizeof calls);
+    int64_t coll = collective_calls(d);
+    if (coll > 0)
+        check(0, "exercise 1: ring_all_reduce made %s; the exercise allows only sends and receives", calls);
+    else if (p2p_calls(d) == 0)
+        check(0, "exercise 1: ring_all_reduce made no send or receive; the exercise builds the ring from them");
+    else
+        check(1, "exercise 1: ring_all_reduce used sends and receives only (%s)", calls);
+
+    int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+    int64_t want = 2 * (int64_t)(world - 1) * (numel / world) * (int64_t)sizeof(float);
+    int64_t to_others = 0, from_others = 0;
+    for (int q = 0; q < world; q++) {
+        if (q != next) to_others += d->sent_to[q];
+        if (q != prev) from_others += d->received_from[q];
+    }
+    check(d->sent_to[next] == want && d->received_from[prev] == want && to_others == 0 && from_others == 0,
+          "exercise 1: a ring sends 2(w-1) = %d chunks of %lld bytes to the next rank (%d) and receives as many "
+          "from the previous one (%d): %lld bytes each way; ring_all_reduce sent %lld bytes to rank %d and %lld to "
+          "others, received %lld from rank %d and %lld from others",
+          2 * (world - 1), (long long)(numel / world * (int64_t)sizeof(float)), next, prev, (long long)want,
+          (long long)d->sent_to[next], next, (long long)to_others, (long long)d->received_from[prev], prev,
+          (long long)from_others);
+}
+
 static void exercise_1(int rank, int world, int n) {
     manual_seed(100 + (uint64_t)rank);
     tensor *t = randn(n, 0, get_device(rank));
     tensor *expected = to_device(t, get_device(rank));
     dist_all_reduce(expected, DIST_SUM);
+    dist_traffic before = dist_traffic_now();
     ring_all_reduce(t);
+    dist_traffic d = dist_traffic_since(&before);
     check_close(t, expected, 0, SUM_ATOL, "exercise 1: ring all-reduce");
+    check_ring_method(&d, rank, world, t->numel);
     tensor_free(t);
     tensor_free(expected);
 }
@@ -130,7 +198,9 @@ static void exercise_2(int rank, int world) {
         total += grads[i]->numel;
     }
     tensor *bucket = zeros(total, 0, get_device(rank));
+    dist_traffic before = dist_traffic_now();
     ddp_sync(grads, N_PARAMS, bucket, ACCUM);
+    dist_traffic d = dist_traffic_since(&before);
     const char *names[N_PARAMS] = {"exercise 2: gradient 0 (3x4)", "exercise 2: gradient 1 (5)",
                                    "exercise 2: gradient 2 (2x6)"};
     for (int i = 0; i < N_PARAMS; i++) {
@@ -138,15 +208,30 @@ static void exercise_2(int rank, int world) {
         tensor_free(grads[i]);
         tensor_free(expected[i]);
     }
+    /* One all-reduce of the whole bucket: its nominal bytes, 2 (w-1)/w of
+     * what it reduced, say how many floats it carried. */
+    char calls[256];
+    int64_t reduced = world > 1 ? d.nominal_sent[DIST_CALL_ALL_REDUCE] * world / (2 * (world - 1)) /
+                                      (int64_t)sizeof(float)
+                                : 0;
+    int one = d.calls[DIST_CALL_ALL_REDUCE] == 1 && collective_calls(&d) == 1 && p2p_calls(&d) == 0;
+    char size[64] = "";
+    if (one && world > 1 && reduced != total) snprintf(size, sizeof size, " of %lld floats", (long long)reduced);
+    check(one && (world < 2 || reduced == total),
+          "exercise 2: expected 1 all-reduce per step, of the whole bucket (%lld floats); ddp_sync made %s%s",
+          (long long)total, calls_text(&d, calls, sizeof calls), size);
     tensor_free(bucket);
 }
-
-static void exercise_3(int rank, int world) {
+/* One ZeRO-1 step of zero1_step against the full optimizer on the averaged
+ * gradient; the rank's gradient is standard normal times grad_scale.
+ * Returns what this rank communicated inside zero1_step. */
+static dist_traffic zero1_against_full(int rank, int world, float grad_scale, const char *what) {
     int64_t numel = 8 * (int64_t)world;
     manual_seed(300);                               /* the same parameters on every rank */
     tensor *param = randn(numel, 0, get_device(rank));
     manual_seed(400 + (uint64_t)rank);              /* each rank its own gradient */
     tensor *grad = randn(numel, 0, get_device(rank));
+    scale(grad, grad_scale);
 
     /* The reference: the full optimizer on the averaged gradient. */
     tensor *ref = to_device(param, get_device(rank));
@@ -157,8 +242,10 @@ static void exercise_3(int rank, int world) {
 
     tensor *shard = tensor_view(param, rank * (numel / world), numel / world, 0);
     adamw *opt = adamw_new(shard, LR);
+    dist_traffic before = dist_traffic_now();
     zero1_step(param, grad, opt);
-    check_close(param, ref, 0, STEP_ATOL, "exercise 3: parameters after a ZeRO-1 step");
+    dist_traffic d = dist_traffic_since(&before);
+    check_close(param, ref, 0, STEP_ATOL, what);
 
     adamw_free(opt);
     adamw_free(full);
@@ -167,6 +254,22 @@ static void exercise_3(int rank, int world) {
     tensor_free(avg);
     tensor_free(param);
     tensor_free(grad);
+    return d;
+}
+
+static void exercise_3(int rank, int world) {
+    dist_traffic d = zero1_against_full(rank, world, 1.0f, "exercise 3: parameters after a ZeRO-1 step");
+    zero1_against_full(rank, world, TINY_GRAD,
+                       "exercise 3: parameters after a ZeRO-1 step with gradients near AdamW's eps (a sum "
+                       "where the average is asked for shows here)");
+    /* ZeRO-1's traffic is a reduce-scatter and an all-gather: an all-reduce
+     * of the whole gradient gives the same numbers and sends more. */
+    char calls[256];
+    check(d.calls[DIST_CALL_REDUCE_SCATTER] == 1 && d.calls[DIST_CALL_ALL_GATHER] == 1 &&
+              collective_calls(&d) == 2 && p2p_calls(&d) == 0,
+          "exercise 3: expected 1 dist_reduce_scatter and 1 dist_all_gather per step, nothing else; zero1_step "
+          "made %s",
+          calls_text(&d, calls, sizeof calls));
 }
 
 static void exercise_4(int rank, int world) {
@@ -203,6 +306,13 @@ static void body(void) {
         check(0, "--n=%d must be a positive multiple of %d", c.n, world);
         return;
     }
+    /* The weights of the grade an autograder reads (--grade FILE,
+     * docs/homework.md): 30 points for each of exercises 1 to 3, shared by
+     * their checks (per rank: 3, 4 and 3), 10 for the deadlock. */
+    grade_exercise("exercise 1:", 30, 3 * world);
+    grade_exercise("exercise 2:", 30, 4 * world);
+    grade_exercise("exercise 3:", 30, 3 * world);
+    if (c.deadlock) grade_exercise("exercise 4:", 10, world);
     note("## Exercises 1 to 3%s", c.deadlock ? ", and 4 (the deadlock)" : "");
     spawn(exercises, world, &c, sizeof c);
 }

@@ -1274,15 +1274,15 @@ static void ddp_main(int rank, int world_size, void *args) {
 
     char buf[512];
     for (int step = 0; step < c->steps; step++) {
-        int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+        int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
         forward(w, c->layers, x, acts, pre);
         float loss = mse_loss(acts[c->layers]);
         backward(w, c->layers, acts, pre, grads);
         for (int i = 0; i < c->layers; i++)
             dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */
         if (step == 0)
-            note_verbatim("Rank %d: DDP: bytes sent in one step = %lld in %lld calls", rank,
-                          (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+            note_verbatim("Rank %d: DDP: nominal bytes sent in one step = %lld in %lld calls", rank,
+                          (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
         if (step == 0) {
             double diff = 0, size = 0;
             for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, grads[i], i, &size));
@@ -1644,7 +1644,7 @@ static void zero3_main(int rank, int world_size, void *args) {
 
     char buf[512];
     for (int step = 0; step < c->steps; step++) {
-        int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+        int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
         /* Forward: gather each layer, use it, free it. */
         acts[0] = x;
         for (int i = 0; i < c->layers; i++) {
@@ -1680,8 +1680,8 @@ static void zero3_main(int rank, int world_size, void *args) {
         }
         for (int i = 0; i < c->layers; i++) adamw_step(opt[i], piece[i], grad_piece[i]);
         if (step == 0)
-            note_verbatim("Rank %d: ZeRO-3: bytes sent in one step = %lld in %lld calls", rank,
-                          (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+            note_verbatim("Rank %d: ZeRO-3: nominal bytes sent in one step = %lld in %lld calls", rank,
+                          (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
         note_verbatim("Rank %d: step = %d, loss = %.9g, pieces = %s", rank, step, loss,
                       summaries(piece, c->layers, buf, sizeof buf));
         if (rank == 0) progress("ZeRO-3: step %d", step);
@@ -1752,8 +1752,9 @@ static void tensor_parallelism(void) {
     note("One all-reduce forward and one backward per block of two layers (none backward "
          "for the first block, whose input is the data), against an all-gather per layer "
          "forward and an all-reduce per layer backward when every layer is cut by columns. "
-         "Both versions below count the bytes each rank sends with the runtime's "
-         "`dist_bytes_sent()`.");
+         "Both versions below count the bytes each rank sends as the runtime's nominal "
+         "figure (`dist_bytes_nominal()`): what a bandwidth-optimal algorithm sends for "
+         "each call, whichever algorithm Open MPI or NCCL picked.");
     args = baseline_args(0, &size);
     progress("Megatron tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.layers, 2, "the layers (in pairs)");
@@ -1801,7 +1802,7 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
         tensor_free(full);
     }
 
-    int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+    int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
 
     /* Forward. */
     acts[0] = data;
@@ -1845,8 +1846,8 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
                   (long long)first, (long long)last - 1, diff, size, gradient_tolerance(c) * size);
     agrees(rank, "column-parallel TP: the gradients", diff, gradient_tolerance(c) * size);
 
-    note_verbatim("Rank %d: column-only: bytes sent in one step = %lld in %lld calls", rank,
-                  (long long)(dist_bytes_sent() - bytes_before), (long long)(dist_calls() - calls_before));
+    note_verbatim("Rank %d: column-only: nominal bytes sent in one step = %lld in %lld calls", rank,
+                  (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
 
     free_saved(c->layers, acts, pre);
     for (int i = 0; i < c->layers; i++) {
@@ -1879,7 +1880,7 @@ static void megatron_main(int rank, int world_size, void *args) {
         }
         tensor_free(full);
     }
-    int64_t bytes_before = dist_bytes_sent(), calls_before = dist_calls();
+    int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
 
     /* Forward: one all-reduce per block. */
     acts[0] = data;
@@ -1910,7 +1911,7 @@ static void megatron_main(int rank, int world_size, void *args) {
         tensor_free(dy);
         dy = dx;
     }
-    int64_t bytes = dist_bytes_sent() - bytes_before, calls = dist_calls() - calls_before;
+    int64_t bytes = dist_bytes_nominal() - bytes_before, calls = dist_calls() - calls_before;
 
     double diff = 0, size = 0;
     for (int i = 0; i < c->layers; i++) {
@@ -1926,7 +1927,7 @@ static void megatron_main(int rank, int world_size, void *args) {
                   "%.3g, tolerance %.3g)", rank, (long long)first, (long long)last - 1, (long long)first,
                   (long long)last - 1, diff, size, gradient_tolerance(c) * size);
     agrees(rank, "Megatron TP: the gradients", diff, gradient_tolerance(c) * size);
-    note_verbatim("Rank %d: Megatron: bytes sent in one step = %lld in %lld calls", rank, (long long)bytes,
+    note_verbatim("Rank %d: Megatron: nominal bytes sent in one step = %lld in %lld calls", rank, (long long)bytes,
                   (long long)calls);
 
     free_saved(c->layers, acts, pre);

@@ -230,18 +230,17 @@ static void mistakes(void) {
 /* ------------------------------------------------------------------ */
 
 /* What this rank did in the current hand-built all-reduce: communication
- * calls made one after the other, and bytes it sent. A global, so it is
- * zero again at the start of every spawn. */
+ * calls made one after the other. A global, so it is zero again at the
+ * start of every spawn. (The bytes it sent are the runtime's measured count,
+ * dist_traffic_since() around the all-reduce: by_hand_main.) */
 typedef struct {
     int steps;
-    double bytes;
 } tally;
 static tally mine;
 
 static void counted_send(const tensor *t, int dst) {
     dist_send(t, dst);
     mine.steps++;
-    mine.bytes += 4.0 * (double)t->numel;
 }
 
 static void counted_recv(tensor *t, int src) {
@@ -252,7 +251,6 @@ static void counted_recv(tensor *t, int src) {
 static void counted_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
     dist_sendrecv(send, dst, recv, src);
     mine.steps++;
-    mine.bytes += 4.0 * (double)send->numel;
 }
 
 /* Everyone to everyone: in round k each rank sends its whole tensor k ranks
@@ -371,8 +369,8 @@ static tensor *whole_numbers(int rank, int64_t d) {
 
 /* Every rank's steps, bytes and difference from dist_all_reduce, gathered
  * to rank 0 (which prints them as a table). */
-static void report_tally(const char *name, tensor *x, tensor *expect, int rank, int n) {
-    float row[3] = {(float)mine.steps, (float)mine.bytes, (float)max_abs_diff(x, expect)};
+static void report_tally(const char *name, tensor *x, tensor *expect, int64_t bytes_sent, int rank, int n) {
+    float row[3] = {(float)mine.steps, (float)bytes_sent, (float)max_abs_diff(x, expect)};
     tensor *r = tensor_from(row, 3, 0, x->device);
     tensor *all = zeros(3 * n, 0, x->device);
     dist_all_gather(all, r);
@@ -382,7 +380,7 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int rank, 
         char table[4096];
         int len = snprintf(table, sizeof table,
                            "**%s**, D = %lld floats on %d ranks; result %s\n\n"
-                           "| rank | steps | bytes sent | max abs difference from dist_all_reduce |\n"
+                           "| rank | steps | bytes sent (measured) | max abs difference from dist_all_reduce |\n"
                            "|---|---|---|---|\n",
                            name, (long long)x->numel, n, summarize(x));
         for (int q = 0; q < n && len < (int)sizeof table; q++)
@@ -400,8 +398,10 @@ static void by_hand_main(int rank, int n, void *args) {
     tensor *expect = to_device(input, input->device);
     dist_all_reduce(expect, DIST_SUM);
     tensor *x = to_device(input, input->device);
+    dist_traffic before = dist_traffic_now();
     ALGORITHMS[a->which].fn(x, rank, n);
-    report_tally(ALGORITHMS[a->which].name, x, expect, rank, n);
+    dist_traffic d = dist_traffic_since(&before);
+    report_tally(ALGORITHMS[a->which].name, x, expect, dist_traffic_sent(&d), rank, n);
     tensor_free(x);
     tensor_free(expect);
     tensor_free(input);
@@ -473,8 +473,9 @@ static void all_reduce_by_hand(void) {
          "must equal the library's bit for bit; with arbitrary floats, a different order "
          "of additions would round differently and only a tolerance could compare them.");
     note("Each rank counts its own *steps* (communication calls it makes, one after the "
-         "other) and *bytes sent*. For D floats of 4 bytes on N ranks the notes' "
-         "arithmetic is:\n\n"
+         "other), and the runtime measures the *bytes* it sent (`dist_traffic_since()` "
+         "around the all-reduce: what each send handed the transport, to whom). For D "
+         "floats of 4 bytes on N ranks the notes' arithmetic is:\n\n"
          "| algorithm | steps | bytes sent per rank |\n|---|---|---|\n"
          "| everyone to everyone | N-1 | (N-1) x 4D |\n"
          "| reduce + broadcast at a root | 2(N-1) at the root | (N-1) x 4D at the root, 4D elsewhere |\n"

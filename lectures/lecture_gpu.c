@@ -862,11 +862,11 @@ static void ddp_vs_fsdp_main(int rank, int world, void *args) {
     held_bytes(c, &ddp, &dp[0], &dp[1], &dp[2]);
     held_bytes(c, &fsdp, &fp[0], &fp[1], &fp[2]);
 
-    int64_t b0 = dist_bytes_sent();
+    int64_t b0 = dist_bytes_nominal();
     ddp_step(c, ddp.w, ddp.g, ddp.opt, x);
-    int64_t b1 = dist_bytes_sent();
+    int64_t b1 = dist_bytes_nominal();
     fsdp_step(c, fsdp.w, fsdp.g, fsdp.opt, x, &peak);
-    int64_t b2 = dist_bytes_sent();
+    int64_t b2 = dist_bytes_nominal();
     compare_shards(c, rank, world, &ddp, &fsdp);
 
     double t_ddp = time_steps(a, &ddp, x, 0), t_fsdp = time_steps(a, &fsdp, x, 1);
@@ -880,7 +880,7 @@ static void ddp_vs_fsdp_main(int rank, int world, void *args) {
              dp[0] / mb, fp[0] / mb, dp[1] / mb, fp[1] / mb, dp[2] / mb, fp[2] / mb, (dp[0] + dp[1] + dp[2]) / mb,
              (fp[0] + fp[1] + fp[2]) / mb, peak / mb);
         note("| per rank, per step | DDP | FSDP |\n|---|---|---|\n"
-             "| bytes sent (dist_bytes_sent) | %lld | %lld |\n"
+             "| bytes sent, nominal (dist_bytes_nominal) | %lld | %lld |\n"
              "| step time, slowest rank, median of %d (ms) | %.2f | %.2f |\n"
              "| examples per second | %.0f | %.0f |",
              (long long)(b1 - b0), (long long)(b2 - b1), a->timed_steps, t_ddp * 1e3, t_fsdp * 1e3,
@@ -926,7 +926,8 @@ static void many_gpus_section(void) {
     note("Both, for real, on %d ranks: a model of %d layers of %d x %d float32 weights "
          "(lectures/lib/mlp.h), batch %d split over the ranks, AdamW. One step of each "
          "from the same start, the FSDP shards compared with the DDP model; the bytes "
-         "come from the tensors each rank holds, the traffic from `dist_bytes_sent()`.",
+         "come from the tensors each rank holds, the traffic from `dist_bytes_nominal()` (the nominal figure: what a "
+         "bandwidth-optimal algorithm sends for each call).",
          WORLD, a.cfg.layers, a.cfg.width, a.cfg.width, a.cfg.batch);
     spawn(ddp_vs_fsdp_main, WORLD, &a, sizeof a);
     note("What the tables say, with P = %d x %d x %d = %d parameters and N = %d ranks: "

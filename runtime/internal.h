@@ -194,6 +194,18 @@ void lx_check_tally(const cJSON *step);
 /* The totals so far. */
 void lx_check_counts(int *passed, int *failed);
 
+/* ---------------- grade.c (--grade FILE) ---------------- */
+
+/* --grade FILE: 0 when FILE can be written (it is then written at the end,
+ * and stderr's tail is kept for it), -1 when not (errno says why). */
+int lx_grade_open(const char *file);
+/* Called for every step that reaches the lecture's trace (from
+ * lx_check_tally): its checks and errors. Nothing without --grade. */
+void lx_grade_step(const cJSON *step);
+/* Writes the results file (Gradescope's results.json) from what the run did
+ * so far; nothing without --grade. Called by lx_trace_write and at exit. */
+void lx_grade_write(void);
+
 /* ---------------- tensor.c ---------------- */
 
 /* tensor_track.c. Every tensor header is made by lx_tensor_alloc (zeroed,

@@ -17,7 +17,7 @@
  *   3. tensors            (runtime/tensor.c, runtime/tensor_cuda.cu)
  *   4. collectives        (runtime/comm.c)
  *   5. timing helpers     (runtime/timing.c)
- *   6. checks             (runtime/verdict.c)
+ *   6. checks             (runtime/verdict.c, runtime/grade.c)
  *
  * Errors in lecture input (a missing image, a bad plot spec, a bad spawn
  * argument) become an error step naming the lecture file and line, and the
@@ -73,7 +73,8 @@ int note_system(const char *command);
 void plot(const char *vega_lite_json);
 
 /* The whole main of a lecture. The lecture's name is its source file's name
- * (lectures/lecture_00.c -> lecture_00). Options: --out DIR, --quick (reduced
+ * (lectures/lecture_00.c -> lecture_00). Options: --out DIR, --grade FILE
+ * (the checks as an autograder's score: grade_exercise()), --quick (reduced
  * sizes for tests; see lecture_quick()), --quiet, --help. Returns the exit
  * status: 0 ok, 1 the lecture failed (error steps, crash), 2 bad usage or
  * an unwritable --out. */
@@ -325,17 +326,88 @@ void dist_wait(dist_request *req);                                   /* frees re
  * ranks involved naming both lecture lines, and the spawn fails before any
  * result of that call is recorded (docs/authoring.md). */
 
-/* This rank's traffic since its spawn started: the bytes it sent and the
- * calls it made (collectives, sends, receives, barriers). Bytes are counted
- * as a bandwidth-optimal algorithm sends them, whatever the library picked,
- * so they can be checked by hand: for p ranks and b bytes, all-reduce
- * 2(p-1)/p b; reduce-scatter and all-gather (p-1)/p of the whole (input,
- * resp. output); broadcast and reduce b, from every rank but one (a chain);
- * scatter (p-1) pieces at the root; gather one piece from every other rank;
- * send and isend b; receives and barriers 0; an async collective what its
- * blocking twin sends; dist_sendrecv its send. Read it before and after a
- * step for the step's traffic. 0 outside a spawn. */
-int64_t dist_bytes_sent(void);
+/* What this rank communicated, measured where the bytes move, per kind of
+ * call and per peer (runtime/comm_stats.c). A homework checks *how* the
+ * ranks communicated with it, a lecture shows what a method costs:
+ *
+ *     dist_traffic before = dist_traffic_now();
+ *     ring_all_reduce(t);
+ *     dist_traffic d = dist_traffic_since(&before);
+ *     check(d.calls[DIST_CALL_ALL_REDUCE] == 0, "...");
+ *     check(d.sent_to[next] == t->numel * 4 / world, "...");
+ *
+ * calls: the calls this rank made of each kind. A non-blocking call counts
+ * with its blocking twin (dist_isend as DIST_CALL_SEND, dist_irecv as
+ * DIST_CALL_RECV, dist_all_reduce_async as DIST_CALL_ALL_REDUCE, ...);
+ * dist_wait is no call of its own.
+ *
+ * Point to point (send, recv, sendrecv and their non-blocking forms): the
+ * bytes lectern hands the transport, to and from each peer: exact.
+ *
+ * Collectives: the bytes Open MPI's own algorithm sent, read from Open MPI's
+ * MPI_T performance variables (the pml "monitoring" layer's per-peer count of
+ * bytes sent) around each call and put down to the call's kind. Open MPI counts
+ * what a rank sends, not what it receives: bytes_received of a collective
+ * kind stays 0 (what rank r received from q is what q's own traffic shows as
+ * sent_to[r]). A non-blocking collective's bytes are counted at its wait:
+ * everything sent between its start and the end of its wait that no other
+ * call of this rank accounts for (another transfer started in between by
+ * the library on its own, such as the few-byte agreement check of a call in
+ * between, counts with it). measured_collectives is 1 when these counters back the
+ * collectives' bytes; 0 where Open MPI's monitoring is not available (another
+ * MPI, OMPI_MCA_pml_monitoring_enable=0, or NCCL, whose traffic Open MPI does
+ * not see): the collectives' bytes are then 0, never a guess.
+ *
+ * nominal_sent: what a bandwidth-optimal algorithm sends for the same calls,
+ * the textbook figure (the convention of nccl-tests' busbw), to compare with
+ * the measured one: for p ranks and b bytes, all-reduce 2(p-1)/p b;
+ * reduce-scatter and all-gather (p-1)/p of the whole (input, resp. output);
+ * broadcast and reduce b, from every rank but one (a chain); scatter (p-1)
+ * pieces at the root; gather one piece from every other rank; send b;
+ * receives and barriers 0; sendrecv its send.
+ *
+ * dist_traffic_now(): the totals since this rank's spawn started (all zero
+ * outside a spawn). dist_traffic_since(&start): now minus `start`, the
+ * traffic between the two points. */
+typedef enum {
+    DIST_CALL_BARRIER,
+    DIST_CALL_ALL_REDUCE,
+    DIST_CALL_REDUCE,
+    DIST_CALL_BROADCAST,
+    DIST_CALL_REDUCE_SCATTER,
+    DIST_CALL_ALL_GATHER,
+    DIST_CALL_SCATTER,
+    DIST_CALL_GATHER,
+    DIST_CALL_SEND,
+    DIST_CALL_RECV,
+    DIST_CALL_SENDRECV,
+    DIST_CALL_KINDS
+} dist_call_kind;
+
+typedef struct dist_traffic {
+    int64_t calls[DIST_CALL_KINDS];
+    int64_t bytes_sent[DIST_CALL_KINDS];        /* measured (collectives: see measured_collectives) */
+    int64_t bytes_received[DIST_CALL_KINDS];    /* measured; point to point only */
+    int64_t sent_to[LECTERN_MAX_WORLD];         /* measured, every kind, per peer */
+    int64_t received_from[LECTERN_MAX_WORLD];   /* measured, point to point, per peer */
+    int64_t nominal_sent[DIST_CALL_KINDS];      /* the formula's figure, per kind */
+    int measured_collectives;                   /* 1: Open MPI's counters back the collectives' bytes */
+} dist_traffic;
+
+dist_traffic dist_traffic_now(void);
+dist_traffic dist_traffic_since(const dist_traffic *start);
+/* "all_reduce", "send", ...: the kind's name as dist_<name> spells it. */
+const char *dist_call_name(dist_call_kind kind);
+/* Sums over the kinds: every byte this rank sent (measured), the nominal
+ * figure, every call. */
+int64_t dist_traffic_sent(const dist_traffic *t);
+int64_t dist_traffic_nominal(const dist_traffic *t);
+int64_t dist_traffic_calls(const dist_traffic *t);
+
+/* Since this rank's spawn started: the nominal bytes (the formula's figure
+ * above, summed over every call: dist_traffic_now().nominal_sent added up)
+ * and the number of calls. 0 outside a spawn. */
+int64_t dist_bytes_nominal(void);
 int64_t dist_calls(void);
 
 /* ------------------------------------------------------------------ */
@@ -444,6 +516,29 @@ int check(int condition, const char *fmt, ...) LECTERN_PRINTF(2, 3);
  * cannot go on with (an option's value, a size that does not divide); a
  * NULL fmt is an error step too. Does not return. */
 void lecture_fail(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((noreturn));
+
+/* A grade for a course's autograder. `--grade FILE` (every lecture takes
+ * it) writes FILE in Gradescope's results.json format: one test per check
+ * (its text and rank as the name; PASS or FAIL with the numbers that
+ * decided it and the lecture line as its output), the total score, and the
+ * run's console tail. The file is written however the run ends (a failed
+ * check, an error, a crash, a deadlock stopped after LECTERN_TIMEOUT, a
+ * SIGTERM from the autograder's own time limit); a FILE that cannot be
+ * written is bad usage (exit 2) before the lecture runs. docs/homework.md
+ * has the autograder's script.
+ *
+ * Every check weighs 1 point unless the lecture groups checks into
+ * exercises, in the lecture (not in a rank), before the checks run:
+ *
+ *     grade_exercise("exercise 1:", 30, 3 * world);   // 3 checks per rank
+ *
+ * The checks whose text starts with `prefix` share `points` equally, over
+ * `checks` checks: how many a complete run makes, so that a run that stops
+ * early lists those it did not reach as one test worth 0, with the reason.
+ * A prefix declared twice, a NULL or empty prefix, negative or non-finite
+ * points or checks < 1 are error steps. Without --grade it only records
+ * the weights. */
+void grade_exercise(const char *prefix, double points, int checks);
 
 #ifdef __cplusplus
 }

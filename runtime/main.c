@@ -66,7 +66,7 @@ static int is_benchmark(void) {
 
 static void usage(FILE *f, const char *prog, const char *name) {
     fprintf(f,
-            "usage: %s [--out DIR] [--quick] [--quiet] [--help] [lecture options]\n"
+            "usage: %s [--out DIR] [--grade FILE] [--quick] [--quiet] [--help] [lecture options]\n"
             "\n"
             "Runs the lecture %s and writes its trace: DIR/%s.json and DIR/%s.js\n"
             "(the twin the viewer loads from file://). A run that fails writes\n"
@@ -74,6 +74,8 @@ static void usage(FILE *f, const char *prog, const char *name) {
             "\n"
             "  --out DIR   where to write the trace (default: $LECTERN_OUT, else\n"
             "              %s/%s)\n"
+            "  --grade FILE  also write the checks as a course autograder's score:\n"
+            "              Gradescope's results.json format (docs/homework.md)\n"
             "  --quick     reduced sizes, for tests\n"
             "  --quiet     no progress lines on stderr\n"
             "  --help      this text\n"
@@ -153,7 +155,7 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     lx_spawn_child_entry(argc, argv);   /* a spawned rank never comes back */
 
     char *name = name_of(body, argv[0]);
-    const char *out = NULL;
+    const char *out = NULL, *grade = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout, argv[0], name);
@@ -165,6 +167,10 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
             out = argv[++i];
         } else if (strncmp(argv[i], "--out=", 6) == 0) {
             out = argv[i] + 6;
+        } else if (strcmp(argv[i], "--grade") == 0 && i + 1 < argc) {
+            grade = argv[++i];
+        } else if (strncmp(argv[i], "--grade=", 8) == 0 && argv[i][8]) {
+            grade = argv[i] + 8;
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
         } else if (strcmp(argv[i], "--quiet") == 0) {
@@ -197,6 +203,16 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
         return 2;
     }
 
+    /* The grade file too, before the lecture runs: an autograder's run that
+     * cannot write it should say so at once. */
+    if (grade && lx_grade_open(grade) != 0) {
+        fprintf(stderr, "%s: cannot write the grade to '%s': %s\n", argv[0], grade, strerror(errno));
+        free(dir);
+        free(name);
+        lx_options_free();
+        return 2;
+    }
+
     lx_trace_init(name, dir);
     add_meta(argc, argv);
     lx_stack_set_root((const void *)body);
@@ -221,6 +237,7 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     lx_check_counts(&checks_passed, &checks_failed);
     if (checks_passed + checks_failed > 0)
         fprintf(stderr, "checks: %d passed, %d failed\n", checks_passed, checks_failed);
+    lx_grade_write();   /* again, with the console's last line in its tail */
     lx_trace_free();
     lx_options_free();
     free(dir);

@@ -288,7 +288,11 @@ static char *find_launcher(void) {
  * loaded 2-core machine (docs/design.md); containers often run as root,
  * which Open MPI refuses by default; shared-memory transfers through the
  * kernel (CMA) are refused in most containers and Open MPI then warns on
- * every run. */
+ * every run. Open MPI's monitoring pml counts the bytes each rank sends to
+ * each peer, collectives' own messages included, for dist_traffic_now()
+ * (runtime/comm_pvars.c); OMPI_MCA_pml_monitoring_enable=0 turns it off
+ * (the collectives' bytes are then not measured; docs/benchmarks.md
+ * measures what it costs). */
 static char **launch_environment(const char *token) {
     static const char *const defaults[][2] = {
         {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
@@ -296,10 +300,11 @@ static char **launch_environment(const char *token) {
         {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
         {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
         {"OMPI_MCA_btl_vader_single_copy_mechanism", "none"},
+        {"OMPI_MCA_pml_monitoring_enable", "1"},
     };
     size_t n = 0;
     while (environ[n]) n++;
-    char **env = calloc(n + 8, sizeof *env);
+    char **env = calloc(n + 9, sizeof *env);
     if (!env) lx_fatal("out of memory");
     size_t k = 0;
     for (size_t i = 0; i < n; i++)

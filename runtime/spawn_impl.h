@@ -330,9 +330,15 @@ const lx_comm_ops *lx_comm_mpi_start(int rank, int world_size, MPI_Comm comm);
  * MPI_Op of a dist_op (AVG sums), and AVG's division on host memory. */
 MPI_Op lx_mpi_op(dist_op op);
 void lx_mpi_average(float *x, size_t count, dist_op op, int world_size);
-/* comm_stats.c: a table in front of `ops` that counts the bytes this rank
- * sends (dist_bytes_sent) and passes every call on; resets the counters. */
+/* comm_stats.c: a table in front of `ops` that counts this rank's calls and
+ * bytes (dist_traffic_now) and passes every call on; resets the counters. */
 const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int world_size);
+/* comm_pvars.c: Open MPI's per-peer count of bytes sent (MPI_T). open: 1
+ * when available (tried once per process; why_not says why not); read:
+ * bytes sent so far to world ranks 0 .. n - 1, 1 when read. */
+int lx_pvars_open(void);
+int lx_pvars_read(uint64_t *sent, int n);
+const char *lx_pvars_why_not(void);
 /* comm_staged.c (the copy interface, lx_stage_copier, is in comm_staged.h). */
 
 /* cuda_aware: the parent chose device pointers straight to Open MPI (the

@@ -25,6 +25,7 @@
 static int passed_count, failed_count;   /* the lecture process's totals */
 
 void lx_check_tally(const cJSON *step) {
+    lx_grade_step(step);
     const cJSON *r;
     cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));

@@ -1,6 +1,7 @@
 /*
- * test_comm_stats.c: dist_bytes_sent() and dist_calls() count what
- * lectern.h says they count, for every operation, on 1 to 4 ranks.
+ * test_comm_stats.c: dist_traffic_now() / dist_traffic_since(),
+ * dist_bytes_nominal() and dist_calls() count what lectern.h says they
+ * count, for every operation, on 1 to 4 ranks.
  *
  * Each rank makes one call of each operation on a tensor of N floats and
  * records, per call, how much the two counters moved; it writes the list to
@@ -10,6 +11,14 @@
  * from every rank but one, and so on. N is a multiple of 12, so every
  * formula gives a whole number of bytes for p = 1..4 and the comparison is
  * exact.
+ *
+ * The measured bytes: point to point exactly what was sent, to and from
+ * the right peer; a collective's against what any algorithm must move at
+ * least (each element of a rank's all-reduce input affects every other
+ * rank's result, so at least one float per element leaves the rank: b; a
+ * reduce-scatter's p-1 chunks for others: (p-1)/p b; ...) and at most
+ * 2(p-1) b, and under its own kind only. Missing counts (0) fail the lower
+ * bounds; counts put down to the wrong kind or counted twice fail the rest.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,19 +49,24 @@ static stats_args args;
 
 static int64_t last_bytes, last_calls;
 static int64_t got_bytes[OPS_N], got_calls[OPS_N];
+static dist_traffic last_traffic, got_traffic[OPS_N];
 
 static void mark(int k) {
-    got_bytes[k] = dist_bytes_sent() - last_bytes;
+    got_bytes[k] = dist_bytes_nominal() - last_bytes;
     got_calls[k] = dist_calls() - last_calls;
-    last_bytes = dist_bytes_sent();
+    last_bytes = dist_bytes_nominal();
     last_calls = dist_calls();
+    got_traffic[k] = dist_traffic_since(&last_traffic);
+    last_traffic = dist_traffic_now();
 }
 
 static void exercise(int rank, int world, void *p) {
     const stats_args *a = p;
     int dev = get_device(rank);
-    last_bytes = dist_bytes_sent();
+    last_bytes = dist_bytes_nominal();
     last_calls = dist_calls();
+    last_traffic = dist_traffic_now();
+    dist_traffic start_traffic = last_traffic;
     int64_t start_bytes = last_bytes, start_calls = last_calls;
     tensor *t = zeros(N, 0, dev), *whole = zeros(N, 0, dev), *piece = zeros(N / world, 0, dev);
     dist_barrier();                              mark(0);
@@ -83,8 +97,9 @@ static void exercise(int rank, int world, void *p) {
         tensor_free(got);
     }
     mark(14);
-    got_bytes[OPS_N - 1] = dist_bytes_sent() - start_bytes;
+    got_bytes[OPS_N - 1] = dist_bytes_nominal() - start_bytes;
     got_calls[OPS_N - 1] = dist_calls() - start_calls;
+    got_traffic[OPS_N - 1] = dist_traffic_since(&start_traffic);
     tensor_free(t);
     tensor_free(whole);
     tensor_free(piece);
@@ -92,7 +107,8 @@ static void exercise(int rank, int world, void *p) {
     char path[300];
     snprintf(path, sizeof path, "%s/w%d_r%d.bin", a->dir, world, rank);
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(got_bytes, sizeof got_bytes, 1, f) != 1 || fwrite(got_calls, sizeof got_calls, 1, f) != 1) {
+    if (!f || fwrite(got_bytes, sizeof got_bytes, 1, f) != 1 || fwrite(got_calls, sizeof got_calls, 1, f) != 1 ||
+        fwrite(got_traffic, sizeof got_traffic, 1, f) != 1) {
         perror(path);
         exit(1);
     }
@@ -154,17 +170,124 @@ static void test_counts(void **state) {
     }
 }
 
+static int64_t got_nominal(int p, int r, int k) {
+    int64_t bytes[OPS_N], calls[OPS_N];
+    expected(r, p, bytes, calls);
+    return bytes[k];
+}
+
+/* The kind each operation counts under (-1: the send/receive pair, whose
+ * kind depends on the rank). */
+static const int KIND[OPS_N - 1] = {DIST_CALL_BARRIER, DIST_CALL_ALL_REDUCE, DIST_CALL_REDUCE, DIST_CALL_BROADCAST,
+                                    DIST_CALL_REDUCE_SCATTER, DIST_CALL_ALL_GATHER, DIST_CALL_SCATTER,
+                                    DIST_CALL_GATHER, -1, -1, DIST_CALL_ALL_REDUCE, DIST_CALL_BROADCAST,
+                                    DIST_CALL_REDUCE_SCATTER, DIST_CALL_ALL_GATHER, DIST_CALL_SENDRECV};
+
+static void read_traffic(int p, int r, dist_traffic *t) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/w%d_r%d.bin", args.dir, p, r);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    int64_t skip[2 * OPS_N];
+    assert_int_equal(fread(skip, sizeof skip, 1, f), 1);
+    assert_int_equal(fread(t, sizeof(dist_traffic) * OPS_N, 1, f), 1);
+    fclose(f);
+}
+
+/* At least what any algorithm must send from rank r of p (b bytes). */
+static int64_t least(int kind, int r, int p, int64_t b) {
+    if (p < 2) return 0;
+    switch (kind) {
+    case DIST_CALL_ALL_REDUCE: return b;                 /* every element leaves, summed or not */
+    case DIST_CALL_REDUCE: return r == p - 1 ? 0 : b;    /* to the last rank: every other rank's elements */
+    case DIST_CALL_BROADCAST: return r == 0 ? b : 0;     /* the root's data must leave it */
+    case DIST_CALL_REDUCE_SCATTER: return b / p * (p - 1);   /* the chunks of the others */
+    case DIST_CALL_ALL_GATHER: return b / p;             /* its piece */
+    case DIST_CALL_SCATTER: return r == 0 ? b / p * (p - 1) : 0;
+    case DIST_CALL_GATHER: return r == 0 ? 0 : b / p;
+    default: return 0;
+    }
+}
+
+static void test_measured(void **state) {
+    (void)state;
+    const int64_t b = N * 4;
+    for (int p = 1; p <= 4; p++) {
+        int64_t to_me_from[LECTERN_MAX_WORLD][LECTERN_MAX_WORLD] = {{0}};   /* [op 14's receiver][sender] */
+        for (int r = 0; r < p; r++) {
+            dist_traffic t[OPS_N];
+            read_traffic(p, r, t);
+            for (int k = 0; k < OPS_N - 1; k++) {
+                const dist_traffic *d = &t[k];
+                char what[120];
+                snprintf(what, sizeof what, "world %d rank %d %s", p, r, NAMES[k]);
+                if (p > 1 && !d->measured_collectives)
+                    fail_msg("%s: the collectives' bytes are not measured (Open MPI's pml monitoring)", what);
+                int kind = KIND[k];
+                if (kind < 0) kind = r == 0 ? DIST_CALL_SEND : DIST_CALL_RECV;
+                int active = kind == DIST_CALL_SEND || kind == DIST_CALL_RECV ? p > 1 && r < 2 : !(kind == DIST_CALL_SENDRECV && p < 2);
+                /* one call, of its kind, and nothing under any other kind */
+                for (int j = 0; j < DIST_CALL_KINDS; j++) {
+                    if (d->calls[j] != (j == kind ? active : 0))
+                        fail_msg("%s: %lld calls of %s", what, (long long)d->calls[j], dist_call_name(j));
+                    if (j != kind && (d->bytes_sent[j] || d->bytes_received[j]))
+                        fail_msg("%s: bytes counted under %s", what, dist_call_name(j));
+                }
+                int64_t sum_to = 0, sum_from = 0;
+                for (int q = 0; q < LECTERN_MAX_WORLD; q++) {
+                    sum_to += d->sent_to[q];
+                    sum_from += d->received_from[q];
+                    if (q >= p && (d->sent_to[q] || d->received_from[q])) fail_msg("%s: traffic with rank %d", what, q);
+                }
+                if (d->sent_to[r] || d->received_from[r]) fail_msg("%s: traffic with itself", what);
+                if (sum_to != d->bytes_sent[kind] || sum_from != d->bytes_received[kind])
+                    fail_msg("%s: the peers' bytes (%lld, %lld) do not add up to the kind's (%lld, %lld)", what,
+                             (long long)sum_to, (long long)sum_from, (long long)d->bytes_sent[kind],
+                             (long long)d->bytes_received[kind]);
+                if (kind == DIST_CALL_SEND || kind == DIST_CALL_RECV) {   /* rank 0 to rank 1, exact */
+                    int64_t want_sent = active && r == 0 ? b : 0, want_recv = active && r == 1 ? b : 0;
+                    if (d->bytes_sent[kind] != want_sent || (want_sent && d->sent_to[1] != b) ||
+                        d->bytes_received[kind] != want_recv || (want_recv && d->received_from[0] != b))
+                        fail_msg("%s: sent %lld, received %lld; expected %lld to rank 1, %lld from rank 0", what,
+                                 (long long)d->bytes_sent[kind], (long long)d->bytes_received[kind],
+                                 (long long)want_sent, (long long)want_recv);
+                } else if (kind == DIST_CALL_SENDRECV) {   /* the ring: to the next, from the one before */
+                    if (p > 1 && (d->sent_to[(r + 1) % p] != b || d->received_from[(r + p - 1) % p] != b))
+                        fail_msg("%s: %lld to the next rank, %lld from the one before; expected %lld each", what,
+                                 (long long)d->sent_to[(r + 1) % p], (long long)d->received_from[(r + p - 1) % p],
+                                 (long long)b);
+                    for (int q = 0; q < p; q++) to_me_from[q][r] += d->sent_to[q];
+                } else {
+                    int64_t lo = least(kind, r, p, b), hi = p > 1 ? 2 * (p - 1) * b : 0;
+                    if (d->bytes_sent[kind] < lo || d->bytes_sent[kind] > hi)
+                        fail_msg("%s: %lld bytes sent, expected between %lld and %lld", what,
+                                 (long long)d->bytes_sent[kind], (long long)lo, (long long)hi);
+                    if (d->bytes_received[kind]) fail_msg("%s: received bytes of a collective", what);
+                }
+                /* the nominal figure, per kind, is the formula's (checked in test_counts) */
+                if (d->nominal_sent[kind] != got_nominal(p, r, k)) fail_msg("%s: nominal %lld", what, (long long)d->nominal_sent[kind]);
+            }
+        }
+        (void)to_me_from;
+    }
+}
+
 static void test_outside_spawn(void **state) {
     (void)state;
-    assert_int_equal(dist_bytes_sent(), 0);
+    assert_int_equal(dist_bytes_nominal(), 0);
     assert_int_equal(dist_calls(), 0);
+    dist_traffic t = dist_traffic_now();
+    assert_int_equal(dist_traffic_calls(&t), 0);
+    assert_int_equal(dist_traffic_sent(&t), 0);
+    assert_int_equal(t.measured_collectives, 0);
 }
 
 static int failures;
 
 static void body(void) {
     for (int p = 1; p <= 4; p++) spawn(exercise, p, &args, sizeof args);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_counts), cmocka_unit_test(test_outside_spawn)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_counts), cmocka_unit_test(test_measured),
+                                       cmocka_unit_test(test_outside_spawn)};
     failures += cmocka_run_group_tests_name("comm stats", tests, NULL, NULL);
 }
 

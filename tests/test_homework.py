@@ -1,7 +1,10 @@
 """lectures/homework_08.c: the starter fails exactly the checks it should
 (every exercise's, on every rank, and nothing else), the instructor's
-solution (tests/lectures/homework_08_solution.c) passes them all, and the
-deadlock exercise is stopped with each rank's line in exchange().
+solution (tests/lectures/homework_08_solution.c) passes them all, the
+deadlock exercise is stopped with each rank's line in exchange(), and each
+wrong method (tests/lectures/homework_08_wrong_*.c: right numbers by a way
+the exercise does not ask for) fails exactly its method's check on every
+rank, with a message that says what was expected and what was seen.
 
     /usr/bin/python3 tests/test_homework.py        (LECTERN_BUILD picks the build)
 """
@@ -19,8 +22,15 @@ BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
 STARTER = os.path.join(BUILD, "lectures", "homework_08")
 SOLUTION = os.path.join(BUILD, "tests", "lectures", "homework_08_solution")
 WORLD = 4
-EXERCISES = ["exercise 1: ring all-reduce", "exercise 2: gradient 0 (3x4)", "exercise 2: gradient 1 (5)",
-             "exercise 2: gradient 2 (2x6)", "exercise 3: parameters after a ZeRO-1 step"]
+RING_VALUES = "exercise 1: ring all-reduce"
+RING_CALLS = "exercise 1: ring_all_reduce used sends and receives only"   # (a prefix: the passing text)
+RING_BYTES = "exercise 1: a ring sends 2(w-1) = 6 chunks"
+BUCKET_CALLS = "exercise 2: expected 1 all-reduce per step"
+ZERO1_VALUES = "exercise 3: parameters after a ZeRO-1 step"
+ZERO1_TINY = "exercise 3: parameters after a ZeRO-1 step with gradients near AdamW's eps"
+ZERO1_CALLS = "exercise 3: expected 1 dist_reduce_scatter and 1 dist_all_gather"
+EXERCISES = [RING_VALUES, RING_CALLS, RING_BYTES, "exercise 2: gradient 0 (3x4)", "exercise 2: gradient 1 (5)",
+             "exercise 2: gradient 2 (2x6)", BUCKET_CALLS, ZERO1_VALUES, ZERO1_TINY, ZERO1_CALLS]
 DEADLOCK = "exercise 4: the peer's tensor arrived"
 
 
@@ -31,9 +41,25 @@ def run(binary, out, *args, env=None):
                           timeout=300)
 
 
+def name(what):
+    """The check's name: its text up to the first ':' after 'exercise N:' and
+    the detail that varies (the method checks' texts say what was seen)."""
+    for known in sorted(EXERCISES + [DEADLOCK], key=len, reverse=True):
+        if what.startswith(known):
+            return known
+    if what.startswith("exercise 1: ring_all_reduce"):   # the method check's failing texts
+        return RING_CALLS
+    return what
+
+
 def checks(trace):
-    return sorted((s["rank"], r["what"], r["passed"]) for s in trace["steps"] for r in s["renderings"]
+    return sorted((s["rank"], name(r["what"]), r["passed"]) for s in trace["steps"] for r in s["renderings"]
                   if r["type"] == "check")
+
+
+def check_texts(trace, named):
+    return [r["what"] for s in trace["steps"] for r in s["renderings"]
+            if r["type"] == "check" and name(r["what"]) == named]
 
 
 class Homework(unittest.TestCase):
@@ -66,7 +92,50 @@ class Homework(unittest.TestCase):
     def test_solution_with_another_size(self):
         p = run(SOLUTION, self.out, "--n=4096")
         self.assertEqual(p.returncode, 0, tracecheck.why(p))
-        self.assertEqual(p.stderr.rstrip("\n").split("\n")[-1], "checks: 20 passed, 0 failed")
+        self.assertEqual(p.stderr.rstrip("\n").split("\n")[-1],
+                         "checks: %d passed, 0 failed" % (WORLD * len(EXERCISES)))
+
+    def wrong(self, fixture, says):
+        """A wrong method fails exactly the checks named by `says` on every
+        rank, each failed text holding every string listed for it; nothing
+        else fails and nothing goes wrong."""
+        failing = list(says)
+        binary = os.path.join(BUILD, "tests", "lectures", "homework_08_wrong_" + fixture)
+        p = run(binary, self.out)
+        self.assertEqual(p.returncode, 1, tracecheck.why(p))
+        t = tracecheck.validate(os.path.join(self.out, "homework_08.failed.json"))
+        want = sorted((r, w, w not in failing) for r in range(WORLD) for w in EXERCISES)
+        self.assertEqual(checks(t), want)
+        for w in failing:
+            texts = check_texts(t, w)
+            self.assertEqual(len(texts), WORLD)
+            for text in texts:
+                for part in says[w]:
+                    self.assertIn(part, text)
+        self.assertFalse([r for s in t["steps"] for r in s["renderings"] if r["type"] in ("error", "warning")])
+
+    def test_ring_that_calls_all_reduce_fails_its_method(self):
+        # Right sums, from the library's collective: named, and the bytes
+        # per peer are no ring's either.
+        self.wrong("ring_collective", {
+            RING_CALLS: ["ring_all_reduce made 1 dist_all_reduce call; the exercise allows only sends and receives"],
+            RING_BYTES: ["6000 bytes each way"]})
+
+    def test_ring_that_sends_whole_tensors_fails_its_bytes(self):
+        # (w - 1) whole tensors of n/w * w floats: 3 x 1000 floats = 12000
+        # bytes to the next rank where a ring sends 6 chunks of 250 floats.
+        self.wrong("ring_whole", {RING_BYTES: ["6000 bytes each way", "sent 12000 bytes to rank", "received 12000"]})
+
+    def test_one_all_reduce_per_gradient_fails_its_method(self):
+        self.wrong("bucket_per_grad", {BUCKET_CALLS: ["(29 floats)", "ddp_sync made 3 dist_all_reduce calls"]})
+
+    def test_zero1_with_a_sum_fails_near_eps(self):
+        # The ordinary gradients pass (AdamW's step is scale-invariant there);
+        # the ones near eps do not.
+        self.wrong("zero1_sum", {ZERO1_TINY: []})
+
+    def test_zero1_with_an_all_reduce_fails_its_method(self):
+        self.wrong("zero1_all_reduce", {ZERO1_CALLS: ["zero1_step made 1 dist_all_reduce call, 1 dist_all_gather call"]})
 
     def test_starter_deadlock_is_found_in_exchange(self):
         # 5 s without progress is plenty for the exchange to have happened.

@@ -375,9 +375,9 @@ class Numbers:
         # reduce-scatters every gradient ((p-1)/p W each).
         c = self.config()
         W, L = 4 * c["width"] ** 2, c["layers"]
-        ddp = self.spawn_texts(self.by_spawn("ddp_main")[2], r"^Rank (\d): DDP: bytes sent in one step = (\d+) "
+        ddp = self.spawn_texts(self.by_spawn("ddp_main")[2], r"^Rank (\d): DDP: nominal bytes sent in one step = (\d+) "
                                                              r"in (\d+) calls$")
-        zero3 = self.spawn_texts(self.by_spawn("zero3_main")[0], r"^Rank (\d): ZeRO-3: bytes sent in one step = "
+        zero3 = self.spawn_texts(self.by_spawn("zero3_main")[0], r"^Rank (\d): ZeRO-3: nominal bytes sent in one step = "
                                                                  r"(\d+) in (\d+) calls$")
         self.assertEqual(sorted(r for r, _ in ddp), [0, 1, 2, 3])
         self.assertEqual(sorted(r for r, _ in zero3), [0, 1, 2, 3])
@@ -389,7 +389,7 @@ class Numbers:
         self.assertAlmostEqual(ratio, (3 * L - 1) / (2 * L))
         self.assertTrue(1.3 <= ratio <= 1.5, ratio)   # about 1.5, as FSDP's 3 against DDP's 2
         # DDP on 1 rank sends nothing
-        one = self.spawn_texts(self.by_spawn("ddp_main")[0], r"^Rank 0: DDP: bytes sent in one step = (\d+)")
+        one = self.spawn_texts(self.by_spawn("ddp_main")[0], r"^Rank 0: DDP: nominal bytes sent in one step = (\d+)")
         self.assertEqual(int(one[0][1].group(1)), 0)
         note = [m for m in self.markdown() if m.startswith("The price is communication.")]
         self.assertEqual(len(note), 1)
@@ -452,7 +452,7 @@ class Numbers:
                 "Megatron": ((L - 1) * 3 * b // 2, L - 1)}
         for name, (nbytes, calls) in want.items():
             sid = spawns[0] if name == "Megatron" else self.by_spawn("tensor_parallel_main")[0]
-            rows = self.spawn_texts(sid, r"^Rank (\d): %s: bytes sent in one step = (\d+) in (\d+) calls$" % name)
+            rows = self.spawn_texts(sid, r"^Rank (\d): %s: nominal bytes sent in one step = (\d+) in (\d+) calls$" % name)
             self.assertEqual(sorted(int(m.group(1)) for _, m in rows), [0, 1, 2, 3], name)
             for _, m in rows:
                 self.assertEqual((int(m.group(2)), int(m.group(3))), (nbytes, calls), name)
