@@ -353,7 +353,10 @@ void dist_wait(dist_request *req);                                   /* frees re
  * everything sent between its start and the end of its wait that no other
  * call of this rank accounts for (another transfer started in between by
  * the library on its own, such as the few-byte agreement check of a call in
- * between, counts with it). measured_collectives is 1 when these counters back the
+ * between, counts with it). Its transfer moves during the compute (the
+ * rank's progress thread), so a collective made while it is in flight may
+ * take some of its bytes: the split between overlapping collectives is
+ * approximate, their total is not. measured_collectives is 1 when these counters back the
  * collectives' bytes; 0 where Open MPI's monitoring is not available (another
  * MPI, OMPI_MCA_pml_monitoring_enable=0, or NCCL, whose traffic Open MPI does
  * not see): the collectives' bytes are then 0, never a guess.
