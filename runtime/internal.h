@@ -212,13 +212,16 @@ void lx_grade_write(void);
  * registered as alive, the lecture stack of the making call kept) and given
  * up by lx_tensor_release (from tensor_free, after the data is freed: a
  * second release is a double free, named; the header is poisoned and kept
- * for a while). lx_tensor_check stops the lecture when `t` was freed.
+ * for a while). lx_tensor_may_free comes first, before the data goes: a
+ * double free, or a tensor a request still uses (whose memory a progress
+ * thread may be reading), is named there and nothing is freed. lx_tensor_check stops the lecture when `t` was freed.
  * lx_tensor_leaks makes a warning step per line whose tensors are still
  * alive at the end of `when` ("the lecture", "rank 2's function ranks()"),
  * frees them when `release`, and returns how many there were. */
 #define LX_POISON ((uintptr_t)0x3ead00000000ull)   /* freed tensors' data: below the 47-bit user space top, far from heap, stacks and libraries */
 #define LX_POISON_SPAN ((uintptr_t)1 << 36)        /* faults in [LX_POISON, + 64 GiB) are "use after free" */
 tensor *lx_tensor_alloc(void);
+void lx_tensor_may_free(tensor *t);
 void lx_tensor_release(tensor *t);
 void lx_tensor_check(const tensor *t, const char *op);
 /* A request still using a tensor: comm.c marks it at the call (library_writes:

@@ -267,6 +267,7 @@ void tensor_free(tensor *t)
 {
     if (!t)
         return;
+    lx_tensor_may_free(t);  /* a double free or a busy tensor is named before its memory goes */
     if (t->owns_data && t->data) {
         if (on_gpu(t))
             lx_cuda_free(t->device, t->data);

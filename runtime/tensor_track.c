@@ -155,7 +155,9 @@ static void destroy(rec *r) {
     free(r);
 }
 
-void lx_tensor_release(tensor *t) {
+/* Before any of t's memory goes: a second free, or a tensor a request still
+ * uses (a progress thread may be reading it at this moment), stop here. */
+void lx_tensor_may_free(tensor *t) {
     rec *r = (rec *)t;
     if (r->magic == MAGIC_FREED) {
         char *made = site(r->n_made ? &r->made[r->n_made - 1] : NULL, r->n_made > 0);
@@ -166,6 +168,11 @@ void lx_tensor_release(tensor *t) {
         lx_fatal("%s", msg);
     }
     lx_tensor_write(t, "tensor_free");
+}
+
+void lx_tensor_release(tensor *t) {
+    rec *r = (rec *)t;
+    lx_tensor_may_free(t);
     lx_frame frames[LX_MAX_FRAMES];
     int n = lx_stack_capture(frames, LX_MAX_FRAMES);
     pthread_mutex_lock(&lock);
