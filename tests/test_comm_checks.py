@@ -109,7 +109,11 @@ class CommChecks(Base):
         self.assertIn("rank 1: dist_irecv of %d floats from rank 0 at %s:%d" % (n, WHERE, recv), msgs[0])
         self.check_sender_step(t, "dist_isend of %d floats to rank 1" % (n + 1), send,
                                "dist_irecv of %d floats from rank 0" % n, recv)
-        self.assertFalse([x for x in self.texts(t) if "has a result" in x])
+        # The receiver records nothing of the mismatched transfer. The sender
+        # may have gone on: its isend completes once the rank's progress
+        # thread has handed the bytes over, before the receiver's check at
+        # its wait (as a small send the library buffers always did).
+        self.assertNotIn("rank 1 has a result", self.texts(t))
 
     def test_a_request_never_waited_for_is_an_error_at_its_line(self):
         t, err = self.run_case("forgotten")
