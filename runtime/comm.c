@@ -312,6 +312,9 @@ void dist_send(const tensor *t, int dst) {
     call_site site;
     enter(&site, "dist_send", dst);
     lx_agree_send_desc *d = lx_agree_send("dist_send", (int64_t)n, dst, site.frames, site.n);
+    /* Not before the receive is posted, whatever the transport buffers. */
+    lx_agree_needs(d, NULL);
+    lx_agree_send_posted(d);
     ops->send(t->data, n, dst);
     lx_agree_send_done(d);
     leave();
@@ -324,6 +327,7 @@ void dist_recv(tensor *t, int src) {
     call_site site;
     enter(&site, "dist_recv", src);
     lx_agree_recv_desc *d = lx_agree_recv_post(src);
+    lx_agree_needs(NULL, d);
     lx_agree_recv_check(d, "dist_recv", (int64_t)n, site.frames, site.n);
     ops->recv(t->data, n, src);
     leave();
@@ -340,6 +344,7 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
     enter(&site, "dist_sendrecv", src);
     lx_agree_send_desc *sd = lx_agree_send("dist_sendrecv", (int64_t)sn, dst, site.frames, site.n);
     lx_agree_recv_desc *rd = lx_agree_recv_post(src);
+    lx_agree_needs(sd, rd);
     lx_agree_recv_check(rd, "dist_sendrecv", (int64_t)rn, site.frames, site.n);
     ops->sendrecv(send->data, sn, dst, recv->data, rn, src);
     lx_agree_send_done(sd);
@@ -524,6 +529,9 @@ dist_request *dist_all_gather_async(tensor *output, const tensor *input) {
 /* Completes a request: the receive's check first (a mismatched size is
  * named before the backend could complain about it), then the transfer. */
 static void complete(dist_request *req) {
+    lx_agree_needs(req->send_check, req->recv_check);
+    /* An isend's wait, like a blocking send, returns once its receive is posted. */
+    if (req->send_check) lx_agree_send_posted(req->send_check);
     if (req->recv_check) lx_agree_recv_check(req->recv_check, req->call, req->count, req->site.frames, req->site.n);
     ops->wait(req->backend_request);
     if (req->send_check) lx_agree_send_done(req->send_check);

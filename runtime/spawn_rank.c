@@ -138,19 +138,71 @@ void lx_rank_where(const char *operation) {
     __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
 }
 
+/* The deadlock detector's fields are written between two increments of
+ * `version` (odd meanwhile): the parent reads a consistent picture or
+ * knows it did not. Only the lecture's thread of a rank writes them. */
+static void board_write_begin(void) { __atomic_add_fetch(&my_slot->version, 1, __ATOMIC_ACQ_REL); }
+static void board_write_end(void) {
+    __atomic_add_fetch(&my_slot->version, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
+}
+
 void lx_rank_enter(const char *operation, const lx_frame *frames, int n, int peer) {
     if (!my_slot) return;
+    board_write_begin();
     snprintf(my_slot->operation, sizeof my_slot->operation, "%s", operation);
     lx_frames_to_text(frames, n, my_slot->where, sizeof my_slot->where);
     my_slot->peer = peer;
+    my_slot->need_kind[0] = my_slot->need_kind[1] = LX_NEED_NONE;
     __atomic_store_n(&my_slot->waiting, 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
+    board_write_end();
 }
 
 void lx_rank_leave(void) {
     if (!my_slot) return;
+    board_write_begin();
     __atomic_store_n(&my_slot->waiting, 0, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
+    my_slot->need_kind[0] = my_slot->need_kind[1] = LX_NEED_NONE;
+    board_write_end();
+}
+
+/* This spawn's counts, kept here as well as on the board (a rank on
+ * another host has no board, and its sequence numbers still pair acks). */
+static int sends_to[LECTERN_MAX_WORLD], recvs_from[LECTERN_MAX_WORLD], collectives;
+
+void lx_rank_counts_reset(void) {
+    memset(sends_to, 0, sizeof sends_to);
+    memset(recvs_from, 0, sizeof recvs_from);
+    collectives = 0;
+}
+
+static int count(int *counter, int *on_board) {
+    int v = ++*counter;
+    if (my_slot) {
+        board_write_begin();
+        *on_board = v;
+        board_write_end();
+    }
+    return v;
+}
+
+int lx_rank_count_send(int peer) {
+    return count(&sends_to[peer], my_slot ? &my_slot->sends_to[peer] : NULL);
+}
+
+int lx_rank_count_recv(int peer) {
+    return count(&recvs_from[peer], my_slot ? &my_slot->recvs_from[peer] : NULL);
+}
+
+int lx_rank_count_collective(void) { return count(&collectives, my_slot ? &my_slot->collectives : NULL); }
+
+void lx_rank_needs(int i, int kind, int peer, int seq) {
+    if (!my_slot || i < 0 || i > 1) return;
+    board_write_begin();
+    my_slot->need_kind[i] = kind;
+    my_slot->need_peer[i] = peer;
+    my_slot->need_seq[i] = seq;
+    board_write_end();
 }
 
 static const char *signal_name(int sig) {
@@ -318,6 +370,7 @@ static void run_spawn(const char *body, size_t size) {
     }
     int w = my_desc.world_size;
     returned = 0;
+    lx_rank_counts_reset();
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
 
     /* From here on, an error of this rank is an error step of this spawn. */
