@@ -57,6 +57,8 @@ static const char *plural(int n) { return n == 1 ? "" : "s"; }
 
 static int used_mpi, used_nccl;
 
+volatile int lx_spawn_waiting, lx_spawn_interrupt;
+
 void lx_spawn_shutdown(void) { lx_pool_stop(); }
 
 static double timeout_seconds(void) {
@@ -746,6 +748,61 @@ static void watch_board(spawn_run *run, double now) {
     if (failed >= 0) fail_rank(run, failed);
 }
 
+/* Ctrl-C (or SIGTERM) while the ranks run: one error step per rank saying
+ * where it is (the call it waits in and for whom, or the line it last
+ * reported while working), then the pool is stopped and the signal raised
+ * again: crash.c adds the lecture's own step and writes the trace. */
+static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) {
+    const char *name = sig == SIGINT ? "SIGINT (interrupted)" : "SIGTERM (terminated)";
+    drain_briefly(run);
+    /* A rank that works has written no line since its last step: ask it. */
+    int asked[LECTERN_MAX_WORLD] = {0};
+    for (int r = 0; r < run->world_size; r++) {
+        board_slot *s = run->board ? &run->board->slot[r] : NULL;
+        int pid = lx_pool_pid(r);
+        if (!s || run->done[r] || run->gone[r] || pid <= 0 || __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE))
+            continue;
+        __atomic_store_n(&s->sampled, 0, __ATOMIC_RELEASE);
+        asked[r] = kill(pid, SIGUSR2) == 0;
+    }
+    for (double t0 = now_seconds(); now_seconds() - t0 < 1.0;) {
+        int pending = 0;
+        for (int r = 0; r < run->world_size; r++)
+            if (asked[r] && !__atomic_load_n(&run->board->slot[r].sampled, __ATOMIC_ACQUIRE)) pending = 1;
+        if (!pending) break;
+        lx_sleep_seconds(0.01);
+    }
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->done[r] || run->gone[r]) continue;
+        board_slot *s = run->board ? &run->board->slot[r] : NULL;
+        const char *frames = !s ? "" : asked[r] && s->sampled && s->sample[0] ? s->sample : s->where;
+        place at = lx_innermost(frames);
+        lx_sb b = {0};
+        if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
+        lx_sb_printf(&b, "%s: rank %d of %d ", name, r, run->world_size);
+        int waiting = s && __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE);
+        if (waiting) {
+            lx_sb_printf(&b, "was waiting in %s()", s->operation);
+            if (at.known) lx_sb_printf(&b, " in %s()", at.function);
+            if (s->peer >= 0) lx_sb_printf(&b, " for rank %d", s->peer);
+            else lx_sb_str(&b, " for every rank (a collective)");
+        } else if (at.known) {
+            lx_sb_printf(&b, "was working in %s()%s", at.function,
+                         frames == s->sample ? "" : " (the last line it reported)");
+        } else {
+            lx_sb_str(&b, "was working (no lecture line known)");
+        }
+        rank_error_step(run, r, frames, b.s);
+        free(b.s);
+    }
+    lx_pool_kill();
+    finish_entry(run, "failed");
+    free_run(run);
+    lx_spawn_waiting = 0;
+    raise(sig);
+    _exit(128 + sig);   /* not reached: the handler re-raises with the default action */
+}
+
 /* ---- spawn() ---- */
 
 /* `call`: "spawn" or "spawn_expect_failure", as the lecture wrote it. */
@@ -857,7 +914,10 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     /* Wait for "done" from every rank, forwarding steps as they come. */
     run->last_progress = now_seconds();
     double last_board = 0;
+    lx_spawn_interrupt = 0;
+    lx_spawn_waiting = 1;
     while (run->n_done < world_size && !run->failure) {
+        if (lx_spawn_interrupt) fail_interrupted(run, lx_spawn_interrupt);
         double now = now_seconds();
         if (drain(run, 20) > 0) run->last_progress = now_seconds();
         now = now_seconds();
@@ -874,6 +934,9 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
         if (now - run->last_progress > timeout) fail_deadlock(run, timeout);
     }
 
+    lx_spawn_waiting = 0;
+    /* A signal that came as the loop ended: handled as outside a spawn. */
+    if (lx_spawn_interrupt) raise(lx_spawn_interrupt);
     char *failure = run->failure;
     run->failure = NULL;
     if (!failure) {

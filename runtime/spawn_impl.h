@@ -168,6 +168,10 @@ typedef struct board_slot {
     int recvs_from[LECTERN_MAX_WORLD];
     int collectives;
     int need_kind[2], need_peer[2], need_seq[2];
+    /* On Ctrl-C the lecture asks a working rank where it is (SIGUSR2): its
+     * handler writes its stack here and raises `sampled`. */
+    volatile int sampled;
+    char sample[FRAMES_TEXT];
 } board_slot;
 
 /* What a waiting call needs before it can return:
@@ -203,6 +207,16 @@ typedef struct place {
 place lx_innermost(const char *text);
 
 void lx_sleep_seconds(double seconds);
+
+/* ---------------- spawn.c ---------------- */
+
+/* SIGINT or SIGTERM while spawn() waits for its ranks: the crash handler
+ * (crash.c) leaves the signal in lx_spawn_interrupt instead of acting, and
+ * spawn()'s loop, woken within 20 ms, reads the board while the ranks are
+ * still there, writes where each rank is, stops them, and raises the
+ * signal again for the handler to finish (the trace, the exit). */
+extern volatile int lx_spawn_waiting;    /* 1 inside spawn()'s wait loop */
+extern volatile int lx_spawn_interrupt;  /* the signal left for it, or 0 (an int: sig_atomic_t) */
 
 /* ---------------- spawn_result.c ---------------- */
 
