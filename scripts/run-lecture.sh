@@ -31,9 +31,13 @@ rc=$?
 rel=${out#"$root"/}
 echo
 if [ "$out/$name.failed.json" -nt "$marker" ]; then
-    trace=$name.failed
+    trace=$name
     echo "The lecture FAILED (exit $rc). Its trace up to the failure: $rel/$name.failed.json"
-    echo "(the last good trace, $rel/$name.json, is untouched)"
+    if [ -f "$out/$name.json" ]; then
+        echo "(the last good trace, $rel/$name.json, is untouched; the viewer opens the newest run, this one)"
+    else
+        echo "(no run of it has passed yet: there is no good trace to keep)"
+    fi
 elif [ "$out/$name.json" -nt "$marker" ]; then
     trace=$name
     echo "Trace: $rel/$name.json"

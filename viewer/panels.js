@@ -69,7 +69,10 @@
         (IX.errors.length > 1 ? 's' : '') + '. <button type="button" class="to-step" data-step="' + e + '">First: ' +
         esc(whereText(e)) + '</button>' : ck.failed.length ? ck.failed.length + ' check' + (ck.failed.length > 1 ? 's' : '') +
         ' failed. <button type="button" class="to-step" data-step="' + ck.failed[0] + '">First: ' + esc(whereText(ck.failed[0])) +
-        '</button>' : 'The trace holds the steps up to the failure.');
+        '</button>' : 'The trace holds the steps up to the failure.') +
+        // ?trace=NAME opened the newest run, which failed: the last good one is a link away.
+        (failed && S.goodFile ? ' <span class="banner-good">This is the newest run; <a href="index.html?trace=' +
+          encodeURIComponent(S.goodFile) + '">the last run that passed</a> is kept too.</span>' : '');
     }
     // Without DOMPurify notes are shown as their markdown text: say why.
     if (!window.lecternSafe.ready()) {

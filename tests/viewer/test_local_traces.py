@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """?trace=NAME reads traces/local/NAME.js (what `make run` wrote) when it is
-there, else traces/NAME.js (the trace the repository ships).
+there, else traces/NAME.js (the trace the repository ships); in either
+folder NAME.failed.js when it is the newest run (its banner links the last
+good run, if one is kept).
 
     /usr/bin/python3 tests/viewer/test_local_traces.py [-v]
 """
+import json
 import os
 import shutil
 import sys
@@ -35,6 +38,69 @@ class TestLocalTraces(base.ViewerCase):
             self.assertIn("could not be read", str(err))
         finally:
             shutil.rmtree(local, ignore_errors=True)
+
+
+    def write_local(self, source, key, start_time, status):
+        """traces/local/KEY.js: the fixture `source` under the key KEY, run
+        at `start_time` with `status`."""
+        with open(os.path.join(self.traces, source + ".json"), encoding="utf-8") as f:
+            t = json.load(f)
+        t["meta"]["start_time"] = start_time
+        t["meta"]["status"] = status
+        os.makedirs(os.path.join(self.traces, "local"), exist_ok=True)
+        with open(os.path.join(self.traces, "local", key + ".js"), "w", encoding="utf-8") as f:
+            f.write("(window.lecternTraces = window.lecternTraces || {})[%s] = %s;\n" % (json.dumps(key), json.dumps(t)))
+
+    def banner(self):
+        return self.js("var b = document.getElementById('banner'); return b.hidden ? '' : b.textContent")
+
+    def badge(self):
+        return self.js("return document.getElementById('status-badge').textContent")
+
+    def test_the_newest_run_opens_by_name_even_when_it_failed(self):
+        local = os.path.join(self.traces, "local")
+        try:
+            self.write_local("demo", "demo", "2026-11-20T10:00:00Z", "ok")
+            self.write_local("checks", "demo.failed", "2026-11-21T10:00:00Z", "failed")
+            self.assertIsNone(self.open("?trace=demo"))
+            self.assertEqual(self.title(), "Checks")           # the failed run, the newer one
+            self.assertEqual(self.badge(), "failed")
+            self.assertIn("This run failed.", self.banner())
+            self.assertIn("the last run that passed", self.banner())
+            self.assertEqual(self.axe(), [])
+            # The banner's link opens the good run.
+            self.js("document.querySelector('.banner-good a').click()")
+            self.assertIsNone(base.harness.wait_ready(self.d))
+            self.assertEqual(self.title(), "Demo lecture")
+            self.assertEqual(self.badge(), "ok")
+            # A failed trace older than the good one is not what NAME opens.
+            self.write_local("checks", "demo.failed", "2026-11-19T10:00:00Z", "failed")
+            self.assertIsNone(self.open("?trace=demo"))
+            self.assertEqual(self.title(), "Demo lecture")
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    def test_a_lecture_whose_only_run_failed_opens_by_name(self):
+        local = os.path.join(self.traces, "local")
+        try:
+            self.write_local("checks", "only_failed.failed", "2026-11-21T10:00:00Z", "failed")
+            self.assertIsNone(self.open("?trace=only_failed"))
+            self.assertEqual(self.title(), "Checks")
+            self.assertEqual(self.badge(), "failed")
+            self.assertIn("This run failed.", self.banner())
+            self.assertNotIn("the last run that passed", self.banner())   # there is none
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    def axe(self):
+        path = os.path.join(base.harness.REPO, "node_modules", "axe-core", "axe.min.js")
+        if not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as f:
+            self.js(f.read())
+        return self.d.execute_async_script("""var done = arguments[arguments.length - 1];
+            axe.run(document).then(function (r) { done(r.violations.map(function (v) {
+              return v.id + ' (' + v.impact + ')'; })); }, function (e) { done(['axe failed: ' + e]); });""")
 
 
 if __name__ == "__main__":
