@@ -221,6 +221,28 @@ void dist_broadcast(tensor *t, int src) {
     leave();
 }
 
+/* The two tensors share memory (one a view into the other). */
+static int overlap(const tensor *a, const tensor *b) {
+    const float *a0 = a->data, *b0 = b->data;
+    return a0 < b0 + b->numel && b0 < a0 + a->numel;
+}
+
+/* Says which elements `inner` shares with `outer`, and the fix: the call
+ * writes output while it reads input. A gather's input inside its output
+ * is copied out first; a reduce-scatter's output inside its input gets
+ * memory of its own. */
+static void __attribute__((noreturn)) same_memory(const char *call, const tensor *inner, const tensor *outer) {
+    long long first = (long long)(inner->data - outer->data), last = first + (long long)inner->numel - 1;
+    int gather = strstr(call, "gather") != NULL;
+    lx_fatal("%s(): output and input are the same memory (%s is elements %lld to %lld of %s): the %s writes output "
+             "while it still reads input. %s: tensor *mine = zeros(%lld, 0, get_device(rank)); %s",
+             call, gather ? "input" : "output", first, last, gather ? "output" : "input",
+             gather ? "gather" : "reduce-scatter", gather ? "Give it a copy" : "Give it an output of its own",
+             (long long)inner->numel,
+             gather ? "tensor_copy(mine, input); then gather from mine"
+                    : "reduce-scatter into mine, then tensor_copy it where it belongs");
+}
+
 /* Returns the output's element count. */
 static size_t check_reduce_scatter(const char *call, tensor *output, const tensor *input, dist_op op) {
     size_t out_n = check_tensor(call, "output", output);
@@ -230,8 +252,8 @@ static size_t check_reduce_scatter(const char *call, tensor *output, const tenso
         lx_fatal("%s(): input has %zu elements, output %zu: input must be world_size (%d) times output", call,
                  in_n, out_n, my_world);
     /* (empty tensors may both have no memory at all) */
-    if (output->data == input->data && my_world > 1 && out_n > 0)
-        lx_fatal("%s(): output and input are the same memory", call);
+    if (my_world > 1 && out_n > 0 && overlap(output, input))
+        same_memory(call, output, input);
     return out_n;
 }
 
@@ -242,8 +264,8 @@ static size_t check_all_gather(const char *call, tensor *output, const tensor *i
     if (out_n != in_n * (size_t)my_world)
         lx_fatal("%s(): output has %zu elements, input %zu: output must be world_size (%d) times input", call,
                  out_n, in_n, my_world);
-    if (output->data == input->data && my_world > 1 && in_n > 0)
-        lx_fatal("%s(): output and input are the same memory", call);
+    if (my_world > 1 && in_n > 0 && overlap(output, input))
+        same_memory(call, input, output);
     return in_n;
 }
 

@@ -34,6 +34,9 @@ REPEAT = int(os.environ.get("LECTERN_DEADLOCK_REPEAT", "1"))
 SLACK = 3.0 if "asan" in os.environ.get("LECTERN_BUILD", "") else 0.0
 
 
+LATENCIES = []
+
+
 def errors(t):
     return [(s, r) for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
 
@@ -54,7 +57,11 @@ class Deadlock(Base):
         return rc, t, err
 
     def spawn_seconds(self, t):
-        return t["spawns"][0]["seconds"]
+        """From the moment the ranks had their work (the pool's start, which
+        a loaded machine can stretch, not counted) to the spawn's end."""
+        sp = t["spawns"][0]
+        LATENCIES.append(sp["seconds"] - sp.get("startup_s", 0))
+        return sp["seconds"] - sp.get("startup_s", 0)
 
     def assert_swap_deadlock(self, floats):
         line = line_of(SRC, "MARK:send-first")
@@ -197,6 +204,13 @@ class Interrupt(Base):
         while rank_processes(fixture("deadlock_fixture")) and time.monotonic() < deadline:
             time.sleep(0.1)
         self.assertEqual(rank_processes(fixture("deadlock_fixture")), [], "ranks left running")
+
+
+def tearDownModule():
+    if REPEAT > 1 and LATENCIES:
+        xs = sorted(LATENCIES)
+        print("spawn seconds after start-up, %d runs: median %.2f, max %.2f" % (len(xs), xs[len(xs) // 2], xs[-1]),
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
