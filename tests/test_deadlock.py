@@ -84,6 +84,8 @@ class Deadlock(Base):
                               % (WHERE, line, s["rank"], other, other, WHERE, line), r["data"])
                 self.assertIn("dist_sendrecv", r["data"])
             self.assertIn("deadlock, 2 ranks waiting for each other", err)
+            # the verdict line, after the error too
+            self.assertEqual(err.rstrip().splitlines()[-1], "checks: 1 passed, 0 failed")
             self.assertNotIn("made no progress", err)
 
     def test_small_swap_that_buffering_would_hide_fails_at_its_lines(self):

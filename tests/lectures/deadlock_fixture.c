@@ -118,6 +118,7 @@ static void body(void) {
     const char *c = getenv("DEADLOCK_CASE");
     if (!c) c = "";
     note("case %s, %ld floats", c, floats());
+    check(floats() > 0, "a swap of %ld floats", floats());   /* the console's checks line, even after an error */
     if (strcmp(c, "swap") == 0) spawn(swap_send_first, 2, NULL, 0);   /* MARK:spawn */
     else if (strcmp(c, "sendrecv") == 0) spawn(swap_sendrecv, 2, NULL, 0);
     else if (strcmp(c, "irecv") == 0) spawn(swap_irecv_first, 2, NULL, 0);
