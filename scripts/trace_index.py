@@ -40,7 +40,9 @@ def plain(markdown):
     text = re.sub(r"!\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = re.sub(r"^\s{0,3}(#+|[-*+]|\d+\.|>)\s+", "", text, flags=re.M)
-    text = re.sub(r"[*_`|]", "", text)
+    text = re.sub(r"[*`|]", "", text)
+    # _emphasis_ loses its underscores; homework_08.c keeps its own
+    text = re.sub(r"(?<!\w)_+|_+(?!\w)", "", text)
     return " ".join(text.split())
 
 

@@ -48,7 +48,7 @@ class IndexScript(unittest.TestCase):
                 json.dump(minimal_trace("a", "Broken", "x"), f)
             # A lecture whose only run failed is listed, from its failed trace.
             with open(os.path.join(d, "c.failed.json"), "w") as f:
-                json.dump(minimal_trace("c", "Lecture C", "Only failed."), f)
+                json.dump(minimal_trace("c", "Lecture C", "Only failed, in `homework_08.c`, _really_."), f)
             with open(os.path.join(d, "junk.json"), "w") as f:
                 f.write("{not json")
             p = run_indexer(d)
@@ -60,6 +60,8 @@ class IndexScript(unittest.TestCase):
             self.assertEqual([e["state"] for e in idx["lectures"]], ["failed", "ok", "failed"])
             self.assertEqual([e["has_good"] for e in idx["lectures"]], [True, True, False])
             self.assertEqual(idx["lectures"][2]["title"], "Lecture C")
+            # underscores inside a name stay; emphasis marks go
+            self.assertEqual(idx["lectures"][2]["summary"], "Only failed, in homework_08.c, really.")
             self.assertEqual(idx["lectures"][1]["title"], "Lecture B")
             self.assertEqual(idx["lectures"][1]["summary"], "About b.")   # markup removed
             self.assertEqual(idx["lectures"][0]["host"], "box")
