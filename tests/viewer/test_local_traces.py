@@ -92,6 +92,30 @@ class TestLocalTraces(base.ViewerCase):
         finally:
             shutil.rmtree(local, ignore_errors=True)
 
+    def test_a_run_with_warnings_says_how_many_in_the_header(self):
+        """A run that passed with tensors left alive is not all green: the
+        header counts its warnings and the count goes to the first."""
+        local = os.path.join(self.traces, "local")
+        try:
+            with open(os.path.join(self.traces, "demo.json"), encoding="utf-8") as f:
+                t = json.load(f)
+            t["meta"]["status"] = "ok"
+            k = len(t["steps"]) // 2
+            t["steps"][k]["renderings"].append({"type": "warning", "data": "lectures/demo.c:3: 1 tensor (16 bytes) "
+                                                "made here is still alive at the end of the lecture"})
+            os.makedirs(local, exist_ok=True)
+            with open(os.path.join(local, "warned.js"), "w", encoding="utf-8") as f:
+                f.write('(window.lecternTraces = window.lecternTraces || {})["warned"] = %s;\n' % json.dumps(t))
+            self.assertIsNone(self.open("?trace=warned&step=0"))
+            self.assertEqual(self.badge(), "ok")
+            self.assertEqual(self.js("var b = document.getElementById('warnings-badge'); "
+                                     "return b.hidden ? null : b.textContent"), "1 warning")
+            self.js("document.querySelector('#warnings-badge button').click()")
+            self.assertEqual(self.js("return window.lectern.S.cur"), k)
+            self.assertEqual(self.axe(), [])
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
     def axe(self):
         path = os.path.join(base.harness.REPO, "node_modules", "axe-core", "axe.min.js")
         if not os.path.exists(path):
