@@ -116,6 +116,35 @@ class TestLocalTraces(base.ViewerCase):
         finally:
             shutil.rmtree(local, ignore_errors=True)
 
+    def test_every_rank_keeps_its_column_and_error_cards_stay_inside_it(self):
+        """A rank that wrote nothing (killed when a sibling failed) still has
+        its column; a long error wraps inside its rank's column."""
+        local = os.path.join(self.traces, "local")
+        try:
+            with open(os.path.join(self.traces, "expected.json"), encoding="utf-8") as f:
+                t = json.load(f)
+            t["steps"] = [s for s in t["steps"] if not (s.get("spawn") == 1 and s.get("rank") == 3)]
+            first = [s for s in t["steps"] if s.get("spawn") == 1 and s.get("rank") == 0][0]
+            first["renderings"] = [{"type": "error", "data": "lectures/expected.c:14: " + "x" * 300 + " and "
+                                    + "/a/very/long/path/" * 20}]
+            t["meta"]["status"] = "failed"
+            os.makedirs(local, exist_ok=True)
+            with open(os.path.join(local, "columns.js"), "w", encoding="utf-8") as f:
+                f.write('(window.lecternTraces = window.lecternTraces || {})["columns"] = %s;\n' % json.dumps(t))
+            self.assertIsNone(self.open("?trace=columns&mode=read"))
+            heads = self.js("var s = document.querySelectorAll('#read .spawn')[1]; return Array.prototype.map.call("
+                            "s.querySelectorAll('.rank-h'), function (h) { return h.getAttribute('data-r'); })")
+            self.assertEqual(heads, ["0", "1", "2", "3"])
+            over = self.js("""var out = [];
+                document.querySelectorAll('#read .cell .r-error').forEach(function (e) {
+                  var c = e.closest('.cell').getBoundingClientRect(), b = e.getBoundingClientRect();
+                  if (e.scrollWidth > e.clientWidth + 1 || b.right > c.right + 1) out.push([b.right, c.right]);
+                }); return [document.querySelectorAll('#read .cell .r-error').length, out];""")
+            self.assertGreater(over[0], 0)
+            self.assertEqual(over[1], [])
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
     def axe(self):
         path = os.path.join(base.harness.REPO, "node_modules", "axe-core", "axe.min.js")
         if not os.path.exists(path):
