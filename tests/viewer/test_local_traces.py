@@ -145,6 +145,23 @@ class TestLocalTraces(base.ViewerCase):
         finally:
             shutil.rmtree(local, ignore_errors=True)
 
+    def test_a_frame_clicked_right_after_a_jump_stays_shown(self):
+        """For 2.5 s after a jump the source is brought back to the current
+        step whenever it changes size (figures loading); a call-stack frame
+        the reader clicks meanwhile must end that, not be scrolled away."""
+        self.assertIsNone(self.open("?trace=demo&step=0"))
+        n = self.js("return window.lectern.T.steps.length")
+        k = n - 1
+        self.js("window.lectern.go(arguments[0]);", k)
+        self.js("""var L = window.lectern; window.__scrolls = 0; var f = L.scrollToCurrent;
+                   L.scrollToCurrent = function () { window.__scrolls++; return f.apply(this, arguments); };
+                   document.querySelector('#side .frame').click(); window.__scrolls = 0;
+                   var d = document.createElement('div'); d.style.height = '500px';
+                   document.querySelector('#source .file').appendChild(d);""")
+        import time
+        time.sleep(0.5)
+        self.assertEqual(self.js("return window.__scrolls"), 0)
+
     def axe(self):
         path = os.path.join(base.harness.REPO, "node_modules", "axe-core", "axe.min.js")
         if not os.path.exists(path):
