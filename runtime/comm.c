@@ -431,6 +431,26 @@ static uint64_t hash_values(const tensor *t) {
  * hashed now and again at the wait: a change through ->data, which no
  * tensor operation sees, is caught there. */
 static void request_uses(dist_request *req, const tensor *t, int library_writes) {
+    /* Two views of one chunk in two requests, one of which the library
+     * writes (a send and a receive of the same memory): the one would
+     * overwrite the other in flight, and the hash at the wait could only
+     * blame "->data". Named here, at the second call, with the first's line. */
+    for (const dist_request *o = outstanding; o; o = o->next) {
+        if (o == req) continue;
+        for (int j = 0; j < o->n_uses; j++) {
+            const tensor *u = o->uses[j];
+            if (u == t || !(library_writes || o->writes[j]) || t->device != u->device || t->numel == 0 ||
+                u->numel == 0 || !overlap(t, u))
+                continue;
+            const lx_frame *at = o->site.n > 0 ? &o->site.frames[o->site.n - 1] : NULL;
+            char *made = at ? lx_fmt("%s:%d", at->path, at->line) : strdup("an unknown line");
+            lx_fatal("%s(): this tensor shares memory with the one %s at %s is still %s (two views of one "
+                     "chunk): the %s would overwrite it in flight. Give %s a tensor of its own, or dist_wait "
+                     "the first request before this call",
+                     req->call, o->call, made, o->writes[j] ? "receiving into" : "sending",
+                     library_writes ? "receive" : "earlier receive", library_writes ? "this call" : "one of them");
+        }
+    }
     int i = req->n_uses++;
     req->uses[i] = t;
     req->writes[i] = library_writes;

@@ -153,6 +153,8 @@ class CollectiveMisuse(Base):
         "misuse:scatter_from_no_rank": ("dist_scatter", "src 5 is not a rank"),
         "misuse:gather_to_no_rank": ("dist_gather", "dst -3 is not a rank"),
         "misuse:isend_to_self": ("dist_isend", "cannot send to itself"),
+        "misuse:send_recv_one_chunk": ("dist_irecv", "this tensor shares memory with the one dist_isend at "
+                                       "tests/lectures/misuse_fixture.c:"),
         "misuse:irecv_from_no_rank": ("dist_irecv", "src 9 is not a rank"),
         "misuse:outside_spawn": ("dist_all_reduce", "outside a spawned function"),
     }
