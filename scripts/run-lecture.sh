@@ -12,7 +12,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 name=$(basename "$bin")
 out=${LECTERN_OUT:-$root/traces/local}
 mkdir -p "$out"
-case "$bin" in
+# "/$bin": make passes a relative build-asan/lectures/NAME
+case "/$bin" in
     */build-asan/*)
         # make run SAN=1: AddressSanitizer + UBSan, set up as the tests do
         # (Open MPI needs the shadow gap; its own leaks are suppressed).

@@ -70,6 +70,23 @@ class RunLecture(unittest.TestCase):
                                text=True, timeout=300)
             self.assertIn("the last good trace, %s/check_fixture.json, is untouched" % out, p.stdout)
 
+    def test_a_sanitizer_run_shows_no_library_leaks(self):
+        """make run SAN=1 passes build-asan/lectures/NAME, a relative path:
+        the sanitizer settings (Open MPI's leaks suppressed) must apply, and
+        the ranks check for leaks before MPI_Finalize unloads what no
+        suppression could name. A spawning lecture's console then holds no
+        leak report of the libraries'."""
+        binary = os.path.join("build-asan", "tests", "lectures", "spawn_basic")
+        if not os.path.exists(os.path.join(ROOT, binary)):
+            self.skipTest("no build-asan/ (make SAN=1)")
+        env = {k: v for k, v in make_env().items() if k not in ("LSAN_OPTIONS", "ASAN_OPTIONS")}
+        with tempfile.TemporaryDirectory() as out:
+            p = subprocess.run(["bash", "scripts/run-lecture.sh", binary, "--quiet"], cwd=ROOT,
+                               env=dict(env, LECTERN_OUT=out), capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-3000:])
+            self.assertIn("built with AddressSanitizer", p.stdout)
+            self.assertNotIn("LeakSanitizer", p.stdout + p.stderr)
+
     def test_a_benchmark_run_by_hand_leaves_traces_alone(self):
         # Without --out or LECTERN_OUT a benchmark's trace goes to
         # bench/results/ (ignored), a lecture's to traces/local/ (ignored too).
