@@ -200,9 +200,12 @@ static void mistakes(void) {
          "first, each waits in its send for a receive the other will only make after *its* "
          "send returns. Neither moves, for ever.");
     note("Here is that program, `both_send_first_main`, run with `spawn_expect_failure`: "
-         "a spawn whose failure is the point. After three seconds in which every rank waits "
-         "and nothing moves, the runtime stops it and names each rank's line; the lecture "
-         "goes on.");
+         "a spawn whose failure is the point. Each rank writes on a status board what its "
+         "call waits for; as soon as every rank waits for a call another will never make, "
+         "the runtime sees the cycle, stops the spawn and names each rank's line; the lecture "
+         "goes on. In lectern a blocking send returns only once its receive is posted, "
+         "whatever the size, so this mistake shows with small tensors too, where a library "
+         "that buffers them would let it pass until the tensors grow.");
     spawn_expect_failure(both_send_first_main, 2, NULL, 0);
     note("Two fixes. Order the calls by rank, so every send meets a receive that is "
          "already waiting:");

@@ -221,6 +221,28 @@ void dist_broadcast(tensor *t, int src) {
     leave();
 }
 
+/* The two tensors share memory (one a view into the other). */
+static int overlap(const tensor *a, const tensor *b) {
+    const float *a0 = a->data, *b0 = b->data;
+    return a0 < b0 + b->numel && b0 < a0 + a->numel;
+}
+
+/* Says which elements `inner` shares with `outer`, and the fix: the call
+ * writes output while it reads input. A gather's input inside its output
+ * is copied out first; a reduce-scatter's output inside its input gets
+ * memory of its own. */
+static void __attribute__((noreturn)) same_memory(const char *call, const tensor *inner, const tensor *outer) {
+    long long first = (long long)(inner->data - outer->data), last = first + (long long)inner->numel - 1;
+    int gather = strstr(call, "gather") != NULL;
+    lx_fatal("%s(): output and input are the same memory (%s is elements %lld to %lld of %s): the %s writes output "
+             "while it still reads input. %s: tensor *mine = zeros(%lld, 0, get_device(rank)); %s",
+             call, gather ? "input" : "output", first, last, gather ? "output" : "input",
+             gather ? "gather" : "reduce-scatter", gather ? "Give it a copy" : "Give it an output of its own",
+             (long long)inner->numel,
+             gather ? "tensor_copy(mine, input); then gather from mine"
+                    : "reduce-scatter into mine, then tensor_copy it where it belongs");
+}
+
 /* Returns the output's element count. */
 static size_t check_reduce_scatter(const char *call, tensor *output, const tensor *input, dist_op op) {
     size_t out_n = check_tensor(call, "output", output);
@@ -230,8 +252,8 @@ static size_t check_reduce_scatter(const char *call, tensor *output, const tenso
         lx_fatal("%s(): input has %zu elements, output %zu: input must be world_size (%d) times output", call,
                  in_n, out_n, my_world);
     /* (empty tensors may both have no memory at all) */
-    if (output->data == input->data && my_world > 1 && out_n > 0)
-        lx_fatal("%s(): output and input are the same memory", call);
+    if (my_world > 1 && out_n > 0 && overlap(output, input))
+        same_memory(call, output, input);
     return out_n;
 }
 
@@ -242,8 +264,8 @@ static size_t check_all_gather(const char *call, tensor *output, const tensor *i
     if (out_n != in_n * (size_t)my_world)
         lx_fatal("%s(): output has %zu elements, input %zu: output must be world_size (%d) times input", call,
                  out_n, in_n, my_world);
-    if (output->data == input->data && my_world > 1 && in_n > 0)
-        lx_fatal("%s(): output and input are the same memory", call);
+    if (my_world > 1 && in_n > 0 && overlap(output, input))
+        same_memory(call, input, output);
     return in_n;
 }
 
@@ -324,6 +346,9 @@ void dist_send(const tensor *t, int dst) {
     call_site site;
     enter(&site, "dist_send", dst);
     lx_agree_send_desc *d = lx_agree_send("dist_send", (int64_t)n, dst, site.frames, site.n);
+    /* Not before the receive is posted, whatever the transport buffers. */
+    lx_agree_needs(d, NULL);
+    lx_agree_send_posted(d);
     ops->send(t->data, n, dst);
     lx_agree_send_done(d);
     leave();
@@ -336,6 +361,7 @@ void dist_recv(tensor *t, int src) {
     call_site site;
     enter(&site, "dist_recv", src);
     lx_agree_recv_desc *d = lx_agree_recv_post(src, (int64_t)n);
+    lx_agree_needs(NULL, d);
     lx_agree_recv_check(d, "dist_recv", (int64_t)n, site.frames, site.n);
     ops->recv(t->data, n, src);
     leave();
@@ -352,6 +378,7 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
     enter(&site, "dist_sendrecv", src);
     lx_agree_send_desc *sd = lx_agree_send("dist_sendrecv", (int64_t)sn, dst, site.frames, site.n);
     lx_agree_recv_desc *rd = lx_agree_recv_post(src, (int64_t)rn);
+    lx_agree_needs(sd, rd);
     lx_agree_recv_check(rd, "dist_sendrecv", (int64_t)rn, site.frames, site.n);
     ops->sendrecv(send->data, sn, dst, recv->data, rn, src);
     lx_agree_send_done(sd);
@@ -416,6 +443,26 @@ static uint64_t hash_values(const tensor *t) {
  * hashed now and again at the wait: a change through ->data, which no
  * tensor operation sees, is caught there. */
 static void request_uses(dist_request *req, const tensor *t, int library_writes) {
+    /* Two views of one chunk in two requests, one of which the library
+     * writes (a send and a receive of the same memory): the one would
+     * overwrite the other in flight, and the hash at the wait could only
+     * blame "->data". Named here, at the second call, with the first's line. */
+    for (const dist_request *o = outstanding; o; o = o->next) {
+        if (o == req) continue;
+        for (int j = 0; j < o->n_uses; j++) {
+            const tensor *u = o->uses[j];
+            if (u == t || !(library_writes || o->writes[j]) || t->device != u->device || t->numel == 0 ||
+                u->numel == 0 || !overlap(t, u))
+                continue;
+            const lx_frame *at = o->site.n > 0 ? &o->site.frames[o->site.n - 1] : NULL;
+            char *made = at ? lx_fmt("%s:%d", at->path, at->line) : strdup("an unknown line");
+            lx_fatal("%s(): this tensor shares memory with the one %s at %s is still %s (two views of one "
+                     "chunk): the %s would overwrite it in flight. Give %s a tensor of its own, or dist_wait "
+                     "the first request before this call",
+                     req->call, o->call, made, o->writes[j] ? "receiving into" : "sending",
+                     library_writes ? "receive" : "earlier receive", library_writes ? "this call" : "one of them");
+        }
+    }
     int i = req->n_uses++;
     req->uses[i] = t;
     req->writes[i] = library_writes;
@@ -536,6 +583,9 @@ dist_request *dist_all_gather_async(tensor *output, const tensor *input) {
 /* Completes a request: the receive's check first (a mismatched size is
  * named before the backend could complain about it), then the transfer. */
 static void complete(dist_request *req) {
+    lx_agree_needs(req->send_check, req->recv_check);
+    /* An isend's wait, like a blocking send, returns once its receive is posted. */
+    if (req->send_check) lx_agree_send_posted(req->send_check);
     if (req->recv_check) lx_agree_recv_check(req->recv_check, req->call, req->count, req->site.frames, req->site.n);
     ops->wait(req->backend_request);
     if (req->send_check) lx_agree_send_done(req->send_check);

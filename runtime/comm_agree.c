@@ -53,10 +53,17 @@
 #include "comm_agree.h"
 #include "spawn_impl.h"
 
-enum { TAG_DESC = 23 };
+enum { TAG_DESC = 23, TAG_ACK = 24 };
 
 static MPI_Comm check_comm = MPI_COMM_NULL;
 static int my_rank, my_world;
+static int buffered;   /* dist_buffered_sends(1): sends do not wait for their receive */
+
+/* An acknowledgement carries no information beyond its arrival: one int,
+ * sent from and received into these (a freed request may still write
+ * into its buffer, so the buffer cannot be part of a descriptor). */
+static const int ack_out = 1;
+static int ack_in;
 
 /* Timed regions: depth, the calls agreed so far in this spawn, the digest
  * of the collectives skipped in the region, and how many checks ran. */
@@ -123,6 +130,7 @@ static int64_t kind_of(const char *call) {
 void lx_agree_start(int rank, int world_size, MPI_Comm comm) {
     my_rank = rank;
     my_world = world_size;
+    buffered = 0;
     MPI_CHECK(MPI_Comm_dup(comm, &check_comm));
     MPI_CHECK(MPI_Comm_set_errhandler(check_comm, MPI_ERRORS_RETURN));
     timed_depth = 0;
@@ -209,6 +217,9 @@ static void __attribute__((noreturn)) disagree(const call_desc *mine) {
 }
 
 void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n) {
+    /* The n-th collective of this rank waits for every rank to enter its
+     * n-th: what the deadlock detector needs to know (spawn.c). */
+    lx_rank_needs(0, LX_NEED_COLLECTIVE, -1, lx_rank_count_collective());
     int64_t kind = kind_of(call);
     agreed a = {kind, count, op, root};
     if (timed_depth > 0 && is_agreed(agreed_calls, n_calls, a)) {
@@ -229,17 +240,31 @@ void lx_agree_collective(const char *call, int64_t count, int op, int root, cons
     disagree(&mine);
 }
 
-/* ---- point to point ---- */
+/* ---- point to point ----
+ *
+ * Every receive, when it is posted, sends its sender an acknowledgement
+ * (TAG_ACK); every send receives one. A blocking send waits for it before
+ * its data: it returns only once its receive is posted, whatever the
+ * transport would have buffered (MPI_Ssend's semantics, for every backend,
+ * since the acknowledgement travels on Open MPI over host memory). Both
+ * ranks sending first then block at any size, and the deadlock detector
+ * sees each waiting for a receive the other never posts. The k-th receive
+ * a rank posts from a sender matches that sender's k-th send (MPI keeps
+ * the order of one sender's messages); the acknowledgements keep the same
+ * order, so the k-th send receives the k-th acknowledgement. */
 
 struct lx_agree_send_desc {
     call_desc desc;
     MPI_Request req;
+    MPI_Request ack;    /* the acknowledgement of this send's receive */
+    int dst, seq;       /* this rank's seq-th send to dst in the spawn */
+    int acked;
 };
 
 struct lx_agree_recv_desc {
     call_desc desc;
     MPI_Request req;
-    int src;
+    int src, seq;       /* this rank's seq-th receive from src */
 };
 
 lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n) {
@@ -252,15 +277,44 @@ lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, cons
     remember(agreed_sends, &n_sends, a);
     lx_agree_send_desc *d = malloc(sizeof *d);
     if (!d) lx_fatal("out of memory");
+    d->dst = dst;
+    d->seq = lx_rank_count_send(dst);
+    d->acked = 0;
     fill_send(&d->desc, call, count, dst, frames, n);
     MPI_CHECK(MPI_Isend(&d->desc, sent_size(&d->desc), MPI_BYTE, dst, TAG_DESC, check_comm, &d->req));
+    MPI_CHECK(MPI_Irecv(&ack_in, 1, MPI_INT, dst, TAG_ACK, check_comm, &d->ack));
     return d;
+}
+
+void lx_agree_send_posted(lx_agree_send_desc *d) {
+    if (!d || buffered || d->acked) return;
+    MPI_CHECK(MPI_Wait(&d->ack, MPI_STATUS_IGNORE));
+    d->acked = 1;
 }
 
 void lx_agree_send_done(lx_agree_send_desc *d) {
     if (!d) return;
     MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));
+    if (!d->acked) {
+        /* With buffered sends the acknowledgement is not waited for: the
+         * freed request still takes it when it comes, keeping the order. */
+        if (buffered) MPI_CHECK(MPI_Request_free(&d->ack));
+        else MPI_CHECK(MPI_Wait(&d->ack, MPI_STATUS_IGNORE));
+    }
     free(d);
+}
+
+void lx_agree_needs(const lx_agree_send_desc *s, const lx_agree_recv_desc *r) {
+    int i = 0;
+    /* A buffered send may return without its receive: nothing provable. */
+    if (s && !s->acked && !buffered) lx_rank_needs(i++, LX_NEED_RECV_POSTED, s->dst, s->seq);
+    if (r) lx_rank_needs(i, LX_NEED_SEND_STARTED, r->src, r->seq);
+}
+
+void dist_buffered_sends(int on) {
+    if (check_comm == MPI_COMM_NULL)
+        lx_fatal("dist_buffered_sends() outside a spawned function: it sets how this rank's sends behave");
+    buffered = on != 0;
 }
 
 lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count) {
@@ -273,6 +327,12 @@ lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count) {
     lx_agree_recv_desc *d = malloc(sizeof *d);
     if (!d) lx_fatal("out of memory");
     d->src = src;
+    /* Counted before the acknowledgement leaves: when the sender learns of
+     * the receive, the board shows it too. */
+    d->seq = lx_rank_count_recv(src);
+    MPI_Request ack;
+    MPI_CHECK(MPI_Isend(&ack_out, 1, MPI_INT, src, TAG_ACK, check_comm, &ack));
+    MPI_CHECK(MPI_Request_free(&ack));
     MPI_CHECK(MPI_Irecv(&d->desc, (int)sizeof d->desc, MPI_BYTE, src, TAG_DESC, check_comm, &d->req));
     return d;
 }

@@ -29,7 +29,14 @@ void lx_agree_collective(const char *call, int64_t count, int op, int root, cons
 typedef struct lx_agree_send_desc lx_agree_send_desc;
 typedef struct lx_agree_recv_desc lx_agree_recv_desc;
 lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n);
+/* Waits until the receiver has posted the matching receive (unless
+ * dist_buffered_sends is on): a blocking send calls it before its data.
+ * NULL (a send whose check a timed region skipped): returns at once. */
+void lx_agree_send_posted(lx_agree_send_desc *d);
 void lx_agree_send_done(lx_agree_send_desc *d);           /* frees d; NULL: nothing */
+/* Writes on the status board what the current wait needs: the receive of
+ * send `s` posted, the send of receive `r` started (either may be NULL). */
+void lx_agree_needs(const lx_agree_send_desc *s, const lx_agree_recv_desc *r);
 lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count);
 /* Waits for the sender's descriptor and compares; frees d. */
 void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n);

@@ -46,6 +46,13 @@ static void on_signal(int sig, siginfo_t *info, void *ucontext) {
         raise(sig);
         return;
     }
+    /* Ctrl-C while the ranks wait: spawn() says first where each rank is,
+     * which only the board (gone with the pool) can tell. A second signal
+     * meanwhile, or one spawn() has handed back, takes the path below. */
+    if ((sig == SIGINT || sig == SIGTERM) && !lx_in_rank() && lx_spawn_waiting && !lx_spawn_interrupt) {
+        lx_spawn_interrupt = sig;
+        return;
+    }
     handling = 1;
     if (!lx_in_rank()) lx_pool_kill_from_signal();
 

@@ -294,8 +294,20 @@ void dist_all_gather(tensor *output, const tensor *input);
 void dist_scatter(tensor *output, const tensor *input, int src);
 /* concat over ranks of input into dst's output (output ignored elsewhere) */
 void dist_gather(tensor *output, const tensor *input, int dst);
+/* A blocking send returns only once rank dst has posted the matching
+ * receive (dist_recv, dist_irecv or dist_sendrecv), however small the
+ * tensor: the semantics of MPI_Ssend. Two ranks that both send first then
+ * deadlock at every size, and the runtime names both lines within about
+ * two seconds, where buffering by the transport would otherwise hide the
+ * bug until the tensors grow. */
 void dist_send(const tensor *t, int dst);
 void dist_recv(tensor *t, int src);
+/* For the rare lecture that means to show the transport's buffering: from
+ * this call until the spawned function returns, this rank's sends (dist_send,
+ * dist_isend's wait) return as soon as the transport lets them, as a plain
+ * MPI_Send does (small messages before their receive is posted). Call it in
+ * every rank that relies on it; each spawn starts with it off. */
+void dist_buffered_sends(int on);
 
 /* Sends `send` to rank dst and receives `recv` from rank src in one call:
  * a ring step (every rank sends right and receives from the left) that

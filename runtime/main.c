@@ -84,7 +84,7 @@ static void usage(FILE *f, const char *prog, const char *name) {
             "progress for that long (default 120).\n"
             "Exit status: 0 ok, 1 the lecture failed (see the error steps), 2 bad usage\n"
             "or an unwritable output folder.\n",
-            prog, name, name, name, name, lx_repo_root(), is_benchmark() ? "bench/results" : "traces");
+            prog, name, name, name, name, lx_repo_root(), is_benchmark() ? "bench/results" : "traces/local");
 }
 
 /* mkdir -p */
@@ -190,12 +190,14 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
         }
     }
     /* --out, else $LECTERN_OUT (benchmarks and scripts point it at a
-     * temporary folder), else the repo's traces/ -- or, for a benchmark
-     * (a program built into a bench/ folder), bench/results/, next to its
-     * tables: a benchmark run by hand leaves traces/ to the lectures. */
+     * temporary folder), else the repo's traces/local/ (ignored by git, what
+     * `make run` writes and ?trace=NAME reads first: running a lecture by
+     * hand never changes a committed trace) -- or, for a benchmark (a
+     * program built into a bench/ folder), bench/results/, next to its
+     * tables. The committed traces/ are written with --out traces. */
     const char *env_out = getenv("LECTERN_OUT");
     if (!out && env_out && *env_out) out = env_out;
-    char *dir = out ? strdup(out) : lx_fmt("%s/%s", lx_repo_root(), is_benchmark() ? "bench/results" : "traces");
+    char *dir = out ? strdup(out) : lx_fmt("%s/%s", lx_repo_root(), is_benchmark() ? "bench/results" : "traces/local");
     if (!*dir || check_writable(dir) != 0) {
         fprintf(stderr, "%s: cannot write the trace to '%s': %s\n", argv[0], dir, strerror(errno));
         free(dir);

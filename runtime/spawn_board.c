@@ -49,6 +49,13 @@ void lx_board_slot_reset(board_slot *s) {
     s->where[0] = '\0';
     s->failure[0] = '\0';
     s->failure_frames[0] = '\0';
+    s->version = 0;
+    memset(s->sends_to, 0, sizeof s->sends_to);
+    memset(s->recvs_from, 0, sizeof s->recvs_from);
+    s->collectives = 0;
+    s->sampled = 0;
+    s->sample[0] = '\0';
+    for (int i = 0; i < 2; i++) s->need_kind[i] = LX_NEED_NONE;
     __atomic_store_n(&s->state, SLOT_IDLE, __ATOMIC_RELEASE);
 }
 

@@ -155,7 +155,31 @@ typedef struct board_slot {
     char where[FRAMES_TEXT];        /* lecture stack at the last step or blocking call */
     char failure[160];              /* "died with SIGSEGV", "exited with status 3" */
     char failure_frames[FRAMES_TEXT];
+    /* What the deadlock detector reads (spawn.c), written by the lecture's
+     * thread of the rank only. `version` is a sequence lock: odd while the
+     * rank writes the fields below, so the parent can tell a torn read.
+     * Counters of this spawn: point-to-point sends started to each rank,
+     * receives posted from each rank, collectives entered. `need`: what the
+     * call the rank waits in needs from others (LX_NEED_*), up to two
+     * conditions (dist_sendrecv); none while it waits for something no
+     * counter shows (a dist_wait on a collective's request). */
+    volatile unsigned version;
+    int sends_to[LECTERN_MAX_WORLD];
+    int recvs_from[LECTERN_MAX_WORLD];
+    int collectives;
+    int need_kind[2], need_peer[2], need_seq[2];
+    /* On Ctrl-C the lecture asks a working rank where it is (SIGUSR2): its
+     * handler writes its stack here and raises `sampled`. */
+    volatile int sampled;
+    char sample[FRAMES_TEXT];
 } board_slot;
+
+/* What a waiting call needs before it can return:
+ *   RECV_POSTED  rank `peer` has posted at least `seq` receives from this
+ *                rank (this rank's seq-th send to it is matched)
+ *   SEND_STARTED rank `peer` has started at least `seq` sends to this rank
+ *   COLLECTIVE   every rank has entered at least `seq` collectives */
+enum { LX_NEED_NONE = 0, LX_NEED_RECV_POSTED, LX_NEED_SEND_STARTED, LX_NEED_COLLECTIVE };
 
 typedef struct board {
     board_slot slot[LECTERN_MAX_WORLD];
@@ -183,6 +207,16 @@ typedef struct place {
 place lx_innermost(const char *text);
 
 void lx_sleep_seconds(double seconds);
+
+/* ---------------- spawn.c ---------------- */
+
+/* SIGINT or SIGTERM while spawn() waits for its ranks: the crash handler
+ * (crash.c) leaves the signal in lx_spawn_interrupt instead of acting, and
+ * spawn()'s loop, woken within 20 ms, reads the board while the ranks are
+ * still there, writes where each rank is, stops them, and raises the
+ * signal again for the handler to finish (the trace, the exit). */
+extern volatile int lx_spawn_waiting;    /* 1 inside spawn()'s wait loop */
+extern volatile int lx_spawn_interrupt;  /* the signal left for it, or 0 (an int: sig_atomic_t) */
 
 /* ---------------- spawn_result.c ---------------- */
 
@@ -262,6 +296,18 @@ void lx_rank_where(const char *operation);
  * from a rank that computes (spawn.c). Both count as progress. */
 void lx_rank_enter(const char *operation, const lx_frame *frames, int n, int peer);
 void lx_rank_leave(void);
+
+/* The counters the deadlock detector compares (board_slot): each returns
+ * the new count, the sequence number of this send, receive or collective
+ * in this spawn. Kept in the rank too, so they work without a board. */
+int lx_rank_count_send(int peer);
+int lx_rank_count_recv(int peer);
+int lx_rank_count_collective(void);
+/* What the call the rank waits in needs (LX_NEED_*): condition `i` (0 or
+ * 1) of the current wait. lx_rank_enter clears both. */
+void lx_rank_needs(int i, int kind, int peer, int seq);
+/* Forgets the counters: a new spawn starts. */
+void lx_rank_counts_reset(void);
 
 /* An error step for another rank of the spawn, at `frames_text` (that
  * rank's lecture stack): a receiver that finds its sender's call does not

@@ -253,6 +253,10 @@ int lx_tensor_leaks(const char *when, int release) {
                            "free each with tensor_free() when done with it",
                            where, sites[k].count, sites[k].count == 1 ? "" : "s", b,
                            sites[k].count == 1 ? "is" : "are", when);
+        /* The line on the console as in the viewer: the summary above
+         * says how many, each of these says where. */
+        if (lx_rank() >= 0) fprintf(stderr, "lectern: rank %d: warning: %s\n", lx_rank(), msg);
+        else fprintf(stderr, "lectern: warning: %s\n", msg);
         cJSON *w = cJSON_CreateObject();
         cJSON_AddStringToObject(w, "type", "warning");
         lx_add_text(w, "data", msg);

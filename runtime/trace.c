@@ -280,7 +280,14 @@ void lx_fatal(const char *fmt, ...) {
     va_end(ap);
     /* A rank's error step has gone to the parent; its exit status tells the
      * parent the rank failed. The parent writes what it has. */
-    if (!in_rank) lx_trace_write();
+    if (!in_rank) {
+        lx_trace_write();
+        /* The verdict line a good run ends with: the trace has the counts,
+         * the console says them too. */
+        int passed, failed_checks;
+        lx_check_counts(&passed, &failed_checks);
+        if (passed + failed_checks > 0) fprintf(stderr, "checks: %d passed, %d failed\n", passed, failed_checks);
+    }
     exit(1);
 }
 

@@ -177,8 +177,13 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
     float *a = lx_host_buffer(n), *e = lx_host_buffer(n);
     tensor_to_host(actual, a);
     tensor_to_host(expected, e);
-    double max_abs = 0, max_rel = 0;
+    double max_abs = 0, max_rel = 0, actual_at_max = 0, expected_at_max = 0;
     int64_t abs_at = -1, rel_at = -1, bad = 0, first_bad = -1, nonfinite = 0;
+    /* Which elements are wrong, as runs of flat indices: "0-3, 8-11" says
+     * at a glance whether a whole chunk (a rank's share) is off or one
+     * element. The first few runs are kept, all are counted. */
+    enum { KEPT_RUNS = 4 };
+    int64_t run_lo[KEPT_RUNS], run_hi[KEPT_RUNS], runs = 0, last_bad = -2;
     for (int64_t i = 0; i < n; i++) {
         double x = a[i], y = e[i];
         int ok;
@@ -188,7 +193,12 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         } else {
             double d = fabs(x - y);
             ok = d <= atol + rtol * fabs(y);
-            if (d > max_abs || abs_at < 0) { max_abs = d; abs_at = i; }
+            if (d > max_abs || abs_at < 0) {
+                max_abs = d;
+                abs_at = i;
+                actual_at_max = x;
+                expected_at_max = y;
+            }
             if (y != 0) {
                 double rel = d / fabs(y);
                 if (rel > max_rel || rel_at < 0) { max_rel = rel; rel_at = i; }
@@ -197,6 +207,13 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         if (!ok) {
             bad++;
             if (first_bad < 0) first_bad = i;
+            if (i == last_bad + 1 && runs > 0) {
+                if (runs <= KEPT_RUNS) run_hi[runs - 1] = i;
+            } else {
+                if (runs < KEPT_RUNS) run_lo[runs] = run_hi[runs] = i;
+                runs++;
+            }
+            last_bad = i;
         }
     }
     free(a);
@@ -218,6 +235,20 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         cJSON_AddItemToObject(r, "max_rel_at", index_json(actual, rel_at));
     }
     if (first_bad >= 0) cJSON_AddItemToObject(r, "first_bad_at", index_json(actual, first_bad));
+    if (!ok && abs_at >= 0) {
+        cJSON_AddNumberToObject(r, "actual_at_max", actual_at_max);
+        cJSON_AddNumberToObject(r, "expected_at_max", expected_at_max);
+    }
+    if (runs > 0) {
+        cJSON *list = cJSON_AddArrayToObject(r, "bad_ranges");
+        for (int64_t k = 0; k < runs && k < KEPT_RUNS; k++) {
+            cJSON *pair = cJSON_CreateArray();
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)run_lo[k]));
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)run_hi[k]));
+            cJSON_AddItemToArray(list, pair);
+        }
+        cJSON_AddNumberToObject(r, "bad_runs", (double)runs);
+    }
 
     lx_sb sb = {0};
     lx_sb_printf(&sb, "%s: %s:", ok ? "PASS" : "FAIL", name);
@@ -225,6 +256,7 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
     if (abs_at >= 0) {
         index_text(actual, abs_at, at);
         lx_sb_printf(&sb, " max abs diff %.3g at %s", max_abs, at);
+        if (!ok) lx_sb_printf(&sb, " (actual %.7g, expected %.7g)", actual_at_max, expected_at_max);
     }
     if (rel_at >= 0) {
         index_text(actual, rel_at, at);
@@ -236,6 +268,13 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         index_text(actual, first_bad, at);
         lx_sb_printf(&sb, "; %" PRId64 " of %" PRId64 " elements outside, first at %s", bad, n, at);
         if (nonfinite) lx_sb_printf(&sb, ", %" PRId64 " NaN or infinite", nonfinite);
+        lx_sb_str(&sb, "; wrong elements (flat indices):");
+        for (int64_t k = 0; k < runs && k < KEPT_RUNS; k++) {
+            if (run_lo[k] == run_hi[k]) lx_sb_printf(&sb, "%s %" PRId64, k ? "," : "", run_lo[k]);
+            else lx_sb_printf(&sb, "%s %" PRId64 "-%" PRId64, k ? "," : "", run_lo[k], run_hi[k]);
+        }
+        if (runs > KEPT_RUNS) lx_sb_printf(&sb, " and %" PRId64 " more range%s", runs - KEPT_RUNS,
+                                           runs - KEPT_RUNS == 1 ? "" : "s");
     }
     emit_check(r, ok, sb.s);
     free(sb.s);

@@ -12,7 +12,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 name=$(basename "$bin")
 out=${LECTERN_OUT:-$root/traces/local}
 mkdir -p "$out"
-case "$bin" in
+# "/$bin": make passes a relative build-asan/lectures/NAME
+case "/$bin" in
     */build-asan/*)
         # make run SAN=1: AddressSanitizer + UBSan, set up as the tests do
         # (Open MPI needs the shadow gap; its own leaks are suppressed).
@@ -31,9 +32,13 @@ rc=$?
 rel=${out#"$root"/}
 echo
 if [ "$out/$name.failed.json" -nt "$marker" ]; then
-    trace=$name.failed
+    trace=$name
     echo "The lecture FAILED (exit $rc). Its trace up to the failure: $rel/$name.failed.json"
-    echo "(the last good trace, $rel/$name.json, is untouched)"
+    if [ -f "$out/$name.json" ]; then
+        echo "(the last good trace, $rel/$name.json, is untouched; the viewer opens the newest run, this one)"
+    else
+        echo "(no run of it has passed yet: there is no good trace to keep)"
+    fi
 elif [ "$out/$name.json" -nt "$marker" ]; then
     trace=$name
     echo "Trace: $rel/$name.json"

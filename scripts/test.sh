@@ -122,7 +122,7 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
         for t in tests/test_foundation.py tests/test_spawn.py tests/test_misuse.py tests/test_lecture_08.py \
                  tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py \
                  tests/test_checks.py tests/test_leaks.py tests/test_options.py tests/test_timer.py \
-                 tests/test_spawn_expect.py tests/test_spawn_result.py; do
+                 tests/test_spawn_expect.py tests/test_spawn_result.py tests/test_deadlock.py; do
             [ -f "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
         done

@@ -3,19 +3,24 @@
 
     python3 scripts/trace_index.py [DIR]          (DIR: traces/ by default)
 
-Reads every DIR/NAME.json trace (not the NAME.failed.json of a failed run)
-and writes DIR/index.json and its twin DIR/index.js, which a page opened
-from file:// can load with a <script> (it cannot fetch() a file). Each entry:
+Reads every DIR/NAME.json trace, and the NAME.failed.json of a lecture
+whose only run failed, and writes DIR/index.json and its twin DIR/index.js,
+which a page opened from file:// can load with a <script> (it cannot fetch()
+a file). Each entry:
 
     {"name": "lecture_08", "title": "Distributed training",
      "summary": "the first lines of the lecture",
      "start_time": "...", "host": "...", "gpus": 0, "backend": "mpi",
-     "duration_s": 13.5, "steps": 355, "failed_run": false}
+     "duration_s": 13.5, "steps": 355, "failed_run": false,
+     "state": "ok", "has_good": true}
 
 The title is the lecture's first heading, the summary the text of the
 markdown that follows it, both as plain text: the viewer shows them as text,
 never as HTML. `failed_run` says that a later run failed (NAME.failed.json is
-newer than NAME.json). A file that is not a lectern trace is skipped with a
+newer than NAME.json). `state` is the newest run's: "ok", or "failed" when
+NAME.failed.json is the newest (what ?trace=NAME opens); `has_good` says
+whether a run that passed is kept (false for a lecture whose only run
+failed: its entry is made from the failed trace). A file that is not a lectern trace is skipped with a
 warning on stderr; the index is written atomically, so a viewer never reads
 half of one.
 """
@@ -35,7 +40,9 @@ def plain(markdown):
     text = re.sub(r"!\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = re.sub(r"^\s{0,3}(#+|[-*+]|\d+\.|>)\s+", "", text, flags=re.M)
-    text = re.sub(r"[*_`|]", "", text)
+    text = re.sub(r"[*`|]", "", text)
+    # _emphasis_ loses its underscores; homework_08.c keeps its own
+    text = re.sub(r"(?<!\w)_+|_+(?!\w)", "", text)
     return " ".join(text.split())
 
 
@@ -70,24 +77,36 @@ def describe(name, trace):
     }
 
 
+def read_trace(path):
+    with open(path, encoding="utf-8") as f:
+        trace = json.load(f)
+    if trace.get("version") != 1 or not isinstance(trace.get("steps"), list):
+        raise ValueError("not a version 1 lectern trace")
+    return trace
+
+
 def build(folder):
     entries = []
-    for fname in sorted(os.listdir(folder)):
-        if not fname.endswith(".json") or fname.endswith(".failed.json") or fname == "index.json":
-            continue
-        name = fname[:-len(".json")]
-        path = os.path.join(folder, fname)
-        try:
-            with open(path, encoding="utf-8") as f:
-                trace = json.load(f)
-            if trace.get("version") != 1 or not isinstance(trace.get("steps"), list):
-                raise ValueError("not a version 1 lectern trace")
-            entry = describe(name, trace)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            print("trace_index: skipping %s: %s" % (path, e), file=sys.stderr)
-            continue
+    names = set()
+    for fname in os.listdir(folder):
+        if fname.endswith(".failed.json"):
+            names.add(fname[:-len(".failed.json")])
+        elif fname.endswith(".json") and fname != "index.json":
+            names.add(fname[:-len(".json")])
+    for name in sorted(names):
+        path = os.path.join(folder, name + ".json")
         failed = os.path.join(folder, name + ".failed.json")
-        entry["failed_run"] = os.path.exists(failed) and os.path.getmtime(failed) > os.path.getmtime(path)
+        has_good = os.path.exists(path)
+        source = path if has_good else failed
+        try:
+            entry = describe(name, read_trace(source))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print("trace_index: skipping %s: %s" % (source, e), file=sys.stderr)
+            continue
+        newer_failed = has_good and os.path.exists(failed) and os.path.getmtime(failed) > os.path.getmtime(path)
+        entry["failed_run"] = newer_failed
+        entry["has_good"] = has_good
+        entry["state"] = "failed" if newer_failed or not has_good else "ok"
         entries.append(entry)
     return {"version": 1, "lectures": entries}
 

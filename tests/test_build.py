@@ -206,7 +206,9 @@ class MovedBuild(unittest.TestCase):
 
     def recorded_source(self, top):
         import json
-        with open(os.path.join(top, "traces", "lecture_00.json")) as f:
+        # without --out a lecture writes to traces/local/, never the committed traces/
+        self.assertFalse(os.path.exists(os.path.join(top, "traces", "lecture_00.json")))
+        with open(os.path.join(top, "traces", "local", "lecture_00.json")) as f:
             t = json.load(f)
         paths = {fr["path"] for st in t["steps"] for fr in st["stack"]}
         self.assertEqual(paths, {"lectures/lecture_00.c"})

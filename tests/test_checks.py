@@ -73,6 +73,11 @@ class Checks(unittest.TestCase):
         self.assertAlmostEqual(r["max_rel"], 0.5 / 5.5, places=12)   # computed in double from exact floats
         self.assertEqual(r["max_rel_at"], [1, 2])
         self.assertEqual((r["bad"], r["numel"], r["first_bad_at"]), (1, 6, [1, 2]))
+        # the values at the worst element, and which elements are wrong
+        self.assertEqual((r["actual_at_max"], r["expected_at_max"]), (5, 5.5))
+        self.assertEqual((r["bad_ranges"], r["bad_runs"]), ([[5, 5]], 1))
+        self.assertIn("(actual 5, expected 5.5)", r["data"])
+        self.assertIn("wrong elements (flat indices): 5", r["data"])
         self.assertIn("max abs diff 0.5 at [1, 2]", r["data"])
         self.assertIn("tests/lectures/check_fixture.c:%d: FAIL: one element off" % s["stack"][-1]["line"],
                       self.p.stderr)

@@ -69,6 +69,11 @@ class Leaks(unittest.TestCase):
         self.assertEqual(own[0][0], randn_line)
         self.assertIn("1 tensor (256.0 kB) made here is still alive at the end of the lecture", own[0][1])
         self.assertIn("warning: 1 tensor (256.0 kB) still alive at the end of the lecture", p.stderr)
+        # the console names the line, as the viewer does
+        self.assertIn("lectern: warning: %s:%d: 1 tensor (256.0 kB) made here is still alive at the end of the "
+                      "lecture" % (SRC, randn_line), p.stderr)
+        self.assertIn("lectern: rank 1: warning: %s:%d: 3 tensors (3.0 kB) made here are still alive"
+                      % (SRC, zeros_line), p.stderr)
         self.assertEqual(t["meta"]["status"], "ok")
 
     def failed(self, case):

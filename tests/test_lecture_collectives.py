@@ -156,8 +156,9 @@ class LectureCollectives(unittest.TestCase):
         self.assertEqual(sorted(s["rank"] for s, _ in errors), [0, 1])
         for s, r in errors:
             self.assertEqual((s["stack"][-1]["function"], s["stack"][-1]["line"]), ("both_send_first_main", line))
-            self.assertRegex(r["data"], r"^lectures/%s\.c:%d: rank %d of 2 made no progress for [0-9.]+ s, last in "
-                             r"dist_send, in both_send_first_main\(\)" % (NAME, line, s["rank"]))
+            self.assertRegex(r["data"], r"^lectures/%s\.c:%d: deadlock: rank %d of 2 waits in dist_send\(\) in "
+                             r"both_send_first_main\(\) for rank %d to post the receive of this send"
+                             % (NAME, line, s["rank"], 1 - s["rank"]))
         sp = self.trace["spawns"][errors[0][0]["spawn"]]
         self.assertEqual((sp["status"], sp.get("expect_failure"), sp["stack"][-1]["line"]), ("failed", True, spawn_line))
         self.assertEqual(self.trace["meta"]["status"], "ok")

@@ -145,14 +145,16 @@ class CollectiveMisuse(Base):
         "misuse:reduce_to_no_rank": ("dist_reduce", "dst 2 is not a rank"),
         "misuse:unknown_op": ("dist_all_reduce", "unknown reduction op 42"),
         "misuse:reduce_scatter_sizes": ("dist_reduce_scatter", "input must be world_size (2) times output"),
-        "misuse:reduce_scatter_same_memory": ("dist_reduce_scatter", "output and input are the same memory"),
+        "misuse:reduce_scatter_same_memory": ("dist_reduce_scatter", "output and input are the same memory (output is elements 0 to 3 of input): the reduce-scatter writes output while it still reads input. Give it an output of its own"),
         "misuse:all_gather_sizes": ("dist_all_gather", "output must be world_size (2) times input"),
-        "misuse:all_gather_same_memory": ("dist_all_gather", "output and input are the same memory"),
+        "misuse:all_gather_same_memory": ("dist_all_gather", "output and input are the same memory (input is elements 0 to 3 of output): the gather writes output while it still reads input. Give it a copy: tensor *mine = zeros(4, 0, get_device(rank)); tensor_copy(mine, input); then gather from mine"),
         "misuse:scatter_sizes": ("dist_scatter", "input must be world_size (2) times output"),
         "misuse:gather_sizes": ("dist_gather", "output must be world_size (2) times input"),
         "misuse:scatter_from_no_rank": ("dist_scatter", "src 5 is not a rank"),
         "misuse:gather_to_no_rank": ("dist_gather", "dst -3 is not a rank"),
         "misuse:isend_to_self": ("dist_isend", "cannot send to itself"),
+        "misuse:send_recv_one_chunk": ("dist_irecv", "this tensor shares memory with the one dist_isend at "
+                                       "tests/lectures/misuse_fixture.c:"),
         "misuse:irecv_from_no_rank": ("dist_irecv", "src 9 is not a rank"),
         "misuse:outside_spawn": ("dist_all_reduce", "outside a spawned function"),
     }

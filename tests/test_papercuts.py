@@ -55,18 +55,48 @@ class RunLecture(unittest.TestCase):
             self.assertIn("The lecture FAILED (exit 1). Its trace up to the failure: %s/check_fixture.failed.json" % out,
                           p.stdout)
             self.assertTrue(os.path.exists(os.path.join(out, "check_fixture.failed.json")))
-            self.assertIn("?trace=check_fixture.failed", p.stdout)
+            # ?trace=NAME opens the newest run, this failed one; no good trace
+            # exists, and the message says so rather than calling one untouched
+            self.assertIn("?trace=check_fixture ", p.stdout)
+            self.assertNotIn("untouched", p.stdout)
+            self.assertIn("no run of it has passed yet", p.stdout)
+            # the checks line after an error (check_fixture stops at an error)
+            self.assertRegex(p.stderr, r"(?m)^checks: \d+ passed, \d+ failed$")
+            # a good trace beside it: now said to be kept
+            with open(os.path.join(out, "check_fixture.json"), "w") as f:
+                f.write("{}")
+            p = subprocess.run(["bash", "scripts/run-lecture.sh", os.path.join(BUILD, "tests", "lectures", "check_fixture"),
+                                "--quiet"], cwd=ROOT, env=dict(make_env(), LECTERN_OUT=out), capture_output=True,
+                               text=True, timeout=300)
+            self.assertIn("the last good trace, %s/check_fixture.json, is untouched" % out, p.stdout)
+
+    def test_a_sanitizer_run_shows_no_library_leaks(self):
+        """make run SAN=1 passes build-asan/lectures/NAME, a relative path:
+        the sanitizer settings (Open MPI's leaks suppressed) must apply, and
+        the ranks check for leaks before MPI_Finalize unloads what no
+        suppression could name. A spawning lecture's console then holds no
+        leak report of the libraries'."""
+        binary = os.path.join("build-asan", "tests", "lectures", "spawn_basic")
+        if not os.path.exists(os.path.join(ROOT, binary)):
+            self.skipTest("no build-asan/ (make SAN=1)")
+        env = {k: v for k, v in make_env().items() if k not in ("LSAN_OPTIONS", "ASAN_OPTIONS")}
+        with tempfile.TemporaryDirectory() as out:
+            p = subprocess.run(["bash", "scripts/run-lecture.sh", binary, "--quiet"], cwd=ROOT,
+                               env=dict(env, LECTERN_OUT=out), capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-3000:])
+            self.assertIn("built with AddressSanitizer", p.stdout)
+            self.assertNotIn("LeakSanitizer", p.stdout + p.stderr)
 
     def test_a_benchmark_run_by_hand_leaves_traces_alone(self):
         # Without --out or LECTERN_OUT a benchmark's trace goes to
-        # bench/results/ (ignored), a lecture's to traces/.
+        # bench/results/ (ignored), a lecture's to traces/local/ (ignored too).
         env = {k: v for k, v in make_env().items() if k != "LECTERN_OUT"}
         bench = subprocess.run([os.path.join(BUILD, "bench", "soak_spawn"), "--help"], env=env,
                                capture_output=True, text=True, timeout=60)
         lecture = subprocess.run([os.path.join(BUILD, "lectures", "lecture_00"), "--help"], env=env,
                                  capture_output=True, text=True, timeout=60)
         self.assertIn("%s/bench/results)" % ROOT, bench.stdout)
-        self.assertIn("%s/traces)" % ROOT, lecture.stdout)
+        self.assertIn("%s/traces/local)" % ROOT, lecture.stdout)
         before = tracked_status()
         p = subprocess.run([os.path.join(BUILD, "bench", "soak_spawn"), "--quick", "--quiet"], cwd=ROOT,
                            env=dict(env, SOAK_SPAWNS="2"), capture_output=True, text=True, timeout=300)

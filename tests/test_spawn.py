@@ -274,14 +274,14 @@ class RankFailures(Base):
         # SIGKILL cannot be caught: the line is the last one the rank reported.
         self.check_rank_failure("kill", 3, 0, "too abruptly to say how", "MARK:kill-barrier")
 
-    def test_deadlock_is_stopped_by_the_timeout(self):
-        t, err = self.fail_case("deadlock", {"LECTERN_TIMEOUT": "2"})
+    def test_deadlock_is_named_long_before_the_timeout(self):
+        t, err = self.fail_case("deadlock", {"LECTERN_TIMEOUT": "60"})
         line = line_of(FAIL_SRC, "MARK:deadlock")
         for rank in (0, 1):
             step, msg = self.rank_error(t, rank)
             self.assertEqual(step["stack"][-1]["line"], line, msg)
-            self.assertIn("dist_recv", msg)
-            self.assertIn("no progress for 2 s", msg)
+            self.assertIn("deadlock: rank %d of 2 waits in dist_recv()" % rank, msg)
+            self.assertNotIn("no progress", msg)
         texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
         self.assertIn("rank 0 waits for the other", texts)
         self.assertIn("rank 1 waits for the other", texts)

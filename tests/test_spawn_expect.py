@@ -73,21 +73,29 @@ class ExpectFailure(Base):
             for s, r in errs:
                 self.assertIs(r.get("expected"), True)
                 self.assertEqual(s["stack"][-1]["line"], line)
-                # the default timeout of an expected failure: 3 s
-                self.assertIn("%s:%d: rank %d of 2 made no progress for 3 s, last in dist_recv"
-                              % (WHERE, line, s["rank"]), r["data"])
+                # named from the status board, before any timeout
+                self.assertIn("%s:%d: deadlock: rank %d of 2 waits in dist_recv() in both_receive() for rank %d "
+                              "to send" % (WHERE, line, s["rank"], 1 - s["rank"]), r["data"])
             self.assertIn("round %d: caught 1" % i, self.texts(t))
             self.fine_sums(t, k + 1, 2 + i)
         self.assertEqual(len(self.errors(t)), 6)
         self.assertIn("after the spawns", self.texts(t))
 
     def test_the_timeout_is_set_by_lectern_expect_timeout(self):
-        t, err = self.run_case("deadlock", {"LECTERN_EXPECT_TIMEOUT": "1.5"})
-        for _, r in self.errors(t):
+        """A hang the board cannot prove (a buffered send too large to
+        buffer, its receiver in a barrier) is left to the timeout."""
+        t, err = self.run_case("stuck", {"LECTERN_EXPECT_TIMEOUT": "1.5"})
+        errs = self.errors(t)
+        self.assertEqual(len(errs), 2, errs)
+        for s, r in errs:
             self.assertIn("made no progress for 1.5 s", r["data"])
+        send = [s for s, r in errs if s["rank"] == 0][0]
+        self.assertEqual(send["stack"][-1]["line"], line_of(SRC, "MARK:stuck-send"))
         # never longer than LECTERN_TIMEOUT
-        t, err = self.run_case("deadlock", {"LECTERN_EXPECT_TIMEOUT": "30", "LECTERN_TIMEOUT": "2"})
-        for _, r in self.errors(t):
+        t, err = self.run_case("stuck", {"LECTERN_EXPECT_TIMEOUT": "30", "LECTERN_TIMEOUT": "2"})
+        errs = self.errors(t)
+        self.assertEqual(len(errs), 2, errs)
+        for _, r in errs:
             self.assertIn("made no progress for 2 s", r["data"])
 
     def test_a_crash_is_caught(self):

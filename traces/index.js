@@ -11,7 +11,9 @@ window.lecternIndex = {
    "backend": "none",
    "duration_s": 0.008,
    "steps": 32,
-   "failed_run": false
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok"
   },
   {
    "name": "lecture_08",
@@ -23,19 +25,23 @@ window.lecternIndex = {
    "backend": "mpi",
    "duration_s": 2.931,
    "steps": 616,
-   "failed_run": false
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok"
   },
   {
    "name": "lecture_collectives",
    "title": "Collectives from scratch",
    "summary": "Ranks that train one model together have to exchange numbers: gradients, parameters, activations. This lecture starts from the smallest exchange, one rank handing one tensor to another, and builds the all-reduce of data-parallel training out of it three different ways. Then it …",
-   "start_time": "2026-11-23T23:31:10Z",
+   "start_time": "2026-11-24T17:49:43Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 4.732,
+   "duration_s": 15.574,
    "steps": 81,
-   "failed_run": false
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok"
   },
   {
    "name": "lecture_ddp",
@@ -47,7 +53,9 @@ window.lecternIndex = {
    "backend": "mpi",
    "duration_s": 0.886,
    "steps": 67,
-   "failed_run": false
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok"
   },
   {
    "name": "lecture_gpu",
@@ -59,7 +67,9 @@ window.lecternIndex = {
    "backend": "mpi",
    "duration_s": 1.37,
    "steps": 71,
-   "failed_run": false
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok"
   }
  ]
 };

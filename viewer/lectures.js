@@ -38,8 +38,10 @@
       '<p class="lecture-file"><code>lectures/' + esc(name) + '.c</code></p>' +
       (e.summary ? '<p class="lecture-summary">' + esc(e.summary) + '</p>' : '') +
       '<p class="lecture-facts">' + (e.local ? 'Your run: ' : 'Trace of ') + esc(facts.join(' · ')) + '</p>' +
-      (e.failed_run ? '<p class="lecture-failed">A later run failed: <a href="index.html?trace=' +
-        encodeURIComponent(name + '.failed') + '">its trace up to the failure</a>.</p>' : '') +
+      (e.has_good === false ? '<p class="lecture-failed"><span class="state bad">failed</span> Its only run ' +
+        'failed: the link opens its trace up to the failure.</p>' :
+       e.failed_run ? '<p class="lecture-failed"><span class="state bad">failed</span> Its newest run failed: ' +
+        'the link opens it, up to the failure (the last run that passed is linked from its banner).</p>' : '') +
       '</li>';
   }
 

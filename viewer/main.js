@@ -225,6 +225,9 @@
     }
     if (c.contains('frame') || c.contains('to-line')) {
       if (S.mode === 'read') L.setMode('step');
+      // The reader chose a line: the current step no longer pulls the
+      // source back to itself (it keeps doing so for a moment after a jump).
+      L.stopSettling();
       return L.showFrame(b.getAttribute('data-path'), +b.getAttribute('data-line'));
     }
     if (c.contains('to-step')) {

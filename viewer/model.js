@@ -73,7 +73,7 @@
       spawnSteps: [],                  // spawn -> [steps], in order
       spawnNote: [],                   // spawn -> its note step, or -1
       noteSpawn: new Int32Array(n).fill(-1),   // step -> the spawn it announces, or -1
-      errors: [], expected: [], checks: { passed: [], failed: [] }, ranks: [], files: [], headings: [], title: null,
+      errors: [], expected: [], warnings: [], checks: { passed: [], failed: [] }, ranks: [], files: [], headings: [], title: null,
       ends: Object.create(null)        // path -> statement-end cache (stmtEnd)
     };
     var spawns = t.spawns = Array.isArray(t.spawns) ? t.spawns : [];
@@ -111,6 +111,7 @@
       // An error a spawn_expect_failure() spawn was made to show is the
       // lesson, not a failure of the run: listed apart.
       for (var j = 0; j < rs.length; j++) if (rs[j] && rs[j].type === 'error') { (rs[j].expected === true ? ix.expected : ix.errors).push(i); break; }
+      for (j = 0; j < rs.length; j++) if (rs[j] && rs[j].type === 'warning') { ix.warnings.push(i); break; }
       for (j = 0; j < rs.length; j++) if (rs[j] && rs[j].type === 'check') (rs[j].passed === true ? ix.checks.passed : ix.checks.failed).push(i);
     }
     spawnNotes(t, ix, maybeNotes);

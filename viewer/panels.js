@@ -45,11 +45,20 @@
         '<button type="button" class="to-step n-fail" data-step="' + ck.failed[0] + '" title="Go to the first failed check">' +
         ck.failed.length + ' failed</button>' : '<span class="n-fail">0 failed</span>');
     }
+    // Warnings (tensors left alive): a run that passed with them is not all
+    // green; the count is a button to the first.
+    var wn = IX.warnings, wb = $('warnings-badge');
+    if (wn.length) {
+      wb.hidden = false;
+      wb.innerHTML = '<button type="button" class="to-step" data-step="' + wn[0] + '" title="Go to the first warning">' +
+        wn.length + ' warning' + (wn.length > 1 ? 's' : '') + '</button>';
+    }
     $('meta').textContent = L.metaLine();
     var dl = '';
     function row(k, v) { if (v != null && v !== '') dl += '<dt>' + esc(k) + '</dt><dd>' + esc(v) + '</dd>'; }
     row('status', m.status);
     if (ck.passed.length + ck.failed.length) row('checks', ck.passed.length + ' passed, ' + ck.failed.length + ' failed');
+    if (IX.warnings.length) row('warnings', IX.warnings.length + ' (tensors left alive)');
     row('backend', m.backend);
     row('GPUs', m.gpus != null ? m.gpus + (m.gpu_names && m.gpu_names.length ? ' · ' + L.uniq(m.gpu_names).join(', ') : '') : null);
     row('host', m.host);
@@ -69,7 +78,10 @@
         (IX.errors.length > 1 ? 's' : '') + '. <button type="button" class="to-step" data-step="' + e + '">First: ' +
         esc(whereText(e)) + '</button>' : ck.failed.length ? ck.failed.length + ' check' + (ck.failed.length > 1 ? 's' : '') +
         ' failed. <button type="button" class="to-step" data-step="' + ck.failed[0] + '">First: ' + esc(whereText(ck.failed[0])) +
-        '</button>' : 'The trace holds the steps up to the failure.');
+        '</button>' : 'The trace holds the steps up to the failure.') +
+        // ?trace=NAME opened the newest run, which failed: the last good one is a link away.
+        (failed && S.goodFile ? ' <span class="banner-good">This is the newest run; <a href="index.html?trace=' +
+          encodeURIComponent(S.goodFile) + '">the last run that passed</a> is kept too.</span>' : '');
     }
     // Without DOMPurify notes are shown as their markdown text: say why.
     if (!window.lecternSafe.ready()) {

@@ -153,8 +153,14 @@
     var T = L.T, IX = L.IX, sp = T.spawns[k], byRank = IX.spawnRanks[k] || [];
     var ws = sp.world_size != null ? sp.world_size : byRank.length;
     var st = L.spawnStatus(sp), failed = !!(st && st.bad), view = L.spawnView(k);
-    var cols = [];
-    for (var r = 0; r < byRank.length; r++) if (byRank[r] && (S.rank == null || r === S.rank)) cols.push(r);
+    // Every rank of the spawn has its column, also one that wrote nothing (a
+    // rank killed when a sibling failed): an empty column says it ran.
+    var cols = [], any = false;
+    for (var r = 0; r < Math.max(ws, byRank.length); r++) {
+      if (S.rank != null && r !== S.rank) continue;
+      cols.push(r);
+      if (byRank[r] && byRank[r].length) any = true;
+    }
     var n = IX.spawnSteps[k].length, note = IX.spawnNote[k];
     var h = '<section class="spawn' + (failed ? ' failed' : '') + '" data-spawn="' + k + '" data-ctx="' + ctx +
       '" aria-label="output of spawn ' + (k + 1) + ', ' + esc(ws) + ' rank' + (ws == 1 ? '' : 's') + '">' +
@@ -177,13 +183,13 @@
       h += '<div class="spawn-reason">' + esc(sp.reason) + '</div>';
     }
     h += '</th></tr>';
-    if (!cols.length) {
+    if (!any) {
       return h + '</thead></table><p class="spawn-empty">' + (S.rank != null ? 'Rank ' + S.rank + ' wrote nothing here.' :
         'The ranks wrote nothing.') + '</p></section>';
     }
     h += '<tr class="sp-cols"><th scope="col" class="rl-h">' + (view === 'time' ? 'time · line' : 'line') + '</th>';
     cols.forEach(function (r) {
-      var cnt = byRank[r].filter(L.shown).length;
+      var cnt = byRank[r] ? byRank[r].filter(L.shown).length : 0;
       h += '<th scope="col" class="rank-h" data-r="' + r + '" style="--rc:' + L.rankColor(r) + '">rank ' + r +
         ' <span class="cnt">' + cnt + '</span></th>';
     });

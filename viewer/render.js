@@ -122,11 +122,15 @@
   function at(a) { return Array.isArray(a) ? '[' + a.map(function (v) { return esc(v); }).join(', ') + ']' : ''; }
   function checkHTML(r) {
     var ok = r.passed === true, nums = [];
-    if (typeof r.max_abs === 'number') nums.push('max abs diff ' + num(r.max_abs) + (r.max_abs_at ? ' at ' + at(r.max_abs_at) : ''));
+    if (typeof r.max_abs === 'number') nums.push('max abs diff ' + num(r.max_abs) + (r.max_abs_at ? ' at ' + at(r.max_abs_at) : '') +
+      (typeof r.actual_at_max === 'number' ? ' (actual ' + esc(r.actual_at_max) + ', expected ' + esc(r.expected_at_max) + ')' : ''));
     if (typeof r.max_rel === 'number') nums.push('max rel diff ' + num(r.max_rel) + (r.max_rel_at ? ' at ' + at(r.max_rel_at) : ''));
     if (typeof r.rtol === 'number' || typeof r.atol === 'number') nums.push('rtol ' + num(r.rtol) + ', atol ' + num(r.atol));
     if (!ok && typeof r.bad === 'number' && r.bad > 0) nums.push(esc(r.bad) + ' of ' + esc(r.numel) + ' outside' +
       (r.first_bad_at ? ', first at ' + at(r.first_bad_at) : '') + (r.nonfinite ? ', ' + esc(r.nonfinite) + ' NaN or infinite' : ''));
+    if (Array.isArray(r.bad_ranges) && r.bad_ranges.length) nums.push('wrong elements ' + r.bad_ranges.map(function (p) {
+      return Array.isArray(p) ? (p[0] === p[1] ? esc(p[0]) : esc(p[0]) + '–' + esc(p[1])) : '';
+    }).join(', ') + (r.bad_runs > r.bad_ranges.length ? ' and ' + esc(r.bad_runs - r.bad_ranges.length) + ' more' : ''));
     if (typeof r.reason === 'string') nums.push(esc(r.reason));
     return '<div class="r-check ' + (ok ? 'pass' : 'fail') + '"><span class="check-badge">' + (ok ? '✓ pass' : '✗ fail') +
       '</span> <span class="check-what">' + esc(r.what == null ? '' : r.what) + '</span>' +

@@ -86,15 +86,46 @@
   }
 
   // The trace a ?trace= names: done(trace, file, problem). A name is looked
-  // for in traces/local/ first; when that file is missing, in traces/.
+  // for in traces/local/ first; when that file is missing, in traces/. In
+  // each folder the newest run wins: NAME.failed (a run that failed writes
+  // it and leaves NAME alone; a good run deletes it) when it is there and
+  // not older than NAME, with S.goodFile set to NAME's file when there is
+  // one, so the banner can link the last good run.
   L.loadTrace = function (arg, done) {
     var src = traceSource(arg);
     if (!src.fallback) return loadFrom(src, arg, done);
-    loadFrom(src, arg, function (t, file, problem, missing) {
-      if (!t && missing) return loadFrom(src.fallback, arg, done);
+    newestIn(src, arg, function (t, file, problem, missing) {
+      if (!t && missing) return newestIn(src.fallback, arg, done);
       done(t, file, problem);
     });
   };
+
+  function failedTwin(src) {
+    return { key: src.key + '.failed', js: src.js.replace(/\.js$/, '.failed.js'),
+             json: src.json.replace(/\.json$/, '.failed.json') };
+  }
+
+  function started(t) {
+    var s = t && t.meta && t.meta.start_time, d = s ? Date.parse(s) : NaN;
+    return isNaN(d) ? -Infinity : d;
+  }
+
+  function newestIn(src, arg, done) {
+    S.goodFile = null;
+    loadFrom(src, arg, function (good, goodFile, goodProblem, goodMissing) {
+      loadFrom(failedTwin(src), arg, function (bad, badFile, badProblem, badMissing) {
+        if (bad && (!good || started(bad) > started(good))) {
+          S.name = src.key;
+          if (good) S.goodFile = goodFile;
+          return done(bad, badFile);
+        }
+        S.name = src.key;
+        if (good || !goodMissing) return done(good, goodFile, goodProblem, goodMissing);
+        if (!badMissing) return done(bad, badFile, badProblem);
+        done(null, goodFile, goodProblem, true);
+      });
+    });
+  }
 
   function loadFrom(src, arg, done) {
     S.name = src.key;

@@ -147,6 +147,10 @@ static void misuse_body(int rank, int world_size, void *args) {
     if (rank == 1 && strcmp(c, "misuse:reduce_to_no_rank") == 0) dist_reduce(t, 2, DIST_SUM);
     if (rank == 1 && strcmp(c, "misuse:unknown_op") == 0) dist_all_reduce(t, (dist_op)42);
     if (rank == 1 && strcmp(c, "misuse:reduce_scatter_sizes") == 0) dist_reduce_scatter(t, odd, DIST_SUM);
+    if (rank == 1 && strcmp(c, "misuse:send_recv_one_chunk") == 0) {
+        dist_isend(row_slice(big, 0, 4), 0);
+        dist_irecv(row_slice(big, 0, 4), 0);
+    }
     if (rank == 1 && strcmp(c, "misuse:reduce_scatter_same_memory") == 0)
         dist_reduce_scatter(row_slice(big, 0, 4), big, DIST_SUM);
     if (rank == 1 && strcmp(c, "misuse:all_gather_sizes") == 0) dist_all_gather(odd, t);

@@ -17,6 +17,18 @@ static void both_receive(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
+/* Stuck in a way the status board cannot prove: rank 0's send is buffered
+ * (dist_buffered_sends: no need is written for it) but too large for the
+ * transport to buffer, and rank 1 waits in a barrier rank 0 never reaches.
+ * Only the timeout stops it. */
+static void stuck_unprovably(int rank, int world_size, void *args) {
+    tensor *t = zeros(1 << 22, 0, get_device(rank));
+    dist_buffered_sends(1);
+    if (rank == 0) dist_send(t, 1);   /* MARK:stuck-send */
+    dist_barrier();
+    tensor_free(t);
+}
+
 static void crash_on_rank_1(int rank, int world_size, void *args) {
     note("rank %d of %d starts", rank, world_size);
     dist_barrier();
@@ -56,6 +68,8 @@ static void body(void) {
             note("round %d: caught %d", i, caught);
             spawn(fine, 2 + i, NULL, 0);
         }
+    } else if (strcmp(c, "stuck") == 0) {
+        note("caught %d", spawn_expect_failure(stuck_unprovably, 2, NULL, 0));
     } else if (strcmp(c, "crash") == 0) {
         note("caught %d", spawn_expect_failure(crash_on_rank_1, 3, NULL, 0));
         spawn(fine, 4, NULL, 0);

@@ -282,6 +282,7 @@ def checks():
     tr.step([top('"gradients")')], {"type": "check", "passed": False, "what": "gradients", "rtol": 1e-5, "atol": 1e-8,
                                      "numel": 6, "bad": 6, "max_abs": 0.5, "max_abs_at": [0], "max_rel": 0.5,
                                      "max_rel_at": [1], "first_bad_at": [0],
+                                     "actual_at_max": 1.5, "expected_at_max": 1, "bad_ranges": [[0, 5]], "bad_runs": 1,
                                      "data": "FAIL: gradients: max abs diff 0.5 at [0]"})
     tr.step([top('check(2 + 2')], {"type": "check", "passed": True, "what": "two and two make 4",
                                     "data": "PASS: two and two make 4"})

@@ -44,7 +44,8 @@ class TestChecks(base.ViewerCase):
         grad = [b for b in lecture if "gradients" in b[1]][0]
         self.assertIn("fail", grad[0].split())
         self.assertIn("✗ fail", grad[1])
-        self.assertIn("max abs diff 0.5 at [0]", grad[1])
+        self.assertIn("max abs diff 0.5 at [0] (actual 1.5, expected 1)", grad[1])
+        self.assertIn("wrong elements 0–5", grad[1])
         self.assertIn("6 of 6 outside", grad[1])
         outs = [b for b in lecture if "outputs" in b[1]][0]
         self.assertIn("pass", outs[0].split())

@@ -39,13 +39,16 @@ def run_indexer(folder):
 
 
 class IndexScript(unittest.TestCase):
-    def test_lists_good_traces_only(self):
+    def test_lists_each_lecture_once_with_the_state_of_its_newest_run(self):
         with tempfile.TemporaryDirectory() as d:
             for name in ("a", "b"):
                 with open(os.path.join(d, name + ".json"), "w") as f:
                     json.dump(minimal_trace(name, "Lecture " + name.upper(), "About *" + name + "*."), f)
             with open(os.path.join(d, "a.failed.json"), "w") as f:
                 json.dump(minimal_trace("a", "Broken", "x"), f)
+            # A lecture whose only run failed is listed, from its failed trace.
+            with open(os.path.join(d, "c.failed.json"), "w") as f:
+                json.dump(minimal_trace("c", "Lecture C", "Only failed, in `homework_08.c`, _really_."), f)
             with open(os.path.join(d, "junk.json"), "w") as f:
                 f.write("{not json")
             p = run_indexer(d)
@@ -53,7 +56,12 @@ class IndexScript(unittest.TestCase):
             self.assertIn("junk.json", p.stderr)   # skipped, and said so
             with open(os.path.join(d, "index.json")) as f:
                 idx = json.load(f)
-            self.assertEqual([e["name"] for e in idx["lectures"]], ["a", "b"])
+            self.assertEqual([e["name"] for e in idx["lectures"]], ["a", "b", "c"])
+            self.assertEqual([e["state"] for e in idx["lectures"]], ["failed", "ok", "failed"])
+            self.assertEqual([e["has_good"] for e in idx["lectures"]], [True, True, False])
+            self.assertEqual(idx["lectures"][2]["title"], "Lecture C")
+            # underscores inside a name stay; emphasis marks go
+            self.assertEqual(idx["lectures"][2]["summary"], "Only failed, in homework_08.c, really.")
             self.assertEqual(idx["lectures"][1]["title"], "Lecture B")
             self.assertEqual(idx["lectures"][1]["summary"], "About b.")   # markup removed
             self.assertEqual(idx["lectures"][0]["host"], "box")
@@ -104,6 +112,16 @@ class IndexPage(unittest.TestCase):
         with open(os.path.join(local, cls.local_name + ".json"), "w", encoding="utf-8") as f:
             json.dump(t, f)
         cls.expected[cls.local_name] = (cls.expected[cls.local_name][0], "here-box")
+        # A lecture run here whose only run failed: listed, marked failed.
+        failed_only = minimal_trace("zz_failed_only", "Failed only", "Its only run failed.")
+        failed_only["meta"]["status"] = "failed"
+        failed_only["meta"]["host"] = "here-box"
+        with open(os.path.join(local, "zz_failed_only.failed.json"), "w", encoding="utf-8") as f:
+            json.dump(failed_only, f)
+        with open(os.path.join(local, "zz_failed_only.failed.js"), "w", encoding="utf-8") as f:
+            f.write('(window.lecternTraces = window.lecternTraces || {})["zz_failed_only.failed"] = %s;\n'
+                    % json.dumps(failed_only))
+        cls.expected["zz_failed_only"] = ("Failed only", "here-box")
         p = run_indexer(local)
         assert p.returncode == 0, p.stderr
         cls.root = harness.make_root(cls.traces)
@@ -133,7 +151,11 @@ class IndexPage(unittest.TestCase):
                 self.assertIn(host, row.find_element(By.CSS_SELECTOR, ".lecture-facts").text)
                 self.assertIn("lectures/%s.c" % name, row.text)
                 facts = row.find_element(By.CSS_SELECTOR, ".lecture-facts").text
-                self.assertEqual(facts.startswith("Your run: "), name == self.local_name, facts)
+                self.assertEqual(facts.startswith("Your run: "), name in (self.local_name, "zz_failed_only"), facts)
+                failed = row.find_elements(By.CSS_SELECTOR, ".lecture-failed")
+                self.assertEqual(len(failed), 1 if name == "zz_failed_only" else 0)
+                if failed:
+                    self.assertIn("Its only run failed", failed[0].text)
         self.assertIsNone(self.d.execute_script("return window.pwned"))
         self.assertEqual(self.d.find_elements(By.CSS_SELECTOR, ".lecture-index img"), [])
         os.makedirs(os.path.join(harness.REPO, "build", "viewer-screenshots"), exist_ok=True)
@@ -147,6 +169,15 @@ class IndexPage(unittest.TestCase):
         self.assertIsNone(harness.wait_ready(self.d))
         self.assertIn("trace=" + name, self.d.current_url)
         self.assertEqual(self.d.find_element(By.ID, "lecture-name").text, name)
+
+    def test_a_failed_only_lecture_opens_its_failed_trace(self):
+        self.open_index()
+        link = [r for r in self.entries() if "lectures/zz_failed_only.c" in r.text][0].find_element(By.CSS_SELECTOR, "a")
+        link.click()
+        self.assertIsNone(harness.wait_ready(self.d))
+        self.assertIn("trace=zz_failed_only", self.d.current_url)
+        self.assertEqual(self.d.find_element(By.ID, "status-badge").text, "failed")
+        self.assertIn("This run failed.", self.d.find_element(By.ID, "banner").text)
 
     def test_no_accessibility_violations(self):
         if not os.path.exists(AXE):
