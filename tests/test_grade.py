@@ -185,6 +185,12 @@ class Grade(unittest.TestCase):
         self.assertIn("cannot write the grade to '%s'" % bad, p.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.out, "homework_08.failed.json")))
 
+    def test_grade_without_a_file(self):
+        for args in (["--grade"], ["--grade="]):
+            p = run(STARTER, self.out, *args)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("--grade needs the results file", p.stderr)
+
     def test_make_grade_table(self):
         p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "grade.sh"),
                             os.path.join(FIXTURES, "homework_08_wrong_bucket_per_grad")],
