@@ -245,6 +245,8 @@ class Grade(unittest.TestCase):
         env = dict(os.environ, AUTOGRADER=root, LECTERN_SOURCE=source, HOMEWORK_ARGS="", LECTERN_TIMEOUT="20")
         if BUILD != os.path.join(ROOT, "build"):
             env["BUILD"] = os.path.basename(BUILD)
+            if os.path.basename(BUILD) == "build-asan":
+                env["SAN"] = "1"     # the submission is built as the library was
         p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_autograder")], env=env, capture_output=True,
                            text=True, timeout=600)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
