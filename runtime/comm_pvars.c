@@ -11,6 +11,10 @@
  * (OMPI_MCA_pml_monitoring_enable=1 in mpirun's environment, runtime/pool.c).
  * Its MPI_T variable pml_monitoring_messages_size is an array: entry q is
  * the bytes sent so far to rank q of the communicator the handle is bound to.
+ * The handle is bound to MPI_COMM_WORLD, the pool: a spawn of w ranks runs
+ * on pool ranks 0 .. w-1 in order (spawn_rank.c, comm_for), so entry q is
+ * spawn rank q. (Bound to the spawn's own communicator, made by
+ * MPI_Comm_create_group, Open MPI 4.1.4 refuses every read: error 72.)
  *
  * A wrinkle of Open MPI 4.1: the monitoring pml takes over the selected pml
  * by pretending to close, and closing unregisters its variables, so

@@ -64,7 +64,12 @@ static int64_t accounted[LECTERN_MAX_WORLD];
  * Open MPI carries the collectives of every backend but NCCL. */
 static int measure(void) {
     if (measuring < 0) {
-        measuring = strcmp(dist_backend(), "nccl") != 0 && lx_pvars_open() && lx_pvars_read(base, world);
+        /* The counters are indexed by pool rank (comm_pvars.c): only where
+         * that is the spawn's rank can they be put down to its peers. */
+        int pool_rank = -1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &pool_rank);
+        measuring = strcmp(dist_backend(), "nccl") != 0 && pool_rank == me && lx_pvars_open() &&
+                    lx_pvars_read(base, world);
         memset(accounted, 0, sizeof accounted);
     }
     return measuring;

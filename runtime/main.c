@@ -171,6 +171,11 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
             grade = argv[++i];
         } else if (strncmp(argv[i], "--grade=", 8) == 0 && argv[i][8]) {
             grade = argv[i] + 8;
+        } else if (strcmp(argv[i], "--grade") == 0 || strcmp(argv[i], "--grade=") == 0) {
+            fprintf(stderr, "%s: --grade needs the results file: --grade FILE\n", argv[0]);
+            lx_options_free();
+            free(name);
+            return 2;
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
         } else if (strcmp(argv[i], "--quiet") == 0) {

@@ -185,6 +185,26 @@ class Grade(unittest.TestCase):
         self.assertIn("cannot write the grade to '%s'" % bad, p.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.out, "homework_08.failed.json")))
 
+    def test_grade_without_a_file(self):
+        for args in (["--grade"], ["--grade="]):
+            p = run(STARTER, self.out, *args)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("--grade needs the results file", p.stderr)
+
+    def test_grade_exercise_misuse_is_an_error_at_its_line(self):
+        p = run(os.path.join(FIXTURES, "grade_misuse"), self.out, "--grade", self.results)
+        self.assertEqual(p.returncode, 1, tracecheck.why(p))
+        t = tracecheck.validate(os.path.join(self.out, "grade_misuse.failed.json"))
+        src = t["files"]["tests/lectures/grade_misuse.c"].split("\n")
+        bad = sorted(i for i, line in enumerate(src, 1) if "/* BAD" in line)
+        errors = sorted(s["stack"][-1]["line"] for s in t["steps"] for r in s["renderings"] if r["type"] == "error")
+        self.assertEqual(errors, bad)
+        # The one good declaration still weighs its check: 10 points over 2
+        # checks, one of which the lecture never makes.
+        r = self.read()
+        self.assertEqual([(x["name"], x["score"], x["max_score"]) for x in r["tests"]],
+                         [("part A: the one check", 5, 5), ("part A: 1 of 2 checks not reached", 0, 5)])
+
     def test_make_grade_table(self):
         p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "grade.sh"),
                             os.path.join(FIXTURES, "homework_08_wrong_bucket_per_grad")],
@@ -225,6 +245,8 @@ class Grade(unittest.TestCase):
         env = dict(os.environ, AUTOGRADER=root, LECTERN_SOURCE=source, HOMEWORK_ARGS="", LECTERN_TIMEOUT="20")
         if BUILD != os.path.join(ROOT, "build"):
             env["BUILD"] = os.path.basename(BUILD)
+            if os.path.basename(BUILD) == "build-asan":
+                env["SAN"] = "1"     # the submission is built as the library was
         p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_autograder")], env=env, capture_output=True,
                            text=True, timeout=600)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
