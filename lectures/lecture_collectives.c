@@ -502,14 +502,8 @@ typedef struct {
     int reps;             /* timed repetitions per size; the median is kept */
 } timing_args;
 
-/* One-way time of a message of `floats` between ranks 0 and 1: half the
- * round trip (0 sends, 1 sends it back), median over reps. One round trip
- * first carries the runtime's check that both sides agree on the message;
- * in the timed region (`timed`) the repeated sends then skip it, so the
- * figure is the transport's. Without it, every send pays the check too. */
-static double ping_pong(int rank, int64_t floats, int reps, int timed) {
-    tensor *t = zeros(floats, 0, get_device(rank));
-    double *times = malloc((size_t)reps * sizeof *times);
+/* Rank 0 sends t to rank 1, which sends it back. */
+static void round_trip(int rank, tensor *t) {
     if (rank == 0) {
         dist_send(t, 1);
         dist_recv(t, 1);
@@ -517,16 +511,21 @@ static double ping_pong(int rank, int64_t floats, int reps, int timed) {
         dist_recv(t, 0);
         dist_send(t, 0);
     }
+}
+
+/* One-way time of a message of `floats` between ranks 0 and 1: half the
+ * round trip, median over reps. One round trip first carries the runtime's
+ * check that both sides agree on the message; in the timed region (`timed`)
+ * the repeated sends then skip it, so the figure is the transport's.
+ * Without it, every send pays the check too. */
+static double ping_pong(int rank, int64_t floats, int reps, int timed) {
+    tensor *t = zeros(floats, 0, get_device(rank));
+    double *times = malloc((size_t)reps * sizeof *times);
+    round_trip(rank, t);
     if (timed) dist_timed_begin();
     for (int i = 0; i < reps; i++) {
         double t0 = now_seconds();
-        if (rank == 0) {
-            dist_send(t, 1);
-            dist_recv(t, 1);
-        } else {
-            dist_recv(t, 0);
-            dist_send(t, 0);
-        }
+        round_trip(rank, t);
         times[i] = (now_seconds() - t0) / 2;
     }
     if (timed) dist_timed_end();
