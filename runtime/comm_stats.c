@@ -353,9 +353,21 @@ static int64_t total(const int64_t *v) {
     for (int k = 0; k < DIST_CALL_KINDS; k++) s += v[k];
     return s;
 }
-int64_t dist_traffic_sent(const dist_traffic *t) { return t ? total(t->bytes_sent) : 0; }
-int64_t dist_traffic_nominal(const dist_traffic *t) { return t ? total(t->nominal_sent) : 0; }
-int64_t dist_traffic_calls(const dist_traffic *t) { return t ? total(t->calls) : 0; }
+/* A NULL is a mistake in the lecture: an error step at its line, and 0. */
+static const dist_traffic *given(const dist_traffic *t, const char *call) {
+    if (!t) lx_error("%s: the traffic is NULL (take it with dist_traffic_now() or dist_traffic_since())", call);
+    return t;
+}
+
+int64_t dist_traffic_sent(const dist_traffic *t) {
+    return given(t, "dist_traffic_sent") ? total(t->bytes_sent) : 0;
+}
+int64_t dist_traffic_nominal(const dist_traffic *t) {
+    return given(t, "dist_traffic_nominal") ? total(t->nominal_sent) : 0;
+}
+int64_t dist_traffic_calls(const dist_traffic *t) {
+    return given(t, "dist_traffic_calls") ? total(t->calls) : 0;
+}
 
 int64_t dist_bytes_nominal(void) {
     double s = 0;

@@ -93,6 +93,11 @@ static void c_sum(void) { sum(NUL); }
 static void c_norm(void) { norm(NUL); }
 static void c_dist_timer_start(void) { dist_timer_start(NUL); }
 static void c_dist_timer_stop(void) { dist_timer_stop(NUL); }
+static void c_dist_traffic_since(void) { dist_traffic_since(NUL); }
+static void c_dist_traffic_sent(void) { dist_traffic_sent(NUL); }
+static void c_dist_traffic_nominal(void) { dist_traffic_nominal(NUL); }
+static void c_dist_traffic_calls(void) { dist_traffic_calls(NUL); }
+static void c_grade_exercise(void) { grade_exercise(NUL, 10, 1); }
 static void c_lecture_option_name(void) { lecture_option(NUL, "x"); }
 static void c_lecture_option_fallback(void) { lecture_option("level", NUL); }
 
@@ -198,6 +203,11 @@ static const fixture_case cases[] = {
     {"norm.t", c_norm},
     {"dist_timer_start.timer", c_dist_timer_start},
     {"dist_timer_stop.timer", c_dist_timer_stop},
+    {"dist_traffic_since.start", c_dist_traffic_since},
+    {"dist_traffic_sent.t", c_dist_traffic_sent},
+    {"dist_traffic_nominal.t", c_dist_traffic_nominal},
+    {"dist_traffic_calls.t", c_dist_traffic_calls},
+    {"grade_exercise.prefix", c_grade_exercise},
     {"lecture_option.name", c_lecture_option_name},
     {"lecture_option.fallback", c_lecture_option_fallback},
     {"note_verbatim.fmt", c_note_verbatim},
