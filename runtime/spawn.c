@@ -671,8 +671,10 @@ static void fail_cycle(spawn_run *run, const wait_view *v, const int *stuck) {
         lx_sb_printf(&summary, "%srank %d waits in %s", n++ ? "; " : "", r, s->operation);
         if (at.known) lx_sb_printf(&summary, " at %s:%d", at.path, at.line);
     }
-    lx_pool_kill();
+    /* The spawn's time ends when the deadlock is named, not when the pool
+     * (mpirun and its ranks, reaped) is gone. */
     finish_entry(run, "failed");
+    lx_pool_kill();
     run->failure = lx_fmt("spawn of %d rank%s stopped: deadlock, %d rank%s waiting for each other (%s)",
                           run->world_size, plural(run->world_size), n, plural(n), summary.s);
     free(summary.s);
