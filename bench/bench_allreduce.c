@@ -37,7 +37,7 @@ static const char *const OP_NAMES[] = {"all_reduce", "reduce_scatter", "all_gath
 
 static const double MB = 1024.0 * 1024.0;
 static const int SIZES_MB[] = {1, 4, 16, 64, 256};
-enum { N_SIZES = 5, MAX_REPEATS = 21 };
+enum { N_SIZES = 5, MAX_REPEATS = 101 };
 
 /* The slowest rank's time for one call. */
 static double slowest(double seconds) {
@@ -46,14 +46,22 @@ static double slowest(double seconds) {
     return worst;
 }
 
-/* One timed call: through the runtime (bare = 0) on full and part, or
- * straight to MPI on full_h and part_h (host tensors: the same ones where
- * the spawn runs on the CPU). */
-static double run_once(int op, int bare, tensor *full_t, tensor *part_t, tensor *full_h, tensor *part_h) {
+/* How a call is made: through the runtime with its agreement check (as a
+ * lecture's single call pays it), through the runtime inside a timed region
+ * (dist_timed_begin: the check was made once, by the warm-up; what a
+ * lecture's timed loop pays), or straight to MPI. */
+enum { OURS, OURS_TIMED, BARE, N_WAYS };
+
+/* One timed call: through the runtime on full and part, or straight to MPI
+ * on full_h and part_h (host tensors: the same ones where the spawn runs on
+ * the CPU). */
+static double run_once(int op, int way, tensor *full_t, tensor *part_t, tensor *full_h, tensor *part_h) {
+    int bare = way == BARE;
     tensor *full = bare ? full_h : full_t, *part = bare ? part_h : part_t;
     int count = (int)part->numel;
     MPI_Comm ranks = lx_rank_comm();
     MPI_Barrier(ranks);
+    if (way == OURS_TIMED) dist_timed_begin();
     double t0 = now_seconds();
     if (op == OP_ALL_REDUCE) {
         if (bare) MPI_Allreduce(MPI_IN_PLACE, full->data, (int)full->numel, MPI_FLOAT, MPI_SUM, ranks);
@@ -66,21 +74,19 @@ static double run_once(int op, int bare, tensor *full_t, tensor *part_t, tensor 
         else dist_all_gather(full, part);
     }
     device_synchronize();
-    return slowest(now_seconds() - t0);
+    double t = now_seconds() - t0;
+    if (way == OURS_TIMED) dist_timed_end();   /* its comparison is outside the timing */
+    return slowest(t);
 }
 
 static double bus_factor(int op, int n) {
     return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 }
 
-/* The lectern side is one dist_* call with its agreement check, as a
- * lecture's single call pays it (a timed region would skip the check:
- * bench_progress.c measures that case).
- *
- * What the agreement check (runtime/comm_agree.c) adds to every collective
- * when the ranks agree: one MPI_Allreduce of 8 int64 with MPI_MIN. Timed
- * alone, it bounds the ratio the table can show: at best
- * t_bare / (t_bare + t_check). */
+/* What the agreement check (runtime/comm_agree.c) adds to every collective
+ * outside a timed region when the ranks agree: one MPI_Allreduce of 8 int64
+ * with MPI_MIN. Timed alone, it bounds the ratio the checked column can
+ * show: at best t_bare / (t_bare + t_check). */
 static double check_alone(void) {
     MPI_Comm ranks = lx_rank_comm();
     enum { RUNS = 101 };
@@ -108,10 +114,11 @@ static void measure(int rank, int world_size, void *args) {
     int compare = strcmp(dist_backend(), "mpi") == 0;
     int dev = get_device(rank);
     if (rank == 0) {
-        printf("\n%d ranks (%s, tensors on %s); busbw in GB/s (1 GB = 1e9 bytes), median of runs\n", world_size,
-               dist_backend(), dev < 0 ? "the CPU" : "cuda:0, shared");
-        printf("%-15s %8s %5s %12s %12s %12s %12s %7s\n", "collective", "size_MB", "runs", "lectern_s",
-               "lectern_bus", "bare_mpi_s", "bare_bus", "ratio");
+        printf("\n%d ranks (%s, tensors on %s); busbw in GB/s (1 GB = 1e9 bytes), median of runs;\n"
+               "ratio: lectern's busbw / bare MPI's (checked: with the agreement check; timed: in a timed region)\n",
+               world_size, dist_backend(), dev < 0 ? "the CPU" : "cuda:0, shared");
+        printf("%-15s %8s %5s %11s %11s %11s %11s %11s %8s %8s\n", "collective", "size_MB", "runs", "lectern_s",
+               "lectern_bus", "timed_s", "bare_mpi_s", "bare_bus", "checked", "timed");
         fflush(stdout);
     }
     for (int op = 0; op < N_OPS; op++) {
@@ -123,34 +130,35 @@ static void measure(int rank, int world_size, void *args) {
             tensor *full_h = compare && dev >= 0 ? zeros(full_n, 0, -1) : full;
             tensor *part_h = compare && dev >= 0 ? zeros(full_n / world_size, 0, -1) : part;
             /* More runs where a run is short and the noise relatively large. */
-            int runs = SIZES_MB[k] <= 4 ? MAX_REPEATS : SIZES_MB[k] <= 16 ? 11 : SIZES_MB[k] <= 64 ? 7 : 5;
-            double ours[MAX_REPEATS], bare[MAX_REPEATS];
-            run_once(op, 0, full, part, full_h, part_h);   /* warm-up: first touch of the pages, connections */
-            if (compare) run_once(op, 1, full, part, full_h, part_h);
-            for (int i = 0; i < runs; i++) {
-                if (i % 2 == 0 || !compare) {
-                    ours[i] = run_once(op, 0, full, part, full_h, part_h);
-                    if (compare) bare[i] = run_once(op, 1, full, part, full_h, part_h);
-                } else {
-                    bare[i] = run_once(op, 1, full, part, full_h, part_h);
-                    ours[i] = run_once(op, 0, full, part, full_h, part_h);
+            int runs = SIZES_MB[k] <= 4 ? MAX_REPEATS : SIZES_MB[k] <= 16 ? 21 : SIZES_MB[k] <= 64 ? 7 : 5;
+            double t[N_WAYS][MAX_REPEATS];
+            /* Warm-up: first touch of the pages, connections, and the
+             * agreement the timed region's calls skip. */
+            run_once(op, OURS, full, part, full_h, part_h);
+            if (compare) run_once(op, BARE, full, part, full_h, part_h);
+            int ways = compare ? N_WAYS : BARE;   /* BARE is last: left out without a comparison */
+            for (int i = 0; i < runs; i++)   /* each run starts with the next way: all see the same machine */
+                for (int j = 0; j < ways; j++) {
+                    int way = (i + j) % ways;
+                    t[way][i] = run_once(op, way, full, part, full_h, part_h);
                 }
-            }
             double bytes = (double)full_n * sizeof(float);
-            double t_ours = median(ours, runs);
+            double t_ours = median(t[OURS], runs), t_timed = median(t[OURS_TIMED], runs);
             double bus_ours = bytes / t_ours * bus_factor(op, world_size) / 1e9;
             if (rank == 0) {
                 if (compare) {
-                    double t_bare = median(bare, runs);
+                    double t_bare = median(t[BARE], runs);
                     double bus_bare = bytes / t_bare * bus_factor(op, world_size) / 1e9;
-                    double ratio = world_size > 1 ? bus_ours / bus_bare : t_bare / t_ours;
-                    printf("%-15s %8d %5d %12.5f %12.3f %12.5f %12.3f %7.3f\n", OP_NAMES[op], SIZES_MB[k], runs,
-                           t_ours, bus_ours, t_bare, bus_bare, ratio);
-                    note("%s %d MB on %d ranks: busbw %.3f GB/s, bare MPI %.3f GB/s (ratio %.3f)", OP_NAMES[op],
-                         SIZES_MB[k], world_size, bus_ours, bus_bare, ratio);
+                    /* busbw ratio = time ratio (the same bytes and factor) */
+                    double ratio = t_bare / t_ours, ratio_timed = t_bare / t_timed;
+                    printf("%-15s %8d %5d %11.5f %11.3f %11.5f %11.5f %11.3f %8.3f %8.3f\n", OP_NAMES[op],
+                           SIZES_MB[k], runs, t_ours, bus_ours, t_timed, t_bare, bus_bare, ratio, ratio_timed);
+                    note("%s %d MB on %d ranks: busbw %.3f GB/s, bare MPI %.3f GB/s (ratio %.3f checked, %.3f in a "
+                         "timed region)",
+                         OP_NAMES[op], SIZES_MB[k], world_size, bus_ours, bus_bare, ratio, ratio_timed);
                 } else {
-                    printf("%-15s %8d %5d %12.5f %12.3f %12s %12s %7s\n", OP_NAMES[op], SIZES_MB[k], runs, t_ours,
-                           bus_ours, "-", "-", "-");
+                    printf("%-15s %8d %5d %11.5f %11.3f %11.5f %11s %11s %8s %8s\n", OP_NAMES[op], SIZES_MB[k],
+                           runs, t_ours, bus_ours, t_timed, "-", "-", "-", "-");
                     note("%s %d MB on %d ranks: busbw %.3f GB/s", OP_NAMES[op], SIZES_MB[k], world_size, bus_ours);
                 }
                 fflush(stdout);

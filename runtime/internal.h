@@ -44,6 +44,13 @@ void lx_stack_set_root(const void *fn);
  * frames[0..n). Runtime, libc and MPI frames are left out. Returns n. */
 int lx_stack_capture(lx_frame *frames, int max);
 
+/* How lx_stack_capture walks: the frame-pointer chain, falling back to
+ * backtrace() when the chain does not reach the root (ANY, what it does);
+ * only the chain (-1 when it does not reach); only backtrace(). The last two
+ * exist so tests can check that both walks give the same frames. */
+typedef enum { LX_WALK_ANY, LX_WALK_FRAME_POINTERS, LX_WALK_BACKTRACE } lx_stack_walk;
+int lx_stack_capture_by(lx_stack_walk how, lx_frame *frames, int max);
+
 /* As lx_stack_capture, from a signal handler's context (the faulting pc
  * included). */
 int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext);

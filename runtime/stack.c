@@ -1,8 +1,8 @@
 /*
  * stack.c: the real call stack of lecture frames, symbolized from DWARF.
  *
- * Lecture code needs no macro at each note(): we walk the machine stack with
- * backtrace(), then ask libdw (elfutils) which source file, line and function
+ * Lecture code needs no macro at each note(): we walk the machine stack
+ * (its frame-pointer chain, or backtrace() where that chain breaks), then ask libdw (elfutils) which source file, line and function
  * each return address belongs to. Only frames of lecture sources are kept:
  * the runtime's own files, libc, MPI and CUDA are dropped. The walk stops at
  * the root function (the lecture's body, or the function a spawned rank
@@ -237,9 +237,9 @@ void lx_stack_set_root(const void *fn) { root_fn = (uintptr_t)fn; }
 /* Turns raw pcs (innermost first) into lecture frames (outermost first).
  * `exact_pc` is a pc that is not a return address (the faulting instruction
  * in a signal handler), looked up as is. */
-static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *out, int max) {
+static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *out, int max, int *reached) {
     lx_frame tmp[LX_MAX_FRAMES];
-    int n = 0, found_root = 0;
+    int n = 0, found_root = 0, found_main = 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < npcs && n < LX_MAX_FRAMES; i++) {
         uintptr_t pc = (uintptr_t)pcs[i];
@@ -251,9 +251,10 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
         tmp[n].function = e->function;
         n++;
         if (root_fn && e->func_start == root_fn) { found_root = 1; break; }   /* the outermost frame we keep */
-        if (strcmp(e->function, "main") == 0) break;
+        if (strcmp(e->function, "main") == 0) { found_main = 1; break; }
     }
     pthread_mutex_unlock(&lock);
+    if (reached) *reached = found_root || found_main;
     /* A rank's lecture code is its spawned function: outside it (setting up
      * a spawn, tearing one down) no lecture line is running, whatever
      * main() the walk would reach. */
@@ -263,11 +264,67 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
     return n;
 }
 
-int lx_stack_capture(lx_frame *frames, int max) {
-    void *pcs[128];
-    int npcs = backtrace(pcs, 128);
-    return frames_from_pcs(pcs, npcs, 0, frames, max);
+/* ---- the walk ----
+ *
+ * backtrace() unwinds with the DWARF call-frame tables: about 1.4 us for a
+ * rank's stack of a dozen frames, paid by every collective (the board says
+ * where each rank waits) and every note(). The lecture and the runtime are
+ * built with frame pointers (-fno-omit-frame-pointer), so the frames between
+ * a runtime call and the root function form a chain: each frame's saved
+ * frame pointer and return address, two words at the frame pointer. Walking
+ * it costs nanoseconds. The chain is trusted only while each link points
+ * further up this thread's stack; a walk that does not reach the root (a
+ * frame of code built without frame pointers in between: a library's
+ * callback into lecture code) is thrown away and backtrace() runs instead,
+ * so the frames are the same either way (tests/test_stack.c). */
+
+static __thread uintptr_t stack_lo, stack_hi;   /* this thread's stack, once known */
+
+static int thread_stack(void) {
+    if (stack_hi) return 1;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return 0;
+    void *addr = NULL;
+    size_t size = 0;
+    int ok = pthread_attr_getstack(&attr, &addr, &size) == 0;
+    pthread_attr_destroy(&attr);
+    if (!ok || !addr || !size) return 0;
+    stack_lo = (uintptr_t)addr;
+    stack_hi = stack_lo + size;
+    return 1;
 }
+
+/* Return addresses along the frame-pointer chain, innermost first. */
+__attribute__((noinline)) static int frame_pointer_walk(void **pcs, int max) {
+    if (!thread_stack()) return 0;
+    const uintptr_t *fp = __builtin_frame_address(0);
+    int n = 0;
+    while (n < max) {
+        uintptr_t at = (uintptr_t)fp;
+        if (at < stack_lo || at + 2 * sizeof(uintptr_t) > stack_hi || at % sizeof(uintptr_t)) break;
+        uintptr_t next = fp[0], ret = fp[1];
+        if (!ret) break;
+        pcs[n++] = (void *)ret;
+        if (next <= at) break;   /* the chain only goes up the stack */
+        fp = (const uintptr_t *)next;
+    }
+    return n;
+}
+
+int lx_stack_capture_by(lx_stack_walk how, lx_frame *frames, int max) {
+    void *pcs[128];
+    if (how != LX_WALK_BACKTRACE) {
+        int reached = 0;
+        int npcs = frame_pointer_walk(pcs, 128);
+        int n = frames_from_pcs(pcs, npcs, 0, frames, max, &reached);
+        if (reached) return n;
+        if (how == LX_WALK_FRAME_POINTERS) return -1;
+    }
+    int npcs = backtrace(pcs, 128);
+    return frames_from_pcs(pcs, npcs, 0, frames, max, NULL);
+}
+
+int lx_stack_capture(lx_frame *frames, int max) { return lx_stack_capture_by(LX_WALK_ANY, frames, max); }
 
 int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext) {
     void *pcs[128];
@@ -278,7 +335,7 @@ int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext) {
 #elif defined(__aarch64__)
     if (ucontext) fault_pc = (uintptr_t)((ucontext_t *)ucontext)->uc_mcontext.pc;
 #endif
-    return frames_from_pcs(pcs, npcs, fault_pc, frames, max);
+    return frames_from_pcs(pcs, npcs, fault_pc, frames, max, NULL);
 }
 
 /* The source file that defines `fn` (repo-relative), or NULL. Used to name a

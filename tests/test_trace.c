@@ -91,6 +91,70 @@ static void stack_capture_names_functions_and_lines(void **state) {
     assert_string_equal(lx_function_path((const void *)outer_capture), "tests/test_trace.c");
 }
 
+/* The frame-pointer walk and backtrace() name the same frames: from plain
+ * nested calls, and from a callback that libc's qsort() makes (libc is
+ * built without frame pointers, so the chain may break there; the capture
+ * then falls back to backtrace() and still gives the same frames). */
+static lx_frame by_chain[LX_MAX_FRAMES], by_unwinder[LX_MAX_FRAMES], by_default[LX_MAX_FRAMES];
+static int n_chain, n_unwinder, n_default;
+
+static void capture_three_ways(void) {
+    n_chain = lx_stack_capture_by(LX_WALK_FRAME_POINTERS, by_chain, LX_MAX_FRAMES);
+    n_unwinder = lx_stack_capture_by(LX_WALK_BACKTRACE, by_unwinder, LX_MAX_FRAMES);
+    n_default = lx_stack_capture(by_default, LX_MAX_FRAMES);
+}
+
+static int compare_and_capture(const void *a, const void *b) {
+    capture_three_ways();
+    return *(const int *)a - *(const int *)b;
+}
+
+static void level_3(void) { capture_three_ways(); }
+static void level_2(void) { level_3(); }
+static void level_1(void) { level_2(); }
+
+static void through_qsort(void) {
+    int v[2] = {2, 1};
+    qsort(v, 2, sizeof v[0], compare_and_capture);
+}
+
+/* The innermost frame is capture_three_ways, on the line of each capture:
+ * three lines, one apart. */
+static void assert_same_frames(const lx_frame *a, const lx_frame *b, int n) {
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(a[i].function, b[i].function);
+        assert_string_equal(a[i].path, b[i].path);
+        if (i < n - 1) assert_int_equal(a[i].line, b[i].line);
+        else assert_true(abs(a[i].line - b[i].line) <= 2);
+    }
+}
+
+static void frame_pointer_walk_agrees_with_backtrace(void **state) {
+    (void)state;
+    lx_stack_set_root((const void *)level_1);
+    level_1();
+    lx_stack_set_root(NULL);
+    assert_int_equal(n_unwinder, 4);          /* level_1, level_2, level_3, capture_three_ways */
+    assert_int_equal(n_chain, n_unwinder);    /* our code has frame pointers: the chain reaches the root */
+    assert_same_frames(by_chain, by_unwinder, n_unwinder);
+    assert_int_equal(n_default, n_unwinder);
+    assert_same_frames(by_default, by_unwinder, n_unwinder);
+
+    lx_stack_set_root((const void *)through_qsort);
+    through_qsort();
+    lx_stack_set_root(NULL);
+    assert_int_equal(n_unwinder, 3);   /* through_qsort, compare_and_capture, capture_three_ways */
+    assert_string_equal(by_unwinder[1].function, "compare_and_capture");
+    assert_int_equal(n_default, n_unwinder);
+    assert_same_frames(by_default, by_unwinder, n_unwinder);
+    /* The chain alone either reached the root with the same frames or said
+     * it could not (-1): never other frames. */
+    if (n_chain >= 0) {
+        assert_int_equal(n_chain, n_unwinder);
+        assert_same_frames(by_chain, by_unwinder, n_unwinder);
+    }
+}
+
 static void lecture_paths(void **state) {
     (void)state;
     assert_true(lx_is_lecture_path("lectures/lecture_08.c"));
@@ -228,6 +292,7 @@ int main(void) {
         cmocka_unit_test(utf8_repair_keeps_valid_and_replaces_invalid),
         cmocka_unit_test(markdown_renders_and_escapes_html),
         cmocka_unit_test(stack_capture_names_functions_and_lines),
+        cmocka_unit_test(frame_pointer_walk_agrees_with_backtrace),
         cmocka_unit_test(lecture_paths),
         cmocka_unit_test(steps_go_to_the_sink),
         cmocka_unit_test(see_with_and_without_title),
