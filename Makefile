@@ -159,7 +159,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run grade submission test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate
+.PHONY: all run grade submission test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check test-all
 ifeq ($(CMOCKA),1)
   C_TEST_BINS := $(TEST_BINS)
 else
@@ -288,6 +288,14 @@ bench: setup
 
 view:
 	@bash scripts/view.sh
+
+# One C style (.clang-format): format rewrites the files, format-check
+# names those that differ (scripts/test.sh runs it).
+format:
+	@bash scripts/format.sh
+
+format-check:
+	@bash scripts/format.sh check
 
 # How much of runtime/ and lectures/lib/ the tests run, line by line and
 # branch by branch (gcov + gcovr); minutes. See docs/testing.md.

@@ -19,7 +19,7 @@ PACKAGES=(build-essential pkg-config
           nodejs npm)
 # Tests: cmocka, the schema validator, Chromium and its driver for the viewer.
 if [ "$mode" = test ]; then
-    PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-driver python3-selenium gcovr)
+    PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-driver python3-selenium gcovr clang-format)
 fi
 
 missing=()

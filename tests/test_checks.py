@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
-BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+BUILD = tracecheck.BUILD
 FIXTURE = os.path.join(BUILD, "tests", "lectures", "check_fixture")
 SRC = os.path.join(ROOT, "tests", "lectures", "check_fixture.c")
 

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
-BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+BUILD = tracecheck.BUILD
 STARTER = os.path.join(BUILD, "lectures", "homework_08")
 SPIN = os.path.join(BUILD, "tests", "lectures", "homework_08_spin")
 FIXTURES = os.path.join(BUILD, "tests", "lectures")

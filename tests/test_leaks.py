@@ -19,17 +19,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
-BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+BUILD = tracecheck.BUILD
 FIXTURE = os.path.join(BUILD, "tests", "lectures", "leak_fixture")
 SRC = "tests/lectures/leak_fixture.c"
 
 
 def line_of(snippet):
-    with open(os.path.join(ROOT, SRC)) as f:
-        for n, text in enumerate(f.read().split("\n"), 1):
-            if snippet in text:
-                return n
-    raise AssertionError(snippet)
+    return tracecheck.line_of(SRC, snippet)
 
 
 def run(out, case):

@@ -45,7 +45,7 @@ U = 2.0 ** -24   # float32's unit roundoff
 
 
 def binary():
-    path = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "lectures", NAME)
+    path = tracecheck.built("lectures", NAME)
     if not os.path.exists(path):
         raise AssertionError("%s is not built (run make)" % path)
     return path

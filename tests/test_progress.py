@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
-BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+BUILD = tracecheck.BUILD
 FIXTURE = os.path.join(BUILD, "tests", "lectures", "progress_fixture")
 SOURCE = os.path.join(ROOT, "tests", "lectures", "progress_fixture.c")
 NUM = r"([-0-9.e+]+)"
@@ -50,11 +50,7 @@ def result(texts, pattern):
 
 
 def line_of(marker):
-    with open(SOURCE) as f:
-        for i, text in enumerate(f, 1):
-            if marker in text:
-                return i
-    raise AssertionError(marker)
+    return tracecheck.line_of(SOURCE, marker)
 
 
 ISEND = r"result recv_after %s compute %s sum %s" % (NUM, NUM, NUM)

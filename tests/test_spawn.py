@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
-BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+BUILD = tracecheck.BUILD
 FAIL_SRC = os.path.join(ROOT, "tests", "lectures", "spawn_fail.c")
 BASIC_SRC = os.path.join(ROOT, "tests", "lectures", "spawn_basic.c")
 
@@ -38,13 +38,7 @@ def fixture(name):
     return os.path.join(BUILD, "tests", "lectures", name)
 
 
-def line_of(path, needle):
-    """1-based line of the first line of `path` containing `needle`."""
-    with open(path) as f:
-        for i, text in enumerate(f, 1):
-            if needle in text:
-                return i
-    raise AssertionError("%s not found in %s" % (needle, path))
+line_of = tracecheck.line_of
 
 
 def links(binary, library):

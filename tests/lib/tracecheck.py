@@ -4,6 +4,8 @@
     trace = tracecheck.load(path)          # the .json, parsed
     tracecheck.validate(path)              # schema + js twin + line accuracy; raises AssertionError
     tracecheck.step_problem(trace, i)      # why step i's stack is wrong, or None
+    tracecheck.BUILD, tracecheck.built("tests", "lectures", "x")   # the build folder the runner names
+    tracecheck.line_of(path, "text")       # 1-based line of the first line holding "text"
 
 Line accuracy. Every frame of a step names a line, and that exact line must
 hold the call that leads to the next frame:
@@ -28,6 +30,37 @@ import jsonschema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA_PATH = os.path.join(ROOT, "docs", "trace.schema.json")
+# The build folder the test runner names (scripts/test.sh sets LECTERN_BUILD:
+# build, build-asan or build-cpu).
+BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
+
+
+def built(*parts):
+    """A path inside the build folder: built("tests", "lectures", "check_fixture")."""
+    return os.path.join(BUILD, *parts)
+
+
+def line_of(path, needle, nth=1, within=None):
+    """1-based line of the nth line of `path` (absolute, or relative to the
+    repository) that contains `needle`; with `within`, only lines inside the
+    definition of that C function count. AssertionError when there is none."""
+    full = path if os.path.isabs(path) else os.path.join(ROOT, path)
+    with open(full, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    inside = within is None
+    seen = 0
+    for i, text in enumerate(lines, 1):
+        if within is not None and not inside:
+            inside = re.match(r"(static )?[\w ]+\**\s*\**%s\(" % re.escape(within), text) is not None and \
+                not text.rstrip().endswith(";")
+            continue
+        if within is not None and text.startswith("}"):
+            break
+        if needle in text:
+            seen += 1
+            if seen == nth:
+                return i
+    raise AssertionError("%r not found in %s%s" % (needle, path, " inside %s()" % within if within else ""))
 
 # Calls of the runtime that make a step directly.
 STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_close")
