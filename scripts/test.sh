@@ -93,6 +93,19 @@ run() {   # run <name> <command...>; RUN_LIMIT (seconds, default 900) bounds it
     count "$name" "$rc"
 }
 
+# Scope: "all" runs every suite in every configuration (make test-all, and
+# CI); "quick" (make test) runs every suite on the normal build and, under
+# AddressSanitizer and without CUDA, the suites that exercise what differs
+# there: the runtime's memory (unit tests, spawn and pool, traces, leaks) and
+# the code a CPU-only build compiles differently (unit tests, the lectures
+# that pick their device). The browser suite steps through a sample of each
+# lecture's steps instead of every step (tests/viewer/test_lectures.py).
+SCOPE=${LECTERN_TEST_SCOPE:-all}
+case "$SCOPE" in all|quick) ;; *) echo "test.sh: LECTERN_TEST_SCOPE is '$SCOPE': all or quick" >&2; exit 2 ;; esac
+echo "== scope: $SCOPE (LECTERN_TEST_SCOPE; make test is quick, make test-all is all)"
+[ "$SCOPE" = quick ] && export LECTERN_VIEWER_QUICK=1
+started=$(date +%s)
+
 BUILD=${BUILD:-build}
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
@@ -122,10 +135,12 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
             [ -x "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
         done
-        for t in tests/test_foundation.py tests/test_spawn.py tests/test_misuse.py tests/test_lecture_08.py \
-                 tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py \
-                 tests/test_checks.py tests/test_leaks.py tests/test_options.py tests/test_timer.py \
-                 tests/test_spawn_expect.py tests/test_spawn_result.py tests/test_deadlock.py; do
+        asan_suites=(tests/test_foundation.py tests/test_spawn.py tests/test_checks.py tests/test_leaks.py
+                     tests/test_spawn_result.py)
+        [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
+                     tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
+                     tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py)
+        for t in "${asan_suites[@]}"; do
             [ -f "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
         done
@@ -148,7 +163,7 @@ if [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ];
             [ -x "$t" ] || continue
             run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
         done
-        run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
+        [ "$SCOPE" = all ] && run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
         run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
         run "cpu-only: test_lecture_gpu.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_gpu.py
     else
@@ -160,6 +175,7 @@ if [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ];
 fi
 
 echo
+echo "scope $SCOPE: $(( $(date +%s) - started )) s"
 [ ${#failures[@]} -gt 0 ] && echo "failed: ${failures[*]}"
 if [ "$failed" -gt 0 ]; then
     echo "of the $failed failed: $((failed - launch_failures - timeouts)) wrong results," \

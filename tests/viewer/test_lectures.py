@@ -619,12 +619,30 @@ class TestScroll(LectureCase):
     """At every step the current note (or grid cell) is in the upper third
     of the source pane."""
 
+    def steps_to_visit(self, t):
+        """Every step; under make test's quick scope (LECTERN_VIEWER_QUICK=1)
+        every step whose place differs in kind from the one before (another
+        function or spawn, another kind of rendering than text), the first
+        and last, and every eighth."""
+        n = len(t["steps"])
+        if os.environ.get("LECTERN_VIEWER_QUICK") != "1":
+            return range(n)
+
+        def kind(s):
+            top = s["stack"][-1] if s["stack"] else {}
+            return (top.get("function"), s.get("spawn"),
+                    tuple(sorted({r["type"] for r in s["renderings"]} - {"markdown"})))
+        steps = t["steps"]
+        keep = {0, n - 1} | set(range(0, n, 8))
+        keep |= {i for i in range(1, n) if kind(steps[i]) != kind(steps[i - 1])}
+        return sorted(keep)
+
     def test_current_step_in_upper_third(self):
         for name in self.lectures:
             t = self.trace(name)
             self.open_lecture(name)
             bad = []
-            for i in range(len(t["steps"])):
+            for i in self.steps_to_visit(t):
                 self.go(i)
                 # Wait until the view is still (chunks drawn near it, the
                 # step brought back to its place), then measure.
