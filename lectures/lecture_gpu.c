@@ -24,6 +24,9 @@
 #include "lecture_gpu_kernels.h"
 #endif
 
+LECTURE_OPTIONS({"matmul-n", "N", "size of the matrices the tiles section multiplies (default 512; 128 with --quick); "
+                                  "any N from 1 to 2048, a multiple of the tile or not"});
+
 static void why_gpus(void);
 static void memory_hierarchy(void);
 static void vector_add_section(void);
@@ -449,7 +452,12 @@ static void matmul_on_gpu(const float *a, const float *b, int n, double tol) {
 
 static void matmul_section(void) {
     note("## Matrix multiply: tiles and shared memory");
-    int n = lecture_quick() ? 128 : 512;
+    const char *size = lecture_option("matmul-n", lecture_quick() ? "128" : "512");
+    char *end = NULL;
+    long n_given = strtol(size, &end, 10);
+    if (*size == '\0' || *end != '\0' || n_given < 1 || n_given > 2048)
+        lecture_fail("--matmul-n %s: give a whole number from 1 to 2048", size);
+    int n = (int)n_given;
     size_t nn = (size_t)n * (size_t)n;
     float *a = host_randn(n, n), *b = host_randn(n, n);
     float *c_naive = malloc(sizeof(float) * nn), *c_tiled = malloc(sizeof(float) * nn);

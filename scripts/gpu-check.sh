@@ -8,10 +8,15 @@
 #      relocated there (OPAL_PREFIX ...); the machine's own copy of a general
 #      library wins over the carried one, lectern's own dependencies are the
 #      carried ones; NCCL from python3's nvidia/nccl package if there is one
+#      then the GPUs lectern's build sees (tests/tools/gpu_probe) against the
+#      GPUs nvidia-smi lists: a driver that lists GPUs the CUDA runtime cannot
+#      use would make every GPU test skip, so that is a failure, with the cause
 #   3. the tests: every C test (test_comm_staged: every collective on device
 #      tensors of ranks sharing a GPU), tests/test_spawn.py, test_lecture_08.py,
-#      test_lecture_gpu.py (its CUDA kernels run and are checked),
-#      test_foundation.py; compute-sanitizer's memcheck on the GPU tests
+#      test_lecture_gpu.py (its CUDA kernels run and are checked, also at
+#      matrix sizes the tile does not divide), test_foundation.py;
+#      compute-sanitizer's memcheck on the GPU tests, racecheck and synccheck
+#      on lecture_gpu's kernels
 #   4. the full lecture_08, three runs: the first becomes
 #      traces/lecture_08.gpu.json (+ .js); wall time, the CUDA-streams section
 #   5. benchmarks: bench_gpu (matmul vs bare cuBLAS, device copy, randn),
@@ -22,20 +27,23 @@
 #      reference lecture)
 #
 # Writes under $OUT (default .carry/out): gpu-check.log (everything),
-# summary.md (facts, results, timings), bench.md (the benchmark tables),
+# summary.md (facts, results, timings; a line per result as it comes),
+# counts.txt (the counts so far, rewritten after every result: what is left
+# when a command is stopped at the device's limit), bench.md (the benchmark tables),
 # traces/lecture_08.gpu.json and .js. Ends with "N passed, N failed"; exit
 # status 0 when nothing failed. Where there is no GPU the GPU parts skip and
 # say why (that is the dry run of scripts/gpu-dryrun.sh).
 #
-#   bash scripts/gpu-check.sh [all|tests|bench]   (OUT=..., PYTHON=..., LECTERN_BUILD=... optional)
+#   bash scripts/gpu-check.sh [all|tests|bench|facts]   (OUT=..., PYTHON=..., LECTERN_BUILD=... optional)
 #
+# facts is steps 1 and 2 alone (and the GPU comparison): seconds.
 # all (the default) is steps 1-5, about 10 minutes on a 16-core H100 machine;
 # where one command may run at most 10 minutes, run `tests` (steps 1-4) and
 # `bench` (steps 1, 2, 5) as two commands.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
-case "$PART" in all|tests|bench) ;; *) echo "usage: $0 [all|tests|bench]" >&2; exit 2 ;; esac
+case "$PART" in all|tests|bench|facts) ;; *) echo "usage: $0 [all|tests|bench|facts]" >&2; exit 2 ;; esac
 ROOT=$PWD
 START=$(date +%s)
 # No benchmark starts after this many seconds (22 minutes; `bench` alone: 7).
@@ -68,18 +76,24 @@ md() { echo "$*" >>"$SUMMARY"; }
 elapsed() { echo $(($(date +%s) - START)); }
 section() { echo; echo "===== $* ($(elapsed) s)"; }
 
+# The counts so far, after every result: a run stopped at the device's
+# 10-minute limit still leaves them.
+tally() { echo "$passed passed, $failed failed, $skipped skipped so far ($(elapsed) s; last: $1)" >"$OUT/counts.txt"; }
 # ok NAME / bad NAME WHY / skip NAME WHY: one result line each.
-ok() { passed=$((passed + 1)); md "| $1 | passed | |"; echo "== $1: passed"; }
-bad() { failed=$((failed + 1)); failures+=("$1"); md "| $1 | **FAILED** | $2 |"; echo "== $1: FAILED: $2"; }
-skip() { skipped=$((skipped + 1)); md "| $1 | skipped | $2 |"; echo "== $1: skipped: $2"; }
+ok() { passed=$((passed + 1)); md "| $1 | passed | |"; echo "== $1: passed"; tally "$1"; }
+bad() { failed=$((failed + 1)); failures+=("$1"); md "| $1 | **FAILED** | $2 |"; echo "== $1: FAILED: $2"; tally "$1"; }
+skip() { skipped=$((skipped + 1)); md "| $1 | skipped | $2 |"; echo "== $1: skipped: $2"; tally "$1"; }
 
 # tests NAME COMMAND...: a test program; its own counts (cmocka or unittest).
 tests() {
     local name=$1 log=$WORK/test.log p=0 f=0 k=0 rc line n verdict
     shift
     echo "== $name"
-    timeout 900 "$@" >"$log" 2>&1
+    # Under the device's 10-minute limit a command, so one slow suite cannot
+    # take the summary with it.
+    timeout "${GPU_CHECK_TEST_LIMIT_S:-540}" "$@" >"$log" 2>&1
     rc=$?
+    [ "$rc" -eq 124 ] && echo "[timed out] $name: stopped after ${GPU_CHECK_TEST_LIMIT_S:-540} s" >>"$log"
     cat "$log"
     if grep -qE '^\[  PASSED  \] [0-9]+ test' "$log"; then
         p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
@@ -103,6 +117,7 @@ tests() {
           sort -u | head -3 | paste -sd';' -)
     md "| $name | $p passed, $f failed, $k skipped | ${why} |"
     echo "== $name: $p passed, $f failed, $k skipped"
+    tally "$name"
 }
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
@@ -220,7 +235,29 @@ else
     bad "Open MPI spawn of 4 ranks" "$(grep -m1 -E 'unable to open|file too short|error' "$WORK/smoke.log" | cut -c1-200)"
 fi
 
-if [ "$PART" != bench ]; then
+# The GPUs lectern's build sees, against the GPUs the driver lists. With a
+# driver or runtime mismatch every GPU test would skip and the run would read
+# "0 failed" without having tested a GPU.
+probe_bin=$BUILD/tests/tools/gpu_probe
+if [ ! -x "$probe_bin" ]; then
+    bad "GPUs lectern sees" "no $probe_bin (build first: make)"
+else
+    probe=$("$probe_bin" 2>&1)
+    echo "$probe"
+    seen=$(echo "$probe" | sed -n 's/^lectern gpu_count: \([0-9]*\)$/\1/p')
+    why_not=$(echo "$probe" | grep -E '^cuda (runtime|versions):' | paste -sd';' -)
+    if [ -z "$seen" ]; then
+        bad "GPUs lectern sees" "gpu_probe said nothing readable: $(echo "$probe" | head -1)"
+    elif [ "$gpus" -gt 0 ] && [ "$seen" -eq 0 ]; then
+        bad "GPUs lectern sees" "nvidia-smi lists $gpus GPU(s) but lectern's CUDA runtime sees none ($why_not): every GPU test would skip"
+    elif [ "$gpus" -gt 0 ]; then
+        ok "GPUs lectern sees ($seen of the $gpus nvidia-smi lists)"
+    else
+        skip "GPUs lectern sees" "nvidia-smi lists no GPU (lectern sees $seen)"
+    fi
+fi
+
+if [ "$PART" != bench ] && [ "$PART" != facts ]; then
 # ---------------------------------------------------------------- 3. tests
 section "tests"
 for t in "$BUILD"/tests/test_*; do
@@ -231,9 +268,9 @@ for t in tests/test_spawn.py tests/test_lecture_08.py tests/test_lecture_gpu.py 
     tests "$(basename "$t")" env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$t"
 done
 if [ "$gpus" -eq 0 ]; then
-    skip "compute-sanitizer memcheck" "no GPU"
+    skip "compute-sanitizer (memcheck, racecheck, synccheck)" "no GPU"
 elif ! command -v compute-sanitizer >/dev/null && [ ! -x /usr/local/cuda/bin/compute-sanitizer ]; then
-    skip "compute-sanitizer memcheck" "no compute-sanitizer"
+    skip "compute-sanitizer (memcheck, racecheck, synccheck)" "no compute-sanitizer"
 else
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for t in test_random test_tensor; do
@@ -242,6 +279,18 @@ else
         else
             tail -30 "$WORK/cs.log"
             bad "memcheck $t" "$(grep -m1 'ERROR SUMMARY' "$WORK/cs.log" || echo "exit status nonzero")"
+        fi
+    done
+    # lecture_gpu's own kernels: races on shared memory (a missing
+    # __syncthreads in tiled_matmul) and barriers not every thread reaches;
+    # 100 is not a multiple of the tile, so edge blocks have idle threads.
+    for tool in racecheck synccheck; do
+        if timeout 540 "$cs" --tool "$tool" --error-exitcode 3 "$BUILD/lectures/lecture_gpu" --quick --quiet \
+            --matmul-n=100 --out "$WORK/cs-$tool" >"$WORK/cs.log" 2>&1; then
+            ok "$tool lecture_gpu kernels ($(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/cs.log"))"
+        else
+            tail -30 "$WORK/cs.log"
+            bad "$tool lecture_gpu kernels" "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/cs.log" || echo "exit status nonzero")"
         fi
     done
 fi
@@ -312,7 +361,7 @@ fi
 
 fi   # tests and lecture
 
-if [ "$PART" != tests ]; then
+if [ "$PART" != tests ] && [ "$PART" != facts ]; then
 # ---------------------------------------------------------------- 5. benchmarks
 section "benchmarks"
 # bench NAME TIMEOUT COMMAND...: output into $WORK/NAME.txt and bench.md.

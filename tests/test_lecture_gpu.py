@@ -132,6 +132,30 @@ class LectureGpu(unittest.TestCase):
                 self.assertEqual(len([w for w in whats if w.startswith("rank %d: %s" % (rank, claim))]), 1,
                                  (rank, claim))
 
+    def test_matmul_sizes_that_are_not_multiples_of_the_tile(self):
+        """The tiles section at sizes the tiles do not divide (the CPU's 32 and
+        the kernel's 16): the edge tiles are partial, and every product is
+        still checked against matmul() within its rounding bound. The
+        kernel's check runs where there is a GPU."""
+        for n in (1, 100, 257):
+            with self.subTest(n=n), tempfile.TemporaryDirectory() as out:
+                p, trace = tracecheck.run_quick(binary(), out, args=["--matmul-n=%d" % n])
+                self.assertEqual(p.returncode, 0, tracecheck.why(p))
+                checks = [r for s in trace["steps"] for r in s["renderings"] if r["type"] == "check"]
+                whats = {c["what"]: c["passed"] for c in checks}
+                self.assertIs(whats.get("the tiled loop vs matmul() (OpenBLAS)"), True, whats)
+                if self.gpus() > 0:
+                    self.assertIs(whats.get("tiled_matmul kernel vs matmul() (cuBLAS)"), True, whats)
+                text = " ".join(r.get("data") or "" for s in trace["steps"] for r in s["renderings"])
+                self.assertIn("two %d x %d matrices" % (n, n), text)
+
+    def test_matmul_size_out_of_range_is_an_error(self):
+        for bad in ("0", "2049", "12x"):
+            with self.subTest(n=bad), tempfile.TemporaryDirectory() as out:
+                p, _ = tracecheck.run_quick(binary(), out, args=["--matmul-n=" + bad])
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn("--matmul-n %s: give a whole number from 1 to 2048" % bad, p.stderr)
+
     def test_vector_add_is_exact(self):
         adds = [c for c in self.checks() if "rtol" in c and ("vector_add" in c["what"] or "add_()" in c["what"])]
         self.assertEqual(len(adds), 3 if self.gpus() > 0 else 1)

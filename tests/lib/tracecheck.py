@@ -448,13 +448,13 @@ def failure_kind(returncode, stderr):
     return WRONG
 
 
-def run_quick(binary, out_dir, env=None, timeout=600):
-    """Runs a lecture `--quick --quiet` into out_dir; returns the finished
-    process (returncode None and "TimeoutExpired" on stderr when it ran past
-    `timeout`) and its trace, or None when it wrote none."""
+def run_quick(binary, out_dir, env=None, timeout=600, args=()):
+    """Runs a lecture `--quick --quiet` (and `args`) into out_dir; returns the
+    finished process (returncode None and "TimeoutExpired" on stderr when it
+    ran past `timeout`) and its trace, or None when it wrote none."""
     name = os.path.basename(binary)
     try:
-        p = subprocess.run([binary, "--quick", "--quiet", "--out", out_dir], env=env, capture_output=True,
+        p = subprocess.run([binary, "--quick", "--quiet", "--out", out_dir] + list(args), env=env, capture_output=True,
                            text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         p = subprocess.CompletedProcess(e.cmd, None, "", "TimeoutExpired after %d s" % timeout)

@@ -1,0 +1,83 @@
+"""scripts/gpu-check.sh must not pass without having tested a GPU.
+
+A driver that lists GPUs while the CUDA runtime lectern was built with sees
+none (a driver older than the runtime, no libcuda, no device files in a
+container) would make every GPU test skip and the run read "0 failed". The
+check compares `nvidia-smi -L` with what lectern's build sees
+(tests/tools/gpu_probe) and fails, naming the cause. Here a stand-in
+nvidia-smi lists a GPU on a machine whose runtime sees none; and one that
+lists nothing gives a skip, not a failure. Runs `gpu-check.sh facts` (the
+machine's facts and the carried libraries: seconds).
+
+    /usr/bin/python3 tests/test_gpu_check.py        (LECTERN_BUILD picks the build)
+"""
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
+PROBE = tracecheck.built("tests", "tools", "gpu_probe")
+
+
+def stand_in(folder, listing):
+    """An nvidia-smi that prints `listing` for -L and nothing else."""
+    path = os.path.join(folder, "nvidia-smi")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n[ \"$1\" = -L ] && printf '%s' '" + listing + "' && exit 0\nexit 0\n")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+
+
+def gpu_check(folder):
+    out = os.path.join(folder, "out")
+    env = dict(os.environ, PATH=folder + os.pathsep + os.environ["PATH"], OUT=out,
+               LECTERN_BUILD=os.path.relpath(tracecheck.BUILD, ROOT))
+    p = subprocess.run(["bash", "scripts/gpu-check.sh", "facts"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    counts = ""
+    if os.path.exists(os.path.join(out, "counts.txt")):
+        with open(os.path.join(out, "counts.txt")) as f:
+            counts = f.read()
+    return p, counts
+
+
+class GpuCheck(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(PROBE):
+            raise AssertionError("%s is not built (make)" % PROBE)
+        cls.seen = int(subprocess.run([PROBE], capture_output=True, text=True).stdout.split("\n")[0].split(": ")[1])
+
+    def test_listed_gpus_the_runtime_cannot_see_fail_with_the_cause(self):
+        if self.seen > 0:
+            self.skipTest("this machine's CUDA runtime sees %d GPU(s): no mismatch to stage" % self.seen)
+        with tempfile.TemporaryDirectory() as d:
+            stand_in(d, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\\n")
+            p, counts = gpu_check(d)
+            self.assertEqual(p.returncode, 1, p.stdout[-2000:])
+            self.assertIn("GPUs lectern sees: FAILED: nvidia-smi lists 1 GPU(s) but lectern's CUDA runtime sees none",
+                          p.stdout)
+            self.assertIn("every GPU test would skip", p.stdout)
+            # The cause, as the CUDA runtime gives it (a CPU-only build says so instead).
+            self.assertRegex(p.stdout, r"cuda runtime: (cudaGetDeviceCount failed: .+|not built with CUDA)")
+            self.assertRegex(counts, r"^\d+ passed, 1 failed, \d+ skipped so far")
+            self.assertIn("1 failed", p.stdout.strip().split("\n")[-1])
+
+    def test_no_gpu_listed_is_a_skip_not_a_failure(self):
+        if self.seen > 0:
+            self.skipTest("this machine has GPUs: a stand-in listing none would contradict the runtime")
+        with tempfile.TemporaryDirectory() as d:
+            stand_in(d, "")
+            p, counts = gpu_check(d)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:])
+            self.assertIn("GPUs lectern sees: skipped: nvidia-smi lists no GPU (lectern sees 0)", p.stdout)
+            self.assertRegex(counts, r"^\d+ passed, 0 failed, \d+ skipped so far")
+
+
+if __name__ == "__main__":
+    unittest.main()
