@@ -27,8 +27,8 @@
 #include "lectern.h"
 
 /* A pipeline order (exercise 2) is a list of operations, one int each. */
-#define FWD(k) ((k) + 1)      /* the forward of micro-batch k */
-#define BWD(k) (-(k) - 1)     /* the backward of micro-batch k */
+#define FWD(k) ((k) + 1) /* the forward of micro-batch k */
+#define BWD(k) (-(k)-1)  /* the backward of micro-batch k */
 
 /* Exercise 3's layer: out = gelu(in w), w the whole d x d weight. Given. */
 tensor *zero3_layer(int i, const tensor *w, const tensor *in);
@@ -58,7 +58,7 @@ void megatron_backward(const tensor *x, const tensor *a, const tensor *b, const 
  * alternates one forward and one backward, then runs the backwards left.
  * Micro-batches go in order (0, 1, ...) in both directions. */
 void one_f_one_b(int stage, int stages, int m, int *ops) {
-    /* your code here */
+    /* your code here: ops[0 .. 2m - 1], each FWD(k) or BWD(k), in this stage's order */
 }
 
 /* EXERCISE 3: a ZeRO-3 forward with prefetch.
@@ -168,7 +168,7 @@ static tensor *scaled_randn(int64_t rows, int64_t cols, float s, int device) {
 static void exercise_1(int rank, int world) {
     int device = get_device(rank);
     int64_t cols = TP_H / world, first = rank * cols;
-    manual_seed(100);   /* the same x, A, B and dy on every rank */
+    manual_seed(100); /* the same x, A, B and dy on every rank */
     tensor *x = randn(TP_BATCH, TP_D, device);
     tensor *A = scaled_randn(TP_D, TP_H, 1.0f / sqrtf(TP_D), device);
     tensor *B = scaled_randn(TP_H, TP_D, 1.0f / sqrtf(TP_H), device);
@@ -213,9 +213,10 @@ static void exercise_1(int rank, int world) {
           "megatron_backward made %s%s",
           (long long)want, calls_text(&d, calls, sizeof calls), size);
 
-    tensor *all[] = {x, A, B, dy, h, z, dB, dz, dh, dA, dx_ref, a, band, b, hpre, da, db, dx, dA_mine, dB_band,
-                     dB_mine};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tensor_free(all[i]);
+    tensor *one_device[] = {x, A, B, dy, h, z, dB, dz, dh, dA, dx_ref};
+    tensor *this_rank[] = {a, band, b, hpre, da, db, dx, dA_mine, dB_band, dB_mine};
+    for (size_t i = 0; i < sizeof one_device / sizeof one_device[0]; i++) tensor_free(one_device[i]);
+    for (size_t i = 0; i < sizeof this_rank / sizeof this_rank[0]; i++) tensor_free(this_rank[i]);
 }
 
 /* ---- exercise 2 ---- */
@@ -239,16 +240,15 @@ static int order_valid(const int *ops, int m, char *why, size_t size) {
         } else if (op < 0 && -op - 1 == next_b && next_b < next_f) {
             next_b++;
         } else {
-            if (op == 0)
-                snprintf(why, size, "op %d is not set", i);
+            if (op == 0) snprintf(why, size, "op %d is not set", i);
             else if (op > 0)
                 snprintf(why, size, "op %d is the forward of micro-batch %d where that of %d was due", i, op - 1,
                          next_f);
             else if (-op - 1 == next_b)
                 snprintf(why, size, "op %d is the backward of micro-batch %d before its forward", i, -op - 1);
             else
-                snprintf(why, size, "op %d is the backward of micro-batch %d where that of %d was due", i,
-                         -op - 1, next_b);
+                snprintf(why, size, "op %d is the backward of micro-batch %d where that of %d was due", i, -op - 1,
+                         next_b);
             return 0;
         }
     }
@@ -275,7 +275,7 @@ static int orders_run_together(int p, int m, int *const *orders, double *span, c
     double f_end[WORLD][PIPE_M], b_end[WORLD][PIPE_M], clock[WORLD] = {0};
     int at[WORLD] = {0}, left = 2 * m * p;
     for (int s = 0; s < p; s++)
-        for (int k = 0; k < m; k++) f_end[s][k] = b_end[s][k] = -1;   /* not run yet */
+        for (int k = 0; k < m; k++) f_end[s][k] = b_end[s][k] = -1; /* not run yet */
     while (left > 0) {
         int moved = 0;
         for (int s = 0; s < p; s++) {
@@ -283,11 +283,11 @@ static int orders_run_together(int p, int m, int *const *orders, double *span, c
             int op = orders[s][at[s]];
             if (op > 0) {
                 int k = op - 1;
-                if (s > 0 && f_end[s - 1][k] < 0) continue;   /* its input is not there yet */
+                if (s > 0 && f_end[s - 1][k] < 0) continue; /* its input is not there yet */
                 f_end[s][k] = clock[s] = (s > 0 ? fmax(clock[s], f_end[s - 1][k]) : clock[s]) + 1;
             } else {
                 int k = -op - 1;
-                if (s < p - 1 && b_end[s + 1][k] < 0) continue;   /* its gradient is not there yet */
+                if (s < p - 1 && b_end[s + 1][k] < 0) continue; /* its gradient is not there yet */
                 b_end[s][k] = clock[s] = (s < p - 1 ? fmax(clock[s], b_end[s + 1][k]) : clock[s]) + 2;
             }
             at[s]++;
@@ -310,8 +310,7 @@ static int orders_run_together(int p, int m, int *const *orders, double *span, c
 
 static void sleep_ms(double ms) {
     struct timespec t = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
-    while (nanosleep(&t, &t) != 0) {
-    }
+    while (nanosleep(&t, &t) != 0) continue; /* woken early by a signal: sleep the rest */
 }
 
 /* Runs stage `rank`'s order on the ranks: a forward receives its input from
@@ -363,8 +362,7 @@ static void exercise_2(int rank, int world) {
             order_of(q, p, m, orders[q]);
             char why[128];
             if (!order_valid(orders[q], m, why, sizeof why)) {
-                if (q == s && valid_mine)
-                    snprintf(why_mine, sizeof why_mine, "with %d micro-batches %s", m, why);
+                if (q == s && valid_mine) snprintf(why_mine, sizeof why_mine, "with %d micro-batches %s", m, why);
                 if (q == s) valid_mine = 0;
                 if (valid_all) snprintf(why_all, sizeof why_all, "stage %d, %d micro-batches: %s", q, m, why);
                 valid_all = 0;
@@ -388,8 +386,9 @@ static void exercise_2(int rank, int world) {
           "micro-batch order%s%s",
           s, valid_mine ? "" : ": ", why_mine);
     if (!valid_all)
-        check(0, "exercise 2: the stages' orders run together (forward k after the previous stage's, backward k "
-                 "after the next stage's): not tried, an order breaks the first rule (%s)",
+        check(0,
+              "exercise 2: the stages' orders run together (forward k after the previous stage's, backward k "
+              "after the next stage's): not tried, an order breaks the first rule (%s)",
               why_all);
     else
         check(together,
@@ -397,8 +396,9 @@ static void exercise_2(int rank, int world) {
               "after the next stage's)%s%s",
               together ? "" : ": ", why_together);
     if (!valid_all || !together)
-        check(0, "exercise 2: at most p - s = %d micro-batches in flight on stage %d: not counted, the orders "
-                 "break a rule above",
+        check(0,
+              "exercise 2: at most p - s = %d micro-batches in flight on stage %d: not counted, the orders "
+              "break a rule above",
               p - s, s);
     else
         check(limit_ok,
@@ -408,13 +408,14 @@ static void exercise_2(int rank, int world) {
 
     double formula = bubble_formula(p, PIPE_M);
     if (!valid_all || !together) {
-        check(0, "exercise 2: measured bubble within [-%.2f, +%.2f] of (p-1)/(m+p-1) = %.3f: not run, the "
-                 "orders break a rule above",
+        check(0,
+              "exercise 2: measured bubble within [-%.2f, +%.2f] of (p-1)/(m+p-1) = %.3f: not run, the "
+              "orders break a rule above",
               BUBBLE_BELOW, BUBBLE_ABOVE, formula);
         return;
     }
     /* Every rank decided the same (the orders are the same everywhere): run. */
-    run_order(rank, p, PIPE_M, store[0][s], 0, 0);   /* warm-up: the sends' first checks */
+    run_order(rank, p, PIPE_M, store[0][s], 0, 0); /* warm-up: the sends' first checks */
     double seconds = run_order(rank, p, PIPE_M, store[0][s], FWD_MS, BWD_MS);
     double bubble = 1 - PIPE_M * (FWD_MS + BWD_MS) * 1e-3 / seconds;
     double simulated = 1 - PIPE_M * 3.0 / span;
@@ -453,7 +454,7 @@ static void exercise_3(int rank, int world) {
     int64_t rows = Z3_D / world;
     tensor *pieces[Z3_LAYERS], *whole[Z3_LAYERS];
     for (int i = 0; i < Z3_LAYERS; i++) {
-        manual_seed(300 + (uint64_t)i);   /* layer i's weight, the same on every rank */
+        manual_seed(300 + (uint64_t)i); /* layer i's weight, the same on every rank */
         whole[i] = scaled_randn(Z3_D, Z3_D, 1.0f / sqrtf(Z3_D), device);
         tensor *band = row_slice(whole[i], rank * rows, (rank + 1) * rows);
         pieces[i] = to_device(band, device);
@@ -462,7 +463,7 @@ static void exercise_3(int rank, int world) {
     manual_seed(400);
     tensor *x = randn(Z3_BATCH, Z3_D, device);
     tensor *expected = to_device(x, device);
-    for (int i = 0; i < Z3_LAYERS; i++) {   /* one device */
+    for (int i = 0; i < Z3_LAYERS; i++) { /* one device */
         tensor *pre = matmul(expected, whole[i]);
         tensor_free(expected);
         expected = gelu(pre);
@@ -475,10 +476,8 @@ static void exercise_3(int rank, int world) {
     tensor *y = zero3_forward(pieces, Z3_LAYERS, x, full);
     dist_traffic d = dist_traffic_since(&z3_start);
 
-    if (y)
-        check_close(y, expected, 0, Z3_ATOL, "exercise 3: the output after 4 layers");
-    else
-        check(0, "exercise 3: the output after 4 layers: zero3_forward returned NULL");
+    if (y) check_close(y, expected, 0, Z3_ATOL, "exercise 3: the output after 4 layers");
+    else check(0, "exercise 3: the output after 4 layers: zero3_forward returned NULL");
 
     char calls[256];
     check(d.calls[DIST_CALL_ALL_GATHER] == Z3_LAYERS && collective_calls(&d) == Z3_LAYERS && p2p_calls(&d) == 0,
