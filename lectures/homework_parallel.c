@@ -1,0 +1,548 @@
+/*
+ * homework_parallel: model parallelism by hand, checked.
+ *
+ * Three exercises on the second half of lecture_08: the backward pass of
+ * Megatron's tensor-parallel MLP, a 1F1B pipeline schedule, and ZeRO-3 with
+ * the next layer's parameters gathered while the current layer computes.
+ * Each function marked EXERCISE is yours to write; the code after them runs
+ * your functions on 4 ranks and checks the numbers against one device with
+ * check_close(), and checks the method: which calls your ranks made and
+ * when (dist_traffic_since()), the rules a schedule must keep, the bubble it
+ * leaves. The right numbers by another method do not pass. At the start
+ * every check fails; when all pass, the last line of the run says
+ * "checks: 44 passed, 0 failed".
+ *
+ *     make run LECTURE=homework_parallel
+ *
+ * docs/homework.md explains the exercises and how they are checked.
+ * (The instructor's solution, tests/lectures/homework_parallel_solution.c,
+ * defines HOMEWORK_SOLUTION and its own versions of the three functions.)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lectern.h"
+
+/* A pipeline order (exercise 2) is a list of operations, one int each. */
+#define FWD(k) ((k) + 1) /* the forward of micro-batch k */
+#define BWD(k) (-(k)-1)  /* the backward of micro-batch k */
+
+/* Exercise 3's layer: out = gelu(in w), w the whole d x d weight. Given. */
+tensor *zero3_layer(int i, const tensor *w, const tensor *in);
+
+#ifndef HOMEWORK_SOLUTION
+
+/* EXERCISE 1: the backward pass of Megatron's tensor-parallel MLP.
+ *
+ * The block is y = gelu(x A) B. A (d x h) is cut by columns and B (h x d) by
+ * rows: this rank holds a = A's columns [r h/w, (r+1) h/w) and b = the same
+ * rows of B. The forward (done for you) computed hpre = x a, this rank's
+ * columns of x A, and all-reduced gelu(hpre) b into y. Given dy (dL/dy, the
+ * same on every rank), write this rank's weight gradients da (d x h/w) and
+ * db (h/w x d) and the input gradient dx (B x d, whole on every rank).
+ * Only dx needs communication, and one all-reduce is all it needs. */
+void megatron_backward(const tensor *x, const tensor *a, const tensor *b, const tensor *hpre, const tensor *dy,
+                       tensor *da, tensor *db, tensor *dx) {
+    /* your code here */
+}
+
+/* EXERCISE 2: the 1F1B schedule.
+ *
+ * Fill ops[0 .. 2m - 1] with the order in which stage `stage` of `stages`
+ * runs its m micro-batches: FWD(k) for the forward of micro-batch k, BWD(k)
+ * for its backward. 1F1B: a stage first runs enough forwards to fill the
+ * pipeline behind it (stages - stage - 1 of them, at most m), then
+ * alternates one forward and one backward, then runs the backwards left.
+ * Micro-batches go in order (0, 1, ...) in both directions. */
+void one_f_one_b(int stage, int stages, int m, int *ops) {
+    /* your code here: ops[0 .. 2m - 1], each FWD(k) or BWD(k), in this stage's order */
+}
+
+/* EXERCISE 3: a ZeRO-3 forward with prefetch.
+ *
+ * Layer i's weight (d x d) lives in pieces: pieces[i] holds this rank's band
+ * of d / w rows. Run the layers on x (act = zero3_layer(i, whole W_i, act))
+ * and return the last activation (a new tensor; free the ones in between,
+ * never x). Gather each layer with dist_all_gather_async into one of the two
+ * d x d buffers full[0], full[1], and hide the gather behind compute: before
+ * layer i computes, layer i + 1's gather must already be on its way. In
+ * this order: wait for layer i's gather, start layer i + 1's (into the
+ * other buffer), compute layer i. */
+tensor *zero3_forward(tensor *const *pieces, int layers, const tensor *x, tensor *const *full) {
+    /* your code here */
+    return NULL;
+}
+
+#else
+void megatron_backward(const tensor *x, const tensor *a, const tensor *b, const tensor *hpre, const tensor *dy,
+                       tensor *da, tensor *db, tensor *dx);
+void one_f_one_b(int stage, int stages, int m, int *ops);
+tensor *zero3_forward(tensor *const *pieces, int layers, const tensor *x, tensor *const *full);
+#endif
+
+/* ------------------------------------------------------------------ */
+/* What checks the exercises (no need to change anything below)       */
+/* ------------------------------------------------------------------ */
+
+#define WORLD 4
+
+/* Exercise 1's sizes: a batch of 8 rows, d = 32, h = 64 (16 columns a rank). */
+enum { TP_BATCH = 8, TP_D = 32, TP_H = 64 };
+/* Every gradient here is a float32 dot product of at most 64 terms (dx's:
+ * over h, which the ranks cut in 4 and the all-reduce adds up in another
+ * order than one device does). Two orders of such a sum differ by at most
+ * 64 * 2^-24 = 3.8e-6 of the sum of the terms' sizes, and with unit-size x
+ * and dy and weights of size 1/sqrt(fan-in) that sum stays below 5 here:
+ * 2e-5. 1e-4 leaves room; a missed all-reduce or a gradient left at zero is
+ * off by about the gradient's own size (0.1 to 1), three orders more. */
+#define TP_ATOL 1e-4
+
+/* Exercise 2: 8 micro-batches on the 4 ranks; the schedule's rules are also
+ * checked with 2 (fewer micro-batches than stages). */
+enum { PIPE_M = 8 };
+/* Each forward "computes" for FWD_MS and each backward for BWD_MS (twice the
+ * forward, as in a real network) by sleeping: four ranks on a machine of
+ * two cores would otherwise slow each other down and measure the machine,
+ * not the schedule. */
+#define FWD_MS 20.0
+#define BWD_MS 40.0
+/* The measured bubble is 1 - m (f + b) / span. Sleeps never end early, so
+ * it is not below the formula (p-1)/(m+p-1) = 0.273 by more than the
+ * clocks' noise: 0.05. It is above it by what waking up and passing a
+ * message cost on the 22 operations of the longest path (ideally 11 slots
+ * of 60 ms, 660 ms). On a loaded machine (other processes, and ranks that
+ * spin while they wait for a message) that was seen to reach 8 ms an
+ * operation; +0.35 allows a span of 1270 ms, 28 ms an operation. A schedule
+ * that runs one micro-batch at a time through all the stages leaves a
+ * bubble of 1 - 1/p = 0.75 at best (any delay only adds to it): it cannot
+ * pass. */
+#define BUBBLE_BELOW 0.05
+#define BUBBLE_ABOVE 0.35
+
+/* Exercise 3's sizes: 4 layers of 64 x 64, a batch of 8. */
+enum { Z3_LAYERS = 4, Z3_D = 64, Z3_BATCH = 8 };
+/* The gathered weights are the floats one device holds and the same matmul
+ * runs on them, so the output is the same bits but for OpenBLAS choosing
+ * another kernel for a buffer of another alignment: a few ulps of values
+ * below 10, well under 1e-5. A layer run with the wrong weight (a buffer
+ * still being gathered into) is off by about the values' size. */
+#define Z3_ATOL 1e-5
+
+/* ---- how the ranks communicated (dist_traffic_since) ---- */
+
+static int64_t collective_calls(const dist_traffic *d) {
+    int64_t n = 0;
+    for (int k = 0; k < DIST_CALL_KINDS; k++)
+        if (k != DIST_CALL_SEND && k != DIST_CALL_RECV && k != DIST_CALL_SENDRECV) n += d->calls[k];
+    return n;
+}
+
+static int64_t p2p_calls(const dist_traffic *d) {
+    return d->calls[DIST_CALL_SEND] + d->calls[DIST_CALL_RECV] + d->calls[DIST_CALL_SENDRECV];
+}
+
+/* "1 dist_all_reduce call, 6 dist_send calls" (or "no calls"), for a check's message. */
+static const char *calls_text(const dist_traffic *d, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int k = 0; k < DIST_CALL_KINDS; k++) {
+        if (!d->calls[k] || at >= size) continue;
+        at += (size_t)snprintf(buf + at, size - at, "%s%lld dist_%s call%s", at ? ", " : "", (long long)d->calls[k],
+                               dist_call_name((dist_call_kind)k), d->calls[k] == 1 ? "" : "s");
+    }
+    if (!buf[0]) snprintf(buf, size, "no calls");
+    return buf;
+}
+
+/* ---- exercise 1 ---- */
+
+static tensor *scaled_randn(int64_t rows, int64_t cols, float s, int device) {
+    tensor *t = randn(rows, cols, device);
+    scale(t, s);
+    return t;
+}
+
+static void exercise_1(int rank, int world) {
+    int device = get_device(rank);
+    int64_t cols = TP_H / world, first = rank * cols;
+    manual_seed(100); /* the same x, A, B and dy on every rank */
+    tensor *x = randn(TP_BATCH, TP_D, device);
+    tensor *A = scaled_randn(TP_D, TP_H, 1.0f / sqrtf(TP_D), device);
+    tensor *B = scaled_randn(TP_H, TP_D, 1.0f / sqrtf(TP_H), device);
+    tensor *dy = randn(TP_BATCH, TP_D, device);
+
+    /* One device: h = x A, z = gelu(h), y = z B, and back. */
+    tensor *h = matmul(x, A), *z = gelu(h);
+    tensor *dB = zeros(TP_H, TP_D, device), *dz = zeros(TP_BATCH, TP_H, device);
+    matmul_into(dB, z, dy, 1, 0, 1.0f, 0.0f);
+    matmul_into(dz, dy, B, 0, 1, 1.0f, 0.0f);
+    tensor *dh = gelu_backward(h, dz);
+    tensor *dA = zeros(TP_D, TP_H, device), *dx_ref = zeros(TP_BATCH, TP_D, device);
+    matmul_into(dA, x, dh, 1, 0, 1.0f, 0.0f);
+    matmul_into(dx_ref, dh, A, 0, 1, 1.0f, 0.0f);
+
+    /* This rank's pieces, and the forward Megatron ran. */
+    tensor *a = col_slice(A, first, first + cols);
+    tensor *band = row_slice(B, first, first + cols), *b = to_device(band, device);
+    tensor *hpre = matmul(x, a);
+    tensor *da = zeros(TP_D, cols, device), *db = zeros(cols, TP_D, device), *dx = zeros(TP_BATCH, TP_D, device);
+
+    dist_traffic before = dist_traffic_now();
+    megatron_backward(x, a, b, hpre, dy, da, db, dx);
+    dist_traffic d = dist_traffic_since(&before);
+
+    tensor *dA_mine = col_slice(dA, first, first + cols);
+    tensor *dB_band = row_slice(dB, first, first + cols), *dB_mine = to_device(dB_band, device);
+    check_close(da, dA_mine, 0, TP_ATOL, "exercise 1: da, this rank's columns of dL/dA");
+    check_close(db, dB_mine, 0, TP_ATOL, "exercise 1: db, this rank's rows of dL/dB");
+    check_close(dx, dx_ref, 0, TP_ATOL, "exercise 1: dx, the whole input gradient");
+
+    /* The method: one all-reduce, of dx's size (its nominal bytes are
+     * 2 (w-1)/w of what it reduced), and no other call. */
+    char calls[256];
+    int64_t want = TP_BATCH * TP_D;
+    int64_t reduced = d.nominal_sent[DIST_CALL_ALL_REDUCE] * world / (2 * (world - 1)) / (int64_t)sizeof(float);
+    int one = d.calls[DIST_CALL_ALL_REDUCE] == 1 && collective_calls(&d) == 1 && p2p_calls(&d) == 0;
+    char size[64] = "";
+    if (one && reduced != want) snprintf(size, sizeof size, " of %lld floats", (long long)reduced);
+    check(one && reduced == want,
+          "exercise 1: the backward needs exactly 1 all-reduce, of dx (%lld floats), and no other call; "
+          "megatron_backward made %s%s",
+          (long long)want, calls_text(&d, calls, sizeof calls), size);
+
+    tensor *one_device[] = {x, A, B, dy, h, z, dB, dz, dh, dA, dx_ref};
+    tensor *this_rank[] = {a, band, b, hpre, da, db, dx, dA_mine, dB_band, dB_mine};
+    for (size_t i = 0; i < sizeof one_device / sizeof one_device[0]; i++) tensor_free(one_device[i]);
+    for (size_t i = 0; i < sizeof this_rank / sizeof this_rank[0]; i++) tensor_free(this_rank[i]);
+}
+
+/* ---- exercise 2 ---- */
+
+/* Stage s's order for m micro-batches, from the student's function; an op
+ * left 0 is one it did not fill. */
+static void order_of(int s, int p, int m, int *ops) {
+    for (int i = 0; i < 2 * m; i++) ops[i] = 0;
+    one_f_one_b(s, p, m, ops);
+}
+
+/* Rule 1, on one stage: every forward and every backward once, micro-batches
+ * in order in each direction, a backward after its own forward. Writes what
+ * is wrong into why; returns 1 when the order keeps the rule. */
+static int order_valid(const int *ops, int m, char *why, size_t size) {
+    int next_f = 0, next_b = 0;
+    for (int i = 0; i < 2 * m; i++) {
+        int op = ops[i];
+        if (op > 0 && op - 1 == next_f) {
+            next_f++;
+        } else if (op < 0 && -op - 1 == next_b && next_b < next_f) {
+            next_b++;
+        } else {
+            if (op == 0) snprintf(why, size, "op %d is not set", i);
+            else if (op > 0)
+                snprintf(why, size, "op %d is the forward of micro-batch %d where that of %d was due", i, op - 1,
+                         next_f);
+            else if (-op - 1 == next_b)
+                snprintf(why, size, "op %d is the backward of micro-batch %d before its forward", i, -op - 1);
+            else
+                snprintf(why, size, "op %d is the backward of micro-batch %d where that of %d was due", i, -op - 1,
+                         next_b);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The most micro-batches whose forward has run and whose backward has not. */
+static int most_in_flight(const int *ops, int m) {
+    int now = 0, most = 0;
+    for (int i = 0; i < 2 * m; i++) {
+        now += ops[i] > 0 ? 1 : -1;
+        if (now > most) most = now;
+    }
+    return most;
+}
+
+/* Rule 2, over all stages: stage s's forward k needs stage s-1's forward k
+ * (its input), stage s's backward k needs stage s+1's backward k (the
+ * gradient flows back through the stages in reverse order). Runs the p
+ * orders (already valid one by one) with forwards of 1 unit and backwards
+ * of 2; returns 0 when some stage would wait forever (writing which), else
+ * 1 with the span in units. */
+static int orders_run_together(int p, int m, int *const *orders, double *span, char *why, size_t size) {
+    double f_end[WORLD][PIPE_M], b_end[WORLD][PIPE_M], clock[WORLD] = {0};
+    int at[WORLD] = {0}, left = 2 * m * p;
+    for (int s = 0; s < p; s++)
+        for (int k = 0; k < m; k++) f_end[s][k] = b_end[s][k] = -1; /* not run yet */
+    while (left > 0) {
+        int moved = 0;
+        for (int s = 0; s < p; s++) {
+            if (at[s] == 2 * m) continue;
+            int op = orders[s][at[s]];
+            if (op > 0) {
+                int k = op - 1;
+                if (s > 0 && f_end[s - 1][k] < 0) continue; /* its input is not there yet */
+                f_end[s][k] = clock[s] = (s > 0 ? fmax(clock[s], f_end[s - 1][k]) : clock[s]) + 1;
+            } else {
+                int k = -op - 1;
+                if (s < p - 1 && b_end[s + 1][k] < 0) continue; /* its gradient is not there yet */
+                b_end[s][k] = clock[s] = (s < p - 1 ? fmax(clock[s], b_end[s + 1][k]) : clock[s]) + 2;
+            }
+            at[s]++;
+            left--;
+            moved = 1;
+        }
+        if (!moved) {
+            int s = 0;
+            while (at[s] == 2 * m) s++;
+            int op = orders[s][at[s]];
+            snprintf(why, size, "with %d micro-batches stage %d waits forever at op %d (%s of micro-batch %d)", m, s,
+                     at[s], op > 0 ? "forward" : "backward", op > 0 ? op - 1 : -op - 1);
+            return 0;
+        }
+    }
+    *span = 0;
+    for (int s = 0; s < p; s++) *span = fmax(*span, clock[s]);
+    return 1;
+}
+
+static void sleep_ms(double ms) {
+    struct timespec t = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+    while (nanosleep(&t, &t) != 0) continue; /* woken early by a signal: sleep the rest */
+}
+
+/* Runs stage `rank`'s order on the ranks: a forward receives its input from
+ * the previous stage and sends its output on, a backward receives its
+ * gradient from the next stage and sends one back; each "computes" by
+ * sleeping. Returns the slowest rank's time for the whole order. */
+static double run_order(int rank, int p, int m, const int *ops, double fwd_ms, double bwd_ms) {
+    int device = get_device(rank);
+    tensor *msg[2 * PIPE_M];
+    dist_request *sent[2 * PIPE_M];
+    int n_sent = 0;
+    dist_timer t = {0};
+    dist_timer_start(&t);
+    for (int i = 0; i < 2 * m; i++) {
+        int forward = ops[i] > 0, k = forward ? ops[i] - 1 : -ops[i] - 1;
+        int from = forward ? rank - 1 : rank + 1, to = forward ? rank + 1 : rank - 1;
+        tensor *in = zeros(4, 0, device);
+        if (from >= 0 && from < p) dist_recv(in, from);
+        sleep_ms(forward ? fwd_ms : bwd_ms);
+        fill_(in, (float)k);
+        if (to >= 0 && to < p) {
+            msg[n_sent] = in;
+            sent[n_sent++] = dist_isend(in, to);
+        } else {
+            tensor_free(in);
+        }
+    }
+    for (int i = 0; i < n_sent; i++) {
+        dist_wait(sent[i]);
+        tensor_free(msg[i]);
+    }
+    return dist_timer_stop(&t);
+}
+
+static double bubble_formula(int p, int m) { return (double)(p - 1) / (m + p - 1); }
+
+static void exercise_2(int rank, int world) {
+    int p = world, s = rank;
+    int store[2][WORLD][2 * PIPE_M];
+    int ms[2] = {PIPE_M, 2};
+    int valid_mine = 1, valid_all = 1, together = 1, most = 0, limit_ok = 1;
+    char why_mine[160] = "", why_all[160] = "", why_together[160] = "";
+    double span = 0;
+    for (int j = 0; j < 2; j++) {
+        int m = ms[j];
+        int *orders[WORLD];
+        for (int q = 0; q < p; q++) {
+            orders[q] = store[j][q];
+            order_of(q, p, m, orders[q]);
+            char why[128];
+            if (!order_valid(orders[q], m, why, sizeof why)) {
+                if (q == s && valid_mine) snprintf(why_mine, sizeof why_mine, "with %d micro-batches %s", m, why);
+                if (q == s) valid_mine = 0;
+                if (valid_all) snprintf(why_all, sizeof why_all, "stage %d, %d micro-batches: %s", q, m, why);
+                valid_all = 0;
+            }
+        }
+        if (!valid_all) continue;
+        double units;
+        char why[128];
+        if (!orders_run_together(p, m, orders, &units, why, sizeof why)) {
+            if (together) snprintf(why_together, sizeof why_together, "%s", why);
+            together = 0;
+        } else if (j == 0) {
+            span = units;
+        }
+        int in_flight = most_in_flight(orders[s], m), allowed = p - s < m ? p - s : m;
+        if (in_flight > most) most = in_flight;
+        if (in_flight > allowed) limit_ok = 0;
+    }
+    check(valid_mine,
+          "exercise 2: stage %d's order runs each micro-batch's forward, then its backward, once each and in "
+          "micro-batch order%s%s",
+          s, valid_mine ? "" : ": ", why_mine);
+    if (!valid_all)
+        check(0,
+              "exercise 2: the stages' orders run together (forward k after the previous stage's, backward k "
+              "after the next stage's): not tried, an order breaks the first rule (%s)",
+              why_all);
+    else
+        check(together,
+              "exercise 2: the stages' orders run together (forward k after the previous stage's, backward k "
+              "after the next stage's)%s%s",
+              together ? "" : ": ", why_together);
+    if (!valid_all || !together)
+        check(0,
+              "exercise 2: at most p - s = %d micro-batches in flight on stage %d: not counted, the orders "
+              "break a rule above",
+              p - s, s);
+    else
+        check(limit_ok,
+              "exercise 2: at most p - s = %d micro-batches in flight on stage %d (activations kept for a "
+              "backward still to come); its order holds %d at once with %d micro-batches",
+              p - s, s, most, PIPE_M);
+
+    double formula = bubble_formula(p, PIPE_M);
+    if (!valid_all || !together) {
+        check(0,
+              "exercise 2: measured bubble within [-%.2f, +%.2f] of (p-1)/(m+p-1) = %.3f: not run, the "
+              "orders break a rule above",
+              BUBBLE_BELOW, BUBBLE_ABOVE, formula);
+        return;
+    }
+    /* Every rank decided the same (the orders are the same everywhere): run. */
+    run_order(rank, p, PIPE_M, store[0][s], 0, 0); /* warm-up: the sends' first checks */
+    double seconds = run_order(rank, p, PIPE_M, store[0][s], FWD_MS, BWD_MS);
+    double bubble = 1 - PIPE_M * (FWD_MS + BWD_MS) * 1e-3 / seconds;
+    double simulated = 1 - PIPE_M * 3.0 / span;
+    check(bubble >= formula - BUBBLE_BELOW && bubble <= formula + BUBBLE_ABOVE,
+          "exercise 2: measured bubble within [-%.2f, +%.2f] of (p-1)/(m+p-1) = %.3f: %.3f (%.0f ms for %d "
+          "forwards of %.0f ms and backwards of %.0f ms per stage; %.3f with no cost to pass a message)",
+          BUBBLE_BELOW, BUBBLE_ABOVE, formula, bubble, seconds * 1e3, PIPE_M, FWD_MS, BWD_MS, simulated);
+}
+
+/* ---- exercise 3 ---- */
+
+/* What zero3_layer saw when called: the layer, all-gathers started so far
+ * and the bytes of those already waited for (dist_traffic counts a
+ * non-blocking collective's call when it starts, its bytes at its wait). */
+typedef struct layer_seen {
+    int layer;
+    int64_t started, waited_bytes;
+} layer_seen;
+static layer_seen seen[16];
+static int n_seen;
+static dist_traffic z3_start;
+
+tensor *zero3_layer(int i, const tensor *w, const tensor *in) {
+    dist_traffic d = dist_traffic_since(&z3_start);
+    if (n_seen < (int)(sizeof seen / sizeof seen[0]))
+        seen[n_seen] = (layer_seen){i, d.calls[DIST_CALL_ALL_GATHER], d.bytes_sent[DIST_CALL_ALL_GATHER]};
+    n_seen++;
+    tensor *pre = matmul(in, w);
+    tensor *out = gelu(pre);
+    tensor_free(pre);
+    return out;
+}
+
+static void exercise_3(int rank, int world) {
+    int device = get_device(rank);
+    int64_t rows = Z3_D / world;
+    tensor *pieces[Z3_LAYERS], *whole[Z3_LAYERS];
+    for (int i = 0; i < Z3_LAYERS; i++) {
+        manual_seed(300 + (uint64_t)i); /* layer i's weight, the same on every rank */
+        whole[i] = scaled_randn(Z3_D, Z3_D, 1.0f / sqrtf(Z3_D), device);
+        tensor *band = row_slice(whole[i], rank * rows, (rank + 1) * rows);
+        pieces[i] = to_device(band, device);
+        tensor_free(band);
+    }
+    manual_seed(400);
+    tensor *x = randn(Z3_BATCH, Z3_D, device);
+    tensor *expected = to_device(x, device);
+    for (int i = 0; i < Z3_LAYERS; i++) { /* one device */
+        tensor *pre = matmul(expected, whole[i]);
+        tensor_free(expected);
+        expected = gelu(pre);
+        tensor_free(pre);
+    }
+    tensor *full[2] = {zeros(Z3_D, Z3_D, device), zeros(Z3_D, Z3_D, device)};
+
+    n_seen = 0;
+    z3_start = dist_traffic_now();
+    tensor *y = zero3_forward(pieces, Z3_LAYERS, x, full);
+    dist_traffic d = dist_traffic_since(&z3_start);
+
+    if (y) check_close(y, expected, 0, Z3_ATOL, "exercise 3: the output after 4 layers");
+    else check(0, "exercise 3: the output after 4 layers: zero3_forward returned NULL");
+
+    char calls[256];
+    check(d.calls[DIST_CALL_ALL_GATHER] == Z3_LAYERS && collective_calls(&d) == Z3_LAYERS && p2p_calls(&d) == 0,
+          "exercise 3: one dist_all_gather per layer (%d), no other call; zero3_forward made %s", Z3_LAYERS,
+          calls_text(&d, calls, sizeof calls));
+
+    /* The prefetch. When layer i starts computing, i + 2 gathers have
+     * started (layer i + 1's too) and only i + 1 have been waited for:
+     * their bytes are counted, layer i + 1's are not yet. A gather made
+     * right before its layer (blocking, or started and waited at once)
+     * shows i + 1 started, resp. i + 2 counted. The unit is one gather's
+     * bytes (all of them over the number of layers); half a unit of slack
+     * takes the few bytes of the runtime's own agreement checks. */
+    double unit = (double)d.bytes_sent[DIST_CALL_ALL_GATHER] / Z3_LAYERS;
+    int ok = n_seen == Z3_LAYERS, measured = d.measured_collectives && unit > 0;
+    char log[256] = "";
+    size_t at = 0;
+    for (int j = 0; j < n_seen && j < (int)(sizeof seen / sizeof seen[0]); j++) {
+        const layer_seen *e = &seen[j];
+        int i = e->layer;
+        int64_t want_started = i + 1 < Z3_LAYERS ? i + 2 : Z3_LAYERS;
+        double waited = measured ? e->waited_bytes / unit : -1;
+        if (i != j || e->started != want_started) ok = 0;
+        if (measured && i + 1 < Z3_LAYERS && waited > i + 1.5) ok = 0;
+        if (at < sizeof log)
+            at += (size_t)snprintf(log + at, sizeof log - at, "%slayer %d: %lld started, %s%.1f waited", j ? "; " : "",
+                                   i, (long long)e->started, measured ? "" : "(not measured) ", waited);
+    }
+    check(ok,
+          "exercise 3: layer i+1's all-gather was on its way while layer i computed (started before, waited "
+          "after); zero3_layer was called %d times (%d layers): %s",
+          n_seen, Z3_LAYERS, n_seen ? log : "no call");
+
+    if (y) tensor_free(y);
+    tensor_free(expected);
+    tensor_free(x);
+    tensor_free(full[0]);
+    tensor_free(full[1]);
+    for (int i = 0; i < Z3_LAYERS; i++) {
+        tensor_free(pieces[i]);
+        tensor_free(whole[i]);
+    }
+}
+
+static void exercises(int rank, int world, void *args) {
+    (void)args;
+    exercise_1(rank, world);
+    exercise_2(rank, world);
+    exercise_3(rank, world);
+}
+
+static void body(void) {
+    note("# Homework: tensor, pipeline and sharded-data parallelism");
+    note("Three exercises, each a function at the top of `lectures/homework_parallel.c`. Every check below "
+         "compares your function with one device on 4 ranks, or checks how it communicated; a failed check "
+         "says what was expected and what was seen.");
+    /* The weights of the grade an autograder reads (--grade FILE,
+     * docs/homework.md), shared by each exercise's checks (per rank: 4, 4
+     * and 3). */
+    grade_exercise("exercise 1:", 35, 4 * WORLD);
+    grade_exercise("exercise 2:", 35, 4 * WORLD);
+    grade_exercise("exercise 3:", 30, 3 * WORLD);
+    note("## Exercises 1 to 3");
+    int unused = 0;
+    spawn(exercises, WORLD, &unused, sizeof unused);
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
