@@ -17,7 +17,6 @@
  *
  * and open viewer/index.html?trace=lecture_08.
  */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +25,7 @@
 
 #include "lectern.h"
 #include "lib/mlp.h"
-
-#ifdef LECTERN_CUDA
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
-#include "check.h"
-#endif
+#include "lib/streams.h"
 
 static void introduction(void);
 static void hardware(void);
@@ -568,36 +561,19 @@ static cost_model fit_cost_model(const bench_result *r, int n, int p) {
 
 /* Measured all-reduce times against the fitted model, log-log. */
 static void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m) {
-    cJSON *spec = cJSON_Parse(
-        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-        " \"width\": 360, \"height\": 220,"
-        " \"mark\": {\"type\": \"line\", \"point\": true},"
-        " \"encoding\": {"
-        "  \"x\": {\"field\": \"size_mib\", \"type\": \"quantitative\","
-        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MiB)\"},"
-        "  \"y\": {\"field\": \"ms\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
-        "        \"title\": \"all-reduce time (ms)\"},"
-        "  \"color\": {\"field\": \"series\", \"type\": \"nominal\"},"
-        "  \"strokeDash\": {\"field\": \"series\", \"type\": \"nominal\"}}}");
-    char title[96];
-    snprintf(title, sizeof title, "all-reduce on %d ranks: measured and alpha-beta model", world_size);
-    cJSON_AddStringToObject(spec, "title", title);
-    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
-    for (int series = 0; series < 2; series++) {
-        for (int i = 0; i < n; i++) {
-            cJSON *point = cJSON_CreateObject();
-            cJSON_AddStringToObject(point, "series", series == 0 ? "measured" : "model");
-            cJSON_AddNumberToObject(point, "bytes", r[i].bytes);
-            cJSON_AddNumberToObject(point, "size_mib", r[i].bytes / (1 << 20));
-            double t = series == 0 ? r[i].seconds : model_seconds(m, r[i].bytes, world_size);
-            cJSON_AddNumberToObject(point, "ms", t * 1e3);
-            cJSON_AddItemToArray(values, point);
-        }
+    double mib[MAX_SIZES], measured[MAX_SIZES], model[MAX_SIZES];
+    for (int i = 0; i < n; i++) {
+        mib[i] = r[i].bytes / (1 << 20);
+        measured[i] = r[i].seconds * 1e3;
+        model[i] = model_seconds(m, r[i].bytes, world_size) * 1e3;
     }
-    char *json = cJSON_PrintUnformatted(spec);
-    plot(json);
-    free(json);
-    cJSON_Delete(spec);
+    chart_t *c = chart_new("message size (MiB)", "all-reduce time (ms)",
+                           "all-reduce on %d ranks: measured and alpha-beta model", world_size);
+    chart_log_x(c, 2);
+    chart_log_y(c, 10);
+    chart_line(c, "measured", mib, measured, n);
+    chart_line(c, "model", mib, model, n);
+    chart_show(c);
 }
 
 
@@ -655,48 +631,31 @@ static bench_result bandwidths(int64_t bytes, double seconds, double bus_factor)
     return r;
 }
 
-/* A markdown table of one operation's results. */
-static void note_table(const char *op, int world_size, const bench_result *r, int n) {
-    char text[2048];
-    int len = snprintf(text, sizeof text,
-                       "%s on %d ranks:\n\n| size (MiB) | time (ms) | algbw (GB/s) | busbw (GB/s) |\n"
-                       "|---:|---:|---:|---:|\n", op, world_size);
-    for (int i = 0; i < n && len < (int)sizeof text; i++)
-        len += snprintf(text + len, sizeof text - len, "| %g | %.3f | %.2f | %.2f |\n",
-                        r[i].bytes / (1 << 20), r[i].seconds * 1e3, r[i].algbw, r[i].busbw);
-    note("%s", text);
+/* One operation's results, as a table. */
+static void show_results(const char *op, int world_size, const bench_result *r, int n) {
+    table_t *t = table_new("%s on %d ranks", op, world_size);
+    table_column(t, "size", "MiB", "%g");
+    table_column(t, "time", "ms", "%.3f");
+    table_column(t, "algbw", "GB/s", "%.2f");
+    table_column(t, "busbw", "GB/s", "%.2f");
+    for (int i = 0; i < n; i++)
+        table_row(t, r[i].bytes / (1 << 20), r[i].seconds * 1e3, r[i].algbw, r[i].busbw);
+    table_show(t);
 }
 
-/* busbw against message size, one line per operation (Vega-Lite; cJSON adds the data). */
-static void plot_busbw(int world_size, const bench_result *all_reduce,
-                       const bench_result *reduce_scatter, int n) {
-    cJSON *spec = cJSON_Parse(
-        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-        " \"width\": 360, \"height\": 220,"
-        " \"mark\": {\"type\": \"line\", \"point\": true},"
-        " \"encoding\": {"
-        "  \"x\": {\"field\": \"size_mb\", \"type\": \"quantitative\","
-        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MiB)\"},"
-        "  \"y\": {\"field\": \"busbw\", \"type\": \"quantitative\", \"title\": \"busbw (GB/s)\"},"
-        "  \"color\": {\"field\": \"operation\", \"type\": \"nominal\"}}}");
-    char title[96];
-    snprintf(title, sizeof title, "busbw on %d ranks (%s)", world_size, dist_backend());
-    cJSON_AddStringToObject(spec, "title", title);
-    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
-    for (int op = 0; op < 2; op++) {
-        const bench_result *r = op == 0 ? all_reduce : reduce_scatter;
-        for (int i = 0; i < n; i++) {
-            cJSON *point = cJSON_CreateObject();
-            cJSON_AddStringToObject(point, "operation", op == 0 ? "all-reduce" : "reduce-scatter");
-            cJSON_AddNumberToObject(point, "size_mb", r[i].bytes / (1 << 20));
-            cJSON_AddNumberToObject(point, "busbw", r[i].busbw);
-            cJSON_AddItemToArray(values, point);
-        }
+/* busbw against message size, one line per operation. */
+static void plot_busbw(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n) {
+    double mib[MAX_SIZES], ar[MAX_SIZES], rs[MAX_SIZES];
+    for (int i = 0; i < n; i++) {
+        mib[i] = all_reduce[i].bytes / (1 << 20);
+        ar[i] = all_reduce[i].busbw;
+        rs[i] = reduce_scatter[i].busbw;
     }
-    char *json = cJSON_PrintUnformatted(spec);
-    plot(json);
-    free(json);
-    cJSON_Delete(spec);
+    chart_t *c = chart_new("message size (MiB)", "busbw (GB/s)", "busbw on %d ranks (%s)", world_size, dist_backend());
+    chart_log_x(c, 2);
+    chart_line(c, "all-reduce", mib, ar, n);
+    chart_line(c, "reduce-scatter", mib, rs, n);
+    chart_show(c);
 }
 
 /* Trials for size i: at least a->trials, more for small messages (up to 50,
@@ -721,8 +680,8 @@ static void bench_main(int rank, int world_size, void *args) {
         reduce_scatter[i] = bandwidths(a->bytes[i], t, (n - 1) / n);
     }
     if (rank != 0) return;   /* the numbers are the same everywhere: one rank reports */
-    note_table("all-reduce", world_size, all_reduce, a->n_sizes);
-    note_table("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
+    show_results("all-reduce", world_size, all_reduce, a->n_sizes);
+    show_results("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
     plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
     int last = a->n_sizes - 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -780,10 +739,6 @@ static void bench_main(int rank, int world_size, void *args) {
 /* Part 1: CUDA streams                                                */
 /* ------------------------------------------------------------------ */
 
-#ifdef LECTERN_CUDA
-static void streams_example(void);
-#endif
-
 static void cuda_streams(void) {
     progress("CUDA streams");
     note("## CUDA streams");
@@ -811,15 +766,12 @@ static void cuda_streams(void) {
     note("The example: two independent jobs, (1) a matrix product and (2) copying a "
          "matrix from CPU to GPU, first one after the other on one stream, then on two "
          "streams so that the copy engine works while the arithmetic units multiply.");
+    if (streams_example()) return;   /* lectures/lib/streams.c: cuBLAS, streams, events */
 #ifdef LECTERN_CUDA
-    if (gpu_count() > 0) {
-        streams_example();
-        return;
-    }
     note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code "
-         "below this note is compiled into the lecture, and on a GPU it times both versions "
-         "with CUDA events here; without one there is no stream and no copy engine, so "
-         "there are no timings to show.");
+         "(lectures/lib/streams.c) is compiled into the lecture, and on a GPU it times both "
+         "versions with CUDA events here; without one there is no stream and no copy engine, "
+         "so there are no timings to show.");
 #else
     note("*Not run here: this build has no CUDA support*, so there is no stream to show. "
          "Built with the CUDA toolkit and run on a GPU, the lecture times both versions here.");
@@ -832,129 +784,6 @@ static void cuda_streams(void) {
          "buys when the all-reduce overlaps backward, on whichever backend the trace was made.");
 }
 
-#ifdef LECTERN_CUDA
-typedef struct streams_work {
-    int n;
-    float *x1, *x2, *z1, *z2, *sum;   /* device, n x n each */
-    float *y_host;                    /* pinned (page-locked) host memory */
-    cublasHandle_t blas;
-    cudaStream_t compute, copy;
-    cudaEvent_t computed, copied;
-} streams_work;
-
-/* z1 = x1 @ x2 on whatever stream the handle is set to (row-major, so cuBLAS
- * computes the transposed product in its column-major view). */
-static void multiply(streams_work *w) {
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, w->n, &one,
-                             w->x2, w->n, w->x1, w->n, &zero, w->z1, w->n));
-}
-
-static void add_results(streams_work *w) {
-    const float one = 1.0f;
-    CUBLAS_CHECK(cublasSgeam(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, &one, w->z1,
-                             w->n, &one, w->z2, w->n, w->sum, w->n));
-}
-
-/* Both jobs on the default stream: the copy waits for the matmul. */
-static void run_one_stream(streams_work *w) {
-    size_t bytes = (size_t)w->n * w->n * sizeof(float);
-    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
-    multiply(w);
-    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, bytes, cudaMemcpyHostToDevice, 0));
-    add_results(w);
-}
-
-/* The matmul on one stream, the copy on another; the default stream waits for
- * both (through events) before adding. */
-static void run_two_streams(streams_work *w) {
-    size_t bytes = (size_t)w->n * w->n * sizeof(float);
-    CUBLAS_CHECK(cublasSetStream(w->blas, w->compute));
-    multiply(w);
-    CUDA_CHECK(cudaEventRecord(w->computed, w->compute));
-    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, bytes, cudaMemcpyHostToDevice, w->copy));
-    CUDA_CHECK(cudaEventRecord(w->copied, w->copy));
-    CUDA_CHECK(cudaStreamWaitEvent(0, w->computed, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(0, w->copied, 0));
-    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
-    add_results(w);
-}
-
-static int compare_floats(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Times `run` with CUDA events: warm-ups first (the first runs pay for
- * allocation and cuBLAS set-up), then several trials, sorted, and their mean. */
-static void benchmark(const char *description, void (*run)(streams_work *), streams_work *w,
-                      int warmups, int trials) {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < warmups; i++) run(w);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    float ms[16], mean = 0;
-    if (trials > 16) trials = 16;
-    for (int i = 0; i < trials; i++) {
-        CUDA_CHECK(cudaEventRecord(start, 0));
-        run(w);
-        CUDA_CHECK(cudaEventRecord(stop, 0));
-        CUDA_CHECK(cudaEventSynchronize(stop));   /* wait for the GPU, then read the clock */
-        CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
-        mean += ms[i] / trials;
-    }
-    qsort(ms, trials, sizeof ms[0], compare_floats);
-    char list[256];
-    int len = 0;
-    for (int i = 0; i < trials; i++)
-        len += snprintf(list + len, sizeof list - len, "%s%.1f", i ? ", " : "", ms[i]);
-    note_verbatim("%s: [%s] (mean %.1f ms)", description, list, mean);
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-}
-
-static void streams_example(void) {
-    streams_work w = {.n = lecture_quick() ? 2048 : 8192};
-    size_t bytes = (size_t)w.n * w.n * sizeof(float);
-    /* randn makes its numbers where the tensor lives: on the GPU here. */
-    tensor *x1 = randn(w.n, w.n, 0), *x2 = randn(w.n, w.n, 0);
-    w.x1 = x1->data;
-    w.x2 = x2->data;
-    CUDA_CHECK(cudaMalloc((void **)&w.z1, bytes));
-    CUDA_CHECK(cudaMalloc((void **)&w.z2, bytes));
-    CUDA_CHECK(cudaMalloc((void **)&w.sum, bytes));
-    /* Pinned memory: the copy engine reads it directly, so the copy is truly
-     * asynchronous (from pageable memory the driver stages it and the host waits).
-     * The data to copy in starts on the host: made on the GPU, brought over once. */
-    CUDA_CHECK(cudaMallocHost((void **)&w.y_host, bytes));
-    tensor *y = randn(w.n, w.n, 0);
-    tensor_to_host(y, w.y_host);
-    tensor_free(y);
-    CUBLAS_CHECK(cublasCreate(&w.blas));
-    CUDA_CHECK(cudaStreamCreate(&w.compute));
-    CUDA_CHECK(cudaStreamCreate(&w.copy));
-    CUDA_CHECK(cudaEventCreateWithFlags(&w.computed, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&w.copied, cudaEventDisableTiming));
-
-    note("Matrices of %d x %d floats (%.0f MB each):", w.n, w.n, bytes / 1e6);
-    benchmark("one stream", run_one_stream, &w, 1, 3);
-    benchmark("two streams", run_two_streams, &w, 1, 3);
-    note("The difference is the copy, hidden behind the matmul.");
-
-    CUDA_CHECK(cudaEventDestroy(w.computed));
-    CUDA_CHECK(cudaEventDestroy(w.copied));
-    CUDA_CHECK(cudaStreamDestroy(w.compute));
-    CUDA_CHECK(cudaStreamDestroy(w.copy));
-    CUBLAS_CHECK(cublasDestroy(w.blas));
-    CUDA_CHECK(cudaFreeHost(w.y_host));
-    CUDA_CHECK(cudaFree(w.z1));
-    CUDA_CHECK(cudaFree(w.z2));
-    CUDA_CHECK(cudaFree(w.sum));
-    tensor_free(x1);
-    tensor_free(x2);
-}
-#endif
 
 /* ------------------------------------------------------------------ */
 /* Part 2: the model every strategy trains                             */
@@ -1392,15 +1221,12 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
     if (rank != 0) return;
     double median_ms[STEP_MODES];
     for (int mode = 0; mode < STEP_MODES; mode++) median_ms[mode] = median(ms[mode], OVERLAP_TRIALS);
-    char text[1024];
-    int len = snprintf(text, sizeof text,
-                       "Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, "
-                       "slowest rank, median of %d steps each:\n\n"
-                       "| step | time (ms) |\n|---|---:|\n",
-                       world_size, dist_backend(), (long long)x->shape[0], OVERLAP_TRIALS);
-    for (int mode = 0; mode < STEP_MODES && len < (int)sizeof text; mode++)
-        len += snprintf(text + len, sizeof text - len, "| %s | %.2f |\n", STEP_MODE_NAMES[mode], median_ms[mode]);
-    note("%s", text);
+    table_t *t = table_new("Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, slowest rank, "
+                           "median of %d steps each", world_size, dist_backend(), (long long)x->shape[0], OVERLAP_TRIALS);
+    table_column(t, "step", NULL, "%s");
+    table_column(t, "time", "ms", "%.2f");
+    for (int mode = 0; mode < STEP_MODES; mode++) table_row(t, STEP_MODE_NAMES[mode], median_ms[mode]);
+    table_show(t);
     note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the "
          "all-reduce adds %.2f ms to the compute's %.2f ms; perfect overlap would hide it "
          "behind backward, down to the longer of the two.",
@@ -1553,20 +1379,21 @@ static void ddp_zero3(void) {
     mlp_config c = model_config();
     int ranks = 4;
     double params = (double)model_floats(&c), layer = (double)c.width * c.width;
-    char table[1024];
-    int len = snprintf(table, sizeof table,
-                       "| %d ranks | weights (MB) | gradients (MB) | AdamW state (MB) | total (MB) |\n"
-                       "|---|---:|---:|---:|---:|\n", ranks);
+    note("Model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per "
+         "parameter in DDP), MB = 10^6 bytes:", params);
+    table_t *t = table_new("model state per rank, %d ranks", ranks);
+    table_column(t, "method", NULL, "%s");
+    table_column(t, "weights", "MB", "%.3f");
+    table_column(t, "gradients", "MB", "%.3f");
+    table_column(t, "AdamW state", "MB", "%.3f");
+    table_column(t, "total", "MB", "%.3f");
     const char *names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
     for (int stage = 0; stage <= 3; stage++) {
         state_bytes b = zero_bytes(stage, params, ranks);
-        len += snprintf(table + len, sizeof table - len, "| %s | %.3f | %.3f | %.3f | %.3f |\n", names[stage],
-                        b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
-                        (b.params + b.grads + b.optimizer) / 1e6);
+        table_row(t, names[stage], b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
+                  (b.params + b.grads + b.optimizer) / 1e6);
     }
-    note("Model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per "
-         "parameter in DDP), MB = 10^6 bytes:", params);
-    note("%s", table);
+    table_show(t);
     note("ZeRO-3 also needs, for a moment, one layer's gathered weights and its full "
          "gradient (%.3f MB) on top of its shards. Below, each rank adds up the tensors it "
          "really holds, in DDP and in ZeRO-3.", 2 * 4 * layer / 1e6);
@@ -1971,10 +1798,13 @@ static void pipeline_parallelism(void) {
     note("The idle time (the *bubble*): with p stages and m micro-batches each pass "
          "takes m + p - 1 slots of which a stage is busy m, so the bubble fraction is "
          "(p - 1) / (m + p - 1):");
-    note("| stages p | micro-batches m | bubble |\n|---:|---:|---:|\n"
-         "| 2 | %d | %.3f |\n| 4 | %d | %.3f |\n| 4 | 16 | %.3f |\n| 4 | 64 | %.3f |",
-         m, bubble_fraction(2, m), m, bubble_fraction(4, m), bubble_fraction(4, 16),
-         bubble_fraction(4, 64));
+    table_t *t = table_new("the bubble, (p - 1) / (m + p - 1)");
+    table_column(t, "stages p", NULL, "%d");
+    table_column(t, "micro-batches m", NULL, "%d");
+    table_column(t, "bubble", NULL, "%.3f");
+    int shapes[][2] = {{2, m}, {4, m}, {4, 16}, {4, 64}};
+    for (int k = 0; k < 4; k++) table_row(t, shapes[k][0], shapes[k][1], bubble_fraction(shapes[k][0], shapes[k][1]));
+    table_show(t);
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products "
          "(less efficient) and more messages. They do not cost activation memory in "
          "GPipe: it keeps every micro-batch's activations until its backward pass, m "
@@ -2101,7 +1931,7 @@ static void stage_backward(stage *s, int k) {
 }
 
 /* Rank 0 gathers every stage's events, reports the bubble and plots the
- * timeline (Vega-Lite: one bar per forward or backward, a row per stage). */
+ * timeline: one bar per forward or backward, a row per stage. */
 static void report_timeline(stage *s, int schedule) {
     int per_rank = 2 * s->m * 4 + 1;   /* the events, then the most micro-batches held at once */
     float mine[2 * MAX_MICRO_BATCHES * 4 + 1];
@@ -2141,37 +1971,19 @@ static void report_timeline(stage *s, int schedule) {
     note_verbatim("%s on %d stages: most micro-batches' activations held at once, per stage: [%s]",
                   SCHEDULE_NAMES[schedule], s->world, list);
 
-    cJSON *spec = cJSON_Parse(
-        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-        " \"width\": 480, \"height\": 120, \"mark\": \"bar\","
-        " \"encoding\": {"
-        "  \"x\": {\"field\": \"start_ms\", \"type\": \"quantitative\", \"title\": \"time (ms)\"},"
-        "  \"x2\": {\"field\": \"end_ms\"},"
-        "  \"y\": {\"field\": \"stage\", \"type\": \"ordinal\"},"
-        "  \"color\": {\"field\": \"pass\", \"type\": \"nominal\"},"
-        "  \"tooltip\": [{\"field\": \"pass\"}, {\"field\": \"micro_batch\"}, {\"field\": \"start_ms\"},"
-        "              {\"field\": \"end_ms\"}]}}");
-    char title[96];
-    snprintf(title, sizeof title, "%s timeline, %d stages, %d micro-batches", SCHEDULE_NAMES[schedule], s->world,
-             s->m);
-    cJSON_AddStringToObject(spec, "title", title);
-    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
+    chart_t *c = chart_new("time (ms)", "stage", "%s timeline, %d stages, %d micro-batches", SCHEDULE_NAMES[schedule],
+                           s->world, s->m);
     for (int r = 0; r < s->world; r++) {
         const pipe_event *e = (const pipe_event *)(v + r * per_rank);
         for (int i = 0; i < 2 * s->m; i++) {
-            cJSON *point = cJSON_CreateObject();
-            cJSON_AddNumberToObject(point, "stage", r);
-            cJSON_AddStringToObject(point, "pass", e[i].backward > 0 ? "backward" : "forward");
-            cJSON_AddNumberToObject(point, "micro_batch", e[i].micro_batch);
-            cJSON_AddNumberToObject(point, "start_ms", e[i].start_ms - first);
-            cJSON_AddNumberToObject(point, "end_ms", e[i].end_ms - first);
-            cJSON_AddItemToArray(values, point);
+            char row[24], label[32];
+            snprintf(row, sizeof row, "stage %d", r);
+            snprintf(label, sizeof label, "micro-batch %d", (int)e[i].micro_batch);
+            chart_span(c, row, e[i].backward > 0 ? "backward" : "forward", label, e[i].start_ms - first,
+                       e[i].end_ms - first);
         }
     }
-    char *json = cJSON_PrintUnformatted(spec);
-    plot(json);
-    free(json);
-    cJSON_Delete(spec);
+    chart_show(c);
     free(v);
 }
 

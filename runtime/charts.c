@@ -3,7 +3,7 @@
  * lecture never writes JSON. A chart is lines (series of (x, y) points) or
  * spans (bars from a start to an end on named rows: a timeline); its
  * data.values hold the numbers as given ({"series", "x", "y"} per point,
- * {"series", "row", "start", "end"} per span), so a test reads them back
+ * {"series", "row", "label", "start", "end"} per span), so a test reads them back
  * from the trace. chart_show() records it through plot()'s rendering.
  */
 #include <math.h>
@@ -84,7 +84,7 @@ void chart_line(chart_t *c, const char *series, const double *xs, const double *
     }
 }
 
-void chart_span(chart_t *c, const char *row, const char *series, double start, double end) {
+void chart_span(chart_t *c, const char *row, const char *series, const char *label, double start, double end) {
     if (!c || !row || !series) {
         lx_error("chart_span: %s is NULL", !c ? "the chart" : !row ? "the row" : "the series' name");
         if (c) c->bad = 1;
@@ -103,6 +103,7 @@ void chart_span(chart_t *c, const char *row, const char *series, double start, d
     cJSON *p = cJSON_CreateObject();
     lx_add_text(p, "series", series);
     lx_add_text(p, "row", row);
+    if (label) lx_add_text(p, "label", label);
     cJSON_AddNumberToObject(p, "start", start);
     cJSON_AddNumberToObject(p, "end", end);
     cJSON_AddItemToArray(c->values, p);
@@ -173,8 +174,8 @@ void chart_show(chart_t *c) {
         cJSON_AddItemToObject(enc, "y", axis("row", "ordinal", c->y_label, 0));
         cJSON_AddItemToObject(enc, "color", nominal("series", NULL));
         cJSON *tip = cJSON_AddArrayToObject(enc, "tooltip");
-        const char *fields[] = {"row", "series", "start", "end"};
-        for (int i = 0; i < 4; i++) {
+        const char *fields[] = {"row", "series", "label", "start", "end"};
+        for (int i = 0; i < 5; i++) {
             cJSON *f = cJSON_CreateObject();
             cJSON_AddStringToObject(f, "field", fields[i]);
             cJSON_AddItemToArray(tip, f);

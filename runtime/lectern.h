@@ -599,11 +599,12 @@ void table_show(table_t *t);
  *     chart_line(c, "reduce-scatter", sizes, rs, n);
  *     chart_show(c);                                 // one step, at this line; frees c
  *
- * A chart is lines or spans. chart_span(c, row, series, start, end) adds a
- * bar from start to end (x) on the row named `row` (y), coloured by series:
- * a timeline ("stage 0", "forward", 1.2, 3.4). The spec's data.values keep
- * the numbers as given: {"series", "x", "y"} per point, {"series", "row",
- * "start", "end"} per span; a point that is not finite, or <= 0 on a log
+ * A chart is lines or spans. chart_span(c, row, series, label, start, end)
+ * adds a bar from start to end (x) on the row named `row` (y), coloured by
+ * series, `label` (NULL: none) shown when the pointer is on it: a timeline,
+ * chart_span(c, "stage 0", "forward", "micro-batch 2", 1.2, 3.4). The spec's
+ * data.values keep the numbers as given: {"series", "x", "y"} per point,
+ * {"series", "row", "label", "start", "end"} per span; a point that is not finite, or <= 0 on a log
  * axis, is left out (counted in usermeta.dropped_points). Lines and spans in
  * one chart, a series of no points, a log base below 2 or a NULL argument
  * are error steps at the calling line (and chart_show shows nothing). */
@@ -612,7 +613,7 @@ chart_t *chart_new(const char *x_label, const char *y_label, const char *title_f
 void chart_log_x(chart_t *c, int base);
 void chart_log_y(chart_t *c, int base);
 void chart_line(chart_t *c, const char *series, const double *xs, const double *ys, int n);
-void chart_span(chart_t *c, const char *row, const char *series, double start, double end);
+void chart_span(chart_t *c, const char *row, const char *series, const char *label, double start, double end);
 void chart_show(chart_t *c);
 
 #ifdef __cplusplus

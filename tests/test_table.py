@@ -61,7 +61,7 @@ class TableAndCharts(unittest.TestCase):
         self.assertEqual(lines["usermeta"], {"dropped_points": 1})
         self.assertEqual(spans["mark"], "bar")
         self.assertEqual(spans["data"]["values"], [
-            {"series": "forward", "row": "stage 0", "start": 0, "end": 1.5},
+            {"series": "forward", "row": "stage 0", "label": "micro-batch 0", "start": 0, "end": 1.5},
             {"series": "backward", "row": "stage 1", "start": 1.5, "end": 2}])
 
     def test_mistakes_are_errors_at_their_lines(self):

@@ -24,8 +24,8 @@ static void good(void) {
     chart_show(c);
 
     chart_t *g = chart_new("time (ms)", "stage", "timeline");
-    chart_span(g, "stage 0", "forward", 0.0, 1.5);
-    chart_span(g, "stage 1", "backward", 1.5, 2.0);
+    chart_span(g, "stage 0", "forward", "micro-batch 0", 0.0, 1.5);
+    chart_span(g, "stage 1", "backward", NULL, 1.5, 2.0);
     chart_show(g);
 }
 
@@ -36,7 +36,7 @@ static void bad(void) {
     chart_t *c = chart_new("x", "y", "mixed");
     double v[] = {1};
     chart_line(c, "a", v, v, 1);
-    chart_span(c, "row", "b", 0, 1);    /* lines and spans in one chart */
+    chart_span(c, "row", "b", NULL, 0, 1);    /* lines and spans in one chart */
     chart_show(c);
 }
 
