@@ -24,7 +24,9 @@
 #include <unistd.h>
 
 #include "lectern.h"
+#include "lib/collective_bench.h"
 #include "lib/mlp.h"
+#include "lib/train.h"
 #include "lib/streams.h"
 
 static void introduction(void);
@@ -443,8 +445,6 @@ static void ring_all_reduce_by_hand(int rank, int world_size) {
 /* Part 1: benchmarking                                                */
 /* ------------------------------------------------------------------ */
 
-#define MAX_SIZES 8
-
 typedef struct bench_args {
     int n_sizes;
     int64_t bytes[MAX_SIZES];   /* message sizes, as nccl-tests counts them */
@@ -505,131 +505,8 @@ static void benchmarking(void) {
              "for small messages (a fixed cost per operation), busbw for large ones.");
 }
 
-/* One row of results. */
-typedef struct bench_result {
-    double bytes, seconds, algbw, busbw;
-} bench_result;
-
-/* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n/(p beta)),
- * fitted to measured times: t = A + B n is linear in A = 2(p-1) alpha and
- * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
- * divided by its t), so a 4 KiB message weighs as much as a 16 MiB one. A
- * negative A (times that grow faster than linearly, as on an oversubscribed
- * CPU) is not a latency: then A = 0 and B is fitted alone; a B <= 0
- * (times that do not grow with size, noise on a busy machine) likewise
- * gives B = 0 and A alone. `clamped` says which. */
-typedef struct cost_model {
-    double alpha, beta;           /* seconds; bytes per second (infinite: not resolved) */
-    double rms_error, max_error;  /* relative, over the sizes fitted */
-    int clamped;                  /* 1: alpha held at 0; 2: 1/beta held at 0 */
-} cost_model;
-
-static double model_seconds(const cost_model *m, double bytes, int p) {
-    return 2.0 * (p - 1) * (m->alpha + bytes / (p * m->beta));
-}
-
-static cost_model fit_cost_model(const bench_result *r, int n, int p) {
-    /* normal equations of min sum ((A + B x_i) / t_i - 1)^2 */
-    double s11 = 0, s12 = 0, s22 = 0, b1 = 0, b2 = 0;
-    for (int i = 0; i < n; i++) {
-        double u = 1 / r[i].seconds, v = r[i].bytes / r[i].seconds;
-        s11 += u * u; s12 += u * v; s22 += v * v; b1 += u; b2 += v;
-    }
-    double det = s11 * s22 - s12 * s12;
-    double A = (b1 * s22 - b2 * s12) / det, B = (s11 * b2 - s12 * b1) / det;
-    cost_model m = {0};
-    if (A < 0) {
-        A = 0;
-        B = b2 / s22;
-        m.clamped = 1;
-    }
-    if (B <= 0) {   /* times that do not grow with size: a busy machine's noise */
-        B = 0;
-        A = b1 / s11;
-        m.clamped = 2;
-    }
-    m.alpha = A / (2.0 * (p - 1));
-    m.beta = B > 0 ? 2.0 * (p - 1) / (p * B) : INFINITY;
-    for (int i = 0; i < n; i++) {
-        double e = model_seconds(&m, r[i].bytes, p) / r[i].seconds - 1;
-        m.rms_error += e * e / n;
-        m.max_error = fmax(m.max_error, fabs(e));
-    }
-    m.rms_error = sqrt(m.rms_error);
-    return m;
-}
-
-/* Measured all-reduce times against the fitted model, log-log. */
-static void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m) {
-    double mib[MAX_SIZES], measured[MAX_SIZES], model[MAX_SIZES];
-    for (int i = 0; i < n; i++) {
-        mib[i] = r[i].bytes / (1 << 20);
-        measured[i] = r[i].seconds * 1e3;
-        model[i] = model_seconds(m, r[i].bytes, world_size) * 1e3;
-    }
-    chart_t *c = chart_new("message size (MiB)", "all-reduce time (ms)",
-                           "all-reduce on %d ranks: measured and alpha-beta model", world_size);
-    chart_log_x(c, 2);
-    chart_log_y(c, 10);
-    chart_line(c, "measured", mib, measured, n);
-    chart_line(c, "model", mib, model, n);
-    chart_show(c);
-}
 
 
-/* The mean over ranks of a per-rank number, by all-reduce. */
-static double mean_over_ranks(double value, int device) {
-    float v = (float)value;
-    tensor *t = tensor_from(&v, 1, 0, device);
-    dist_all_reduce(t, DIST_AVG);
-    double mean = item(t, 0);
-    tensor_free(t);
-    return mean;
-}
-
-/* Seconds per all-reduce of `bytes`: one warm-up, then `trials` in a row. */
-static double time_all_reduce(int64_t bytes, int trials, int device) {
-    tensor *t = zeros(bytes / (int64_t)sizeof(float), 0, device);
-    dist_all_reduce(t, DIST_SUM);            /* warm-up: connections, buffers */
-    device_synchronize();
-    dist_barrier();
-    dist_timed_begin();                      /* the warm-up carried the check: time the library alone */
-    double start = now_seconds();
-    for (int i = 0; i < trials; i++)
-        dist_all_reduce(t, DIST_SUM);
-    device_synchronize();                    /* GPU work is asynchronous: wait for it */
-    double seconds = (now_seconds() - start) / trials;
-    dist_timed_end();
-    tensor_free(t);
-    return mean_over_ranks(seconds, device);
-}
-
-/* Seconds per reduce-scatter whose whole input is `bytes`. */
-static double time_reduce_scatter(int64_t bytes, int trials, int world_size, int device) {
-    int64_t n = bytes / (int64_t)sizeof(float);
-    tensor *input = zeros(n, 0, device);
-    tensor *output = zeros(n / world_size, 0, device);
-    dist_reduce_scatter(output, input, DIST_SUM);
-    device_synchronize();
-    dist_barrier();
-    dist_timed_begin();
-    double start = now_seconds();
-    for (int i = 0; i < trials; i++)
-        dist_reduce_scatter(output, input, DIST_SUM);
-    device_synchronize();
-    double seconds = (now_seconds() - start) / trials;
-    dist_timed_end();
-    tensor_free(input);
-    tensor_free(output);
-    return mean_over_ranks(seconds, device);
-}
-
-static bench_result bandwidths(int64_t bytes, double seconds, double bus_factor) {
-    bench_result r = {.bytes = (double)bytes, .seconds = seconds};
-    r.algbw = r.bytes / seconds / 1e9;
-    r.busbw = r.algbw * bus_factor;
-    return r;
-}
 
 /* One operation's results, as a table. */
 static void show_results(const char *op, int world_size, const bench_result *r, int n) {
@@ -655,6 +532,23 @@ static void plot_busbw(int world_size, const bench_result *all_reduce, const ben
     chart_log_x(c, 2);
     chart_line(c, "all-reduce", mib, ar, n);
     chart_line(c, "reduce-scatter", mib, rs, n);
+    chart_show(c);
+}
+
+/* Measured all-reduce times against the fitted model, log-log. */
+static void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m) {
+    double mib[MAX_SIZES], measured[MAX_SIZES], model[MAX_SIZES];
+    for (int i = 0; i < n; i++) {
+        mib[i] = r[i].bytes / (1 << 20);
+        measured[i] = r[i].seconds * 1e3;
+        model[i] = model_seconds(m, r[i].bytes, world_size) * 1e3;
+    }
+    chart_t *c = chart_new("message size (MiB)", "all-reduce time (ms)",
+                           "all-reduce on %d ranks: measured and alpha-beta model", world_size);
+    chart_log_x(c, 2);
+    chart_log_y(c, 10);
+    chart_line(c, "measured", mib, measured, n);
+    chart_line(c, "model", mib, model, n);
     chart_show(c);
 }
 
@@ -812,31 +706,17 @@ static mlp_config model_config(void) {
     return c;
 }
 
-/* Floats in all the layers' weights together. */
-static int64_t model_floats(const mlp_config *c) {
-    return (int64_t)c->layers * c->width * c->width;
+
+/* The verdict beside each printed comparison: a strategy that drifts from one
+ * device fails the run (check() records a failed check and the lecture ends
+ * with exit status 1), it does not only print a larger number. */
+static void agrees(int rank, const char *what, double diff, double tolerance) {
+    check(diff <= tolerance, "rank %d: %s equal to one device's (%.3g <= %.3g)", rank, what, diff, tolerance);
 }
 
-/* "[512x512[-0.0279...], ...]": shape and first element of each tensor. */
-static const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
-    size_t len = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < n && len < size; i++)
-        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", summarize(ts[i]));
-    if (len < size) snprintf(buf + len, size - len, "]");
-    return buf;
-}
-
-/* "layer 2" or "layers 0-1": layers first..last, in words. */
-static const char *layer_range(int first, int last, char *buf, size_t size) {
-    if (first == last) snprintf(buf, size, "layer %d", first);
-    else snprintf(buf, size, "layers %d-%d", first, last);
-    return buf;
-}
-
-/* "1 rank", "4 ranks". */
-static const char *plural(int n, const char *one, const char *many) {
-    return n == 1 ? one : many;
-}
+/* What one device computed (one_device() below fills it): every strategy's
+ * ranks get it in their arguments (baseline_args). */
+static baseline_run baseline;
 
 /* Every strategy cuts something (the batch, the layers, a matrix's columns)
  * into world-size equal pieces. When it does not divide, the lecture stops
@@ -850,77 +730,6 @@ static void must_divide(int64_t n, int world_size, const char *what) {
 }
 
 
-/* The baseline: what one device computed, as host arrays. The parent keeps
- * it and sends it to the ranks inside their arguments. */
-static struct {
-    mlp_config cfg;
-    float first_loss;     /* step 0, whole batch */
-    float *first_output;  /* step 0: batch x width */
-    float *first_grads;   /* step 0: layers x width x width */
-    float *trained;       /* after all steps: layers x width x width */
-} baseline;
-
-/* The arguments every strategy's ranks get: the configuration and what one
- * device computed (its step-0 output and gradients, its trained weights),
- * so that each rank can say how far it is from it. */
-typedef struct train_args {
-    mlp_config cfg;
-    int micro_batches;    /* pipeline parallelism only */
-    int schedule;         /* pipeline parallelism: GPIPE or ONE_F_ONE_B */
-    double clock_base;    /* pipeline parallelism: now_seconds() at the spawn */
-    float first_loss;
-    float expected[];     /* trained weights, step-0 output, step-0 gradients */
-} train_args;
-
-static train_args *baseline_args(int micro_batches, size_t *size) {
-    const mlp_config *c = &baseline.cfg;
-    int64_t nw = model_floats(c), nout = (int64_t)c->batch * c->width;
-    *size = sizeof(train_args) + (size_t)(2 * nw + nout) * sizeof(float);
-    train_args *args = calloc(1, *size);
-    args->cfg = *c;
-    args->micro_batches = micro_batches;
-    args->first_loss = baseline.first_loss;
-    memcpy(args->expected, baseline.trained, (size_t)nw * sizeof(float));
-    memcpy(args->expected + nw, baseline.first_output, (size_t)nout * sizeof(float));
-    memcpy(args->expected + nw + nout, baseline.first_grads, (size_t)nw * sizeof(float));
-    return args;
-}
-
-/* Layer i's weights as one device trained them. */
-static tensor *expected_trained(const train_args *a, int layer, int device) {
-    int64_t ww = (int64_t)a->cfg.width * a->cfg.width;
-    return tensor_from(a->expected + layer * ww, a->cfg.width, a->cfg.width, device);
-}
-
-/* One device's step-0 output (batch x width). */
-static tensor *expected_output(const train_args *a, int device) {
-    return tensor_from(a->expected + model_floats(&a->cfg), a->cfg.batch, a->cfg.width, device);
-}
-
-/* One device's step-0 gradient of layer i (width x width). */
-static tensor *expected_grad(const train_args *a, int layer, int device) {
-    int64_t ww = (int64_t)a->cfg.width * a->cfg.width;
-    const float *g = a->expected + model_floats(&a->cfg) + (int64_t)a->cfg.batch * a->cfg.width +
-                     layer * ww;
-    return tensor_from(g, a->cfg.width, a->cfg.width, device);
-}
-
-/* max |got - one device's step-0 gradient of `layer`|, and the largest
- * element of that gradient (the scale the difference is judged against). */
-static double grad_diff(const train_args *a, const tensor *got, int layer, double *size) {
-    tensor *expected = expected_grad(a, layer, got->device);
-    double diff = max_abs_diff(got, expected);
-    *size = fmax(*size, largest(expected));
-    tensor_free(expected);
-    return diff;
-}
-
-/* The verdict beside each printed comparison: a strategy that drifts from one
- * device fails the run (check() records a failed check and the lecture ends
- * with exit status 1), it does not only print a larger number. */
-static void agrees(int rank, const char *what, double diff, double tolerance) {
-    check(diff <= tolerance, "rank %d: %s equal to one device's (%.3g <= %.3g)", rank, what, diff, tolerance);
-}
 
 static void parallelism_overview(void) {
     progress("parallelism overview");
@@ -1013,7 +822,7 @@ static void ddp(void) {
          "they stay identical. The average of per-slice mean gradients is the gradient "
          "of the whole batch, so the result is what one device gets.");
     size_t size;
-    train_args *args = baseline_args(0, &size);
+    train_args *args = baseline_args(&baseline, 0, &size);
     int worlds[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         progress("DDP: spawn %d ranks", worlds[k]);
@@ -1069,7 +878,7 @@ static void ddp(void) {
          "each bucket's blocking all-reduce after backward, and with each bucket's async "
          "all-reduce started during backward. A step costs what its slowest rank costs "
          "(`dist_timer`).");
-    args = baseline_args(0, &size);
+    args = baseline_args(&baseline, 0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
     progress("DDP with buckets: spawn 4 ranks");
     must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples");
@@ -1411,7 +1220,7 @@ static void ddp_zero3(void) {
     note("Layer 0 needs no gathering in the backward pass: its input is the data, which "
          "needs no gradient, and its weight gradient x^T dh does not use the weights.");
     size_t size;
-    train_args *args = baseline_args(0, &size);
+    train_args *args = baseline_args(&baseline, 0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
     must_divide(c.width, ranks, "the rows of a layer");
     must_divide(c.batch, ranks, "the batch's examples");
@@ -1554,7 +1363,7 @@ static void tensor_parallelism(void) {
          "forward, once backward), so tensor "
          "parallelism wants the fastest links (NVLink, within a node).");
     size_t size;
-    train_args *args = baseline_args(0, &size);
+    train_args *args = baseline_args(&baseline, 0, &size);
     progress("tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.width, 4, "the columns of a layer");
     spawn(tensor_parallel_main, 4, args, size);
@@ -1582,7 +1391,7 @@ static void tensor_parallelism(void) {
          "Both versions below count the bytes each rank sends as the runtime's nominal "
          "figure (`dist_bytes_nominal()`): what a bandwidth-optimal algorithm sends for "
          "each call, whichever algorithm Open MPI or NCCL picked.");
-    args = baseline_args(0, &size);
+    args = baseline_args(&baseline, 0, &size);
     progress("Megatron tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.layers, 2, "the layers (in pairs)");
     spawn(megatron_main, 4, args, size);
@@ -1824,7 +1633,7 @@ static void pipeline_parallelism(void) {
          "of a rank is 1 - (its busy time) / (the time from the first start to the last "
          "end, over all ranks).");
     size_t size;
-    train_args *args = baseline_args(m, &size);
+    train_args *args = baseline_args(&baseline, m, &size);
     struct { int stages, schedule; } runs[] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}};
     for (int k = 0; k < 3; k++) {
         note("### %s, %d stages, %d micro-batches: bubble %.1f%%", SCHEDULE_NAMES[runs[k].schedule],
