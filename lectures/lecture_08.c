@@ -1764,21 +1764,14 @@ static void report_timeline(stage *s, int schedule) {
         }
     }
     double span = last - first, mean = 0;
-    char list[256];
-    int len = 0;
-    for (int r = 0; r < s->world; r++) {
-        double idle = 1 - busy[r] / span;
-        mean += idle / s->world;
-        len += snprintf(list + len, sizeof list - len, "%s%.3f", r ? ", " : "", idle);
-    }
-    note_verbatim("%s on %d stages: span %.2f ms, measured bubble per stage [%s], mean %.3f "
-                  "(formula %.3f)", SCHEDULE_NAMES[schedule], s->world, span, list, mean,
-                  bubble_fraction(s->world, s->m));
-    len = 0;
-    for (int r = 0; r < s->world; r++)
-        len += snprintf(list + len, sizeof list - len, "%s%d", r ? ", " : "", (int)v[r * per_rank + per_rank - 1]);
-    note_verbatim("%s on %d stages: most micro-batches' activations held at once, per stage: [%s]",
-                  SCHEDULE_NAMES[schedule], s->world, list);
+    for (int r = 0; r < s->world; r++) mean += (1 - busy[r] / span) / s->world;
+    table_t *t = table_new("%s on %d stages: span %.2f ms, mean bubble %.3f (formula %.3f)", SCHEDULE_NAMES[schedule],
+                           s->world, span, mean, bubble_fraction(s->world, s->m));
+    table_column(t, "stage", NULL, "%d");
+    table_column(t, "measured bubble", NULL, "%.3f");
+    table_column(t, "most micro-batches' activations held at once", NULL, "%d");
+    for (int r = 0; r < s->world; r++) table_row(t, r, 1 - busy[r] / span, (int)v[r * per_rank + per_rank - 1]);
+    table_show(t);
 
     chart_t *c = chart_new("time (ms)", "stage", "%s timeline, %d stages, %d micro-batches", SCHEDULE_NAMES[schedule],
                            s->world, s->m);

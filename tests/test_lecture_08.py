@@ -558,19 +558,18 @@ class Numbers:
             # the bubble from these stamps, against the printed one
             span = max(e["end_ms"] for e in ev) - min(e["start_ms"] for e in ev)
             idle = [1 - sum(e["end_ms"] - e["start_ms"] for e in ev if e["stage"] == r) / span for r in range(p)]
-            line = [t for _, _, t, _ in self.texts(pattern=r"^%s on %d stages: span" % (schedule, p))]
-            self.assertEqual(len(line), 1)
-            mm = re.search(r"measured bubble per stage \[([^\]]*)\], mean %s \(formula %s\)" % (NUM, NUM), line[0])
-            printed = [float(x) for x in mm.group(1).split(",")]
-            for got, want in zip(printed, idle):
-                self.assertAlmostEqual(got, want, delta=0.0005 + 1e-4)   # 3 decimals; float32 stamps
-            self.assertAlmostEqual(float(mm.group(2)), sum(idle) / p, delta=0.0005 + 1e-4)
+            found = [r for _, r in self.tables(r"^%s on %d stages: span " % (schedule, p))]
+            self.assertEqual(len(found), 1)
+            table = found[0]
+            self.assertEqual([row[0] for row in table["rows"]], list(range(p)))
+            for row, want in zip(table["rows"], idle):
+                self.assertAlmostEqual(row[1], want, delta=1e-4)   # float32 stamps
+            mm = re.search(r"span %s ms, mean bubble %s \(formula %s\)$" % (NUM, NUM, NUM), table["caption"])
+            self.assertAlmostEqual(float(mm.group(2)), sum(row[1] for row in table["rows"]) / p, delta=0.0005 + 1e-9)
             self.assertAlmostEqual(float(mm.group(3)), (p - 1) / (m + p - 1), places=3)
             self.assertTrue(0 < sum(idle) / p < 1)
             # activations held at once: all m in GPipe, at most p - r in 1F1B
-            held = [t for _, _, t, _ in self.texts(pattern=r"^%s on %d stages: most micro-batches" % (schedule, p))]
-            self.assertEqual(len(held), 1)
-            counts = [int(x) for x in re.search(r"\[([^\]]*)\]", held[0]).group(1).split(",")]
+            counts = [row[2] for row in table["rows"]]
             self.assertEqual(counts, [m] * p if schedule == "GPipe" else [min(m, p - r) for r in range(p)])
 
 
