@@ -17,7 +17,6 @@
  *
  * and open viewer/index.html?trace=lecture_08.
  */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,14 +24,10 @@
 #include <unistd.h>
 
 #include "lectern.h"
+#include "lib/collective_bench.h"
 #include "lib/mlp.h"
-
-#ifdef LECTERN_CUDA
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
-#include "check.h"
-#endif
+#include "lib/train.h"
+#include "lib/streams.h"
 
 static void introduction(void);
 static void hardware(void);
@@ -450,8 +445,6 @@ static void ring_all_reduce_by_hand(int rank, int world_size) {
 /* Part 1: benchmarking                                                */
 /* ------------------------------------------------------------------ */
 
-#define MAX_SIZES 8
-
 typedef struct bench_args {
     int n_sizes;
     int64_t bytes[MAX_SIZES];   /* message sizes, as nccl-tests counts them */
@@ -512,191 +505,51 @@ static void benchmarking(void) {
              "for small messages (a fixed cost per operation), busbw for large ones.");
 }
 
-/* One row of results. */
-typedef struct bench_result {
-    double bytes, seconds, algbw, busbw;
-} bench_result;
 
-/* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n/(p beta)),
- * fitted to measured times: t = A + B n is linear in A = 2(p-1) alpha and
- * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
- * divided by its t), so a 4 KiB message weighs as much as a 16 MiB one. A
- * negative A (times that grow faster than linearly, as on an oversubscribed
- * CPU) is not a latency: then A = 0 and B is fitted alone; a B <= 0
- * (times that do not grow with size, noise on a busy machine) likewise
- * gives B = 0 and A alone. `clamped` says which. */
-typedef struct cost_model {
-    double alpha, beta;           /* seconds; bytes per second (infinite: not resolved) */
-    double rms_error, max_error;  /* relative, over the sizes fitted */
-    int clamped;                  /* 1: alpha held at 0; 2: 1/beta held at 0 */
-} cost_model;
 
-static double model_seconds(const cost_model *m, double bytes, int p) {
-    return 2.0 * (p - 1) * (m->alpha + bytes / (p * m->beta));
+
+/* One operation's results, as a table. */
+static void show_results(const char *op, int world_size, const bench_result *r, int n) {
+    table_t *t = table_new("%s on %d ranks", op, world_size);
+    table_column(t, "size", "MiB", "%g");
+    table_column(t, "time", "ms", "%.3f");
+    table_column(t, "algbw", "GB/s", "%.2f");
+    table_column(t, "busbw", "GB/s", "%.2f");
+    for (int i = 0; i < n; i++)
+        table_row(t, r[i].bytes / (1 << 20), r[i].seconds * 1e3, r[i].algbw, r[i].busbw);
+    table_show(t);
 }
 
-static cost_model fit_cost_model(const bench_result *r, int n, int p) {
-    /* normal equations of min sum ((A + B x_i) / t_i - 1)^2 */
-    double s11 = 0, s12 = 0, s22 = 0, b1 = 0, b2 = 0;
+/* busbw against message size, one line per operation. */
+static void plot_busbw(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n) {
+    double mib[MAX_SIZES], ar[MAX_SIZES], rs[MAX_SIZES];
     for (int i = 0; i < n; i++) {
-        double u = 1 / r[i].seconds, v = r[i].bytes / r[i].seconds;
-        s11 += u * u; s12 += u * v; s22 += v * v; b1 += u; b2 += v;
+        mib[i] = all_reduce[i].bytes / (1 << 20);
+        ar[i] = all_reduce[i].busbw;
+        rs[i] = reduce_scatter[i].busbw;
     }
-    double det = s11 * s22 - s12 * s12;
-    double A = (b1 * s22 - b2 * s12) / det, B = (s11 * b2 - s12 * b1) / det;
-    cost_model m = {0};
-    if (A < 0) {
-        A = 0;
-        B = b2 / s22;
-        m.clamped = 1;
-    }
-    if (B <= 0) {   /* times that do not grow with size: a busy machine's noise */
-        B = 0;
-        A = b1 / s11;
-        m.clamped = 2;
-    }
-    m.alpha = A / (2.0 * (p - 1));
-    m.beta = B > 0 ? 2.0 * (p - 1) / (p * B) : INFINITY;
-    for (int i = 0; i < n; i++) {
-        double e = model_seconds(&m, r[i].bytes, p) / r[i].seconds - 1;
-        m.rms_error += e * e / n;
-        m.max_error = fmax(m.max_error, fabs(e));
-    }
-    m.rms_error = sqrt(m.rms_error);
-    return m;
+    chart_t *c = chart_new("message size (MiB)", "busbw (GB/s)", "busbw on %d ranks (%s)", world_size, dist_backend());
+    chart_log_x(c, 2);
+    chart_line(c, "all-reduce", mib, ar, n);
+    chart_line(c, "reduce-scatter", mib, rs, n);
+    chart_show(c);
 }
 
 /* Measured all-reduce times against the fitted model, log-log. */
 static void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m) {
-    cJSON *spec = cJSON_Parse(
-        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-        " \"width\": 360, \"height\": 220,"
-        " \"mark\": {\"type\": \"line\", \"point\": true},"
-        " \"encoding\": {"
-        "  \"x\": {\"field\": \"size_mib\", \"type\": \"quantitative\","
-        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MiB)\"},"
-        "  \"y\": {\"field\": \"ms\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
-        "        \"title\": \"all-reduce time (ms)\"},"
-        "  \"color\": {\"field\": \"series\", \"type\": \"nominal\"},"
-        "  \"strokeDash\": {\"field\": \"series\", \"type\": \"nominal\"}}}");
-    char title[96];
-    snprintf(title, sizeof title, "all-reduce on %d ranks: measured and alpha-beta model", world_size);
-    cJSON_AddStringToObject(spec, "title", title);
-    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
-    for (int series = 0; series < 2; series++) {
-        for (int i = 0; i < n; i++) {
-            cJSON *point = cJSON_CreateObject();
-            cJSON_AddStringToObject(point, "series", series == 0 ? "measured" : "model");
-            cJSON_AddNumberToObject(point, "bytes", r[i].bytes);
-            cJSON_AddNumberToObject(point, "size_mib", r[i].bytes / (1 << 20));
-            double t = series == 0 ? r[i].seconds : model_seconds(m, r[i].bytes, world_size);
-            cJSON_AddNumberToObject(point, "ms", t * 1e3);
-            cJSON_AddItemToArray(values, point);
-        }
+    double mib[MAX_SIZES], measured[MAX_SIZES], model[MAX_SIZES];
+    for (int i = 0; i < n; i++) {
+        mib[i] = r[i].bytes / (1 << 20);
+        measured[i] = r[i].seconds * 1e3;
+        model[i] = model_seconds(m, r[i].bytes, world_size) * 1e3;
     }
-    char *json = cJSON_PrintUnformatted(spec);
-    plot(json);
-    free(json);
-    cJSON_Delete(spec);
-}
-
-
-/* The mean over ranks of a per-rank number, by all-reduce. */
-static double mean_over_ranks(double value, int device) {
-    float v = (float)value;
-    tensor *t = tensor_from(&v, 1, 0, device);
-    dist_all_reduce(t, DIST_AVG);
-    double mean = item(t, 0);
-    tensor_free(t);
-    return mean;
-}
-
-/* Seconds per all-reduce of `bytes`: one warm-up, then `trials` in a row. */
-static double time_all_reduce(int64_t bytes, int trials, int device) {
-    tensor *t = zeros(bytes / (int64_t)sizeof(float), 0, device);
-    dist_all_reduce(t, DIST_SUM);            /* warm-up: connections, buffers */
-    device_synchronize();
-    dist_barrier();
-    dist_timed_begin();                      /* the warm-up carried the check: time the library alone */
-    double start = now_seconds();
-    for (int i = 0; i < trials; i++)
-        dist_all_reduce(t, DIST_SUM);
-    device_synchronize();                    /* GPU work is asynchronous: wait for it */
-    double seconds = (now_seconds() - start) / trials;
-    dist_timed_end();
-    tensor_free(t);
-    return mean_over_ranks(seconds, device);
-}
-
-/* Seconds per reduce-scatter whose whole input is `bytes`. */
-static double time_reduce_scatter(int64_t bytes, int trials, int world_size, int device) {
-    int64_t n = bytes / (int64_t)sizeof(float);
-    tensor *input = zeros(n, 0, device);
-    tensor *output = zeros(n / world_size, 0, device);
-    dist_reduce_scatter(output, input, DIST_SUM);
-    device_synchronize();
-    dist_barrier();
-    dist_timed_begin();
-    double start = now_seconds();
-    for (int i = 0; i < trials; i++)
-        dist_reduce_scatter(output, input, DIST_SUM);
-    device_synchronize();
-    double seconds = (now_seconds() - start) / trials;
-    dist_timed_end();
-    tensor_free(input);
-    tensor_free(output);
-    return mean_over_ranks(seconds, device);
-}
-
-static bench_result bandwidths(int64_t bytes, double seconds, double bus_factor) {
-    bench_result r = {.bytes = (double)bytes, .seconds = seconds};
-    r.algbw = r.bytes / seconds / 1e9;
-    r.busbw = r.algbw * bus_factor;
-    return r;
-}
-
-/* A markdown table of one operation's results. */
-static void note_table(const char *op, int world_size, const bench_result *r, int n) {
-    char text[2048];
-    int len = snprintf(text, sizeof text,
-                       "%s on %d ranks:\n\n| size (MiB) | time (ms) | algbw (GB/s) | busbw (GB/s) |\n"
-                       "|---:|---:|---:|---:|\n", op, world_size);
-    for (int i = 0; i < n && len < (int)sizeof text; i++)
-        len += snprintf(text + len, sizeof text - len, "| %g | %.3f | %.2f | %.2f |\n",
-                        r[i].bytes / (1 << 20), r[i].seconds * 1e3, r[i].algbw, r[i].busbw);
-    note("%s", text);
-}
-
-/* busbw against message size, one line per operation (Vega-Lite; cJSON adds the data). */
-static void plot_busbw(int world_size, const bench_result *all_reduce,
-                       const bench_result *reduce_scatter, int n) {
-    cJSON *spec = cJSON_Parse(
-        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-        " \"width\": 360, \"height\": 220,"
-        " \"mark\": {\"type\": \"line\", \"point\": true},"
-        " \"encoding\": {"
-        "  \"x\": {\"field\": \"size_mb\", \"type\": \"quantitative\","
-        "        \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"message size (MiB)\"},"
-        "  \"y\": {\"field\": \"busbw\", \"type\": \"quantitative\", \"title\": \"busbw (GB/s)\"},"
-        "  \"color\": {\"field\": \"operation\", \"type\": \"nominal\"}}}");
-    char title[96];
-    snprintf(title, sizeof title, "busbw on %d ranks (%s)", world_size, dist_backend());
-    cJSON_AddStringToObject(spec, "title", title);
-    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
-    for (int op = 0; op < 2; op++) {
-        const bench_result *r = op == 0 ? all_reduce : reduce_scatter;
-        for (int i = 0; i < n; i++) {
-            cJSON *point = cJSON_CreateObject();
-            cJSON_AddStringToObject(point, "operation", op == 0 ? "all-reduce" : "reduce-scatter");
-            cJSON_AddNumberToObject(point, "size_mb", r[i].bytes / (1 << 20));
-            cJSON_AddNumberToObject(point, "busbw", r[i].busbw);
-            cJSON_AddItemToArray(values, point);
-        }
-    }
-    char *json = cJSON_PrintUnformatted(spec);
-    plot(json);
-    free(json);
-    cJSON_Delete(spec);
+    chart_t *c = chart_new("message size (MiB)", "all-reduce time (ms)",
+                           "all-reduce on %d ranks: measured and alpha-beta model", world_size);
+    chart_log_x(c, 2);
+    chart_log_y(c, 10);
+    chart_line(c, "measured", mib, measured, n);
+    chart_line(c, "model", mib, model, n);
+    chart_show(c);
 }
 
 /* Trials for size i: at least a->trials, more for small messages (up to 50,
@@ -721,8 +574,8 @@ static void bench_main(int rank, int world_size, void *args) {
         reduce_scatter[i] = bandwidths(a->bytes[i], t, (n - 1) / n);
     }
     if (rank != 0) return;   /* the numbers are the same everywhere: one rank reports */
-    note_table("all-reduce", world_size, all_reduce, a->n_sizes);
-    note_table("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
+    show_results("all-reduce", world_size, all_reduce, a->n_sizes);
+    show_results("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
     plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
     int last = a->n_sizes - 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -780,10 +633,6 @@ static void bench_main(int rank, int world_size, void *args) {
 /* Part 1: CUDA streams                                                */
 /* ------------------------------------------------------------------ */
 
-#ifdef LECTERN_CUDA
-static void streams_example(void);
-#endif
-
 static void cuda_streams(void) {
     progress("CUDA streams");
     note("## CUDA streams");
@@ -811,15 +660,12 @@ static void cuda_streams(void) {
     note("The example: two independent jobs, (1) a matrix product and (2) copying a "
          "matrix from CPU to GPU, first one after the other on one stream, then on two "
          "streams so that the copy engine works while the arithmetic units multiply.");
+    if (streams_example()) return;   /* lectures/lib/streams.c: cuBLAS, streams, events */
 #ifdef LECTERN_CUDA
-    if (gpu_count() > 0) {
-        streams_example();
-        return;
-    }
     note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code "
-         "below this note is compiled into the lecture, and on a GPU it times both versions "
-         "with CUDA events here; without one there is no stream and no copy engine, so "
-         "there are no timings to show.");
+         "(lectures/lib/streams.c) is compiled into the lecture, and on a GPU it times both "
+         "versions with CUDA events here; without one there is no stream and no copy engine, "
+         "so there are no timings to show.");
 #else
     note("*Not run here: this build has no CUDA support*, so there is no stream to show. "
          "Built with the CUDA toolkit and run on a GPU, the lecture times both versions here.");
@@ -832,129 +678,6 @@ static void cuda_streams(void) {
          "buys when the all-reduce overlaps backward, on whichever backend the trace was made.");
 }
 
-#ifdef LECTERN_CUDA
-typedef struct streams_work {
-    int n;
-    float *x1, *x2, *z1, *z2, *sum;   /* device, n x n each */
-    float *y_host;                    /* pinned (page-locked) host memory */
-    cublasHandle_t blas;
-    cudaStream_t compute, copy;
-    cudaEvent_t computed, copied;
-} streams_work;
-
-/* z1 = x1 @ x2 on whatever stream the handle is set to (row-major, so cuBLAS
- * computes the transposed product in its column-major view). */
-static void multiply(streams_work *w) {
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, w->n, &one,
-                             w->x2, w->n, w->x1, w->n, &zero, w->z1, w->n));
-}
-
-static void add_results(streams_work *w) {
-    const float one = 1.0f;
-    CUBLAS_CHECK(cublasSgeam(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, &one, w->z1,
-                             w->n, &one, w->z2, w->n, w->sum, w->n));
-}
-
-/* Both jobs on the default stream: the copy waits for the matmul. */
-static void run_one_stream(streams_work *w) {
-    size_t bytes = (size_t)w->n * w->n * sizeof(float);
-    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
-    multiply(w);
-    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, bytes, cudaMemcpyHostToDevice, 0));
-    add_results(w);
-}
-
-/* The matmul on one stream, the copy on another; the default stream waits for
- * both (through events) before adding. */
-static void run_two_streams(streams_work *w) {
-    size_t bytes = (size_t)w->n * w->n * sizeof(float);
-    CUBLAS_CHECK(cublasSetStream(w->blas, w->compute));
-    multiply(w);
-    CUDA_CHECK(cudaEventRecord(w->computed, w->compute));
-    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, bytes, cudaMemcpyHostToDevice, w->copy));
-    CUDA_CHECK(cudaEventRecord(w->copied, w->copy));
-    CUDA_CHECK(cudaStreamWaitEvent(0, w->computed, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(0, w->copied, 0));
-    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
-    add_results(w);
-}
-
-static int compare_floats(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Times `run` with CUDA events: warm-ups first (the first runs pay for
- * allocation and cuBLAS set-up), then several trials, sorted, and their mean. */
-static void benchmark(const char *description, void (*run)(streams_work *), streams_work *w,
-                      int warmups, int trials) {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < warmups; i++) run(w);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    float ms[16], mean = 0;
-    if (trials > 16) trials = 16;
-    for (int i = 0; i < trials; i++) {
-        CUDA_CHECK(cudaEventRecord(start, 0));
-        run(w);
-        CUDA_CHECK(cudaEventRecord(stop, 0));
-        CUDA_CHECK(cudaEventSynchronize(stop));   /* wait for the GPU, then read the clock */
-        CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
-        mean += ms[i] / trials;
-    }
-    qsort(ms, trials, sizeof ms[0], compare_floats);
-    char list[256];
-    int len = 0;
-    for (int i = 0; i < trials; i++)
-        len += snprintf(list + len, sizeof list - len, "%s%.1f", i ? ", " : "", ms[i]);
-    note_verbatim("%s: [%s] (mean %.1f ms)", description, list, mean);
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-}
-
-static void streams_example(void) {
-    streams_work w = {.n = lecture_quick() ? 2048 : 8192};
-    size_t bytes = (size_t)w.n * w.n * sizeof(float);
-    /* randn makes its numbers where the tensor lives: on the GPU here. */
-    tensor *x1 = randn(w.n, w.n, 0), *x2 = randn(w.n, w.n, 0);
-    w.x1 = x1->data;
-    w.x2 = x2->data;
-    CUDA_CHECK(cudaMalloc((void **)&w.z1, bytes));
-    CUDA_CHECK(cudaMalloc((void **)&w.z2, bytes));
-    CUDA_CHECK(cudaMalloc((void **)&w.sum, bytes));
-    /* Pinned memory: the copy engine reads it directly, so the copy is truly
-     * asynchronous (from pageable memory the driver stages it and the host waits).
-     * The data to copy in starts on the host: made on the GPU, brought over once. */
-    CUDA_CHECK(cudaMallocHost((void **)&w.y_host, bytes));
-    tensor *y = randn(w.n, w.n, 0);
-    tensor_to_host(y, w.y_host);
-    tensor_free(y);
-    CUBLAS_CHECK(cublasCreate(&w.blas));
-    CUDA_CHECK(cudaStreamCreate(&w.compute));
-    CUDA_CHECK(cudaStreamCreate(&w.copy));
-    CUDA_CHECK(cudaEventCreateWithFlags(&w.computed, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&w.copied, cudaEventDisableTiming));
-
-    note("Matrices of %d x %d floats (%.0f MB each):", w.n, w.n, bytes / 1e6);
-    benchmark("one stream", run_one_stream, &w, 1, 3);
-    benchmark("two streams", run_two_streams, &w, 1, 3);
-    note("The difference is the copy, hidden behind the matmul.");
-
-    CUDA_CHECK(cudaEventDestroy(w.computed));
-    CUDA_CHECK(cudaEventDestroy(w.copied));
-    CUDA_CHECK(cudaStreamDestroy(w.compute));
-    CUDA_CHECK(cudaStreamDestroy(w.copy));
-    CUBLAS_CHECK(cublasDestroy(w.blas));
-    CUDA_CHECK(cudaFreeHost(w.y_host));
-    CUDA_CHECK(cudaFree(w.z1));
-    CUDA_CHECK(cudaFree(w.z2));
-    CUDA_CHECK(cudaFree(w.sum));
-    tensor_free(x1);
-    tensor_free(x2);
-}
-#endif
 
 /* ------------------------------------------------------------------ */
 /* Part 2: the model every strategy trains                             */
@@ -983,31 +706,17 @@ static mlp_config model_config(void) {
     return c;
 }
 
-/* Floats in all the layers' weights together. */
-static int64_t model_floats(const mlp_config *c) {
-    return (int64_t)c->layers * c->width * c->width;
+
+/* The verdict beside each printed comparison: a strategy that drifts from one
+ * device fails the run (check() records a failed check and the lecture ends
+ * with exit status 1), it does not only print a larger number. */
+static void agrees(int rank, const char *what, double diff, double tolerance) {
+    check(diff <= tolerance, "rank %d: %s equal to one device's (%.3g <= %.3g)", rank, what, diff, tolerance);
 }
 
-/* "[512x512[-0.0279...], ...]": shape and first element of each tensor. */
-static const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
-    size_t len = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < n && len < size; i++)
-        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", summarize(ts[i]));
-    if (len < size) snprintf(buf + len, size - len, "]");
-    return buf;
-}
-
-/* "layer 2" or "layers 0-1": layers first..last, in words. */
-static const char *layer_range(int first, int last, char *buf, size_t size) {
-    if (first == last) snprintf(buf, size, "layer %d", first);
-    else snprintf(buf, size, "layers %d-%d", first, last);
-    return buf;
-}
-
-/* "1 rank", "4 ranks". */
-static const char *plural(int n, const char *one, const char *many) {
-    return n == 1 ? one : many;
-}
+/* What one device computed (one_device() below fills it): every strategy's
+ * ranks get it in their arguments (baseline_args). */
+static baseline_run baseline;
 
 /* Every strategy cuts something (the batch, the layers, a matrix's columns)
  * into world-size equal pieces. When it does not divide, the lecture stops
@@ -1021,77 +730,6 @@ static void must_divide(int64_t n, int world_size, const char *what) {
 }
 
 
-/* The baseline: what one device computed, as host arrays. The parent keeps
- * it and sends it to the ranks inside their arguments. */
-static struct {
-    mlp_config cfg;
-    float first_loss;     /* step 0, whole batch */
-    float *first_output;  /* step 0: batch x width */
-    float *first_grads;   /* step 0: layers x width x width */
-    float *trained;       /* after all steps: layers x width x width */
-} baseline;
-
-/* The arguments every strategy's ranks get: the configuration and what one
- * device computed (its step-0 output and gradients, its trained weights),
- * so that each rank can say how far it is from it. */
-typedef struct train_args {
-    mlp_config cfg;
-    int micro_batches;    /* pipeline parallelism only */
-    int schedule;         /* pipeline parallelism: GPIPE or ONE_F_ONE_B */
-    double clock_base;    /* pipeline parallelism: now_seconds() at the spawn */
-    float first_loss;
-    float expected[];     /* trained weights, step-0 output, step-0 gradients */
-} train_args;
-
-static train_args *baseline_args(int micro_batches, size_t *size) {
-    const mlp_config *c = &baseline.cfg;
-    int64_t nw = model_floats(c), nout = (int64_t)c->batch * c->width;
-    *size = sizeof(train_args) + (size_t)(2 * nw + nout) * sizeof(float);
-    train_args *args = calloc(1, *size);
-    args->cfg = *c;
-    args->micro_batches = micro_batches;
-    args->first_loss = baseline.first_loss;
-    memcpy(args->expected, baseline.trained, (size_t)nw * sizeof(float));
-    memcpy(args->expected + nw, baseline.first_output, (size_t)nout * sizeof(float));
-    memcpy(args->expected + nw + nout, baseline.first_grads, (size_t)nw * sizeof(float));
-    return args;
-}
-
-/* Layer i's weights as one device trained them. */
-static tensor *expected_trained(const train_args *a, int layer, int device) {
-    int64_t ww = (int64_t)a->cfg.width * a->cfg.width;
-    return tensor_from(a->expected + layer * ww, a->cfg.width, a->cfg.width, device);
-}
-
-/* One device's step-0 output (batch x width). */
-static tensor *expected_output(const train_args *a, int device) {
-    return tensor_from(a->expected + model_floats(&a->cfg), a->cfg.batch, a->cfg.width, device);
-}
-
-/* One device's step-0 gradient of layer i (width x width). */
-static tensor *expected_grad(const train_args *a, int layer, int device) {
-    int64_t ww = (int64_t)a->cfg.width * a->cfg.width;
-    const float *g = a->expected + model_floats(&a->cfg) + (int64_t)a->cfg.batch * a->cfg.width +
-                     layer * ww;
-    return tensor_from(g, a->cfg.width, a->cfg.width, device);
-}
-
-/* max |got - one device's step-0 gradient of `layer`|, and the largest
- * element of that gradient (the scale the difference is judged against). */
-static double grad_diff(const train_args *a, const tensor *got, int layer, double *size) {
-    tensor *expected = expected_grad(a, layer, got->device);
-    double diff = max_abs_diff(got, expected);
-    *size = fmax(*size, largest(expected));
-    tensor_free(expected);
-    return diff;
-}
-
-/* The verdict beside each printed comparison: a strategy that drifts from one
- * device fails the run (check() records a failed check and the lecture ends
- * with exit status 1), it does not only print a larger number. */
-static void agrees(int rank, const char *what, double diff, double tolerance) {
-    check(diff <= tolerance, "rank %d: %s equal to one device's (%.3g <= %.3g)", rank, what, diff, tolerance);
-}
 
 static void parallelism_overview(void) {
     progress("parallelism overview");
@@ -1184,7 +822,7 @@ static void ddp(void) {
          "they stay identical. The average of per-slice mean gradients is the gradient "
          "of the whole batch, so the result is what one device gets.");
     size_t size;
-    train_args *args = baseline_args(0, &size);
+    train_args *args = baseline_args(&baseline, 0, &size);
     int worlds[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         progress("DDP: spawn %d ranks", worlds[k]);
@@ -1240,7 +878,7 @@ static void ddp(void) {
          "each bucket's blocking all-reduce after backward, and with each bucket's async "
          "all-reduce started during backward. A step costs what its slowest rank costs "
          "(`dist_timer`).");
-    args = baseline_args(0, &size);
+    args = baseline_args(&baseline, 0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
     progress("DDP with buckets: spawn 4 ranks");
     must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples");
@@ -1392,15 +1030,12 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
     if (rank != 0) return;
     double median_ms[STEP_MODES];
     for (int mode = 0; mode < STEP_MODES; mode++) median_ms[mode] = median(ms[mode], OVERLAP_TRIALS);
-    char text[1024];
-    int len = snprintf(text, sizeof text,
-                       "Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, "
-                       "slowest rank, median of %d steps each:\n\n"
-                       "| step | time (ms) |\n|---|---:|\n",
-                       world_size, dist_backend(), (long long)x->shape[0], OVERLAP_TRIALS);
-    for (int mode = 0; mode < STEP_MODES && len < (int)sizeof text; mode++)
-        len += snprintf(text + len, sizeof text - len, "| %s | %.2f |\n", STEP_MODE_NAMES[mode], median_ms[mode]);
-    note("%s", text);
+    table_t *t = table_new("Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, slowest rank, "
+                           "median of %d steps each", world_size, dist_backend(), (long long)x->shape[0], OVERLAP_TRIALS);
+    table_column(t, "step", NULL, "%s");
+    table_column(t, "time", "ms", "%.2f");
+    for (int mode = 0; mode < STEP_MODES; mode++) table_row(t, STEP_MODE_NAMES[mode], median_ms[mode]);
+    table_show(t);
     note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the "
          "all-reduce adds %.2f ms to the compute's %.2f ms; perfect overlap would hide it "
          "behind backward, down to the longer of the two.",
@@ -1553,20 +1188,21 @@ static void ddp_zero3(void) {
     mlp_config c = model_config();
     int ranks = 4;
     double params = (double)model_floats(&c), layer = (double)c.width * c.width;
-    char table[1024];
-    int len = snprintf(table, sizeof table,
-                       "| %d ranks | weights (MB) | gradients (MB) | AdamW state (MB) | total (MB) |\n"
-                       "|---|---:|---:|---:|---:|\n", ranks);
+    note("Model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per "
+         "parameter in DDP), MB = 10^6 bytes:", params);
+    table_t *t = table_new("model state per rank, %d ranks", ranks);
+    table_column(t, "method", NULL, "%s");
+    table_column(t, "weights", "MB", "%.3f");
+    table_column(t, "gradients", "MB", "%.3f");
+    table_column(t, "AdamW state", "MB", "%.3f");
+    table_column(t, "total", "MB", "%.3f");
     const char *names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
     for (int stage = 0; stage <= 3; stage++) {
         state_bytes b = zero_bytes(stage, params, ranks);
-        len += snprintf(table + len, sizeof table - len, "| %s | %.3f | %.3f | %.3f | %.3f |\n", names[stage],
-                        b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
-                        (b.params + b.grads + b.optimizer) / 1e6);
+        table_row(t, names[stage], b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
+                  (b.params + b.grads + b.optimizer) / 1e6);
     }
-    note("Model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per "
-         "parameter in DDP), MB = 10^6 bytes:", params);
-    note("%s", table);
+    table_show(t);
     note("ZeRO-3 also needs, for a moment, one layer's gathered weights and its full "
          "gradient (%.3f MB) on top of its shards. Below, each rank adds up the tensors it "
          "really holds, in DDP and in ZeRO-3.", 2 * 4 * layer / 1e6);
@@ -1584,7 +1220,7 @@ static void ddp_zero3(void) {
     note("Layer 0 needs no gathering in the backward pass: its input is the data, which "
          "needs no gradient, and its weight gradient x^T dh does not use the weights.");
     size_t size;
-    train_args *args = baseline_args(0, &size);
+    train_args *args = baseline_args(&baseline, 0, &size);
     progress("ZeRO-3: spawn %d ranks", ranks);
     must_divide(c.width, ranks, "the rows of a layer");
     must_divide(c.batch, ranks, "the batch's examples");
@@ -1727,7 +1363,7 @@ static void tensor_parallelism(void) {
          "forward, once backward), so tensor "
          "parallelism wants the fastest links (NVLink, within a node).");
     size_t size;
-    train_args *args = baseline_args(0, &size);
+    train_args *args = baseline_args(&baseline, 0, &size);
     progress("tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.width, 4, "the columns of a layer");
     spawn(tensor_parallel_main, 4, args, size);
@@ -1755,7 +1391,7 @@ static void tensor_parallelism(void) {
          "Both versions below count the bytes each rank sends as the runtime's nominal "
          "figure (`dist_bytes_nominal()`): what a bandwidth-optimal algorithm sends for "
          "each call, whichever algorithm Open MPI or NCCL picked.");
-    args = baseline_args(0, &size);
+    args = baseline_args(&baseline, 0, &size);
     progress("Megatron tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.layers, 2, "the layers (in pairs)");
     spawn(megatron_main, 4, args, size);
@@ -1971,10 +1607,13 @@ static void pipeline_parallelism(void) {
     note("The idle time (the *bubble*): with p stages and m micro-batches each pass "
          "takes m + p - 1 slots of which a stage is busy m, so the bubble fraction is "
          "(p - 1) / (m + p - 1):");
-    note("| stages p | micro-batches m | bubble |\n|---:|---:|---:|\n"
-         "| 2 | %d | %.3f |\n| 4 | %d | %.3f |\n| 4 | 16 | %.3f |\n| 4 | 64 | %.3f |",
-         m, bubble_fraction(2, m), m, bubble_fraction(4, m), bubble_fraction(4, 16),
-         bubble_fraction(4, 64));
+    table_t *t = table_new("the bubble, (p - 1) / (m + p - 1)");
+    table_column(t, "stages p", NULL, "%d");
+    table_column(t, "micro-batches m", NULL, "%d");
+    table_column(t, "bubble", NULL, "%.3f");
+    int shapes[][2] = {{2, m}, {4, m}, {4, 16}, {4, 64}};
+    for (int k = 0; k < 4; k++) table_row(t, shapes[k][0], shapes[k][1], bubble_fraction(shapes[k][0], shapes[k][1]));
+    table_show(t);
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products "
          "(less efficient) and more messages. They do not cost activation memory in "
          "GPipe: it keeps every micro-batch's activations until its backward pass, m "
@@ -1994,7 +1633,7 @@ static void pipeline_parallelism(void) {
          "of a rank is 1 - (its busy time) / (the time from the first start to the last "
          "end, over all ranks).");
     size_t size;
-    train_args *args = baseline_args(m, &size);
+    train_args *args = baseline_args(&baseline, m, &size);
     struct { int stages, schedule; } runs[] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}};
     for (int k = 0; k < 3; k++) {
         note("### %s, %d stages, %d micro-batches: bubble %.1f%%", SCHEDULE_NAMES[runs[k].schedule],
@@ -2101,7 +1740,7 @@ static void stage_backward(stage *s, int k) {
 }
 
 /* Rank 0 gathers every stage's events, reports the bubble and plots the
- * timeline (Vega-Lite: one bar per forward or backward, a row per stage). */
+ * timeline: one bar per forward or backward, a row per stage. */
 static void report_timeline(stage *s, int schedule) {
     int per_rank = 2 * s->m * 4 + 1;   /* the events, then the most micro-batches held at once */
     float mine[2 * MAX_MICRO_BATCHES * 4 + 1];
@@ -2125,53 +1764,28 @@ static void report_timeline(stage *s, int schedule) {
         }
     }
     double span = last - first, mean = 0;
-    char list[256];
-    int len = 0;
-    for (int r = 0; r < s->world; r++) {
-        double idle = 1 - busy[r] / span;
-        mean += idle / s->world;
-        len += snprintf(list + len, sizeof list - len, "%s%.3f", r ? ", " : "", idle);
-    }
-    note_verbatim("%s on %d stages: span %.2f ms, measured bubble per stage [%s], mean %.3f "
-                  "(formula %.3f)", SCHEDULE_NAMES[schedule], s->world, span, list, mean,
-                  bubble_fraction(s->world, s->m));
-    len = 0;
-    for (int r = 0; r < s->world; r++)
-        len += snprintf(list + len, sizeof list - len, "%s%d", r ? ", " : "", (int)v[r * per_rank + per_rank - 1]);
-    note_verbatim("%s on %d stages: most micro-batches' activations held at once, per stage: [%s]",
-                  SCHEDULE_NAMES[schedule], s->world, list);
+    for (int r = 0; r < s->world; r++) mean += (1 - busy[r] / span) / s->world;
+    table_t *t = table_new("%s on %d stages: span %.2f ms, mean bubble %.3f (formula %.3f)", SCHEDULE_NAMES[schedule],
+                           s->world, span, mean, bubble_fraction(s->world, s->m));
+    table_column(t, "stage", NULL, "%d");
+    table_column(t, "measured bubble", NULL, "%.3f");
+    table_column(t, "most micro-batches' activations held at once", NULL, "%d");
+    for (int r = 0; r < s->world; r++) table_row(t, r, 1 - busy[r] / span, (int)v[r * per_rank + per_rank - 1]);
+    table_show(t);
 
-    cJSON *spec = cJSON_Parse(
-        "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-        " \"width\": 480, \"height\": 120, \"mark\": \"bar\","
-        " \"encoding\": {"
-        "  \"x\": {\"field\": \"start_ms\", \"type\": \"quantitative\", \"title\": \"time (ms)\"},"
-        "  \"x2\": {\"field\": \"end_ms\"},"
-        "  \"y\": {\"field\": \"stage\", \"type\": \"ordinal\"},"
-        "  \"color\": {\"field\": \"pass\", \"type\": \"nominal\"},"
-        "  \"tooltip\": [{\"field\": \"pass\"}, {\"field\": \"micro_batch\"}, {\"field\": \"start_ms\"},"
-        "              {\"field\": \"end_ms\"}]}}");
-    char title[96];
-    snprintf(title, sizeof title, "%s timeline, %d stages, %d micro-batches", SCHEDULE_NAMES[schedule], s->world,
-             s->m);
-    cJSON_AddStringToObject(spec, "title", title);
-    cJSON *values = cJSON_AddArrayToObject(cJSON_AddObjectToObject(spec, "data"), "values");
+    chart_t *c = chart_new("time (ms)", "stage", "%s timeline, %d stages, %d micro-batches", SCHEDULE_NAMES[schedule],
+                           s->world, s->m);
     for (int r = 0; r < s->world; r++) {
         const pipe_event *e = (const pipe_event *)(v + r * per_rank);
         for (int i = 0; i < 2 * s->m; i++) {
-            cJSON *point = cJSON_CreateObject();
-            cJSON_AddNumberToObject(point, "stage", r);
-            cJSON_AddStringToObject(point, "pass", e[i].backward > 0 ? "backward" : "forward");
-            cJSON_AddNumberToObject(point, "micro_batch", e[i].micro_batch);
-            cJSON_AddNumberToObject(point, "start_ms", e[i].start_ms - first);
-            cJSON_AddNumberToObject(point, "end_ms", e[i].end_ms - first);
-            cJSON_AddItemToArray(values, point);
+            char row[24], label[32];
+            snprintf(row, sizeof row, "stage %d", r);
+            snprintf(label, sizeof label, "micro-batch %d", (int)e[i].micro_batch);
+            chart_span(c, row, e[i].backward > 0 ? "backward" : "forward", label, e[i].start_ms - first,
+                       e[i].end_ms - first);
         }
     }
-    char *json = cJSON_PrintUnformatted(spec);
-    plot(json);
-    free(json);
-    cJSON_Delete(spec);
+    chart_show(c);
     free(v);
 }
 

@@ -380,16 +380,14 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int64_t by
     if (rank == 0) {
         float v[3 * LECTERN_MAX_WORLD];
         tensor_to_host(all, v);
-        char table[4096];
-        int len = snprintf(table, sizeof table,
-                           "**%s**, D = %lld floats on %d ranks; result %s\n\n"
-                           "| rank | steps | bytes sent (measured) | max abs difference from dist_all_reduce |\n"
-                           "|---|---|---|---|\n",
-                           name, (long long)x->numel, n, summarize(x));
-        for (int q = 0; q < n && len < (int)sizeof table; q++)
-            len += snprintf(table + len, sizeof table - len, "| %d | %.0f | %.0f | %g |\n", q, v[3 * q],
-                            v[3 * q + 1], v[3 * q + 2]);
-        note("%s", table);
+        table_t *t = table_new("%s, D = %lld floats on %d ranks; result %s", name, (long long)x->numel, n,
+                               summarize(x));
+        table_column(t, "rank", NULL, "%d");
+        table_column(t, "steps", NULL, "%.0f");
+        table_column(t, "bytes sent (measured)", "B", "%.0f");
+        table_column(t, "max abs difference from dist_all_reduce", NULL, "%g");
+        for (int q = 0; q < n; q++) table_row(t, q, (double)v[3 * q], (double)v[3 * q + 1], (double)v[3 * q + 2]);
+        table_show(t);
     }
     tensor_free(all);
     tensor_free(r);
@@ -571,15 +569,15 @@ static void fit_alpha_beta(const double *one_way, double *alpha, double *beta) {
 }
 
 static void note_ping_pong(const double *one_way, double alpha, double beta) {
-    char table[2048];
-    int len = snprintf(table, sizeof table,
-                       "| bytes | one-way time (us) | model alpha + beta x bytes (us) |\n|---|---|---|\n");
-    for (int i = 0; i < N_PING && len < (int)sizeof table; i++) {
+    table_t *t = table_new("ping-pong: one-way time against the alpha-beta model");
+    table_column(t, "bytes", NULL, "%.0f");
+    table_column(t, "one-way time", "us", "%.2f");
+    table_column(t, "model alpha + beta x bytes", "us", "%.2f");
+    for (int i = 0; i < N_PING; i++) {
         double bytes = 4.0 * (double)PING_SIZES[i];
-        len += snprintf(table + len, sizeof table - len, "| %.0f | %.2f | %.2f |\n", bytes, one_way[i] * 1e6,
-                        (alpha + beta * bytes) * 1e6);
+        table_row(t, bytes, one_way[i] * 1e6, (alpha + beta * bytes) * 1e6);
     }
-    note("%s", table);
+    table_show(t);
     note("alpha = %.4g s, beta = %.4g s/byte (a bandwidth of %.3g GB/s)", alpha, beta, 1e-9 / beta);
 }
 
@@ -601,29 +599,21 @@ static double crossover_bytes(double alpha, double beta, int n) {
 }
 
 static void plot_sweep(const double *ring_s, const double *tree_s, double alpha, double beta, int n) {
-    char spec[8192];
-    int len = snprintf(spec, sizeof spec,
-                       "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-                       " \"description\": \"all-reduce time against message size, measured and modelled\","
-                       " \"width\": 420, \"height\": 260, \"data\": {\"values\": [");
+    double bytes[N_SWEEP], us[4][N_SWEEP];
     for (int i = 0; i < N_SWEEP; i++) {
-        double b = 4.0 * (double)SWEEP_SIZES[i];
-        len += snprintf(spec + len, sizeof spec - len,
-                        "%s{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"ring measured\"},"
-                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"tree measured\"},"
-                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"ring model\"},"
-                        "{\"bytes\": %.0f, \"us\": %.3f, \"series\": \"tree model\"}",
-                        i ? "," : "", b, ring_s[i] * 1e6, b, tree_s[i] * 1e6, b,
-                        ring_model(alpha, beta, n, b) * 1e6, b, tree_model(alpha, beta, n, b) * 1e6);
+        bytes[i] = 4.0 * (double)SWEEP_SIZES[i];
+        us[0][i] = ring_s[i] * 1e6;
+        us[1][i] = tree_s[i] * 1e6;
+        us[2][i] = ring_model(alpha, beta, n, bytes[i]) * 1e6;
+        us[3][i] = tree_model(alpha, beta, n, bytes[i]) * 1e6;
     }
-    snprintf(spec + len, sizeof spec - len,
-             "]}, \"mark\": {\"type\": \"line\", \"point\": true},"
-             " \"encoding\": {\"x\": {\"field\": \"bytes\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
-             " \"title\": \"bytes per rank\"},"
-             " \"y\": {\"field\": \"us\", \"type\": \"quantitative\", \"scale\": {\"type\": \"log\"},"
-             " \"title\": \"all-reduce time (us)\"},"
-             " \"color\": {\"field\": \"series\", \"type\": \"nominal\"}}}");
-    plot(spec);
+    chart_t *c = chart_new("bytes per rank", "all-reduce time (us)", "all-reduce on %d ranks: ring and tree, "
+                           "measured and modelled", n);
+    chart_log_x(c, 10);
+    chart_log_y(c, 10);
+    const char *names[] = {"ring measured", "tree measured", "ring model", "tree model"};
+    for (int k = 0; k < 4; k++) chart_line(c, names[k], bytes, us[k], N_SWEEP);
+    chart_show(c);
 }
 
 /* Where the ring takes over: the smallest swept size from which on the
@@ -638,17 +628,19 @@ static double measured_crossover(const double *ring_s, const double *tree_s) {
 }
 
 static void note_sweep(const double *ring_s, const double *tree_s, double alpha, double beta, int n) {
-    char table[2048];
-    int len = snprintf(table, sizeof table,
-                       "| bytes | ring (us) | tree (us) | faster | model: ring (us) | model: tree (us) |\n"
-                       "|---|---|---|---|---|---|\n");
-    for (int i = 0; i < N_SWEEP && len < (int)sizeof table; i++) {
+    table_t *t = table_new("all-reduce on %d ranks: ring against tree", n);
+    table_column(t, "bytes", NULL, "%.0f");
+    table_column(t, "ring", "us", "%.1f");
+    table_column(t, "tree", "us", "%.1f");
+    table_column(t, "faster", NULL, "%s");
+    table_column(t, "model: ring", "us", "%.1f");
+    table_column(t, "model: tree", "us", "%.1f");
+    for (int i = 0; i < N_SWEEP; i++) {
         double b = 4.0 * (double)SWEEP_SIZES[i];
-        len += snprintf(table + len, sizeof table - len, "| %.0f | %.1f | %.1f | %s | %.1f | %.1f |\n", b,
-                        ring_s[i] * 1e6, tree_s[i] * 1e6, tree_s[i] < ring_s[i] ? "tree" : "ring",
-                        ring_model(alpha, beta, n, b) * 1e6, tree_model(alpha, beta, n, b) * 1e6);
+        table_row(t, b, ring_s[i] * 1e6, tree_s[i] * 1e6, tree_s[i] < ring_s[i] ? "tree" : "ring",
+                  ring_model(alpha, beta, n, b) * 1e6, tree_model(alpha, beta, n, b) * 1e6);
     }
-    note("%s", table);
+    table_show(t);
     plot_sweep(ring_s, tree_s, alpha, beta, n);
     note("predicted: on %d ranks the tree beats the ring below %.0f bytes", n, crossover_bytes(alpha, beta, n));
     double m = measured_crossover(ring_s, tree_s);

@@ -724,32 +724,25 @@ static void sweep_main(int rank, int world_size, void *args) {
 }
 
 static void note_sweep(const sweep_args *a, const sweep_times *t) {
-    char table[1024], values[1024];
-    int tl = snprintf(table, sizeof table, "| layers per bucket | buckets | bucket size (MB) | step (ms) | "
-                                           "waiting for buckets (ms) |\n|---|---|---|---|---|\n");
-    int vl = 0;
-    values[0] = 0;
+    table_t *table = table_new("DDP step against bucket size");
+    table_column(table, "layers per bucket", NULL, "%d");
+    table_column(table, "buckets", NULL, "%d");
+    table_column(table, "bucket size", "MB", "%.3f");
+    table_column(table, "step", "ms", "%.3f");
+    table_column(table, "waiting for buckets", "ms", "%.3f");
+    double buckets[N_SIZES], step_ms[N_SIZES];
     for (int k = 0; k < N_SIZES; k++) {
-        int buckets = (a->cfg.layers + SWEEP_SIZES[k] - 1) / SWEEP_SIZES[k];
+        int n = (a->cfg.layers + SWEEP_SIZES[k] - 1) / SWEEP_SIZES[k];
         double mb = (double)SWEEP_SIZES[k] * a->cfg.width * a->cfg.width * 4 / 1e6;
-        tl += snprintf(table + tl, sizeof table - (size_t)tl, "| %d | %d | %.3f | %.3f | %.3f |\n", SWEEP_SIZES[k],
-                       buckets, mb, t->step[k] * 1e3, t->wait[k] * 1e3);
-        vl += snprintf(values + vl, sizeof values - (size_t)vl,
-                       "%s{\"buckets\": %d, \"step_ms\": %.4f, \"wait_ms\": %.4f}", k ? ", " : "", buckets,
-                       t->step[k] * 1e3, t->wait[k] * 1e3);
+        table_row(table, SWEEP_SIZES[k], n, mb, t->step[k] * 1e3, t->wait[k] * 1e3);
+        buckets[k] = n;
+        step_ms[k] = t->step[k] * 1e3;
     }
-    note("%s", table);
-    char spec[2048];
-    snprintf(spec, sizeof spec,
-             "{\"$schema\": \"https://vega.github.io/schema/vega-lite/v6.json\","
-             " \"description\": \"DDP step time against the number of buckets\","
-             " \"data\": {\"values\": [%s]},"
-             " \"mark\": {\"type\": \"line\", \"point\": true},"
-             " \"encoding\": {\"x\": {\"field\": \"buckets\", \"type\": \"quantitative\","
-             " \"scale\": {\"type\": \"log\", \"base\": 2}, \"title\": \"buckets\"},"
-             " \"y\": {\"field\": \"step_ms\", \"type\": \"quantitative\", \"title\": \"step (ms)\"}}}",
-             values);
-    plot(spec);
+    table_show(table);
+    chart_t *c = chart_new("buckets", "step (ms)", "DDP step time against the number of buckets");
+    chart_log_x(c, 2);
+    chart_line(c, "step", buckets, step_ms, N_SIZES);
+    chart_show(c);
 }
 
 /* ------------------------------------------------------------------ */

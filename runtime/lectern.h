@@ -18,6 +18,7 @@
  *   4. collectives        (runtime/comm.c)
  *   5. timing helpers     (runtime/timing.c)
  *   6. checks             (runtime/verdict.c, runtime/grade.c)
+ *   7. tables and charts  (runtime/table.c, runtime/charts.c)
  *
  * Errors in lecture input (a missing image, a bad plot spec, a bad spawn
  * argument) become an error step naming the lecture file and line, and the
@@ -554,6 +555,66 @@ void lecture_fail(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((nore
  * points or checks < 1 are error steps. Without --grade it only records
  * the weights. */
 void grade_exercise(const char *prefix, double points, int checks);
+
+/* ------------------------------------------------------------------ */
+/* 7. Tables and charts: results as data (runtime/table.c, charts.c)   */
+/* ------------------------------------------------------------------ */
+
+/* A table of results, recorded as data: the viewer shows it (sortable by
+ * any column, by mouse or keyboard) and a test reads its numbers back from
+ * the trace, not from prose. Build, fill, show:
+ *
+ *     table_t *t = table_new("all-reduce on %d ranks", world_size);
+ *     table_column(t, "size", "MiB", "%g");
+ *     table_column(t, "time", "ms", "%.3f");
+ *     table_column(t, "operation", NULL, "%s");
+ *     for (int i = 0; i < n; i++)
+ *         table_row(t, bytes[i] / MiB, seconds[i] * 1e3, "all-reduce");
+ *     table_show(t);                        // one step, at this line; frees t
+ *
+ * table_new: the caption, printf-style (NULL: none). table_column: the
+ * column's name, its unit (NULL or "" for none; shown in the header as
+ * "time (ms)") and a printf format with exactly one conversion, which also
+ * says what table_row reads for the column, as printf would: %d or %i an
+ * int, %ld a long, %lld a long long (an int64_t is one of the two), %f %e
+ * %g a double, %s a string. table_row: one value per column, in order.
+ * The trace holds each value (a number as a JSON number; a double that is
+ * NaN or infinite as null) and its text through the format. Columns come
+ * before rows; a bad format, a column after a row, more than
+ * TABLE_MAX_COLUMNS columns or a table with no columns are error steps at
+ * the calling line (and table_show shows nothing). */
+#define TABLE_MAX_COLUMNS 16
+typedef struct table table_t;
+table_t *table_new(const char *caption_fmt, ...) LECTERN_PRINTF(1, 2);
+void table_column(table_t *t, const char *name, const char *unit, const char *format);
+void table_row(table_t *t, ...);
+void table_show(table_t *t);
+
+/* A chart of measured numbers: the runtime writes the Vega-Lite and records
+ * it as plot() does. Axis labels carry their units.
+ *
+ *     chart_t *c = chart_new("message size (MiB)", "busbw (GB/s)", "busbw on %d ranks", p);
+ *     chart_log_x(c, 2);                             // optional: log axes
+ *     chart_line(c, "all-reduce", sizes, busbw, n);  // a series: n (x, y) points, with markers
+ *     chart_line(c, "reduce-scatter", sizes, rs, n);
+ *     chart_show(c);                                 // one step, at this line; frees c
+ *
+ * A chart is lines or spans. chart_span(c, row, series, label, start, end)
+ * adds a bar from start to end (x) on the row named `row` (y), coloured by
+ * series, `label` (NULL: none) shown when the pointer is on it: a timeline,
+ * chart_span(c, "stage 0", "forward", "micro-batch 2", 1.2, 3.4). The spec's
+ * data.values keep the numbers as given: {"series", "x", "y"} per point,
+ * {"series", "row", "label", "start", "end"} per span; a point that is not finite, or <= 0 on a log
+ * axis, is left out (counted in usermeta.dropped_points). Lines and spans in
+ * one chart, a series of no points, a log base below 2 or a NULL argument
+ * are error steps at the calling line (and chart_show shows nothing). */
+typedef struct chart chart_t;
+chart_t *chart_new(const char *x_label, const char *y_label, const char *title_fmt, ...) LECTERN_PRINTF(3, 4);
+void chart_log_x(chart_t *c, int base);
+void chart_log_y(chart_t *c, int base);
+void chart_line(chart_t *c, const char *series, const double *xs, const double *ys, int n);
+void chart_span(chart_t *c, const char *row, const char *series, const char *label, double start, double end);
+void chart_show(chart_t *c);
 
 #ifdef __cplusplus
 }

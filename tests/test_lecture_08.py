@@ -125,6 +125,19 @@ class Run:
     def markdown(self):
         return [r["data"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "markdown"]
 
+    def tables(self, caption):
+        """(step, rendering) of every table() whose caption matches a regex:
+        the values as the lecture computed them, not as its prose printed them."""
+        return [(s, r) for s in self.trace["steps"] for r in s["renderings"]
+                if r["type"] == "table" and re.search(caption, r.get("caption", ""))]
+
+    def table(self, caption):
+        """The one table whose caption matches: {column name: [values]}, and the rendering."""
+        found = self.tables(caption)
+        self.assertEqual(len(found), 1, caption)
+        r = found[0][1]
+        return {c["name"]: [row[k] for row in r["rows"]] for k, c in enumerate(r["columns"])}, r
+
     def by_spawn(self, function):
         """Spawn ids whose rank steps run in `function`, in order."""
         ids = []
@@ -349,14 +362,15 @@ class Numbers:
         # the first s of (moments, gradients, weights) by the 4 ranks
         want = {"DDP": (4 * P, 4 * P, 8 * P), "ZeRO-1": (4 * P, 4 * P, 2 * P),
                 "ZeRO-2": (4 * P, P, 2 * P), "ZeRO-3": (P, P, 2 * P)}
-        table = [m for m in self.markdown() if m.startswith("| 4 ranks | weights (MB)")]
-        self.assertEqual(len(table), 1)
-        got = {r[0]: [float(x) for x in r[1:]] for r in
-               re.findall(r"^\| (DDP|ZeRO-\d) \| %s \| %s \| %s \| %s \|$" % (NUM, NUM, NUM, NUM), table[0], re.M)}
+        cols, r = self.table(r"^model state per rank, 4 ranks$")
+        self.assertEqual([(c["name"], c.get("unit")) for c in r["columns"]],
+                         [("method", None), ("weights", "MB"), ("gradients", "MB"), ("AdamW state", "MB"),
+                          ("total", "MB")])
+        got = {row[0]: row[1:] for row in r["rows"]}
         self.assertEqual(sorted(got), sorted(want))
         for name, parts in want.items():
-            for printed, value in zip(got[name], list(parts) + [sum(parts)]):
-                self.assertAlmostEqual(printed, value / 1e6, delta=0.0005 + 1e-9, msg=name)
+            for value, expected in zip(got[name], list(parts) + [sum(parts)]):
+                self.assertTrue(math.isclose(value, expected / 1e6, rel_tol=1e-12), (name, value, expected))
         # what the ranks really hold, added up from their tensors
         for sid, world in zip(self.by_spawn("ddp_main"), [1, 2, 4]):
             held = self.spawn_texts(sid, r"^Rank (\d): DDP holds (\d+) bytes of model state$")
@@ -487,13 +501,11 @@ class Numbers:
             self.assertEqual(layers, list(range(c["layers"])))
             for _, m in bwd:
                 self.assert_within(m, 6, 8, 7, self.grad_tol(), "%s gradient" % schedule)
-        table = [m for m in self.markdown() if m.startswith("| stages p | micro-batches m | bubble |")]
-        self.assertEqual(len(table), 1)
-        rows = re.findall(r"^\| (\d+) \| (\d+) \| ([0-9.]+) \|$", table[0], re.M)
-        self.assertEqual(len(rows), 4)
-        for p, m, bubble in rows:
-            p, m = int(p), int(m)
-            self.assertAlmostEqual(float(bubble), (p - 1) / (m + p - 1), places=3)
+        _, table = self.table(r"^the bubble")
+        self.assertEqual([c["name"] for c in table["columns"]], ["stages p", "micro-batches m", "bubble"])
+        self.assertEqual([row[:2] for row in table["rows"]], [[2, 4], [4, 4], [4, 16], [4, 64]])
+        for p, m, bubble in table["rows"]:
+            self.assertTrue(math.isclose(bubble, (p - 1) / (m + p - 1), rel_tol=1e-12))
         headings = [m for m in self.markdown() if re.match(r"### (GPipe|1F1B), \d stages", m)]
         self.assertEqual(headings, ["### GPipe, 2 stages, 4 micro-batches: bubble 20.0%",
                                     "### GPipe, 4 stages, 4 micro-batches: bubble 42.9%",
@@ -512,7 +524,10 @@ class Numbers:
         for title, spec in plots.items():
             schedule, p = title.split()[0], int(title.split()[2])
             self.assertIn("vega-lite/v6", spec["$schema"])
-            ev = spec["data"]["values"]
+            self.assertEqual(spec["encoding"]["x"]["title"], "time (ms)")
+            # the spans as charted: row "stage r", series the pass, label "micro-batch k"
+            ev = [{"stage": int(v["row"].split()[1]), "pass": v["series"], "micro_batch": int(v["label"].split()[1]),
+                   "start_ms": v["start"], "end_ms": v["end"]} for v in spec["data"]["values"]]
             self.assertEqual(len(ev), 2 * m * p)
             at = {(e["stage"], e["pass"], e["micro_batch"]): e for e in ev}
             self.assertEqual(len(at), 2 * m * p)   # each pass of each micro-batch once per stage
@@ -543,19 +558,18 @@ class Numbers:
             # the bubble from these stamps, against the printed one
             span = max(e["end_ms"] for e in ev) - min(e["start_ms"] for e in ev)
             idle = [1 - sum(e["end_ms"] - e["start_ms"] for e in ev if e["stage"] == r) / span for r in range(p)]
-            line = [t for _, _, t, _ in self.texts(pattern=r"^%s on %d stages: span" % (schedule, p))]
-            self.assertEqual(len(line), 1)
-            mm = re.search(r"measured bubble per stage \[([^\]]*)\], mean %s \(formula %s\)" % (NUM, NUM), line[0])
-            printed = [float(x) for x in mm.group(1).split(",")]
-            for got, want in zip(printed, idle):
-                self.assertAlmostEqual(got, want, delta=0.0005 + 1e-4)   # 3 decimals; float32 stamps
-            self.assertAlmostEqual(float(mm.group(2)), sum(idle) / p, delta=0.0005 + 1e-4)
+            found = [r for _, r in self.tables(r"^%s on %d stages: span " % (schedule, p))]
+            self.assertEqual(len(found), 1)
+            table = found[0]
+            self.assertEqual([row[0] for row in table["rows"]], list(range(p)))
+            for row, want in zip(table["rows"], idle):
+                self.assertAlmostEqual(row[1], want, delta=1e-4)   # float32 stamps
+            mm = re.search(r"span %s ms, mean bubble %s \(formula %s\)$" % (NUM, NUM, NUM), table["caption"])
+            self.assertAlmostEqual(float(mm.group(2)), sum(row[1] for row in table["rows"]) / p, delta=0.0005 + 1e-9)
             self.assertAlmostEqual(float(mm.group(3)), (p - 1) / (m + p - 1), places=3)
             self.assertTrue(0 < sum(idle) / p < 1)
             # activations held at once: all m in GPipe, at most p - r in 1F1B
-            held = [t for _, _, t, _ in self.texts(pattern=r"^%s on %d stages: most micro-batches" % (schedule, p))]
-            self.assertEqual(len(held), 1)
-            counts = [int(x) for x in re.search(r"\[([^\]]*)\]", held[0]).group(1).split(",")]
+            counts = [row[2] for row in table["rows"]]
             self.assertEqual(counts, [m] * p if schedule == "GPipe" else [min(m, p - r) for r in range(p)])
 
 
@@ -692,41 +706,36 @@ class Lecture08(Run, Numbers, unittest.TestCase):
     # ---- benchmarking ----
 
     def test_benchmark_bandwidths(self):
-        tables = [m for m in self.markdown() if re.match(r"(all-reduce|reduce-scatter) on \d ranks:", m)]
-        seen = set()
-        for table in tables:
-            op, n = re.match(r"(all-reduce|reduce-scatter) on (\d) ranks:", table).groups()
+        """The tables' values, as the ranks computed them: algbw = S / t with S
+        the whole message (for reduce-scatter the whole input), busbw = algbw
+        times the operation's factor; the busbw chart plots the same values."""
+        seen, busbw = set(), {}
+        for _, r in self.tables(r"^(all-reduce|reduce-scatter) on \d ranks$"):
+            op, n = re.match(r"(all-reduce|reduce-scatter) on (\d) ranks$", r["caption"]).groups()
             n = int(n)
             seen.add((op, n))
+            self.assertEqual([(c["name"], c.get("unit")) for c in r["columns"]],
+                             [("size", "MiB"), ("time", "ms"), ("algbw", "GB/s"), ("busbw", "GB/s")])
             factor = 2 * (n - 1) / n if op == "all-reduce" else (n - 1) / n
-            rows = re.findall(r"^\| %s \| %s \| %s \| %s \|$" % (NUM, NUM, NUM, NUM), table, re.M)
-            self.assertGreaterEqual(len(rows), 2, table)
-            for size_mb, ms, algbw, busbw in rows:
-                size, seconds = float(size_mb) * 2 ** 20, float(ms) / 1e3
+            self.assertGreaterEqual(len(r["rows"]), 2, r)
+            for size_mib, ms, algbw, bus in r["rows"]:
+                size, seconds = size_mib * 2 ** 20, ms / 1e3
                 self.assertGreater(seconds, 0)
-                # algbw = S / t with S the whole message (for reduce-scatter: the whole input).
-                # The table prints t rounded to its last digit: at tens of microseconds
-                # that rounding alone moves S / t by a few per cent, so check against
-                # the range of times that print the same.
-                half = half_unit(ms) / 1e3
-                lo, hi = size / (seconds + half) / 1e9, size / max(seconds - half, 1e-12) / 1e9
-                ha = half_unit(algbw)
-                self.assertTrue(lo - ha - 1e-9 <= float(algbw) <= hi + ha + 1e-9,
-                                (op, n, size_mb, ms, algbw))
-                # busbw = algbw * factor, both printed rounded: compare the intervals.
-                hb = half_unit(busbw)
-                self.assertTrue((float(algbw) - ha) * factor - hb - 1e-9 <= float(busbw)
-                                <= (float(algbw) + ha) * factor + hb + 1e-9, (op, n, algbw, busbw))
+                self.assertTrue(math.isclose(algbw, size / seconds / 1e9, rel_tol=1e-9), (op, n, size_mib, ms, algbw))
+                self.assertTrue(math.isclose(bus, algbw * factor, rel_tol=1e-9), (op, n, algbw, bus))
+            busbw[(op, n)] = [(row[0], row[3]) for row in r["rows"]]
         self.assertEqual(seen, {("all-reduce", 2), ("all-reduce", 4), ("reduce-scatter", 2),
                                 ("reduce-scatter", 4)})
         plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"
                  and r["spec"].get("title", "").startswith("busbw")]
         self.assertEqual(len(plots), 2)
         for spec in plots:
-            ops = {v["operation"] for v in spec["data"]["values"]}
-            self.assertEqual(ops, {"all-reduce", "reduce-scatter"})
-            self.assertTrue(all(v["busbw"] > 0 for v in spec["data"]["values"]))
-            self.assertEqual(spec["encoding"]["y"]["field"], "busbw")
+            n = int(re.match(r"busbw on (\d) ranks", spec["title"]).group(1))
+            self.assertEqual(spec["encoding"]["y"]["title"], "busbw (GB/s)")
+            self.assertEqual(spec["encoding"]["x"]["title"], "message size (MiB)")
+            for op in ("all-reduce", "reduce-scatter"):
+                self.assertEqual([(v["x"], v["y"]) for v in spec["data"]["values"] if v["series"] == op],
+                                 busbw[(op, n)])
         # The reference's reduce-scatter estimate (S/n)(n-1)/(n t) is busbw / n: the
         # correction must say so, with the factor for 2 and for 4 ranks.
         self.assertTrue(any("busbw / n" in m and "2 times too low on 2 ranks and 4 times on 4" in m
@@ -754,11 +763,12 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         self.assertEqual(sorted(fits), [2, 4])
         for title, spec in plots.items():
             p = int(title.split()[2])
+            self.assertEqual(spec["encoding"]["y"]["title"], "all-reduce time (ms)")
             pts = [v for v in spec["data"]["values"] if v["series"] == "measured"]
-            model = {v["bytes"]: v["ms"] for v in spec["data"]["values"] if v["series"] == "model"}
+            model = {v["x"] * 2 ** 20: v["y"] for v in spec["data"]["values"] if v["series"] == "model"}
             self.assertGreaterEqual(len(pts), 3)
-            n = [v["bytes"] for v in pts]
-            t = [v["ms"] / 1e3 for v in pts]
+            n = [v["x"] * 2 ** 20 for v in pts]
+            t = [v["y"] / 1e3 for v in pts]
             # rows (1/t, n/t) . (A, B) ~ 1
             rows = [(1 / ti, ni / ti) for ni, ti in zip(n, t)]
             a11 = sum(u * u for u, _ in rows); a12 = sum(u * v for u, v in rows); a22 = sum(v * v for _, v in rows)
@@ -798,30 +808,28 @@ class Lecture08(Run, Numbers, unittest.TestCase):
             self.assertAlmostEqual(float(m.group(6)), 100 * max(abs(e) for e in err), delta=0.05 + 1e-6)
             for ni, pi in zip(n, pred):   # the plotted model is this formula
                 self.assertTrue(math.isclose(model[ni], pi * 1e3, rel_tol=1e-9))
-            # the measured times are the table's (printed in ms to 3 decimals)
-            table = [md for md in self.markdown() if md.startswith("all-reduce on %d ranks:" % p)][0]
-            printed = [float(x) for x in re.findall(r"^\| %s \| (%s) \|" % (NUM, NUM), table, re.M)
-                       for x in [x[1]]]
-            self.assertEqual(len(printed), len(t))
-            for ms, ti in zip(printed, t):
-                self.assertAlmostEqual(ms, ti * 1e3, delta=0.0005 + 1e-9)
+            # the measured times are the table's
+            cols, _ = self.table(r"^all-reduce on %d ranks$" % p)
+            self.assertEqual(cols["time"], [v["y"] for v in pts])
 
     def test_overlap_measured_side_by_side(self):
         sid = self.by_spawn("ddp_buckets_main")[0]
-        tables = self.spawn_markdown(sid, r"^Overlap, measured: one DDP step on (\d) ranks \((\w+)\), (\d+) examples per "
-                                          r"rank, slowest rank, median of (\d+) steps each:")
+        tables = [(s, r) for s, r in self.tables(r"^Overlap, measured: ") if s["spawn"] == sid]
         self.assertEqual(len(tables), 1, "one table, from rank 0")
-        rank, m, text = tables[0]
-        self.assertEqual(rank, 0)
+        step, table = tables[0]
+        self.assertEqual(step["rank"], 0)
+        m = re.match(r"^Overlap, measured: one DDP step on (\d) ranks \((\w+)\), (\d+) examples per "
+                     r"rank, slowest rank, median of (\d+) steps each$", table["caption"])
         c = self.config()
         backend = [s["backend"] for s in self.trace["spawns"] if s["id"] == sid][0]
         self.assertEqual((int(m.group(1)), m.group(2), int(m.group(3))), (4, backend, c["batch"] // 4))
-        rows = re.findall(r"^\| ([^|]+) \| %s \|$" % NUM, text, re.M)
+        self.assertEqual([(c["name"], c.get("unit")) for c in table["columns"]], [("step", None), ("time", "ms")])
+        rows = table["rows"]
         self.assertEqual([r[0] for r in rows], [
             "forward + backward, no all-reduce (the compute alone)",
             "blocking all-reduce of each bucket after backward",
             "async all-reduce of each bucket started during backward"])
-        compute, blocking, overlapped = (float(r[1]) for r in rows)
+        compute, blocking, overlapped = (r[1] for r in rows)
         for t in (compute, blocking, overlapped):
             self.assertTrue(math.isfinite(t) and t > 0, rows)
         said = [x for x in self.spawn_markdown(sid, r"^Overlap speed-up \(blocking / async\): %s ms / %s ms = %s\. "
@@ -829,12 +837,11 @@ class Lecture08(Run, Numbers, unittest.TestCase):
                                                % (NUM, NUM, NUM, NUM, NUM))]
         self.assertEqual(len(said), 1)
         g = said[0][1].groups()
-        # the sentence repeats the table's figures, and its arithmetic holds
-        # to the printed digits (each figure rounded to 0.01 ms or 0.01)
-        self.assertEqual((float(g[0]), float(g[1]), float(g[4])), (blocking, overlapped, compute))
-        self.assertAlmostEqual(float(g[2]), blocking / overlapped,
-                               delta=0.005 + 0.005 * (1 / overlapped + blocking / overlapped ** 2) + 1e-9)
-        self.assertAlmostEqual(float(g[3]), blocking - compute, delta=0.01 + 1e-9)
+        # the sentence repeats the table's values (to 0.01 ms) and its
+        # arithmetic on them (to the printed 0.01)
+        self.assertEqual((g[0], g[1], g[4]), tuple("%.2f" % v for v in (blocking, overlapped, compute)))
+        self.assertAlmostEqual(float(g[2]), blocking / overlapped, delta=0.005 + 1e-9)
+        self.assertAlmostEqual(float(g[3]), blocking - compute, delta=0.005 + 1e-9)
         if backend == "nccl":
             # a communication stream beside the compute stream: the async
             # step must win there (GPU path unverified so far)

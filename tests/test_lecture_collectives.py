@@ -113,6 +113,11 @@ class LectureCollectives(unittest.TestCase):
         """(step, rendering) of every rendering of this kind, in order."""
         return [(s, r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == kind]
 
+    def tables(self, caption, rank=None):
+        """(step, match of the caption, rendering) of every table() whose caption matches."""
+        return [(s, m, r) for s, r in self.renderings("table")
+                if rank is None or s["rank"] == rank for m in [re.search(caption, r.get("caption", ""))] if m]
+
     def markdown(self, pattern, rank=None):
         out = []
         for s, r in self.renderings("markdown"):
@@ -198,15 +203,15 @@ class LectureCollectives(unittest.TestCase):
 
     def test_hand_built_all_reduces(self):
         seen = []
-        for _, m in self.markdown(r"^\*\*([^*]+)\*\*, D = (\d+) floats on (\d+) ranks; result [^\n]*\n\n(.*)", rank=0):
+        for _, m, table in self.tables(r"^(.+), D = (\d+) floats on (\d+) ranks; result ", rank=0):
             name, d, n = m.group(1), int(m.group(2)), int(m.group(3))
-            rows = re.findall(r"^\| (\d+) \| (\d+) \| (\d+) \| ([^ |]+) \|$", m.group(4), re.M)
-            self.assertEqual([int(r[0]) for r in rows], list(range(n)), name)
+            rows = table["rows"]
+            self.assertEqual([r[0] for r in rows], list(range(n)), name)
             for rank, steps, sent, diff in rows:
                 # whole-number inputs: every order of additions is exact, so
                 # equality with dist_all_reduce is exact too
-                self.assertEqual(float(diff), 0.0, "%s differs from dist_all_reduce on rank %s" % (name, rank))
-                self.assertEqual((int(steps), int(sent)), expected_tally(name, int(rank), n, d),
+                self.assertEqual(diff, 0.0, "%s differs from dist_all_reduce on rank %s" % (name, rank))
+                self.assertEqual((steps, sent), expected_tally(name, rank, n, d),
                                  "%s rank %s: steps, bytes" % (name, rank))
             seen.append(name)
         self.assertEqual(seen, ALGORITHMS)
@@ -235,29 +240,31 @@ class LectureCollectives(unittest.TestCase):
         self.assertTrue(lo - 0.5 <= float(pred[0][1].group(1)) <= hi + 0.5, (lo, pred[0][1].group(1), hi))
 
     def sweep(self):
-        m = self.markdown(r"^\| bytes \| ring \(us\) \| tree \(us\) \| faster \|[^\n]*\n[^\n]*\n(.*)")
+        """The sweep table's rows: bytes, ring (us), tree (us), faster, model: ring, model: tree."""
+        m = self.tables(r"^all-reduce on 4 ranks: ring against tree$")
         self.assertEqual(len(m), 1)
-        return re.findall(r"^\| (\d+) \| ([0-9.]+) \| ([0-9.]+) \| (ring|tree) \| ([0-9.]+) \| ([0-9.]+) \|$",
-                          m[0][1].group(1), re.M)
+        table = m[0][2]
+        self.assertEqual([(c["name"], c.get("unit")) for c in table["columns"]],
+                         [("bytes", None), ("ring", "us"), ("tree", "us"), ("faster", None),
+                          ("model: ring", "us"), ("model: tree", "us")])
+        return table["rows"]
 
     def test_sweep_model_and_measured_crossover(self):
         a_s, b_s = self.alpha_beta()
         alpha, beta, n = float(a_s), float(b_s), 4
         rows = self.sweep()
         self.assertGreaterEqual(len(rows), 3)
-        for size, ring, tree, faster, ring_model, tree_model in rows:
-            b = float(size)
-            self.assertEqual(faster, "tree" if float(tree) < float(ring) else "ring")
+        for b, ring, tree, faster, ring_model, tree_model in rows:
+            self.assertEqual(faster, "tree" if tree < ring else "ring")
             # the model columns from alpha and beta; tolerance: alpha and
-            # beta's 4 printed digits (relative 1e-3) and the 0.05 us of the
-            # column's own rounding
-            for printed, want in ((ring_model, 2 * (n - 1) * (alpha + beta * b / n) * 1e6),
-                                  (tree_model, 2 * math.log2(n) * (alpha + beta * b) * 1e6)):
-                self.assertAlmostEqual(float(printed), want, delta=1e-3 * want + 0.051)
+            # beta as the note prints them, to 4 digits (relative 1e-3)
+            for value, want in ((ring_model, 2 * (n - 1) * (alpha + beta * b / n) * 1e6),
+                                (tree_model, 2 * math.log2(n) * (alpha + beta * b) * 1e6)):
+                self.assertAlmostEqual(value, want, delta=1e-3 * want + 1e-9)
         measured = self.markdown(r"^measured: (.*)")
         self.assertEqual(len(measured), 1)
         text = measured[0][1].group(1)
-        ring_wins = [float(r[1]) < float(r[2]) for r in rows]
+        ring_wins = [r[1] < r[2] for r in rows]
         if not ring_wins[-1]:
             self.assertIn("the tree was faster even at the largest swept size", text)
         elif all(ring_wins):
@@ -266,7 +273,7 @@ class LectureCollectives(unittest.TestCase):
             first = len(rows) - 1
             while first > 0 and ring_wins[first - 1]:
                 first -= 1
-            self.assertIn("the ring was faster from %s bytes on" % rows[first][0], text)
+            self.assertIn("the ring was faster from %.0f bytes on" % rows[first][0], text)
 
     def test_plot_is_vega_lite_v6_with_four_series(self):
         plots = self.renderings("plot")
@@ -275,7 +282,12 @@ class LectureCollectives(unittest.TestCase):
         self.assertIn("/v6", spec["$schema"])
         series = {v["series"] for v in spec["data"]["values"]}
         self.assertEqual(series, {"ring measured", "tree measured", "ring model", "tree model"})
-        self.assertEqual(len(spec["data"]["values"]), 4 * len(self.sweep()))
+        rows = self.sweep()
+        self.assertEqual(len(spec["data"]["values"]), 4 * len(rows))
+        # the chart plots the table's values
+        for k, name in ((1, "ring measured"), (2, "tree measured"), (4, "ring model"), (5, "tree model")):
+            self.assertEqual([(v["x"], v["y"]) for v in spec["data"]["values"] if v["series"] == name],
+                             [(r[0], r[k]) for r in rows], name)
 
     def test_diagrams(self):
         srcs = [r.get("src") or r.get("data") for _, r in self.renderings("image")]

@@ -11,6 +11,7 @@ traces/lecture_ddp.json, made from the current source.
     /usr/bin/python3 tests/test_lecture_ddp.py
 """
 import json
+import math
 import os
 import re
 import subprocess
@@ -280,29 +281,31 @@ class LectureDDP(unittest.TestCase):
     # ---- measurements ----
 
     def test_bucket_sweep(self):
-        tables = [md for md in self.markdown() if md.startswith("| layers per bucket | buckets |")]
+        tables = [r for s in self.trace["steps"] for r in s["renderings"]
+                  if r["type"] == "table" and r.get("caption") == "DDP step against bucket size"]
         self.assertEqual(len(tables), 1)
-        rows = re.findall(r"^\| (\d+) \| (\d+) \| %s \| %s \| %s \|$" % (NUM, NUM, NUM), tables[0], re.M)
+        self.assertEqual([(c["name"], c.get("unit")) for c in tables[0]["columns"]],
+                         [("layers per bucket", None), ("buckets", None), ("bucket size", "MB"), ("step", "ms"),
+                          ("waiting for buckets", "ms")])
+        rows = tables[0]["rows"]
         m = re.search(r"A bigger model for timing: (\d+) layers of (\d+) x", "\n".join(self.markdown()))
         layers, width = int(m.group(1)), int(m.group(2))
-        self.assertEqual([int(r[0]) for r in rows], [1, 2, 4, layers])   # per parameter, a few, one for all
+        self.assertEqual([r[0] for r in rows], [1, 2, 4, layers])   # per parameter, a few, one for all
         for per, buckets, mb, step, wait in rows:
-            self.assertEqual(int(buckets), -(-layers // int(per)))
-            self.assertAlmostEqual(float(mb), int(per) * width * width * 4 / 1e6, delta=half_unit(mb))
-            self.assertGreater(float(step), 0)
-            self.assertGreaterEqual(float(wait), 0)
+            self.assertEqual(buckets, -(-layers // per))
+            self.assertTrue(math.isclose(mb, per * width * width * 4 / 1e6, rel_tol=1e-12))
+            self.assertGreater(step, 0)
+            self.assertGreaterEqual(wait, 0)
             # Waiting is part of the step (both the slowest rank's medians,
-            # possibly of different ranks: allow the printed rounding).
-            self.assertLessEqual(float(wait), float(step) + half_unit(step))
+            # possibly of different ranks, each as float32 over the ranks).
+            self.assertLessEqual(wait, step * (1 + 1e-6))
         plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"]
         self.assertEqual(len(plots), 1)
         spec = plots[0]
         self.assertIn("vega-lite/v6", spec["$schema"])
-        points = spec["data"]["values"]
-        self.assertEqual([p["buckets"] for p in points], [int(r[1]) for r in rows])
-        for p, r in zip(points, rows):
-            self.assertGreater(p["step_ms"], 0)
-            self.assertAlmostEqual(p["step_ms"], float(r[3]), delta=half_unit(r[3]) + 1e-4)
+        self.assertEqual((spec["encoding"]["x"]["title"], spec["encoding"]["y"]["title"]), ("buckets", "step (ms)"))
+        # the chart plots the table's values
+        self.assertEqual([(p["x"], p["y"]) for p in spec["data"]["values"]], [(r[1], r[3]) for r in rows])
 
     def test_straggler_makes_every_rank_wait(self):
         m = re.search(r"Here rank (\d) of (\d) sleeps (\d+) ms more", "\n".join(self.markdown()))

@@ -212,6 +212,7 @@
       L.setSpawnView(b.closest('.spawn'), b.getAttribute('data-view'));
       return S.mode === 'read' ? L.readMark(false) : L.applyMarks();
     }
+    if (c.contains('tsort')) return L.sortTable(b);
     if (c.contains('zoom')) return L.zoom(b.querySelector('img'));
     if (c.contains('load-img')) {
       var img = document.createElement('img');

@@ -95,6 +95,8 @@
           '<span class="plot-wait">plot</span></figure>';
       case 'check':
         return checkHTML(r);
+      case 'table':
+        return tableHTML(r, i, j);
       case 'warning':
         return '<div class="r-warning"><div class="warn-h"><strong>Warning</strong> · ' + esc(whereText(i)) + '</div>' +
           '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';
@@ -107,6 +109,70 @@
       default:
         return '<div class="r-unknown">unknown rendering type ' + esc(JSON.stringify(r.type)) + '</div>';
     }
+  };
+
+  // A table(): the values are data. A cell shows its text (the value
+  // through the column's format) and sorts by its value: numbers as
+  // numbers, text as text, a missing number (NaN in the lecture) last. Each
+  // header is a button (click, Enter or Space) cycling the column's order
+  // ascending, descending, as recorded; aria-sort says which.
+  var tableSort = {};   // 'step:rendering' -> {col, dir}
+  function cellText(r, row, c) {
+    var d = Array.isArray(r.display) && Array.isArray(r.display[row]) ? r.display[row][c] : undefined;
+    if (d != null) return String(d);
+    var v = r.rows[row][c];
+    return v == null ? '' : String(v);
+  }
+  function tableOrder(r, st) {
+    var order = r.rows.map(function (_, k) { return k; });
+    if (!st) return order;
+    order.sort(function (a, b) {
+      var x = r.rows[a][st.col], y = r.rows[b][st.col];
+      var xm = x == null || x === '', ym = y == null || y === '';
+      if (xm || ym) return xm === ym ? a - b : xm ? 1 : -1;   // missing values last either way
+      var d = typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y));
+      return (d || a - b) * (d ? st.dir : 1);
+    });
+    return order;
+  }
+  function tableHTML(r, i, j) {
+    var cols = Array.isArray(r.columns) ? r.columns : [];
+    if (!cols.length || !Array.isArray(r.rows)) return '<div class="r-unknown">a table with no columns or rows</div>';
+    var st = tableSort[i + ':' + j], h = '<div class="r-table-wrap"><table class="r-table" data-s="' + i + '" data-r="' + j + '">';
+    if (typeof r.caption === 'string' && r.caption) h += '<caption>' + esc(r.caption) + '</caption>';
+    h += '<thead><tr>';
+    cols.forEach(function (c, k) {
+      var num = c && c.kind === 'number', name = c && c.name != null ? String(c.name) : 'column ' + (k + 1);
+      var sort = st && st.col === k ? (st.dir > 0 ? 'ascending' : 'descending') : 'none';
+      h += '<th scope="col"' + (num ? ' class="num"' : '') + ' aria-sort="' + sort + '"><button type="button" class="tsort" data-col="' +
+        k + '">' + esc(name) + (c && c.unit ? ' <span class="unit">(' + esc(c.unit) + ')</span>' : '') +
+        '<span class="sort-mark" aria-hidden="true">' + (sort === 'ascending' ? ' ▲' : sort === 'descending' ? ' ▼' : ' ↕') +
+        '</span></button></th>';
+    });
+    h += '</tr></thead><tbody>';
+    tableOrder(r, st).forEach(function (row) {
+      if (!Array.isArray(r.rows[row])) return;
+      h += '<tr>';
+      for (var k = 0; k < cols.length; k++)
+        h += '<td' + (cols[k] && cols[k].kind === 'number' ? ' class="num"' : '') + '>' + esc(cellText(r, row, k)) + '</td>';
+      h += '</tr>';
+    });
+    return h + '</tbody></table></div>';
+  }
+  // A header's button: next order for its column, the table drawn again in
+  // place, the focus kept on the same header.
+  L.sortTable = function (b) {
+    var t = b.closest('table.r-table'), i = +t.getAttribute('data-s'), j = +t.getAttribute('data-r');
+    var col = +b.getAttribute('data-col'), key = i + ':' + j, st = tableSort[key];
+    if (!st || st.col !== col) tableSort[key] = { col: col, dir: 1 };
+    else if (st.dir > 0) st.dir = -1;
+    else delete tableSort[key];
+    var r = L.T.steps[i].renderings[j], box = document.createElement('div');
+    box.innerHTML = tableHTML(r, i, j);
+    var fresh = box.firstChild;
+    t.parentNode.replaceWith(fresh);
+    var nb = fresh.querySelector('button[data-col="' + col + '"]');
+    if (nb) nb.focus();
   };
 
   // A check as a badge (passed or failed, in words as well as colour), what

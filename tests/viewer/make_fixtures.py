@@ -183,6 +183,22 @@ def media():
     return tr.t
 
 
+def tables():
+    p = "lectures/tables.c"
+    tr = Trace("tables", [p])
+    top = lambda snip: frame(p, "body", snip)
+    tr.step([top('note("# A table")')], md("# A table", "<h1>A table</h1>\n"))
+    rows = [["all-reduce", 4, 2.5], ["broadcast", 16, 10.25], ["reduce-scatter", 1, 0.75]]
+    tr.step([top("table_show(t);")], {
+        "type": "table", "caption": "all-reduce on 4 ranks",
+        "columns": [{"name": "operation", "format": "%s", "kind": "text"},
+                    {"name": "size", "unit": "MiB", "format": "%g", "kind": "number"},
+                    {"name": "busbw", "unit": "GB/s", "format": "%.2f", "kind": "number"}],
+        "rows": rows, "display": [[r[0], "%g" % r[1], "%.2f" % r[2]] for r in rows]})
+    tr.step([top('note("The end')], md("The end.", "<p>The end.</p>\n"))
+    return tr.t
+
+
 # What a hostile trace tries to run: it renames the page, counts itself in a
 # global and calls alert(). The tests watch all three.
 PAY = "document.title='PWNED';top.__pwned=(top.__pwned||0)+1;alert('PWNED')"
@@ -363,6 +379,7 @@ def main():
     write(out, "multi.failed", multi_failed(m))
     write(out, "hostile", hostile())
     write(out, "media", media())
+    write(out, "tables", tables())
     write(out, "checks", checks())
     write(out, "expected", expected())
     # Broken traces: each must give a clear message in the page.

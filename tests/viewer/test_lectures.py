@@ -523,6 +523,30 @@ class TestPanels(LectureCase):
         self.assertEqual([m for m in logs if "Vega-Lite" in m or "SEVERE" in m], [])
 
 
+    def test_lecture_08_tables_and_charts(self):
+        """lecture_08's table() results are tables the reader can sort; its
+        chart_show() charts (lines on log axes, a timeline) draw cleanly."""
+        t = self.trace("lecture_08")
+        i = self.find_step("lecture_08", lambda s: any(r["type"] == "table" and r.get("caption") == "all-reduce on 2 ranks"
+                                                       for r in s["renderings"]))
+        self.open_lecture("lecture_08", "&step=%d" % (i + 1))
+        rows = self.d.find_elements(By.CSS_SELECTOR, ".cur-item table.r-table tbody tr")
+        self.assertEqual(len(rows), len(t["steps"][i]["renderings"][0]["rows"]))
+        heads = [b.text for b in self.d.find_elements(By.CSS_SELECTOR, ".cur-item table.r-table th button")]
+        self.assertTrue(heads[1].startswith("time (ms)"), heads)
+        if not base.HAVE_NPM:
+            self.skipTest("node_modules/ missing (npm ci)")
+        for title in ("busbw on 2 ranks", "all-reduce on 2 ranks: measured", "GPipe timeline, 2 stages"):
+            with self.subTest(title=title):
+                j = self.find_step("lecture_08", lambda s: any(r["type"] == "plot" and r["spec"].get("title", "").startswith(title)
+                                                               for r in s["renderings"]))
+                self.d.get_log("browser")
+                self.open_lecture("lecture_08", "&step=%d" % (j + 1))
+                WebDriverWait(self.d, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".cur-item .r-plot svg"))
+                logs = [e["message"] for e in self.d.get_log("browser")]
+                self.assertEqual([m for m in logs if "Vega-Lite" in m or "SEVERE" in m or "WARN" in m], [])
+
+
 class TestMedia(LectureCase):
 
     def test_figures_and_links(self):
@@ -574,7 +598,8 @@ class TestAccessibility(LectureCase):
         t = self.trace(name)
         picks = [0, len(t["steps"]) - 1]
         for pred in (lambda s: "|---" in text_of(s), lambda s: s["rank"] is not None,
-                     lambda s: any(r["type"] in ("plot", "image") for r in s["renderings"])):
+                     lambda s: any(r["type"] in ("plot", "image") for r in s["renderings"]),
+                     lambda s: any(r["type"] == "table" for r in s["renderings"])):
             picks += [i for i, s in enumerate(t["steps"]) if pred(s)][:1]
         return sorted(set(picks))
 

@@ -1,0 +1,50 @@
+/*
+ * collective_bench.h: timing collectives and reading the times, for
+ * lecture_08's benchmarking section: one warm-up then trials in a row, the
+ * mean over ranks, algbw and busbw as nccl-tests defines them, the
+ * alpha-beta cost model fitted to the times.
+ */
+#ifndef LECTERN_COLLECTIVE_BENCH_H
+#define LECTERN_COLLECTIVE_BENCH_H
+
+#include <stdint.h>
+
+#include "lectern.h"
+
+#define MAX_SIZES 8   /* message sizes one benchmark runs */
+
+/* One row of results. */
+typedef struct bench_result {
+    double bytes, seconds, algbw, busbw;
+} bench_result;
+
+/* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n/(p beta)),
+ * fitted to measured times: t = A + B n is linear in A = 2(p-1) alpha and
+ * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
+ * divided by its t), so a 4 KiB message weighs as much as a 16 MiB one. A
+ * negative A (times that grow faster than linearly, as on an oversubscribed
+ * CPU) is not a latency: then A = 0 and B is fitted alone; a B <= 0
+ * (times that do not grow with size, noise on a busy machine) likewise
+ * gives B = 0 and A alone. `clamped` says which. */
+typedef struct cost_model {
+    double alpha, beta;           /* seconds; bytes per second (infinite: not resolved) */
+    double rms_error, max_error;  /* relative, over the sizes fitted */
+    int clamped;                  /* 1: alpha held at 0; 2: 1/beta held at 0 */
+} cost_model;
+
+/* The model's time for an all-reduce of `bytes` on p ranks. */
+double model_seconds(const cost_model *m, double bytes, int p);
+/* alpha and beta fitted to n measured all-reduce times on p ranks. */
+cost_model fit_cost_model(const bench_result *r, int n, int p);
+
+/* The mean over the spawn's ranks of a per-rank number, by all-reduce. */
+double mean_over_ranks(double value, int device);
+/* Seconds per all-reduce of `bytes`: one warm-up, then `trials` in a row,
+ * the collective alone (a timed region), averaged over the ranks. */
+double time_all_reduce(int64_t bytes, int trials, int device);
+/* Seconds per reduce-scatter whose whole input is `bytes`, likewise. */
+double time_reduce_scatter(int64_t bytes, int trials, int world_size, int device);
+/* A row of results: algbw = bytes / seconds, busbw = algbw * bus_factor. */
+bench_result bandwidths(int64_t bytes, double seconds, double bus_factor);
+
+#endif
