@@ -1,0 +1,29 @@
+/* Fixture: one spawn whose ranks may sit on two hosts (tests/test_two_hosts.py).
+ * Each rank notes the host it runs on and the sum an all-reduce gave it; the
+ * second spawn reuses the pool. */
+#include <unistd.h>
+
+#include "lectern.h"
+
+static void worker(int rank, int world_size, void *p) {
+    (void)p;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    /* Rank r holds r+1 in each of 4 elements: the sum is n(n+1)/2. */
+    tensor *t = zeros(4, 0, get_device(rank));
+    fill_(t, (float)(rank + 1));
+    dist_all_reduce(t, DIST_SUM);
+    note("rank %d/%d on %s: sum %g %g %g %g", rank, world_size, host, item(t, 0), item(t, 1), item(t, 2),
+         item(t, 3));
+    tensor_free(t);
+}
+
+static void body(void) {
+    note("before the first spawn");
+    spawn(worker, 8, NULL, 0);
+    note("between the spawns");
+    spawn(worker, 8, NULL, 0);
+    note("after the spawns");
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
