@@ -218,6 +218,7 @@ class TwoHosts(unittest.TestCase):
         rc, out, err = self.finish(self.start(), timeout=120)
         seconds = time.monotonic() - t0
         sys.stderr.write("[stopped host reported in %.1f s] " % seconds)
+        if os.environ.get("TWO_HOSTS_SHOW"): sys.stderr.write(err)
         self.assertNotEqual(rc, 0, err)
         self.assertLess(seconds, 30, err)
         self.assertIn("spawn of 8 ranks failed", err)
