@@ -19,6 +19,7 @@ skips saying which is missing otherwise. Alone:
     python3 tests/test_two_hosts.py -v
 """
 import glob
+import json
 import os
 import re
 import shutil
@@ -218,7 +219,6 @@ class TwoHosts(unittest.TestCase):
         rc, out, err = self.finish(self.start(), timeout=120)
         seconds = time.monotonic() - t0
         sys.stderr.write("[stopped host reported in %.1f s] " % seconds)
-        if os.environ.get("TWO_HOSTS_SHOW"): sys.stderr.write(err)
         self.assertNotEqual(rc, 0, err)
         self.assertLess(seconds, 30, err)
         self.assertIn("spawn of 8 ranks failed", err)
@@ -231,7 +231,7 @@ class TwoHosts(unittest.TestCase):
         line = tracecheck.line_of(os.path.join(tracecheck.ROOT, "tests", "lectures", "two_hosts_fixture.c"),
                                   "spawn(worker, 8")
         self.assertEqual(trace["steps"][-1]["stack"][-1]["line"], line, "stops at the spawn line")
-        self.assertIn(ADDR_B, texts[-1] + json_text(trace["steps"][-1]))
+        self.assertIn(ADDR_B, json.dumps(trace["steps"][-1]), "the error step names the host")
 
     def test_3_no_token_no_entry(self):
         p = self.start()
@@ -257,10 +257,28 @@ class TwoHosts(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.check_ranks(tracecheck.load(os.path.join(self.out, "two_hosts_fixture.json")))
 
+    def test_4_lecture_08_across_hosts(self):
+        # Two slots a host: lecture_08's spawns of 4 ranks put 2 on each.
+        hosts = os.path.join(self.out, "hosts2")
+        with open(hosts, "w") as f:
+            f.write("%s slots=2\n%s slots=2\n" % (ADDR_A, ADDR_B))
+        binary = tracecheck.built("lectures", "lecture_08")
+        env = dict(os.environ, LECTERN_HOSTFILE=hosts, LECTERN_LECTURE_HOST=ADDR_A,
+                   OMPI_MCA_plm_rsh_agent="ssh", OMPI_MCA_plm_rsh_args=self.ssh_args)
+        logins = sshd_logins(self.tmp)
+        t0 = time.monotonic()
+        p = subprocess.run(["ip", "netns", "exec", NS_A, binary, "--quick", "--quiet", "--out", self.out],
+                           env=env, capture_output=True, text=True, timeout=600)
+        sys.stderr.write("[lecture_08 --quick across the hosts: %.1f s] " % (time.monotonic() - t0))
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        tracecheck.validate(os.path.join(self.out, "lecture_08.json"))
+        self.assertGreater(sshd_logins(self.tmp), logins, "mpirun logged in to the second host")
 
-def json_text(step):
-    import json
-    return json.dumps(step)
+
+def sshd_logins(folder):
+    """How many logins the second host's sshd has accepted (its log)."""
+    with open(os.path.join(folder, "sshd.log")) as f:
+        return f.read().count("Accepted publickey")
 
 
 def lecture_port():
