@@ -1,6 +1,11 @@
 /* Fixture: one spawn whose ranks may sit on two hosts (tests/test_two_hosts.py).
  * Each rank notes the host it runs on and the sum an all-reduce gave it; the
- * second spawn reuses the pool. */
+ * second spawn reuses the pool. With TWO_HOSTS_PAUSE=FILE set, the lecture
+ * creates FILE.waiting between the spawns and waits (at most 60 s) for FILE,
+ * so that the test can stop a host while the pool is up. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "lectern.h"
@@ -22,6 +27,15 @@ static void body(void) {
     note("before the first spawn");
     spawn(worker, 8, NULL, 0);
     note("between the spawns");
+    const char *flag = getenv("TWO_HOSTS_PAUSE");
+    if (flag && *flag && strlen(flag) < 4000) {
+        char waiting[4096];
+        strcpy(waiting, flag);
+        strcat(waiting, ".waiting");
+        int fd = open(waiting, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0) close(fd);
+        for (int i = 0; i < 1200 && access(flag, F_OK) != 0; i++) usleep(50000);
+    }
     spawn(worker, 8, NULL, 0);
     note("after the spawns");
 }
