@@ -12,7 +12,10 @@ ranks connect back to the lecture over TCP (docs/multinode.md).
 Checks: 8 ranks, 4 on each host, all-reduce to the right sum; a host that
 stopped answering makes the spawn fail within 30 s with an error naming it,
 the trace until then kept; a connection to the lecture's port from the other
-host with a forged hello (a wrong token) is closed and the spawn goes on.
+host with a forged hello (a wrong token) is closed and the spawn goes on;
+lecture_08 --quick across the two hosts passes (not in make test's quick
+scope). A host lost while the pool is up is not reported by the lecture yet:
+that case is skipped unless LECTERN_TWO_HOSTS_LOST=1 (its skip says why).
 
 Needs root, `ip netns`, unshare and /usr/sbin/sshd (Debian: openssh-server);
 skips saying which is missing otherwise. Alone:
@@ -310,6 +313,8 @@ class TwoHosts(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.check_ranks(tracecheck.load(os.path.join(self.out, "two_hosts_fixture.json")))
 
+    @unittest.skipIf(os.environ.get("LECTERN_TEST_SCOPE") == "quick",
+                     "lecture_08 across the two hosts (half a minute to minutes) runs in make test-all")
     def test_4_lecture_08_across_hosts(self):
         # Two slots a host: lecture_08's spawns of 4 ranks put 2 on each.
         hosts = os.path.join(self.out, "hosts2")
