@@ -84,14 +84,18 @@ def kill_namespace(ns):
 
 
 def remove_stale_namespaces():
-    """Namespaces of an earlier run of this test that died before cleaning
-    up (their pid is gone)."""
+    """Namespaces (and the processes left in them) and temp folders of an
+    earlier run of this test that died before cleaning up (its pid is gone)."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for line in out.splitlines():
         name = line.split()[0] if line.split() else ""
         m = re.match(re.escape(PREFIX) + r"[a-z]+-(\d+)$", name)
         if m and not os.path.exists("/proc/%s" % m.group(1)):
             kill_namespace(name)
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), "lectern-test-two-hosts-*")):
+        m = re.match(r"lectern-test-two-hosts-(\d+)-", os.path.basename(folder))
+        if m and not os.path.exists("/proc/%s" % m.group(1)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class TwoHosts(unittest.TestCase):
@@ -101,7 +105,7 @@ class TwoHosts(unittest.TestCase):
         if reason:
             raise unittest.SkipTest(reason)
         remove_stale_namespaces()
-        cls.tmp = tempfile.mkdtemp(prefix="lectern-test-two-hosts-")
+        cls.tmp = tempfile.mkdtemp(prefix="lectern-test-two-hosts-%d-" % os.getpid())
         cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
         # Namespaces and the veth pair; deleting the namespaces removes both ends.
         for ns in (NS_A, NS_B):
