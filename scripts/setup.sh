@@ -17,9 +17,11 @@ PACKAGES=(build-essential pkg-config
           libopenmpi-dev openmpi-bin libcjson-dev libmd4c-dev libmd4c-html0-dev
           libdw-dev libelf-dev libopenblas-dev hwloc python3
           nodejs npm)
-# Tests: cmocka, the schema validator, Chromium and its driver for the viewer.
+# Tests: cmocka, the schema validator, Chromium and its driver for the viewer,
+# sshd for the second host of tests/test_two_hosts.py.
 if [ "$mode" = test ]; then
-    PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-driver python3-selenium gcovr clang-format)
+    PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-driver python3-selenium gcovr clang-format
+               openssh-server)
 fi
 
 missing=()
