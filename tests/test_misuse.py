@@ -26,7 +26,10 @@ HEADER = os.path.join(ROOT, "runtime", "lectern.h")
 # Functions whose NULL is not a mistake: like free(NULL), they do nothing.
 NULL_IS_FINE = {"tensor_free.t", "adamw_free.opt", "see.title",
                 "check_close.what",          # a check without a name is called "check_close"
-                "lecture_option.fallback"}   # no fallback: NULL when the option is not given
+                "lecture_option.fallback",   # no fallback: NULL when the option is not given
+                # no caption, title, unit, axis label or span label
+                "table_new.caption_fmt", "table_column.unit", "chart_new.x_label", "chart_new.y_label",
+                "chart_new.title_fmt", "chart_span.label"}
 # Not callable from a lecture's body: it is the lecture's main.
 NOT_A_CASE = {"lecture_main"}
 POINTER_TYPEDEFS = {"spawn_fn"}

@@ -185,6 +185,33 @@ typedef struct fixture_case {
     void (*run)(void);
 } fixture_case;
 
+/* table() and the charts: a NULL table or chart, name or format is an error
+ * at the line; a NULL caption, title, unit, axis label or span label means
+ * "none". Each case shows what it built, so nothing is left allocated. */
+static const double XS[2] = {1, 2}, YS[2] = {3, 4};
+static void c_table_new(void) { table_t *t = table_new(NUL); table_column(t, "x", "", "%d"); table_row(t, 1); table_show(t); }
+static void c_table_column_t(void) { table_column(NUL, "x", "", "%d"); }
+static void c_table_column_name(void) { table_t *t = table_new("c"); table_column(t, NUL, "", "%d"); table_show(t); }
+static void c_table_column_unit(void) { table_t *t = table_new("c"); table_column(t, "x", NUL, "%d"); table_row(t, 1); table_show(t); }
+static void c_table_column_format(void) { table_t *t = table_new("c"); table_column(t, "x", "", NUL); table_show(t); }
+static void c_table_row(void) { table_row(NUL, 1); }
+static void c_table_show(void) { table_show(NUL); }
+static void fine_chart(chart_t *c) { chart_line(c, "s", XS, YS, 2); chart_show(c); }
+static void c_chart_new_x(void) { fine_chart(chart_new(NUL, "y", "t")); }
+static void c_chart_new_y(void) { fine_chart(chart_new("x", NUL, "t")); }
+static void c_chart_new_title(void) { fine_chart(chart_new("x", "y", NUL)); }
+static void c_chart_log_x(void) { chart_log_x(NUL, 10); }
+static void c_chart_log_y(void) { chart_log_y(NUL, 10); }
+static void c_chart_line_c(void) { chart_line(NUL, "s", XS, YS, 2); }
+static void c_chart_line_series(void) { chart_t *c = chart_new("x", "y", "t"); chart_line(c, NUL, XS, YS, 2); chart_show(c); }
+static void c_chart_line_xs(void) { chart_t *c = chart_new("x", "y", "t"); chart_line(c, "s", NUL, YS, 2); chart_show(c); }
+static void c_chart_line_ys(void) { chart_t *c = chart_new("x", "y", "t"); chart_line(c, "s", XS, NUL, 2); chart_show(c); }
+static void c_chart_span_c(void) { chart_span(NUL, "r", "s", "l", 0, 1); }
+static void c_chart_span_row(void) { chart_t *c = chart_new("x", "y", "t"); chart_span(c, NUL, "s", "l", 0, 1); chart_show(c); }
+static void c_chart_span_series(void) { chart_t *c = chart_new("x", "y", "t"); chart_span(c, "r", NUL, "l", 0, 1); chart_show(c); }
+static void c_chart_span_label(void) { chart_t *c = chart_new("x", "y", "t"); chart_span(c, "r", "s", NUL, 0, 1); chart_show(c); }
+static void c_chart_show(void) { chart_show(NUL); }
+
 static const fixture_case cases[] = {
     {"note.fmt", c_note},
     {"check_close.actual", c_check_close_actual},
@@ -258,6 +285,27 @@ static const fixture_case cases[] = {
     {"adamw_free.opt", c_adamw_free},
     {"tensor_str.t", c_tensor_str},
     {"summarize.t", c_summarize},
+    {"table_new.caption_fmt", c_table_new},
+    {"table_column.t", c_table_column_t},
+    {"table_column.name", c_table_column_name},
+    {"table_column.unit", c_table_column_unit},
+    {"table_column.format", c_table_column_format},
+    {"table_row.t", c_table_row},
+    {"table_show.t", c_table_show},
+    {"chart_new.x_label", c_chart_new_x},
+    {"chart_new.y_label", c_chart_new_y},
+    {"chart_new.title_fmt", c_chart_new_title},
+    {"chart_log_x.c", c_chart_log_x},
+    {"chart_log_y.c", c_chart_log_y},
+    {"chart_line.c", c_chart_line_c},
+    {"chart_line.series", c_chart_line_series},
+    {"chart_line.xs", c_chart_line_xs},
+    {"chart_line.ys", c_chart_line_ys},
+    {"chart_span.c", c_chart_span_c},
+    {"chart_span.row", c_chart_span_row},
+    {"chart_span.series", c_chart_span_series},
+    {"chart_span.label", c_chart_span_label},
+    {"chart_show.c", c_chart_show},
 };
 
 static void body(void) {
