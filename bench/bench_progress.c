@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "comm_progress.h"   /* lx_progress_set: on and off in one run */
+#include "comm/comm_progress.h"   /* lx_progress_set: on and off in one run */
 #include "lectern.h"
-#include "spawn_impl.h"      /* lx_rank_comm(): the slowest rank's time */
+#include "ranks/ranks.h"      /* lx_rank_comm(): the slowest rank's time */
 
 enum { RUNS = 5, LAT_REPS = 2000 };
 

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "spawn_impl.h"
+#include "ranks/ranks.h"
 
 #define STALL_SECONDS 2.0
 

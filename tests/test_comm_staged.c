@@ -47,7 +47,7 @@
 
 #include "lectern.h"
 #include "lecture_test.h"
-#include "spawn_impl.h"
+#include "comm/comm.h"
 
 enum { CHUNK = 5 };
 static const int64_t SIZES[] = {0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 17, 1000};

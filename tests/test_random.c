@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "lectern.h"
-#include "philox.h"
+#include "tensor/philox.h"
 
 /* ---------------- the raw generator ---------------- */
 

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "trace/trace.h"
 
 static char *read_all(const char *path) {
     FILE *f = fopen(path, "rb");
