@@ -32,44 +32,39 @@
 #include "ranks/ranks.h"
 
 static const lx_comm_ops *ops;    /* NULL outside a rank */
-static lx_backend backend;
-static int my_rank = 0, my_world = 1, my_device = -1;
+/* The one copy of this rank's world (comm.h): what lx_comm_start was given,
+ * back to the defaults at lx_comm_stop. */
+lx_world lx_the_world = {.rank = 0, .size = 1, .backend = LX_BACKEND_MPI, .device = -1, .comm = MPI_COMM_NULL};
 
 void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm comm) {
     lx_backend_error_set_rank_active(lx_comm_active);
-    backend = b;
-    my_rank = rank;
-    my_world = world_size;
-    my_device = device;
-    lx_agree_start(rank, world_size, comm);
+    lx_the_world = (lx_world){.rank = rank, .size = world_size, .backend = b, .device = device, .comm = comm};
+    lx_agree_start();
 #if LECTERN_NCCL
     if (b == LX_BACKEND_NCCL) {
-        ops = lx_comm_stats_wrap(lx_comm_nccl_start(rank, world_size, device, comm), rank, world_size);
+        ops = lx_comm_stats_wrap(lx_comm_nccl_start());
         return;
     }
 #endif
     if (b == LX_BACKEND_SHARED || b == LX_BACKEND_SHARED_CUDA_AWARE) {
 #ifdef LECTERN_CUDA
         if (device < 0) lx_fatal("rank %d of a spawn on shared GPUs sees no GPU (CUDA_VISIBLE_DEVICES?)", rank);
-        ops = lx_comm_stats_wrap(lx_comm_staged_start(rank, world_size, comm, lx_cuda_stage_copier(device),
-                                                      b == LX_BACKEND_SHARED_CUDA_AWARE),
-                                 rank, world_size);
+        ops = lx_comm_stats_wrap(lx_comm_staged_start(lx_cuda_stage_copier(device), b == LX_BACKEND_SHARED_CUDA_AWARE));
         return;
 #else
         lx_fatal("a spawn on shared GPUs reached a rank built without CUDA");
 #endif
     }
     if (b == LX_BACKEND_STAGED_HOST) {
-        ops = lx_comm_stats_wrap(lx_comm_staged_start(rank, world_size, comm, lx_stage_host_copier(), 0), rank,
-                                 world_size);
+        ops = lx_comm_stats_wrap(lx_comm_staged_start(lx_stage_host_copier(), 0));
         return;
     }
-    ops = lx_comm_stats_wrap(lx_comm_mpi_start(rank, world_size, comm), rank, world_size);
+    ops = lx_comm_stats_wrap(lx_comm_mpi_start());
 }
 
 /* 1 when this spawn's tensors live on GPUs. */
 static int on_device(void) {
-    return backend == LX_BACKEND_NCCL || backend == LX_BACKEND_SHARED || backend == LX_BACKEND_SHARED_CUDA_AWARE;
+    return lx_the_world.backend == LX_BACKEND_NCCL || lx_the_world.backend == LX_BACKEND_SHARED || lx_the_world.backend == LX_BACKEND_SHARED_CUDA_AWARE;
 }
 
 /* A pool rank runs many spawns: after one, it is back to "outside spawn". */
@@ -84,19 +79,16 @@ void lx_comm_stop(void) {
     if (ops) ops->stop();
     lx_agree_stop();
     ops = NULL;
-    backend = LX_BACKEND_MPI;
-    my_rank = 0;
-    my_world = 1;
-    my_device = -1;
+    lx_the_world = (lx_world){.rank = 0, .size = 1, .backend = LX_BACKEND_MPI, .device = -1, .comm = MPI_COMM_NULL};
 }
 
 int lx_comm_active(void) { return ops != NULL; }
 
-int dist_rank(void) { return my_rank; }
-int dist_world_size(void) { return my_world; }
+int dist_rank(void) { return lx_the_world.rank; }
+int dist_world_size(void) { return lx_the_world.size; }
 const char *dist_backend(void) {
     if (!ops) return "none";
-    return backend == LX_BACKEND_NCCL ? "nccl" : "mpi";
+    return lx_the_world.backend == LX_BACKEND_NCCL ? "nccl" : "mpi";
 }
 
 /* Outside spawn: the first GPU if there is one. In a rank: its own GPU under
@@ -106,9 +98,9 @@ const char *dist_backend(void) {
  * get_device() says where the tensors live. */
 int get_device(int rank) {
     if (!ops) return gpu_count() > 0 ? 0 : -1;
-    if (backend == LX_BACKEND_SHARED || backend == LX_BACKEND_SHARED_CUDA_AWARE) return rank == my_rank ? my_device : rank % gpu_count();
-    if (backend != LX_BACKEND_NCCL) return -1;
-    return rank == my_rank ? my_device : rank;
+    if (lx_the_world.backend == LX_BACKEND_SHARED || lx_the_world.backend == LX_BACKEND_SHARED_CUDA_AWARE) return rank == lx_the_world.rank ? lx_the_world.device : rank % gpu_count();
+    if (lx_the_world.backend != LX_BACKEND_NCCL) return -1;
+    return rank == lx_the_world.rank ? lx_the_world.device : rank;
 }
 
 /* ---- checks ---- */
@@ -135,24 +127,24 @@ static size_t check_tensor(const char *call, const char *what, const tensor *t) 
     if (want_device && t->device < 0)
         lx_fatal("%s(): %s is on the CPU, but this spawn's ranks compute on GPUs (%s): create it on "
                  "get_device(rank)",
-                 call, what, backend == LX_BACKEND_NCCL ? "NCCL" : "shared, Open MPI via host memory");
+                 call, what, lx_the_world.backend == LX_BACKEND_NCCL ? "NCCL" : "shared, Open MPI via host memory");
     if (!want_device && t->device >= 0)
         lx_fatal("%s(): %s is on %s, but this spawn runs Open MPI on host memory: create it on "
                  "get_device(rank) (the CPU here)",
                  call, what, where_name(t->device));
-    if (want_device && t->device != my_device)
-        lx_fatal("%s(): %s is on cuda:%d, but rank %d's GPU is cuda:%d", call, what, t->device, my_rank,
-                 my_device);
+    if (want_device && t->device != lx_the_world.device)
+        lx_fatal("%s(): %s is on cuda:%d, but rank %d's GPU is cuda:%d", call, what, t->device, lx_the_world.rank,
+                 lx_the_world.device);
     if (t->numel < 0 || t->numel > INT_MAX)
         lx_fatal("%s(): %s has %lld elements; at most %d per call", call, what, (long long)t->numel, INT_MAX);
     return (size_t)t->numel;
 }
 
 static void check_peer(const char *call, const char *what, int peer, int allow_self) {
-    if (peer < 0 || peer >= my_world)
-        lx_fatal("%s(): %s %d is not a rank of this world (0 to %d)", call, what, peer, my_world - 1);
-    if (!allow_self && peer == my_rank)
-        lx_fatal("%s(): rank %d cannot %s itself", call, my_rank,
+    if (peer < 0 || peer >= lx_the_world.size)
+        lx_fatal("%s(): %s %d is not a rank of this world (0 to %d)", call, what, peer, lx_the_world.size - 1);
+    if (!allow_self && peer == lx_the_world.rank)
+        lx_fatal("%s(): rank %d cannot %s itself", call, lx_the_world.rank,
                  what[0] == 'd' ? "send to" : "receive from");
 }
 
@@ -251,11 +243,11 @@ static size_t check_reduce_scatter(const char *call, tensor *output, const tenso
     size_t out_n = check_tensor(call, "output", output);
     size_t in_n = check_tensor(call, "input", input);
     check_op(call, op);
-    if (in_n != out_n * (size_t)my_world)
+    if (in_n != out_n * (size_t)lx_the_world.size)
         lx_fatal("%s(): input has %zu elements, output %zu: input must be world_size (%d) times output", call,
-                 in_n, out_n, my_world);
+                 in_n, out_n, lx_the_world.size);
     /* (empty tensors may both have no memory at all) */
-    if (my_world > 1 && out_n > 0 && overlap(output, input))
+    if (lx_the_world.size > 1 && out_n > 0 && overlap(output, input))
         same_memory(call, output, input);
     return out_n;
 }
@@ -264,10 +256,10 @@ static size_t check_reduce_scatter(const char *call, tensor *output, const tenso
 static size_t check_all_gather(const char *call, tensor *output, const tensor *input) {
     size_t out_n = check_tensor(call, "output", output);
     size_t in_n = check_tensor(call, "input", input);
-    if (out_n != in_n * (size_t)my_world)
+    if (out_n != in_n * (size_t)lx_the_world.size)
         lx_fatal("%s(): output has %zu elements, input %zu: output must be world_size (%d) times input", call,
-                 out_n, in_n, my_world);
-    if (my_world > 1 && in_n > 0 && overlap(output, input))
+                 out_n, in_n, lx_the_world.size);
+    if (lx_the_world.size > 1 && in_n > 0 && overlap(output, input))
         same_memory(call, input, output);
     return in_n;
 }
@@ -295,12 +287,12 @@ void dist_scatter(tensor *output, const tensor *input, int src) {
     check_peer("dist_scatter", "src", src, 1);
     size_t out_n = check_tensor("dist_scatter", "output", output);
     const float *in = NULL;
-    if (my_rank == src) {   /* only the source's input matters, as in torch */
+    if (lx_the_world.rank == src) {   /* only the source's input matters, as in torch */
         size_t in_n = check_tensor("dist_scatter", "input (on the src rank)", input);
-        if (in_n != out_n * (size_t)my_world)
+        if (in_n != out_n * (size_t)lx_the_world.size)
             lx_fatal("dist_scatter(): input has %zu elements, output %zu: input must be world_size (%d) "
                      "times output",
-                     in_n, out_n, my_world);
+                     in_n, out_n, lx_the_world.size);
         in = input->data;
     }
     call_site site;
@@ -314,12 +306,12 @@ void dist_gather(tensor *output, const tensor *input, int dst) {
     check_peer("dist_gather", "dst", dst, 1);
     size_t in_n = check_tensor("dist_gather", "input", input);
     float *out = NULL;
-    if (my_rank == dst) {
+    if (lx_the_world.rank == dst) {
         size_t out_n = check_tensor("dist_gather", "output (on the dst rank)", output);
-        if (out_n != in_n * (size_t)my_world)
+        if (out_n != in_n * (size_t)lx_the_world.size)
             lx_fatal("dist_gather(): output has %zu elements, input %zu: output must be world_size (%d) "
                      "times input",
-                     out_n, in_n, my_world);
+                     out_n, in_n, lx_the_world.size);
         out = output->data;
     }
     call_site site;
@@ -621,7 +613,7 @@ static void finish_forgotten(void) {
                                 "before the spawned function returns",
                                 at->path, at->line, req->call)
                        : lx_fmt("the request of %s() was never waited for", req->call);
-        fprintf(stderr, "lectern: rank %d: error: %s\n", my_rank, msg);
+        fprintf(stderr, "lectern: rank %d: error: %s\n", lx_the_world.rank, msg);
         lx_emit_frames(req->site.frames, req->site.n, lx_rendering_error(msg));
         lx_mark_failed();
         free(msg);

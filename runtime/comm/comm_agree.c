@@ -57,7 +57,6 @@
 enum { TAG_DESC = 23, TAG_ACK = 24 };
 
 static MPI_Comm check_comm = MPI_COMM_NULL;
-static int my_rank, my_world;
 static int buffered;   /* dist_buffered_sends(1): sends do not wait for their receive */
 
 /* An acknowledgement carries no information beyond its arrival: one int,
@@ -128,9 +127,8 @@ static int64_t kind_of(const char *call) {
     return -1;
 }
 
-void lx_agree_start(int rank, int world_size, MPI_Comm comm) {
-    my_rank = rank;
-    my_world = world_size;
+void lx_agree_start(void) {
+    MPI_Comm comm = lx_the_world.comm;
     buffered = 0;
     MPI_CHECK(MPI_Comm_dup(comm, &check_comm));
     MPI_CHECK(MPI_Comm_set_errhandler(check_comm, MPI_ERRORS_RETURN));
@@ -151,7 +149,7 @@ static void fill(call_desc *d, const char *call, int64_t count, int op, int root
     d->count = count;
     d->op = op;
     d->root = root;
-    d->rank = my_rank;
+    d->rank = lx_the_world.rank;
     snprintf(d->call, sizeof d->call, "%s", call);
     const lx_frame *at = n > 0 ? &frames[n - 1] : NULL;
     d->line = at ? at->line : 0;
@@ -195,11 +193,11 @@ static int same(const call_desc *a, const call_desc *b) {
 /* The slow path: everyone learns everyone's call, names the first rank
  * whose call differs from its own, and leaves. */
 static void __attribute__((noreturn)) disagree(const call_desc *mine) {
-    call_desc *all = calloc((size_t)my_world, sizeof *all);
+    call_desc *all = calloc((size_t)lx_the_world.size, sizeof *all);
     if (!all) lx_fatal("out of memory");
     MPI_CHECK(MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, check_comm));
     int other = -1;
-    for (int r = 0; r < my_world && other < 0; r++)
+    for (int r = 0; r < lx_the_world.size && other < 0; r++)
         if (!same(&all[r], mine)) other = r;
     lx_sb b = {0};
     lx_sb_str(&b, "the ranks made different calls: ");

@@ -12,7 +12,7 @@
 
 /* Over a private copy of the spawn's communicator: checks never match the
  * lecture's own messages. */
-void lx_agree_start(int rank, int world_size, MPI_Comm comm);
+void lx_agree_start(void);
 void lx_agree_stop(void);
 
 /* Every rank calls this at the same point of a collective, before its

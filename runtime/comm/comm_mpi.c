@@ -22,9 +22,9 @@
 
 enum { TAG_P2P = 17 };
 
-static MPI_Comm world = MPI_COMM_NULL;        /* blocking calls, sends and receives */
-static MPI_Comm async_world = MPI_COMM_NULL;  /* the non-blocking collectives */
-static int world_size = 1;
+/* Duplicates of the spawn's communicator (lx_the_world.comm), made at start. */
+static MPI_Comm mpi_comm = MPI_COMM_NULL;    /* blocking calls, sends and receives */
+static MPI_Comm async_comm = MPI_COMM_NULL;  /* the non-blocking collectives */
 
 MPI_Op lx_mpi_op(dist_op op) {
     switch (op) {
@@ -41,53 +41,53 @@ void lx_mpi_average(float *x, size_t count, dist_op op, int world_size) {
 
 static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
 
-static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, world_size); }
+static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, lx_the_world.size); }
 
-static void op_barrier(void) { MPI_CHECK(MPI_Barrier(world)); }
+static void op_barrier(void) { MPI_CHECK(MPI_Barrier(mpi_comm)); }
 
 static void op_all_reduce(float *buf, size_t count, dist_op op) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), world));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), mpi_comm));
     average(buf, count, op);
 }
 
 static void op_reduce(float *buf, size_t count, int root, dist_op op) {
     int rank;
-    MPI_CHECK(MPI_Comm_rank(world, &rank));
+    MPI_CHECK(MPI_Comm_rank(mpi_comm, &rank));
     if (rank == root) {
-        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, world));
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, mpi_comm));
         average(buf, count, op);
     } else {
-        MPI_CHECK(MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), root, world));
+        MPI_CHECK(MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), root, mpi_comm));
     }
 }
 
 static void op_broadcast(float *buf, size_t count, int root) {
-    MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, world));
+    MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, mpi_comm));
 }
 
 static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
-    MPI_CHECK(MPI_Reduce_scatter_block(in, out, (int)count, MPI_FLOAT, mpi_op(op), world));
+    MPI_CHECK(MPI_Reduce_scatter_block(in, out, (int)count, MPI_FLOAT, mpi_op(op), mpi_comm));
     average(out, count, op);
 }
 
 static void op_all_gather(float *out, const float *in, size_t count) {
-    MPI_CHECK(MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, world));
+    MPI_CHECK(MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, mpi_comm));
 }
 
 static void op_scatter(float *out, const float *in, size_t count, int root) {
-    MPI_CHECK(MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world));
+    MPI_CHECK(MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, mpi_comm));
 }
 
 static void op_gather(float *out, const float *in, size_t count, int root) {
-    MPI_CHECK(MPI_Gather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world));
+    MPI_CHECK(MPI_Gather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, mpi_comm));
 }
 
 static void op_send(const float *buf, size_t count, int peer) {
-    MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world));
+    MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, mpi_comm));
 }
 
 static void op_recv(float *buf, size_t count, int peer) {
-    MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, MPI_STATUS_IGNORE));
+    MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, mpi_comm, MPI_STATUS_IGNORE));
 }
 
 /* A non-blocking call's request. AVG needs a division once the sum has
@@ -120,14 +120,14 @@ static mpi_request *new_request(float *average, size_t count) {
  * call made them. The progress thread then keeps them moving. */
 static void *op_isend(const float *buf, size_t count, int peer) {
     mpi_request *r = new_request(NULL, 0);
-    MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->req));
+    MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, mpi_comm, &r->req));
     r->moving = lx_progress_watch(&r->req, 1);
     return r;
 }
 
 static void *op_irecv(float *buf, size_t count, int peer) {
     mpi_request *r = new_request(NULL, 0);
-    MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->req));
+    MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, mpi_comm, &r->req));
     r->moving = lx_progress_watch(&r->req, 1);
     return r;
 }
@@ -140,16 +140,16 @@ static void *op_irecv(float *buf, size_t count, int peer) {
  * free: Open MPI copies through shared memory before MPI_Iallreduce
  * returns (27-36 ms for 16 MiB on 2 ranks here). */
 static int start_iall_reduce(mpi_request *r) {
-    return MPI_Iallreduce(MPI_IN_PLACE, r->out, (int)r->count, MPI_FLOAT, r->op, async_world, &r->req);
+    return MPI_Iallreduce(MPI_IN_PLACE, r->out, (int)r->count, MPI_FLOAT, r->op, async_comm, &r->req);
 }
 static int start_ibroadcast(mpi_request *r) {
-    return MPI_Ibcast(r->out, (int)r->count, MPI_FLOAT, r->root, async_world, &r->req);
+    return MPI_Ibcast(r->out, (int)r->count, MPI_FLOAT, r->root, async_comm, &r->req);
 }
 static int start_ireduce_scatter(mpi_request *r) {
-    return MPI_Ireduce_scatter_block(r->in, r->out, (int)r->count, MPI_FLOAT, r->op, async_world, &r->req);
+    return MPI_Ireduce_scatter_block(r->in, r->out, (int)r->count, MPI_FLOAT, r->op, async_comm, &r->req);
 }
 static int start_iall_gather(mpi_request *r) {
-    return MPI_Iallgather(r->in, (int)r->count, MPI_FLOAT, r->out, (int)r->count, MPI_FLOAT, async_world, &r->req);
+    return MPI_Iallgather(r->in, (int)r->count, MPI_FLOAT, r->out, (int)r->count, MPI_FLOAT, async_comm, &r->req);
 }
 
 static int run_start(void *ctx) {
@@ -202,12 +202,12 @@ static void op_wait(void *request) {
 
 static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
     MPI_CHECK(MPI_Sendrecv(send, (int)send_count, MPI_FLOAT, dst, TAG_P2P, recv, (int)recv_count, MPI_FLOAT, src,
-                           TAG_P2P, world, MPI_STATUS_IGNORE));
+                           TAG_P2P, mpi_comm, MPI_STATUS_IGNORE));
 }
 
 static void op_stop(void) {
-    if (world != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world));
-    if (async_world != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&async_world));
+    if (mpi_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&mpi_comm));
+    if (async_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&async_comm));
 }
 
 static const lx_comm_ops mpi_ops = {
@@ -232,12 +232,11 @@ static const lx_comm_ops mpi_ops = {
     .stop = op_stop,
 };
 
-const lx_comm_ops *lx_comm_mpi_start(int rank, int size, MPI_Comm comm) {
-    (void)rank;
-    world_size = size;
-    MPI_CHECK(MPI_Comm_dup(comm, &world));
-    MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
-    MPI_CHECK(MPI_Comm_dup(comm, &async_world));
-    MPI_CHECK(MPI_Comm_set_errhandler(async_world, MPI_ERRORS_RETURN));
+const lx_comm_ops *lx_comm_mpi_start(void) {
+    MPI_Comm comm = lx_the_world.comm;
+    MPI_CHECK(MPI_Comm_dup(comm, &mpi_comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(mpi_comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_dup(comm, &async_comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(async_comm, MPI_ERRORS_RETURN));
     return &mpi_ops;
 }

@@ -40,7 +40,6 @@ static ncclComm_t comm;
 static cudaStream_t stream;
 static cudaEvent_t queued;        /* "the default stream got this far" */
 static float *scratch;            /* one float for the barrier */
-static int my_rank, world_size;
 
 /* What a world size's first spawn made, for the next spawns of that size. */
 typedef struct nccl_world {
@@ -159,8 +158,8 @@ static void op_scatter(float *out, const float *in, size_t count, int root) {
     flush_p2p();
     begin();
     NCCL_CHECK(ncclGroupStart());
-    if (my_rank == root) {
-        for (int r = 0; r < world_size; r++) {
+    if (lx_the_world.rank == root) {
+        for (int r = 0; r < lx_the_world.size; r++) {
             if (r == root) continue;
             NCCL_CHECK(ncclSend(in + (size_t)r * count, count, ncclFloat, r, comm, stream));
         }
@@ -168,7 +167,7 @@ static void op_scatter(float *out, const float *in, size_t count, int root) {
         NCCL_CHECK(ncclRecv(out, count, ncclFloat, root, comm, stream));
     }
     NCCL_CHECK(ncclGroupEnd());
-    if (my_rank == root)
+    if (lx_the_world.rank == root)
         CUDA_CHECK(cudaMemcpyAsync(out, in + (size_t)root * count, count * sizeof(float),
                                    cudaMemcpyDeviceToDevice, stream));
     finish();
@@ -178,8 +177,8 @@ static void op_gather(float *out, const float *in, size_t count, int root) {
     flush_p2p();
     begin();
     NCCL_CHECK(ncclGroupStart());
-    if (my_rank == root) {
-        for (int r = 0; r < world_size; r++) {
+    if (lx_the_world.rank == root) {
+        for (int r = 0; r < lx_the_world.size; r++) {
             if (r == root) continue;
             NCCL_CHECK(ncclRecv(out + (size_t)r * count, count, ncclFloat, r, comm, stream));
         }
@@ -187,7 +186,7 @@ static void op_gather(float *out, const float *in, size_t count, int root) {
         NCCL_CHECK(ncclSend(in, count, ncclFloat, root, comm, stream));
     }
     NCCL_CHECK(ncclGroupEnd());
-    if (my_rank == root)
+    if (lx_the_world.rank == root)
         CUDA_CHECK(cudaMemcpyAsync(out + (size_t)root * count, in, count * sizeof(float),
                                    cudaMemcpyDeviceToDevice, stream));
     finish();
@@ -327,9 +326,9 @@ static void use_device(int rank, int size, int device) {
         lx_fatal("rank %d of %d cannot use cuda:%d: %s", rank, size, device, cudaGetErrorString(rc));
 }
 
-const lx_comm_ops *lx_comm_nccl_start(int rank, int size, int device, MPI_Comm spawn_comm) {
-    my_rank = rank;
-    world_size = size;
+const lx_comm_ops *lx_comm_nccl_start(void) {
+    int rank = lx_the_world.rank, size = lx_the_world.size, device = lx_the_world.device;
+    MPI_Comm spawn_comm = lx_the_world.comm;
     use_device(rank, size, device);
     nccl_world *w = &worlds[size];
     if (!w->made || w->device != device) {

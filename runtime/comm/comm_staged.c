@@ -66,8 +66,7 @@
 
 enum { TAG_P2P = 18, SLOTS = 3 };
 
-static MPI_Comm world = MPI_COMM_NULL;
-static int world_size = 1, me = 0;
+static MPI_Comm staged_comm = MPI_COMM_NULL;   /* a duplicate of the spawn's (lx_the_world.comm) */
 static const lx_stage_copier *copy;
 static size_t chunk;             /* floats per chunk */
 static float *host;              /* SLOTS slots of 2 * area floats */
@@ -84,7 +83,7 @@ static size_t stage_chunk_floats(void);
 
 void lx_stage_set_chunk(size_t floats) {
     chunk_override = floats;
-    if (world != MPI_COMM_NULL) chunk = floats ? floats : stage_chunk_floats();
+    if (staged_comm != MPI_COMM_NULL) chunk = floats ? floats : stage_chunk_floats();
 }
 
 static size_t stage_chunk_floats(void) {
@@ -103,7 +102,7 @@ static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
 
 /* AVG: the sum divided by the world size, on host memory, by comm_mpi.c's
  * code (so the results are the same floats). */
-static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, world_size); }
+static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, lx_the_world.size); }
 
 /* ---- the pipeline ---- */
 
@@ -183,7 +182,7 @@ static pipe make_pipe(size_t count, size_t clen) {
 /* Per-rank chunk for the calls whose buffers hold world_size pieces: a
  * slot half holds world_size of them. */
 static size_t gather_clen(void) {
-    size_t c = chunk / (size_t)world_size;
+    size_t c = chunk / (size_t)lx_the_world.size;
     return c ? c : 1;
 }
 
@@ -203,7 +202,7 @@ static void up_buf_a(const pipe *p, size_t k, const float *a, const float *b) {
 static void step_all_reduce(const pipe *p, size_t k, float *a, float *b) {
     (void)b;
     size_t n = n_of(p, k, p->count);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a, (int)n, MPI_FLOAT, mpi_op(p->op), world));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a, (int)n, MPI_FLOAT, mpi_op(p->op), staged_comm));
     average(a, n, p->op);
 }
 
@@ -217,28 +216,28 @@ static void settle(void) {
 }
 
 static void divide(float *x, size_t count, dist_op op) {
-    if (op == DIST_AVG && count) copy->divide(x, count, (float)world_size);
+    if (op == DIST_AVG && count) copy->divide(x, count, (float)lx_the_world.size);
 }
 
 static void direct_all_reduce(float *buf, size_t count, dist_op op) {
     settle();
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), world));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), staged_comm));
     divide(buf, count, op);
 }
 
 static void direct_reduce(float *buf, size_t count, int root, dist_op op) {
     settle();
-    if (me == root) {
-        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, world));
+    if (lx_the_world.rank == root) {
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, staged_comm));
         divide(buf, count, op);
     } else {
-        MPI_CHECK(MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), root, world));
+        MPI_CHECK(MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), root, staged_comm));
     }
 }
 
 static void direct_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     settle();
-    MPI_CHECK(MPI_Reduce_scatter_block(in, out, (int)count, MPI_FLOAT, mpi_op(op), world));
+    MPI_CHECK(MPI_Reduce_scatter_block(in, out, (int)count, MPI_FLOAT, mpi_op(op), staged_comm));
     divide(out, count, op);
 }
 
@@ -260,11 +259,11 @@ static void op_all_reduce(float *buf, size_t count, dist_op op) {
 static void step_reduce(const pipe *p, size_t k, float *a, float *b) {
     (void)b;
     size_t n = n_of(p, k, p->count);
-    if (me == p->root) {
-        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, a, (int)n, MPI_FLOAT, mpi_op(p->op), p->root, world));
+    if (lx_the_world.rank == p->root) {
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, a, (int)n, MPI_FLOAT, mpi_op(p->op), p->root, staged_comm));
         average(a, n, p->op);
     } else {
-        MPI_CHECK(MPI_Reduce(a, NULL, (int)n, MPI_FLOAT, mpi_op(p->op), p->root, world));
+        MPI_CHECK(MPI_Reduce(a, NULL, (int)n, MPI_FLOAT, mpi_op(p->op), p->root, staged_comm));
     }
 }
 
@@ -279,28 +278,28 @@ static void op_reduce(float *buf, size_t count, int root, dist_op op) {
     p.root = root;
     p.down = down_buf;
     p.step = step_reduce;
-    p.up = me == root ? up_buf_a : nothing_up;   /* only the root's tensor changes */
+    p.up = lx_the_world.rank == root ? up_buf_a : nothing_up;   /* only the root's tensor changes */
     ensure_host(chunk);
     run(&p);
 }
 
 static void step_broadcast(const pipe *p, size_t k, float *a, float *b) {
     (void)b;
-    MPI_CHECK(MPI_Bcast(a, (int)n_of(p, k, p->count), MPI_FLOAT, p->root, world));
+    MPI_CHECK(MPI_Bcast(a, (int)n_of(p, k, p->count), MPI_FLOAT, p->root, staged_comm));
 }
 
 static void op_broadcast(float *buf, size_t count, int root) {
     if (direct) {
         settle();
-        MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, world));
+        MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, staged_comm));
         return;
     }
     pipe p = make_pipe(count, chunk);
     p.buf = buf;
     p.root = root;
-    p.down = me == root ? down_buf : nothing_down;
+    p.down = lx_the_world.rank == root ? down_buf : nothing_down;
     p.step = step_broadcast;
-    p.up = me == root ? nothing_up : up_buf_a;
+    p.up = lx_the_world.rank == root ? nothing_up : up_buf_a;
     ensure_host(chunk);
     run(&p);
 }
@@ -311,7 +310,7 @@ static void op_broadcast(float *buf, size_t count, int root) {
  * r * count), side by side in A. */
 static void down_pieces(const pipe *p, size_t k, float *a) {
     size_t n = n_of(p, k, p->count), lo = lo_of(p, k);
-    for (int r = 0; r < world_size; r++) copy->to_host(a + (size_t)r * n, p->in + (size_t)r * p->count + lo, n);
+    for (int r = 0; r < lx_the_world.size; r++) copy->to_host(a + (size_t)r * n, p->in + (size_t)r * p->count + lo, n);
 }
 static void down_in(const pipe *p, size_t k, float *a) {
     copy->to_host(a, p->in + lo_of(p, k), n_of(p, k, p->count));
@@ -320,7 +319,7 @@ static void down_in(const pipe *p, size_t k, float *a) {
 static void up_pieces(const pipe *p, size_t k, const float *a, const float *b) {
     (void)a;
     size_t n = n_of(p, k, p->count), lo = lo_of(p, k);
-    for (int r = 0; r < world_size; r++) copy->to_device(p->out + (size_t)r * p->count + lo, b + (size_t)r * n, n);
+    for (int r = 0; r < lx_the_world.size; r++) copy->to_device(p->out + (size_t)r * p->count + lo, b + (size_t)r * n, n);
 }
 static void up_out_b(const pipe *p, size_t k, const float *a, const float *b) {
     (void)a;
@@ -329,7 +328,7 @@ static void up_out_b(const pipe *p, size_t k, const float *a, const float *b) {
 
 static void step_reduce_scatter(const pipe *p, size_t k, float *a, float *b) {
     size_t n = n_of(p, k, p->count);
-    MPI_CHECK(MPI_Reduce_scatter_block(a, b, (int)n, MPI_FLOAT, mpi_op(p->op), world));
+    MPI_CHECK(MPI_Reduce_scatter_block(a, b, (int)n, MPI_FLOAT, mpi_op(p->op), staged_comm));
     average(b, n, p->op);
 }
 
@@ -345,19 +344,19 @@ static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op
     p.down = down_pieces;
     p.step = step_reduce_scatter;
     p.up = up_out_b;
-    ensure_host(p.clen * (size_t)world_size);
+    ensure_host(p.clen * (size_t)lx_the_world.size);
     run(&p);
 }
 
 static void step_all_gather(const pipe *p, size_t k, float *a, float *b) {
     int n = (int)n_of(p, k, p->count);
-    MPI_CHECK(MPI_Allgather(a, n, MPI_FLOAT, b, n, MPI_FLOAT, world));
+    MPI_CHECK(MPI_Allgather(a, n, MPI_FLOAT, b, n, MPI_FLOAT, staged_comm));
 }
 
 static void op_all_gather(float *out, const float *in, size_t count) {
     if (direct) {
         settle();
-        MPI_CHECK(MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, world));
+        MPI_CHECK(MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, staged_comm));
         return;
     }
     pipe p = make_pipe(count, gather_clen());
@@ -366,41 +365,41 @@ static void op_all_gather(float *out, const float *in, size_t count) {
     p.down = down_in;
     p.step = step_all_gather;
     p.up = up_pieces;
-    ensure_host(p.clen * (size_t)world_size);
+    ensure_host(p.clen * (size_t)lx_the_world.size);
     run(&p);
 }
 
 static void step_scatter(const pipe *p, size_t k, float *a, float *b) {
     int n = (int)n_of(p, k, p->count);
-    MPI_CHECK(MPI_Scatter(a, n, MPI_FLOAT, b, n, MPI_FLOAT, p->root, world));
+    MPI_CHECK(MPI_Scatter(a, n, MPI_FLOAT, b, n, MPI_FLOAT, p->root, staged_comm));
 }
 
 static void op_scatter(float *out, const float *in, size_t count, int root) {
     if (direct) {
         settle();
-        MPI_CHECK(MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world));
+        MPI_CHECK(MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, staged_comm));
         return;
     }
     pipe p = make_pipe(count, gather_clen());
     p.out = out;
     p.in = in;
     p.root = root;
-    p.down = me == root ? down_pieces : nothing_down;
+    p.down = lx_the_world.rank == root ? down_pieces : nothing_down;
     p.step = step_scatter;
     p.up = up_out_b;
-    ensure_host(p.clen * (size_t)world_size);
+    ensure_host(p.clen * (size_t)lx_the_world.size);
     run(&p);
 }
 
 static void step_gather(const pipe *p, size_t k, float *a, float *b) {
     int n = (int)n_of(p, k, p->count);
-    MPI_CHECK(MPI_Gather(a, n, MPI_FLOAT, b, n, MPI_FLOAT, p->root, world));
+    MPI_CHECK(MPI_Gather(a, n, MPI_FLOAT, b, n, MPI_FLOAT, p->root, staged_comm));
 }
 
 static void op_gather(float *out, const float *in, size_t count, int root) {
     if (direct) {
         settle();
-        MPI_CHECK(MPI_Gather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, world));
+        MPI_CHECK(MPI_Gather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, staged_comm));
         return;
     }
     pipe p = make_pipe(count, gather_clen());
@@ -409,24 +408,24 @@ static void op_gather(float *out, const float *in, size_t count, int root) {
     p.root = root;
     p.down = down_in;
     p.step = step_gather;
-    p.up = me == root ? up_pieces : nothing_up;
-    ensure_host(p.clen * (size_t)world_size);
+    p.up = lx_the_world.rank == root ? up_pieces : nothing_up;
+    ensure_host(p.clen * (size_t)lx_the_world.size);
     run(&p);
 }
 
-static void op_barrier(void) { MPI_CHECK(MPI_Barrier(world)); }
+static void op_barrier(void) { MPI_CHECK(MPI_Barrier(staged_comm)); }
 
 /* ---- point to point: chunk i of a send meets chunk i of its receive ---- */
 
 static void step_send(const pipe *p, size_t k, float *a, float *b) {
     (void)b;
-    MPI_CHECK(MPI_Send(a, (int)n_of(p, k, p->count), MPI_FLOAT, p->peer, TAG_P2P, world));
+    MPI_CHECK(MPI_Send(a, (int)n_of(p, k, p->count), MPI_FLOAT, p->peer, TAG_P2P, staged_comm));
 }
 
 static void op_send(const float *buf, size_t count, int peer) {
     if (direct) {   /* one message: the receive is direct too (the same Open MPI in every rank) */
         settle();
-        MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world));
+        MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, staged_comm));
         return;
     }
     pipe p = make_pipe(count, chunk);
@@ -441,13 +440,13 @@ static void op_send(const float *buf, size_t count, int peer) {
 
 static void step_recv(const pipe *p, size_t k, float *a, float *b) {
     (void)b;
-    MPI_CHECK(MPI_Recv(a, (int)n_of(p, k, p->count), MPI_FLOAT, p->peer, TAG_P2P, world, MPI_STATUS_IGNORE));
+    MPI_CHECK(MPI_Recv(a, (int)n_of(p, k, p->count), MPI_FLOAT, p->peer, TAG_P2P, staged_comm, MPI_STATUS_IGNORE));
 }
 
 static void op_recv(float *buf, size_t count, int peer) {
     if (direct) {
         settle();
-        MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, MPI_STATUS_IGNORE));
+        MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, staged_comm, MPI_STATUS_IGNORE));
         return;
     }
     pipe p = make_pipe(count, chunk);
@@ -470,8 +469,8 @@ static void down_send(const pipe *p, size_t k, float *a) {
 static void step_sendrecv(const pipe *p, size_t k, float *a, float *b) {
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     size_t sn = n_of(p, k, p->send_count), rn = n_of(p, k, p->recv_count);
-    if (sn) MPI_CHECK(MPI_Isend(a, (int)sn, MPI_FLOAT, p->peer, TAG_P2P, world, &req[0]));
-    if (rn) MPI_CHECK(MPI_Irecv(b, (int)rn, MPI_FLOAT, p->src, TAG_P2P, world, &req[1]));
+    if (sn) MPI_CHECK(MPI_Isend(a, (int)sn, MPI_FLOAT, p->peer, TAG_P2P, staged_comm, &req[0]));
+    if (rn) MPI_CHECK(MPI_Irecv(b, (int)rn, MPI_FLOAT, p->src, TAG_P2P, staged_comm, &req[1]));
     MPI_CHECK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE));
 }
 static void up_recv(const pipe *p, size_t k, const float *a, const float *b) {
@@ -484,7 +483,7 @@ static void op_sendrecv(const float *send, size_t send_count, int dst, float *re
     if (direct) {
         settle();
         MPI_CHECK(MPI_Sendrecv(send, (int)send_count, MPI_FLOAT, dst, TAG_P2P, recv, (int)recv_count, MPI_FLOAT, src,
-                               TAG_P2P, world, MPI_STATUS_IGNORE));
+                               TAG_P2P, staged_comm, MPI_STATUS_IGNORE));
         return;
     }
     size_t longer = send_count > recv_count ? send_count : recv_count;
@@ -545,7 +544,7 @@ static void *op_isend(const float *buf, size_t count, int peer) {
     if (direct) {
         staged_request *r = new_request(1);
         settle();
-        MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[0]));
+        MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, staged_comm, &r->reqs[0]));
         return started(r);
     }
     size_t chunks = chunks_for(count, chunk);
@@ -554,7 +553,7 @@ static void *op_isend(const float *buf, size_t count, int peer) {
     r->host_in = host_copy(buf, count);
     for (size_t k = 0; k < chunks; k++) {
         size_t lo = k * chunk, n = count - lo < chunk ? count - lo : chunk;
-        MPI_CHECK(MPI_Isend(r->host_in + lo, (int)n, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[k]));
+        MPI_CHECK(MPI_Isend(r->host_in + lo, (int)n, MPI_FLOAT, peer, TAG_P2P, staged_comm, &r->reqs[k]));
     }
     return started(r);
 }
@@ -563,7 +562,7 @@ static void *op_irecv(float *buf, size_t count, int peer) {
     if (direct) {
         staged_request *r = new_request(1);
         settle();
-        MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[0]));
+        MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, staged_comm, &r->reqs[0]));
         return started(r);
     }
     size_t chunks = chunks_for(count, chunk);
@@ -574,7 +573,7 @@ static void *op_irecv(float *buf, size_t count, int peer) {
     r->out_count = count;
     for (size_t k = 0; k < chunks; k++) {
         size_t lo = k * chunk, n = count - lo < chunk ? count - lo : chunk;
-        MPI_CHECK(MPI_Irecv(r->host_out + lo, (int)n, MPI_FLOAT, peer, TAG_P2P, world, &r->reqs[k]));
+        MPI_CHECK(MPI_Irecv(r->host_out + lo, (int)n, MPI_FLOAT, peer, TAG_P2P, staged_comm, &r->reqs[k]));
     }
     return started(r);
 }
@@ -586,30 +585,30 @@ static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
     r->out_count = count;
     r->op = op;
     r->average_count = count;
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->host_out, (int)count, MPI_FLOAT, mpi_op(op), world, &r->reqs[0]));
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->host_out, (int)count, MPI_FLOAT, mpi_op(op), staged_comm, &r->reqs[0]));
     return started(r);
 }
 
 static void *op_ibroadcast(float *buf, size_t count, int root) {
     staged_request *r = new_request(1);
-    r->host_in = r->host_out = host_copy(me == root ? buf : NULL, count);
-    if (me != root) {
+    r->host_in = r->host_out = host_copy(lx_the_world.rank == root ? buf : NULL, count);
+    if (lx_the_world.rank != root) {
         r->device_out = buf;
         r->out_count = count;
     }
-    MPI_CHECK(MPI_Ibcast(r->host_out, (int)count, MPI_FLOAT, root, world, &r->reqs[0]));
+    MPI_CHECK(MPI_Ibcast(r->host_out, (int)count, MPI_FLOAT, root, staged_comm, &r->reqs[0]));
     return started(r);
 }
 
 static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     staged_request *r = new_request(1);
-    r->host_in = host_copy(in, count * (size_t)world_size);
+    r->host_in = host_copy(in, count * (size_t)lx_the_world.size);
     r->host_out = host_copy(NULL, count);
     r->device_out = out;
     r->out_count = count;
     r->op = op;
     r->average_count = count;
-    MPI_CHECK(MPI_Ireduce_scatter_block(r->host_in, r->host_out, (int)count, MPI_FLOAT, mpi_op(op), world,
+    MPI_CHECK(MPI_Ireduce_scatter_block(r->host_in, r->host_out, (int)count, MPI_FLOAT, mpi_op(op), staged_comm,
                                         &r->reqs[0]));
     return started(r);
 }
@@ -617,10 +616,10 @@ static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_
 static void *op_iall_gather(float *out, const float *in, size_t count) {
     staged_request *r = new_request(1);
     r->host_in = host_copy(in, count);
-    r->host_out = host_copy(NULL, count * (size_t)world_size);
+    r->host_out = host_copy(NULL, count * (size_t)lx_the_world.size);
     r->device_out = out;
-    r->out_count = count * (size_t)world_size;
-    MPI_CHECK(MPI_Iallgather(r->host_in, (int)count, MPI_FLOAT, r->host_out, (int)count, MPI_FLOAT, world,
+    r->out_count = count * (size_t)lx_the_world.size;
+    MPI_CHECK(MPI_Iallgather(r->host_in, (int)count, MPI_FLOAT, r->host_out, (int)count, MPI_FLOAT, staged_comm,
                              &r->reqs[0]));
     return started(r);
 }
@@ -638,7 +637,7 @@ static void op_wait(void *request) {
 }
 
 static void op_stop(void) {
-    if (world != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world));
+    if (staged_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&staged_comm));
 }
 
 static const lx_comm_ops staged_ops = {
@@ -686,8 +685,8 @@ static int cuda_aware_now(void) {
 
 void lx_stage_set_direct(int on) { direct = on; }
 
-const lx_comm_ops *lx_comm_staged_start(int rank, int size, MPI_Comm comm, const lx_stage_copier *copier,
-                                        int cuda_aware) {
+const lx_comm_ops *lx_comm_staged_start(const lx_stage_copier *copier, int cuda_aware) {
+    MPI_Comm comm = lx_the_world.comm;
     direct = 0;
     if (cuda_aware) {
         direct = cuda_aware_now();
@@ -696,8 +695,6 @@ const lx_comm_ops *lx_comm_staged_start(int rank, int size, MPI_Comm comm, const
                                           "is not (`MPIX_Query_cuda_support()` is 0): this rank stages its "
                                           "collectives through host memory"));
     }
-    me = rank;
-    world_size = size;
     if (host && copier != host_owner) {   /* another kind of memory than last spawn's */
         host_owner->host_free(host);
         host = NULL;
@@ -705,8 +702,8 @@ const lx_comm_ops *lx_comm_staged_start(int rank, int size, MPI_Comm comm, const
     }
     copy = copier;
     chunk = stage_chunk_floats();
-    MPI_CHECK(MPI_Comm_dup(comm, &world));
-    MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_dup(comm, &staged_comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(staged_comm, MPI_ERRORS_RETURN));
     return &staged_ops;
 }
 

@@ -47,7 +47,6 @@
 
 static const lx_comm_ops *inner;   /* the backend's own table */
 static lx_comm_ops counted;        /* the same, counting */
-static int world = 1, me = 0;
 
 static int64_t calls[DIST_CALL_KINDS];
 static int64_t sent[DIST_CALL_KINDS], received[DIST_CALL_KINDS];
@@ -69,8 +68,8 @@ static int measure(void) {
          * that is the spawn's rank can they be put down to its peers. */
         int pool_rank = -1;
         MPI_Comm_rank(MPI_COMM_WORLD, &pool_rank);
-        measuring = strcmp(dist_backend(), "nccl") != 0 && pool_rank == me && lx_pvars_open() &&
-                    lx_pvars_read(base, world);
+        measuring = strcmp(dist_backend(), "nccl") != 0 && pool_rank == lx_the_world.rank && lx_pvars_open() &&
+                    lx_pvars_read(base, lx_the_world.size);
         memset(accounted, 0, sizeof accounted);
     }
     return measuring;
@@ -79,11 +78,11 @@ static int measure(void) {
 /* What Open MPI has counted since the spawn started, per peer. */
 static void library_sent(int64_t *out) {
     uint64_t now[LECTERN_MAX_WORLD];
-    if (!lx_pvars_read(now, world)) {
-        memset(out, 0, sizeof(int64_t) * (size_t)world);
+    if (!lx_pvars_read(now, lx_the_world.size)) {
+        memset(out, 0, sizeof(int64_t) * (size_t)lx_the_world.size);
         return;
     }
-    for (int q = 0; q < world; q++) out[q] = (int64_t)(now[q] - base[q]);
+    for (int q = 0; q < lx_the_world.size; q++) out[q] = (int64_t)(now[q] - base[q]);
 }
 
 /* ---- point to point: exact here ---- */
@@ -116,7 +115,7 @@ static void open_window(window *w, dist_call_kind kind, double nominal_bytes) {
     w->kind = kind;
     if (!measure()) return;
     library_sent(w->start);
-    memcpy(w->accounted, accounted, sizeof(int64_t) * (size_t)world);
+    memcpy(w->accounted, accounted, sizeof(int64_t) * (size_t)lx_the_world.size);
 }
 
 /* What was sent since the window opened and no other call accounts for is
@@ -125,7 +124,7 @@ static void close_window(const window *w) {
     if (measuring <= 0) return;
     int64_t now[LECTERN_MAX_WORLD];
     library_sent(now);
-    for (int q = 0; q < world; q++) {
+    for (int q = 0; q < lx_the_world.size; q++) {
         int64_t d = (now[q] - w->start[q]) - (accounted[q] - w->accounted[q]);
         if (d <= 0) continue;
         sent[w->kind] += d;
@@ -154,10 +153,10 @@ static void *keep_open(void *req, const window *w) {
 }
 
 static double share(size_t floats) {   /* (p - 1) / p of `floats` floats, in bytes */
-    return (double)floats * sizeof(float) * (world - 1) / world;
+    return (double)floats * sizeof(float) * (lx_the_world.size - 1) / lx_the_world.size;
 }
 static double chain(size_t count, int silent_rank) {   /* b from every rank but one */
-    return world > 1 && me != silent_rank ? (double)count * sizeof(float) : 0;
+    return lx_the_world.size > 1 && lx_the_world.rank != silent_rank ? (double)count * sizeof(float) : 0;
 }
 
 static void c_barrier(void) {
@@ -180,31 +179,31 @@ static void c_reduce(float *buf, size_t count, int root, dist_op op) {
 }
 static void c_broadcast(float *buf, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + world - 1) % world));
+    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + lx_the_world.size - 1) % lx_the_world.size));
     inner->broadcast(buf, count, root);
     close_window(&w);
 }
 static void c_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     window w;
-    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)world));
+    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)lx_the_world.size));
     inner->reduce_scatter(out, in, count, op);
     close_window(&w);
 }
 static void c_all_gather(float *out, const float *in, size_t count) {
     window w;
-    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)world));
+    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)lx_the_world.size));
     inner->all_gather(out, in, count);
     close_window(&w);
 }
 static void c_scatter(float *out, const float *in, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_SCATTER, me == root ? (double)count * sizeof(float) * (world - 1) : 0);
+    open_window(&w, DIST_CALL_SCATTER, lx_the_world.rank == root ? (double)count * sizeof(float) * (lx_the_world.size - 1) : 0);
     inner->scatter(out, in, count, root);
     close_window(&w);
 }
 static void c_gather(float *out, const float *in, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_GATHER, me == root ? 0 : (double)count * sizeof(float));
+    open_window(&w, DIST_CALL_GATHER, lx_the_world.rank == root ? 0 : (double)count * sizeof(float));
     inner->gather(out, in, count, root);
     close_window(&w);
 }
@@ -237,17 +236,17 @@ static void *c_iall_reduce(float *buf, size_t count, dist_op op) {
 }
 static void *c_ibroadcast(float *buf, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + world - 1) % world));
+    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + lx_the_world.size - 1) % lx_the_world.size));
     return keep_open(inner->ibroadcast(buf, count, root), &w);
 }
 static void *c_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     window w;
-    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)world));
+    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)lx_the_world.size));
     return keep_open(inner->ireduce_scatter(out, in, count, op), &w);
 }
 static void *c_iall_gather(float *out, const float *in, size_t count) {
     window w;
-    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)world));
+    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)lx_the_world.size));
     return keep_open(inner->iall_gather(out, in, count), &w);
 }
 static void c_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
@@ -269,7 +268,7 @@ static void c_wait(void *req) {
     }
 }
 
-const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int world_size) {
+const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops) {
     inner = ops;
     counted = *ops;   /* anything not overridden below passes straight through */
     counted.barrier = c_barrier;
@@ -290,8 +289,6 @@ const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops, int rank, int worl
     if (ops->iall_gather) counted.iall_gather = c_iall_gather;
     if (ops->sendrecv) counted.sendrecv = c_sendrecv;
     if (ops->wait) counted.wait = c_wait;
-    me = rank;
-    world = world_size < LECTERN_MAX_WORLD ? world_size : LECTERN_MAX_WORLD;
     memset(calls, 0, sizeof calls);
     memset(sent, 0, sizeof sent);
     memset(received, 0, sizeof received);
