@@ -83,7 +83,7 @@ static double bus_factor(int op, int n) {
     return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 }
 
-/* What the agreement check (runtime/comm_agree.c) adds to every collective
+/* What the agreement check (runtime/comm/comm_agree.c) adds to every collective
  * outside a timed region when the ranks agree: one MPI_Allreduce of 8 int64
  * with MPI_MIN. Timed alone, it bounds the ratio the checked column can
  * show: at best t_bare / (t_bare + t_check). */

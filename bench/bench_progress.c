@@ -3,7 +3,7 @@
  * what does the agreement check cost a timed loop?
  *
  * Each case runs with the rank's progress thread on and off
- * (runtime/comm_progress.c; lx_progress_set, in the same ranks of the same
+ * (runtime/comm/comm_progress.c; lx_progress_set, in the same ranks of the same
  * run), medians over RUNS, the slowest rank's figure:
  *
  *   isend      rank 0 isends 4 MiB to rank 1, then computes 300 ms (a sleep:

@@ -105,7 +105,7 @@ const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops);
 int lx_pvars_open(void);
 int lx_pvars_read(uint64_t *sent, int n);
 const char *lx_pvars_why_not(void);
-/* comm_staged.c (the copy interface, lx_stage_copier, is in comm_staged.h). */
+/* comm_staged.c (the copy interface, lx_stage_copier, is in tensor/tensor.h). */
 
 /* cuda_aware: the parent chose device pointers straight to Open MPI (the
  * rank checks that Open MPI agrees at run time, and stages if not). */

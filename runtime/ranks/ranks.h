@@ -1,26 +1,34 @@
 /*
- * spawn_impl.h: what the spawn files share with each other and with the
- * collectives. Not for lectures.
+ * ranks/ranks.h: the ranks layer's contract: how ranks come to exist and
+ * report. Not for lectures. It sits above the trace and tensor layers and
+ * below the comm layer (make check-layers).
  *
- *   spawn.c       the parent's spawn(): picks the backend, hands the spawn to
- *                 the pool's first world_size ranks, forwards their steps
- *                 into the trace, explains failures
- *   pool.c        the parent's pool of rank processes: started with mpirun
- *                 at the first spawn, grown or replaced when needed, stopped
- *                 at exit
- *   wire.c        framed messages between the parent and a rank over a
- *                 socket (Unix on one machine, TCP across machines)
- *   spawn_rank.c  a pool rank: MPI_Init once, then one spawn after another
- *   globals.c     a rank's copy of the lecture's globals at start, put back
- *                 before every spawn
- *   spawn_board.c the status board a rank writes and the parent reads
+ *   spawn.c        the parent's spawn(): picks the backend, hands the spawn to
+ *                  the pool's first world_size ranks, forwards their steps
+ *                  into the trace, explains failures and deadlocks
+ *   spawn_backend.c the parent's choice of backend (MPI, NCCL, shared GPUs)
+ *   pool.c         the parent's pool of rank processes: started with mpirun
+ *                  at the first spawn, grown or replaced when needed, stopped
+ *                  at exit
+ *   wire.c         framed messages between the parent and a rank over a
+ *                  socket (Unix on one machine, TCP across machines)
+ *   spawn_rank.c   a pool rank: MPI_Init once, then one spawn after another;
+ *                  the rank's counters and status slot the comm layer writes
+ *   globals.c      a rank's copy of the lecture's globals at start, put back
+ *                  before every spawn
+ *   spawn_board.c  the status board a rank writes and the parent reads
  *   spawn_result.c what ranks return (spawn_return) kept for spawn_result
- *   comm.c        the public dist_* calls: argument checks, then one of
- *   comm_mpi.c    Open MPI on host buffers (the spawn's communicator)
- *   comm_nccl.c   NCCL on device buffers (built where NCCL is: LECTERN_NCCL)
+ *   crash.c        signals: an error step at the last lecture line, the pool
+ *                  stopped, then exit
+ *
+ * Who calls it: lecture_main (lx_spawn_child_entry, lx_spawn_shutdown,
+ * lx_install_crash_handlers, lx_ranks_set_comm), the comm layer (the board,
+ * lx_rank_enter/leave and the counters, lx_rank_comm), tests and benchmarks
+ * (lx_rank_comm, lx_pool_*, lx_choose_backend). It starts and stops a
+ * rank's communication through lx_comm_hooks, never by name.
  */
-#ifndef LECTERN_SPAWN_IMPL_H
-#define LECTERN_SPAWN_IMPL_H
+#ifndef LECTERN_RANKS_LAYER_H
+#define LECTERN_RANKS_LAYER_H
 
 #include <mpi.h>
 #include <stddef.h>
@@ -372,4 +380,4 @@ typedef struct lx_comm_hooks {
 void lx_ranks_set_comm(const lx_comm_hooks *hooks);
 const lx_comm_hooks *lx_ranks_comm(void);
 
-#endif /* LECTERN_SPAWN_IMPL_H */
+#endif /* LECTERN_RANKS_LAYER_H */

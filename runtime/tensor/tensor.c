@@ -4,7 +4,7 @@
  * A tensor is 1-D or 2-D, row-major, float32. Its data lives on the host
  * (device -1) or on cuda:N. This file owns the structs, checks shapes and
  * devices, and does the host work; every operation on a device tensor is
- * handed to tensor_cuda.cu (through tensor_impl.h), so each function below
+ * handed to tensor_cuda.cu (through tensor/tensor.h), so each function below
  * reads as "check, then host loop or GPU call".
  *
  * Libraries do what they are for: OpenBLAS on the host and cuBLAS on the GPU

@@ -1,6 +1,19 @@
 /*
- * tensor_impl.h: what tensor.c (host side) asks of tensor_cuda.cu (device
- * side). Not for lectures.
+ * tensor/tensor.h: the tensor layer's contract. Not for lectures. It sits
+ * above the trace layer (whose lx_fatal, steps and stacks it uses) and below
+ * the ranks and comm layers (make check-layers).
+ *
+ * The tensor layer is the public tensor API (tensor.c: host tensors and the
+ * checks of every call; tensor_print.c; tensor_check.c: check_close), the
+ * device side (tensor_cuda.cu, cublas_lazy.c: cuBLAS loaded on first use),
+ * the tracking of every tensor's life (tensor_track.c: leaks, double frees,
+ * use after free, tensors a request still uses), randn's generator
+ * (philox.h) and timing (timing.c: now_seconds, median, gpu_count,
+ * device_synchronize). Callers: lectures (lectern.h), the comm layer (the
+ * staging copier, lx_tensor_busy/idle/read), the ranks layer (leaks at the
+ * end of a spawn, the generator's reset), lecture_main (leaks at exit).
+ *
+ * Below: what tensor.c (host side) asks of tensor_cuda.cu (device side).
  *
  * tensor.c owns the tensor structs, shapes and checks; it calls these only for
  * tensors whose device is >= 0, after checking shapes. Pointers are device

@@ -1,5 +1,5 @@
 /*
- * tensor_cuda.cu: the device half of the tensors (see tensor_impl.h).
+ * tensor_cuda.cu: the device half of the tensors (see tensor/tensor.h).
  *
  * Memory and copies go through the CUDA runtime, matrix products and the
  * BLAS-shaped vector operations (scale, axpy, dot) through cuBLAS, and the
@@ -357,7 +357,7 @@ extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, ui
 
 /* ---------------- staging copies for ranks that share a GPU ---------------- */
 
-/* comm_staged.c's copy interface (spawn_impl.h, lx_stage_copier) on one
+/* comm_staged.c's copy interface (tensor/tensor.h, lx_stage_copier) on one
  * device: a "down" stream for device -> host copies and an "up" stream for
  * host -> device, so a chunk going down and another coming up move at once
  * (the H100 has a copy engine for each direction), and an event per slot

@@ -1,5 +1,17 @@
 /*
- * internal.h: what the runtime's files share with each other. Not for lectures.
+ * trace/trace.h: the trace layer's contract, the lowest layer of the runtime.
+ * Not for lectures.
+ *
+ * The trace layer is the lecture's record: steps and their renderings
+ * (trace.c, note.c, markdown.c), the lecture stacks they carry (stack.c),
+ * check() and the check tally (verdict.c), --grade's results (grade.c), the
+ * lecture's own options and --quick/--quiet (options.c), what a failing
+ * MPI_CHECK/CUDA_CHECK does (check.c, check.h) and strings (strbuf.c).
+ * It calls no other layer of the runtime (make check-layers): every layer
+ * above calls it. Where it must hear from above, the layer above registers
+ * a function here: the step sink (lx_set_step_sink, set by a rank's
+ * spawn_rank.c) and whether a rank runs a spawn (lx_backend_error_set_rank_active,
+ * set by the comm layer's lx_comm_start).
  *
  * Flow of one note():
  *   note()  -> lx_emit(rendering)             note.c
@@ -8,8 +20,8 @@
  *           -> the step sink                  trace.c keeps it (parent process);
  *                                             spawn_rank.c sends it to the parent (a rank)
  */
-#ifndef LECTERN_INTERNAL_H
-#define LECTERN_INTERNAL_H
+#ifndef LECTERN_TRACE_LAYER_H
+#define LECTERN_TRACE_LAYER_H
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -243,4 +255,4 @@ void __gcov_dump(void);
 #define LX_COVERAGE_FLUSH() ((void)0)
 #endif
 
-#endif /* LECTERN_INTERNAL_H */
+#endif /* LECTERN_TRACE_LAYER_H */
