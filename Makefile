@@ -87,7 +87,7 @@ else
   say = @printf '  %-5s %s\n' $(1) $(2)
 endif
 # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the
-# random numbers (runtime/philox.h) round the same on every CPU and the GPU.
+# random numbers (runtime/tensor/philox.h) round the same on every CPU and the GPU.
 COMMON := -g -fno-omit-frame-pointer -ffp-contract=off -D_GNU_SOURCE -Iruntime $(PKG_CFLAGS) \
           -DLECTERN_ROOT='"$(CURDIR)"' -DLECTERN_NCCL=$(NCCL)
 # Lectures (and test fixtures) keep one frame per source function so every
@@ -112,7 +112,7 @@ LIBS := $(PKG_LIBS) -lm -lpthread
 CUDA_FLAGS :=
 ifeq ($(CUDA),1)
   COMMON += -DLECTERN_CUDA=1 -I$(CUDA_HOME)/include
-  # cuBLAS is not linked: runtime/cublas_lazy.c loads it on first use, so
+  # cuBLAS is not linked: runtime/tensor/cublas_lazy.c loads it on first use, so
   # processes that never call it (CPU ranks) start 70 ms sooner.
   LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl
   ifeq ($(NCCL),1)
@@ -125,9 +125,13 @@ ifeq ($(CUDA),1)
                 -DLECTERN_NCCL=$(NCCL)
 endif
 
+# The runtime's layers, lowest first (docs/design.md, "Layers"): a folder
+# of runtime/ each, a lower one never calling a higher one (make check-layers).
+LAYERS := trace tensor ranks comm lecture
 # comm_nccl.c only where there is an NCCL to compile it against.
-RUNTIME_SRC := $(filter-out $(if $(filter 1,$(NCCL)),,runtime/comm_nccl.c),$(wildcard runtime/*.c))
-RUNTIME_CU  := $(if $(filter 1,$(CUDA)),$(wildcard runtime/*.cu))
+RUNTIME_SRC := $(filter-out $(if $(filter 1,$(NCCL)),,runtime/comm/comm_nccl.c),$(foreach l,$(LAYERS),$(wildcard runtime/$(l)/*.c)))
+RUNTIME_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(LAYERS),$(wildcard runtime/$(l)/*.cu)))
+RUNTIME_H   := $(wildcard runtime/*.h runtime/*/*.h)
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o) $(RUNTIME_CU:%.cu=$(BUILD)/%.cu.o)
 LIB := $(BUILD)/liblectern.a
 
@@ -159,7 +163,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run grade submission test test-asan bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check test-all
+.PHONY: all run grade submission test test-all test-asan check-layers bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check
 ifeq ($(CMOCKA),1)
   C_TEST_BINS := $(TEST_BINS)
 else
@@ -173,12 +177,12 @@ endif
 all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BENCH_BINS)
 lectures: $(LECTURE_BINS)
 
-$(BUILD)/runtime/%.o: runtime/%.c $(wildcard runtime/*.h)
+$(BUILD)/runtime/%.o: runtime/%.c $(RUNTIME_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(WARN) $(COMMON) $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
 
-$(BUILD)/runtime/%.cu.o: runtime/%.cu $(wildcard runtime/*.h)
+$(BUILD)/runtime/%.cu.o: runtime/%.cu $(RUNTIME_H)
 	@mkdir -p $(dir $@)
 	$(call say,NVCC,$<)
 	$(Q)$(NVCC) $(CUDA_FLAGS) -c $< -o $@
@@ -188,7 +192,7 @@ $(LIB): $(RUNTIME_OBJ)
 	$(call say,AR,$@)
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/lectures/lib/%.o: lectures/lib/%.c $(wildcard lectures/lib/*.h) $(wildcard runtime/*.h)
+$(BUILD)/lectures/lib/%.o: lectures/lib/%.c $(wildcard lectures/lib/*.h) $(RUNTIME_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) -c $< -o $@
@@ -198,7 +202,7 @@ $(LECTURE_LIB): $(LECTURE_LIB_OBJ)
 	$(call say,AR,$@)
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/lectures/%_kernels.cu.o: lectures/%_kernels.cu $(wildcard lectures/*.h) $(wildcard runtime/*.h)
+$(BUILD)/lectures/%_kernels.cu.o: lectures/%_kernels.cu $(wildcard lectures/*.h) $(RUNTIME_H)
 	@mkdir -p $(dir $@)
 	$(call say,NVCC,$<)
 	$(Q)$(NVCC) $(CUDA_FLAGS) -c $< -o $@
@@ -215,7 +219,7 @@ $(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB) $(wildcard tests/lectures/*
 	$(call say,CC,$<)
 	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
 
-$(BUILD)/tests/lib/%.o: tests/lib/%.c $(wildcard tests/lib/*.h) $(wildcard lectures/lib/*.h) $(wildcard runtime/*.h)
+$(BUILD)/tests/lib/%.o: tests/lib/%.c $(wildcard tests/lib/*.h) $(wildcard lectures/lib/*.h) $(RUNTIME_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(RUNTIME_OPT) $(SAN_FLAGS) -c $< -o $@
@@ -284,6 +288,11 @@ test: setup
 test-all: setup
 	@$(MAKE) --no-print-directory all
 	@LECTERN_TEST_SCOPE=all bash scripts/test.sh
+
+# The runtime's folders call each other one way only, lowest layer first
+# (scripts/check_layers.py reads the objects with nm; scripts/test.sh runs it).
+check-layers: $(RUNTIME_OBJ)
+	@python3 scripts/check_layers.py --order $(shell echo $(LAYERS) | tr " " ,) $(RUNTIME_OBJ)
 
 # The same tests, built with AddressSanitizer and UBSan (called by scripts/test.sh).
 test-asan:

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "spawn_impl.h"   /* lx_rank_comm(): the spawn's ranks, for the bare calls */
+#include "ranks/ranks.h"   /* lx_rank_comm(): the spawn's ranks, for the bare calls */
 
 enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, N_OPS };
 static const char *const OP_NAMES[] = {"all_reduce", "reduce_scatter", "all_gather"};
@@ -83,7 +83,7 @@ static double bus_factor(int op, int n) {
     return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 }
 
-/* What the agreement check (runtime/comm_agree.c) adds to every collective
+/* What the agreement check (runtime/comm/comm_agree.c) adds to every collective
  * outside a timed region when the ranks agree: one MPI_Allreduce of 8 int64
  * with MPI_MIN. Timed alone, it bounds the ratio the checked column can
  * show: at best t_bare / (t_bare + t_check). */

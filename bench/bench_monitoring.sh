@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What Open MPI's pml monitoring costs (docs/benchmarks.md): the pool turns it
 # on so that dist_traffic_now() can measure the collectives' bytes
-# (runtime/comm_pvars.c). Plain MPI programs, on and off
+# (runtime/comm/comm_pvars.c). Plain MPI programs, on and off
 # (OMPI_MCA_pml_monitoring_enable=1 / 0), alternated ROUNDS times so both see
 # the same machine: a 4-byte ping-pong (latency: where a per-message cost
 # shows most) and a 1 MB MPI_Allreduce (the smallest size the all-reduce goal

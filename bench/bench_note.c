@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "trace/trace.h"
 
 static double now(void) {
     struct timespec t;

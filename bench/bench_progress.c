@@ -3,7 +3,7 @@
  * what does the agreement check cost a timed loop?
  *
  * Each case runs with the rank's progress thread on and off
- * (runtime/comm_progress.c; lx_progress_set, in the same ranks of the same
+ * (runtime/comm/comm_progress.c; lx_progress_set, in the same ranks of the same
  * run), medians over RUNS, the slowest rank's figure:
  *
  *   isend      rank 0 isends 4 MiB to rank 1, then computes 300 ms (a sleep:
@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "comm_progress.h"   /* lx_progress_set: on and off in one run */
+#include "comm/comm_progress.h"   /* lx_progress_set: on and off in one run */
 #include "lectern.h"
-#include "spawn_impl.h"      /* lx_rank_comm(): the slowest rank's time */
+#include "ranks/ranks.h"      /* lx_rank_comm(): the slowest rank's time */
 
 enum { RUNS = 5, LAT_REPS = 2000 };
 

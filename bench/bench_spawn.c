@@ -4,7 +4,7 @@
  * waiting for them to finish.
  *
  * The first spawn of a run also starts the pool of ranks with mpirun
- * (runtime/pool.c): it is reported on its own. Then, for 1, 2 and 4 ranks,
+ * (runtime/ranks/pool.c): it is reported on its own. Then, for 1, 2 and 4 ranks,
  * the median and the spread of many spawns on that pool; then what growing
  * the pool costs (a spawn of 8, then of 16 ranks, each replacing the pool
  * with a bigger one), and spawns on the 16-rank pool. Medians: this machine

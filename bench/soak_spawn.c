@@ -11,7 +11,7 @@
  *  - a stall is a spawn that took more than STALL_SECONDS (a few hundred
  *    times the median: something waited on a timeout);
  *  - a retry is a pool start that did not come up in time and was started
- *    again (runtime/pool.c counts them);
+ *    again (runtime/ranks/pool.c counts them);
  *  - a hang is a spawn stopped by LECTERN_TIMEOUT (set to 30 s here unless
  *    given): the lecture then ends with an error step and status 1, and
  *    this line is never printed, which is itself the verdict.
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "spawn_impl.h"
+#include "ranks/ranks.h"
 
 #define STALL_SECONDS 2.0
 

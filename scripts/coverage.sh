@@ -38,9 +38,9 @@ tail -n 3 build-cov/coverage-branches.txt
 # Files that only run with a GPU (NCCL, cuBLAS) cannot be reached on a machine
 # without one: give the figure for the rest too, saying so.
 if ! nvidia-smi -L >/dev/null 2>&1; then
-    gpu_only=(--exclude 'runtime/comm_nccl.c' --exclude 'runtime/cublas_lazy.c')
+    gpu_only=(--exclude 'runtime/comm/comm_nccl.c' --exclude 'runtime/tensor/cublas_lazy.c')
     echo
-    echo "without the GPU-only files (runtime/comm_nccl.c, runtime/cublas_lazy.c), which need a GPU:"
+    echo "without the GPU-only files (runtime/comm/comm_nccl.c, runtime/tensor/cublas_lazy.c), which need a GPU:"
     gcovr "${filters[@]}" "${gpu_only[@]}" --txt 2>>build-cov/gcovr.log | tail -n 2 | head -n 1 | sed 's/^/  lines    /'
     gcovr "${filters[@]}" "${gpu_only[@]}" --branches --txt 2>>build-cov/gcovr.log | tail -n 2 | head -n 1 | sed 's/^/  branches /'
 fi

@@ -49,7 +49,7 @@ say "building with CUDA into $CARRY/build"
 make --no-print-directory -j"$(nproc)" CUDA=1 BUILD="$CARRY/build" all >"$stage/make.log" 2>&1 ||
     { cat "$stage/make.log" >&2; exit 1; }
 grep "^lectern:" "$stage/make.log" >&2 || true
-rm -f "$CARRY"/build/runtime/*.o "$CARRY"/build/runtime/*.cu.o   # only the binaries travel
+rm -f "$CARRY"/build/runtime/*/*.o   # only the binaries travel (the objects sit in layer folders)
 
 # ---- 2. which Debian packages ------------------------------------------------
 # What lectern's binaries and Open MPI's own programs and plugins load.

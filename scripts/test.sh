@@ -2,7 +2,8 @@
 # Runs every test and closes with one line: "N passed, N failed, N skipped".
 #
 #   1. C unit tests (cmocka): build/tests/test_*
-#   2. script tests: tests/test_*.py (unittest, Debian's python3)
+#   2. the layer check (make check-layers: runtime/'s folders call each other
+#      one way only), then the script tests: tests/test_*.py (unittest, Debian's python3)
 #   3. browser tests of the viewer: tests/viewer/run.sh (headless Chromium)
 #   4. the C tests and the runtime's script tests (foundation, spawn, misuse,
 #      lecture_08, lecture_collectives, lecture_ddp, lecture_gpu) again, built with
@@ -111,6 +112,8 @@ for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     run "$(basename "$t")" env LECTERN_BUILD="$BUILD" "$t"
 done
+# runtime/'s folders call each other one way only (docs/design.md, "Layers").
+run "check-layers" make --no-print-directory BUILD="$BUILD" check-layers
 for t in tests/test_*.py; do
     [ -f "$t" ] || continue
     run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
@@ -163,6 +166,7 @@ if [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ];
             [ -x "$t" ] || continue
             run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
         done
+        run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers
         [ "$SCOPE" = all ] && run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
         run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
         run "cpu-only: test_lecture_gpu.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_gpu.py

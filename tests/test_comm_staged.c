@@ -1,7 +1,7 @@
 /*
  * test_comm_staged.c: the collectives of ranks that share a GPU
- * (runtime/comm_staged.c), and how a spawn chooses its backend
- * (runtime/spawn_backend.c).
+ * (runtime/comm/comm_staged.c), and how a spawn chooses its backend
+ * (runtime/ranks/spawn_backend.c).
  *
  * 1. The staging pipeline, on any machine. With LECTERN_STAGE_TEST=1 (a test
  *    hook) a CPU spawn runs its collectives through comm_staged.c's chunked
@@ -47,7 +47,7 @@
 
 #include "lectern.h"
 #include "lecture_test.h"
-#include "spawn_impl.h"
+#include "comm/comm.h"
 
 enum { CHUNK = 5 };
 static const int64_t SIZES[] = {0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 17, 1000};

@@ -1,6 +1,6 @@
 /*
  * test_cublas_lazy.c: cuBLAS is loaded on first use, and the calls that go
- * through runtime/cublas_lazy.c reach the real library (cmocka).
+ * through runtime/tensor/cublas_lazy.c reach the real library (cmocka).
  *
  * No GPU is needed: cublasGetStatusString works anywhere, and cublasCreate
  * answers with an error status when there is no device to create it on.

@@ -1,5 +1,5 @@
-"""Communication that moves while its rank computes (runtime/comm_progress.c),
-and timed regions that skip the agreement check (runtime/comm_agree.c).
+"""Communication that moves while its rank computes (runtime/comm/comm_progress.c),
+and timed regions that skip the agreement check (runtime/comm/comm_agree.c).
 
 Every timing bound is generous and relative to a figure measured in the
 same run, and each is shown to discriminate: the same case run with the

@@ -1,5 +1,5 @@
 /*
- * test_random.c: randn's generator (runtime/philox.h) checked against things
+ * test_random.c: randn's generator (runtime/tensor/philox.h) checked against things
  * that do not come from it:
  *
  *   - Philox4x32-10 against the known-answer vectors published with Random123
@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "lectern.h"
-#include "philox.h"
+#include "tensor/philox.h"
 
 /* ---------------- the raw generator ---------------- */
 

@@ -1,5 +1,5 @@
 /*
- * test_tensor.c: the tensors of runtime/tensor.c, checked against values the
+ * test_tensor.c: the tensors of runtime/tensor/tensor.c, checked against values the
  * test computes its own way: a naive triple loop for matrix products, finite
  * differences for derivatives, the textbook AdamW formulas, and torch's
  * printed forms written out by hand.

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "trace/trace.h"
 
 static char *read_all(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -159,7 +159,7 @@ static void lecture_paths(void **state) {
     (void)state;
     assert_true(lx_is_lecture_path("lectures/lecture_08.c"));
     assert_true(lx_is_lecture_path("lectures/mlp.h"));
-    assert_false(lx_is_lecture_path("runtime/trace.c"));
+    assert_false(lx_is_lecture_path("runtime/trace/trace.c"));
     assert_false(lx_is_lecture_path("/usr/include/stdio.h"));
     assert_false(lx_is_lecture_path(NULL));
 }

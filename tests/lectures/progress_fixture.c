@@ -158,7 +158,7 @@ static void order_case(int rank, int world_size, void *args) {
     tensor_free(in);
 }
 
-int64_t lx_agree_checks_made(void);      /* runtime/comm_agree.h: not a lecture's API */
+int64_t lx_agree_checks_made(void);      /* runtime/comm/comm_agree.h: not a lecture's API */
 int64_t lx_agree_checks_skipped(void);
 
 static void timed_case(int rank, int world_size, void *args) {

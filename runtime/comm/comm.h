@@ -1,0 +1,138 @@
+/*
+ * comm/comm.h: the comm layer's contract, the highest layer below
+ * lecture_main. Not for lectures.
+ *
+ * The comm layer is the public dist_* calls (comm.c: argument checks, the
+ * agreement checks of comm_agree.c, then one backend's table), the backends
+ * (comm_mpi.c: Open MPI on host buffers; comm_nccl.c: NCCL, built where
+ * NCCL is; comm_staged.c: device tensors through pinned host buffers or
+ * CUDA-aware Open MPI), the traffic counters (comm_stats.c, comm_pvars.c),
+ * the progress thread (comm_progress.c) and dist_timer (dist_timer.c).
+ *
+ * It calls the layers below (ranks/ranks.h for the board and the rank's
+ * counters, tensor/tensor.h, trace/trace.h) and is called by lecture_main
+ * (runtime/lecture/main.c), which registers lx_comm_layer() with the ranks
+ * layer: the ranks layer reaches this one only through that table.
+ *
+ * Who calls what here: spawn_rank.c (through lx_comm_hooks) starts and stops
+ * a spawn's communication; lectures call the dist_* functions (lectern.h);
+ * tests and benchmarks use the lx_stage_* and lx_progress_* hooks.
+ */
+#ifndef LECTERN_COMM_H
+#define LECTERN_COMM_H
+
+#include <mpi.h>
+
+#include "ranks/ranks.h"
+#include "tensor/tensor.h"
+
+/* ---------------- the rank's world ---------------- */
+
+/* One struct holds what a rank knows of its spawn's world; comm.c keeps the
+ * one instance, lx_the_world, filled by lx_comm_start from what the ranks
+ * layer passed and put back to these defaults by lx_comm_stop. Every file
+ * of this layer reads it (no file keeps its own copy of the rank or the
+ * size); the backends keep only their duplicates of `comm`. */
+typedef struct lx_world {
+    int rank;            /* this rank, 0 .. size-1 (0 outside a spawn) */
+    int size;            /* the spawn's world size (1 outside a spawn) */
+    lx_backend backend;  /* what the parent chose (ranks.h); LX_BACKEND_MPI outside */
+    int device;          /* this rank's GPU under NCCL or shared GPUs, else -1 */
+    MPI_Comm comm;       /* the spawn's communicator (pool ranks 0 .. size-1), MPI_COMM_NULL outside */
+} lx_world;
+extern lx_world lx_the_world;
+
+/* ---------------- comm.c ---------------- */
+
+/* Starts the collectives of this rank on `backend` (the parent chose it),
+ * over `comm`, the spawn's communicator (its world_size ranks), and stops
+ * them when fn has returned. `device` is the GPU of this rank under NCCL
+ * (-1 under Open MPI). */
+void lx_comm_start(lx_backend backend, int rank, int world_size, int device, MPI_Comm comm);
+/* Requests the function never waited for: an error step each at the line
+ * that made it, then completed (before the tensors they use are freed). */
+void lx_comm_finish_requests(void);
+void lx_comm_stop(void);
+/* 1 between lx_comm_start and lx_comm_stop: the rank runs a spawned function. */
+int lx_comm_active(void);
+
+/* ---------------- comm_mpi.c / comm_nccl.c ---------------- */
+
+/* One backend's collectives on `count` floats. Arguments were checked by
+ * comm.c: counts fit an int, buffers live where the backend wants them,
+ * roots are valid ranks. `out` and `in` may be the same buffer only where
+ * noted. AVG is passed down as is: each backend knows how to average. */
+typedef struct lx_comm_ops {
+    void (*barrier)(void);
+    void (*all_reduce)(float *buf, size_t count, dist_op op);
+    void (*reduce)(float *buf, size_t count, int root, dist_op op);
+    void (*broadcast)(float *buf, size_t count, int root);
+    /* out: count floats; in: world_size * count floats */
+    void (*reduce_scatter)(float *out, const float *in, size_t count, dist_op op);
+    /* out: world_size * count floats; in: count floats */
+    void (*all_gather)(float *out, const float *in, size_t count);
+    /* in (root only, else NULL): world_size * count; out: count */
+    void (*scatter)(float *out, const float *in, size_t count, int root);
+    /* in: count; out (root only, else NULL): world_size * count */
+    void (*gather)(float *out, const float *in, size_t count, int root);
+    void (*send)(const float *buf, size_t count, int peer);
+    void (*recv)(float *buf, size_t count, int peer);
+    /* Non-blocking pair: returns the backend's request; wait frees it. */
+    void *(*isend)(const float *buf, size_t count, int peer);
+    void *(*irecv)(float *buf, size_t count, int peer);
+    void (*wait)(void *request);
+    /* Non-blocking collectives: as their blocking twins, completed by wait. */
+    void *(*iall_reduce)(float *buf, size_t count, dist_op op);
+    void *(*ibroadcast)(float *buf, size_t count, int root);
+    void *(*ireduce_scatter)(float *out, const float *in, size_t count, dist_op op);
+    void *(*iall_gather)(float *out, const float *in, size_t count);
+    /* send to dst and receive from src at once (no ordering deadlock) */
+    void (*sendrecv)(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src);
+    void (*stop)(void);
+} lx_comm_ops;
+
+const lx_comm_ops *lx_comm_mpi_start(void);
+/* comm_mpi.c's pieces that the staged backend (comm_staged.c) shares: the
+ * MPI_Op of a dist_op (AVG sums), and AVG's division on host memory. */
+MPI_Op lx_mpi_op(dist_op op);
+void lx_mpi_average(float *x, size_t count, dist_op op, int world_size);
+/* comm_stats.c: a table in front of `ops` that counts this rank's calls and
+ * bytes (dist_traffic_now) and passes every call on; resets the counters. */
+const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops);
+/* comm_pvars.c: Open MPI's per-peer count of bytes sent (MPI_T). open: 1
+ * when available (tried once per process; why_not says why not); read:
+ * bytes sent so far to world ranks 0 .. n - 1, 1 when read. */
+int lx_pvars_open(void);
+int lx_pvars_read(uint64_t *sent, int n);
+const char *lx_pvars_why_not(void);
+/* comm_staged.c (the copy interface, lx_stage_copier, is in tensor/tensor.h). */
+
+/* cuda_aware: the parent chose device pointers straight to Open MPI (the
+ * rank checks that Open MPI agrees at run time, and stages if not). */
+const lx_comm_ops *lx_comm_staged_start(const lx_stage_copier *copier, int cuda_aware);
+/* Open MPI was built CUDA-aware and LECTERN_CUDA_AWARE is not 0. */
+int lx_mpi_cuda_aware_built(void);
+/* For tests, in a rank: the direct path on (1) or off (0) from now on. */
+void lx_stage_set_direct(int on);
+/* Frees the staging buffers kept from one spawn to the next (the pool rank leaves). */
+void lx_comm_staged_release(void);
+const lx_stage_copier *lx_stage_host_copier(void);
+/* Pipeline steps (chunks) this process has run: tests check that the
+ * pipeline, not something else, produced a result. */
+int64_t lx_stage_chunks_run(void);
+/* For tests, in a rank: chunks of `floats` from now on in this process (0:
+ * back to LECTERN_STAGE_CHUNK or the default), the current spawn included. */
+void lx_stage_set_chunk(size_t floats);
+
+#if LECTERN_NCCL
+const lx_comm_ops *lx_comm_nccl_start(void);
+/* The NCCL communicators kept from one spawn to the next, destroyed when
+ * the pool rank leaves. */
+void lx_comm_nccl_release(void);
+#endif
+
+/* The table the ranks layer calls this layer through (ranks.h,
+ * lx_comm_hooks): lecture_main registers it with lx_ranks_set_comm. */
+const lx_comm_hooks *lx_comm_layer(void);
+
+#endif /* LECTERN_COMM_H */

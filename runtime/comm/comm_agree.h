@@ -1,0 +1,56 @@
+/*
+ * comm_agree.h: the check that the ranks made the same call (comm_agree.c).
+ * Not for lectures.
+ */
+#ifndef LECTERN_COMM_AGREE_H
+#define LECTERN_COMM_AGREE_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "trace/trace.h"
+
+/* Over a private copy of the spawn's communicator: checks never match the
+ * lecture's own messages. */
+void lx_agree_start(void);
+void lx_agree_stop(void);
+
+/* Every rank calls this at the same point of a collective, before its
+ * transfer: returns when all ranks made the same call (`call`, `count`
+ * elements, `op` and `root`, -1 where they do not apply). Otherwise each
+ * rank adds an error step naming its own line and another rank's, and the
+ * rank exits once all have said so: no result is recorded after it. */
+void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n);
+
+/* Point to point: the sender sends a small descriptor of its call ahead of
+ * the data; the receiver checks it against its own call before it takes
+ * the data, and on a mismatch adds an error step naming both lines and
+ * exits. */
+typedef struct lx_agree_send_desc lx_agree_send_desc;
+typedef struct lx_agree_recv_desc lx_agree_recv_desc;
+lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n);
+/* Waits until the receiver has posted the matching receive (unless
+ * dist_buffered_sends is on): a blocking send calls it before its data.
+ * NULL (a send whose check a timed region skipped): returns at once. */
+void lx_agree_send_posted(lx_agree_send_desc *d);
+void lx_agree_send_done(lx_agree_send_desc *d);           /* frees d; NULL: nothing */
+/* Writes on the status board what the current wait needs: the receive of
+ * send `s` posted, the send of receive `r` started (either may be NULL). */
+void lx_agree_needs(const lx_agree_send_desc *s, const lx_agree_recv_desc *r);
+lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count);
+/* Waits for the sender's descriptor and compares; frees d. */
+void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n);
+
+/* In a timed region a call the ranks already agreed on in this spawn skips
+ * its check: lx_agree_collective returns at once, lx_agree_send and
+ * lx_agree_recv_post return NULL (which send_done and recv_check accept).
+ * Regions nest; both ends are collective. The end compares a digest of the
+ * collectives skipped and stops the rank with an error (at the lecture line
+ * that ends the region) when the ranks differ. */
+void lx_agree_timed_begin(void);
+void lx_agree_timed_end(void);
+/* Checks this spawn has made and skipped so far (tests). */
+int64_t lx_agree_checks_made(void);
+int64_t lx_agree_checks_skipped(void);
+
+#endif /* LECTERN_COMM_AGREE_H */

@@ -1,0 +1,242 @@
+/*
+ * comm_mpi.c: the collectives on Open MPI, on host memory (the gloo of this
+ * world). Each dist_* call is one MPI call on a private copy of the spawn's
+ * communicator (the pool ranks of this spawn, spawn_rank.c), made at the
+ * spawn's start and freed at its end: a message one spawn left unreceived
+ * can never match a receive of the next.
+ *
+ * MPI has no "average": AVG is a SUM followed by a division by the world size
+ * on the ranks that hold a result, which is what torch's gloo backend does.
+ * Errors come back as codes (MPI_ERRORS_RETURN) so MPI_CHECK can name the
+ * call and the file:line; the exit then reaches the parent as a failed rank.
+ */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm/comm.h"
+#include "comm/comm_progress.h"
+#include "trace/trace.h"
+#include "ranks/ranks.h"
+
+enum { TAG_P2P = 17 };
+
+/* Duplicates of the spawn's communicator (lx_the_world.comm), made at start. */
+static MPI_Comm mpi_comm = MPI_COMM_NULL;    /* blocking calls, sends and receives */
+static MPI_Comm async_comm = MPI_COMM_NULL;  /* the non-blocking collectives */
+
+MPI_Op lx_mpi_op(dist_op op) {
+    switch (op) {
+    case DIST_MIN: return MPI_MIN;
+    case DIST_MAX: return MPI_MAX;
+    default: return MPI_SUM;   /* SUM, and AVG before its division */
+    }
+}
+
+void lx_mpi_average(float *x, size_t count, dist_op op, int world_size) {
+    if (op != DIST_AVG) return;
+    for (size_t i = 0; i < count; i++) x[i] /= (float)world_size;
+}
+
+static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
+
+static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, lx_the_world.size); }
+
+static void op_barrier(void) { MPI_CHECK(MPI_Barrier(mpi_comm)); }
+
+static void op_all_reduce(float *buf, size_t count, dist_op op) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), mpi_comm));
+    average(buf, count, op);
+}
+
+static void op_reduce(float *buf, size_t count, int root, dist_op op) {
+    int rank;
+    MPI_CHECK(MPI_Comm_rank(mpi_comm, &rank));
+    if (rank == root) {
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, mpi_comm));
+        average(buf, count, op);
+    } else {
+        MPI_CHECK(MPI_Reduce(buf, NULL, (int)count, MPI_FLOAT, mpi_op(op), root, mpi_comm));
+    }
+}
+
+static void op_broadcast(float *buf, size_t count, int root) {
+    MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, mpi_comm));
+}
+
+static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    MPI_CHECK(MPI_Reduce_scatter_block(in, out, (int)count, MPI_FLOAT, mpi_op(op), mpi_comm));
+    average(out, count, op);
+}
+
+static void op_all_gather(float *out, const float *in, size_t count) {
+    MPI_CHECK(MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, mpi_comm));
+}
+
+static void op_scatter(float *out, const float *in, size_t count, int root) {
+    MPI_CHECK(MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, mpi_comm));
+}
+
+static void op_gather(float *out, const float *in, size_t count, int root) {
+    MPI_CHECK(MPI_Gather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, mpi_comm));
+}
+
+static void op_send(const float *buf, size_t count, int peer) {
+    MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, mpi_comm));
+}
+
+static void op_recv(float *buf, size_t count, int peer) {
+    MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, mpi_comm, MPI_STATUS_IGNORE));
+}
+
+/* A non-blocking call's request. AVG needs a division once the sum has
+ * arrived: `average` is the buffer to divide at wait (NULL for others). */
+typedef struct mpi_request {
+    MPI_Request req;
+    float *average;
+    size_t count;
+    lx_progress_group *moving;   /* the progress thread's hold on req (comm_progress.c) */
+    /* A collective the progress thread starts: what to start. */
+    int (*start)(struct mpi_request *r);
+    float *out;
+    const float *in;
+    MPI_Op op;
+    int root;
+} mpi_request;
+
+static mpi_request *new_request(float *average, size_t count) {
+    mpi_request *r = calloc(1, sizeof *r);
+    if (!r) lx_fatal("out of memory");
+    r->req = MPI_REQUEST_NULL;
+    r->average = average;
+    r->count = count;
+    return r;
+}
+
+/* Sends and receives start here, on the lecture's thread, on the blocking
+ * calls' communicator: two messages between the same ranks are matched in
+ * the order the lecture sent them (MPI's non-overtaking rule), whichever
+ * call made them. The progress thread then keeps them moving. */
+static void *op_isend(const float *buf, size_t count, int peer) {
+    mpi_request *r = new_request(NULL, 0);
+    MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, mpi_comm, &r->req));
+    r->moving = lx_progress_watch(&r->req, 1);
+    return r;
+}
+
+static void *op_irecv(float *buf, size_t count, int peer) {
+    mpi_request *r = new_request(NULL, 0);
+    MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, mpi_comm, &r->req));
+    r->moving = lx_progress_watch(&r->req, 1);
+    return r;
+}
+
+/* The non-blocking collectives (MPI 3) are started by the rank's progress
+ * thread (comm_progress.c), in the order the lecture made them, on a
+ * communicator of their own (async_world: no other thread starts a
+ * collective there, so every rank starts them in the same order), and kept
+ * moving there while the lecture's thread computes. Starting one is not
+ * free: Open MPI copies through shared memory before MPI_Iallreduce
+ * returns (27-36 ms for 16 MiB on 2 ranks here). */
+static int start_iall_reduce(mpi_request *r) {
+    return MPI_Iallreduce(MPI_IN_PLACE, r->out, (int)r->count, MPI_FLOAT, r->op, async_comm, &r->req);
+}
+static int start_ibroadcast(mpi_request *r) {
+    return MPI_Ibcast(r->out, (int)r->count, MPI_FLOAT, r->root, async_comm, &r->req);
+}
+static int start_ireduce_scatter(mpi_request *r) {
+    return MPI_Ireduce_scatter_block(r->in, r->out, (int)r->count, MPI_FLOAT, r->op, async_comm, &r->req);
+}
+static int start_iall_gather(mpi_request *r) {
+    return MPI_Iallgather(r->in, (int)r->count, MPI_FLOAT, r->out, (int)r->count, MPI_FLOAT, async_comm, &r->req);
+}
+
+static int run_start(void *ctx) {
+    mpi_request *r = ctx;
+    return r->start(r);
+}
+
+static void *launch(mpi_request *r, int (*start)(mpi_request *)) {
+    r->start = start;
+    r->moving = lx_progress_launch(run_start, r, &r->req, 1);
+    return r;
+}
+
+static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
+    mpi_request *r = new_request(op == DIST_AVG ? buf : NULL, count);
+    r->out = buf;
+    r->op = mpi_op(op);
+    return launch(r, start_iall_reduce);
+}
+
+static void *op_ibroadcast(float *buf, size_t count, int root) {
+    mpi_request *r = new_request(NULL, count);
+    r->out = buf;
+    r->root = root;
+    return launch(r, start_ibroadcast);
+}
+
+static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    mpi_request *r = new_request(op == DIST_AVG ? out : NULL, count);
+    r->out = out;
+    r->in = in;
+    r->op = mpi_op(op);
+    return launch(r, start_ireduce_scatter);
+}
+
+static void *op_iall_gather(float *out, const float *in, size_t count) {
+    mpi_request *r = new_request(NULL, count);
+    r->out = out;
+    r->in = in;
+    return launch(r, start_iall_gather);
+}
+
+static void op_wait(void *request) {
+    mpi_request *r = request;
+    lx_progress_claim(r->moving, "MPI_Wait");
+    MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
+    if (r->average) average(r->average, r->count, DIST_AVG);
+    free(r);
+}
+
+static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
+    MPI_CHECK(MPI_Sendrecv(send, (int)send_count, MPI_FLOAT, dst, TAG_P2P, recv, (int)recv_count, MPI_FLOAT, src,
+                           TAG_P2P, mpi_comm, MPI_STATUS_IGNORE));
+}
+
+static void op_stop(void) {
+    if (mpi_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&mpi_comm));
+    if (async_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&async_comm));
+}
+
+static const lx_comm_ops mpi_ops = {
+    .barrier = op_barrier,
+    .all_reduce = op_all_reduce,
+    .reduce = op_reduce,
+    .broadcast = op_broadcast,
+    .reduce_scatter = op_reduce_scatter,
+    .all_gather = op_all_gather,
+    .scatter = op_scatter,
+    .gather = op_gather,
+    .send = op_send,
+    .recv = op_recv,
+    .isend = op_isend,
+    .irecv = op_irecv,
+    .wait = op_wait,
+    .iall_reduce = op_iall_reduce,
+    .ibroadcast = op_ibroadcast,
+    .ireduce_scatter = op_ireduce_scatter,
+    .iall_gather = op_iall_gather,
+    .sendrecv = op_sendrecv,
+    .stop = op_stop,
+};
+
+const lx_comm_ops *lx_comm_mpi_start(void) {
+    MPI_Comm comm = lx_the_world.comm;
+    MPI_CHECK(MPI_Comm_dup(comm, &mpi_comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(mpi_comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_dup(comm, &async_comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(async_comm, MPI_ERRORS_RETURN));
+    return &mpi_ops;
+}

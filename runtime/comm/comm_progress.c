@@ -1,0 +1,253 @@
+/*
+ * comm_progress.c: a thread per rank that keeps non-blocking transfers
+ * moving while the lecture's thread computes.
+ *
+ * Open MPI has no progress of its own for shared memory: a message moves,
+ * a fragment is acknowledged, a step of a non-blocking collective's schedule
+ * is taken, only while some thread of the rank is inside an MPI call. A rank
+ * that isent 4 MiB and then computed for 300 ms delivered nothing until its
+ * dist_wait: the receiver waited the whole 300 ms. gloo runs its collectives
+ * on worker threads, NCCL on its own stream; this is the CPU path's answer.
+ *
+ * The rank runs MPI_THREAD_MULTIPLE. A backend hands each non-blocking
+ * call's requests here as a *group*, in one of two ways:
+ *   - watch: the lecture's thread started them (MPI_Isend, MPI_Irecv: these
+ *     stay on the lecture's thread, so that messages between two ranks keep
+ *     the order the lecture sent them in);
+ *   - launch: the thread starts them, by a function the backend gives, in
+ *     the order of the launches. A non-blocking collective's start can take
+ *     a while: Open MPI's MPI_Iallreduce of 16 MiB on 2 ranks took 27-36 ms
+ *     to return here, copying through shared memory, time the lecture's
+ *     thread would otherwise spend before it computes.
+ * While any group is in flight the thread goes over them in order: it starts
+ * the ones not started, and calls MPI_Testall on the others, every
+ * LECTERN_PROGRESS_US microseconds (default 20). Each MPI_Testall runs Open
+ * MPI's progress engine once, which moves every transfer of the rank (the
+ * libnbc schedules, the point-to-point protocol steps). A group that
+ * completes leaves the list; with none left the thread sleeps on a condition
+ * variable and costs nothing, so ranks that make only blocking calls run as
+ * they did.
+ *
+ * The lecture's thread never touches a group's requests while the thread
+ * works on them: the thread marks a group busy (under the lock) before it
+ * calls MPI on it, without the lock held, so the lecture's thread is never
+ * kept waiting on a long MPI call to start or watch another; at its wait the
+ * lecture's thread takes the group back (lx_progress_claim) once it is
+ * started and not busy, then calls MPI_Waitall itself, which drives progress
+ * at full speed for the rest. A request the thread saw complete is
+ * MPI_REQUEST_NULL by then, which MPI_Waitall skips.
+ *
+ * Why a polling thread, with a sleep between polls, and not
+ *   - a thread that owns MPI and runs every call for the lecture's thread
+ *     (MPI_THREAD_FUNNELED): every blocking call would pay a hand-over
+ *     between threads, several microseconds, in the latency the lectures
+ *     measure;
+ *   - a worker thread per non-blocking call running its blocking twin
+ *     (gloo's way): a thread inside a blocking Open MPI call spins on a
+ *     core for the whole transfer, taking it from the compute it overlaps,
+ *     and there would be as many spinning threads as calls in flight;
+ *   - Open MPI's own progress threads: only its TCP transport has one
+ *     (btl_tcp_progress_thread), not shared memory, and none drives the
+ *     non-blocking collectives.
+ * The sleep keeps the thread's share of a core small (a poll is a few
+ * microseconds) while a large transfer still advances every few tens of
+ * microseconds: docs/design.md and docs/benchmarks.md give the figures.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "check.h"
+#include "comm/comm.h"
+#include "comm/comm_progress.h"
+#include "trace/trace.h"
+
+struct lx_progress_group {
+    MPI_Request *reqs;
+    int n;
+    int (*start)(void *ctx);         /* NULL once started (or for a watch) */
+    void *ctx;
+    int busy;                        /* the thread is in an MPI call on it */
+    int error;                       /* an MPI error code met on the thread */
+    struct lx_progress_group *next;  /* in launch order */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;     /* the thread: work arrived, or stop */
+static pthread_cond_t settled = PTHREAD_COND_INITIALIZER;  /* the lecture's thread: a group changed */
+static lx_progress_group *head, *tail;   /* in flight, oldest first (under lock) */
+static pthread_t thread;
+static int running, stopping;
+static int multiple = 0;                 /* Open MPI gave MPI_THREAD_MULTIPLE */
+static int enabled = 1;                  /* LECTERN_PROGRESS, lx_progress_set */
+static long interval_ns = 20000;         /* LECTERN_PROGRESS_US */
+
+static void nap_ns(long ns) {
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+static void unlink_group(lx_progress_group *g) {
+    lx_progress_group **link = &head, *prev = NULL;
+    while (*link && *link != g) {
+        prev = *link;
+        link = &(*link)->next;
+    }
+    if (!*link) return;
+    *link = g->next;
+    if (tail == g) tail = prev;
+    g->next = NULL;
+}
+
+/* One pass over the groups in flight: start what waits to start, test the
+ * rest. Called and returns with the lock held; drops it around MPI calls. */
+static void one_pass(void) {
+    lx_progress_group *g = head;
+    while (g) {
+        g->busy = 1;
+        int (*start)(void *) = g->start;
+        pthread_mutex_unlock(&lock);
+        int done = 0, rc = MPI_SUCCESS;
+        if (start) {
+            /* An error waits for the wait, on the lecture's thread (MPI_CHECK
+             * here would exit from this thread). */
+            rc = start(g->ctx);
+        } else {
+            rc = MPI_Testall(g->n, g->reqs, &done, MPI_STATUSES_IGNORE);
+        }
+        pthread_mutex_lock(&lock);
+        g->start = NULL;
+        g->busy = 0;
+        if (rc != MPI_SUCCESS) {
+            g->error = rc;
+            done = 1;
+        }
+        lx_progress_group *next = g->next;
+        if (done) unlink_group(g);   /* its wait finds it complete */
+        pthread_cond_broadcast(&settled);
+        g = next;
+    }
+}
+
+static void *progress_main(void *unused) {
+    (void)unused;
+    /* The default timer slack (50 us) would stretch every short sleep. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        while (!stopping && !head) pthread_cond_wait(&wake, &lock);
+        if (stopping) break;
+        one_pass();
+        if (!head) continue;
+        pthread_mutex_unlock(&lock);
+        if (interval_ns > 0) nap_ns(interval_ns);
+        else sched_yield();
+        pthread_mutex_lock(&lock);
+    }
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+void lx_progress_init(int provided) {
+    multiple = provided >= MPI_THREAD_MULTIPLE;
+    const char *on = getenv("LECTERN_PROGRESS");
+    if (on && strcmp(on, "0") == 0) enabled = 0;
+    const char *us = getenv("LECTERN_PROGRESS_US");
+    if (us && *us) {
+        char *end;
+        double v = strtod(us, &end);
+        if (*end == '\0' && v >= 0 && v <= 1e6) interval_ns = (long)(v * 1000);
+        else fprintf(stderr, "lectern: LECTERN_PROGRESS_US=%s is not a number of microseconds (0 to 1e6): "
+                             "using %ld\n", us, interval_ns / 1000);
+    }
+}
+
+int lx_progress_active(void) { return multiple && enabled; }
+
+void lx_progress_set(int on) { enabled = on != 0; }
+
+static int ensure_thread(void) {
+    if (running) return 1;
+    stopping = 0;
+    if (pthread_create(&thread, NULL, progress_main, NULL) != 0) {
+        fprintf(stderr, "lectern: rank %d: no progress thread (pthread_create failed): non-blocking transfers "
+                        "move only inside MPI calls\n", lx_rank());
+        multiple = 0;
+        return 0;
+    }
+    running = 1;
+    /* A rank that exits (an error step, then exit(1)) stops the thread first,
+     * so no library's exit-time clean-up runs under it. */
+    static int registered;
+    if (!registered && atexit(lx_progress_stop) == 0) registered = 1;
+    return 1;
+}
+
+static lx_progress_group *add(int (*start)(void *), void *ctx, MPI_Request *reqs, int n) {
+    lx_progress_group *g = calloc(1, sizeof *g);
+    if (!g) lx_fatal("out of memory");
+    g->reqs = reqs;
+    g->n = n;
+    g->start = start;
+    g->ctx = ctx;
+    g->error = MPI_SUCCESS;
+    pthread_mutex_lock(&lock);
+    if (tail) tail->next = g;
+    else head = g;
+    tail = g;
+    pthread_cond_signal(&wake);
+    pthread_mutex_unlock(&lock);
+    return g;
+}
+
+lx_progress_group *lx_progress_watch(MPI_Request *reqs, int n) {
+    if (!lx_progress_active() || n <= 0 || !ensure_thread()) return NULL;
+    return add(NULL, NULL, reqs, n);
+}
+
+/* An MPI error code as MPI_CHECK reports it. */
+static void __attribute__((noreturn)) die(int rc, const char *call) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    LX_DIE("MPI", msg, __FILE__, __LINE__, call);
+}
+
+lx_progress_group *lx_progress_launch(int (*start)(void *ctx), void *ctx, MPI_Request *reqs, int n) {
+    if (!lx_progress_active() || !ensure_thread()) {
+        int rc = start(ctx);
+        if (rc != MPI_SUCCESS) die(rc, "starting a non-blocking collective");
+        return NULL;
+    }
+    return add(start, ctx, reqs, n);
+}
+
+
+void lx_progress_claim(lx_progress_group *g, const char *call) {
+    if (!g) return;
+    pthread_mutex_lock(&lock);
+    while (g->busy || g->start) pthread_cond_wait(&settled, &lock);
+    unlink_group(g);
+    pthread_mutex_unlock(&lock);
+    int rc = g->error;
+    free(g);
+    if (rc != MPI_SUCCESS) die(rc, call);
+}
+
+void lx_progress_stop(void) {
+    if (!running) return;
+    pthread_mutex_lock(&lock);
+    stopping = 1;
+    pthread_cond_signal(&wake);
+    pthread_mutex_unlock(&lock);
+    pthread_join(thread, NULL);
+    /* What is left belongs to requests never waited for: their owners free
+     * the groups (a rank that exits frees nothing). */
+    head = tail = NULL;
+    running = 0;
+}

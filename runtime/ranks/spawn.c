@@ -1,0 +1,992 @@
+/*
+ * spawn.c: real ranks whose steps land in this trace.
+ *
+ * spawn(fn, 4, args, size) in the lecture (the parent):
+ *
+ *   1. Picks the backend (NCCL when every rank can have a GPU of its own,
+ *      else Open MPI on host memory) and says so in a note.
+ *   2. Makes sure the pool of rank processes is up with at least 4 ranks
+ *      (pool.c: started with mpirun at the first spawn of the lecture,
+ *      reused by every later one).
+ *   3. Hands pool ranks 0..3 the spawn description (which function, the
+ *      backend, the clock) and the args bytes over their sockets (wire.c).
+ *   4. Each rank runs fn(rank, 4, its own copy of args) over a communicator
+ *      of those 4 ranks (spawn_rank.c). Its steps (note(), ...) come back as
+ *      JSON text; the parent puts its own frames down to the spawn() line in
+ *      front of each step's stack, stamps rank / world_size / spawn and
+ *      appends it to the trace.
+ *   5. A rank says "done" when fn returns; spawn() returns when all have.
+ *      The ranks go back to waiting for the next spawn.
+ *
+ * Failures must be loud and lose nothing. Each rank also owns a slot on a
+ * small status board, shared memory on the parent's host: the rank writes
+ * where it is before each call that can block (lx_rank_where), and, from its
+ * signal handler or exit hook, how it died. Writing to memory is safe in a
+ * signal handler, where sending a message is not. The parent waits on the
+ * ranks' sockets: a socket that closes before "done" is a rank that died;
+ * every 20 ms it also reads the board. A rank that failed stops the spawn:
+ * the pool is killed, an error step names the rank, the signal or exit
+ * status and the lecture line, and the lecture ends with status 1 and its
+ * trace written.
+ *
+ * Progress. A rank *waits* while it is inside a call that needs other
+ * ranks (a collective, a send or receive, dist_wait: the board's `waiting`
+ * flag); otherwise it *works* (its own code, tensor operations, matmuls). A
+ * working rank is progress. So are steps and every waiting call entered or
+ * left. Two ways to be stuck:
+ *   - a rank waits for a rank that has returned from the function (a
+ *     collective needs every rank; a receive its sender): that wait can
+ *     never end, and is reported after STRAGGLER_GRACE, naming who returned
+ *     and who waits at which line;
+ *   - every rank still running waits, and nothing moved for
+ *     LECTERN_TIMEOUT seconds: a deadlock, with each rank's line.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trace/trace.h"
+#include "ranks/ranks.h"
+
+static const char *plural(int n) { return n == 1 ? "" : "s"; }
+
+static int used_mpi, used_nccl;
+
+volatile int lx_spawn_waiting, lx_spawn_interrupt;
+
+void lx_spawn_shutdown(void) { lx_pool_stop(); }
+
+static double timeout_seconds(void) {
+    const char *s = getenv("LECTERN_TIMEOUT");
+    if (s && *s) {
+        char *end;
+        double t = strtod(s, &end);
+        if (*end == '\0' && t > 0) return t;
+        lx_fatal("LECTERN_TIMEOUT='%s' is not a positive number of seconds", s);
+    }
+    return 120.0;
+}
+
+/* The backend for this spawn, from the machine's facts (spawn_backend.c). */
+static lx_backend choose_backend(int world_size, char **reason) {
+    const char *hostfile = getenv("LECTERN_HOSTFILE");
+    const char *stage_test = getenv("LECTERN_STAGE_TEST");
+    int gpus = gpu_count();
+    return lx_choose_backend(world_size, gpus, gpus > 0 ? lx_gpu_compute_mode() : 0, lx_gpu_held_here(),
+                             getenv("LECTERN_BACKEND"), LECTERN_NCCL, hostfile && *hostfile,
+                             stage_test && strcmp(stage_test, "1") == 0, lx_ranks_comm()->mpi_cuda_aware_built(), reason);
+}
+
+typedef struct held_step held_step;
+
+/* One spawn, as the parent sees it. */
+typedef struct spawn_run {
+    int id, world_size;
+    lx_backend backend;
+    lx_frame parent[LX_MAX_FRAMES];
+    int n_parent;
+    cJSON *entry;                     /* its object in the trace's "spawns" */
+    double started;
+    board *board;                     /* the pool's; NULL without shared memory */
+    int done[LECTERN_MAX_WORLD];
+    int gone[LECTERN_MAX_WORLD];      /* its socket closed before "done" */
+    double gone_at[LECTERN_MAX_WORLD];
+    int n_done;
+    unsigned last_progress_sum;
+    double last_progress;
+    double stuck_since;               /* a rank waits for one that returned: since when (0: none) */
+    unsigned stuck_progress;          /* the progress sum then */
+    unsigned cycle_key;               /* the deadlock seen at the last look (0: none), see watch_cycle */
+    double cycle_since;
+    held_step *held;                  /* steps received, not yet appended (see release) */
+    int n_held, cap_held;
+    unsigned long seq;
+    int expect_failure;               /* spawn_expect_failure(): its errors are the lesson */
+    char *failure;                    /* why it failed, one sentence (NULL while it has not) */
+} spawn_run;
+
+static void set_number(cJSON *obj, const char *key, double v) {
+    cJSON *n = cJSON_CreateNumber(v);
+    if (cJSON_GetObjectItemCaseSensitive(obj, key)) cJSON_ReplaceItemInObjectCaseSensitive(obj, key, n);
+    else cJSON_AddItemToObject(obj, key, n);
+}
+
+static double rounded(double seconds) { return (double)(long long)(seconds * 1e6) / 1e6; }
+
+static void finish_entry(spawn_run *run, const char *status) {
+    cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "status", cJSON_CreateString(status));
+    set_number(run->entry, "seconds", rounded(now_seconds() - run->started));
+}
+
+/* ---- steps from the ranks ---- */
+
+/* The parent's frames, then the rank's. */
+static cJSON *joined_stack(const spawn_run *run, cJSON *rank_stack) {
+    cJSON *stack = lx_stack_to_json(run->parent, run->n_parent);
+    cJSON *f;
+    cJSON_ArrayForEach(f, rank_stack) cJSON_AddItemToArray(stack, cJSON_Duplicate(f, 1));
+    return stack;
+}
+
+static int has_error(cJSON *step) {
+    cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
+        if (type && strcmp(type, "error") == 0) return 1;
+    }
+    return 0;
+}
+
+/* An error of a spawn made with spawn_expect_failure() is what the lecture
+ * set out to show: its error renderings say so ("expected": true), and the
+ * run is not failed by them. */
+static void mark_expected(cJSON *step) {
+    cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
+        if (type && strcmp(type, "error") == 0 && !cJSON_GetObjectItemCaseSensitive(r, "expected"))
+            cJSON_AddTrueToObject(r, "expected");
+    }
+}
+
+static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
+    cJSON *stack = joined_stack(run, cJSON_GetObjectItemCaseSensitive(step, "stack"));
+    if (cJSON_GetObjectItemCaseSensitive(step, "stack"))
+        cJSON_ReplaceItemInObjectCaseSensitive(step, "stack", stack);
+    else
+        cJSON_AddItemToObject(step, "stack", stack);
+    set_number(step, "rank", rank);
+    set_number(step, "world_size", run->world_size);
+    set_number(step, "spawn", run->id);
+    if (has_error(step)) {
+        if (run->expect_failure) mark_expected(step);
+        else lx_mark_failed();   /* lx_error in a rank fails the lecture */
+    }
+    lx_trace_append(step);
+}
+
+/* A step waiting to be appended. Steps from different ranks can arrive out
+ * of order (a rank stamps a step, then loses its core before sending it), so
+ * each is held for a short while and released in the order of the ranks'
+ * clock, which on one host is the parent's clock too. */
+#define HOLD_SECONDS 0.05
+
+struct held_step {
+    double time;
+    unsigned long seq;      /* arrival order: breaks ties, keeps one rank's steps in order */
+    int rank;
+    cJSON *step;
+};
+
+static int by_time(const void *a, const void *b) {
+    const held_step *x = a, *y = b;
+    if (x->time != y->time) return x->time < y->time ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Appends the held steps older than HOLD_SECONDS (all of them when `all`),
+ * oldest first. */
+static void release(spawn_run *run, int all) {
+    if (run->n_held == 0) return;
+    qsort(run->held, (size_t)run->n_held, sizeof run->held[0], by_time);
+    double cutoff = lx_elapsed() - HOLD_SECONDS;
+    int n = 0;
+    while (n < run->n_held && (all || run->held[n].time <= cutoff)) {
+        append_rank_step(run, run->held[n].rank, run->held[n].step);
+        n++;
+    }
+    memmove(run->held, run->held + n, (size_t)(run->n_held - n) * sizeof run->held[0]);
+    run->n_held -= n;
+}
+
+static void hold(spawn_run *run, int rank, cJSON *step) {
+    if (run->n_held == run->cap_held) {
+        int cap = run->cap_held ? 2 * run->cap_held : 64;
+        held_step *h = realloc(run->held, (size_t)cap * sizeof *h);
+        if (!h) lx_fatal("out of memory holding steps");
+        run->held = h;
+        run->cap_held = cap;
+    }
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(step, "time");
+    held_step *h = &run->held[run->n_held++];
+    h->time = cJSON_IsNumber(t) ? t->valuedouble : 0.0;
+    h->seq = run->seq++;
+    h->rank = rank;
+    h->step = step;
+}
+
+/* One message from rank r, whose socket is readable. */
+static void take_message(spawn_run *run, int r) {
+    uint32_t type;
+    char *body;
+    size_t size;
+    if (lx_wire_recv(lx_pool_fd(r), &type, &body, &size) != 0) {
+        run->gone[r] = 1;   /* the rank's process is gone (or its socket broke) */
+        run->gone_at[r] = now_seconds();
+        return;
+    }
+    if (type == MSG_DONE) {
+        if (!run->done[r]) run->n_done++;
+        run->done[r] = 1;
+    } else if (type == MSG_RESULT) {
+        lx_spawn_results_put(r, body, size);   /* kept: spawn_result() reads it */
+        return;
+    } else if (type == MSG_STEP) {
+        cJSON *step = cJSON_Parse(body);
+        /* A step one rank writes for another (lx_rank_error_for). */
+        cJSON *as = step ? cJSON_GetObjectItemCaseSensitive(step, "as_rank") : NULL;
+        int rank = r;
+        if (as) {
+            if (cJSON_IsNumber(as) && as->valueint >= 0 && as->valueint < run->world_size) rank = as->valueint;
+            cJSON_DeleteItemFromObjectCaseSensitive(step, "as_rank");
+        }
+        if (step) hold(run, rank, step);
+        else fprintf(stderr, "lectern: rank %d sent a step that is not JSON; dropped\n", r);
+    }
+    free(body);
+}
+
+/* Waits up to `wait_ms` for messages from the ranks still working, and takes
+ * every message there is. Returns how many. */
+static int drain(spawn_run *run, int wait_ms) {
+    int messages = 0;
+    for (;;) {
+        struct pollfd fds[LECTERN_MAX_WORLD];
+        int rank_of[LECTERN_MAX_WORLD];
+        int n = 0;
+        for (int r = 0; r < run->world_size; r++) {
+            if (run->done[r] || run->gone[r]) continue;
+            fds[n] = (struct pollfd){.fd = lx_pool_fd(r), .events = POLLIN};
+            rank_of[n++] = r;
+        }
+        if (n == 0) break;
+        int ready = poll(fds, (nfds_t)n, messages ? 0 : wait_ms);
+        if (ready <= 0) break;
+        for (int i = 0; i < n; i++) {
+            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            take_message(run, rank_of[i]);
+            messages++;
+        }
+    }
+    release(run, 0);
+    return messages;
+}
+
+/* ---- failures ---- */
+
+/* An error step located in a rank: the parent's frames, then `frames_text`. */
+static void rank_error_step(spawn_run *run, int rank, const char *frames_text, const char *message) {
+    cJSON *rank_stack = lx_frames_text_to_json(frames_text);
+    cJSON *step = cJSON_CreateObject();
+    cJSON_AddItemToObject(step, "stack", joined_stack(run, rank_stack));
+    cJSON_Delete(rank_stack);
+    cJSON_AddNumberToObject(step, "rank", rank);
+    cJSON_AddNumberToObject(step, "world_size", run->world_size);
+    cJSON_AddNumberToObject(step, "spawn", run->id);
+    cJSON_AddNumberToObject(step, "time", rounded(lx_elapsed()));
+    cJSON *list = cJSON_AddArrayToObject(step, "renderings");
+    cJSON_AddItemToArray(list, lx_rendering_error(message));
+    if (run->expect_failure) {
+        mark_expected(step);
+        lx_trace_append(step);
+        return;
+    }
+    fprintf(stderr, "lectern: %s\n", message);
+    lx_trace_append(step);
+    lx_mark_failed();
+}
+
+/* Gives the ranks' last messages a moment to arrive: the steps a failing
+ * rank made before it failed belong in the trace. */
+static void drain_briefly(spawn_run *run) {
+    double t0 = now_seconds(), last = t0;
+    while (now_seconds() - last < 0.1 && now_seconds() - t0 < 1.0)
+        if (drain(run, 5) > 0) last = now_seconds();
+    release(run, 1);
+}
+
+static void free_run(spawn_run *run) {
+    for (int i = 0; i < run->n_held; i++) cJSON_Delete(run->held[i].step);
+    free(run->held);
+    free(run->failure);
+    free(run);
+}
+
+/* Which rank failed first: the board's earliest recorded failure, else the
+ * first socket that closed. -1 when none has failed. */
+static int first_failure(spawn_run *run) {
+    int first = -1;
+    double at = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->done[r]) continue;
+        board_slot *s = run->board ? &run->board->slot[r] : NULL;
+        int failed = s && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SLOT_FAILED;
+        double when = failed ? s->failed_at : run->gone[r] ? run->gone_at[r] : 0;
+        if (!failed && !run->gone[r]) continue;
+        if (first < 0 || when < at) {
+            first = r;
+            at = when;
+        }
+    }
+    return first;
+}
+
+/* The failure paths below write the error steps, stop the pool (the next
+ * spawn starts a fresh one), close the spawn's entry and leave the reason
+ * in run->failure: spawn() ends the lecture with it, spawn_expect_failure()
+ * goes on. */
+static void fail_rank(spawn_run *run, int rank) {
+    board_slot *s = run->board ? &run->board->slot[rank] : NULL;
+    /* Its signal handler may still be writing where it was: wait (a little)
+     * for the process to be gone. Meanwhile take the last steps of all. */
+    double t0 = now_seconds();
+    int pid = lx_pool_pid(rank);
+    while (pid > 0 && kill(pid, 0) == 0 && !run->gone[rank] && now_seconds() - t0 < 2.0) drain(run, 5);
+    drain_briefly(run);
+    int better = first_failure(run);   /* the last messages may show an earlier failure */
+    if (better >= 0) {
+        rank = better;
+        s = run->board ? &run->board->slot[rank] : NULL;
+    }
+    /* Copied: the board goes away with the pool. */
+    char *frames = strdup(s ? (s->failure_frames[0] ? s->failure_frames : s->where) : "");
+    int silent = !s || s->failure[0] == '\0';
+    char *how = strdup(!silent ? s->failure
+                       : s     ? "ended before its function returned, too abruptly to say how "
+                                 "(SIGKILL, the out-of-memory killer, or _exit)"
+                               : "ended before its function returned (it runs on another host: its own "
+                                 "last words, if any, are on the console)");
+    lx_pool_kill();   /* the next spawn starts a fresh pool */
+    place at = lx_innermost(frames);
+    const lx_frame *line = run->n_parent > 0 ? &run->parent[run->n_parent - 1] : NULL;
+    char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d %s, in %s()%s", at.path, at.line, rank,
+                                  run->world_size, how, at.function,
+                                  silent ? " (the last line it reported)" : "")
+                : line   ? lx_fmt("%s:%d: rank %d of %d %s (no line of its own known: this is the spawn() "
+                                  "line)",
+                                  line->path, line->line, rank, run->world_size, how)
+                         : lx_fmt("rank %d of %d %s (no lecture line known)", rank, run->world_size, how);
+    rank_error_step(run, rank, frames, msg);
+    free(msg);
+    free(frames);
+    finish_entry(run, "failed");
+    char *summary = at.known ? lx_fmt("spawn of %d rank%s failed: rank %d %s, %s %s:%d", run->world_size,
+                                      plural(run->world_size), rank, how, silent ? "last seen at" : "at",
+                                      at.path, at.line)
+                             : lx_fmt("spawn of %d rank%s failed: rank %d %s", run->world_size,
+                                      plural(run->world_size), rank, how);
+    free(how);
+    run->failure = summary;
+}
+
+static void fail_deadlock(spawn_run *run, double timeout) {
+    drain_briefly(run);
+    int waiting = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->done[r]) continue;
+        waiting++;
+        const char *frames = run->board ? run->board->slot[r].where : "";
+        const char *op = run->board ? run->board->slot[r].operation : "";
+        place at = lx_innermost(frames);
+        char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d made no progress for %g s, last in %s, in %s() "
+                                      "(a deadlock? each rank waiting for another)",
+                                      at.path, at.line, r, run->world_size, timeout, op, at.function)
+                             : lx_fmt("rank %d of %d made no progress for %g s (no lecture line known)", r,
+                                      run->world_size, timeout);
+        rank_error_step(run, r, frames, msg);
+        free(msg);
+    }
+    lx_pool_kill();
+    finish_entry(run, "failed");
+    run->failure = lx_fmt("spawn of %d rank%s stopped: %d rank%s made no progress for %g s (%s)", run->world_size,
+                          plural(run->world_size), waiting, plural(waiting), timeout,
+                          run->expect_failure ? "the timeout of spawn_expect_failure" : "LECTERN_TIMEOUT");
+}
+
+/* A rank waits for a rank that has returned from the function: the wait can
+ * never end (a collective needs every rank, a receive its sender). `rank`
+ * waits in a collective (peer -1) or for `peer`. */
+static int waits_for_returned(const spawn_run *run, int peer) {
+    if (peer >= 0) return peer < run->world_size && run->done[peer];
+    return run->n_done > 0;
+}
+
+/* "1, 2 and 3" */
+static void list_ranks(lx_sb *b, const spawn_run *run, int peer) {
+    int n = 0, total = 0;
+    for (int q = 0; q < run->world_size; q++)
+        if (run->done[q] && (peer < 0 || q == peer)) total++;
+    for (int q = 0; q < run->world_size; q++) {
+        if (!run->done[q] || (peer >= 0 && q != peer)) continue;
+        lx_sb_printf(b, "%s%d", n == 0 ? "" : n == total - 1 ? " and " : ", ", q);
+        n++;
+    }
+}
+
+/* A rank still running that waits for a rank that returned. */
+static int still_stuck(const spawn_run *run) {
+    for (int r = 0; r < run->world_size; r++)
+        if (!run->done[r] && !run->gone[r] && __atomic_load_n(&run->board->slot[r].waiting, __ATOMIC_ACQUIRE) &&
+            waits_for_returned(run, run->board->slot[r].peer))
+            return 1;
+    return 0;
+}
+
+/* Stops the spawn, unless the ranks' last messages show that the waiting
+ * rank finished after all (a rank starved of its core on a busy machine can
+ * sit in its last wait past STRAGGLER_GRACE and then return normally). */
+static void fail_stragglers(spawn_run *run) {
+    drain_briefly(run);
+    if (!still_stuck(run)) {
+        run->stuck_since = 0;
+        return;
+    }
+    lx_sb summary = {0};
+    int waiting = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->done[r]) continue;
+        board_slot *s = &run->board->slot[r];
+        place at = lx_innermost(s->where);
+        lx_sb b = {0};
+        int peer = s->peer;
+        if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
+        lx_sb_printf(&b, "rank %d of %d waits in %s()", r, run->world_size, s->operation);
+        if (at.known) lx_sb_printf(&b, " in %s()", at.function);
+        lx_sb_printf(&b, " for rank%s ", peer < 0 && run->n_done > 1 ? "s" : "");
+        list_ranks(&b, run, peer);
+        lx_sb_printf(&b, ", which returned from the spawned function already: %s",
+                     peer < 0 ? "a collective the other ranks never make" : "a send or receive that rank never matches");
+        rank_error_step(run, r, s->where, b.s);
+        free(b.s);
+        waiting++;
+        lx_sb_printf(&summary, "%srank %d waits in %s", waiting > 1 ? "; " : "", r, s->operation);
+        if (at.known) lx_sb_printf(&summary, " at %s:%d", at.path, at.line);
+    }
+    lx_sb returned = {0};
+    list_ranks(&returned, run, -1);
+    lx_pool_kill();
+    finish_entry(run, "failed");
+    run->failure = lx_fmt("spawn of %d rank%s stopped: rank%s %s returned from the function while %s",
+                          run->world_size, plural(run->world_size), run->n_done > 1 ? "s" : "", returned.s,
+                          summary.s);
+    free(returned.s);
+    free(summary.s);
+}
+
+/* ---- deadlocks proven from the board ----
+ *
+ * A rank that waits writes on the board what its call needs from the others
+ * (LX_NEED_*, comm_agree.c): rank p to post the receive of its k-th send to
+ * it, rank p to start its k-th send to it, or every rank to enter its k-th
+ * collective. Each rank also counts, on its own slot, the receives it has
+ * posted, the sends it has started and the collectives it has entered.
+ * From one consistent picture of every slot:
+ *
+ *   a rank is *blocked* when it waits and a need is not met by the others'
+ *   counters; a blocked rank whose unmet need can only be met by a rank that
+ *   is itself blocked can never go on.
+ *
+ * Keep, among the blocked ranks, those with an unmet need that some other
+ * kept rank must meet, until nothing changes: what remains (if anything)
+ * is a set of ranks each waiting for another of the set, a cycle no
+ * timing can break. A rank that works, waits in a call no counter
+ * describes, or waits for a need already met, is never in it: slow
+ * compute is left to LECTERN_TIMEOUT. This does not depend on how the
+ * backend makes progress: the counters move when the lecture's thread
+ * makes a call, and only then. */
+
+typedef struct wait_view {
+    int running, waiting;
+    int kind[2], peer[2], seq[2];
+    int sends_to[LECTERN_MAX_WORLD], recvs_from[LECTERN_MAX_WORLD], collectives;
+} wait_view;
+
+/* Copies what the detector needs from every slot. Returns 0 when a rank was
+ * writing meanwhile (its version odd or changed): try again next time. Each
+ * slot's version was the same at the first and the last read, so there was
+ * a moment between them when every slot held what was copied. */
+static int board_picture(const spawn_run *run, wait_view *v) {
+    unsigned version[LECTERN_MAX_WORLD];
+    for (int r = 0; r < run->world_size; r++) {
+        version[r] = __atomic_load_n(&run->board->slot[r].version, __ATOMIC_ACQUIRE);
+        if (version[r] & 1u) return 0;
+    }
+    for (int r = 0; r < run->world_size; r++) {
+        const board_slot *s = &run->board->slot[r];
+        wait_view *w = &v[r];
+        w->running = !run->done[r] && !run->gone[r] && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SLOT_RUNNING;
+        w->waiting = s->waiting;
+        for (int i = 0; i < 2; i++) {
+            w->kind[i] = s->need_kind[i];
+            w->peer[i] = s->need_peer[i];
+            w->seq[i] = s->need_seq[i];
+        }
+        memcpy(w->sends_to, s->sends_to, sizeof w->sends_to);
+        memcpy(w->recvs_from, s->recvs_from, sizeof w->recvs_from);
+        w->collectives = s->collectives;
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    for (int r = 0; r < run->world_size; r++)
+        if (__atomic_load_n(&run->board->slot[r].version, __ATOMIC_ACQUIRE) != version[r]) return 0;
+    return 1;
+}
+
+/* Rank q stands in the way of need i of rank r: q has not yet made the
+ * call it needs. */
+static int in_the_way(const spawn_run *run, const wait_view *v, int r, int i, int q) {
+    int p = v[r].peer[i], k = v[r].seq[i];
+    switch (v[r].kind[i]) {
+    case LX_NEED_RECV_POSTED: return q == p && p >= 0 && p < run->world_size && v[p].recvs_from[r] < k;
+    case LX_NEED_SEND_STARTED: return q == p && p >= 0 && p < run->world_size && v[p].sends_to[r] < k;
+    case LX_NEED_COLLECTIVE: return v[q].collectives < k;
+    default: return 0;
+    }
+}
+
+/* Fills stuck[] with the deadlocked ranks; returns how many (0: none). */
+static int find_deadlock(const spawn_run *run, const wait_view *v, int *stuck) {
+    int w = run->world_size;
+    for (int r = 0; r < w; r++) {
+        stuck[r] = 0;
+        if (!v[r].running || !v[r].waiting) continue;
+        for (int i = 0; i < 2; i++)
+            for (int q = 0; q < w; q++)
+                if (in_the_way(run, v, r, i, q)) stuck[r] = 1;
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int r = 0; r < w; r++) {
+            if (!stuck[r]) continue;
+            int blocked_by_stuck = 0;
+            for (int i = 0; i < 2 && !blocked_by_stuck; i++)
+                for (int q = 0; q < w; q++)
+                    if (stuck[q] && in_the_way(run, v, r, i, q)) blocked_by_stuck = 1;
+            if (!blocked_by_stuck) {
+                stuck[r] = 0;
+                changed = 1;
+            }
+        }
+    }
+    int n = 0;
+    for (int r = 0; r < w; r++) n += stuck[r];
+    return n;
+}
+
+/* "for rank 1 to post the receive of this send" */
+static void say_need(lx_sb *b, const spawn_run *run, const wait_view *v, int r, int i, const int *stuck) {
+    int p = v[r].peer[i];
+    switch (v[r].kind[i]) {
+    case LX_NEED_RECV_POSTED: lx_sb_printf(b, "for rank %d to post the receive of this send", p); break;
+    case LX_NEED_SEND_STARTED: lx_sb_printf(b, "for rank %d to send", p); break;
+    case LX_NEED_COLLECTIVE: {
+        int n = 0;
+        lx_sb_str(b, "for rank");
+        for (int q = 0; q < run->world_size; q++)
+            if (stuck[q] && in_the_way(run, v, r, i, q)) n++;
+        lx_sb_str(b, n > 1 ? "s " : " ");
+        int k = 0;
+        for (int q = 0; q < run->world_size; q++)
+            if (stuck[q] && in_the_way(run, v, r, i, q)) {
+                lx_sb_printf(b, "%s%d", k == 0 ? "" : k == n - 1 ? " and " : ", ", q);
+                k++;
+            }
+        lx_sb_printf(b, " to reach this collective, which every rank must call");
+        break;
+    }
+    default: break;
+    }
+}
+
+/* The unmet need of r that a stuck rank stands in the way of. */
+static int blocking_need(const spawn_run *run, const wait_view *v, int r, const int *stuck) {
+    for (int i = 0; i < 2; i++)
+        for (int q = 0; q < run->world_size; q++)
+            if (stuck[q] && in_the_way(run, v, r, i, q)) return i;
+    return 0;
+}
+
+/* What to do about it, from the shape of the cycle. */
+static const char *advice(const spawn_run *run, const wait_view *v, const int *stuck) {
+    int sends = 0, recvs = 0, colls = 0, n = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (!stuck[r]) continue;
+        int k = v[r].kind[blocking_need(run, v, r, stuck)];
+        sends += k == LX_NEED_RECV_POSTED;
+        recvs += k == LX_NEED_SEND_STARTED;
+        colls += k == LX_NEED_COLLECTIVE;
+        n++;
+    }
+    if (colls)
+        return "a collective returns only once every rank of the spawn has called it: make every rank call the "
+               "same collectives in the same order";
+    if (sends && !recvs)
+        return n == 2 ? "both send first, and a send returns only once its receive is posted, at any size (the "
+                        "transport might buffer a small message, a large one never): post the receive first "
+                        "(dist_irecv, then dist_send, then dist_wait) or swap with dist_sendrecv"
+                      : "every one of them sends first, and a send returns only once its receive is posted, at "
+                        "any size (the transport might buffer a small message, a large one never): post the "
+                        "receive first (dist_irecv, then dist_send, then dist_wait) or use dist_sendrecv";
+    if (recvs && !sends)
+        return n == 2 ? "both receive first: one must send first, or swap with dist_sendrecv"
+                      : "every one of them receives first: one must send first, or use dist_sendrecv";
+    return "each waits for a call another of them never reaches";
+}
+
+static void fail_cycle(spawn_run *run, const wait_view *v, const int *stuck) {
+    drain_briefly(run);
+    const char *why = advice(run, v, stuck);
+    int n_stuck = 0;
+    for (int r = 0; r < run->world_size; r++) n_stuck += stuck[r];
+    lx_sb summary = {0};
+    int n = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (!stuck[r]) continue;
+        const board_slot *s = &run->board->slot[r];
+        place at = lx_innermost(s->where);
+        int i = blocking_need(run, v, r, stuck);
+        lx_sb b = {0};
+        if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
+        lx_sb_printf(&b, "deadlock: rank %d of %d waits in %s()", r, run->world_size, s->operation);
+        if (at.known) lx_sb_printf(&b, " in %s()", at.function);
+        lx_sb_str(&b, " ");
+        say_need(&b, run, v, r, i, stuck);
+        /* Where each rank it waits for is, and what that one waits for. */
+        for (int q = 0; q < run->world_size; q++) {
+            if (q == r || !stuck[q] || !in_the_way(run, v, r, i, q)) continue;
+            const board_slot *t = &run->board->slot[q];
+            place qa = lx_innermost(t->where);
+            lx_sb_printf(&b, "; rank %d waits in %s()", q, t->operation);
+            if (qa.known) lx_sb_printf(&b, " at %s:%d", qa.path, qa.line);
+            lx_sb_str(&b, " ");
+            say_need(&b, run, v, q, blocking_need(run, v, q, stuck), stuck);
+        }
+        lx_sb_printf(&b, ". %s can go on: %s", n_stuck == 2 ? "Neither" : "None of them", why);
+        rank_error_step(run, r, s->where, b.s);
+        free(b.s);
+        lx_sb_printf(&summary, "%srank %d waits in %s", n++ ? "; " : "", r, s->operation);
+        if (at.known) lx_sb_printf(&summary, " at %s:%d", at.path, at.line);
+    }
+    /* The spawn's time ends when the deadlock is named, not when the pool
+     * (mpirun and its ranks, reaped) is gone. */
+    finish_entry(run, "failed");
+    lx_pool_kill();
+    run->failure = lx_fmt("spawn of %d rank%s stopped: deadlock, %d rank%s waiting for each other (%s)",
+                          run->world_size, plural(run->world_size), n, plural(n), summary.s);
+    free(summary.s);
+}
+
+/* How long one deadlock must be seen, unchanged, before it is reported:
+ * the proof needs one picture, this is a margin against a picture taken
+ * wrong. Well inside the 2 s a student waits. */
+#define DEADLOCK_CONFIRM 0.2
+
+static void watch_cycle(spawn_run *run, double now) {
+    wait_view v[LECTERN_MAX_WORLD];
+    int stuck[LECTERN_MAX_WORLD];
+    if (!board_picture(run, v)) return;
+    if (find_deadlock(run, v, stuck) == 0) {
+        run->cycle_key = 0;
+        return;
+    }
+    /* The same deadlock: the same ranks, nobody having written since. */
+    unsigned key = 1;
+    for (int r = 0; r < run->world_size; r++)
+        key = key * 31u + (stuck[r] ? 7u : 1u) * (__atomic_load_n(&run->board->slot[r].version, __ATOMIC_ACQUIRE) + 1u);
+    if (key != run->cycle_key) {
+        run->cycle_key = key;
+        run->cycle_since = now;
+        return;
+    }
+    if (now - run->cycle_since >= DEADLOCK_CONFIRM) fail_cycle(run, v, stuck);
+}
+
+/* How long a wait for a returned rank must last before it is reported: a
+ * rank that is leaving the last collective (its peer returned from it a
+ * moment earlier) still shows as waiting for a few microseconds, or for
+ * longer when it loses its core; 1.5 s covers that and keeps the report
+ * within 2 s. */
+#define STRAGGLER_GRACE 1.5
+
+/* Every 20 ms: did any rank move, is any rank gone without "done", does a
+ * rank wait for one that returned, and is any rank working (not waiting
+ * for others: computing, in its own code or the runtime's)? */
+static void watch_board(spawn_run *run, double now) {
+    int failed = first_failure(run);
+    if (run->board) {
+        unsigned sum = 0;
+        int working = 0, stuck = 0;
+        for (int r = 0; r < run->world_size; r++) {
+            board_slot *s = &run->board->slot[r];
+            sum += __atomic_load_n(&s->progress, __ATOMIC_ACQUIRE);
+            int pid = lx_pool_pid(r);
+            if (failed < 0 && !run->done[r] && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) failed = r;
+            if (run->done[r] || run->gone[r]) continue;
+            if (!__atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE)) working = 1;
+            else if (waits_for_returned(run, s->peer)) stuck = 1;
+        }
+        if (sum != run->last_progress_sum) {
+            run->last_progress_sum = sum;
+            run->last_progress = now;
+        }
+        /* A working rank is progress: only ranks that all wait can deadlock. */
+        if (working) run->last_progress = now;
+        if (!stuck || sum != run->stuck_progress) {
+            run->stuck_since = stuck ? now : 0;
+            run->stuck_progress = sum;
+        } else if (failed < 0 && now - run->stuck_since >= STRAGGLER_GRACE) {
+            fail_stragglers(run);
+            if (run->failure) return;
+        }
+        if (failed < 0 && !working) {
+            watch_cycle(run, now);
+            if (run->failure) return;
+        }
+    }
+    if (failed >= 0) fail_rank(run, failed);
+}
+
+/* Ctrl-C (or SIGTERM) while the ranks run: one error step per rank saying
+ * where it is (the call it waits in and for whom, or the line it last
+ * reported while working), then the pool is stopped and the signal raised
+ * again: crash.c adds the lecture's own step and writes the trace. */
+static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) {
+    const char *name = sig == SIGINT ? "SIGINT (interrupted)" : "SIGTERM (terminated)";
+    drain_briefly(run);
+    /* A rank that works has written no line since its last step: ask it. */
+    int asked[LECTERN_MAX_WORLD] = {0};
+    for (int r = 0; r < run->world_size; r++) {
+        board_slot *s = run->board ? &run->board->slot[r] : NULL;
+        int pid = lx_pool_pid(r);
+        if (!s || run->done[r] || run->gone[r] || pid <= 0 || __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE))
+            continue;
+        __atomic_store_n(&s->sampled, 0, __ATOMIC_RELEASE);
+        asked[r] = kill(pid, SIGUSR2) == 0;
+    }
+    for (double t0 = now_seconds(); now_seconds() - t0 < 1.0;) {
+        int pending = 0;
+        for (int r = 0; r < run->world_size; r++)
+            if (asked[r] && !__atomic_load_n(&run->board->slot[r].sampled, __ATOMIC_ACQUIRE)) pending = 1;
+        if (!pending) break;
+        lx_sleep_seconds(0.01);
+    }
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->done[r] || run->gone[r]) continue;
+        board_slot *s = run->board ? &run->board->slot[r] : NULL;
+        const char *frames = !s ? "" : asked[r] && s->sampled && s->sample[0] ? s->sample : s->where;
+        place at = lx_innermost(frames);
+        lx_sb b = {0};
+        if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
+        lx_sb_printf(&b, "%s: rank %d of %d ", name, r, run->world_size);
+        int waiting = s && __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE);
+        if (waiting) {
+            lx_sb_printf(&b, "was waiting in %s()", s->operation);
+            if (at.known) lx_sb_printf(&b, " in %s()", at.function);
+            if (s->peer >= 0) lx_sb_printf(&b, " for rank %d", s->peer);
+            else lx_sb_str(&b, " for every rank (a collective)");
+        } else if (at.known) {
+            lx_sb_printf(&b, "was working in %s()%s", at.function,
+                         frames == s->sample ? "" : " (the last line it reported)");
+        } else {
+            lx_sb_str(&b, "was working (no lecture line known)");
+        }
+        rank_error_step(run, r, frames, b.s);
+        free(b.s);
+    }
+    lx_pool_kill();
+    finish_entry(run, "failed");
+    free_run(run);
+    lx_spawn_waiting = 0;
+    raise(sig);
+    _exit(128 + sig);   /* not reached: the handler re-raises with the default action */
+}
+
+/* ---- spawn() ---- */
+
+/* `call`: "spawn" or "spawn_expect_failure", as the lecture wrote it. */
+static void check_arguments(const char *call, spawn_fn fn, int world_size, const void *args, size_t args_size) {
+    if (lx_in_rank()) lx_fatal("%s() inside a spawned rank: ranks cannot start ranks of their own", call);
+    if (!fn) lx_fatal("%s(): the function to run is NULL", call);
+    if (world_size <= 0 || world_size > LECTERN_MAX_WORLD)
+        lx_fatal("%s(): world_size %d is out of range: 1 to %d ranks (LECTERN_MAX_WORLD)", call, world_size,
+                 LECTERN_MAX_WORLD);
+    if (args_size > LECTERN_MAX_SPAWN_ARGS)
+        lx_fatal("%s(): args of %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_ARGS); "
+                 "pass sizes and let each rank make its data",
+                 call, args_size, (unsigned)LECTERN_MAX_SPAWN_ARGS);
+    if (!args && args_size > 0) lx_fatal("%s(): args is NULL but args_size is %zu", call, args_size);
+}
+
+static void record_backend(lx_backend backend) {
+    if (backend == LX_BACKEND_NCCL) used_nccl = 1;
+    else used_mpi = 1;
+    const char *all = used_nccl && used_mpi ? "nccl+mpi" : used_nccl ? "nccl" : "mpi";
+    lx_trace_meta("backend", cJSON_CreateString(all));
+}
+
+/* Hands the spawn to pool ranks 0..world_size-1. */
+static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_size) {
+    spawn_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.fn_offset = (int64_t)((uintptr_t)(void *)fn - (uintptr_t)(void *)&lx_spawn_child_entry);
+    desc.spawn_id = run->id;
+    desc.world_size = run->world_size;
+    desc.backend = run->backend;
+    desc.quick = lecture_quick();
+    desc.quiet = lx_quiet();
+    desc.expect_failure = run->expect_failure;
+    desc.clock_zero = now_seconds() - lx_elapsed();
+    desc.args_size = args_size;
+    snprintf(desc.lecture, sizeof desc.lecture, "%s", lx_lecture_name());
+    if (!getcwd(desc.cwd, sizeof desc.cwd)) desc.cwd[0] = '\0';
+    char *options = lx_options_text();
+    if (strlen(options) >= sizeof desc.options)
+        lx_fatal("spawn(): the lecture's options take %zu bytes, more than the %zu its ranks can be sent",
+                 strlen(options), sizeof desc.options - 1);
+    snprintf(desc.options, sizeof desc.options, "%s", options);
+    free(options);
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->board) lx_board_slot_reset(&run->board->slot[r]);
+        if (lx_wire_send(lx_pool_fd(r), MSG_SPAWN, &desc, sizeof desc, args, args_size) != 0) {
+            run->gone[r] = 1;
+            run->gone_at[r] = now_seconds();
+        }
+    }
+}
+
+/* Runs one spawn to its end. Returns NULL when every rank's function
+ * returned, else why the spawn failed (malloc'd): the error steps are in
+ * the trace by then, and the pool is stopped. `deadlock_timeout`: seconds
+ * every rank may wait without progress. */
+static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t args_size, int expect_failure,
+                       double deadlock_timeout) {
+    double timeout = deadlock_timeout;
+    spawn_run *run = calloc(1, sizeof *run);
+    if (!run) lx_fatal("out of memory");
+    run->world_size = world_size;
+    run->expect_failure = expect_failure;
+    lx_spawn_results_clear(world_size);
+    run->started = now_seconds();
+    run->n_parent = lx_stack_capture(run->parent, LX_MAX_FRAMES);
+    char *reason = NULL;
+    run->backend = choose_backend(world_size, &reason);
+
+    /* The trace says which backend and why, before any rank speaks. */
+    note("spawn: %s", reason);
+    progress("spawn %d rank%s (%s)", world_size, plural(world_size),
+             run->backend == LX_BACKEND_NCCL ? "NCCL" : "Open MPI");
+    cJSON *spawns = lx_trace_spawns();
+    run->id = cJSON_GetArraySize(spawns);
+    run->entry = cJSON_CreateObject();
+    cJSON_AddNumberToObject(run->entry, "id", run->id);
+    cJSON_AddNumberToObject(run->entry, "world_size", world_size);
+    cJSON_AddStringToObject(run->entry, "backend", run->backend == LX_BACKEND_NCCL ? "nccl" : "mpi");
+    cJSON_AddStringToObject(run->entry, "reason", reason);
+    cJSON_AddItemToObject(run->entry, "stack", lx_stack_to_json(run->parent, run->n_parent));
+    cJSON_AddStringToObject(run->entry, "status", "running");
+    if (expect_failure) cJSON_AddTrueToObject(run->entry, "expect_failure");
+    cJSON_AddNumberToObject(run->entry, "seconds", 0);
+    cJSON_AddItemToArray(spawns, run->entry);
+    record_backend(run->backend);
+    free(reason);
+
+    /* A pool's normal start: well under a second per rank even on 2 busy
+     * cores. LECTERN_TIMEOUT bounds it too; the short timeout of an
+     * expected failure does not (it is about the ranks' waits, not their
+     * start). */
+    double start_limit = 15.0 + 2.0 * world_size;
+    if (start_limit > timeout_seconds()) start_limit = timeout_seconds();
+    int started_pool = 0;
+    char *error = NULL;
+    if (lx_pool_ensure(world_size, start_limit, &started_pool, &error) != 0) {
+        finish_entry(run, "failed");
+        free_run(run);
+        lx_fatal("spawn of %d rank%s failed: %s", world_size, plural(world_size), error);
+    }
+    run->board = lx_pool_board();
+    hand_out(run, fn, args, args_size);
+    /* Start-up: from spawn() until every rank has its work (a pool started
+     * on the way included). */
+    set_number(run->entry, "startup_s", rounded(now_seconds() - run->started));
+
+    /* Wait for "done" from every rank, forwarding steps as they come. */
+    run->last_progress = now_seconds();
+    double last_board = 0;
+    lx_spawn_interrupt = 0;
+    lx_spawn_waiting = 1;
+    while (run->n_done < world_size && !run->failure) {
+        if (lx_spawn_interrupt) fail_interrupted(run, lx_spawn_interrupt);
+        double now = now_seconds();
+        if (drain(run, 20) > 0) run->last_progress = now_seconds();
+        now = now_seconds();
+        int failed = first_failure(run);
+        if (failed >= 0) {
+            fail_rank(run, failed);
+            break;
+        }
+        if (now - last_board >= 0.02) {
+            last_board = now;
+            watch_board(run, now);
+            if (run->failure) break;
+        }
+        if (now - run->last_progress > timeout) fail_deadlock(run, timeout);
+    }
+
+    lx_spawn_waiting = 0;
+    /* A signal that came as the loop ended: handled as outside a spawn. */
+    if (lx_spawn_interrupt) raise(lx_spawn_interrupt);
+    char *failure = run->failure;
+    run->failure = NULL;
+    if (!failure) {
+        release(run, 1);
+        finish_entry(run, "ok");
+    }
+    free_run(run);
+    return failure;
+}
+
+void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
+    check_arguments("spawn", fn, world_size, args, args_size);
+    double timeout = timeout_seconds();
+    lx_pool_min_ranks();   /* a bad setting fails here, before anything starts */
+    char *failure = run_spawn(fn, world_size, args, args_size, 0, timeout);
+    if (failure) lx_fatal("%s", failure);
+}
+
+/* The deadlock timeout of an expected failure: LECTERN_EXPECT_TIMEOUT, else
+ * 3 s; never longer than LECTERN_TIMEOUT. 3 s is far above any wait of a
+ * working program on a busy machine (a working rank is progress anyway),
+ * and short enough for a lecture to show a deadlock without a pause. */
+static double expect_timeout_seconds(void) {
+    double t = 3.0;
+    const char *s = getenv("LECTERN_EXPECT_TIMEOUT");
+    if (s && *s) {
+        char *end;
+        t = strtod(s, &end);
+        if (*end != '\0' || !(t > 0))
+            lx_fatal("LECTERN_EXPECT_TIMEOUT='%s' is not a positive number of seconds", s);
+    }
+    double limit = timeout_seconds();
+    return t < limit ? t : limit;
+}
+
+int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t args_size) {
+    check_arguments("spawn_expect_failure", fn, world_size, args, args_size);
+    double timeout = expect_timeout_seconds();
+    lx_pool_min_ranks();
+    char *failure = run_spawn(fn, world_size, args, args_size, 1, timeout);
+    if (!failure) {
+        /* The lesson did not happen: the lecture is wrong, say where. */
+        lx_error("spawn_expect_failure(): the spawn of %d rank%s succeeded, but it was expected to fail "
+                 "(a deadlock, a crash, ranks that disagree)",
+                 world_size, plural(world_size));
+        return 0;
+    }
+    if (!lx_quiet()) fprintf(stderr, "lectern: caught, as expected: %s\n", failure);
+    free(failure);
+    return 1;
+}

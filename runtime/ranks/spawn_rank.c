@@ -1,0 +1,562 @@
+/*
+ * spawn_rank.c: a pool rank, one of the processes mpirun starts for the
+ * lecture (pool.c).
+ *
+ * The same executable as the lecture, started with
+ * --lectern-rank ADDRESS BOARD HOST. lecture_main() hands it to
+ * lx_spawn_child_entry() at once, and it never returns to the lecture:
+ *
+ *   connect to the lecture, say hello     (wire.c; the lecture's stdout and
+ *                                          stderr come back over the socket)
+ *   MPI_Init_thread                       (once: the pool is MPI_COMM_WORLD;
+ *                                          THREAD_MULTIPLE for comm_progress.c)
+ *   snapshot the lecture's globals        (globals.c)
+ *   say "ready"
+ *   loop: wait for a spawn (a blocking read: no CPU while idle)
+ *         put the globals back, reset what a fresh process would have fresh
+ *         run fn(rank, world_size, args) on the spawn's communicator
+ *         say "done"
+ *   the socket closes: MPI_Finalize, exit
+ *
+ * A spawn of world size w runs on pool ranks 0..w-1 over a communicator of
+ * those ranks, made once per world size with MPI_Comm_create_group (only
+ * its members take part, so the other pool ranks stay asleep).
+ *
+ * Every step the rank makes goes to the parent as JSON text (rank_sink);
+ * the parent adds it to the one trace. See spawn.c for the parent's side.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "trace/trace.h"
+#include "ranks/ranks.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
+static int parent_fd = -1;
+static board *my_board;
+static board_slot *my_slot;
+static spawn_desc my_desc;
+static int pool_rank = -1;
+static int console[2] = {-1, -1};    /* the lecture's stdout and stderr (ranks on its host) */
+static int launcher_out[2] = {-1, -1}; /* what mpirun gave us: its pipes */
+
+/* One communicator per world size, made at the first spawn of that size. */
+static MPI_Comm world_comm[LECTERN_MAX_WORLD + 1];
+static int world_device[LECTERN_MAX_WORLD + 1];
+
+/* The parent is gone: nothing left to report to, nobody to wait for. */
+static void __attribute__((noreturn)) parent_gone(void) { _exit(1); }
+
+/* Each step goes to the parent as JSON text, stamped with the parent's clock
+ * (CLOCK_MONOTONIC is one clock for all processes of a host). */
+static void rank_sink(cJSON *step) {
+    double t = now_seconds() - my_desc.clock_zero;
+    cJSON *time = cJSON_CreateNumber((double)(long long)(t * 1e6) / 1e6);
+    if (cJSON_GetObjectItemCaseSensitive(step, "time"))
+        cJSON_ReplaceItemInObjectCaseSensitive(step, "time", time);
+    else
+        cJSON_AddItemToObject(step, "time", time);
+
+    if (my_slot) {   /* the step's line is this rank's latest known place */
+        lx_frame frames[LX_MAX_FRAMES];
+        int n = 0;
+        cJSON *f;
+        cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(step, "stack")) {
+            if (n == LX_MAX_FRAMES) break;
+            frames[n].path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
+            frames[n].function = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "function"));
+            cJSON *line = cJSON_GetObjectItemCaseSensitive(f, "line");
+            frames[n].line = cJSON_IsNumber(line) ? line->valueint : 0;
+            n++;
+        }
+        snprintf(my_slot->operation, sizeof my_slot->operation, "%s", "a step");
+        lx_frames_to_text(frames, n, my_slot->where, sizeof my_slot->where);
+        __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
+    }
+
+    char *text = cJSON_PrintUnformatted(step);
+    cJSON_Delete(step);
+    if (lx_wire_send(parent_fd, MSG_STEP, text, strlen(text), NULL, 0) != 0) parent_gone();
+    free(text);
+}
+
+/* ---- spawn_return: bytes for the lecture ---- */
+
+static int returned;   /* this spawn's fn called spawn_return() already */
+
+void spawn_return(const void *data, size_t size) {
+    if (!data && size > 0) {
+        lx_error("spawn_return(): data is NULL but size is %zu", size);
+        return;
+    }
+    if (!lx_in_rank() || parent_fd < 0 || my_desc.world_size <= 0) {
+        lx_error("spawn_return() outside a spawned rank: a rank's function calls it to hand bytes to the "
+                 "lecture");
+        return;
+    }
+    if (returned) {
+        lx_error("spawn_return() called a second time in rank %d's function: a rank returns one value "
+                 "(put everything into one struct)", pool_rank);
+        return;
+    }
+    if (size > LECTERN_MAX_SPAWN_RESULT) {
+        lx_error("spawn_return(): %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_RESULT); nothing "
+                 "returned", size, (unsigned)LECTERN_MAX_SPAWN_RESULT);
+        return;
+    }
+    returned = 1;
+    if (lx_wire_send(parent_fd, MSG_RESULT, data, size, NULL, 0) != 0) parent_gone();
+}
+
+void lx_rank_error_for(int rank, const char *frames_text, const char *message) {
+    if (parent_fd < 0) return;
+    cJSON *step = cJSON_CreateObject();
+    cJSON_AddItemToObject(step, "stack", lx_frames_text_to_json(frames_text));
+    cJSON_AddNumberToObject(step, "as_rank", rank);
+    double t = now_seconds() - my_desc.clock_zero;
+    cJSON_AddNumberToObject(step, "time", (double)(long long)(t * 1e6) / 1e6);
+    cJSON *list = cJSON_AddArrayToObject(step, "renderings");
+    cJSON_AddItemToArray(list, lx_rendering_error(message));
+    char *text = cJSON_PrintUnformatted(step);
+    cJSON_Delete(step);
+    if (lx_wire_send(parent_fd, MSG_STEP, text, strlen(text), NULL, 0) != 0) parent_gone();
+    free(text);
+}
+
+void lx_rank_where(const char *operation) {
+    if (!my_slot) return;
+    lx_frame frames[LX_MAX_FRAMES];
+    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    snprintf(my_slot->operation, sizeof my_slot->operation, "%s", operation);
+    lx_frames_to_text(frames, n, my_slot->where, sizeof my_slot->where);
+    __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
+}
+
+/* The deadlock detector's fields are written between two increments of
+ * `version` (odd meanwhile): the parent reads a consistent picture or
+ * knows it did not. Only the lecture's thread of a rank writes them. */
+static void board_write_begin(void) { __atomic_add_fetch(&my_slot->version, 1, __ATOMIC_ACQ_REL); }
+static void board_write_end(void) {
+    __atomic_add_fetch(&my_slot->version, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&my_slot->progress, 1, __ATOMIC_RELEASE);
+}
+
+void lx_rank_enter(const char *operation, const lx_frame *frames, int n, int peer) {
+    if (!my_slot) return;
+    board_write_begin();
+    snprintf(my_slot->operation, sizeof my_slot->operation, "%s", operation);
+    lx_frames_to_text(frames, n, my_slot->where, sizeof my_slot->where);
+    my_slot->peer = peer;
+    my_slot->need_kind[0] = my_slot->need_kind[1] = LX_NEED_NONE;
+    __atomic_store_n(&my_slot->waiting, 1, __ATOMIC_RELEASE);
+    board_write_end();
+}
+
+void lx_rank_leave(void) {
+    if (!my_slot) return;
+    board_write_begin();
+    __atomic_store_n(&my_slot->waiting, 0, __ATOMIC_RELEASE);
+    my_slot->need_kind[0] = my_slot->need_kind[1] = LX_NEED_NONE;
+    board_write_end();
+}
+
+/* This spawn's counts, kept here as well as on the board (a rank on
+ * another host has no board, and its sequence numbers still pair acks). */
+static int sends_to[LECTERN_MAX_WORLD], recvs_from[LECTERN_MAX_WORLD], collectives;
+
+void lx_rank_counts_reset(void) {
+    memset(sends_to, 0, sizeof sends_to);
+    memset(recvs_from, 0, sizeof recvs_from);
+    collectives = 0;
+}
+
+static int count(int *counter, int *on_board) {
+    int v = ++*counter;
+    if (my_slot) {
+        board_write_begin();
+        *on_board = v;
+        board_write_end();
+    }
+    return v;
+}
+
+int lx_rank_count_send(int peer) {
+    return count(&sends_to[peer], my_slot ? &my_slot->sends_to[peer] : NULL);
+}
+
+int lx_rank_count_recv(int peer) {
+    return count(&recvs_from[peer], my_slot ? &my_slot->recvs_from[peer] : NULL);
+}
+
+int lx_rank_count_collective(void) { return count(&collectives, my_slot ? &my_slot->collectives : NULL); }
+
+void lx_rank_needs(int i, int kind, int peer, int seq) {
+    if (!my_slot || i < 0 || i > 1) return;
+    board_write_begin();
+    my_slot->need_kind[i] = kind;
+    my_slot->need_peer[i] = peer;
+    my_slot->need_seq[i] = seq;
+    board_write_end();
+}
+
+static const char *signal_name(int sig) {
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGABRT: return "SIGABRT";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    default: return "a signal";
+    }
+}
+
+/* A rank's crash: note how and where on the board, then die of the signal
+ * (the default action). The board is marked failed first, with the last
+ * known place, so that even if finding the exact faulting line goes wrong
+ * (symbolizing runs libdw inside a signal handler) the parent still learns
+ * the signal. A second signal meanwhile goes straight to the default action. */
+static volatile sig_atomic_t handling_signal;
+
+static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
+    if (handling_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    handling_signal = 1;
+    if (my_slot && (my_slot->state == SLOT_RUNNING || my_slot->state == SLOT_IDLE)) {
+        memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
+        /* A fault at LX_POISON is a freed tensor's data (tensor_track.c). */
+        uintptr_t addr = info ? (uintptr_t)info->si_addr : 0;
+        int uaf = sig == SIGSEGV && addr >= LX_POISON && addr - LX_POISON < LX_POISON_SPAN;
+        snprintf(my_slot->failure, sizeof my_slot->failure, "died with %s%s", signal_name(sig),
+                 uaf ? " (a freed tensor's data: a tensor used after tensor_free)" : "");
+        my_slot->failed_at = now_seconds();
+        __atomic_store_n(&my_slot->state, SLOT_FAILED, __ATOMIC_RELEASE);
+        lx_frame frames[LX_MAX_FRAMES];
+        int n = lx_stack_capture_signal(frames, LX_MAX_FRAMES, ucontext);
+        if (n > 0) {
+            char text[FRAMES_TEXT];
+            lx_frames_to_text(frames, n, text, sizeof text);
+            memcpy(my_slot->failure_frames, text, sizeof text);
+        }
+    } else if (!my_slot) {
+        /* No board (a rank on another host): stderr is all we have. */
+        char msg[128];
+        int len = snprintf(msg, sizeof msg, "lectern: rank %d died with %s\n", pool_rank, signal_name(sig));
+        if (len > 0) (void)!write(2, msg, (size_t)len);
+    }
+    LX_COVERAGE_FLUSH();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* exit() before fn returned (exit(3) in the lecture, a failed MPI_CHECK,
+ * lx_fatal in the rank): record the status and the line. */
+static void rank_on_exit(int status, void *arg) {
+    (void)arg;
+    if (!my_slot || my_slot->state != SLOT_RUNNING) return;
+    lx_frame frames[LX_MAX_FRAMES];
+    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    if (n > 0) lx_frames_to_text(frames, n, my_slot->failure_frames, sizeof my_slot->failure_frames);
+    else memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
+    snprintf(my_slot->failure, sizeof my_slot->failure, "exited with status %d before its function returned",
+             status);
+    my_slot->failed_at = now_seconds();
+    __atomic_store_n(&my_slot->state, SLOT_FAILED, __ATOMIC_RELEASE);
+}
+
+/* SIGUSR2 from the lecture (spawn.c, on Ctrl-C): where is this rank now?
+ * The stack of the interrupted code goes to the slot's `sample`; the rank
+ * then goes on as if nothing happened. Symbolizing inside a handler is the
+ * same accepted risk as in rank_on_signal: the lecture stops it next. */
+static void rank_on_sample(int sig, siginfo_t *info, void *ucontext) {
+    (void)sig;
+    (void)info;
+    if (!my_slot) return;
+    lx_frame frames[LX_MAX_FRAMES];
+    int n = lx_stack_capture_signal(frames, LX_MAX_FRAMES, ucontext);
+    lx_frames_to_text(frames, n, my_slot->sample, sizeof my_slot->sample);
+    __atomic_store_n(&my_slot->sampled, 1, __ATOMIC_RELEASE);
+}
+
+static void rank_install_handlers(void) {
+    /* A stack for the handler, for when the rank's own overflowed. Generous:
+     * symbolizing a cold pc with libdw takes a good deal of it. */
+    static char alt[1024 * 1024];
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+    sigaltstack(&ss, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = rank_on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    /* After MPI_Init: these replace Open MPI's own handlers, which print a raw backtrace. */
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+    sa.sa_sigaction = rank_on_sample;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigaction(SIGUSR2, &sa, NULL);
+    on_exit(rank_on_exit, NULL);
+}
+
+/* ---- the spawn's communicator ---- */
+
+/* Pool ranks 0..w-1, made by those ranks alone. */
+static MPI_Comm comm_for(int w) {
+    if (world_comm[w] != MPI_COMM_NULL) return world_comm[w];
+    MPI_Group all, first;
+    MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &all));
+    int range[1][3] = {{0, w - 1, 1}};
+    MPI_CHECK(MPI_Group_range_incl(all, 1, range, &first));
+    MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, first, w, &world_comm[w]));
+    MPI_CHECK(MPI_Group_free(&first));
+    MPI_CHECK(MPI_Group_free(&all));
+    return world_comm[w];
+}
+
+MPI_Comm lx_rank_comm(void) {
+    return lx_in_rank() && my_desc.world_size > 0 ? comm_for(my_desc.world_size) : MPI_COMM_NULL;
+}
+
+/* This rank's GPU under NCCL: its index among the spawn's ranks on its host. */
+static int device_for(int w, MPI_Comm comm) {
+    if (world_device[w] >= 0) return world_device[w];
+    MPI_Comm node;
+    int r = 0;
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_rank(node, &r));
+    MPI_CHECK(MPI_Comm_free(&node));
+    world_device[w] = r;
+    return r;
+}
+
+/* ---- output ---- */
+
+/* While fn runs, the rank writes to the lecture's own stdout and stderr (on
+ * its host): a student's printf() reaches the console as from any child
+ * process. Between spawns they point back at mpirun's pipes, where what
+ * Open MPI itself prints is kept out of sight (pool.c). */
+static void output_to_console(int on) {
+    if (console[0] < 0) return;
+    fflush(stdout);
+    fflush(stderr);
+    dup2(on ? console[0] : launcher_out[0], 1);
+    dup2(on ? console[1] : launcher_out[1], 2);
+}
+
+/* ---- one spawn ---- */
+
+/* What a fresh process would have had fresh, beyond the lecture's own
+ * globals: the working directory, the random generators (ours and libc's),
+ * the runtime's per-rank settings. */
+static void fresh_state(void) {
+    lx_globals_restore();
+    lx_tensor_reset_rng();
+    srand(1);        /* C's rand() and random() start from seed 1 */
+    srandom(1);
+    srand48(0x1234ABCD); /* drand48's documented initial state, 0x1234ABCD330E */
+    if (my_desc.cwd[0] && chdir(my_desc.cwd) != 0)
+        lx_fatal("rank %d cannot enter the lecture's folder %s: %s", pool_rank, my_desc.cwd, strerror(errno));
+}
+
+static void run_spawn(const char *body, size_t size) {
+    if (size < sizeof my_desc) {
+        fprintf(stderr, "lectern: rank %d got a malformed spawn\n", pool_rank);
+        exit(1);
+    }
+    memcpy(&my_desc, body, sizeof my_desc);
+    if (size != sizeof my_desc + my_desc.args_size || my_desc.world_size <= pool_rank) {
+        fprintf(stderr, "lectern: rank %d got a malformed spawn\n", pool_rank);
+        exit(1);
+    }
+    /* fn gets its own copy of the args, aligned as malloc aligns. */
+    void *args = NULL;
+    if (my_desc.args_size) {
+        args = malloc(my_desc.args_size);
+        if (!args) lx_fatal("out of memory for %llu bytes of spawn args", (unsigned long long)my_desc.args_size);
+        memcpy(args, body + sizeof my_desc, my_desc.args_size);
+    }
+    int w = my_desc.world_size;
+    returned = 0;
+    lx_rank_counts_reset();
+    if (my_slot) __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
+
+    /* From here on, an error of this rank is an error step of this spawn. */
+    spawn_fn fn = (spawn_fn)(void *)((uintptr_t)(void *)&lx_spawn_child_entry + (uintptr_t)my_desc.fn_offset);
+    lx_stack_set_root((const void *)fn);
+    lx_set_in_rank(pool_rank, w);
+    lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick, my_desc.quiet);
+    lx_rank_errors_expected(my_desc.expect_failure);
+    my_desc.options[sizeof my_desc.options - 1] = '\0';
+    lx_options_load(my_desc.options);   /* lecture_flag() and lecture_option() as in the lecture */
+    lx_set_step_sink(rank_sink);
+    output_to_console(1);
+    fresh_state();
+
+    /* OpenBLAS starts one spinning thread per core in every process; four
+     * ranks on two cores would fight over them (3.5x slower, measured).
+     * Share the cores out instead. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores > w ? (int)(cores / w) : 1;
+    openblas_set_num_threads(threads);
+
+    MPI_Comm comm = comm_for(w);
+    /* NCCL: a GPU per rank; shared GPUs: rank r on cuda:(r mod GPUs). The
+     * CUDA context and cuBLAS handle a rank makes stay with the process, so
+     * the next spawn on this pool rank finds them made. */
+    int device = my_desc.backend == LX_BACKEND_NCCL     ? device_for(w, comm)
+                 : my_desc.backend == LX_BACKEND_SHARED || my_desc.backend == LX_BACKEND_SHARED_CUDA_AWARE
+                     ? (gpu_count() > 0 ? pool_rank % gpu_count() : -1)
+                     : -1;
+    lx_ranks_comm()->start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
+
+    fn(pool_rank, w, args);
+    /* Requests never waited for first: their transfers may still use
+     * tensors the next lines free. */
+    lx_ranks_comm()->finish_requests();
+    /* Tensors the function left alive: a warning step per line that made
+     * them, and freed, as the end of a process would. */
+    char *when = lx_fmt("rank %d's function %s()", pool_rank, lx_function_name((const void *)fn));
+    lx_tensor_leaks(when, 1);
+    free(when);
+
+    lx_ranks_comm()->stop();
+    output_to_console(0);
+    free(args);
+    if (my_slot) __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
+    if (lx_wire_send(parent_fd, MSG_DONE, NULL, 0, NULL, 0) != 0) parent_gone();
+}
+
+/* ---- the pool rank's life ---- */
+
+static int connect_to_parent(const char *address) {
+    /* The parent listens before it starts mpirun: the first try works. A
+     * few more cover a parent busy for a moment. */
+    for (int attempt = 0; attempt < 200; attempt++) {
+        int fd = lx_wire_connect(address);
+        if (fd >= 0) return fd;
+        lx_sleep_seconds(0.01);
+    }
+    return -1;
+}
+
+static void run_pool_rank(const char *address, const char *board_name, const char *parent_host) {
+    const char *launch_rank = getenv("OMPI_COMM_WORLD_RANK");
+    const char *token = getenv(POOL_TOKEN_ENV);
+    if (!launch_rank || !token) {
+        fprintf(stderr, "lectern: %s is for the processes spawn() starts with mpirun\n", RANK_FLAG);
+        exit(2);
+    }
+    pool_rank = atoi(launch_rank);
+    lx_set_in_rank(pool_rank, 0);   /* no lecture line runs here until a spawn's fn */
+    /* Should mpirun die without stopping us, we go too. */
+    pid_t launcher = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(1);
+
+    for (int w = 0; w <= LECTERN_MAX_WORLD; w++) {
+        world_comm[w] = MPI_COMM_NULL;
+        world_device[w] = -1;
+    }
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    if (strcmp(host, parent_host) == 0 && pool_rank < LECTERN_MAX_WORLD) {
+        my_board = lx_board_map(board_name, 0);
+        if (my_board) {
+            my_slot = &my_board->slot[pool_rank];
+            my_slot->pid = getpid();
+            __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
+        }
+    }
+
+    parent_fd = connect_to_parent(address);
+    if (parent_fd < 0) {
+        fprintf(stderr, "lectern: rank %d cannot reach the lecture at %s: %s\n", pool_rank, address,
+                strerror(errno));
+        exit(1);
+    }
+    pool_hello hello;
+    memset(&hello, 0, sizeof hello);
+    snprintf(hello.token, sizeof hello.token, "%s", token);
+    hello.pool_rank = pool_rank;
+    hello.pid = getpid();
+    snprintf(hello.host, sizeof hello.host, "%s", host);
+    if (lx_wire_send(parent_fd, MSG_HELLO, &hello, sizeof hello, NULL, 0) != 0) parent_gone();
+    if (strncmp(address, "unix:", 5) == 0) {
+        if (lx_wire_recv_fds(parent_fd, console, 2) != 0) parent_gone();
+        launcher_out[0] = dup(1);
+        launcher_out[1] = dup(2);
+    }
+
+    /* MPI_THREAD_MULTIPLE: the rank's progress thread tests non-blocking
+     * requests while the lecture's thread computes or makes other calls
+     * (comm_progress.c). */
+    int provided = MPI_THREAD_SINGLE;
+    MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
+    lx_ranks_comm()->mpi_ready(provided);
+    /* Errors come back as codes, so MPI_CHECK names the call and line. */
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    if (lx_globals_snapshot() < 0)
+        fprintf(stderr, "lectern: rank %d cannot read the lecture's debug information: its globals keep "
+                        "their values from one spawn to the next\n", pool_rank);
+    rank_install_handlers();
+    if (lx_wire_send(parent_fd, MSG_READY, NULL, 0, NULL, 0) != 0) parent_gone();
+
+    for (;;) {
+        uint32_t type;
+        char *body;
+        size_t size;
+        if (lx_wire_recv(parent_fd, &type, &body, &size) != 0) break;   /* the pool ends */
+        if (type == MSG_SPAWN) run_spawn(body, size);
+        free(body);
+    }
+
+    lx_ranks_comm()->leave();
+    for (int w = 1; w <= LECTERN_MAX_WORLD; w++)
+        if (world_comm[w] != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_comm[w]));
+#if defined(__SANITIZE_ADDRESS__)
+    /* A sanitizer build checks for leaks here, while Open MPI's and NCCL's
+     * memory is still reachable from their own state: at exit, after
+     * MPI_Finalize has unloaded their components, hundreds of their
+     * blocks would be reported from "<unknown module>" frames no
+     * suppression can name, burying the lecture's own leaks. Once this
+     * check has run, the one at exit does not. */
+    output_to_console(1);
+    __lsan_do_leak_check();
+#endif
+    MPI_CHECK(MPI_Finalize());
+    /* What is said at exit is ours. */
+    output_to_console(1);
+    exit(0);   /* the board stays mapped: the exit hook still looks at it */
+}
+
+static const lx_comm_hooks *comm_hooks;
+
+void lx_ranks_set_comm(const lx_comm_hooks *hooks) { comm_hooks = hooks; }
+
+const lx_comm_hooks *lx_ranks_comm(void) {
+    if (!comm_hooks) lx_fatal("lectern: the comm layer was not registered (lecture_main does it)");
+    return comm_hooks;
+}
+
+void lx_spawn_child_entry(int argc, char **argv) {
+    if (argc >= 5 && strcmp(argv[1], RANK_FLAG) == 0) run_pool_rank(argv[2], argv[3], argv[4]);
+    if (argc >= 2 && strcmp(argv[1], RANK_FLAG) == 0) {
+        fprintf(stderr, "lectern: %s is for the processes spawn() starts with mpirun\n", RANK_FLAG);
+        exit(2);
+    }
+}

@@ -1,0 +1,498 @@
+/*
+ * tensor_cuda.cu: the device half of the tensors (see tensor/tensor.h).
+ *
+ * Memory and copies go through the CUDA runtime, matrix products and the
+ * BLAS-shaped vector operations (scale, axpy, dot) through cuBLAS, and the
+ * element-wise operations cuBLAS has no routine for (GELU and its backward,
+ * AdamW, adding a scalar) and randn's generator are the small kernels below.
+ *
+ * Every kernel is a grid-stride loop: a fixed, modest grid whose threads step
+ * through the array by the total thread count, so one launch shape serves
+ * every size, and a 64-bit index serves arrays past 2^31 elements.
+ *
+ * Every CUDA and cuBLAS call is checked (check.h): a failed call stops the
+ * program with the call, the library's message and file:line. A kernel launch
+ * returns nothing, so cudaGetLastError() right after it is the check.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "tensor/tensor.h"
+#include "tensor/philox.h"
+#include "tensor/tensor.h"
+
+/* ---------------- launch shape ---------------- */
+
+#define THREADS 256
+#define MAX_BLOCKS 4096 /* enough to fill an H100 (132 SMs x 2048 threads) */
+
+static int blocks_for(int64_t n)
+{
+    int64_t blocks = (n + THREADS - 1) / THREADS;
+    return blocks > MAX_BLOCKS ? MAX_BLOCKS : (int)blocks;
+}
+
+#define GRID_STRIDE_LOOP(i, n)                                                   \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---------------- memory ---------------- */
+
+static int in_use;
+
+extern "C" int lx_cuda_in_use(void) { return in_use; }
+
+extern "C" float *lx_cuda_alloc(int device, size_t bytes)
+{
+    float *p = NULL;
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaMalloc((void **)&p, bytes));
+    in_use = 1;
+    return p;
+}
+
+extern "C" void lx_cuda_free(int device, float *p)
+{
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaFree(p));
+}
+
+extern "C" void lx_cuda_zero(int device, float *p, size_t bytes)
+{
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+
+extern "C" void lx_cuda_copy(float *dst, int dst_device, const float *src, int src_device,
+                             size_t bytes)
+{
+    if (dst_device < 0 && src_device < 0) {
+        memcpy(dst, src, bytes);
+    } else if (src_device < 0) {
+        CUDA_CHECK(cudaSetDevice(dst_device));
+        CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    } else if (dst_device < 0) {
+        CUDA_CHECK(cudaSetDevice(src_device));
+        CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    } else if (dst_device == src_device) {
+        CUDA_CHECK(cudaSetDevice(dst_device));
+        CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    } else {
+        /* Between two GPUs: directly over NVLink/PCIe where peer access is
+         * possible, staged through the host otherwise; the driver chooses. */
+        CUDA_CHECK(cudaMemcpyPeer(dst, dst_device, src, src_device, bytes));
+    }
+}
+
+extern "C" void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const float *src,
+                                size_t spitch, size_t width, size_t height)
+{
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaMemcpy2D(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice));
+}
+
+/* ---------------- cuBLAS ---------------- */
+
+/* A cuBLAS handle is tied to the device that was current when it was made,
+ * so there is one per device this process uses (in practice one: a rank
+ * drives one GPU). Made on first use, destroyed at exit. */
+#define MAX_GPUS 64
+static cublasHandle_t handles[MAX_GPUS];
+static int handles_made;   /* in this process's life: a pool rank makes one per device, once */
+
+static void destroy_handles(void)
+{
+    /* At exit a failure can only be reported: exiting again from inside an
+     * atexit handler is undefined, so no CUBLAS_CHECK here. */
+    for (int d = 0; d < MAX_GPUS; d++) {
+        if (!handles[d])
+            continue;
+        cudaError_t rc = cudaSetDevice(d);
+        cublasStatus_t st = rc == cudaSuccess ? cublasDestroy(handles[d]) : CUBLAS_STATUS_SUCCESS;
+        if (rc != cudaSuccess || st != CUBLAS_STATUS_SUCCESS)
+            fprintf(stderr, "lectern: warning: releasing cuBLAS on cuda:%d at exit: %s\n", d,
+                    rc != cudaSuccess ? cudaGetErrorString(rc) : cublasGetStatusString(st));
+        handles[d] = NULL;
+    }
+}
+
+static cublasHandle_t cublas_for(int device)
+{
+    static int registered;
+    if (device >= MAX_GPUS) {
+        fprintf(stderr, "lectern: cuda:%d is past the %d GPUs this build handles\n", device,
+                MAX_GPUS);
+        exit(1);
+    }
+    CUDA_CHECK(cudaSetDevice(device));
+    if (!handles[device]) {
+        CUBLAS_CHECK(cublasCreate(&handles[device]));
+        handles_made++;
+        if (!registered) {
+            atexit(destroy_handles);
+            registered = 1;
+        }
+    }
+    return handles[device];
+}
+
+extern "C" void lx_cuda_scale(int device, float *x, int n, float s)
+{
+    CUBLAS_CHECK(cublasSscal(cublas_for(device), n, &s, x, 1));
+}
+
+extern "C" void lx_cuda_axpy(int device, float *y, const float *x, int n, float alpha)
+{
+    CUBLAS_CHECK(cublasSaxpy(cublas_for(device), n, &alpha, x, 1, y, 1));
+}
+
+extern "C" float lx_cuda_sumsq(int device, const float *x, int n)
+{
+    /* The result goes to a host variable (the default pointer mode), so this
+     * call waits for the GPU: a loss is wanted on the host anyway. */
+    float result = 0.0f;
+    CUBLAS_CHECK(cublasSdot(cublas_for(device), n, x, 1, x, 1, &result));
+    return result;
+}
+
+/*
+ * cuBLAS reads matrices column-major; ours are row-major. A row-major matrix
+ * read column-major is its transpose, so instead of C = op(A) op(B) we ask
+ * for C^T = op(B)^T op(A)^T: swap the operands (and m with n), keep each
+ * operand's own transpose flag, and cuBLAS writes C^T column-major, which is
+ * exactly C row-major. No data is moved.
+ */
+extern "C" void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k,
+                              float alpha, const float *a, int lda, const float *b, int ldb,
+                              float beta, float *c, int ldc)
+{
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasSgemm(cublas_for(device), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda,
+                             &beta, c, ldc));
+}
+
+/* ---------------- element-wise kernels ---------------- */
+
+static __global__ void add_scalar_kernel(float *x, int64_t n, float s)
+{
+    GRID_STRIDE_LOOP(i, n) x[i] += s;
+}
+
+extern "C" void lx_cuda_add_scalar(int device, float *x, int64_t n, float s)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    add_scalar_kernel<<<blocks_for(n), THREADS>>>(x, n, s);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+static __global__ void fill_kernel(float *x, int64_t n, float v)
+{
+    GRID_STRIDE_LOOP(i, n) x[i] = v;
+}
+
+extern "C" void lx_cuda_fill(int device, float *x, int64_t n, float v)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    fill_kernel<<<blocks_for(n), THREADS>>>(x, n, v);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* Each thread adds its grid-stride share in double, each block adds its
+ * threads' sums in shared memory, and thread 0 of each block adds
+ * the block's sum into *out with a double atomicAdd (sm_60 and later). The
+ * order of the blocks' additions varies from run to run; in double that
+ * moves the float result by far less than its last bit. */
+static __global__ void sum_kernel(const float *x, int64_t n, double *out)
+{
+    __shared__ double part[THREADS];
+    double acc = 0.0;
+    GRID_STRIDE_LOOP(i, n) acc += (double)x[i];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(out, part[0]);
+}
+
+extern "C" double lx_cuda_sum(int device, const float *x, int64_t n)
+{
+    if (n == 0)
+        return 0.0;
+    CUDA_CHECK(cudaSetDevice(device));
+    double *d_out = NULL, result = 0.0;
+    CUDA_CHECK(cudaMalloc((void **)&d_out, sizeof(double)));
+    CUDA_CHECK(cudaMemset(d_out, 0, sizeof(double)));
+    sum_kernel<<<blocks_for(n), THREADS>>>(x, n, d_out);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemcpy(&result, d_out, sizeof(double), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(d_out));
+    return result;
+}
+
+/* GELU, tanh form (torch's approximate='tanh'; torch's default is the erf
+ * form, which differs by at most about 1e-3):
+ *     gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+ * The same formulas as the CPU loops in tensor.c. */
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+static __global__ void gelu_kernel(float *y, const float *x, int64_t n)
+{
+    GRID_STRIDE_LOOP(i, n)
+    {
+        float v = x[i];
+        float u = GELU_C * (v + GELU_A * v * v * v);
+        y[i] = 0.5f * v * (1.0f + tanhf(u));
+    }
+}
+
+/* d/dx gelu(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,
+ * t = tanh(u), du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
+static __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, int64_t n)
+{
+    GRID_STRIDE_LOOP(i, n)
+    {
+        float v = x[i];
+        float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+        float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+}
+
+extern "C" void lx_cuda_gelu(int device, float *y, const float *x, int64_t n)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    gelu_kernel<<<blocks_for(n), THREADS>>>(y, x, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy,
+                                      int64_t n)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    gelu_backward_kernel<<<blocks_for(n), THREADS>>>(dx, x, dy, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* AdamW, in the order torch.optim.AdamW applies it: decoupled weight decay
+ * on the parameter first, then the moment updates, then the bias-corrected
+ * step. One thread per element, each element independent. */
+static __global__ void adamw_kernel(float *param, float *m, float *v, const float *grad, int64_t n,
+                             float beta1, float beta2, float eps, float decay, float step_size,
+                             float bias2_sqrt)
+{
+    GRID_STRIDE_LOOP(i, n)
+    {
+        float g = grad[i];
+        float p = param[i] * decay;
+        float mi = m[i] + (1.0f - beta1) * (g - m[i]);
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = p - step_size * mi / (sqrtf(vi) / bias2_sqrt + eps);
+    }
+}
+
+extern "C" void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad,
+                              int64_t n, float beta1, float beta2, float eps, float decay,
+                              float step_size, float bias2_sqrt)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    adamw_kernel<<<blocks_for(n), THREADS>>>(param, m, v, grad, n, beta1, beta2, eps, decay,
+                                             step_size, bias2_sqrt);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* ---------------- random normals ---------------- */
+
+/* Normals number first .. first + n - 1 of `seed` into x[0 .. n): one Philox
+ * block (four normals) per step of the grid-stride loop, with the very code
+ * the host runs (philox.h), so the floats are the host's bit for bit. The
+ * blocks at either end may be shared with the draws before and after: only
+ * the normals inside [first, first + n) are written. */
+static __global__ void randn_kernel(float *x, int64_t n, uint64_t seed, uint64_t first)
+{
+    uint64_t first_block = first / 4, last_block = (first + (uint64_t)n - 1) / 4;
+    int64_t blocks = (int64_t)(last_block - first_block) + 1;
+    GRID_STRIDE_LOOP(b, blocks)
+    {
+        uint64_t block = first_block + (uint64_t)b;
+        float four[4];
+        lx_normal4(seed, block, four);
+        for (int j = 0; j < 4; j++) {
+            int64_t i = (int64_t)(block * 4 + (uint64_t)j - first);
+            if (block * 4 + (uint64_t)j >= first && i < n)
+                x[i] = four[j];
+        }
+    }
+}
+
+extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first)
+{
+    if (n == 0)
+        return;
+    CUDA_CHECK(cudaSetDevice(device));
+    int64_t blocks = (int64_t)((first + (uint64_t)n - 1) / 4 - first / 4) + 1;
+    randn_kernel<<<blocks_for(blocks), THREADS>>>(x, n, seed, first);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* ---------------- staging copies for ranks that share a GPU ---------------- */
+
+/* comm_staged.c's copy interface (tensor/tensor.h, lx_stage_copier) on one
+ * device: a "down" stream for device -> host copies and an "up" stream for
+ * host -> device, so a chunk going down and another coming up move at once
+ * (the H100 has a copy engine for each direction), and an event per slot
+ * and direction the host waits on. The streams are blocking streams, so
+ * they are ordered after the kernels and cuBLAS calls of the legacy default
+ * stream that every tensor operation uses: the copies read what those
+ * wrote. Made once per process and kept (a pool rank runs many spawns).
+ * UNVERIFIED: written on a machine without a GPU. */
+#define STAGE_SLOTS 3
+
+static int stage_device = -1;
+static int stagings_made;   /* stream and event sets made in this process's life */
+static cudaStream_t stage_down_stream, stage_up_stream;
+static cudaEvent_t stage_down_done[STAGE_SLOTS], stage_up_done[STAGE_SLOTS];
+
+static void stage_begin(void)
+{
+    /* Blocking streams wait for the default stream's earlier work by
+     * themselves; nothing to do but make this the current device. */
+    CUDA_CHECK(cudaSetDevice(stage_device));
+}
+
+static void stage_to_host(float *host, const float *dev, size_t n)
+{
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost,
+                               stage_down_stream));
+}
+
+static void stage_to_device(float *dev, const float *host, size_t n)
+{
+    CUDA_CHECK(cudaMemcpyAsync(dev, host, n * sizeof(float), cudaMemcpyHostToDevice,
+                               stage_up_stream));
+}
+
+static void stage_mark_down(int slot) { CUDA_CHECK(cudaEventRecord(stage_down_done[slot], stage_down_stream)); }
+static void stage_wait_down(int slot) { CUDA_CHECK(cudaEventSynchronize(stage_down_done[slot])); }
+static void stage_mark_up(int slot) { CUDA_CHECK(cudaEventRecord(stage_up_done[slot], stage_up_stream)); }
+static void stage_wait_up(int slot) { CUDA_CHECK(cudaEventSynchronize(stage_up_done[slot])); }
+
+/* The async forms' copies: plain cudaMemcpy on the default stream, ordered
+ * with everything else; they return when the copy is done. */
+static void stage_sync_to_host(float *host, const float *dev, size_t n)
+{
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+static void stage_sync_to_device(float *dev, const float *host, size_t n)
+{
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+/* Pinned memory: the copy engines read and write it directly, at full
+ * speed and asynchronously (pageable memory would be staged once more by
+ * the driver, and cudaMemcpyAsync on it is not asynchronous). */
+static float *stage_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+    return (float *)p;
+}
+
+static void stage_host_free(float *p) { CUDA_CHECK(cudaFreeHost(p)); }
+
+/* The direct path (CUDA-aware Open MPI): Open MPI's own copies are not
+ * ordered after this rank's kernels, so the device's queued work is done
+ * first; and AVG's division happens where the sum is, on the device. */
+static void stage_device_sync(void)
+{
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+/* x / by, as the host divides (not x * (1/by), which rounds differently
+ * for a world size that is not a power of two). */
+static __global__ void divide_kernel(float *x, int64_t n, float by)
+{
+    GRID_STRIDE_LOOP(i, n) x[i] = x[i] / by;
+}
+
+static void stage_divide(float *x, size_t n, float by)
+{
+    CUDA_CHECK(cudaSetDevice(stage_device));
+    divide_kernel<<<blocks_for((int64_t)n), THREADS>>>(x, (int64_t)n, by);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+static const lx_stage_copier cuda_copier = {
+    "cudaMemcpyAsync on two streams",
+    stage_begin,
+    stage_to_host,
+    stage_to_device,
+    stage_mark_down,
+    stage_wait_down,
+    stage_mark_up,
+    stage_wait_up,
+    stage_sync_to_host,
+    stage_sync_to_device,
+    stage_host_alloc,
+    stage_host_free,
+    stage_device_sync,
+    stage_divide,
+};
+
+extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device)
+{
+    if (stage_device != device) {
+        if (stage_device >= 0) {   /* another device than before: the old ones go */
+            CUDA_CHECK(cudaSetDevice(stage_device));
+            CUDA_CHECK(cudaStreamDestroy(stage_down_stream));
+            CUDA_CHECK(cudaStreamDestroy(stage_up_stream));
+            for (int s = 0; s < STAGE_SLOTS; s++) {
+                CUDA_CHECK(cudaEventDestroy(stage_down_done[s]));
+                CUDA_CHECK(cudaEventDestroy(stage_up_done[s]));
+            }
+        }
+        CUDA_CHECK(cudaSetDevice(device));
+        CUDA_CHECK(cudaStreamCreate(&stage_down_stream));
+        CUDA_CHECK(cudaStreamCreate(&stage_up_stream));
+        for (int s = 0; s < STAGE_SLOTS; s++) {
+            CUDA_CHECK(cudaEventCreateWithFlags(&stage_down_done[s], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&stage_up_done[s], cudaEventDisableTiming));
+        }
+        stage_device = device;
+        stagings_made++;
+    }
+    in_use = 1;
+    return &cuda_copier;
+}
+
+extern "C" int lx_cuda_made(int *stagings)
+{
+    *stagings = stagings_made;
+    return handles_made;
+}

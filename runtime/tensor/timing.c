@@ -1,0 +1,79 @@
+/*
+ * timing.c: a clock, a way to wait for the GPU, and how many GPUs there are.
+ *
+ * Timing GPU work needs both halves: kernel launches return at once, so a
+ * measurement is now_seconds(), the work, device_synchronize(), now_seconds()
+ * (without the synchronize one would time the launch, not the work).
+ */
+#include <stdlib.h>
+#include <time.h>
+
+#ifdef LECTERN_CUDA
+#include <cuda_runtime_api.h>
+
+#include "check.h"
+#endif
+
+#include "lectern.h"
+#include "trace/trace.h"
+#include "tensor/tensor.h"
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double median(double *values, int n)
+{
+    if (!values)
+        lx_fatal("median: values is NULL");
+    if (n < 1)
+        lx_fatal("median: of %d values (needs at least one)", n);
+    qsort(values, (size_t)n, sizeof *values, by_value);
+    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+/* Monotonic: never jumps when the wall clock is set, so differences are
+ * true durations. */
+double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/*
+ * The GPUs this process can see (CUDA_VISIBLE_DEVICES applies). Asked once
+ * and remembered. This is the one CUDA call whose failure is an answer, not
+ * an error: without a driver (cudaErrorInsufficientDriver) or without a
+ * device (cudaErrorNoDevice) the answer is zero GPUs, and the lecture runs on
+ * the CPU.
+ */
+int gpu_count(void)
+{
+#ifdef LECTERN_CUDA
+    static int count = -1;
+    if (count < 0) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+            (void)cudaGetLastError(); /* clear it so no later check trips on it */
+            n = 0;
+        }
+        count = n;
+    }
+    return count;
+#else
+    return 0;
+#endif
+}
+
+/* Waits for everything queued on the current GPU. Nothing to wait for on
+ * the CPU, or before this process has put anything on a GPU. */
+void device_synchronize(void)
+{
+#ifdef LECTERN_CUDA
+    if (lx_cuda_in_use() && gpu_count() > 0)   /* no CUDA start-up where none was used */
+        CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+}

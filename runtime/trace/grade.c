@@ -1,0 +1,343 @@
+/*
+ * grade.c: --grade FILE, a homework's checks as a course autograder's score.
+ *
+ * Gradescope (and autograders that copy its format) read one JSON file,
+ * results.json: a total score, an output for the whole run, and one entry
+ * per test with its name, score, max_score and output. Here every check of
+ * the run is one test: its score is its weight when it passed, 0 when it
+ * failed; its output is the check's verdict with the numbers that decided it
+ * and the lecture line that made it.
+ *
+ * Weights: every check weighs 1 point unless the homework groups checks
+ * into exercises (grade_exercise(prefix, points, checks), lectern.h): the
+ * checks whose text starts with the prefix share the points equally. An
+ * exercise also says how many checks a complete run makes, so a run that
+ * stops early (a crash, a deadlock stopped after LECTERN_TIMEOUT, an
+ * autograder's SIGTERM) still lists what it did not reach, worth 0, with
+ * the reason.
+ *
+ * The file is written whenever the trace is (trace.c calls lx_grade_write
+ * from lx_trace_write): at the normal end, at a fatal error, and from the
+ * crash handler, so every way a run ends but SIGKILL leaves one. The
+ * console's last lines go in its output: with --grade, stderr (and so the
+ * ranks', which mpirun passes on) goes through a pipe that a thread copies
+ * to the real stderr, keeping the tail.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trace/trace.h"
+
+#define TAIL_BYTES 8192     /* the console tail kept for the output */
+#define MAX_ERRORS 8        /* error messages kept for the reason */
+
+typedef struct exercise {
+    char *prefix;
+    double points;
+    int checks;             /* how many checks a complete run makes */
+} exercise;
+
+typedef struct record {
+    int rank;               /* -1: the lecture's own check */
+    int passed;
+    char *what;
+    char *output;
+    int exercise;           /* index into exercises, -1 none */
+} record;
+
+static char *path;          /* NULL: no --grade */
+static exercise *exercises;
+static int n_exercises;
+static record *records;
+static int n_records;
+static char *errors[MAX_ERRORS];
+static int n_errors;
+
+/* ---- the console tail ---- */
+
+static pthread_mutex_t tail_lock = PTHREAD_MUTEX_INITIALIZER;
+static int pipe_read = -1, real_stderr = -1;
+static char tail[TAIL_BYTES];
+static size_t tail_len;
+
+static void keep(const char *buf, size_t n) {
+    if (n > TAIL_BYTES) {   /* only the end of a large write stays */
+        buf += n - TAIL_BYTES;
+        n = TAIL_BYTES;
+    }
+    if (tail_len + n > TAIL_BYTES) {
+        size_t drop = tail_len + n - TAIL_BYTES;
+        memmove(tail, tail + drop, tail_len - drop);
+        tail_len -= drop;
+    }
+    memcpy(tail + tail_len, buf, n);
+    tail_len += n;
+}
+
+/* Everything in the pipe now, to the real stderr and the tail. The caller
+ * holds tail_lock. */
+static void drain(void) {
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(pipe_read, buf, sizeof buf);
+        if (n <= 0) return;
+        for (ssize_t done = 0; done < n;) {
+            ssize_t w = write(real_stderr, buf + done, (size_t)(n - done));
+            if (w <= 0) break;
+            done += w;
+        }
+        keep(buf, (size_t)n);
+    }
+}
+
+static void *copier(void *arg) {
+    (void)arg;
+    struct pollfd p = {.fd = pipe_read, .events = POLLIN};
+    for (;;) {
+        if (poll(&p, 1, -1) < 0 && errno != EINTR) return NULL;
+        pthread_mutex_lock(&tail_lock);
+        drain();
+        pthread_mutex_unlock(&tail_lock);
+        if (p.revents & (POLLHUP | POLLERR)) return NULL;
+    }
+}
+
+static void start_tee(void) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    real_stderr = dup(STDERR_FILENO);
+    if (real_stderr < 0 || dup2(fds[1], STDERR_FILENO) < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return;
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    fcntl(real_stderr, F_SETFD, FD_CLOEXEC);
+    pipe_read = fds[0];
+    pthread_t t;
+    if (pthread_create(&t, NULL, copier, NULL) == 0) pthread_detach(t);
+}
+
+/* ---- what the run did ---- */
+
+int lx_grade_open(const char *file) {
+    int fd = open(file, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) return -1;
+    close(fd);
+    path = strdup(file);
+    start_tee();
+    return 0;
+}
+
+static int exercise_of(const char *what) {
+    for (int i = 0; i < n_exercises; i++)
+        if (strncmp(what, exercises[i].prefix, strlen(exercises[i].prefix)) == 0) return i;
+    return -1;
+}
+
+void grade_exercise(const char *prefix, double points, int checks) {
+    if (!prefix || !*prefix) {
+        lx_error("grade_exercise: the prefix is NULL or empty");
+        return;
+    }
+    if (!(points >= 0) || isinf(points) || checks < 1) {
+        lx_error("grade_exercise(\"%s\"): points must be finite and >= 0 (got %g) and checks >= 1 (got %d)", prefix,
+                 points, checks);
+        return;
+    }
+    if (lx_in_rank()) {
+        lx_error("grade_exercise(\"%s\") inside a spawned rank: declare exercises in the lecture, before the spawn",
+                 prefix);
+        return;
+    }
+    for (int i = 0; i < n_exercises; i++)
+        if (strcmp(exercises[i].prefix, prefix) == 0) {
+            lx_error("grade_exercise(\"%s\"): that exercise is declared already", prefix);
+            return;
+        }
+    exercise *e = realloc(exercises, (size_t)(n_exercises + 1) * sizeof *e);
+    if (!e) lx_fatal("out of memory");
+    exercises = e;
+    exercises[n_exercises++] = (exercise){strdup(prefix), points, checks};
+}
+
+/* The check's verdict with the numbers behind it, and where it was made. */
+static char *check_output(const cJSON *step, const cJSON *r, int passed) {
+    lx_sb sb = {0};
+    lx_sb_str(&sb, passed ? "PASS" : "FAIL");
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(r, "reason");
+    const cJSON *bad = cJSON_GetObjectItemCaseSensitive(r, "bad");
+    if (cJSON_IsString(reason)) {
+        lx_sb_printf(&sb, ": %s", reason->valuestring);
+    } else if (cJSON_IsNumber(bad)) {
+        const cJSON *max_abs = cJSON_GetObjectItemCaseSensitive(r, "max_abs");
+        lx_sb_printf(&sb, ": %.0f of %.0f elements outside the tolerance (rtol %g, atol %g)", bad->valuedouble,
+                     cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "numel")),
+                     cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "rtol")),
+                     cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "atol")));
+        if (cJSON_IsNumber(max_abs)) lx_sb_printf(&sb, "; largest difference %.3g", max_abs->valuedouble);
+    }
+    const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
+    lx_sb_printf(&sb, "\n%s", what ? what : "");
+    const cJSON *stack = cJSON_GetObjectItemCaseSensitive(step, "stack");
+    const cJSON *inner = cJSON_GetArrayItem(stack, cJSON_GetArraySize(stack) - 1);
+    const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(inner, "path"));
+    const cJSON *line = cJSON_GetObjectItemCaseSensitive(inner, "line");
+    if (file && cJSON_IsNumber(line)) lx_sb_printf(&sb, "\nat %s:%d", file, line->valueint);
+    return sb.s;
+}
+
+void lx_grade_step(const cJSON *step) {
+    if (!path) return;
+    const cJSON *rank = cJSON_GetObjectItemCaseSensitive(step, "rank");
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
+        if (type && strcmp(type, "error") == 0) {
+            const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"));
+            if (!msg) continue;
+            if (n_errors == MAX_ERRORS) {   /* keep the first and the latest */
+                free(errors[1]);
+                memmove(errors + 1, errors + 2, (MAX_ERRORS - 2) * sizeof errors[0]);
+                n_errors--;
+            }
+            errors[n_errors++] = cJSON_IsNumber(rank) ? lx_fmt("rank %d: %s", rank->valueint, msg) : strdup(msg);
+            continue;
+        }
+        if (!type || strcmp(type, "check") != 0) continue;
+        const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
+        record *grown = realloc(records, (size_t)(n_records + 1) * sizeof *grown);
+        if (!grown) return;
+        records = grown;
+        record *rec = &records[n_records++];
+        rec->rank = cJSON_IsNumber(rank) ? rank->valueint : -1;
+        rec->passed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "passed"));
+        rec->what = strdup(what ? what : "check");
+        rec->output = check_output(step, r, rec->passed);
+        rec->exercise = exercise_of(rec->what);
+    }
+}
+
+/* ---- results.json ---- */
+
+static double round3(double x) { return round(x * 1000) / 1000; }
+
+static cJSON *test(const char *name, double score, double max, const char *output, int passed) {
+    cJSON *t = cJSON_CreateObject();
+    lx_add_text(t, "name", name);
+    cJSON_AddNumberToObject(t, "score", round3(score));
+    cJSON_AddNumberToObject(t, "max_score", round3(max));
+    cJSON_AddStringToObject(t, "status", passed ? "passed" : "failed");
+    lx_add_text(t, "output", output);
+    return t;
+}
+
+/* Records of exercise `ex` (or, for -1, of none), ranks in order, each
+ * rank's in the order they came. */
+static void add_records(cJSON *tests, int ex, double weight, double *total) {
+    int max_rank = -1;
+    for (int i = 0; i < n_records; i++)
+        if (records[i].rank > max_rank) max_rank = records[i].rank;
+    for (int rank = -1; rank <= max_rank; rank++) {
+        for (int i = 0; i < n_records; i++) {
+            const record *rec = &records[i];
+            if (rec->exercise != ex || rec->rank != rank) continue;
+            char *name = rank >= 0 ? lx_fmt("rank %d: %s", rank, rec->what) : strdup(rec->what);
+            double score = rec->passed ? weight : 0;
+            *total += score;
+            cJSON_AddItemToArray(tests, test(name, score, weight, rec->output, rec->passed));
+            free(name);
+        }
+    }
+}
+
+/* Why the run ended early, when it did: its error messages. */
+static char *reason(void) {
+    lx_sb sb = {0};
+    lx_sb_str(&sb, "");
+    for (int i = 0; i < n_errors; i++) lx_sb_printf(&sb, "%s%s", i ? "\n" : "", errors[i]);
+    return sb.s;
+}
+
+void lx_grade_write(void) {
+    if (!path) return;
+    /* What is still in the pipe belongs to the tail (a signal handler may
+     * find the copier holding the lock: then the tail is what it has). */
+    if (pipe_read >= 0 && pthread_mutex_trylock(&tail_lock) == 0) {
+        fflush(stderr);
+        drain();
+        pthread_mutex_unlock(&tail_lock);
+    }
+    char *why = reason();
+    cJSON *tests = cJSON_CreateArray();
+    double total = 0, max_total = 0;
+    for (int ex = 0; ex < n_exercises; ex++) {
+        int seen = 0;
+        for (int i = 0; i < n_records; i++) seen += records[i].exercise == ex;
+        int shares = seen > exercises[ex].checks ? seen : exercises[ex].checks;
+        double weight = exercises[ex].points / shares;
+        add_records(tests, ex, weight, &total);
+        if (seen < exercises[ex].checks) {
+            int missing = exercises[ex].checks - seen;
+            /* "exercise 1:" -> "exercise 1" */
+            const char *prefix = exercises[ex].prefix;
+            int len = (int)strlen(prefix);
+            while (len > 0 && (prefix[len - 1] == ':' || prefix[len - 1] == ' ')) len--;
+            char *name = lx_fmt("%.*s: %d of %d checks not reached", len, prefix, missing, exercises[ex].checks);
+            char *out = lx_fmt("The run ended before these checks: score 0.%s%s", *why ? "\n" : "", why);
+            cJSON_AddItemToArray(tests, test(name, 0, weight * missing, out, 0));
+            free(name);
+            free(out);
+        }
+        max_total += exercises[ex].points;
+    }
+    int others = 0;
+    for (int i = 0; i < n_records; i++) others += records[i].exercise < 0;
+    add_records(tests, -1, 1, &total);
+    max_total += others;
+
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "score", round3(total));
+    cJSON_AddNumberToObject(root, "max_score", round3(max_total));
+    cJSON_AddNumberToObject(root, "execution_time", round3(lx_elapsed()));
+    lx_sb out = {0};
+    int passed = 0, failed = 0;
+    for (int i = 0; i < n_records; i++) (records[i].passed ? &passed : &failed)[0]++;
+    lx_sb_printf(&out, "%s: %.3g of %.3g points; checks: %d passed, %d failed%s\n", lx_lecture_name(), round3(total),
+                 round3(max_total), passed, failed, lx_failed() ? "; the run failed" : "");
+    if (*why) lx_sb_printf(&out, "\nWhy the run failed:\n%s\n", why);
+    if (tail_len) {
+        lx_sb_str(&out, "\nConsole (last lines):\n");
+        lx_sb_add(&out, tail, tail_len);
+    }
+    lx_add_text(root, "output", out.s);
+    cJSON_AddStringToObject(root, "visibility", "visible");
+    cJSON_AddStringToObject(root, "stdout_visibility", "visible");
+    cJSON_AddItemToObject(root, "tests", tests);
+    char *json = cJSON_Print(root);
+    cJSON_Delete(root);
+    free(out.s);
+    free(why);
+
+    /* Atomically: an autograder never reads half a file. */
+    char *tmp = lx_fmt("%s.tmp.%d", path, (int)getpid());
+    FILE *f = json ? fopen(tmp, "w") : NULL;
+    int ok = f && fputs(json, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok) {
+        unlink(tmp);
+        fprintf(stderr, "lectern: cannot write the grade to %s: %s\n", path, strerror(errno));
+    }
+    free(tmp);
+    cJSON_free(json);
+}

@@ -1,0 +1,429 @@
+/*
+ * trace.c: renderings -> steps -> one JSON document on disk.
+ *
+ * The trace is kept in memory as a cJSON tree and written at the end (and
+ * on a crash). Writing is atomic: the text goes to a temporary file in the
+ * same folder, which is then renamed over the old trace, so a reader (or a
+ * later run that fails half-way) never sees half a file. A run that failed
+ * writes <name>.failed.json instead and leaves the last good trace alone.
+ *
+ * Format: docs/trace-format.md, schema: docs/trace.schema.json.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trace/trace.h"
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static cJSON *trace;               /* {version, lecture, meta, files, spawns, steps} */
+static cJSON *steps, *spawns, *meta;
+static char *lecture_name;
+static char *out_dir;
+static int failed;
+static int in_rank, my_rank = -1, my_world = -1;
+static struct timespec t0;
+static lx_step_sink sink;
+
+/* ---- small string helpers ---- */
+
+char *lx_vfmt(const char *fmt, va_list ap) {
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) {
+        fputs("lectern: out of memory formatting a note\n", stderr);
+        abort();
+    }
+    return s;
+}
+
+char *lx_fmt(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = lx_vfmt(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
+static int utf8_len(const unsigned char *s) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    int n;
+    unsigned min;
+    if ((c & 0xE0) == 0xC0) { n = 2; min = 0x80; c &= 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { n = 3; min = 0x800; c &= 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { n = 4; min = 0x10000; c &= 0x07; }
+    else return 0;
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    return n;
+}
+
+char *lx_utf8_repair(const char *in) {
+    size_t len = strlen(in);
+    /* Worst case every byte becomes U+FFFD (3 bytes). */
+    char *out = malloc(len * 3 + 1);
+    if (!out) abort();
+    const unsigned char *s = (const unsigned char *)in;
+    char *o = out;
+    while (*s) {
+        int n = utf8_len(s);
+        if (n == 0) {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            s++;
+        } else {
+            memcpy(o, s, n);
+            o += n;
+            s += n;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* ---- state ---- */
+
+double lx_elapsed(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
+void lx_trace_init(const char *name, const char *dir) {
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    free(lecture_name);
+    free(out_dir);
+    lecture_name = strdup(name);
+    out_dir = strdup(dir);
+    if (trace) cJSON_Delete(trace);
+    trace = cJSON_CreateObject();
+    cJSON_AddNumberToObject(trace, "version", 1);
+    cJSON_AddStringToObject(trace, "lecture", name);
+    meta = cJSON_AddObjectToObject(trace, "meta");
+    cJSON_AddObjectToObject(trace, "files");
+    spawns = cJSON_AddArrayToObject(trace, "spawns");
+    steps = cJSON_AddArrayToObject(trace, "steps");
+    failed = 0;
+}
+
+const char *lx_lecture_name(void) { return lecture_name ? lecture_name : "lecture"; }
+const char *lx_out_dir(void) { return out_dir; }
+int lx_in_rank(void) { return in_rank; }
+int lx_rank(void) { return in_rank ? my_rank : -1; }
+
+void lx_trace_rank_init(const char *name, double clock_zero) {
+    free(lecture_name);
+    lecture_name = strdup(name);
+    t0.tv_sec = (time_t)clock_zero;
+    t0.tv_nsec = (long)((clock_zero - (double)t0.tv_sec) * 1e9);
+}
+
+void lx_set_in_rank(int rank, int world_size) {
+    in_rank = 1;
+    my_rank = rank;
+    my_world = world_size;
+}
+
+void lx_set_step_sink(lx_step_sink s) { sink = s; }
+void lx_mark_failed(void) { failed = 1; }
+int lx_failed(void) { return failed; }
+int lx_trace_step_count(void) { return steps ? cJSON_GetArraySize(steps) : 0; }
+
+/* obj[key] = value, replacing what was there. */
+static void set_item(cJSON *obj, const char *key, cJSON *value) {
+    if (cJSON_GetObjectItemCaseSensitive(obj, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(obj, key, value);
+    else
+        cJSON_AddItemToObject(obj, key, value);
+}
+
+void lx_trace_meta(const char *key, cJSON *value) {
+    pthread_mutex_lock(&lock);
+    if (!trace) lx_trace_init("lecture", ".");
+    set_item(meta, key, value);
+    pthread_mutex_unlock(&lock);
+}
+
+cJSON *lx_trace_spawns(void) {
+    if (!trace) lx_trace_init("lecture", ".");
+    return spawns;
+}
+
+void lx_trace_append(cJSON *step) {
+    pthread_mutex_lock(&lock);
+    if (!trace) lx_trace_init("lecture", ".");
+    lx_check_tally(step);
+    cJSON_AddItemToArray(steps, step);
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- renderings ---- */
+
+static cJSON *rendering(const char *type) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "type", type);
+    return r;
+}
+
+/* Adds `s` as a string, first made valid UTF-8 so the JSON stays valid. */
+void lx_add_text(cJSON *obj, const char *key, const char *s) {
+    char *ok = lx_utf8_repair(s);
+    cJSON_AddStringToObject(obj, key, ok);
+    free(ok);
+}
+
+cJSON *lx_rendering_text(const char *text) {
+    cJSON *r = rendering("text");
+    lx_add_text(r, "data", text);
+    return r;
+}
+
+cJSON *lx_rendering_error(const char *message) {
+    cJSON *r = rendering("error");
+    lx_add_text(r, "data", message);
+    return r;
+}
+
+
+cJSON *lx_rendering_markdown(const char *md) {
+    cJSON *r = rendering("markdown");
+    char *ok = lx_utf8_repair(md);
+    cJSON_AddStringToObject(r, "data", ok);
+    char *html = lx_markdown_to_html(ok);
+    cJSON_AddStringToObject(r, "html", html);
+    free(html);
+    free(ok);
+    return r;
+}
+
+/* ---- steps ---- */
+
+static cJSON *make_step(const lx_frame *frames, int n, cJSON *rendering) {
+    cJSON *step = cJSON_CreateObject();
+    cJSON_AddItemToObject(step, "stack", lx_stack_to_json(frames, n));
+    if (in_rank) {
+        cJSON_AddNumberToObject(step, "rank", my_rank);
+        cJSON_AddNumberToObject(step, "world_size", my_world);
+    } else {
+        cJSON_AddNullToObject(step, "rank");
+        cJSON_AddNullToObject(step, "world_size");
+    }
+    cJSON_AddNullToObject(step, "spawn");   /* set by the parent for a rank's step */
+    /* Microseconds are plenty and keep the file small. */
+    cJSON_AddNumberToObject(step, "time", (double)(long long)(lx_elapsed() * 1e6) / 1e6);
+    cJSON *list = cJSON_AddArrayToObject(step, "renderings");
+    cJSON_AddItemToArray(list, rendering);
+    return step;
+}
+
+void lx_emit_frames(const lx_frame *frames, int n, cJSON *rendering) {
+    cJSON *step = make_step(frames, n, rendering);
+    if (sink) sink(step);
+    else lx_trace_append(step);
+}
+
+void lx_emit(cJSON *rendering) {
+    lx_frame frames[LX_MAX_FRAMES];
+    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    lx_emit_frames(frames, n, rendering);
+}
+
+/* ---- errors ---- */
+
+/* "lectures/x.c:12: message": where the lecture was when it went wrong. */
+static char *located(const lx_frame *frames, int n, const char *msg) {
+    if (n > 0) return lx_fmt("%s:%d: %s", frames[n - 1].path, frames[n - 1].line, msg);
+    return strdup(msg);
+}
+
+static int errors_expected;
+
+void lx_rank_errors_expected(int expected) { errors_expected = expected; }
+
+static void error_step(const char *fmt, va_list ap) {
+    char *msg = lx_vfmt(fmt, ap);
+    lx_frame frames[LX_MAX_FRAMES];
+    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    char *full = located(frames, n, msg);
+    if (in_rank)
+        fprintf(stderr, "lectern: rank %d: %s: %s\n", my_rank,
+                errors_expected ? "error, as the lecture expects (spawn_expect_failure)" : "error", full);
+    else fprintf(stderr, "lectern: error: %s\n", full);
+    lx_emit_frames(frames, n, lx_rendering_error(full));
+    failed = 1;
+    free(full);
+    free(msg);
+}
+
+void lx_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    error_step(fmt, ap);
+    va_end(ap);
+}
+
+void lx_fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    error_step(fmt, ap);
+    va_end(ap);
+    /* A rank's error step has gone to the parent; its exit status tells the
+     * parent the rank failed. The parent writes what it has. */
+    if (!in_rank) {
+        lx_trace_write();
+        /* The verdict line a good run ends with: the trace has the counts,
+         * the console says them too. */
+        int passed, failed_checks;
+        lx_check_counts(&passed, &failed_checks);
+        if (passed + failed_checks > 0) fprintf(stderr, "checks: %d passed, %d failed\n", passed, failed_checks);
+    }
+    exit(1);
+}
+
+/* ---- writing ---- */
+
+/* Adds the text of repo file `path` to `files` once. */
+static void embed_file(const char *path, void *ctx) {
+    cJSON *files = ctx;
+    if (!path || cJSON_GetObjectItemCaseSensitive(files, path)) return;
+    char *full = lx_fmt("%s/%s", lx_repo_root(), path);
+    FILE *f = fopen(full, "rb");
+    free(full);
+    char *text = NULL;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        text = malloc(size > 0 ? (size_t)size + 1 : 1);
+        if (!text) abort();
+        size_t got = size > 0 ? fread(text, 1, (size_t)size, f) : 0;
+        text[got] = '\0';
+        fclose(f);
+    }
+    lx_add_text(files, path, text ? text : "");
+    free(text);
+}
+
+static void collect_paths(cJSON *stack, cJSON *files) {
+    cJSON *frame;
+    cJSON_ArrayForEach(frame, stack)
+        embed_file(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(frame, "path")), files);
+}
+
+/* The full text of every file a stack names, and of every lecture source the
+ * executable was built from, so the viewer needs nothing else. */
+static void embed_files(void) {
+    cJSON *files = cJSON_CreateObject();
+    cJSON *item;
+    cJSON_ArrayForEach(item, steps) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
+    cJSON_ArrayForEach(item, spawns) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
+    lx_lecture_sources(embed_file, files);   /* the lecture's own library code, too */
+    set_item(trace, "files", files);
+}
+
+/* Writes parts[] to `path` through a temporary file and a rename. */
+static int write_atomic(const char *path, const char *const *parts, int nparts) {
+    char *tmp = lx_fmt("%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "lectern: cannot write %s: %s\n", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int ok = 1;
+    for (int i = 0; i < nparts && ok; i++) {
+        const char *p = parts[i];
+        size_t left = strlen(p);
+        while (left > 0) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                ok = 0;
+                break;
+            }
+            p += w;
+            left -= (size_t)w;
+        }
+    }
+    if (ok && fsync(fd) != 0) ok = 0;
+    if (close(fd) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok) {
+        fprintf(stderr, "lectern: cannot write %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return ok ? 0 : -1;
+}
+
+char *lx_trace_path(const char *ext) {
+    return lx_fmt("%s/%s%s.%s", out_dir ? out_dir : ".", lx_lecture_name(), failed ? ".failed" : "", ext);
+}
+
+int lx_trace_write(void) {
+    pthread_mutex_lock(&lock);
+    if (!trace) { pthread_mutex_unlock(&lock); return -1; }
+    set_item(meta, "status", cJSON_CreateString(failed ? "failed" : "ok"));
+    int checks_passed, checks_failed;
+    lx_check_counts(&checks_passed, &checks_failed);
+    cJSON *checks = cJSON_CreateObject();
+    cJSON_AddNumberToObject(checks, "passed", checks_passed);
+    cJSON_AddNumberToObject(checks, "failed", checks_failed);
+    set_item(meta, "checks", checks);
+    set_item(meta, "duration_s", cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3));
+    embed_files();
+    char *json = cJSON_PrintUnformatted(trace);
+    pthread_mutex_unlock(&lock);
+    if (!json) {
+        fputs("lectern: out of memory printing the trace\n", stderr);
+        return -1;
+    }
+
+    /* The .js twin: a <script> can load it from file://, where fetch() cannot. */
+    char *json_path = lx_trace_path("json");
+    char *js_path = lx_trace_path("js");
+    char *js_head = lx_fmt("(window.lecternTraces = window.lecternTraces || {})[\"%s%s\"] = ",
+                           lx_lecture_name(), failed ? ".failed" : "");
+    const char *json_parts[] = {json, "\n"};
+    const char *js_parts[] = {js_head, json, ";\n"};
+    int rc = write_atomic(json_path, json_parts, 2);
+    if (rc == 0) rc = write_atomic(js_path, js_parts, 3);
+    if (rc == 0 && !failed) {
+        /* A good run makes an older failed trace stale. */
+        char *old_json = lx_fmt("%s/%s.failed.json", out_dir, lx_lecture_name());
+        char *old_js = lx_fmt("%s/%s.failed.js", out_dir, lx_lecture_name());
+        unlink(old_json);
+        unlink(old_js);
+        free(old_json);
+        free(old_js);
+    }
+    free(js_head);
+    free(json_path);
+    free(js_path);
+    cJSON_free(json);
+    /* Every way the lecture ends writes the trace: the grade goes with it. */
+    if (!in_rank) lx_grade_write();
+    return rc;
+}
+
+void lx_trace_free(void) {
+    pthread_mutex_lock(&lock);
+    cJSON_Delete(trace);
+    trace = steps = spawns = meta = NULL;
+    free(lecture_name);
+    free(out_dir);
+    lecture_name = out_dir = NULL;
+    in_rank = 0;   /* a new trace starts in the lecture, not in a rank */
+    pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,258 @@
+/*
+ * trace/trace.h: the trace layer's contract, the lowest layer of the runtime.
+ * Not for lectures.
+ *
+ * The trace layer is the lecture's record: steps and their renderings
+ * (trace.c, note.c, markdown.c), the lecture stacks they carry (stack.c),
+ * check() and the check tally (verdict.c), --grade's results (grade.c), the
+ * lecture's own options and --quick/--quiet (options.c), what a failing
+ * MPI_CHECK/CUDA_CHECK does (check.c, check.h) and strings (strbuf.c).
+ * It calls no other layer of the runtime (make check-layers): every layer
+ * above calls it. Where it must hear from above, the layer above registers
+ * a function here: the step sink (lx_set_step_sink, set by a rank's
+ * spawn_rank.c) and whether a rank runs a spawn (lx_backend_error_set_rank_active,
+ * set by the comm layer's lx_comm_start).
+ *
+ * Flow of one note():
+ *   note()  -> lx_emit(rendering)             note.c
+ *           -> lx_stack_capture()             stack.c  (lecture frames, outermost first)
+ *           -> step = {stack, rank, ..., renderings}
+ *           -> the step sink                  trace.c keeps it (parent process);
+ *                                             spawn_rank.c sends it to the parent (a rank)
+ */
+#ifndef LECTERN_TRACE_LAYER_H
+#define LECTERN_TRACE_LAYER_H
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "lectern.h"
+
+/* LECTERN_NCCL is 1 when this build has NCCL (the Makefile passes
+ * -DLECTERN_NCCL=0 or 1): without it a CUDA build still uses the GPU, and
+ * every spawn's collectives run on Open MPI. */
+#ifndef LECTERN_NCCL
+#define LECTERN_NCCL 0
+#endif
+
+/* ---------------- stack.c ---------------- */
+
+typedef struct lx_frame {
+    const char *path;      /* relative to the repo root, interned (never freed) */
+    int line;              /* line being executed; the call site for outer frames */
+    const char *function;  /* interned */
+} lx_frame;
+
+#define LX_MAX_FRAMES 64
+
+/* The function whose frame is the outermost one kept: the body given to
+ * lecture_main in the parent, the spawned fn in a rank. */
+void lx_stack_set_root(const void *fn);
+
+/* Captures the lecture frames of the calling thread, outermost first, into
+ * frames[0..n). Runtime, libc and MPI frames are left out. Returns n. */
+int lx_stack_capture(lx_frame *frames, int max);
+
+/* How lx_stack_capture walks: the frame-pointer chain, falling back to
+ * backtrace() when the chain does not reach the root (ANY, what it does);
+ * only the chain (-1 when it does not reach); only backtrace(). The last two
+ * exist so tests can check that both walks give the same frames. */
+typedef enum { LX_WALK_ANY, LX_WALK_FRAME_POINTERS, LX_WALK_BACKTRACE } lx_stack_walk;
+int lx_stack_capture_by(lx_stack_walk how, lx_frame *frames, int max);
+
+/* As lx_stack_capture, from a signal handler's context (the faulting pc
+ * included). */
+int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext);
+
+/* The repo root the paths are relative to (where lectures/ and runtime/ are),
+ * found at run time: LECTERN_ROOT_DIR, else the folder above the binary that
+ * holds runtime/lectern.h, else the folder it was built in. */
+const char *lx_repo_root(void);
+
+/* "/repo/lectures/x.c" -> "lectures/x.c"; "./lectures/x.c" -> "lectures/x.c";
+ * a path outside the repo is returned as it is. */
+const char *lx_repo_relative(const char *path);
+
+/* The libdw module of the lecture executable (lectures and the runtime live
+ * there), for globals.c. NULL when the debug information cannot be read. */
+struct Dwfl_Module *lx_main_module(void);
+
+/* 1 when `path` (repo-relative) is a lecture source file (not runtime/). */
+int lx_is_lecture_path(const char *path);
+
+/* Calls add(path) for every lecture source file (repo-relative, .c or .h,
+ * not runtime/) the executable was built from, a file possibly more than once. */
+void lx_lecture_sources(void (*add)(const char *path, void *ctx), void *ctx);
+
+cJSON *lx_stack_to_json(const lx_frame *frames, int n);
+
+/* The repo-relative source file that defines the function at `fn`, or NULL. */
+const char *lx_function_path(const void *fn);
+/* The name of the function at `fn` ("?" when unknown); interned. */
+const char *lx_function_name(const void *fn);
+
+/* ---------------- trace.c ---------------- */
+
+/* Where finished steps go. The default sink appends to this process's trace.
+ * spawn_rank.c installs one in each rank that sends the step to the parent. The
+ * sink takes ownership of `step`. */
+typedef void (*lx_step_sink)(cJSON *step);
+void lx_set_step_sink(lx_step_sink sink);
+
+/* Starts a new, empty trace for lecture `name`, to be written into `dir`. */
+void lx_trace_init(const char *name, const char *dir);
+void lx_trace_free(void);
+const char *lx_out_dir(void);
+int lx_trace_step_count(void);
+
+/* "<dir>/<name>.<ext>", or "<dir>/<name>.failed.<ext>" once the run failed.
+ * Caller frees. */
+char *lx_trace_path(const char *ext);
+
+/* Adds `s` to obj under key, made valid UTF-8 first. */
+void lx_add_text(cJSON *obj, const char *key, const char *s);
+
+/* markdown.c: CommonMark + GitHub extensions to HTML (md4c). Caller frees. */
+char *lx_markdown_to_html(const char *md);
+
+/* As lx_emit, with frames already captured. */
+void lx_emit_frames(const lx_frame *frames, int n, cJSON *rendering);
+
+/* Builds a step from the current lecture stack and `rendering` (owned), and
+ * hands it to the sink. The building block of note(), image(), ... */
+void lx_emit(cJSON *rendering);
+
+/* Appends a finished step to this process's trace (takes ownership). Used by
+ * spawn.c for steps received from ranks (after it prefixed the parent's
+ * frames and set rank / world_size / spawn). Thread-safe. */
+void lx_trace_append(cJSON *step);
+
+/* Trace metadata: lx_trace_meta("backend", cJSON_CreateString("mpi")) sets
+ * meta.backend (replacing). lx_trace_spawns() is the "spawns" array (append
+ * one object per spawn; owned by the trace). */
+void lx_trace_meta(const char *key, cJSON *value);
+cJSON *lx_trace_spawns(void);
+
+/* Renderings. */
+cJSON *lx_rendering_markdown(const char *md);
+cJSON *lx_rendering_text(const char *text);
+cJSON *lx_rendering_error(const char *message);
+
+/* An error step at the current lecture stack ("message" rendered as type
+ * error, with "file:line: " prefixed where a lecture line is known); marks
+ * the lecture failed. Printed on stderr too. */
+void lx_error(const char *fmt, ...) LECTERN_PRINTF(1, 2);
+
+/* As lx_error, then writes the trace and exits 1: for errors that make going
+ * on meaningless (bad spawn arguments, a rank crash). */
+void lx_fatal(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((noreturn));
+
+/* Marks the lecture failed (exit status 1 at the end). */
+void lx_mark_failed(void);
+int lx_failed(void);
+
+/* Writes the trace atomically; a failed run writes <name>.failed.json/.js
+ * and leaves the last good <name>.json alone. Returns 0 or -1. */
+int lx_trace_write(void);
+
+/* The lecture's name and whether we run in a spawned rank. */
+const char *lx_lecture_name(void);
+int lx_in_rank(void);             /* 1 inside a spawned rank */
+void lx_set_in_rank(int rank, int world_size);
+
+/* In a rank: what the parent knows that the rank needs for progress lines,
+ * step times and lecture_quick(): the lecture's name, the parent's
+ * CLOCK_MONOTONIC reading (seconds) at lecture start, --quick and --quiet. */
+void lx_rank_init(const char *lecture, double clock_zero, int quick, int quiet);
+/* The lecture process: --quick and --quiet as lecture_main read them. */
+void lx_set_run_flags(int quick, int quiet);
+/* In a rank of a spawn_expect_failure() spawn: its errors say so on the console. */
+void lx_rank_errors_expected(int expected);
+int lx_quiet(void);
+void lx_trace_rank_init(const char *lecture, double clock_zero);
+int lx_rank(void);   /* this rank's number, -1 outside ranks */
+
+/* Seconds since the lecture started (monotonic). */
+double lx_elapsed(void);
+
+/* Strings: vasprintf that dies cleanly on out-of-memory. */
+char *lx_vfmt(const char *fmt, va_list ap);
+char *lx_fmt(const char *fmt, ...) LECTERN_PRINTF(1, 2);
+
+/* strbuf.c: a growing string; zero-initialise, add, free(b.s). */
+typedef struct lx_sb { char *s; size_t len, cap; } lx_sb;
+void lx_sb_add(lx_sb *b, const char *s, size_t n);
+void lx_sb_str(lx_sb *b, const char *s);
+void lx_sb_printf(lx_sb *b, const char *fmt, ...) LECTERN_PRINTF(2, 3);
+
+/* Makes `s` valid UTF-8 in place-or-copy: invalid bytes become U+FFFD.
+ * Returns a new string (caller frees). */
+char *lx_utf8_repair(const char *s);
+
+/* ---------------- options.c (a lecture's own options) ---------------- */
+
+/* Takes one command-line argument that is not one of lecture_main's own:
+ * NULL when it is a declared option (remembered), else a message saying
+ * what is wrong (caller frees). */
+char *lx_option_accept(const char *arg);
+/* The lecture's declared options for --help (nothing when it has none). */
+void lx_options_usage(FILE *f);
+/* What was given as "name[=value]\n" lines (caller frees), and a rank's
+ * way to take the same in. */
+char *lx_options_text(void);
+void lx_options_load(const char *text);
+void lx_options_free(void);
+
+/* ---------------- verdict.c (check, check_close) ---------------- */
+
+/* Counts the check renderings of a step that reaches this process's trace
+ * (the lecture's own, or one a rank sent); a failed one marks the lecture
+ * failed. Called by lx_trace_append. */
+void lx_check_tally(const cJSON *step);
+/* The totals so far. */
+void lx_check_counts(int *passed, int *failed);
+/* The pieces of a check step, for check() here and check_close()
+ * (tensor/tensor_check.c): a "check" rendering (passed, what); the step
+ * emitted at the lecture's line with `summary` as its data, a failure said on
+ * stderr too (returns ok); a failed check without numbers, `why` its reason
+ * (returns 0). */
+cJSON *lx_check_rendering(int ok, const char *what);
+int lx_check_emit(cJSON *r, int ok, const char *summary);
+int lx_check_refused(const char *what, const char *why);
+
+/* ---------------- grade.c (--grade FILE) ---------------- */
+
+/* --grade FILE: 0 when FILE can be written (it is then written at the end,
+ * and stderr's tail is kept for it), -1 when not (errno says why). */
+int lx_grade_open(const char *file);
+/* Called for every step that reaches the lecture's trace (from
+ * lx_check_tally): its checks and errors. Nothing without --grade. */
+void lx_grade_step(const cJSON *step);
+/* Writes the results file (Gradescope's results.json) from what the run did
+ * so far; nothing without --grade. Called by lx_trace_write and at exit. */
+void lx_grade_write(void);
+
+/* ---------------- check.c (MPI_CHECK and the like, check.h) ---------------- */
+
+/* lx_backend_error (check.h) writes an error step where there is a trace to
+ * write to: the lecture process, or a rank while it runs a spawned function.
+ * This layer cannot see the latter, so the comm layer tells it: lx_comm_start
+ * registers `active` (lx_comm_active), called only inside a rank. */
+void lx_backend_error_set_rank_active(int (*active)(void));
+
+/* ---------------- coverage ---------------- */
+
+/* A coverage build (make coverage) writes its gcov counters before a
+ * process dies of a signal or leaves through _exit, which skip the exit
+ * handlers that would write them; elsewhere nothing. */
+#ifdef LECTERN_COVERAGE
+void __gcov_dump(void);
+#define LX_COVERAGE_FLUSH() __gcov_dump()
+#else
+#define LX_COVERAGE_FLUSH() ((void)0)
+#endif
+
+#endif /* LECTERN_TRACE_LAYER_H */
