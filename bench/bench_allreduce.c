@@ -98,7 +98,7 @@ static double check_alone(void) {
         MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, ranks);
         t[i] = slowest(now_seconds() - t0);
     }
-    return median(t, RUNS);
+    return median_of(t, RUNS);
 }
 
 static void measure(int rank, int world_size, void *args) {
@@ -143,11 +143,11 @@ static void measure(int rank, int world_size, void *args) {
                     t[way][i] = run_once(op, way, full, part, full_h, part_h);
                 }
             double bytes = (double)full_n * sizeof(float);
-            double t_ours = median(t[OURS], runs), t_timed = median(t[OURS_TIMED], runs);
+            double t_ours = median_of(t[OURS], runs), t_timed = median_of(t[OURS_TIMED], runs);
             double bus_ours = bytes / t_ours * bus_factor(op, world_size) / 1e9;
             if (rank == 0) {
                 if (compare) {
-                    double t_bare = median(t[BARE], runs);
+                    double t_bare = median_of(t[BARE], runs);
                     double bus_bare = bytes / t_bare * bus_factor(op, world_size) / 1e9;
                     /* busbw ratio = time ratio (the same bytes and factor) */
                     double ratio = t_bare / t_ours, ratio_timed = t_bare / t_timed;

@@ -70,13 +70,13 @@ static void bench_shape(const shape *s, int runs, int gpu)
             device_synchronize();
             dev[r] = now_seconds() - t0;
         }
-        gpu_ms = 1e3 * median(dev, runs);
+        gpu_ms = 1e3 * median_of(dev, runs);
         tensor_free(ga);
         tensor_free(gb);
         tensor_free(gc);
     }
 
-    double ours_ms = 1e3 * median(ours, runs), bare_ms = 1e3 * median(bare, runs);
+    double ours_ms = 1e3 * median_of(ours, runs), bare_ms = 1e3 * median_of(bare, runs);
     double gflop = 2.0 * s->m * s->n * (double)s->k * 1e-9;
     char gpu_text[64] = "-";
     if (gpu_ms >= 0)

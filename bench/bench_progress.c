@@ -121,13 +121,13 @@ static void ranks(int rank, int world, void *unused) {
     printf("\n%d ranks (%s), medians of %d runs, slowest rank\n", world, dist_backend(), RUNS);
     for (int on = 1; on >= 0; on--) {
         printf("progress %-3s  isend 4 MiB + 300 ms compute: receive after %7.1f ms\n", on ? "on" : "off",
-               median(isend[on], RUNS) * 1e3);
+               median_of(isend[on], RUNS) * 1e3);
         printf("progress %-3s  all-reduce 16 MiB async + 200 ms compute: total %6.1f ms, alone %5.1f ms, "
-               "total/max(compute, alone) %.3f\n", on ? "on" : "off", median(total[on], RUNS) * 1e3,
-               median(alone[on], RUNS) * 1e3, median(ratio[on], RUNS));
+               "total/max(compute, alone) %.3f\n", on ? "on" : "off", median_of(total[on], RUNS) * 1e3,
+               median_of(alone[on], RUNS) * 1e3, median_of(ratio[on], RUNS));
     }
-    double checked = median(lat[0], RUNS), bare = median(lat[1], RUNS);
-    double pp_checked = median(pp[0], RUNS), pp_bare = median(pp[1], RUNS);
+    double checked = median_of(lat[0], RUNS), bare = median_of(lat[1], RUNS);
+    double pp_checked = median_of(pp[0], RUNS), pp_bare = median_of(pp[1], RUNS);
     printf("1-float all-reduce per call: %.2f us checked, %.2f us in a timed region (check: %.2f us)\n",
            checked * 1e6, bare * 1e6, (checked - bare) * 1e6);
     printf("1-float message one way:     %.2f us checked, %.2f us in a timed region (check: %.2f us)\n",

@@ -41,8 +41,8 @@ static void check_sum(int rank, int world_size, void *p) {
     add_scalar(t, (float)(rank + a->spawn_no));
     dist_all_reduce(t, DIST_SUM);
     float want = (float)(world_size * (world_size - 1) / 2 + world_size * a->spawn_no);
-    if (item(t, 0) != want) {   /* small integers: exact in float */
-        note("rank %d of %d: sum %g, expected %g", rank, world_size, item(t, 0), want);
+    if (tensor_item(t, 0) != want) {   /* small integers: exact in float */
+        note("rank %d of %d: sum %g, expected %g", rank, world_size, tensor_item(t, 0), want);
         exit(3);
     }
     tensor_free(t);

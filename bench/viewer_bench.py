@@ -61,7 +61,7 @@ def synthetic_source():
             elif k % 4 == 2:
                 lines.append(f"    tensor *t_{k} = randn(64, 64, get_device(rank)); /* work */")
             else:
-                lines.append(f'    note("The result of step {k} is **%.3f** after `all_reduce`.", item(t, 0));')
+                lines.append(f'    note("The result of step {k} is **%.3f** after `all_reduce`.", tensor_item(t, 0));')
         lines.append("    (void)rank; (void)world_size; (void)args;")
         lines.append("}")
     body_start = len(lines) + 1

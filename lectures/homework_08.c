@@ -194,7 +194,7 @@ static void exercise_2(int rank, int world) {
         }
         expected[i] = to_device(grads[i], get_device(rank));
         dist_all_reduce(expected[i], DIST_SUM);
-        scale(expected[i], 1.0f / (float)(world * ACCUM));
+        scale_(expected[i], 1.0f / (float)(world * ACCUM));
         total += grads[i]->numel;
     }
     tensor *bucket = zeros(total, 0, get_device(rank));
@@ -231,7 +231,7 @@ static dist_traffic zero1_against_full(int rank, int world, float grad_scale, co
     tensor *param = randn(numel, 0, get_device(rank));
     manual_seed(400 + (uint64_t)rank);              /* each rank its own gradient */
     tensor *grad = randn(numel, 0, get_device(rank));
-    scale(grad, grad_scale);
+    scale_(grad, grad_scale);
 
     /* The reference: the full optimizer on the averaged gradient. */
     tensor *ref = to_device(param, get_device(rank));

@@ -161,7 +161,7 @@ static const char *calls_text(const dist_traffic *d, char *buf, size_t size) {
 
 static tensor *scaled_randn(int64_t rows, int64_t cols, float s, int device) {
     tensor *t = randn(rows, cols, device);
-    scale(t, s);
+    scale_(t, s);
     return t;
 }
 

@@ -1029,7 +1029,7 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
         }
     if (rank != 0) return;
     double median_ms[STEP_MODES];
-    for (int mode = 0; mode < STEP_MODES; mode++) median_ms[mode] = median(ms[mode], OVERLAP_TRIALS);
+    for (int mode = 0; mode < STEP_MODES; mode++) median_ms[mode] = median_of(ms[mode], OVERLAP_TRIALS);
     table_t *t = table_new("Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, slowest rank, "
                            "median of %d steps each", world_size, dist_backend(), (long long)x->shape[0], OVERLAP_TRIALS);
     table_column(t, "step", NULL, "%s");
@@ -1106,7 +1106,7 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             forward(w, c->layers, x, acts, pre);
             loss += mse_loss(acts[c->layers]) / k_micro;
             tensor *dy = mse_loss_backward(acts[c->layers]);
-            scale(dy, 1.0f / k_micro);   /* the slice's mean loss is the mean over micro-batches */
+            scale_(dy, 1.0f / k_micro);   /* the slice's mean loss is the mean over micro-batches */
             for (int i = c->layers - 1; i >= 0; i--) {
                 tensor *dx = NULL;
                 layer_backward(acts[i], pre[i], w[i], dy, g.grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
@@ -1714,7 +1714,7 @@ static void stage_backward(stage *s, int k) {
     tensor *dy;
     if (s->rank == s->world - 1) {
         dy = mse_loss_backward(s->acts[k][s->per_stage]);
-        scale(dy, 1.0f / s->m);   /* d(mean over micro-batches) */
+        scale_(dy, 1.0f / s->m);   /* d(mean over micro-batches) */
     } else {
         dy = empty(s->mb, s->a->cfg.width, s->device);
         dist_recv(dy, s->rank + 1);

@@ -527,7 +527,7 @@ static double ping_pong(int rank, int64_t floats, int reps, int timed) {
         times[i] = (now_seconds() - t0) / 2;
     }
     if (timed) dist_timed_end();
-    double m = median(times, reps);
+    double m = median_of(times, reps);
     free(times);
     tensor_free(t);
     return m;
@@ -552,7 +552,7 @@ static double time_all_reduce(all_reduce_fn fn, int rank, int n, int64_t floats,
         x = whole_numbers(rank, floats);
     }
     dist_timed_end();
-    double m = median(times, reps);
+    double m = median_of(times, reps);
     free(times);
     tensor_free(x);
     return m;

@@ -91,7 +91,7 @@ static tensor *ref_tensor(const dp_args *a, int which, int layer, int device) {
 /* w -= lr * g: one step of plain SGD. */
 static void sgd_step(tensor *w, const tensor *g, float lr) {
     tensor *update = to_device(g, g->device);
-    scale(update, -lr);
+    scale_(update, -lr);
     add_(w, update);
     tensor_free(update);
 }
@@ -249,7 +249,7 @@ static void average_all(tensor **ts, int layers) {
 static double max_over_ranks(double value, int device) {
     tensor *t = tensor_from((float[]){(float)value}, 1, 0, device);
     dist_all_reduce(t, DIST_MAX);
-    double v = item(t, 0);
+    double v = tensor_item(t, 0);
     tensor_free(t);
     return v;
 }
@@ -592,7 +592,7 @@ static void accumulate(ddp_model *m, int rank, const dp_args *a, tensor *x) {
     }
     /* Each micro-batch's gradient is a mean over its rows: the sum of the
      * MICRO_BATCHES means, divided by their number, is the shard's mean. */
-    scale(m->flat, 1.0f / MICRO_BATCHES);
+    scale_(m->flat, 1.0f / MICRO_BATCHES);
     double size, diff = diff_to(m->grads, a, REF_GRAD, &size);
     note_verbatim("Rank %d: %d micro-batches with no_sync, %d all-reduces (%d buckets): max |rank - one "
                   "device| = %.3g (tolerance %.3g)",
@@ -702,8 +702,8 @@ static double time_steps(const sweep_args *a, int per_bucket, tensor *x, double 
     }
     if (a->steps > 0) dist_timed_end();
     ddp_free(&m);
-    *wait = median(waits, a->steps);
-    return median(times, a->steps);
+    *wait = median_of(waits, a->steps);
+    return median_of(times, a->steps);
 }
 
 static void sweep_main(int rank, int world_size, void *args) {
@@ -805,8 +805,8 @@ static void straggler_main(int rank, int world_size, void *args) {
         step[s] = t3 - t0;
     }
     note_verbatim("Rank %d%s: compute %.2f ms, all-reduce %.2f ms, step %.2f ms", rank,
-                  rank == STRAGGLER ? " (straggler)" : "", median(compute, a->steps) * 1e3,
-                  median(reduce, a->steps) * 1e3, median(step, a->steps) * 1e3);
+                  rank == STRAGGLER ? " (straggler)" : "", median_of(compute, a->steps) * 1e3,
+                  median_of(reduce, a->steps) * 1e3, median_of(step, a->steps) * 1e3);
     free_model(c, w, grads);
     tensor_free(x);
     tensor_free(data);

@@ -109,7 +109,7 @@ static double time_runs(void (*work)(void *), void *arg, int reps, int warm, dou
         device_synchronize();
         t[r] = now_seconds() - t0;
     }
-    double m = median(t, reps);   /* sorts t */
+    double m = median_of(t, reps);   /* sorts t */
     *fastest = t[0];
     return m;
 }
@@ -852,7 +852,7 @@ static double time_steps(const dist_args *a, model_state *s, tensor *x, int fsdp
             ddp_step(&a->cfg, s->w, s->g, s->opt, x);
         t[k] = dist_timer_stop(&timer);
     }
-    return median(t, n);
+    return median_of(t, n);
 }
 
 static void ddp_vs_fsdp_main(int rank, int world, void *args) {

@@ -241,12 +241,12 @@ void tensor_free(tensor *t);
 void tensor_to_host(const tensor *t, float *out);          /* numel floats */
 
 void add_scalar(tensor *t, float s);                       /* in place */
-void scale(tensor *t, float s);                            /* in place */
+void scale_(tensor *t, float s);                            /* in place */
 void add_(tensor *t, const tensor *u);                     /* t += u */
 void sub_(tensor *t, const tensor *u);                     /* t -= u (same shape and device) */
 void fill_(tensor *t, float value);                        /* every element = value */
-double sum(const tensor *t);                               /* added in double; 0 when empty */
-double norm(const tensor *t);                              /* sqrt(sum of squares); 0 when empty */
+double tensor_sum(const tensor *t);                               /* added in double; 0 when empty */
+double tensor_norm(const tensor *t);                              /* sqrt(sum of squares); 0 when empty */
 tensor *matmul(const tensor *a, const tensor *b);          /* cuBLAS or OpenBLAS */
 void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b,
                  float alpha, float beta);                 /* c = alpha*op(a)op(b) + beta*c */
@@ -255,7 +255,7 @@ tensor *gelu(const tensor *x);                             /* tanh approximation
 tensor *gelu_backward(const tensor *x, const tensor *dy);
 float mse_loss(const tensor *x);                           /* mean(x^2) */
 tensor *mse_loss_backward(const tensor *x);                /* 2x / numel */
-float item(const tensor *t, int64_t i);                    /* one element to host */
+float tensor_item(const tensor *t, int64_t i);                    /* one element to host */
 double max_abs_diff(const tensor *a, const tensor *b);
 
 typedef struct adamw {
@@ -437,7 +437,7 @@ void device_synchronize(void);        /* cudaDeviceSynchronize, or nothing on CP
  * mean of the two middle ones when n is even. One slow repetition (the
  * machine busy with something else) does not move it, as it moves a mean.
  * n < 1 or NULL values is an error step. */
-double median(double *values, int n);
+double median_of(double *values, int n);
 
 /* Times a region of work across the ranks of a spawn (runtime/dist_timer.c):
  *

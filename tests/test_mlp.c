@@ -141,7 +141,7 @@ static void accumulation_adds_micro_batches(void **state) {
         tensor *x = row_slice(data, half * 4, half * 4 + 4), *h;
         tensor *y = layer_forward(x, w, &h);
         tensor *dy = mse_loss_backward(y);
-        scale(dy, 0.5f);   /* mean over the whole batch: each half is half of it */
+        scale_(dy, 0.5f);   /* mean over the whole batch: each half is half of it */
         layer_backward(x, h, w, dy, dw, NULL, half == 0 ? 0.0f : 1.0f);
         tensor_free(dy);
         tensor_free(y);

@@ -47,7 +47,7 @@ double mean_over_ranks(double value, int device) {
     float v = (float)value;
     tensor *t = tensor_from(&v, 1, 0, device);
     dist_all_reduce(t, DIST_AVG);
-    double mean = item(t, 0);
+    double mean = tensor_item(t, 0);
     tensor_free(t);
     return mean;
 }

@@ -14,7 +14,7 @@ tensor *make_data(const mlp_config *c, int device) {
 tensor *init_layer(const mlp_config *c, int layer, int device) {
     manual_seed(WEIGHT_SEED + (uint64_t)layer);
     tensor *w = randn(c->width, c->width, device);
-    scale(w, 1.0f / sqrtf((float)c->width));
+    scale_(w, 1.0f / sqrtf((float)c->width));
     return w;
 }
 

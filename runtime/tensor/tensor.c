@@ -489,9 +489,9 @@ tensor *cat_cols(tensor *const *parts, int n)
     return out;
 }
 
-float item(const tensor *t, int64_t i)
+float tensor_item(const tensor *t, int64_t i)
 {
-    NEED_R(t, "item");
+    NEED_R(t, "tensor_item");
     if (i < 0 || i >= t->numel)
         lx_fatal("item: index %" PRId64 " is outside a tensor of %" PRId64 " elements", i,
                  t->numel);
@@ -541,10 +541,10 @@ void add_scalar(tensor *t, float s)
         t->data[i] += s;
 }
 
-void scale(tensor *t, float s)
+void scale_(tensor *t, float s)
 {
-    NEED_W(t, "scale");
-    int n = blas_int("scale", t->numel);
+    NEED_W(t, "scale_");
+    int n = blas_int("scale_", t->numel);
     if (n == 0)
         return;
     if (on_gpu(t))
@@ -596,9 +596,9 @@ void fill_(tensor *t, float value)
 
 /* Added in double on either device, so a sum of 10^7 floats keeps the
  * float's precision instead of losing digits to the running total. */
-double sum(const tensor *t)
+double tensor_sum(const tensor *t)
 {
-    NEED_R(t, "sum");
+    NEED_R(t, "tensor_sum");
     if (on_gpu(t))
         return lx_cuda_sum(t->device, t->data, t->numel);
     double acc = 0.0;
@@ -609,10 +609,10 @@ double sum(const tensor *t)
 
 /* sqrt(sum of squares): on the host the squares are added in double
  * (dsdot); on a GPU cublasSdot adds them in float. */
-double norm(const tensor *t)
+double tensor_norm(const tensor *t)
 {
-    NEED_R(t, "norm");
-    int n = blas_int("norm", t->numel);
+    NEED_R(t, "tensor_norm");
+    int n = blas_int("tensor_norm", t->numel);
     if (n == 0)
         return 0.0;
     double sq = on_gpu(t) ? (double)lx_cuda_sumsq(t->device, t->data, n) : cblas_dsdot(n, t->data, 1, t->data, 1);
@@ -748,7 +748,7 @@ tensor *mse_loss_backward(const tensor *x)
     tensor *dx = new_like(x);
     tensor_copy(dx, x);
     if (x->numel)
-        scale(dx, (float)(2.0 / (double)x->numel));
+        scale_(dx, (float)(2.0 / (double)x->numel));
     return dx;
 }
 

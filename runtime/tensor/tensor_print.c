@@ -319,7 +319,7 @@ const char *summarize(tensor *t)
         /* Round to 4 decimals exactly (printf rounds the exact binary value,
          * ties to even, as Python's round does), read back, print shortest. */
         char fixed[64], text[64];
-        double first = item(t, 0);
+        double first = tensor_item(t, 0);
         snprintf(fixed, sizeof fixed, "%.4f", first);
         python_float_str(strtod(fixed, NULL), text, sizeof text);
         lx_sb_printf(&b, "[%s...]", text);

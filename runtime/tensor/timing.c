@@ -24,12 +24,12 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double median(double *values, int n)
+double median_of(double *values, int n)
 {
     if (!values)
-        lx_fatal("median: values is NULL");
+        lx_fatal("median_of: values is NULL");
     if (n < 1)
-        lx_fatal("median: of %d values (needs at least one)", n);
+        lx_fatal("median_of: of %d values (needs at least one)", n);
     qsort(values, (size_t)n, sizeof *values, by_value);
     return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }

@@ -67,7 +67,7 @@ static void touch_before_wait(int rank, int world_size, void *args) {
     tensor *t = zeros(1 << 16, 0, get_device(rank));
     if (strcmp(how, "async") == 0) {
         dist_request *req = dist_all_reduce_async(t, DIST_SUM);   /* MARK:touch-async */
-        note("rank %d: %g", rank, item(t, 0));                     /* MARK:touch-async-read */
+        note("rank %d: %g", rank, tensor_item(t, 0));                     /* MARK:touch-async-read */
         dist_wait(req);
     } else if (rank == 0) {
         dist_request *req = dist_isend(t, 1);   /* MARK:touch-isend */
@@ -77,7 +77,7 @@ static void touch_before_wait(int rank, int world_size, void *args) {
         dist_wait(req);                          /* MARK:touch-wait */
     } else {
         dist_request *req = dist_irecv(t, 0);   /* MARK:touch-irecv */
-        if (strcmp(how, "recv") == 0) note("early: %g", item(t, 0));   /* MARK:touch-recv */
+        if (strcmp(how, "recv") == 0) note("early: %g", tensor_item(t, 0));   /* MARK:touch-recv */
         dist_wait(req);
     }
     note("rank %d has a result", rank);
@@ -92,7 +92,7 @@ static void touch_after_wait(int rank, int world_size, void *args) {
     if (rank == 0) {
         fill_(t, 3.0f);
         dist_request *a = dist_isend(t, 1), *b = dist_isend(t, 1);
-        note("rank 0 reads its tensor while it is sent: %g", item(t, 0));
+        note("rank 0 reads its tensor while it is sent: %g", tensor_item(t, 0));
         dist_wait(a);
         dist_wait(b);
         add_scalar(t, 1.0f);
@@ -100,7 +100,7 @@ static void touch_after_wait(int rank, int world_size, void *args) {
         dist_request *a = dist_irecv(t, 0), *b = dist_irecv(u, 0);
         dist_wait(a);
         dist_wait(b);
-        note("rank 1 got %g %g", item(t, (1 << 16) - 1), item(u, 0));
+        note("rank 1 got %g %g", tensor_item(t, (1 << 16) - 1), tensor_item(u, 0));
     }
     tensor_free(u);
     tensor_free(t);
@@ -129,7 +129,7 @@ static void slow_compute(int rank, int world_size, void *args) {
         tensor *a = randn(256, 256, get_device(rank));
         while (now_seconds() - t0 < 3.0) {
             tensor *b = matmul(a, a);
-            scale(b, 1e-3f);
+            scale_(b, 1e-3f);
             tensor_free(b);
         }
         tensor_free(a);

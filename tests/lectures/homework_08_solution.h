@@ -52,7 +52,7 @@ void ddp_sync(tensor **grads, int n, tensor *bucket, int accum) {
         at += grads[i]->numel;
     }
     dist_all_reduce(bucket, DIST_SUM);
-    scale(bucket, 1.0f / (float)(dist_world_size() * accum));
+    scale_(bucket, 1.0f / (float)(dist_world_size() * accum));
     at = 0;
     for (int i = 0; i < n; i++) {
         tensor *place = tensor_view(bucket, at, grads[i]->shape[0], grads[i]->ndim == 2 ? grads[i]->shape[1] : 0);

@@ -11,6 +11,6 @@ void ddp_sync(tensor **grads, int n, tensor *bucket, int accum) {
     (void)bucket;
     for (int i = 0; i < n; i++) {
         dist_all_reduce(grads[i], DIST_SUM);
-        scale(grads[i], 1.0f / (float)(dist_world_size() * accum));
+        scale_(grads[i], 1.0f / (float)(dist_world_size() * accum));
     }
 }

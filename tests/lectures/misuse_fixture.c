@@ -50,7 +50,7 @@ static void c_tensor_free(void) { tensor_free(NUL); }
 static void c_tensor_to_host_t(void) { tensor_to_host(NUL, malloc(16)); }
 static void c_tensor_to_host_out(void) { tensor_to_host(small(), NUL); }
 static void c_add_scalar(void) { add_scalar(NUL, 1.0f); }
-static void c_scale(void) { scale(NUL, 2.0f); }
+static void c_scale(void) { scale_(NUL, 2.0f); }
 static void c_add_t(void) { add_(NUL, small()); }
 static void c_add_u(void) { add_(small(), NUL); }
 static void c_matmul_a(void) { matmul(NUL, zeros(2, 2, -1)); }
@@ -63,7 +63,7 @@ static void c_gelu_backward_x(void) { gelu_backward(NUL, small()); }
 static void c_gelu_backward_dy(void) { gelu_backward(small(), NUL); }
 static void c_mse_loss(void) { mse_loss(NUL); }
 static void c_mse_loss_backward(void) { mse_loss_backward(NUL); }
-static void c_item(void) { item(NUL, 0); }
+static void c_item(void) { tensor_item(NUL, 0); }
 static void c_max_abs_diff_a(void) { max_abs_diff(NUL, small()); }
 static void c_max_abs_diff_b(void) { max_abs_diff(small(), NUL); }
 static void c_adamw_new(void) { adamw_new(NUL, 0.1f); }
@@ -82,15 +82,15 @@ static void c_check_close_what(void) {
 }
 static void c_check_fmt(void) { check(1, NUL); }
 static void c_lecture_fail(void) { lecture_fail(NUL); }
-static void c_median(void) { median(NUL, 3); }
+static void c_median(void) { median_of(NUL, 3); }
 static void c_lecture_flag(void) { lecture_flag(NUL); }
 static void c_tensor_view(void) { tensor_view(NUL, 0, 1, 0); }
 static void c_reshape(void) { reshape(NUL, 1, 0); }
 static void c_sub_t(void) { sub_(NUL, small()); }
 static void c_sub_u(void) { sub_(small(), NUL); }
 static void c_fill(void) { fill_(NUL, 1.0f); }
-static void c_sum(void) { sum(NUL); }
-static void c_norm(void) { norm(NUL); }
+static void c_sum(void) { tensor_sum(NUL); }
+static void c_norm(void) { tensor_norm(NUL); }
 static void c_dist_timer_start(void) { dist_timer_start(NUL); }
 static void c_dist_timer_stop(void) { dist_timer_stop(NUL); }
 static void c_dist_traffic_since(void) { dist_traffic_since(NUL); }
@@ -219,15 +219,15 @@ static const fixture_case cases[] = {
     {"check_close.what", c_check_close_what},
     {"check.fmt", c_check_fmt},
     {"lecture_fail.fmt", c_lecture_fail},
-    {"median.values", c_median},
+    {"median_of.values", c_median},
     {"lecture_flag.name", c_lecture_flag},
     {"tensor_view.t", c_tensor_view},
     {"reshape.t", c_reshape},
     {"sub_.t", c_sub_t},
     {"sub_.u", c_sub_u},
     {"fill_.t", c_fill},
-    {"sum.t", c_sum},
-    {"norm.t", c_norm},
+    {"tensor_sum.t", c_sum},
+    {"tensor_norm.t", c_norm},
     {"dist_timer_start.timer", c_dist_timer_start},
     {"dist_timer_stop.timer", c_dist_timer_stop},
     {"dist_traffic_since.start", c_dist_traffic_since},
@@ -262,7 +262,7 @@ static const fixture_case cases[] = {
     {"tensor_to_host.t", c_tensor_to_host_t},
     {"tensor_to_host.out", c_tensor_to_host_out},
     {"add_scalar.t", c_add_scalar},
-    {"scale.t", c_scale},
+    {"scale_.t", c_scale},
     {"add_.t", c_add_t},
     {"add_.u", c_add_u},
     {"matmul.a", c_matmul_a},
@@ -275,7 +275,7 @@ static const fixture_case cases[] = {
     {"gelu_backward.dy", c_gelu_backward_dy},
     {"mse_loss.x", c_mse_loss},
     {"mse_loss_backward.x", c_mse_loss_backward},
-    {"item.t", c_item},
+    {"tensor_item.t", c_item},
     {"max_abs_diff.a", c_max_abs_diff_a},
     {"max_abs_diff.b", c_max_abs_diff_b},
     {"adamw_new.param", c_adamw_new},

@@ -56,7 +56,7 @@ static void isend_case(int rank, int world_size, void *args) {
     } else if (rank == 1) {
         dist_recv(t, 0);
         out.a = now_seconds();
-        out.b = sum(t);
+        out.b = tensor_sum(t);
     }
     spawn_return(&out, sizeof out);
     tensor_free(t);
@@ -90,7 +90,7 @@ static void allreduce_case(int rank, int world_size, void *args) {
         dist_wait(r);
         total[i] = now_seconds() - start;
     }
-    times3 out = {median(total, 3), median(alone, 3), median(async_alone, 3)};
+    times3 out = {median_of(total, 3), median_of(alone, 3), median_of(async_alone, 3)};
     spawn_return(&out, sizeof out);
     tensor_free(t);
 }

@@ -27,7 +27,7 @@ static int calls(void) {
 /* randn's first number: unseeded, a fresh process draws from seed 0. */
 static float first_randn(void) {
     tensor *r = randn(1, 0, -1);
-    float x = item(r, 0);
+    float x = tensor_item(r, 0);
     tensor_free(r);
     return x;
 }
@@ -54,7 +54,7 @@ static void say_printf(int rank, int world_size, void *args) {
 static void sum_of_ranks(int rank, int world_size, void *args) {
     tensor *t = tensor_from((float[]){(float)rank}, 1, 0, get_device(rank));
     dist_all_reduce(t, DIST_SUM);
-    note("rank %d of %d: sum %g", rank, world_size, item(t, 0));
+    note("rank %d of %d: sum %g", rank, world_size, tensor_item(t, 0));
     tensor_free(t);
 }
 

@@ -18,8 +18,8 @@ static void worker(int rank, int world_size, void *p) {
     tensor *t = zeros(4, 0, get_device(rank));
     fill_(t, (float)(rank + 1));
     dist_all_reduce(t, DIST_SUM);
-    note("rank %d/%d on %s: sum %g %g %g %g", rank, world_size, host, item(t, 0), item(t, 1), item(t, 2),
-         item(t, 3));
+    note("rank %d/%d on %s: sum %g %g %g %g", rank, world_size, host, tensor_item(t, 0), tensor_item(t, 1), tensor_item(t, 2),
+         tensor_item(t, 3));
     tensor_free(t);
 }
 
