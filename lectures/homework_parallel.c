@@ -352,7 +352,7 @@ static void exercise_2(int rank, int world) {
     int store[2][WORLD][2 * PIPE_M];
     int ms[2] = {PIPE_M, 2};
     int valid_mine = 1, valid_all = 1, together = 1, most = 0, limit_ok = 1;
-    char why_mine[160] = "", why_all[160] = "", why_together[160] = "";
+    char why_mine[256] = "", why_all[256] = "", why_together[256] = "";   /* room for a why of 128 and the words around it */
     double span = 0;
     for (int j = 0; j < 2; j++) {
         int m = ms[j];
