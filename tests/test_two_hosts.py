@@ -14,8 +14,8 @@ stopped answering makes the spawn fail within 30 s with an error naming it,
 the trace until then kept; a connection to the lecture's port from the other
 host with a forged hello (a wrong token) is closed and the spawn goes on;
 lecture_08 --quick across the two hosts passes (not in make test's quick
-scope). A host lost while the pool is up is not reported by the lecture yet:
-that case is skipped unless LECTERN_TWO_HOSTS_LOST=1 (its skip says why).
+scope); a host whose link goes down while the pool is up is named within
+30 s, one error step per rank there, the trace kept.
 
 Needs root, `ip netns`, unshare and /usr/sbin/sshd (Debian: openssh-server);
 skips saying which is missing otherwise. Alone:
@@ -248,17 +248,16 @@ class TwoHosts(unittest.TestCase):
         self.assertEqual(trace["steps"][-1]["stack"][-1]["line"], line, "stops at the spawn line")
         self.assertIn(ADDR_B, json.dumps(trace["steps"][-1]), "the error step names the host")
 
-    @unittest.skipUnless(os.environ.get("LECTERN_TWO_HOSTS_LOST") == "1",
-                         "a host lost while the pool is up is not reported: the lecture waits past "
-                         "LECTERN_TIMEOUT, as runtime/spawn.c watch_board() counts ranks with no board "
-                         "slot (on another host) and ranks in the spawn's set-up (MPI_Comm_dup in "
-                         "lx_agree_start, runtime/comm_agree.c) as working; LECTERN_TWO_HOSTS_LOST=1 runs it")
     def test_2b_a_host_stopped_while_the_pool_is_up(self):
         # The first spawn starts the pool on both hosts; B's wire goes down
-        # before the second. Nothing closes the ranks' sockets then: the
-        # lecture can only find it by its timeout (LECTERN_TIMEOUT).
+        # before the second. Nothing closes the ranks' sockets then (TCP
+        # keeps them for many minutes), and A's ranks wait in MPI for B's:
+        # the lecture finds it by B's ranks falling silent (their board
+        # relay, runtime/ranks/spawn_rank.c, speaks every 0.5 s while they
+        # run; HOST_SILENCE is 10 s), not by its timeout (LECTERN_TIMEOUT,
+        # set far above the 30 s allowed so that it cannot be what stops it).
         flag = os.path.join(self.out, "go")
-        p = self.start({"TWO_HOSTS_PAUSE": flag, "LECTERN_TIMEOUT": "10"})
+        p = self.start({"TWO_HOSTS_PAUSE": flag, "LECTERN_TIMEOUT": "120"})
         t0 = time.monotonic()
         try:
             deadline = time.monotonic() + 90
@@ -275,14 +274,42 @@ class TwoHosts(unittest.TestCase):
         sys.stderr.write("[host stopped with the pool up: reported in %.1f s] " % seconds)
         self.assertNotEqual(rc, 0, err)
         self.assertLess(seconds, 30, err)
+        self.assertIn("host " + HOST_B, err, "the error names the lost host")
+        self.assertIn(ADDR_B, err, "and its address")
+        self.assertNotIn("made no progress", err, "found as a lost host, not as a timeout")
         failed = os.path.join(self.out, "two_hosts_fixture.failed.json")
         self.assertTrue(os.path.exists(failed), os.listdir(self.out))
         trace = tracecheck.load(failed)
         texts = [r.get("data") or "" for s in trace["steps"] for r in s["renderings"]]
         self.assertIn("between the spawns", texts, "the steps before the spawn are kept")
+        lost = [s for s in trace["steps"] if s.get("rank") is not None and "nothing heard from it" in json.dumps(s)]
+        self.assertEqual(sorted(s["rank"] for s in lost), [4, 5, 6, 7], "one step per rank on the lost host")
         line = tracecheck.line_of(os.path.join(tracecheck.ROOT, "tests", "lectures", "two_hosts_fixture.c"),
-                                  "spawn(worker, 8", nth=2)
+                                  "spawn(deadlock && ")
         self.assertEqual(trace["steps"][-1]["stack"][-1]["line"], line, "stops at the second spawn's line")
+
+    def test_2c_a_deadlock_across_hosts_is_named(self):
+        # Rank 0 (here) and rank 4 (on B) each receive from the other first.
+        # The deadlock detector reads B's ranks from their relayed board
+        # slots: it names both waits within its usual 2 s (plus relay
+        # delay), long before LECTERN_TIMEOUT (120 s) would say "no progress".
+        p = self.start({"TWO_HOSTS_DEADLOCK": "1", "LECTERN_TIMEOUT": "120"})
+        t0 = time.monotonic()
+        rc, out, err = self.finish(p, timeout=150)
+        seconds = time.monotonic() - t0
+        sys.stderr.write("[deadlock across hosts: lecture %.1f s] " % seconds)
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("deadlock", err)
+        self.assertNotIn("made no progress", err, "named by the detector, not by the timeout")
+        self.assertNotIn("nothing heard", err, "B's ranks keep reporting while they wait")
+        failed = os.path.join(self.out, "two_hosts_fixture.failed.json")
+        trace = tracecheck.load(failed)
+        fixture = os.path.join(tracecheck.ROOT, "tests", "lectures", "two_hosts_fixture.c")
+        errors = {s["rank"]: s for s in trace["steps"] if s.get("rank") is not None and "deadlock" in json.dumps(s)}
+        self.assertEqual(sorted(errors), [0, 4], "both waiting ranks named, the one on B too")
+        self.assertEqual(errors[0]["stack"][-1]["line"], tracecheck.line_of(fixture, "dist_recv(t, 4)"))
+        self.assertEqual(errors[4]["stack"][-1]["line"], tracecheck.line_of(fixture, "dist_recv(t, 0)"))
+        self.assertLess(seconds - trace["spawns"][0]["seconds"], 60, err)
 
     def test_3_no_token_no_entry(self):
         p = self.start()

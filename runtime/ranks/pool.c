@@ -39,7 +39,10 @@
  *    their socket closes.
  */
 #include <errno.h>
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -86,6 +89,7 @@ typedef struct pool {
     int listen_fd;
     int fd[LECTERN_MAX_WORLD];
     int pid[LECTERN_MAX_WORLD];     /* local ranks; 0 elsewhere */
+    char host[LECTERN_MAX_WORLD][320]; /* "name (address)" of each rank's host */
     int tcp;
     char address[512];
     char board_name[64];
@@ -109,6 +113,7 @@ static volatile pid_t kill_list[LECTERN_MAX_WORLD + 1];
 int lx_pool_size(void) { return P.mpirun ? P.size : 0; }
 int lx_pool_fd(int rank) { return P.fd[rank]; }
 int lx_pool_pid(int rank) { return P.pid[rank]; }
+const char *lx_pool_host(int rank) { return P.host[rank]; }
 board *lx_pool_board(void) { return P.board; }
 lx_pool_stats lx_pool_get_stats(void) { return stats; }
 
@@ -415,10 +420,42 @@ static void reset(void) {
     for (int i = 0; i <= LECTERN_MAX_WORLD; i++) kill_list[i] = 0;
 }
 
+/* mpirun's descendants on this host (the ssh it runs to each other host,
+ * in process groups of their own), found from /proc: up to `max`. */
+static int descendants(pid_t root, pid_t *out, int max) {
+    int n = 0;
+    out[n++] = root;
+    for (int i = 0; i < n; i++) {   /* breadth first: children of out[i] */
+        DIR *d = opendir("/proc");
+        if (!d) break;
+        struct dirent *e;
+        while ((e = readdir(d)) && n < max) {
+            char path[300], buf[512];
+            if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+            snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            size_t got = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[got] = '\0';
+            /* "pid (comm) state ppid ...": comm may hold spaces and ')' */
+            char *close = strrchr(buf, ')');
+            int ppid = 0;
+            if (close && sscanf(close + 1, " %*c %d", &ppid) == 1 && ppid == out[i]) out[n++] = atoi(e->d_name);
+        }
+        closedir(d);
+    }
+    return n;
+}
+
 void lx_pool_kill(void) {
     if (!P.mpirun) return;
     for (int r = 0; r < P.size; r++)
         if (P.pid[r] > 0) kill(P.pid[r], SIGKILL);
+    /* Taken before mpirun goes: its children are orphans after. An ssh to a
+     * host that is gone waits for minutes, holding the lecture's stdout. */
+    pid_t family[64];
+    int n_family = descendants(P.mpirun, family, 64);
     if (!reap(0)) {
         kill(P.mpirun, SIGTERM);   /* it stops the ranks on other hosts */
         if (!reap(3.0)) {
@@ -426,6 +463,7 @@ void lx_pool_kill(void) {
             reap(3.0);
         }
     }
+    for (int i = 1; i < n_family; i++) kill(family[i], SIGKILL);
     reset();
 }
 
@@ -486,6 +524,16 @@ static int take_hello(int fd, const char *token, const char *host) {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
     P.fd[rank] = fd;
     P.pid[rank] = (!P.tcp || strcmp(h.host, host) == 0) ? h.pid : 0;
+    /* The name a host gives itself may mean nothing here (a container's, a
+     * node's short name): the address it connected from names it too. */
+    char addr[INET6_ADDRSTRLEN] = "";
+    struct sockaddr_storage peer;
+    socklen_t len = sizeof peer;
+    if (P.tcp && getpeername(fd, (struct sockaddr *)&peer, &len) == 0)
+        getnameinfo((struct sockaddr *)&peer, len, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
+    const char *shown = strncmp(addr, "::ffff:", 7) == 0 ? addr + 7 : addr;   /* IPv4 on an IPv6 socket */
+    if (addr[0]) snprintf(P.host[rank], sizeof P.host[rank], "%s (%s)", h.host, shown);
+    else snprintf(P.host[rank], sizeof P.host[rank], "%s", h.host);
     if (!P.tcp) {   /* the lecture's stdout and stderr, for the rank's own output */
         int fds[2] = {1, 2}, devnull = -1;
         for (int i = 0; i < 2; i++) {

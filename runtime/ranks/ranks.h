@@ -95,7 +95,16 @@ enum {
     MSG_STEP,        /* rank -> parent: one step as JSON text */
     MSG_DONE,        /* rank -> parent: fn returned */
     MSG_RESULT,      /* rank -> parent: the bytes of spawn_return(), before MSG_DONE */
+    MSG_BOARD,       /* rank on another host -> parent: int32 spawn id, then its board_slot */
 };
+
+/* A rank on another host has no board to write to: it keeps its slot in its
+ * own memory and sends a copy while a spawn runs, when the slot changes and
+ * at least every BOARD_KEEPALIVE seconds. The parent mirrors it into its
+ * board (so the deadlock detector sees every rank) and takes HOST_SILENCE
+ * seconds without a word from such a rank as its host lost. */
+#define BOARD_KEEPALIVE 0.5
+#define HOST_SILENCE 10.0
 
 typedef struct pool_hello {
     char token[40];
@@ -250,6 +259,7 @@ int lx_pool_min_ranks(void);
 int lx_pool_size(void);
 int lx_pool_fd(int rank);           /* the socket to pool rank `rank` */
 int lx_pool_pid(int rank);          /* its pid when on this host, else 0 */
+const char *lx_pool_host(int rank); /* its host as it names itself, with the address it connected from */
 board *lx_pool_board(void);         /* NULL when shared memory is unavailable */
 
 /* Kills every pool process now and reaps mpirun (a failed spawn). */

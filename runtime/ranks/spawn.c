@@ -96,6 +96,7 @@ typedef struct spawn_run {
     int done[LECTERN_MAX_WORLD];
     int gone[LECTERN_MAX_WORLD];      /* its socket closed before "done" */
     double gone_at[LECTERN_MAX_WORLD];
+    double heard[LECTERN_MAX_WORLD];  /* when its last message came (a rank on another host) */
     int n_done;
     unsigned last_progress_sum;
     double last_progress;
@@ -220,22 +221,42 @@ static void hold(spawn_run *run, int rank, cJSON *step) {
     h->step = step;
 }
 
-/* One message from rank r, whose socket is readable. */
-static void take_message(spawn_run *run, int r) {
+/* A copy of the board slot of a rank on another host (relay_board in
+ * spawn_rank.c), mirrored into the board: one of an earlier spawn, or of a
+ * rank that has a slot of its own here, is dropped. */
+static void mirror_slot(spawn_run *run, int r, const char *body, size_t size) {
+    int32_t id;
+    if (!run->board || lx_pool_pid(r) != 0 || size != sizeof id + sizeof(board_slot)) return;
+    memcpy(&id, body, sizeof id);
+    if (id != run->id) return;
+    memcpy((void *)&run->board->slot[r], body + sizeof id, sizeof(board_slot));
+    run->board->slot[r].pid = 0;
+}
+
+/* One message from rank r, whose socket is readable. Returns 1 for a
+ * message that is progress (a step, a result, "done", a closed socket), 0
+ * for a board copy: a rank that only reports that it waits has not moved. */
+static int take_message(spawn_run *run, int r) {
     uint32_t type;
     char *body;
     size_t size;
     if (lx_wire_recv(lx_pool_fd(r), &type, &body, &size) != 0) {
         run->gone[r] = 1;   /* the rank's process is gone (or its socket broke) */
         run->gone_at[r] = now_seconds();
-        return;
+        return 1;
+    }
+    run->heard[r] = now_seconds();
+    if (type == MSG_BOARD) {
+        mirror_slot(run, r, body, size);
+        free(body);
+        return 0;
     }
     if (type == MSG_DONE) {
         if (!run->done[r]) run->n_done++;
         run->done[r] = 1;
     } else if (type == MSG_RESULT) {
         lx_spawn_results_put(r, body, size);   /* kept: spawn_result() reads it */
-        return;
+        return 1;
     } else if (type == MSG_STEP) {
         cJSON *step = cJSON_Parse(body);
         /* A step one rank writes for another (lx_rank_error_for). */
@@ -249,12 +270,13 @@ static void take_message(spawn_run *run, int r) {
         else fprintf(stderr, "lectern: rank %d sent a step that is not JSON; dropped\n", r);
     }
     free(body);
+    return 1;
 }
 
 /* Waits up to `wait_ms` for messages from the ranks still working, and takes
- * every message there is. Returns how many. */
+ * every message there is. Returns how many were progress (take_message). */
 static int drain(spawn_run *run, int wait_ms) {
-    int messages = 0;
+    int messages = 0, moved = 0;
     for (;;) {
         struct pollfd fds[LECTERN_MAX_WORLD];
         int rank_of[LECTERN_MAX_WORLD];
@@ -269,12 +291,12 @@ static int drain(spawn_run *run, int wait_ms) {
         if (ready <= 0) break;
         for (int i = 0; i < n; i++) {
             if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            take_message(run, rank_of[i]);
+            moved += take_message(run, rank_of[i]);
             messages++;
         }
     }
     release(run, 0);
-    return messages;
+    return moved;
 }
 
 /* ---- failures ---- */
@@ -712,10 +734,57 @@ static void watch_cycle(spawn_run *run, double now) {
  * within 2 s. */
 #define STRAGGLER_GRACE 1.5
 
+/* Ranks on another host that have said nothing for HOST_SILENCE seconds
+ * (their relay speaks every BOARD_KEEPALIVE seconds while they run): their
+ * host is down, or the link to it. Nothing closes their sockets then (TCP
+ * keeps a dead link's connection for many minutes), and the ranks here
+ * wait in MPI for them: without this the lecture would wait for its
+ * timeout and blame a deadlock. One error step per silent rank, at its last
+ * known line, and the spawn fails naming the hosts. */
+static int silent_remote(const spawn_run *run, int r, double now) {
+    return !run->done[r] && !run->gone[r] && lx_pool_pid(r) == 0 && lx_pool_size() > r &&
+           now - run->heard[r] > HOST_SILENCE;
+}
+
+static void fail_hosts_lost(spawn_run *run, double now) {
+    drain_briefly(run);
+    lx_sb hosts = {0}, ranks = {0};
+    int n = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (!silent_remote(run, r, now)) continue;
+        const char *frames = run->board ? run->board->slot[r].where : "";
+        place at = lx_innermost(frames);
+        lx_sb b = {0};
+        if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
+        lx_sb_printf(&b, "rank %d of %d on host %s: nothing heard from it for %.0f s", r, run->world_size,
+                     lx_pool_host(r), now - run->heard[r]);
+        if (at.known) lx_sb_printf(&b, ", last seen in %s()", at.function);
+        lx_sb_str(&b, ": the host is down or cut off (its ranks report every 0.5 s while they run)");
+        rank_error_step(run, r, frames, b.s);
+        free(b.s);
+        if (!strstr(hosts.s ? hosts.s : "", lx_pool_host(r)))
+            lx_sb_printf(&hosts, "%s%s", hosts.s ? ", " : "", lx_pool_host(r));
+        lx_sb_printf(&ranks, "%s%d", n++ ? ", " : "", r);
+    }
+    lx_pool_kill();
+    finish_entry(run, "failed");
+    run->failure = lx_fmt("spawn of %d rank%s failed: host %s lost (rank%s %s silent for %.0f s)", run->world_size,
+                          plural(run->world_size), hosts.s ? hosts.s : "?", n == 1 ? "" : "s",
+                          ranks.s ? ranks.s : "", HOST_SILENCE);
+    free(hosts.s);
+    free(ranks.s);
+}
+
 /* Every 20 ms: did any rank move, is any rank gone without "done", does a
- * rank wait for one that returned, and is any rank working (not waiting
- * for others: computing, in its own code or the runtime's)? */
+ * rank wait for one that returned, is any rank working (not waiting for
+ * others: computing, in its own code or the runtime's), and is every rank
+ * on another host still heard from? */
 static void watch_board(spawn_run *run, double now) {
+    for (int r = 0; r < run->world_size; r++)
+        if (silent_remote(run, r, now)) {
+            fail_hosts_lost(run, now);
+            return;
+        }
     int failed = first_failure(run);
     if (run->board) {
         unsigned sum = 0;
@@ -909,6 +978,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     }
     run->board = lx_pool_board();
     hand_out(run, fn, args, args_size);
+    for (int r = 0; r < world_size; r++) run->heard[r] = now_seconds();
     /* Start-up: from spawn() until every rank has its work (a pool started
      * on the way included). */
     set_number(run->entry, "startup_s", rounded(now_seconds() - run->started));

@@ -27,6 +27,7 @@
  */
 #include <cblas.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,6 +47,10 @@
 static int parent_fd = -1;
 static board *my_board;
 static board_slot *my_slot;
+/* A rank on another host: its slot lives here, and a thread sends copies
+ * (relay_board below). One lock keeps a copy from cutting into a step. */
+static board_slot remote_slot;
+static pthread_mutex_t send_lock = PTHREAD_MUTEX_INITIALIZER;
 static spawn_desc my_desc;
 static int pool_rank = -1;
 static int console[2] = {-1, -1};    /* the lecture's stdout and stderr (ranks on its host) */
@@ -57,6 +62,60 @@ static int world_device[LECTERN_MAX_WORLD + 1];
 
 /* The parent is gone: nothing left to report to, nobody to wait for. */
 static void __attribute__((noreturn)) parent_gone(void) { _exit(1); }
+
+/* Every message to the parent goes through here: the lecture's thread and,
+ * on another host, the board relay both send. */
+static void send_parent(uint32_t type, const void *a, size_t na, const void *b, size_t nb) {
+    pthread_mutex_lock(&send_lock);
+    int rc = lx_wire_send(parent_fd, type, a, na, b, nb);
+    pthread_mutex_unlock(&send_lock);
+    if (rc != 0) parent_gone();
+}
+
+/* The board relay of a rank on another host. While a spawn runs it sends
+ * the slot when it changed (checked every 50 ms) and at least every
+ * BOARD_KEEPALIVE seconds: the parent's deadlock detector then sees this
+ * rank like the ones on its own host, and its silence means the host or
+ * the link is gone. A copy torn by the lecture's thread writing (its
+ * sequence lock odd or moved) waits for the next look. It never sends
+ * outside a spawn: an idle rank that speaks looks dead to the pool. */
+static void *relay_board(void *unused) {
+    (void)unused;
+    static board_slot copy;
+    unsigned sent_version = 0, sent_progress = 0;
+    int sent_waiting = -1, sent_state = -1;
+    double sent_at = 0;
+    for (;;) {
+        lx_sleep_seconds(0.05);
+        pthread_mutex_lock(&send_lock);
+        int state = __atomic_load_n(&remote_slot.state, __ATOMIC_ACQUIRE);
+        unsigned v = __atomic_load_n(&remote_slot.version, __ATOMIC_ACQUIRE);
+        if (state != SLOT_RUNNING || (v & 1u)) {
+            pthread_mutex_unlock(&send_lock);
+            continue;
+        }
+        memcpy(&copy, (const void *)&remote_slot, sizeof copy);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        double now = now_seconds();
+        int torn = __atomic_load_n(&remote_slot.version, __ATOMIC_ACQUIRE) != v;
+        int changed = v != sent_version || copy.progress != sent_progress || copy.waiting != sent_waiting ||
+                      state != sent_state;
+        int rc = 0;
+        if (!torn && (changed || now - sent_at >= BOARD_KEEPALIVE)) {
+            int32_t id = my_desc.spawn_id;
+            copy.pid = 0;
+            rc = lx_wire_send(parent_fd, MSG_BOARD, &id, sizeof id, &copy, sizeof copy);
+            sent_version = v;
+            sent_progress = copy.progress;
+            sent_waiting = copy.waiting;
+            sent_state = state;
+            sent_at = now;
+        }
+        pthread_mutex_unlock(&send_lock);
+        if (rc != 0) parent_gone();
+    }
+    return NULL;
+}
 
 /* Each step goes to the parent as JSON text, stamped with the parent's clock
  * (CLOCK_MONOTONIC is one clock for all processes of a host). */
@@ -87,7 +146,7 @@ static void rank_sink(cJSON *step) {
 
     char *text = cJSON_PrintUnformatted(step);
     cJSON_Delete(step);
-    if (lx_wire_send(parent_fd, MSG_STEP, text, strlen(text), NULL, 0) != 0) parent_gone();
+    send_parent(MSG_STEP, text, strlen(text), NULL, 0);
     free(text);
 }
 
@@ -116,7 +175,7 @@ void spawn_return(const void *data, size_t size) {
         return;
     }
     returned = 1;
-    if (lx_wire_send(parent_fd, MSG_RESULT, data, size, NULL, 0) != 0) parent_gone();
+    send_parent(MSG_RESULT, data, size, NULL, 0);
 }
 
 void lx_rank_error_for(int rank, const char *frames_text, const char *message) {
@@ -130,7 +189,7 @@ void lx_rank_error_for(int rank, const char *frames_text, const char *message) {
     cJSON_AddItemToArray(list, lx_rendering_error(message));
     char *text = cJSON_PrintUnformatted(step);
     cJSON_Delete(step);
-    if (lx_wire_send(parent_fd, MSG_STEP, text, strlen(text), NULL, 0) != 0) parent_gone();
+    send_parent(MSG_STEP, text, strlen(text), NULL, 0);
     free(text);
 }
 
@@ -253,7 +312,8 @@ static void rank_on_signal(int sig, siginfo_t *info, void *ucontext) {
             lx_frames_to_text(frames, n, text, sizeof text);
             memcpy(my_slot->failure_frames, text, sizeof text);
         }
-    } else if (!my_slot) {
+    }
+    if (!my_board) {
         /* No board (a rank on another host): stderr is all we have. */
         char msg[128];
         int len = snprintf(msg, sizeof msg, "lectern: rank %d died with %s\n", pool_rank, signal_name(sig));
@@ -393,6 +453,7 @@ static void run_spawn(const char *body, size_t size) {
     int w = my_desc.world_size;
     returned = 0;
     lx_rank_counts_reset();
+    if (my_slot == &remote_slot) lx_board_slot_reset(&remote_slot);   /* the parent resets the others */
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
 
     /* From here on, an error of this rank is an error step of this spawn. */
@@ -437,8 +498,12 @@ static void run_spawn(const char *body, size_t size) {
     lx_ranks_comm()->stop();
     output_to_console(0);
     free(args);
+    /* Under the send lock: the relay sends nothing of this spawn after "done". */
+    pthread_mutex_lock(&send_lock);
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
-    if (lx_wire_send(parent_fd, MSG_DONE, NULL, 0, NULL, 0) != 0) parent_gone();
+    int rc = lx_wire_send(parent_fd, MSG_DONE, NULL, 0, NULL, 0);
+    pthread_mutex_unlock(&send_lock);
+    if (rc != 0) parent_gone();
 }
 
 /* ---- the pool rank's life ---- */
@@ -481,6 +546,9 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
             my_slot->pid = getpid();
             __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
         }
+    } else if (pool_rank < LECTERN_MAX_WORLD) {
+        my_slot = &remote_slot;   /* its copies go to the parent: relay_board() */
+        lx_board_slot_reset(my_slot);
     }
 
     parent_fd = connect_to_parent(address);
@@ -515,6 +583,12 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
                         "their values from one spawn to the next\n", pool_rank);
     rank_install_handlers();
     if (lx_wire_send(parent_fd, MSG_READY, NULL, 0, NULL, 0) != 0) parent_gone();
+    if (my_slot == &remote_slot) {
+        pthread_t relay;
+        if (pthread_create(&relay, NULL, relay_board, NULL) != 0)
+            lx_fatal("rank %d cannot start the thread that reports its state to the lecture", pool_rank);
+        pthread_detach(relay);
+    }
 
     for (;;) {
         uint32_t type;

@@ -2,7 +2,9 @@
  * Each rank notes the host it runs on and the sum an all-reduce gave it; the
  * second spawn reuses the pool. With TWO_HOSTS_PAUSE=FILE set, the lecture
  * creates FILE.waiting between the spawns and waits (at most 60 s) for FILE,
- * so that the test can stop a host while the pool is up. */
+ * so that the test can stop a host while the pool is up. With
+ * TWO_HOSTS_DEADLOCK=1 the second spawn has rank 0 (this host) and rank 4
+ * (the other) each receive from the other first: a deadlock across hosts. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,21 @@ static void worker(int rank, int world_size, void *p) {
     tensor_free(t);
 }
 
+/* Each waits for the other's message before sending its own. */
+static void crossed(int rank, int world_size, void *p) {
+    (void)world_size;
+    (void)p;
+    tensor *t = zeros(4, 0, get_device(rank));
+    if (rank == 0) {
+        dist_recv(t, 4);
+        dist_send(t, 4);
+    } else if (rank == 4) {
+        dist_recv(t, 0);
+        dist_send(t, 0);
+    }
+    tensor_free(t);
+}
+
 static void body(void) {
     note("before the first spawn");
     spawn(worker, 8, NULL, 0);
@@ -36,7 +53,8 @@ static void body(void) {
         if (fd >= 0) close(fd);
         for (int i = 0; i < 1200 && access(flag, F_OK) != 0; i++) usleep(50000);
     }
-    spawn(worker, 8, NULL, 0);
+    const char *deadlock = getenv("TWO_HOSTS_DEADLOCK");
+    spawn(deadlock && strcmp(deadlock, "1") == 0 ? crossed : worker, 8, NULL, 0);
     note("after the spawns");
 }
 
