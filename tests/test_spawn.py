@@ -535,6 +535,8 @@ class Hostfile(Base):
         self.assertEqual(rc, 0, err)
         t = tracecheck.load(os.path.join(self.out, "spawn_basic.json"))
         self.assertEqual(len([s for s in t["steps"] if s["rank"] is not None]), 21)
+        # One host (over TCP all the same): no per-rank hosts for the viewer.
+        self.assertTrue(all("hosts" not in s for s in t["spawns"]), t["spawns"])
 
     def test_a_host_that_does_not_exist_fails_cleanly(self):
         hosts = os.path.join(self.out, "hosts")

@@ -222,6 +222,12 @@ class TwoHosts(unittest.TestCase):
         tracecheck.validate(path)
         trace = tracecheck.load(path)
         self.check_ranks(trace)
+        for spawn in trace["spawns"]:   # each rank's host, for the viewer's rank headers
+            hosts = spawn.get("hosts")
+            self.assertIsNotNone(hosts, "a spawn over two hosts records them")
+            self.assertEqual(len(hosts), 8)
+            self.assertTrue(all(h.startswith(os.uname().nodename + " (" + ADDR_A + ")") for h in hosts[:4]), hosts)
+            self.assertTrue(all(h == "%s (%s)" % (HOST_B, ADDR_B) for h in hosts[4:]), hosts)
         first = trace["spawns"][0]
         sys.stderr.write("[two hosts: lecture %.1f s; first spawn %.1f s (start-up %.1f s), second %.2f s] "
                          % (seconds, first["seconds"], first.get("startup_s", 0), trace["spawns"][1]["seconds"]))

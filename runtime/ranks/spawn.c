@@ -927,6 +927,16 @@ static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_
     }
 }
 
+/* Where the ranks run, when that is more than one host: the spawn's
+ * "hosts", rank r's at index r (the viewer's rank headers show them). */
+static void record_hosts(spawn_run *run) {
+    int many = 0;
+    for (int r = 1; r < run->world_size; r++) many |= strcmp(lx_pool_host(r), lx_pool_host(0)) != 0;
+    if (!many) return;
+    cJSON *hosts = cJSON_AddArrayToObject(run->entry, "hosts");
+    for (int r = 0; r < run->world_size; r++) cJSON_AddItemToArray(hosts, cJSON_CreateString(lx_pool_host(r)));
+}
+
 /* Runs one spawn to its end. Returns NULL when every rank's function
  * returned, else why the spawn failed (malloc'd): the error steps are in
  * the trace by then, and the pool is stopped. `deadlock_timeout`: seconds
@@ -979,6 +989,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     run->board = lx_pool_board();
     hand_out(run, fn, args, args_size);
     for (int r = 0; r < world_size; r++) run->heard[r] = now_seconds();
+    record_hosts(run);
     /* Start-up: from spawn() until every rank has its work (a pool started
      * on the way included). */
     set_number(run->entry, "startup_s", rounded(now_seconds() - run->started));
