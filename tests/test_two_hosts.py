@@ -244,6 +244,7 @@ class TwoHosts(unittest.TestCase):
         self.assertLess(seconds, 30, err)
         self.assertIn("spawn of 8 ranks failed", err)
         self.assertIn(ADDR_B, err, "the error names the host")
+        self.assertNotIn("\r", err, "ssh's line ends (\\r\\n) do not reach the message")
         failed = os.path.join(self.out, "two_hosts_fixture.failed.json")
         self.assertTrue(os.path.exists(failed), os.listdir(self.out))
         trace = tracecheck.load(failed)

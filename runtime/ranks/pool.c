@@ -200,7 +200,13 @@ static char *find_line(const char *text, const char *needle) {
         const char *end = strchr(p, '\n');
         size_t n = end ? (size_t)(end - p) : strlen(p);
         char *line = strndup(p, n);
-        if (strstr(line, needle)) return line;
+        if (strstr(line, needle)) {
+            /* ssh ends its messages with "\r\n" (a terminal's line end): no
+             * carriage return in the middle of ours. */
+            size_t len = strlen(line);
+            while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ')) line[--len] = '\0';
+            return line;
+        }
         free(line);
         p += n + (end ? 1 : 0);
     }
