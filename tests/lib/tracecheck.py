@@ -64,7 +64,7 @@ def line_of(path, needle, nth=1, within=None):
 
 # Calls of the runtime that make a step directly.
 STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_close",
-              "table_show", "chart_show")
+              "table_show", "chart_show", "inspect")
 # spawn() (and spawn_expect_failure()) notes which backend it chose, at its line.
 SPAWN_CALLS = ("spawn", "spawn_expect_failure")
 RUNTIME_CALLS = STEP_CALLS + SPAWN_CALLS
@@ -262,7 +262,8 @@ def format_regex(fmt):
 # The rendering type each step-making call makes.
 _RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
                    "note_system": "text", "plot": "plot", "spawn": "markdown", "spawn_expect_failure": "markdown",
-                   "check": "check", "check_close": "check", "table_show": "table", "chart_show": "plot"}
+                   "check": "check", "check_close": "check", "table_show": "table", "chart_show": "plot",
+                   "inspect": "inspect"}
 
 # What each step-making call's first argument must match in its rendering.
 _FIRST_ARG_FIELD = {"note": ("data", True), "note_verbatim": ("data", True), "image": ("src", False),
