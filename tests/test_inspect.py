@@ -32,12 +32,12 @@ def f32(x):
     return struct.unpack("f", struct.pack("f", x))[0]
 
 
-def run(out, case=None):
+def run(out, case=None, args=()):
     env = dict(os.environ)
     env.pop("LECTERN_FIXTURE_CASE", None)
     if case:
         env["LECTERN_FIXTURE_CASE"] = case
-    return subprocess.run([FIXTURE, "--out", out, "--quiet"], env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run([FIXTURE, "--out", out, "--quiet", *args], env=env, capture_output=True, text=True, timeout=180)
 
 
 class Inspect(unittest.TestCase):
@@ -152,6 +152,27 @@ class Inspect(unittest.TestCase):
                 steps = [s for s, _ in self.inspected(r)]
                 self.assertTrue(all(s["world_size"] == world and s["spawn"] == 0 for s in steps))
                 self.assertEqual(steps[0]["stack"][-1]["function"], "ranks")
+
+    def test_no_collective_inspects_without_the_option(self):
+        self.assertFalse([r for s in self.t["steps"] for r in s["renderings"]
+                          if r["type"] == "inspect" and "dist_" in r["name"]])
+
+
+class InspectCollectives(unittest.TestCase):
+    def test_before_and_after_per_rank_at_the_collectives_line(self):
+        out = tempfile.mkdtemp(prefix="lectern-inspect-")
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        p = run(out, args=["--inspect-collectives"])
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        t = tracecheck.validate(os.path.join(out, "inspect_fixture.json"))
+        line = line_of("dist_all_reduce(mine, DIST_SUM);")
+        world = 4
+        for r in range(world):
+            with self.subTest(rank=r):
+                got = {x["name"]: x["values"] for s in t["steps"] for x in s["renderings"]
+                       if x["type"] == "inspect" and s["rank"] == r and s["stack"][-1]["line"] == line}
+                self.assertEqual(got, {"t (before dist_all_reduce)": [r] * 6,
+                                       "t (after dist_all_reduce)": [sum(range(world))] * 6})
 
 
 class Misuse(unittest.TestCase):

@@ -224,6 +224,12 @@ cJSON *lx_inspect_real(const char *name, const char *kind, double v);
 cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device,
                          const float *v, int64_t numel);
 
+/* options.c: 1 when the lecture was started with --inspect-collectives (in
+ * its ranks too): the collectives of comm.c then inspect their tensors
+ * before and after, as "t (before dist_all_reduce)". */
+#define LX_INSPECT_COLLECTIVES "inspect-collectives"
+int lx_inspect_collectives(void);
+
 /* ---------------- verdict.c (check, check_close) ---------------- */
 
 /* Counts the check renderings of a step that reaches this process's trace

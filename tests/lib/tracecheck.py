@@ -279,6 +279,12 @@ def rendered_by(raw_src_text, line_starts, line, rendering):
     start = line_starts[line - 1]
     end = line_starts[line] if line < len(line_starts) else len(raw_src_text)
     code = code_only(raw_src_text[start:end])[0]
+    # --inspect-collectives: a collective inspects its tensors at its own line,
+    # named "t (before dist_all_reduce)".
+    if rendering.get("type") == "inspect":
+        m = re.fullmatch(r"\w+ \((?:before|after) (dist_\w+)\)", rendering.get("name", ""))
+        if m and re.search(r"(?<![A-Za-z0-9_.>])%s\s*\(" % m.group(1), code):
+            return True
     for name in RUNTIME_CALLS:
         for m in re.finditer(r"(?<![A-Za-z0-9_.>])%s\s*\(" % re.escape(name), code):
             if _RENDERING_TYPE.get(name, rendering.get("type")) != rendering.get("type"):
@@ -341,7 +347,8 @@ def _frame_problem(files, step, j):
         return "%s: does not call %s(): %r" % (where, nxt, files.raw[path][line - 1].strip())
     if any(r["type"] in ("error", "warning") for r in step["renderings"]):
         return None   # a crash or bad input can happen on any line
-    if not any(calls(text, c) for c in RUNTIME_CALLS):
+    if not any(calls(text, c) for c in RUNTIME_CALLS) and \
+            not (step["renderings"][0]["type"] == "inspect" and re.search(r"\bdist_\w+\s*\(", text)):
         return "%s: no call that makes a step: %r" % (where, files.raw[path][line - 1].strip())
     first = step["renderings"][0]
     if not rendered_by(files.text[path], files.line_starts[path], line, first):
