@@ -11,8 +11,9 @@
  *  - a tensor of up to LX_INSPECT_WHOLE elements: every value, row-major;
  *  - a larger one: min, max, mean and norm, and a picture of
  *    LX_INSPECT_PICTURE x LX_INSPECT_PICTURE block means (2-D) or
- *    LX_INSPECT_PICTURE_1D bucket means (1-D), so that inspecting a
- *    1024 x 1024 weight costs about as much as a 16 x 16 one.
+ *    LX_INSPECT_PICTURE_1D bucket means (1-D), each to 4 significant
+ *    digits, so that inspecting a 1024 x 1024 weight costs about as much
+ *    as a 16 x 16 one.
  *
  * Values are written in the fewest digits that give the same float back
  * (%.6g, then more only when needed): a float32 printed as a double
@@ -41,6 +42,15 @@ static cJSON *number(double v, int is_float) {
     if (!isfinite(v)) return cJSON_CreateNull();
     char buf[40];
     shortest(buf, v, is_float);
+    return cJSON_CreateRaw(buf);
+}
+
+/* A picture's cell: four significant digits are all a shade can show, and
+ * half the bytes of a float's shortest text. */
+static cJSON *cell(double v) {
+    if (!isfinite(v)) return cJSON_CreateNull();
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.4g", v);
     return cJSON_CreateRaw(buf);
 }
 
@@ -101,7 +111,7 @@ static cJSON *picture(const float *v, int64_t rows, int64_t cols, int64_t pr, in
                     double x = v[a * cols + b];
                     if (isfinite(x)) { s += x; n++; }
                 }
-            cJSON_AddItemToArray(vals, n ? number((float)(s / (double)n), 1) : cJSON_CreateNull());
+            cJSON_AddItemToArray(vals, n ? cell(s / (double)n) : cJSON_CreateNull());
         }
     }
     return vals;
