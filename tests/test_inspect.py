@@ -179,6 +179,41 @@ class InspectCollectives(unittest.TestCase):
                                        "t (after dist_all_reduce)": [sum(range(world))] * 6})
 
 
+class HomeworkFailedCheck(unittest.TestCase):
+    """homework_08: a failed check_close shows the student's tensor beside the
+    expected one (here a ZeRO-1 that sums where it should average: wrong only
+    with gradients near AdamW's eps), and a passed one shows nothing."""
+
+    def test_failed_check_is_followed_by_both_tensors(self):
+        binary = os.path.join(BUILD, "tests", "lectures", "homework_08_wrong_zero1_sum")
+        out = tempfile.mkdtemp(prefix="lectern-inspect-")
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        p = subprocess.run([binary, "--quiet", "--out", out], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 1, tracecheck.why(p))
+        t = tracecheck.validate(os.path.join(out, "homework_08.failed.json"))
+        hw = os.path.join(tracecheck.ROOT, "lectures", "homework_08.c")
+        lines = (tracecheck.line_of(hw, "inspect(param);"), tracecheck.line_of(hw, "inspect(ref);"))
+        world = t["spawns"][0]["world_size"]
+        for r in range(world):
+            with self.subTest(rank=r):
+                steps = [s for s in t["steps"] if s["rank"] == r]
+                kinds = [(x["renderings"][0]["type"], x["renderings"][0].get("name")) for x in steps]
+                failed = [k for k, x in enumerate(steps) if x["renderings"][0]["type"] == "check"
+                          and not x["renderings"][0]["passed"] and "max_abs" in x["renderings"][0]]
+                self.assertEqual(len(failed), 1, kinds)
+                k = failed[0]
+                self.assertEqual(kinds[k + 1:k + 3], [("inspect", "param"), ("inspect", "ref")])
+                self.assertEqual(tuple(x["stack"][-1]["line"] for x in steps[k + 1:k + 3]), lines)
+                # Only there: no other inspect in this rank's steps.
+                self.assertEqual(sum(1 for kind, _ in kinds if kind == "inspect"), 2)
+                mine, ref = (x["renderings"][0]["values"] for x in steps[k + 1:k + 3])
+                # The check's largest difference is the one between the two tensors shown:
+                # the trace's shortest digits read back to the same float32s, subtracted
+                # in double as check_close does, so the two agree exactly.
+                chk = steps[k]["renderings"][0]
+                self.assertEqual(max(abs(f32(a) - f32(b)) for a, b in zip(mine, ref)), chk["max_abs"])
+
+
 class Misuse(unittest.TestCase):
     def setUp(self):
         self.out = tempfile.mkdtemp(prefix="lectern-inspect-")
