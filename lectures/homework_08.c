@@ -173,7 +173,10 @@ static void exercise_1(int rank, int world, int n) {
     dist_traffic before = dist_traffic_now();
     ring_all_reduce(t);
     dist_traffic d = dist_traffic_since(&before);
-    check_close(t, expected, 0, SUM_ATOL, "exercise 1: ring all-reduce");
+    if (!check_close(t, expected, 0, SUM_ATOL, "exercise 1: ring all-reduce")) {
+        inspect(t);                 /* yours, beside what dist_all_reduce gives */
+        inspect(expected);
+    }
     check_ring_method(&d, rank, world, t->numel);
     tensor_free(t);
     tensor_free(expected);
@@ -204,7 +207,10 @@ static void exercise_2(int rank, int world) {
     const char *names[N_PARAMS] = {"exercise 2: gradient 0 (3x4)", "exercise 2: gradient 1 (5)",
                                    "exercise 2: gradient 2 (2x6)"};
     for (int i = 0; i < N_PARAMS; i++) {
-        check_close(grads[i], expected[i], 0, SUM_ATOL, names[i]);
+        if (!check_close(grads[i], expected[i], 0, SUM_ATOL, names[i])) {
+            inspect(grads[i]);
+            inspect(expected[i]);
+        }
         tensor_free(grads[i]);
         tensor_free(expected[i]);
     }
@@ -245,7 +251,10 @@ static dist_traffic zero1_against_full(int rank, int world, float grad_scale, co
     dist_traffic before = dist_traffic_now();
     zero1_step(param, grad, opt);
     dist_traffic d = dist_traffic_since(&before);
-    check_close(param, ref, 0, STEP_ATOL, what);
+    if (!check_close(param, ref, 0, STEP_ATOL, what)) {
+        inspect(param);
+        inspect(ref);
+    }
 
     adamw_free(opt);
     adamw_free(full);
@@ -281,7 +290,10 @@ static void exercise_4(int rank, int world) {
     exchange(mine, theirs);
     tensor *expected = zeros(n, 0, get_device(rank));
     fill_(expected, (float)(rank ^ 1));
-    check_close(theirs, expected, 0, 0, "exercise 4: the peer's tensor arrived");
+    if (!check_close(theirs, expected, 0, 0, "exercise 4: the peer's tensor arrived")) {
+        inspect(theirs);
+        inspect(expected);
+    }
     tensor_free(mine);
     tensor_free(theirs);
     tensor_free(expected);

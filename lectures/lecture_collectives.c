@@ -60,11 +60,14 @@ static void send_recv_main(int rank, int world_size, void *args) {
     if (rank == 0) {
         add_scalar(t, 7.0f);
         dist_send(t, 1);
+        inspect(t);
         note("rank 0 sent %s", tensor_str(t));
     } else {
         note("rank 1 before receiving: %s", tensor_str(t));
+        inspect(t);
         dist_recv(t, 0);
         note("rank 1 received %s", tensor_str(t));
+        inspect(t);
     }
     tensor_free(t);
 }
@@ -97,6 +100,7 @@ static void isend_irecv_main(int rank, int world_size, void *args) {
     tensor *busy = matmul(a, a);   /* work that does not touch t */
     dist_wait(req);
     note("rank %d after wait: %s (and a 64x64 matmul done meanwhile)", rank, tensor_str(t));
+    inspect(t);
     tensor_free(busy);
     tensor_free(a);
     tensor_free(t);
@@ -396,11 +400,13 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int64_t by
 static void by_hand_main(int rank, int n, void *args) {
     const by_hand_args *a = args;
     tensor *input = whole_numbers(rank, a->floats);
+    inspect(input);
     tensor *expect = to_device(input, input->device);
     dist_all_reduce(expect, DIST_SUM);
     tensor *x = to_device(input, input->device);
     dist_traffic before = dist_traffic_now();
     ALGORITHMS[a->which].fn(x, rank, n);
+    inspect(x);
     dist_traffic d = dist_traffic_since(&before);
     report_tally(ALGORITHMS[a->which].name, x, expect, dist_traffic_sent(&d), rank, n);
     tensor_free(x);

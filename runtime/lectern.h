@@ -274,6 +274,40 @@ const char *tensor_str(tensor *t);
 const char *summarize(tensor *t);
 
 /* ------------------------------------------------------------------ */
+/* 3b. inspect(x): a variable's value at this step (runtime/tensor/    */
+/*     tensor_inspect.c, runtime/trace/inspect.c)                      */
+/* ------------------------------------------------------------------ */
+
+/* inspect(x) records a step holding x's name as written in the source
+ * ("grad" for inspect(grad), "w->data[0]" for inspect(w->data[0])) and its
+ * value, for the viewer's variables panel. x is one of
+ *
+ *     tensor *            its shape, device and values (a device tensor is
+ *                         copied to the host); up to 256 elements whole,
+ *                         larger ones as min, max, mean, norm and a picture
+ *                         of at most 16 x 16 block means (64 for 1-D)
+ *     int, int64_t        the exact integer
+ *     float, double       the number
+ *
+ * Another type does not compile (the _Generic has no branch for it: cast,
+ * inspect((double)n)). Works in the lecture and in a spawned rank (the step
+ * carries its rank; the viewer shows one column per rank). A small value
+ * costs what a note costs. A NULL tensor is an error step at the line; a
+ * freed tensor stops the lecture with an error naming where it was freed.
+ * x is evaluated once. */
+typedef enum {
+    LX_INSPECT_TENSOR, LX_INSPECT_INT, LX_INSPECT_INT64, LX_INSPECT_FLOAT, LX_INSPECT_DOUBLE
+} lx_inspect_kind;
+void lx_inspect(const char *name, lx_inspect_kind kind, const tensor *t, int64_t i, double d);
+#define LX_INSPECT_KIND(x) _Generic((x), tensor *: LX_INSPECT_TENSOR, const tensor *: LX_INSPECT_TENSOR, \
+    int: LX_INSPECT_INT, long: LX_INSPECT_INT64, long long: LX_INSPECT_INT64, \
+    float: LX_INSPECT_FLOAT, double: LX_INSPECT_DOUBLE)
+#define LX_INSPECT_T(x) _Generic((x), tensor *: (x), const tensor *: (x), default: (const tensor *)0)
+#define LX_INSPECT_I(x) _Generic((x), int: (x), long: (x), long long: (x), default: 0)
+#define LX_INSPECT_D(x) _Generic((x), float: (x), double: (x), default: 0.0)
+#define inspect(x) lx_inspect(#x, LX_INSPECT_KIND(x), LX_INSPECT_T(x), LX_INSPECT_I(x), LX_INSPECT_D(x))
+
+/* ------------------------------------------------------------------ */
 /* 4. Collectives (inside a spawned function)                          */
 /* ------------------------------------------------------------------ */
 

@@ -17,6 +17,7 @@
  *   nav.js      the current step: moving, marking, scrolling, keys, history
  *   panels.js   header, call stack, outline, spawns, run facts
  *   read.js     read mode: the lecture as one document
+ *   vars.js     inspect(x)'s values, and the variables panel beside the call stack
  *   main.js     starting: the trace the address names, or one opened by hand
  *
  * The page is organised around one number, the current step (S.cur).

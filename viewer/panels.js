@@ -128,6 +128,7 @@
     sc.style.setProperty('--p', (n > 1 ? (i / (n - 1)) * 100 : 100) + '%');
     $('time').textContent = typeof s.time === 'number' ? 't = ' + L.fmtSeconds(s.time) : '';
     drawStack();
+    if (L.drawVars) L.drawVars();   // vars.js: the frame's inspected variables
     markSpawns();
     markOutline();
     $('btn-prev').disabled = $('btn-first').disabled = L.navTarget('prev') < 0;

@@ -54,7 +54,9 @@
       if (x >= 0) {
         if (!L.visible(x)) continue;
         var f = T.steps[x].stack[T.steps[x].stack.length - 1];
-        h += '<div class="entry" data-step="' + x + '"><button type="button" class="to-step" data-step="' + x +
+        // inspect(x): inline, under the note it follows.
+        var isVar = T.steps[x].renderings[0] && T.steps[x].renderings[0].type === 'inspect';
+        h += '<div class="entry' + (isVar ? ' entry-var' : '') + '" data-step="' + x + '"><button type="button" class="to-step" data-step="' + x +
           '" title="open this step beside the code">' + esc(L.basename(f.path)) + ':' + f.line + '</button>' +
           L.itemHTML(x, '') + '</div>';
       } else {

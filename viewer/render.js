@@ -97,6 +97,8 @@
         return checkHTML(r);
       case 'table':
         return tableHTML(r, i, j);
+      case 'inspect':
+        return L.inspectHTML ? L.inspectHTML(r) : '<pre class="r-text">' + esc(r.data == null ? '' : r.data) + '</pre>';
       case 'warning':
         return '<div class="r-warning"><div class="warn-h"><strong>Warning</strong> · ' + esc(whereText(i)) + '</div>' +
           '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';

@@ -177,6 +177,16 @@ static void leave(void) { lx_rank_leave(); }
 
 /* ---- collectives ---- */
 
+/* --inspect-collectives: the tensors a collective reads and writes, as
+ * inspect(x) would show them, just before it and just after it, named
+ * "t (before dist_all_reduce)" after lectern.h's parameter names. */
+static void show(const char *call, const char *what, const char *when, const tensor *t) {
+    if (!t || !lx_inspect_collectives()) return;
+    char *name = lx_fmt("%s (%s %s)", what, when, call);
+    lx_inspect(name, LX_INSPECT_TENSOR, t, 0, 0);
+    free(name);
+}
+
 void dist_barrier(void) {
     need_rank("dist_barrier");
     call_site site;
@@ -189,10 +199,12 @@ void dist_all_reduce(tensor *t, dist_op op) {
     need_rank("dist_all_reduce");
     size_t n = check_tensor("dist_all_reduce", "the tensor", t);
     check_op("dist_all_reduce", op);
+    show("dist_all_reduce", "t", "before", t);
     call_site site;
     enter_collective(&site, "dist_all_reduce", n, op, -1);
     ops->all_reduce(t->data, n, op);
     leave();
+    show("dist_all_reduce", "t", "after", t);
 }
 
 void dist_reduce(tensor *t, int dst, dist_op op) {
@@ -200,20 +212,24 @@ void dist_reduce(tensor *t, int dst, dist_op op) {
     size_t n = check_tensor("dist_reduce", "the tensor", t);
     check_peer("dist_reduce", "dst", dst, 1);
     check_op("dist_reduce", op);
+    show("dist_reduce", "t", "before", t);
     call_site site;
     enter_collective(&site, "dist_reduce", n, op, dst);
     ops->reduce(t->data, n, dst, op);
     leave();
+    show("dist_reduce", "t", "after", t);
 }
 
 void dist_broadcast(tensor *t, int src) {
     need_rank("dist_broadcast");
     size_t n = check_tensor("dist_broadcast", "the tensor", t);
     check_peer("dist_broadcast", "src", src, 1);
+    show("dist_broadcast", "t", "before", t);
     call_site site;
     enter_collective(&site, "dist_broadcast", n, -1, src);
     ops->broadcast(t->data, n, src);
     leave();
+    show("dist_broadcast", "t", "after", t);
 }
 
 /* The two tensors share memory (one a view into the other). */
@@ -267,19 +283,23 @@ static size_t check_all_gather(const char *call, tensor *output, const tensor *i
 void dist_reduce_scatter(tensor *output, const tensor *input, dist_op op) {
     need_rank("dist_reduce_scatter");
     size_t out_n = check_reduce_scatter("dist_reduce_scatter", output, input, op);
+    show("dist_reduce_scatter", "input", "before", input);
     call_site site;
     enter_collective(&site, "dist_reduce_scatter", out_n, op, -1);
     ops->reduce_scatter(output->data, input->data, out_n, op);
     leave();
+    show("dist_reduce_scatter", "output", "after", output);
 }
 
 void dist_all_gather(tensor *output, const tensor *input) {
     need_rank("dist_all_gather");
     size_t in_n = check_all_gather("dist_all_gather", output, input);
+    show("dist_all_gather", "input", "before", input);
     call_site site;
     enter_collective(&site, "dist_all_gather", in_n, -1, -1);
     ops->all_gather(output->data, input->data, in_n);
     leave();
+    show("dist_all_gather", "output", "after", output);
 }
 
 void dist_scatter(tensor *output, const tensor *input, int src) {
@@ -295,10 +315,12 @@ void dist_scatter(tensor *output, const tensor *input, int src) {
                      in_n, out_n, lx_the_world.size);
         in = input->data;
     }
+    show("dist_scatter", "input", "before", lx_the_world.rank == src ? input : NULL);
     call_site site;
     enter_collective(&site, "dist_scatter", out_n, -1, src);
     ops->scatter(output->data, in, out_n, src);
     leave();
+    show("dist_scatter", "output", "after", output);
 }
 
 void dist_gather(tensor *output, const tensor *input, int dst) {
@@ -314,10 +336,12 @@ void dist_gather(tensor *output, const tensor *input, int dst) {
                      out_n, in_n, lx_the_world.size);
         out = output->data;
     }
+    show("dist_gather", "input", "before", input);
     call_site site;
     enter_collective(&site, "dist_gather", in_n, -1, dst);
     ops->gather(out, input->data, in_n, dst);
     leave();
+    show("dist_gather", "output", "after", lx_the_world.rank == dst ? output : NULL);
 }
 
 /* ---- timed regions ---- */

@@ -54,6 +54,8 @@ static void usage(FILE *f, const char *prog, const char *name) {
             "              Gradescope's results.json format (docs/homework.md)\n"
             "  --quick     reduced sizes, for tests\n"
             "  --quiet     no progress lines on stderr\n"
+            "  --inspect-collectives  every blocking collective inspects its tensors\n"
+            "              before and after (the viewer's variables panel, per rank)\n"
             "  --help      this text\n"
             "\n"
             "Environment: LECTERN_TIMEOUT=SECONDS stops a spawn whose ranks make no\n"

@@ -74,6 +74,12 @@ char *lx_option_accept(const char *arg) {
     if (strncmp(arg, "--", 2) != 0 || !arg[2]) return lx_fmt("unknown argument '%s'", arg);
     const char *name = arg + 2, *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    /* --inspect-collectives: every lecture takes it (lectern.h, inspect). Kept
+     * with the lecture's own options so that the ranks receive it too. */
+    if (!eq && strcmp(name, LX_INSPECT_COLLECTIVES) == 0) {
+        remember(name, len, NULL);
+        return NULL;
+    }
     const lecture_opt *o = declared(name, len);
     if (!o) {
         char *list = declared_list();
@@ -132,6 +138,8 @@ const char *lecture_option(const char *name, const char *fallback) {
     const given *g = find_given(name);
     return g ? g->value : fallback;
 }
+
+int lx_inspect_collectives(void) { return find_given(LX_INSPECT_COLLECTIVES) != NULL; }
 
 /* "naive\nn=8\n": what was given, for the ranks. */
 char *lx_options_text(void) {

@@ -206,6 +206,30 @@ char *lx_options_text(void);
 void lx_options_load(const char *text);
 void lx_options_free(void);
 
+/* ---------------- inspect.c (inspect(x): a variable at this step) ---------------- */
+
+/* Tensors of up to LX_INSPECT_WHOLE elements are kept whole; larger ones as
+ * a summary and a picture of at most LX_INSPECT_PICTURE x LX_INSPECT_PICTURE
+ * block means (2-D) or LX_INSPECT_PICTURE_1D bucket means (1-D). */
+#define LX_INSPECT_WHOLE 256
+#define LX_INSPECT_PICTURE 16
+#define LX_INSPECT_PICTURE_1D 64
+
+/* The "inspect" renderings (docs/trace-format.md), to give to lx_emit: an
+ * integer (kind "int" or "int64"), a float or double (kind "float" or
+ * "double"), and a tensor's host copy (numel floats, row-major; device -1
+ * for the CPU), made by tensor/tensor_inspect.c. */
+cJSON *lx_inspect_integer(const char *name, const char *kind, int64_t v);
+cJSON *lx_inspect_real(const char *name, const char *kind, double v);
+cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device,
+                         const float *v, int64_t numel);
+
+/* options.c: 1 when the lecture was started with --inspect-collectives (in
+ * its ranks too): the collectives of comm.c then inspect their tensors
+ * before and after, as "t (before dist_all_reduce)". */
+#define LX_INSPECT_COLLECTIVES "inspect-collectives"
+int lx_inspect_collectives(void);
+
 /* ---------------- verdict.c (check, check_close) ---------------- */
 
 /* Counts the check renderings of a step that reaches this process's trace

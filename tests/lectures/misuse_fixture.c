@@ -212,6 +212,10 @@ static void c_chart_span_series(void) { chart_t *c = chart_new("x", "y", "t"); c
 static void c_chart_span_label(void) { chart_t *c = chart_new("x", "y", "t"); chart_span(c, "r", "s", NUL, 0, 1); chart_show(c); }
 static void c_chart_show(void) { chart_show(NUL); }
 
+/* inspect(x) passes x's name as written: lx_inspect is what it expands to. */
+static void c_inspect_name(void) { lx_inspect(NUL, LX_INSPECT_INT, NULL, 1, 0); }
+static void c_inspect_t(void) { tensor *t = NUL; inspect(t); }
+
 static const fixture_case cases[] = {
     {"note.fmt", c_note},
     {"check_close.actual", c_check_close_actual},
@@ -285,6 +289,8 @@ static const fixture_case cases[] = {
     {"adamw_free.opt", c_adamw_free},
     {"tensor_str.t", c_tensor_str},
     {"summarize.t", c_summarize},
+    {"inspect.name", c_inspect_name},
+    {"inspect.t", c_inspect_t},
     {"table_new.caption_fmt", c_table_new},
     {"table_column.t", c_table_column_t},
     {"table_column.name", c_table_column_name},

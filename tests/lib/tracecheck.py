@@ -64,7 +64,7 @@ def line_of(path, needle, nth=1, within=None):
 
 # Calls of the runtime that make a step directly.
 STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_close",
-              "table_show", "chart_show")
+              "table_show", "chart_show", "inspect")
 # spawn() (and spawn_expect_failure()) notes which backend it chose, at its line.
 SPAWN_CALLS = ("spawn", "spawn_expect_failure")
 RUNTIME_CALLS = STEP_CALLS + SPAWN_CALLS
@@ -262,7 +262,8 @@ def format_regex(fmt):
 # The rendering type each step-making call makes.
 _RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
                    "note_system": "text", "plot": "plot", "spawn": "markdown", "spawn_expect_failure": "markdown",
-                   "check": "check", "check_close": "check", "table_show": "table", "chart_show": "plot"}
+                   "check": "check", "check_close": "check", "table_show": "table", "chart_show": "plot",
+                   "inspect": "inspect"}
 
 # What each step-making call's first argument must match in its rendering.
 _FIRST_ARG_FIELD = {"note": ("data", True), "note_verbatim": ("data", True), "image": ("src", False),
@@ -278,6 +279,12 @@ def rendered_by(raw_src_text, line_starts, line, rendering):
     start = line_starts[line - 1]
     end = line_starts[line] if line < len(line_starts) else len(raw_src_text)
     code = code_only(raw_src_text[start:end])[0]
+    # --inspect-collectives: a collective inspects its tensors at its own line,
+    # named "t (before dist_all_reduce)".
+    if rendering.get("type") == "inspect":
+        m = re.fullmatch(r"\w+ \((?:before|after) (dist_\w+)\)", rendering.get("name", ""))
+        if m and re.search(r"(?<![A-Za-z0-9_.>])%s\s*\(" % m.group(1), code):
+            return True
     for name in RUNTIME_CALLS:
         for m in re.finditer(r"(?<![A-Za-z0-9_.>])%s\s*\(" % re.escape(name), code):
             if _RENDERING_TYPE.get(name, rendering.get("type")) != rendering.get("type"):
@@ -340,7 +347,8 @@ def _frame_problem(files, step, j):
         return "%s: does not call %s(): %r" % (where, nxt, files.raw[path][line - 1].strip())
     if any(r["type"] in ("error", "warning") for r in step["renderings"]):
         return None   # a crash or bad input can happen on any line
-    if not any(calls(text, c) for c in RUNTIME_CALLS):
+    if not any(calls(text, c) for c in RUNTIME_CALLS) and \
+            not (step["renderings"][0]["type"] == "inspect" and re.search(r"\bdist_\w+\s*\(", text)):
         return "%s: no call that makes a step: %r" % (where, files.raw[path][line - 1].strip())
     first = step["renderings"][0]
     if not rendered_by(files.text[path], files.line_starts[path], line, first):
