@@ -1,0 +1,69 @@
+"""LECTERN_CUDA_SYNC, the synchronous mode that reports a faulting kernel
+at its launch line (runtime/tensor/cuda_sync.c, KERNEL_CHECK in
+runtime/check.h), as far as a machine without a GPU can test it: the flag
+is read and recorded in the trace's meta (cuda_sync), a value other than
+0 or 1 is an error naming the variable (with the last good trace kept),
+and --help documents it. That a kernel's fault is then named at its launch
+line needs a GPU: scripts/gpu-check.sh runs compute-sanitizer with it set.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import tracecheck  # noqa: E402
+from test_spawn import fixture  # noqa: E402
+
+FIXTURE = "p2p_order_fixture"   # a short run that passes
+
+
+class CudaSync(unittest.TestCase):
+    def setUp(self):
+        self.out = tempfile.mkdtemp(prefix="lectern-test-cuda-sync-")
+
+    def tearDown(self):
+        shutil.rmtree(self.out, ignore_errors=True)
+
+    def run_with(self, value, *args):
+        env = dict(os.environ)
+        env.pop("LECTERN_CUDA_SYNC", None)
+        if value is not None:
+            env["LECTERN_CUDA_SYNC"] = value
+        return subprocess.run([fixture(FIXTURE), "--out", self.out, "--quiet", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def meta(self, name):
+        return tracecheck.validate(os.path.join(self.out, name))["meta"]
+
+    def test_recorded_in_the_trace(self):
+        for value, want in ((None, False), ("0", False), ("1", True)):
+            with self.subTest(value=value):
+                p = self.run_with(value)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIs(self.meta(FIXTURE + ".json")["cuda_sync"], want)
+
+    def test_a_bad_value_is_an_error_and_keeps_the_last_good_trace(self):
+        self.assertEqual(self.run_with("1").returncode, 0)
+        good = os.path.join(self.out, FIXTURE + ".json")
+        kept = open(good).read()
+        p = self.run_with("yes")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("LECTERN_CUDA_SYNC='yes' is neither 0 nor 1", p.stderr)
+        failed = tracecheck.load(os.path.join(self.out, FIXTURE + ".failed.json"))
+        errors = [r["data"] for s in failed["steps"] for r in s["renderings"] if r["type"] == "error"]
+        self.assertTrue(any("LECTERN_CUDA_SYNC" in e for e in errors), errors)
+        self.assertEqual(open(good).read(), kept, "the last good trace was clobbered")
+
+    def test_help_documents_it(self):
+        p = self.run_with(None, "--help")
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("LECTERN_CUDA_SYNC=1", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
