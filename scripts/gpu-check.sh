@@ -393,6 +393,8 @@ bench() {
 export LECTERN_OUT=$WORK/bench-traces
 mkdir -p "$LECTERN_OUT"
 bench bench_gpu 300 "$BUILD/bench/bench_gpu"
+# cudaMalloc/cudaFree against the stream-ordered pool, idle and beside a copy in flight
+bench bench_alloc 120 "$BUILD/bench/bench_alloc"
 bench bench_spawn 180 "$BUILD/bench/bench_spawn"
 bench bench_allreduce 420 "$BUILD/bench/bench_allreduce"
 ref=()

@@ -18,6 +18,7 @@
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,11 +48,51 @@ static int in_use;
 
 extern "C" int lx_cuda_in_use(void) { return in_use; }
 
+/* Stream-ordered allocation. cudaFree may wait for the whole device to be
+ * idle, and cudaMalloc may too: a DDP step that frees a gradient while a
+ * bucket's all-reduce is in flight would stall its compute stream behind
+ * the transfer, and the overlap the lecture measures would be lost.
+ * cudaMallocAsync / cudaFreeAsync on the tensors' stream (the default
+ * stream, where every tensor kernel runs) take and give back memory in
+ * that stream's order instead, without waiting for other streams: the
+ * NCCL and staging streams that use a tensor wait for the default stream's
+ * position at each call (an event), and the host has waited for their
+ * work before a tensor can be freed (dist_wait). The device's default pool
+ * keeps what was freed (release threshold: no limit) for the next tensor,
+ * as torch's caching allocator does; without it the pool would hand memory
+ * back to the driver at every synchronization. A device without memory
+ * pools (cudaDevAttrMemoryPoolsSupported 0) gets plain cudaMalloc.
+ * UNVERIFIED: written on a machine without a GPU (docs/gpu.md). */
+#define MAX_DEVICES 64
+static signed char pooled[MAX_DEVICES];   /* 0 not asked yet, 1 pool, -1 plain */
+
+static int uses_pool(int device)
+{
+    if (device < 0 || device >= MAX_DEVICES) return 0;
+    if (pooled[device] == 0) {
+        int supported = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
+        const char *env = getenv("LECTERN_CUDA_POOL");   /* 0: plain cudaMalloc (bench_alloc compares) */
+        if (env && strcmp(env, "0") == 0) supported = 0;
+        if (supported) {
+            cudaMemPool_t pool;
+            uint64_t keep = UINT64_MAX;   /* cuuint64_t: a byte count */
+            CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+            CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        }
+        pooled[device] = supported ? 1 : -1;
+    }
+    return pooled[device] == 1;
+}
+
+extern "C" int lx_cuda_pool_in_use(int device) { return uses_pool(device); }
+
 extern "C" float *lx_cuda_alloc(int device, size_t bytes)
 {
     float *p = NULL;
     CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaMalloc((void **)&p, bytes));
+    if (uses_pool(device)) CUDA_CHECK(cudaMallocAsync((void **)&p, bytes, 0));
+    else CUDA_CHECK(cudaMalloc((void **)&p, bytes));
     in_use = 1;
     return p;
 }
@@ -59,7 +100,8 @@ extern "C" float *lx_cuda_alloc(int device, size_t bytes)
 extern "C" void lx_cuda_free(int device, float *p)
 {
     CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaFree(p));
+    if (uses_pool(device)) CUDA_CHECK(cudaFreeAsync(p, 0));
+    else CUDA_CHECK(cudaFree(p));
 }
 
 extern "C" void lx_cuda_zero(int device, float *p, size_t bytes)
