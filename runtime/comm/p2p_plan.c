@@ -26,6 +26,14 @@
  * queued, not run, by the host; and comm_nccl.c records the compute
  * stream's position at the call itself, so the send waits for what was
  * queued before it, not for what was queued before the issue.
+ *
+ * The cost, said plainly: an isend is issued at the rank's next dist_*
+ * call, not at its own. Where the host itself computes between the two (a
+ * lecture's sleep_ms standing in for work, a host-side loop), the message
+ * leaves that much later: pipeline stage 0, which only sends, sends
+ * micro-batch k's activations at micro-batch k+1's isend. Issuing each
+ * operation alone at its call would remove that delay and deadlock the ring
+ * above; knowing whether a receive follows needs the future.
  */
 #include <string.h>
 
