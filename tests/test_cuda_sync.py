@@ -17,7 +17,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import fixture  # noqa: E402
+from test_spawn import fixture, links, machine_gpus  # noqa: E402
 
 FIXTURE = "p2p_order_fixture"   # a short run that passes
 
@@ -63,6 +63,43 @@ class CudaSync(unittest.TestCase):
         p = self.run_with(None, "--help")
         self.assertEqual(p.returncode, 0)
         self.assertIn("LECTERN_CUDA_SYNC=1", p.stdout)
+
+
+def kernel_check_line():
+    """The line of KERNEL_CHECK() right after the add-a-scalar kernel's
+    launch in tensor_cuda.cu, read from the source."""
+    path = os.path.join(tracecheck.ROOT, "runtime", "tensor", "tensor_cuda.cu")
+    lines = open(path).read().split("\n")
+    start = next(i for i, l in enumerate(lines) if "add_scalar_kernel<<<" in l)
+    return next(i for i in range(start, start + 3) if "KERNEL_CHECK()" in lines[i]) + 1
+
+
+class FaultAtItsLine(unittest.TestCase):
+    def setUp(self):
+        if not (links(fixture("cuda_fault_fixture"), "libcudart") and machine_gpus() > 0):
+            self.skipTest("needs a GPU and a CUDA build")
+        self.out = tempfile.mkdtemp(prefix="lectern-test-cuda-fault-")
+
+    def tearDown(self):
+        shutil.rmtree(self.out, ignore_errors=True)
+
+    def run_fault(self, sync):
+        env = dict(os.environ, LECTERN_CUDA_SYNC=sync)
+        return subprocess.run([fixture("cuda_fault_fixture"), "--out", self.out, "--quiet"], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def test_sync_mode_names_the_launch(self):
+        p = self.run_fault("1")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("runtime/tensor/tensor_cuda.cu:%d" % kernel_check_line(), p.stderr)
+        self.assertIn("cudaDeviceSynchronize", p.stderr)
+
+    def test_without_it_the_fault_surfaces_later(self):
+        # What the mode is for: without it the same fault is reported
+        # elsewhere, at a call that waits for the GPU after the launch.
+        p = self.run_fault("0")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertNotIn("runtime/tensor/tensor_cuda.cu:%d" % kernel_check_line(), p.stderr)
 
 
 if __name__ == "__main__":
