@@ -14,12 +14,15 @@
 #   3. the tests: every C test (test_comm_staged: every collective on device
 #      tensors of ranks sharing a GPU), tests/test_spawn.py, test_lecture_08.py,
 #      test_lecture_gpu.py (its CUDA kernels run and are checked, also at
-#      matrix sizes the tile does not divide), test_foundation.py;
+#      matrix sizes the tile does not divide), test_foundation.py,
+#      test_p2p_order.py (on NCCL where there are two GPUs), test_cuda_sync.py
+#      (a faulting kernel named at its launch line under LECTERN_CUDA_SYNC=1);
 #      compute-sanitizer's memcheck on the GPU tests, racecheck and synccheck
-#      on lecture_gpu's kernels
+#      on lecture_gpu's kernels, all with LECTERN_CUDA_SYNC=1
 #   4. the full lecture_08, three runs: the first becomes
 #      traces/lecture_08.gpu.json (+ .js); wall time, the CUDA-streams section
 #   5. benchmarks: bench_gpu (matmul vs bare cuBLAS, device copy, randn),
+#      bench_alloc (cudaMalloc/cudaFree against the stream-ordered pool),
 #      bench_spawn (with spawns of 4 ranks using the GPU), bench_allreduce
 #      (device tensors of ranks sharing the GPU beside bare MPI on host
 #      buffers), then bench/torch_anchor.py (PyTorch on the same machine:
