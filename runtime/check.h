@@ -21,6 +21,14 @@ extern "C"
  * line (in the rank where it happened), then exit 1 (check.c). */
 #define LX_DIE(lib, msg, file, line, expr) lx_backend_error(lib, msg, file, line, expr)
 
+/* 1 when LECTERN_CUDA_SYNC=1: every kernel launch is waited for and checked
+ * at its line (cuda_sync.c). A value other than 0 or 1 is an error. */
+#ifdef __cplusplus
+extern "C"
+#endif
+    int
+    lx_cuda_sync(void);
+
 #define MPI_CHECK(call)                                                              \
     do {                                                                             \
         int mpi_rc_ = (call);                                                        \
@@ -38,6 +46,15 @@ extern "C"
         cudaError_t cuda_rc_ = (call);                                               \
         if (cuda_rc_ != cudaSuccess)                                                 \
             LX_DIE("CUDA", cudaGetErrorString(cuda_rc_), __FILE__, __LINE__, #call); \
+    } while (0)
+
+/* Right after a kernel launch (a launch returns no status): the launch's
+ * own error, and under LECTERN_CUDA_SYNC=1 the kernel's too, both named at
+ * this line rather than at the next call that waits for the GPU. */
+#define KERNEL_CHECK()                                                               \
+    do {                                                                             \
+        CUDA_CHECK(cudaGetLastError());                                              \
+        if (lx_cuda_sync()) CUDA_CHECK(cudaDeviceSynchronize());                     \
     } while (0)
 
 #define CUBLAS_CHECK(call)                                                           \

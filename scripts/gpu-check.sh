@@ -14,12 +14,15 @@
 #   3. the tests: every C test (test_comm_staged: every collective on device
 #      tensors of ranks sharing a GPU), tests/test_spawn.py, test_lecture_08.py,
 #      test_lecture_gpu.py (its CUDA kernels run and are checked, also at
-#      matrix sizes the tile does not divide), test_foundation.py;
+#      matrix sizes the tile does not divide), test_foundation.py,
+#      test_p2p_order.py (on NCCL where there are two GPUs), test_cuda_sync.py
+#      (a faulting kernel named at its launch line under LECTERN_CUDA_SYNC=1);
 #      compute-sanitizer's memcheck on the GPU tests, racecheck and synccheck
-#      on lecture_gpu's kernels
+#      on lecture_gpu's kernels, all with LECTERN_CUDA_SYNC=1
 #   4. the full lecture_08, three runs: the first becomes
 #      traces/lecture_08.gpu.json (+ .js); wall time, the CUDA-streams section
 #   5. benchmarks: bench_gpu (matmul vs bare cuBLAS, device copy, randn),
+#      bench_alloc (cudaMalloc/cudaFree against the stream-ordered pool),
 #      bench_spawn (with spawns of 4 ranks using the GPU), bench_allreduce
 #      (device tensors of ranks sharing the GPU beside bare MPI on host
 #      buffers), then bench/torch_anchor.py (PyTorch on the same machine:
@@ -264,7 +267,10 @@ for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     tests "$(basename "$t")" "$t"
 done
-for t in tests/test_spawn.py tests/test_lecture_08.py tests/test_lecture_gpu.py tests/test_foundation.py; do
+# test_p2p_order.py: isend; all_reduce; wait against all_reduce; recv, on NCCL
+# where two GPUs exist (on one GPU it runs on Open MPI: docs/gpu.md).
+for t in tests/test_spawn.py tests/test_lecture_08.py tests/test_lecture_gpu.py tests/test_foundation.py \
+    tests/test_p2p_order.py tests/test_cuda_sync.py; do
     tests "$(basename "$t")" env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$t"
 done
 if [ "$gpus" -eq 0 ]; then
@@ -274,7 +280,9 @@ elif ! command -v compute-sanitizer >/dev/null && [ ! -x /usr/local/cuda/bin/com
 else
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for t in test_random test_tensor; do
-        if timeout 600 "$cs" --tool memcheck --error-exitcode 3 "$BUILD/tests/$t" >"$WORK/cs.log" 2>&1; then
+        # LECTERN_CUDA_SYNC=1: each kernel is waited for at its launch, so a
+        # fault is reported at the launch's file:line (docs/gpu.md).
+        if LECTERN_CUDA_SYNC=1 timeout 600 "$cs" --tool memcheck --error-exitcode 3 "$BUILD/tests/$t" >"$WORK/cs.log" 2>&1; then
             ok "memcheck $t ($(grep -m1 'ERROR SUMMARY' "$WORK/cs.log"))"
         else
             tail -30 "$WORK/cs.log"
@@ -285,7 +293,7 @@ else
     # __syncthreads in tiled_matmul) and barriers not every thread reaches;
     # 100 is not a multiple of the tile, so edge blocks have idle threads.
     for tool in racecheck synccheck; do
-        if timeout 540 "$cs" --tool "$tool" --error-exitcode 3 "$BUILD/lectures/lecture_gpu" --quick --quiet \
+        if LECTERN_CUDA_SYNC=1 timeout 540 "$cs" --tool "$tool" --error-exitcode 3 "$BUILD/lectures/lecture_gpu" --quick --quiet \
             --matmul-n=100 --out "$WORK/cs-$tool" >"$WORK/cs.log" 2>&1; then
             ok "$tool lecture_gpu kernels ($(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/cs.log"))"
         else
@@ -388,6 +396,8 @@ bench() {
 export LECTERN_OUT=$WORK/bench-traces
 mkdir -p "$LECTERN_OUT"
 bench bench_gpu 300 "$BUILD/bench/bench_gpu"
+# cudaMalloc/cudaFree against the stream-ordered pool, idle and beside a copy in flight
+bench bench_alloc 120 "$BUILD/bench/bench_alloc"
 bench bench_spawn 180 "$BUILD/bench/bench_spawn"
 bench bench_allreduce 420 "$BUILD/bench/bench_allreduce"
 ref=()

@@ -38,6 +38,7 @@ C_COMM_STAGED = ["%s/tests/test_comm_staged" % BUILD]
 C_TRACE = ["%s/tests/test_trace" % BUILD]
 C_GPU_COUNT = ["%s/tests/test_gpu_count" % BUILD]
 C_RANDOM = ["%s/tests/test_random" % BUILD]
+C_P2P_PLAN = ["%s/tests/test_p2p_plan" % BUILD]
 PY = "/usr/bin/python3"
 FOUNDATION = [PY, "tests/test_foundation.py"]
 SPAWN = [PY, "tests/test_spawn.py"]
@@ -60,6 +61,13 @@ def m(name, path, find, replace, *tests):
 
 
 MUTANTS = [
+    # ---- NCCL point-to-point: when a send or receive is issued ----
+    m("p2p-plan-collective-leaves-group-open", "runtime/comm/p2p_plan.c",
+      "    if (call == LX_P2P_OTHER) return issue_open_first(p, s);", "    if (call == LX_P2P_OTHER) return s;",
+      C_P2P_PLAN),
+    m("p2p-plan-blocking-recv-not-issued", "runtime/comm/p2p_plan.c",
+      "    if (call == LX_P2P_SEND || call == LX_P2P_RECV || call == LX_P2P_SENDRECV) {",
+      "    if (call == LX_P2P_SEND || call == LX_P2P_SENDRECV) {", C_P2P_PLAN),
     # ---- ranks that share a GPU: the staging pipeline and the choice ----
     m("staged-pieces-forget-chunk-offset", "runtime/comm/comm_staged.c",
       "p->in + (size_t)r * p->count + lo, n);", "p->in + (size_t)r * p->count, n);", C_COMM_STAGED),

@@ -1,5 +1,13 @@
 /*
  * streams.c: lecture_08's CUDA streams example (streams.h).
+ *
+ * The two streams are non-blocking (cudaStreamNonBlocking): they are not
+ * ordered after the default stream's work, nor it after theirs. So what
+ * orders the work is the events alone: the compute and copy streams start
+ * after the default stream's "started" event, and the add on the default
+ * stream waits for "computed" and "copied". Remove a wait and the add may
+ * read z1 or z2 before they are written (a blocking stream would have hidden
+ * that, the legacy default stream waiting for it anyway).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +27,7 @@ typedef struct streams_work {
     float *y_host;                    /* pinned (page-locked) host memory */
     cublasHandle_t blas;
     cudaStream_t compute, copy;
-    cudaEvent_t computed, copied;
+    cudaEvent_t started, computed, copied;
 } streams_work;
 
 /* z1 = x1 @ x2 on whatever stream the handle is set to (row-major, so cuBLAS
@@ -45,10 +53,14 @@ static void run_one_stream(streams_work *w) {
     add_results(w);
 }
 
-/* The matmul on one stream, the copy on another; the default stream waits for
- * both (through events) before adding. */
+/* The matmul on one stream, the copy on another, both after what the
+ * default stream did before (the previous run's add read z1 and z2); the
+ * default stream waits for both (through events) before adding. */
 static void run_two_streams(streams_work *w) {
     size_t bytes = (size_t)w->n * w->n * sizeof(float);
+    CUDA_CHECK(cudaEventRecord(w->started, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(w->compute, w->started, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(w->copy, w->started, 0));
     CUBLAS_CHECK(cublasSetStream(w->blas, w->compute));
     multiply(w);
     CUDA_CHECK(cudaEventRecord(w->computed, w->compute));
@@ -112,8 +124,9 @@ static void run_streams_example(void) {
     tensor_to_host(y, w.y_host);
     tensor_free(y);
     CUBLAS_CHECK(cublasCreate(&w.blas));
-    CUDA_CHECK(cudaStreamCreate(&w.compute));
-    CUDA_CHECK(cudaStreamCreate(&w.copy));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&w.compute, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&w.copy, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&w.started, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&w.computed, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&w.copied, cudaEventDisableTiming));
 
@@ -122,6 +135,7 @@ static void run_streams_example(void) {
     benchmark("two streams", run_two_streams, &w, 1, 3);
     note("The difference is the copy, hidden behind the matmul.");
 
+    CUDA_CHECK(cudaEventDestroy(w.started));
     CUDA_CHECK(cudaEventDestroy(w.computed));
     CUDA_CHECK(cudaEventDestroy(w.copied));
     CUDA_CHECK(cudaStreamDestroy(w.compute));

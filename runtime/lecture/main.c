@@ -20,6 +20,7 @@
 
 #include <cblas.h>
 
+#include "check.h"
 #include "comm/comm.h"
 #include "ranks/ranks.h"
 #include "tensor/tensor.h"
@@ -59,7 +60,9 @@ static void usage(FILE *f, const char *prog, const char *name) {
             "  --help      this text\n"
             "\n"
             "Environment: LECTERN_TIMEOUT=SECONDS stops a spawn whose ranks make no\n"
-            "progress for that long (default 120).\n"
+            "progress for that long (default 120). LECTERN_CUDA_SYNC=1 waits for\n"
+            "every GPU kernel the runtime launches and reports a faulting one at its\n"
+            "launch line (slow: for debugging and compute-sanitizer, docs/gpu.md).\n"
             "Exit status: 0 ok, 1 the lecture failed (see the error steps), 2 bad usage\n"
             "or an unwritable output folder.\n",
             prog, name, name, name, name, lx_repo_root(), is_benchmark() ? "bench/results" : "traces/local");
@@ -127,6 +130,8 @@ static void add_meta(int argc, char **argv) {
     lx_trace_meta("command", cJSON_CreateString(cmd));
     free(cmd);
     lx_trace_meta("quick", cJSON_CreateBool(quick));
+    /* Read here, so a bad value is an error before any kernel runs. */
+    lx_trace_meta("cuda_sync", cJSON_CreateBool(lx_cuda_sync()));
 }
 
 int lecture_main(int argc, char **argv, void (*body)(void)) {

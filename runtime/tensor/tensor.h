@@ -48,6 +48,9 @@ int lx_cuda_in_use(void);
 
 float *lx_cuda_alloc(int device, size_t bytes);
 void lx_cuda_free(int device, float *p);
+/* 1 when device memory comes from the device's stream-ordered pool
+ * (cudaMallocAsync), 0 for plain cudaMalloc (no pools, or LECTERN_CUDA_POOL=0). */
+int lx_cuda_pool_in_use(int device);
 void lx_cuda_zero(int device, float *p, size_t bytes);
 
 /* Copies between any two places; a device of -1 means host memory. */

@@ -12,10 +12,13 @@
  *
  * Every CUDA and cuBLAS call is checked (check.h): a failed call stops the
  * program with the call, the library's message and file:line. A kernel launch
- * returns nothing, so cudaGetLastError() right after it is the check.
+ * returns nothing, so KERNEL_CHECK() right after it is the check: the launch's
+ * error at once, the kernel's own at the same line under LECTERN_CUDA_SYNC=1
+ * (cuda_sync.c), else at the next call that waits for the GPU.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,11 +48,51 @@ static int in_use;
 
 extern "C" int lx_cuda_in_use(void) { return in_use; }
 
+/* Stream-ordered allocation. cudaFree may wait for the whole device to be
+ * idle, and cudaMalloc may too: a DDP step that frees a gradient while a
+ * bucket's all-reduce is in flight would stall its compute stream behind
+ * the transfer, and the overlap the lecture measures would be lost.
+ * cudaMallocAsync / cudaFreeAsync on the tensors' stream (the default
+ * stream, where every tensor kernel runs) take and give back memory in
+ * that stream's order instead, without waiting for other streams: the
+ * NCCL and staging streams that use a tensor wait for the default stream's
+ * position at each call (an event), and the host has waited for their
+ * work before a tensor can be freed (dist_wait). The device's default pool
+ * keeps what was freed (release threshold: no limit) for the next tensor,
+ * as torch's caching allocator does; without it the pool would hand memory
+ * back to the driver at every synchronization. A device without memory
+ * pools (cudaDevAttrMemoryPoolsSupported 0) gets plain cudaMalloc.
+ * UNVERIFIED: written on a machine without a GPU (docs/gpu.md). */
+#define MAX_DEVICES 64
+static signed char pooled[MAX_DEVICES];   /* 0 not asked yet, 1 pool, -1 plain */
+
+static int uses_pool(int device)
+{
+    if (device < 0 || device >= MAX_DEVICES) return 0;
+    if (pooled[device] == 0) {
+        int supported = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
+        const char *env = getenv("LECTERN_CUDA_POOL");   /* 0: plain cudaMalloc (bench_alloc compares) */
+        if (env && strcmp(env, "0") == 0) supported = 0;
+        if (supported) {
+            cudaMemPool_t pool;
+            uint64_t keep = UINT64_MAX;   /* cuuint64_t: a byte count */
+            CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+            CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        }
+        pooled[device] = supported ? 1 : -1;
+    }
+    return pooled[device] == 1;
+}
+
+extern "C" int lx_cuda_pool_in_use(int device) { return uses_pool(device); }
+
 extern "C" float *lx_cuda_alloc(int device, size_t bytes)
 {
     float *p = NULL;
     CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaMalloc((void **)&p, bytes));
+    if (uses_pool(device)) CUDA_CHECK(cudaMallocAsync((void **)&p, bytes, 0));
+    else CUDA_CHECK(cudaMalloc((void **)&p, bytes));
     in_use = 1;
     return p;
 }
@@ -57,7 +100,8 @@ extern "C" float *lx_cuda_alloc(int device, size_t bytes)
 extern "C" void lx_cuda_free(int device, float *p)
 {
     CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaFree(p));
+    if (uses_pool(device)) CUDA_CHECK(cudaFreeAsync(p, 0));
+    else CUDA_CHECK(cudaFree(p));
 }
 
 extern "C" void lx_cuda_zero(int device, float *p, size_t bytes)
@@ -188,7 +232,7 @@ extern "C" void lx_cuda_add_scalar(int device, float *x, int64_t n, float s)
         return;
     CUDA_CHECK(cudaSetDevice(device));
     add_scalar_kernel<<<blocks_for(n), THREADS>>>(x, n, s);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
 
 static __global__ void fill_kernel(float *x, int64_t n, float v)
@@ -202,7 +246,7 @@ extern "C" void lx_cuda_fill(int device, float *x, int64_t n, float v)
         return;
     CUDA_CHECK(cudaSetDevice(device));
     fill_kernel<<<blocks_for(n), THREADS>>>(x, n, v);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
 
 /* Each thread adds its grid-stride share in double, each block adds its
@@ -235,7 +279,7 @@ extern "C" double lx_cuda_sum(int device, const float *x, int64_t n)
     CUDA_CHECK(cudaMalloc((void **)&d_out, sizeof(double)));
     CUDA_CHECK(cudaMemset(d_out, 0, sizeof(double)));
     sum_kernel<<<blocks_for(n), THREADS>>>(x, n, d_out);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
     CUDA_CHECK(cudaMemcpy(&result, d_out, sizeof(double), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaFree(d_out));
     return result;
@@ -277,7 +321,7 @@ extern "C" void lx_cuda_gelu(int device, float *y, const float *x, int64_t n)
         return;
     CUDA_CHECK(cudaSetDevice(device));
     gelu_kernel<<<blocks_for(n), THREADS>>>(y, x, n);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
 
 extern "C" void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy,
@@ -287,7 +331,7 @@ extern "C" void lx_cuda_gelu_backward(int device, float *dx, const float *x, con
         return;
     CUDA_CHECK(cudaSetDevice(device));
     gelu_backward_kernel<<<blocks_for(n), THREADS>>>(dx, x, dy, n);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
 
 /* AdamW, in the order torch.optim.AdamW applies it: decoupled weight decay
@@ -318,7 +362,7 @@ extern "C" void lx_cuda_adamw(int device, float *param, float *m, float *v, cons
     CUDA_CHECK(cudaSetDevice(device));
     adamw_kernel<<<blocks_for(n), THREADS>>>(param, m, v, grad, n, beta1, beta2, eps, decay,
                                              step_size, bias2_sqrt);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
 
 /* ---------------- random normals ---------------- */
@@ -352,7 +396,7 @@ extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, ui
     CUDA_CHECK(cudaSetDevice(device));
     int64_t blocks = (int64_t)((first + (uint64_t)n - 1) / 4 - first / 4) + 1;
     randn_kernel<<<blocks_for(blocks), THREADS>>>(x, n, seed, first);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
 
 /* ---------------- staging copies for ranks that share a GPU ---------------- */
@@ -361,23 +405,30 @@ extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, ui
  * device: a "down" stream for device -> host copies and an "up" stream for
  * host -> device, so a chunk going down and another coming up move at once
  * (the H100 has a copy engine for each direction), and an event per slot
- * and direction the host waits on. The streams are blocking streams, so
- * they are ordered after the kernels and cuBLAS calls of the legacy default
- * stream that every tensor operation uses: the copies read what those
- * wrote. Made once per process and kept (a pool rank runs many spawns).
- * UNVERIFIED: written on a machine without a GPU. */
+ * and direction the host waits on. The order with the tensor operations
+ * (kernels and cuBLAS calls on the default stream) is said, not implied:
+ * the streams are non-blocking, and stage_begin records an event on the
+ * default stream that both copy streams wait for, so the copies read what
+ * the kernels queued before the call wrote, and nothing depends on the
+ * legacy default stream's implicit ordering (which a per-thread default
+ * stream, --default-stream per-thread, would not give). Copies coming up
+ * are waited for by the host (wait_up) before the call returns, so later
+ * kernels see them. Made once per process and kept (a pool rank runs many
+ * spawns). UNVERIFIED: written on a machine without a GPU. */
 #define STAGE_SLOTS 3
 
 static int stage_device = -1;
 static int stagings_made;   /* stream and event sets made in this process's life */
 static cudaStream_t stage_down_stream, stage_up_stream;
 static cudaEvent_t stage_down_done[STAGE_SLOTS], stage_up_done[STAGE_SLOTS];
+static cudaEvent_t stage_queued;   /* "the default stream got this far" */
 
 static void stage_begin(void)
 {
-    /* Blocking streams wait for the default stream's earlier work by
-     * themselves; nothing to do but make this the current device. */
     CUDA_CHECK(cudaSetDevice(stage_device));
+    CUDA_CHECK(cudaEventRecord(stage_queued, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(stage_down_stream, stage_queued, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(stage_up_stream, stage_queued, 0));
 }
 
 static void stage_to_host(float *host, const float *dev, size_t n)
@@ -444,7 +495,7 @@ static void stage_divide(float *x, size_t n, float by)
 {
     CUDA_CHECK(cudaSetDevice(stage_device));
     divide_kernel<<<blocks_for((int64_t)n), THREADS>>>(x, (int64_t)n, by);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -476,10 +527,12 @@ extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device)
                 CUDA_CHECK(cudaEventDestroy(stage_down_done[s]));
                 CUDA_CHECK(cudaEventDestroy(stage_up_done[s]));
             }
+            CUDA_CHECK(cudaEventDestroy(stage_queued));
         }
         CUDA_CHECK(cudaSetDevice(device));
-        CUDA_CHECK(cudaStreamCreate(&stage_down_stream));
-        CUDA_CHECK(cudaStreamCreate(&stage_up_stream));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stage_down_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stage_up_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&stage_queued, cudaEventDisableTiming));
         for (int s = 0; s < STAGE_SLOTS; s++) {
             CUDA_CHECK(cudaEventCreateWithFlags(&stage_down_done[s], cudaEventDisableTiming));
             CUDA_CHECK(cudaEventCreateWithFlags(&stage_up_done[s], cudaEventDisableTiming));
