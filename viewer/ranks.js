@@ -149,6 +149,12 @@
     return { text: sp.status, bad: sp.status === 'failed' };
   };
 
+  function hostCount(hosts) {
+    var seen = {};
+    hosts.forEach(function (x) { seen[String(x)] = 1; });
+    return Object.keys(seen).length;
+  }
+
   L.spawnHTML = function (k, ctx) {
     var T = L.T, IX = L.IX, sp = T.spawns[k], byRank = IX.spawnRanks[k] || [];
     var ws = sp.world_size != null ? sp.world_size : byRank.length;
@@ -170,6 +176,7 @@
       '<code class="spawn-call">' + esc(spawnCall(k)) + '</code> <span class="sp-facts"><strong>' + esc(ws) + ' rank' +
       (ws == 1 ? '' : 's') + '</strong>' + (sp.backend ? ' · <span class="backend">' + esc(sp.backend) + '</span>' : '') +
       (sp.seconds != null ? ' · ' + esc(L.fmtSeconds(sp.seconds)) : '') +
+      (Array.isArray(sp.hosts) ? ' · ' + esc(hostCount(sp.hosts)) + ' hosts' : '') +
       (st ? ' · <span class="st ' + (failed ? 'bad' : 'ok') + '">' + esc(st.text) + '</span>' : '') +
       ' · ' + n + ' step' + (n === 1 ? '' : 's') + '</span>' +
       '<span class="seg sp-view" role="group" aria-label="Lay out the ranks\' output">' +
@@ -188,10 +195,15 @@
         'The ranks wrote nothing.') + '</p></section>';
     }
     h += '<tr class="sp-cols"><th scope="col" class="rl-h">' + (view === 'time' ? 'time · line' : 'line') + '</th>';
+    // Ranks over more than one host (the spawn's "hosts"): each header
+    // names its rank's host, the address in its tooltip.
+    var hosts = Array.isArray(sp.hosts) ? sp.hosts : null;
     cols.forEach(function (r) {
-      var cnt = byRank[r] ? byRank[r].filter(L.shown).length : 0;
+      var cnt = byRank[r] ? byRank[r].filter(L.shown).length : 0, host = hosts && hosts[r] ? String(hosts[r]) : '';
       h += '<th scope="col" class="rank-h" data-r="' + r + '" style="--rc:' + L.rankColor(r) + '">rank ' + r +
-        ' <span class="cnt">' + cnt + '</span></th>';
+        ' <span class="cnt">' + cnt + '</span>' +
+        (host ? '<span class="rank-host" title="' + esc(host) + '">' + esc(host.replace(/ \(.*\)$/, '')) + '</span>' : '') +
+        '</th>';
     });
     h += '</tr></thead><tbody>' + bodyHTML(k, ctx, view, cols) + '</tbody></table></section>';
     return h;

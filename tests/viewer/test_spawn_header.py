@@ -64,6 +64,30 @@ class TestExpectedErrors(base.ViewerCase):
                          {"text": "succeeded, but a failure was expected", "bad": True})
 
 
+class TestHosts(base.ViewerCase):
+    # A spawn whose ranks ran on two hosts records them ("hosts", rank r's at
+    # index r): each rank's header names its host, the address in its
+    # tooltip, and the spawn's facts count the hosts. One host: nothing.
+    HEADERS = """var box = document.createElement('div');
+box.innerHTML = window.lectern.spawnHTML(0, 'test');
+return {hosts: Array.prototype.map.call(box.querySelectorAll('.rank-h'), function (th) {
+          var h = th.querySelector('.rank-host'); return h ? [h.textContent, h.title] : null; }),
+        facts: box.querySelector('.sp-facts').textContent};"""
+
+    def test_rank_headers_name_their_hosts(self):
+        self.assertIsNone(self.open("?trace=expected"))
+        ws = self.js("return window.lectern.T.spawns[0].world_size")
+        self.assertGreaterEqual(ws, 2)
+        plain = self.js(self.HEADERS)
+        self.assertEqual(plain["hosts"], [None] * ws, "one host: no host in the headers")
+        self.assertNotIn("hosts", plain["facts"])
+        names = ["vm (10.0.0.1)"] * (ws - 1) + ["node-b (10.0.0.2)"]
+        self.js("window.lectern.T.spawns[0].hosts = arguments[0]", names)
+        got = self.js(self.HEADERS)
+        self.assertEqual(got["hosts"], [[n.split(" (")[0], n] for n in names])
+        self.assertIn("2 hosts", got["facts"])
+
+
 class TestWrappedHeader(base.ViewerCase):
     # A narrow, short window: the source pane is about 700 x 220 px, and a
     # spawn's header (its long call, facts and buttons, the spawn's note,
