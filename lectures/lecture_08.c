@@ -710,8 +710,8 @@ static mlp_config model_config(void) {
 /* The verdict beside each printed comparison: a strategy that drifts from one
  * device fails the run (check() records a failed check and the lecture ends
  * with exit status 1), it does not only print a larger number. */
-static void agrees(int rank, const char *what, double diff, double tolerance) {
-    check(diff <= tolerance, "rank %d: %s equal to one device's (%.3g <= %.3g)", rank, what, diff, tolerance);
+static void agrees(const char *what, double diff, double tolerance) {
+    check(diff <= tolerance, "%s equal to one device's (%.3g <= %.3g)", what, diff, tolerance);
 }
 
 /* What one device computed (one_device() below fills it): every strategy's
@@ -927,7 +927,7 @@ static void ddp_main(int rank, int world_size, void *args) {
             note_verbatim("Rank %d: step 0: max |averaged gradient - one device| = %.3g "
                           "(largest gradient %.3g, tolerance %.3g)",
                           rank, diff, size, gradient_tolerance(c) * size);
-            agrees(rank, "DDP: step-0 gradients", diff, gradient_tolerance(c) * size);
+            agrees("DDP: step-0 gradients", diff, gradient_tolerance(c) * size);
         }
         for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], grads[i]);
         note_verbatim("Rank %d: step = %d, loss = %.9g, params = %s", rank, step, loss,
@@ -945,7 +945,7 @@ static void ddp_main(int rank, int world_size, void *args) {
     }
     note_verbatim("Rank %d: max |DDP - one device| = %.3g (AdamW's rounding bound %.3g)", rank, diff,
                   adamw_rounding_bound(c));
-    agrees(rank, "DDP: the trained parameters", diff, adamw_rounding_bound(c));
+    agrees("DDP: the trained parameters", diff, adamw_rounding_bound(c));
     if (rank == 0)
         note_verbatim("Rank 0: across %d %s, max |params(max) - params(min)| = %.3g",
                       world_size, plural(world_size, "rank", "ranks"), spread);
@@ -1132,7 +1132,7 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             note_verbatim("Rank %d: buckets, %d accumulation steps: step 0: max |averaged gradient - one device| = %.3g "
                           "(largest gradient %.3g, tolerance %.3g)",
                           rank, k_micro, diff, size, gradient_tolerance(c) * size);
-            agrees(rank, "DDP with buckets and accumulation: step-0 gradients", diff, gradient_tolerance(c) * size);
+            agrees("DDP with buckets and accumulation: step-0 gradients", diff, gradient_tolerance(c) * size);
         }
         for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], g.grads[i]);
         note_verbatim("Rank %d: buckets: step = %d, loss = %.9g", rank, step, loss);
@@ -1305,7 +1305,7 @@ static void zero3_main(int rank, int world_size, void *args) {
                 note_verbatim("Rank %d: step 0: layer %d: max |averaged gradient piece - one device| = %.3g "
                               "(largest gradient %.3g, tolerance %.3g)", rank, i,
                               diff, largest(full), gradient_tolerance(c) * largest(full));
-                agrees(rank, "ZeRO-3: a step-0 gradient piece", diff, gradient_tolerance(c) * largest(full));
+                agrees("ZeRO-3: a step-0 gradient piece", diff, gradient_tolerance(c) * largest(full));
                 tensor_free(mine);
                 tensor_free(full);
             }
@@ -1336,7 +1336,7 @@ static void zero3_main(int rank, int world_size, void *args) {
     }
     note_verbatim("Rank %d: max |ZeRO-3 piece - one device| = %.3g (AdamW's rounding bound %.3g)", rank, diff,
                   adamw_rounding_bound(c));
-    agrees(rank, "ZeRO-3: the trained parameter pieces", diff, adamw_rounding_bound(c));
+    agrees("ZeRO-3: the trained parameter pieces", diff, adamw_rounding_bound(c));
     tensor_free(x);
     tensor_free(data);
 }
@@ -1453,7 +1453,7 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
     note_verbatim("Rank %d: forward: loss = %.9g (one device: %.9g), activations %s, "
                   "max |TP - one device| = %.3g (tolerance %.3g)", rank, loss, a->first_loss,
                   summarize(acts[c->layers]), out_diff, out_tol);
-    agrees(rank, "column-parallel TP: the output", out_diff, out_tol);
+    agrees("column-parallel TP: the output", out_diff, out_tol);
     tensor_free(expected);
 
     /* Backward. */
@@ -1480,7 +1480,7 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
     note_verbatim("Rank %d: backward: gradients of columns %lld-%lld of every layer, "
                   "max |TP - one device| = %.3g (largest gradient %.3g, tolerance %.3g)", rank,
                   (long long)first, (long long)last - 1, diff, size, gradient_tolerance(c) * size);
-    agrees(rank, "column-parallel TP: the gradients", diff, gradient_tolerance(c) * size);
+    agrees("column-parallel TP: the gradients", diff, gradient_tolerance(c) * size);
 
     note_verbatim("Rank %d: column-only: nominal bytes sent in one step = %lld in %lld calls", rank,
                   (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
@@ -1531,7 +1531,7 @@ static void megatron_main(int rank, int world_size, void *args) {
     double out_diff = max_abs_diff(acts[c->layers], expected), out_tol = output_tolerance(c) * largest(expected);
     note_verbatim("Rank %d: Megatron forward: loss = %.9g (one device: %.9g), max |Megatron - one device| "
                   "= %.3g (tolerance %.3g)", rank, loss, a->first_loss, out_diff, out_tol);
-    agrees(rank, "Megatron TP: the output", out_diff, out_tol);
+    agrees("Megatron TP: the output", out_diff, out_tol);
     tensor_free(expected);
 
     /* Backward: one all-reduce per block, none for the first. */
@@ -1562,7 +1562,7 @@ static void megatron_main(int rank, int world_size, void *args) {
                   "rows %lld-%lld of the odd ones, max |Megatron - one device| = %.3g (largest gradient "
                   "%.3g, tolerance %.3g)", rank, (long long)first, (long long)last - 1, (long long)first,
                   (long long)last - 1, diff, size, gradient_tolerance(c) * size);
-    agrees(rank, "Megatron TP: the gradients", diff, gradient_tolerance(c) * size);
+    agrees("Megatron TP: the gradients", diff, gradient_tolerance(c) * size);
     note_verbatim("Rank %d: Megatron: nominal bytes sent in one step = %lld in %lld calls", rank, (long long)bytes,
                   (long long)calls);
 
@@ -1826,7 +1826,7 @@ static void pipeline_main(int rank, int world_size, void *args) {
         note_verbatim("Rank %d: %s: loss = %.9g (one device: %.9g), max |output - one device| = %.3g "
                       "(tolerance %.3g)", rank, SCHEDULE_NAMES[a->schedule], s->loss, a->first_loss, s->out_diff,
                       output_tolerance(c) * largest(s->expected));
-        agrees(rank, "the pipeline's output", s->out_diff, output_tolerance(c) * largest(s->expected));
+        agrees("the pipeline's output", s->out_diff, output_tolerance(c) * largest(s->expected));
         tensor_free(s->expected);
     }
     double diff = 0, size = 0;
@@ -1834,7 +1834,7 @@ static void pipeline_main(int rank, int world_size, void *args) {
     note_verbatim("Rank %d: %s: gradients of %s over %d micro-batches: max |PP - one device| = %.3g "
                   "(largest gradient %.3g, tolerance %.3g)", rank, SCHEDULE_NAMES[a->schedule], range, m, diff,
                   size, gradient_tolerance(c) * size);
-    agrees(rank, "the pipeline's gradients", diff, gradient_tolerance(c) * size);
+    agrees("the pipeline's gradients", diff, gradient_tolerance(c) * size);
     report_timeline(s, a->schedule);
 
     for (int j = 0; j < s->per_stage; j++) {
