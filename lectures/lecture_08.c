@@ -10,8 +10,11 @@
  * with the GPipe and 1F1B schedules) and checks each against the same model
  * trained on one device, counting the bytes each rank sends.
  *
- * Every example really runs: on GPUs with NCCL and cuBLAS, on a machine
- * without GPUs with Open MPI and OpenBLAS. Run it with
+ * Every example runs for real on CPU processes with Open MPI and OpenBLAS:
+ * that is how the committed trace was made. The same code has a GPU path
+ * (NCCL, cuBLAS, CUDA streams), compiled in; its single-GPU parts and ranks
+ * sharing one GPU have run on one H100 (docs/gpu.md, make gpu-check), its
+ * multi-rank NCCL paths have not (unverified). Run it with
  *
  *     make run                 (the full lecture; --quick gives reduced sizes)
  *
@@ -136,8 +139,9 @@ static void hardware(void) {
     image("assets/lecture_08_pcie_ethernet.svg", 0.65);
     see("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp",
         "a multi-GPU cluster's node layout");
-    note("- GPUs in one node share a PCI Express bus. The newest generation (PCIe 7.0) "
-         "reaches 242 GB/s each way over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
+    note("- GPUs in one node share a PCI Express bus. The newest generation specified, PCIe "
+         "7.0 (published in 2025; no devices ship with it yet), gives 242 GB/s each way over "
+         "16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.");
     see("https://en.wikipedia.org/wiki/PCI_Express");
     note("- GPUs in different nodes go through the network. Commodity Ethernet runs at "
          "1 to 10 Gb/s (0.125 to 1.25 GB/s); data-centre Ethernet and InfiniBand at "
@@ -156,8 +160,10 @@ static void hardware(void) {
         "GPUs, NVLink and network cards in a server");
 
     note("## NVLink and NVSwitch");
-    note("NVLink is NVIDIA's own GPU-to-GPU link, announced in 2014. NVIDIA quotes "
-         "its NVLink switch fabric at 4.5 times the bandwidth of InfiniBand.");
+    note("NVLink is NVIDIA's own GPU-to-GPU link, announced in 2014. For the H100 "
+         "generation (fourth-generation NVLink) NVIDIA quotes its NVLink Switch System at 9 "
+         "times the bisection bandwidth of HDR InfiniBand (200 Gb/s a port), so about 4.5 "
+         "times NDR's (400 Gb/s): a vendor's figure, and the generations compared matter.");
     see("https://developer.nvidia.com/blog/upgrading-multi-gpu-interconnectivity-with-the-third-generation-nvidia-nvswitch/");
     note("Inside a node, NVLink joins GPUs to each other with no CPU on the path:");
     image("assets/lecture_08_nvlink_generations.svg", 0.55);
@@ -321,10 +327,14 @@ static void our_runtime_and_nccl(void) {
     see("https://developer-blogs.nvidia.com/wp-content/uploads/2019/02/DBtree.png");
     note("- **Ring**: the data is cut into N chunks that travel around a ring; N-1 steps "
          "of reduce-scatter then N-1 steps of all-gather. Each rank sends 2(N-1)/N times "
-         "the data. No all-reduce can do with less: every rank must send out all but its "
-         "own 1/N share of its data to be summed ((N-1)/N), and receive the other ranks' "
-         "share of the result ((N-1)/N again). The ring meets that bound exactly: it is "
-         "*bandwidth*-optimal. But 2(N-1) "
+         "the data. When the ranks do the additions themselves, no all-reduce can do with "
+         "less (Patarasuk and Yuan, 2009): to sum its 1/N share a rank must receive the "
+         "other ranks' parts of it ((N-1)/N of the data), then receive the sums of the other "
+         "shares ((N-1)/N again); every byte received is a byte some rank sent, so on "
+         "average a rank also sends 2(N-1)/N. The ring meets that bound exactly: it is "
+         "*bandwidth*-optimal among algorithms that only move data between ranks. "
+         "In-network reduction (SHARP, above) does better, because the switch adds: each "
+         "GPU sends its data once and receives the sum once. And 2(N-1) "
          "steps in a row means latency grows linearly with N.\n"
          "- **Tree**: reduce up a tree and broadcast back down, in about 2 log2(N) steps, "
          "so it is *latency*-friendly. A single tree leaves the leaves' outgoing links "
@@ -651,7 +661,8 @@ static void cuda_streams(void) {
          "- **Two streams**: the copy engine moves the bytes while the SMs multiply. The add "
          "needs both results, so stream 0 waits for an event recorded at the end of each: "
          "the ordering stays on the GPU, and the host is never blocked. The two take about "
-         "the longer of the two times instead of their sum.\n"
+         "the longer of the two times instead of their sum (expected: the lecture times it "
+         "below when it runs on a GPU; no GPU trace of it is committed).\n"
          "- **DDP on NCCL** is the same picture. In this runtime `dist_all_reduce_async` "
          "puts the all-reduce on a communication stream that first waits (an event) for "
          "the kernels queued before the call, so the backward kernels of the layers below "
@@ -671,11 +682,14 @@ static void cuda_streams(void) {
          "Built with the CUDA toolkit and run on a GPU, the lecture times both versions here.");
 #endif
     note("On a CPU rank an Open MPI transfer's copies and sums are work for the same cores as "
-         "the matmuls. Open MPI moves a transfer only while some thread of the rank is inside "
-         "an MPI call, so this runtime gives each rank a progress thread of its own that keeps "
-         "its non-blocking calls moving while the rank computes (docs/design.md): the "
-         "nearest thing a CPU has to a second queue. The DDP section below measures what that "
-         "buys when the all-reduce overlaps backward, on whichever backend the trace was made.");
+         "the matmuls. Open MPI's shared-memory path here moves a transfer only while some "
+         "thread of the rank is inside an MPI call: a property of that library and of a "
+         "single-threaded rank, not of CPUs (PyTorch's gloo runs collectives on worker "
+         "threads; MPI libraries can run a progress thread). So this runtime gives each rank "
+         "a progress thread of its own that keeps its non-blocking calls moving while the "
+         "rank computes (docs/design.md): a CPU rank's second queue. The DDP section below "
+         "measures what that buys when the all-reduce overlaps backward, on whichever "
+         "backend the trace was made.");
 }
 
 
@@ -870,8 +884,10 @@ static void ddp(void) {
     note("With **gradient accumulation** (a batch too big for memory, run as k "
          "micro-batches before one step), it adds up the gradients locally and skips the "
          "all-reduce (`no_sync`) on all but the last micro-batch: communication once per "
-         "step, not once per micro-batch (PyTorch's word for them: accumulation steps).");
-    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d accumulation steps. "
+         "step, not once per micro-batch. (PyTorch itself gives them no name, only "
+         "`no_sync()`; the Hugging Face Trainer and Accelerate count them as "
+         "`gradient_accumulation_steps`.)");
+    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d micro-batches. "
          "Each bucket's all-reduce starts with `dist_all_reduce_async` the moment backward "
          "has filled it, and `dist_wait` completes them all before the optimizer step. "
          "Shown: the order of events, the number of calls, and that the result is still "
@@ -1056,6 +1072,13 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
              "compute stream goes on with the backward kernels of the layers below, so the "
              "async step can take less than the blocking one: the speed-up above is what "
              "that bought on this machine.");
+    else if (x->device >= 0)   /* ranks sharing GPUs: matmuls on the GPU, the all-reduce staged through the host */
+        note("Here (Open MPI, %d ranks sharing GPUs) the matmuls run on the GPU and each "
+             "all-reduce is staged: copied to host memory, reduced by Open MPI on the CPU, "
+             "copied back. The progress thread moves it while the GPU computes, so the overlap "
+             "can hide the CPU's part; the copies use the GPU's copy engine beside the kernels. "
+             "Read the speed-up above as this machine's (this path has run, on one H100, only "
+             "in docs/gpu.md's checks, not in a committed trace).", world_size);
     else
         note("Here (Open MPI, %d ranks on %ld CPU cores) each rank's progress thread moves the "
              "non-blocking all-reduce while backward computes, but its copies and sums are CPU "
@@ -1064,8 +1087,9 @@ static void measure_overlap(int rank, int world_size, const mlp_config *c, tenso
              "algorithm from its blocking one, sometimes the slower. So read the speed-up above "
              "with care: %sother processes make each step's time depend on when the operating "
              "system runs each rank (docs/benchmarks.md, beside `bench_overlap`, times an async "
-             "all-reduce behind matmuls over many runs). The code is the one meant to overlap on "
-             "GPUs, where NCCL runs the all-reduce on its own stream beside the backward kernels.",
+             "all-reduce behind matmuls over many runs). On GPUs with NCCL the same code is "
+             "expected to overlap, since NCCL runs the all-reduce on its own stream beside the "
+             "backward kernels; no GPU trace of it is committed yet.",
              world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
 }
 
@@ -1138,7 +1162,7 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
         if (step == 0) {
             double diff = 0, size = 0;
             for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, g.grads[i], i, &size));
-            note_verbatim("Rank %d: buckets, %d accumulation steps: step 0: max |averaged gradient - one device| = %.3g "
+            note_verbatim("Rank %d: buckets, %d micro-batches: step 0: max |averaged gradient - one device| = %.3g "
                           "(largest gradient %.3g, tolerance %.3g)",
                           rank, k_micro, diff, size, gradient_tolerance(c) * size);
             agrees("DDP with buckets and accumulation: step-0 gradients", diff, gradient_tolerance(c) * size);
@@ -1245,8 +1269,12 @@ static void ddp_zero3(void) {
          "%.0f bytes in all. ZeRO-3 all-gathers each layer in the forward pass and all but "
          "layer 0 again in the backward pass, and reduce-scatters each gradient, (p-1)/p of "
          "a layer each: %.0f bytes, %.3f times DDP's. (FSDP gathers layer 0 again too: "
-         "3 against 2, 1.5 times.) The runtime's counts, measured in each spawn, are "
-         "printed above: compare them.",
+         "3 against 2, 1.5 times.) The runtime's counts (a nominal tally: each call adds "
+         "what a bandwidth-optimal algorithm sends for it, `dist_bytes_nominal()`) are "
+         "printed above: they show which calls each rank made, with which sizes. This "
+         "code gathers a layer only when it needs it, with no prefetch; PyTorch's FSDP "
+         "gathers the next layer while the current one computes, which on fast links is "
+         "expected to hide much of the extra traffic. This code would not hide it.",
          4 * layer, ddp_bytes, zero3_bytes, zero3_bytes / ddp_bytes);
 }
 

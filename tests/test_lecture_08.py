@@ -312,7 +312,7 @@ class Numbers:
             self.assertEqual(m.group(3) is None, last)
             # no communication while accumulating; one all-reduce per bucket at the end
             self.assertEqual(int(m.group(4)), n_buckets if last else 0, m.group(0))
-        grads = self.spawn_texts(sid, r"^Rank (\d): buckets, 2 accumulation steps: step 0: max \|averaged gradient - one "
+        grads = self.spawn_texts(sid, r"^Rank (\d): buckets, 2 micro-batches: step 0: max \|averaged gradient - one "
                                       r"device\| = %s \(largest gradient %s, tolerance %s\)$" % (NUM, NUM, NUM))
         self.assertEqual(sorted(r for r, _ in grads), [0, 1, 2, 3])
         for _, m in grads:
@@ -673,6 +673,12 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         self.assertIn("900 GB/s in total, counting both directions, so 450 GB/s each way", text)
         self.assertNotIn("~200 MB/s", text)
         self.assertIn("The ring meets that bound exactly", text)
+        self.assertIn("among algorithms that only move data between ranks", text)
+        self.assertIn("In-network reduction (SHARP, above) does better", text)
+        self.assertNotIn("accumulation steps", text.replace("gradient_accumulation_steps", ""))
+        self.assertIn("no devices ship with it yet", text)
+        self.assertIn("HDR InfiniBand", text)
+        self.assertNotIn("nearest thing a CPU has to a second queue", text)
         for api in ("dist_isend", "dist_irecv", "dist_wait", "dist_barrier"):
             self.assertIn("`%s`" % api, text.split("## NCCL")[0])
         self.assertNotIn("equally good implementations reach the same busbw", text)
