@@ -721,6 +721,17 @@ static mlp_config model_config(void) {
 }
 
 
+/* "[0.51, 0.49, ...]": a rank's loss at each step, said once after training
+ * rather than once a step (one line per rank, not one per rank and step). */
+static const char *losses_text(const float *loss, int steps, char *buf, size_t size) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < steps && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%.9g", i ? ", " : "[", (double)loss[i]);
+    if (used < size) snprintf(buf + used, size - used, "]");
+    return buf;
+}
+
 /* The verdict beside each printed comparison: a strategy that drifts from one
  * device fails the run (check() records a failed check and the lecture ends
  * with exit status 1), it does not only print a larger number. */
@@ -935,11 +946,12 @@ static void ddp_main(int rank, int world_size, void *args) {
     for (int i = 0; i < c->layers; i++) held += (double)(w[i]->numel + grads[i]->numel + 2 * w[i]->numel) * sizeof(float);
     note_verbatim("Rank %d: DDP holds %.0f bytes of model state", rank, held);
 
-    char buf[512];
+    char buf[512], lbuf[256];
+    float losses[16];   /* c->steps is at most 5 (model_config) */
     for (int step = 0; step < c->steps; step++) {
         int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
         forward(w, c->layers, x, acts, pre);
-        float loss = mse_loss(acts[c->layers]);
+        float loss = losses[step] = mse_loss(acts[c->layers]);
         backward(w, c->layers, acts, pre, grads);
         for (int i = 0; i < c->layers; i++)
             dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */
@@ -955,11 +967,11 @@ static void ddp_main(int rank, int world_size, void *args) {
             agrees("DDP: step-0 gradients", diff, gradient_tolerance(c) * size);
         }
         for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], grads[i]);
-        note_verbatim("Rank %d: step = %d, loss = %.9g, params = %s", rank, step, loss,
-                      summaries(w, c->layers, buf, sizeof buf));
-        if (rank == 0) progress("DDP %d ranks: step %d", world_size, step);
+        if (rank == 0) progress("DDP %d ranks: step %d (loss %.4g)", world_size, step, loss);
         free_saved(c->layers, acts, pre);
     }
+    note_verbatim("Rank %d: loss by step = %s, params = %s", rank, losses_text(losses, c->steps, lbuf, sizeof lbuf),
+                  summaries(w, c->layers, buf, sizeof buf));
 
     double spread = spread_over_ranks(w, c->layers);
     double diff = 0;
@@ -1315,7 +1327,8 @@ static void zero3_main(int rank, int world_size, void *args) {
     note_verbatim("Rank %d: ZeRO-3 holds %.0f bytes of model state (rows %lld-%lld of every layer)", rank,
                   held, (long long)first, (long long)last - 1);
 
-    char buf[512];
+    char buf[512], lbuf[256];
+    float losses[16];   /* c->steps is at most 5 (model_config) */
     for (int step = 0; step < c->steps; step++) {
         int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
         /* Forward: gather each layer, use it, free it. */
@@ -1325,7 +1338,7 @@ static void zero3_main(int rank, int world_size, void *args) {
             acts[i + 1] = layer_forward(acts[i], w, &pre[i]);
             tensor_free(w);
         }
-        float loss = mse_loss(acts[c->layers]);
+        float loss = losses[step] = mse_loss(acts[c->layers]);
 
         /* Backward: gather again, compute the full gradient of my slice of the
          * batch, keep my piece of the average, free the rest. */
@@ -1361,11 +1374,13 @@ static void zero3_main(int rank, int world_size, void *args) {
         if (step == 0)
             note_verbatim("Rank %d: ZeRO-3: nominal bytes sent in one step = %lld in %lld calls", rank,
                           (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
-        note_verbatim("Rank %d: step = %d, loss = %.9g, pieces = %s", rank, step, loss,
-                      summaries(piece, c->layers, buf, sizeof buf));
-        if (rank == 0) progress("ZeRO-3: step %d", step);
+        if (step == 0)
+            note_verbatim("Rank %d: step 0: pieces = %s", rank, summaries(piece, c->layers, buf, sizeof buf));
+        if (rank == 0) progress("ZeRO-3: step %d (loss %.4g)", step, loss);
         free_saved(c->layers, acts, pre);
     }
+    note_verbatim("Rank %d: loss by step = %s, pieces = %s", rank, losses_text(losses, c->steps, lbuf, sizeof lbuf),
+                  summaries(piece, c->layers, buf, sizeof buf));
 
     double diff = 0;
     for (int i = 0; i < c->layers; i++) {
