@@ -1142,6 +1142,9 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     }
     if (rank == 0) note_verbatim("Rank 0: %d buckets, in the order backward fills them: %s", n_buckets, list);
 
+    float losses[16];   /* c->steps is at most BUCKET_STEPS */
+    char calls[128] = "";   /* step 0's collective calls, micro-batch by micro-batch */
+    size_t calls_len = 0;
     for (int step = 0; step < c->steps; step++) {
         float loss = 0;
         for (int k = 0; k < k_micro; k++) {
@@ -1167,10 +1170,12 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
                 for (int b = 0; b < n_buckets; b++) dist_wait(req[b]);
             free_saved(c->layers, acts, pre);
             tensor_free(x);
-            if (step == 0)
-                note_verbatim("Rank %d: step 0, accumulation step %d%s: %lld collective calls", rank, k,
-                              sync ? "" : " (no_sync)", (long long)(dist_calls() - calls_before));
+            if (step == 0 && calls_len < sizeof calls)
+                calls_len += (size_t)snprintf(calls + calls_len, sizeof calls - calls_len, "%s%lld%s", k ? ", " : "",
+                                              (long long)(dist_calls() - calls_before), sync ? "" : " (no_sync)");
         }
+        if (step == 0)
+            note_verbatim("Rank %d: step 0: collective calls per micro-batch = %s", rank, calls);
         if (step == 0) {
             double diff = 0, size = 0;
             for (int i = 0; i < c->layers; i++) diff = fmax(diff, grad_diff(a, g.grads[i], i, &size));
@@ -1180,8 +1185,10 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             agrees("DDP with buckets and accumulation: step-0 gradients", diff, gradient_tolerance(c) * size);
         }
         for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], g.grads[i]);
-        note_verbatim("Rank %d: buckets: step = %d, loss = %.9g", rank, step, loss);
+        losses[step] = loss;
     }
+    char lbuf[256];
+    note_verbatim("Rank %d: buckets: loss by step = %s", rank, losses_text(losses, c->steps, lbuf, sizeof lbuf));
 
     tensor *x = row_slice(data, rank * local, (rank + 1) * local);   /* the whole slice, one step */
     measure_overlap(rank, world_size, c, w, &g, x);
