@@ -729,6 +729,20 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         self.assertIn("https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/_images/reducescatter.png",
                       links)
 
+    def test_further_reading_points_into_the_series(self):
+        """The reading list: the series' deeper lectures named, and every
+        outside source a titled link (one step each)."""
+        text = "\n".join(self.markdown())
+        after = text.split("## Further reading", 1)[1]
+        self.assertIn("lecture_collectives", after)
+        self.assertIn("lecture_ddp", after)
+        titled = {r["url"]: r.get("title") for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
+        for url in ("https://arxiv.org/pdf/2304.11277.pdf", "https://github.com/NVIDIA/Megatron-LM",
+                    "https://github.com/EleutherAI/gpt-neox", "https://github.com/stanford-crfm/levanter",
+                    "https://pytorch.org/tutorials/intermediate/dist_tuto.html",
+                    "https://en.wikipedia.org/wiki/InfiniBand"):
+            self.assertTrue(titled.get(url), url)
+
     def test_our_hardware(self):
         commands = [r.get("command", "") for s in self.trace["steps"] for r in s["renderings"]
                     if r["type"] == "text"]
