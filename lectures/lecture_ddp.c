@@ -214,9 +214,11 @@ static void data_parallelism(void) {
          "in another order (each rank sums its shard; the BLAS picks its kernel, and its "
          "order, for this CPU). A float32 sum of n terms is exact to n 2^-24 of their size, "
          "and every gradient goes through one sum per layer plus one for the weight "
-         "gradient, so two orders agree to 2 (layers + 1) max(batch, width) 2^-24 = %.3g "
-         "of the largest gradient. That is the tolerance below; a missing or doubled "
-         "reduction would miss by far more.",
+         "gradient, so two orders should agree to about 2 (layers + 1) max(batch, width) "
+         "2^-24 = %.3g of the largest gradient. That is the tolerance below: a heuristic "
+         "(the true bound is relative to the sum of the terms' sizes, not the largest "
+         "gradient), measured right answers sit far under it, and a missing or doubled "
+         "reduction misses it by 100%% of the gradient or more.",
          gradient_tolerance(&c));
     dp_args *args = reference.args;
     size_t size = reference.size;
@@ -664,15 +666,25 @@ static void bucket_size(void) {
     spawn(sweep_main, SWEEP_WORLD, &a, sizeof a);
     sweep_times t;
     if (spawn_result(0, &t, sizeof t) == sizeof t) note_sweep(&a, &t);
-    note("What this machine can show, and what it cannot. Its ranks are processes on a "
-         "CPU that other work shares: each rank's progress thread moves an early bucket's "
-         "all-reduce while backward goes on (docs/design.md), but the all-reduce's copies and "
-         "sums need the same cores as the matrix products, so hiding the transfer does not "
-         "hide its work. These rows differ by the fixed cost of each all-reduce call, by "
-         "what waiting the overlap hides, and by the noise of a shared machine, and their "
-         "order may change from run to run. On GPUs with NCCL each all-reduce runs on its "
-         "own stream beside the backward kernels: there a middle bucket size is expected to "
-         "hide most of the communication (not yet shown by a GPU trace of this lecture), "
+    if (gpu_count() == 0)
+        note("What this machine can show, and what it cannot. Its ranks are processes on a "
+             "CPU that other work shares: each rank's progress thread moves an early bucket's "
+             "all-reduce while backward goes on (docs/design.md), but the all-reduce's copies "
+             "and sums need the same cores as the matrix products, so hiding the transfer does "
+             "not hide its work. These rows differ by the fixed cost of each all-reduce call, "
+             "by what waiting the overlap hides, and by the noise of a shared machine, and "
+             "their order may change from run to run.");
+    else
+        note("What this machine can show, and what it cannot. The matrix products ran on "
+             "the GPU; the all-reduce ran on the backend named in the spawn's note above (on "
+             "NCCL, its own stream; with ranks sharing a GPU, Open MPI on the CPU through "
+             "staged host copies), so it competes with the products for copies and "
+             "synchronisation, not for the same cores. These rows differ by the fixed cost "
+             "of each all-reduce call, by what the overlap hides, and by the noise of a shared "
+             "machine.");
+    note("On GPUs with NCCL each all-reduce runs on its own stream beside the backward "
+         "kernels: there a middle bucket size is expected to hide most of the communication "
+         "(not yet shown by a GPU trace of this lecture), "
          "small buckets pay the fixed cost many times, and one bucket for all cannot start "
          "before backward ends. That is why PyTorch's default (25 MB) is neither one bucket "
          "per parameter nor one for all.");

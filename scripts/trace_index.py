@@ -12,7 +12,11 @@ a file). Each entry:
      "summary": "the first lines of the lecture",
      "start_time": "...", "host": "...", "gpus": 0, "backend": "mpi",
      "duration_s": 13.5, "steps": 355, "failed_run": false,
-     "state": "ok", "has_good": true}
+     "state": "ok", "has_good": true, "order": 3}
+
+`order` is the lecture's place in the series' reading order (READING_ORDER
+below), absent for a lecture outside it; the index lists entries in that
+order, then the others by name.
 
 The title is the lecture's first heading, the summary the text of the
 markdown that follows it, both as plain text: the viewer shows them as text,
@@ -31,6 +35,12 @@ import sys
 import tempfile
 
 SUMMARY_CHARS = 280
+
+# The order in which to read the series: one device first, then the
+# distributed-training overview, then the lectures that take two of its
+# sections in depth. An entry of this list gets "order" (1, 2, ...); the
+# index lists those first, in that order, then any other lecture by name.
+READING_ORDER = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp"]
 
 
 def plain(markdown):
@@ -107,8 +117,17 @@ def build(folder):
         entry["failed_run"] = newer_failed
         entry["has_good"] = has_good
         entry["state"] = "failed" if newer_failed or not has_good else "ok"
+        if name in READING_ORDER:
+            entry["order"] = READING_ORDER.index(name) + 1
         entries.append(entry)
+    entries.sort(key=reading_key)
     return {"version": 1, "lectures": entries}
+
+
+def reading_key(entry):
+    """The series' reading order first, then by name."""
+    order = entry.get("order")
+    return (0, order, "") if isinstance(order, int) else (1, 0, entry["name"])
 
 
 def write_atomic(path, text):

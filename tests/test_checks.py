@@ -56,7 +56,8 @@ class Checks(unittest.TestCase):
         # Lecture: 3 pass, 4 fail; ranks: 2 all-reduce checks pass, rank 1's false check fails.
         self.assertEqual(self.p.stderr.rstrip("\n").split("\n")[-1], "checks: 5 passed, 5 failed")
         self.assertEqual(self.trace["meta"]["checks"], {"passed": 5, "failed": 5})
-        self.assertEqual(sum(r["passed"] for _, r in checks(self.trace)), 5)
+        # the two ranks' passes at one line are one step standing for both ("folded": 2)
+        self.assertEqual(sum(r.get("folded", 1) for _, r in checks(self.trace) if r["passed"]), 5)
 
     def test_each_check_is_at_its_line(self):
         lines = src_lines()
@@ -107,9 +108,10 @@ class Checks(unittest.TestCase):
         self.assertTrue(r["passed"])
 
     def test_ranks_checks(self):
-        ranked = [(s["rank"], r["what"], r["passed"]) for s, r in checks(self.trace) if s["rank"] is not None]
-        self.assertCountEqual(ranked, [(0, "all-reduce sum", True), (1, "all-reduce sum", True),
-                                       (1, "rank 1 is rank 0", False)])
+        # Two ranks pass "all-reduce sum" at one line: one step, folded (docs/trace-format.md).
+        ranked = [(r["what"], r["passed"], sorted(r.get("ranks", [s["rank"]])))
+                  for s, r in checks(self.trace) if s["rank"] is not None]
+        self.assertCountEqual(ranked, [("all-reduce sum", True, [0, 1]), ("rank 1 is rank 0", False, [1])])
         self.assertIn("rank 1: check failed: tests/lectures/check_fixture.c:", self.p.stderr)
 
     def test_all_passing_is_status_ok(self):
@@ -119,6 +121,59 @@ class Checks(unittest.TestCase):
             self.assertEqual(p.stderr.rstrip("\n").split("\n")[-1], "checks: 5 passed, 0 failed")
             t = tracecheck.validate(os.path.join(out, "check_fixture.json"))
             self.assertEqual(t["meta"]["checks"], {"passed": 5, "failed": 0})
+
+
+class Folded(unittest.TestCase):
+    """A spawn's passing checks at one place make one step; a failing rank's
+    check stays a step of its own, with its rank and its numbers."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.p = run(cls.tmp.name, "fold")
+        cls.trace = tracecheck.validate(os.path.join(cls.tmp.name, "check_fixture.failed.json"))
+        cls.checks = checks(cls.trace)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def by_what(self, prefix):
+        return [(s, r) for s, r in self.checks if r["what"].startswith(prefix)]
+
+    def test_every_check_still_counts(self):
+        # 4 ranks x (1 check_close + 2 in the loop + 1 value check) = 16; rank 2's value check fails.
+        self.assertEqual(self.p.returncode, 1, tracecheck.why(self.p))
+        self.assertEqual(self.trace["meta"]["checks"], {"passed": 15, "failed": 1})
+        self.assertEqual(self.p.stderr.rstrip("\n").split("\n")[-1], "checks: 15 passed, 1 failed")
+
+    def test_one_step_per_place_with_the_worst_numbers(self):
+        (s, r), = self.by_what("within 0.01")
+        self.assertTrue(r["passed"])
+        self.assertEqual(sorted(r["ranks"]), [0, 1, 2, 3])
+        self.assertEqual(r["folded"], 4)
+        self.assertTrue(r["data"].startswith("PASS on 4 ranks: "), r["data"])
+        # rank 3's difference, 3e-4 as float32 rounds it near 2.0: the largest of the four
+        self.assertAlmostEqual(r["max_abs"], 3e-4, delta=1e-6)
+
+    def test_a_loop_folds_with_its_count(self):
+        (s, r), = self.by_what("step ")
+        self.assertEqual((sorted(r["ranks"]), r["folded"]), ([0, 1, 2, 3], 8))
+        self.assertIn("PASS on 4 ranks (8 checks): ", r["data"])
+        self.assertIn("numbers]", r["data"])   # "step 0" and "step 1" differ: it says whose it shows
+
+    def test_the_failing_rank_stands_alone(self):
+        values = self.by_what("value ")
+        passed = [(s, r) for s, r in values if r["passed"]]
+        failed = [(s, r) for s, r in values if not r["passed"]]
+        self.assertEqual(len(passed), 1)
+        self.assertEqual(sorted(passed[0][1]["ranks"]), [0, 1, 3])
+        self.assertEqual(passed[0][1]["data"], "PASS on 3 ranks: value 0.1 <= 0.5")
+        self.assertEqual(len(failed), 1)
+        s, r = failed[0]
+        self.assertEqual(s["rank"], 2)
+        self.assertNotIn("ranks", r)
+        self.assertEqual(r["data"], "FAIL: value 1.0 <= 0.5")
 
 
 if __name__ == "__main__":

@@ -53,13 +53,11 @@ def name(what):
 
 
 def checks(trace):
-    return sorted((s["rank"], name(r["what"]), r["passed"]) for s in trace["steps"] for r in s["renderings"]
-                  if r["type"] == "check")
+    return sorted((rank, name(what), passed) for rank, what, passed in tracecheck.check_passes(trace))
 
 
 def check_texts(trace, named):
-    return [r["what"] for s in trace["steps"] for r in s["renderings"]
-            if r["type"] == "check" and name(r["what"]) == named]
+    return [what for _, what, _ in tracecheck.check_passes(trace) if name(what) == named]
 
 
 class Homework(unittest.TestCase):

@@ -108,10 +108,15 @@
     return s;
   };
 
-  // A step is shown unless the rank filter hides it.
+  // A step is shown unless the rank filter hides it. A PASS folded from
+  // several ranks' checks (its check rendering's "ranks") is each of theirs.
   L.visible = function (i) {
-    var r = L.S.rank;
-    return r == null || L.T.steps[i].rank == null || L.T.steps[i].rank === r;
+    var r = L.S.rank, s = L.T.steps[i];
+    if (r == null || s.rank == null || s.rank === r) return true;
+    var rs = s.renderings || [];
+    for (var k = 0; k < rs.length; k++)
+      if (rs[k] && rs[k].type === 'check' && Array.isArray(rs[k].ranks) && rs[k].ranks.indexOf(r) >= 0) return true;
+    return false;
   };
 
   // ...and, "as it happened", unless it comes after the current step.

@@ -51,12 +51,21 @@
     }) : [];
   }
 
-  // The local runs first by name, then the shipped traces not run here.
+  // A local run replaces the shipped trace of the same name. Listed in the
+  // series' reading order ("order", scripts/trace_index.py), then by name.
+  function readingOrder(e) {
+    return typeof e.order === 'number' && isFinite(e.order) ? e.order : Infinity;
+  }
+
   function merge(local, shipped) {
     var seen = {}, list = [];
     entries(local).forEach(function (e) { e.local = true; seen[e.name] = 1; list.push(e); });
     entries(shipped).forEach(function (e) { if (!seen[e.name]) list.push(e); });
-    return list.sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; });
+    return list.sort(function (a, b) {
+      var oa = readingOrder(a), ob = readingOrder(b);
+      if (oa !== ob) return oa < ob ? -1 : 1;
+      return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+    });
   }
 
   function show(list) {

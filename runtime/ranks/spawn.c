@@ -107,6 +107,10 @@ typedef struct spawn_run {
     held_step *held;                  /* steps received, not yet appended (see release) */
     int n_held, cap_held;
     unsigned long seq;
+    cJSON **folds;                    /* the PASS step of each check site so far (fold_pass) */
+    char **fold_lines;                /* each one's own line, after "PASS: " */
+    int *fold_rank;                   /* the rank whose numbers it shows, -1 while all ranks' lines agree */
+    int n_folds, cap_folds;
     int expect_failure;               /* spawn_expect_failure(): its errors are the lesson */
     char *failure;                    /* why it failed, one sentence (NULL while it has not) */
 } spawn_run;
@@ -155,6 +159,149 @@ static void mark_expected(cJSON *step) {
     }
 }
 
+/* ---- one step per check site ----
+ *
+ * Four ranks that each check their parameters make four PASS badges that
+ * say the same thing. A passing check of a rank is folded into the first
+ * PASS step its spawn made at the same place (the same stack of lines): that step's check
+ * rendering lists the ranks ("ranks") and how many checks it stands for
+ * ("folded"), each pass's rank and what ("each": nothing is lost but the
+ * repeated stack and numbers), and its line reads "PASS on 4 ranks: ...". Its numbers are
+ * those of the worst of them (the largest max_abs, when the check has one);
+ * when the ranks' lines differ otherwise, the line names whose it shows.
+ * A failing check is never folded: it stays a step of its own, with its rank
+ * and its numbers. Every check still counts and is graded one by one
+ * (lx_trace_tally). */
+
+/* The check rendering of a step that is one passing check and nothing else. */
+static cJSON *passing_check(cJSON *step) {
+    cJSON *list = cJSON_GetObjectItemCaseSensitive(step, "renderings");
+    if (cJSON_GetArraySize(list) != 1) return NULL;
+    cJSON *r = cJSON_GetArrayItem(list, 0);
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
+    if (!type || strcmp(type, "check") != 0) return NULL;
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "passed")) ? r : NULL;
+}
+
+/* Made at the same place: the same frames (file and line) all the way
+ * down. A helper that checks, called from two lines, makes two sites. */
+static int same_site(cJSON *a, cJSON *b) {
+    cJSON *sa = cJSON_GetObjectItemCaseSensitive(a, "stack"), *sb = cJSON_GetObjectItemCaseSensitive(b, "stack");
+    int n = cJSON_GetArraySize(sa);
+    if (n == 0 || n != cJSON_GetArraySize(sb)) return 0;
+    for (cJSON *fa = sa->child, *fb = sb->child; fa && fb; fa = fa->next, fb = fb->next) {
+        const char *pa = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fa, "path"));
+        const char *pb = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fb, "path"));
+        cJSON *la = cJSON_GetObjectItemCaseSensitive(fa, "line"), *lb = cJSON_GetObjectItemCaseSensitive(fb, "line");
+        if (!pa || !pb || strcmp(pa, pb) != 0 || !cJSON_IsNumber(la) || !cJSON_IsNumber(lb) || la->valueint != lb->valueint)
+            return 0;
+    }
+    return 1;
+}
+
+static double max_abs_of(cJSON *r) {
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "max_abs");
+    return cJSON_IsNumber(m) ? m->valuedouble : -1;
+}
+
+/* What a passing check's line says after "PASS: " (check_close() puts its
+ * numbers there). */
+static char *pass_line(cJSON *r) {
+    const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"));
+    const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
+    return strdup(data && strncmp(data, "PASS: ", 6) == 0 ? data + 6 : what ? what : "");
+}
+
+/* The folded step's line: "PASS on 4 ranks: ..." or "PASS on rank 2 (8 checks): ...". */
+static void fold_label(cJSON *r, const char *rest, int numbers_of) {
+    cJSON *ranks = cJSON_GetObjectItemCaseSensitive(r, "ranks");
+    int n_ranks = cJSON_GetArraySize(ranks);
+    int folded = cJSON_GetObjectItemCaseSensitive(r, "folded")->valueint;
+    char *who = n_ranks == 1 ? lx_fmt("rank %d", cJSON_GetArrayItem(ranks, 0)->valueint)
+                             : lx_fmt("%d ranks", n_ranks);
+    char *of = numbers_of >= 0 && n_ranks > 1 ? lx_fmt(" [rank %d's numbers]", numbers_of) : strdup("");
+    char *line = folded > n_ranks ? lx_fmt("PASS on %s (%d checks): %s%s", who, folded, rest, of)
+                                  : lx_fmt("PASS on %s: %s%s", who, rest, of);
+    free(of);
+    cJSON_ReplaceItemInObjectCaseSensitive(r, "data", cJSON_CreateString(line));
+    free(line);
+    free(who);
+}
+
+/* {"rank": 2, "what": "..."}: one pass of those a folded step stands for. */
+static cJSON *one_pass(int rank, cJSON *r) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddNumberToObject(p, "rank", rank);
+    cJSON_AddItemToObject(p, "what", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(r, "what"), 1));
+    return p;
+}
+
+/* Folds `step` (rank `rank`) into its site's PASS step: 1 when it did (the
+ * step is then the caller's to delete), 0 when it is the first at its site
+ * or is no passing check. */
+static int fold_pass(spawn_run *run, int rank, cJSON *step) {
+    cJSON *r = passing_check(step);
+    if (!r) return 0;
+    for (int i = 0; i < run->n_folds; i++) {
+        if (!same_site(run->folds[i], step)) continue;
+        cJSON *into = passing_check(run->folds[i]);
+        cJSON *ranks = cJSON_GetObjectItemCaseSensitive(into, "ranks");
+        int seen = 0;
+        cJSON *x;
+        cJSON_ArrayForEach(x, ranks) seen |= x->valueint == rank;
+        if (!seen) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(rank));
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(into, "each"), one_pass(rank, r));
+        cJSON *folded = cJSON_GetObjectItemCaseSensitive(into, "folded");
+        cJSON_SetNumberValue(folded, folded->valuedouble + 1);
+        if (max_abs_of(r) > max_abs_of(into)) {   /* keep the worst numbers */
+            cJSON *k = r->child;
+            for (; k; k = k->next) {
+                if (strcmp(k->string, "ranks") == 0 || strcmp(k->string, "folded") == 0 || strcmp(k->string, "each") == 0)
+                    continue;
+                cJSON *copy = cJSON_Duplicate(k, 1);
+                if (cJSON_GetObjectItemCaseSensitive(into, k->string))
+                    cJSON_ReplaceItemInObjectCaseSensitive(into, k->string, copy);
+                else
+                    cJSON_AddItemToObject(into, k->string, copy);
+            }
+            free(run->fold_lines[i]);
+            run->fold_lines[i] = pass_line(r);
+            run->fold_rank[i] = rank;
+        } else {
+            char *mine = pass_line(r);
+            if (strcmp(mine, run->fold_lines[i]) != 0 && run->fold_rank[i] < 0)
+                run->fold_rank[i] = cJSON_GetArrayItem(ranks, 0)->valueint;   /* the first's */
+            free(mine);
+        }
+        fold_label(into, run->fold_lines[i], run->fold_rank[i]);
+        lx_trace_tally(step);   /* counted and graded, not shown */
+        return 1;
+    }
+    cJSON *ranks = cJSON_AddArrayToObject(r, "ranks");
+    cJSON_AddItemToArray(ranks, cJSON_CreateNumber(rank));
+    cJSON_AddNumberToObject(r, "folded", 1);
+    cJSON *each = cJSON_CreateArray();
+    cJSON_AddItemToArray(each, one_pass(rank, r));
+    cJSON_AddItemToObject(r, "each", each);
+    if (run->n_folds == run->cap_folds) {
+        int cap = run->cap_folds ? 2 * run->cap_folds : 16;
+        cJSON **f = realloc(run->folds, (size_t)cap * sizeof *f);
+        if (!f) lx_fatal("out of memory folding checks");
+        run->folds = f;
+        char **l = realloc(run->fold_lines, (size_t)cap * sizeof *l);
+        if (!l) lx_fatal("out of memory folding checks");
+        run->fold_lines = l;
+        int *k = realloc(run->fold_rank, (size_t)cap * sizeof *k);
+        if (!k) lx_fatal("out of memory folding checks");
+        run->fold_rank = k;
+        run->cap_folds = cap;
+    }
+    run->fold_lines[run->n_folds] = pass_line(r);
+    run->fold_rank[run->n_folds] = -1;
+    run->folds[run->n_folds++] = step;
+    return 0;
+}
+
 static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
     cJSON *stack = joined_stack(run, cJSON_GetObjectItemCaseSensitive(step, "stack"));
     if (cJSON_GetObjectItemCaseSensitive(step, "stack"))
@@ -167,6 +314,10 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
     if (has_error(step)) {
         if (run->expect_failure) mark_expected(step);
         else lx_mark_failed();   /* lx_error in a rank fails the lecture */
+    }
+    if (fold_pass(run, rank, step)) {
+        cJSON_Delete(step);
+        return;
     }
     lx_trace_append(step);
 }
@@ -335,6 +486,10 @@ static void drain_briefly(spawn_run *run) {
 static void free_run(spawn_run *run) {
     for (int i = 0; i < run->n_held; i++) cJSON_Delete(run->held[i].step);
     free(run->held);
+    for (int i = 0; i < run->n_folds; i++) free(run->fold_lines[i]);
+    free(run->fold_lines);
+    free(run->fold_rank);
+    free(run->folds);
     free(run->failure);
     free(run);
 }

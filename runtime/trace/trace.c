@@ -168,6 +168,12 @@ void lx_trace_append(cJSON *step) {
     pthread_mutex_unlock(&lock);
 }
 
+void lx_trace_tally(const cJSON *step) {
+    pthread_mutex_lock(&lock);
+    lx_check_tally(step);
+    pthread_mutex_unlock(&lock);
+}
+
 /* ---- renderings ---- */
 
 static cJSON *rendering(const char *type) {

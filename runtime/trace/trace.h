@@ -129,6 +129,9 @@ void lx_emit(cJSON *rendering);
  * spawn.c for steps received from ranks (after it prefixed the parent's
  * frames and set rank / world_size / spawn). Thread-safe. */
 void lx_trace_append(cJSON *step);
+/* Counts and grades a step's checks without appending it: a rank's passing
+ * check folded into an earlier step of its site (ranks/spawn.c). */
+void lx_trace_tally(const cJSON *step);
 
 /* Trace metadata: lx_trace_meta("backend", cJSON_CreateString("mpi")) sets
  * meta.backend (replacing). lx_trace_spawns() is the "spawns" array (append

@@ -1,6 +1,7 @@
 /* Fixture: check() and check_close() (tests/test_checks.py).
  * LECTERN_FIXTURE_CASE: "pass" runs only checks that pass; anything else
- * also runs the failing ones, in the lecture and in a spawned rank. */
+ * also runs the failing ones, in the lecture and in a spawned rank; "fold"
+ * runs only fold_ranks: 4 ranks' checks at the same lines, one failing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +52,28 @@ static void ranks(int rank, int world_size, void *args) {
     tensor_free(expected);
 }
 
+/* 4 ranks check the same things at the same lines: check_close() with a
+ * difference of rank * 1e-4 (rank 3's the largest), a check in a loop, and
+ * a value that is 0.1 on every rank but rank 2, where it is 1.0 and fails. */
+static void fold_ranks(int rank, int world_size, void *args) {
+    (void)world_size;
+    (void)args;
+    float base[2] = {1, 2}, off[2] = {1, 2 + (float)rank * 1e-4f};
+    tensor *a = tensor_from(base, 2, 0, get_device(rank)), *b = tensor_from(off, 2, 0, get_device(rank));
+    check_close(b, a, 0, 0.01, "within 0.01");
+    for (int i = 0; i < 2; i++) check(i < 2, "step %d of 2", i);
+    double value = rank == 2 ? 1.0 : 0.1;
+    check(value <= 0.5, "value %.1f <= 0.5", value);
+    tensor_free(a);
+    tensor_free(b);
+}
+
 static void body(void) {
     const char *c = getenv("LECTERN_FIXTURE_CASE");
+    if (c && strcmp(c, "fold") == 0) {
+        spawn(fold_ranks, 4, NULL, 0);
+        return;
+    }
     int fail = !(c && strcmp(c, "pass") == 0);
     note("checks");
     passing();

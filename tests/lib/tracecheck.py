@@ -476,3 +476,17 @@ def why(p):
     status, and the end of what it printed on stderr."""
     stderr = p.stderr or ""
     return "%s exit status %s\n%s" % (failure_kind(p.returncode, stderr), p.returncode, stderr[-3000:])
+
+
+def check_passes(trace):
+    """Every check of a trace as (rank, what, passed), a folded PASS
+    (docs/trace-format.md: one step per place per spawn) unfolded into the
+    passes it stands for (its "each")."""
+    out = []
+    for s in trace["steps"]:
+        for r in s["renderings"]:
+            if r["type"] != "check":
+                continue
+            for p in r.get("each", [{"rank": s.get("rank"), "what": r["what"]}]):
+                out.append((p["rank"], p["what"], r["passed"]))
+    return out

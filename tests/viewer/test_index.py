@@ -145,7 +145,12 @@ class IndexPage(unittest.TestCase):
         self.assertGreaterEqual(len(self.expected), 3, "the repository's traces/ holds no lecture trace")
         rows = self.entries()
         self.assertEqual(len(rows), len(self.expected))
-        for row, (name, (title, host)) in zip(rows, sorted(self.expected.items())):
+        # the series' reading order first (one device, the overview, then its depth), then by name
+        order = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp"]
+        key = lambda item: (order.index(item[0]), "") if item[0] in order else (len(order), item[0])
+        self.assertEqual([n for n, _ in sorted(self.expected.items(), key=key)][:len(order)],
+                         [n for n in order if n in self.expected])
+        for row, (name, (title, host)) in zip(rows, sorted(self.expected.items(), key=key)):
             with self.subTest(lecture=name):
                 self.assertEqual(row.find_element(By.CSS_SELECTOR, "h2").text, title)
                 self.assertIn(host, row.find_element(By.CSS_SELECTOR, ".lecture-facts").text)
