@@ -32,13 +32,13 @@ window.lecternIndex = {
   {
    "name": "lecture_collectives",
    "title": "Collectives from scratch",
-   "summary": "Ranks that train one model together have to exchange numbers: gradients, parameters, activations. This lecture starts from the smallest exchange, one rank handing one tensor to another, and builds the all-reduce of data-parallel training out of it three different ways. Then it …",
-   "start_time": "2026-11-24T21:40:10Z",
+   "summary": "Ranks that train one model together have to exchange numbers: gradients, parameters, activations. This lecture starts from the smallest exchange, one rank handing one tensor to another, and builds the all-reduce of data-parallel training out of it four different ways. Then it …",
+   "start_time": "2026-11-24T23:30:18Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 3.658,
-   "steps": 82,
+   "duration_s": 11.611,
+   "steps": 83,
    "failed_run": false,
    "has_good": true,
    "state": "ok"
