@@ -1069,9 +1069,11 @@ static void ddp_vs_fsdp_main(int rank, int world, void *args) {
         note("FSDP's step took %.2f times as long as DDP's here. The messages are small "
              "(%.2f MB a step for FSDP) and the %d ranks share this machine's CPU cores, so "
              "what a step costs here is mostly the cost of each collective call, %d of them "
-             "for FSDP against %d for DDP, more than their bytes. On GPUs linked by NVLink, "
-             "FSDP gathers the next layer while the current one computes, and hides much "
-             "of its extra traffic.",
+             "for FSDP against %d for DDP, more than their bytes. On GPUs linked by NVLink the "
+             "bytes cost far less, and an FSDP that prefetches (gathers the next layer while the "
+             "current one computes, as PyTorch's FSDP does) is expected to hide much of its extra "
+             "traffic. That is an expectation, not a measurement: `fsdp_step` above gathers each "
+             "layer only when it runs, with no prefetch, and this section has not yet run on GPUs.",
              t_fsdp / t_ddp, (double)(b2 - b1) / 1e6, world, 3 * c->layers, c->layers);
     }
     free_state(c, &fsdp);
@@ -1112,7 +1114,8 @@ static void many_gpus_section(void) {
     note("| in short | DDP | FSDP |\n|---|---|---|\n"
          "| memory per GPU | a full copy of model, gradients and optimizer state | 1/N of each, "
          "plus the layer that is running |\n"
-         "| communication | one all-reduce of the gradients, overlapped with the backward pass | "
+         "| communication | one all-reduce of the gradients (PyTorch's DDP overlaps it with the "
+         "backward pass; `ddp_step` here runs it after) | "
          "all-gathers in the forward and the backward, a reduce-scatter of the gradients |\n"
          "| use it when | the model and its activations fit on one GPU | they do not, or a larger "
          "batch per GPU is wanted |");
