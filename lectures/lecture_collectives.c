@@ -392,6 +392,16 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int64_t by
         table_column(t, "max abs difference from dist_all_reduce", NULL, "%g");
         for (int q = 0; q < n; q++) table_row(t, q, (double)v[3 * q], (double)v[3 * q + 1], (double)v[3 * q + 2]);
         table_show(t);
+        /* Tolerance 0. The inputs are whole numbers from -6 to 6, so every
+         * partial sum of up to LECTERN_MAX_WORLD of them is a whole number
+         * far below 2^24, exact in float32 whatever the order of the
+         * additions. Any difference is a wrong algorithm: a partial sum
+         * overwritten instead of added, a child left out, a chunk passed to
+         * the wrong rank (each off by at least 1). */
+        double worst = 0;
+        for (int q = 0; q < n; q++) worst = fmax(worst, (double)v[3 * q + 2]);
+        check(worst == 0, "%s: every rank's result equals dist_all_reduce's bit for bit (largest difference %g)",
+              name, worst);
     }
     tensor_free(all);
     tensor_free(r);
