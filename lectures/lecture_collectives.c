@@ -702,7 +702,7 @@ static void timing_main(int rank, int n, void *args) {
  * and its messages on both sides of the transport's eager limit. */
 static void explain_crossover(const timings *t, double alpha, double beta, int n) {
     double predicted = crossover_bytes(alpha, beta, n), measured = measured_crossover(t->ring_s, t->tree_s);
-    char said[64];
+    char said[400];   /* room for any double in %.0f */
     if (measured > 0)
         snprintf(said, sizeof said, "%.0f bytes", measured);
     else
@@ -718,7 +718,7 @@ static void explain_crossover(const timings *t, double alpha, double beta, int n
     double big = 4.0 * (double)SWEEP_SIZES[N_SWEEP - 1];
     double tree_over = t->tree_s[N_SWEEP - 1] / tree_model(alpha, beta, n, big);
     double ring_over = t->ring_s[N_SWEEP - 1] / ring_model(alpha, beta, n, big);
-    char protocols[900];
+    char protocols[1600];
     if (gpu_count() == 0 && off_ratio > 1.5)
         snprintf(protocols, sizeof protocols,
                  "- **Two protocols.** Open MPI's shared-memory transport (vader) sends a message of up to "
