@@ -1,5 +1,6 @@
 /*
- * lecture_gpu_kernels.cu: the two kernels lecture_gpu teaches, and the
+ * lecture_gpu_kernels.cu: the two kernels lecture_gpu teaches, the two
+ * STREAM loops its roofline measures the memory bandwidth with, and the
  * launches that run them (declared in lecture_gpu_kernels.h).
  *
  * The lecture shows the text between the "lecture:" markers below as it is
@@ -86,3 +87,41 @@ extern "C" void gpu_tiled_matmul(int device, const float *a, const float *b, flo
     CUDA_CHECK(cudaGetLastError());
 }
 /* lecture: end */
+
+/* STREAM's copy and triad (McCalpin), the bandwidth roof of the roofline.
+ * Grid-stride loops: a fixed grid of blocks walks the whole array, so one
+ * launch covers any n and every SM stays busy. */
+__global__ void stream_copy(float *c, const float *a, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        c[i] = a[i];
+}
+
+__global__ void stream_triad(float *a, const float *b, const float *c, float s, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        a[i] = b[i] + s * c[i];
+}
+
+/* 32 blocks of 256 threads per SM: more than an SM holds at once, so the
+ * scheduler always has a warp ready while others wait for memory. */
+static unsigned stream_blocks(int device)
+{
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return (unsigned)(32 * sms);
+}
+
+extern "C" void gpu_stream_copy(int device, float *c, const float *a, int64_t n)
+{
+    CUDA_CHECK(cudaSetDevice(device));
+    stream_copy<<<stream_blocks(device), 256>>>(c, a, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void gpu_stream_triad(int device, float *a, const float *b, const float *c, float s, int64_t n)
+{
+    CUDA_CHECK(cudaSetDevice(device));
+    stream_triad<<<stream_blocks(device), 256>>>(a, b, c, s, n);
+    CUDA_CHECK(cudaGetLastError());
+}

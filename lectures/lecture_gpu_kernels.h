@@ -40,6 +40,12 @@ void gpu_vector_add(int device, const float *x, const float *y, float *out, int6
  * staged in shared memory (TILE is 16). */
 void gpu_tiled_matmul(int device, const float *a, const float *b, float *c, int n);
 
+/* STREAM's copy (c[i] = a[i]) and triad (a[i] = b[i] + s c[i]) over n
+ * floats: the roofline's memory bandwidth, measured apart from the kernels
+ * placed under it. */
+void gpu_stream_copy(int device, float *c, const float *a, int64_t n);
+void gpu_stream_triad(int device, float *a, const float *b, const float *c, float s, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -275,6 +275,57 @@ class LectureCollectives(unittest.TestCase):
                 first -= 1
             self.assertIn("the ring was faster from %.0f bytes on" % rows[first][0], text)
 
+    def test_the_crossovers_difference_is_explained_with_the_runs_numbers(self):
+        """The lecture does not claim the measured crossover follows from
+        alpha and beta; it names what the model leaves out, each with a
+        figure that must be the run's own (worked out here from the tables)."""
+        a_s, b_s = self.alpha_beta()
+        alpha, beta, n = float(a_s), float(b_s), 4
+        rows = self.sweep()
+        why = self.markdown(r"^Why the crossovers differ \((\d+) bytes predicted, (.*?) measured\)")
+        self.assertEqual(len(why), 1)
+        text = why[0][1].string
+        pred = self.markdown(r"^predicted: on 4 ranks the tree beats the ring below (\d+) bytes")
+        self.assertEqual(why[0][1].group(1), pred[0][1].group(1))
+        measured = self.markdown(r"^measured: the ring was faster from (\d+) bytes on")
+        if measured:
+            self.assertEqual(why[0][1].group(2), measured[0][1].group(1) + " bytes")
+        # per step on the smallest tensor: the ring's 2(N-1) steps, the tree's
+        # 2 log2 N; printed to 0.1 us
+        m = re.search(r"a ring step took ([0-9.]+) us and a tree step ([0-9.]+) us .*?alpha = ([0-9.]+) us", text)
+        self.assertIsNotNone(m, text)
+        self.assertAlmostEqual(float(m.group(1)), rows[0][1] / (2 * (n - 1)), delta=0.051)
+        self.assertAlmostEqual(float(m.group(2)), rows[0][2] / (2 * math.log2(n)), delta=0.051)
+        self.assertAlmostEqual(float(m.group(3)), alpha * 1e6, delta=0.051 + half_unit(a_s) * 1e6)
+        self.assertIn("the ring, whose every step" if rows[0][1] / 6 > rows[0][2] / 4 else "the tree's steps", text)
+        # the ping-pong size furthest above the two-point line, and by how much
+        ping = self.tables(r"^ping-pong: one-way time")[0][2]["rows"]
+        ratios = [(r[1] / r[2], r[0]) for r in ping[1:-1]]
+        worst, at = max(ratios)
+        m = re.search(r"ping-pong's (\d+)-byte message took ([0-9.]+) times", text) or \
+            re.search(r"within ([0-9.]+) times the line .*?\(the worst at (\d+) bytes\)", text)
+        self.assertIsNotNone(m, text)
+        if "ping-pong's" in m.group(0):
+            self.assertEqual(float(m.group(1)), at)
+            # the table's model column is the line rounded to what the
+            # table holds (full precision here); 0.05 is the note's rounding
+            self.assertAlmostEqual(float(m.group(2)), worst, delta=0.05 + 0.01 * worst)
+        # the largest tensor against the models
+        m = re.search(r"At (\d+) bytes the tree took ([0-9.]+) times its model and the ring ([0-9.]+) times", text)
+        self.assertIsNotNone(m, text)
+        last = rows[-1]
+        self.assertEqual(float(m.group(1)), last[0])
+        self.assertAlmostEqual(float(m.group(2)), last[2] / last[5], delta=0.05 + 1e-3 * last[2] / last[5])
+        self.assertAlmostEqual(float(m.group(3)), last[1] / last[4], delta=0.05 + 1e-3 * last[1] / last[4])
+
+    def test_four_ways_are_built_and_said(self):
+        with open(os.path.join(ROOT, "lectures", NAME + ".c")) as f:
+            src = f.read()
+        self.assertEqual(len(re.findall(r"\{\"[a-z +]+\", [a-z_]+_all_reduce\}", src)), 4)
+        self.assertNotIn("three ways", src)
+        self.assertNotIn("three different ways", src)
+        self.assertIn("four different ways", " ".join(r["data"] for _, r in self.renderings("markdown")))
+
     def test_plot_is_vega_lite_v6_with_four_series(self):
         plots = self.renderings("plot")
         self.assertEqual(len(plots), 1)

@@ -1,0 +1,88 @@
+"""Plant a bug in a copy of a lecture, build the copy, and see a check fail.
+
+A check in a lecture is worth something only if a wrong implementation fails
+it. This builds the lecture from a copy of its source with one piece of text
+replaced (a sum made a max, a loop bound off by one), with exactly the
+command the Makefile uses for the real lecture, so the test can run the copy
+and look for the check that must now fail:
+
+    import planted, tracecheck
+    with planted.binary("lecture_gpu", "out[i] = x[i] + y[i];", "out[i] = fmaxf(x[i], y[i]);") as exe:
+        p, trace = tracecheck.run_quick(exe, out_dir)
+        failed = planted.failed_checks(trace)
+
+The copy keeps the lecture's name (so its trace is NAME.json) and its line
+numbers (the replacement may not add or remove lines), and is compiled with
+-ffile-prefix-map so its stack frames name lectures/NAME.c: the trace stays
+comparable with the real lecture's. The real source is never touched.
+"""
+import contextlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+
+import tracecheck
+
+ROOT = tracecheck.ROOT
+
+
+def compile_command(name):
+    """The Makefile's command that builds lectures/NAME.c into the build
+    folder, as a list of arguments (make -n, with the source taken as new)."""
+    build = os.path.relpath(tracecheck.BUILD, ROOT)
+    target = "%s/lectures/%s" % (build, name)
+    p = subprocess.run(["make", "--no-print-directory", "-n", "-W", "lectures/%s.c" % name, "BUILD=" + build, target],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise AssertionError("make -n %s failed: %s" % (target, p.stderr[-2000:]))
+    for line in p.stdout.splitlines():
+        args = shlex.split(line)
+        if "lectures/%s.c" % name in args and "-o" in args and args[args.index("-o") + 1] == target:
+            return args
+    raise AssertionError("no command that builds %s in make -n's output:\n%s" % (target, p.stdout[-2000:]))
+
+
+@contextlib.contextmanager
+def binary(name, find, replace, count=1):
+    """The lecture NAME built from its source with `find` replaced by
+    `replace` (`find` must occur exactly `count` times, all replaced); the
+    path of the built program, removed on leaving the block."""
+    with open(os.path.join(ROOT, "lectures", name + ".c"), encoding="utf-8") as f:
+        src = f.read()
+    found = src.count(find)
+    if found != count:
+        raise AssertionError("lectures/%s.c holds %r %d times, not %d: the plant no longer fits" %
+                             (name, find, found, count))
+    if find.count("\n") != replace.count("\n"):
+        raise AssertionError("a plant must keep the line count (the trace's lines must stay the lecture's)")
+    tmp = tempfile.mkdtemp(prefix="planted-")
+    try:
+        os.makedirs(os.path.join(tmp, "lectures"))
+        copy = os.path.join(tmp, "lectures", name + ".c")
+        with open(copy, "w", encoding="utf-8") as f:
+            f.write(src.replace(find, replace))
+        exe = os.path.join(tmp, name)
+        args = compile_command(name)
+        args[args.index("lectures/%s.c" % name)] = copy
+        args[args.index("-o") + 1] = exe
+        # quoted includes ("lib/mlp.h") resolve from the real lectures/;
+        # the copy's frames are named as the real file's
+        args[1:1] = ["-iquote", os.path.join(ROOT, "lectures"), "-ffile-prefix-map=%s/=" % tmp]
+        p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise AssertionError("the planted copy of %s did not build: %s" % (name, p.stderr[-3000:]))
+        yield exe
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def checks(trace):
+    """Every check rendering of a trace, in order."""
+    return [r for s in trace["steps"] for r in s["renderings"] if r["type"] == "check"]
+
+
+def failed_checks(trace):
+    """The `what` of every check that failed."""
+    return [c["what"] for c in checks(trace) if not c["passed"]]
