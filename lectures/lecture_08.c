@@ -486,10 +486,11 @@ static void benchmarking(void) {
          "are averaged over the ranks with an all-reduce (as nccl-tests does by default).");
 
     note("A model to read the times with, the alpha-beta model: sending n bytes costs "
-         "alpha + n / beta, a fixed cost alpha (latency: software, synchronisation, the "
-         "wire's delay) plus the bytes at bandwidth beta. A ring all-reduce on p ranks takes "
+         "alpha + n beta, a fixed cost alpha (latency: software, synchronisation, the "
+         "wire's delay) plus beta, the time per byte, for each byte (1 / beta is the "
+         "bandwidth; lecture_collectives uses the same letters). A ring all-reduce on p ranks takes "
          "2(p-1) steps, each sending n/p bytes, so it costs "
-         "**t = 2(p-1) (alpha + n / (p beta))**. Each spawn below fits alpha and beta to its "
+         "**t = 2(p-1) (alpha + n beta / p)**. Each spawn below fits alpha and beta to its "
          "own all-reduce times (least squares on relative errors, so that small messages "
          "count as much as large ones) and plots the model against the measurements.");
     /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound), a factor of 4
@@ -598,6 +599,14 @@ static void bench_main(int rank, int world_size, void *args) {
          "link's limit.",
          all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
          reduce_scatter[last].busbw / all_reduce[last].busbw);
+    if (gpu_count() == 0)
+        note("Why reduce-scatter can come out slower than the whole all-reduce here, which a "
+             "ring could not: the runtime calls Open MPI's MPI_Reduce_scatter_block, and Open "
+             "MPI 4.1 has no ring for it (its choices, `ompi_info --all`: basic_linear, "
+             "recursive doubling, recursive halving, butterfly). For large blocks its fixed "
+             "rules pick basic_linear, as its source reads: the whole input is reduced to one "
+             "rank, then scattered, so that rank alone moves p times the bytes. Its busbw is "
+             "what that algorithm reached, not a ring's.");
     int peak = 0;   /* the size where all-reduce's busbw was highest */
     for (int i = 1; i < a->n_sizes; i++)
         if (all_reduce[i].busbw > all_reduce[peak].busbw) peak = i;
@@ -614,19 +623,20 @@ static void bench_main(int rank, int world_size, void *args) {
                                   "that is not running at the moment loses its time slice" : "");
 
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
-    note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g GB/s%s; the model is off "
+    note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g ns per byte (a bandwidth "
+         "1 / beta of %.3g GB/s)%s; the model is off "
          "by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model / "
          "measured - 1).",
-         world_size, m.alpha * 1e6, m.beta / 1e9,
+         world_size, m.alpha * 1e6, m.beta * 1e9, m.beta > 0 ? 1e-9 / m.beta : INFINITY,
          m.clamped == 1 ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)"
          : m.clamped == 2 ? " (the times did not grow with size: no bandwidth term could be fitted)" : "",
          100 * m.rms_error, 100 * m.max_error, a->n_sizes);
     plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
-    note("Two regimes make the model: alpha dominates while n / (p beta) is small (here "
+    note("Two regimes make the model: alpha dominates while n beta / p is small (here "
          "below about %.0f KiB, where the two terms are equal), beta above. At %g MiB the "
          "model predicts %.3g ms, against %.3g ms measured. Where the points leave the model's line, "
          "the machine is not one link of fixed speed: %s",
-         m.alpha * m.beta * world_size / 1024, all_reduce[last].bytes / (1 << 20),
+         m.beta > 0 ? m.alpha * world_size / m.beta / 1024 : INFINITY, all_reduce[last].bytes / (1 << 20),
          model_seconds(&m, all_reduce[last].bytes, world_size) * 1e3, all_reduce[last].seconds * 1e3,
          gpu_count() > 0 ? "NCCL switches algorithm and protocol with the size (LL, LL128, Simple), "
                            "each with its own alpha and beta."
@@ -953,8 +963,10 @@ static void ddp_main(int rank, int world_size, void *args) {
         forward(w, c->layers, x, acts, pre);
         float loss = losses[step] = mse_loss(acts[c->layers]);
         backward(w, c->layers, acts, pre, grads);
+        if (step == 0) inspect(grads[0]);   /* before: each rank's gradient of its own examples */
         for (int i = 0; i < c->layers; i++)
             dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */
+        if (step == 0) inspect(grads[0]);   /* after: the average, the same on every rank */
         if (step == 0)
             note_verbatim("Rank %d: DDP: nominal bytes sent in one step = %lld in %lld calls", rank,
                           (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
@@ -1356,6 +1368,7 @@ static void zero3_main(int rank, int world_size, void *args) {
             tensor *dx = NULL;
             layer_backward(acts[i], pre[i], w, dy, grad, i > 0 ? &dx : NULL, 0.0f);
             dist_reduce_scatter(grad_piece[i], grad, DIST_AVG);   /* my rows of the average */
+            if (step == 0 && i == 0) inspect(grad_piece[i]);       /* each rank: its own band of rows */
             if (w) tensor_free(w);
             tensor_free(grad);
             tensor_free(dy);
@@ -1502,6 +1515,7 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
         w[i] = col_slice(full, first, last);
         tensor_free(full);
     }
+    inspect(w[0]);   /* each rank holds its own columns of the first layer */
 
     int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
 
@@ -1699,6 +1713,7 @@ enum { PIPE_RUNS = 3 };
 /* What rank 0 of a pipeline spawn returns to the lecture (spawn_return). */
 typedef struct pipe_result {
     double bubble, formula, span_ms;
+    double replayed;               /* the schedule replayed with the stages' own times, messages free */
     int stage0_held, overlapped;   /* stage 1 began a forward before stage 0's last forward ended */
 } pipe_result;
 
@@ -1729,6 +1744,16 @@ static void say_bubble(int stages, int schedule, int m) {
          "(m = %d, p = %d). Load average %.1f on %ld cores while it ran.", SCHEDULE_NAMES[schedule], stages,
          r.bubble, r.formula, 100 * off, why, r.overlapped ? "began its first forward before" : "began only after",
          r.stage0_held, m, stages, load[0], cores);
+    /* The formula assumes equal stages and free messages. Replaying the same
+     * schedule with each operation's measured time and nothing between the
+     * operations keeps the first assumption's breach and drops the second:
+     * it splits the gap in two. */
+    note("The same schedule replayed with each stage's own measured forward and backward times, "
+         "and nothing between one operation and the next, gives a bubble of %.3f: unequal stages "
+         "(the first stage computes no input gradient, the last adds the loss; ranks that share "
+         "cores run at uneven speed) account for %.3f of the gap to the formula, the time between "
+         "operations (messages, the bookkeeping around them, waiting for a core) for the other %.3f.",
+         r.replayed, r.replayed - r.formula, r.bubble - r.replayed);
 }
 
 static void pipeline_parallelism(void) {
@@ -1891,6 +1916,44 @@ static void stage_backward(stage *s, int k) {
     s->in_flight--;
 }
 
+/* The bubble the schedule would have with each operation's measured time
+ * and nothing in between: each stage runs its operations in the order it
+ * ran them, each starting when the stage is free and what it needs is done
+ * (a forward needs the previous stage's forward of that micro-batch, a
+ * backward the next stage's backward). Events: stage r's at e[r * stride]. */
+static double replayed_bubble(const float *v, int stride, int world, int m) {
+    double done[LECTERN_MAX_WORLD][2][MAX_MICRO_BATCHES], free_at[LECTERN_MAX_WORLD] = {0}, busy[LECTERN_MAX_WORLD] = {0};
+    int next[LECTERN_MAX_WORLD] = {0}, left = world * 2 * m;
+    for (int r = 0; r < world; r++)
+        for (int b = 0; b < 2; b++)
+            for (int k = 0; k < m; k++) done[r][b][k] = -1;
+    while (left > 0) {
+        int moved = 0;
+        for (int r = 0; r < world; r++) {
+            while (next[r] < 2 * m) {
+                const pipe_event *e = (const pipe_event *)(v + r * stride) + next[r];
+                int b = e->backward > 0, k = (int)e->micro_batch, from = b ? r + 1 : r - 1;
+                double need = 0;
+                if (from >= 0 && from < world) {
+                    if (done[from][b][k] < 0) break;   /* not replayed yet */
+                    need = done[from][b][k];
+                }
+                double d = e->end_ms - e->start_ms, start = fmax(free_at[r], need);
+                done[r][b][k] = free_at[r] = start + d;
+                busy[r] += d;
+                next[r]++;
+                left--;
+                moved = 1;
+            }
+        }
+        if (!moved) return NAN;   /* an order no schedule allows: cannot happen for the ones here */
+    }
+    double span = 0, mean = 0;
+    for (int r = 0; r < world; r++) span = fmax(span, free_at[r]);
+    for (int r = 0; r < world; r++) mean += (1 - busy[r] / span) / world;
+    return mean;
+}
+
 /* Rank 0 gathers every stage's events, reports the bubble of the quickest
  * of the runs and plots its timeline: one bar per forward or backward, a row
  * per stage. */
@@ -1958,7 +2021,8 @@ static void report_timeline(stage *s, int schedule) {
         }
     }
     chart_show(c);
-    pipe_result res = {mean, bubble_fraction(s->world, s->m), span, (int)v[per_rank - 1],
+    pipe_result res = {mean, bubble_fraction(s->world, s->m), span,
+                       replayed_bubble(v + best * per_run, per_rank, s->world, s->m), (int)v[per_rank - 1],
                        stage1_first_forward < stage0_last_forward};
     spawn_return(&res, sizeof res);
     free(v);

@@ -433,6 +433,32 @@ static void run_by_hand(int which, int64_t floats) {
     spawn(by_hand_main, 4, &a, sizeof a);
 }
 
+/* The four algorithms, each with its note, below all_reduce_by_hand(): a
+ * reader (and the viewer, which shows notes in source order) meets the
+ * section's heading before its parts. */
+static void run_all_reduces(int64_t floats);
+
+static void all_reduce_by_hand(void) {
+    note("## All-reduce by hand");
+    note("All-reduce leaves on every rank the sum of every rank's tensor. Below it is "
+         "built from `dist_send`, `dist_recv` and `dist_sendrecv` alone, four ways, on 4 "
+         "ranks, and each result is compared with `dist_all_reduce`'s.");
+    note("The inputs are whole numbers (small integers stored as floats). Their sums are "
+         "exact in float32, whatever the order of the additions, so the hand-built results "
+         "must equal the library's bit for bit; with arbitrary floats, a different order "
+         "of additions would round differently and only a tolerance could compare them.");
+    note("Each rank counts its own *steps* (communication calls it makes, one after the "
+         "other), and the runtime measures the *bytes* it sent (`dist_traffic_since()` "
+         "around the all-reduce: what each send handed the transport, to whom). For D "
+         "floats of 4 bytes on N ranks the notes' arithmetic is:\n\n"
+         "| algorithm | steps | bytes sent per rank |\n|---|---|---|\n"
+         "| everyone to everyone | N-1 | (N-1) x 4D |\n"
+         "| reduce + broadcast at a root | 2(N-1) at the root | (N-1) x 4D at the root, 4D elsewhere |\n"
+         "| ring | 2(N-1) | 2(N-1) x 4D/N |\n"
+         "| binary tree | 2 log2 N on the root's path | 4D per child, and 4D to the parent |");
+    run_all_reduces(lecture_quick() ? 1024 : 65536);
+}
+
 static void everyone_to_everyone(int64_t floats) {
     note("### Everyone to everyone");
     note("The simplest plan: every rank sends its whole tensor to every other rank and "
@@ -482,27 +508,6 @@ static void run_all_reduces(int64_t floats) {
     reduce_then_broadcast(floats);
     ring(floats);
     tree(floats);
-}
-
-static void all_reduce_by_hand(void) {
-    note("## All-reduce by hand");
-    note("All-reduce leaves on every rank the sum of every rank's tensor. Below it is "
-         "built from `dist_send`, `dist_recv` and `dist_sendrecv` alone, four ways, on 4 "
-         "ranks, and each result is compared with `dist_all_reduce`'s.");
-    note("The inputs are whole numbers (small integers stored as floats). Their sums are "
-         "exact in float32, whatever the order of the additions, so the hand-built results "
-         "must equal the library's bit for bit; with arbitrary floats, a different order "
-         "of additions would round differently and only a tolerance could compare them.");
-    note("Each rank counts its own *steps* (communication calls it makes, one after the "
-         "other), and the runtime measures the *bytes* it sent (`dist_traffic_since()` "
-         "around the all-reduce: what each send handed the transport, to whom). For D "
-         "floats of 4 bytes on N ranks the notes' arithmetic is:\n\n"
-         "| algorithm | steps | bytes sent per rank |\n|---|---|---|\n"
-         "| everyone to everyone | N-1 | (N-1) x 4D |\n"
-         "| reduce + broadcast at a root | 2(N-1) at the root | (N-1) x 4D at the root, 4D elsewhere |\n"
-         "| ring | 2(N-1) | 2(N-1) x 4D/N |\n"
-         "| binary tree | 2 log2 N on the root's path | 4D per child, and 4D to the parent |");
-    run_all_reduces(lecture_quick() ? 1024 : 65536);
 }
 
 /* ------------------------------------------------------------------ */

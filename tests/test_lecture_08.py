@@ -579,9 +579,9 @@ class Numbers:
 class CommittedPipeline(unittest.TestCase):
     """The pipeline as the committed trace (traces/lecture_08.json) shows it:
     stages overlap, 1F1B saves memory on stage 0, and each bubble sentence
-    agrees with the numbers beside it; on a machine that was not busy
-    (load average at most its cores) the 2-stage bubble is within 15% of the
-    formula, as the lecture says."""
+    agrees with the numbers beside it, and the gap to the formula is split
+    by a replay of the schedule with the measured times (recomputed here from
+    the timelines)."""
 
     @classmethod
     def setUpClass(cls):
@@ -634,9 +634,58 @@ class CommittedPipeline(unittest.TestCase):
                     self.assertIn("ranks outnumber the cores", text)
                 elif load > cores:
                     self.assertIn("busy with other work", text)
-            if p <= cores and load <= cores:
-                self.assertLessEqual(abs(off), 0.15 + slack, text)
             self.assertIn("began its first forward before", text)
+
+    @staticmethod
+    def replay(values, stages):
+        """The schedule replayed with each operation's measured time and no
+        time between operations: each stage in the order it ran its
+        operations; a forward waits for the previous stage's forward of its
+        micro-batch, a backward for the next stage's backward."""
+        rows = {r: sorted([v for v in values if v["row"] == "stage %d" % r], key=lambda v: v["start"])
+                for r in range(stages)}
+        done, free, busy = {}, [0.0] * stages, [0.0] * stages
+        nxt = [0] * stages
+        while any(nxt[r] < len(rows[r]) for r in range(stages)):
+            moved = False
+            for r in range(stages):
+                while nxt[r] < len(rows[r]):
+                    v = rows[r][nxt[r]]
+                    b, k = v["series"] == "backward", v["label"]
+                    src = r + 1 if b else r - 1
+                    if 0 <= src < stages and (src, b, k) not in done:
+                        break
+                    start = max(free[r], done.get((src, b, k), 0.0))
+                    free[r] = done[(r, b, k)] = start + (v["end"] - v["start"])
+                    busy[r] += v["end"] - v["start"]
+                    nxt[r] += 1
+                    moved = True
+            assert moved, "no stage could go on"
+        span = max(free)
+        return sum(1 - x / span for x in busy) / stages
+
+    def test_the_gap_to_the_formula_is_split_by_a_replay(self):
+        said = [r["data"] for r in self.rend if r["type"] == "markdown" and r["data"].startswith(
+            "The same schedule replayed")]
+        bubbles = [r["data"] for r in self.rend if r["type"] == "markdown" and "measured bubble" in r["data"]
+                   and "against the formula" in r["data"]]
+        plots = list(self.timelines().items())
+        self.assertEqual((len(said), len(bubbles), len(plots)), (3, 3, 3))
+        for text, bubble, (title, values) in zip(said, bubbles, plots):
+            mm = re.search(r"gives a bubble of ([0-9.]+): .* account for (-?[0-9.]+) of the gap to the formula, "
+                           r"the time between operations .* for the other (-?[0-9.]+)\.", text, re.S)
+            self.assertIsNotNone(mm, text)
+            stages = int(re.search(r"(\d) stages", title).group(1))
+            measured = float(re.search(r"measured bubble ([0-9.]+)", bubble).group(1))
+            formula = (stages - 1) / (8 + stages - 1)
+            replayed = self.replay(values, stages)
+            # the timeline's times are rounded to 1 us in the trace: far below 0.001 of a span of tens of ms
+            self.assertAlmostEqual(float(mm.group(1)), replayed, delta=0.0015, msg=(title, text))
+            self.assertAlmostEqual(float(mm.group(2)), replayed - formula, delta=0.0015)
+            self.assertAlmostEqual(float(mm.group(3)), measured - replayed, delta=0.0015)
+            # Nothing between operations can only shorten the span: the replay
+            # is never above what was measured.
+            self.assertLessEqual(replayed, measured + 0.0015, (title, replayed, measured))
 
 
 class Lecture08(Run, Numbers, unittest.TestCase):
@@ -838,14 +887,17 @@ class Lecture08(Run, Numbers, unittest.TestCase):
     def test_alpha_beta_cost_model(self):
         """alpha and beta refitted here from the measured times the plot
         carries, by the same criterion (least squares on relative errors of
-        t = 2(p-1)(alpha + n/(p beta))), written out independently."""
+        t = 2(p-1)(alpha + n beta / p), beta the time per byte), written out
+        independently."""
         plots = {r["spec"]["title"]: r["spec"] for s in self.trace["steps"] for r in s["renderings"]
                  if r["type"] == "plot" and "alpha-beta model" in r["spec"].get("title", "")}
         self.assertEqual(sorted(plots), ["all-reduce on 2 ranks: measured and alpha-beta model",
                                          "all-reduce on 4 ranks: measured and alpha-beta model"])
         fits = {int(m.group(1)): m for m in (re.search(
-            r"Alpha-beta fit on (\d) ranks: alpha = %s us, beta = %s GB/s(.*?); the model is off by %s%% \(root mean "
-            r"square\) and at most %s%% over the (\d+) sizes" % (NUM, NUM, NUM, NUM), md) for md in self.markdown()) if m}
+            r"Alpha-beta fit on (\d) ranks: alpha = %s us, beta = %s ns per byte \(a bandwidth 1 / beta of %s "
+            r"GB/s\)(.*?); the model is off by %s%% \(root mean "
+            r"square\) and at most %s%% over the (\d+) sizes" % (NUM, NUM, NUM, NUM, NUM), md)
+            for md in self.markdown()) if m}
         self.assertEqual(sorted(fits), [2, 4])
         for title, spec in plots.items():
             p = int(title.split()[2])
@@ -869,29 +921,31 @@ class Lecture08(Run, Numbers, unittest.TestCase):
             if B <= 0:
                 A, B, clamped = r1 / a11, 0.0, 2
             alpha = A / (2 * (p - 1))
-            beta = 2 * (p - 1) / (p * B) if B > 0 else math.inf
+            beta = B * p / (2 * (p - 1))   # seconds per byte; 0: no bandwidth term
             m = fits[p]
-            self.assertEqual(int(m.group(7)), len(pts))
-            self.assertEqual("negative alpha" in m.group(4), clamped == 1)
-            self.assertEqual("no bandwidth term" in m.group(4), clamped == 2)
+            self.assertEqual(int(m.group(8)), len(pts))
+            self.assertEqual("negative alpha" in m.group(5), clamped == 1)
+            self.assertEqual("no bandwidth term" in m.group(5), clamped == 2)
             self.assertGreaterEqual(alpha, 0)
-            self.assertGreater(beta, 0)
+            self.assertGreaterEqual(beta, 0)
             if clamped == 0:   # the fit's own result: both positive
                 self.assertGreater(alpha, 0)
-                self.assertLess(beta, math.inf)
+                self.assertGreater(beta, 0)
             # printed with 3 significant digits: within half the last digit's unit
             self.assertLessEqual(abs(float(m.group(2)) - alpha * 1e6), half_unit(m.group(2)) * (1 + 1e-6) + 1e-12,
                                  (p, m.group(2), alpha))
-            if beta < math.inf:
-                self.assertLessEqual(abs(float(m.group(3)) - beta / 1e9), half_unit(m.group(3)) * (1 + 1e-6),
-                                     (p, m.group(3), beta))
+            self.assertLessEqual(abs(float(m.group(3)) - beta * 1e9), half_unit(m.group(3)) * (1 + 1e-6) + 1e-12,
+                                 (p, m.group(3), beta))
+            if beta > 0:   # the bandwidth is 1 / beta
+                self.assertLessEqual(abs(float(m.group(4)) - 1e-9 / beta), half_unit(m.group(4)) * (1 + 1e-6),
+                                     (p, m.group(4), beta))
             else:
-                self.assertEqual(m.group(3), "inf")
-            pred = [2 * (p - 1) * (alpha + ni / (p * beta)) for ni in n]
+                self.assertEqual(m.group(4), "inf")
+            pred = [2 * (p - 1) * (alpha + ni * beta / p) for ni in n]
             err = [pi / ti - 1 for pi, ti in zip(pred, t)]
             rms = math.sqrt(sum(e * e for e in err) / len(err))
-            self.assertAlmostEqual(float(m.group(5)), 100 * rms, delta=0.05 + 1e-6)
-            self.assertAlmostEqual(float(m.group(6)), 100 * max(abs(e) for e in err), delta=0.05 + 1e-6)
+            self.assertAlmostEqual(float(m.group(6)), 100 * rms, delta=0.05 + 1e-6)
+            self.assertAlmostEqual(float(m.group(7)), 100 * max(abs(e) for e in err), delta=0.05 + 1e-6)
             for ni, pi in zip(n, pred):   # the plotted model is this formula
                 self.assertTrue(math.isclose(model[ni], pi * 1e3, rel_tol=1e-9))
             # the measured times are the table's

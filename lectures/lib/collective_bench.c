@@ -7,7 +7,7 @@
 #include "collective_bench.h"
 
 double model_seconds(const cost_model *m, double bytes, int p) {
-    return 2.0 * (p - 1) * (m->alpha + bytes / (p * m->beta));
+    return 2.0 * (p - 1) * (m->alpha + bytes * m->beta / p);
 }
 
 cost_model fit_cost_model(const bench_result *r, int n, int p) {
@@ -31,7 +31,7 @@ cost_model fit_cost_model(const bench_result *r, int n, int p) {
         m.clamped = 2;
     }
     m.alpha = A / (2.0 * (p - 1));
-    m.beta = B > 0 ? 2.0 * (p - 1) / (p * B) : INFINITY;
+    m.beta = B * p / (2.0 * (p - 1));   /* 0 when not resolved: no bandwidth term */
     for (int i = 0; i < n; i++) {
         double e = model_seconds(&m, r[i].bytes, p) / r[i].seconds - 1;
         m.rms_error += e * e / n;

@@ -18,18 +18,19 @@ typedef struct bench_result {
     double bytes, seconds, algbw, busbw;
 } bench_result;
 
-/* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n/(p beta)),
- * fitted to measured times: t = A + B n is linear in A = 2(p-1) alpha and
- * B = 2(p-1)/(p beta). Least squares on relative errors (each equation
+/* The alpha-beta model of a ring all-reduce, t = 2(p-1)(alpha + n beta / p),
+ * with beta the time per byte (the series' one meaning of beta; 1/beta is
+ * the bandwidth), fitted to measured times: t = A + B n is linear in
+ * A = 2(p-1) alpha and B = 2(p-1) beta / p. Least squares on relative errors (each equation
  * divided by its t), so a 4 KiB message weighs as much as a 16 MiB one. A
  * negative A (times that grow faster than linearly, as on an oversubscribed
  * CPU) is not a latency: then A = 0 and B is fitted alone; a B <= 0
  * (times that do not grow with size, noise on a busy machine) likewise
  * gives B = 0 and A alone. `clamped` says which. */
 typedef struct cost_model {
-    double alpha, beta;           /* seconds; bytes per second (infinite: not resolved) */
+    double alpha, beta;           /* seconds; seconds per byte (0: not resolved) */
     double rms_error, max_error;  /* relative, over the sizes fitted */
-    int clamped;                  /* 1: alpha held at 0; 2: 1/beta held at 0 */
+    int clamped;                  /* 1: alpha held at 0; 2: beta held at 0 */
 } cost_model;
 
 /* The model's time for an all-reduce of `bytes` on p ranks. */
