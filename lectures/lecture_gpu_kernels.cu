@@ -47,7 +47,7 @@ extern "C" void gpu_vector_add(int device, const float *x, const float *y, float
     int64_t blocks = (n + threads - 1) / threads;       /* enough blocks to cover n */
     CUDA_CHECK(cudaSetDevice(device));
     vector_add<<<(unsigned)blocks, threads>>>(x, y, out, n);
-    CUDA_CHECK(cudaGetLastError());                     /* a launch returns nothing */
+    KERNEL_CHECK();   /* a launch returns nothing; LECTERN_CUDA_SYNC=1 also waits for it */
 }
 /* lecture: end */
 
@@ -84,7 +84,7 @@ extern "C" void gpu_tiled_matmul(int device, const float *a, const float *b, flo
     dim3 blocks((n + TILE - 1) / TILE, (n + TILE - 1) / TILE);
     CUDA_CHECK(cudaSetDevice(device));
     tiled_matmul<<<blocks, threads>>>(a, b, c, n);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
 /* lecture: end */
 
@@ -116,12 +116,12 @@ extern "C" void gpu_stream_copy(int device, float *c, const float *a, int64_t n)
 {
     CUDA_CHECK(cudaSetDevice(device));
     stream_copy<<<stream_blocks(device), 256>>>(c, a, n);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
 
 extern "C" void gpu_stream_triad(int device, float *a, const float *b, const float *c, float s, int64_t n)
 {
     CUDA_CHECK(cudaSetDevice(device));
     stream_triad<<<stream_blocks(device), 256>>>(a, b, c, s, n);
-    CUDA_CHECK(cudaGetLastError());
+    KERNEL_CHECK();
 }
