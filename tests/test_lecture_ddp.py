@@ -74,12 +74,10 @@ class LectureDDP(unittest.TestCase):
     def texts(self, pattern):
         """(rank, match) for every text rendering matching the regex."""
         out = []
-        for step in self.trace["steps"]:
-            for r in step["renderings"]:
-                if r["type"] == "text":
-                    m = re.match(pattern, r["data"])
-                    if m:
-                        out.append((step["rank"], m))
+        for _, rank, data in tracecheck.rank_texts(self.trace):
+            m = re.match(pattern, data)
+            if m:
+                out.append((rank, m))
         return out
 
     def one(self, pattern):
