@@ -1750,8 +1750,7 @@ static void say_bubble(int stages, int schedule, int m) {
      * it splits the gap in two. */
     note("The same schedule replayed with each stage's own measured forward and backward times, "
          "and nothing between one operation and the next, gives a bubble of %.3f: unequal stages "
-         "(the first stage computes no input gradient, the last adds the loss; ranks that share "
-         "cores run at uneven speed) account for %.3f of the gap to the formula, the time between "
+         "(the last adds the loss; ranks that share cores run at uneven speed) account for %.3f of the gap to the formula, the time between "
          "operations (messages, the bookkeeping around them, waiting for a core) for the other %.3f.",
          r.replayed, r.replayed - r.formula, r.bubble - r.replayed);
 }
@@ -1809,7 +1808,9 @@ static void pipeline_parallelism(void) {
          "thread moves them while the sender computes, so stage 1 starts micro-batch 0 "
          "while stage 0 computes micro-batch 1. The measured bubble of a rank is 1 - (its "
          "busy time) / (the time from the first start to the last end, over all ranks): "
-         "the *total* convention.", pipe.cfg.batch, pipe.cfg.batch / m);
+         "the *total* convention. The formula assumes stages of equal work, so stage 0 "
+         "computes the gradient of its input too, which nothing uses and a real pipeline "
+         "skips.", pipe.cfg.batch, pipe.cfg.batch / m);
     size_t size;
     train_args *args = baseline_args(&pipe, m, &size);
     struct { int stages, schedule; } runs[] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}};
@@ -1850,6 +1851,8 @@ typedef struct stage {
     tensor *data;                                 /* stage 0 only */
     tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
     dist_request *sent[MAX_MICRO_BATCHES];        /* the forward send of each micro-batch */
+    dist_request *sent_back[MAX_MICRO_BATCHES];   /* the backward send of each (stages > 0) */
+    tensor *dx_out[MAX_MICRO_BATCHES];            /* what it sends: kept until it has gone */
     int backwards_done, in_flight, most_in_flight;
     float loss;                                   /* last stage: the batch's loss */
     double out_diff;                              /* last stage: max |output - one device| */
@@ -1898,18 +1901,24 @@ static void stage_backward(stage *s, int k) {
         dist_recv(dy, s->rank + 1);
     }
     double start = ms_since(s);
+    /* Every stage computes its input's gradient, stage 0 too, though nothing
+     * uses the data's: the bubble formula assumes stages of equal work, and a
+     * stage 0 that skipped it would finish its backwards early (idle time that
+     * is the model's, not the schedule's). */
     for (int j = s->per_stage - 1; j >= 0; j--) {
-        int needs_dx = !(s->rank == 0 && j == 0);   /* the data needs no gradient */
         tensor *dx = NULL;
-        layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], needs_dx ? &dx : NULL,
+        layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], &dx,
                        s->backwards_done == 0 ? 0.0f : 1.0f);
         tensor_free(dy);
         dy = dx;
     }
     stamp(s, 1, k, start);
     s->backwards_done++;
-    if (s->rank > 0) dist_wait(dist_isend(dy, s->rank - 1));   /* dy is freed next: wait here */
-    if (dy) tensor_free(dy);
+    /* The gradient leaves without waiting: this stage goes on to its next
+     * operation while the runtime delivers it, and waits at the end of the
+     * schedule (dy must live until then). */
+    s->sent_back[k] = s->rank > 0 ? dist_isend(dy, s->rank - 1) : NULL;
+    s->dx_out[k] = dy;
     if (s->sent[k]) dist_wait(s->sent[k]);   /* its activation went out long ago */
     free_saved(s->per_stage, s->acts[k], s->pre[k]);
     tensor_free(s->acts[k][0]);
@@ -2045,6 +2054,10 @@ static void run_schedule(stage *s) {
             stage_backward(s, k - warmup);
         }
         for (int k = m - warmup; k < m; k++) stage_backward(s, k);
+    }
+    for (int k = 0; k < m; k++) {
+        if (s->sent_back[k]) dist_wait(s->sent_back[k]);
+        tensor_free(s->dx_out[k]);
     }
 }
 
