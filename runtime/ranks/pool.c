@@ -298,8 +298,10 @@ static char *find_launcher(void) {
  * lecture_08 took 108 and 155 s without it, 6.7 and 15.6 s with it, on a
  * loaded 2-core machine (docs/design.md); containers often run as root,
  * which Open MPI refuses by default; shared-memory transfers through the
- * kernel (CMA) are refused in most containers and Open MPI then warns on
- * every run. Open MPI's monitoring pml counts the bytes each rank sends to
+ * kernel (CMA), with which a message moves while its sender computes, are
+ * asked for only where a probe saw them work (cma.c) and every rank is on
+ * this host: many containers refuse them and Open MPI then warns on every
+ * run. Open MPI's monitoring pml counts the bytes each rank sends to
  * each peer, collectives' own messages included, for dist_traffic_now()
  * (runtime/comm_pvars.c); OMPI_MCA_pml_monitoring_enable=0 turns it off
  * (the collectives' bytes are then not measured; docs/benchmarks.md
@@ -310,7 +312,6 @@ static char **launch_environment(const char *token) {
         {"OMPI_MCA_mpi_yield_when_idle", "1"},
         {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
         {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
-        {"OMPI_MCA_btl_vader_single_copy_mechanism", "none"},
         {"OMPI_MCA_pml_monitoring_enable", "1"},
     };
     size_t n = 0;
@@ -322,6 +323,9 @@ static char **launch_environment(const char *token) {
         if (strncmp(environ[i], POOL_TOKEN_ENV "=", strlen(POOL_TOKEN_ENV) + 1) != 0) env[k++] = environ[i];
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!getenv(defaults[i][0])) env[k++] = lx_fmt("%s=%s", defaults[i][0], defaults[i][1]);
+    if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
+        env[k++] = lx_fmt("OMPI_MCA_btl_vader_single_copy_mechanism=%s",
+                          !getenv("LECTERN_HOSTFILE") && !getenv("SLURM_JOB_ID") && lx_cma_works() ? "cma" : "none");
     env[k++] = lx_fmt("%s=%s", POOL_TOKEN_ENV, token);
     env[k] = NULL;
     return env;

@@ -390,4 +390,8 @@ typedef struct lx_comm_hooks {
 void lx_ranks_set_comm(const lx_comm_hooks *hooks);
 const lx_comm_hooks *lx_ranks_comm(void);
 
+/* cma.c: 1 when a process here may read a sibling's memory with
+ * process_vm_readv (Open MPI's single-copy path between ranks); probed once. */
+int lx_cma_works(void);
+
 #endif /* LECTERN_RANKS_LAYER_H */

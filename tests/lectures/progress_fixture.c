@@ -2,9 +2,12 @@
  * (tests/test_progress.py; bench/bench_progress.c measures the same cases)
  *
  *   --case=isend      rank 0 isends 4 MiB to rank 1, then computes (sleeps,
- *                     leaving the core free) for --compute seconds before its
- *                     wait; rank 1 receives at once. Printed: how long after
- *                     rank 0's isend returned rank 1's receive returned.
+ *                     leaving the core free; with --busy=1 it spins on its
+ *                     core, as a matmul would) for --compute seconds before
+ *                     its wait; rank 1 receives at once. Printed: how long
+ *                     after rank 0's isend returned rank 1's receive returned.
+ *   --case=mechanism  rank 0 prints the single-copy mechanism the pool gave
+ *                     Open MPI (OMPI_MCA_btl_vader_single_copy_mechanism).
  *   --case=allreduce  every rank starts a --mib MiB all-reduce, computes
  *                     (sleeps) --compute seconds, then waits; printed: that
  *                     total, and the same all-reduce alone (blocking).
@@ -27,19 +30,28 @@
 
 #include "lectern.h"
 
-LECTURE_OPTIONS({"case", "NAME", "isend, allreduce, order, timed or timed_mismatch"},
+LECTURE_OPTIONS({"case", "NAME", "isend, mechanism, allreduce, order, timed or timed_mismatch"},
                 {"compute", "SECONDS", "how long a rank computes (default 0.3)"},
                 {"mib", "N", "MiB the all-reduce moves (default 16)"},
                 {"world", "N", "ranks (default 2)"},
+                {"busy", "0|1", "the isend case's sender spins on its core instead of sleeping (default 0)"},
                 {"repeat", "N", "spawns of the order case, 2 to --world ranks in turn (default 1): a soak"});
 
-typedef struct { double compute; int mib; } cfg;
+typedef struct { double compute; int mib, busy; } cfg;
 typedef struct { double a, b; } times;
 typedef struct { double total, alone, async_alone; } times3;
 
 static void nap(double seconds) {
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     while (nanosleep(&ts, &ts) != 0) {}
+}
+
+/* Computes for `seconds` on this core: nothing else of this thread runs. */
+static void spin(double seconds) {
+    volatile double x = 0;
+    double end = now_seconds() + seconds;
+    while (now_seconds() < end)
+        for (int i = 0; i < 1000; i++) x += 1e-9 * i;
 }
 
 static void isend_case(int rank, int world_size, void *args) {
@@ -51,7 +63,8 @@ static void isend_case(int rank, int world_size, void *args) {
         fill_(t, 3.0f);
         dist_request *r = dist_isend(t, 1);
         out.a = now_seconds();
-        nap(c->compute);
+        if (c->busy) spin(c->compute);
+        else nap(c->compute);
         dist_wait(r);
     } else if (rank == 1) {
         dist_recv(t, 0);
@@ -192,8 +205,15 @@ static void timed_mismatch_case(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
+/* What the pool told Open MPI about its single-copy path, as a rank sees it. */
+static void mechanism_case(int rank, int world_size, void *args) {
+    (void)world_size, (void)args;
+    const char *m = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+    if (rank == 0) note_verbatim("result mechanism %s", m ? m : "unset");
+}
+
 static void body(void) {
-    cfg c = {atof(lecture_option("compute", "0.3")), atoi(lecture_option("mib", "16"))};
+    cfg c = {atof(lecture_option("compute", "0.3")), atoi(lecture_option("mib", "16")), atoi(lecture_option("busy", "0"))};
     const char *which = lecture_option("case", "isend");
     int world = atoi(lecture_option("world", "2"));
     if (strcmp(which, "isend") == 0) {
@@ -206,6 +226,8 @@ static void body(void) {
         int repeat = atoi(lecture_option("repeat", "1"));
         /* A soak cycles through 2 .. world ranks on one pool. */
         for (int i = 0; i < repeat; i++) spawn(order_case, repeat == 1 || world < 3 ? world : 2 + i % (world - 1), NULL, 0);
+    } else if (strcmp(which, "mechanism") == 0) {
+        spawn(mechanism_case, world, NULL, 0);
     } else if (strcmp(which, "timed") == 0) {
         spawn(timed_case, world, NULL, 0);
     } else if (strcmp(which, "timed_mismatch") == 0) {
