@@ -235,39 +235,39 @@ static void collective_operations(void) {
 
     note("In the pictures, each row is a rank; before on the left, after on the right.");
 
-    note("### Broadcast");
-    note("One rank's tensor is copied to every rank.");
+    note("### Broadcast\n\n"
+         "One rank's tensor is copied to every rank.");
     image("assets/lecture_08_broadcast.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/broadcast.png");
 
-    note("### Scatter");
-    note("One rank's tensor is cut into world-size pieces; rank *i* receives piece *i*.");
+    note("### Scatter\n\n"
+         "One rank's tensor is cut into world-size pieces; rank *i* receives piece *i*.");
     image("assets/lecture_08_scatter.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/scatter.png");
 
-    note("### Gather");
-    note("The reverse of scatter: every rank's piece is collected, in rank order, on one rank.");
+    note("### Gather\n\n"
+         "The reverse of scatter: every rank's piece is collected, in rank order, on one rank.");
     image("assets/lecture_08_gather.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/gather.png");
 
-    note("### Reduce");
-    note("Every rank's tensor is combined elementwise (sum, average, min, max) and the "
+    note("### Reduce\n\n"
+         "Every rank's tensor is combined elementwise (sum, average, min, max) and the "
          "result lands on one rank.");
     image("assets/lecture_08_reduce.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/reduce.png");
 
-    note("### All-gather");
-    note("A gather whose result lands on every rank.");
+    note("### All-gather\n\n"
+         "A gather whose result lands on every rank.");
     image("assets/lecture_08_all_gather.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/all_gather.png");
 
-    note("### Reduce-scatter");
-    note("A reduce whose result is cut into pieces: rank *i* gets piece *i* of the sum.");
+    note("### Reduce-scatter\n\n"
+         "A reduce whose result is cut into pieces: rank *i* gets piece *i* of the sum.");
     image("assets/lecture_08_reduce_scatter.svg", 0.3);
     see("https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/_images/reducescatter.png");
 
-    note("### All-reduce = reduce-scatter + all-gather");
-    note("A reduce whose result lands on every rank. It can be done as a reduce-scatter "
+    note("### All-reduce = reduce-scatter + all-gather\n\n"
+         "A reduce whose result lands on every rank. It can be done as a reduce-scatter "
          "(each rank sums one piece) followed by an all-gather (everyone collects all "
          "pieces), which is how the ring algorithm below does it.");
     image("assets/lecture_08_all_reduce.svg", 0.3);

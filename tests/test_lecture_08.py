@@ -742,7 +742,7 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         self.assertIsNone(re.search(r"layers (\d+)-\1\b", every))   # "layers 0-0"
 
     def test_sections_in_order(self):
-        headings = [m.strip() for m in self.markdown() if m.startswith("#")]
+        headings = [m.split("\n", 1)[0].strip() for m in self.markdown() if m.startswith("#")]
         pos = 0
         for section in SECTIONS:
             self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
