@@ -3,7 +3,9 @@ question (markdown and its HTML), the measured value and its unit, in the
 lecture and in a spawned rank. Runs tests/lectures/predict_fixture.c and
 checks each step against what the fixture's source says it asks and
 measured (rank r measured 10 (r + 1) ms), and that a bad question, a NaN
-and an infinite value are errors at their lines.
+and an infinite value are errors at their lines. Then lecture_collectives'
+questions in its committed trace: each value is the number the next table
+or note states, and what the formulas give.
 
     /usr/bin/python3 tests/test_predict.py        (LECTERN_BUILD picks the build)
 """
@@ -142,6 +144,71 @@ class BadInput(unittest.TestCase):
                 # No question was recorded; the lecture went on to its next note.
                 self.assertFalse([s for s in t["steps"] if s["renderings"][0]["type"] == "predict"])
                 self.assertEqual(t["steps"][-1]["renderings"][0]["data"], "after")
+
+
+class LectureCollectives(unittest.TestCase):
+    """lecture_collectives' questions in its committed trace: each asks for a
+    number the next table or note states, and its value is that number,
+    worked out here from the trace's tables and the textbook formulas."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.t = tracecheck.validate(os.path.join(tracecheck.ROOT, "traces", "lecture_collectives.json"))
+        cls.steps = cls.t["steps"]
+
+    def next_of(self, i, kind, start=""):
+        """(index, rendering) of the first step after i whose rendering is of
+        this kind (and, for a table, whose caption starts with `start`)."""
+        for k in range(i + 1, len(self.steps)):
+            r = self.steps[k]["renderings"][0]
+            if r["type"] == kind and (r.get("caption") or r.get("data") or "").startswith(start):
+                return k, r
+        raise AssertionError((i, kind, start))
+
+    def predicts(self):
+        return [(i, s["renderings"][0]) for i, s in enumerate(self.steps) if s["renderings"][0]["type"] == "predict"]
+
+    def test_bytes_each_algorithm_sends(self):
+        n = 4
+        by_hand = [(i, r) for i, r in self.predicts() if r["question"].startswith("**")]
+        self.assertEqual([r["question"].split("**")[1] for _, r in by_hand],
+                         ["everyone to everyone", "reduce + broadcast", "ring", "tree"])
+        for i, r in by_hand:
+            name = r["question"].split("**")[1]
+            with self.subTest(algorithm=name):
+                self.assertEqual((r["unit"], self.steps[i]["rank"]), ("bytes", 0))
+                k, table = self.next_of(i, "table", name + ", D = ")
+                self.assertEqual(self.steps[k]["rank"], 0)
+                d = int(table["caption"].split("D = ")[1].split()[0])
+                self.assertIn("D = %d floats" % d, r["question"])
+                rank0 = table["rows"][0]
+                self.assertEqual(rank0[0], 0)
+                self.assertEqual(r["value"], rank0[2])   # what the table states next
+                chunk = 4 * d
+                want = {"everyone to everyone": (n - 1) * chunk, "reduce + broadcast": (n - 1) * chunk,
+                        "ring": 2 * (n - 1) * chunk // n, "tree": 2 * chunk}[name]   # rank 0: two children
+                self.assertEqual(r["value"], want)
+
+    def test_alpha_bandwidth_and_crossover(self):
+        rest = [(i, r) for i, r in self.predicts() if not r["question"].startswith("**")]
+        self.assertEqual([r["unit"] for _, r in rest], ["us", "GB/s", "bytes"])
+        (ia, alpha), (ib, bw), (ic, cross) = rest
+        k, ping = self.next_of(ib, "table", "ping-pong")
+        self.assertGreater(k, ia)
+        rows = ping["rows"]
+        self.assertEqual((rows[0][0], rows[-1][0]), (4, 1 << 20))
+        self.assertEqual(alpha["value"], rows[0][1])          # the smallest message's one-way time
+        beta = (rows[-1][1] - rows[0][1]) * 1e-6 / rows[-1][0]
+        self.assertAlmostEqual(bw["value"], 1e-9 / beta, delta=1e-9 * bw["value"])
+        _, stated = self.next_of(k, "markdown", "alpha = ")
+        self.assertIn("a bandwidth of %.3g GB/s" % bw["value"], stated["data"])
+        n, log_n, a = 4, 2, alpha["value"] * 1e-6
+        want = a * (n - 1 - log_n) / (beta * (log_n - (n - 1) / n))
+        self.assertAlmostEqual(cross["value"], want, delta=1e-6 * want)
+        k, _ = self.next_of(ic, "table", "all-reduce on 4 ranks")
+        self.assertEqual(k, ic + 1)
+        _, said = self.next_of(ic, "markdown", "predicted: ")
+        self.assertEqual(said["data"], "predicted: on 4 ranks the tree beats the ring below %.0f bytes" % cross["value"])
 
 
 if __name__ == "__main__":
