@@ -395,6 +395,10 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int64_t by
         table_column(t, "bytes sent (measured)", "B", "%.0f");
         table_column(t, "max abs difference from dist_all_reduce", NULL, "%g");
         for (int q = 0; q < n; q++) table_row(t, q, (double)v[3 * q], (double)v[3 * q + 1], (double)v[3 * q + 2]);
+        char question[256];
+        snprintf(question, sizeof question, "**%s** on %d ranks, D = %lld floats of 4 bytes each: how many bytes "
+                 "did rank 0 send? (the formulas are in the table at the start of this section)", name, n, (long long)x->numel);
+        predict(question, (double)v[1], "bytes");
         table_show(t);
         /* Tolerance 0. The inputs are whole numbers from -6 to 6, so every
          * partial sum of up to LECTERN_MAX_WORLD of them is a whole number
@@ -594,6 +598,11 @@ static void fit_alpha_beta(const double *one_way, double *alpha, double *beta) {
 }
 
 static void note_ping_pong(const double *one_way, double alpha, double beta) {
+    predict("Rank 0 sent one float (4 bytes) to rank 1 and got it back, many times. Half a round "
+            "trip is alpha, the fixed price of a message. How many microseconds is it here?", alpha * 1e6, "us");
+    if (beta > 0)   /* a noisy run can fit none */
+        predict("Beta, the time per byte, comes from the largest message (1 MiB). What bandwidth, one over "
+                "beta, is that?", 1e-9 / beta, "GB/s");
     table_t *t = table_new("ping-pong: one-way time against the alpha-beta model");
     table_column(t, "bytes", NULL, "%.0f");
     table_column(t, "one-way time", "us", "%.2f");
@@ -665,6 +674,10 @@ static void note_sweep(const double *ring_s, const double *tree_s, double alpha,
         table_row(t, b, ring_s[i] * 1e6, tree_s[i] * 1e6, tree_s[i] < ring_s[i] ? "tree" : "ring",
                   ring_model(alpha, beta, n, b) * 1e6, tree_model(alpha, beta, n, b) * 1e6);
     }
+    if (beta > 0)
+        predict("The ring takes 2(N-1) steps of B/N bytes, the tree 2 log2 N steps of B bytes, each step "
+                "costing alpha + beta x bytes. With the alpha and beta above, below how many bytes per rank "
+                "does the model say the tree beats the ring on 4 ranks?", crossover_bytes(alpha, beta, n), "bytes");
     table_show(t);
     plot_sweep(ring_s, tree_s, alpha, beta, n);
     note("predicted: on %d ranks the tree beats the ring below %.0f bytes", n, crossover_bytes(alpha, beta, n));

@@ -73,6 +73,23 @@ int note_system(const char *command);
  * JSON is an error step naming the lecture line. */
 void plot(const char *vega_lite_json);
 
+/* Predict, then see: asks the reader a question whose answer the lecture has
+ * just measured. Call it right after the measurement and before the note
+ * that states the number:
+ *
+ *     predict("What bus bandwidth will the 64 MB all-reduce reach?", busbw, "GB/s");
+ *
+ * Records one step at this line (in a rank too, like note()) holding the
+ * question (markdown, as in note(), but not a printf format), `measured` and
+ * its `unit` ("" for a plain number or a ratio). The viewer shows the
+ * question and an answer field ("Your answer (GB/s)") and keeps the value
+ * hidden until the reader presses Reveal; it then says how close the answer
+ * was ("measured 12.3 GB/s; your answer 10 is 19% low"). A NULL or empty
+ * question, a NULL unit, or a measured value that is NaN or infinite is an
+ * error step at this line (the lecture exits 1 at the end), and no question
+ * is recorded. */
+void predict(const char *question, double measured, const char *unit);
+
 /* The whole main of a lecture. The lecture's name is its source file's name
  * (lectures/lecture_00.c -> lecture_00). Options: --out DIR, --grade FILE
  * (the checks as an autograder's score: grade_exercise()), --quick (reduced

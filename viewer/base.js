@@ -18,6 +18,7 @@
  *   panels.js   header, call stack, outline, spawns, run facts
  *   read.js     read mode: the lecture as one document
  *   vars.js     inspect(x)'s values, and the variables panel beside the call stack
+ *   predict.js  predict()'s questions: an answer field, the value on Reveal
  *   main.js     starting: the trace the address names, or one opened by hand
  *
  * The page is organised around one number, the current step (S.cur).

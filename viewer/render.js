@@ -99,6 +99,8 @@
         return tableHTML(r, i, j);
       case 'inspect':
         return L.inspectHTML ? L.inspectHTML(r) : '<pre class="r-text">' + esc(r.data == null ? '' : r.data) + '</pre>';
+      case 'predict':
+        return L.predictHTML ? L.predictHTML(r, i, j) : '<div class="r-unknown">a question (predict.js is missing)</div>';
       case 'warning':
         return '<div class="r-warning"><div class="warn-h"><strong>Warning</strong> · ' + esc(whereText(i)) + '</div>' +
           '<pre>' + esc(r.data == null ? '' : r.data) + '</pre></div>';

@@ -130,6 +130,26 @@
         self.headOf[k] = ln;
       }
     });
+    // A chunk drawn alone (it holds a mark of the current step) must not put
+    // a note's heading in the page without the heading it sits under: a
+    // skipped level reads, to a screen reader navigating by headings, as a
+    // missing section. Drawing a chunk draws first the chunks holding the
+    // parents of its headings (the nearest heading above of a lower level).
+    this.parentChunks = {};
+    var hs = [], last = [];
+    IX.headings.forEach(function (h) {
+      var st = L.T.steps[h.step].stack, f = st[st.length - 1];
+      if (f.path === path) hs.push({ line: f.line, level: h.level, step: h.step });
+    });
+    hs.sort(function (a, b) { return a.line - b.line || a.step - b.step; });
+    hs.forEach(function (h) {
+      var p = null;
+      for (var q = 1; q < h.level; q++) if (last[q] && (!p || last[q].line > p.line)) p = last[q];
+      last[h.level] = h;
+      last.length = h.level + 1;
+      var c = ((h.line - 1) / CHUNK) | 0, pc = p ? ((p.line - 1) / CHUNK) | 0 : c, list = self.parentChunks[c];
+      if (pc !== c && (!list || list.indexOf(pc) < 0)) (self.parentChunks[c] = list || []).push(pc);
+    });
     this.lineEl = new Array(lines.length + 1);
     this.el = document.createElement('div');
     this.el.className = 'file';
@@ -235,6 +255,8 @@
     var ch = this.chunks[c];
     if (!ch || ch.drawn) return;
     ch.drawn = true;
+    var parents = this.parentChunks[c];
+    if (parents) for (var q = 0; q < parents.length; q++) this.draw(parents[q]);
     var a = c * CHUNK + 1, b = Math.min(this.lines.length, (c + 1) * CHUNK), h = '';
     for (var ln = a; ln <= b; ln++) h += this.lineHTML(ln);
     ch.el.innerHTML = h;
@@ -286,6 +308,9 @@
       var ch = e && e.closest && e.closest('.chunk');
       if (ch) keep[ch.getAttribute('data-chunk')] = true;
     });
+    // ...nor the chunk of a parent heading of a chunk that stays drawn.
+    for (var d = 0; d < this.drawn.length; d++)
+      (this.parentChunks[this.drawn[d]] || []).forEach(function (pc) { keep[pc] = true; });
     for (var k = 0; k < this.drawn.length && this.drawn.length > MAX_DRAWN; k++) {
       var c = this.drawn[k], ch = this.chunks[c];
       if (ch.near || keep[c]) continue;

@@ -216,6 +216,9 @@ static void c_chart_show(void) { chart_show(NUL); }
 static void c_inspect_name(void) { lx_inspect(NUL, LX_INSPECT_INT, NULL, 1, 0); }
 static void c_inspect_t(void) { tensor *t = NUL; inspect(t); }
 
+static void c_predict_question(void) { predict(NUL, 1.0, "GB/s"); }
+static void c_predict_unit(void) { predict("How many?", 1.0, NUL); }
+
 static const fixture_case cases[] = {
     {"note.fmt", c_note},
     {"check_close.actual", c_check_close_actual},
@@ -247,6 +250,8 @@ static const fixture_case cases[] = {
     {"see.title", c_see_title},
     {"note_system.command", c_note_system},
     {"plot.vega_lite_json", c_plot},
+    {"predict.question", c_predict_question},
+    {"predict.unit", c_predict_unit},
     {"progress.fmt", c_progress},
     {"spawn.fn", c_spawn_fn},
     {"spawn.args", c_spawn_args},

@@ -64,7 +64,7 @@ def line_of(path, needle, nth=1, within=None):
 
 # Calls of the runtime that make a step directly.
 STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_close",
-              "table_show", "chart_show", "inspect")
+              "table_show", "chart_show", "inspect", "predict")
 # spawn() (and spawn_expect_failure()) notes which backend it chose, at its line.
 SPAWN_CALLS = ("spawn", "spawn_expect_failure")
 RUNTIME_CALLS = STEP_CALLS + SPAWN_CALLS
@@ -263,11 +263,12 @@ def format_regex(fmt):
 _RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
                    "note_system": "text", "plot": "plot", "spawn": "markdown", "spawn_expect_failure": "markdown",
                    "check": "check", "check_close": "check", "table_show": "table", "chart_show": "plot",
-                   "inspect": "inspect"}
+                   "inspect": "inspect", "predict": "predict"}
 
 # What each step-making call's first argument must match in its rendering.
 _FIRST_ARG_FIELD = {"note": ("data", True), "note_verbatim": ("data", True), "image": ("src", False),
-                    "see": ("url", False), "note_system": ("command", False)}
+                    "see": ("url", False), "note_system": ("command", False),
+                    "predict": ("question", False)}
 
 
 def rendered_by(raw_src_text, line_starts, line, rendering):
