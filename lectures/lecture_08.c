@@ -585,6 +585,14 @@ static void bench_main(int rank, int world_size, void *args) {
         reduce_scatter[i] = bandwidths(a->bytes[i], t, (n - 1) / n);
     }
     if (rank != 0) return;   /* the numbers are the same everywhere: one rank reports */
+    if (world_size == 2) {
+        char question[256];
+        snprintf(question, sizeof question,
+                 "Before the table: what bus bandwidth will the largest all-reduce (%g MiB) reach on these "
+                 "2 ranks, processes that share this machine's memory?",
+                 all_reduce[a->n_sizes - 1].bytes / (1 << 20));
+        predict(question, all_reduce[a->n_sizes - 1].busbw, "GB/s");
+    }
     show_results("all-reduce", world_size, all_reduce, a->n_sizes);
     show_results("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
     plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
@@ -1391,6 +1399,15 @@ static void zero3_main(int rank, int world_size, void *args) {
             agrees("ZeRO-3: the step-0 gradient pieces", diff, gradient_tolerance(c) * size);
         }
         for (int i = 0; i < c->layers; i++) adamw_step(opt[i], piece[i], grad_piece[i]);
+        if (step == 0 && rank == 0) {
+            char question[320];
+            snprintf(question, sizeof question,
+                     "How many bytes does one rank send in one ZeRO-3 step here (%d ranks, %d layers of "
+                     "%d x %d floats)? Each all-gather and each reduce-scatter sends (p - 1) / p of a "
+                     "layer; the last layer's gathered weights stay from its forward to its backward.",
+                     world_size, c->layers, c->width, c->width);
+            predict(question, (double)(dist_bytes_nominal() - bytes_before), "bytes");
+        }
         if (step == 0)
             note_verbatim("Rank %d: ZeRO-3: nominal bytes sent in one step = %lld in %lld calls", rank,
                           (long long)(dist_bytes_nominal() - bytes_before), (long long)(dist_calls() - calls_before));
@@ -1727,6 +1744,10 @@ static void say_bubble(int stages, int schedule, int m) {
     if (getloadavg(load, 1) != 1) load[0] = -1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double off = r.bubble / r.formula - 1;
+    if (stages == 2)
+        predict("What fraction of the pipeline's time will each of the 2 stages spend idle, with 8 "
+                "micro-batches (the bubble, over the total time)?",
+                r.bubble, "");
     const char *why;
     if (fabs(off) <= 0.15)
         why = "within 15% of the formula: what is left over is the messages' cost and the last stage's loss, "

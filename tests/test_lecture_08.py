@@ -839,6 +839,35 @@ class Lecture08(Run, Numbers, unittest.TestCase):
 
     # ---- benchmarking ----
 
+    def test_predictions_hold_what_follows(self):
+        """Three questions (predict()): each one's hidden value is the number the
+        table or note after it states, read from there, not from the question."""
+        asked = [(s, r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "predict"]
+        self.assertEqual(len(asked), 3, [r["question"][:60] for _, r in asked])
+        by_unit = {r["unit"]: (s, r) for s, r in asked}
+        self.assertEqual(sorted(by_unit), ["", "GB/s", "bytes"])
+        # busbw: the last row of the 2-rank all-reduce table, in the same spawn
+        step, r = by_unit["GB/s"]
+        self.assertEqual((step["rank"], step["world_size"]), (0, 2))
+        cols, _ = self.table(r"^all-reduce on 2 ranks$")
+        self.assertEqual(r["value"], cols["busbw"][-1])
+        self.assertIn("%g MiB" % cols["size"][-1], r["question"])
+        # ZeRO-3's bytes: rank 0's count in the note after it; 11 calls of (p - 1) / p of a 1 MiB layer
+        step, r = by_unit["bytes"]
+        (rank, m), = [x for x in self.spawn_texts(step["spawn"], r"^Rank (\d): ZeRO-3: nominal bytes sent in one "
+                                                               r"step = (\d+) in (\d+) calls$") if x[0] == 0]
+        self.assertEqual(r["value"], int(m.group(2)))
+        p, layers, width = map(int, re.search(r"\((\d) ranks, (\d) layers of (\d+) x \d+ floats\)",
+                                              r["question"]).group(1, 2, 3))
+        self.assertEqual((p, layers, width), (4, self.config()["layers"], self.config()["width"]))
+        # gathers: every layer forward, all but the last backward; one reduce-scatter per layer
+        self.assertEqual(r["value"], (3 * layers - 1) * (p - 1) * width * width * 4 // p)
+        # the bubble: the 2-stage note's measured figure, printed to 3 decimals
+        step, r = by_unit[""]
+        text = [t for t in self.markdown() if t.startswith("GPipe, 2 stages: measured bubble")][0]
+        shown = re.search(r"measured bubble %s of the total" % NUM, text).group(1)
+        self.assertLessEqual(abs(r["value"] - float(shown)), half_unit(shown))
+
     def test_benchmark_bandwidths(self):
         """The tables' values, as the ranks computed them: algbw = S / t with S
         the whole message (for reduce-scatter the whole input), busbw = algbw
