@@ -49,9 +49,10 @@ FIXTURE = tracecheck.built("tests", "lectures", "slurm_fixture")
 FIXTURE_SRC = os.path.join(ROOT, "tests", "lectures", "slurm_fixture.c")
 PREFIX = "lectern-test-slurm-"
 NODE = socket.gethostname().split(".")[0]
+NODE_B = "lxslurm-b-%d" % os.getpid()   # the second node: this machine under another host name
 NOTE = re.compile(r"rank (\d+)/(\d+) on (\S+) in job (\S+): sum (\S+) (\S+) (\S+) (\S+)")
 TOOLS = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "salloc": "slurm-client",
-         "sbatch": "slurm-client", "sinfo": "slurm-client", "scontrol": "slurm-client"}
+         "sbatch": "slurm-client", "sinfo": "slurm-client", "scontrol": "slurm-client", "unshare": "util-linux"}
 
 
 def why_not():
@@ -131,7 +132,7 @@ class Slurm(unittest.TestCase):
         # Everything that names the folder goes, last in first out: before
         # the folder is removed, after the daemons are stopped.
         cls.addClassCleanup(kill_processes_naming, cls.tmp)
-        for sub in ("munge", "state", "spool", "log"):
+        for sub in ("munge", "state", "log"):
             os.makedirs(os.path.join(cls.tmp, sub), mode=0o700)
         key = os.path.join(cls.tmp, "munge", "munge.key")
         with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
@@ -145,18 +146,23 @@ class Slurm(unittest.TestCase):
         cls.wait_for(lambda: os.path.exists(cls.sock), "munged's socket")
         cls.conf = os.path.join(cls.tmp, "slurm.conf")
         with open(cls.conf, "w") as f:
-            f.write(slurm_conf(cls.tmp, cls.sock, free_port(), free_port()))
+            f.write(slurm_conf(cls.tmp, cls.sock, free_port(), free_port(), free_port()))
         cls.env = {k: v for k, v in os.environ.items()
                    if not k.startswith("SLURM_") and k != "OMPI_MCA_rmaps_base_oversubscribe"}
         cls.env["SLURM_CONF"] = cls.conf
         cls.start_daemon("slurmctld", [tool("slurmctld"), "-D", "-i", "-f", cls.conf])
-        cls.start_daemon("slurmd", [tool("slurmd"), "-D", "-f", cls.conf])
+        cls.start_daemon("slurmd", [tool("slurmd"), "-D", "-N", NODE, "-f", cls.conf])
+        # The second node's slurmd in a UTS namespace of its own, whose host
+        # name is NODE_B: what it starts (mpirun's daemon, through srun) and
+        # the ranks that daemon starts see another machine.
+        cls.start_daemon("slurmd-b", [tool("unshare"), "--uts", "sh", "-c", 'hostname "$0" && exec "$1" -D -N "$0" -f "$2"',
+                                      NODE_B, tool("slurmd"), cls.conf])
 
         def idle():
-            p = subprocess.run([tool("sinfo"), "-h", "-o", "%T", "-n", NODE], env=cls.env,
+            p = subprocess.run([tool("sinfo"), "-h", "-N", "-o", "%N %T"], env=cls.env,
                                capture_output=True, text=True, timeout=20)
-            return p.returncode == 0 and p.stdout.strip() == "idle"
-        cls.wait_for(idle, "the node to be idle in sinfo")
+            return p.returncode == 0 and sorted(p.stdout.split()) == sorted([NODE, "idle", NODE_B, "idle"])
+        cls.wait_for(idle, "both nodes to be idle in sinfo")
 
     @classmethod
     def start_daemon(cls, name, argv):
@@ -231,7 +237,8 @@ class Slurm(unittest.TestCase):
         return job
 
     def test_1_salloc_four_ranks(self):
-        p = self.run_in([tool("salloc"), "-n", "4", "--immediate=30", "-J", "lectern-test"] + self.fixture_argv(), 4)
+        p = self.run_in([tool("salloc"), "-n", "4", "-w", NODE, "--immediate=30", "-J", "lectern-test"] +
+                        self.fixture_argv(), 4)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr + self.logs())
         trace = tracecheck.validate(os.path.join(self.out, "slurm_fixture.json"))
         job = self.check_spawns(trace, 4, 4)
@@ -242,7 +249,8 @@ class Slurm(unittest.TestCase):
         log = os.path.join(self.out, "job.out")
         # sbatch --wait polls every 2 s and more; scontrol, every 0.1 s.
         t0 = time.monotonic()
-        p = self.run_in([tool("sbatch"), "--parsable", "-n", "3", "-J", "lectern-test", "-o", log, "--chdir", ROOT,
+        p = self.run_in([tool("sbatch"), "--parsable", "-n", "3", "-w", NODE, "-J", "lectern-test", "-o", log,
+                         "--chdir", ROOT,
                          "--wrap", " ".join(self.fixture_argv())], 3)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr + self.logs())
         submitted = p.stdout.strip().split(";")[0]
@@ -266,8 +274,38 @@ class Slurm(unittest.TestCase):
         self.assertEqual(job, submitted)
         sys.stderr.write("[sbatch -n 3: %.1f s] " % seconds)
 
+    def test_4_two_nodes(self):
+        # 2 tasks on each node: mpirun starts its daemon on NODE_B with srun,
+        # and the ranks there reach the lecture over TCP.
+        p = self.run_in([tool("salloc"), "-N", "2", "--ntasks-per-node=2", "--immediate=30", "-J", "lectern-test"] +
+                        self.fixture_argv(), 4)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr + self.logs())
+        trace = tracecheck.validate(os.path.join(self.out, "slurm_fixture.json"))
+        notes = [NOTE.search(r.get("data") or "") for s in trace["steps"] for r in s["renderings"]]
+        notes = [m for m in notes if m]
+        self.assertEqual(len(notes), 6)
+        job = notes[0].group(4)
+        host_of = {}
+        for m in notes:
+            n = int(m.group(2))
+            self.assertEqual([float(m.group(i)) for i in range(5, 9)], [n * (n + 1) / 2] * 4, m.group(0))
+            self.assertEqual(m.group(4), job)
+            if n == 4:
+                host_of[int(m.group(1))] = m.group(3)
+        self.assertEqual(sorted(host_of.values()), sorted([socket.gethostname()] * 2 + [NODE_B] * 2), host_of)
+        second = trace["spawns"][1]
+        nodes = second["slurm"]["nodes"]   # Slurm's order
+        self.assertEqual(sorted(nodes.split(",")), sorted([NODE, NODE_B]))
+        self.assertEqual(second["slurm"], {"job_id": job, "nodes": nodes, "tasks_per_node": "2(x2)", "tasks": 4})
+        self.assertIn("in Slurm job %s's allocation: 4 tasks on %s (SLURM_TASKS_PER_NODE=2(x2))" % (job, nodes),
+                      second["reason"])
+        # The spawn's hosts: each rank's as it named itself, with the address it connected from.
+        self.assertEqual([h.split(" (")[0] for h in second["hosts"]], [host_of[r] for r in range(4)])
+        sys.stderr.write("[salloc -N 2: %.1f s] " % self.seconds)
+
     def test_3_a_spawn_larger_than_the_allocation(self):
-        p = self.run_in([tool("salloc"), "-n", "2", "--immediate=30", "-J", "lectern-test"] + self.fixture_argv(), 4)
+        p = self.run_in([tool("salloc"), "-n", "2", "-w", NODE, "--immediate=30", "-J", "lectern-test"] +
+                        self.fixture_argv(), 4)
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         trace = tracecheck.validate(os.path.join(self.out, "slurm_fixture.failed.json"))
         job = re.search(r"Granted job allocation (\d+)", p.stderr).group(1)
@@ -329,24 +367,24 @@ def stop(p):
             p.wait()
 
 
-def slurm_conf(folder, munge_socket, ctld_port, slurmd_port):
-    """One node, this machine; root runs everything; no cgroups, no accounting."""
+def slurm_conf(folder, munge_socket, ctld_port, port_a, port_b):
+    """Two nodes, both this machine (NODE_B under another host name, its
+    slurmd on another port); root runs everything; no cgroups, no accounting."""
     return "\n".join([
         "ClusterName=lxtest",
         "SlurmctldHost=%s(127.0.0.1)" % NODE,
         "SlurmctldPort=%d" % ctld_port,
-        "SlurmdPort=%d" % slurmd_port,
         "AuthType=auth/munge",
         "CredType=cred/munge",
         "AuthInfo=socket=%s" % munge_socket,
         "SlurmUser=root",
         "SlurmdUser=root",
         "StateSaveLocation=%s/state" % folder,
-        "SlurmdSpoolDir=%s/spool" % folder,
+        "SlurmdSpoolDir=%s/spool-%%n" % folder,
         "SlurmctldPidFile=%s/slurmctld.pid" % folder,
-        "SlurmdPidFile=%s/slurmd.pid" % folder,
+        "SlurmdPidFile=%s/slurmd-%%n.pid" % folder,
         "SlurmctldLogFile=%s/log/slurmctld.log" % folder,
-        "SlurmdLogFile=%s/log/slurmd.log" % folder,
+        "SlurmdLogFile=%s/log/slurmd-%%n.log" % folder,
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
@@ -358,8 +396,9 @@ def slurm_conf(folder, munge_socket, ctld_port, slurmd_port):
         "ReturnToService=2",
         # 8 CPUs declared on 2: slurmd takes the declared count.
         "SlurmdParameters=config_overrides",
-        "NodeName=%s NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN" % NODE,
-        "PartitionName=lx Nodes=%s Default=YES MaxTime=INFINITE State=UP" % NODE,
+        "NodeName=%s NodeAddr=127.0.0.1 Port=%d CPUs=8 State=UNKNOWN" % (NODE, port_a),
+        "NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=8 State=UNKNOWN" % (NODE_B, NODE_B, port_b),
+        "PartitionName=lx Nodes=%s,%s Default=YES MaxTime=INFINITE State=UP" % (NODE, NODE_B),
         ""])
 
 
