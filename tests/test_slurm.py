@@ -1,11 +1,13 @@
-"""A lecture inside a Slurm allocation, on a one-node cluster the test makes.
+"""A lecture inside a Slurm allocation, on a two-node cluster the test makes.
 
 The test starts a Slurm cluster of its own on this machine: a munge key it
 makes, munged on a socket in a temp folder, and slurmctld and slurmd in the
 foreground with a slurm.conf written there (its own ports, state and spool
-folders; one node, this machine under its short host name, 8 CPUs declared
-so that 4 tasks fit on 2 cores). Nothing in /etc is read or changed: every
-Slurm command gets SLURM_CONF, and slurm.conf names the munge socket.
+folders; two nodes, both this machine: NODE under its short host name and
+NODE_B, whose slurmd runs in a UTS namespace of its own under that host name,
+8 CPUs declared on each so that 4 tasks fit on 2 cores). Nothing in /etc is
+read or changed: every Slurm command gets SLURM_CONF, and slurm.conf names
+the munge socket.
 
 Checks (tests/lectures/slurm_fixture.c spawns 2 ranks, then
 SLURM_FIXTURE_WORLD):
@@ -18,6 +20,8 @@ SLURM_FIXTURE_WORLD):
 - `sbatch -n 3` with a spawn of 3: the pool, 4 ranks elsewhere, is
   capped at the allocation's 3 tasks (mpirun would refuse a fourth) and the
   batch job's lecture passes;
+- `salloc -N 2 --ntasks-per-node=2`: mpirun starts its daemon on NODE_B
+  through srun; 2 ranks on each host name, right sums, the spawn's hosts;
 - `salloc -n 2` with a spawn of 4: the lecture stops at the spawn() line with
   an error naming the allocation's 2 tasks, its job and the spawn's size,
   exit 1, the steps before kept in its .failed.json.
