@@ -145,7 +145,7 @@ void progress(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 /* 2. spawn: real ranks, like torch.multiprocessing.spawn              */
 /* ------------------------------------------------------------------ */
 
-#define LECTERN_MAX_WORLD 16               /* 2 nodes x 8 GPUs */
+#define LECTERN_MAX_WORLD 64               /* 8 nodes x 8 GPUs */
 #define LECTERN_MAX_SPAWN_ARGS (64u << 20) /* bytes copied to each rank */
 
 typedef void (*spawn_fn)(int rank, int world_size, void *args);

@@ -54,6 +54,7 @@ VIEWER = ["bash", "tests/viewer/run.sh"]
 CHECKS = [PY, "tests/test_checks.py"]
 LEAKS = [PY, "tests/test_leaks.py"]
 HOMEWORK = [PY, "tests/test_homework.py"]
+SLURM = [PY, "tests/test_slurm.py"]
 
 
 def m(name, path, find, replace, *tests):
@@ -324,6 +325,15 @@ MUTANTS = [
     m("viewer-figures-shrink-below-natural-width", "viewer/render.js",
       "      if (w) box.style.minWidth = 'min(100%, ' + w + 'px)';\n", "",
       VIEWER + ["test_lectures.TestMedia.test_figures_and_links"]),
+    # ---- inside a Slurm allocation ----
+    m("slurm-pool-not-capped-at-the-tasks", "runtime/ranks/pool.c",
+      "    if (lx_pool_slurm(&slurm) && slurm.tasks > 0 && size > slurm.tasks)\n",
+      "    if (0 && lx_pool_slurm(&slurm) && slurm.tasks > 0 && size > slurm.tasks)\n", SLURM),
+    m("slurm-spawn-larger-than-the-allocation-let-through", "runtime/ranks/spawn.c",
+      "    if (lx_pool_slurm(&slurm) && slurm.tasks > 0 && world_size > slurm.tasks)\n",
+      "    if (0 && lx_pool_slurm(&slurm) && slurm.tasks > 0 && world_size > slurm.tasks)\n", SLURM),
+    m("slurm-repeated-task-counts-counted-once", "runtime/ranks/pool.c", "        total += n * times;",
+      "        total += n;", SLURM),
 ]
 
 

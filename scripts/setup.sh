@@ -18,10 +18,12 @@ PACKAGES=(build-essential pkg-config
           libdw-dev libelf-dev libopenblas-dev hwloc python3
           nodejs npm)
 # Tests: cmocka, the schema validator, Chromium and its driver for the viewer,
-# sshd for the second host of tests/test_two_hosts.py.
+# sshd for the second host of tests/test_two_hosts.py, Slurm and munge for
+# the one-node cluster of tests/test_slurm.py (which starts its own daemons
+# with its own config and key; the system's services are not used).
 if [ "$mode" = test ]; then
     PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-driver python3-selenium gcovr clang-format
-               openssh-server)
+               openssh-server slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

@@ -359,7 +359,7 @@ class BadArguments(Base):
         self.assertEqual(t["spawns"], [])   # refused before anything started
 
     def test_world_size_above_the_limit(self):
-        self.check("world17", "world_size 17 is out of range: 1 to 16", "MARK:world17")
+        self.check("world17", "world_size 65 is out of range: 1 to 64", "MARK:world17")
 
     def test_null_function(self):
         self.check("nullfn", "the function to run is NULL", "MARK:nullfn")
@@ -384,7 +384,7 @@ class BadArguments(Base):
         self.assertIn("rank 0 of 1 exited with status 1", errs[-1][1])
 
     def test_bad_spawn_after_a_good_one(self):
-        t = self.check("late", "world_size 17 is out of range", "MARK:late")
+        t = self.check("late", "world_size 65 is out of range", "MARK:late")
         self.assertEqual([s["status"] for s in t["spawns"]], ["ok"])
 
     def test_bad_pool_size_setting(self):

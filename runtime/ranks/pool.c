@@ -30,6 +30,12 @@
  *    ranks' output comes back through mpirun: its stdout goes to the
  *    lecture's stdout, its stderr through a filter that keeps back what is
  *    recognisably Open MPI's.
+ *  - Inside a Slurm allocation (salloc, sbatch: SLURM_JOB_ID is set) the
+ *    same mpirun line places the ranks on the allocation's nodes, as many
+ *    per node as SLURM_TASKS_PER_NODE gives (Open MPI's ras/slurm), and
+ *    starts them on other nodes through srun (plm/slurm): no hostfile. The
+ *    pool is capped at the allocation's tasks, and ranks on other nodes
+ *    connect back over TCP as with a hostfile (docs/multinode.md).
  *  - Failures are ours to handle: mpirun runs with recovery on, so the death
  *    of one rank does not make mpirun kill the others (with a SIGTERM that
  *    would hide which rank failed first). The parent kills the pool itself
@@ -77,6 +83,55 @@ int lx_pool_min_ranks(void) {
     if (*end != '\0' || n < 1 || n > LECTERN_MAX_WORLD)
         lx_fatal("LECTERN_POOL_MIN='%s' is not a number of ranks from 1 to %d", s, LECTERN_MAX_WORLD);
     return (int)n;
+}
+
+/* ---- a Slurm allocation ---- */
+
+int lx_slurm_count_tasks(const char *s) {
+    if (!s || !*s) return -1;
+    long total = 0;
+    for (;;) {
+        char *end;
+        long n = strtol(s, &end, 10);
+        if (end == s || n < 0) return -1;
+        long times = 1;
+        s = end;
+        if (strncmp(s, "(x", 2) == 0) {   /* "2(x3)": 2 tasks on each of 3 nodes */
+            times = strtol(s + 2, &end, 10);
+            if (end == s + 2 || *end != ')' || times < 1) return -1;
+            s = end + 1;
+        }
+        total += n * times;
+        if (total > 1000000) return -1;
+        if (*s == '\0') return (int)total;
+        if (*s++ != ',') return -1;
+    }
+}
+
+int lx_pool_slurm(lx_slurm *a) {
+    memset(a, 0, sizeof *a);
+    const char *job = getenv("SLURM_JOB_ID");
+    if (!job || !*job) job = getenv("SLURM_JOBID");
+    if (!job || !*job) return 0;
+    a->present = 1;
+    snprintf(a->job, sizeof a->job, "%s", job);
+    const char *nodes = getenv("SLURM_JOB_NODELIST");
+    if (!nodes || !*nodes) nodes = getenv("SLURM_NODELIST");
+    snprintf(a->nodes, sizeof a->nodes, "%s", nodes && *nodes ? nodes : "?");
+    const char *n = getenv("SLURM_JOB_NUM_NODES");
+    if (!n || !*n) n = getenv("SLURM_NNODES");
+    a->n_nodes = n ? atoi(n) : 0;
+    const char *tpn = getenv("SLURM_TASKS_PER_NODE");
+    snprintf(a->tasks_per_node, sizeof a->tasks_per_node, "%s", tpn ? tpn : "");
+    int tasks = lx_slurm_count_tasks(tpn);
+    a->tasks = tasks > 0 ? tasks : 0;
+    /* Slurm names a node by its short host name. */
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    char *dot = strchr(host, '.');
+    if (dot) *dot = '\0';
+    a->here_only = a->n_nodes == 1 && strcmp(a->nodes, host) == 0;
+    return 1;
 }
 
 /* What mpirun printed, kept for explanations: the last CAPTURE_MAX bytes. */
@@ -321,11 +376,17 @@ static char **launch_environment(const char *token) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], POOL_TOKEN_ENV "=", strlen(POOL_TOKEN_ENV) + 1) != 0) env[k++] = environ[i];
-    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+    /* In a Slurm allocation its tasks are the slots, and more ranks than
+     * those are not to be placed (spawn() refuses them first). */
+    lx_slurm slurm;
+    int in_allocation = lx_pool_slurm(&slurm);
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+        if (in_allocation && strcmp(defaults[i][0], "OMPI_MCA_rmaps_base_oversubscribe") == 0) continue;
         if (!getenv(defaults[i][0])) env[k++] = lx_fmt("%s=%s", defaults[i][0], defaults[i][1]);
+    }
     if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
         env[k++] = lx_fmt("OMPI_MCA_btl_vader_single_copy_mechanism=%s",
-                          !getenv("LECTERN_HOSTFILE") && !getenv("SLURM_JOB_ID") && lx_cma_works() ? "cma" : "none");
+                          !getenv("LECTERN_HOSTFILE") && !in_allocation && lx_cma_works() ? "cma" : "none");
     env[k++] = lx_fmt("%s=%s", POOL_TOKEN_ENV, token);
     env[k] = NULL;
     return env;
@@ -637,8 +698,11 @@ static int start(int size, double limit, char **error) {
     P.generation++;
     P.size = size;
     const char *hostfile = getenv("LECTERN_HOSTFILE");
-    P.tcp = hostfile && *hostfile;
-    if (P.tcp && access(hostfile, R_OK) != 0) {
+    /* Inside a Slurm allocation mpirun finds its nodes itself; ranks on
+     * nodes other than this one reach the lecture over TCP. */
+    lx_slurm slurm;
+    P.tcp = (hostfile && *hostfile) || (lx_pool_slurm(&slurm) && !slurm.here_only);
+    if (hostfile && *hostfile && access(hostfile, R_OK) != 0) {
         *error = lx_fmt("LECTERN_HOSTFILE='%s' cannot be read: %s", hostfile, strerror(errno));
         return -1;
     }
@@ -699,7 +763,7 @@ static int start(int size, double limit, char **error) {
     argv[a++] = POOL_TOKEN_ENV;
     argv[a++] = "--wdir";
     argv[a++] = cwd;
-    if (P.tcp) {
+    if (hostfile && *hostfile) {
         argv[a++] = "--hostfile";
         argv[a++] = (char *)hostfile;
     }
@@ -779,6 +843,11 @@ int lx_pool_ensure(int world_size, double limit, int *started_now, char **error)
     }
     int min = lx_pool_min_ranks();
     int size = world_size < min ? min : world_size;
+    /* In a Slurm allocation, never more ranks than its tasks (spawn()
+     * refused a world larger than that already). */
+    lx_slurm slurm;
+    if (lx_pool_slurm(&slurm) && slurm.tasks > 0 && size > slurm.tasks)
+        size = world_size > slurm.tasks ? world_size : slurm.tasks;
     *started_now = 1;
     for (int attempt = 0;; attempt++) {
         int rc = start(size, limit, error);

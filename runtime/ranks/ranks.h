@@ -256,6 +256,28 @@ int lx_pool_ensure(int world_size, double limit_seconds, int *started_now, char 
  * an error at the spawn() line). */
 int lx_pool_min_ranks(void);
 
+/* A Slurm allocation the lecture runs in (inside salloc or sbatch: SLURM_JOB_ID
+ * is set). mpirun then places the pool's ranks on the allocation's nodes, as
+ * many on each as it has tasks there (Open MPI's ras/slurm component reads
+ * SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE; no hostfile is needed), and
+ * the pool never asks for more ranks than the allocation's tasks. */
+typedef struct lx_slurm {
+    int present;                /* SLURM_JOB_ID is set */
+    char job[32];               /* SLURM_JOB_ID */
+    char nodes[256];            /* SLURM_JOB_NODELIST, as Slurm writes it ("node[1-4]") */
+    int n_nodes;                /* SLURM_JOB_NUM_NODES; 0 when unset */
+    char tasks_per_node[128];   /* SLURM_TASKS_PER_NODE ("4", "2(x3),1") */
+    int tasks;                  /* their sum; 0 when it cannot be read */
+    int here_only;              /* one node, this host: ranks reach the lecture by a Unix socket */
+} lx_slurm;
+
+/* Fills *out from the environment; returns out->present. */
+int lx_pool_slurm(lx_slurm *out);
+
+/* The sum of a SLURM_TASKS_PER_NODE value ("2(x3),1" is 7), or -1 when it is
+ * not of that form. */
+int lx_slurm_count_tasks(const char *tasks_per_node);
+
 int lx_pool_size(void);
 int lx_pool_fd(int rank);           /* the socket to pool rank `rank` */
 int lx_pool_pid(int rank);          /* its pid when on this host, else 0 */

@@ -76,9 +76,13 @@ static double timeout_seconds(void) {
 static lx_backend choose_backend(int world_size, char **reason) {
     const char *hostfile = getenv("LECTERN_HOSTFILE");
     const char *stage_test = getenv("LECTERN_STAGE_TEST");
+    lx_slurm slurm;
+    /* Ranks may run on other machines: a hostfile, or an allocation with
+     * nodes other than this one. */
+    int elsewhere = (hostfile && *hostfile) || (lx_pool_slurm(&slurm) && !slurm.here_only);
     int gpus = gpu_count();
     return lx_choose_backend(world_size, gpus, gpus > 0 ? lx_gpu_compute_mode() : 0, lx_gpu_held_here(),
-                             getenv("LECTERN_BACKEND"), LECTERN_NCCL, hostfile && *hostfile,
+                             getenv("LECTERN_BACKEND"), LECTERN_NCCL, elsewhere,
                              stage_test && strcmp(stage_test, "1") == 0, lx_ranks_comm()->mpi_cuda_aware_built(), reason);
 }
 
@@ -1158,6 +1162,13 @@ static void check_arguments(const char *call, spawn_fn fn, int world_size, const
     if (world_size <= 0 || world_size > LECTERN_MAX_WORLD)
         lx_fatal("%s(): world_size %d is out of range: 1 to %d ranks (LECTERN_MAX_WORLD)", call, world_size,
                  LECTERN_MAX_WORLD);
+    lx_slurm slurm;
+    if (lx_pool_slurm(&slurm) && slurm.tasks > 0 && world_size > slurm.tasks)
+        lx_fatal("%s(): world_size %d is more than the %d task%s of Slurm job %s's allocation "
+                 "(SLURM_TASKS_PER_NODE=%s on %s); ask Slurm for at least %d (salloc -n %d, sbatch -n %d) "
+                 "or spawn fewer ranks",
+                 call, world_size, slurm.tasks, plural(slurm.tasks), slurm.job, slurm.tasks_per_node, slurm.nodes,
+                 world_size, world_size, world_size);
     if (args_size > LECTERN_MAX_SPAWN_ARGS)
         lx_fatal("%s(): args of %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_ARGS); "
                  "pass sizes and let each rank make its data",
@@ -1228,6 +1239,16 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     run->n_parent = lx_stack_capture(run->parent, LX_MAX_FRAMES);
     char *reason = NULL;
     run->backend = choose_backend(world_size, &reason);
+    lx_slurm slurm;
+    if (lx_pool_slurm(&slurm)) {   /* where: the allocation's nodes, as mpirun places them */
+        char *where = lx_fmt("%s; in Slurm job %s's allocation: %d task%s on %s (SLURM_TASKS_PER_NODE=%s), "
+                             "placed by mpirun%s",
+                             reason, slurm.job, slurm.tasks, plural(slurm.tasks), slurm.nodes,
+                             slurm.tasks_per_node, getenv("LECTERN_HOSTFILE") && *getenv("LECTERN_HOSTFILE")
+                                 ? " within LECTERN_HOSTFILE" : ", no hostfile");
+        free(reason);
+        reason = where;
+    }
 
     /* The trace says which backend and why, before any rank speaks. */
     note("spawn: %s", reason);
@@ -1243,6 +1264,13 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     cJSON_AddItemToObject(run->entry, "stack", lx_stack_to_json(run->parent, run->n_parent));
     cJSON_AddStringToObject(run->entry, "status", "running");
     if (expect_failure) cJSON_AddTrueToObject(run->entry, "expect_failure");
+    if (slurm.present) {
+        cJSON *alloc = cJSON_AddObjectToObject(run->entry, "slurm");
+        cJSON_AddStringToObject(alloc, "job_id", slurm.job);
+        cJSON_AddStringToObject(alloc, "nodes", slurm.nodes);
+        cJSON_AddStringToObject(alloc, "tasks_per_node", slurm.tasks_per_node);
+        cJSON_AddNumberToObject(alloc, "tasks", slurm.tasks);
+    }
     cJSON_AddNumberToObject(run->entry, "seconds", 0);
     cJSON_AddItemToArray(spawns, run->entry);
     record_backend(run->backend);

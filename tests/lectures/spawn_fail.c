@@ -79,13 +79,13 @@ static void body(void) {
     else if (strcmp(c, "shape") == 0) spawn(bad_collective, 2, NULL, 0);
     else if (strcmp(c, "nested") == 0) spawn(nested, 1, NULL, 0);
     else if (strcmp(c, "world0") == 0) spawn(fine, 0, NULL, 0);   /* MARK:world0 */
-    else if (strcmp(c, "world17") == 0) spawn(fine, 17, NULL, 0);   /* MARK:world17 */
+    else if (strcmp(c, "world17") == 0) spawn(fine, LECTERN_MAX_WORLD + 1, NULL, 0);   /* MARK:world17 */
     else if (strcmp(c, "nullfn") == 0) spawn(NULL, 2, NULL, 0);   /* MARK:nullfn */
     else if (strcmp(c, "nullargs") == 0) spawn(fine, 2, NULL, 8);   /* MARK:nullargs */
     else if (strcmp(c, "bigargs") == 0) spawn(fine, 2, big, LECTERN_MAX_SPAWN_ARGS + 1);   /* MARK:bigargs */
     else if (strcmp(c, "late") == 0) {   /* a good spawn, then a bad one */
         spawn(fine, 2, NULL, 0);
-        spawn(fine, 17, NULL, 0);   /* MARK:late */
+        spawn(fine, LECTERN_MAX_WORLD + 1, NULL, 0);   /* MARK:late */
     } else spawn(fine, 2, NULL, 0);
     note("after the spawn");
 }

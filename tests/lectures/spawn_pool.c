@@ -82,7 +82,7 @@ static void body(void) {
         spawn(say_printf, 3, NULL, 0);
     } else if (strcmp(c, "sixteen") == 0) {
         spawn(sum_of_ranks, 2, NULL, 0);
-        spawn(sum_of_ranks, LECTERN_MAX_WORLD, NULL, 0);   /* grows the pool */
+        spawn(sum_of_ranks, 16, NULL, 0);   /* grows the pool */
         tell_and_wait("idle");
         spawn(sum_of_ranks, 3, NULL, 0);
     } else if (strcmp(c, "revive") == 0) {
