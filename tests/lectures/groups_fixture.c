@@ -222,17 +222,6 @@ static void freed(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
-/* Another spawn's group (kept across spawns by the lecture: a mistake). */
-static dist_group *kept;
-static void keep(int rank, int world_size, void *args) {
-    int l[1] = {rank};
-    if (rank == 0) kept = dist_new_group(l, 1);
-    else dist_new_group(l, 1);
-}
-static void stale(int rank, int world_size, void *args) {
-    if (rank == 0) note("group size %d", dist_group_size(kept));   /* MARK:stale */
-}
-
 /* Rank 0 waits in a group all-reduce that rank 1 never makes. */
 static void group_waits(int rank, int world_size, void *args) {
     int l[2] = {0, 1};
@@ -266,10 +255,6 @@ static void body(void) {
     else if (strcmp(c, "range") == 0) spawn(out_of_range, 2, NULL, 0);
     else if (strcmp(c, "mismatch") == 0) spawn(group_mismatch, 4, NULL, 0);
     else if (strcmp(c, "freed") == 0) spawn(freed, 2, NULL, 0);
-    else if (strcmp(c, "stale") == 0) {
-        spawn(keep, 2, NULL, 0);
-        spawn(stale, 2, NULL, 0);
-    }
     else if (strcmp(c, "waits") == 0) spawn(group_waits, 2, NULL, 0);
     note("after the spawn");
 }
