@@ -53,7 +53,7 @@ struct dist_group {
     int ranks[LECTERN_MAX_WORLD];    /* the world ranks, in group order */
     char name[40];                   /* "{0,2}": for messages and the status board */
     MPI_Comm comm;                   /* the group's ranks in group order (MPI_Comm_split) */
-    MPI_Comm check_comm;             /* comm_agree.c's checks over the group */
+    MPI_Comm check_comm;             /* comm_agree.c's checks over the group: comm itself */
     void *backend;                   /* the backend's part (lx_comm_ops.group_new) */
     int busy;                        /* requests on it not yet waited for */
     struct dist_group *next;
