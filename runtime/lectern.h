@@ -411,6 +411,12 @@ dist_request *dist_broadcast_in_async(dist_group *g, tensor *t, int src);
 dist_request *dist_all_to_all_async(tensor *output, const tensor *input);
 dist_request *dist_all_to_all_in_async(dist_group *g, tensor *output, const tensor *input);
 
+/* 1 when the request's transfer has completed, 0 while it is in flight
+ * (torch's Work.is_completed, MPI_Test): never waits. The request stays:
+ * dist_wait it still, to free it and take the result (an AVG's division,
+ * a receive's check, a device copy happen there). */
+int dist_test(dist_request *req);
+
 /* Every collective and every send/receive pair checks that the ranks made
  * the same call (the same collective, element count, op and root; a
  * receive as many floats as its send): a mismatch is an error step on the

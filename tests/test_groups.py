@@ -121,6 +121,22 @@ class Values(Base):
         self.run_values([2, 4], {"LECTERN_STAGE_TEST": "1", "LECTERN_STAGE_CHUNK": "2"})
 
 
+class Test(Base):
+    def test_dist_test_says_in_flight_then_done(self):
+        rc, out, err = self.run_fixture("groups_fixture", {"GROUPS_CASE": "test"})
+        self.assertEqual(rc, 0, err)
+        t = tracecheck.validate(os.path.join(self.out, "groups_fixture.json"))
+        texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
+        # Rank 0 cannot have sent: it sends after a barrier rank 1 enters after this test.
+        self.assertIn("rank 1: test before the send 0", texts)
+        self.assertIn("rank 1: test after polling 1", texts)
+        self.assertIn("rank 1: received 1 2 3 4", texts)
+        self.assertTrue(any(x.startswith("rank 0: isend done after") for x in texts), texts)
+        for rank in (0, 1):
+            self.assertIn("rank %d: all-reduce test 1" % rank, texts)
+            self.assertIn("rank %d: all-reduce 3 20 -2" % rank, texts)
+
+
 class Mistakes(Base):
     def run_case(self, case, env=None):
         e = {"GROUPS_CASE": case}
@@ -182,6 +198,11 @@ class Mistakes(Base):
     def test_a_freed_group(self):
         t, _ = self.run_case("freed")
         self.at_line(t, "MARK:freed", "dist_all_reduce_in(): this group is not one of this spawn's", [0])
+
+    def test_a_request_tested_after_its_wait(self):
+        t, _ = self.run_case("tested")
+        self.at_line(t, "MARK:tested", "dist_test(): this request is not one this spawn made, or it was waited "
+                     "for already", [0, 1])
 
     def test_a_rank_waiting_in_a_group_call_names_the_group(self):
         t, err = self.run_case("waits", {"LECTERN_TIMEOUT": "20"})

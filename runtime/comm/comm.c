@@ -645,6 +645,18 @@ void dist_wait(dist_request *req) {
     free(req);
 }
 
+/* Has the request completed? It stays the lecture's to dist_wait. */
+int dist_test(dist_request *req) {
+    need_rank("dist_test");
+    if (!req) lx_fatal("dist_test(): the request is NULL");
+    if (!is_outstanding(req))
+        lx_fatal("dist_test(): this request is not one this spawn made, or it was waited for already");
+    /* An isend is done once its receive is posted, as its wait says. */
+    int done = ops->test(req->backend_request);
+    if (req->send_check && !lx_agree_send_test(req->send_check)) done = 0;
+    return done;
+}
+
 /* When the function returns: each request never waited for is an error
  * step at the line that made it; it is then completed, so the other ranks
  * are not left waiting for its transfer. */

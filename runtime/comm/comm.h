@@ -98,6 +98,9 @@ typedef struct lx_comm_ops {
     void *(*isend)(const float *buf, size_t count, int peer);
     void *(*irecv)(float *buf, size_t count, int peer);
     void (*wait)(void *request);
+    /* 1 when the request's transfer has completed (wait then does not
+     * block); the request stays until its wait. */
+    int (*test)(void *request);
     /* Non-blocking collectives: as their blocking twins, completed by wait. */
     void *(*iall_reduce)(float *buf, size_t count, dist_op op);
     void *(*ibroadcast)(float *buf, size_t count, int root);

@@ -314,6 +314,14 @@ void lx_agree_send_posted(lx_agree_send_desc *d) {
     d->acked = 1;
 }
 
+int lx_agree_send_test(lx_agree_send_desc *d) {
+    if (!d || buffered || d->acked) return 1;
+    int done = 0;
+    MPI_CHECK(MPI_Test(&d->ack, &done, MPI_STATUS_IGNORE));
+    if (done) d->acked = 1;
+    return done;
+}
+
 void lx_agree_send_done(lx_agree_send_desc *d) {
     if (!d) return;
     MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));

@@ -38,6 +38,9 @@ lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, cons
  * dist_buffered_sends is on): a blocking send calls it before its data.
  * NULL (a send whose check a timed region skipped): returns at once. */
 void lx_agree_send_posted(lx_agree_send_desc *d);
+/* 1 when the send may return: its receive is posted (or sends are
+ * buffered); never waits. NULL: 1. */
+int lx_agree_send_test(lx_agree_send_desc *d);
 void lx_agree_send_done(lx_agree_send_desc *d);           /* frees d; NULL: nothing */
 /* Writes on the status board what the current wait needs: the receive of
  * send `s` posted, the send of receive `r` started (either may be NULL). */

@@ -218,6 +218,14 @@ static void op_wait(void *request) {
     free(r);
 }
 
+static int op_test(void *request) {
+    mpi_request *r = request;
+    if (r->moving) return lx_progress_test(r->moving, "MPI_Testall");
+    int done = 0;
+    MPI_CHECK(MPI_Test(&r->req, &done, MPI_STATUS_IGNORE));
+    return done;
+}
+
 static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
     MPI_CHECK(MPI_Sendrecv(send, (int)send_count, MPI_FLOAT, dst, TAG_P2P, recv, (int)recv_count, MPI_FLOAT, src,
                            TAG_P2P, mpi_comm, MPI_STATUS_IGNORE));
@@ -279,6 +287,7 @@ static const lx_comm_ops mpi_ops = {
     .isend = op_isend,
     .irecv = op_irecv,
     .wait = op_wait,
+    .test = op_test,
     .iall_reduce = op_iall_reduce,
     .ibroadcast = op_ibroadcast,
     .ireduce_scatter = op_ireduce_scatter,

@@ -410,6 +410,19 @@ static void op_wait(void *request_) {
     finish_p2p(r, "dist_wait");
 }
 
+/* Done when the event behind the transfer has passed; a send or receive
+ * still in the open group is issued first (as any call but a send or
+ * receive would), or it would never complete. */
+static int op_test(void *request_) {
+    request *r = request_;
+    other_call();
+    if (!r->is_collective && !r->issued) issue_open();
+    cudaError_t q = cudaEventQuery(r->done);
+    if (q == cudaErrorNotReady) return 0;
+    CUDA_CHECK(q);
+    return 1;
+}
+
 /* NCCL has no all-to-all: a send and a receive per rank in one group
  * (the rank's own piece too, which NCCL copies). */
 static void queue_all_to_all(float *out, const float *in, size_t count) {
@@ -485,6 +498,7 @@ static const lx_comm_ops nccl_ops = {
     .isend = op_isend,
     .irecv = op_irecv,
     .wait = op_wait,
+    .test = op_test,
     .iall_reduce = op_iall_reduce,
     .ibroadcast = op_ibroadcast,
     .ireduce_scatter = op_ireduce_scatter,

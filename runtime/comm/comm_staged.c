@@ -698,6 +698,14 @@ static void op_use_group(const dist_group *g) {
     cur_rank = g ? g->rank : lx_the_world.rank;
 }
 
+static int op_test(void *request) {
+    staged_request *r = request;
+    if (r->moving) return lx_progress_test(r->moving, "MPI_Testall");
+    int done = 0;
+    MPI_CHECK(MPI_Testall(r->n_reqs, r->reqs, &done, MPI_STATUSES_IGNORE));
+    return done;
+}
+
 static void op_stop(void) {
     if (world_staged != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_staged));
     staged_comm = MPI_COMM_NULL;
@@ -717,6 +725,7 @@ static const lx_comm_ops staged_ops = {
     .isend = op_isend,
     .irecv = op_irecv,
     .wait = op_wait,
+    .test = op_test,
     .iall_reduce = op_iall_reduce,
     .ibroadcast = op_ibroadcast,
     .ireduce_scatter = op_ireduce_scatter,

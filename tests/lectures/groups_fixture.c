@@ -174,6 +174,56 @@ static void values(int rank, int world_size, void *args) {
     /* self, pair and reversed are left to the end of the spawn (freed there). */
 }
 
+/* dist_test: rank 1's receive is tested before rank 0 can have sent (rank 0
+ * sends only after a barrier rank 1 reaches after its test), then polled
+ * until it completes; an async all-reduce is polled the same way. */
+static void test_requests(int rank, int world_size, void *args) {
+    tensor *t = zeros(4, 0, get_device(rank));
+    if (rank == 0) {
+        float v[4] = {1, 2, 3, 4};
+        tensor *s = tensor_from(v, 4, 0, get_device(rank));
+        dist_barrier();
+        dist_request *r = dist_isend(s, 1);
+        long polls = 0;
+        while (!dist_test(r)) polls++;
+        note("rank 0: isend done after %ld polls", polls);
+        dist_wait(r);
+        tensor_free(s);
+    } else {
+        dist_request *r = dist_irecv(t, 0);
+        note("rank 1: test before the send %d", dist_test(r));
+        dist_barrier();
+        long polls = 0;
+        while (!dist_test(r) && polls < 100000000L) polls++;
+        note("rank 1: test after polling %d", dist_test(r));
+        dist_wait(r);
+        float got[4];
+        tensor_to_host(t, got);
+        note("rank 1: received %g %g %g %g", got[0], got[1], got[2], got[3]);
+    }
+    float one[3] = {(float)rank + 1, 10, -1};
+    tensor *x = tensor_from(one, 3, 0, get_device(rank));
+    dist_request *r = dist_all_reduce_async(x, DIST_SUM);
+    long polls = 0;
+    while (!dist_test(r) && polls < 100000000L) polls++;
+    note("rank %d: all-reduce test %d", rank, dist_test(r));
+    dist_wait(r);
+    float got[3];
+    tensor_to_host(x, got);
+    note("rank %d: all-reduce %g %g %g", rank, got[0], got[1], got[2]);
+    tensor_free(x);
+    tensor_free(t);
+}
+
+/* A request tested after its wait. */
+static void test_after_wait(int rank, int world_size, void *args) {
+    tensor *t = zeros(4, 0, get_device(rank));
+    dist_request *r = dist_all_reduce_async(t, DIST_SUM);
+    dist_wait(r);
+    note("test %d", dist_test(r));   /* MARK:tested */
+    tensor_free(t);
+}
+
 /* ---- mistakes ---- */
 
 static void disagree(int rank, int world_size, void *args) {
@@ -256,6 +306,8 @@ static void body(void) {
     else if (strcmp(c, "mismatch") == 0) spawn(group_mismatch, 4, NULL, 0);
     else if (strcmp(c, "freed") == 0) spawn(freed, 2, NULL, 0);
     else if (strcmp(c, "waits") == 0) spawn(group_waits, 2, NULL, 0);
+    else if (strcmp(c, "test") == 0) spawn(test_requests, 2, NULL, 0);
+    else if (strcmp(c, "tested") == 0) spawn(test_after_wait, 2, NULL, 0);
     note("after the spawn");
 }
 

@@ -123,6 +123,7 @@ static void dist_body(int rank, int world_size, void *args) {
     if (strcmp(c, "dist_isend.t") == 0) dist_isend(NUL, 0);
     if (strcmp(c, "dist_irecv.t") == 0) dist_irecv(NUL, 0);
     if (strcmp(c, "dist_wait.req") == 0) dist_wait(NUL);
+    if (strcmp(c, "dist_test.req") == 0) dist_test(NUL);
     if (strcmp(c, "dist_sendrecv.send") == 0) dist_sendrecv(NUL, 0, t, 0);
     if (strcmp(c, "dist_sendrecv.recv") == 0) dist_sendrecv(t, 0, NUL, 0);
     if (strcmp(c, "dist_all_reduce_async.t") == 0) dist_all_reduce_async(NUL, DIST_SUM);
