@@ -26,7 +26,12 @@ enum { TAG_P2P = 17 };
 static MPI_Comm world_comm = MPI_COMM_NULL;    /* blocking calls, sends and receives */
 static MPI_Comm world_async = MPI_COMM_NULL;   /* the non-blocking collectives */
 
-/* A group's pair of the same (dist_new_group), made from its ranks' communicator. */
+/* A group's pair (dist_new_group): the blocking calls on the group's own
+ * communicator (made for this group, used by no one else but the agreement
+ * check, whose calls come in the same order on the same thread), the
+ * non-blocking collectives on a duplicate the progress thread alone starts
+ * collectives on. One duplicate fewer than the world: a group dies with its
+ * spawn, so no message can outlive it into the next. */
 typedef struct mpi_group {
     MPI_Comm comm, async;
 } mpi_group;
@@ -242,12 +247,10 @@ static void *op_iall_to_all(float *out, const float *in, size_t count) {
     return launch(r, start_iall_to_all);
 }
 
-/* Two duplicates of the group's communicator, as the world has. */
 static void *op_group_new(const dist_group *g) {
     mpi_group *m = calloc(1, sizeof *m);
     if (!m) lx_fatal("out of memory");
-    MPI_CHECK(MPI_Comm_dup(g->comm, &m->comm));
-    MPI_CHECK(MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN));
+    m->comm = g->comm;
     MPI_CHECK(MPI_Comm_dup(g->comm, &m->async));
     MPI_CHECK(MPI_Comm_set_errhandler(m->async, MPI_ERRORS_RETURN));
     return m;
@@ -255,8 +258,7 @@ static void *op_group_new(const dist_group *g) {
 
 static void op_group_free(void *backend_group) {
     mpi_group *m = backend_group;
-    MPI_CHECK(MPI_Comm_free(&m->comm));
-    MPI_CHECK(MPI_Comm_free(&m->async));
+    MPI_CHECK(MPI_Comm_free(&m->async));   /* m->comm is the group's, freed by comm.c */
     free(m);
 }
 
