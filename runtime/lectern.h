@@ -384,6 +384,56 @@ dist_request *dist_reduce_scatter_async(tensor *output, const tensor *input, dis
 dist_request *dist_all_gather_async(tensor *output, const tensor *input);
 void dist_wait(dist_request *req);                                   /* frees req */
 
+/* Process groups and all-to-all (torch's new_group, all_to_all_single).
+ *
+ * dist_new_group: every rank of the spawn calls it at the same point, each
+ * with the list of the group it belongs to (its own rank among them); ranks
+ * that pass the same list form one group, in the list's order. A 2 x 2 mesh
+ * is two calls on every rank:
+ *
+ *     static const int rows[2][2] = {{0, 1}, {2, 3}}, cols[2][2] = {{0, 2}, {1, 3}};
+ *     dist_group *tp = dist_new_group(rows[rank / 2], 2);   // {0,1} or {2,3}
+ *     dist_group *dp = dist_new_group(cols[rank % 2], 2);   // {0,2} or {1,3}
+ *
+ * Lists that disagree (rank 1 says {0,1}, rank 0 says {0,2}), a list without
+ * the caller, a rank listed twice or out of range: an error at the call's
+ * line naming the ranks. dist_group_rank: this rank's place in the list;
+ * dist_group_size: the list's length. A NULL group is all ranks. The _in
+ * forms are the collectives above over a group's ranks only: sizes (input =
+ * group size x output, ...) and src are the group's, and the ranks of the
+ * group must make the same calls in the same order (checked, as above, over
+ * the group). dist_group_free: every rank of the group, once no request on
+ * it is outstanding; the groups left are freed when the spawned function
+ * returns.
+ *
+ * dist_all_to_all: `input` is world_size (group size) equal pieces; piece r
+ * goes to rank r, and `output`'s piece r comes from rank r: a transpose of
+ * the pieces across the ranks. Output and input have the same element
+ * count and must not share memory. */
+typedef struct dist_group dist_group;
+dist_group *dist_new_group(const int *ranks, int n);
+int dist_group_rank(const dist_group *g);
+int dist_group_size(const dist_group *g);
+void dist_group_free(dist_group *g);
+void dist_all_reduce_in(dist_group *g, tensor *t, dist_op op);
+void dist_reduce_scatter_in(dist_group *g, tensor *output, const tensor *input, dist_op op);
+void dist_all_gather_in(dist_group *g, tensor *output, const tensor *input);
+void dist_broadcast_in(dist_group *g, tensor *t, int src);          /* src: a rank of the group (0 .. size-1) */
+void dist_all_to_all(tensor *output, const tensor *input);
+void dist_all_to_all_in(dist_group *g, tensor *output, const tensor *input);
+dist_request *dist_all_reduce_in_async(dist_group *g, tensor *t, dist_op op);
+dist_request *dist_reduce_scatter_in_async(dist_group *g, tensor *output, const tensor *input, dist_op op);
+dist_request *dist_all_gather_in_async(dist_group *g, tensor *output, const tensor *input);
+dist_request *dist_broadcast_in_async(dist_group *g, tensor *t, int src);
+dist_request *dist_all_to_all_async(tensor *output, const tensor *input);
+dist_request *dist_all_to_all_in_async(dist_group *g, tensor *output, const tensor *input);
+
+/* 1 when the request's transfer has completed, 0 while it is in flight
+ * (torch's Work.is_completed, MPI_Test): never waits. The request stays:
+ * dist_wait it still, to free it and take the result (an AVG's division,
+ * a receive's check, a device copy happen there). */
+int dist_test(dist_request *req);
+
 /* Every collective and every send/receive pair checks that the ranks made
  * the same call (the same collective, element count, op and root; a
  * receive as many floats as its send): a mismatch is an error step on the
@@ -448,6 +498,7 @@ typedef enum {
     DIST_CALL_SEND,
     DIST_CALL_RECV,
     DIST_CALL_SENDRECV,
+    DIST_CALL_ALL_TO_ALL,
     DIST_CALL_KINDS
 } dist_call_kind;
 

@@ -55,6 +55,7 @@ CHECKS = [PY, "tests/test_checks.py"]
 LEAKS = [PY, "tests/test_leaks.py"]
 HOMEWORK = [PY, "tests/test_homework.py"]
 SLURM = [PY, "tests/test_slurm.py"]
+GROUPS = [PY, "tests/test_groups.py"]
 
 
 def m(name, path, find, replace, *tests):
@@ -73,7 +74,7 @@ MUTANTS = [
     m("staged-pieces-forget-chunk-offset", "runtime/comm/comm_staged.c",
       "p->in + (size_t)r * p->count + lo, n);", "p->in + (size_t)r * p->count, n);", C_COMM_STAGED),
     m("staged-async-average-not-divided", "runtime/comm/comm_staged.c",
-      "    if (r->op == DIST_AVG) average(r->host_out, r->average_count, DIST_AVG);\n", "", C_COMM_STAGED),
+      "    if (r->op == DIST_AVG) lx_mpi_average(r->host_out, r->average_count, DIST_AVG, r->size);\n", "", C_COMM_STAGED),
     m("staged-last-chunk-short-by-one", "runtime/comm/comm_staged.c",
       "(total - lo < p->clen ? total - lo : p->clen)", "(total - lo < p->clen ? total - lo - 1 : p->clen)",
       C_COMM_STAGED),
@@ -85,7 +86,7 @@ MUTANTS = [
     m("comm-stats-async-not-counted", "runtime/comm/comm_stats.c",
       "    if (ops->iall_reduce) counted.iall_reduce = c_iall_reduce;\n", "", C_COMM_STATS),
     m("comm-stats-all-gather-counts-the-piece", "runtime/comm/comm_stats.c",
-      "share(count * (size_t)lx_the_world.size));\n    inner->all_gather", "share(count));\n    inner->all_gather",
+      "share(count * (size_t)cur_size));\n    inner->all_gather", "share(count));\n    inner->all_gather",
       C_COMM_STATS),
     m("ddp-buckets-all-reduce-every-micro-batch", "lectures/lecture_08.c",
       "            int sync = k == k_micro - 1;", "            int sync = 1;", LECTURE_08),
@@ -173,17 +174,28 @@ MUTANTS = [
       "MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, 0, mpi_comm)", C_COMM),
     m("send-to-self-allowed", "runtime/comm/comm.c", "if (!allow_self && peer == lx_the_world.rank)", "if (0 && peer == lx_the_world.rank)",
       MISUSE_COLLECTIVES),
-    m("reduce-scatter-size-unchecked", "runtime/comm/comm.c", "    if (in_n != out_n * (size_t)lx_the_world.size)\n        lx_fatal(\"%s(): input has",
+    m("reduce-scatter-size-unchecked", "runtime/comm/comm.c", "    if (in_n != out_n * (size_t)p)\n        lx_fatal(\"%s(): input has",
       "    if (in_n < out_n)\n        lx_fatal(\"%s(): input has", MISUSE_COLLECTIVES),
     m("gather-output-checked-on-rank-0", "runtime/comm/comm.c", "    float *out = NULL;\n    if (lx_the_world.rank == dst) {",
       "    float *out = NULL;\n    if (lx_the_world.rank == 0) {", MISUSE_COLLECTIVES, C_COMM),
-    m("async-avg-not-divided", "runtime/comm/comm_mpi.c", "    if (r->average) average(r->average, r->count, DIST_AVG);\n",
+    m("async-avg-not-divided", "runtime/comm/comm_mpi.c", "    if (r->average) lx_mpi_average(r->average, r->count, DIST_AVG, r->size);\n",
       "", C_COMM),
     m("async-all-reduce-is-a-broadcast", "runtime/comm/comm_mpi.c",
-      "MPI_Iallreduce(MPI_IN_PLACE, r->out, (int)r->count, MPI_FLOAT, r->op, async_comm, &r->req)",
-      "MPI_Ibcast(r->out, (int)r->count, MPI_FLOAT, 0, async_comm, &r->req)", C_COMM),
+      "MPI_Iallreduce(MPI_IN_PLACE, r->out, (int)r->count, MPI_FLOAT, r->op, r->comm, &r->req)",
+      "MPI_Ibcast(r->out, (int)r->count, MPI_FLOAT, 0, r->comm, &r->req)", C_COMM),
     m("sendrecv-receives-from-dst", "runtime/comm/comm_mpi.c", "(int)recv_count, MPI_FLOAT, src,",
       "(int)recv_count, MPI_FLOAT, dst,", C_COMM),
+    # ---- process groups and all-to-all ----
+    m("group-all-reduce-on-the-world", "runtime/comm/comm.c",
+      "    ops->use_group(g);\n    ops->all_reduce(t->data, n, op);", "    ops->all_reduce(t->data, n, op);", GROUPS),
+    m("group-rank-out-of-list-order", "runtime/comm/comm.c",
+      "MPI_Comm_split(lx_the_world.comm, color, g->rank, &g->comm)",
+      "MPI_Comm_split(lx_the_world.comm, color, me, &g->comm)", GROUPS),
+    m("all-to-all-pieces-not-moved", "runtime/comm/comm_mpi.c",
+      "MPI_Alltoall(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, mpi_comm)",
+      "MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, mpi_comm)", GROUPS),
+    m("group-lists-not-compared", "runtime/comm/comm.c", "            if (same_list(mine, theirs)) continue;",
+      "            continue;", GROUPS),
     # ---- agreement checks, forgotten requests, stragglers ----
     m("agreement-check-skipped", "runtime/comm/comm_agree.c",
       "    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) {", "    if (1) {",

@@ -142,7 +142,8 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
                      tests/test_spawn_result.py)
         [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
                      tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
-                     tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py)
+                     tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
+                     tests/test_groups.py)
         for t in "${asan_suites[@]}"; do
             [ -f "$t" ] || continue
             run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"

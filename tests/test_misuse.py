@@ -29,7 +29,12 @@ NULL_IS_FINE = {"tensor_free.t", "adamw_free.opt", "see.title",
                 "lecture_option.fallback",   # no fallback: NULL when the option is not given
                 # no caption, title, unit, axis label or span label
                 "table_new.caption_fmt", "table_column.unit", "chart_new.x_label", "chart_new.y_label",
-                "chart_new.title_fmt", "chart_span.label"}
+                "chart_new.title_fmt", "chart_span.label",
+                # a NULL group is all ranks
+                "dist_group_rank.g", "dist_group_size.g", "dist_all_reduce_in.g", "dist_reduce_scatter_in.g",
+                "dist_all_gather_in.g", "dist_broadcast_in.g", "dist_all_to_all_in.g", "dist_all_reduce_in_async.g",
+                "dist_reduce_scatter_in_async.g", "dist_all_gather_in_async.g", "dist_broadcast_in_async.g",
+                "dist_all_to_all_in_async.g"}
 # Not callable from a lecture's body: it is the lecture's main.
 NOT_A_CASE = {"lecture_main"}
 POINTER_TYPEDEFS = {"spawn_fn"}

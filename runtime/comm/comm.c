@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "comm/comm.h"
 #include "comm/comm_progress.h"
 #include "trace/trace.h"
@@ -74,8 +75,11 @@ void lx_comm_finish_requests(void) {
     if (ops) finish_forgotten();
 }
 
+static void free_groups(void);
+
 void lx_comm_stop(void) {
     lx_comm_finish_requests();
+    if (ops) free_groups();
     if (ops) ops->stop();
     lx_agree_stop();
     ops = NULL;
@@ -254,30 +258,45 @@ static void __attribute__((noreturn)) same_memory(const char *call, const tensor
                     : "reduce-scatter into mine, then tensor_copy it where it belongs");
 }
 
+/* The size the pieces of a call are counted in: the world's, or group g's. */
+static int size_of(const dist_group *g) { return g ? g->size : lx_the_world.size; }
+static const char *size_word(const dist_group *g) { return g ? "the group's size" : "world_size"; }
+
 /* Returns the output's element count. */
-static size_t check_reduce_scatter(const char *call, tensor *output, const tensor *input, dist_op op) {
+static size_t check_reduce_scatter_in(const char *call, const dist_group *g, tensor *output, const tensor *input,
+                                      dist_op op) {
     size_t out_n = check_tensor(call, "output", output);
     size_t in_n = check_tensor(call, "input", input);
     check_op(call, op);
-    if (in_n != out_n * (size_t)lx_the_world.size)
-        lx_fatal("%s(): input has %zu elements, output %zu: input must be world_size (%d) times output", call,
-                 in_n, out_n, lx_the_world.size);
+    int p = size_of(g);
+    if (in_n != out_n * (size_t)p)
+        lx_fatal("%s(): input has %zu elements, output %zu: input must be %s (%d) times output", call, in_n, out_n,
+                 size_word(g), p);
     /* (empty tensors may both have no memory at all) */
-    if (lx_the_world.size > 1 && out_n > 0 && overlap(output, input))
+    if (p > 1 && out_n > 0 && overlap(output, input))
         same_memory(call, output, input);
     return out_n;
 }
 
+static size_t check_reduce_scatter(const char *call, tensor *output, const tensor *input, dist_op op) {
+    return check_reduce_scatter_in(call, NULL, output, input, op);
+}
+
 /* Returns the input's element count. */
-static size_t check_all_gather(const char *call, tensor *output, const tensor *input) {
+static size_t check_all_gather_in(const char *call, const dist_group *g, tensor *output, const tensor *input) {
     size_t out_n = check_tensor(call, "output", output);
     size_t in_n = check_tensor(call, "input", input);
-    if (out_n != in_n * (size_t)lx_the_world.size)
-        lx_fatal("%s(): output has %zu elements, input %zu: output must be world_size (%d) times input", call,
-                 out_n, in_n, lx_the_world.size);
-    if (lx_the_world.size > 1 && in_n > 0 && overlap(output, input))
+    int p = size_of(g);
+    if (out_n != in_n * (size_t)p)
+        lx_fatal("%s(): output has %zu elements, input %zu: output must be %s (%d) times input", call, out_n, in_n,
+                 size_word(g), p);
+    if (p > 1 && in_n > 0 && overlap(output, input))
         same_memory(call, input, output);
     return in_n;
+}
+
+static size_t check_all_gather(const char *call, tensor *output, const tensor *input) {
+    return check_all_gather_in(call, NULL, output, input);
 }
 
 void dist_reduce_scatter(tensor *output, const tensor *input, dist_op op) {
@@ -411,6 +430,7 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
  * it, when the spawned function returns. The outstanding ones form a list. */
 struct dist_request {
     void *backend_request;
+    dist_group *group;                /* a group call's group (busy until the wait), else NULL */
     const char *call;                 /* "dist_all_reduce_async" */
     int peer;                         /* for the status board: -1 all ranks */
     lx_agree_send_desc *send_check;   /* isend: the descriptor in flight */
@@ -621,7 +641,20 @@ void dist_wait(dist_request *req) {
     unlink_request(req);
     complete(req);
     leave();
+    if (req->group) req->group->busy--;
     free(req);
+}
+
+/* Has the request completed? It stays the lecture's to dist_wait. */
+int dist_test(dist_request *req) {
+    need_rank("dist_test");
+    if (!req) lx_fatal("dist_test(): the request is NULL");
+    if (!is_outstanding(req))
+        lx_fatal("dist_test(): this request is not one this spawn made, or it was waited for already");
+    /* An isend is done once its receive is posted, as its wait says. */
+    int done = ops->test(req->backend_request);
+    if (req->send_check && !lx_agree_send_test(req->send_check)) done = 0;
+    return done;
 }
 
 /* When the function returns: each request never waited for is an error
@@ -649,8 +682,410 @@ static void finish_forgotten(void) {
         lx_rank_enter("dist_wait", site.frames, site.n, req->peer);
         complete(req);
         leave();
+        if (req->group) req->group->busy--;
         free(req);
     }
+}
+
+/* ---- groups (dist_new_group) and all-to-all ----
+ *
+ * A group is a communicator of its ranks (MPI_Comm_split of the spawn's,
+ * ordered as the list), on which the agreement checks run, and the
+ * backend's own communicators (group_new). A group call is the world call
+ * with the backend switched to the group (use_group) for its duration; the
+ * world's calls are untouched. */
+
+static dist_group *groups;   /* this spawn's, newest first */
+
+/* "{0, 2}" */
+static void list_text(char *buf, size_t size, const int *ranks, int n) {
+    size_t at = 0;
+    at += (size_t)snprintf(buf + at, size - at, "{");
+    for (int i = 0; i < n && at < size; i++) at += (size_t)snprintf(buf + at, size - at, "%s%d", i ? ", " : "", ranks[i]);
+    if (at < size) snprintf(buf + at, size - at, "}");
+}
+
+static void free_group(dist_group *g) {
+    ops->group_free(g->backend);
+    MPI_CHECK(MPI_Comm_free(&g->comm));
+    free(g);
+}
+
+/* The spawned function has returned (its requests completed): the groups it left. */
+static void free_groups(void) {
+    while (groups) {
+        dist_group *g = groups;
+        groups = g->next;
+        free_group(g);
+    }
+}
+
+/* g is NULL (the world) or a group of this spawn that this rank is in. */
+static void check_group(const char *call, const dist_group *g) {
+    if (!g) return;
+    const dist_group *h = groups;
+    while (h && h != g) h = h->next;
+    if (!h)
+        lx_fatal("%s(): this group is not one of this spawn's: it was freed (dist_group_free), or made in "
+                 "another spawn (a group lives until its spawned function returns)",
+                 call);
+    int in = 0;
+    for (int i = 0; i < g->size; i++) in |= g->ranks[i] == lx_the_world.rank;
+    if (!in) lx_fatal("%s(): rank %d is not in group %s", call, lx_the_world.rank, g->name);
+}
+
+enum { ROW = 1 + LECTERN_MAX_WORLD };   /* one rank's call: n (-1: NULL list), then its ranks */
+
+/* What is wrong with rank q's list, or NULL: the same text on every rank. */
+static char *bad_list(const int *row, int q, int world) {
+    int n = row[0];
+    if (n < 0) return lx_fmt("rank %d passed NULL as its list of ranks", q);
+    if (n < 1 || n > world)
+        return lx_fmt("rank %d passed n = %d: a group has 1 to world_size (%d) ranks", q, n, world);
+    char text[4 * ROW + 8];
+    list_text(text, sizeof text, row + 1, n);
+    for (int i = 0; i < n; i++) {
+        int r = row[1 + i];
+        if (r < 0 || r >= world)
+            return lx_fmt("rank %d's list %s holds %d, which is not a rank of this world (0 to %d)", q, text, r,
+                          world - 1);
+        for (int j = 0; j < i; j++)
+            if (row[1 + j] == r) return lx_fmt("rank %d's list %s holds rank %d twice", q, text, r);
+    }
+    for (int i = 0; i < n; i++)
+        if (row[1 + i] == q) return NULL;
+    return lx_fmt("rank %d's list %s does not hold rank %d: each rank passes the list of the group it belongs to", q,
+                  text, q);
+}
+
+static int same_list(const int *a, const int *b) {
+    if (a[0] != b[0]) return 0;
+    for (int i = 0; i < a[0]; i++)
+        if (a[1 + i] != b[1 + i]) return 0;
+    return 1;
+}
+
+/* Every rank's list, checked alike on every rank: the first problem found,
+ * or NULL. */
+static char *check_lists(const int *all, int world) {
+    for (int q = 0; q < world; q++) {
+        char *bad = bad_list(all + (size_t)q * ROW, q, world);
+        if (bad) return bad;
+    }
+    for (int q = 0; q < world; q++) {
+        const int *mine = all + (size_t)q * ROW;
+        for (int i = 0; i < mine[0]; i++) {
+            int r = mine[1 + i];
+            const int *theirs = all + (size_t)r * ROW;
+            if (same_list(mine, theirs)) continue;
+            char a[4 * ROW + 8], b[4 * ROW + 8];
+            list_text(a, sizeof a, mine + 1, mine[0]);
+            list_text(b, sizeof b, theirs + 1, theirs[0]);
+            return lx_fmt("ranks %d and %d disagree: rank %d says its group is %s, rank %d says %s (the ranks of "
+                          "a group pass the same list, in the same order)",
+                          q, r, q, a, r, b);
+        }
+    }
+    return NULL;
+}
+
+dist_group *dist_new_group(const int *ranks, int n) {
+    need_rank("dist_new_group");
+    int world = lx_the_world.size, me = lx_the_world.rank;
+    int row[ROW];
+    memset(row, 0, sizeof row);
+    row[0] = ranks ? n : -1;
+    for (int i = 0; ranks && i < n && i < LECTERN_MAX_WORLD; i++) row[1 + i] = ranks[i];
+    if (ranks && n > LECTERN_MAX_WORLD) row[0] = world + 1;   /* too many: named below */
+    call_site site;
+    enter(&site, "dist_new_group", -1);
+    /* Every rank's list to every rank: each names the same problem, or none. */
+    int *all = malloc(sizeof(int) * ROW * (size_t)world);
+    if (!all) lx_fatal("out of memory");
+    MPI_CHECK(MPI_Allgather(row, ROW, MPI_INT, all, ROW, MPI_INT, lx_the_world.comm));
+    char *bad = check_lists(all, world);
+    free(all);
+    if (bad) {
+        lx_error("dist_new_group(): %s", bad);
+        free(bad);
+        /* Every rank's error step is on its way before any rank exits. */
+        MPI_CHECK(MPI_Barrier(lx_the_world.comm));
+        exit(1);
+    }
+    dist_group *g = calloc(1, sizeof *g);
+    if (!g) lx_fatal("out of memory");
+    g->size = n;
+    int color = ranks[0];
+    for (int i = 0; i < n; i++) {
+        g->ranks[i] = ranks[i];
+        if (ranks[i] == me) g->rank = i;
+        if (ranks[i] < color) color = ranks[i];
+    }
+    snprintf(g->name, sizeof g->name, "{");
+    for (int i = 0; i < n; i++) {
+        size_t at = strlen(g->name);
+        snprintf(g->name + at, sizeof g->name - at, "%s%d", i ? "," : "", ranks[i]);
+    }
+    size_t at = strlen(g->name);
+    if (at + 1 < sizeof g->name) snprintf(g->name + at, sizeof g->name - at, "}");
+    /* The groups of one call are disjoint: the first rank of each colours it. */
+    MPI_CHECK(MPI_Comm_split(lx_the_world.comm, color, g->rank, &g->comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN));
+    g->check_comm = g->comm;   /* the checks are the only calls comm.c makes on it */
+    g->backend = ops->group_new(g);
+    g->next = groups;
+    groups = g;
+    leave();
+    return g;
+}
+
+int dist_group_rank(const dist_group *g) {
+    if (!g) return dist_rank();
+    need_rank("dist_group_rank");
+    check_group("dist_group_rank", g);
+    return g->rank;
+}
+
+int dist_group_size(const dist_group *g) {
+    if (!g) return dist_world_size();
+    need_rank("dist_group_size");
+    check_group("dist_group_size", g);
+    return g->size;
+}
+
+void dist_group_free(dist_group *g) {
+    need_rank("dist_group_free");
+    if (!g) lx_fatal("dist_group_free(): the group is NULL (NULL stands for all ranks, which are not freed)");
+    check_group("dist_group_free", g);
+    if (g->busy)
+        lx_fatal("dist_group_free(): %d request%s on group %s not waited for yet: dist_wait them first", g->busy,
+                 g->busy == 1 ? " is" : "s are", g->name);
+    dist_group **p = &groups;
+    while (*p != g) p = &(*p)->next;
+    *p = g->next;
+    free_group(g);
+}
+
+/* A group call: where it is (the board names the group), and the group's
+ * ranks agree on it. */
+static void enter_group(call_site *site, const dist_group *g, const char *call, size_t count, int op, int root) {
+    char what[48];
+    snprintf(what, sizeof what, "%s(group %s)", call, g->name);
+    enter(site, what, -1);
+    lx_agree_collective_in(g, call, (int64_t)count, op, root, site->frames, site->n);
+}
+
+static void check_group_peer(const char *call, const dist_group *g, int src) {
+    if (src < 0 || src >= g->size)
+        lx_fatal("%s(): src %d is not a rank of group %s (its ranks are 0 to %d, in the list's order)", call, src,
+                 g->name, g->size - 1);
+}
+
+void dist_all_reduce_in(dist_group *g, tensor *t, dist_op op) {
+    if (!g) {
+        dist_all_reduce(t, op);
+        return;
+    }
+    const char *call = "dist_all_reduce_in";
+    need_rank(call);
+    check_group(call, g);
+    size_t n = check_tensor(call, "the tensor", t);
+    check_op(call, op);
+    show(call, "t", "before", t);
+    call_site site;
+    enter_group(&site, g, call, n, op, -1);
+    ops->use_group(g);
+    ops->all_reduce(t->data, n, op);
+    ops->use_group(NULL);
+    leave();
+    show(call, "t", "after", t);
+}
+
+void dist_broadcast_in(dist_group *g, tensor *t, int src) {
+    if (!g) {
+        dist_broadcast(t, src);
+        return;
+    }
+    const char *call = "dist_broadcast_in";
+    need_rank(call);
+    check_group(call, g);
+    size_t n = check_tensor(call, "the tensor", t);
+    check_group_peer(call, g, src);
+    show(call, "t", "before", t);
+    call_site site;
+    enter_group(&site, g, call, n, -1, src);
+    ops->use_group(g);
+    ops->broadcast(t->data, n, src);
+    ops->use_group(NULL);
+    leave();
+    show(call, "t", "after", t);
+}
+
+void dist_reduce_scatter_in(dist_group *g, tensor *output, const tensor *input, dist_op op) {
+    if (!g) {
+        dist_reduce_scatter(output, input, op);
+        return;
+    }
+    const char *call = "dist_reduce_scatter_in";
+    need_rank(call);
+    check_group(call, g);
+    size_t out_n = check_reduce_scatter_in(call, g, output, input, op);
+    show(call, "input", "before", input);
+    call_site site;
+    enter_group(&site, g, call, out_n, op, -1);
+    ops->use_group(g);
+    ops->reduce_scatter(output->data, input->data, out_n, op);
+    ops->use_group(NULL);
+    leave();
+    show(call, "output", "after", output);
+}
+
+void dist_all_gather_in(dist_group *g, tensor *output, const tensor *input) {
+    if (!g) {
+        dist_all_gather(output, input);
+        return;
+    }
+    const char *call = "dist_all_gather_in";
+    need_rank(call);
+    check_group(call, g);
+    size_t in_n = check_all_gather_in(call, g, output, input);
+    show(call, "input", "before", input);
+    call_site site;
+    enter_group(&site, g, call, in_n, -1, -1);
+    ops->use_group(g);
+    ops->all_gather(output->data, input->data, in_n);
+    ops->use_group(NULL);
+    leave();
+    show(call, "output", "after", output);
+}
+
+/* Returns the count of one piece. */
+static size_t check_all_to_all(const char *call, const dist_group *g, tensor *output, const tensor *input) {
+    size_t out_n = check_tensor(call, "output", output);
+    size_t in_n = check_tensor(call, "input", input);
+    int p = size_of(g);
+    if (out_n != in_n)
+        lx_fatal("%s(): output has %zu elements, input %zu: they have the same size (%s pieces each)", call, out_n,
+                 in_n, size_word(g));
+    if (in_n % (size_t)p != 0)
+        lx_fatal("%s(): input has %zu elements, which do not split into %s (%d) equal pieces", call, in_n,
+                 size_word(g), p);
+    if (in_n > 0 && overlap(output, input))
+        lx_fatal("%s(): output and input are the same memory: the all-to-all writes output while it still reads "
+                 "input. Give it an output of its own: tensor *out = zeros(%zu, 0, get_device(rank))",
+                 call, in_n);
+    return in_n / (size_t)p;
+}
+
+void dist_all_to_all_in(dist_group *g, tensor *output, const tensor *input) {
+    const char *call = g ? "dist_all_to_all_in" : "dist_all_to_all";
+    need_rank(call);
+    check_group(call, g);
+    size_t piece = check_all_to_all(call, g, output, input);
+    show(call, "input", "before", input);
+    call_site site;
+    if (g) enter_group(&site, g, call, piece, -1, -1);
+    else enter_collective(&site, call, piece, -1, -1);
+    if (g) ops->use_group(g);
+    ops->all_to_all(output->data, input->data, piece);
+    if (g) ops->use_group(NULL);
+    leave();
+    show(call, "output", "after", output);
+}
+
+void dist_all_to_all(tensor *output, const tensor *input) { dist_all_to_all_in(NULL, output, input); }
+
+/* A group's async call: checked like async_collective, over the group. */
+static dist_request *async_group(call_site *site, dist_group *g, const char *call, size_t count, int op, int root) {
+    enter_group(site, g, call, count, op, root);
+    leave();
+    dist_request *req = make_request(call, -1, (int64_t)count, site);
+    req->group = g;
+    g->busy++;
+    return req;
+}
+
+dist_request *dist_all_reduce_in_async(dist_group *g, tensor *t, dist_op op) {
+    if (!g) return dist_all_reduce_async(t, op);
+    const char *call = "dist_all_reduce_in_async";
+    need_rank(call);
+    check_group(call, g);
+    size_t n = check_tensor(call, "the tensor", t);
+    check_op(call, op);
+    call_site site;
+    dist_request *req = async_group(&site, g, call, n, op, -1);
+    request_uses(req, t, 1);
+    ops->use_group(g);
+    req->backend_request = ops->iall_reduce(t->data, n, op);
+    ops->use_group(NULL);
+    return req;
+}
+
+dist_request *dist_broadcast_in_async(dist_group *g, tensor *t, int src) {
+    if (!g) return dist_broadcast_async(t, src);
+    const char *call = "dist_broadcast_in_async";
+    need_rank(call);
+    check_group(call, g);
+    size_t n = check_tensor(call, "the tensor", t);
+    check_group_peer(call, g, src);
+    call_site site;
+    dist_request *req = async_group(&site, g, call, n, -1, src);
+    request_uses(req, t, 1);
+    ops->use_group(g);
+    req->backend_request = ops->ibroadcast(t->data, n, src);
+    ops->use_group(NULL);
+    return req;
+}
+
+dist_request *dist_reduce_scatter_in_async(dist_group *g, tensor *output, const tensor *input, dist_op op) {
+    if (!g) return dist_reduce_scatter_async(output, input, op);
+    const char *call = "dist_reduce_scatter_in_async";
+    need_rank(call);
+    check_group(call, g);
+    size_t out_n = check_reduce_scatter_in(call, g, output, input, op);
+    call_site site;
+    dist_request *req = async_group(&site, g, call, out_n, op, -1);
+    request_uses(req, output, 1);
+    request_uses(req, input, 0);
+    ops->use_group(g);
+    req->backend_request = ops->ireduce_scatter(output->data, input->data, out_n, op);
+    ops->use_group(NULL);
+    return req;
+}
+
+dist_request *dist_all_gather_in_async(dist_group *g, tensor *output, const tensor *input) {
+    if (!g) return dist_all_gather_async(output, input);
+    const char *call = "dist_all_gather_in_async";
+    need_rank(call);
+    check_group(call, g);
+    size_t in_n = check_all_gather_in(call, g, output, input);
+    call_site site;
+    dist_request *req = async_group(&site, g, call, in_n, -1, -1);
+    request_uses(req, output, 1);
+    request_uses(req, input, 0);
+    ops->use_group(g);
+    req->backend_request = ops->iall_gather(output->data, input->data, in_n);
+    ops->use_group(NULL);
+    return req;
+}
+
+dist_request *dist_all_to_all_in_async(dist_group *g, tensor *output, const tensor *input) {
+    const char *call = g ? "dist_all_to_all_in_async" : "dist_all_to_all_async";
+    need_rank(call);
+    check_group(call, g);
+    size_t piece = check_all_to_all(call, g, output, input);
+    call_site site;
+    dist_request *req = g ? async_group(&site, g, call, piece, -1, -1) : async_collective(&site, call, piece, -1, -1);
+    request_uses(req, output, 1);
+    request_uses(req, input, 0);
+    if (g) ops->use_group(g);
+    req->backend_request = ops->iall_to_all(output->data, input->data, piece);
+    if (g) ops->use_group(NULL);
+    return req;
+}
+
+dist_request *dist_all_to_all_async(tensor *output, const tensor *input) {
+    return dist_all_to_all_in_async(NULL, output, input);
 }
 
 /* The pool rank leaves: what the comm layer kept from one spawn to the next. */

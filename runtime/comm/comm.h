@@ -42,6 +42,23 @@ typedef struct lx_world {
 } lx_world;
 extern lx_world lx_the_world;
 
+/* ---------------- groups (comm.c) ---------------- */
+
+/* A process group (lectern.h, dist_new_group): made by every rank of the
+ * spawn at once, each with the list of its own group. comm.c keeps the
+ * groups of this spawn in a list and frees those left when the spawned
+ * function returns. */
+struct dist_group {
+    int size, rank;                  /* the group's size; this rank's place in it */
+    int ranks[LECTERN_MAX_WORLD];    /* the world ranks, in group order */
+    char name[40];                   /* "{0,2}": for messages and the status board */
+    MPI_Comm comm;                   /* the group's ranks in group order (MPI_Comm_split) */
+    MPI_Comm check_comm;             /* comm_agree.c's checks over the group: comm itself */
+    void *backend;                   /* the backend's part (lx_comm_ops.group_new) */
+    int busy;                        /* requests on it not yet waited for */
+    struct dist_group *next;
+};
+
 /* ---------------- comm.c ---------------- */
 
 /* Starts the collectives of this rank on `backend` (the parent chose it),
@@ -81,6 +98,9 @@ typedef struct lx_comm_ops {
     void *(*isend)(const float *buf, size_t count, int peer);
     void *(*irecv)(float *buf, size_t count, int peer);
     void (*wait)(void *request);
+    /* 1 when the request's transfer has completed (wait then does not
+     * block); the request stays until its wait. */
+    int (*test)(void *request);
     /* Non-blocking collectives: as their blocking twins, completed by wait. */
     void *(*iall_reduce)(float *buf, size_t count, dist_op op);
     void *(*ibroadcast)(float *buf, size_t count, int root);
@@ -88,6 +108,20 @@ typedef struct lx_comm_ops {
     void *(*iall_gather)(float *out, const float *in, size_t count);
     /* send to dst and receive from src at once (no ordering deadlock) */
     void (*sendrecv)(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src);
+    /* out, in: size * count floats (size: the world's or the group's);
+     * piece r of `in` goes to rank r, piece r of `out` comes from rank r. */
+    void (*all_to_all)(float *out, const float *in, size_t count);
+    void *(*iall_to_all)(float *out, const float *in, size_t count);
+    /* Groups. group_new: the backend's communicators for g (g->comm holds
+     * its ranks), called by every rank of the world at once (each for its
+     * own group), before g is used; group_free undoes it. use_group: the
+     * calls that follow run over g's ranks (ranks, roots and sizes are the
+     * group's), until use_group(NULL) brings back the world. comm.c brackets
+     * each group call with the two; a request started in a group keeps what
+     * it needs of it until its wait. */
+    void *(*group_new)(const struct dist_group *g);
+    void (*group_free)(void *backend_group);
+    void (*use_group)(const struct dist_group *g);
     void (*stop)(void);
 } lx_comm_ops;
 

@@ -119,6 +119,10 @@ static const char *const KINDS[] = {
     "dist_barrier",   "dist_all_reduce",       "dist_reduce",          "dist_broadcast",
     "dist_reduce_scatter", "dist_all_gather",  "dist_scatter",         "dist_gather",
     "dist_all_reduce_async", "dist_broadcast_async", "dist_reduce_scatter_async", "dist_all_gather_async",
+    "dist_all_to_all",       "dist_all_to_all_async",
+    "dist_all_reduce_in",    "dist_reduce_scatter_in", "dist_all_gather_in", "dist_broadcast_in",
+    "dist_all_to_all_in",    "dist_all_reduce_in_async", "dist_reduce_scatter_in_async",
+    "dist_all_gather_in_async", "dist_broadcast_in_async", "dist_all_to_all_in_async",
 };
 
 static int64_t kind_of(const char *call) {
@@ -190,28 +194,32 @@ static int same(const call_desc *a, const call_desc *b) {
     return a->kind == b->kind && a->count == b->count && a->op == b->op && a->root == b->root;
 }
 
-/* The slow path: everyone learns everyone's call, names the first rank
- * whose call differs from its own, and leaves. */
-static void __attribute__((noreturn)) disagree(const call_desc *mine) {
-    call_desc *all = calloc((size_t)lx_the_world.size, sizeof *all);
+/* The slow path: everyone (of the world, or of group g) learns everyone's
+ * call, names the first rank whose call differs from its own, and leaves. */
+static void __attribute__((noreturn)) disagree(const call_desc *mine, const dist_group *g) {
+    MPI_Comm c = g ? g->check_comm : check_comm;
+    int size = g ? g->size : lx_the_world.size;
+    call_desc *all = calloc((size_t)size, sizeof *all);
     if (!all) lx_fatal("out of memory");
-    MPI_CHECK(MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, check_comm));
+    MPI_CHECK(MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, c));
     int other = -1;
-    for (int r = 0; r < lx_the_world.size && other < 0; r++)
+    for (int r = 0; r < size && other < 0; r++)
         if (!same(&all[r], mine)) other = r;
     lx_sb b = {0};
-    lx_sb_str(&b, "the ranks made different calls: ");
+    if (g) lx_sb_printf(&b, "the ranks of group %s made different calls: ", g->name);
+    else lx_sb_str(&b, "the ranks made different calls: ");
     describe(&b, mine, root_word(mine->call));
     if (other >= 0) {
         lx_sb_str(&b, "; ");
         describe(&b, &all[other], root_word(all[other].call));
     }
-    lx_sb_str(&b, " (every rank must make the same collective call, in the same order)");
+    lx_sb_str(&b, g ? " (every rank of a group must make the same collective calls on it, in the same order)"
+                    : " (every rank must make the same collective call, in the same order)");
     lx_error("%s", b.s);
     free(b.s);
     free(all);
     /* All error steps are on their way to the lecture before anyone exits. */
-    MPI_CHECK(MPI_Barrier(check_comm));
+    MPI_CHECK(MPI_Barrier(c));
     exit(1);
 }
 
@@ -236,7 +244,22 @@ void lx_agree_collective(const char *call, int64_t count, int op, int root, cons
     }
     call_desc mine;
     fill(&mine, call, count, op, root, frames, n);
-    disagree(&mine);
+    disagree(&mine, NULL);
+}
+
+/* A group's collective: the same check over the group's ranks, every time
+ * (timed regions do not skip it), and no count for the deadlock detector,
+ * whose "every rank has entered its n-th collective" is the world's. */
+void lx_agree_collective_in(const dist_group *g, const char *call, int64_t count, int op, int root,
+                            const lx_frame *frames, int n) {
+    int64_t kind = kind_of(call);
+    checks_made++;
+    int64_t v[8] = {kind, count, op, root, -kind, -count, -op, -root};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, g->check_comm));
+    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) return;
+    call_desc mine;
+    fill(&mine, call, count, op, root, frames, n);
+    disagree(&mine, g);
 }
 
 /* ---- point to point ----
@@ -289,6 +312,14 @@ void lx_agree_send_posted(lx_agree_send_desc *d) {
     if (!d || buffered || d->acked) return;
     MPI_CHECK(MPI_Wait(&d->ack, MPI_STATUS_IGNORE));
     d->acked = 1;
+}
+
+int lx_agree_send_test(lx_agree_send_desc *d) {
+    if (!d || buffered || d->acked) return 1;
+    int done = 0;
+    MPI_CHECK(MPI_Test(&d->ack, &done, MPI_STATUS_IGNORE));
+    if (done) d->acked = 1;
+    return done;
 }
 
 void lx_agree_send_done(lx_agree_send_desc *d) {

@@ -21,6 +21,11 @@ void lx_agree_stop(void);
  * rank adds an error step naming its own line and another rank's, and the
  * rank exits once all have said so: no result is recorded after it. */
 void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n);
+/* The same over the ranks of group g (its check_comm): an error names the
+ * group. Not counted as a world collective by the deadlock detector. */
+struct dist_group;
+void lx_agree_collective_in(const struct dist_group *g, const char *call, int64_t count, int op, int root,
+                            const lx_frame *frames, int n);
 
 /* Point to point: the sender sends a small descriptor of its call ahead of
  * the data; the receiver checks it against its own call before it takes
@@ -33,6 +38,9 @@ lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, cons
  * dist_buffered_sends is on): a blocking send calls it before its data.
  * NULL (a send whose check a timed region skipped): returns at once. */
 void lx_agree_send_posted(lx_agree_send_desc *d);
+/* 1 when the send may return: its receive is posted (or sends are
+ * buffered); never waits. NULL: 1. */
+int lx_agree_send_test(lx_agree_send_desc *d);
 void lx_agree_send_done(lx_agree_send_desc *d);           /* frees d; NULL: nothing */
 /* Writes on the status board what the current wait needs: the receive of
  * send `s` posted, the send of receive `r` started (either may be NULL). */

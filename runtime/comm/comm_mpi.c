@@ -23,8 +23,24 @@
 enum { TAG_P2P = 17 };
 
 /* Duplicates of the spawn's communicator (lx_the_world.comm), made at start. */
-static MPI_Comm mpi_comm = MPI_COMM_NULL;    /* blocking calls, sends and receives */
-static MPI_Comm async_comm = MPI_COMM_NULL;  /* the non-blocking collectives */
+static MPI_Comm world_comm = MPI_COMM_NULL;    /* blocking calls, sends and receives */
+static MPI_Comm world_async = MPI_COMM_NULL;   /* the non-blocking collectives */
+
+/* A group's pair (dist_new_group): the blocking calls on the group's own
+ * communicator (made for this group, used by no one else but the agreement
+ * check, whose calls come in the same order on the same thread), the
+ * non-blocking collectives on a duplicate the progress thread alone starts
+ * collectives on. One duplicate fewer than the world: a group dies with its
+ * spawn, so no message can outlive it into the next. */
+typedef struct mpi_group {
+    MPI_Comm comm, async;
+} mpi_group;
+
+/* What the calls run over: the world's pair, or a group's between
+ * use_group(g) and use_group(NULL) (comm.c brackets each group call). */
+static MPI_Comm mpi_comm = MPI_COMM_NULL;
+static MPI_Comm async_comm = MPI_COMM_NULL;
+static int cur_size = 1;
 
 MPI_Op lx_mpi_op(dist_op op) {
     switch (op) {
@@ -41,7 +57,7 @@ void lx_mpi_average(float *x, size_t count, dist_op op, int world_size) {
 
 static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
 
-static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, lx_the_world.size); }
+static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, cur_size); }
 
 static void op_barrier(void) { MPI_CHECK(MPI_Barrier(mpi_comm)); }
 
@@ -96,6 +112,8 @@ typedef struct mpi_request {
     MPI_Request req;
     float *average;
     size_t count;
+    int size;                    /* AVG divides by it: the world's or the group's at the call */
+    MPI_Comm comm;               /* what a collective starts on (the current async communicator at the call) */
     lx_progress_group *moving;   /* the progress thread's hold on req (comm_progress.c) */
     /* A collective the progress thread starts: what to start. */
     int (*start)(struct mpi_request *r);
@@ -111,6 +129,8 @@ static mpi_request *new_request(float *average, size_t count) {
     r->req = MPI_REQUEST_NULL;
     r->average = average;
     r->count = count;
+    r->size = cur_size;
+    r->comm = async_comm;
     return r;
 }
 
@@ -140,16 +160,19 @@ static void *op_irecv(float *buf, size_t count, int peer) {
  * free: Open MPI copies through shared memory before MPI_Iallreduce
  * returns (27-36 ms for 16 MiB on 2 ranks here). */
 static int start_iall_reduce(mpi_request *r) {
-    return MPI_Iallreduce(MPI_IN_PLACE, r->out, (int)r->count, MPI_FLOAT, r->op, async_comm, &r->req);
+    return MPI_Iallreduce(MPI_IN_PLACE, r->out, (int)r->count, MPI_FLOAT, r->op, r->comm, &r->req);
 }
 static int start_ibroadcast(mpi_request *r) {
-    return MPI_Ibcast(r->out, (int)r->count, MPI_FLOAT, r->root, async_comm, &r->req);
+    return MPI_Ibcast(r->out, (int)r->count, MPI_FLOAT, r->root, r->comm, &r->req);
 }
 static int start_ireduce_scatter(mpi_request *r) {
-    return MPI_Ireduce_scatter_block(r->in, r->out, (int)r->count, MPI_FLOAT, r->op, async_comm, &r->req);
+    return MPI_Ireduce_scatter_block(r->in, r->out, (int)r->count, MPI_FLOAT, r->op, r->comm, &r->req);
 }
 static int start_iall_gather(mpi_request *r) {
-    return MPI_Iallgather(r->in, (int)r->count, MPI_FLOAT, r->out, (int)r->count, MPI_FLOAT, async_comm, &r->req);
+    return MPI_Iallgather(r->in, (int)r->count, MPI_FLOAT, r->out, (int)r->count, MPI_FLOAT, r->comm, &r->req);
+}
+static int start_iall_to_all(mpi_request *r) {
+    return MPI_Ialltoall(r->in, (int)r->count, MPI_FLOAT, r->out, (int)r->count, MPI_FLOAT, r->comm, &r->req);
 }
 
 static int run_start(void *ctx) {
@@ -196,8 +219,16 @@ static void op_wait(void *request) {
     mpi_request *r = request;
     lx_progress_claim(r->moving, "MPI_Wait");
     MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
-    if (r->average) average(r->average, r->count, DIST_AVG);
+    if (r->average) lx_mpi_average(r->average, r->count, DIST_AVG, r->size);
     free(r);
+}
+
+static int op_test(void *request) {
+    mpi_request *r = request;
+    if (r->moving) return lx_progress_test(r->moving, "MPI_Testall");
+    int done = 0;
+    MPI_CHECK(MPI_Test(&r->req, &done, MPI_STATUS_IGNORE));
+    return done;
 }
 
 static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
@@ -205,9 +236,43 @@ static void op_sendrecv(const float *send, size_t send_count, int dst, float *re
                            TAG_P2P, mpi_comm, MPI_STATUS_IGNORE));
 }
 
+static void op_all_to_all(float *out, const float *in, size_t count) {
+    MPI_CHECK(MPI_Alltoall(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, mpi_comm));
+}
+
+static void *op_iall_to_all(float *out, const float *in, size_t count) {
+    mpi_request *r = new_request(NULL, count);
+    r->out = out;
+    r->in = in;
+    return launch(r, start_iall_to_all);
+}
+
+static void *op_group_new(const dist_group *g) {
+    mpi_group *m = calloc(1, sizeof *m);
+    if (!m) lx_fatal("out of memory");
+    m->comm = g->comm;
+    MPI_CHECK(MPI_Comm_dup(g->comm, &m->async));
+    MPI_CHECK(MPI_Comm_set_errhandler(m->async, MPI_ERRORS_RETURN));
+    return m;
+}
+
+static void op_group_free(void *backend_group) {
+    mpi_group *m = backend_group;
+    MPI_CHECK(MPI_Comm_free(&m->async));   /* m->comm is the group's, freed by comm.c */
+    free(m);
+}
+
+static void op_use_group(const dist_group *g) {
+    const mpi_group *m = g ? g->backend : NULL;
+    mpi_comm = m ? m->comm : world_comm;
+    async_comm = m ? m->async : world_async;
+    cur_size = g ? g->size : lx_the_world.size;
+}
+
 static void op_stop(void) {
-    if (mpi_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&mpi_comm));
-    if (async_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&async_comm));
+    if (world_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_comm));
+    if (world_async != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_async));
+    mpi_comm = async_comm = MPI_COMM_NULL;
 }
 
 static const lx_comm_ops mpi_ops = {
@@ -224,19 +289,26 @@ static const lx_comm_ops mpi_ops = {
     .isend = op_isend,
     .irecv = op_irecv,
     .wait = op_wait,
+    .test = op_test,
     .iall_reduce = op_iall_reduce,
     .ibroadcast = op_ibroadcast,
     .ireduce_scatter = op_ireduce_scatter,
     .iall_gather = op_iall_gather,
     .sendrecv = op_sendrecv,
+    .all_to_all = op_all_to_all,
+    .iall_to_all = op_iall_to_all,
+    .group_new = op_group_new,
+    .group_free = op_group_free,
+    .use_group = op_use_group,
     .stop = op_stop,
 };
 
 const lx_comm_ops *lx_comm_mpi_start(void) {
     MPI_Comm comm = lx_the_world.comm;
-    MPI_CHECK(MPI_Comm_dup(comm, &mpi_comm));
-    MPI_CHECK(MPI_Comm_set_errhandler(mpi_comm, MPI_ERRORS_RETURN));
-    MPI_CHECK(MPI_Comm_dup(comm, &async_comm));
-    MPI_CHECK(MPI_Comm_set_errhandler(async_comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_dup(comm, &world_comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(world_comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_dup(comm, &world_async));
+    MPI_CHECK(MPI_Comm_set_errhandler(world_async, MPI_ERRORS_RETURN));
+    op_use_group(NULL);
     return &mpi_ops;
 }

@@ -47,6 +47,11 @@
 #include "ranks/ranks.h"
 
 static ncclComm_t comm, p2p_comm;
+/* `comm` is what the collectives run on: the world's (world_comm), or a
+ * group's (ncclCommSplit, dist_new_group) between use_group(g) and
+ * use_group(NULL). cur_size: its size. */
+static ncclComm_t world_comm;
+static int cur_size = 1;
 static cudaStream_t stream, p2p_stream;
 static cudaEvent_t queued;        /* "the default stream got this far" */
 static float *scratch;            /* one float for the barrier */
@@ -405,6 +410,71 @@ static void op_wait(void *request_) {
     finish_p2p(r, "dist_wait");
 }
 
+/* Done when the event behind the transfer has passed; a send or receive
+ * still in the open group is issued first (as any call but a send or
+ * receive would), or it would never complete. */
+static int op_test(void *request_) {
+    request *r = request_;
+    other_call();
+    if (!r->is_collective && !r->issued) issue_open();
+    cudaError_t q = cudaEventQuery(r->done);
+    if (q == cudaErrorNotReady) return 0;
+    CUDA_CHECK(q);
+    return 1;
+}
+
+/* NCCL has no all-to-all: a send and a receive per rank in one group
+ * (the rank's own piece too, which NCCL copies). */
+static void queue_all_to_all(float *out, const float *in, size_t count) {
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < cur_size; r++) {
+        NCCL_CHECK(ncclSend(in + (size_t)r * count, count, ncclFloat, r, comm, stream));
+        NCCL_CHECK(ncclRecv(out + (size_t)r * count, count, ncclFloat, r, comm, stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+}
+
+static void op_all_to_all(float *out, const float *in, size_t count) {
+    other_call();
+    begin();
+    queue_all_to_all(out, in, count);
+    finish("dist_all_to_all");
+}
+
+static void *op_iall_to_all(float *out, const float *in, size_t count) {
+    other_call();
+    begin();
+    queue_all_to_all(out, in, count);
+    return issued();
+}
+
+/* A group's communicator: split from the world's by every rank at once,
+ * colour the group's first world rank (the groups of one dist_new_group
+ * call are disjoint), key the rank's place in the group. */
+static void *op_group_new(const dist_group *g) {
+    own_device();
+    int color = g->ranks[0];
+    for (int i = 1; i < g->size; i++)
+        if (g->ranks[i] < color) color = g->ranks[i];
+    ncclComm_t *c = malloc(sizeof *c);
+    if (!c) lx_fatal("out of memory");
+    NCCL_CHECK(ncclCommSplit(world_comm, color, g->rank, c, NULL));
+    return c;
+}
+
+static void op_group_free(void *backend_group) {
+    ncclComm_t *c = backend_group;
+    own_device();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    NCCL_CHECK(ncclCommDestroy(*c));
+    free(c);
+}
+
+static void op_use_group(const dist_group *g) {
+    comm = g ? *(ncclComm_t *)g->backend : world_comm;
+    cur_size = g ? g->size : lx_the_world.size;
+}
+
 static void op_stop(void) {
     /* Requests never waited for were completed by comm.c before this; the
      * communicators stay for the next spawn of this size. */
@@ -428,11 +498,17 @@ static const lx_comm_ops nccl_ops = {
     .isend = op_isend,
     .irecv = op_irecv,
     .wait = op_wait,
+    .test = op_test,
     .iall_reduce = op_iall_reduce,
     .ibroadcast = op_ibroadcast,
     .ireduce_scatter = op_ireduce_scatter,
     .iall_gather = op_iall_gather,
     .sendrecv = op_sendrecv,
+    .all_to_all = op_all_to_all,
+    .iall_to_all = op_iall_to_all,
+    .group_new = op_group_new,
+    .group_free = op_group_free,
+    .use_group = op_use_group,
     .stop = op_stop,
 };
 
@@ -489,7 +565,8 @@ const lx_comm_ops *lx_comm_nccl_start(void) {
         w->device = device;
         w->made = 1;
     }
-    comm = w->comm;
+    comm = world_comm = w->comm;
+    cur_size = size;
     p2p_comm = w->p2p_comm;
     stream = w->stream;
     p2p_stream = w->p2p_stream;

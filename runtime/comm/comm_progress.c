@@ -239,6 +239,21 @@ void lx_progress_claim(lx_progress_group *g, const char *call) {
     if (rc != MPI_SUCCESS) die(rc, call);
 }
 
+int lx_progress_test(lx_progress_group *g, const char *call) {
+    if (!g) return 1;
+    int done = 0, rc = MPI_SUCCESS;
+    pthread_mutex_lock(&lock);
+    /* Not busy: the thread makes no MPI call on these requests until the
+     * lock is released (it marks them busy under the lock first). */
+    if (!g->busy && !g->start && g->error == MPI_SUCCESS)
+        rc = MPI_Testall(g->n, g->reqs, &done, MPI_STATUSES_IGNORE);
+    else if (g->error != MPI_SUCCESS)
+        rc = g->error;
+    pthread_mutex_unlock(&lock);
+    if (rc != MPI_SUCCESS) die(rc, call);
+    return done;
+}
+
 void lx_progress_stop(void) {
     if (!running) return;
     pthread_mutex_lock(&lock);

@@ -49,6 +49,11 @@ lx_progress_group *lx_progress_launch(int (*start)(void *ctx), void *ctx, MPI_Re
  * naming `call`. */
 void lx_progress_claim(lx_progress_group *g, const char *call);
 
+/* 1 when every request of the group has completed; the group stays the
+ * thread's until lx_progress_claim. 0 while it is not started yet, or the
+ * thread is testing it now. An MPI error is reported here, naming `call`. */
+int lx_progress_test(lx_progress_group *g, const char *call);
+
 /* For tests and bench/: turns the thread off (0) or on (1) for the calls
  * made from now on in this process. LECTERN_PROGRESS=0 starts it off. */
 void lx_progress_set(int on);

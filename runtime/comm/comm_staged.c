@@ -66,7 +66,11 @@
 
 enum { TAG_P2P = 18, SLOTS = 3 };
 
-static MPI_Comm staged_comm = MPI_COMM_NULL;   /* a duplicate of the spawn's (lx_the_world.comm) */
+static MPI_Comm world_staged = MPI_COMM_NULL;  /* a duplicate of the spawn's (lx_the_world.comm) */
+/* What the calls run over: the world's, or a group's duplicate (one per
+ * group, dist_new_group) between use_group(g) and use_group(NULL). */
+static MPI_Comm staged_comm = MPI_COMM_NULL;
+static int cur_size = 1, cur_rank;
 static const lx_stage_copier *copy;
 static size_t chunk;             /* floats per chunk */
 static float *host;              /* SLOTS slots of 2 * area floats */
@@ -102,7 +106,7 @@ static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
 
 /* AVG: the sum divided by the world size, on host memory, by comm_mpi.c's
  * code (so the results are the same floats). */
-static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, lx_the_world.size); }
+static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, cur_size); }
 
 /* ---- the pipeline ---- */
 
@@ -182,7 +186,7 @@ static pipe make_pipe(size_t count, size_t clen) {
 /* Per-rank chunk for the calls whose buffers hold world_size pieces: a
  * slot half holds world_size of them. */
 static size_t gather_clen(void) {
-    size_t c = chunk / (size_t)lx_the_world.size;
+    size_t c = chunk / (size_t)cur_size;
     return c ? c : 1;
 }
 
@@ -216,7 +220,7 @@ static void settle(void) {
 }
 
 static void divide(float *x, size_t count, dist_op op) {
-    if (op == DIST_AVG && count) copy->divide(x, count, (float)lx_the_world.size);
+    if (op == DIST_AVG && count) copy->divide(x, count, (float)cur_size);
 }
 
 static void direct_all_reduce(float *buf, size_t count, dist_op op) {
@@ -227,7 +231,7 @@ static void direct_all_reduce(float *buf, size_t count, dist_op op) {
 
 static void direct_reduce(float *buf, size_t count, int root, dist_op op) {
     settle();
-    if (lx_the_world.rank == root) {
+    if (cur_rank == root) {
         MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, staged_comm));
         divide(buf, count, op);
     } else {
@@ -259,7 +263,7 @@ static void op_all_reduce(float *buf, size_t count, dist_op op) {
 static void step_reduce(const pipe *p, size_t k, float *a, float *b) {
     (void)b;
     size_t n = n_of(p, k, p->count);
-    if (lx_the_world.rank == p->root) {
+    if (cur_rank == p->root) {
         MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, a, (int)n, MPI_FLOAT, mpi_op(p->op), p->root, staged_comm));
         average(a, n, p->op);
     } else {
@@ -278,7 +282,7 @@ static void op_reduce(float *buf, size_t count, int root, dist_op op) {
     p.root = root;
     p.down = down_buf;
     p.step = step_reduce;
-    p.up = lx_the_world.rank == root ? up_buf_a : nothing_up;   /* only the root's tensor changes */
+    p.up = cur_rank == root ? up_buf_a : nothing_up;   /* only the root's tensor changes */
     ensure_host(chunk);
     run(&p);
 }
@@ -297,9 +301,9 @@ static void op_broadcast(float *buf, size_t count, int root) {
     pipe p = make_pipe(count, chunk);
     p.buf = buf;
     p.root = root;
-    p.down = lx_the_world.rank == root ? down_buf : nothing_down;
+    p.down = cur_rank == root ? down_buf : nothing_down;
     p.step = step_broadcast;
-    p.up = lx_the_world.rank == root ? nothing_up : up_buf_a;
+    p.up = cur_rank == root ? nothing_up : up_buf_a;
     ensure_host(chunk);
     run(&p);
 }
@@ -310,7 +314,7 @@ static void op_broadcast(float *buf, size_t count, int root) {
  * r * count), side by side in A. */
 static void down_pieces(const pipe *p, size_t k, float *a) {
     size_t n = n_of(p, k, p->count), lo = lo_of(p, k);
-    for (int r = 0; r < lx_the_world.size; r++) copy->to_host(a + (size_t)r * n, p->in + (size_t)r * p->count + lo, n);
+    for (int r = 0; r < cur_size; r++) copy->to_host(a + (size_t)r * n, p->in + (size_t)r * p->count + lo, n);
 }
 static void down_in(const pipe *p, size_t k, float *a) {
     copy->to_host(a, p->in + lo_of(p, k), n_of(p, k, p->count));
@@ -319,7 +323,7 @@ static void down_in(const pipe *p, size_t k, float *a) {
 static void up_pieces(const pipe *p, size_t k, const float *a, const float *b) {
     (void)a;
     size_t n = n_of(p, k, p->count), lo = lo_of(p, k);
-    for (int r = 0; r < lx_the_world.size; r++) copy->to_device(p->out + (size_t)r * p->count + lo, b + (size_t)r * n, n);
+    for (int r = 0; r < cur_size; r++) copy->to_device(p->out + (size_t)r * p->count + lo, b + (size_t)r * n, n);
 }
 static void up_out_b(const pipe *p, size_t k, const float *a, const float *b) {
     (void)a;
@@ -344,7 +348,7 @@ static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op
     p.down = down_pieces;
     p.step = step_reduce_scatter;
     p.up = up_out_b;
-    ensure_host(p.clen * (size_t)lx_the_world.size);
+    ensure_host(p.clen * (size_t)cur_size);
     run(&p);
 }
 
@@ -365,7 +369,7 @@ static void op_all_gather(float *out, const float *in, size_t count) {
     p.down = down_in;
     p.step = step_all_gather;
     p.up = up_pieces;
-    ensure_host(p.clen * (size_t)lx_the_world.size);
+    ensure_host(p.clen * (size_t)cur_size);
     run(&p);
 }
 
@@ -384,10 +388,10 @@ static void op_scatter(float *out, const float *in, size_t count, int root) {
     p.out = out;
     p.in = in;
     p.root = root;
-    p.down = lx_the_world.rank == root ? down_pieces : nothing_down;
+    p.down = cur_rank == root ? down_pieces : nothing_down;
     p.step = step_scatter;
     p.up = up_out_b;
-    ensure_host(p.clen * (size_t)lx_the_world.size);
+    ensure_host(p.clen * (size_t)cur_size);
     run(&p);
 }
 
@@ -408,8 +412,8 @@ static void op_gather(float *out, const float *in, size_t count, int root) {
     p.root = root;
     p.down = down_in;
     p.step = step_gather;
-    p.up = lx_the_world.rank == root ? up_pieces : nothing_up;
-    ensure_host(p.clen * (size_t)lx_the_world.size);
+    p.up = cur_rank == root ? up_pieces : nothing_up;
+    ensure_host(p.clen * (size_t)cur_size);
     run(&p);
 }
 
@@ -513,6 +517,7 @@ typedef struct staged_request {
     int pieces;                  /* 1, or world_size for an all-gather (already contiguous) */
     dist_op op;
     size_t average_count;        /* AVG: floats of host_out to divide at wait */
+    int size;                    /* AVG divides by it: the world's or the group's at the call */
     lx_progress_group *moving;   /* the progress thread's hold on reqs (comm_progress.c) */
 } staged_request;
 
@@ -537,6 +542,7 @@ static staged_request *new_request(int n_reqs) {
     for (int i = 0; i < n_reqs; i++) reqs[i] = MPI_REQUEST_NULL;
     r->reqs = reqs;
     r->n_reqs = n_reqs;
+    r->size = cur_size;
     return r;
 }
 
@@ -591,8 +597,8 @@ static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
 
 static void *op_ibroadcast(float *buf, size_t count, int root) {
     staged_request *r = new_request(1);
-    r->host_in = r->host_out = host_copy(lx_the_world.rank == root ? buf : NULL, count);
-    if (lx_the_world.rank != root) {
+    r->host_in = r->host_out = host_copy(cur_rank == root ? buf : NULL, count);
+    if (cur_rank != root) {
         r->device_out = buf;
         r->out_count = count;
     }
@@ -602,7 +608,7 @@ static void *op_ibroadcast(float *buf, size_t count, int root) {
 
 static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     staged_request *r = new_request(1);
-    r->host_in = host_copy(in, count * (size_t)lx_the_world.size);
+    r->host_in = host_copy(in, count * (size_t)cur_size);
     r->host_out = host_copy(NULL, count);
     r->device_out = out;
     r->out_count = count;
@@ -616,9 +622,9 @@ static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_
 static void *op_iall_gather(float *out, const float *in, size_t count) {
     staged_request *r = new_request(1);
     r->host_in = host_copy(in, count);
-    r->host_out = host_copy(NULL, count * (size_t)lx_the_world.size);
+    r->host_out = host_copy(NULL, count * (size_t)cur_size);
     r->device_out = out;
-    r->out_count = count * (size_t)lx_the_world.size;
+    r->out_count = count * (size_t)cur_size;
     MPI_CHECK(MPI_Iallgather(r->host_in, (int)count, MPI_FLOAT, r->host_out, (int)count, MPI_FLOAT, staged_comm,
                              &r->reqs[0]));
     return started(r);
@@ -628,7 +634,7 @@ static void op_wait(void *request) {
     staged_request *r = request;
     lx_progress_claim(r->moving, "MPI_Waitall");
     MPI_CHECK(MPI_Waitall(r->n_reqs, r->reqs, MPI_STATUSES_IGNORE));
-    if (r->op == DIST_AVG) average(r->host_out, r->average_count, DIST_AVG);
+    if (r->op == DIST_AVG) lx_mpi_average(r->host_out, r->average_count, DIST_AVG, r->size);
     if (r->device_out && r->out_count) copy->sync_to_device(r->device_out, r->host_out, r->out_count);
     if (r->host_out != r->host_in) free(r->host_out);
     free(r->host_in);
@@ -636,8 +642,70 @@ static void op_wait(void *request) {
     free(r);
 }
 
+/* ---- all-to-all: chunk k of each piece side by side, as a reduce-scatter's ---- */
+
+static void step_all_to_all(const pipe *p, size_t k, float *a, float *b) {
+    int n = (int)n_of(p, k, p->count);
+    MPI_CHECK(MPI_Alltoall(a, n, MPI_FLOAT, b, n, MPI_FLOAT, staged_comm));
+}
+
+static void op_all_to_all(float *out, const float *in, size_t count) {
+    if (direct) {
+        settle();
+        MPI_CHECK(MPI_Alltoall(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, staged_comm));
+        return;
+    }
+    pipe p = make_pipe(count, gather_clen());
+    p.out = out;
+    p.in = in;
+    p.down = down_pieces;
+    p.step = step_all_to_all;
+    p.up = up_pieces;
+    ensure_host(p.clen * (size_t)cur_size);
+    run(&p);
+}
+
+static void *op_iall_to_all(float *out, const float *in, size_t count) {
+    staged_request *r = new_request(1);
+    r->host_in = host_copy(in, count * (size_t)cur_size);
+    r->host_out = host_copy(NULL, count * (size_t)cur_size);
+    r->device_out = out;
+    r->out_count = count * (size_t)cur_size;
+    MPI_CHECK(MPI_Ialltoall(r->host_in, (int)count, MPI_FLOAT, r->host_out, (int)count, MPI_FLOAT, staged_comm,
+                            &r->reqs[0]));
+    return started(r);
+}
+
+/* ---- groups: on the group's own communicator ----
+ *
+ * Every call here, async ones included, is started on the lecture's thread,
+ * as the agreement check's are: one communicator keeps them in order (a
+ * group dies with its spawn, so no duplicate is needed against the next). */
+
+static void *op_group_new(const dist_group *g) {
+    (void)g;
+    return NULL;
+}
+
+static void op_group_free(void *backend_group) { (void)backend_group; }
+
+static void op_use_group(const dist_group *g) {
+    staged_comm = g ? g->comm : world_staged;
+    cur_size = g ? g->size : lx_the_world.size;
+    cur_rank = g ? g->rank : lx_the_world.rank;
+}
+
+static int op_test(void *request) {
+    staged_request *r = request;
+    if (r->moving) return lx_progress_test(r->moving, "MPI_Testall");
+    int done = 0;
+    MPI_CHECK(MPI_Testall(r->n_reqs, r->reqs, &done, MPI_STATUSES_IGNORE));
+    return done;
+}
+
 static void op_stop(void) {
-    if (staged_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&staged_comm));
+    if (world_staged != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_staged));
+    staged_comm = MPI_COMM_NULL;
 }
 
 static const lx_comm_ops staged_ops = {
@@ -654,11 +722,17 @@ static const lx_comm_ops staged_ops = {
     .isend = op_isend,
     .irecv = op_irecv,
     .wait = op_wait,
+    .test = op_test,
     .iall_reduce = op_iall_reduce,
     .ibroadcast = op_ibroadcast,
     .ireduce_scatter = op_ireduce_scatter,
     .iall_gather = op_iall_gather,
     .sendrecv = op_sendrecv,
+    .all_to_all = op_all_to_all,
+    .iall_to_all = op_iall_to_all,
+    .group_new = op_group_new,
+    .group_free = op_group_free,
+    .use_group = op_use_group,
     .stop = op_stop,
 };
 
@@ -702,8 +776,9 @@ const lx_comm_ops *lx_comm_staged_start(const lx_stage_copier *copier, int cuda_
     }
     copy = copier;
     chunk = stage_chunk_floats();
-    MPI_CHECK(MPI_Comm_dup(comm, &staged_comm));
-    MPI_CHECK(MPI_Comm_set_errhandler(staged_comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_dup(comm, &world_staged));
+    MPI_CHECK(MPI_Comm_set_errhandler(world_staged, MPI_ERRORS_RETURN));
+    op_use_group(NULL);
     return &staged_ops;
 }
 

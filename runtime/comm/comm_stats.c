@@ -30,7 +30,9 @@
  *                             send nothing)
  *      scatter                (p - 1) pieces at the root, nothing elsewhere
  *      gather                 one piece from every rank but the root
+ *      all-to-all             (p - 1) / p * b_in  (all pieces but its own)
  *      send, isend            b;   recv, irecv, barrier: 0
+ *    In a group (dist_new_group) p is the group's size.
  *    The same on every machine and backend: a figure to check by hand and
  *    to hold the measured one against.
  *
@@ -152,11 +154,15 @@ static void *keep_open(void *req, const window *w) {
     return req;
 }
 
+/* The formulas' p and rank: the world's, or a group's between
+ * use_group(g) and use_group(NULL) (a group call counts as its kind). */
+static int cur_size = 1, cur_rank;
+
 static double share(size_t floats) {   /* (p - 1) / p of `floats` floats, in bytes */
-    return (double)floats * sizeof(float) * (lx_the_world.size - 1) / lx_the_world.size;
+    return (double)floats * sizeof(float) * (cur_size - 1) / cur_size;
 }
 static double chain(size_t count, int silent_rank) {   /* b from every rank but one */
-    return lx_the_world.size > 1 && lx_the_world.rank != silent_rank ? (double)count * sizeof(float) : 0;
+    return cur_size > 1 && cur_rank != silent_rank ? (double)count * sizeof(float) : 0;
 }
 
 static void c_barrier(void) {
@@ -179,31 +185,31 @@ static void c_reduce(float *buf, size_t count, int root, dist_op op) {
 }
 static void c_broadcast(float *buf, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + lx_the_world.size - 1) % lx_the_world.size));
+    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + cur_size - 1) % cur_size));
     inner->broadcast(buf, count, root);
     close_window(&w);
 }
 static void c_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     window w;
-    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)lx_the_world.size));
+    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)cur_size));
     inner->reduce_scatter(out, in, count, op);
     close_window(&w);
 }
 static void c_all_gather(float *out, const float *in, size_t count) {
     window w;
-    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)lx_the_world.size));
+    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)cur_size));
     inner->all_gather(out, in, count);
     close_window(&w);
 }
 static void c_scatter(float *out, const float *in, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_SCATTER, lx_the_world.rank == root ? (double)count * sizeof(float) * (lx_the_world.size - 1) : 0);
+    open_window(&w, DIST_CALL_SCATTER, cur_rank == root ? (double)count * sizeof(float) * (cur_size - 1) : 0);
     inner->scatter(out, in, count, root);
     close_window(&w);
 }
 static void c_gather(float *out, const float *in, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_GATHER, lx_the_world.rank == root ? 0 : (double)count * sizeof(float));
+    open_window(&w, DIST_CALL_GATHER, cur_rank == root ? 0 : (double)count * sizeof(float));
     inner->gather(out, in, count, root);
     close_window(&w);
 }
@@ -236,17 +242,17 @@ static void *c_iall_reduce(float *buf, size_t count, dist_op op) {
 }
 static void *c_ibroadcast(float *buf, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + lx_the_world.size - 1) % lx_the_world.size));
+    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + cur_size - 1) % cur_size));
     return keep_open(inner->ibroadcast(buf, count, root), &w);
 }
 static void *c_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     window w;
-    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)lx_the_world.size));
+    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)cur_size));
     return keep_open(inner->ireduce_scatter(out, in, count, op), &w);
 }
 static void *c_iall_gather(float *out, const float *in, size_t count) {
     window w;
-    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)lx_the_world.size));
+    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)cur_size));
     return keep_open(inner->iall_gather(out, in, count), &w);
 }
 static void c_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
@@ -254,6 +260,22 @@ static void c_sendrecv(const float *send, size_t send_count, int dst, float *rec
     p2p_sent(DIST_CALL_SENDRECV, send_count, dst);
     p2p_received(DIST_CALL_SENDRECV, recv_count, src);
     inner->sendrecv(send, send_count, dst, recv, recv_count, src);
+}
+static void c_all_to_all(float *out, const float *in, size_t count) {
+    window w;
+    open_window(&w, DIST_CALL_ALL_TO_ALL, share(count * (size_t)cur_size));
+    inner->all_to_all(out, in, count);
+    close_window(&w);
+}
+static void *c_iall_to_all(float *out, const float *in, size_t count) {
+    window w;
+    open_window(&w, DIST_CALL_ALL_TO_ALL, share(count * (size_t)cur_size));
+    return keep_open(inner->iall_to_all(out, in, count), &w);
+}
+static void c_use_group(const dist_group *g) {
+    cur_size = g ? g->size : lx_the_world.size;
+    cur_rank = g ? g->rank : lx_the_world.rank;
+    inner->use_group(g);
 }
 /* The wait of a non-blocking collective closes its window. */
 static void c_wait(void *req) {
@@ -289,6 +311,11 @@ const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops) {
     if (ops->iall_gather) counted.iall_gather = c_iall_gather;
     if (ops->sendrecv) counted.sendrecv = c_sendrecv;
     if (ops->wait) counted.wait = c_wait;
+    if (ops->all_to_all) counted.all_to_all = c_all_to_all;
+    if (ops->iall_to_all) counted.iall_to_all = c_iall_to_all;
+    if (ops->use_group) counted.use_group = c_use_group;
+    cur_size = lx_the_world.size;
+    cur_rank = lx_the_world.rank;
     memset(calls, 0, sizeof calls);
     memset(sent, 0, sizeof sent);
     memset(received, 0, sizeof received);
@@ -342,7 +369,7 @@ dist_traffic dist_traffic_since(const dist_traffic *start) {
 const char *dist_call_name(dist_call_kind kind) {
     static const char *const names[DIST_CALL_KINDS] = {
         "barrier", "all_reduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
-        "scatter", "gather",     "send",   "recv",      "sendrecv"};
+        "scatter", "gather",     "send",   "recv",      "sendrecv",   "all_to_all"};
     return kind >= 0 && kind < DIST_CALL_KINDS ? names[kind] : "unknown";
 }
 
