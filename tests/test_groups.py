@@ -213,6 +213,7 @@ class Mistakes(Base):
         step, msg = msgs[0]
         self.assertEqual(step["stack"][-1]["line"], line)
         self.assertIn("waits in dist_all_reduce_in(group {0,1})", msg)
+        self.assertNotIn("{0,1})()", msg)
         self.assertIn("rank 1, which returned", msg)
 
 

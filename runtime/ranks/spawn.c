@@ -130,6 +130,10 @@ static void set_number(cJSON *obj, const char *key, double v) {
     else cJSON_AddItemToObject(obj, key, n);
 }
 
+/* "()" after a call's name on the board, unless it carries its own
+ * ("dist_all_reduce_in(group {0,1})"). */
+static const char *call_parens(const char *operation) { return strchr(operation, '(') ? "" : "()"; }
+
 static double rounded(double seconds) { return (double)(long long)(seconds * 1e6) / 1e6; }
 
 static void finish_entry(spawn_run *run, const char *status) {
@@ -756,7 +760,7 @@ static void fail_stragglers(spawn_run *run) {
         lx_sb b = {0};
         int peer = s->peer;
         if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
-        lx_sb_printf(&b, "rank %d of %d waits in %s()", r, run->world_size, s->operation);
+        lx_sb_printf(&b, "rank %d of %d waits in %s%s", r, run->world_size, s->operation, call_parens(s->operation));
         if (at.known) lx_sb_printf(&b, " in %s()", at.function);
         lx_sb_printf(&b, " for rank%s ", peer < 0 && run->n_done > 1 ? "s" : "");
         list_ranks(&b, run, peer);
@@ -952,7 +956,7 @@ static void fail_cycle(spawn_run *run, const wait_view *v, const int *stuck) {
         int i = blocking_need(run, v, r, stuck);
         lx_sb b = {0};
         if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
-        lx_sb_printf(&b, "deadlock: rank %d of %d waits in %s()", r, run->world_size, s->operation);
+        lx_sb_printf(&b, "deadlock: rank %d of %d waits in %s%s", r, run->world_size, s->operation, call_parens(s->operation));
         if (at.known) lx_sb_printf(&b, " in %s()", at.function);
         lx_sb_str(&b, " ");
         say_need(&b, run, v, r, i, stuck);
@@ -961,7 +965,7 @@ static void fail_cycle(spawn_run *run, const wait_view *v, const int *stuck) {
             if (q == r || !stuck[q] || !in_the_way(run, v, r, i, q)) continue;
             const board_slot *t = &run->board->slot[q];
             place qa = lx_innermost(t->where);
-            lx_sb_printf(&b, "; rank %d waits in %s()", q, t->operation);
+            lx_sb_printf(&b, "; rank %d waits in %s%s", q, t->operation, call_parens(t->operation));
             if (qa.known) lx_sb_printf(&b, " at %s:%d", qa.path, qa.line);
             lx_sb_str(&b, " ");
             say_need(&b, run, v, q, blocking_need(run, v, q, stuck), stuck);
@@ -1132,7 +1136,7 @@ static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) 
         lx_sb_printf(&b, "%s: rank %d of %d ", name, r, run->world_size);
         int waiting = s && __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE);
         if (waiting) {
-            lx_sb_printf(&b, "was waiting in %s()", s->operation);
+            lx_sb_printf(&b, "was waiting in %s%s", s->operation, call_parens(s->operation));
             if (at.known) lx_sb_printf(&b, " in %s()", at.function);
             if (s->peer >= 0) lx_sb_printf(&b, " for rank %d", s->peer);
             else lx_sb_str(&b, " for every rank (a collective)");
