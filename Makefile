@@ -281,13 +281,16 @@ grade:
 # make test: every suite on the normal build, the sanitizer and CPU-only
 # passes on the suites that exercise what differs there, a sample of the
 # browser steps. make test-all: everything everywhere (what CI runs).
+# Both build with one job per core (JOBS).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: setup
-	@$(MAKE) --no-print-directory all
-	@LECTERN_TEST_SCOPE=quick bash scripts/test.sh
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@LECTERN_TEST_SCOPE=quick LECTERN_JOBS=$(JOBS) bash scripts/test.sh
 
 test-all: setup
-	@$(MAKE) --no-print-directory all
-	@LECTERN_TEST_SCOPE=all bash scripts/test.sh
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@LECTERN_TEST_SCOPE=all LECTERN_JOBS=$(JOBS) bash scripts/test.sh
 
 # The runtime's folders call each other one way only, lowest layer first
 # (scripts/check_layers.py reads the objects with nm; scripts/test.sh runs it).

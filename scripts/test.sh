@@ -8,7 +8,9 @@
 #   4. the C tests and the runtime's script tests (foundation, spawn, misuse,
 #      lecture_08, lecture_collectives, lecture_ddp, lecture_gpu) again, built with
 #      AddressSanitizer + UBSan (build-asan/),
-#      unless LECTERN_NO_ASAN=1
+#      unless LECTERN_NO_ASAN=1; this build and the CPU-only one (5.) are made
+#      in the background while the browser suite runs (LECTERN_JOBS jobs,
+#      the number of cores by default)
 #
 # lecture_08's numbers are checked under this CPU's OpenBLAS kernels and,
 # in the first pass, under older ones too (tests/test_lecture_08.py);
@@ -118,15 +120,45 @@ for t in tests/test_*.py; do
     [ -f "$t" ] || continue
     run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
 done
+# The sanitizer and CPU-only builds are made while the browser suite runs
+# (it mostly waits on Chromium), niced so that the suite keeps its share of
+# the cores; their output is shown only when they fail.
+JOBS=${LECTERN_JOBS:-$(nproc 2>/dev/null || echo 2)}
+asan_log=$(mktemp); cpu_log=$(mktemp)
+trap 'rm -f "$log" "$asan_log" "$cpu_log"' EXIT
+want_asan=0; [ "${LECTERN_NO_ASAN:-0}" != 1 ] && want_asan=1
+want_cpu=0; [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ] && want_cpu=1
+builds_pid=
+if [ $want_asan = 1 ] || [ $want_cpu = 1 ]; then
+    echo "== building with AddressSanitizer + UBSan (build-asan/) and without CUDA (build-cpu/), in the background"
+    (
+        rc_asan=0; rc_cpu=0
+        [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 all >"$asan_log" 2>&1; rc_asan=$?; }
+        [ $want_cpu = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" CUDA=0 BUILD=build-cpu all >"$cpu_log" 2>&1; rc_cpu=$?; }
+        echo "$rc_asan $rc_cpu" >"$asan_log.rc"
+    ) &
+    builds_pid=$!
+    builds_started=$(date +%s)
+fi
+builds_wait() {   # waits for the background builds; sets rc_asan and rc_cpu
+    rc_asan=0; rc_cpu=0
+    [ -n "$builds_pid" ] || return 0
+    wait "$builds_pid"
+    read -r rc_asan rc_cpu <"$asan_log.rc"
+    rm -f "$asan_log.rc"
+    echo "== background builds done ($(( $(date +%s) - builds_started )) s after they started)"
+    builds_pid=
+}
+
 if [ -f tests/viewer/run.sh ]; then
     # The browser suite steps through every step of every committed lecture,
     # twice (two window sizes): more than 900 s on the 2-core machine.
     RUN_LIMIT=2700 run "viewer (Chromium)" bash tests/viewer/run.sh
 fi
 
-if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
-    echo "== building with AddressSanitizer + UBSan (build-asan/)"
-    if make --no-print-directory SAN=1 all >"$log" 2>&1; then
+builds_wait
+if [ $want_asan = 1 ]; then
+    if [ "$rc_asan" -eq 0 ]; then
         # Open MPI and its helpers keep some memory until exit on purpose; the
         # suppressions name only those libraries, never ours.
         export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
@@ -152,7 +184,7 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
         run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
             Progress.test_async_calls_in_flight_together_give_the_right_sums
     else
-        cat "$log"
+        cat "$asan_log"
         echo "== asan build FAILED"
         failed=$((failed + 1))
         failures+=("asan build")
@@ -160,9 +192,8 @@ if [ "${LECTERN_NO_ASAN:-0}" != 1 ]; then
 fi
 
 # The build without CUDA is what a machine without nvcc gets: keep it working.
-if [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ]; then
-    echo "== building without CUDA (build-cpu/)"
-    if make --no-print-directory CUDA=0 BUILD=build-cpu all >"$log" 2>&1 && ! grep -q "warning:" "$log"; then
+if [ $want_cpu = 1 ]; then
+    if [ "$rc_cpu" -eq 0 ] && ! grep -q "warning:" "$cpu_log"; then
         for t in build-cpu/tests/test_*; do
             [ -x "$t" ] || continue
             run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
@@ -172,7 +203,7 @@ if [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ];
         run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
         run "cpu-only: test_lecture_gpu.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_gpu.py
     else
-        cat "$log"
+        cat "$cpu_log"
         echo "== cpu-only build FAILED (or warned)"
         failed=$((failed + 1))
         failures+=("cpu-only build")

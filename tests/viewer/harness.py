@@ -6,6 +6,7 @@ directory the way the repository is (viewer/, node_modules/, tests/ linked in,
 traces/ holding the fixture traces), so ?trace=NAME is read from ../traces/
 exactly as in the repository.
 """
+import atexit
 import contextlib
 import functools
 import http.server
@@ -53,6 +54,38 @@ def browser(width=1280, height=800):
     return drv
 
 
+_shared = None
+
+
+def shared_browser(width=1280, height=800):
+    """The one browser of this process, started on the first call and quit
+    at exit: starting Chromium takes seconds on a loaded machine, so the test
+    classes of a run share one instead of starting one each. Each call leaves
+    it as a fresh one would be for the next class: on a blank page, at
+    width x height, with Selenium's default script timeout (a class that
+    adds a script to every new document removes it in its tearDownClass).
+    The viewer keeps nothing in storage, so nothing else carries over."""
+    global _shared
+    if _shared is not None:
+        try:
+            _shared.get("about:blank")
+        except Exception:   # it died: start another
+            _shared = None
+    if _shared is None:
+        _shared = browser(width, height)
+        atexit.register(_quit_quietly, _shared)
+    _shared.set_script_timeout(30)
+    _shared.set_window_size(width, height)
+    return _shared
+
+
+def _quit_quietly(drv):
+    try:
+        quit_browser(drv)
+    except Exception:
+        pass
+
+
 def quit_browser(drv):
     profile = getattr(drv, "_lectern_profile", None)
     try:
@@ -71,6 +104,31 @@ def wait_ready(drv, timeout=20):
     WebDriverWait(drv, timeout).until(
         lambda d: d.execute_script("var v = window.lecternViewer; return v && (v.ready || v.error);"))
     return drv.execute_script("return window.lecternViewer.error")
+
+
+AXE = os.path.join(REPO, "node_modules", "axe-core", "axe.min.js")
+_axe_src = None
+
+
+def axe(drv, context="document"):
+    """axe-core's violations of the page's current state, one string each:
+    'rule (impact): up to three elements'; None when node_modules/axe-core
+    is missing (npm ci). context: a JavaScript expression for what to check
+    (an element; the whole document by default). axe-core is put into a page
+    once; running it again on the same page (after the page changed) reuses it."""
+    global _axe_src
+    if not os.path.exists(AXE):
+        return None
+    if not drv.execute_script("return !!window.axe"):
+        if _axe_src is None:
+            with open(AXE, encoding="utf-8") as f:
+                _axe_src = f.read()
+        drv.execute_script(_axe_src)
+    return drv.execute_async_script("""var done = arguments[arguments.length - 1];
+        axe.run(%s).then(function (r) { done(r.violations.map(function (v) {
+          return v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3).map(function (n) {
+            return n.target.join(' '); }).join(', ');
+        })); }, function (e) { done(['axe failed: ' + e]); });""" % context)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,32 @@ if names:
 else:
     mods = sorted(os.path.basename(p)[:-3] for p in glob.glob("tests/viewer/test_*.py"))
     suite = unittest.TestSuite(loader.loadTestsFromModule(importlib.import_module(m)) for m in mods)
-res = unittest.TextTestRunner(verbosity=2).run(suite)
+import time
+
+
+class Timed(unittest.TextTestResult):
+    """Seconds per test class, its setUpClass and tearDownClass included
+    (the time from the previous class's last test to this class's last)."""
+    times = {}
+    last = None
+
+    def startTestRun(self):
+        Timed.last = time.monotonic()
+        super().startTestRun()
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        now = time.monotonic()
+        key = type(test).__module__ + "." + type(test).__name__
+        Timed.times[key] = Timed.times.get(key, 0) + now - Timed.last
+        Timed.last = now
+
+
+started = time.monotonic()
+res = unittest.TextTestRunner(verbosity=2, resultclass=Timed).run(suite)
+for key, s in sorted(Timed.times.items(), key=lambda kv: -kv[1]):
+    print("viewer time: %6.1f s  %s" % (s, key))
+print("viewer time: %6.1f s  in all" % (time.monotonic() - started))
 failed = len(res.failures) + len(res.errors) + len(res.unexpectedSuccesses)
 passed = res.testsRun - failed - len(res.skipped)
 print(f"viewer tests: {len(res.skipped)} skipped; screenshots in build/viewer-screenshots/")

@@ -94,10 +94,16 @@ class HostileCase(base.ViewerCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH})
+        cls.watch = cls.d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH})["identifier"]
         with open(os.path.join(cls.traces, "hostile.json"), encoding="utf-8") as f:
             cls.text = f.read()
         cls.trace = json.loads(cls.text)
+
+    @classmethod
+    def tearDownClass(cls):
+        # The browser is shared with the classes that come next.
+        cls.d.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": cls.watch})
+        super().tearDownClass()
 
     def pwned(self):
         return self.js("return [document.title, window.__pwned || 0, window.__alerts || 0]")

@@ -21,7 +21,7 @@ import harness  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 INDEXER = os.path.join(harness.REPO, "scripts", "trace_index.py")
-AXE = os.path.join(harness.REPO, "node_modules", "axe-core", "axe.min.js")
+AXE = harness.AXE
 HOSTILE = '<img src=x onerror="window.pwned=1">'
 
 
@@ -185,15 +185,10 @@ class IndexPage(unittest.TestCase):
         self.assertIn("This run failed.", self.d.find_element(By.ID, "banner").text)
 
     def test_no_accessibility_violations(self):
-        if not os.path.exists(AXE):
+        if not os.path.exists(harness.AXE):
             self.skipTest("node_modules/axe-core missing (npm ci)")
         self.open_index()
-        with open(AXE, encoding="utf-8") as f:
-            self.d.execute_script(f.read())
-        violations = self.d.execute_async_script("""var done = arguments[arguments.length - 1];
-            axe.run(document).then(function (r) { done(r.violations.map(function (v) {
-              return v.id + ' (' + v.impact + ')'; })); }, function (e) { done(['axe failed: ' + e]); });""")
-        self.assertEqual(violations, [])
+        self.assertEqual(harness.axe(self.d), [])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import test_viewer as base  # noqa: E402
-from test_lectures import AXE  # noqa: E402
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -161,21 +160,11 @@ class TestVars(base.ViewerCase):
         self.shot("vars-read")
 
     def test_no_axe_violations(self):
-        if not os.path.exists(AXE):
-            self.skipTest("node_modules/axe-core missing (npm ci)")
-        with open(AXE, encoding="utf-8") as f:
-            axe_src = f.read()
         for q in ("step=%d" % self.step_of("share", rank=WORLD - 1, nth=1), "step=%d" % self.step_of("big", nth=2),
                   "step=%d&mode=read" % self.step_of("m")):
             with self.subTest(q=q):
                 self.open("?trace=inspect_fixture&" + q)
-                self.js(axe_src)
-                got = self.d.execute_async_script("""var done = arguments[arguments.length - 1];
-                    axe.run(document).then(function (r) { done(r.violations.map(function (v) {
-                      return v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3).map(function (n) {
-                        return n.target.join(' '); }).join(', ');
-                    })); }, function (e) { done(['axe failed: ' + e]); });""")
-                self.assertEqual(got, [])
+                self.assertEqual(self.axe(), [])
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ the call stack panel. Screenshots go to build/viewer-screenshots/.
 
     /usr/bin/python3 tests/viewer/test_viewer.py [-v] [TestViewer.test_name]
 """
+import atexit
 import os
 import re
 import shutil
@@ -42,17 +43,26 @@ def fixture_line(path, snippet):
 class ViewerCase(unittest.TestCase):
     width, height = 1280, 800
 
+    # Each class gets its own copy of the fixture traces (a class may write
+    # into it) and the browser every class of the run shares
+    # (harness.shared_browser: blank, at this class's size).
+    _fixtures = None
+
     @classmethod
     def setUpClass(cls):
         cls.traces = tempfile.mkdtemp(prefix="lectern-traces-")
-        subprocess.run([sys.executable, os.path.join(HERE, "make_fixtures.py"), cls.traces], check=True)
+        if ViewerCase._fixtures is None:
+            ViewerCase._fixtures = tempfile.mkdtemp(prefix="lectern-fixtures-")
+            atexit.register(shutil.rmtree, ViewerCase._fixtures, True)
+            subprocess.run([sys.executable, os.path.join(HERE, "make_fixtures.py"), ViewerCase._fixtures],
+                           check=True)
+        shutil.copytree(ViewerCase._fixtures, cls.traces, dirs_exist_ok=True)
         cls.root = harness.make_root(cls.traces)
-        cls.d = harness.browser(cls.width, cls.height)
+        cls.d = harness.shared_browser(cls.width, cls.height)
         os.makedirs(SHOTS, exist_ok=True)
 
     @classmethod
     def tearDownClass(cls):
-        harness.quit_browser(cls.d)
         shutil.rmtree(cls.root, ignore_errors=True)
         shutil.rmtree(cls.traces, ignore_errors=True)
 
@@ -112,6 +122,18 @@ class ViewerCase(unittest.TestCase):
     def stack(self):
         """Frames of the call stack panel, innermost first: 'function file:line'."""
         return [b.text.replace("\n", " ") for b in self.d.find_elements(By.CSS_SELECTOR, "#stack .frame")]
+
+    def axe(self, required=True, context="document"):
+        """axe-core's violations in the page as it is now ([] when clean);
+        context: a JavaScript expression for the element to check (the whole
+        page by default). Without node_modules/axe-core (npm ci) the test is
+        skipped, or, with required=False, [] is returned and the test goes on."""
+        got = harness.axe(self.d, context)
+        if got is None:
+            if required:
+                self.skipTest("node_modules/axe-core missing (npm ci)")
+            return []
+        return got
 
     def shot(self, name):
         self.d.save_screenshot(os.path.join(SHOTS, name + ".png"))
