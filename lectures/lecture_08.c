@@ -1755,11 +1755,13 @@ static void say_bubble(int stages, int schedule, int m) {
     else if (stages > cores)
         why = "larger than the formula: the ranks outnumber the cores, so a stage that is ready to work waits "
               "for its turn on a core another stage holds; that wait is this machine's, not the schedule's";
-    else if (load[0] > cores)
+    else if (load[0] > cores + stages)   /* the load average counts this lecture's own ranks too */
         why = "larger than the formula: the machine was busy with other work (a load average above its "
-              "cores), so a stage that was ready waited for a core; the formula assumes every stage has one";
+              "cores plus this spawn's ranks), so a stage that was ready waited for a core; the formula "
+              "assumes every stage has one";
     else
-        why = "further from the formula than its leftovers (messages, the last stage's loss) explain";
+        why = "larger than the formula by more than the messages and the last stage's loss would explain: "
+              "the replay below splits the gap";
     note("%s, %d stages: measured bubble %.3f of the total against the formula's %.3f (%+.0f%%), %s. "
          "Stage 1 %s stage 0's last forward; stage 0 held at most %d micro-batches' activations "
          "(m = %d, p = %d). Load average %.1f on %ld cores while it ran.", SCHEDULE_NAMES[schedule], stages,

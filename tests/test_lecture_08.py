@@ -631,8 +631,10 @@ class CommittedPipeline(unittest.TestCase):
                 self.assertFalse(within, text)
                 if p > cores:
                     self.assertIn("ranks outnumber the cores", text)
-                elif load > cores:
+                elif load > cores + p:
                     self.assertIn("busy with other work", text)
+                else:
+                    self.assertIn("the replay below splits the gap", text)
             self.assertIn("began its first forward before", text)
 
     @staticmethod
