@@ -102,14 +102,9 @@
         var D = spawns[sp].stack.length;
         ix.spawnDepth[i] = D;
         var byRank = ix.spawnRanks[sp];
-        // A step joining several ranks' lines at one line (a text
-        // rendering's "ranks") is in each of their columns.
-        var owners = joinedRanks(s) || [s.rank];
-        for (var o = 0; o < owners.length; o++) {
-          (byRank[owners[o]] || (byRank[owners[o]] = [])).push(i);
-          rankSeen[owners[o]] = true;
-        }
+        (byRank[s.rank] || (byRank[s.rank] = [])).push(i);
         ix.spawnSteps[sp].push(i);
+        rankSeen[s.rank] = true;
         if (depth > D) push(ix.rankAt, inner.path, inner.line, i);
       }
       var rs = s.renderings;
@@ -163,17 +158,6 @@
         }
       }
     }
-  }
-
-  // The ranks whose lines a step joins (docs/trace-format.md), or null.
-  function joinedRanks(s) {
-    var rs = s.renderings || [];
-    for (var j = 0; j < rs.length; j++)
-      if (rs[j] && rs[j].type === 'text' && Array.isArray(rs[j].ranks) && Array.isArray(rs[j].each)) {
-        var out = rs[j].ranks.filter(function (r) { return typeof r === 'number' && r >= 0 && r % 1 === 0; });
-        if (out.length) return out;
-      }
-    return null;
   }
 
   // ATX headings of a lecture note, for the outline and the title.

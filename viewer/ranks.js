@@ -235,7 +235,7 @@
     cols.forEach(function (r) {
       var i = row.cells[r];
       if (i == null || !L.shown(i)) { h += '<td class="cell empty"></td>'; return; }
-      h += '<td class="cell" style="--rc:' + L.rankColor(r) + '">' + L.itemHTML(i, 'cell-item', r) + '</td>';
+      h += '<td class="cell" style="--rc:' + L.rankColor(r) + '">' + L.itemHTML(i, 'cell-item') + '</td>';
     });
     return h + '</tr>';
   }

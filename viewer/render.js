@@ -227,25 +227,11 @@
       esc(alt) + '"><img src="' + esc(L.ROOT + r.src) + '" alt="' + esc(alt) + '" data-path="' + esc(r.src) + '"></button></figure>';
   }
 
-  // The lines ranks printed at one line, joined into one step by the runtime
-  // (a text rendering's "each"): rank's own line, or null.
-  L.rankLine = function (r, rank) {
-    if (!r || r.type !== 'text' || !Array.isArray(r.each) || rank == null) return null;
-    for (var k = 0; k < r.each.length; k++) if (r.each[k] && r.each[k].rank === rank) return r.each[k].data;
-    return null;
-  };
-
-  // rank (optional): the column it is drawn in; a joined step shows only that
-  // rank's line there.
-  L.itemHTML = function (i, cls, rank) {
+  L.itemHTML = function (i, cls) {
     var s = L.T.steps[i], rs = s.renderings, h = '';
-    for (var j = 0; j < rs.length; j++) {
-      var own = L.rankLine(rs[j], rank);
-      h += own != null ? '<pre class="r-text">' + esc(own) + '</pre>' : L.renderingHTML(rs[j], i, j);
-    }
+    for (var j = 0; j < rs.length; j++) h += L.renderingHTML(rs[j], i, j);
     var err = L.IX.errors.length && rs.some(function (r) { return r && r.type === 'error' && r.expected !== true; });
-    var who = rank != null ? rank : s.rank;
-    var style = who != null ? ' style="--rc:' + L.rankColor(who) + '"' : '';
+    var style = s.rank != null ? ' style="--rc:' + L.rankColor(s.rank) + '"' : '';
     return '<div class="item' + (cls ? ' ' + cls : '') + (err ? ' has-error' : '') + (i === L.S.cur ? ' cur-item' : '') +
       '" data-step="' + i + '"' + style + '>' + h + '</div>';
   };

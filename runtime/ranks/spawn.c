@@ -116,10 +116,7 @@ typedef struct spawn_run {
     int *fold_rank;                   /* the rank whose numbers it shows, -1 while all ranks' lines agree */
     int n_folds, cap_folds;
     cJSON **texts;                    /* each rank-text step appended so far, in order (fold_text) */
-    long *text_at;                    /* its place among the steps this spawn appended */
     int n_texts, cap_texts;
-    long n_appended;                  /* steps this spawn's ranks appended so far */
-    long last_at[LECTERN_MAX_WORLD];  /* the place of each rank's latest step (appended or joined) */
     int expect_failure;               /* spawn_expect_failure(): its errors are the lesson */
     char *failure;                    /* why it failed, one sentence (NULL while it has not) */
 } spawn_run;
@@ -324,9 +321,7 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step) {
  * passes a line is one step, so a loop that prints keeps one step per round.
  * The joined rendering carries `ranks` (sorted) and `each` ({"rank", "data"}
  * per rank, in rank order: nothing is lost), and its `data` is their lines
- * in rank order. The step keeps the time and rank of the first to arrive.
- * A line never joins a step placed before this rank's latest step: each
- * rank's steps stay in the order it made them. */
+ * in rank order. The step keeps the time and rank of the first to arrive. */
 
 /* The text rendering of a step that is one rank text and nothing else (not
  * the output of a command, not an error). */
@@ -405,11 +400,8 @@ static int fold_text(spawn_run *run, int rank, cJSON *step) {
     /* The last 256 text steps: ranks that drift further apart than that at
      * one line keep steps of their own (a bound on the search, not a rule). */
     for (int i = run->n_texts > 256 ? run->n_texts - 256 : 0; i < run->n_texts; i++) {
-        if (run->text_at[i] <= run->last_at[rank] || !same_site(run->texts[i], step) ||
-            text_has_rank(run->texts[i], rank))
-            continue;
+        if (!same_site(run->texts[i], step) || text_has_rank(run->texts[i], rank)) continue;
         join_text(run->texts[i], rank, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data")));
-        run->last_at[rank] = run->text_at[i];
         return 1;
     }
     if (run->n_texts == run->cap_texts) {
@@ -417,12 +409,8 @@ static int fold_text(spawn_run *run, int rank, cJSON *step) {
         cJSON **t = realloc(run->texts, (size_t)cap * sizeof *t);
         if (!t) lx_fatal("out of memory joining the ranks' lines");
         run->texts = t;
-        long *at = realloc(run->text_at, (size_t)cap * sizeof *at);
-        if (!at) lx_fatal("out of memory joining the ranks' lines");
-        run->text_at = at;
         run->cap_texts = cap;
     }
-    run->text_at[run->n_texts] = run->n_appended + 1;   /* the place append_rank_step gives it next */
     run->texts[run->n_texts++] = step;
     return 0;
 }
@@ -445,7 +433,6 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
         return;
     }
     lx_trace_append(step);
-    run->last_at[rank] = ++run->n_appended;
 }
 
 /* A step waiting to be appended. Steps from different ranks can arrive out
@@ -617,7 +604,6 @@ static void free_run(spawn_run *run) {
     free(run->fold_rank);
     free(run->folds);
     free(run->texts);
-    free(run->text_at);
     free(run->failure);
     free(run);
 }
