@@ -114,11 +114,12 @@ class Run:
         """(rank, world_size, text) of every text rendering, optionally only from
         ranks of a spawn of this world size and matching a regex."""
         out = []
-        for step, rank, data in tracecheck.rank_texts(self.trace):
+        for step in self.trace["steps"]:
             if world_size is not None and step["world_size"] != world_size:
                 continue
-            if pattern is None or re.search(pattern, data):
-                out.append((rank, step["world_size"], data, step["spawn"]))
+            for r in step["renderings"]:
+                if r["type"] == "text" and (pattern is None or re.search(pattern, r["data"])):
+                    out.append((step["rank"], step["world_size"], r["data"], step["spawn"]))
         return out
 
     def markdown(self):

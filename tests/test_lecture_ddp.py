@@ -74,10 +74,12 @@ class LectureDDP(unittest.TestCase):
     def texts(self, pattern):
         """(rank, match) for every text rendering matching the regex."""
         out = []
-        for _, rank, data in tracecheck.rank_texts(self.trace):
-            m = re.match(pattern, data)
-            if m:
-                out.append((rank, m))
+        for step in self.trace["steps"]:
+            for r in step["renderings"]:
+                if r["type"] == "text":
+                    m = re.match(pattern, r["data"])
+                    if m:
+                        out.append((step["rank"], m))
         return out
 
     def one(self, pattern):

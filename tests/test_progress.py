@@ -40,7 +40,7 @@ def run(args, progress=True, expect_ok=True, env_extra=None):
         trace = tracecheck.validate(path) if os.path.exists(path) else None
     if expect_ok and p.returncode != 0:
         raise AssertionError("%s failed (%d): %s" % (args, p.returncode, p.stderr[-2000:]))
-    texts = [data for _, _, data in tracecheck.rank_texts(trace or {"steps": []})]
+    texts = [r["data"] for s in (trace or {}).get("steps", []) for r in s["renderings"] if r["type"] == "text"]
     return p, trace, texts
 
 

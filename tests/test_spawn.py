@@ -201,57 +201,6 @@ class SpawnSteps(Base):
         self.assertEqual(texts[-1], "after the spawns")
 
 
-class RankTexts(Base):
-    """What ranks print at one line is one step per round (docs/trace-format.md):
-    rank_text_fixture.c's four ranks print "rank R round K" three times each,
-    the highest rank first and with no barrier between rounds."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="lectern-test-rank-text-")
-        p = subprocess.run([fixture("rank_text_fixture"), "--out", cls.tmp, "--quiet"],
-                           capture_output=True, text=True, timeout=120)
-        cls.rc, cls.stderr = p.returncode, p.stderr
-        cls.path = os.path.join(cls.tmp, "rank_text_fixture.json")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def steps_at(self, t, needle):
-        line = tracecheck.line_of(os.path.join(ROOT, "tests", "lectures", "rank_text_fixture.c"), needle)
-        return [s for s in t["steps"] if s["stack"][-1]["line"] == line]
-
-    def test_one_step_per_round_with_every_rank(self):
-        self.assertEqual(self.rc, 0, self.stderr)
-        t = tracecheck.validate(self.path)   # every joined line matches its format at its line
-        rounds = self.steps_at(t, 'note_verbatim("rank %d round %d"')
-        self.assertEqual(len(rounds), 3)
-        for k, step in enumerate(rounds):
-            (r,) = step["renderings"]
-            self.assertEqual(r["ranks"], [0, 1, 2, 3])
-            want = ["rank %d round %d" % (rank, k) for rank in range(4)]
-            self.assertEqual([(e["rank"], e["data"]) for e in r["each"]], list(enumerate(want)))
-            self.assertEqual(r["data"], "\n".join(want))
-
-    def test_lines_only_some_ranks_print(self):
-        t = tracecheck.load(self.path)
-        (step,) = self.steps_at(t, 'note_verbatim("odd rank %d"')
-        (r,) = step["renderings"]
-        self.assertEqual(r["ranks"], [1, 3])
-        self.assertEqual(r["data"], "odd rank 1\nodd rank 3")
-
-    def test_nothing_lost(self):
-        t = tracecheck.load(self.path)
-        got = sorted(d for _, _, d in tracecheck.rank_texts(t))
-        want = sorted(["rank %d round %d" % (r, k) for r in range(4) for k in range(3)] +
-                      ["odd rank 1", "odd rank 3", "the lecture's own line"])
-        self.assertEqual(got, want)
-        # the lecture's own line is not a rank's: no ranks, no each
-        (own,) = self.steps_at(t, "the lecture's own line")
-        self.assertNotIn("each", own["renderings"][0])
-
-
 class RankFailures(Base):
     """Each case: the exit status, the failing rank, words of its error, and
     the marker of the line it must name."""

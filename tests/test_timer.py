@@ -31,7 +31,7 @@ class Timer(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.p = subprocess.run([FIXTURE, "--quiet", "--out", cls.tmp.name], capture_output=True, text=True, timeout=180)
         cls.t = tracecheck.validate(os.path.join(cls.tmp.name, "timer_fixture.failed.json"))
-        cls.texts = [data for _, _, data in tracecheck.rank_texts(cls.t)]
+        cls.texts = [r["data"] for s in cls.t["steps"] for r in s["renderings"] if r["type"] == "text"]
 
     @classmethod
     def tearDownClass(cls):

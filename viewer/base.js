@@ -110,15 +110,13 @@
   };
 
   // A step is shown unless the rank filter hides it. A PASS folded from
-  // several ranks' checks, or the ranks' lines joined at one line (a
-  // rendering's "ranks"), is each of theirs.
+  // several ranks' checks (its check rendering's "ranks") is each of theirs.
   L.visible = function (i) {
     var r = L.S.rank, s = L.T.steps[i];
     if (r == null || s.rank == null || s.rank === r) return true;
     var rs = s.renderings || [];
     for (var k = 0; k < rs.length; k++)
-      if (rs[k] && (rs[k].type === 'check' || rs[k].type === 'text') && Array.isArray(rs[k].ranks) &&
-          rs[k].ranks.indexOf(r) >= 0) return true;
+      if (rs[k] && rs[k].type === 'check' && Array.isArray(rs[k].ranks) && rs[k].ranks.indexOf(r) >= 0) return true;
     return false;
   };
 

@@ -115,8 +115,6 @@ typedef struct spawn_run {
     char **fold_lines;                /* each one's own line, after "PASS: " */
     int *fold_rank;                   /* the rank whose numbers it shows, -1 while all ranks' lines agree */
     int n_folds, cap_folds;
-    cJSON **texts;                    /* each rank-text step appended so far, in order (fold_text) */
-    int n_texts, cap_texts;
     int expect_failure;               /* spawn_expect_failure(): its errors are the lesson */
     char *failure;                    /* why it failed, one sentence (NULL while it has not) */
 } spawn_run;
@@ -312,109 +310,6 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step) {
     return 0;
 }
 
-/* ---- one step per line the ranks print at ----
- *
- * Four ranks that each print their tensor at one line make four steps that
- * a reader wants side by side. A rank's text step (note_verbatim(), one text
- * rendering and nothing else) joins the first text step its spawn made at
- * the same place that has none of this rank's yet: the k-th time each rank
- * passes a line is one step, so a loop that prints keeps one step per round.
- * The joined rendering carries `ranks` (sorted) and `each` ({"rank", "data"}
- * per rank, in rank order: nothing is lost), and its `data` is their lines
- * in rank order. The step keeps the time and rank of the first to arrive. */
-
-/* The text rendering of a step that is one rank text and nothing else (not
- * the output of a command, not an error). */
-static cJSON *rank_text(cJSON *step) {
-    cJSON *list = cJSON_GetObjectItemCaseSensitive(step, "renderings");
-    if (cJSON_GetArraySize(list) != 1) return NULL;
-    cJSON *r = cJSON_GetArrayItem(list, 0);
-    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
-    if (!type || strcmp(type, "text") != 0 || cJSON_GetObjectItemCaseSensitive(r, "command")) return NULL;
-    return cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "data")) ? r : NULL;
-}
-
-static cJSON *one_text(int rank, const char *data) {
-    cJSON *p = cJSON_CreateObject();
-    cJSON_AddNumberToObject(p, "rank", rank);
-    cJSON_AddStringToObject(p, "data", data);
-    return p;
-}
-
-static int text_has_rank(cJSON *into_step, int rank) {
-    cJSON *each = cJSON_GetObjectItemCaseSensitive(rank_text(into_step), "each");
-    if (!each) return (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(into_step, "rank")) == rank;
-    cJSON *e;
-    cJSON_ArrayForEach(e, each) if ((int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "rank")) == rank) return 1;
-    return 0;
-}
-
-/* Adds rank's line to the joined rendering `into`, keeping rank order. */
-static void join_text(cJSON *into_step, int rank, const char *data) {
-    cJSON *r = rank_text(into_step);
-    cJSON *each = cJSON_GetObjectItemCaseSensitive(r, "each");
-    if (!each) {
-        int first = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(into_step, "rank"));
-        each = cJSON_AddArrayToObject(r, "each");
-        cJSON_AddItemToArray(each, one_text(first, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"))));
-    }
-    /* A new array in rank order (cJSON_InsertItemInArray is unreliable
-     * across cJSON versions: 1.7.15 refuses an index inside the array). */
-    cJSON *sorted = cJSON_CreateArray(), *e;
-    int placed = 0;
-    cJSON_ArrayForEach(e, each) {
-        if (!placed && (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "rank")) > rank) {
-            cJSON_AddItemToArray(sorted, one_text(rank, data));
-            placed = 1;
-        }
-        cJSON_AddItemToArray(sorted, cJSON_Duplicate(e, 1));
-    }
-    if (!placed) cJSON_AddItemToArray(sorted, one_text(rank, data));
-    cJSON_ReplaceItemInObjectCaseSensitive(r, "each", sorted);
-    each = sorted;
-    cJSON *ranks = cJSON_CreateArray();
-    size_t len = 1;
-    cJSON_ArrayForEach(e, each) {
-        cJSON_AddItemToArray(ranks, cJSON_CreateNumber(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "rank"))));
-        len += strlen(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "data"))) + 1;
-    }
-    if (cJSON_GetObjectItemCaseSensitive(r, "ranks")) cJSON_ReplaceItemInObjectCaseSensitive(r, "ranks", ranks);
-    else cJSON_AddItemToObject(r, "ranks", ranks);
-    char *joined = malloc(len);
-    if (!joined) lx_fatal("out of memory joining the ranks' lines");
-    joined[0] = '\0';
-    int lines = 0;
-    cJSON_ArrayForEach(e, each) {
-        if (lines++) strcat(joined, "\n");
-        strcat(joined, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "data")));
-    }
-    cJSON_ReplaceItemInObjectCaseSensitive(r, "data", cJSON_CreateString(joined));
-    free(joined);
-}
-
-/* Joins `step` (rank `rank`) to its line's text step: 1 when it did (the
- * step is then the caller's to delete), 0 when it starts a step of its own. */
-static int fold_text(spawn_run *run, int rank, cJSON *step) {
-    cJSON *r = rank_text(step);
-    if (!r) return 0;
-    /* The last 256 text steps: ranks that drift further apart than that at
-     * one line keep steps of their own (a bound on the search, not a rule). */
-    for (int i = run->n_texts > 256 ? run->n_texts - 256 : 0; i < run->n_texts; i++) {
-        if (!same_site(run->texts[i], step) || text_has_rank(run->texts[i], rank)) continue;
-        join_text(run->texts[i], rank, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data")));
-        return 1;
-    }
-    if (run->n_texts == run->cap_texts) {
-        int cap = run->cap_texts ? 2 * run->cap_texts : 16;
-        cJSON **t = realloc(run->texts, (size_t)cap * sizeof *t);
-        if (!t) lx_fatal("out of memory joining the ranks' lines");
-        run->texts = t;
-        run->cap_texts = cap;
-    }
-    run->texts[run->n_texts++] = step;
-    return 0;
-}
-
 static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
     cJSON *stack = joined_stack(run, cJSON_GetObjectItemCaseSensitive(step, "stack"));
     if (cJSON_GetObjectItemCaseSensitive(step, "stack"))
@@ -428,7 +323,7 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
         if (run->expect_failure) mark_expected(step);
         else lx_mark_failed();   /* lx_error in a rank fails the lecture */
     }
-    if (fold_pass(run, rank, step) || fold_text(run, rank, step)) {
+    if (fold_pass(run, rank, step)) {
         cJSON_Delete(step);
         return;
     }
@@ -603,7 +498,6 @@ static void free_run(spawn_run *run) {
     free(run->fold_lines);
     free(run->fold_rank);
     free(run->folds);
-    free(run->texts);
     free(run->failure);
     free(run);
 }

@@ -277,10 +277,6 @@ def rendered_by(raw_src_text, line_starts, line, rendering):
     (a printf format for note() and note_verbatim(), the exact text for
     image(), see() and note_system()). Calls whose first argument is not a
     literal match anything: the name on the line is all that can be checked."""
-    if rendering.get("type") == "text" and isinstance(rendering.get("each"), list):
-        # The ranks' lines joined at one line: each must come from that line.
-        return all(rendered_by(raw_src_text, line_starts, line, {"type": "text", "data": e.get("data", "")})
-                   for e in rendering["each"])
     start = line_starts[line - 1]
     end = line_starts[line] if line < len(line_starts) else len(raw_src_text)
     code = code_only(raw_src_text[start:end])[0]
@@ -481,22 +477,6 @@ def why(p):
     status, and the end of what it printed on stderr."""
     stderr = p.stderr or ""
     return "%s exit status %s\n%s" % (failure_kind(p.returncode, stderr), p.returncode, stderr[-3000:])
-
-
-def rank_texts(trace):
-    """(step, rank, data) of every text rendering, one per rank's line: the
-    lines that ranks printed at one line and that the runtime joined into one
-    step (the rendering's "each") come back one by one, with their ranks."""
-    out = []
-    for step in trace["steps"]:
-        for r in step["renderings"]:
-            if r["type"] != "text":
-                continue
-            if isinstance(r.get("each"), list):
-                out.extend((step, e["rank"], e["data"]) for e in r["each"])
-            else:
-                out.append((step, step.get("rank"), r["data"]))
-    return out
 
 
 def check_passes(trace):
