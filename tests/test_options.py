@@ -21,8 +21,7 @@ FIXTURE = os.path.join(BUILD, "tests", "lectures", "options_fixture")
 
 
 def texts(trace):
-    # each rank's line on its own, also where the runtime joined the ranks' lines at one line
-    return [data for _, _, data in tracecheck.rank_texts(trace)]
+    return [r["data"] for s in trace["steps"] for r in s["renderings"] if r["type"] == "text"]
 
 
 class Options(unittest.TestCase):
