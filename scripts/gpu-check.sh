@@ -16,7 +16,9 @@
 #      test_lecture_gpu.py (its CUDA kernels run and are checked, also at
 #      matrix sizes the tile does not divide), test_foundation.py,
 #      test_p2p_order.py (on NCCL where there are two GPUs), test_cuda_sync.py
-#      (a faulting kernel named at its launch line under LECTERN_CUDA_SYNC=1);
+#      (a faulting kernel named at its launch line under LECTERN_CUDA_SYNC=1),
+#      test_groups.py (process groups and all-to-all on device tensors: the
+#      staged path on one GPU, NCCL's groups where there are two or more);
 #      compute-sanitizer's memcheck on the GPU tests, racecheck and synccheck
 #      on lecture_gpu's kernels, all with LECTERN_CUDA_SYNC=1
 #   4. the full lecture_08, three runs: the first becomes
@@ -270,7 +272,7 @@ done
 # test_p2p_order.py: isend; all_reduce; wait against all_reduce; recv, on NCCL
 # where two GPUs exist (on one GPU it runs on Open MPI: docs/gpu.md).
 for t in tests/test_spawn.py tests/test_lecture_08.py tests/test_lecture_gpu.py tests/test_foundation.py \
-    tests/test_p2p_order.py tests/test_cuda_sync.py; do
+    tests/test_p2p_order.py tests/test_cuda_sync.py tests/test_groups.py; do
     tests "$(basename "$t")" env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$t"
 done
 if [ "$gpus" -eq 0 ]; then
