@@ -36,7 +36,7 @@ LECTURE_OPTIONS({"n", "N", "elements per rank in exercise 1 (default 1000)"},
  * next rank and adds the chunk it receives from the previous one; then
  * all-gather: world_size - 1 more steps pass the finished chunks round. */
 void ring_all_reduce(tensor *t) {
-    /* your code here */
+    // your code here
 }
 
 /* EXERCISE 2: data parallelism with one bucket and gradient accumulation.
@@ -47,7 +47,7 @@ void ring_all_reduce(tensor *t) {
  * into its place in `bucket` (a view of the bucket at the right offset, with
  * the gradient's shape), all-reduce the bucket, scale, and copy back. */
 void ddp_sync(tensor **grads, int n, tensor *bucket, int accum) {
-    /* your code here */
+    // your code here
 }
 
 /* EXERCISE 3: a ZeRO-1 optimizer step.
@@ -60,7 +60,7 @@ void ddp_sync(tensor **grads, int n, tensor *bucket, int accum) {
  * updated param (all-gather). Mind: dist_all_gather's output and input may
  * not be the same memory. */
 void zero1_step(tensor *param, tensor *grad, adamw *opt) {
-    /* your code here */
+    // your code here
 }
 
 /* EXERCISE 4: find the deadlock (runs with --deadlock).

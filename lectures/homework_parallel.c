@@ -46,7 +46,7 @@ tensor *zero3_layer(int i, const tensor *w, const tensor *in);
  * Only dx needs communication, and one all-reduce is all it needs. */
 void megatron_backward(const tensor *x, const tensor *a, const tensor *b, const tensor *hpre, const tensor *dy,
                        tensor *da, tensor *db, tensor *dx) {
-    /* your code here */
+    // your code here
 }
 
 /* EXERCISE 2: the 1F1B schedule.
@@ -58,7 +58,7 @@ void megatron_backward(const tensor *x, const tensor *a, const tensor *b, const 
  * alternates one forward and one backward, then runs the backwards left.
  * Micro-batches go in order (0, 1, ...) in both directions. */
 void one_f_one_b(int stage, int stages, int m, int *ops) {
-    /* your code here: ops[0 .. 2m - 1], each FWD(k) or BWD(k), in this stage's order */
+    // your code here: ops[0 .. 2m - 1], each FWD(k) or BWD(k), in this stage's order
 }
 
 /* EXERCISE 3: a ZeRO-3 forward with prefetch.
@@ -72,7 +72,7 @@ void one_f_one_b(int stage, int stages, int m, int *ops) {
  * this order: wait for layer i's gather, start layer i + 1's (into the
  * other buffer), compute layer i. */
 tensor *zero3_forward(tensor *const *pieces, int layers, const tensor *x, tensor *const *full) {
-    /* your code here */
+    // your code here
     return NULL;
 }
 

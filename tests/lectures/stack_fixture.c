@@ -1,4 +1,7 @@
-/* Fixture: stack shapes the trace must record exactly (tests/test_foundation.py). */
+/* Fixture: stack shapes the trace must record exactly (tests/test_foundation.py).
+ * Its layout is what the tests check (each call on a line of its own, a
+ * call over two lines), so make format leaves it as written. */
+/* clang-format off */
 #include "lectern.h"
 #include "stack_helper.h"
 
