@@ -369,8 +369,9 @@ static char *find_launcher(void) {
  * (Linux 6.18, PREEMPT_NONE, 2 vCPUs: "workqueue lockup ... stuck for 82s",
  * "rcu_preempt kthread starved") and with them the network's softirq work,
  * so the TCP traffic between the ranks stopped for 50-150 s until a kernel
- * watchdog fired; shared memory needs no kernel thread, TCP does
- * (docs/multinode.md, "The stall of async all-reduces across hosts"). */
+ * watchdog fired; shared memory needs no kernel thread, TCP does. Spinning
+ * ranks stalled at most 12 s (docs/multinode.md, "The stall of async
+ * all-reduces across hosts": still open). */
 static char **launch_environment(const char *token, int across) {
     static const char *const defaults[][2] = {
         {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
