@@ -24,23 +24,21 @@
 
 #include "lectern.h"
 
-LECTURE_OPTIONS({"rounds", "N", "rounds of the bucketed step (default 40)"},
-                {"world", "N", "ranks (default 4)"},
+LECTURE_OPTIONS({"rounds", "N", "rounds of the bucketed step (default 40)"}, {"world", "N", "ranks (default 4)"},
                 {"width", "N", "a layer's width: a bucket holds per-bucket x width x width floats (default 256)"},
-                {"layers", "N", "layers (default 4)"},
-                {"per-bucket", "N", "layers per bucket (default 2)"});
+                {"layers", "N", "layers (default 4)"}, {"per-bucket", "N", "layers per bucket (default 2)"});
 
 enum { MAX_BUCKETS = 16 };
 
 typedef struct {
     int rounds, width, layers, per_bucket;
-    char log[1024];   /* BUCKET_ROUNDS_LOG, read by the lecture: ranks on another host do not have it */
+    char log[1024]; /* BUCKET_ROUNDS_LOG, read by the lecture: ranks on another host do not have it */
 } cfg;
 
 typedef struct {
     double slowest, total;
     int slowest_round;
-    char yield[8];   /* OMPI_MCA_mpi_yield_when_idle as the rank saw it ("-" unset) */
+    char yield[8]; /* OMPI_MCA_mpi_yield_when_idle as the rank saw it ("-" unset) */
 } rank_times;
 
 static int option_int(const char *name, const char *fallback, int lo, int hi) {
@@ -163,14 +161,15 @@ static void body(void) {
         rank_times t;
         if (spawn_result(r, &t, sizeof t) != sizeof t) continue;
         t.yield[sizeof t.yield - 1] = '\0';
-        if (len < sizeof yields) len += (size_t)snprintf(yields + len, sizeof yields - len, "%s%s", r ? "," : "", t.yield);
+        if (len < sizeof yields)
+            len += (size_t)snprintf(yields + len, sizeof yields - len, "%s%s", r ? "," : "", t.yield);
         if (t.slowest >= worst.slowest) {
             worst = t;
             worst_rank = r;
         }
     }
-    printf("rounds %d slowest %.3f s (rank %d, round %d) spawn %.3f s yield %s\n", c.rounds, worst.slowest,
-           worst_rank, worst.slowest_round, seconds, yields);
+    printf("rounds %d slowest %.3f s (rank %d, round %d) spawn %.3f s yield %s\n", c.rounds, worst.slowest, worst_rank,
+           worst.slowest_round, seconds, yields);
     fflush(stdout);
     note_verbatim("rounds %d slowest %.3f s (rank %d, round %d) spawn %.3f s yield %s", c.rounds, worst.slowest,
                   worst_rank, worst.slowest_round, seconds, yields);
