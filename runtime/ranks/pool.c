@@ -360,8 +360,19 @@ static char *find_launcher(void) {
  * each peer, collectives' own messages included, for dist_traffic_now()
  * (runtime/comm_pvars.c); OMPI_MCA_pml_monitoring_enable=0 turns it off
  * (the collectives' bytes are then not measured; docs/benchmarks.md
- * measures what it costs). */
-static char **launch_environment(const char *token) {
+ * measures what it costs).
+ *
+ * Across hosts (`across`: the ranks reach the lecture over TCP) a waiting
+ * rank spins instead (mpi_yield_when_idle=0, Open MPI's own default): a
+ * thread that calls sched_yield() in a loop for seconds, as a rank waiting
+ * for a TCP message does, kept this machine's kernel threads off its core
+ * (Linux 6.18, PREEMPT_NONE, 2 vCPUs: "workqueue lockup ... stuck for 82s",
+ * "rcu_preempt kthread starved") and with them the network's softirq work,
+ * so the TCP traffic between the ranks stopped for 50-150 s until a kernel
+ * watchdog fired; shared memory needs no kernel thread, TCP does. Spinning
+ * ranks stalled at most 12 s (docs/multinode.md, "The stall of async
+ * all-reduces across hosts": still open). */
+static char **launch_environment(const char *token, int across) {
     static const char *const defaults[][2] = {
         {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
         {"OMPI_MCA_mpi_yield_when_idle", "1"},
@@ -382,7 +393,9 @@ static char **launch_environment(const char *token) {
     int in_allocation = lx_pool_slurm(&slurm);
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
         if (in_allocation && strcmp(defaults[i][0], "OMPI_MCA_rmaps_base_oversubscribe") == 0) continue;
-        if (!getenv(defaults[i][0])) env[k++] = lx_fmt("%s=%s", defaults[i][0], defaults[i][1]);
+        const char *value = defaults[i][1];
+        if (across && strcmp(defaults[i][0], "OMPI_MCA_mpi_yield_when_idle") == 0) value = "0";
+        if (!getenv(defaults[i][0])) env[k++] = lx_fmt("%s=%s", defaults[i][0], value);
     }
     if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
         env[k++] = lx_fmt("OMPI_MCA_btl_vader_single_copy_mechanism=%s",
@@ -776,7 +789,7 @@ static int start(int size, double limit, char **error) {
 
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) lx_fatal("cannot make a pipe: %s", strerror(errno));
-    char **env = launch_environment(token);
+    char **env = launch_environment(token, P.tcp);
     P.mpirun = fork_launcher(argv, env, pipefd[1], !P.tcp);
     free_environment(env);
     free(launcher);
