@@ -1,0 +1,824 @@
+/*
+ * lecture_scaling: what comes after data, ZeRO, tensor and pipeline
+ * parallelism: experts, sequences, long contexts and meshes of ranks.
+ *
+ *     make run LECTURE=lecture_scaling
+ *
+ * and open viewer/index.html?trace=lecture_scaling. Every strategy runs on
+ * real ranks and is compared with one device within a tolerance derived
+ * from float32 rounding; every byte count is the runtime's, read where the
+ * bytes move.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/mlp.h"
+#include "lib/transformer.h"
+
+static void introduction(void);
+static void one_device(void);
+static void expert_parallelism(void);
+static void tensor_and_sequence_parallelism(void);
+static void context_parallelism(void);
+static void mesh_2d(void);
+static void summary(void);
+
+static void lecture_scaling(void) {
+    note("# After DDP, ZeRO, TP and PP");
+    note("lecture_08 split a stack of matrices four ways: the batch (DDP), the optimizer "
+         "state, gradients and weights (ZeRO), each matrix (tensor parallelism) and the "
+         "layers (pipelines). A transformer has more to cut: experts that each see only "
+         "some tokens, a sequence whose positions are independent outside attention, and "
+         "a context long enough that one device cannot hold its attention. This lecture "
+         "runs each of those cuts on real ranks and compares it with one device.");
+    introduction();
+    one_device();
+    expert_parallelism();
+    tensor_and_sequence_parallelism();
+    context_parallelism();
+    mesh_2d();
+    summary();
+}
+
+/* ------------------------------------------------------------------ */
+/* Sizes, seeds and how close is close enough                          */
+/* ------------------------------------------------------------------ */
+
+/* 4 ranks for every strategy; sizes small enough that each spawn takes
+ * milliseconds, large enough that every sum has dozens of terms. */
+enum {
+    WORLD = 4,
+    SEQ = 32,      /* tokens in the sequence */
+    DIM = 32,      /* model width d */
+    HEADS = 4,     /* attention heads, DIM / HEADS = 8 wide each */
+    HIDDEN = 128,  /* the MLP's hidden width, 4 d */
+    EXPERTS = 4,   /* one per rank */
+    TOKENS = 16,   /* tokens per rank for the mixture of experts */
+    EXPERT_HIDDEN = 64,
+    RING_DH = 16,  /* the head width of the ring attention */
+    MESH_BATCH = 32,
+};
+static const float LN_EPS = 1e-5f;
+
+/* Every tensor is drawn from its own seed, so every rank that needs it
+ * makes the same numbers without communicating. */
+enum {
+    SEED_X = 1,
+    SEED_WQ = 10, SEED_WK, SEED_WV, SEED_WO, SEED_W1, SEED_W2,
+    SEED_TOKENS = 20, SEED_ROUTER,
+    SEED_EXPERT_W1 = 30,
+    SEED_EXPERT_W2 = 40,
+    SEED_Q = 50, SEED_K, SEED_V,
+    SEED_MESH_X = 60, SEED_MESH_A, SEED_MESH_B,
+};
+
+static tensor *input(int64_t rows, int64_t cols, uint64_t seed, int device) {
+    manual_seed(seed);
+    return randn(rows, cols, device);
+}
+
+/* How far two float32 computations of the same formula may be apart when
+ * they differ only in the order of their sums (another matrix shape for
+ * the BLAS, partial sums added by an all-reduce, keys merged chunk by
+ * chunk). A float32 sum of n terms, in any order, is exact to n u times
+ * the sum of the terms' sizes (u = 2^-24); two orders differ by twice
+ * that. Along a path through the computation the sums' lengths add up;
+ * taking the largest result as the size of the terms gives
+ *     2 (sum of the lengths) u max|result|.
+ * A heuristic, as lib/mlp.h's gradient_tolerance is (the rigorous bound
+ * is relative to the sum of |terms|), with room on both sides: the right
+ * answers below sit 20 to 1000 times under it (tests/test_transformer.c
+ * holds each piece to bounds derived for its exact numbers), and every
+ * bug planted in
+ * tests/test_lecture_scaling.py (a missing all-reduce, a token sent to the
+ * wrong expert, a skipped chunk of keys) is off by over 1% of the result,
+ * a thousand times more. */
+static double rounding_tolerance(int sum_lengths, double size) { return 2.0 * sum_lengths * FLOAT32_UNIT * size; }
+
+/* The sums on the way through a transformer block: LayerNorm's mean and
+ * variance (d each), the q, k, v projection (d), the scores (d / heads),
+ * the weighted values (SEQ), the output projection (d), the second
+ * LayerNorm (2 d), the MLP's two products (d and HIDDEN). */
+static int block_sum_lengths(void) { return 2 * DIM + DIM + DIM / HEADS + SEQ + DIM + 2 * DIM + DIM + HIDDEN; }
+
+/* Compares `got` with `expected` and says it: max |difference| against
+ * the tolerance for sums of `sum_lengths` terms. The check fails past it. */
+static double compare(const char *what, int rank, const tensor *got, const tensor *expected, int sum_lengths) {
+    double diff = max_abs_diff(got, expected), tol = rounding_tolerance(sum_lengths, largest(expected));
+    note_verbatim("Rank %d: %s: max |ranks - one device| = %.3g (largest value %.3g, tolerance %.3g)", rank, what,
+                  diff, largest(expected), tol);
+    check(diff <= tol, "%s: equal to one device's (%.3g <= %.3g)", what, diff, tol);
+    return diff;
+}
+
+static void introduction(void) {
+    note("## The plan");
+    note("1. The pieces of a transformer block on one device: LayerNorm, attention, the MLP, "
+         "and a mixture of experts (`lectures/lib/transformer.c`, each piece tested against "
+         "float64 in `tests/test_transformer.c`).\n"
+         "2. **Expert parallelism**: each rank owns one expert; tokens travel to their "
+         "expert's rank and back with two all-to-alls.\n"
+         "3. **Tensor and sequence parallelism** on a whole block: Megatron's column and row "
+         "split with one all-reduce per sub-block, then the same all-reduce cut into a "
+         "reduce-scatter and an all-gather so LayerNorm and the residual work on a quarter of "
+         "the sequence.\n"
+         "4. **Context parallelism**: ring attention, keys and values passed round a ring, "
+         "merged with an online softmax.\n"
+         "5. **A 2-D mesh**: data parallelism across one axis of 4 ranks, tensor "
+         "parallelism across the other, with process groups.");
+    note("Every strategy's result is compared with one device's on every rank. Float32 sums "
+         "taken in another order differ by rounding: a sum of n terms is exact to n 2^-24 of "
+         "its terms' size. Each tolerance below adds up the lengths of the sums on the way "
+         "to the result (the function `rounding_tolerance` beside the code says how), so a "
+         "right answer passes and a lost all-reduce, a token at the wrong expert or a "
+         "skipped chunk cannot.");
+}
+
+/* ------------------------------------------------------------------ */
+/* The block on one device                                             */
+/* ------------------------------------------------------------------ */
+
+/* A pre-LayerNorm transformer block's weights: attention (q, k, v and
+ * the output projection o) and the MLP (w1 then w2). A rank of tensor
+ * parallelism holds columns of wq, wk, wv, w1 and rows of wo, w2. */
+typedef struct block {
+    tensor *wq, *wk, *wv, *wo, *w1, *w2;
+    int heads;
+} block;
+
+static block block_full(int device) {
+    block b = {init_weight(DIM, DIM, SEED_WQ, device),    init_weight(DIM, DIM, SEED_WK, device),
+               init_weight(DIM, DIM, SEED_WV, device),    init_weight(DIM, DIM, SEED_WO, device),
+               init_weight(DIM, HIDDEN, SEED_W1, device), init_weight(HIDDEN, DIM, SEED_W2, device),
+               HEADS};
+    return b;
+}
+
+static void block_free(block *b) {
+    tensor *all[] = {b->wq, b->wk, b->wv, b->wo, b->w1, b->w2};
+    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+}
+
+/* Multi-head attention of a (already normalised): its heads, then o. */
+static tensor *attention_part(const tensor *a, const block *w) {
+    tensor *heads = attention_heads(a, w->wq, w->wk, w->wv, w->heads, 1);
+    tensor *out = matmul(heads, w->wo);
+    tensor_free(heads);
+    return out;
+}
+
+/* y = x + attention(LN(x)); z = y + MLP(LN(y)). */
+static tensor *block_forward(const tensor *x, const block *w) {
+    tensor *a = layer_norm(x, LN_EPS), *y = attention_part(a, w);
+    add_(y, x);
+    tensor *b = layer_norm(y, LN_EPS), *z = mlp_forward(b, w->w1, w->w2);
+    add_(z, y);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(y);
+    return z;
+}
+
+static void one_device(void) {
+    progress("one device");
+    note("## The block on one device");
+    note("A pre-LayerNorm transformer block, the unit every strategy below cuts up:\n\n"
+         "    y = x + Attention(LayerNorm(x))\n"
+         "    z = y + MLP(LayerNorm(y))\n\n"
+         "LayerNorm works on each token (row) alone. Attention mixes tokens: each query "
+         "row takes a softmax-weighted mean of the value rows, here with a causal mask (a "
+         "token sees itself and earlier tokens). The MLP is gelu(b W1) W2, again one token "
+         "at a time.");
+    int device = get_device(0);
+    tensor *x = input(SEQ, DIM, SEED_X, device);
+    block w = block_full(device);
+    tensor *z = block_forward(x, &w);
+    note("Here: a sequence of %d tokens of width d = %d, %d heads of width %d, an MLP of "
+         "hidden width %d. One device's output z: %s. Every rank below computes this same "
+         "block, from the same seeds, to judge its own part against.",
+         SEQ, DIM, HEADS, DIM / HEADS, HIDDEN, summarize(z));
+    tensor_free(z);
+    block_free(&w);
+    tensor_free(x);
+}
+
+/* ------------------------------------------------------------------ */
+/* Expert parallelism                                                  */
+/* ------------------------------------------------------------------ */
+
+static void ep_main(int rank, int world_size, void *args);
+
+/* What each rank of the expert-parallel spawn hands back. */
+typedef struct ep_result {
+    int to_expert[EXPERTS];  /* of this rank's tokens, how many each expert got */
+    int capacity;            /* rows per piece of the all-to-all */
+    int64_t useful_bytes;    /* token rows that left this rank, both ways */
+    int64_t nominal_bytes;   /* the all-to-alls' bytes by the formula */
+    int64_t measured_bytes;  /* by Open MPI's counters (0 when not available) */
+    int measured;
+} ep_result;
+
+static void expert_table(void);
+
+static void expert_parallelism(void) {
+    progress("expert parallelism");
+    note("## Expert parallelism");
+    note("A mixture-of-experts (MoE) layer replaces the block's one MLP by E of them, the "
+         "experts, and a router: a d x E matrix whose largest logit picks each token's "
+         "expert (top-1, as in the Switch Transformer). The token's output is that expert's "
+         "MLP, scaled by the router's softmax probability for it. Parameters grow E times; "
+         "the work per token does not.");
+    see("https://arxiv.org/abs/2101.03961", "Fedus et al.: Switch Transformers (2021)");
+    note("Expert parallelism puts expert e on rank e. Every rank routes its own tokens, "
+         "then:\n"
+         "1. an all-to-all of the counts: how many tokens each rank will send each expert;\n"
+         "2. a *capacity* C, the largest of those counts (an all-reduce of the maximum): the "
+         "all-to-all moves equal pieces, so each piece is C rows, padded with zeros;\n"
+         "3. **dispatch**: an all-to-all of the tokens, sorted by expert, piece e to rank e;\n"
+         "4. each rank runs its expert on the rows it received (padding left out);\n"
+         "5. **combine**: an all-to-all back, the same pieces in reverse, and each token's "
+         "output scaled by its gate.");
+    note("%d ranks with %d tokens each, d = %d, experts of hidden width %d.", WORLD, TOKENS, DIM, EXPERT_HIDDEN);
+    spawn(ep_main, WORLD, NULL, 0);
+    expert_table();
+}
+
+/* The expert weights of expert e: the same numbers on every rank. */
+static void expert_weights(int e, int device, tensor **w1, tensor **w2) {
+    *w1 = init_weight(DIM, EXPERT_HIDDEN, SEED_EXPERT_W1 + (uint64_t)e, device);
+    *w2 = init_weight(EXPERT_HIDDEN, DIM, SEED_EXPERT_W2 + (uint64_t)e, device);
+}
+
+/* The tokens sorted by destination into world_size pieces of `capacity`
+ * rows (zeros after each piece's tokens); slot[t] is token t's row. */
+static tensor *pack_by_expert(const tensor *x, const int *dest, int world_size, int capacity, int *slot) {
+    int filled[LECTERN_MAX_WORLD] = {0};
+    int64_t tokens = x->shape[0];
+    float *xs = malloc((size_t)(tokens * DIM) * sizeof(float));
+    float *buf = calloc((size_t)world_size * capacity * DIM, sizeof(float));
+    if (!xs || !buf) lecture_fail("out of memory packing %lld tokens", (long long)tokens);
+    tensor_to_host(x, xs);
+    for (int64_t t = 0; t < tokens; t++) {
+        slot[t] = dest[t] * capacity + filled[dest[t]]++;
+        memcpy(buf + (int64_t)slot[t] * DIM, xs + t * DIM, DIM * sizeof(float));
+    }
+    tensor *packed = tensor_from(buf, (int64_t)world_size * capacity, DIM, x->device);
+    free(buf);
+    free(xs);
+    return packed;
+}
+
+/* Steps 1 and 2: how many rows come from each rank (into from[]), and the
+ * capacity every piece is padded to. */
+static int exchange_counts(const int *to_expert, int world_size, int device, int *from) {
+    float sent[LECTERN_MAX_WORLD] = {0}, got[LECTERN_MAX_WORLD], most = 0;
+    for (int e = 0; e < world_size; e++) most = fmaxf(most, sent[e] = (float)to_expert[e]);
+    tensor *send = tensor_from(sent, world_size, 0, device), *recv = empty(world_size, 0, device);
+    dist_all_to_all(recv, send); /* recv[s]: rows rank s will send me */
+    tensor_to_host(recv, got);
+    for (int s = 0; s < world_size; s++) from[s] = (int)got[s];
+    tensor *cap = tensor_from(&most, 1, 0, device);
+    dist_all_reduce(cap, DIST_MAX);
+    int capacity = (int)tensor_item(cap, 0);
+    tensor_free(cap);
+    tensor_free(send);
+    tensor_free(recv);
+    return capacity;
+}
+
+/* Step 4: this rank's expert on the real rows of what it received; the
+ * outputs go back to the same rows (padding stays zero). */
+static tensor *run_my_expert(const tensor *received, const int *from, int world_size, int capacity,
+                             const tensor *w1, const tensor *w2) {
+    int rows[LECTERN_MAX_WORLD * TOKENS], n = 0;
+    float ones[LECTERN_MAX_WORLD * TOKENS];
+    for (int s = 0; s < world_size; s++)
+        for (int i = 0; i < from[s]; i++) {
+            ones[n] = 1.0f;
+            rows[n++] = s * capacity + i;
+        }
+    tensor *out = zeros(received->shape[0], DIM, received->device);
+    if (n == 0) return out; /* no token chose this expert */
+    tensor *mine = gather_rows(received, rows, n), *y = mlp_forward(mine, w1, w2);
+    scatter_rows(out, y, rows, ones, n);
+    tensor_free(mine);
+    tensor_free(y);
+    return out;
+}
+
+/* Step 5: token t's output is row slot[t] of what came back, times its gate. */
+static tensor *combine(const tensor *back, const int *slot, const float *gate, int tokens) {
+    int order[TOKENS];
+    for (int t = 0; t < tokens; t++) order[t] = t;
+    tensor *rows = gather_rows(back, slot, tokens), *out = zeros(tokens, DIM, back->device);
+    scatter_rows(out, rows, order, gate, tokens);
+    tensor_free(rows);
+    return out;
+}
+
+/* The MoE layer, expert parallel: this rank's tokens x in, their outputs out. */
+static tensor *moe_expert_parallel(const tensor *x, const tensor *router, const tensor *w1, const tensor *w2,
+                                   ep_result *r) {
+    int p = dist_world_size(), expert[TOKENS], dest[TOKENS], slot[TOKENS], from[LECTERN_MAX_WORLD];
+    float gate[TOKENS];
+    moe_route(x, router, expert, gate);
+    for (int t = 0; t < TOKENS; t++) {
+        dest[t] = expert[t]; /* the rank that owns token t's expert */
+        r->to_expert[expert[t]]++;
+    }
+    r->capacity = exchange_counts(r->to_expert, p, x->device, from);
+    tensor *send = pack_by_expert(x, dest, p, r->capacity, slot), *recv = empty(send->shape[0], DIM, x->device);
+    dist_all_to_all(recv, send); /* dispatch: piece e to rank e */
+    tensor *done = run_my_expert(recv, from, p, r->capacity, w1, w2), *back = empty(send->shape[0], DIM, x->device);
+    dist_all_to_all(back, done); /* combine: each piece home again */
+    tensor *out = combine(back, slot, gate, TOKENS);
+    tensor_free(send);
+    tensor_free(recv);
+    tensor_free(done);
+    tensor_free(back);
+    return out;
+}
+
+/* The same layer on one device, all ranks' tokens: this rank's rows. */
+static tensor *moe_one_device(const tensor *all_tokens, const tensor *router, int rank, int device) {
+    tensor *w1[EXPERTS], *w2[EXPERTS];
+    for (int e = 0; e < EXPERTS; e++) expert_weights(e, device, &w1[e], &w2[e]);
+    tensor *all = moe_forward(all_tokens, router, w1, w2, EXPERTS);
+    tensor *mine = row_slice(all, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS), *copy = to_device(mine, device);
+    tensor_free(mine);
+    tensor_free(all);
+    for (int e = 0; e < EXPERTS; e++) {
+        tensor_free(w1[e]);
+        tensor_free(w2[e]);
+    }
+    return copy;
+}
+
+/* The all-to-alls' bytes by the formula: each sends (p - 1) of its p
+ * pieces: the counts (1 float each), the tokens and their way back (C rows
+ * of d floats each). */
+static int64_t ep_formula_bytes(int p, int capacity) {
+    return (int64_t)(p - 1) * (int64_t)sizeof(float) * (1 + 2 * (int64_t)capacity * DIM);
+}
+
+static void ep_main(int rank, int world_size, void *args) {
+    if (world_size != EXPERTS) lecture_fail("expert parallelism needs one rank per expert (%d)", EXPERTS);
+    int device = get_device(rank);
+    tensor *all_tokens = input((int64_t)world_size * TOKENS, DIM, SEED_TOKENS, device);
+    tensor *x = row_slice(all_tokens, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS);
+    tensor *router = init_weight(DIM, EXPERTS, SEED_ROUTER, device), *w1, *w2;
+    expert_weights(rank, device, &w1, &w2); /* only my expert */
+    ep_result r = {0};
+    dist_traffic before = dist_traffic_now();
+    tensor *out = moe_expert_parallel(x, router, w1, w2, &r);
+    dist_traffic d = dist_traffic_since(&before);
+
+    tensor *expected = moe_one_device(all_tokens, router, rank, device);
+    /* A token's output: the router (d terms), the expert's two products
+     * (d and its hidden width). */
+    compare("expert parallelism: the MoE layer's output", rank, out, expected, DIM + DIM + EXPERT_HIDDEN);
+    r.nominal_bytes = d.nominal_sent[DIST_CALL_ALL_TO_ALL];
+    r.measured_bytes = d.bytes_sent[DIST_CALL_ALL_TO_ALL];
+    r.measured = d.measured_collectives;
+    for (int e = 0; e < world_size; e++)
+        if (e != rank) r.useful_bytes += 2 * (int64_t)r.to_expert[e] * DIM * (int64_t)sizeof(float);
+    check(d.calls[DIST_CALL_ALL_TO_ALL] == 3 && r.nominal_bytes == ep_formula_bytes(world_size, r.capacity),
+          "expert parallelism: 3 all-to-alls of (p - 1) pieces, %lld bytes (formula %lld)",
+          (long long)r.nominal_bytes, (long long)ep_formula_bytes(world_size, r.capacity));
+    spawn_return(&r, sizeof r);
+    tensor_free(expected);
+    tensor_free(out);
+    tensor_free(w1);
+    tensor_free(w2);
+    tensor_free(router);
+    tensor_free(x);
+    tensor_free(all_tokens);
+}
+
+static void expert_table(void) {
+    ep_result r[WORLD];
+    for (int i = 0; i < WORLD; i++)
+        if (spawn_result(i, &r[i], sizeof r[i]) != sizeof r[i]) lecture_fail("rank %d returned no result", i);
+    table_t *t = table_new("Expert parallelism: each rank's tokens and all-to-all bytes sent");
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "tokens to experts 0-3", NULL, "%s");
+    table_column(t, "capacity", "rows", "%d");
+    table_column(t, "token rows that left", "bytes", "%lld");
+    table_column(t, "all-to-all, formula", "bytes", "%lld");
+    table_column(t, "all-to-all, measured", "bytes", "%lld");
+    char text[WORLD][64];
+    int64_t useful = 0, nominal = 0;
+    for (int i = 0; i < WORLD; i++) {
+        snprintf(text[i], sizeof text[i], "%d %d %d %d", r[i].to_expert[0], r[i].to_expert[1], r[i].to_expert[2],
+                 r[i].to_expert[3]);
+        table_row(t, i, text[i], r[i].capacity, (long long)r[i].useful_bytes, (long long)r[i].nominal_bytes,
+                  (long long)r[i].measured_bytes);
+        useful += r[i].useful_bytes;
+        nominal += r[i].nominal_bytes;
+    }
+    table_show(t);
+    note("Equal outputs on every rank. The router is not balanced: the counts above are "
+         "uneven, and the all-to-all pads every piece to the largest count, C = %d rows. Of "
+         "the %lld bytes the ranks sent by the formula, %lld carried tokens (%.0f%%); the rest "
+         "was padding. Real systems cap C (a *capacity factor* of 1 to 1.25 times the even "
+         "share, dropping the overflow) and add a load-balancing loss to the router.",
+         r[0].capacity, (long long)nominal, (long long)useful, 100.0 * (double)useful / (double)nominal);
+    if (r[0].measured)
+        note("The measured column is what Open MPI's own all-to-all sent (its MPI_T counters): "
+             "it may differ from the formula by the algorithm Open MPI picked.");
+    else
+        note("Open MPI's counters are not available in this run, so the measured column is 0: "
+             "only the formula's figure is shown.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Tensor and sequence parallelism                                     */
+/* ------------------------------------------------------------------ */
+
+static void tp_main(int rank, int world_size, void *args);
+
+typedef struct tp_result {
+    int64_t nominal[2], measured[2], calls[2]; /* tensor parallel, sequence parallel */
+    int64_t norm_rows[2];                      /* rows LayerNorm and the residual work on */
+    int measured_ok;
+} tp_result;
+
+static void tp_table(void);
+
+static void tensor_and_sequence_parallelism(void) {
+    progress("tensor and sequence parallelism");
+    note("## Tensor and sequence parallelism");
+    see("https://arxiv.org/abs/1909.08053", "Shoeybi et al.: Megatron-LM (2019)");
+    note("Megatron cuts the block's two sub-blocks the way lecture_08 cut its MLP pairs:\n"
+         "- **Attention**: heads are independent, so W_q, W_k, W_v are cut by columns, a "
+         "head or more per rank, and the output projection W_o by rows. Rank r's heads "
+         "times its rows of W_o is a *partial* output; one all-reduce adds the partials.\n"
+         "- **MLP**: W1 by columns (GELU acts elementwise on its own columns), W2 by rows; "
+         "one all-reduce.\n"
+         "Forward, that is two all-reduces of a whole activation (sequence x d) per block. "
+         "Everything between them, LayerNorm and the residual additions, is repeated on every "
+         "rank, on the whole sequence.");
+    see("https://arxiv.org/abs/2205.05198", "Korthikanti et al.: Reducing Activation Recomputation in Large "
+                                            "Transformer Models (2022)");
+    note("**Sequence parallelism** removes that repetition. An all-reduce is a "
+         "reduce-scatter followed by an all-gather. Cut it in two: after the sub-block, a "
+         "reduce-scatter leaves rank r the *summed* rows of its quarter of the sequence; "
+         "LayerNorm and the residual, which work token by token, run on that quarter; an "
+         "all-gather rebuilds the whole sequence just before the next attention or MLP, "
+         "which needs it. The same bytes, a quarter of the LayerNorm work, and a quarter "
+         "of the activations kept between the sub-blocks.");
+    spawn(tp_main, WORLD, NULL, 0);
+    tp_table();
+}
+
+/* Rank r's part of the block: heads [r h/p, (r+1) h/p) (columns of wq, wk,
+ * wv), the matching rows of wo; columns of w1 and rows of w2. */
+static block block_shard(int rank, int world_size, int device) {
+    block full = block_full(device), b;
+    int64_t c = DIM / world_size, h = HIDDEN / world_size;
+    b.wq = col_slice(full.wq, rank * c, (rank + 1) * c);
+    b.wk = col_slice(full.wk, rank * c, (rank + 1) * c);
+    b.wv = col_slice(full.wv, rank * c, (rank + 1) * c);
+    tensor *o = row_slice(full.wo, rank * c, (rank + 1) * c), *w2 = row_slice(full.w2, rank * h, (rank + 1) * h);
+    b.wo = to_device(o, device);
+    b.w2 = to_device(w2, device);
+    b.w1 = col_slice(full.w1, rank * h, (rank + 1) * h);
+    b.heads = HEADS / world_size;
+    tensor_free(o);
+    tensor_free(w2);
+    block_free(&full);
+    return b;
+}
+
+/* Megatron: the whole sequence on every rank, one all-reduce per sub-block. */
+static tensor *block_tensor_parallel(const tensor *x, const block *w) {
+    tensor *a = layer_norm(x, LN_EPS), *y = attention_part(a, w);
+    dist_all_reduce(y, DIST_SUM); /* the heads' partial outputs add up */
+    add_(y, x);
+    tensor *b = layer_norm(y, LN_EPS), *z = mlp_forward(b, w->w1, w->w2);
+    dist_all_reduce(z, DIST_SUM); /* the MLP's partial outputs add up */
+    add_(z, y);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(y);
+    return z;
+}
+
+/* The rows of the whole sequence, gathered from every rank's quarter. */
+static tensor *gather_sequence(const tensor *mine) {
+    tensor *all = empty(mine->shape[0] * dist_world_size(), mine->shape[1], mine->device);
+    dist_all_gather(all, mine);
+    return all;
+}
+
+/* Partial outputs of the whole sequence summed, this rank's quarter kept. */
+static tensor *reduce_scatter_sequence(const tensor *partial) {
+    tensor *mine = empty(partial->shape[0] / dist_world_size(), partial->shape[1], partial->device);
+    dist_reduce_scatter(mine, partial, DIST_SUM);
+    return mine;
+}
+
+/* Sequence parallel: x_mine is this rank's quarter of the sequence; so is
+ * the result. LayerNorm and the residuals work on the quarter only. */
+static tensor *block_sequence_parallel(const tensor *x_mine, const block *w) {
+    tensor *a_mine = layer_norm(x_mine, LN_EPS), *a = gather_sequence(a_mine);
+    tensor *partial = attention_part(a, w), *y = reduce_scatter_sequence(partial);
+    add_(y, x_mine);
+    tensor *b_mine = layer_norm(y, LN_EPS), *b = gather_sequence(b_mine);
+    tensor *partial2 = mlp_forward(b, w->w1, w->w2), *z = reduce_scatter_sequence(partial2);
+    add_(z, y);
+    tensor *all[] = {a_mine, a, partial, y, b_mine, b, partial2};
+    for (int i = 0; i < 7; i++) tensor_free(all[i]);
+    return z;
+}
+
+static void count_traffic(tp_result *r, int which, const dist_traffic *d) {
+    r->nominal[which] = dist_traffic_nominal(d);
+    r->measured[which] = dist_traffic_sent(d);
+    r->calls[which] = dist_traffic_calls(d);
+    r->measured_ok = d->measured_collectives;
+}
+
+static void tp_main(int rank, int world_size, void *args) {
+    int device = get_device(rank);
+    int64_t quarter = SEQ / world_size;
+    tensor *x = input(SEQ, DIM, SEED_X, device);
+    block full = block_full(device), mine = block_shard(rank, world_size, device);
+    tensor *expected = block_forward(x, &full);
+    tp_result r;
+    memset(&r, 0, sizeof r);
+
+    dist_traffic before = dist_traffic_now();
+    tensor *z = block_tensor_parallel(x, &mine);
+    dist_traffic d = dist_traffic_since(&before);
+    count_traffic(&r, 0, &d);
+    r.norm_rows[0] = SEQ;
+    compare("tensor parallelism: the block's output", rank, z, expected, block_sum_lengths());
+
+    tensor *x_mine = row_slice(x, rank * quarter, (rank + 1) * quarter);
+    before = dist_traffic_now();
+    tensor *z_mine = block_sequence_parallel(x_mine, &mine);
+    d = dist_traffic_since(&before);
+    count_traffic(&r, 1, &d);
+    r.norm_rows[1] = quarter;
+    tensor *expected_mine = row_slice(expected, rank * quarter, (rank + 1) * quarter);
+    compare("sequence parallelism: the block's output, this rank's quarter", rank, z_mine, expected_mine,
+            block_sum_lengths());
+    check(r.nominal[1] == r.nominal[0], "sequence parallelism: the same bytes as tensor parallelism (%lld = %lld)",
+          (long long)r.nominal[1], (long long)r.nominal[0]);
+    spawn_return(&r, sizeof r);
+    tensor *all[] = {expected_mine, z_mine, x_mine, z, expected, x};
+    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+    block_free(&full);
+    block_free(&mine);
+}
+
+static void tp_table(void) {
+    tp_result r;
+    if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("rank 0 returned no result");
+    table_t *t = table_new("One block forward on %d ranks, rank 0's traffic", WORLD);
+    table_column(t, "strategy", NULL, "%s");
+    table_column(t, "collective calls", NULL, "%lld");
+    table_column(t, "bytes sent, formula", "bytes", "%lld");
+    table_column(t, "bytes sent, measured", "bytes", "%lld");
+    table_column(t, "rows per LayerNorm", NULL, "%lld");
+    const char *names[2] = {"tensor parallel (all-reduce)", "sequence parallel (reduce-scatter + all-gather)"};
+    for (int i = 0; i < 2; i++)
+        table_row(t, names[i], (long long)r.calls[i], (long long)r.nominal[i], (long long)r.measured[i],
+                  (long long)r.norm_rows[i]);
+    table_show(t);
+    double activation = (double)SEQ * DIM * sizeof(float);
+    note("An activation here is %d x %d floats, b = %.0f bytes. Tensor parallelism sends two "
+         "all-reduces, 2 x 2 (p-1)/p b = %.0f bytes by the formula; sequence parallelism two "
+         "reduce-scatters and two all-gathers of (p-1)/p b each, the same %.0f bytes in twice "
+         "the calls (rank 0 made %lld and %lld, the runtime's own call-agreement checks "
+         "not counted). Its LayerNorms ran on %lld rows instead of %lld.",
+         SEQ, DIM, activation, 4 * 0.75 * activation, 4 * 0.75 * activation, (long long)r.calls[0],
+         (long long)r.calls[1], (long long)r.norm_rows[1], (long long)r.norm_rows[0]);
+    if (r.measured_ok)
+        note("Open MPI's counters measured %lld and %lld bytes. The formula is what a "
+             "bandwidth-optimal (ring) algorithm sends; Open MPI picks its algorithm by "
+             "message size, and for messages this small it may pick one that sends more "
+             "bytes in fewer rounds.",
+             (long long)r.measured[0], (long long)r.measured[1]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Context parallelism: ring attention                                 */
+/* ------------------------------------------------------------------ */
+
+static void ring_main(int rank, int world_size, void *args);
+
+static void context_parallelism(void) {
+    progress("context parallelism");
+    note("## Context parallelism: ring attention");
+    note("Sequence parallelism still gathers the whole sequence for attention. With a long "
+         "enough context, one rank cannot hold it: the scores alone are sequence^2 numbers "
+         "per head. **Context parallelism** keeps the sequence cut everywhere, attention "
+         "included. Rank r holds the queries, keys and values of its chunk. The keys and "
+         "values travel round a ring: at each of p steps every rank attends its queries to "
+         "the chunk it holds, then passes that chunk to the next rank and receives one from "
+         "the previous.");
+    see("https://arxiv.org/abs/2310.01889", "Liu, Zaharia, Abbeel: Ring Attention with Blockwise Transformers (2023)");
+    note("A softmax needs every score of a row before it can divide. The *online softmax* "
+         "does without: it keeps, per query, the largest score so far m, the sum l of "
+         "exp(score - m) and the weighted sum of values; a chunk with a larger maximum "
+         "rescales both by exp(m_old - m_new). After the last chunk, the weighted sum over l "
+         "is the attention, whatever order the chunks came in (`online_attention_add` in "
+         "`lectures/lib/transformer.c`; flash attention does the same inside one GPU).");
+    note("One causal head of width %d over %d tokens, %d per rank.", RING_DH, SEQ, SEQ / WORLD);
+    spawn(ring_main, WORLD, NULL, 0);
+    note("Equal to one device on every rank, and no rank ever held more than its own chunk "
+         "and one other. The sends are exact counts (the runtime counts point-to-point "
+         "bytes as it hands them over). With a causal mask the ring is unbalanced: rank r "
+         "needs only the chunks at or before its own, r + 1 of them, yet every rank waits "
+         "for all p steps. Real systems give each rank two chunks, one from each end of "
+         "the sequence (a *zig-zag* split), so every rank has the same work.");
+}
+
+/* Passes this rank's current key and value chunks to the next rank and
+ * takes the previous rank's: one ring step. */
+static void pass_on(tensor **k, tensor **v, int rank, int world_size) {
+    int next = (rank + 1) % world_size, prev = (rank + world_size - 1) % world_size;
+    tensor *k_in = empty((*k)->shape[0], (*k)->shape[1], (*k)->device);
+    tensor *v_in = empty((*v)->shape[0], (*v)->shape[1], (*v)->device);
+    dist_sendrecv(*k, next, k_in, prev);
+    dist_sendrecv(*v, next, v_in, prev);
+    tensor_free(*k);
+    tensor_free(*v);
+    *k = k_in;
+    *v = v_in;
+}
+
+/* A chunk of rows [r c, (r+1) c) of t, as a tensor of its own. */
+static tensor *chunk_of(tensor *t, int r, int64_t c) {
+    tensor *view = row_slice(t, r * c, (r + 1) * c), *copy = to_device(view, t->device);
+    tensor_free(view);
+    return copy;
+}
+
+/* Ring attention: this rank's queries against every chunk of keys. */
+static tensor *ring_attention(tensor *q_mine, tensor *k_mine, tensor *v_mine, int rank, int world_size,
+                              int *useful) {
+    int64_t c = q_mine->shape[0];
+    tensor *k = to_device(k_mine, k_mine->device), *v = to_device(v_mine, v_mine->device);
+    online_attention *s = online_attention_new(c, RING_DH);
+    for (int step = 0; step < world_size; step++) {
+        int owner = (rank - step + world_size) % world_size; /* whose chunk this rank holds now */
+        online_attention_add(s, q_mine, k, v, 1, rank * c, owner * c);
+        *useful += owner <= rank; /* the causal mask hides later chunks whole */
+        if (step + 1 < world_size) pass_on(&k, &v, rank, world_size);
+    }
+    tensor *out = online_attention_result(s, q_mine->device);
+    online_attention_free(s);
+    tensor_free(k);
+    tensor_free(v);
+    return out;
+}
+
+static void ring_main(int rank, int world_size, void *args) {
+    int device = get_device(rank);
+    int64_t c = SEQ / world_size;
+    tensor *q = input(SEQ, RING_DH, SEED_Q, device), *k = input(SEQ, RING_DH, SEED_K, device),
+           *v = input(SEQ, RING_DH, SEED_V, device);
+    tensor *q_mine = chunk_of(q, rank, c), *k_mine = chunk_of(k, rank, c), *v_mine = chunk_of(v, rank, c);
+    int useful = 0;
+    dist_traffic before = dist_traffic_now();
+    tensor *out = ring_attention(q_mine, k_mine, v_mine, rank, world_size, &useful);
+    dist_traffic d = dist_traffic_since(&before);
+
+    tensor *all = attention(q, k, v, 1, 0, 0), *expected = chunk_of(all, rank, c);
+    /* A score (RING_DH terms), the weighted values (SEQ terms), and each
+     * of the p merges rescaling by a rounded factor (one more term each). */
+    compare("ring attention: this rank's rows", rank, out, expected, RING_DH + SEQ + world_size);
+    int64_t formula = (int64_t)(world_size - 1) * 2 * c * RING_DH * (int64_t)sizeof(float);
+    note_verbatim("Rank %d: %d of %d chunks had keys it may see; sent %lld bytes to rank %d in %lld "
+                  "sendrecvs (formula (p-1) x 2 chunks x %lld x %d floats = %lld)",
+                  rank, useful, world_size, (long long)d.bytes_sent[DIST_CALL_SENDRECV], (rank + 1) % world_size,
+                  (long long)d.calls[DIST_CALL_SENDRECV], (long long)c, RING_DH, (long long)formula);
+    check(d.bytes_sent[DIST_CALL_SENDRECV] == formula && d.sent_to[(rank + 1) % world_size] == formula,
+          "ring attention: every chunk of keys and values passed on once, to the next rank (%lld bytes)",
+          (long long)formula);
+    tensor *all_t[] = {expected, all, out, v_mine, k_mine, q_mine, v, k, q};
+    for (int i = 0; i < 9; i++) tensor_free(all_t[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* A 2-D mesh: data x tensor parallelism                               */
+/* ------------------------------------------------------------------ */
+
+static void mesh_main(int rank, int world_size, void *args);
+
+/* The mesh's MLP, lib/mlp.h's layers: y = gelu(gelu(x A) B), A d x
+ * HIDDEN, B HIDDEN x d, loss mean(y^2). */
+static mlp_config mesh_config(void) {
+    mlp_config c = {.batch = MESH_BATCH, .width = HIDDEN, .layers = 2, .steps = 1, .lr = 0};
+    return c;
+}
+
+static void mesh_2d(void) {
+    progress("2-D mesh");
+    note("## A 2-D mesh: data x tensor parallelism");
+    note("Large runs combine strategies on a *mesh* of ranks: tensor parallelism inside a "
+         "node, where links are fast, and data parallelism across nodes. Four ranks as a "
+         "2 x 2 mesh: rank = 2 dp + tp.\n"
+         "- The **tensor-parallel groups** {0, 1} and {2, 3} share one batch half and cut "
+         "the MLP Megatron's way (A by columns, B by rows): one all-reduce forward and "
+         "backward, in the group.\n"
+         "- The **data-parallel groups** {0, 2} and {1, 3} hold the same slice of the weights "
+         "and different batch halves: their gradients are averaged in the group.\n"
+         "`dist_new_group` makes each group; a collective `_in` a group involves its ranks "
+         "only.");
+    note("The MLP here is y = gelu(gelu(x A) B) with A %d x %d and B %d x %d, loss mean(y^2), "
+         "a batch of %d, the forward and backward passes of `lectures/lib/mlp.c`.",
+         DIM, HIDDEN, HIDDEN, DIM, MESH_BATCH);
+    spawn(mesh_main, WORLD, NULL, 0);
+    note("Every rank's slice of both gradients equals one device's, with two kinds of "
+         "traffic that never cross: the tensor-parallel all-reduces of activations (every "
+         "layer pair, forward and backward) and the data-parallel all-reduces of gradients "
+         "(once per step). That is why the mesh puts the first on the fastest links.");
+}
+
+/* One device: the gradients of A and B on the whole batch. */
+static void mesh_one_device(int device, tensor **ga, tensor **gb) {
+    tensor *x = input(MESH_BATCH, DIM, SEED_MESH_X, device);
+    tensor *w[2] = {init_weight(DIM, HIDDEN, SEED_MESH_A, device), init_weight(HIDDEN, DIM, SEED_MESH_B, device)};
+    tensor *acts[3], *pre[2], *grads[2] = {empty(DIM, HIDDEN, device), empty(HIDDEN, DIM, device)};
+    forward(w, 2, x, acts, pre);
+    backward(w, 2, acts, pre, grads);
+    free_saved(2, acts, pre);
+    *ga = grads[0];
+    *gb = grads[1];
+    tensor_free(w[0]);
+    tensor_free(w[1]);
+    tensor_free(x);
+}
+
+/* Forward and backward of the Megatron MLP on this rank's batch half with
+ * its slices a (columns of A) and b (rows of B); gradients into ga, gb. */
+static void mesh_step(dist_group *tp, const tensor *x, const tensor *a, const tensor *b, tensor *ga, tensor *gb) {
+    tensor *h, *z = layer_forward(x, a, &h); /* z = gelu(x A_r), its columns */
+    tensor *pre = matmul(z, b);              /* z_r B_r: a partial sum */
+    dist_all_reduce_in(tp, pre, DIST_SUM);   /* x A B, whole, in the group */
+    tensor *y = gelu(pre), *dy = mse_loss_backward(y), *dz;
+    layer_backward(z, pre, b, dy, gb, &dz, 0.0f);
+    layer_backward(x, h, a, dz, ga, NULL, 0.0f); /* the data needs no gradient: no backward all-reduce */
+    tensor *all[] = {h, z, pre, y, dy, dz};
+    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+}
+
+static void mesh_main(int rank, int world_size, void *args) {
+    static const int tp_groups[2][2] = {{0, 1}, {2, 3}}, dp_groups[2][2] = {{0, 2}, {1, 3}};
+    if (world_size != 4) lecture_fail("the mesh is 2 x 2: 4 ranks, not %d", world_size);
+    int device = get_device(rank), dp = rank / 2, tp_rank = rank % 2;
+    dist_group *tp = dist_new_group(tp_groups[dp], 2), *dpg = dist_new_group(dp_groups[tp_rank], 2);
+    int64_t half = MESH_BATCH / 2, cols = HIDDEN / 2;
+    tensor *data = input(MESH_BATCH, DIM, SEED_MESH_X, device);
+    tensor *x = row_slice(data, dp * half, (dp + 1) * half);
+    tensor *A = init_weight(DIM, HIDDEN, SEED_MESH_A, device), *B = init_weight(HIDDEN, DIM, SEED_MESH_B, device);
+    tensor *a = col_slice(A, tp_rank * cols, (tp_rank + 1) * cols), *b_view = row_slice(B, tp_rank * cols, (tp_rank + 1) * cols);
+    tensor *b = to_device(b_view, device), *ga = empty(DIM, cols, device), *gb = empty(cols, DIM, device);
+    mesh_step(tp, x, a, b, ga, gb);
+    dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */
+    dist_all_reduce_in(dpg, gb, DIST_AVG);
+
+    tensor *full_ga, *full_gb;
+    mesh_one_device(device, &full_ga, &full_gb);
+    tensor *ea = col_slice(full_ga, tp_rank * cols, (tp_rank + 1) * cols);
+    tensor *eb_view = row_slice(full_gb, tp_rank * cols, (tp_rank + 1) * cols), *eb = to_device(eb_view, device);
+    mlp_config c = mesh_config();
+    double size = fmax(largest(ea), largest(eb)), diff = fmax(max_abs_diff(ga, ea), max_abs_diff(gb, eb));
+    double tol = gradient_tolerance(&c) * size; /* lib/mlp.h derives it */
+    note_verbatim("Rank %d (dp %d, tp %d): gradients of A's columns and B's rows %lld-%lld: max |mesh - one "
+                  "device| = %.3g (largest %.3g, tolerance %.3g)",
+                  rank, dp, tp_rank, (long long)(tp_rank * cols), (long long)((tp_rank + 1) * cols - 1), diff, size,
+                  tol);
+    check(diff <= tol, "2-D mesh: the gradients equal one device's (%.3g <= %.3g)", diff, tol);
+    tensor *all[] = {ea, eb_view, eb, full_ga, full_gb, a, b_view, b, ga, gb, A, B, x, data};
+    for (int i = 0; i < 14; i++) tensor_free(all[i]);
+    dist_group_free(tp);
+    dist_group_free(dpg);
+}
+
+/* ------------------------------------------------------------------ */
+/* Summary                                                             */
+/* ------------------------------------------------------------------ */
+
+static void summary(void) {
+    note("## Summary");
+    note("| strategy | what is cut | communication |\n"
+         "|---|---|---|\n"
+         "| expert parallel | the experts | two all-to-alls of tokens per MoE layer |\n"
+         "| tensor parallel | heads, MLP columns | an all-reduce per sub-block |\n"
+         "| sequence parallel | tokens outside attention and MLP | reduce-scatter + all-gather, the same bytes |\n"
+         "| context parallel | tokens everywhere | keys and values round a ring |\n"
+         "| 2-D mesh | both, on separate groups | each kind on its own links |");
+    note("Each ran on 4 CPU ranks here, over Open MPI. On GPUs the same calls go to NCCL; "
+         "that path compiles but has not been run for this lecture, and the row-wise steps "
+         "of `lectures/lib/transformer.c` copy to the host there, so its timings would say "
+         "little.");
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_scaling); }
