@@ -23,6 +23,7 @@ static void expert_parallelism(void);
 static void tensor_and_sequence_parallelism(void);
 static void context_parallelism(void);
 static void mesh_2d(void);
+static void zero_stages(void);
 static void summary(void);
 
 static void lecture_scaling(void) {
@@ -39,6 +40,7 @@ static void lecture_scaling(void) {
     tensor_and_sequence_parallelism();
     context_parallelism();
     mesh_2d();
+    zero_stages();
     summary();
 }
 
@@ -127,7 +129,8 @@ static void introduction(void) {
          "4. **Context parallelism**: ring attention, keys and values passed round a ring, "
          "merged with an online softmax.\n"
          "5. **A 2-D mesh**: data parallelism across one axis of 4 ranks, tensor "
-         "parallelism across the other, with process groups.");
+         "parallelism across the other, with process groups.\n"
+         "6. **ZeRO-1 and ZeRO-2**, whose traffic is DDP's, and **ZeRO-3 with prefetch**.");
     note("Every strategy's result is compared with one device's on every rank. Float32 sums "
          "taken in another order differ by rounding: a sum of n terms is exact to n 2^-24 of "
          "its terms' size. Each tolerance below adds up the lengths of the sums on the way "
@@ -803,6 +806,347 @@ static void mesh_main(int rank, int world_size, void *args) {
 }
 
 /* ------------------------------------------------------------------ */
+/* ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch                             */
+/* ------------------------------------------------------------------ */
+
+static void zero_main(int rank, int world_size, void *args);
+
+/* lib/mlp.h's model: 4 square layers, AdamW. */
+static mlp_config zero_config(void) {
+    mlp_config c = {.batch = 32, .width = 64, .layers = 4, .steps = 1, .lr = 1e-3f};
+    return c;
+}
+
+enum { DDP, ZERO1, ZERO2, ZERO3, METHODS };
+static const char *const METHOD_NAMES[METHODS] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3, prefetch"};
+
+/* What one method holds at its peak, by the bookkeeping beside each step
+ * function (floats), and what it sent, by the runtime's tally (bytes). */
+typedef struct zero_figures {
+    int64_t weights, grads, state; /* floats held at the peak */
+    int64_t nominal, calls;
+} zero_figures;
+
+static void zero_table(void);
+
+static void zero_stages(void) {
+    progress("ZeRO");
+    note("## ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch");
+    note("lecture_08 ran ZeRO-3. Here are the stages before it, and ZeRO-3 the way FSDP "
+         "runs it. Each rank keeps piece r (a band of rows) of what a stage shards:\n"
+         "- **ZeRO-1** shards AdamW's state. The full gradient is computed as in DDP; then, "
+         "instead of an all-reduce, a **reduce-scatter** gives each rank the average of its "
+         "piece only; it updates its piece of the weights; an **all-gather** gives every "
+         "rank the whole updated weights. A reduce-scatter and an all-gather are the two "
+         "halves of an all-reduce: the same bytes as DDP.\n"
+         "- **ZeRO-2** also shards the gradients: each layer's gradient is reduce-scattered "
+         "as soon as backward makes it, and the full gradient freed. The same calls, the same "
+         "bytes; only one layer's full gradient is alive at a time.\n"
+         "- **ZeRO-3** also shards the weights: each layer is all-gathered before its "
+         "forward and again before its backward. With **prefetch**, the all-gather of the "
+         "next layer is issued (`dist_all_gather_async`) before this layer computes and "
+         "waited for after, so the transfer can run during the compute.");
+    see("https://arxiv.org/abs/1910.02054", "Rajbhandari et al.: ZeRO: Memory Optimizations Toward Training "
+                                            "Trillion Parameter Models (2019)");
+    mlp_config c = zero_config();
+    note("%d ranks, the lecture_08 model: %d layers of %d x %d, a batch of %d, one AdamW "
+         "step (lr %g) from the same weights in each method.",
+         WORLD, c.layers, c.width, c.width, c.batch, (double)c.lr);
+    spawn(zero_main, WORLD, NULL, 0);
+    zero_table();
+}
+
+/* Every rank's model: the full weights, or its band of rows of each layer. */
+static void zero_weights(const mlp_config *c, int rank, int world_size, int pieces, tensor **w) {
+    int64_t rows = c->width / world_size;
+    for (int i = 0; i < c->layers; i++) {
+        w[i] = init_layer(c, i, get_device(rank));
+        if (!pieces) continue;
+        tensor *band = row_slice(w[i], rank * rows, (rank + 1) * rows), *mine = to_device(band, w[i]->device);
+        tensor_free(band);
+        tensor_free(w[i]);
+        w[i] = mine;
+    }
+}
+
+static void adamw_all(const mlp_config *c, tensor **w, tensor *const *g) {
+    for (int i = 0; i < c->layers; i++) {
+        adamw *opt = adamw_new(w[i], c->lr); /* its state: 2 floats per weight it updates */
+        adamw_step(opt, w[i], g[i]);
+        adamw_free(opt);
+    }
+}
+
+/* DDP: full gradients, one all-reduce each, AdamW on everything. */
+static void ddp_step(const mlp_config *c, tensor *x, tensor **w, tensor **g, zero_figures *f) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    forward(w, c->layers, x, acts, pre);
+    backward(w, c->layers, acts, pre, g);
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) dist_all_reduce(g[i], DIST_AVG);
+    adamw_all(c, w, g);
+    int64_t n = (int64_t)c->layers * c->width * c->width;
+    f->weights = n, f->grads = n, f->state = 2 * n;
+}
+
+/* ZeRO-1: full gradients, then reduce-scatter, AdamW on my band, all-gather. */
+static void zero1_step(const mlp_config *c, tensor *x, tensor **w, tensor **gp, zero_figures *f) {
+    int p = dist_world_size(), r = dist_rank();
+    int64_t rows = c->width / p;
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS], *g[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++) g[i] = empty(c->width, c->width, x->device);
+    forward(w, c->layers, x, acts, pre);
+    backward(w, c->layers, acts, pre, g);
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) {
+        dist_reduce_scatter(gp[i], g[i], DIST_AVG); /* my band of the average */
+        tensor *band = row_slice(w[i], r * rows, (r + 1) * rows), *mine = to_device(band, x->device);
+        adamw_all(&(mlp_config){.layers = 1, .lr = c->lr}, &mine, &gp[i]);
+        dist_all_gather(w[i], mine); /* every band, updated, to every rank */
+        tensor_free(band);
+        tensor_free(mine);
+        tensor_free(g[i]);
+    }
+    int64_t n = (int64_t)c->layers * c->width * c->width;
+    f->weights = n, f->grads = n, f->state = 2 * n / p;
+}
+
+/* ZeRO-2: each layer's gradient reduce-scattered as backward makes it. */
+static void zero2_step(const mlp_config *c, tensor *x, tensor **w, tensor **gp, zero_figures *f) {
+    int p = dist_world_size(), r = dist_rank();
+    int64_t rows = c->width / p, layer = (int64_t)c->width * c->width;
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    forward(w, c->layers, x, acts, pre);
+    tensor *dy = mse_loss_backward(acts[c->layers]);
+    for (int i = c->layers - 1; i >= 0; i--) {
+        tensor *g = empty(c->width, c->width, x->device), *dx = NULL;
+        layer_backward(acts[i], pre[i], w[i], dy, g, i > 0 ? &dx : NULL, 0.0f);
+        dist_reduce_scatter(gp[i], g, DIST_AVG); /* at once: the full gradient goes */
+        tensor_free(g);
+        tensor_free(dy);
+        dy = dx;
+    }
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) {
+        tensor *band = row_slice(w[i], r * rows, (r + 1) * rows), *mine = to_device(band, x->device);
+        adamw_all(&(mlp_config){.layers = 1, .lr = c->lr}, &mine, &gp[i]);
+        dist_all_gather(w[i], mine);
+        tensor_free(band);
+        tensor_free(mine);
+    }
+    f->weights = c->layers * layer, f->grads = layer + c->layers * layer / p, f->state = 2 * c->layers * layer / p;
+}
+
+/* ZeRO-3's order of events, for the check that each gather is issued
+ * before the compute it should overlap. */
+typedef struct event_log {
+    char text[512];
+    int issued[MAX_LAYERS]; /* event number of the forward gather of layer i */
+    int computed[MAX_LAYERS];
+    int n;
+} event_log;
+
+static void log_event(event_log *log, const char *what, int layer, int *slot) {
+    char item[32];
+    snprintf(item, sizeof item, "%s%s %d", log->n ? ", " : "", what, layer);
+    strncat(log->text, item, sizeof log->text - strlen(log->text) - 1);
+    if (slot) slot[layer] = log->n;
+    log->n++;
+}
+
+/* Issues the all-gather of layer i's band into a new whole layer. */
+static dist_request *prefetch(const tensor *band, int world_size, tensor **whole) {
+    *whole = empty(band->shape[0] * world_size, band->shape[1], band->device);
+    return dist_all_gather_async(*whole, band);
+}
+
+/* ZeRO-3 forward: layer i+1's all-gather is in flight while layer i computes. */
+static void zero3_forward(const mlp_config *c, tensor *x, tensor **band, tensor **acts, tensor **pre,
+                          event_log *log) {
+    int p = dist_world_size();
+    tensor *whole[MAX_LAYERS + 1];
+    dist_request *req = prefetch(band[0], p, &whole[0]);
+    log_event(log, "gather", 0, log->issued);
+    acts[0] = x;
+    for (int i = 0; i < c->layers; i++) {
+        dist_wait(req);
+        if (i + 1 < c->layers) {
+            req = prefetch(band[i + 1], p, &whole[i + 1]); /* the next layer, before this one computes */
+            log_event(log, "gather", i + 1, log->issued);
+        }
+        acts[i + 1] = layer_forward(acts[i], whole[i], &pre[i]);
+        log_event(log, "compute", i, log->computed);
+        tensor_free(whole[i]); /* used: freed at once */
+    }
+}
+
+/* ZeRO-3 backward: each layer gathered again (but layer 0: its weights are
+ * not needed for the data's gradient), the next one prefetched. */
+static void zero3_backward(const mlp_config *c, tensor **band, tensor **acts, tensor **pre, tensor **gp) {
+    int p = dist_world_size();
+    tensor *whole[MAX_LAYERS], *dy = mse_loss_backward(acts[c->layers]);
+    dist_request *req = prefetch(band[c->layers - 1], p, &whole[c->layers - 1]);
+    for (int i = c->layers - 1; i >= 0; i--) {
+        if (req) dist_wait(req);
+        req = i - 1 >= 1 ? prefetch(band[i - 1], p, &whole[i - 1]) : NULL;
+        tensor *g = empty(c->width, c->width, dy->device), *dx = NULL;
+        layer_backward(acts[i], pre[i], i > 0 ? whole[i] : NULL, dy, g, i > 0 ? &dx : NULL, 0.0f);
+        dist_reduce_scatter(gp[i], g, DIST_AVG);
+        if (i > 0) tensor_free(whole[i]);
+        tensor_free(g);
+        tensor_free(dy);
+        dy = dx;
+    }
+}
+
+static void zero3_step(const mlp_config *c, tensor *x, tensor **band, tensor **gp, zero_figures *f, event_log *log) {
+    int p = dist_world_size();
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    zero3_forward(c, x, band, acts, pre, log);
+    zero3_backward(c, band, acts, pre, gp);
+    free_saved(c->layers, acts, pre);
+    adamw_all(c, band, gp);
+    int64_t layer = (int64_t)c->width * c->width;
+    /* my bands, plus two whole layers alive at once: the one computing and the one arriving */
+    f->weights = c->layers * layer / p + 2 * layer, f->grads = layer + c->layers * layer / p;
+    f->state = 2 * c->layers * layer / p;
+}
+
+/* Of n floats, the share where |a - b| > by (b NULL: where |a| <= by). */
+static double share_where(const tensor *a, const tensor *b, double by) {
+    int64_t n = a->numel, count = 0;
+    float *ah = malloc((size_t)n * sizeof(float)), *bh = malloc((size_t)n * sizeof(float));
+    if (!ah || !bh) lecture_fail("out of memory comparing %lld floats", (long long)n);
+    tensor_to_host(a, ah);
+    if (b) tensor_to_host(b, bh);
+    for (int64_t i = 0; i < n; i++) count += b ? fabsf(ah[i] - bh[i]) > by : fabsf(ah[i]) <= by;
+    free(ah);
+    free(bh);
+    return (double)count / (double)n;
+}
+
+/* This rank's band of rows of t, as a tensor of its own. */
+static tensor *band_of(tensor *t, int rank, int world_size) {
+    return chunk_of(t, rank, t->shape[0] / world_size);
+}
+
+/* A ZeRO method against DDP on this rank: its gradient pieces (rounding:
+ * lib/mlp.h's gradient_tolerance) and its weights after AdamW. AdamW's
+ * first step moves a weight by lr g / (|g| + eps), about lr sign(g): two
+ * runs whose gradients differ by rounding e can be more than lr/2 apart
+ * only where a gradient is within e of zero and its sign may flip. So the
+ * share of weights more than lr/2 from DDP's is at most the share of DDP's
+ * gradients within 2e of zero; a band never gathered or never updated
+ * leaves about all of its weights lr away. */
+static void against_ddp(int m, int rank, const mlp_config *c, tensor **w, tensor **gp, tensor **w_ddp, tensor **g_ddp,
+                        int banded_weights) {
+    int p = dist_world_size();
+    double diff = 0, size = 0, off = 0, near_zero = 0;
+    for (int i = 0; i < c->layers; i++) size = fmax(size, largest(g_ddp[i]));
+    double tol = gradient_tolerance(c) * size;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *g_band = band_of(g_ddp[i], rank, p), *w_ref = banded_weights ? band_of(w_ddp[i], rank, p) : w_ddp[i];
+        tensor *g_ref = banded_weights ? g_band : g_ddp[i];
+        diff = fmax(diff, max_abs_diff(gp[i], g_band));
+        off += share_where(w[i], w_ref, c->lr / 2) / c->layers;
+        near_zero += share_where(g_ref, NULL, 2 * tol) / c->layers;
+        if (banded_weights) tensor_free(w_ref);
+        tensor_free(g_band);
+    }
+    note_verbatim("Rank %d: %s: gradient pieces max |ZeRO - DDP| = %.3g (tolerance %.3g); weights more than "
+                  "lr/2 from DDP's: %.4f%% (at most %.4f%%)",
+                  rank, METHOD_NAMES[m], diff, tol, 100 * off, 100 * near_zero);
+    check(diff <= tol, "%s: the gradient pieces equal DDP's (%.3g <= %.3g)", METHOD_NAMES[m], diff, tol);
+    /* The weights, by the share rule above. */
+    check(off <= near_zero, "%s: the weights after AdamW equal DDP's (%.4f%% <= %.4f%% off by lr/2)",
+          METHOD_NAMES[m], 100 * off, 100 * near_zero);
+}
+
+static void counted(zero_figures *f, const dist_traffic *before) {
+    dist_traffic d = dist_traffic_since(before);
+    f->nominal = dist_traffic_nominal(&d);
+    f->calls = dist_traffic_calls(&d);
+}
+
+static void free_layers(int n, tensor **t) {
+    for (int i = 0; i < n; i++) tensor_free(t[i]);
+}
+
+static void zero_main(int rank, int world_size, void *args) {
+    mlp_config c = zero_config();
+    int device = get_device(rank);
+    int64_t local = c.batch / world_size, rows = c.width / world_size;
+    tensor *data = make_data(&c, device), *x = row_slice(data, rank * local, (rank + 1) * local);
+    tensor *w[METHODS][MAX_LAYERS], *g[METHODS][MAX_LAYERS];
+    zero_figures f[METHODS];
+    memset(f, 0, sizeof f);
+    event_log log;
+    memset(&log, 0, sizeof log);
+    for (int m = 0; m < METHODS; m++) {
+        zero_weights(&c, rank, world_size, m == ZERO3, w[m]);
+        for (int i = 0; i < c.layers; i++) g[m][i] = m == DDP ? empty(c.width, c.width, device) : empty(rows, c.width, device);
+        dist_traffic before = dist_traffic_now();
+        if (m == DDP) ddp_step(&c, x, w[m], g[m], &f[m]);
+        if (m == ZERO1) zero1_step(&c, x, w[m], g[m], &f[m]);
+        if (m == ZERO2) zero2_step(&c, x, w[m], g[m], &f[m]);
+        if (m == ZERO3) zero3_step(&c, x, w[m], g[m], &f[m], &log);
+        counted(&f[m], &before);
+        if (m != DDP) against_ddp(m, rank, &c, w[m], g[m], w[DDP], g[DDP], m == ZERO3);
+    }
+    int prefetched = 1;
+    for (int i = 1; i < c.layers; i++) prefetched &= log.issued[i] < log.computed[i - 1];
+    if (rank == 0) note_verbatim("Rank 0, ZeRO-3 forward, in order: %s", log.text);
+    check(prefetched, "ZeRO-3: each layer's all-gather issued before the layer before it computes");
+    /* An all-reduce is a reduce-scatter and an all-gather: the same bytes. */
+    check(f[ZERO1].nominal == f[DDP].nominal && f[ZERO2].nominal == f[DDP].nominal,
+          "ZeRO-1 and ZeRO-2: the same bytes as DDP (%lld, %lld, %lld)", (long long)f[ZERO1].nominal,
+          (long long)f[ZERO2].nominal, (long long)f[DDP].nominal);
+    spawn_return(f, sizeof f);
+    for (int m = 0; m < METHODS; m++) {
+        free_layers(c.layers, w[m]);
+        free_layers(c.layers, g[m]);
+    }
+    tensor_free(x);
+    tensor_free(data);
+}
+
+static void zero_table(void) {
+    zero_figures f[METHODS];
+    if (spawn_result(0, f, sizeof f) != sizeof f) lecture_fail("rank 0 returned no result");
+    mlp_config c = zero_config();
+    table_t *t = table_new("One step on %d ranks, rank 0: model state held at the peak, and bytes sent", WORLD);
+    table_column(t, "method", NULL, "%s");
+    table_column(t, "weights", "floats", "%lld");
+    table_column(t, "gradients", "floats", "%lld");
+    table_column(t, "AdamW state", "floats", "%lld");
+    table_column(t, "bytes sent, formula", "bytes", "%lld");
+    table_column(t, "calls", NULL, "%lld");
+    for (int m = 0; m < METHODS; m++)
+        table_row(t, METHOD_NAMES[m], (long long)f[m].weights, (long long)f[m].grads, (long long)f[m].state,
+                  (long long)f[m].nominal, (long long)f[m].calls);
+    table_show(t);
+    double layer = (double)c.width * c.width * sizeof(float), p = WORLD;
+    note("A layer is %.0f bytes. DDP all-reduces each of the %d layers' gradients, "
+         "2 (p-1)/p of a layer each: %.0f bytes. ZeRO-1 and ZeRO-2 send the same %.0f (a "
+         "reduce-scatter and an all-gather per layer) and hold less: AdamW's state for "
+         "their piece only, and ZeRO-2 one layer's full gradient at a time. ZeRO-3 "
+         "gathers %d layers forward and %d backward and reduce-scatters %d gradients, "
+         "(p-1)/p of a layer each: %.0f bytes, %.2f times DDP's. The floats are accounting: "
+         "what each step function keeps at its peak, written beside it, not a measurement "
+         "of memory; the bytes are the runtime's tally of the calls each rank made.",
+         layer, c.layers, 2 * c.layers * (p - 1) / p * layer, 2 * c.layers * (p - 1) / p * layer, c.layers,
+         c.layers - 1, c.layers, (3 * c.layers - 1) * (p - 1) / p * layer, (3 * c.layers - 1) / (2.0 * c.layers));
+    check(f[ZERO3].nominal == (int64_t)((3 * c.layers - 1) * (p - 1) / p * layer),
+          "ZeRO-3: %lld bytes sent, as the formula says", (long long)f[ZERO3].nominal);
+    note("Prefetch keeps two whole layers alive at once (the one computing, the one "
+         "arriving): that is its memory price. Whether the transfer really hides behind "
+         "the compute is a matter of time, not order; at these sizes both take "
+         "microseconds and this lecture does not time them. On GPUs, where NCCL runs the "
+         "all-gather on its own stream, it is expected to overlap; that path is not run "
+         "here.");
+}
+
+/* ------------------------------------------------------------------ */
 /* Summary                                                             */
 /* ------------------------------------------------------------------ */
 
@@ -814,7 +1158,9 @@ static void summary(void) {
          "| tensor parallel | heads, MLP columns | an all-reduce per sub-block |\n"
          "| sequence parallel | tokens outside attention and MLP | reduce-scatter + all-gather, the same bytes |\n"
          "| context parallel | tokens everywhere | keys and values round a ring |\n"
-         "| 2-D mesh | both, on separate groups | each kind on its own links |");
+         "| 2-D mesh | both, on separate groups | each kind on its own links |\n"
+         "| ZeRO-1, ZeRO-2 | optimizer state, gradients | DDP's bytes, as reduce-scatter + all-gather |\n"
+         "| ZeRO-3 | the weights too | 1.5 times DDP's bytes, gathers prefetched |");
     note("Each ran on 4 CPU ranks here, over Open MPI. On GPUs the same calls go to NCCL; "
          "that path compiles but has not been run for this lecture, and the row-wise steps "
          "of `lectures/lib/transformer.c` copy to the host there, so its timings would say "

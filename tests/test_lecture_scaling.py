@@ -37,6 +37,7 @@ SECTIONS = [
     "## Tensor and sequence parallelism",
     "## Context parallelism: ring attention",
     "## A 2-D mesh: data x tensor parallelism",
+    "## ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch",
     "## Summary",
 ]
 
@@ -140,7 +141,10 @@ class LectureScaling(unittest.TestCase):
         for prefix in ("expert parallelism: the MoE layer's output", "expert parallelism: 3 all-to-alls",
                        "tensor parallelism: the block's output", "sequence parallelism: the block's output",
                        "sequence parallelism: the same bytes", "ring attention: this rank's rows",
-                       "ring attention: every chunk", "2-D mesh: the gradients"):
+                       "ring attention: every chunk", "2-D mesh: the gradients",
+                       "ZeRO-1: the gradient pieces", "ZeRO-1: the weights", "ZeRO-2: the gradient pieces",
+                       "ZeRO-2: the weights", "ZeRO-3, prefetch: the gradient pieces", "ZeRO-3, prefetch: the weights",
+                       "ZeRO-3: each layer's all-gather", "ZeRO-1 and ZeRO-2: the same bytes"):
             ranks = sorted(r for r, what, ok in passes if what.startswith(prefix) and ok)
             self.assertEqual(ranks, list(range(WORLD)), prefix)
 
@@ -244,6 +248,50 @@ class LectureScaling(unittest.TestCase):
             hi = (float(size) + half_unit(size)) * factor * U + half_unit(tol)
             self.assertTrue(lo <= float(tol) <= hi, (tol, size))
 
+    # ---- ZeRO ----
+
+    def zero_config(self):
+        m = re.search(r"the lecture_08 model: (\d+) layers of (\d+) x \d+, a batch of (\d+), one AdamW step "
+                      r"\(lr %s\)" % NUM, self.markdown())
+        return int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
+
+    def test_zero_stages_equal_ddp(self):
+        layers, width, batch, lr = self.zero_config()
+        tol_factor = 2 * (layers + 1) * max(batch, width) * U   # lib/mlp.h's gradient_tolerance
+        for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3, prefetch"):
+            rows = self.per_rank(r"^Rank (\d): %s: gradient pieces max \|ZeRO - DDP\| = %s \(tolerance %s\); weights "
+                                 r"more than lr/2 from DDP's: %s%% \(at most %s%%\)$" % (re.escape(method), NUM, NUM,
+                                                                                       NUM, NUM))
+            for m in rows:
+                self.assertLessEqual(float(m.group(2)), float(m.group(3)), method)
+                self.assertGreater(float(m.group(3)), 0)
+                self.assertLess(float(m.group(3)), tol_factor * 10, method)   # gradients here are under 10
+                self.assertLessEqual(float(m.group(4)), float(m.group(5)), method)
+                self.assertLess(float(m.group(5)), 1.0, method)   # under 1% of weights near a sign flip
+
+    def test_zero_bytes_and_state(self):
+        layers, width, batch, lr = self.zero_config()
+        rows = {r[0]: r[1:] for r in self.table("One step on")["rows"]}
+        layer, p = width * width, WORLD
+        ddp = 2 * layers * (p - 1) * layer * 4 // p
+        self.assertEqual(rows["DDP"], [layers * layer, layers * layer, 2 * layers * layer, ddp, layers])
+        self.assertEqual(rows["ZeRO-1"], [layers * layer, layers * layer, 2 * layers * layer // p, ddp, 2 * layers])
+        self.assertEqual(rows["ZeRO-2"], [layers * layer, layer + layers * layer // p, 2 * layers * layer // p, ddp,
+                                          2 * layers])
+        # gathers: every layer forward, all but layer 0 backward; a reduce-scatter per layer
+        z3 = rows["ZeRO-3, prefetch"]
+        self.assertEqual(z3[3], (3 * layers - 1) * (p - 1) * layer * 4 // p)
+        self.assertEqual(z3[4], 3 * layers - 1)
+        self.assertEqual(z3[0], layers * layer // p + 2 * layer)
+        m = self.texts(r"^Rank 0, ZeRO-3 forward, in order: (.*)$")
+        self.assertEqual(len(m), 1)
+        expected = ["gather 0"]
+        for i in range(layers):
+            if i + 1 < layers:
+                expected.append("gather %d" % (i + 1))
+            expected.append("compute %d" % i)
+        self.assertEqual(m[0][1].group(1).split(", "), expected)
+
 
 class PlantedBugs(unittest.TestCase):
     """Each check can fail: a copy of the lecture with one bug (tests/lib/
@@ -296,6 +344,12 @@ class PlantedBugs(unittest.TestCase):
         self.assert_fails("    dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */",
                           "    (void)0;",
                           "2-D mesh: the gradients")
+
+    def test_zero1_without_its_all_gather(self):
+        # the updated band never reaches the weights: every weight stays about lr from DDP's
+        self.assert_fails("        dist_all_gather(w[i], mine); /* every band, updated, to every rank */",
+                          "        (void)0;",
+                          "ZeRO-1: the weights after AdamW equal DDP's")
 
 
 class CommittedTrace(unittest.TestCase):
