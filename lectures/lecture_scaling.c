@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/memory.h"
 #include "lib/mlp.h"
 #include "lib/transformer.h"
 
@@ -24,6 +25,7 @@ static void tensor_and_sequence_parallelism(void);
 static void context_parallelism(void);
 static void mesh_2d(void);
 static void zero_stages(void);
+static void memory(void);
 static void summary(void);
 
 static void lecture_scaling(void) {
@@ -41,6 +43,7 @@ static void lecture_scaling(void) {
     context_parallelism();
     mesh_2d();
     zero_stages();
+    memory();
     summary();
 }
 
@@ -130,7 +133,9 @@ static void introduction(void) {
          "merged with an online softmax.\n"
          "5. **A 2-D mesh**: data parallelism across one axis of 4 ranks, tensor "
          "parallelism across the other, with process groups.\n"
-         "6. **ZeRO-1 and ZeRO-2**, whose traffic is DDP's, and **ZeRO-3 with prefetch**.");
+         "6. **ZeRO-1 and ZeRO-2**, whose traffic is DDP's, and **ZeRO-3 with prefetch**.\n"
+         "7. **Memory**: the activations a step keeps, measured, with and without "
+         "recomputation; mixed precision's bytes per parameter.");
     note("Every strategy's result is compared with one device's on every rank. Float32 sums "
          "taken in another order differ by rounding: a sum of n terms is exact to n 2^-24 of "
          "its terms' size. Each tolerance below adds up the lengths of the sums on the way "
@@ -1147,6 +1152,162 @@ static void zero_table(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* Memory: activations, recomputation, mixed precision                 */
+/* ------------------------------------------------------------------ */
+
+/* Big enough that the activations dwarf a tensor's bookkeeping (a header
+ * and its recorded stack, at most a few KiB against 256 KiB each). */
+static mlp_config memory_config(void) {
+    mlp_config c = {.batch = 256, .width = 256, .layers = 4, .steps = 1, .lr = 1e-3f};
+    return c;
+}
+
+enum { MEMORY_REPS = 5 };
+
+/* Forward that keeps only each layer's input: the pre-activation h = x W
+ * is dropped as soon as GELU has used it. */
+static void forward_checkpointed(tensor *const *w, int layers, tensor *x, tensor **acts) {
+    acts[0] = x;
+    for (int i = 0; i < layers; i++) {
+        tensor *h;
+        acts[i + 1] = layer_forward(acts[i], w[i], &h);
+        tensor_free(h); /* recomputed in backward */
+    }
+}
+
+/* Backward that recomputes each layer's h = x W from its saved input: one
+ * more matrix product per layer. */
+static void backward_recomputing(tensor *const *w, int layers, tensor **acts, tensor **grads) {
+    tensor *dy = mse_loss_backward(acts[layers]);
+    for (int i = layers - 1; i >= 0; i--) {
+        tensor *h = matmul(acts[i], w[i]), *dx = NULL; /* the recomputation */
+        layer_backward(acts[i], h, w[i], dy, grads[i], i > 0 ? &dx : NULL, 0.0f);
+        tensor_free(h);
+        tensor_free(dy);
+        dy = dx;
+    }
+}
+
+typedef struct memory_run {
+    int64_t saved_bytes; /* heap bytes the forward left alive for backward */
+    double seconds;      /* median step */
+} memory_run;
+
+/* One step, plain or with recomputation: the heap bytes alive between
+ * forward and backward (the step's peak of saved activations). */
+static int64_t one_step(const mlp_config *c, tensor *const *w, tensor *x, tensor **g, int recompute) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    int64_t before = heap_bytes_in_use();
+    if (recompute) forward_checkpointed(w, c->layers, x, acts);
+    else forward(w, c->layers, x, acts, pre);
+    int64_t alive = heap_bytes_in_use() - before;
+    if (recompute) backward_recomputing(w, c->layers, acts, g);
+    else backward(w, c->layers, acts, pre, g);
+    for (int i = 1; i <= c->layers; i++) tensor_free(acts[i]);
+    if (!recompute)
+        for (int i = 0; i < c->layers; i++) tensor_free(pre[i]);
+    return alive;
+}
+
+static memory_run measure_step(const mlp_config *c, tensor *const *w, tensor *x, tensor **g, int recompute) {
+    memory_run r;
+    double t[MEMORY_REPS];
+    one_step(c, w, x, g, recompute); /* warm-up: the BLAS's own buffers */
+    r.saved_bytes = one_step(c, w, x, g, recompute);
+    for (int k = 0; k < MEMORY_REPS; k++) {
+        double start = now_seconds();
+        one_step(c, w, x, g, recompute);
+        t[k] = now_seconds() - start;
+    }
+    r.seconds = median_of(t, MEMORY_REPS);
+    return r;
+}
+
+static void activation_memory(void);
+static void mixed_precision(void);
+
+static void memory(void) {
+    progress("memory");
+    note("## Memory: activations and recomputation");
+    note("Sharding model state (ZeRO) leaves the *activations*: what forward keeps for "
+         "backward. In this MLP, layer i keeps its input x and its pre-activation h = x W "
+         "(GELU's derivative needs h): for L layers of a batch B of width W, the outputs of "
+         "all layers and the L pre-activations, 2 L B W floats. **Recomputation** "
+         "(activation checkpointing) keeps only each layer's input and computes h = x W "
+         "again in backward: half the activations, for one more matrix product per layer "
+         "(forward does L of them, backward 2 L: 4 L against 3 L).");
+    see("https://arxiv.org/abs/1604.06174", "Chen et al.: Training Deep Nets with Sublinear Memory Cost (2016)");
+    activation_memory();
+    mixed_precision();
+}
+
+static void activation_memory(void) {
+    mlp_config c = memory_config();
+    if (!heap_counts()) {
+        note("This build's allocator does not report its heap (a sanitizer's replaces "
+             "glibc's), so the activations are not measured in this run.");
+        return;
+    }
+    tensor *x = make_data(&c, -1), *w[MAX_LAYERS], *g[MAX_LAYERS];
+    for (int i = 0; i < c.layers; i++) {
+        w[i] = init_layer(&c, i, -1);
+        g[i] = empty(c.width, c.width, -1);
+    }
+    memory_run plain = measure_step(&c, w, x, g, 0), recomputed = measure_step(&c, w, x, g, 1);
+    double act = (double)c.batch * c.width * sizeof(float);
+    table_t *t = table_new("One step of %d layers, batch %d, width %d, on the CPU", c.layers, c.batch, c.width);
+    table_column(t, "method", NULL, "%s");
+    table_column(t, "activations kept, measured", "bytes", "%lld");
+    table_column(t, "formula", "bytes", "%.0f");
+    table_column(t, "matrix products", NULL, "%d");
+    table_column(t, "step, median of 5", "ms", "%.2f");
+    table_row(t, "keep everything", (long long)plain.saved_bytes, 2 * c.layers * act, 3 * c.layers, plain.seconds * 1e3);
+    table_row(t, "recompute h", (long long)recomputed.saved_bytes, c.layers * act, 4 * c.layers,
+              recomputed.seconds * 1e3);
+    table_show(t);
+    /* The heap also holds each tensor's header and recorded stack: under
+     * 8 KiB each (about 0.5 KiB measured here), against 256 KiB of data; a
+     * step that kept one more activation per layer (or one fewer) would be
+     * 256 KiB per layer off. */
+    double slack = 8192.0 * 2 * c.layers;
+    check(fabs((double)plain.saved_bytes - 2 * c.layers * act) <= slack &&
+              fabs((double)recomputed.saved_bytes - c.layers * act) <= slack,
+          "activations: the heap holds what the formula says (%lld and %lld bytes, formula %.0f and %.0f, "
+          "within %.0f)",
+          (long long)plain.saved_bytes, (long long)recomputed.saved_bytes, 2 * c.layers * act, c.layers * act, slack);
+    note("Measured on the heap between forward and backward: recomputation kept %.2f times "
+         "the bytes, and its step took %.2f times as long here (each step's median of %d; "
+         "the load on this machine moves the times, not the bytes). The extra matrix "
+         "products are a third more; on a GPU, where memory is what runs out first, that "
+         "trade is often worth it.",
+         (double)recomputed.saved_bytes / (double)plain.saved_bytes, recomputed.seconds / plain.seconds, MEMORY_REPS);
+    free_layers(c.layers, w);
+    free_layers(c.layers, g);
+    tensor_free(x);
+}
+
+static void mixed_precision(void) {
+    note("### Mixed precision: bytes per parameter (accounting)");
+    note("Training in bf16 with AdamW keeps, per parameter: the bf16 weight (2 bytes) and "
+         "gradient (2), and in fp32 a master copy of the weight and AdamW's two moments "
+         "(4 + 4 + 4 = 12): 16 bytes, the same as fp32 training's 4 + 4 + 8. The saving of "
+         "mixed precision is in the activations (2 bytes each instead of 4) and in the "
+         "speed of bf16 matrix products, not in model state. This is accounting: this "
+         "runtime's tensors are fp32 only, nothing here is measured.");
+    table_t *t = table_new("Model state per parameter, bytes");
+    table_column(t, "training", NULL, "%s");
+    table_column(t, "weights", "bytes", "%d");
+    table_column(t, "gradients", "bytes", "%d");
+    table_column(t, "fp32 master weights", "bytes", "%d");
+    table_column(t, "AdamW moments", "bytes", "%d");
+    table_column(t, "total", "bytes", "%d");
+    table_column(t, "per rank, ZeRO-3 on 4 ranks", "bytes", "%.1f");
+    table_row(t, "fp32", 4, 4, 0, 8, 16, 16.0 / WORLD);
+    table_row(t, "bf16 mixed precision", 2, 2, 4, 8, 16, 16.0 / WORLD);
+    table_show(t);
+}
+
+/* ------------------------------------------------------------------ */
 /* Summary                                                             */
 /* ------------------------------------------------------------------ */
 
@@ -1161,10 +1322,15 @@ static void summary(void) {
          "| 2-D mesh | both, on separate groups | each kind on its own links |\n"
          "| ZeRO-1, ZeRO-2 | optimizer state, gradients | DDP's bytes, as reduce-scatter + all-gather |\n"
          "| ZeRO-3 | the weights too | 1.5 times DDP's bytes, gathers prefetched |");
-    note("Each ran on 4 CPU ranks here, over Open MPI. On GPUs the same calls go to NCCL; "
-         "that path compiles but has not been run for this lecture, and the row-wise steps "
-         "of `lectures/lib/transformer.c` copy to the host there, so its timings would say "
-         "little.");
+    if (gpu_count() == 0)
+        note("Each strategy ran on 4 CPU ranks here, over Open MPI. On GPUs the same calls go "
+             "to NCCL; that path compiles but has not been run for this lecture, and the "
+             "row-wise steps of `lectures/lib/transformer.c` copy to the host there.");
+    else
+        note("This run had %d GPU(s). The GPU path of this lecture had not been run before it "
+             "was written: the results above say whether it agrees, and the row-wise steps of "
+             "`lectures/lib/transformer.c` copy to the host, so no timing here speaks for a GPU.",
+             gpu_count());
 }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_scaling); }

@@ -38,6 +38,8 @@ SECTIONS = [
     "## Context parallelism: ring attention",
     "## A 2-D mesh: data x tensor parallelism",
     "## ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch",
+    "## Memory: activations and recomputation",
+    "### Mixed precision: bytes per parameter (accounting)",
     "## Summary",
 ]
 
@@ -292,6 +294,36 @@ class LectureScaling(unittest.TestCase):
             expected.append("compute %d" % i)
         self.assertEqual(m[0][1].group(1).split(", "), expected)
 
+    # ---- memory ----
+
+    def test_activations_measured_against_the_formula(self):
+        if "does not report its heap" in self.markdown():
+            self.skipTest("this build's allocator (a sanitizer's) does not report its heap")
+        t = self.table("One step of")
+        m = re.match(r"One step of (\d+) layers, batch (\d+), width (\d+)", t["caption"])
+        layers, batch, width = map(int, m.groups())
+        act = batch * width * 4
+        (n1, plain, f1, p1, t1), (n2, recomputed, f2, p2, t2) = t["rows"]
+        self.assertEqual((f1, f2), (2 * layers * act, layers * act))
+        self.assertEqual((p1, p2), (3 * layers, 4 * layers))
+        # the heap also holds the tensors' headers and stacks: under 8 KiB each
+        self.assertLessEqual(abs(plain - 2 * layers * act), 8192 * 2 * layers)
+        self.assertLessEqual(abs(recomputed - layers * act), 8192 * layers)
+        self.assertGreater(t1, 0)
+        self.assertGreater(t2, 0)
+        m = re.search(r"recomputation kept %s times the bytes, and its step took %s times" % (NUM, NUM),
+                      self.markdown())
+        self.assertAlmostEqual(float(m.group(1)), recomputed / plain, delta=half_unit(m.group(1)) * 1.0001)
+        self.assertAlmostEqual(float(m.group(2)), t2 / t1, delta=half_unit(m.group(2)) * 1.0001)
+
+    def test_mixed_precision_is_accounting(self):
+        rows = {r[0]: r[1:] for r in self.table("Model state per parameter")["rows"]}
+        for name, row in rows.items():
+            self.assertEqual(sum(row[:4]), row[4], name)
+            self.assertEqual(row[5], row[4] / WORLD, name)
+        self.assertEqual(rows["bf16 mixed precision"][:5], [2, 2, 4, 8, 16])
+        self.assertIn("This is accounting", self.markdown())
+
 
 class PlantedBugs(unittest.TestCase):
     """Each check can fail: a copy of the lecture with one bug (tests/lib/
@@ -350,6 +382,12 @@ class PlantedBugs(unittest.TestCase):
         self.assert_fails("        dist_all_gather(w[i], mine); /* every band, updated, to every rank */",
                           "        (void)0;",
                           "ZeRO-1: the weights after AdamW equal DDP's")
+
+    def test_recomputation_that_keeps_h(self):
+        # the checkpointed forward keeps every pre-activation (a leak too): twice the formula's bytes
+        self.assert_fails("        tensor_free(h); /* recomputed in backward */",
+                          "        (void)h;",
+                          "activations: the heap holds what the formula says")
 
 
 class CommittedTrace(unittest.TestCase):
