@@ -55,14 +55,14 @@ static void lecture_scaling(void) {
  * milliseconds, large enough that every sum has dozens of terms. */
 enum {
     WORLD = 4,
-    SEQ = 32,      /* tokens in the sequence */
-    DIM = 32,      /* model width d */
-    HEADS = 4,     /* attention heads, DIM / HEADS = 8 wide each */
-    HIDDEN = 128,  /* the MLP's hidden width, 4 d */
-    EXPERTS = 4,   /* one per rank */
-    TOKENS = 16,   /* tokens per rank for the mixture of experts */
+    SEQ = 32,     /* tokens in the sequence */
+    DIM = 32,     /* model width d */
+    HEADS = 4,    /* attention heads, DIM / HEADS = 8 wide each */
+    HIDDEN = 128, /* the MLP's hidden width, 4 d */
+    EXPERTS = 4,  /* one per rank */
+    TOKENS = 16,  /* tokens per rank for the mixture of experts */
     EXPERT_HIDDEN = 64,
-    RING_DH = 16,  /* the head width of the ring attention */
+    RING_DH = 16, /* the head width of the ring attention */
     MESH_BATCH = 32,
 };
 static const float LN_EPS = 1e-5f;
@@ -71,12 +71,22 @@ static const float LN_EPS = 1e-5f;
  * makes the same numbers without communicating. */
 enum {
     SEED_X = 1,
-    SEED_WQ = 10, SEED_WK, SEED_WV, SEED_WO, SEED_W1, SEED_W2,
-    SEED_TOKENS = 20, SEED_ROUTER,
+    SEED_WQ = 10,
+    SEED_WK,
+    SEED_WV,
+    SEED_WO,
+    SEED_W1,
+    SEED_W2,
+    SEED_TOKENS = 20,
+    SEED_ROUTER,
     SEED_EXPERT_W1 = 30,
     SEED_EXPERT_W2 = 40,
-    SEED_Q = 50, SEED_K, SEED_V,
-    SEED_MESH_X = 60, SEED_MESH_A, SEED_MESH_B,
+    SEED_Q = 50,
+    SEED_K,
+    SEED_V,
+    SEED_MESH_X = 60,
+    SEED_MESH_A,
+    SEED_MESH_B,
 };
 
 static tensor *input(int64_t rows, int64_t cols, uint64_t seed, int device) {
@@ -112,8 +122,8 @@ static int block_sum_lengths(void) { return 2 * DIM + DIM + DIM / HEADS + SEQ + 
  * the tolerance for sums of `sum_lengths` terms. The check fails past it. */
 static double compare(const char *what, int rank, const tensor *got, const tensor *expected, int sum_lengths) {
     double diff = max_abs_diff(got, expected), tol = rounding_tolerance(sum_lengths, largest(expected));
-    note_verbatim("Rank %d: %s: max |ranks - one device| = %.3g (largest value %.3g, tolerance %.3g)", rank, what,
-                  diff, largest(expected), tol);
+    note_verbatim("Rank %d: %s: max |ranks - one device| = %.3g (largest value %.3g, tolerance %.3g)", rank, what, diff,
+                  largest(expected), tol);
     check(diff <= tol, "%s: equal to one device's (%.3g <= %.3g)", what, diff, tol);
     return diff;
 }
@@ -157,9 +167,12 @@ typedef struct block {
 } block;
 
 static block block_full(int device) {
-    block b = {init_weight(DIM, DIM, SEED_WQ, device),    init_weight(DIM, DIM, SEED_WK, device),
-               init_weight(DIM, DIM, SEED_WV, device),    init_weight(DIM, DIM, SEED_WO, device),
-               init_weight(DIM, HIDDEN, SEED_W1, device), init_weight(HIDDEN, DIM, SEED_W2, device),
+    block b = {init_weight(DIM, DIM, SEED_WQ, device),
+               init_weight(DIM, DIM, SEED_WK, device),
+               init_weight(DIM, DIM, SEED_WV, device),
+               init_weight(DIM, DIM, SEED_WO, device),
+               init_weight(DIM, HIDDEN, SEED_W1, device),
+               init_weight(HIDDEN, DIM, SEED_W2, device),
                HEADS};
     return b;
 }
@@ -220,11 +233,11 @@ static void ep_main(int rank, int world_size, void *args);
 
 /* What each rank of the expert-parallel spawn hands back. */
 typedef struct ep_result {
-    int to_expert[EXPERTS];  /* of this rank's tokens, how many each expert got */
-    int capacity;            /* rows per piece of the all-to-all */
-    int64_t useful_bytes;    /* token rows that left this rank, both ways */
-    int64_t nominal_bytes;   /* the all-to-alls' bytes by the formula */
-    int64_t measured_bytes;  /* by Open MPI's counters (0 when not available) */
+    int to_expert[EXPERTS]; /* of this rank's tokens, how many each expert got */
+    int capacity;           /* rows per piece of the all-to-all */
+    int64_t useful_bytes;   /* token rows that left this rank, both ways */
+    int64_t nominal_bytes;  /* the all-to-alls' bytes by the formula */
+    int64_t measured_bytes; /* by Open MPI's counters (0 when not available) */
     int measured;
 } ep_result;
 
@@ -298,8 +311,8 @@ static int exchange_counts(const int *to_expert, int world_size, int device, int
 
 /* Step 4: this rank's expert on the real rows of what it received; the
  * outputs go back to the same rows (padding stays zero). */
-static tensor *run_my_expert(const tensor *received, const int *from, int world_size, int capacity,
-                             const tensor *w1, const tensor *w2) {
+static tensor *run_my_expert(const tensor *received, const int *from, int world_size, int capacity, const tensor *w1,
+                             const tensor *w2) {
     int rows[LECTERN_MAX_WORLD * TOKENS], n = 0;
     float ones[LECTERN_MAX_WORLD * TOKENS];
     for (int s = 0; s < world_size; s++)
@@ -354,7 +367,8 @@ static tensor *moe_one_device(const tensor *all_tokens, const tensor *router, in
     tensor *w1[EXPERTS], *w2[EXPERTS];
     for (int e = 0; e < EXPERTS; e++) expert_weights(e, device, &w1[e], &w2[e]);
     tensor *all = moe_forward(all_tokens, router, w1, w2, EXPERTS);
-    tensor *mine = row_slice(all, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS), *copy = to_device(mine, device);
+    tensor *mine = row_slice(all, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS),
+           *copy = to_device(mine, device);
     tensor_free(mine);
     tensor_free(all);
     for (int e = 0; e < EXPERTS; e++) {
@@ -393,8 +407,8 @@ static void ep_main(int rank, int world_size, void *args) {
     for (int e = 0; e < world_size; e++)
         if (e != rank) r.useful_bytes += 2 * (int64_t)r.to_expert[e] * DIM * (int64_t)sizeof(float);
     check(d.calls[DIST_CALL_ALL_TO_ALL] == 3 && r.nominal_bytes == ep_formula_bytes(world_size, r.capacity),
-          "expert parallelism: 3 all-to-alls of (p - 1) pieces, %lld bytes (formula %lld)",
-          (long long)r.nominal_bytes, (long long)ep_formula_bytes(world_size, r.capacity));
+          "expert parallelism: 3 all-to-alls of (p - 1) pieces, %lld bytes (formula %lld)", (long long)r.nominal_bytes,
+          (long long)ep_formula_bytes(world_size, r.capacity));
     spawn_return(&r, sizeof r);
     tensor_free(expected);
     tensor_free(out);
@@ -668,8 +682,7 @@ static tensor *chunk_of(tensor *t, int r, int64_t c) {
 }
 
 /* Ring attention: this rank's queries against every chunk of keys. */
-static tensor *ring_attention(tensor *q_mine, tensor *k_mine, tensor *v_mine, int rank, int world_size,
-                              int *useful) {
+static tensor *ring_attention(tensor *q_mine, tensor *k_mine, tensor *v_mine, int rank, int world_size, int *useful) {
     int64_t c = q_mine->shape[0];
     tensor *k = to_device(k_mine, k_mine->device), *v = to_device(v_mine, v_mine->device);
     online_attention *s = online_attention_new(c, RING_DH);
@@ -786,7 +799,8 @@ static void mesh_main(int rank, int world_size, void *args) {
     tensor *data = input(MESH_BATCH, DIM, SEED_MESH_X, device);
     tensor *x = row_slice(data, dp * half, (dp + 1) * half);
     tensor *A = init_weight(DIM, HIDDEN, SEED_MESH_A, device), *B = init_weight(HIDDEN, DIM, SEED_MESH_B, device);
-    tensor *a = col_slice(A, tp_rank * cols, (tp_rank + 1) * cols), *b_view = row_slice(B, tp_rank * cols, (tp_rank + 1) * cols);
+    tensor *a = col_slice(A, tp_rank * cols, (tp_rank + 1) * cols),
+           *b_view = row_slice(B, tp_rank * cols, (tp_rank + 1) * cols);
     tensor *b = to_device(b_view, device), *ga = empty(DIM, cols, device), *gb = empty(cols, DIM, device);
     mesh_step(tp, x, a, b, ga, gb);
     dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */
@@ -966,8 +980,7 @@ static dist_request *prefetch(const tensor *band, int world_size, tensor **whole
 }
 
 /* ZeRO-3 forward: layer i+1's all-gather is in flight while layer i computes. */
-static void zero3_forward(const mlp_config *c, tensor *x, tensor **band, tensor **acts, tensor **pre,
-                          event_log *log) {
+static void zero3_forward(const mlp_config *c, tensor *x, tensor **band, tensor **acts, tensor **pre, event_log *log) {
     int p = dist_world_size();
     tensor *whole[MAX_LAYERS + 1];
     dist_request *req = prefetch(band[0], p, &whole[0]);
@@ -1031,9 +1044,7 @@ static double share_where(const tensor *a, const tensor *b, double by) {
 }
 
 /* This rank's band of rows of t, as a tensor of its own. */
-static tensor *band_of(tensor *t, int rank, int world_size) {
-    return chunk_of(t, rank, t->shape[0] / world_size);
-}
+static tensor *band_of(tensor *t, int rank, int world_size) { return chunk_of(t, rank, t->shape[0] / world_size); }
 
 /* A ZeRO method against DDP on this rank: its gradient pieces (rounding:
  * lib/mlp.h's gradient_tolerance) and its weights after AdamW. AdamW's
@@ -1063,8 +1074,8 @@ static void against_ddp(int m, int rank, const mlp_config *c, tensor **w, tensor
                   rank, METHOD_NAMES[m], diff, tol, 100 * off, 100 * near_zero);
     check(diff <= tol, "%s: the gradient pieces equal DDP's (%.3g <= %.3g)", METHOD_NAMES[m], diff, tol);
     /* The weights, by the share rule above. */
-    check(off <= near_zero, "%s: the weights after AdamW equal DDP's (%.4f%% <= %.4f%% off by lr/2)",
-          METHOD_NAMES[m], 100 * off, 100 * near_zero);
+    check(off <= near_zero, "%s: the weights after AdamW equal DDP's (%.4f%% <= %.4f%% off by lr/2)", METHOD_NAMES[m],
+          100 * off, 100 * near_zero);
 }
 
 static void counted(zero_figures *f, const dist_traffic *before) {
@@ -1089,7 +1100,8 @@ static void zero_main(int rank, int world_size, void *args) {
     memset(&log, 0, sizeof log);
     for (int m = 0; m < METHODS; m++) {
         zero_weights(&c, rank, world_size, m == ZERO3, w[m]);
-        for (int i = 0; i < c.layers; i++) g[m][i] = m == DDP ? empty(c.width, c.width, device) : empty(rows, c.width, device);
+        for (int i = 0; i < c.layers; i++)
+            g[m][i] = m == DDP ? empty(c.width, c.width, device) : empty(rows, c.width, device);
         dist_traffic before = dist_traffic_now();
         if (m == DDP) ddp_step(&c, x, w[m], g[m], &f[m]);
         if (m == ZERO1) zero1_step(&c, x, w[m], g[m], &f[m]);
@@ -1261,7 +1273,8 @@ static void activation_memory(void) {
     table_column(t, "formula", "bytes", "%.0f");
     table_column(t, "matrix products", NULL, "%d");
     table_column(t, "step, median of 5", "ms", "%.2f");
-    table_row(t, "keep everything", (long long)plain.saved_bytes, 2 * c.layers * act, 3 * c.layers, plain.seconds * 1e3);
+    table_row(t, "keep everything", (long long)plain.saved_bytes, 2 * c.layers * act, 3 * c.layers,
+              plain.seconds * 1e3);
     table_row(t, "recompute h", (long long)recomputed.saved_bytes, c.layers * act, 4 * c.layers,
               recomputed.seconds * 1e3);
     table_show(t);
@@ -1271,7 +1284,7 @@ static void activation_memory(void) {
      * 256 KiB per layer off. */
     double slack = 8192.0 * 2 * c.layers;
     check(fabs((double)plain.saved_bytes - 2 * c.layers * act) <= slack &&
-              fabs((double)recomputed.saved_bytes - c.layers * act) <= slack,
+                  fabs((double)recomputed.saved_bytes - c.layers * act) <= slack,
           "activations: the heap holds what the formula says (%lld and %lld bytes, formula %.0f and %.0f, "
           "within %.0f)",
           (long long)plain.saved_bytes, (long long)recomputed.saved_bytes, 2 * c.layers * act, c.layers * act, slack);
