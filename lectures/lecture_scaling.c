@@ -261,6 +261,7 @@ static void expert_parallelism(void) {
          "4. each rank runs its expert on the rows it received (padding left out);\n"
          "5. **combine**: an all-to-all back, the same pieces in reverse, and each token's "
          "output scaled by its gate.");
+    image("assets/lecture_scaling_moe.svg", 0.8);
     note("%d ranks with %d tokens each, d = %d, experts of hidden width %d.", WORLD, TOKENS, DIM, EXPERT_HIDDEN);
     spawn(ep_main, WORLD, NULL, 0);
     expert_table();
@@ -644,6 +645,7 @@ static void context_parallelism(void) {
          "the chunk it holds, then passes that chunk to the next rank and receives one from "
          "the previous.");
     see("https://arxiv.org/abs/2310.01889", "Liu, Zaharia, Abbeel: Ring Attention with Blockwise Transformers (2023)");
+    image("assets/lecture_scaling_ring.svg", 0.8);
     note("A softmax needs every score of a row before it can divide. The *online softmax* "
          "does without: it keeps, per query, the largest score so far m, the sum l of "
          "exp(score - m) and the weighted sum of values; a chunk with a larger maximum "

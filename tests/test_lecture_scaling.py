@@ -137,6 +137,19 @@ class LectureScaling(unittest.TestCase):
             self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
             pos = headings.index(section, pos) + 1
 
+    def test_diagrams_and_references(self):
+        local = {r["src"] for s in self.trace["steps"] for r in s["renderings"]
+                 if r["type"] == "image" and not r["remote"]}
+        for name in ("moe", "ring"):
+            src = "assets/lecture_scaling_%s.svg" % name
+            self.assertIn(src, local)
+            self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
+        links = {r["url"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
+        for url in ("https://arxiv.org/abs/2101.03961", "https://arxiv.org/abs/1909.08053",
+                    "https://arxiv.org/abs/2205.05198", "https://arxiv.org/abs/2310.01889",
+                    "https://arxiv.org/abs/1910.02054", "https://arxiv.org/abs/1604.06174"):
+            self.assertIn(url, links)
+
     def test_every_strategy_passes_on_every_rank(self):
         passes = tracecheck.check_passes(self.trace)
         self.assertTrue(all(ok for _, _, ok in passes), [p for p in passes if not p[2]])
