@@ -108,8 +108,8 @@ static tensor *input(int64_t rows, int64_t cols, uint64_t seed, int device) {
  * holds each piece to bounds derived for its exact numbers), and every
  * bug planted in
  * tests/test_lecture_scaling.py (a missing all-reduce, a token sent to the
- * wrong expert, a skipped chunk of keys) is off by over 1% of the result,
- * a thousand times more. */
+ * wrong expert, a skipped chunk of keys) is off by far more: the test sees
+ * each one's check fail. */
 static double rounding_tolerance(int sum_lengths, double size) { return 2.0 * sum_lengths * FLOAT32_UNIT * size; }
 
 /* The sums on the way through a transformer block: LayerNorm's mean and
@@ -616,8 +616,7 @@ static void tp_table(void) {
     note("An activation here is %d x %d floats, b = %.0f bytes. Tensor parallelism sends two "
          "all-reduces, 2 x 2 (p-1)/p b = %.0f bytes by the formula; sequence parallelism two "
          "reduce-scatters and two all-gathers of (p-1)/p b each, the same %.0f bytes in twice "
-         "the calls (rank 0 made %lld and %lld, the runtime's own call-agreement checks "
-         "not counted). Its LayerNorms ran on %lld rows instead of %lld.",
+         "the calls (rank 0 made %lld and %lld). Its LayerNorms ran on %lld rows instead of %lld.",
          SEQ, DIM, activation, 4 * 0.75 * activation, 4 * 0.75 * activation, (long long)r.calls[0],
          (long long)r.calls[1], (long long)r.norm_rows[1], (long long)r.norm_rows[0]);
     if (r.measured_ok)
@@ -654,8 +653,10 @@ static void context_parallelism(void) {
          "`lectures/lib/transformer.c`; flash attention does the same inside one GPU).");
     note("One causal head of width %d over %d tokens, %d per rank.", RING_DH, SEQ, SEQ / WORLD);
     spawn(ring_main, WORLD, NULL, 0);
-    note("Equal to one device on every rank, and no rank ever held more than its own chunk "
-         "and one other. The sends are exact counts (the runtime counts point-to-point "
+    note("Equal to one device on every rank. The ring itself needs no more than a rank's "
+         "own chunk and the ones passing through it (here each rank also makes the whole "
+         "sequence from the seeds, only to cut out its chunk and to compute one device's "
+         "answer for the check). The sends are exact counts (the runtime counts point-to-point "
          "bytes as it hands them over). With a causal mask the ring is unbalanced: rank r "
          "needs only the chunks at or before its own, r + 1 of them, yet every rank waits "
          "for all p steps. Real systems give each rank two chunks, one from each end of "
@@ -748,8 +749,9 @@ static void mesh_2d(void) {
          "node, where links are fast, and data parallelism across nodes. Four ranks as a "
          "2 x 2 mesh: rank = 2 dp + tp.\n"
          "- The **tensor-parallel groups** {0, 1} and {2, 3} share one batch half and cut "
-         "the MLP Megatron's way (A by columns, B by rows): one all-reduce forward and "
-         "backward, in the group.\n"
+         "the MLP Megatron's way (A by columns, B by rows): one all-reduce forward, in "
+         "the group (and one backward, but not for a first block like this one, whose "
+         "input is the data).\n"
          "- The **data-parallel groups** {0, 2} and {1, 3} hold the same slice of the weights "
          "and different batch halves: their gradients are averaged in the group.\n"
          "`dist_new_group` makes each group; a collective `_in` a group involves its ranks "
@@ -759,9 +761,9 @@ static void mesh_2d(void) {
          DIM, HIDDEN, HIDDEN, DIM, MESH_BATCH);
     spawn(mesh_main, WORLD, NULL, 0);
     note("Every rank's slice of both gradients equals one device's, with two kinds of "
-         "traffic that never cross: the tensor-parallel all-reduces of activations (every "
-         "layer pair, forward and backward) and the data-parallel all-reduces of gradients "
-         "(once per step). That is why the mesh puts the first on the fastest links.");
+         "traffic that never cross: the tensor-parallel all-reduces of activations (in "
+         "every block, forward and, past the first block, backward) and the data-parallel "
+         "all-reduces of gradients (once per step). That is why the mesh puts the first on the fastest links.");
 }
 
 /* One device: the gradients of A and B on the whole batch. */
@@ -1327,6 +1329,7 @@ static void mixed_precision(void) {
 /* ------------------------------------------------------------------ */
 
 static void summary(void) {
+    mlp_config z = zero_config();
     note("## Summary");
     note("| strategy | what is cut | communication |\n"
          "|---|---|---|\n"
@@ -1336,7 +1339,8 @@ static void summary(void) {
          "| context parallel | tokens everywhere | keys and values round a ring |\n"
          "| 2-D mesh | both, on separate groups | each kind on its own links |\n"
          "| ZeRO-1, ZeRO-2 | optimizer state, gradients | DDP's bytes, as reduce-scatter + all-gather |\n"
-         "| ZeRO-3 | the weights too | 1.5 times DDP's bytes, gathers prefetched |");
+         "| ZeRO-3 | the weights too | up to 1.5 times DDP's bytes (%.3g here), gathers prefetched |",
+         (3 * z.layers - 1) / (2.0 * z.layers));
     if (gpu_count() == 0)
         note("Each strategy ran on 4 CPU ranks here, over Open MPI. On GPUs the same calls go "
              "to NCCL; that path compiles but has not been run for this lecture, and the "
