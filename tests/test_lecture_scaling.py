@@ -343,6 +343,22 @@ class PlantedBugs(unittest.TestCase):
     planted.py) must fail the check that guards it. Each bug moves its result
     by over 1% of the largest value; the tolerances are under 1e-4 of it."""
 
+    @classmethod
+    def setUpClass(cls):
+        # planted.py reads the compile command from `make -n BUILD=...`; the
+        # sanitizer build's flags come from SAN=1, which make takes from
+        # MAKEFLAGS (a copy built without them would not link against it).
+        cls.makeflags = os.environ.get("MAKEFLAGS")
+        if os.path.basename(tracecheck.BUILD) == "build-asan":
+            os.environ["MAKEFLAGS"] = "-- SAN=1"
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.makeflags is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = cls.makeflags
+
     def run_planted(self, find, replace):
         with planted.binary("lecture_scaling", find, replace) as exe, tempfile.TemporaryDirectory() as out:
             p, trace = tracecheck.run_quick(exe, out)
@@ -398,9 +414,12 @@ class PlantedBugs(unittest.TestCase):
 
     def test_recomputation_that_keeps_h(self):
         # the checkpointed forward keeps every pre-activation (a leak too): twice the formula's bytes
-        self.assert_fails("        tensor_free(h); /* recomputed in backward */",
-                          "        (void)h;",
-                          "activations: the heap holds what the formula says")
+        find, replace = "        tensor_free(h); /* recomputed in backward */", "        (void)h;"
+        p, trace = self.run_planted(find, replace)
+        if any("does not report its heap" in r["data"] for s in trace["steps"] for r in s["renderings"]
+               if r["type"] == "markdown"):
+            self.skipTest("this build's allocator (a sanitizer's) does not report its heap: no activation check")
+        self.assert_fails(find, replace, "activations: the heap holds what the formula says")
 
 
 class CommittedTrace(unittest.TestCase):
