@@ -428,11 +428,11 @@ static void expert_table(void) {
     table_column(t, "rank", NULL, "%d");
     table_column(t, "tokens to experts 0-3", NULL, "%s");
     table_column(t, "capacity", "rows", "%d");
-    table_column(t, "token rows that left", "bytes", "%lld");
+    table_column(t, "token rows out and back", "bytes", "%lld");
     table_column(t, "all-to-all, formula", "bytes", "%lld");
     table_column(t, "all-to-all, measured", "bytes", "%lld");
     char text[WORLD][64];
-    int64_t useful = 0, nominal = 0;
+    int64_t useful = 0, nominal = 0, measured = 0;
     for (int i = 0; i < WORLD; i++) {
         snprintf(text[i], sizeof text[i], "%d %d %d %d", r[i].to_expert[0], r[i].to_expert[1], r[i].to_expert[2],
                  r[i].to_expert[3]);
@@ -440,17 +440,20 @@ static void expert_table(void) {
                   (long long)r[i].measured_bytes);
         useful += r[i].useful_bytes;
         nominal += r[i].nominal_bytes;
+        measured += r[i].measured_bytes;
     }
     table_show(t);
     note("Equal outputs on every rank. The router is not balanced: the counts above are "
          "uneven, and the all-to-all pads every piece to the largest count, C = %d rows. Of "
          "the %lld bytes the ranks sent by the formula, %lld carried tokens (%.0f%%); the rest "
-         "was padding. Real systems cap C (a *capacity factor* of 1 to 1.25 times the even "
+         "was padding, and the counts. Real systems cap C (a *capacity factor* of 1 to 1.25 times the even "
          "share, dropping the overflow) and add a load-balancing loss to the router.",
          r[0].capacity, (long long)nominal, (long long)useful, 100.0 * (double)useful / (double)nominal);
     if (r[0].measured)
-        note("The measured column is what Open MPI's own all-to-all sent (its MPI_T counters): "
-             "it may differ from the formula by the algorithm Open MPI picked.");
+        note("The measured column is what Open MPI's own all-to-all sent (its MPI_T counters), "
+             "%lld bytes in all against the formula's %lld: the two may differ by the "
+             "algorithm Open MPI picks.",
+             (long long)measured, (long long)nominal);
     else
         note("Open MPI's counters are not available in this run, so the measured column is 0: "
              "only the formula's figure is shown.");
@@ -479,7 +482,7 @@ static void tensor_and_sequence_parallelism(void) {
          "head or more per rank, and the output projection W_o by rows. Rank r's heads "
          "times its rows of W_o is a *partial* output; one all-reduce adds the partials.\n"
          "- **MLP**: W1 by columns (GELU acts elementwise on its own columns), W2 by rows; "
-         "one all-reduce.\n"
+         "one all-reduce.\n\n"
          "Forward, that is two all-reduces of a whole activation (sequence x d) per block. "
          "Everything between them, LayerNorm and the residual additions, is repeated on every "
          "rank, on the whole sequence.");
@@ -753,7 +756,7 @@ static void mesh_2d(void) {
          "the group (and one backward, but not for a first block like this one, whose "
          "input is the data).\n"
          "- The **data-parallel groups** {0, 2} and {1, 3} hold the same slice of the weights "
-         "and different batch halves: their gradients are averaged in the group.\n"
+         "and different batch halves: their gradients are averaged in the group.\n\n"
          "`dist_new_group` makes each group; a collective `_in` a group involves its ranks "
          "only.");
     note("The MLP here is y = gelu(gelu(x A) B) with A %d x %d and B %d x %d, loss mean(y^2), "
@@ -872,7 +875,7 @@ static void zero_stages(void) {
     see("https://arxiv.org/abs/1910.02054", "Rajbhandari et al.: ZeRO: Memory Optimizations Toward Training "
                                             "Trillion Parameter Models (2019)");
     mlp_config c = zero_config();
-    note("%d ranks, the lecture_08 model: %d layers of %d x %d, a batch of %d, one AdamW "
+    note("%d ranks, lecture_08's model (lib/mlp.h) at %d layers of %d x %d, a batch of %d, one AdamW "
          "step (lr %g) from the same weights in each method.",
          WORLD, c.layers, c.width, c.width, c.batch, (double)c.lr);
     spawn(zero_main, WORLD, NULL, 0);

@@ -266,7 +266,7 @@ class LectureScaling(unittest.TestCase):
     # ---- ZeRO ----
 
     def zero_config(self):
-        m = re.search(r"the lecture_08 model: (\d+) layers of (\d+) x \d+, a batch of (\d+), one AdamW step "
+        m = re.search(r"lecture_08's model \(lib/mlp\.h\) at (\d+) layers of (\d+) x \d+, a batch of (\d+), one AdamW step "
                       r"\(lr %s\)" % NUM, self.markdown())
         return int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
 
