@@ -75,6 +75,21 @@ window.lecternIndex = {
    "has_good": true,
    "state": "ok",
    "order": 5
+  },
+  {
+   "name": "lecture_scaling",
+   "title": "After DDP, ZeRO, TP and PP",
+   "summary": "lecture_08 split a stack of matrices four ways: the batch (DDP), the optimizer state, gradients and weights (ZeRO), each matrix (tensor parallelism) and the layers (pipelines). A transformer has more to cut: experts that each see only some tokens, a sequence whose positions are …",
+   "start_time": "2026-11-25T07:40:37Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "mpi",
+   "duration_s": 5.591,
+   "steps": 110,
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok",
+   "order": 6
   }
  ]
 };

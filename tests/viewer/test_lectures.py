@@ -158,7 +158,7 @@ def shared_levels(a, b):
 
 class LectureCase(base.ViewerCase):
     width, height = 1400, 900
-    lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_gpu")
+    lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_gpu", "lecture_scaling")
 
     @classmethod
     def setUpClass(cls):

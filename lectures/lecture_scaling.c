@@ -1,0 +1,1358 @@
+/*
+ * lecture_scaling: what comes after data, ZeRO, tensor and pipeline
+ * parallelism: experts, sequences, long contexts and meshes of ranks.
+ *
+ *     make run LECTURE=lecture_scaling
+ *
+ * and open viewer/index.html?trace=lecture_scaling. Every strategy runs on
+ * real ranks and is compared with one device within a tolerance derived
+ * from float32 rounding; every byte count is the runtime's, read where the
+ * bytes move.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/memory.h"
+#include "lib/mlp.h"
+#include "lib/transformer.h"
+
+static void introduction(void);
+static void one_device(void);
+static void expert_parallelism(void);
+static void tensor_and_sequence_parallelism(void);
+static void context_parallelism(void);
+static void mesh_2d(void);
+static void zero_stages(void);
+static void memory(void);
+static void summary(void);
+
+static void lecture_scaling(void) {
+    note("# After DDP, ZeRO, TP and PP");
+    note("lecture_08 split a stack of matrices four ways: the batch (DDP), the optimizer "
+         "state, gradients and weights (ZeRO), each matrix (tensor parallelism) and the "
+         "layers (pipelines). A transformer has more to cut: experts that each see only "
+         "some tokens, a sequence whose positions are independent outside attention, and "
+         "a context long enough that one device cannot hold its attention. This lecture "
+         "runs each of those cuts on real ranks and compares it with one device.");
+    introduction();
+    one_device();
+    expert_parallelism();
+    tensor_and_sequence_parallelism();
+    context_parallelism();
+    mesh_2d();
+    zero_stages();
+    memory();
+    summary();
+}
+
+/* ------------------------------------------------------------------ */
+/* Sizes, seeds and how close is close enough                          */
+/* ------------------------------------------------------------------ */
+
+/* 4 ranks for every strategy; sizes small enough that each spawn takes
+ * milliseconds, large enough that every sum has dozens of terms. */
+enum {
+    WORLD = 4,
+    SEQ = 32,     /* tokens in the sequence */
+    DIM = 32,     /* model width d */
+    HEADS = 4,    /* attention heads, DIM / HEADS = 8 wide each */
+    HIDDEN = 128, /* the MLP's hidden width, 4 d */
+    EXPERTS = 4,  /* one per rank */
+    TOKENS = 16,  /* tokens per rank for the mixture of experts */
+    EXPERT_HIDDEN = 64,
+    RING_DH = 16, /* the head width of the ring attention */
+    MESH_BATCH = 32,
+};
+static const float LN_EPS = 1e-5f;
+
+/* Every tensor is drawn from its own seed, so every rank that needs it
+ * makes the same numbers without communicating. */
+enum {
+    SEED_X = 1,
+    SEED_WQ = 10,
+    SEED_WK,
+    SEED_WV,
+    SEED_WO,
+    SEED_W1,
+    SEED_W2,
+    SEED_TOKENS = 20,
+    SEED_ROUTER,
+    SEED_EXPERT_W1 = 30,
+    SEED_EXPERT_W2 = 40,
+    SEED_Q = 50,
+    SEED_K,
+    SEED_V,
+    SEED_MESH_X = 60,
+    SEED_MESH_A,
+    SEED_MESH_B,
+};
+
+static tensor *input(int64_t rows, int64_t cols, uint64_t seed, int device) {
+    manual_seed(seed);
+    return randn(rows, cols, device);
+}
+
+/* How far two float32 computations of the same formula may be apart when
+ * they differ only in the order of their sums (another matrix shape for
+ * the BLAS, partial sums added by an all-reduce, keys merged chunk by
+ * chunk). A float32 sum of n terms, in any order, is exact to n u times
+ * the sum of the terms' sizes (u = 2^-24); two orders differ by twice
+ * that. Along a path through the computation the sums' lengths add up;
+ * taking the largest result as the size of the terms gives
+ *     2 (sum of the lengths) u max|result|.
+ * A heuristic, as lib/mlp.h's gradient_tolerance is (the rigorous bound
+ * is relative to the sum of |terms|), with room on both sides: the right
+ * answers below sit 20 to 1000 times under it (tests/test_transformer.c
+ * holds each piece to bounds derived for its exact numbers), and every
+ * bug planted in
+ * tests/test_lecture_scaling.py (a missing all-reduce, a token sent to the
+ * wrong expert, a skipped chunk of keys) is off by far more: the test sees
+ * each one's check fail. */
+static double rounding_tolerance(int sum_lengths, double size) { return 2.0 * sum_lengths * FLOAT32_UNIT * size; }
+
+/* The sums on the way through a transformer block: LayerNorm's mean and
+ * variance (d each), the q, k, v projection (d), the scores (d / heads),
+ * the weighted values (SEQ), the output projection (d), the second
+ * LayerNorm (2 d), the MLP's two products (d and HIDDEN). */
+static int block_sum_lengths(void) { return 2 * DIM + DIM + DIM / HEADS + SEQ + DIM + 2 * DIM + DIM + HIDDEN; }
+
+/* Compares `got` with `expected` and says it: max |difference| against
+ * the tolerance for sums of `sum_lengths` terms. The check fails past it. */
+static double compare(const char *what, int rank, const tensor *got, const tensor *expected, int sum_lengths) {
+    double diff = max_abs_diff(got, expected), tol = rounding_tolerance(sum_lengths, largest(expected));
+    note_verbatim("Rank %d: %s: max |ranks - one device| = %.3g (largest value %.3g, tolerance %.3g)", rank, what, diff,
+                  largest(expected), tol);
+    check(diff <= tol, "%s: equal to one device's (%.3g <= %.3g)", what, diff, tol);
+    return diff;
+}
+
+static void introduction(void) {
+    note("## The plan");
+    note("1. The pieces of a transformer block on one device: LayerNorm, attention, the MLP, "
+         "and a mixture of experts (`lectures/lib/transformer.c`, each piece tested against "
+         "float64 in `tests/test_transformer.c`).\n"
+         "2. **Expert parallelism**: each rank owns one expert; tokens travel to their "
+         "expert's rank and back with two all-to-alls.\n"
+         "3. **Tensor and sequence parallelism** on a whole block: Megatron's column and row "
+         "split with one all-reduce per sub-block, then the same all-reduce cut into a "
+         "reduce-scatter and an all-gather so LayerNorm and the residual work on a quarter of "
+         "the sequence.\n"
+         "4. **Context parallelism**: ring attention, keys and values passed round a ring, "
+         "merged with an online softmax.\n"
+         "5. **A 2-D mesh**: data parallelism across one axis of 4 ranks, tensor "
+         "parallelism across the other, with process groups.\n"
+         "6. **ZeRO-1 and ZeRO-2**, whose traffic is DDP's, and **ZeRO-3 with prefetch**.\n"
+         "7. **Memory**: the activations a step keeps, measured, with and without "
+         "recomputation; mixed precision's bytes per parameter.");
+    note("Every strategy's result is compared with one device's on every rank. Float32 sums "
+         "taken in another order differ by rounding: a sum of n terms is exact to n 2^-24 of "
+         "its terms' size. Each tolerance below adds up the lengths of the sums on the way "
+         "to the result (the function `rounding_tolerance` beside the code says how), so a "
+         "right answer passes and a lost all-reduce, a token at the wrong expert or a "
+         "skipped chunk cannot.");
+}
+
+/* ------------------------------------------------------------------ */
+/* The block on one device                                             */
+/* ------------------------------------------------------------------ */
+
+/* A pre-LayerNorm transformer block's weights: attention (q, k, v and
+ * the output projection o) and the MLP (w1 then w2). A rank of tensor
+ * parallelism holds columns of wq, wk, wv, w1 and rows of wo, w2. */
+typedef struct block {
+    tensor *wq, *wk, *wv, *wo, *w1, *w2;
+    int heads;
+} block;
+
+static block block_full(int device) {
+    block b = {init_weight(DIM, DIM, SEED_WQ, device),
+               init_weight(DIM, DIM, SEED_WK, device),
+               init_weight(DIM, DIM, SEED_WV, device),
+               init_weight(DIM, DIM, SEED_WO, device),
+               init_weight(DIM, HIDDEN, SEED_W1, device),
+               init_weight(HIDDEN, DIM, SEED_W2, device),
+               HEADS};
+    return b;
+}
+
+static void block_free(block *b) {
+    tensor *all[] = {b->wq, b->wk, b->wv, b->wo, b->w1, b->w2};
+    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+}
+
+/* Multi-head attention of a (already normalised): its heads, then o. */
+static tensor *attention_part(const tensor *a, const block *w) {
+    tensor *heads = attention_heads(a, w->wq, w->wk, w->wv, w->heads, 1);
+    tensor *out = matmul(heads, w->wo);
+    tensor_free(heads);
+    return out;
+}
+
+/* y = x + attention(LN(x)); z = y + MLP(LN(y)). */
+static tensor *block_forward(const tensor *x, const block *w) {
+    tensor *a = layer_norm(x, LN_EPS), *y = attention_part(a, w);
+    add_(y, x);
+    tensor *b = layer_norm(y, LN_EPS), *z = mlp_forward(b, w->w1, w->w2);
+    add_(z, y);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(y);
+    return z;
+}
+
+static void one_device(void) {
+    progress("one device");
+    note("## The block on one device");
+    note("A pre-LayerNorm transformer block, the unit every strategy below cuts up:\n\n"
+         "    y = x + Attention(LayerNorm(x))\n"
+         "    z = y + MLP(LayerNorm(y))\n\n"
+         "LayerNorm works on each token (row) alone. Attention mixes tokens: each query "
+         "row takes a softmax-weighted mean of the value rows, here with a causal mask (a "
+         "token sees itself and earlier tokens). The MLP is gelu(b W1) W2, again one token "
+         "at a time.");
+    int device = get_device(0);
+    tensor *x = input(SEQ, DIM, SEED_X, device);
+    block w = block_full(device);
+    tensor *z = block_forward(x, &w);
+    note("Here: a sequence of %d tokens of width d = %d, %d heads of width %d, an MLP of "
+         "hidden width %d. One device's output z: %s. Every rank below computes this same "
+         "block, from the same seeds, to judge its own part against.",
+         SEQ, DIM, HEADS, DIM / HEADS, HIDDEN, summarize(z));
+    tensor_free(z);
+    block_free(&w);
+    tensor_free(x);
+}
+
+/* ------------------------------------------------------------------ */
+/* Expert parallelism                                                  */
+/* ------------------------------------------------------------------ */
+
+static void ep_main(int rank, int world_size, void *args);
+
+/* What each rank of the expert-parallel spawn hands back. */
+typedef struct ep_result {
+    int to_expert[EXPERTS]; /* of this rank's tokens, how many each expert got */
+    int capacity;           /* rows per piece of the all-to-all */
+    int64_t useful_bytes;   /* token rows that left this rank, both ways */
+    int64_t nominal_bytes;  /* the all-to-alls' bytes by the formula */
+    int64_t measured_bytes; /* by Open MPI's counters (0 when not available) */
+    int measured;
+} ep_result;
+
+static void expert_table(void);
+
+static void expert_parallelism(void) {
+    progress("expert parallelism");
+    note("## Expert parallelism");
+    note("A mixture-of-experts (MoE) layer replaces the block's one MLP by E of them, the "
+         "experts, and a router: a d x E matrix whose largest logit picks each token's "
+         "expert (top-1, as in the Switch Transformer). The token's output is that expert's "
+         "MLP, scaled by the router's softmax probability for it. Parameters grow E times; "
+         "the work per token does not.");
+    see("https://arxiv.org/abs/2101.03961", "Fedus et al.: Switch Transformers (2021)");
+    note("Expert parallelism puts expert e on rank e. Every rank routes its own tokens, "
+         "then:\n"
+         "1. an all-to-all of the counts: how many tokens each rank will send each expert;\n"
+         "2. a *capacity* C, the largest of those counts (an all-reduce of the maximum): the "
+         "all-to-all moves equal pieces, so each piece is C rows, padded with zeros;\n"
+         "3. **dispatch**: an all-to-all of the tokens, sorted by expert, piece e to rank e;\n"
+         "4. each rank runs its expert on the rows it received (padding left out);\n"
+         "5. **combine**: an all-to-all back, the same pieces in reverse, and each token's "
+         "output scaled by its gate.");
+    image("assets/lecture_scaling_moe.svg", 0.8);
+    note("%d ranks with %d tokens each, d = %d, experts of hidden width %d.", WORLD, TOKENS, DIM, EXPERT_HIDDEN);
+    spawn(ep_main, WORLD, NULL, 0);
+    expert_table();
+}
+
+/* The expert weights of expert e: the same numbers on every rank. */
+static void expert_weights(int e, int device, tensor **w1, tensor **w2) {
+    *w1 = init_weight(DIM, EXPERT_HIDDEN, SEED_EXPERT_W1 + (uint64_t)e, device);
+    *w2 = init_weight(EXPERT_HIDDEN, DIM, SEED_EXPERT_W2 + (uint64_t)e, device);
+}
+
+/* The tokens sorted by destination into world_size pieces of `capacity`
+ * rows (zeros after each piece's tokens); slot[t] is token t's row. */
+static tensor *pack_by_expert(const tensor *x, const int *dest, int world_size, int capacity, int *slot) {
+    int filled[LECTERN_MAX_WORLD] = {0};
+    int64_t tokens = x->shape[0];
+    float *xs = malloc((size_t)(tokens * DIM) * sizeof(float));
+    float *buf = calloc((size_t)world_size * capacity * DIM, sizeof(float));
+    if (!xs || !buf) lecture_fail("out of memory packing %lld tokens", (long long)tokens);
+    tensor_to_host(x, xs);
+    for (int64_t t = 0; t < tokens; t++) {
+        slot[t] = dest[t] * capacity + filled[dest[t]]++;
+        memcpy(buf + (int64_t)slot[t] * DIM, xs + t * DIM, DIM * sizeof(float));
+    }
+    tensor *packed = tensor_from(buf, (int64_t)world_size * capacity, DIM, x->device);
+    free(buf);
+    free(xs);
+    return packed;
+}
+
+/* Steps 1 and 2: how many rows come from each rank (into from[]), and the
+ * capacity every piece is padded to. */
+static int exchange_counts(const int *to_expert, int world_size, int device, int *from) {
+    float sent[LECTERN_MAX_WORLD] = {0}, got[LECTERN_MAX_WORLD], most = 0;
+    for (int e = 0; e < world_size; e++) most = fmaxf(most, sent[e] = (float)to_expert[e]);
+    tensor *send = tensor_from(sent, world_size, 0, device), *recv = empty(world_size, 0, device);
+    dist_all_to_all(recv, send); /* recv[s]: rows rank s will send me */
+    tensor_to_host(recv, got);
+    for (int s = 0; s < world_size; s++) from[s] = (int)got[s];
+    tensor *cap = tensor_from(&most, 1, 0, device);
+    dist_all_reduce(cap, DIST_MAX);
+    int capacity = (int)tensor_item(cap, 0);
+    tensor_free(cap);
+    tensor_free(send);
+    tensor_free(recv);
+    return capacity;
+}
+
+/* Step 4: this rank's expert on the real rows of what it received; the
+ * outputs go back to the same rows (padding stays zero). */
+static tensor *run_my_expert(const tensor *received, const int *from, int world_size, int capacity, const tensor *w1,
+                             const tensor *w2) {
+    int rows[LECTERN_MAX_WORLD * TOKENS], n = 0;
+    float ones[LECTERN_MAX_WORLD * TOKENS];
+    for (int s = 0; s < world_size; s++)
+        for (int i = 0; i < from[s]; i++) {
+            ones[n] = 1.0f;
+            rows[n++] = s * capacity + i;
+        }
+    tensor *out = zeros(received->shape[0], DIM, received->device);
+    if (n == 0) return out; /* no token chose this expert */
+    tensor *mine = gather_rows(received, rows, n), *y = mlp_forward(mine, w1, w2);
+    scatter_rows(out, y, rows, ones, n);
+    tensor_free(mine);
+    tensor_free(y);
+    return out;
+}
+
+/* Step 5: token t's output is row slot[t] of what came back, times its gate. */
+static tensor *combine(const tensor *back, const int *slot, const float *gate, int tokens) {
+    int order[TOKENS];
+    for (int t = 0; t < tokens; t++) order[t] = t;
+    tensor *rows = gather_rows(back, slot, tokens), *out = zeros(tokens, DIM, back->device);
+    scatter_rows(out, rows, order, gate, tokens);
+    tensor_free(rows);
+    return out;
+}
+
+/* The MoE layer, expert parallel: this rank's tokens x in, their outputs out. */
+static tensor *moe_expert_parallel(const tensor *x, const tensor *router, const tensor *w1, const tensor *w2,
+                                   ep_result *r) {
+    int p = dist_world_size(), expert[TOKENS], dest[TOKENS], slot[TOKENS], from[LECTERN_MAX_WORLD];
+    float gate[TOKENS];
+    moe_route(x, router, expert, gate);
+    for (int t = 0; t < TOKENS; t++) {
+        dest[t] = expert[t]; /* the rank that owns token t's expert */
+        r->to_expert[expert[t]]++;
+    }
+    r->capacity = exchange_counts(r->to_expert, p, x->device, from);
+    tensor *send = pack_by_expert(x, dest, p, r->capacity, slot), *recv = empty(send->shape[0], DIM, x->device);
+    dist_all_to_all(recv, send); /* dispatch: piece e to rank e */
+    tensor *done = run_my_expert(recv, from, p, r->capacity, w1, w2), *back = empty(send->shape[0], DIM, x->device);
+    dist_all_to_all(back, done); /* combine: each piece home again */
+    tensor *out = combine(back, slot, gate, TOKENS);
+    tensor_free(send);
+    tensor_free(recv);
+    tensor_free(done);
+    tensor_free(back);
+    return out;
+}
+
+/* The same layer on one device, all ranks' tokens: this rank's rows. */
+static tensor *moe_one_device(const tensor *all_tokens, const tensor *router, int rank, int device) {
+    tensor *w1[EXPERTS], *w2[EXPERTS];
+    for (int e = 0; e < EXPERTS; e++) expert_weights(e, device, &w1[e], &w2[e]);
+    tensor *all = moe_forward(all_tokens, router, w1, w2, EXPERTS);
+    tensor *mine = row_slice(all, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS),
+           *copy = to_device(mine, device);
+    tensor_free(mine);
+    tensor_free(all);
+    for (int e = 0; e < EXPERTS; e++) {
+        tensor_free(w1[e]);
+        tensor_free(w2[e]);
+    }
+    return copy;
+}
+
+/* The all-to-alls' bytes by the formula: each sends (p - 1) of its p
+ * pieces: the counts (1 float each), the tokens and their way back (C rows
+ * of d floats each). */
+static int64_t ep_formula_bytes(int p, int capacity) {
+    return (int64_t)(p - 1) * (int64_t)sizeof(float) * (1 + 2 * (int64_t)capacity * DIM);
+}
+
+static void ep_main(int rank, int world_size, void *args) {
+    if (world_size != EXPERTS) lecture_fail("expert parallelism needs one rank per expert (%d)", EXPERTS);
+    int device = get_device(rank);
+    tensor *all_tokens = input((int64_t)world_size * TOKENS, DIM, SEED_TOKENS, device);
+    tensor *x = row_slice(all_tokens, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS);
+    tensor *router = init_weight(DIM, EXPERTS, SEED_ROUTER, device), *w1, *w2;
+    expert_weights(rank, device, &w1, &w2); /* only my expert */
+    ep_result r = {0};
+    dist_traffic before = dist_traffic_now();
+    tensor *out = moe_expert_parallel(x, router, w1, w2, &r);
+    dist_traffic d = dist_traffic_since(&before);
+
+    tensor *expected = moe_one_device(all_tokens, router, rank, device);
+    /* A token's output: the router (d terms), the expert's two products
+     * (d and its hidden width). */
+    compare("expert parallelism: the MoE layer's output", rank, out, expected, DIM + DIM + EXPERT_HIDDEN);
+    r.nominal_bytes = d.nominal_sent[DIST_CALL_ALL_TO_ALL];
+    r.measured_bytes = d.bytes_sent[DIST_CALL_ALL_TO_ALL];
+    r.measured = d.measured_collectives;
+    for (int e = 0; e < world_size; e++)
+        if (e != rank) r.useful_bytes += 2 * (int64_t)r.to_expert[e] * DIM * (int64_t)sizeof(float);
+    check(d.calls[DIST_CALL_ALL_TO_ALL] == 3 && r.nominal_bytes == ep_formula_bytes(world_size, r.capacity),
+          "expert parallelism: 3 all-to-alls of (p - 1) pieces, %lld bytes (formula %lld)", (long long)r.nominal_bytes,
+          (long long)ep_formula_bytes(world_size, r.capacity));
+    spawn_return(&r, sizeof r);
+    tensor_free(expected);
+    tensor_free(out);
+    tensor_free(w1);
+    tensor_free(w2);
+    tensor_free(router);
+    tensor_free(x);
+    tensor_free(all_tokens);
+}
+
+static void expert_table(void) {
+    ep_result r[WORLD];
+    for (int i = 0; i < WORLD; i++)
+        if (spawn_result(i, &r[i], sizeof r[i]) != sizeof r[i]) lecture_fail("rank %d returned no result", i);
+    table_t *t = table_new("Expert parallelism: each rank's tokens and all-to-all bytes sent");
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "tokens to experts 0-3", NULL, "%s");
+    table_column(t, "capacity", "rows", "%d");
+    table_column(t, "token rows out and back", "bytes", "%lld");
+    table_column(t, "all-to-all, formula", "bytes", "%lld");
+    table_column(t, "all-to-all, measured", "bytes", "%lld");
+    char text[WORLD][64];
+    int64_t useful = 0, nominal = 0, measured = 0;
+    for (int i = 0; i < WORLD; i++) {
+        snprintf(text[i], sizeof text[i], "%d %d %d %d", r[i].to_expert[0], r[i].to_expert[1], r[i].to_expert[2],
+                 r[i].to_expert[3]);
+        table_row(t, i, text[i], r[i].capacity, (long long)r[i].useful_bytes, (long long)r[i].nominal_bytes,
+                  (long long)r[i].measured_bytes);
+        useful += r[i].useful_bytes;
+        nominal += r[i].nominal_bytes;
+        measured += r[i].measured_bytes;
+    }
+    table_show(t);
+    note("Equal outputs on every rank. The router is not balanced: the counts above are "
+         "uneven, and the all-to-all pads every piece to the largest count, C = %d rows. Of "
+         "the %lld bytes the ranks sent by the formula, %lld carried tokens (%.0f%%); the rest "
+         "was padding, and the counts. Real systems cap C (a *capacity factor* of 1 to 1.25 times the even "
+         "share, dropping the overflow) and add a load-balancing loss to the router.",
+         r[0].capacity, (long long)nominal, (long long)useful, 100.0 * (double)useful / (double)nominal);
+    if (r[0].measured)
+        note("The measured column is what Open MPI's own all-to-all sent (its MPI_T counters), "
+             "%lld bytes in all against the formula's %lld: the two may differ by the "
+             "algorithm Open MPI picks.",
+             (long long)measured, (long long)nominal);
+    else
+        note("Open MPI's counters are not available in this run, so the measured column is 0: "
+             "only the formula's figure is shown.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Tensor and sequence parallelism                                     */
+/* ------------------------------------------------------------------ */
+
+static void tp_main(int rank, int world_size, void *args);
+
+typedef struct tp_result {
+    int64_t nominal[2], measured[2], calls[2]; /* tensor parallel, sequence parallel */
+    int64_t norm_rows[2];                      /* rows LayerNorm and the residual work on */
+    int measured_ok;
+} tp_result;
+
+static void tp_table(void);
+
+static void tensor_and_sequence_parallelism(void) {
+    progress("tensor and sequence parallelism");
+    note("## Tensor and sequence parallelism");
+    see("https://arxiv.org/abs/1909.08053", "Shoeybi et al.: Megatron-LM (2019)");
+    note("Megatron cuts the block's two sub-blocks the way lecture_08 cut its MLP pairs:\n"
+         "- **Attention**: heads are independent, so W_q, W_k, W_v are cut by columns, a "
+         "head or more per rank, and the output projection W_o by rows. Rank r's heads "
+         "times its rows of W_o is a *partial* output; one all-reduce adds the partials.\n"
+         "- **MLP**: W1 by columns (GELU acts elementwise on its own columns), W2 by rows; "
+         "one all-reduce.\n\n"
+         "Forward, that is two all-reduces of a whole activation (sequence x d) per block. "
+         "Everything between them, LayerNorm and the residual additions, is repeated on every "
+         "rank, on the whole sequence.");
+    see("https://arxiv.org/abs/2205.05198", "Korthikanti et al.: Reducing Activation Recomputation in Large "
+                                            "Transformer Models (2022)");
+    note("**Sequence parallelism** removes that repetition. An all-reduce is a "
+         "reduce-scatter followed by an all-gather. Cut it in two: after the sub-block, a "
+         "reduce-scatter leaves rank r the *summed* rows of its quarter of the sequence; "
+         "LayerNorm and the residual, which work token by token, run on that quarter; an "
+         "all-gather rebuilds the whole sequence just before the next attention or MLP, "
+         "which needs it. The same bytes, a quarter of the LayerNorm work, and a quarter "
+         "of the activations kept between the sub-blocks.");
+    spawn(tp_main, WORLD, NULL, 0);
+    tp_table();
+}
+
+/* Rank r's part of the block: heads [r h/p, (r+1) h/p) (columns of wq, wk,
+ * wv), the matching rows of wo; columns of w1 and rows of w2. */
+static block block_shard(int rank, int world_size, int device) {
+    block full = block_full(device), b;
+    int64_t c = DIM / world_size, h = HIDDEN / world_size;
+    b.wq = col_slice(full.wq, rank * c, (rank + 1) * c);
+    b.wk = col_slice(full.wk, rank * c, (rank + 1) * c);
+    b.wv = col_slice(full.wv, rank * c, (rank + 1) * c);
+    tensor *o = row_slice(full.wo, rank * c, (rank + 1) * c), *w2 = row_slice(full.w2, rank * h, (rank + 1) * h);
+    b.wo = to_device(o, device);
+    b.w2 = to_device(w2, device);
+    b.w1 = col_slice(full.w1, rank * h, (rank + 1) * h);
+    b.heads = HEADS / world_size;
+    tensor_free(o);
+    tensor_free(w2);
+    block_free(&full);
+    return b;
+}
+
+/* Megatron: the whole sequence on every rank, one all-reduce per sub-block. */
+static tensor *block_tensor_parallel(const tensor *x, const block *w) {
+    tensor *a = layer_norm(x, LN_EPS), *y = attention_part(a, w);
+    dist_all_reduce(y, DIST_SUM); /* the heads' partial outputs add up */
+    add_(y, x);
+    tensor *b = layer_norm(y, LN_EPS), *z = mlp_forward(b, w->w1, w->w2);
+    dist_all_reduce(z, DIST_SUM); /* the MLP's partial outputs add up */
+    add_(z, y);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(y);
+    return z;
+}
+
+/* The rows of the whole sequence, gathered from every rank's quarter. */
+static tensor *gather_sequence(const tensor *mine) {
+    tensor *all = empty(mine->shape[0] * dist_world_size(), mine->shape[1], mine->device);
+    dist_all_gather(all, mine);
+    return all;
+}
+
+/* Partial outputs of the whole sequence summed, this rank's quarter kept. */
+static tensor *reduce_scatter_sequence(const tensor *partial) {
+    tensor *mine = empty(partial->shape[0] / dist_world_size(), partial->shape[1], partial->device);
+    dist_reduce_scatter(mine, partial, DIST_SUM);
+    return mine;
+}
+
+/* Sequence parallel: x_mine is this rank's quarter of the sequence; so is
+ * the result. LayerNorm and the residuals work on the quarter only. */
+static tensor *block_sequence_parallel(const tensor *x_mine, const block *w) {
+    tensor *a_mine = layer_norm(x_mine, LN_EPS), *a = gather_sequence(a_mine);
+    tensor *partial = attention_part(a, w), *y = reduce_scatter_sequence(partial);
+    add_(y, x_mine);
+    tensor *b_mine = layer_norm(y, LN_EPS), *b = gather_sequence(b_mine);
+    tensor *partial2 = mlp_forward(b, w->w1, w->w2), *z = reduce_scatter_sequence(partial2);
+    add_(z, y);
+    tensor *all[] = {a_mine, a, partial, y, b_mine, b, partial2};
+    for (int i = 0; i < 7; i++) tensor_free(all[i]);
+    return z;
+}
+
+static void count_traffic(tp_result *r, int which, const dist_traffic *d) {
+    r->nominal[which] = dist_traffic_nominal(d);
+    r->measured[which] = dist_traffic_sent(d);
+    r->calls[which] = dist_traffic_calls(d);
+    r->measured_ok = d->measured_collectives;
+}
+
+static void tp_main(int rank, int world_size, void *args) {
+    int device = get_device(rank);
+    int64_t quarter = SEQ / world_size;
+    tensor *x = input(SEQ, DIM, SEED_X, device);
+    block full = block_full(device), mine = block_shard(rank, world_size, device);
+    tensor *expected = block_forward(x, &full);
+    tp_result r;
+    memset(&r, 0, sizeof r);
+
+    dist_traffic before = dist_traffic_now();
+    tensor *z = block_tensor_parallel(x, &mine);
+    dist_traffic d = dist_traffic_since(&before);
+    count_traffic(&r, 0, &d);
+    r.norm_rows[0] = SEQ;
+    compare("tensor parallelism: the block's output", rank, z, expected, block_sum_lengths());
+
+    tensor *x_mine = row_slice(x, rank * quarter, (rank + 1) * quarter);
+    before = dist_traffic_now();
+    tensor *z_mine = block_sequence_parallel(x_mine, &mine);
+    d = dist_traffic_since(&before);
+    count_traffic(&r, 1, &d);
+    r.norm_rows[1] = quarter;
+    tensor *expected_mine = row_slice(expected, rank * quarter, (rank + 1) * quarter);
+    compare("sequence parallelism: the block's output, this rank's quarter", rank, z_mine, expected_mine,
+            block_sum_lengths());
+    check(r.nominal[1] == r.nominal[0], "sequence parallelism: the same bytes as tensor parallelism (%lld = %lld)",
+          (long long)r.nominal[1], (long long)r.nominal[0]);
+    spawn_return(&r, sizeof r);
+    tensor *all[] = {expected_mine, z_mine, x_mine, z, expected, x};
+    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+    block_free(&full);
+    block_free(&mine);
+}
+
+static void tp_table(void) {
+    tp_result r;
+    if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("rank 0 returned no result");
+    table_t *t = table_new("One block forward on %d ranks, rank 0's traffic", WORLD);
+    table_column(t, "strategy", NULL, "%s");
+    table_column(t, "collective calls", NULL, "%lld");
+    table_column(t, "bytes sent, formula", "bytes", "%lld");
+    table_column(t, "bytes sent, measured", "bytes", "%lld");
+    table_column(t, "rows per LayerNorm", NULL, "%lld");
+    const char *names[2] = {"tensor parallel (all-reduce)", "sequence parallel (reduce-scatter + all-gather)"};
+    for (int i = 0; i < 2; i++)
+        table_row(t, names[i], (long long)r.calls[i], (long long)r.nominal[i], (long long)r.measured[i],
+                  (long long)r.norm_rows[i]);
+    table_show(t);
+    double activation = (double)SEQ * DIM * sizeof(float);
+    note("An activation here is %d x %d floats, b = %.0f bytes. Tensor parallelism sends two "
+         "all-reduces, 2 x 2 (p-1)/p b = %.0f bytes by the formula; sequence parallelism two "
+         "reduce-scatters and two all-gathers of (p-1)/p b each, the same %.0f bytes in twice "
+         "the calls (rank 0 made %lld and %lld). Its LayerNorms ran on %lld rows instead of %lld.",
+         SEQ, DIM, activation, 4 * 0.75 * activation, 4 * 0.75 * activation, (long long)r.calls[0],
+         (long long)r.calls[1], (long long)r.norm_rows[1], (long long)r.norm_rows[0]);
+    if (r.measured_ok)
+        note("Open MPI's counters measured %lld and %lld bytes. The formula is what a "
+             "bandwidth-optimal (ring) algorithm sends; Open MPI picks its algorithm by "
+             "message size, and for messages this small it may pick one that sends more "
+             "bytes in fewer rounds.",
+             (long long)r.measured[0], (long long)r.measured[1]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Context parallelism: ring attention                                 */
+/* ------------------------------------------------------------------ */
+
+static void ring_main(int rank, int world_size, void *args);
+
+static void context_parallelism(void) {
+    progress("context parallelism");
+    note("## Context parallelism: ring attention");
+    note("Sequence parallelism still gathers the whole sequence for attention. With a long "
+         "enough context, one rank cannot hold it: the scores alone are sequence^2 numbers "
+         "per head. **Context parallelism** keeps the sequence cut everywhere, attention "
+         "included. Rank r holds the queries, keys and values of its chunk. The keys and "
+         "values travel round a ring: at each of p steps every rank attends its queries to "
+         "the chunk it holds, then passes that chunk to the next rank and receives one from "
+         "the previous.");
+    see("https://arxiv.org/abs/2310.01889", "Liu, Zaharia, Abbeel: Ring Attention with Blockwise Transformers (2023)");
+    image("assets/lecture_scaling_ring.svg", 0.8);
+    note("A softmax needs every score of a row before it can divide. The *online softmax* "
+         "does without: it keeps, per query, the largest score so far m, the sum l of "
+         "exp(score - m) and the weighted sum of values; a chunk with a larger maximum "
+         "rescales both by exp(m_old - m_new). After the last chunk, the weighted sum over l "
+         "is the attention, whatever order the chunks came in (`online_attention_add` in "
+         "`lectures/lib/transformer.c`; flash attention does the same inside one GPU).");
+    note("One causal head of width %d over %d tokens, %d per rank.", RING_DH, SEQ, SEQ / WORLD);
+    spawn(ring_main, WORLD, NULL, 0);
+    note("Equal to one device on every rank. The ring itself needs no more than a rank's "
+         "own chunk and the ones passing through it (here each rank also makes the whole "
+         "sequence from the seeds, only to cut out its chunk and to compute one device's "
+         "answer for the check). The sends are exact counts (the runtime counts point-to-point "
+         "bytes as it hands them over). With a causal mask the ring is unbalanced: rank r "
+         "needs only the chunks at or before its own, r + 1 of them, yet every rank waits "
+         "for all p steps. Real systems give each rank two chunks, one from each end of "
+         "the sequence (a *zig-zag* split), so every rank has the same work.");
+}
+
+/* Passes this rank's current key and value chunks to the next rank and
+ * takes the previous rank's: one ring step. */
+static void pass_on(tensor **k, tensor **v, int rank, int world_size) {
+    int next = (rank + 1) % world_size, prev = (rank + world_size - 1) % world_size;
+    tensor *k_in = empty((*k)->shape[0], (*k)->shape[1], (*k)->device);
+    tensor *v_in = empty((*v)->shape[0], (*v)->shape[1], (*v)->device);
+    dist_sendrecv(*k, next, k_in, prev);
+    dist_sendrecv(*v, next, v_in, prev);
+    tensor_free(*k);
+    tensor_free(*v);
+    *k = k_in;
+    *v = v_in;
+}
+
+/* A chunk of rows [r c, (r+1) c) of t, as a tensor of its own. */
+static tensor *chunk_of(tensor *t, int r, int64_t c) {
+    tensor *view = row_slice(t, r * c, (r + 1) * c), *copy = to_device(view, t->device);
+    tensor_free(view);
+    return copy;
+}
+
+/* Ring attention: this rank's queries against every chunk of keys. */
+static tensor *ring_attention(tensor *q_mine, tensor *k_mine, tensor *v_mine, int rank, int world_size, int *useful) {
+    int64_t c = q_mine->shape[0];
+    tensor *k = to_device(k_mine, k_mine->device), *v = to_device(v_mine, v_mine->device);
+    online_attention *s = online_attention_new(c, RING_DH);
+    for (int step = 0; step < world_size; step++) {
+        int owner = (rank - step + world_size) % world_size; /* whose chunk this rank holds now */
+        online_attention_add(s, q_mine, k, v, 1, rank * c, owner * c);
+        *useful += owner <= rank; /* the causal mask hides later chunks whole */
+        if (step + 1 < world_size) pass_on(&k, &v, rank, world_size);
+    }
+    tensor *out = online_attention_result(s, q_mine->device);
+    online_attention_free(s);
+    tensor_free(k);
+    tensor_free(v);
+    return out;
+}
+
+static void ring_main(int rank, int world_size, void *args) {
+    int device = get_device(rank);
+    int64_t c = SEQ / world_size;
+    tensor *q = input(SEQ, RING_DH, SEED_Q, device), *k = input(SEQ, RING_DH, SEED_K, device),
+           *v = input(SEQ, RING_DH, SEED_V, device);
+    tensor *q_mine = chunk_of(q, rank, c), *k_mine = chunk_of(k, rank, c), *v_mine = chunk_of(v, rank, c);
+    int useful = 0;
+    dist_traffic before = dist_traffic_now();
+    tensor *out = ring_attention(q_mine, k_mine, v_mine, rank, world_size, &useful);
+    dist_traffic d = dist_traffic_since(&before);
+
+    tensor *all = attention(q, k, v, 1, 0, 0), *expected = chunk_of(all, rank, c);
+    /* A score (RING_DH terms), the weighted values (SEQ terms), and each
+     * of the p merges rescaling by a rounded factor (one more term each). */
+    compare("ring attention: this rank's rows", rank, out, expected, RING_DH + SEQ + world_size);
+    int64_t formula = (int64_t)(world_size - 1) * 2 * c * RING_DH * (int64_t)sizeof(float);
+    note_verbatim("Rank %d: %d of %d chunks had keys it may see; sent %lld bytes to rank %d in %lld "
+                  "sendrecvs (formula (p-1) x 2 chunks x %lld x %d floats = %lld)",
+                  rank, useful, world_size, (long long)d.bytes_sent[DIST_CALL_SENDRECV], (rank + 1) % world_size,
+                  (long long)d.calls[DIST_CALL_SENDRECV], (long long)c, RING_DH, (long long)formula);
+    check(d.bytes_sent[DIST_CALL_SENDRECV] == formula && d.sent_to[(rank + 1) % world_size] == formula,
+          "ring attention: every chunk of keys and values passed on once, to the next rank (%lld bytes)",
+          (long long)formula);
+    tensor *all_t[] = {expected, all, out, v_mine, k_mine, q_mine, v, k, q};
+    for (int i = 0; i < 9; i++) tensor_free(all_t[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* A 2-D mesh: data x tensor parallelism                               */
+/* ------------------------------------------------------------------ */
+
+static void mesh_main(int rank, int world_size, void *args);
+
+/* The mesh's MLP, lib/mlp.h's layers: y = gelu(gelu(x A) B), A d x
+ * HIDDEN, B HIDDEN x d, loss mean(y^2). */
+static mlp_config mesh_config(void) {
+    mlp_config c = {.batch = MESH_BATCH, .width = HIDDEN, .layers = 2, .steps = 1, .lr = 0};
+    return c;
+}
+
+static void mesh_2d(void) {
+    progress("2-D mesh");
+    note("## A 2-D mesh: data x tensor parallelism");
+    note("Large runs combine strategies on a *mesh* of ranks: tensor parallelism inside a "
+         "node, where links are fast, and data parallelism across nodes. Four ranks as a "
+         "2 x 2 mesh: rank = 2 dp + tp.\n"
+         "- The **tensor-parallel groups** {0, 1} and {2, 3} share one batch half and cut "
+         "the MLP Megatron's way (A by columns, B by rows): one all-reduce forward, in "
+         "the group (and one backward, but not for a first block like this one, whose "
+         "input is the data).\n"
+         "- The **data-parallel groups** {0, 2} and {1, 3} hold the same slice of the weights "
+         "and different batch halves: their gradients are averaged in the group.\n\n"
+         "`dist_new_group` makes each group; a collective `_in` a group involves its ranks "
+         "only.");
+    note("The MLP here is y = gelu(gelu(x A) B) with A %d x %d and B %d x %d, loss mean(y^2), "
+         "a batch of %d, the forward and backward passes of `lectures/lib/mlp.c`.",
+         DIM, HIDDEN, HIDDEN, DIM, MESH_BATCH);
+    spawn(mesh_main, WORLD, NULL, 0);
+    note("Every rank's slice of both gradients equals one device's, with two kinds of "
+         "traffic that never cross: the tensor-parallel all-reduces of activations (in "
+         "every block, forward and, past the first block, backward) and the data-parallel "
+         "all-reduces of gradients (once per step). That is why the mesh puts the first on the fastest links.");
+}
+
+/* One device: the gradients of A and B on the whole batch. */
+static void mesh_one_device(int device, tensor **ga, tensor **gb) {
+    tensor *x = input(MESH_BATCH, DIM, SEED_MESH_X, device);
+    tensor *w[2] = {init_weight(DIM, HIDDEN, SEED_MESH_A, device), init_weight(HIDDEN, DIM, SEED_MESH_B, device)};
+    tensor *acts[3], *pre[2], *grads[2] = {empty(DIM, HIDDEN, device), empty(HIDDEN, DIM, device)};
+    forward(w, 2, x, acts, pre);
+    backward(w, 2, acts, pre, grads);
+    free_saved(2, acts, pre);
+    *ga = grads[0];
+    *gb = grads[1];
+    tensor_free(w[0]);
+    tensor_free(w[1]);
+    tensor_free(x);
+}
+
+/* Forward and backward of the Megatron MLP on this rank's batch half with
+ * its slices a (columns of A) and b (rows of B); gradients into ga, gb. */
+static void mesh_step(dist_group *tp, const tensor *x, const tensor *a, const tensor *b, tensor *ga, tensor *gb) {
+    tensor *h, *z = layer_forward(x, a, &h); /* z = gelu(x A_r), its columns */
+    tensor *pre = matmul(z, b);              /* z_r B_r: a partial sum */
+    dist_all_reduce_in(tp, pre, DIST_SUM);   /* x A B, whole, in the group */
+    tensor *y = gelu(pre), *dy = mse_loss_backward(y), *dz;
+    layer_backward(z, pre, b, dy, gb, &dz, 0.0f);
+    layer_backward(x, h, a, dz, ga, NULL, 0.0f); /* the data needs no gradient: no backward all-reduce */
+    tensor *all[] = {h, z, pre, y, dy, dz};
+    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+}
+
+static void mesh_main(int rank, int world_size, void *args) {
+    static const int tp_groups[2][2] = {{0, 1}, {2, 3}}, dp_groups[2][2] = {{0, 2}, {1, 3}};
+    if (world_size != 4) lecture_fail("the mesh is 2 x 2: 4 ranks, not %d", world_size);
+    int device = get_device(rank), dp = rank / 2, tp_rank = rank % 2;
+    dist_group *tp = dist_new_group(tp_groups[dp], 2), *dpg = dist_new_group(dp_groups[tp_rank], 2);
+    int64_t half = MESH_BATCH / 2, cols = HIDDEN / 2;
+    tensor *data = input(MESH_BATCH, DIM, SEED_MESH_X, device);
+    tensor *x = row_slice(data, dp * half, (dp + 1) * half);
+    tensor *A = init_weight(DIM, HIDDEN, SEED_MESH_A, device), *B = init_weight(HIDDEN, DIM, SEED_MESH_B, device);
+    tensor *a = col_slice(A, tp_rank * cols, (tp_rank + 1) * cols),
+           *b_view = row_slice(B, tp_rank * cols, (tp_rank + 1) * cols);
+    tensor *b = to_device(b_view, device), *ga = empty(DIM, cols, device), *gb = empty(cols, DIM, device);
+    mesh_step(tp, x, a, b, ga, gb);
+    dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */
+    dist_all_reduce_in(dpg, gb, DIST_AVG);
+
+    tensor *full_ga, *full_gb;
+    mesh_one_device(device, &full_ga, &full_gb);
+    tensor *ea = col_slice(full_ga, tp_rank * cols, (tp_rank + 1) * cols);
+    tensor *eb_view = row_slice(full_gb, tp_rank * cols, (tp_rank + 1) * cols), *eb = to_device(eb_view, device);
+    mlp_config c = mesh_config();
+    double size = fmax(largest(ea), largest(eb)), diff = fmax(max_abs_diff(ga, ea), max_abs_diff(gb, eb));
+    double tol = gradient_tolerance(&c) * size; /* lib/mlp.h derives it */
+    note_verbatim("Rank %d (dp %d, tp %d): gradients of A's columns and B's rows %lld-%lld: max |mesh - one "
+                  "device| = %.3g (largest %.3g, tolerance %.3g)",
+                  rank, dp, tp_rank, (long long)(tp_rank * cols), (long long)((tp_rank + 1) * cols - 1), diff, size,
+                  tol);
+    check(diff <= tol, "2-D mesh: the gradients equal one device's (%.3g <= %.3g)", diff, tol);
+    tensor *all[] = {ea, eb_view, eb, full_ga, full_gb, a, b_view, b, ga, gb, A, B, x, data};
+    for (int i = 0; i < 14; i++) tensor_free(all[i]);
+    dist_group_free(tp);
+    dist_group_free(dpg);
+}
+
+/* ------------------------------------------------------------------ */
+/* ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch                             */
+/* ------------------------------------------------------------------ */
+
+static void zero_main(int rank, int world_size, void *args);
+
+/* lib/mlp.h's model: 4 square layers, AdamW. */
+static mlp_config zero_config(void) {
+    mlp_config c = {.batch = 32, .width = 64, .layers = 4, .steps = 1, .lr = 1e-3f};
+    return c;
+}
+
+enum { DDP, ZERO1, ZERO2, ZERO3, METHODS };
+static const char *const METHOD_NAMES[METHODS] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3, prefetch"};
+
+/* What one method holds at its peak, by the bookkeeping beside each step
+ * function (floats), and what it sent, by the runtime's tally (bytes). */
+typedef struct zero_figures {
+    int64_t weights, grads, state; /* floats held at the peak */
+    int64_t nominal, calls;
+} zero_figures;
+
+static void zero_table(void);
+
+static void zero_stages(void) {
+    progress("ZeRO");
+    note("## ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch");
+    note("lecture_08 ran ZeRO-3. Here are the stages before it, and ZeRO-3 the way FSDP "
+         "runs it. Each rank keeps piece r (a band of rows) of what a stage shards:\n"
+         "- **ZeRO-1** shards AdamW's state. The full gradient is computed as in DDP; then, "
+         "instead of an all-reduce, a **reduce-scatter** gives each rank the average of its "
+         "piece only; it updates its piece of the weights; an **all-gather** gives every "
+         "rank the whole updated weights. A reduce-scatter and an all-gather are the two "
+         "halves of an all-reduce: the same bytes as DDP.\n"
+         "- **ZeRO-2** also shards the gradients: each layer's gradient is reduce-scattered "
+         "as soon as backward makes it, and the full gradient freed. The same calls, the same "
+         "bytes; only one layer's full gradient is alive at a time.\n"
+         "- **ZeRO-3** also shards the weights: each layer is all-gathered before its "
+         "forward and again before its backward. With **prefetch**, the all-gather of the "
+         "next layer is issued (`dist_all_gather_async`) before this layer computes and "
+         "waited for after, so the transfer can run during the compute.");
+    see("https://arxiv.org/abs/1910.02054", "Rajbhandari et al.: ZeRO: Memory Optimizations Toward Training "
+                                            "Trillion Parameter Models (2019)");
+    mlp_config c = zero_config();
+    note("%d ranks, lecture_08's model (lib/mlp.h) at %d layers of %d x %d, a batch of %d, one AdamW "
+         "step (lr %g) from the same weights in each method.",
+         WORLD, c.layers, c.width, c.width, c.batch, (double)c.lr);
+    spawn(zero_main, WORLD, NULL, 0);
+    zero_table();
+}
+
+/* Every rank's model: the full weights, or its band of rows of each layer. */
+static void zero_weights(const mlp_config *c, int rank, int world_size, int pieces, tensor **w) {
+    int64_t rows = c->width / world_size;
+    for (int i = 0; i < c->layers; i++) {
+        w[i] = init_layer(c, i, get_device(rank));
+        if (!pieces) continue;
+        tensor *band = row_slice(w[i], rank * rows, (rank + 1) * rows), *mine = to_device(band, w[i]->device);
+        tensor_free(band);
+        tensor_free(w[i]);
+        w[i] = mine;
+    }
+}
+
+static void adamw_all(const mlp_config *c, tensor **w, tensor *const *g) {
+    for (int i = 0; i < c->layers; i++) {
+        adamw *opt = adamw_new(w[i], c->lr); /* its state: 2 floats per weight it updates */
+        adamw_step(opt, w[i], g[i]);
+        adamw_free(opt);
+    }
+}
+
+/* DDP: full gradients, one all-reduce each, AdamW on everything. */
+static void ddp_step(const mlp_config *c, tensor *x, tensor **w, tensor **g, zero_figures *f) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    forward(w, c->layers, x, acts, pre);
+    backward(w, c->layers, acts, pre, g);
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) dist_all_reduce(g[i], DIST_AVG);
+    adamw_all(c, w, g);
+    int64_t n = (int64_t)c->layers * c->width * c->width;
+    f->weights = n, f->grads = n, f->state = 2 * n;
+}
+
+/* ZeRO-1: full gradients, then reduce-scatter, AdamW on my band, all-gather. */
+static void zero1_step(const mlp_config *c, tensor *x, tensor **w, tensor **gp, zero_figures *f) {
+    int p = dist_world_size(), r = dist_rank();
+    int64_t rows = c->width / p;
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS], *g[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++) g[i] = empty(c->width, c->width, x->device);
+    forward(w, c->layers, x, acts, pre);
+    backward(w, c->layers, acts, pre, g);
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) {
+        dist_reduce_scatter(gp[i], g[i], DIST_AVG); /* my band of the average */
+        tensor *band = row_slice(w[i], r * rows, (r + 1) * rows), *mine = to_device(band, x->device);
+        adamw_all(&(mlp_config){.layers = 1, .lr = c->lr}, &mine, &gp[i]);
+        dist_all_gather(w[i], mine); /* every band, updated, to every rank */
+        tensor_free(band);
+        tensor_free(mine);
+        tensor_free(g[i]);
+    }
+    int64_t n = (int64_t)c->layers * c->width * c->width;
+    f->weights = n, f->grads = n, f->state = 2 * n / p;
+}
+
+/* ZeRO-2: each layer's gradient reduce-scattered as backward makes it. */
+static void zero2_step(const mlp_config *c, tensor *x, tensor **w, tensor **gp, zero_figures *f) {
+    int p = dist_world_size(), r = dist_rank();
+    int64_t rows = c->width / p, layer = (int64_t)c->width * c->width;
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    forward(w, c->layers, x, acts, pre);
+    tensor *dy = mse_loss_backward(acts[c->layers]);
+    for (int i = c->layers - 1; i >= 0; i--) {
+        tensor *g = empty(c->width, c->width, x->device), *dx = NULL;
+        layer_backward(acts[i], pre[i], w[i], dy, g, i > 0 ? &dx : NULL, 0.0f);
+        dist_reduce_scatter(gp[i], g, DIST_AVG); /* at once: the full gradient goes */
+        tensor_free(g);
+        tensor_free(dy);
+        dy = dx;
+    }
+    free_saved(c->layers, acts, pre);
+    for (int i = 0; i < c->layers; i++) {
+        tensor *band = row_slice(w[i], r * rows, (r + 1) * rows), *mine = to_device(band, x->device);
+        adamw_all(&(mlp_config){.layers = 1, .lr = c->lr}, &mine, &gp[i]);
+        dist_all_gather(w[i], mine);
+        tensor_free(band);
+        tensor_free(mine);
+    }
+    f->weights = c->layers * layer, f->grads = layer + c->layers * layer / p, f->state = 2 * c->layers * layer / p;
+}
+
+/* ZeRO-3's order of events, for the check that each gather is issued
+ * before the compute it should overlap. */
+typedef struct event_log {
+    char text[512];
+    int issued[MAX_LAYERS]; /* event number of the forward gather of layer i */
+    int computed[MAX_LAYERS];
+    int n;
+} event_log;
+
+static void log_event(event_log *log, const char *what, int layer, int *slot) {
+    char item[32];
+    snprintf(item, sizeof item, "%s%s %d", log->n ? ", " : "", what, layer);
+    strncat(log->text, item, sizeof log->text - strlen(log->text) - 1);
+    if (slot) slot[layer] = log->n;
+    log->n++;
+}
+
+/* Issues the all-gather of layer i's band into a new whole layer. */
+static dist_request *prefetch(const tensor *band, int world_size, tensor **whole) {
+    *whole = empty(band->shape[0] * world_size, band->shape[1], band->device);
+    return dist_all_gather_async(*whole, band);
+}
+
+/* ZeRO-3 forward: layer i+1's all-gather is in flight while layer i computes. */
+static void zero3_forward(const mlp_config *c, tensor *x, tensor **band, tensor **acts, tensor **pre, event_log *log) {
+    int p = dist_world_size();
+    tensor *whole[MAX_LAYERS + 1];
+    dist_request *req = prefetch(band[0], p, &whole[0]);
+    log_event(log, "gather", 0, log->issued);
+    acts[0] = x;
+    for (int i = 0; i < c->layers; i++) {
+        dist_wait(req);
+        if (i + 1 < c->layers) {
+            req = prefetch(band[i + 1], p, &whole[i + 1]); /* the next layer, before this one computes */
+            log_event(log, "gather", i + 1, log->issued);
+        }
+        acts[i + 1] = layer_forward(acts[i], whole[i], &pre[i]);
+        log_event(log, "compute", i, log->computed);
+        tensor_free(whole[i]); /* used: freed at once */
+    }
+}
+
+/* ZeRO-3 backward: each layer gathered again (but layer 0: its weights are
+ * not needed for the data's gradient), the next one prefetched. */
+static void zero3_backward(const mlp_config *c, tensor **band, tensor **acts, tensor **pre, tensor **gp) {
+    int p = dist_world_size();
+    tensor *whole[MAX_LAYERS], *dy = mse_loss_backward(acts[c->layers]);
+    dist_request *req = prefetch(band[c->layers - 1], p, &whole[c->layers - 1]);
+    for (int i = c->layers - 1; i >= 0; i--) {
+        if (req) dist_wait(req);
+        req = i - 1 >= 1 ? prefetch(band[i - 1], p, &whole[i - 1]) : NULL;
+        tensor *g = empty(c->width, c->width, dy->device), *dx = NULL;
+        layer_backward(acts[i], pre[i], i > 0 ? whole[i] : NULL, dy, g, i > 0 ? &dx : NULL, 0.0f);
+        dist_reduce_scatter(gp[i], g, DIST_AVG);
+        if (i > 0) tensor_free(whole[i]);
+        tensor_free(g);
+        tensor_free(dy);
+        dy = dx;
+    }
+}
+
+static void zero3_step(const mlp_config *c, tensor *x, tensor **band, tensor **gp, zero_figures *f, event_log *log) {
+    int p = dist_world_size();
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    zero3_forward(c, x, band, acts, pre, log);
+    zero3_backward(c, band, acts, pre, gp);
+    free_saved(c->layers, acts, pre);
+    adamw_all(c, band, gp);
+    int64_t layer = (int64_t)c->width * c->width;
+    /* my bands, plus two whole layers alive at once: the one computing and the one arriving */
+    f->weights = c->layers * layer / p + 2 * layer, f->grads = layer + c->layers * layer / p;
+    f->state = 2 * c->layers * layer / p;
+}
+
+/* Of n floats, the share where |a - b| > by (b NULL: where |a| <= by). */
+static double share_where(const tensor *a, const tensor *b, double by) {
+    int64_t n = a->numel, count = 0;
+    float *ah = malloc((size_t)n * sizeof(float)), *bh = malloc((size_t)n * sizeof(float));
+    if (!ah || !bh) lecture_fail("out of memory comparing %lld floats", (long long)n);
+    tensor_to_host(a, ah);
+    if (b) tensor_to_host(b, bh);
+    for (int64_t i = 0; i < n; i++) count += b ? fabsf(ah[i] - bh[i]) > by : fabsf(ah[i]) <= by;
+    free(ah);
+    free(bh);
+    return (double)count / (double)n;
+}
+
+/* This rank's band of rows of t, as a tensor of its own. */
+static tensor *band_of(tensor *t, int rank, int world_size) { return chunk_of(t, rank, t->shape[0] / world_size); }
+
+/* A ZeRO method against DDP on this rank: its gradient pieces (rounding:
+ * lib/mlp.h's gradient_tolerance) and its weights after AdamW. AdamW's
+ * first step moves a weight by lr g / (|g| + eps), about lr sign(g): two
+ * runs whose gradients differ by rounding e can be more than lr/2 apart
+ * only where a gradient is within e of zero and its sign may flip. So the
+ * share of weights more than lr/2 from DDP's is at most the share of DDP's
+ * gradients within 2e of zero; a band never gathered or never updated
+ * leaves about all of its weights lr away. */
+static void against_ddp(int m, int rank, const mlp_config *c, tensor **w, tensor **gp, tensor **w_ddp, tensor **g_ddp,
+                        int banded_weights) {
+    int p = dist_world_size();
+    double diff = 0, size = 0, off = 0, near_zero = 0;
+    for (int i = 0; i < c->layers; i++) size = fmax(size, largest(g_ddp[i]));
+    double tol = gradient_tolerance(c) * size;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *g_band = band_of(g_ddp[i], rank, p), *w_ref = banded_weights ? band_of(w_ddp[i], rank, p) : w_ddp[i];
+        tensor *g_ref = banded_weights ? g_band : g_ddp[i];
+        diff = fmax(diff, max_abs_diff(gp[i], g_band));
+        off += share_where(w[i], w_ref, c->lr / 2) / c->layers;
+        near_zero += share_where(g_ref, NULL, 2 * tol) / c->layers;
+        if (banded_weights) tensor_free(w_ref);
+        tensor_free(g_band);
+    }
+    note_verbatim("Rank %d: %s: gradient pieces max |ZeRO - DDP| = %.3g (tolerance %.3g); weights more than "
+                  "lr/2 from DDP's: %.4f%% (at most %.4f%%)",
+                  rank, METHOD_NAMES[m], diff, tol, 100 * off, 100 * near_zero);
+    check(diff <= tol, "%s: the gradient pieces equal DDP's (%.3g <= %.3g)", METHOD_NAMES[m], diff, tol);
+    /* The weights, by the share rule above. */
+    check(off <= near_zero, "%s: the weights after AdamW equal DDP's (%.4f%% <= %.4f%% off by lr/2)", METHOD_NAMES[m],
+          100 * off, 100 * near_zero);
+}
+
+static void counted(zero_figures *f, const dist_traffic *before) {
+    dist_traffic d = dist_traffic_since(before);
+    f->nominal = dist_traffic_nominal(&d);
+    f->calls = dist_traffic_calls(&d);
+}
+
+static void free_layers(int n, tensor **t) {
+    for (int i = 0; i < n; i++) tensor_free(t[i]);
+}
+
+static void zero_main(int rank, int world_size, void *args) {
+    mlp_config c = zero_config();
+    int device = get_device(rank);
+    int64_t local = c.batch / world_size, rows = c.width / world_size;
+    tensor *data = make_data(&c, device), *x = row_slice(data, rank * local, (rank + 1) * local);
+    tensor *w[METHODS][MAX_LAYERS], *g[METHODS][MAX_LAYERS];
+    zero_figures f[METHODS];
+    memset(f, 0, sizeof f);
+    event_log log;
+    memset(&log, 0, sizeof log);
+    for (int m = 0; m < METHODS; m++) {
+        zero_weights(&c, rank, world_size, m == ZERO3, w[m]);
+        for (int i = 0; i < c.layers; i++)
+            g[m][i] = m == DDP ? empty(c.width, c.width, device) : empty(rows, c.width, device);
+        dist_traffic before = dist_traffic_now();
+        if (m == DDP) ddp_step(&c, x, w[m], g[m], &f[m]);
+        if (m == ZERO1) zero1_step(&c, x, w[m], g[m], &f[m]);
+        if (m == ZERO2) zero2_step(&c, x, w[m], g[m], &f[m]);
+        if (m == ZERO3) zero3_step(&c, x, w[m], g[m], &f[m], &log);
+        counted(&f[m], &before);
+        if (m != DDP) against_ddp(m, rank, &c, w[m], g[m], w[DDP], g[DDP], m == ZERO3);
+    }
+    int prefetched = 1;
+    for (int i = 1; i < c.layers; i++) prefetched &= log.issued[i] < log.computed[i - 1];
+    if (rank == 0) note_verbatim("Rank 0, ZeRO-3 forward, in order: %s", log.text);
+    check(prefetched, "ZeRO-3: each layer's all-gather issued before the layer before it computes");
+    /* An all-reduce is a reduce-scatter and an all-gather: the same bytes. */
+    check(f[ZERO1].nominal == f[DDP].nominal && f[ZERO2].nominal == f[DDP].nominal,
+          "ZeRO-1 and ZeRO-2: the same bytes as DDP (%lld, %lld, %lld)", (long long)f[ZERO1].nominal,
+          (long long)f[ZERO2].nominal, (long long)f[DDP].nominal);
+    spawn_return(f, sizeof f);
+    for (int m = 0; m < METHODS; m++) {
+        free_layers(c.layers, w[m]);
+        free_layers(c.layers, g[m]);
+    }
+    tensor_free(x);
+    tensor_free(data);
+}
+
+static void zero_table(void) {
+    zero_figures f[METHODS];
+    if (spawn_result(0, f, sizeof f) != sizeof f) lecture_fail("rank 0 returned no result");
+    mlp_config c = zero_config();
+    table_t *t = table_new("One step on %d ranks, rank 0: model state held at the peak, and bytes sent", WORLD);
+    table_column(t, "method", NULL, "%s");
+    table_column(t, "weights", "floats", "%lld");
+    table_column(t, "gradients", "floats", "%lld");
+    table_column(t, "AdamW state", "floats", "%lld");
+    table_column(t, "bytes sent, formula", "bytes", "%lld");
+    table_column(t, "calls", NULL, "%lld");
+    for (int m = 0; m < METHODS; m++)
+        table_row(t, METHOD_NAMES[m], (long long)f[m].weights, (long long)f[m].grads, (long long)f[m].state,
+                  (long long)f[m].nominal, (long long)f[m].calls);
+    table_show(t);
+    double layer = (double)c.width * c.width * sizeof(float), p = WORLD;
+    note("A layer is %.0f bytes. DDP all-reduces each of the %d layers' gradients, "
+         "2 (p-1)/p of a layer each: %.0f bytes. ZeRO-1 and ZeRO-2 send the same %.0f (a "
+         "reduce-scatter and an all-gather per layer) and hold less: AdamW's state for "
+         "their piece only, and ZeRO-2 one layer's full gradient at a time. ZeRO-3 "
+         "gathers %d layers forward and %d backward and reduce-scatters %d gradients, "
+         "(p-1)/p of a layer each: %.0f bytes, %.2f times DDP's. The floats are accounting: "
+         "what each step function keeps at its peak, written beside it, not a measurement "
+         "of memory; the bytes are the runtime's tally of the calls each rank made.",
+         layer, c.layers, 2 * c.layers * (p - 1) / p * layer, 2 * c.layers * (p - 1) / p * layer, c.layers,
+         c.layers - 1, c.layers, (3 * c.layers - 1) * (p - 1) / p * layer, (3 * c.layers - 1) / (2.0 * c.layers));
+    check(f[ZERO3].nominal == (int64_t)((3 * c.layers - 1) * (p - 1) / p * layer),
+          "ZeRO-3: %lld bytes sent, as the formula says", (long long)f[ZERO3].nominal);
+    note("Prefetch keeps two whole layers alive at once (the one computing, the one "
+         "arriving): that is its memory price. Whether the transfer really hides behind "
+         "the compute is a matter of time, not order; at these sizes both take "
+         "microseconds and this lecture does not time them. On GPUs, where NCCL runs the "
+         "all-gather on its own stream, it is expected to overlap; that path is not run "
+         "here.");
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory: activations, recomputation, mixed precision                 */
+/* ------------------------------------------------------------------ */
+
+/* Big enough that the activations dwarf a tensor's bookkeeping (a header
+ * and its recorded stack, at most a few KiB against 256 KiB each). */
+static mlp_config memory_config(void) {
+    mlp_config c = {.batch = 256, .width = 256, .layers = 4, .steps = 1, .lr = 1e-3f};
+    return c;
+}
+
+enum { MEMORY_REPS = 5 };
+
+/* Forward that keeps only each layer's input: the pre-activation h = x W
+ * is dropped as soon as GELU has used it. */
+static void forward_checkpointed(tensor *const *w, int layers, tensor *x, tensor **acts) {
+    acts[0] = x;
+    for (int i = 0; i < layers; i++) {
+        tensor *h;
+        acts[i + 1] = layer_forward(acts[i], w[i], &h);
+        tensor_free(h); /* recomputed in backward */
+    }
+}
+
+/* Backward that recomputes each layer's h = x W from its saved input: one
+ * more matrix product per layer. */
+static void backward_recomputing(tensor *const *w, int layers, tensor **acts, tensor **grads) {
+    tensor *dy = mse_loss_backward(acts[layers]);
+    for (int i = layers - 1; i >= 0; i--) {
+        tensor *h = matmul(acts[i], w[i]), *dx = NULL; /* the recomputation */
+        layer_backward(acts[i], h, w[i], dy, grads[i], i > 0 ? &dx : NULL, 0.0f);
+        tensor_free(h);
+        tensor_free(dy);
+        dy = dx;
+    }
+}
+
+typedef struct memory_run {
+    int64_t saved_bytes; /* heap bytes the forward left alive for backward */
+    double seconds;      /* median step */
+} memory_run;
+
+/* One step, plain or with recomputation: the heap bytes alive between
+ * forward and backward (the step's peak of saved activations). */
+static int64_t one_step(const mlp_config *c, tensor *const *w, tensor *x, tensor **g, int recompute) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    int64_t before = heap_bytes_in_use();
+    if (recompute) forward_checkpointed(w, c->layers, x, acts);
+    else forward(w, c->layers, x, acts, pre);
+    int64_t alive = heap_bytes_in_use() - before;
+    if (recompute) backward_recomputing(w, c->layers, acts, g);
+    else backward(w, c->layers, acts, pre, g);
+    for (int i = 1; i <= c->layers; i++) tensor_free(acts[i]);
+    if (!recompute)
+        for (int i = 0; i < c->layers; i++) tensor_free(pre[i]);
+    return alive;
+}
+
+static memory_run measure_step(const mlp_config *c, tensor *const *w, tensor *x, tensor **g, int recompute) {
+    memory_run r;
+    double t[MEMORY_REPS];
+    one_step(c, w, x, g, recompute); /* warm-up: the BLAS's own buffers */
+    r.saved_bytes = one_step(c, w, x, g, recompute);
+    for (int k = 0; k < MEMORY_REPS; k++) {
+        double start = now_seconds();
+        one_step(c, w, x, g, recompute);
+        t[k] = now_seconds() - start;
+    }
+    r.seconds = median_of(t, MEMORY_REPS);
+    return r;
+}
+
+static void activation_memory(void);
+static void mixed_precision(void);
+
+static void memory(void) {
+    progress("memory");
+    note("## Memory: activations and recomputation");
+    note("Sharding model state (ZeRO) leaves the *activations*: what forward keeps for "
+         "backward. In this MLP, layer i keeps its input x and its pre-activation h = x W "
+         "(GELU's derivative needs h): for L layers of a batch B of width W, the outputs of "
+         "all layers and the L pre-activations, 2 L B W floats. **Recomputation** "
+         "(activation checkpointing) keeps only each layer's input and computes h = x W "
+         "again in backward: half the activations, for one more matrix product per layer "
+         "(forward does L of them, backward 2 L: 4 L against 3 L).");
+    see("https://arxiv.org/abs/1604.06174", "Chen et al.: Training Deep Nets with Sublinear Memory Cost (2016)");
+    activation_memory();
+    mixed_precision();
+}
+
+static void activation_memory(void) {
+    mlp_config c = memory_config();
+    if (!heap_counts()) {
+        note("This build's allocator does not report its heap (a sanitizer's replaces "
+             "glibc's), so the activations are not measured in this run.");
+        return;
+    }
+    tensor *x = make_data(&c, -1), *w[MAX_LAYERS], *g[MAX_LAYERS];
+    for (int i = 0; i < c.layers; i++) {
+        w[i] = init_layer(&c, i, -1);
+        g[i] = empty(c.width, c.width, -1);
+    }
+    memory_run plain = measure_step(&c, w, x, g, 0), recomputed = measure_step(&c, w, x, g, 1);
+    double act = (double)c.batch * c.width * sizeof(float);
+    table_t *t = table_new("One step of %d layers, batch %d, width %d, on the CPU", c.layers, c.batch, c.width);
+    table_column(t, "method", NULL, "%s");
+    table_column(t, "activations kept, measured", "bytes", "%lld");
+    table_column(t, "formula", "bytes", "%.0f");
+    table_column(t, "matrix products", NULL, "%d");
+    table_column(t, "step, median of 5", "ms", "%.2f");
+    table_row(t, "keep everything", (long long)plain.saved_bytes, 2 * c.layers * act, 3 * c.layers,
+              plain.seconds * 1e3);
+    table_row(t, "recompute h", (long long)recomputed.saved_bytes, c.layers * act, 4 * c.layers,
+              recomputed.seconds * 1e3);
+    table_show(t);
+    /* The heap also holds each tensor's header and recorded stack: under
+     * 8 KiB each (about 0.5 KiB measured here), against 256 KiB of data; a
+     * step that kept one more activation per layer (or one fewer) would be
+     * 256 KiB per layer off. */
+    double slack = 8192.0 * 2 * c.layers;
+    check(fabs((double)plain.saved_bytes - 2 * c.layers * act) <= slack &&
+                  fabs((double)recomputed.saved_bytes - c.layers * act) <= slack,
+          "activations: the heap holds what the formula says (%lld and %lld bytes, formula %.0f and %.0f, "
+          "within %.0f)",
+          (long long)plain.saved_bytes, (long long)recomputed.saved_bytes, 2 * c.layers * act, c.layers * act, slack);
+    note("Measured on the heap between forward and backward: recomputation kept %.2f times "
+         "the bytes, and its step took %.2f times as long here (each step's median of %d; "
+         "the load on this machine moves the times, not the bytes). The extra matrix "
+         "products are a third more; on a GPU, where memory is what runs out first, that "
+         "trade is often worth it.",
+         (double)recomputed.saved_bytes / (double)plain.saved_bytes, recomputed.seconds / plain.seconds, MEMORY_REPS);
+    free_layers(c.layers, w);
+    free_layers(c.layers, g);
+    tensor_free(x);
+}
+
+static void mixed_precision(void) {
+    note("### Mixed precision: bytes per parameter (accounting)");
+    note("Training in bf16 with AdamW keeps, per parameter: the bf16 weight (2 bytes) and "
+         "gradient (2), and in fp32 a master copy of the weight and AdamW's two moments "
+         "(4 + 4 + 4 = 12): 16 bytes, the same as fp32 training's 4 + 4 + 8. The saving of "
+         "mixed precision is in the activations (2 bytes each instead of 4) and in the "
+         "speed of bf16 matrix products, not in model state. This is accounting: this "
+         "runtime's tensors are fp32 only, nothing here is measured.");
+    table_t *t = table_new("Model state per parameter, bytes");
+    table_column(t, "training", NULL, "%s");
+    table_column(t, "weights", "bytes", "%d");
+    table_column(t, "gradients", "bytes", "%d");
+    table_column(t, "fp32 master weights", "bytes", "%d");
+    table_column(t, "AdamW moments", "bytes", "%d");
+    table_column(t, "total", "bytes", "%d");
+    table_column(t, "per rank, ZeRO-3 on 4 ranks", "bytes", "%.1f");
+    table_row(t, "fp32", 4, 4, 0, 8, 16, 16.0 / WORLD);
+    table_row(t, "bf16 mixed precision", 2, 2, 4, 8, 16, 16.0 / WORLD);
+    table_show(t);
+}
+
+/* ------------------------------------------------------------------ */
+/* Summary                                                             */
+/* ------------------------------------------------------------------ */
+
+static void summary(void) {
+    mlp_config z = zero_config();
+    note("## Summary");
+    note("| strategy | what is cut | communication |\n"
+         "|---|---|---|\n"
+         "| expert parallel | the experts | two all-to-alls of tokens per MoE layer |\n"
+         "| tensor parallel | heads, MLP columns | an all-reduce per sub-block |\n"
+         "| sequence parallel | tokens outside attention and MLP | reduce-scatter + all-gather, the same bytes |\n"
+         "| context parallel | tokens everywhere | keys and values round a ring |\n"
+         "| 2-D mesh | both, on separate groups | each kind on its own links |\n"
+         "| ZeRO-1, ZeRO-2 | optimizer state, gradients | DDP's bytes, as reduce-scatter + all-gather |\n"
+         "| ZeRO-3 | the weights too | up to 1.5 times DDP's bytes (%.3g here), gathers prefetched |",
+         (3 * z.layers - 1) / (2.0 * z.layers));
+    if (gpu_count() == 0)
+        note("Each strategy ran on 4 CPU ranks here, over Open MPI. On GPUs the same calls go "
+             "to NCCL; that path compiles but has not been run for this lecture, and the "
+             "row-wise steps of `lectures/lib/transformer.c` copy to the host there.");
+    else
+        note("This run had %d GPU(s). The GPU path of this lecture had not been run before it "
+             "was written: the results above say whether it agrees, and the row-wise steps of "
+             "`lectures/lib/transformer.c` copy to the host, so no timing here speaks for a GPU.",
+             gpu_count());
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_scaling); }

@@ -1,0 +1,255 @@
+/*
+ * transformer.c: the pieces of transformer.h. See there for what each
+ * function computes.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transformer.h"
+
+/* ---- host copies for the row-wise steps ---- */
+
+static float *host_copy(const tensor *t) {
+    float *h = malloc((size_t)(t->numel > 0 ? t->numel : 1) * sizeof(float));
+    if (!h) lecture_fail("out of memory copying a %lld-element tensor to the host", (long long)t->numel);
+    tensor_to_host(t, h);
+    return h;
+}
+
+/* t's elements replaced by the host array h (freed). */
+static void put_back(tensor *t, float *h) {
+    tensor *src = tensor_from(h, t->shape[0], t->ndim == 2 ? t->shape[1] : 0, -1);
+    tensor_copy(t, src);
+    tensor_free(src);
+    free(h);
+}
+
+static int64_t cols_of(const tensor *t) { return t->ndim == 2 ? t->shape[1] : 1; }
+
+tensor *init_weight(int64_t rows, int64_t cols, uint64_t seed, int device) {
+    manual_seed(seed);
+    tensor *w = randn(rows, cols, device);
+    scale_(w, 1.0f / sqrtf((float)rows));
+    return w;
+}
+
+void softmax_rows(tensor *x) {
+    int64_t rows = x->shape[0], cols = cols_of(x);
+    float *h = host_copy(x);
+    for (int64_t i = 0; i < rows; i++) {
+        float *row = h + i * cols, max = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < cols; j++) max = fmaxf(max, row[j]);
+        for (int64_t j = 0; j < cols; j++) sum += row[j] = expf(row[j] - max);
+        for (int64_t j = 0; j < cols; j++) row[j] /= sum;
+    }
+    put_back(x, h);
+}
+
+tensor *layer_norm(const tensor *x, float eps) {
+    int64_t rows = x->shape[0], cols = cols_of(x);
+    float *h = host_copy(x);
+    for (int64_t i = 0; i < rows; i++) {
+        float *row = h + i * cols, mean = 0, var = 0;
+        for (int64_t j = 0; j < cols; j++) mean += row[j];
+        mean /= (float)cols;
+        for (int64_t j = 0; j < cols; j++) var += (row[j] - mean) * (row[j] - mean);
+        var /= (float)cols;
+        float inv = 1.0f / sqrtf(var + eps);
+        for (int64_t j = 0; j < cols; j++) row[j] = (row[j] - mean) * inv;
+    }
+    tensor *y = empty(rows, x->ndim == 2 ? cols : 0, x->device);
+    put_back(y, h);
+    return y;
+}
+
+/* scores = q k^T / sqrt(d), n x m. */
+static tensor *scores_of(const tensor *q, const tensor *k) {
+    tensor *s = empty(q->shape[0], k->shape[0], q->device);
+    matmul_into(s, q, k, 0, 1, 1.0f / sqrtf((float)q->shape[1]), 0.0f);
+    return s;
+}
+
+static int visible(int causal, int64_t q_pos, int64_t i, int64_t k_pos, int64_t j) {
+    return !causal || k_pos + j <= q_pos + i;
+}
+
+tensor *attention(const tensor *q, const tensor *k, const tensor *v, int causal, int64_t q_pos, int64_t k_pos) {
+    online_attention *s = online_attention_new(q->shape[0], cols_of(v));
+    online_attention_add(s, q, k, v, causal, q_pos, k_pos);
+    tensor *out = online_attention_result(s, q->device);
+    online_attention_free(s);
+    return out;
+}
+
+tensor *attention_heads(const tensor *x, const tensor *wq, const tensor *wk, const tensor *wv, int heads, int causal) {
+    int64_t dh = wq->shape[1] / heads;
+    tensor *q = matmul(x, wq), *k = matmul(x, wk), *v = matmul(x, wv);
+    tensor *out[LECTERN_MAX_WORLD];
+    if (heads > LECTERN_MAX_WORLD) lecture_fail("attention_heads: %d heads, at most %d", heads, LECTERN_MAX_WORLD);
+    for (int h = 0; h < heads; h++) {
+        tensor *qh = col_slice(q, h * dh, (h + 1) * dh), *kh = col_slice(k, h * dh, (h + 1) * dh),
+               *vh = col_slice(v, h * dh, (h + 1) * dh);
+        out[h] = attention(qh, kh, vh, causal, 0, 0);
+        tensor_free(qh);
+        tensor_free(kh);
+        tensor_free(vh);
+    }
+    tensor *all = cat_cols(out, heads);
+    for (int h = 0; h < heads; h++) tensor_free(out[h]);
+    tensor_free(q);
+    tensor_free(k);
+    tensor_free(v);
+    return all;
+}
+
+/* ---- the online softmax ---- */
+
+online_attention *online_attention_new(int64_t rows, int64_t dv) {
+    online_attention *s = calloc(1, sizeof *s);
+    if (!s) lecture_fail("out of memory for an online attention state");
+    s->rows = rows;
+    s->dv = dv;
+    s->max = malloc((size_t)rows * sizeof(float));
+    s->sum = calloc((size_t)rows, sizeof(float));
+    s->acc = calloc((size_t)(rows * dv), sizeof(float));
+    if (!s->max || !s->sum || !s->acc) lecture_fail("out of memory for an online attention state");
+    for (int64_t i = 0; i < rows; i++) s->max[i] = -INFINITY;
+    return s;
+}
+
+/* One query row takes a chunk of scores (m of them) and values. */
+static void merge_row(online_attention *s, int64_t i, float *score, const float *v, int64_t m, int causal,
+                      int64_t q_pos, int64_t k_pos) {
+    float chunk_max = -INFINITY;
+    for (int64_t j = 0; j < m; j++)
+        if (visible(causal, q_pos, i, k_pos, j)) chunk_max = fmaxf(chunk_max, score[j]);
+    if (chunk_max == -INFINITY) return; /* no key of this chunk is visible */
+    float new_max = fmaxf(s->max[i], chunk_max);
+    float rescale = expf(s->max[i] - new_max); /* 0 for the first chunk (exp(-inf)) */
+    float *acc = s->acc + i * s->dv;
+    s->sum[i] *= rescale;
+    for (int64_t c = 0; c < s->dv; c++) acc[c] *= rescale;
+    for (int64_t j = 0; j < m; j++) {
+        if (!visible(causal, q_pos, i, k_pos, j)) continue;
+        float p = expf(score[j] - new_max);
+        s->sum[i] += p;
+        for (int64_t c = 0; c < s->dv; c++) acc[c] += p * v[j * s->dv + c];
+    }
+    s->max[i] = new_max;
+}
+
+void online_attention_add(online_attention *s, const tensor *q, const tensor *k, const tensor *v, int causal,
+                          int64_t q_pos, int64_t k_pos) {
+    if (q->shape[0] != s->rows || cols_of(v) != s->dv || k->shape[0] != v->shape[0] || cols_of(q) != cols_of(k))
+        lecture_fail("online_attention_add: q %lld x %lld, k %lld x %lld, v %lld x %lld do not fit a state of "
+                     "%lld rows x %lld",
+                     (long long)q->shape[0], (long long)cols_of(q), (long long)k->shape[0], (long long)cols_of(k),
+                     (long long)v->shape[0], (long long)cols_of(v), (long long)s->rows, (long long)s->dv);
+    tensor *sc = scores_of(q, k);
+    float *score = host_copy(sc), *vh = host_copy(v);
+    int64_t m = k->shape[0];
+    for (int64_t i = 0; i < s->rows; i++) merge_row(s, i, score + i * m, vh, m, causal, q_pos, k_pos);
+    free(score);
+    free(vh);
+    tensor_free(sc);
+}
+
+tensor *online_attention_result(const online_attention *s, int device) {
+    float *h = malloc((size_t)(s->rows * s->dv > 0 ? s->rows * s->dv : 1) * sizeof(float));
+    if (!h) lecture_fail("out of memory for an attention result");
+    for (int64_t i = 0; i < s->rows; i++)
+        for (int64_t c = 0; c < s->dv; c++) h[i * s->dv + c] = s->sum[i] > 0 ? s->acc[i * s->dv + c] / s->sum[i] : 0.0f;
+    tensor *out = tensor_from(h, s->rows, s->dv, device);
+    free(h);
+    return out;
+}
+
+void online_attention_free(online_attention *s) {
+    if (!s) return;
+    free(s->max);
+    free(s->sum);
+    free(s->acc);
+    free(s);
+}
+
+tensor *mlp_forward(const tensor *x, const tensor *w1, const tensor *w2) {
+    tensor *h = matmul(x, w1), *a = gelu(h), *y = matmul(a, w2);
+    tensor_free(h);
+    tensor_free(a);
+    return y;
+}
+
+/* ---- mixture of experts ---- */
+
+void moe_route(const tensor *x, const tensor *router, int *expert, float *gate) {
+    tensor *logits = matmul(x, router);
+    int64_t tokens = logits->shape[0], experts = logits->shape[1];
+    float *h = host_copy(logits);
+    for (int64_t t = 0; t < tokens; t++) {
+        float *row = h + t * experts;
+        int best = 0;
+        for (int64_t e = 1; e < experts; e++)
+            if (row[e] > row[best]) best = (int)e;
+        float sum = 0;
+        for (int64_t e = 0; e < experts; e++) sum += expf(row[e] - row[best]);
+        expert[t] = best;
+        gate[t] = 1.0f / sum; /* exp(0) / sum: the chosen expert's probability */
+    }
+    free(h);
+    tensor_free(logits);
+}
+
+tensor *gather_rows(const tensor *x, const int *rows, int n) {
+    int64_t cols = cols_of(x);
+    float *h = host_copy(x), *g = malloc((size_t)(n > 0 ? n : 1) * (size_t)cols * sizeof(float));
+    if (!g) lecture_fail("out of memory gathering %d rows", n);
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= x->shape[0])
+            lecture_fail("gather_rows: row %d of a %lld-row tensor", rows[i], (long long)x->shape[0]);
+        memcpy(g + (int64_t)i * cols, h + (int64_t)rows[i] * cols, (size_t)cols * sizeof(float));
+    }
+    tensor *out = tensor_from(g, n, cols, x->device);
+    free(g);
+    free(h);
+    return out;
+}
+
+void scatter_rows(tensor *out, const tensor *y, const int *rows, const float *scale, int n) {
+    int64_t cols = cols_of(out);
+    float *h = host_copy(out), *yh = host_copy(y);
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= out->shape[0])
+            lecture_fail("scatter_rows: row %d of a %lld-row tensor", rows[i], (long long)out->shape[0]);
+        for (int64_t c = 0; c < cols; c++) h[(int64_t)rows[i] * cols + c] = scale[i] * yh[(int64_t)i * cols + c];
+    }
+    free(yh);
+    put_back(out, h);
+}
+
+tensor *moe_forward(const tensor *x, const tensor *router, tensor *const *w1, tensor *const *w2, int experts) {
+    int tokens = (int)x->shape[0];
+    int *expert = malloc((size_t)tokens * sizeof(int)), *rows = malloc((size_t)tokens * sizeof(int));
+    float *gate = malloc((size_t)tokens * sizeof(float)), *scale = malloc((size_t)tokens * sizeof(float));
+    if (!expert || !rows || !gate || !scale) lecture_fail("out of memory routing %d tokens", tokens);
+    moe_route(x, router, expert, gate);
+    tensor *out = zeros(tokens, x->shape[1], x->device);
+    for (int e = 0; e < experts; e++) {
+        int n = 0;
+        for (int t = 0; t < tokens; t++)
+            if (expert[t] == e) {
+                rows[n] = t;
+                scale[n++] = gate[t];
+            }
+        if (n == 0) continue;
+        tensor *mine = gather_rows(x, rows, n), *y = mlp_forward(mine, w1[e], w2[e]);
+        scatter_rows(out, y, rows, scale, n);
+        tensor_free(mine);
+        tensor_free(y);
+    }
+    free(expert);
+    free(rows);
+    free(gate);
+    free(scale);
+    return out;
+}

@@ -1,0 +1,87 @@
+/*
+ * transformer.h: the pieces of a transformer block, forward only, written
+ * out so a lecture can cut each one across ranks: softmax over rows,
+ * LayerNorm, scaled dot-product attention (one head, several heads side by
+ * side, and the online-softmax form that takes the keys a chunk at a time),
+ * a GELU MLP and a top-1 mixture of experts.
+ *
+ * Tensors may live on the host or a device: the matrix products run where
+ * the tensors are (cuBLAS or OpenBLAS); the row-wise steps (softmax,
+ * LayerNorm, the online merge, routing) copy to the host, work there and
+ * copy back. On a GPU that is correct but slow, and unverified here.
+ *
+ * tests/test_transformer.c checks every piece against float64 loops of its
+ * own.
+ */
+#ifndef LECTERN_TRANSFORMER_H
+#define LECTERN_TRANSFORMER_H
+
+#include <stdint.h>
+
+#include "lectern.h"
+
+/* u = 2^-24: half the spacing of float32 numbers near 1. */
+#define FLOAT32_UNIT (1.0 / 16777216.0)
+
+/* A rows x cols weight matrix, standard normal from `seed`, scaled by
+ * 1/sqrt(rows) so that x @ w keeps the size of x. Every rank that asks for
+ * the same seed gets the same numbers. */
+tensor *init_weight(int64_t rows, int64_t cols, uint64_t seed, int device);
+
+/* Each row of x replaced by its softmax, in place: exp(x - max) / sum. */
+void softmax_rows(tensor *x);
+
+/* LayerNorm of each row, without the learned gain and bias (gain 1, bias 0):
+ * (x - mean) / sqrt(var + eps), var the biased variance. A new tensor. */
+tensor *layer_norm(const tensor *x, float eps);
+
+/* One head of scaled dot-product attention: softmax(q k^T / sqrt(d)) v,
+ * q n x d, k m x d, v m x dv; a new n x dv tensor. With `causal`, query i
+ * sees key j only when k_pos + j <= q_pos + i: q_pos and k_pos are the
+ * positions in the whole sequence of q's and k's first rows (0 and 0 for a
+ * whole sequence). A query that sees no key gets zeros. */
+tensor *attention(const tensor *q, const tensor *k, const tensor *v, int causal, int64_t q_pos, int64_t k_pos);
+
+/* `heads` heads side by side: x (T x d) projected by wq, wk, wv (d x heads
+ * dh each), head h using columns [h dh, (h+1) dh) of each; the result is the
+ * heads' outputs concatenated (T x heads dh). Multiplying it by the output
+ * projection wo gives multi-head attention. */
+tensor *attention_heads(const tensor *x, const tensor *wq, const tensor *wk, const tensor *wv, int heads, int causal);
+
+/* Attention over keys that arrive a chunk at a time (the online softmax):
+ * for each query row, the running maximum score m, the running sum of
+ * exp(score - m) l, and the running sum of exp(score - m) v. A new chunk
+ * with a larger maximum rescales what came before by exp(m_old - m_new).
+ * The result after every chunk has been added, in any order, is attention()
+ * over all the keys. */
+typedef struct online_attention {
+    int64_t rows, dv;
+    float *max, *sum, *acc; /* host: rows, rows, rows x dv */
+} online_attention;
+online_attention *online_attention_new(int64_t rows, int64_t dv);
+void online_attention_add(online_attention *s, const tensor *q, const tensor *k, const tensor *v, int causal,
+                          int64_t q_pos, int64_t k_pos);
+tensor *online_attention_result(const online_attention *s, int device); /* acc / sum */
+void online_attention_free(online_attention *s);
+
+/* The MLP of a block: gelu(x w1) w2 (w1 d x h, w2 h x d). */
+tensor *mlp_forward(const tensor *x, const tensor *w1, const tensor *w2);
+
+/* ---- mixture of experts, top-1 ---- */
+
+/* Routing: logits = x router (T x E); token t goes to the expert with the
+ * largest logit (the first on a tie), and its output is scaled by that
+ * expert's softmax probability, gate[t]. */
+void moe_route(const tensor *x, const tensor *router, int *expert, float *gate);
+
+/* Rows rows[0..n) of x, in that order, as a new n x cols tensor. */
+tensor *gather_rows(const tensor *x, const int *rows, int n);
+
+/* out[rows[i]] = scale[i] * y[i] for i < n (the other rows untouched). */
+void scatter_rows(tensor *out, const tensor *y, const int *rows, const float *scale, int n);
+
+/* The whole layer on one device: every token through its expert,
+ * mlp_forward(x_t, w1[e], w2[e]) scaled by its gate. A new T x d tensor. */
+tensor *moe_forward(const tensor *x, const tensor *router, tensor *const *w1, tensor *const *w2, int experts);
+
+#endif /* LECTERN_TRANSFORMER_H */

@@ -1,0 +1,440 @@
+"""lecture_scaling (expert, tensor, sequence and context parallelism, a 2-D
+mesh): run it with --quick and check its trace, then plant bugs in copies of
+it and see the checks that guard them fail.
+
+Every number the lecture prints is read back from the trace and judged here
+against figures computed here from the printed configuration: each
+strategy's difference from one device against a tolerance recomputed from
+the lecture's stated rule (2 (sum of the sums' lengths) 2^-24 of the largest
+value), the all-to-all's bytes and capacity from the routed counts, the
+tensor- and sequence-parallel bytes from the activation's size, the ring's
+bytes from the chunk's size. The trace must validate against the schema
+with every stack line accurate; so must the committed traces/
+lecture_scaling.json, made from the current source.
+
+    /usr/bin/python3 tests/test_lecture_scaling.py     (LECTERN_BUILD picks the build)
+"""
+import os
+import re
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import planted  # noqa: E402
+import tracecheck  # noqa: E402
+
+NUM = r"([-+0-9.eE]+|nan|inf)"
+U = 2.0 ** -24
+WORLD = 4
+
+SECTIONS = [
+    "# After DDP, ZeRO, TP and PP",
+    "## The plan",
+    "## The block on one device",
+    "## Expert parallelism",
+    "## Tensor and sequence parallelism",
+    "## Context parallelism: ring attention",
+    "## A 2-D mesh: data x tensor parallelism",
+    "## ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch",
+    "## Memory: activations and recomputation",
+    "### Mixed precision: bytes per parameter (accounting)",
+    "## Summary",
+]
+
+
+def half_unit(printed):
+    """Half of the last printed digit's unit ("0.32" -> 0.005, "1.7e-07" -> 0.05e-07)."""
+    mantissa, _, exponent = printed.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
+
+
+class LectureScaling(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        binary = tracecheck.built("lectures", "lecture_scaling")
+        if not os.path.exists(binary):
+            raise AssertionError("lecture_scaling is not built in %s (run make)" % tracecheck.BUILD)
+        cls.out = tempfile.TemporaryDirectory()
+        cls.run_result, cls.trace = tracecheck.run_quick(binary, cls.out.name)
+        cls.path = os.path.join(cls.out.name, "lecture_scaling.json")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.out.cleanup()
+
+    def setUp(self):
+        self.assertEqual(self.run_result.returncode, 0, "lecture_scaling --quick failed: " +
+                         tracecheck.why(self.run_result))
+        self.assertIsNotNone(self.trace, "no trace written")
+
+    # ---- helpers over the trace ----
+
+    def texts(self, pattern):
+        out = []
+        for step in self.trace["steps"]:
+            for r in step["renderings"]:
+                if r["type"] == "text":
+                    m = re.match(pattern, r["data"])
+                    if m:
+                        out.append((step["rank"], m))
+        return out
+
+    def per_rank(self, pattern):
+        """One match per rank 0 .. WORLD-1, each naming its own rank in group 1."""
+        found = self.texts(pattern)
+        self.assertEqual(sorted(rank for rank, _ in found), list(range(WORLD)), pattern)
+        for rank, m in found:
+            self.assertEqual(int(m.group(1)), rank)
+        return [m for _, m in sorted(found, key=lambda x: x[0])]
+
+    def markdown(self):
+        return "\n".join(r["data"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "markdown")
+
+    def table(self, caption_start):
+        tables = [r for s in self.trace["steps"] for r in s["renderings"]
+                  if r["type"] == "table" and (r.get("caption") or "").startswith(caption_start)]
+        self.assertEqual(len(tables), 1, caption_start)
+        return tables[0]
+
+    def block_config(self):
+        m = re.search(r"a sequence of (\d+) tokens of width d = (\d+), (\d+) heads of width (\d+), an MLP of "
+                      r"hidden width (\d+)\.", self.markdown())
+        return dict(zip(("seq", "d", "heads", "dh", "hidden"), map(int, m.groups())))
+
+    def assert_within(self, m, diff_group, size_group, tol_group, sum_lengths, what):
+        """The printed difference is within the printed tolerance, and that
+        tolerance is 2 sum_lengths u of the printed largest value (both
+        printed with 3 digits: compared as intervals)."""
+        diff, size, tol = m.group(diff_group), m.group(size_group), m.group(tol_group)
+        self.assertLessEqual(float(diff), float(tol), what)
+        factor = 2 * sum_lengths * U
+        lo = (float(size) - half_unit(size)) * factor - half_unit(tol)
+        hi = (float(size) + half_unit(size)) * factor + half_unit(tol)
+        self.assertTrue(lo <= float(tol) <= hi, (what, tol, size, factor))
+        self.assertGreater(float(size), 0.1, what)   # a real result, not zeros
+
+    # ---- the trace as a whole ----
+
+    def test_schema_and_line_accuracy(self):
+        tracecheck.validate(self.path)
+        self.assertEqual(self.trace["meta"]["status"], "ok")
+        self.assertTrue(all(s["status"] == "ok" for s in self.trace["spawns"]))
+
+    def test_checker_rejects_this_trace_shifted_by_one_line(self):
+        for innermost in (False, True):
+            for delta in (1, -1):
+                rejected, total = tracecheck.shifted_rejections(self.trace, delta, innermost)
+                self.assertGreaterEqual(rejected, 0.98 * total, (innermost, delta, rejected, total))
+
+    def test_sections_in_order(self):
+        headings = [line.strip() for line in self.markdown().split("\n") if line.startswith("#")]
+        pos = 0
+        for section in SECTIONS:
+            self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
+            pos = headings.index(section, pos) + 1
+
+    def test_diagrams_and_references(self):
+        local = {r["src"] for s in self.trace["steps"] for r in s["renderings"]
+                 if r["type"] == "image" and not r["remote"]}
+        for name in ("moe", "ring"):
+            src = "assets/lecture_scaling_%s.svg" % name
+            self.assertIn(src, local)
+            self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
+        links = {r["url"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
+        for url in ("https://arxiv.org/abs/2101.03961", "https://arxiv.org/abs/1909.08053",
+                    "https://arxiv.org/abs/2205.05198", "https://arxiv.org/abs/2310.01889",
+                    "https://arxiv.org/abs/1910.02054", "https://arxiv.org/abs/1604.06174"):
+            self.assertIn(url, links)
+
+    def test_every_strategy_passes_on_every_rank(self):
+        passes = tracecheck.check_passes(self.trace)
+        self.assertTrue(all(ok for _, _, ok in passes), [p for p in passes if not p[2]])
+        for prefix in ("expert parallelism: the MoE layer's output", "expert parallelism: 3 all-to-alls",
+                       "tensor parallelism: the block's output", "sequence parallelism: the block's output",
+                       "sequence parallelism: the same bytes", "ring attention: this rank's rows",
+                       "ring attention: every chunk", "2-D mesh: the gradients",
+                       "ZeRO-1: the gradient pieces", "ZeRO-1: the weights", "ZeRO-2: the gradient pieces",
+                       "ZeRO-2: the weights", "ZeRO-3, prefetch: the gradient pieces", "ZeRO-3, prefetch: the weights",
+                       "ZeRO-3: each layer's all-gather", "ZeRO-1 and ZeRO-2: the same bytes"):
+            ranks = sorted(r for r, what, ok in passes if what.startswith(prefix) and ok)
+            self.assertEqual(ranks, list(range(WORLD)), prefix)
+
+    # ---- expert parallelism ----
+
+    def test_expert_parallel_output_equals_one_device(self):
+        m = re.search(r"(\d+) ranks with (\d+) tokens each, d = (\d+), experts of hidden width (\d+)\.", self.markdown())
+        d, hidden = int(m.group(3)), int(m.group(4))
+        for row in self.per_rank(r"^Rank (\d): expert parallelism: the MoE layer's output: max \|ranks - one "
+                                 r"device\| = %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM)):
+            # the router (d terms) and the expert's two products (d, hidden)
+            self.assert_within(row, 2, 3, 4, d + d + hidden, "MoE")
+
+    def test_all_to_all_bytes_follow_from_the_routing(self):
+        m = re.search(r"(\d+) ranks with (\d+) tokens each, d = (\d+)", self.markdown())
+        tokens, d = int(m.group(2)), int(m.group(3))
+        t = self.table("Expert parallelism")
+        rows = t["rows"]
+        self.assertEqual([r[0] for r in rows], list(range(WORLD)))
+        counts = [[int(c) for c in r[1].split()] for r in rows]
+        capacity = max(max(c) for c in counts)   # the largest piece any rank sends
+        useful_total = nominal_total = 0
+        for rank, (row, c) in enumerate(zip(rows, counts)):
+            self.assertEqual(sum(c), tokens)     # every token goes to exactly one expert
+            self.assertEqual(row[2], capacity)
+            # (p - 1) pieces of each of the three all-to-alls: 1 count, C rows there, C rows back
+            self.assertEqual(row[4], (WORLD - 1) * 4 * (1 + 2 * capacity * d))
+            useful = 2 * 4 * d * sum(n for e, n in enumerate(c) if e != rank)
+            self.assertEqual(row[3], useful)
+            self.assertGreaterEqual(row[5], 0)
+            useful_total += useful
+            nominal_total += row[4]
+        self.assertGreater(max(max(c) - min(c) for c in counts), 0)   # the router is uneven here
+        m = re.search(r"Of the (\d+) bytes the ranks sent by the formula, (\d+) carried tokens \((\d+)%\)",
+                      self.markdown())
+        self.assertEqual((int(m.group(1)), int(m.group(2))), (nominal_total, useful_total))
+        self.assertEqual(int(m.group(3)), round(100 * useful_total / nominal_total))
+
+    # ---- tensor and sequence parallelism ----
+
+    def block_sum_lengths(self):
+        c = self.block_config()
+        d = c["d"]
+        return 2 * d + d + c["dh"] + c["seq"] + d + 2 * d + d + c["hidden"]
+
+    def test_tensor_and_sequence_parallel_outputs_equal_one_device(self):
+        n = self.block_sum_lengths()
+        for row in self.per_rank(r"^Rank (\d): tensor parallelism: the block's output: max \|ranks - one device\| "
+                                 r"= %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM)):
+            self.assert_within(row, 2, 3, 4, n, "TP")
+        for row in self.per_rank(r"^Rank (\d): sequence parallelism: the block's output, this rank's quarter: max "
+                                 r"\|ranks - one device\| = %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM)):
+            self.assert_within(row, 2, 3, 4, n, "SP")
+
+    def test_sequence_parallel_sends_the_same_bytes_in_twice_the_calls(self):
+        c = self.block_config()
+        b = c["seq"] * c["d"] * 4
+        rows = self.table("One block forward")["rows"]
+        self.assertEqual(len(rows), 2)
+        (tp_name, tp_calls, tp_bytes, tp_measured, tp_rows), (sp_name, sp_calls, sp_bytes, sp_measured, sp_rows) = rows
+        self.assertEqual((tp_calls, sp_calls), (2, 4))
+        self.assertEqual(tp_bytes, 2 * 2 * (WORLD - 1) * b // WORLD)   # two all-reduces
+        self.assertEqual(sp_bytes, 4 * (WORLD - 1) * b // WORLD)       # two reduce-scatters, two all-gathers
+        self.assertEqual((tp_rows, sp_rows), (c["seq"], c["seq"] // WORLD))
+        self.assertGreaterEqual(tp_measured, 0)
+        self.assertGreaterEqual(sp_measured, 0)
+
+    # ---- ring attention ----
+
+    def test_ring_attention_equals_one_device_and_passes_every_chunk_once(self):
+        m = re.search(r"One causal head of width (\d+) over (\d+) tokens, (\d+) per rank\.", self.markdown())
+        dh, seq, chunk = map(int, m.groups())
+        self.assertEqual(chunk * WORLD, seq)
+        for row in self.per_rank(r"^Rank (\d): ring attention: this rank's rows: max \|ranks - one device\| = %s "
+                                 r"\(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM)):
+            self.assert_within(row, 2, 3, 4, dh + seq + WORLD, "ring")
+        for row in self.per_rank(r"^Rank (\d): (\d) of (\d) chunks had keys it may see; sent (\d+) bytes to rank (\d) "
+                                 r"in (\d+) sendrecvs"):
+            rank = int(row.group(1))
+            self.assertEqual(int(row.group(2)), rank + 1)   # the causal mask: chunks 0 .. rank
+            self.assertEqual(int(row.group(4)), (WORLD - 1) * 2 * chunk * dh * 4)
+            self.assertEqual(int(row.group(5)), (rank + 1) % WORLD)
+            self.assertEqual(int(row.group(6)), 2 * (WORLD - 1))
+
+    # ---- the mesh ----
+
+    def test_mesh_gradients_equal_one_device(self):
+        m = re.search(r"with A (\d+) x (\d+) and B \d+ x \d+, loss mean\(y\^2\), a batch of (\d+)", self.markdown())
+        d, hidden, batch = map(int, m.groups())
+        # lib/mlp.h's gradient_tolerance: 2 (layers + 1) max(batch, width) u, width the hidden one
+        factor = 2 * 3 * max(batch, hidden)
+        for row in self.per_rank(r"^Rank (\d) \(dp (\d), tp (\d)\): gradients of A's columns and B's rows (\d+)-(\d+): "
+                                 r"max \|mesh - one device\| = %s \(largest %s, tolerance %s\)$" % (NUM, NUM, NUM)):
+            rank = int(row.group(1))
+            self.assertEqual((int(row.group(2)), int(row.group(3))), (rank // 2, rank % 2))
+            self.assertEqual(int(row.group(4)), (rank % 2) * hidden // 2)
+            diff, size, tol = row.group(6), row.group(7), row.group(8)
+            self.assertLessEqual(float(diff), float(tol))
+            self.assertGreater(float(size), 0)
+            lo = (float(size) - half_unit(size)) * factor * U - half_unit(tol)
+            hi = (float(size) + half_unit(size)) * factor * U + half_unit(tol)
+            self.assertTrue(lo <= float(tol) <= hi, (tol, size))
+
+    # ---- ZeRO ----
+
+    def zero_config(self):
+        m = re.search(r"lecture_08's model \(lib/mlp\.h\) at (\d+) layers of (\d+) x \d+, a batch of (\d+), one AdamW step "
+                      r"\(lr %s\)" % NUM, self.markdown())
+        return int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
+
+    def test_zero_stages_equal_ddp(self):
+        layers, width, batch, lr = self.zero_config()
+        tol_factor = 2 * (layers + 1) * max(batch, width) * U   # lib/mlp.h's gradient_tolerance
+        for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3, prefetch"):
+            rows = self.per_rank(r"^Rank (\d): %s: gradient pieces max \|ZeRO - DDP\| = %s \(tolerance %s\); weights "
+                                 r"more than lr/2 from DDP's: %s%% \(at most %s%%\)$" % (re.escape(method), NUM, NUM,
+                                                                                       NUM, NUM))
+            for m in rows:
+                self.assertLessEqual(float(m.group(2)), float(m.group(3)), method)
+                self.assertGreater(float(m.group(3)), 0)
+                self.assertLess(float(m.group(3)), tol_factor * 10, method)   # gradients here are under 10
+                self.assertLessEqual(float(m.group(4)), float(m.group(5)), method)
+                self.assertLess(float(m.group(5)), 1.0, method)   # under 1% of weights near a sign flip
+
+    def test_zero_bytes_and_state(self):
+        layers, width, batch, lr = self.zero_config()
+        rows = {r[0]: r[1:] for r in self.table("One step on")["rows"]}
+        layer, p = width * width, WORLD
+        ddp = 2 * layers * (p - 1) * layer * 4 // p
+        self.assertEqual(rows["DDP"], [layers * layer, layers * layer, 2 * layers * layer, ddp, layers])
+        self.assertEqual(rows["ZeRO-1"], [layers * layer, layers * layer, 2 * layers * layer // p, ddp, 2 * layers])
+        self.assertEqual(rows["ZeRO-2"], [layers * layer, layer + layers * layer // p, 2 * layers * layer // p, ddp,
+                                          2 * layers])
+        # gathers: every layer forward, all but layer 0 backward; a reduce-scatter per layer
+        z3 = rows["ZeRO-3, prefetch"]
+        self.assertEqual(z3[3], (3 * layers - 1) * (p - 1) * layer * 4 // p)
+        self.assertEqual(z3[4], 3 * layers - 1)
+        self.assertEqual(z3[0], layers * layer // p + 2 * layer)
+        m = self.texts(r"^Rank 0, ZeRO-3 forward, in order: (.*)$")
+        self.assertEqual(len(m), 1)
+        expected = ["gather 0"]
+        for i in range(layers):
+            if i + 1 < layers:
+                expected.append("gather %d" % (i + 1))
+            expected.append("compute %d" % i)
+        self.assertEqual(m[0][1].group(1).split(", "), expected)
+
+    # ---- memory ----
+
+    def test_activations_measured_against_the_formula(self):
+        if "does not report its heap" in self.markdown():
+            self.skipTest("this build's allocator (a sanitizer's) does not report its heap")
+        t = self.table("One step of")
+        m = re.match(r"One step of (\d+) layers, batch (\d+), width (\d+)", t["caption"])
+        layers, batch, width = map(int, m.groups())
+        act = batch * width * 4
+        (n1, plain, f1, p1, t1), (n2, recomputed, f2, p2, t2) = t["rows"]
+        self.assertEqual((f1, f2), (2 * layers * act, layers * act))
+        self.assertEqual((p1, p2), (3 * layers, 4 * layers))
+        # the heap also holds the tensors' headers and stacks: under 8 KiB each
+        self.assertLessEqual(abs(plain - 2 * layers * act), 8192 * 2 * layers)
+        self.assertLessEqual(abs(recomputed - layers * act), 8192 * layers)
+        self.assertGreater(t1, 0)
+        self.assertGreater(t2, 0)
+        m = re.search(r"recomputation kept %s times the bytes, and its step took %s times" % (NUM, NUM),
+                      self.markdown())
+        self.assertAlmostEqual(float(m.group(1)), recomputed / plain, delta=half_unit(m.group(1)) * 1.0001)
+        self.assertAlmostEqual(float(m.group(2)), t2 / t1, delta=half_unit(m.group(2)) * 1.0001)
+
+    def test_mixed_precision_is_accounting(self):
+        rows = {r[0]: r[1:] for r in self.table("Model state per parameter")["rows"]}
+        for name, row in rows.items():
+            self.assertEqual(sum(row[:4]), row[4], name)
+            self.assertEqual(row[5], row[4] / WORLD, name)
+        self.assertEqual(rows["bf16 mixed precision"][:5], [2, 2, 4, 8, 16])
+        self.assertIn("This is accounting", self.markdown())
+
+
+class PlantedBugs(unittest.TestCase):
+    """Each check can fail: a copy of the lecture with one bug (tests/lib/
+    planted.py) must fail the check that guards it. Each bug moves its result
+    by over 1% of the largest value; the tolerances are under 1e-4 of it."""
+
+    @classmethod
+    def setUpClass(cls):
+        # planted.py reads the compile command from `make -n BUILD=...`; the
+        # sanitizer build's flags come from SAN=1, which make takes from
+        # MAKEFLAGS (a copy built without them would not link against it).
+        cls.makeflags = os.environ.get("MAKEFLAGS")
+        if os.path.basename(tracecheck.BUILD) == "build-asan":
+            os.environ["MAKEFLAGS"] = "-- SAN=1"
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.makeflags is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = cls.makeflags
+
+    def run_planted(self, find, replace):
+        with planted.binary("lecture_scaling", find, replace) as exe, tempfile.TemporaryDirectory() as out:
+            p, trace = tracecheck.run_quick(exe, out)
+            failed = os.path.join(out, "lecture_scaling.failed.json")
+            if trace is None and os.path.exists(failed):
+                trace = tracecheck.load(failed)
+        self.assertIsNotNone(trace, "the planted copy wrote no trace: " + tracecheck.why(p))
+        return p, trace
+
+    def assert_fails(self, find, replace, what_starts, run=None):
+        p, trace = run or self.run_planted(find, replace)
+        failed = planted.failed_checks(trace)
+        self.assertTrue(any(w.startswith(what_starts) for w in failed),
+                        "planting %r: no failed check starts with %r; failed: %r" % (replace, what_starts, failed))
+        self.assertNotEqual(p.returncode, 0, "a failed check must make the run fail")
+
+    def test_unplanted_copy_passes(self):
+        p, trace = self.run_planted("static void mesh_2d(void) {", "static void mesh_2d(void) {")
+        self.assertEqual(planted.failed_checks(trace), [])
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+
+    def test_token_sent_to_the_wrong_expert(self):
+        self.assert_fails("        dest[t] = expert[t]; /* the rank that owns token t's expert */",
+                          "        dest[t] = (expert[t] + 1) % p;",
+                          "expert parallelism: the MoE layer's output")
+
+    def test_tensor_parallel_attention_without_its_all_reduce(self):
+        self.assert_fails("    dist_all_reduce(y, DIST_SUM); /* the heads' partial outputs add up */",
+                          "    (void)0;",
+                          "tensor parallelism: the block's output")
+
+    def test_sequence_parallel_mlp_keeps_its_own_partial(self):
+        # the reduce-scatter's sum replaced by the rank's own rows: a partial, not the sum
+        self.assert_fails("    dist_reduce_scatter(mine, partial, DIST_SUM);",
+                          "    dist_reduce_scatter(mine, partial, DIST_MAX);",
+                          "sequence parallelism: the block's output")
+
+    def test_ring_attention_skips_the_last_chunk(self):
+        self.assert_fails("    for (int step = 0; step < world_size; step++) {",
+                          "    for (int step = 0; step < world_size - 1; step++) {",
+                          "ring attention: this rank's rows")
+
+    def test_mesh_without_the_data_parallel_average(self):
+        self.assert_fails("    dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */",
+                          "    (void)0;",
+                          "2-D mesh: the gradients")
+
+    def test_zero1_without_its_all_gather(self):
+        # the updated band never reaches the weights: every weight stays about lr from DDP's
+        self.assert_fails("        dist_all_gather(w[i], mine); /* every band, updated, to every rank */",
+                          "        (void)0;",
+                          "ZeRO-1: the weights after AdamW equal DDP's")
+
+    def test_recomputation_that_keeps_h(self):
+        # the checkpointed forward keeps every pre-activation (a leak too): twice the formula's bytes
+        find, replace = "        tensor_free(h); /* recomputed in backward */", "        (void)h;"
+        run = self.run_planted(find, replace)
+        if any("does not report its heap" in r["data"] for s in run[1]["steps"] for r in s["renderings"]
+               if r["type"] == "markdown"):
+            self.skipTest("this build's allocator (a sanitizer's) does not report its heap: no activation check")
+        self.assert_fails(find, replace, "activations: the heap holds what the formula says", run)
+
+
+class CommittedTrace(unittest.TestCase):
+    """traces/lecture_scaling.json, the trace the repository ships."""
+
+    def test_committed_trace_is_current_and_valid(self):
+        path = os.path.join(ROOT, "traces", "lecture_scaling.json")
+        self.assertTrue(os.path.exists(path), "no committed traces/lecture_scaling.json")
+        trace = tracecheck.validate(path)
+        self.assertEqual(trace["meta"]["status"], "ok")
+        with open(os.path.join(ROOT, "lectures", "lecture_scaling.c"), encoding="utf-8") as f:
+            self.assertEqual(trace["files"]["lectures/lecture_scaling.c"], f.read(),
+                             "traces/lecture_scaling.json was made from another version of the lecture: "
+                             "run build/lectures/lecture_scaling --out traces")
+
+
+if __name__ == "__main__":
+    unittest.main()
