@@ -1,27 +1,6 @@
-/*
- * lecture_08: distributed training.
- *
- * Part 1 is about moving data: the hardware that links accelerators, the
- * collective operations programs use to talk over it, how fast they are, and
- * CUDA streams for overlapping talk with work, and a cost model fitted to
- * the measurements. Part 2 trains one small model every way (data parallel,
- * with buckets and gradient accumulation, ZeRO stage 3 as FSDP does it,
- * tensor parallel by columns and as Megatron pairs layers, pipeline parallel
- * with the GPipe and 1F1B schedules) and checks each against the same model
- * trained on one device, counting the bytes each rank sends.
- *
- * Every example runs for real on CPU processes with Open MPI and OpenBLAS:
- * that is how the committed trace was made. The same code has a GPU path
- * (NCCL, cuBLAS, CUDA streams), compiled in; its single-GPU parts and ranks
- * sharing one GPU have run on one H100 (docs/gpu.md, make gpu-check), its
- * multi-rank NCCL paths have not (unverified). What the lecture uses but does
- * not teach (timing loops, the one-device run, the pipeline's clock and
- * report, the CUDA streams example) is in lectures/lib. Run it with
- *
- *     make run                 (the full lecture; --quick gives reduced sizes)
- *
- * and open viewer/index.html?trace=lecture_08.
- */
+/* lecture_08: distributed training. Part 1: how accelerators talk (hardware, collectives, their speed, streams).
+ * Part 2: one model trained every way, each checked against one device. Everything runs for real on CPU ranks (the
+ * committed trace); the GPU path is compiled in, unverified across ranks (docs/gpu.md). Plumbing: lectures/lib. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,25 +18,25 @@
 static void introduction(void), hardware(void), collective_operations(void), our_runtime_and_nccl(void),
     benchmarking(void), cuda_streams(void), parallelism_overview(void), one_device(void), ddp(void), ddp_zero3(void),
     tensor_parallelism(void), pipeline_parallelism(void), summary(void);
+static void collective_examples_main(int, int, void *), bench_main(int, int, void *), ddp_main(int, int, void *),
+    ddp_buckets_main(int, int, void *), zero3_main(int, int, void *), tensor_parallel_main(int, int, void *),
+    megatron_main(int, int, void *), pipeline_main(int, int, void *);   /* what the ranks run: (rank, world, args) */
 
 LECTURE_OPTIONS({"batch", "N", "examples per training step in Part 2 (default 128); every strategy cuts them "
                                 "into equal pieces (4 ranks, 2 micro-batches each), so N must divide by 8"});
 
-static mlp_config model_config(void);
 static baseline_run baseline;   /* what one device computed: every strategy is judged against it */
 
 static void lecture_08(void) {
-    model_config();            /* a bad --batch stops the lecture before anything runs */
+    training_config();         /* a bad --batch stops the lecture before anything runs */
     note("# Distributed training");
     introduction();
-
     note("## Part 1: the building blocks of distributed communication");
     hardware();                /* how accelerators are wired to each other */
     collective_operations();   /* the programming model: a handful of patterns */
     our_runtime_and_nccl();    /* how those patterns are carried out */
     benchmarking();            /* how fast they are */
     cuda_streams();            /* overlapping communication with computation */
-
     note("## Part 2: distributed training");
     parallelism_overview();
     one_device();              /* the answer every strategy must reproduce */
@@ -69,26 +48,21 @@ static void lecture_08(void) {
     baseline_free(&baseline);
 }
 
-/* ---- Introduction and hardware ---- */
-
 static void introduction(void) {
     progress("introduction");
-    note("This lecture: training one model on many accelerators at once. The setting: "
-         "arithmetic is spread over many devices, and moving data between them is slow "
-         "compared with computing on it.");
+    note("This lecture: training one model on many accelerators at once. The setting: arithmetic is spread over many "
+         "devices, and moving data between them is slow compared with computing on it.");
     if (gpu_count() == 0)
-        note("*This run found no GPU.* Every example still runs for real: each rank is a "
-             "CPU process, tensors live in host memory, collectives go through Open MPI "
-             "and matrix products through OpenBLAS. On a machine with GPUs the same code "
-             "uses NCCL and cuBLAS. Timings below are this machine's, not a GPU's.");
+        note("*This run found no GPU.* Every example still runs for real: each rank is a CPU process, tensors live "
+             "in host memory, collectives go through Open MPI and matrix products through OpenBLAS. On a machine "
+             "with GPUs the same code uses NCCL and cuBLAS. Timings below are this machine's, not a GPU's.");
     else if (gpu_count() < 4)
-        note("*This machine has %d GPU%s for spawns of up to 4 ranks.* NCCL wants one GPU per "
-             "rank, so a spawn with more ranks than GPUs puts rank r on cuda:(r mod %d): every "
-             "rank's tensors live there and its matmuls run in cuBLAS, but the ranks take "
-             "turns on the device, so 4 ranks are not 4 times faster than 1. Their collectives "
-             "go through Open MPI via pinned host memory, copied off the GPU and back in "
-             "chunks that overlap with the transfer: the bandwidth you see is host memory's, "
-             "a few GB/s, not NVLink's. Each spawn's note says which way it ran.",
+        note("*This machine has %d GPU%s for spawns of up to 4 ranks.* NCCL wants one GPU per rank, so a spawn with "
+             "more ranks than GPUs puts rank r on cuda:(r mod %d): every rank's tensors live there and its matmuls "
+             "run in cuBLAS, but the ranks take turns on the device, so 4 ranks are not 4 times faster than 1. Their "
+             "collectives go through Open MPI via pinned host memory, copied off the GPU and back in chunks that "
+             "overlap with the transfer: the bandwidth you see is host memory's, a few GB/s, not NVLink's. Each "
+             "spawn's note says which way it ran.",
              gpu_count(), gpu_count() == 1 ? "" : "s", gpu_count());
     note("Memory comes in a hierarchy, each level larger and slower than the one above:\n\n"
          "- L1 cache and shared memory, next to the arithmetic units (small, fast)\n"
@@ -97,165 +71,144 @@ static void introduction(void) {
          "- other GPUs in the same node\n"
          "- GPUs in other nodes (huge in total, slowest to reach)");
     image("assets/lecture_08_memory_hierarchy.svg", 0.55);
-    note("The previous lecture cut DRAM traffic inside one GPU (fusion, tiling). This "
-         "one cuts traffic between GPUs and nodes, by choosing what to keep a copy of "
-         "everywhere (replicate) and what to cut into pieces (shard). The game throughout: "
-         "arrange the computation so that as little data as possible has to cross the slow "
+    note("The previous lecture cut DRAM traffic inside one GPU (fusion, tiling). This one cuts traffic between GPUs "
+         "and nodes, by choosing what to keep a copy of everywhere (replicate) and what to cut into pieces (shard). "
+         "The game throughout: arrange the computation so that as little data as possible has to cross the slow "
          "links.");
 }
 
 static void hardware(void) {
     progress("hardware");
     note("## One GPU\n\n"
-         "Inside one GPU the bottleneck is usually DRAM: NVIDIA's datasheet gives the "
-         "H100 NVL 7.8 TB/s of memory bandwidth (a figure for its pair of boards; "
-         "about 3.9 TB/s per GPU).");
+         "Inside one GPU the bottleneck is usually DRAM: NVIDIA's datasheet gives the H100 NVL 7.8 TB/s of memory "
+         "bandwidth (a figure for its pair of boards; about 3.9 TB/s per GPU).");
     see("https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet");
     image("assets/lecture_08_gpu.svg", 0.6);
     see("https://miro.medium.com/v2/resize:fit:2000/format:webp/1*6xoBKi5kL2dZpivFe1-zgw.jpeg",
         "the H100 chip's block diagram");
-
     note("## Many GPUs, many nodes: PCIe and Ethernet\n\n"
-         "The classic layout: GPUs hang off the CPU, and the CPU and network card "
-         "sit in the middle of every transfer.");
+         "The classic layout: GPUs hang off the CPU, and the CPU and network card sit in the middle of every "
+         "transfer.");
     image("assets/lecture_08_pcie_ethernet.svg", 0.65);
     see("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp",
         "a multi-GPU cluster's node layout");
-    note("- GPUs in one node share a PCI Express bus. The newest generation specified, PCIe "
-         "7.0 (published in 2025; no devices ship with it yet), gives 242 GB/s each way over "
-         "16 lanes; an H100 uses PCIe 5.0, about 64 GB/s each way.\n"
-         "- GPUs in different nodes go through the network. Commodity Ethernet runs at "
-         "1 to 10 Gb/s (0.125 to 1.25 GB/s); data-centre Ethernet and InfiniBand at "
-         "100 to 400 Gb/s (12.5 to 50 GB/s) per port.\n\n"
-         "Both are far slower than a GPU's own memory. The turning point in hardware was "
-         "to let GPUs reach each other *directly*, without the CPU in the way.");
+    note("- GPUs in one node share a PCI Express bus. The newest generation specified, PCIe 7.0 (published in 2025; "
+         "no devices ship with it yet), gives 242 GB/s each way over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s "
+         "each way.\n"
+         "- GPUs in different nodes go through the network. Commodity Ethernet runs at 1 to 10 Gb/s (0.125 to 1.25 "
+         "GB/s); data-centre Ethernet and InfiniBand at 100 to 400 Gb/s (12.5 to 50 GB/s) per port.\n\n"
+         "Both are far slower than a GPU's own memory. The turning point in hardware was to let GPUs reach each "
+         "other *directly*, without the CPU in the way.");
     see("https://en.wikipedia.org/wiki/PCI_Express");
-
     note("## InfiniBand and RDMA\n\n"
-         "InfiniBand is a network standard from 1999. Mellanox built most of its "
-         "hardware; NVIDIA agreed to buy Mellanox in 2019 and completed the purchase in 2020. "
-         "Its key idea is Remote Direct Memory Access (RDMA): a network card writes "
-         "straight into another machine's memory (GPU memory, with GPUDirect RDMA) "
-         "without either CPU or operating system copying the bytes.");
+         "InfiniBand is a network standard from 1999. Mellanox built most of its hardware; NVIDIA agreed to buy "
+         "Mellanox in 2019 and completed the purchase in 2020. Its key idea is Remote Direct Memory Access (RDMA): a "
+         "network card writes straight into another machine's memory (GPU memory, with GPUDirect RDMA) without "
+         "either CPU or operating system copying the bytes.");
     image("assets/lecture_08_rdma.svg", 0.65);
     see("https://lambdalabs.com/hubfs/Imported_Blog_Media/nvlink-diagram-update.png",
         "GPUs, NVLink and network cards in a server");
-
     note("## NVLink and NVSwitch\n\n"
-         "NVLink is NVIDIA's own GPU-to-GPU link, announced in 2014; inside a node it joins "
-         "GPUs to each other with no CPU on the path. For the H100 "
-         "generation (fourth-generation NVLink) NVIDIA quotes its NVLink Switch System at 9 "
-         "times the bisection bandwidth of HDR InfiniBand (200 Gb/s a port), so about 4.5 "
-         "times NDR's (400 Gb/s): a vendor's figure, and the generations compared matter.");
+         "NVLink is NVIDIA's own GPU-to-GPU link, announced in 2014; inside a node it joins GPUs to each other with "
+         "no CPU on the path. For the H100 generation (fourth-generation NVLink) NVIDIA quotes its NVLink Switch "
+         "System at 9 times the bisection bandwidth of HDR InfiniBand (200 Gb/s a port), so about 4.5 times NDR's "
+         "(400 Gb/s): a vendor's figure, and the generations compared matter.");
     see("https://developer.nvidia.com/blog/upgrading-multi-gpu-interconnectivity-with-the-third-generation-nvidia-nvswitch/");
     image("assets/lecture_08_nvlink_generations.svg", 0.55);
     see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-generations-1.png",
         "NVLink generations");
-    note("NVSwitch chips connect every GPU to every other at full NVLink speed, and the "
-         "NVLink Switch System carries that across nodes, sidestepping Ethernet. "
-         "An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s in total, "
-         "counting both directions, so 450 GB/s each way. A measured bandwidth of one "
-         "direction's traffic (busbw, below) is to be compared with the 450.");
+    note("NVSwitch chips connect every GPU to every other at full NVLink speed, and the NVLink Switch System carries "
+         "that across nodes, sidestepping Ethernet. An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s "
+         "in total, counting both directions, so 450 GB/s each way. A measured bandwidth of one direction's traffic "
+         "(busbw, below) is to be compared with the 450.");
     image("assets/lecture_08_nvswitch.svg", 0.6);
     see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-all-to-all-connectivity-1.png",
         "NVLink all-to-all connectivity");
-
     note("## SHARP: reducing inside the switch\n\n"
-         "NVSwitch can do the additions of an all-reduce itself (SHARP, in-network "
-         "reduction). Each GPU then sends its data once and receives the sum once, "
-         "instead of taking part in every step: about half the traffic. Expect more such "
-         "changes: the hardware moves fast, but the hierarchy stays.");
+         "NVSwitch can do the additions of an all-reduce itself (SHARP, in-network reduction). Each GPU then sends "
+         "its data once and receives the sum once, instead of taking part in every step: about half the traffic. "
+         "Expect more such changes: the hardware moves fast, but the hierarchy stays.");
     image("assets/lecture_08_sharp.svg", 0.65);
     see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-SHARP-acceleration-1.png",
         "NVLink SHARP acceleration");
-
-    note("## Our hardware\n\nWhat is this lecture running on?");
+    note("## Our hardware\n\n"
+         "What is this lecture running on?");
     see("https://guide.ncloud-docs.com/docs/en/server-baremetal-a100-check-vpc");
     if (gpu_count() > 0) {
         note_system("nvidia-smi topo -m");
-        note("Read the matrix row by row: `NV#` means the two GPUs share # bonded NVLinks; "
-             "`PIX`, `PXB`, `PHB`, `NODE` and `SYS` are PCIe paths that cross more and more "
-             "of the machine (a PCIe bridge, several, the host bridge, the NUMA node, "
-             "the link between sockets). NICs are the network cards.");
+        note("Read the matrix row by row: `NV#` means the two GPUs share # bonded NVLinks; `PIX`, `PXB`, `PHB`, "
+             "`NODE` and `SYS` are PCIe paths that cross more and more of the machine (a PCIe bridge, several, the "
+             "host bridge, the NUMA node, the link between sockets). NICs are the network cards.");
         return;
     }
-    note("No GPU here, so `nvidia-smi topo -m` has nothing to show. The CPU's topology "
-         "instead, as hwloc sees it: sockets (packages), NUMA nodes, caches, cores, "
-         "and the PCI devices (disk, network card).");
+    note("No GPU here, so `nvidia-smi topo -m` has nothing to show. The CPU's topology instead, as hwloc sees it: "
+         "sockets (packages), NUMA nodes, caches, cores, and the PCI devices (disk, network card).");
     note_system("lstopo-no-graphics --of console");
-    note("On a GPU server the same tool lists the GPUs and NICs under their PCIe bridges; "
-         "`nvidia-smi topo -m` condenses that into who-reaches-whom-how: `NV18` between "
-         "two H100s means 18 bonded NVLinks.");
+    note("On a GPU server the same tool lists the GPUs and NICs under their PCIe bridges; `nvidia-smi topo -m` "
+         "condenses that into who-reaches-whom-how: `NV18` between two H100s means 18 bonded NVLinks.");
 }
-
-/* ---- Part 1: collective operations ---- */
 
 static void collective_operations(void) {
     progress("collective operations");
-    note("## Collective operations\n\nCollective operations are the vocabulary of distributed programs.");
+    note("## Collective operations\n\n"
+         "Collective operations are the vocabulary of distributed programs.");
     see("https://en.wikipedia.org/wiki/Collective_operation");
-    note("- *Collective*: every rank calls the same operation, and together they "
-         "describe one communication pattern across all of them (4, 256, 10 000 ranks).\n"
+    note("- *Collective*: every rank calls the same operation, and together they describe one communication pattern "
+         "across all of them (4, 256, 10 000 ranks).\n"
          "- They come from the parallel-computing literature of the 1980s (later, MPI).\n"
-         "- They suit SPMD programs (single program, multiple data): every rank runs the "
-         "same code on its own data.\n"
-         "- They are simpler to use, and faster, than arranging point-to-point "
-         "sends and receives yourself.\n\n"
-         "Two words used everywhere below: a **rank** is one device (a GPU, here a process) "
-         "and its number, 0, 1, 2, ...; the **world size** is how many ranks there are. In "
-         "the pictures, each row is a rank; before on the left, after on the right.");
-
-    note("### Broadcast\n\nOne rank's tensor is copied to every rank.");
+         "- They suit SPMD programs (single program, multiple data): every rank runs the same code on its own data.\n"
+         "- They are simpler to use, and faster, than arranging point-to-point sends and receives yourself.\n\n"
+         "Two words used everywhere below: a **rank** is one device (a GPU, here a process) and its number, 0, 1, 2, "
+         "...; the **world size** is how many ranks there are. In the pictures, each row is a rank; before on the "
+         "left, after on the right.");
+    note("### Broadcast\n\n"
+         "One rank's tensor is copied to every rank.");
     image("assets/lecture_08_broadcast.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/broadcast.png");
-    note("### Scatter\n\nOne rank's tensor is cut into world-size pieces; rank *i* receives piece *i*.");
+    note("### Scatter\n\n"
+         "One rank's tensor is cut into world-size pieces; rank *i* receives piece *i*.");
     image("assets/lecture_08_scatter.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/scatter.png");
-    note("### Gather\n\nThe reverse of scatter: every rank's piece is collected, in rank order, on one rank.");
+    note("### Gather\n\n"
+         "The reverse of scatter: every rank's piece is collected, in rank order, on one rank.");
     image("assets/lecture_08_gather.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/gather.png");
     note("### Reduce\n\n"
-         "Every rank's tensor is combined elementwise (sum, average, min, max) and the "
-         "result lands on one rank.");
+         "Every rank's tensor is combined elementwise (sum, average, min, max) and the result lands on one rank.");
     image("assets/lecture_08_reduce.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/reduce.png");
-    note("### All-gather\n\nA gather whose result lands on every rank.");
+    note("### All-gather\n\n"
+         "A gather whose result lands on every rank.");
     image("assets/lecture_08_all_gather.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/all_gather.png");
-    note("### Reduce-scatter\n\nA reduce whose result is cut into pieces: rank *i* gets piece *i* of the sum.");
+    note("### Reduce-scatter\n\n"
+         "A reduce whose result is cut into pieces: rank *i* gets piece *i* of the sum.");
     image("assets/lecture_08_reduce_scatter.svg", 0.3);
     see("https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/_images/reducescatter.png");
     note("### All-reduce = reduce-scatter + all-gather\n\n"
-         "A reduce whose result lands on every rank. It can be done as a reduce-scatter "
-         "(each rank sums one piece) followed by an all-gather (everyone collects all "
-         "pieces), which is how the ring algorithm below does it.");
+         "A reduce whose result lands on every rank. It can be done as a reduce-scatter (each rank sums one piece) "
+         "followed by an all-gather (everyone collects all pieces), which is how the ring algorithm below does it.");
     image("assets/lecture_08_all_reduce.svg", 0.3);
     see("https://pytorch.org/tutorials/_images/all_reduce.png");
     note("How to keep them apart:\n\n"
-         "- *reduce* means combining with an associative, commutative operation "
-         "(sum, min, max; average is a sum divided by the world size)\n"
+         "- *reduce* means combining with an associative, commutative operation (sum, min, max; average is a sum "
+         "divided by the world size)\n"
          "- *scatter* and *gather* undo each other, as do *broadcast* and *reduce* in shape\n"
          "- *all-* means every rank gets the result");
 }
 
-/* ---- Part 1: how collectives are carried out ---- */
-
-static void collective_examples_main(int rank, int world_size, void *args);
-
 static void our_runtime_and_nccl(void) {
     progress("runtime and NCCL");
     note("## Collectives in this runtime (our `torch.distributed`)\n\n"
-         "PyTorch gives programs `torch.distributed`; this lecture's runtime gives C the same "
-         "calls: `dist_all_reduce`, `dist_reduce_scatter`, `dist_all_gather`, "
-         "`dist_broadcast`, `dist_reduce`, `dist_scatter`, `dist_gather`, `dist_send`, "
-         "`dist_recv`, the non-blocking `dist_isend` and `dist_irecv` completed by "
-         "`dist_wait`, and `dist_barrier`; SUM, AVG, MIN or MAX where they reduce.");
+         "PyTorch gives programs `torch.distributed`; this lecture's runtime gives C the same calls: "
+         "`dist_all_reduce`, `dist_reduce_scatter`, `dist_all_gather`, `dist_broadcast`, `dist_reduce`, "
+         "`dist_scatter`, `dist_gather`, `dist_send`, `dist_recv`, the non-blocking `dist_isend` and `dist_irecv` "
+         "completed by `dist_wait`, and `dist_barrier`; SUM, AVG, MIN or MAX where they reduce.");
     see("https://pytorch.org/docs/stable/distributed.html");
-    note("`spawn(fn, world_size, &args, sizeof args)` runs `fn(rank, world_size, args)` in "
-         "world-size real processes, each on its own copy of the arguments, like "
-         "`torch.multiprocessing.spawn`. The processes come from a pool that Open MPI's "
-         "`mpirun` starts once, at the first spawn; each spawn finds the lecture's globals "
-         "as a fresh process would. Like PyTorch it has two backends, picked per spawn:\n\n"
+    note("`spawn(fn, world_size, &args, sizeof args)` runs `fn(rank, world_size, args)` in world-size real "
+         "processes, each on its own copy of the arguments, like `torch.multiprocessing.spawn`. The processes come "
+         "from a pool that Open MPI's `mpirun` starts once, at the first spawn; each spawn finds the lecture's "
+         "globals as a fresh process would. Like PyTorch it has two backends, picked per spawn:\n\n"
          "| call | with a GPU per rank: NCCL | otherwise: Open MPI (host memory) |\n"
          "|---|---|---|\n"
          "| `dist_all_reduce` | `ncclAllReduce` | `MPI_Allreduce` |\n"
@@ -265,69 +218,55 @@ static void our_runtime_and_nccl(void) {
          "| `dist_reduce` | `ncclReduce` | `MPI_Reduce` |\n"
          "| `dist_scatter`, `dist_gather` | `ncclSend`/`ncclRecv` in a group | `MPI_Scatter`, `MPI_Gather` |\n"
          "| `dist_send`, `dist_recv` | `ncclSend`, `ncclRecv` | `MPI_Send`, `MPI_Recv` |\n"
-         "| `dist_isend`, `dist_irecv`, `dist_wait` | `ncclSend`, `ncclRecv` on the stream, then a stream wait | `MPI_Isend`, `MPI_Irecv`, `MPI_Wait` |\n\n"
-         "Open MPI plays the part of PyTorch's gloo backend (CPU); NCCL is the GPU backend "
-         "in both worlds. NCCL has `ncclAvg` for averages; with MPI an average is a sum "
-         "divided by the world size. Higher-level tools (PyTorch's FSDP, DeepSpeed) are "
-         "built from these same calls, as Part 2 does by hand.");
-
+         "| `dist_isend`, `dist_irecv`, `dist_wait` | `ncclSend`, `ncclRecv` on the stream, then a stream wait | "
+         "`MPI_Isend`, `MPI_Irecv`, `MPI_Wait` |\n\n"
+         "Open MPI plays the part of PyTorch's gloo backend (CPU); NCCL is the GPU backend in both worlds. NCCL has "
+         "`ncclAvg` for averages; with MPI an average is a sum divided by the world size. Higher-level tools "
+         "(PyTorch's FSDP, DeepSpeed) are built from these same calls, as Part 2 does by hand.");
     note("## NCCL: the NVIDIA Collective Communication Library\n\n"
-         "NCCL turns each collective into the transfers and small reduction kernels that "
-         "carry it out on the actual machine.");
+         "NCCL turns each collective into the transfers and small reduction kernels that carry it out on the actual "
+         "machine.");
     see("https://www.nvidia.com/en-us/on-demand/session/gtcspring21-s31880/");
-    note("1. It detects the topology: nodes, switches, which GPUs share NVLink or PCIe, "
-         "which network card is closest to which GPU.\n"
+    note("1. It detects the topology: nodes, switches, which GPUs share NVLink or PCIe, which network card is "
+         "closest to which GPU.\n"
          "2. It plans the paths between ranks. Two classic plans for all-reduce:");
     image("assets/lecture_08_ring_vs_tree.svg", 0.6);
     see("https://developer-blogs.nvidia.com/wp-content/uploads/2019/02/DBtree.png");
-    note("- **Ring**: the data is cut into N chunks that travel around a ring; N-1 steps "
-         "of reduce-scatter then N-1 steps of all-gather. Each rank sends 2(N-1)/N times "
-         "the data. When the ranks do the additions themselves, no all-reduce can do with "
-         "less (Patarasuk and Yuan, 2009): to sum its 1/N share a rank must receive the "
-         "other ranks' parts of it ((N-1)/N of the data), then receive the sums of the other "
-         "shares ((N-1)/N again); every byte received is a byte some rank sent, so on "
-         "average a rank also sends 2(N-1)/N. The ring meets that bound exactly: it is "
-         "*bandwidth*-optimal among algorithms that only move data between ranks. "
-         "In-network reduction (SHARP, above) does better, because the switch adds: each "
-         "GPU sends its data once and receives the sum once. And 2(N-1) "
-         "steps in a row means latency grows linearly with N.\n"
-         "- **Tree**: reduce up a tree and broadcast back down, in about 2 log2(N) steps, "
-         "so it is *latency*-friendly. A single tree leaves the leaves' outgoing links "
-         "idle, so NCCL uses a *double binary tree*: two trees where every interior "
-         "node of one is a leaf of the other, keeping all links busy.\n\n"
-         "3. It launches CUDA kernels that move and add the data, on a CUDA stream, so a "
-         "collective is just more GPU work in the queue. (lecture_collectives builds the "
-         "ring, the tree and two other all-reduces from sends and receives, and measures "
-         "each.)");
-
+    note("- **Ring**: the data is cut into N chunks that travel around a ring; N-1 steps of reduce-scatter then N-1 "
+         "steps of all-gather. Each rank sends 2(N-1)/N times the data, and when the ranks do the additions "
+         "themselves no all-reduce can send less (Patarasuk and Yuan, 2009; lecture_collectives counts why). The "
+         "ring meets that bound exactly: it is *bandwidth*-optimal among algorithms that only move data between "
+         "ranks. In-network reduction (SHARP, above) does better, because the switch adds: each GPU sends its data "
+         "once and receives the sum once. And 2(N-1) steps in a row means latency grows linearly with N.\n"
+         "- **Tree**: reduce up a tree and broadcast back down, in about 2 log2(N) steps, so it is "
+         "*latency*-friendly. A single tree leaves the leaves' outgoing links idle, so NCCL uses a *double binary "
+         "tree*: two trees where every interior node of one is a leaf of the other, keeping all links busy.\n\n"
+         "3. It launches CUDA kernels that move and add the data, on a CUDA stream, so a collective is just more GPU "
+         "work in the queue. (lecture_collectives builds the ring, the tree and two other all-reduces from sends and "
+         "receives, and measures each.)");
     note("## Examples\n\n"
-         "Four ranks run `collective_examples_main`; each prints its tensors before and "
-         "after each operation. Rank *r* starts from [0, 1, 2, 3] + *r*.");
+         "Four ranks run `collective_examples_main`; each prints its tensors before and after each operation. Rank "
+         "*r* starts from [0, 1, 2, 3] + *r*.");
     progress("examples: spawn 4 ranks");
     spawn(collective_examples_main, 4, NULL, 0);
 }
 
-/* The ring algorithm, written with point-to-point messages only. Each rank
- * holds world_size chunks (one number each, to keep the output short); in each
- * step it sends one chunk to its right neighbour and receives one from its
- * left. */
+/* The ring, from point-to-point messages: world_size chunks of one number; each step, one chunk to the right. */
 static void ring_all_reduce_by_hand(int rank, int world_size) {
     int device = get_device(rank);
     if (rank == 0)
         note("### All-reduce by hand: a ring of sends and receives\n\n"
-             "Every rank sends to its right neighbour and receives from its left one at "
-             "the same time. A blocking `dist_send` may wait until the matching receive is "
-             "posted (MPI does so for large messages); with every rank sending first, each "
-             "would wait for a receive nobody has posted yet (a deadlock), so the sends are "
+             "Every rank sends to its right neighbour and receives from its left one at the same time. A blocking "
+             "`dist_send` may wait until the matching receive is posted (MPI does so for large messages); with every "
+             "rank sending first, each would wait for a receive nobody has posted yet (a deadlock), so the sends are "
              "non-blocking (`dist_isend`), completed with `dist_wait`.");
     dist_barrier();
     tensor *x = arange(world_size, device);
     add_scalar(x, (float)rank);
     tensor *incoming = zeros(1, 0, device);
     int right = (rank + 1) % world_size, left = (rank + world_size - 1) % world_size;
-    /* Reduce-scatter phase: after step s, chunk (rank - s - 1) holds s + 2 ranks'
-     * contributions; after world_size - 1 steps, chunk (rank + 1) holds the sum.
-     * Then the all-gather phase passes the finished sums around the ring. */
+    /* Reduce-scatter phase: after step s, chunk (rank - s - 1) holds s + 2 ranks' contributions; after world_size -
+     * 1 steps, chunk (rank + 1) holds the sum. Then the all-gather phase passes the finished sums around the ring. */
     for (int s = 0; s < 2 * (world_size - 1); s++) {
         int gather = s >= world_size - 1, t = gather ? s - (world_size - 1) : s;
         int send_chunk = (rank + gather - t + world_size) % world_size;
@@ -338,23 +277,19 @@ static void ring_all_reduce_by_hand(int rank, int world_size) {
         dist_recv(gather ? in : incoming, left);
         dist_wait(req);
         if (!gather) add_(in, incoming);
-        tensor_free(out);
-        tensor_free(in);
+        free_tensors((tensor *[]){out, in}, 2);
     }
     note_verbatim("Rank %d [after ring all-reduce]: %s", rank, tensor_str(x));
     if (rank == 0)
         note("Same [6, 10, 14, 18], in 2(N-1) = %d steps, each moving one chunk per rank.",
              2 * (world_size - 1));
-    tensor_free(incoming);
-    tensor_free(x);
+    free_tensors((tensor *[]){incoming, x}, 2);
 }
 
-/* Runs in every rank. The numbers are small on purpose: the point is where
- * they end up. */
+/* Runs in every rank. The numbers are small on purpose: the point is where they end up. */
 static void collective_examples_main(int rank, int world_size, void *args) {
     (void)args;
     int device = get_device(rank);
-
     if (rank == 0) note("### All-reduce");
     dist_barrier();   /* the heading is sent before any rank prints numbers */
     tensor *t = arange(world_size, device);
@@ -363,7 +298,6 @@ static void collective_examples_main(int rank, int world_size, void *args) {
     dist_all_reduce(t, DIST_SUM);                   /* in place: t becomes the sum */
     note_verbatim("Rank %d [after all-reduce]: %s", rank, tensor_str(t));
     tensor_free(t);
-
     if (rank == 0) note("### Reduce-scatter");
     dist_barrier();
     tensor *input = arange(world_size, device);
@@ -374,7 +308,6 @@ static void collective_examples_main(int rank, int world_size, void *args) {
     dist_reduce_scatter(output, input, DIST_SUM);
     note_verbatim("Rank %d [after reduce-scatter]: input = %s, output = %s", rank,
                   tensor_str(input), tensor_str(output));
-
     if (rank == 0) note("### All-gather");
     dist_barrier();
     tensor *gathered = zeros(world_size, 0, device);   /* the input: what reduce-scatter left here */
@@ -384,55 +317,39 @@ static void collective_examples_main(int rank, int world_size, void *args) {
     note_verbatim("Rank %d [after all-gather]: input = %s, output = %s", rank,
                   tensor_str(output), tensor_str(gathered));
     if (rank == 0)
-        note("Every rank now holds [6, 10, 14, 18] again: reduce-scatter followed by "
-             "all-gather *is* an all-reduce.");
-    tensor_free(input);
-    tensor_free(output);
-    tensor_free(gathered);
-
+        note("Every rank now holds [6, 10, 14, 18] again: reduce-scatter followed by all-gather *is* an all-reduce.");
+    free_tensors((tensor *[]){input, output, gathered}, 3);
     ring_all_reduce_by_hand(rank, world_size);
 }
-
-/* ---- Part 1: benchmarking ---- */
-
-static void bench_main(int rank, int world_size, void *args);
 
 static void benchmarking(void) {
     progress("benchmarking");
     note("## Benchmarking\n\n"
-         "How fast is communication? We time all-reduce and reduce-scatter on one node, "
-         "with 2 and then 4 ranks, over a range of message sizes.");
+         "How fast is communication? We time all-reduce and reduce-scatter on one node, with 2 and then 4 ranks, "
+         "over a range of message sizes.");
     see("https://github.com/stas00/ml-engineering/blob/master/network/benchmarks/all_reduce_bench.py");
-    note("Two bandwidths are reported, as nccl-tests defines them (GB = 10^9 bytes; message "
-         "sizes in MiB, 2^20 bytes):\n\n"
-         "- **algbw** = S / t, where S is the message size and t the time of one "
-         "operation. For reduce-scatter S is the size of the *whole input* "
-         "(world size times the output), because that is what gets reduced.\n"
-         "- **busbw** = algbw times a factor that turns it into the traffic on the busiest "
-         "link: 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter and all-gather. "
-         "busbw can be compared with the hardware's link speed, whatever the world size.");
+    note("Two bandwidths are reported, as nccl-tests defines them (GB = 10^9 bytes; message sizes in MiB, 2^20 "
+         "bytes):\n\n"
+         "- **algbw** = S / t, where S is the message size and t the time of one operation. For reduce-scatter S is "
+         "the size of the *whole input* (world size times the output), because that is what gets reduced.\n"
+         "- **busbw** = algbw times a factor that turns it into the traffic on the busiest link: 2(n-1)/n for "
+         "all-reduce, (n-1)/n for reduce-scatter and all-gather. busbw can be compared with the hardware's link "
+         "speed, whatever the world size.");
     see("https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md#allreduce");
-    note("A correction to the lecture this one follows. Its all-reduce estimate, "
-         "S 2(n-1) / (n t), is exactly busbw. Its reduce-scatter estimate started from the "
-         "*output* size S/n: (S/n)(n-1) / (n t), which is busbw / n, so 2 times too low on "
-         "2 ranks and 4 times on 4. Counted from the whole input S, reduce-scatter's busbw "
-         "is on the same scale as all-reduce's, and the two can be compared. "
-         "Each rank times `trials` operations back to back after one warm-up; the times "
-         "are averaged over the ranks with an all-reduce (as nccl-tests does by default).");
-    note("A model to read the times with, the alpha-beta model: sending n bytes costs "
-         "alpha + n beta, a fixed cost alpha (latency: software, synchronisation, the "
-         "wire's delay) plus beta, the time per byte, for each byte (1 / beta is the "
-         "bandwidth). A ring all-reduce on p ranks takes "
-         "2(p-1) steps, each sending n/p bytes, so it costs "
-         "**t = 2(p-1) (alpha + n beta / p)**. Each spawn below fits alpha and beta to its "
-         "own all-reduce times (least squares on relative errors, so that small messages "
-         "count as much as large ones) and plots the model against the measurements. "
-         "lecture_collectives fits the same model, with the same letters, to each of its "
-         "four all-reduces, and finds where the tree overtakes the ring.");
-    /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound), a factor of 4
-     * apart: enough for the fit's two regimes, and a few seconds in all on a
-     * 2-core machine (going on to 64 MiB cost about 2 s more, and added
-     * nothing the fit needs) */
+    note("A correction to the lecture this one follows. Its all-reduce estimate, S 2(n-1) / (n t), is exactly busbw. "
+         "Its reduce-scatter estimate started from the *output* size S/n: (S/n)(n-1) / (n t), which is busbw / n, so "
+         "2 times too low on 2 ranks and 4 times on 4. Counted from the whole input S, reduce-scatter's busbw is on "
+         "the same scale as all-reduce's, and the two can be compared. Each rank times `trials` operations back to "
+         "back after one warm-up; the times are averaged over the ranks with an all-reduce (as nccl-tests does by "
+         "default).");
+    note("A model to read the times with, the alpha-beta model: sending n bytes costs alpha + n beta, a fixed cost "
+         "alpha (latency: software, synchronisation, the wire's delay) plus beta, the time per byte, for each byte "
+         "(1 / beta is the bandwidth). A ring all-reduce on p ranks takes 2(p-1) steps, each sending n/p bytes, so "
+         "it costs **t = 2(p-1) (alpha + n beta / p)**. Each spawn below fits alpha and beta to its own all-reduce "
+         "times (least squares on relative errors, so that small messages count as much as large ones) and plots the "
+         "model against the measurements. lecture_collectives fits the same model, with the same letters, to each of "
+         "its four all-reduces, and finds where the tree overtakes the ring.");
+    /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound): the fit's two regimes, in a few seconds on 2 cores */
     bench_args args = {.n_sizes = 7, .bytes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20},
                        .trials = 5};
     if (lecture_quick())
@@ -444,17 +361,15 @@ static void benchmarking(void) {
     progress("benchmarking: spawn 4 ranks");
     spawn(bench_main, 4, &args, sizeof args);
     if (gpu_count() == 0)
-        note("On this machine the ranks are processes sharing a few CPU cores, and every "
-             "transfer is a copy through shared memory: busbw is a few GB/s at best, against "
-             "hundreds of GB/s for NVLink. What carries over is how to read the numbers: time "
-             "for small messages (a fixed cost per operation), busbw for large ones. Why "
-             "reduce-scatter can come out slower than the whole all-reduce here, which a "
-             "ring could not: the runtime calls Open MPI's MPI_Reduce_scatter_block, and Open "
-             "MPI 4.1 has no ring for it (its choices, `ompi_info --all`: basic_linear, "
-             "recursive doubling, recursive halving, butterfly). For large blocks its fixed "
-             "rules pick basic_linear, as its source reads: the whole input is reduced to one "
-             "rank, then scattered, so that rank alone moves p times the bytes. Its busbw is "
-             "what that algorithm reached, not a ring's.");
+        note("On this machine the ranks are processes sharing a few CPU cores, and every transfer is a copy through "
+             "shared memory: busbw is a few GB/s at best, against hundreds of GB/s for NVLink. What carries over is "
+             "how to read the numbers: time for small messages (a fixed cost per operation), busbw for large ones. "
+             "Why reduce-scatter can come out slower than the whole all-reduce here, which a ring could not: the "
+             "runtime calls Open MPI's MPI_Reduce_scatter_block, and Open MPI 4.1 has no ring for it (its choices, "
+             "`ompi_info --all`: basic_linear, recursive doubling, recursive halving, butterfly). For large blocks "
+             "its fixed rules pick basic_linear, as its source reads: the whole input is reduced to one rank, then "
+             "scattered, so that rank alone moves p times the bytes. Its busbw is what that algorithm reached, not a "
+             "ring's.");
 }
 
 static void bench_main(int rank, int world_size, void *args) {
@@ -476,15 +391,13 @@ static void bench_main(int rank, int world_size, void *args) {
     for (int i = 1; i < a->n_sizes; i++)
         if (all_reduce[i].busbw > all_reduce[peak].busbw) peak = i;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    note("busbw puts both operations on one scale: it counts the bytes the busiest link "
-         "must carry, so two operations that each keep the links equally busy show the "
-         "same busbw. Measured at %g MiB: all-reduce %.2f GB/s, reduce-scatter %.2f GB/s "
-         "(ratio %.2f). The scale is shared; the speed is not: each number is what one "
-         "implementation achieved (Open MPI picks a different algorithm per operation and "
-         "size, NCCL a different kernel), and a gap says one of them is further from the "
-         "link's limit. All-reduce's busbw peaks at %g MiB (%.2f GB/s) and is %.2f GB/s at %g MiB. "
-         "On a real link it rises with size towards the link's limit, as the fixed cost "
-         "per operation is spread over more bytes.%s",
+    note("busbw puts both operations on one scale: it counts the bytes the busiest link must carry, so two "
+         "operations that each keep the links equally busy show the same busbw. Measured at %g MiB: all-reduce %.2f "
+         "GB/s, reduce-scatter %.2f GB/s (ratio %.2f). The scale is shared; the speed is not: each number is what "
+         "one implementation achieved (Open MPI picks a different algorithm per operation and size, NCCL a different "
+         "kernel), and a gap says one of them is further from the link's limit. All-reduce's busbw peaks at %g MiB "
+         "(%.2f GB/s) and is %.2f GB/s at %g MiB. On a real link it rises with size towards the link's limit, as the "
+         "fixed cost per operation is spread over more bytes.%s",
          all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
          reduce_scatter[last].busbw / all_reduce[last].busbw, all_reduce[peak].bytes / (1 << 20),
          all_reduce[peak].busbw, all_reduce[last].busbw, all_reduce[last].bytes / (1 << 20),
@@ -494,14 +407,12 @@ static void bench_main(int rank, int world_size, void *args) {
                "for a partner that is not running at the moment loses its time slice: it can fall instead."
              : " Here larger messages no longer fit in the caches and go through the main memory all ranks "
                "share, which can make it fall instead.");
-
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
-    note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g ns per byte (a bandwidth "
-         "1 / beta of %.3g GB/s)%s; the model is off by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model / measured - 1). "
-         "Two regimes make the model: alpha dominates while n beta / p is small (here "
-         "below about %.0f KiB, where the two terms are equal), beta above. At %g MiB the "
-         "model predicts %.3g ms, against %.3g ms measured. Where the points leave the model's line, "
-         "the machine is not one link of fixed speed: %s",
+    note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g ns per byte (a bandwidth 1 / beta of %.3g "
+         "GB/s)%s; the model is off by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model "
+         "/ measured - 1). Two regimes make the model: alpha dominates while n beta / p is small (here below about "
+         "%.0f KiB, where the two terms are equal), beta above. At %g MiB the model predicts %.3g ms, against %.3g "
+         "ms measured. Where the points leave the model's line, the machine is not one link of fixed speed: %s",
          world_size, m.alpha * 1e6, m.beta * 1e9, m.beta > 0 ? 1e-9 / m.beta : INFINITY,
          m.clamped == 1 ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)"
          : m.clamped == 2 ? " (the times did not grow with size: no bandwidth term could be fitted)" : "",
@@ -520,92 +431,57 @@ static void bench_main(int rank, int world_size, void *args) {
     plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
 }
 
-/* ---- Part 1: CUDA streams ---- */
-
 static void cuda_streams(void) {
     progress("CUDA streams");
     note("## CUDA streams\n\n"
-         "How a GPU runs work: a kernel launch (a matmul, say) spreads over a grid of "
-         "blocks of threads. Launches return at once; the host queues kernels while the "
-         "GPU works through them asynchronously. The host waits only at synchronisation "
-         "points: `cudaDeviceSynchronize()` (in PyTorch `torch.cuda.synchronize()`), or "
-         "copying a result back to the CPU. Those stop the whole pipeline; we want "
-         "finer-grained ordering that stays on the GPU.");
-    note("A **CUDA stream** is a queue of operations that run in order. Operations in "
-         "*different* streams may run at the same time; events (`cudaEventRecord`, "
-         "`cudaStreamWaitEvent`) order one stream after another without the host waiting.");
+         "How a GPU runs work: a kernel launch (a matmul, say) spreads over a grid of blocks of threads. Launches "
+         "return at once; the host queues kernels while the GPU works through them asynchronously. The host waits "
+         "only at synchronisation points: `cudaDeviceSynchronize()` (in PyTorch `torch.cuda.synchronize()`), or "
+         "copying a result back to the CPU. Those stop the whole pipeline; we want finer-grained ordering that stays "
+         "on the GPU.");
+    note("A **CUDA stream** is a queue of operations that run in order. Operations in *different* streams may run at "
+         "the same time; events (`cudaEventRecord`, `cudaStreamWaitEvent`) order one stream after another without "
+         "the host waiting.");
     image("assets/lecture_08_streams.svg", 0.9);
-    note("- **One stream**: each operation starts when the one before it ends, so a matmul "
-         "and an unrelated copy take the sum of their times.\n"
-         "- **Two streams**: the copy engine moves the bytes while the SMs multiply. The add "
-         "needs both results, so stream 0 waits for an event recorded at the end of each: "
-         "the ordering stays on the GPU, and the host is never blocked. The two take about "
-         "the longer of the two times instead of their sum (expected: the lecture times it "
-         "below when it runs on a GPU; no GPU trace of it is committed).\n"
-         "- **DDP on NCCL** is the same picture. In this runtime `dist_all_reduce_async` "
-         "puts the all-reduce on a communication stream that first waits (an event) for "
-         "the kernels queued before the call, so the backward kernels of the layers below "
-         "run beside it; `dist_wait` makes the compute stream wait for the all-reduce's "
+    note("- **One stream**: each operation starts when the one before it ends, so a matmul and an unrelated copy "
+         "take the sum of their times.\n"
+         "- **Two streams**: the copy engine moves the bytes while the SMs multiply. The add needs both results, so "
+         "stream 0 waits for an event recorded at the end of each: the ordering stays on the GPU, and the host is "
+         "never blocked. The two take about the longer of the two times instead of their sum (expected: the lecture "
+         "times it below when it runs on a GPU; no GPU trace of it is committed).\n"
+         "- **DDP on NCCL** is the same picture. In this runtime `dist_all_reduce_async` puts the all-reduce on a "
+         "communication stream that first waits (an event) for the kernels queued before the call, so the backward "
+         "kernels of the layers below run beside it; `dist_wait` makes the compute stream wait for the all-reduce's "
          "event (and the host too, so the result is in place when it returns).\n\n"
-         "The example: two independent jobs, (1) a matrix product and (2) copying a "
-         "matrix from CPU to GPU, first one after the other on one stream, then on two "
-         "streams so that the copy engine works while the arithmetic units multiply.");
+         "The example: two independent jobs, (1) a matrix product and (2) copying a matrix from CPU to GPU, first "
+         "one after the other on one stream, then on two streams so that the copy engine works while the arithmetic "
+         "units multiply.");
     if (streams_example()) return;   /* lectures/lib/streams.c: cuBLAS, streams, events */
 #ifdef LECTERN_CUDA
-    note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code "
-         "(lectures/lib/streams.c) is compiled into the lecture, and on a GPU it times both "
-         "versions with CUDA events here; without one there is no stream and no copy engine, "
-         "so there are no timings to show.");
+    note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code (lectures/lib/streams.c) "
+         "is compiled into the lecture, and on a GPU it times both versions with CUDA events here; without one there "
+         "is no stream and no copy engine, so there are no timings to show.");
 #else
-    note("*Not run here: this build has no CUDA support*, so there is no stream to show. "
-         "Built with the CUDA toolkit and run on a GPU, the lecture times both versions here.");
+    note("*Not run here: this build has no CUDA support*, so there is no stream to show. Built with the CUDA toolkit "
+         "and run on a GPU, the lecture times both versions here.");
 #endif
-    note("On a CPU rank an Open MPI transfer's copies and sums are work for the same cores as "
-         "the matmuls. Open MPI's shared-memory path here moves a transfer only while some "
-         "thread of the rank is inside an MPI call: a property of that library and of a "
-         "single-threaded rank, not of CPUs (PyTorch's gloo runs collectives on worker "
-         "threads; MPI libraries can run a progress thread). So this runtime gives each rank "
-         "a progress thread of its own that keeps its non-blocking calls moving while the "
-         "rank computes (docs/design.md): a CPU rank's second queue. The DDP section below "
-         "measures what that buys when the all-reduce overlaps backward, on whichever "
-         "backend the trace was made.");
+    note("On a CPU rank an Open MPI transfer's copies and sums are work for the same cores as the matmuls. Open "
+         "MPI's shared-memory path here moves a transfer only while some thread of the rank is inside an MPI call: a "
+         "property of that library and of a single-threaded rank, not of CPUs (PyTorch's gloo runs collectives on "
+         "worker threads; MPI libraries can run a progress thread). So this runtime gives each rank a progress "
+         "thread of its own that keeps its non-blocking calls moving while the rank computes (docs/design.md): a CPU "
+         "rank's second queue. The DDP section below measures what that buys when the all-reduce overlaps backward, "
+         "on whichever backend the trace was made.");
 }
 
-/* ---- Part 2: the model every strategy trains, and one device ---- */
 
-/* The model (a stack of width x width linear layers with GELU, loss
- * mean(output^2)), its hand-written forward and backward passes, and the
- * tolerances for comparing float32 results live in lectures/lib/mlp.c:
- * every strategy below trains exactly that model. */
-static mlp_config model_config(void) {
-    mlp_config c = {.batch = 128, .width = 512, .layers = 4, .steps = 5, .lr = 1e-3f};
-    if (lecture_quick()) {
-        c.width = 256;
-        c.steps = 2;
-    }
-    const char *batch = lecture_option("batch", "128");
-    char *end;
-    long n = strtol(batch, &end, 10);
-    if (*end != '\0' || n < 1 || n > 1 << 16) {   /* bad usage, as for an undeclared option */
-        fprintf(stderr, "lecture_08: --batch=%s: expected a number of examples from 1 to 65536\n", batch);
-        exit(2);
-    }
-    c.batch = (int)n;
-    return c;
-}
-
-/* The verdict beside each printed comparison: a strategy that drifts from one
- * device fails the run (check() records a failed check and the lecture ends
- * with exit status 1), it does not only print a larger number. */
+/* The verdict beside each comparison: a strategy that drifts from one device fails the run (exit status 1). */
 static void agrees(const char *what, double diff, double tolerance) {
     check(diff <= tolerance, "%s equal to one device's (%.3g <= %.3g)", what, diff, tolerance);
 }
 
-/* Every strategy cuts something (the batch, the layers, a matrix's columns)
- * into world-size equal pieces. When it does not divide, the lecture stops
- * before any rank starts: an error step at the must_divide() call (the line
- * above its spawn()) saying what did not divide; the steps so far are kept
- * in lecture_08.failed.json and the last good trace stays. */
+/* Work that does not divide into world-size equal pieces stops the lecture before the spawn() below the call: an
+ * error step saying so, the steps so far in lecture_08.failed.json, the last good trace kept. */
 static void must_divide(int64_t n, int world_size, const char *what) {
     if (world_size > 0 && n % world_size == 0) return;
     lecture_fail("%s (%lld) do not divide into %d equal parts for the spawn() below", what, (long long)n,
@@ -620,11 +496,12 @@ static void parallelism_overview(void) {
          "- **pipeline parallel**: the stack of layers is cut along its depth into stages");
     image("assets/lecture_08_parallelism.svg", 0.7);
     see("https://uvadlc-notebooks.readthedocs.io/en/latest/_images/parallelism_strategies_overview.svg");
-    mlp_config c = model_config();
-    note("One model for all of them: %d layers, each a %d x %d matrix followed by GELU; loss = mean(output^2) (push the output to zero); AdamW with learning rate %g; one data set of %d examples; %d steps. "
-         "Each layer's initial weights come from its own seed, scaled by 1/sqrt(%d), so any "
-         "rank can make any layer and get the same numbers. The backward pass is written out "
-         "by hand: for y = gelu(x W), dh = dy * gelu'(x W), dW = x^T dh and dx = dh W^T.",
+    mlp_config c = training_config();
+    note("One model for all of them: %d layers, each a %d x %d matrix followed by GELU; loss = mean(output^2) (push "
+         "the output to zero); AdamW with learning rate %g; one data set of %d examples; %d steps. Each layer's "
+         "initial weights come from its own seed, scaled by 1/sqrt(%d), so any rank can make any layer and get the "
+         "same numbers. The backward pass is written out by hand: for y = gelu(x W), dh = dy * gelu'(x W), dW = x^T "
+         "dh and dx = dh W^T.",
          c.layers, c.width, c.width, (double)c.lr, c.batch, c.steps, c.width);
 }
 
@@ -632,39 +509,24 @@ static void parallelism_overview(void) {
 static void one_device(void) {
     progress("one device");
     note("## One device first\n\n"
-         "Before splitting anything, train on one device (lectures/lib/train.c: forward, "
-         "backward, AdamW, no communication). Every strategy below must reproduce these numbers.");
-    baseline.cfg = model_config();
-    float losses[16];
-    char params[16][PARAMS_TEXT];
-    one_device_train(&baseline, losses, params);
-    table_t *t = table_new("One device: the whole batch, step by step");
-    table_column(t, "step", NULL, "%d");
-    table_column(t, "loss", NULL, "%.9g");
-    table_column(t, "params after the step", NULL, "%s");
-    for (int step = 0; step < baseline.cfg.steps; step++) table_row(t, step, (double)losses[step], params[step]);
-    table_show(t);
+         "Before splitting anything, train on one device (lectures/lib/train.c: forward, backward, AdamW, no "
+         "communication). Every strategy below must reproduce these numbers.");
+    baseline.cfg = training_config();
+    one_device_train(&baseline);   /* lectures/lib/train.c: and its table, a row per step */
 }
 
-/* ---- Part 2: distributed data parallel (DDP) ---- */
-
-static void ddp_main(int rank, int world_size, void *args), ddp_buckets_main(int rank, int world_size, void *args);
-
-/* DDP as PyTorch runs it: gradients in buckets of this many layers, each
- * rank's slice of the batch run as this many micro-batches per step. */
+/* DDP as PyTorch runs it: buckets of layers, each rank's slice run as micro-batches. */
 enum { LAYERS_PER_BUCKET = 2, ACCUMULATION_STEPS = 2, BUCKET_STEPS = 2, OVERLAP_TRIALS = 5 };
 
 static void ddp(void) {
     progress("DDP");
     note("## Distributed data parallel (DDP)\n\n"
-         "Every rank holds the whole model and takes 1/world-size of the batch. After its "
-         "backward pass, the ranks average their gradients with one all-reduce per layer; "
-         "since all start from the same weights and apply the same averaged gradient, "
-         "they stay identical. The average of per-slice mean gradients is the gradient "
-         "of the whole batch, so the result is what one device gets. Each spawn's rank 0 "
-         "gathers what every rank held, sent and computed into one table; on 2 ranks each "
-         "rank also shows its layer-0 gradient before and after the all-reduce. "
-         "(lecture_ddp builds DDP up step by step from plain SGD.)");
+         "Every rank holds the whole model and takes 1/world-size of the batch. After its backward pass, the ranks "
+         "average their gradients with one all-reduce per layer; since all start from the same weights and apply the "
+         "same averaged gradient, they stay identical. The average of per-slice mean gradients is the gradient of "
+         "the whole batch, so the result is what one device gets. Each spawn's rank 0 gathers what every rank held, "
+         "sent and computed into one table; on 2 ranks each rank also shows its layer-0 gradient before and after "
+         "the all-reduce. (lecture_ddp builds DDP up step by step from plain SGD.)");
     size_t size;
     train_args *args = baseline_args(&baseline, 0, &size);
     int worlds[] = {1, 2, 4};
@@ -676,61 +538,41 @@ static void ddp(void) {
     free(args);
     mlp_config c = baseline.cfg;
     note("What to notice:\n\n"
-         "- Losses differ between ranks: each is computed on that rank's own slice; their "
-         "mean is the whole batch's loss, the one device's.\n"
-         "- The averaged gradient is one device's gradient, up to the order in which "
-         "float32 sums are added (each rank sums its own slice; the BLAS library picks its "
-         "kernel, and so its order, per CPU). The tolerance, 2 (layers + 1) max(batch, "
-         "width) 2^-24 = %.2g of the largest gradient, is a heuristic, not a bound: a "
-         "float32 sum of n terms is exact to n 2^-24 of the sum of the terms' *sizes*, "
-         "and every gradient goes through one sum per layer plus one for the weight "
-         "gradient; it takes the largest gradient for the size of what is summed. "
-         "Measured differences sit far under it, and a wrong method lands far "
-         "over it: a doubled gradient or a sum in place of an average is off by 100%% or "
-         "more of the largest gradient, a skipped layer by all of it. "
-         "(tests/test_lecture_08_planted.py plants each of these and sees the check "
-         "fail.)\n"
-         "- Gradients are averaged, so parameters are *exactly* the same on every rank "
-         "(max - min over ranks is 0).\n"
-         "- Against one device the parameters differ a little, for a reason worth knowing: "
-         "AdamW divides each gradient by its own running size, so a gradient that rounding "
-         "tips from +1e-12 to -1e-12 moves its parameter the other way. Only parameters "
-         "whose gradient is about zero can flip, and by at most 2 lr R_t in step t "
-         "(R_t, AdamW's largest possible ratio of running mean to running size, is 1 in "
-         "step 1 and about 1.01 by step 5; lectures/lib/mlp.h derives it): %.3g over these "
-         "%d steps, the bound printed beside each difference. That check is blind to a "
-         "gradient's scale, since AdamW divides the scale out: a doubled gradient trains "
-         "the same parameters. Compare gradients, as the step-0 checks do, to check a "
-         "strategy.",
+         "- Losses differ between ranks: each is computed on that rank's own slice; their mean is the whole batch's "
+         "loss, the one device's.\n"
+         "- The averaged gradient is one device's gradient, up to the order in which float32 sums are added (each "
+         "rank sums its own slice; the BLAS library picks its kernel, and so its order, per CPU). The tolerance, 2 "
+         "(layers + 1) max(batch, width) 2^-24 = %.2g of the largest gradient, is a heuristic, not a bound "
+         "(lectures/lib/mlp.h derives it from float32 sums). Measured differences sit far under it, and a wrong "
+         "method lands far over it: a doubled gradient or a sum in place of an average is off by 100%% or more of "
+         "the largest gradient, a skipped layer by all of it. (tests/test_lecture_08_planted.py plants each of these "
+         "and sees the check fail.)\n"
+         "- Gradients are averaged, so parameters are *exactly* the same on every rank (max - min over ranks is 0).\n"
+         "- Against one device the parameters differ a little, for a reason worth knowing: AdamW divides each "
+         "gradient by its own running size, so a gradient that rounding tips from +1e-12 to -1e-12 moves its "
+         "parameter the other way, by at most 2 lr R_t in step t (R_t about 1; lectures/lib/mlp.h derives it): %.3g "
+         "over these %d steps, the bound in each table's caption. That check is blind to a gradient's scale, since "
+         "AdamW divides the scale out: a doubled gradient trains the same parameters. Compare gradients, as the "
+         "step-0 checks do, to check a strategy.",
          gradient_tolerance(&c), adamw_rounding_bound(&c), c.steps);
     note("### Buckets and gradient accumulation\n\n"
-         "PyTorch's `DistributedDataParallel` does two more things. It groups the "
-         "gradients into **buckets** (25 MB by default), each one contiguous tensor, and "
-         "all-reduces a bucket as soon as the backward pass has filled it. Many small "
-         "all-reduces would each pay the fixed cost alpha; one big one at the end could "
-         "start only when all of backward is done. With an asynchronous all-reduce, a "
-         "bucket's transfer runs while backward computes the layers below it. "
-         "With **gradient accumulation** (a batch too big for memory, run as k "
-         "micro-batches before one step), it adds up the gradients locally and skips the "
-         "all-reduce (`no_sync`) on all but the last micro-batch: communication once per "
-         "step, not once per micro-batch. (PyTorch itself gives them no name, only "
-         "`no_sync()`; the Hugging Face Trainer and Accelerate count them as "
-         "`gradient_accumulation_steps`.) lecture_ddp measures how the bucket size trades "
-         "the two costs.");
-    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d micro-batches. "
-         "Each bucket's all-reduce starts with `dist_all_reduce_async` the moment backward "
-         "has filled it, and `dist_wait` completes them all before the optimizer step. "
-         "Shown: the order of events, the number of calls, and that the result is still "
-         "one device's (the step-0 gradient, and the loss over %d steps, to keep the "
-         "lecture short). Then the ranks measure what overlap buys: the same step (forward "
-         "and backward of the whole slice, the buckets' all-reduce; no optimizer step, which "
-         "is the same either way) timed three ways, taking turns: without any all-reduce, "
-         "with each bucket's blocking all-reduce after backward, and with each bucket's async "
-         "all-reduce started during backward. A step costs what its slowest rank costs "
-         "(`dist_timer`). How much the transfer overlaps depends on the machine: with NCCL "
-         "it runs on its own stream beside the backward kernels; with Open MPI on CPU "
-         "cores its copies and sums need the cores the matmuls use, so "
-         "expect little gain there (docs/benchmarks.md, `bench_overlap`).",
+         "PyTorch's `DistributedDataParallel` does two more things. It groups the gradients into **buckets** (25 MB "
+         "by default), each one contiguous tensor, and all-reduces a bucket as soon as the backward pass has filled "
+         "it. Many small all-reduces would each pay the fixed cost alpha; one big one at the end could start only "
+         "when all of backward is done. With an asynchronous all-reduce, a bucket's transfer runs while backward "
+         "computes the layers below it. With **gradient accumulation** (a batch too big for memory, run as k "
+         "micro-batches before one step), it adds up the gradients locally and skips the all-reduce (`no_sync`) on "
+         "all but the last micro-batch: communication once per step, not once per micro-batch. (PyTorch itself gives "
+         "them no name, only `no_sync()`; the Hugging Face Trainer and Accelerate count them as "
+         "`gradient_accumulation_steps`.) lecture_ddp builds both step by step and measures how the bucket size "
+         "trades the two costs.");
+    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d micro-batches. Each bucket's all-reduce "
+         "starts with `dist_all_reduce_async` the moment backward has filled it, and `dist_wait` completes them all "
+         "before the optimizer step. Shown: the calls per micro-batch and that the result is still one device's (the "
+         "step-0 gradient, and the loss over %d steps). Then the ranks measure what overlap buys: the same step "
+         "(forward, backward, the buckets' all-reduce) timed three ways, taking turns: without any all-reduce, with "
+         "each bucket's blocking all-reduce after backward, and with each bucket's async all-reduce started during "
+         "backward. A step costs what its slowest rank costs (`dist_timer`).",
          LAYERS_PER_BUCKET, ACCUMULATION_STEPS, BUCKET_STEPS);
     args = baseline_args(&baseline, 0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
@@ -789,13 +631,8 @@ static void ddp_main(int rank, int world_size, void *args) {
     if (rank == 0)
         note_verbatim("Rank 0: params = %s; across %d %s, max |params(max) - params(min)| = %.3g",
                       summaries(w, c->layers, buf, sizeof buf), world_size, plural(world_size, "rank", "ranks"), spread);
-    for (int i = 0; i < c->layers; i++) {
-        adamw_free(opt[i]);
-        tensor_free(w[i]);
-        tensor_free(grads[i]);
-    }
-    tensor_free(x);
-    tensor_free(data);
+    for (int i = 0; i < c->layers; i++) adamw_free(opt[i]);
+    free_tensors((tensor *[]){x, data}, 2), free_tensors(w, c->layers), free_tensors(grads, c->layers);
 }
 
 static void ddp_buckets_main(int rank, int world_size, void *args) {
@@ -804,8 +641,8 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     int device = get_device(rank), k_micro = ACCUMULATION_STEPS;
     tensor *data = make_data(c, device);
     int64_t local = c->batch / world_size, mb = local / k_micro;
-    /* Each bucket is one tensor; the layers' gradients are views into it, so
-     * the backward pass writes them in place and one all-reduce covers them. */
+    /* Each bucket is one tensor; the layers' gradients are views into it, so the backward pass writes them in place
+     * and one all-reduce covers them. */
     buckets *g = buckets_new(c, LAYERS_PER_BUCKET, device);
     tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     dist_request *req[MAX_LAYERS];   /* each bucket's all-reduce in flight */
@@ -831,9 +668,8 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
                 layer_backward(acts[i], pre[i], w[i], dy, g->grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
                 tensor_free(dy);
                 dy = dx;
-                /* The bucket is complete once its first layer is done: start its
-                 * all-reduce now, while the layers below are still to compute.
-                 * The layers below write other buckets, never this one. */
+                /* The bucket is complete once its first layer is done: start its all-reduce now, while the layers
+                 * below are still to compute. The layers below write other buckets, never this one. */
                 if (sync && i == g->bucket_first[g->bucket_of[i]])
                     req[g->bucket_of[i]] = dist_all_reduce_async(g->bucket[g->bucket_of[i]], DIST_AVG);
             }
@@ -856,110 +692,69 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     snprintf(caption, sizeof caption, "DDP with buckets, %d micro-batches (gradient tolerance %.3g)", k_micro,
              gradient_tolerance(c) * size);
     rank_table(caption, cols, 3, mine, c->steps);
-
     double median_ms[STEP_MODES];   /* lectures/lib/buckets.c times the three ways */
     tensor *x = row_slice(data, rank * local, (rank + 1) * local);   /* the whole slice, one step */
     time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, median_ms);
     if (rank == 0) {
-        table_t *t = table_new("Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, slowest "
-                               "rank, median of %d steps each", world_size, dist_backend(), (long long)local,
-                               OVERLAP_TRIALS);
-        table_column(t, "step", NULL, "%s");
-        table_column(t, "time", "ms", "%.2f");
-        for (int mode = 0; mode < STEP_MODES; mode++) table_row(t, STEP_MODE_NAMES[mode], median_ms[mode]);
-        table_show(t);
-        note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the "
-             "all-reduce adds %.2f ms to the compute's %.2f ms; perfect overlap would hide it "
-             "behind backward, down to the longer of the two.",
+        show_overlap(world_size, local, OVERLAP_TRIALS, median_ms);   /* lectures/lib/buckets.c: a table */
+        note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the all-reduce adds "
+             "%.2f ms to the compute's %.2f ms; perfect overlap would hide it behind backward, down to the longer of "
+             "the two.",
              median_ms[AFTER_BACKWARD], median_ms[DURING_BACKWARD], median_ms[AFTER_BACKWARD] / median_ms[DURING_BACKWARD],
              median_ms[AFTER_BACKWARD] - median_ms[NO_ALL_REDUCE], median_ms[NO_ALL_REDUCE]);
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         if (strcmp(dist_backend(), "nccl") == 0)
-            note("On NCCL, each bucket's all-reduce runs on the communication stream while the "
-                 "compute stream goes on with the backward kernels of the layers below, so the "
-                 "async step can take less than the blocking one: the speed-up above is what "
-                 "that bought on this machine.");
+            note("On NCCL, each bucket's all-reduce runs on the communication stream while the compute stream goes "
+                 "on with the backward kernels of the layers below, so the async step can take less than the "
+                 "blocking one: the speed-up above is what that bought on this machine.");
         else if (device >= 0)   /* ranks sharing GPUs: matmuls on the GPU, the all-reduce staged through the host */
-            note("Here (Open MPI, %d ranks sharing GPUs) the matmuls run on the GPU and each "
-                 "all-reduce is staged: copied to host memory, reduced by Open MPI on the CPU, "
-                 "copied back. The progress thread moves it while the GPU computes, so the overlap "
-                 "can hide the CPU's part; the copies use the GPU's copy engine beside the kernels. "
-                 "Read the speed-up above as this machine's (this path has run, on one H100, only "
-                 "in docs/gpu.md's checks, not in a committed trace).", world_size);
+            note("Here (Open MPI, %d ranks sharing GPUs) the matmuls run on the GPU and each all-reduce is staged: "
+                 "copied to host memory, reduced by Open MPI on the CPU, copied back. The progress thread moves it "
+                 "while the GPU computes, so the overlap can hide the CPU's part; the copies use the GPU's copy "
+                 "engine beside the kernels. Read the speed-up above as this machine's (this path has run, on one "
+                 "H100, only in docs/gpu.md's checks, not in a committed trace).", world_size);
         else
-            note("Here (Open MPI, %d ranks on %ld CPU cores) each rank's progress thread moves the "
-                 "non-blocking all-reduce while backward computes, but its copies and sums are CPU "
-                 "work on the same cores as the matmuls: overlap can hide the waiting for other "
-                 "ranks, not that work. Open MPI's non-blocking all-reduce is also a different "
-                 "algorithm from its blocking one, sometimes the slower. So read the speed-up above "
-                 "with care: %sother processes make each step's time depend on when the operating "
-                 "system runs each rank (docs/benchmarks.md, beside `bench_overlap`, times an async "
-                 "all-reduce behind matmuls over many runs). On GPUs with NCCL the same code is "
-                 "expected to overlap, since NCCL runs the all-reduce on its own stream beside the "
-                 "backward kernels; no GPU trace of it is committed yet.",
+            note("Here (Open MPI, %d ranks on %ld CPU cores) each rank's progress thread moves the non-blocking "
+                 "all-reduce while backward computes, but its copies and sums are CPU work on the same cores as the "
+                 "matmuls: overlap can hide the waiting for other ranks, not that work, and Open MPI's non-blocking "
+                 "all-reduce is a different algorithm from its blocking one, sometimes the slower. Read the speed-up "
+                 "with care: %sother processes decide when each rank runs (docs/benchmarks.md, `bench_overlap`, "
+                 "times it over many runs). On GPUs NCCL is expected to overlap (no GPU trace of it yet).",
                  world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
     }
-    tensor_free(x);
-    for (int i = 0; i < c->layers; i++) {
-        adamw_free(opt[i]);
-        tensor_free(w[i]);
-    }
-    buckets_free(g);
-    tensor_free(data);
+    for (int i = 0; i < c->layers; i++) adamw_free(opt[i]);
+    free_tensors((tensor *[]){x, data}, 2), free_tensors(w, c->layers), buckets_free(g);
 }
-
-/* ---- Part 2: DDP with ZeRO stage 3 ---- */
-
-static void zero3_main(int rank, int world_size, void *args);
 
 static void ddp_zero3(void) {
     progress("ZeRO-3");
     note("## Distributed data parallel with ZeRO stage 3\n\n"
-         "In DDP every rank keeps a full copy of everything: weights, gradients and "
-         "optimizer state. ZeRO (the Zero Redundancy Optimizer) removes the copies in "
-         "three stages:\n\n"
+         "In DDP every rank keeps a full copy of everything: weights, gradients and optimizer state. ZeRO (the Zero "
+         "Redundancy Optimizer) removes the copies in three stages:\n\n"
          "- stage 1: shard the optimizer state (for AdamW, two numbers per parameter)\n"
          "- stage 2: shard the optimizer state and the gradients\n"
-         "- stage 3: shard the optimizer state, the gradients and the parameters "
-         "(what PyTorch's FSDP does)");
+         "- stage 3: shard the optimizer state, the gradients and the parameters (what PyTorch's FSDP does)");
     image("assets/lecture_08_zero_stages.svg", 0.6);
     see("https://production-media.paperswithcode.com/methods/Screen_Shot_2021-07-26_at_3.17.43_PM_3oyU7Qb.png",
         "ZeRO's three stages (Rajbhandari et al.)");
-    mlp_config c = model_config();
+    mlp_config c = training_config();
     int ranks = 4;
     double params = (double)model_floats(&c), layer = (double)c.width * c.width;
-    /* fp32 with AdamW: weights 4P bytes, gradients 4P, AdamW's two moments
-     * 8P; stage s divides the first s of (moments, gradients, weights) by
-     * the world size */
-    table_t *t = table_new("model state per rank, %d ranks", ranks);
-    table_column(t, "method", NULL, "%s");
-    table_column(t, "weights", "MB", "%.3f");
-    table_column(t, "gradients", "MB", "%.3f");
-    table_column(t, "AdamW state", "MB", "%.3f");
-    table_column(t, "total", "MB", "%.3f");
-    const char *names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
-    for (int stage = 0; stage <= 3; stage++) {
-        double w = 4 * params / (stage >= 3 ? ranks : 1), g = 4 * params / (stage >= 2 ? ranks : 1);
-        double o = 8 * params / (stage >= 1 ? ranks : 1);
-        table_row(t, names[stage], w / 1e6, g / 1e6, o / 1e6, (w + g + o) / 1e6);
-    }
-    table_show(t);
-    note("That is model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per "
-         "parameter in DDP; MB = 10^6 bytes). ZeRO-3 also needs, for a moment, one layer's "
-         "gathered weights and its full gradient (%.3f MB) on top of its shards. Below, each "
-         "rank adds up the tensors it really holds. How FSDP does stage 3, and how this "
-         "section does it:\n\n"
-         "- Each layer's weights, flattened, are cut into world-size equal pieces: rank *r* "
-         "keeps piece *r* of every layer (here, a band of rows), with AdamW's state for it.\n"
-         "- Forward, layer by layer: **all-gather** the pieces into the whole layer, use it, "
-         "free it.\n"
-         "- Backward, layer by layer: all-gather the layer again (it was freed), compute the "
-         "full gradient of this rank's slice of the batch, then **reduce-scatter**: each rank "
-         "receives only its piece of the averaged gradient. Free the rest.\n"
-         "- Step: each rank runs AdamW on its own piece. AdamW works element by element, so "
-         "the pieces together are exactly the full update.\n\n"
-         "Layer 0 needs no gathering in the backward pass: its input is the data, which "
-         "needs no gradient, and its weight gradient x^T dh does not use the weights.",
+    show_zero_stages(params, ranks);   /* lectures/lib/train.c: 16 bytes a parameter, divided as each stage shards */
+    note("That is model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per parameter in DDP; "
+         "MB = 10^6 bytes). ZeRO-3 also needs, for a moment, one layer's gathered weights and its full gradient "
+         "(%.3f MB) on top of its shards. Below, each rank adds up the tensors it really holds. How FSDP does stage "
+         "3, and how this section does it:\n\n"
+         "- Each layer's weights, flattened, are cut into world-size equal pieces: rank *r* keeps piece *r* of every "
+         "layer (here, a band of rows), with AdamW's state for it.\n"
+         "- Forward, layer by layer: **all-gather** the pieces into the whole layer, use it, free it.\n"
+         "- Backward, layer by layer: all-gather the layer again (it was freed), compute the full gradient of this "
+         "rank's slice of the batch, then **reduce-scatter**: each rank receives only its piece of the averaged "
+         "gradient. Free the rest.\n"
+         "- Step: each rank runs AdamW on its own piece. AdamW works element by element, so the pieces together are "
+         "exactly the full update.\n\n"
+         "Layer 0 needs no gathering in the backward pass: its input is the data, which needs no gradient, and its "
+         "weight gradient x^T dh does not use the weights.",
          params, 2 * 4 * layer / 1e6);
     size_t size;
     train_args *args = baseline_args(&baseline, 0, &size);
@@ -970,24 +765,20 @@ static void ddp_zero3(void) {
     free(args);
     double p = ranks, ddp_bytes = c.layers * 2 * (p - 1) / p * 4 * layer;
     double zero3_bytes = (2 * c.layers - 1 + c.layers) * (p - 1) / p * 4 * layer;
-    note("The price is communication. Per rank and step, by the ring's count (a layer is "
-         "%.0f bytes): DDP all-reduces each layer's gradient once, 2(p-1)/p of it, "
-         "%.0f bytes in all. ZeRO-3 all-gathers each layer in the forward pass and all but "
-         "layer 0 again in the backward pass, and reduce-scatters each gradient, (p-1)/p of "
-         "a layer each: %.0f bytes, %.3f times DDP's. (FSDP gathers layer 0 again too: "
-         "3 against 2, 1.5 times.) The runtime's counts in the tables (a nominal tally: each "
-         "call adds what a bandwidth-optimal algorithm sends for it, `dist_bytes_nominal()`) "
-         "show which calls each rank made, with which sizes. Each rank's piece of the "
-         "averaged gradient is one device's, to float32 rounding, and its piece of the "
-         "weights ends where one device's did, within AdamW's rounding bound. This "
-         "code gathers a layer only when it needs it, with no prefetch; PyTorch's FSDP "
-         "gathers the next layer while the current one computes, which on fast links is "
-         "expected to hide much of the extra traffic. This code would not hide it.",
+    note("The price is communication. Per rank and step, by the ring's count (a layer is %.0f bytes): DDP "
+         "all-reduces each layer's gradient once, 2(p-1)/p of it, %.0f bytes in all. ZeRO-3 all-gathers each layer "
+         "in the forward pass and all but layer 0 again in the backward pass, and reduce-scatters each gradient, "
+         "(p-1)/p of a layer each: %.0f bytes, %.3f times DDP's. (FSDP gathers layer 0 again too: 3 against 2, 1.5 "
+         "times.) The runtime's counts in the tables (a nominal tally: each call adds what a bandwidth-optimal "
+         "algorithm sends for it, `dist_bytes_nominal()`) show which calls each rank made, with which sizes. Each "
+         "rank's piece of the averaged gradient is one device's, to float32 rounding, and its piece of the weights "
+         "ends where one device's did, within AdamW's rounding bound. This code gathers a layer only when it needs "
+         "it, with no prefetch; PyTorch's FSDP gathers the next layer while the current one computes, which on fast "
+         "links is expected to hide much of the extra traffic. This code would not hide it.",
          4 * layer, ddp_bytes, zero3_bytes, zero3_bytes / ddp_bytes);
 }
 
-/* Layer `layer`'s whole weights, gathered from every rank's piece. The
- * caller frees it as soon as it is used: that is the memory ZeRO-3 saves. */
+/* A layer's whole weights from every rank's piece, freed as soon as used: the memory ZeRO-3 saves. */
 static tensor *gather_layer(const tensor *piece, const mlp_config *c) {
     tensor *w = empty(c->width, c->width, piece->device);
     dist_all_gather(w, piece);   /* the pieces are bands of rows, in rank order */
@@ -1022,8 +813,8 @@ static void zero3_main(int rank, int world_size, void *args) {
             tensor_free(w);
         }
         mine[6 + step] = mse_loss(acts[c->layers]);
-        /* Backward: gather again, compute the full gradient of my slice of the
-         * batch, keep my piece of the average, free the rest. */
+        /* Backward: gather again, compute the full gradient of my slice of the batch, keep my piece of the average,
+         * free the rest. */
         tensor *dy = mse_loss_backward(acts[c->layers]);
         for (int i = c->layers - 1; i >= 0; i--) {
             tensor *w = i > 0 ? gather_layer(piece[i], c) : NULL;
@@ -1066,62 +857,44 @@ static void zero3_main(int rank, int world_size, void *args) {
     snprintf(caption, sizeof caption, "ZeRO-3 on %d ranks, %lld rows each (gradient tolerance %.3g, AdamW's "
              "rounding bound %.3g)", world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
     rank_table(caption, cols, 6, mine, c->steps);
-    for (int i = 0; i < c->layers; i++) {
-        adamw_free(opt[i]);
-        tensor_free(piece[i]);
-        tensor_free(grad_piece[i]);
-    }
-    tensor_free(x);
-    tensor_free(data);
+    for (int i = 0; i < c->layers; i++) adamw_free(opt[i]);
+    free_tensors((tensor *[]){x, data}, 2), free_tensors(piece, c->layers), free_tensors(grad_piece, c->layers);
 }
-
-/* ---- Part 2: tensor parallelism ---- */
-
-static void tensor_parallel_main(int rank, int world_size, void *args), megatron_main(int rank, int world_size, void *args);
 
 static void tensor_parallelism(void) {
     progress("tensor parallelism");
     note("## Tensor parallelism\n\n"
-         "Cut each layer's matrix by columns: with 4 ranks, rank *r* keeps columns "
-         "[r w/4, (r+1) w/4) of every W. Every rank sees the *whole* batch.\n\n"
-         "- Forward, per layer: each rank computes its columns of the output, "
-         "gelu(x W_r); an all-gather and a column concatenation give every rank the "
-         "full activation for the next layer.\n"
-         "- Backward, per layer: each rank takes its columns of dy, computes its columns of "
-         "dW (x^T dh_r, exactly its slice of the full gradient) and a *partial* dx = "
-         "dh_r W_r^T; the full dx is the sum of the partials, one all-reduce.\n\n"
-         "Communication happens inside every layer, twice per layer per step (once "
-         "forward, once backward), so tensor "
-         "parallelism wants the fastest links (NVLink, within a node).");
+         "Cut each layer's matrix by columns: with 4 ranks, rank *r* keeps columns [r w/4, (r+1) w/4) of every W. "
+         "Every rank sees the *whole* batch.\n\n"
+         "- Forward, per layer: each rank computes its columns of the output, gelu(x W_r); an all-gather and a "
+         "column concatenation give every rank the full activation for the next layer.\n"
+         "- Backward, per layer: each rank takes its columns of dy, computes its columns of dW (x^T dh_r, exactly "
+         "its slice of the full gradient) and a *partial* dx = dh_r W_r^T; the full dx is the sum of the partials, "
+         "one all-reduce.\n\n"
+         "Communication happens inside every layer, twice per layer per step (once forward, once backward), so "
+         "tensor parallelism wants the fastest links (NVLink, within a node).");
     size_t size;
     train_args *args = baseline_args(&baseline, 0, &size);
     progress("tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.width, 4, "the columns of a layer");
     spawn(tensor_parallel_main, 4, args, size);
     free(args);
-    note("Same activations and the same gradients as one device, with each rank holding "
-         "a quarter of the weights.");
-
+    note("Same activations and the same gradients as one device, with each rank holding a quarter of the weights.");
     note("### Megatron: a column-parallel layer, then a row-parallel one\n\n"
-         "Cutting every layer by columns gathers the whole activation after every layer. "
-         "Megatron-LM needs fewer collectives by taking the layers in pairs, an MLP block "
-         "y = gelu(gelu(x A) B):\n\n"
-         "- A is cut by **columns**: rank *r* computes z_r = gelu(x A_r), its columns of "
-         "the hidden activation, with no communication (GELU acts elementwise, so its "
-         "columns need only its columns).\n"
-         "- B is cut by **rows**: z_r B_r is rank *r*'s *partial* pre-activation, and "
-         "x A B = sum over r of z_r B_r. One all-reduce adds the partials; every rank then "
-         "applies the last GELU to the whole.\n"
-         "- Backward mirrors it: the output gradient is whole on every rank, so the "
-         "gradients of B_r and of z_r need nothing from other ranks; the input gradient "
-         "is a sum of partials dh_r A_r^T, one all-reduce.");
+         "Cutting every layer by columns gathers the whole activation after every layer. Megatron-LM needs fewer "
+         "collectives by taking the layers in pairs, an MLP block y = gelu(gelu(x A) B):\n\n"
+         "- A is cut by **columns**: rank *r* computes z_r = gelu(x A_r), its columns of the hidden activation, with "
+         "no communication (GELU acts elementwise, so its columns need only its columns).\n"
+         "- B is cut by **rows**: z_r B_r is rank *r*'s *partial* pre-activation, and x A B = sum over r of z_r B_r. "
+         "One all-reduce adds the partials; every rank then applies the last GELU to the whole.\n"
+         "- Backward mirrors it: the output gradient is whole on every rank, so the gradients of B_r and of z_r need "
+         "nothing from other ranks; the input gradient is a sum of partials dh_r A_r^T, one all-reduce.");
     see("https://arxiv.org/abs/1909.08053", "Megatron-LM (Shoeybi et al., 2019)");
-    note("One all-reduce forward and one backward per block of two layers (none backward "
-         "for the first block, whose input is the data), against an all-gather per layer "
-         "forward and an all-reduce per layer backward when every layer is cut by columns. "
-         "Both versions count the bytes each rank sends as the runtime's nominal "
-         "figure (`dist_bytes_nominal()`): what a bandwidth-optimal algorithm sends for "
-         "each call, whichever algorithm Open MPI or NCCL picked.");
+    note("One all-reduce forward and one backward per block of two layers (none backward for the first block, whose "
+         "input is the data), against an all-gather per layer forward and an all-reduce per layer backward when "
+         "every layer is cut by columns. Both versions count the bytes each rank sends as the runtime's nominal "
+         "figure (`dist_bytes_nominal()`): what a bandwidth-optimal algorithm sends for each call, whichever "
+         "algorithm Open MPI or NCCL picked.");
     args = baseline_args(&baseline, 0, &size);
     progress("Megatron tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.layers, 2, "the layers (in pairs)");
@@ -1131,48 +904,11 @@ static void tensor_parallelism(void) {
     double b = (double)c.batch * c.width * sizeof(float), p = 4;
     double column_only = c.layers * (p - 1) / p * b + (c.layers - 1) * 2 * (p - 1) / p * b;
     double megatron = (c.layers / 2 + c.layers / 2 - 1) * 2 * (p - 1) / p * b;
-    note("Per rank and step, by the ring's count (an activation is %d x %d floats, b = %.0f "
-         "bytes): column-only %d all-gathers of (p-1)/p b and %d all-reduces of 2(p-1)/p b, "
-         "%.0f bytes; Megatron %d all-reduces, %.0f bytes, %.2f times less. Compare the "
-         "counts the ranks measured above.",
+    note("Per rank and step, by the ring's count (an activation is %d x %d floats, b = %.0f bytes): column-only %d "
+         "all-gathers of (p-1)/p b and %d all-reduces of 2(p-1)/p b, %.0f bytes; Megatron %d all-reduces, %.0f "
+         "bytes, %.2f times less. Compare the counts the ranks measured above.",
          c.batch, c.width, b, c.layers, c.layers - 1, column_only, c.layers - 1, megatron,
          column_only / megatron);
-}
-
-/* Every rank's (rows x cols/world) piece, side by side: (rows x cols). The
- * all-gather stacks the pieces one under the other; cat_cols puts them side
- * by side. */
-static tensor *all_gather_columns(tensor *piece, int world_size) {
-    int64_t rows = piece->shape[0];
-    tensor *stacked = empty(world_size * rows, piece->shape[1], piece->device);
-    dist_all_gather(stacked, piece);
-    tensor *parts[LECTERN_MAX_WORLD];
-    for (int r = 0; r < world_size; r++) parts[r] = row_slice(stacked, r * rows, (r + 1) * rows);
-    tensor *full = cat_cols(parts, world_size);
-    for (int r = 0; r < world_size; r++) tensor_free(parts[r]);
-    tensor_free(stacked);
-    return full;
-}
-
-/* Rank 0's table of a tensor-parallel step: every rank's loss, output and
- * gradients against one device's, and what it sent. */
-static void show_tp(const char *caption, const char *held, double first, double loss, double out_diff,
-                    double grad_diff, int64_t bytes, int64_t calls) {
-    const rank_column cols[] = {{held, "%.0f"}, {"forward: loss", "%.9g"},
-                                {"forward: max |output - one device|", "%.3g"},
-                                {"backward: max |gradients - one device|", "%.3g"},
-                                {"nominal bytes sent in one step", "%.0f"}, {"calls", "%.0f"}};
-    double mine[] = {first, loss, out_diff, grad_diff, (double)bytes, (double)calls};
-    rank_table(caption, cols, 6, mine, 0);
-}
-
-/* One device's step-0 output against this rank's: their largest difference, and the tolerance. */
-static double output_diff(const train_args *a, const tensor *out, double *tol) {
-    tensor *expected = expected_output(a, out->device);
-    double diff = max_abs_diff(out, expected);
-    *tol = output_tolerance(&a->cfg) * largest(expected);
-    tensor_free(expected);
-    return diff;
 }
 
 static void tensor_parallel_main(int rank, int world_size, void *args) {
@@ -1213,16 +949,11 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
              "gradient tolerance %.3g)", world_size, (double)a->first_loss, out_tol, gradient_tolerance(c) * size);
     show_tp(caption, "first column held", (double)first, mse_loss(acts[c->layers]), out_diff, diff, bytes, calls);
     free_saved(c->layers, acts, pre);
-    for (int i = 0; i < c->layers; i++) {
-        tensor_free(w[i]);
-        tensor_free(grads[i]);
-    }
-    tensor_free(data);
+    free_tensors(w, c->layers), free_tensors(grads, c->layers), tensor_free(data);
 }
 
-/* Megatron's MLP block over layers (2k, 2k+1): layer 2k cut by columns,
- * layer 2k+1 by rows. acts[2k+1] holds only this rank's columns of the
- * hidden activation; acts[2k+2] and pre[2k+1] are whole on every rank. */
+/* Megatron's MLP block over layers (2k, 2k+1): layer 2k cut by columns, layer 2k+1 by rows. acts[2k+1] holds only
+ * this rank's columns of the hidden activation; acts[2k+2] and pre[2k+1] are whole on every rank. */
 static void megatron_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
@@ -1265,28 +996,14 @@ static void megatron_main(int rank, int world_size, void *args) {
     show_tp(caption, "first column of the even layers and row of the odd ones held", (double)first,
             mse_loss(acts[c->layers]), out_diff, diff, bytes, calls);
     free_saved(c->layers, acts, pre);
-    for (int i = 0; i < c->layers; i++) {
-        tensor_free(w[i]);
-        tensor_free(grads[i]);
-    }
-    tensor_free(data);
+    free_tensors(w, c->layers), free_tensors(grads, c->layers), tensor_free(data);
 }
 
-/* ---- Part 2: pipeline parallelism ---- */
-
-static void pipeline_main(int rank, int world_size, void *args);
-
-/* Rows of the batch the pipeline runs: a micro-batch's forward must take
- * long against what a message between stages costs (copying 1/m of the
- * batch's activations, waking the receiver, ~0.1 ms here), or the timeline
- * shows the messages and not the schedule. With 128 rows a micro-batch of
- * 16 took ~0.3 ms and the measured bubble was 4 times the formula's; 1024
- * rows (128 a micro-batch, two 512 x 512 layers: ~7 ms) put it near. */
+/* A micro-batch's work must be long against a message's (~0.1 ms here): with 128 rows (16 a micro-batch, ~0.3 ms)
+ * the bubble measured 4 times the formula's; 1024 rows (~7 ms a micro-batch) put it near. */
 static int pipeline_batch(void) { return lecture_quick() ? 256 : 1024; }
 
-/* What the spawn just measured (its rank 0's spawn_return), said beside the
- * formula, with the machine's load and cores, which decide how near it can
- * be: the formula assumes every stage has a processor of its own. */
+/* What the spawn measured, beside the formula, with the load and cores: the formula gives every stage a core. */
 static void say_bubble(int stages, int schedule, int m) {
     pipe_result r;
     if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("the pipeline's rank 0 returned no result");
@@ -1295,97 +1012,73 @@ static void say_bubble(int stages, int schedule, int m) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double off = r.bubble / r.formula - 1;
     if (stages == 2)
-        predict("What fraction of the pipeline's time will each of the 2 stages spend idle, with 8 "
-                "micro-batches (the bubble, over the total time)?",
-                r.bubble, "");
-    const char *why;
-    if (fabs(off) <= 0.15)
-        why = "within 15% of the formula: what is left over is the messages' cost and the last stage's loss, "
-              "which the formula leaves out";
-    else if (stages > cores)
-        why = "larger than the formula: the ranks outnumber the cores, so a stage that is ready to work waits "
-              "for its turn on a core another stage holds; that wait is this machine's, not the schedule's";
-    else if (load[0] > cores + stages)   /* the load average counts this lecture's own ranks too */
-        why = "larger than the formula: the machine was busy with other work (a load average above its "
-              "cores plus this spawn's ranks), so a stage that was ready waited for a core; the formula "
-              "assumes every stage has one";
-    else
-        why = "larger than the formula by more than the messages and the last stage's loss would explain: "
-              "the replay below splits the gap";
-    note("%s, %d stages: measured bubble %.3f of the total against the formula's %.3f (%+.0f%%), %s. "
-         "Stage 1 %s stage 0's last forward; stage 0 held at most %d micro-batches' activations "
-         "(m = %d, p = %d). Load average %.1f on %ld cores while it ran.", SCHEDULE_NAMES[schedule], stages,
-         r.bubble, r.formula, 100 * off, why, r.overlapped ? "began its first forward before" : "began only after",
+        predict("What fraction of the pipeline's time will each of the 2 stages spend idle, with 8 micro-batches (the "
+                "bubble, over the total time)?", r.bubble, "");
+    note("%s, %d stages: measured bubble %.3f of the total against the formula's %.3f (%+.0f%%), %s. Stage 1 %s "
+         "stage 0's last forward; stage 0 held at most %d micro-batches' activations (m = %d, p = %d). Load average "
+         "%.1f on %ld cores while it ran.", SCHEDULE_NAMES[schedule], stages, r.bubble, r.formula, 100 * off,
+         fabs(off) <= 0.15 ? "within 15% of the formula: what is left over is the messages' cost and the last "
+                             "stage's loss, which the formula leaves out"
+         : stages > cores  ? "larger than the formula: the ranks outnumber the cores, so a stage that is ready to "
+                             "work waits for its turn on a core another stage holds; that wait is this machine's, "
+                             "not the schedule's"
+         : load[0] > cores + stages /* the load average counts this lecture's own ranks too */
+             ? "larger than the formula: the machine was busy with other work (a load average above its cores "
+               "plus this spawn's ranks), so a stage that was ready waited for a core; the formula assumes every "
+               "stage has one"
+             : "larger than the formula by more than the messages and the last stage's loss would explain: the "
+               "replay below splits the gap",
+         r.overlapped ? "began its first forward before" : "began only after",
          r.stage0_held, m, stages, load[0], cores);
-    /* The formula assumes equal stages and free messages. Replaying the same
-     * schedule with each operation's measured time and nothing between the
-     * operations keeps the first assumption's breach and drops the second:
-     * it splits the gap in two. */
-    note("The same schedule replayed with each stage's own measured forward and backward times, "
-         "and nothing between one operation and the next, gives a bubble of %.3f: unequal stages "
-         "(the last adds the loss; ranks that share cores run at uneven speed) account for %.3f of the gap to "
-         "the formula, the time between operations (messages, the bookkeeping around them, waiting for a "
-         "core) for the other %.3f.",
+    /* The formula assumes equal stages and free messages; the replay keeps the first breach, drops the second */
+    note("The same schedule replayed with each stage's own measured forward and backward times, and nothing between "
+         "one operation and the next, gives a bubble of %.3f: unequal stages (the last adds the loss; ranks that "
+         "share cores run at uneven speed) account for %.3f of the gap to the formula, the time between operations "
+         "(messages, the bookkeeping around them, waiting for a core) for the other %.3f.",
          r.replayed, r.replayed - r.formula, r.bubble - r.replayed);
 }
 
 static void pipeline_parallelism(void) {
     progress("pipeline parallelism");
     note("## Pipeline parallelism\n\n"
-         "Cut the stack of layers into stages, one per rank; activations flow forward "
-         "from stage to stage with `dist_send`/`dist_recv`, and gradients flow back.");
+         "Cut the stack of layers into stages, one per rank; activations flow forward from stage to stage with "
+         "`dist_send`/`dist_recv`, and gradients flow back.");
     see("https://pytorch.org/docs/stable/_images/pipe.png", "GPipe's schedule (PyTorch docs)");
-    note("Sent as one batch, only one stage would work at a time. So the batch is cut "
-         "into micro-batches: while stage 1 works on micro-batch 0, stage 0 already "
-         "starts micro-batch 1. This is the GPipe schedule: all forwards, then all "
-         "backwards, each stage's weight gradients summed over the micro-batches. A "
-         "training run would then take one optimizer step per stage; this section stops "
-         "at the gradients, which it compares with one device's.");
+    note("Sent as one batch, only one stage would work at a time. So the batch is cut into micro-batches: while "
+         "stage 1 works on micro-batch 0, stage 0 already starts micro-batch 1. This is the GPipe schedule: all "
+         "forwards, then all backwards, each stage's weight gradients summed over the micro-batches. A training run "
+         "would then take one optimizer step per stage; this section stops at the gradients, which it compares with "
+         "one device's.");
     image("assets/lecture_08_pipeline.svg", 0.7);
     int m = 8;
-    note("The idle time (the *bubble*): with p stages and m micro-batches each pass "
-         "takes m + p - 1 slots of which a stage is busy m. Two conventions name it: "
-         "idle time over the *total* time, (p - 1) / (m + p - 1), which is what a "
-         "timeline shows and what this lecture measures; and idle time over the *ideal* "
-         "time (m slots, no bubble), (p - 1) / m, as the Megatron-LM paper (Narayanan et "
-         "al. 2021) and the Ultra-Scale Playbook write it. Same bubble, different "
-         "denominators:");
-    table_t *t = table_new("the bubble two ways");
-    table_column(t, "stages p", NULL, "%d");
-    table_column(t, "micro-batches m", NULL, "%d");
-    table_column(t, "of the total (p - 1) / (m + p - 1)", NULL, "%.3f");
-    table_column(t, "of the ideal (p - 1) / m", NULL, "%.3f");
-    int shapes[][2] = {{2, m}, {4, m}, {4, 32}};
-    for (int k = 0; k < 3; k++)
-        table_row(t, shapes[k][0], shapes[k][1], bubble_fraction(shapes[k][0], shapes[k][1]),
-                  (double)(shapes[k][0] - 1) / shapes[k][1]);
-    table_show(t);
-    note("More micro-batches shrink the bubble, at the cost of smaller matrix products "
-         "(less efficient) and more messages. GPipe keeps every micro-batch's activations "
-         "until its backward pass: all m of them, the whole batch's activations. "
-         "**1F1B** (one forward, one backward) runs the same work in another order: stage "
-         "*r* does p - r - 1 forwards to fill the pipe, then alternates one forward and one "
-         "backward, then drains the last backwards. A micro-batch's activations are freed "
-         "as soon as its backward is done, so stage *r* never holds more than p - r "
-         "micro-batches, instead of all m: on stage 0, p instead of m. Its bubble is the "
-         "same as GPipe's; what it saves is memory. (*Interleaved* 1F1B, not run here, "
-         "gives each rank several non-adjacent groups of layers, v virtual stages, which "
-         "divides the bubble by v at the cost of v times more messages.)");
+    note("The idle time (the *bubble*): with p stages and m micro-batches each pass takes m + p - 1 slots of which a "
+         "stage is busy m. Two conventions name it: idle time over the *total* time, (p - 1) / (m + p - 1), which is "
+         "what a timeline shows and what this lecture measures; and idle time over the *ideal* time (m slots, no "
+         "bubble), (p - 1) / m, as the Megatron-LM paper (Narayanan et al. 2021) and the Ultra-Scale Playbook write "
+         "it. Same bubble, different denominators:");
+    show_bubble_conventions(m);   /* lectures/lib/pipeline.c: (p - 1) / (m + p - 1) and (p - 1) / m */
+    note("More micro-batches shrink the bubble, at the cost of smaller matrix products (less efficient) and more "
+         "messages. GPipe keeps every micro-batch's activations until its backward pass: all m of them, the whole "
+         "batch's activations. **1F1B** (one forward, one backward) runs the same work in another order: stage *r* "
+         "does p - r - 1 forwards to fill the pipe, then alternates one forward and one backward, then drains the "
+         "last backwards. A micro-batch's activations are freed as soon as its backward is done, so stage *r* never "
+         "holds more than p - r micro-batches, instead of all m: on stage 0, p instead of m. Its bubble is the same "
+         "as GPipe's; what it saves is memory. (*Interleaved* 1F1B, not run here, gives each rank several "
+         "non-adjacent groups of layers, v virtual stages, which divides the bubble by v at the cost of v times more "
+         "messages.)");
     baseline_run pipe = {.cfg = baseline.cfg};
     pipe.cfg.batch = pipeline_batch();
     one_device_step0(&pipe);
-    note("The stages below run the same model on a batch of %d examples (%d a "
-         "micro-batch): a micro-batch's work must be long against a message's cost, or the "
-         "timeline measures messages, not the schedule. Each rank stamps the start and "
-         "end of every forward and backward with the machine's monotonic clock, shared "
-         "by all ranks. Sends are non-blocking (`dist_isend`) and travel while the sender computes "
-         "(here the receiver copies them out of the sender's memory), so stage 1 starts "
-         "micro-batch 0 while stage 0 computes micro-batch 1. The measured bubble of a rank is 1 - (its "
-         "busy time) / (the time from the first start to the last end, over all ranks): "
-         "the *total* convention. The formula assumes stages of equal work, so stage 0 "
-         "computes the gradient of its input too, which nothing uses and a real pipeline "
-         "skips. Where the machine has a core for every stage, each stage's thread is kept "
-         "on a core of its own while it runs (lectures/lib/pipeline.c, `pin_stage`).",
+    note("The stages below run the same model on a batch of %d examples (%d a micro-batch): a micro-batch's work "
+         "must be long against a message's cost, or the timeline measures messages, not the schedule. Each rank "
+         "stamps the start and end of every forward and backward with the machine's monotonic clock, shared by all "
+         "ranks. Sends are non-blocking (`dist_isend`) and travel while the sender computes (here the receiver "
+         "copies them out of the sender's memory), so stage 1 starts micro-batch 0 while stage 0 computes "
+         "micro-batch 1. The measured bubble of a rank is 1 - (its busy time) / (the time from the first start to "
+         "the last end, over all ranks): the *total* convention. The formula assumes stages of equal work, so stage "
+         "0 computes the gradient of its input too, which nothing uses and a real pipeline skips. Where the machine "
+         "has a core for every stage, each stage's thread is kept on a core of its own while it runs "
+         "(lectures/lib/pipeline.c, `pin_stage`).",
          pipe.cfg.batch, pipe.cfg.batch / m);
     size_t size;
     train_args *args = baseline_args(&pipe, m, &size);
@@ -1404,10 +1097,9 @@ static void pipeline_parallelism(void) {
     }
     free(args);
     baseline_free(&pipe);
-    note("Forward and backward match one device in both schedules, and 1F1B's stage 0 "
-         "held p micro-batches' activations where GPipe's held m. On 4 GPUs, one stage "
-         "each, no stage waits for a core (expected: no GPU run of this lecture is in the "
-         "committed trace).");
+    note("Forward and backward match one device in both schedules, and 1F1B's stage 0 held p micro-batches' "
+         "activations where GPipe's held m. On 4 GPUs, one stage each, no stage waits for a core (expected: no GPU "
+         "run of this lecture is in the committed trace).");
 }
 
 /* One pass of the schedule: every micro-batch forward and backward. */
@@ -1458,37 +1150,42 @@ static void pipeline_main(int rank, int world_size, void *args) {
     stage_free(s);
 }
 
-/* ---- Summary and further reading ---- */
-
 static void summary(void) {
     progress("summary");
     note("## Summary\n\n"
          "Everything above trades two costs against each other:\n\n"
          "- memory: keep a copy here (replicate) and you need not fetch it\n"
          "- communication: keep it elsewhere (shard) and you must send it");
-    note("| strategy | each rank holds | communicates | per step |\n|---|---|---|---|\n"
+    note("| strategy | each rank holds | communicates | per step |\n"
+         "|---|---|---|---|\n"
          "| DDP | whole model, slice of batch | gradients | all-reduce per layer, or per bucket of layers |\n"
-         "| ZeRO-3 / FSDP | its piece of every layer's weights, gradients and AdamW state; slice of batch | weights and gradients | all-gather twice, reduce-scatter once, per layer |\n"
-         "| tensor parallel, columns only | column slice of every layer, whole batch | activations | all-gather forward, all-reduce backward, per layer |\n"
-         "| tensor parallel, Megatron | column slice, then row slice, of each pair of layers; whole batch | activations | one all-reduce forward, one backward, per pair |\n"
-         "| pipeline parallel | some layers, micro-batches | activations at stage edges | send/recv per micro-batch |\n\n"
-         "- Hardware keeps getting faster, but it will stay a hierarchy: fast and small "
-         "close by, big and slow far away.\n"
-         "- There are many ways to parallelise (data, tensor, pipeline, and their mixes), "
-         "and large runs combine them: tensor parallel inside a node, pipeline and data "
-         "parallel across nodes.");
-
+         "| ZeRO-3 / FSDP | its piece of every layer's weights, gradients and AdamW state; slice of batch | weights "
+         "and gradients | all-gather twice, reduce-scatter once, per layer |\n"
+         "| tensor parallel, columns only | column slice of every layer, whole batch | activations | all-gather "
+         "forward, all-reduce backward, per layer |\n"
+         "| tensor parallel, Megatron | column slice, then row slice, of each pair of layers; whole batch | "
+         "activations | one all-reduce forward, one backward, per pair |\n"
+         "| pipeline parallel | some layers, micro-batches | activations at stage edges | send/recv per micro-batch "
+         "|\n\n"
+         "- Hardware keeps getting faster, but it will stay a hierarchy: fast and small close by, big and slow far "
+         "away.\n"
+         "- There are many ways to parallelise (data, tensor, pipeline, and their mixes), and large runs combine "
+         "them: tensor parallel inside a node, pipeline and data parallel across nodes.");
     note("## Further reading\n\n"
-         "In this series, for depth on two of this lecture's sections: lecture_collectives "
-         "(all-reduce built four ways, and the alpha-beta model fitted to each) and "
-         "lecture_ddp (data parallelism step by step, and buckets measured). Elsewhere: an "
-         "[overview of parallelism strategies](https://github.com/stas00/ml-engineering/tree/master/training/model-parallelism) "
-         "(ml-engineering); DeepSpeed and ZeRO, [on Microsoft's research blog](https://www.microsoft.com/en-us/research/blog/zero-deepspeed-new-system-optimizations-enable-training-models-with-over-100-billion-parameters/); "
-         "[profiling with NVTX annotations](https://developer.nvidia.com/blog/nvidia-tools-extension-api-nvtx-annotation-tool-for-profiling-code-in-python-and-c-c/); "
-         "[NCCL's user guide on collectives](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/collectives.html); "
-         "InfiniBand, [an introduction (white paper)](https://network.nvidia.com/pdf/whitepapers/IB_Intro_WP_190.pdf) "
-         "and two videos, [an introduction to its networks](https://www.youtube.com/watch?v=2gidd6lLiH8) "
-         "and [another](https://www.youtube.com/watch?v=wecZb5lHkXk).");
+         "In this series, for depth on two of this lecture's sections: lecture_collectives (all-reduce built four "
+         "ways, and the alpha-beta model fitted to each) and lecture_ddp (data parallelism step by step, and buckets "
+         "measured). Elsewhere: an [overview of parallelism "
+         "strategies](https://github.com/stas00/ml-engineering/tree/master/training/model-parallelism) "
+         "(ml-engineering); DeepSpeed and ZeRO, [on Microsoft's research "
+         "blog](https://www.microsoft.com/en-us/research/blog/zero-deepspeed-new-system-optimizations-enable-training-models-with-over-100-billion-parameters/); "
+         "[profiling with NVTX "
+         "annotations](https://developer.nvidia.com/blog/nvidia-tools-extension-api-nvtx-annotation-tool-for-profiling-code-in-python-and-c-c/); "
+         "[NCCL's user guide on "
+         "collectives](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/collectives.html); "
+         "InfiniBand, [an introduction (white "
+         "paper)](https://network.nvidia.com/pdf/whitepapers/IB_Intro_WP_190.pdf) and two videos, [an introduction "
+         "to its networks](https://www.youtube.com/watch?v=2gidd6lLiH8) and "
+         "[another](https://www.youtube.com/watch?v=wecZb5lHkXk).");
     see("https://arxiv.org/pdf/2304.11277.pdf", "Libraries and systems: PyTorch FSDP");
     see("https://github.com/NVIDIA/Megatron-LM", "Libraries and systems: Megatron-LM");
     see("https://github.com/EleutherAI/gpt-neox", "Libraries and systems: GPT-NeoX");

@@ -8,9 +8,9 @@
 #include "train.h"
 
 const char *const STEP_MODE_NAMES[STEP_MODES] = {
-    "forward + backward, no all-reduce (the compute alone)",
-    "blocking all-reduce of each bucket after backward",
-    "async all-reduce of each bucket started during backward",
+        "forward + backward, no all-reduce (the compute alone)",
+        "blocking all-reduce of each bucket after backward",
+        "async all-reduce of each bucket started during backward",
 };
 
 buckets *buckets_new(const mlp_config *c, int layers_per_bucket, int device) {
@@ -65,14 +65,24 @@ static void ddp_step(int mode, const mlp_config *c, tensor *const *w, buckets *g
 void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials,
                     double median_ms[STEP_MODES]) {
     double *ms = malloc(sizeof(double) * STEP_MODES * trials);
-    for (int mode = 0; mode < STEP_MODES; mode++) ddp_step(mode, c, w, g, x);   /* warm-up */
+    for (int mode = 0; mode < STEP_MODES; mode++) ddp_step(mode, c, w, g, x); /* warm-up */
     for (int trial = 0; trial < trials; trial++)
         for (int mode = 0; mode < STEP_MODES; mode++) {
             dist_timer t = {0};
             dist_timer_start(&t);
             ddp_step(mode, c, w, g, x);
-            ms[mode * trials + trial] = dist_timer_stop(&t) * 1e3;   /* the slowest rank's time */
+            ms[mode * trials + trial] = dist_timer_stop(&t) * 1e3; /* the slowest rank's time */
         }
     for (int mode = 0; mode < STEP_MODES; mode++) median_ms[mode] = median_of(ms + mode * trials, trials);
     free(ms);
+}
+
+void show_overlap(int world_size, int64_t per_rank, int trials, const double median_ms[STEP_MODES]) {
+    table_t *t = table_new("Overlap, measured: one DDP step on %d ranks (%s), %lld examples per rank, slowest rank, "
+                           "median of %d steps each",
+                           world_size, dist_backend(), (long long)per_rank, trials);
+    table_column(t, "step", NULL, "%s");
+    table_column(t, "time", "ms", "%.2f");
+    for (int mode = 0; mode < STEP_MODES; mode++) table_row(t, STEP_MODE_NAMES[mode], median_ms[mode]);
+    table_show(t);
 }

@@ -16,7 +16,7 @@ typedef struct buckets {
     int n;
     tensor *bucket[MAX_LAYERS], *grads[MAX_LAYERS];
     int bucket_of[MAX_LAYERS], bucket_first[MAX_LAYERS];
-    char order[256];   /* "layers 2-3, layers 0-1": the buckets in the order backward fills them */
+    char order[256]; /* "layers 2-3, layers 0-1": the buckets in the order backward fills them */
 } buckets;
 
 buckets *buckets_new(const mlp_config *c, int layers_per_bucket, int device);
@@ -35,5 +35,8 @@ extern const char *const STEP_MODE_NAMES[STEP_MODES];
  * of the slowest rank's times (dist_timer). */
 void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials,
                     double median_ms[STEP_MODES]);
+
+/* time_ddp_steps' medians as a table, a row per way. */
+void show_overlap(int world_size, int64_t per_rank, int trials, const double median_ms[STEP_MODES]);
 
 #endif

@@ -12,9 +12,7 @@
 
 const char *const SCHEDULE_NAMES[2] = {"GPipe", "1F1B"};
 
-double bubble_fraction(int stages, int micro_batches) {
-    return (double)(stages - 1) / (micro_batches + stages - 1);
-}
+double bubble_fraction(int stages, int micro_batches) { return (double)(stages - 1) / (micro_batches + stages - 1); }
 
 stage *stage_new(const train_args *a, int rank, int world_size) {
     const mlp_config *c = &a->cfg;
@@ -24,11 +22,11 @@ stage *stage_new(const train_args *a, int rank, int world_size) {
     s->first_layer = rank * s->per_stage;
     s->mb = c->batch / s->m;
     for (int j = 0; j < s->per_stage; j++) {
-        s->w[j] = init_layer(c, s->first_layer + j, s->device);   /* only this stage's layers */
+        s->w[j] = init_layer(c, s->first_layer + j, s->device); /* only this stage's layers */
         s->grads[j] = empty(c->width, c->width, s->device);
     }
-    if (rank == 0) s->data = make_data(c, s->device);                       /* only stage 0 reads data */
-    if (rank == world_size - 1) s->expected = expected_output(a, s->device);   /* the last compares */
+    if (rank == 0) s->data = make_data(c, s->device);                        /* only stage 0 reads data */
+    if (rank == world_size - 1) s->expected = expected_output(a, s->device); /* the last compares */
     return s;
 }
 
@@ -45,7 +43,7 @@ void stage_free(stage *s) {
 double ms_since(const stage *s) { return (now_seconds() - s->a->clock_base) * 1e3; }
 
 void stamp(stage *s, int backward, int k, double start) {
-    device_synchronize();   /* on a GPU, the work has really ended */
+    device_synchronize(); /* on a GPU, the work has really ended */
     s->events[s->run][s->n_events++] = (pipe_event){(float)backward, (float)k, (float)start, (float)ms_since(s)};
 }
 
@@ -60,7 +58,7 @@ void stage_forward(stage *s, int k) {
     }
     double start = ms_since(s);
     forward(s->w, s->per_stage, x, s->acts[k], s->pre[k]);
-    stamp(s, 0, k, start);   /* the timeline shows it: no note per micro-batch */
+    stamp(s, 0, k, start); /* the timeline shows it: no note per micro-batch */
     if (s->rank == s->world - 1) {
         s->loss += mse_loss(s->acts[k][s->per_stage]) / s->m;
         tensor *rows = row_slice(s->expected, k * s->mb, (k + 1) * s->mb);
@@ -76,7 +74,7 @@ void stage_backward(stage *s, int k) {
     tensor *dy;
     if (s->rank == s->world - 1) {
         dy = mse_loss_backward(s->acts[k][s->per_stage]);
-        scale_(dy, 1.0f / s->m);   /* d(mean over micro-batches) */
+        scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */
     } else {
         dy = empty(s->mb, s->a->cfg.width, s->device);
         dist_recv(dy, s->rank + 1);
@@ -98,7 +96,7 @@ void stage_backward(stage *s, int k) {
      * schedule (dy must live until then). */
     s->sent_back[k] = s->rank > 0 ? dist_isend(dy, s->rank - 1) : NULL;
     s->dx_out[k] = dy;
-    if (s->sent[k]) dist_wait(s->sent[k]);   /* its activation went out long ago */
+    if (s->sent[k]) dist_wait(s->sent[k]); /* its activation went out long ago */
     free_saved(s->per_stage, s->acts[k], s->pre[k]);
     tensor_free(s->acts[k][0]);
     s->in_flight--;
@@ -110,7 +108,8 @@ void stage_backward(stage *s, int k) {
  * (a forward needs the previous stage's forward of that micro-batch, a
  * backward the next stage's backward). Events: stage r's at v[r * stride]. */
 static double replayed_bubble(const float *v, int stride, int world, int m) {
-    double done[LECTERN_MAX_WORLD][2][MAX_MICRO_BATCHES], free_at[LECTERN_MAX_WORLD] = {0}, busy[LECTERN_MAX_WORLD] = {0};
+    double done[LECTERN_MAX_WORLD][2][MAX_MICRO_BATCHES], free_at[LECTERN_MAX_WORLD] = {0},
+                                                          busy[LECTERN_MAX_WORLD] = {0};
     int next[LECTERN_MAX_WORLD] = {0}, left = world * 2 * m;
     for (int r = 0; r < world; r++)
         for (int b = 0; b < 2; b++)
@@ -123,7 +122,7 @@ static double replayed_bubble(const float *v, int stride, int world, int m) {
                 int b = e->backward > 0, k = (int)e->micro_batch, from = b ? r + 1 : r - 1;
                 double need = 0;
                 if (from >= 0 && from < world) {
-                    if (done[from][b][k] < 0) break;   /* not replayed yet */
+                    if (done[from][b][k] < 0) break; /* not replayed yet */
                     need = done[from][b][k];
                 }
                 double d = e->end_ms - e->start_ms, start = fmax(free_at[r], need);
@@ -134,7 +133,7 @@ static double replayed_bubble(const float *v, int stride, int world, int m) {
                 moved = 1;
             }
         }
-        if (!moved) return NAN;   /* an order no schedule allows: cannot happen for the ones here */
+        if (!moved) return NAN; /* an order no schedule allows: cannot happen for the ones here */
     }
     double span = 0, mean = 0;
     for (int r = 0; r < world; r++) span = fmax(span, free_at[r]);
@@ -188,8 +187,8 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     double span = last - first, mean = 0;
     for (int r = 0; r < s->world; r++) mean += (1 - busy[r] / span) / s->world;
     table_t *t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, mean bubble %.3f of the total "
-                           "(formula %.3f)", SCHEDULE_NAMES[schedule], s->world, PIPE_RUNS, span, mean,
-                           bubble_fraction(s->world, s->m));
+                           "(formula %.3f)",
+                           SCHEDULE_NAMES[schedule], s->world, PIPE_RUNS, span, mean, bubble_fraction(s->world, s->m));
     table_column(t, "stage", NULL, "%d");
     table_column(t, "measured bubble", NULL, "%.3f");
     table_column(t, "most micro-batches' activations held at once", NULL, "%d");
@@ -217,8 +216,11 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
         }
     }
     chart_show(c);
-    pipe_result res = {mean, bubble_fraction(s->world, s->m), span,
-                       replayed_bubble(v + best * per_run, per_rank, s->world, s->m), (int)v[per_rank - 3],
+    pipe_result res = {mean,
+                       bubble_fraction(s->world, s->m),
+                       span,
+                       replayed_bubble(v + best * per_run, per_rank, s->world, s->m),
+                       (int)v[per_rank - 3],
                        stage1_first_forward < stage0_last_forward};
     spawn_return(&res, sizeof res);
     free(v);
@@ -240,4 +242,17 @@ void unpin_stage(void) {
     if (pinned && sched_setaffinity(0, sizeof saved_cores, &saved_cores) != 0)
         lecture_fail("the pipeline stage could not be given back its cores");
     pinned = 0;
+}
+
+void show_bubble_conventions(int m) {
+    table_t *t = table_new("the bubble two ways");
+    table_column(t, "stages p", NULL, "%d");
+    table_column(t, "micro-batches m", NULL, "%d");
+    table_column(t, "of the total (p - 1) / (m + p - 1)", NULL, "%.3f");
+    table_column(t, "of the ideal (p - 1) / m", NULL, "%.3f");
+    int shapes[][2] = {{2, m}, {4, m}, {4, 32}};
+    for (int k = 0; k < 3; k++)
+        table_row(t, shapes[k][0], shapes[k][1], bubble_fraction(shapes[k][0], shapes[k][1]),
+                  (double)(shapes[k][0] - 1) / shapes[k][1]);
+    table_show(t);
 }

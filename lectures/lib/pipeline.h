@@ -37,17 +37,17 @@ typedef struct pipe_event {
 typedef struct stage {
     const train_args *a;
     int rank, world, first_layer, per_stage, m, device;
-    int64_t mb;                                   /* rows per micro-batch */
+    int64_t mb; /* rows per micro-batch */
     tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
-    tensor *data;                                 /* stage 0 only */
+    tensor *data; /* stage 0 only */
     tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
-    dist_request *sent[MAX_MICRO_BATCHES];        /* the forward send of each micro-batch */
-    dist_request *sent_back[MAX_MICRO_BATCHES];   /* the backward send of each (stages > 0) */
-    tensor *dx_out[MAX_MICRO_BATCHES];            /* what it sends: kept until it has gone */
+    dist_request *sent[MAX_MICRO_BATCHES];      /* the forward send of each micro-batch */
+    dist_request *sent_back[MAX_MICRO_BATCHES]; /* the backward send of each (stages > 0) */
+    tensor *dx_out[MAX_MICRO_BATCHES];          /* what it sends: kept until it has gone */
     int backwards_done, in_flight, most_in_flight;
-    float loss;                                   /* last stage: the batch's loss */
-    double out_diff;                              /* last stage: max |output - one device| */
-    tensor *expected;                             /* last stage: one device's output */
+    float loss;       /* last stage: the batch's loss */
+    double out_diff;  /* last stage: max |output - one device| */
+    tensor *expected; /* last stage: one device's output */
     pipe_event events[PIPE_RUNS][2 * MAX_MICRO_BATCHES];
     int run, n_events;
 } stage;
@@ -76,8 +76,8 @@ void stage_backward(stage *s, int k);
 /* What rank 0 of a pipeline spawn returns to the lecture (spawn_return). */
 typedef struct pipe_result {
     double bubble, formula, span_ms;
-    double replayed;               /* the schedule replayed with the stages' own times, messages free */
-    int stage0_held, overlapped;   /* stage 1 began a forward before stage 0's last forward ended */
+    double replayed;             /* the schedule replayed with the stages' own times, messages free */
+    int stage0_held, overlapped; /* stage 1 began a forward before stage 0's last forward ended */
 } pipe_result;
 
 /* Every rank calling it: rank 0 gathers every stage's stamps and its
@@ -92,5 +92,9 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
  * Returns 0 when the machine refused (the stage then runs unpinned). */
 int pin_stage(int core);
 void unpin_stage(void);
+
+/* A table of the bubble in both conventions, of the total and of the ideal
+ * time, for 2 and 4 stages with m micro-batches and 4 stages with 32. */
+void show_bubble_conventions(int m);
 
 #endif

@@ -131,8 +131,16 @@ static void train(baseline_run *b, int steps, float *losses, char (*params)[PARA
     tensor_free(data);
 }
 
-void one_device_train(baseline_run *b, float *losses, char (*params)[PARAMS_TEXT]) {
+void one_device_train(baseline_run *b) {
+    float losses[16];   /* steps: at most 5 (training_config) */
+    char params[16][PARAMS_TEXT];
     train(b, b->cfg.steps, losses, params);
+    table_t *t = table_new("One device: the whole batch, step by step");
+    table_column(t, "step", NULL, "%d");
+    table_column(t, "loss", NULL, "%.9g");
+    table_column(t, "params after the step", NULL, "%s");
+    for (int step = 0; step < b->cfg.steps; step++) table_row(t, step, (double)losses[step], params[step]);
+    table_show(t);
 }
 
 void one_device_step0(baseline_run *b) { train(b, 0, NULL, NULL); }
@@ -224,3 +232,77 @@ double diff_from_one_device(const train_args *a, int which, tensor *const *got, 
     }
     return diff;
 }
+
+void show_zero_stages(double params, int ranks) {
+    /* fp32 with AdamW: weights 4P bytes, gradients 4P, AdamW's two moments 8P; stage s divides the first s of
+     * (moments, gradients, weights) by the world size */
+    table_t *t = table_new("model state per rank, %d ranks", ranks);
+    table_column(t, "method", NULL, "%s");
+    table_column(t, "weights", "MB", "%.3f");
+    table_column(t, "gradients", "MB", "%.3f");
+    table_column(t, "AdamW state", "MB", "%.3f");
+    table_column(t, "total", "MB", "%.3f");
+    const char *names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    for (int stage = 0; stage <= 3; stage++) {
+        double w = 4 * params / (stage >= 3 ? ranks : 1), g = 4 * params / (stage >= 2 ? ranks : 1);
+        double o = 8 * params / (stage >= 1 ? ranks : 1);
+        table_row(t, names[stage], w / 1e6, g / 1e6, o / 1e6, (w + g + o) / 1e6);
+    }
+    table_show(t);
+}
+
+double output_diff(const train_args *a, const tensor *out, double *tol) {
+    tensor *expected = expected_output(a, out->device);
+    double diff = max_abs_diff(out, expected);
+    *tol = output_tolerance(&a->cfg) * largest(expected);
+    tensor_free(expected);
+    return diff;
+}
+
+void free_tensors(tensor **ts, int n) {
+    for (int i = 0; i < n; i++) tensor_free(ts[i]);
+}
+
+mlp_config training_config(void) {
+    mlp_config c = {.batch = 128, .width = 512, .layers = 4, .steps = 5, .lr = 1e-3f};
+    if (lecture_quick()) {
+        c.width = 256;
+        c.steps = 2;
+    }
+    const char *batch = lecture_option("batch", "128");
+    char *end;
+    long n = strtol(batch, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1 << 16) {   /* bad usage, as for an undeclared option */
+        fprintf(stderr, "lecture_08: --batch=%s: expected a number of examples from 1 to 65536\n", batch);
+        exit(2);
+    }
+    c.batch = (int)n;
+    return c;
+}
+
+/* Every rank's (rows x cols/world) piece, side by side: (rows x cols). The all-gather stacks the pieces one under
+ * the other; cat_cols puts them side by side. */
+tensor *all_gather_columns(tensor *piece, int world_size) {
+    int64_t rows = piece->shape[0];
+    tensor *stacked = empty(world_size * rows, piece->shape[1], piece->device);
+    dist_all_gather(stacked, piece);
+    tensor *parts[LECTERN_MAX_WORLD];
+    for (int r = 0; r < world_size; r++) parts[r] = row_slice(stacked, r * rows, (r + 1) * rows);
+    tensor *full = cat_cols(parts, world_size);
+    for (int r = 0; r < world_size; r++) tensor_free(parts[r]);
+    tensor_free(stacked);
+    return full;
+}
+
+/* Rank 0's table of a tensor-parallel step: every rank's loss, output and gradients against one device's, and what
+ * it sent. */
+void show_tp(const char *caption, const char *held, double first, double loss, double out_diff,
+                    double grad_diff, int64_t bytes, int64_t calls) {
+    const rank_column cols[] = {{held, "%.0f"}, {"forward: loss", "%.9g"},
+                                {"forward: max |output - one device|", "%.3g"},
+                                {"backward: max |gradients - one device|", "%.3g"},
+                                {"nominal bytes sent in one step", "%.0f"}, {"calls", "%.0f"}};
+    double mine[] = {first, loss, out_diff, grad_diff, (double)bytes, (double)calls};
+    rank_table(caption, cols, 6, mine, 0);
+}
+

@@ -56,11 +56,13 @@ const char *plural(int n, const char *one, const char *many);
 /* "[0.51, 0.49, ...]": a loss at each step, in buf. */
 const char *losses_text(const float *loss, int steps, char *buf, size_t size);
 
-/* One device trains the model for b->cfg.steps steps on the whole batch,
- * filling the rest of *b (malloc'd: baseline_free) and each step's loss and
- * summaries() of the weights after it (params[step], PARAMS_TEXT bytes). */
+/* lecture_08's model: 4 layers 512 wide (256 with --quick), batch 128 (--batch=N), 5 steps (2 with --quick);
+ * a --batch that is not a number from 1 to 65536 is bad usage (exit 2). */
+mlp_config training_config(void);
+/* One device trains the model for b->cfg.steps steps on the whole batch, filling the rest of *b (malloc'd:
+ * baseline_free), and shows a table of each step's loss and summaries() of the weights after it. */
 enum { PARAMS_TEXT = 512 };
-void one_device_train(baseline_run *b, float *losses, char (*params)[PARAMS_TEXT]);
+void one_device_train(baseline_run *b);
 /* Step 0 only (its loss, output and gradients): b->trained stays zeros. */
 void one_device_step0(baseline_run *b);
 void baseline_free(baseline_run *b);
@@ -92,5 +94,21 @@ tensor *layer_part(const mlp_config *c, int layer, char cut, int64_t first, int6
 enum { STEP0_GRADS, TRAINED };
 double diff_from_one_device(const train_args *a, int which, tensor *const *got, int layers, const char *cut,
                             int64_t first, int64_t last, double *size);
+
+/* The table of model state per rank, P = params parameters in fp32 with
+ * AdamW, for DDP and ZeRO stages 1 to 3 on `ranks` ranks. */
+void show_zero_stages(double params, int ranks);
+/* max |out - one device's step-0 output|; *tol: the output's tolerance
+ * (output_tolerance times one device's largest output element). */
+double output_diff(const train_args *a, const tensor *out, double *tol);
+/* tensor_free of ts[0..n-1]. */
+void free_tensors(tensor **ts, int n);
+
+/* Tensor parallelism's all-gather: every rank's (rows x cols/world) piece, side by side (rows x cols). */
+tensor *all_gather_columns(tensor *piece, int world_size);
+/* Every rank calling it: rank 0's table of a tensor-parallel step, a row per rank (where its part starts, its loss,
+ * its output's and its gradients' largest difference from one device's, the bytes and calls it sent). */
+void show_tp(const char *caption, const char *held, double first, double loss, double out_diff, double grad_diff,
+             int64_t bytes, int64_t calls);
 
 #endif
