@@ -224,7 +224,8 @@ double diff_from_one_device(const train_args *a, int which, tensor *const *got, 
     double diff = 0;
     for (int i = 0; i < layers; i++) {
         tensor *full = which == TRAINED ? expected_trained(a, i, got[i]->device) : expected_grad(a, i, got[i]->device);
-        tensor *part = cut[i] == 'c' ? col_slice(full, first, last) : cut[i] == 'r' ? row_slice(full, first, last) : NULL;
+        char k = cut ? cut[i] : 'w';
+        tensor *part = k == 'c' ? col_slice(full, first, last) : k == 'r' ? row_slice(full, first, last) : NULL;
         diff = fmax(diff, max_abs_diff(got[i], part ? part : full));
         if (size) *size = fmax(*size, largest(full));
         if (part) tensor_free(part);

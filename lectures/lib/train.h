@@ -88,7 +88,7 @@ void rank_table(const char *caption, const rank_column *cols, int n, const doubl
  * or columns ('c') [first, last): what a rank that keeps that part holds. */
 tensor *layer_part(const mlp_config *c, int layer, char cut, int64_t first, int64_t last, int device);
 /* max over the layers of |got[i] - one device's layer i, cut as cut[i] says
- * ('w', 'r' or 'c', as layer_part)|: against one device's step-0 gradients
+ * ('w', 'r' or 'c', as layer_part; cut NULL: all whole)|: against one device's step-0 gradients
  * (STEP0_GRADS; *size becomes the larger of itself and the largest whole
  * gradient's element) or its trained weights (TRAINED). */
 enum { STEP0_GRADS, TRAINED };
