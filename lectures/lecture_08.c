@@ -1034,8 +1034,12 @@ static void say_bubble(int stages, int schedule, int m) {
     note("The same schedule replayed with each stage's own measured forward and backward times, and nothing between "
          "one operation and the next, gives a bubble of %.3f: unequal stages (the last adds the loss; ranks that "
          "share cores run at uneven speed) account for %.3f of the gap to the formula, the time between operations "
-         "(messages, the bookkeeping around them, waiting for a core) for the other %.3f.",
-         r.replayed, r.replayed - r.formula, r.bubble - r.replayed);
+         "(messages, the bookkeeping around them, waiting for a core) for the other %.3f. Stage 0's forwards took "
+         "%.2f ms and its backwards %.2f ms on average, stage %d's %.2f and %.2f: the stages do the same arithmetic, "
+         "so a gap between them is the machine's (other processes, and each rank's progress thread, which wakes "
+         "every 20 us while a send of its rank is unfinished, take turns on the same cores; docs/design.md).",
+         r.replayed, r.replayed - r.formula, r.bubble - r.replayed, r.op_ms[0][0], r.op_ms[0][1], stages - 1,
+         r.op_ms[1][0], r.op_ms[1][1]);
 }
 
 static void pipeline_parallelism(void) {
@@ -1076,9 +1080,7 @@ static void pipeline_parallelism(void) {
          "copies them out of the sender's memory), so stage 1 starts micro-batch 0 while stage 0 computes "
          "micro-batch 1. The measured bubble of a rank is 1 - (its busy time) / (the time from the first start to "
          "the last end, over all ranks): the *total* convention. The formula assumes stages of equal work, so stage "
-         "0 computes the gradient of its input too, which nothing uses and a real pipeline skips. Where the machine "
-         "has a core for every stage, each stage's thread is kept on a core of its own while it runs "
-         "(lectures/lib/pipeline.c, `pin_stage`).",
+         "0 computes the gradient of its input too, which nothing uses and a real pipeline skips.",
          pipe.cfg.batch, pipe.cfg.batch / m);
     size_t size;
     train_args *args = baseline_args(&pipe, m, &size);
@@ -1130,12 +1132,10 @@ static void pipeline_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
     stage *s = stage_new(a, rank, world_size);   /* this stage's layers (lectures/lib/pipeline.c) */
-    int pin = world_size <= sysconf(_SC_NPROCESSORS_ONLN) && pin_stage(rank);
     for (s->run = 0; s->run < PIPE_RUNS; s->run++) {
         dist_barrier();   /* every stage ready before the clock matters */
         run_schedule(s);
     }
-    if (pin) unpin_stage();
     if (rank == world_size - 1) {
         /* The batch loss is the mean of the micro-batch losses (equal sizes). */
         note_verbatim("Rank %d: %s: loss over %d micro-batches = %.9g (one device: %.9g), max |output - one "

@@ -672,6 +672,17 @@ class CommittedPipeline(unittest.TestCase):
             # Nothing between operations can only shorten the span: the replay
             # is never above what was measured.
             self.assertLessEqual(replayed, measured + 0.0015, (title, replayed, measured))
+            # the stages' mean operation times, said after the replay, are the timeline's (printed to 0.01 ms; the
+            # timeline's times are rounded to 1 us)
+            ops = re.search(r"Stage 0's forwards took ([0-9.]+) ms and its backwards ([0-9.]+) ms on average, stage "
+                            r"(\d)'s ([0-9.]+) and ([0-9.]+):", text)
+            self.assertIsNotNone(ops, text)
+            self.assertEqual(int(ops.group(3)), stages - 1)
+            for k, (row, series) in enumerate([("stage 0", "forward"), ("stage 0", "backward"),
+                                               ("stage %d" % (stages - 1), "forward"),
+                                               ("stage %d" % (stages - 1), "backward")]):
+                d = [v["end"] - v["start"] for v in values if v["row"] == row and v["series"] == series]
+                self.assertAlmostEqual(float(ops.group(k + 1 + (k >= 2))), sum(d) / len(d), delta=0.006)
 
 
 def note_lines(text):

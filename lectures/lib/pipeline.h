@@ -78,6 +78,7 @@ typedef struct pipe_result {
     double bubble, formula, span_ms;
     double replayed;             /* the schedule replayed with the stages' own times, messages free */
     int stage0_held, overlapped; /* stage 1 began a forward before stage 0's last forward ended */
+    double op_ms[2][2];          /* the first and the last stage's mean forward and backward, in ms */
 } pipe_result;
 
 /* Every rank calling it: rank 0 gathers every stage's stamps and its
@@ -85,13 +86,6 @@ typedef struct pipe_result {
  * row per stage) and the timeline of the quickest run, and returns a
  * pipe_result to the lecture. */
 void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
-
-/* The calling thread kept on one core (`core`) while the stages run, so
- * that on a machine with a core per stage the scheduler does not move a
- * stage onto its neighbour's core; unpin_stage() gives back the cores it had.
- * Returns 0 when the machine refused (the stage then runs unpinned). */
-int pin_stage(int core);
-void unpin_stage(void);
 
 /* A table of the bubble in both conventions, of the total and of the ideal
  * time, for 2 and 4 stages with m micro-batches and 4 stages with 32. */
