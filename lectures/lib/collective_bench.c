@@ -96,3 +96,62 @@ bench_result bandwidths(int64_t bytes, double seconds, double bus_factor) {
     return r;
 }
 
+
+static int trials_for(const bench_args *a, int i) {
+    int64_t more = (1 << 20) / a->bytes[i];
+    return more > a->trials ? (more < 50 ? (int)more : 50) : a->trials;
+}
+
+void bench_sweep(const bench_args *a, int world_size, bench_result *all_reduce, bench_result *reduce_scatter) {
+    int device = get_device(dist_rank());
+    double n = world_size;
+    for (int i = 0; i < a->n_sizes; i++) {
+        double t = time_all_reduce(a->bytes[i], trials_for(a, i), device);
+        all_reduce[i] = bandwidths(a->bytes[i], t, 2 * (n - 1) / n);
+    }
+    for (int i = 0; i < a->n_sizes; i++) {
+        double t = time_reduce_scatter(a->bytes[i], trials_for(a, i), world_size, device);
+        reduce_scatter[i] = bandwidths(a->bytes[i], t, (n - 1) / n);
+    }
+}
+
+void show_results(const char *op, int world_size, const bench_result *r, int n) {
+    table_t *t = table_new("%s on %d ranks", op, world_size);
+    table_column(t, "size", "MiB", "%g");
+    table_column(t, "time", "ms", "%.3f");
+    table_column(t, "algbw", "GB/s", "%.2f");
+    table_column(t, "busbw", "GB/s", "%.2f");
+    for (int i = 0; i < n; i++)
+        table_row(t, r[i].bytes / (1 << 20), r[i].seconds * 1e3, r[i].algbw, r[i].busbw);
+    table_show(t);
+}
+
+void plot_busbw(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n) {
+    double mib[MAX_SIZES], ar[MAX_SIZES], rs[MAX_SIZES];
+    for (int i = 0; i < n; i++) {
+        mib[i] = all_reduce[i].bytes / (1 << 20);
+        ar[i] = all_reduce[i].busbw;
+        rs[i] = reduce_scatter[i].busbw;
+    }
+    chart_t *c = chart_new("message size (MiB)", "busbw (GB/s)", "busbw on %d ranks (%s)", world_size, dist_backend());
+    chart_log_x(c, 2);
+    chart_line(c, "all-reduce", mib, ar, n);
+    chart_line(c, "reduce-scatter", mib, rs, n);
+    chart_show(c);
+}
+
+void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m) {
+    double mib[MAX_SIZES], measured[MAX_SIZES], model[MAX_SIZES];
+    for (int i = 0; i < n; i++) {
+        mib[i] = r[i].bytes / (1 << 20);
+        measured[i] = r[i].seconds * 1e3;
+        model[i] = model_seconds(m, r[i].bytes, world_size) * 1e3;
+    }
+    chart_t *c = chart_new("message size (MiB)", "all-reduce time (ms)",
+                           "all-reduce on %d ranks: measured and alpha-beta model", world_size);
+    chart_log_x(c, 2);
+    chart_log_y(c, 10);
+    chart_line(c, "measured", mib, measured, n);
+    chart_line(c, "model", mib, model, n);
+    chart_show(c);
+}

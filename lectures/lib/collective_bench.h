@@ -2,7 +2,8 @@
  * collective_bench.h: timing collectives and reading the times, for
  * lecture_08's benchmarking section: one warm-up then trials in a row, the
  * mean over ranks, algbw and busbw as nccl-tests defines them, the
- * alpha-beta cost model fitted to the times.
+ * alpha-beta cost model fitted to the times, and the tables and charts that
+ * show them.
  */
 #ifndef LECTERN_COLLECTIVE_BENCH_H
 #define LECTERN_COLLECTIVE_BENCH_H
@@ -47,5 +48,26 @@ double time_all_reduce(int64_t bytes, int trials, int device);
 double time_reduce_scatter(int64_t bytes, int trials, int world_size, int device);
 /* A row of results: algbw = bytes / seconds, busbw = algbw * bus_factor. */
 bench_result bandwidths(int64_t bytes, double seconds, double bus_factor);
+
+/* A sweep over message sizes: each size timed `trials` times or more (see
+ * bench_sweep). */
+typedef struct bench_args {
+    int n_sizes;
+    int64_t bytes[MAX_SIZES];   /* message sizes, as nccl-tests counts them */
+    int trials;
+} bench_args;
+
+/* Inside a spawn, every rank calling it: all-reduce then reduce-scatter
+ * timed at every size of the sweep, busbw with each operation's factor
+ * (2(n-1)/n, (n-1)/n). Small messages get more trials (up to 50, about
+ * 1 MiB moved in all), since one stall of a busy machine would otherwise
+ * dominate a few short ones. */
+void bench_sweep(const bench_args *a, int world_size, bench_result *all_reduce, bench_result *reduce_scatter);
+/* One operation's results as a table: size, time, algbw, busbw. */
+void show_results(const char *op, int world_size, const bench_result *r, int n);
+/* busbw against message size, one line per operation. */
+void plot_busbw(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n);
+/* Measured all-reduce times against the fitted model, log-log. */
+void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m);
 
 #endif

@@ -13,6 +13,15 @@ int64_t model_floats(const mlp_config *c) {
     return (int64_t)c->layers * c->width * c->width;
 }
 
+const char *losses_text(const float *loss, int steps, char *buf, size_t size) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < steps && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%.9g", i ? ", " : "[", (double)loss[i]);
+    if (used < size) snprintf(buf + used, size - used, "]");
+    return buf;
+}
+
 /* "[512x512[-0.0279...], ...]": shape and first element of each tensor. */
 const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
     size_t len = (size_t)snprintf(buf, size, "[");
@@ -77,5 +86,224 @@ double grad_diff(const train_args *a, const tensor *got, int layer, double *size
     *size = fmax(*size, largest(expected));
     tensor_free(expected);
     return diff;
+}
+
+
+/* Trains on one device for `steps` steps (0: step 0's forward and backward
+ * only, no update), keeping step 0's loss, output and gradients and the
+ * trained weights in *b. */
+static void train(baseline_run *b, int steps, float *losses, char (*params)[PARAMS_TEXT]) {
+    mlp_config c = b->cfg;
+    int device = get_device(0);
+    int64_t ww = (int64_t)c.width * c.width;
+    tensor *data = make_data(&c, device);
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+    for (int i = 0; i < c.layers; i++) {
+        w[i] = init_layer(&c, i, device);
+        grads[i] = empty(c.width, c.width, device);
+        opt[i] = adamw_new(w[i], c.lr);
+    }
+    b->first_output = malloc((size_t)c.batch * c.width * sizeof(float));
+    b->first_grads = malloc((size_t)model_floats(&c) * sizeof(float));
+    b->trained = calloc((size_t)model_floats(&c), sizeof(float));
+    for (int step = 0; step < (steps > 0 ? steps : 1); step++) {
+        forward(w, c.layers, data, acts, pre);
+        float loss = mse_loss(acts[c.layers]);
+        backward(w, c.layers, acts, pre, grads);
+        if (step == 0) {
+            b->first_loss = loss;
+            tensor_to_host(acts[c.layers], b->first_output);
+            for (int i = 0; i < c.layers; i++) tensor_to_host(grads[i], b->first_grads + i * ww);
+        }
+        free_saved(c.layers, acts, pre);
+        if (steps == 0) break;
+        for (int i = 0; i < c.layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        losses[step] = loss;
+        summaries(w, c.layers, params[step], PARAMS_TEXT);
+    }
+    for (int i = 0; i < c.layers; i++) {
+        if (steps > 0) tensor_to_host(w[i], b->trained + i * ww);
+        adamw_free(opt[i]);
+        tensor_free(w[i]);
+        tensor_free(grads[i]);
+    }
+    tensor_free(data);
+}
+
+void one_device_train(baseline_run *b) {
+    float losses[16];   /* steps: at most 5 (training_config) */
+    char params[16][PARAMS_TEXT];
+    train(b, b->cfg.steps, losses, params);
+    table_t *t = table_new("One device: the whole batch, step by step");
+    table_column(t, "step", NULL, "%d");
+    table_column(t, "loss", NULL, "%.9g");
+    table_column(t, "params after the step", NULL, "%s");
+    for (int step = 0; step < b->cfg.steps; step++) table_row(t, step, (double)losses[step], params[step]);
+    table_show(t);
+}
+
+void one_device_step0(baseline_run *b) { train(b, 0, NULL, NULL); }
+
+void baseline_free(baseline_run *b) {
+    free(b->first_output);
+    free(b->first_grads);
+    free(b->trained);
+}
+
+void gather_to_rank0(const double *mine, int n, double *all) {
+    if (n < 1 || n > GATHER_MAX) lecture_fail("gather_to_rank0: %d numbers a rank, expected 1 to %d", n, GATHER_MAX);
+    int rank = dist_rank(), world = dist_world_size(), device = get_device(rank);
+    float pairs[2 * GATHER_MAX];
+    for (int i = 0; i < n; i++) {
+        pairs[2 * i] = (float)mine[i];
+        pairs[2 * i + 1] = (float)(mine[i] - (double)pairs[2 * i]);
+    }
+    tensor *local = tensor_from(pairs, 2 * n, 0, device);
+    tensor *gathered = rank == 0 ? empty((int64_t)2 * n * world, 0, device) : NULL;
+    dist_gather(gathered, local, 0);
+    tensor_free(local);
+    if (rank != 0) return;
+    float *v = malloc(sizeof(float) * 2 * n * world);
+    tensor_to_host(gathered, v);
+    tensor_free(gathered);
+    for (int i = 0; i < n * world; i++) all[i] = (double)v[2 * i] + (double)v[2 * i + 1];
+    free(v);
+}
+
+void rank_table(const char *caption, const rank_column *cols, int n, const double *mine, int steps) {
+    double all[LECTERN_MAX_WORLD * GATHER_MAX];
+    int per = n + steps;
+    if (n < 1 || n > 8) lecture_fail("rank_table: %d columns, expected 1 to 8", n);
+    gather_to_rank0(mine, per, all);
+    if (dist_rank() != 0) return;
+    table_t *t = table_new("%s", caption);
+    table_column(t, "rank", NULL, "%d");
+    for (int i = 0; i < n; i++) table_column(t, cols[i].name, NULL, cols[i].format);
+    if (steps > 0) table_column(t, "loss by step", NULL, "%s");
+    for (int r = 0; r < dist_world_size(); r++) {
+        double v[8] = {0};
+        float loss[GATHER_MAX];
+        char text[256] = "";
+        for (int i = 0; i < n; i++) v[i] = all[r * per + i];
+        for (int k = 0; k < steps; k++) loss[k] = (float)all[r * per + n + k];
+        if (steps > 0) losses_text(loss, steps, text, sizeof text);
+        /* table_row reads one value per column, in order: the loss text comes right after the n numbers
+         * (and is not read when there is no loss column) */
+        switch (n) {
+        case 1: table_row(t, r, v[0], text); break;
+        case 2: table_row(t, r, v[0], v[1], text); break;
+        case 3: table_row(t, r, v[0], v[1], v[2], text); break;
+        case 4: table_row(t, r, v[0], v[1], v[2], v[3], text); break;
+        case 5: table_row(t, r, v[0], v[1], v[2], v[3], v[4], text); break;
+        case 6: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], text); break;
+        case 7: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], text); break;
+        default: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], text); break;
+        }
+    }
+    table_show(t);
+}
+
+tensor *layer_part(const mlp_config *c, int layer, char cut, int64_t first, int64_t last, int device) {
+    tensor *full = init_layer(c, layer, device);
+    if (cut == 'w') return full;
+    tensor *part;
+    if (cut == 'c') {
+        part = col_slice(full, first, last);
+    } else {
+        tensor *rows = row_slice(full, first, last);
+        part = to_device(rows, device);   /* a copy of its own, not a view into full */
+        tensor_free(rows);
+    }
+    tensor_free(full);
+    return part;
+}
+
+double diff_from_one_device(const train_args *a, int which, tensor *const *got, int layers, const char *cut,
+                            int64_t first, int64_t last, double *size) {
+    double diff = 0;
+    for (int i = 0; i < layers; i++) {
+        tensor *full = which == TRAINED ? expected_trained(a, i, got[i]->device) : expected_grad(a, i, got[i]->device);
+        char k = cut ? cut[i] : 'w';
+        tensor *part = k == 'c' ? col_slice(full, first, last) : k == 'r' ? row_slice(full, first, last) : NULL;
+        diff = fmax(diff, max_abs_diff(got[i], part ? part : full));
+        if (size) *size = fmax(*size, largest(full));
+        if (part) tensor_free(part);
+        tensor_free(full);
+    }
+    return diff;
+}
+
+void show_zero_stages(double params, int ranks) {
+    /* fp32 with AdamW: weights 4P bytes, gradients 4P, AdamW's two moments 8P; stage s divides the first s of
+     * (moments, gradients, weights) by the world size */
+    table_t *t = table_new("model state per rank, %d ranks", ranks);
+    table_column(t, "method", NULL, "%s");
+    table_column(t, "weights", "MB", "%.3f");
+    table_column(t, "gradients", "MB", "%.3f");
+    table_column(t, "AdamW state", "MB", "%.3f");
+    table_column(t, "total", "MB", "%.3f");
+    const char *names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    for (int stage = 0; stage <= 3; stage++) {
+        double w = 4 * params / (stage >= 3 ? ranks : 1), g = 4 * params / (stage >= 2 ? ranks : 1);
+        double o = 8 * params / (stage >= 1 ? ranks : 1);
+        table_row(t, names[stage], w / 1e6, g / 1e6, o / 1e6, (w + g + o) / 1e6);
+    }
+    table_show(t);
+}
+
+double output_diff(const train_args *a, const tensor *out, double *tol) {
+    tensor *expected = expected_output(a, out->device);
+    double diff = max_abs_diff(out, expected);
+    *tol = output_tolerance(&a->cfg) * largest(expected);
+    tensor_free(expected);
+    return diff;
+}
+
+void free_tensors(tensor **ts, int n) {
+    for (int i = 0; i < n; i++) tensor_free(ts[i]);
+}
+
+mlp_config training_config(void) {
+    mlp_config c = {.batch = 128, .width = 512, .layers = 4, .steps = 5, .lr = 1e-3f};
+    if (lecture_quick()) {
+        c.width = 256;
+        c.steps = 2;
+    }
+    const char *batch = lecture_option("batch", "128");
+    char *end;
+    long n = strtol(batch, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1 << 16) {   /* bad usage, as for an undeclared option */
+        fprintf(stderr, "lecture_08: --batch=%s: expected a number of examples from 1 to 65536\n", batch);
+        exit(2);
+    }
+    c.batch = (int)n;
+    return c;
+}
+
+/* Every rank's (rows x cols/world) piece, side by side: (rows x cols). The all-gather stacks the pieces one under
+ * the other; cat_cols puts them side by side. */
+tensor *all_gather_columns(tensor *piece, int world_size) {
+    int64_t rows = piece->shape[0];
+    tensor *stacked = empty(world_size * rows, piece->shape[1], piece->device);
+    dist_all_gather(stacked, piece);
+    tensor *parts[LECTERN_MAX_WORLD];
+    for (int r = 0; r < world_size; r++) parts[r] = row_slice(stacked, r * rows, (r + 1) * rows);
+    tensor *full = cat_cols(parts, world_size);
+    for (int r = 0; r < world_size; r++) tensor_free(parts[r]);
+    tensor_free(stacked);
+    return full;
+}
+
+/* Rank 0's table of a tensor-parallel step: every rank's loss, output and gradients against one device's, and what
+ * it sent. */
+void show_tp(const char *caption, const char *held, double first, double loss, double out_diff,
+                    double grad_diff, int64_t bytes, int64_t calls) {
+    const rank_column cols[] = {{held, "%.0f"}, {"forward: loss", "%.9g"},
+                                {"forward: max |output - one device|", "%.3g"},
+                                {"backward: max |gradients - one device|", "%.3g"},
+                                {"nominal bytes sent in one step", "%.0f"}, {"calls", "%.0f"}};
+    double mine[] = {first, loss, out_diff, grad_diff, (double)bytes, (double)calls};
+    rank_table(caption, cols, 6, mine, 0);
 }
 

@@ -53,5 +53,62 @@ const char *summaries(tensor *const *ts, int n, char *buf, size_t size);
 const char *layer_range(int first, int last, char *buf, size_t size);
 /* one or many, as n is 1 or not. */
 const char *plural(int n, const char *one, const char *many);
+/* "[0.51, 0.49, ...]": a loss at each step, in buf. */
+const char *losses_text(const float *loss, int steps, char *buf, size_t size);
+
+/* lecture_08's model: 4 layers 512 wide (256 with --quick), batch 128 (--batch=N), 5 steps (2 with --quick);
+ * a --batch that is not a number from 1 to 65536 is bad usage (exit 2). */
+mlp_config training_config(void);
+/* One device trains the model for b->cfg.steps steps on the whole batch, filling the rest of *b (malloc'd:
+ * baseline_free), and shows a table of each step's loss and summaries() of the weights after it. */
+enum { PARAMS_TEXT = 512 };
+void one_device_train(baseline_run *b);
+/* Step 0 only (its loss, output and gradients): b->trained stays zeros. */
+void one_device_step0(baseline_run *b);
+void baseline_free(baseline_run *b);
+
+/* Inside a spawn, every rank calling it with the same n (at most
+ * GATHER_MAX): rank 0's all[r * n + i] becomes rank r's mine[i], exactly
+ * (each double travels as two floats, its float and the rest); other ranks'
+ * `all` is not touched. A rank tells rank 0 what it computed, so that rank 0
+ * can show every rank's numbers in one table. */
+enum { GATHER_MAX = 32 };
+void gather_to_rank0(const double *mine, int n, double *all);
+
+/* A column of rank_table(): its name and printf format (of a double). */
+typedef struct rank_column {
+    const char *name, *format;
+} rank_column;
+/* Inside a spawn, every rank calling it: rank 0 shows one table, a row per
+ * rank: the rank, its n numbers mine[0..n-1] (n at most 8) under cols, then,
+ * when steps > 0, its loss by step from mine[n..n+steps-1]. */
+void rank_table(const char *caption, const rank_column *cols, int n, const double *mine, int steps);
+
+/* Layer `layer`'s initial weights, whole (cut 'w'), or only rows (cut 'r')
+ * or columns ('c') [first, last): what a rank that keeps that part holds. */
+tensor *layer_part(const mlp_config *c, int layer, char cut, int64_t first, int64_t last, int device);
+/* max over the layers of |got[i] - one device's layer i, cut as cut[i] says
+ * ('w', 'r' or 'c', as layer_part; cut NULL: all whole)|: against one device's step-0 gradients
+ * (STEP0_GRADS; *size becomes the larger of itself and the largest whole
+ * gradient's element) or its trained weights (TRAINED). */
+enum { STEP0_GRADS, TRAINED };
+double diff_from_one_device(const train_args *a, int which, tensor *const *got, int layers, const char *cut,
+                            int64_t first, int64_t last, double *size);
+
+/* The table of model state per rank, P = params parameters in fp32 with
+ * AdamW, for DDP and ZeRO stages 1 to 3 on `ranks` ranks. */
+void show_zero_stages(double params, int ranks);
+/* max |out - one device's step-0 output|; *tol: the output's tolerance
+ * (output_tolerance times one device's largest output element). */
+double output_diff(const train_args *a, const tensor *out, double *tol);
+/* tensor_free of ts[0..n-1]. */
+void free_tensors(tensor **ts, int n);
+
+/* Tensor parallelism's all-gather: every rank's (rows x cols/world) piece, side by side (rows x cols). */
+tensor *all_gather_columns(tensor *piece, int world_size);
+/* Every rank calling it: rank 0's table of a tensor-parallel step, a row per rank (where its part starts, its loss,
+ * its output's and its gradients' largest difference from one device's, the bytes and calls it sent). */
+void show_tp(const char *caption, const char *held, double first, double loss, double out_diff, double grad_diff,
+             int64_t bytes, int64_t calls);
 
 #endif

@@ -1,0 +1,94 @@
+/*
+ * pipeline.h: what lecture_08's pipeline stages keep between their
+ * forwards and backwards, their clock stamps, one micro-batch's forward
+ * and backward with their messages, and the report rank 0 makes of them (a
+ * table per stage, the timeline chart, the bubble replayed). The schedules,
+ * the order of those operations, are in the lecture.
+ */
+#ifndef LECTERN_PIPELINE_H
+#define LECTERN_PIPELINE_H
+
+#include "lectern.h"
+#include "mlp.h"
+#include "train.h"
+
+#define MAX_MICRO_BATCHES 16
+
+enum { GPIPE = 0, ONE_F_ONE_B = 1 };
+extern const char *const SCHEDULE_NAMES[2];
+
+/* Each spawn runs its schedule this many times and shows the run that took
+ * the least time: the one the machine's other work disturbed least (as a
+ * benchmark takes the best of several). */
+enum { PIPE_RUNS = 3 };
+
+/* Fraction of a schedule's time that a stage sits idle, GPipe or 1F1B alike:
+ * with p stages and m micro-batches each pass takes m + p - 1 slots, p - 1
+ * of them empty. */
+double bubble_fraction(int stages, int micro_batches);
+
+/* One forward or backward of one micro-batch on one stage, in ms after the
+ * spawn began; gathered on rank 0 for the timeline. */
+typedef struct pipe_event {
+    float backward, micro_batch, start_ms, end_ms;
+} pipe_event;
+
+/* Everything a stage keeps between its forwards and backwards. */
+typedef struct stage {
+    const train_args *a;
+    int rank, world, first_layer, per_stage, m, device;
+    int64_t mb; /* rows per micro-batch */
+    tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
+    tensor *data; /* stage 0 only */
+    tensor *acts[MAX_MICRO_BATCHES][MAX_LAYERS + 1], *pre[MAX_MICRO_BATCHES][MAX_LAYERS];
+    dist_request *sent[MAX_MICRO_BATCHES];      /* the forward send of each micro-batch */
+    dist_request *sent_back[MAX_MICRO_BATCHES]; /* the backward send of each (stages > 0) */
+    tensor *dx_out[MAX_MICRO_BATCHES];          /* what it sends: kept until it has gone */
+    int backwards_done, in_flight, most_in_flight;
+    float loss;       /* last stage: the batch's loss */
+    double out_diff;  /* last stage: max |output - one device| */
+    tensor *expected; /* last stage: one device's output */
+    pipe_event events[PIPE_RUNS][2 * MAX_MICRO_BATCHES];
+    int run, n_events;
+} stage;
+
+/* This stage's layers, its gradients, stage 0's data, the last stage's
+ * expected output; stage_free frees them. */
+stage *stage_new(const train_args *a, int rank, int world_size);
+void stage_free(stage *s);
+
+/* Milliseconds since the spawn began (a->clock_base), on the monotonic clock
+ * all ranks share; stamp() records one operation that began at `start`. */
+double ms_since(const stage *s);
+void stamp(stage *s, int backward, int k, double start);
+
+/* Forward of micro-batch k through this stage's layers: receive the
+ * activation from the stage before (stage 0 takes its rows of the data),
+ * compute, stamp, send on with dist_isend (the last stage keeps the loss).
+ * Backward of micro-batch k: receive the output's gradient from the stage
+ * after (the last stage starts from the loss), compute every layer's
+ * gradients (weight gradients add up over the micro-batches), stamp, send
+ * the input's gradient back with dist_isend, free the micro-batch's
+ * activations. */
+void stage_forward(stage *s, int k);
+void stage_backward(stage *s, int k);
+
+/* What rank 0 of a pipeline spawn returns to the lecture (spawn_return). */
+typedef struct pipe_result {
+    double bubble, formula, span_ms;
+    double replayed;             /* the schedule replayed with the stages' own times, messages free */
+    int stage0_held, overlapped; /* stage 1 began a forward before stage 0's last forward ended */
+    double op_ms[2][2];          /* the first and the last stage's mean forward and backward, in ms */
+} pipe_result;
+
+/* Every rank calling it: rank 0 gathers every stage's stamps and its
+ * gradients' comparison with one device (diff, tolerance), shows a table (a
+ * row per stage) and the timeline of the quickest run, and returns a
+ * pipe_result to the lecture. */
+void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
+
+/* A table of the bubble in both conventions, of the total and of the ideal
+ * time, for 2 and 4 stages with m micro-batches and 4 stages with 32. */
+void show_bubble_conventions(int m);
+
+#endif
