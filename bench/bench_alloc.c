@@ -32,8 +32,7 @@
 
 #ifndef LECTERN_CUDA
 
-int main(void)
-{
+int main(void) {
     printf("bench_alloc: skipped: this build has no CUDA (make CUDA=0 or no nvcc)\n");
     return 0;
 }
@@ -45,15 +44,13 @@ int main(void)
 #include "check.h"
 #include "tensor/tensor.h"
 
-static double now_s(void)
-{
+static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
+static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
@@ -67,8 +64,7 @@ static const size_t copy_bytes = (size_t)512 << 20;
 
 /* One sample: BATCH alloc+free pairs, microseconds per pair. `busy`: a
  * large copy on the side stream is queued before each pair. */
-static double sample(int pool, size_t bytes, int busy)
-{
+static double sample(int pool, size_t bytes, int busy) {
     double total = 0;
     for (int i = 0; i < BATCH; i++) {
         if (busy) CUDA_CHECK(cudaMemcpyAsync(copy_dst, copy_src, copy_bytes, cudaMemcpyDeviceToDevice, side));
@@ -87,8 +83,7 @@ static double sample(int pool, size_t bytes, int busy)
     return total / BATCH * 1e6;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (argc > 1 && !quick) {
         fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
@@ -115,15 +110,15 @@ int main(int argc, char **argv)
 
     static const size_t sizes[] = {(size_t)4 << 10, (size_t)1 << 20, (size_t)16 << 20, (size_t)256 << 20};
     int n_sizes = quick ? 2 : 4, samples = quick ? 5 : SAMPLES;
-    printf("bench_alloc on cuda:0: alloc+free, microseconds per pair, median of %d samples of %d pairs\n",
-           samples, BATCH);
+    printf("bench_alloc on cuda:0: alloc+free, microseconds per pair, median of %d samples of %d pairs\n", samples,
+           BATCH);
     printf("(busy: a 512 MiB device copy, %.0f us alone, in flight on another stream)\n", copy_us);
     printf("| size | case | cudaMalloc+cudaFree | pool (cudaMallocAsync+cudaFreeAsync) | ratio |\n");
     printf("|---|---|---|---|---|\n");
     for (int s = 0; s < n_sizes; s++) {
         for (int busy = 0; busy <= 1; busy++) {
             double plain[SAMPLES], pooled[SAMPLES];
-            sample(0, sizes[s], busy);   /* warm-up both ways */
+            sample(0, sizes[s], busy); /* warm-up both ways */
             sample(1, sizes[s], busy);
             for (int k = 0; k < samples; k++) {
                 plain[k] = sample(0, sizes[s], busy);

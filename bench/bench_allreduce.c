@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "ranks/ranks.h"   /* lx_rank_comm(): the spawn's ranks, for the bare calls */
+#include "ranks/ranks.h" /* lx_rank_comm(): the spawn's ranks, for the bare calls */
 
 enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, N_OPS };
 static const char *const OP_NAMES[] = {"all_reduce", "reduce_scatter", "all_gather"};
@@ -75,13 +75,11 @@ static double run_once(int op, int way, tensor *full_t, tensor *part_t, tensor *
     }
     device_synchronize();
     double t = now_seconds() - t0;
-    if (way == OURS_TIMED) dist_timed_end();   /* its comparison is outside the timing */
+    if (way == OURS_TIMED) dist_timed_end(); /* its comparison is outside the timing */
     return slowest(t);
 }
 
-static double bus_factor(int op, int n) {
-    return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
-}
+static double bus_factor(int op, int n) { return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n; }
 
 /* What the agreement check (runtime/comm/comm_agree.c) adds to every collective
  * outside a timed region when the ranks agree: one MPI_Allreduce of 8 int64
@@ -105,8 +103,8 @@ static void measure(int rank, int world_size, void *args) {
     (void)args;
     double check = check_alone();
     if (rank == 0) {
-        printf("\n%d ranks: the agreement check alone (MPI_Allreduce of 8 int64): %.1f us, median of 101\n",
-               world_size, check * 1e6);
+        printf("\n%d ranks: the agreement check alone (MPI_Allreduce of 8 int64): %.1f us, median of 101\n", world_size,
+               check * 1e6);
         note("agreement check alone on %d ranks: %.1f us", world_size, check * 1e6);
     }
     /* The bare side is MPI on host memory. Under NCCL it is not run (device
@@ -136,8 +134,8 @@ static void measure(int rank, int world_size, void *args) {
              * agreement the timed region's calls skip. */
             run_once(op, OURS, full, part, full_h, part_h);
             if (compare) run_once(op, BARE, full, part, full_h, part_h);
-            int ways = compare ? N_WAYS : BARE;   /* BARE is last: left out without a comparison */
-            for (int i = 0; i < runs; i++)   /* each run starts with the next way: all see the same machine */
+            int ways = compare ? N_WAYS : BARE; /* BARE is last: left out without a comparison */
+            for (int i = 0; i < runs; i++)      /* each run starts with the next way: all see the same machine */
                 for (int j = 0; j < ways; j++) {
                     int way = (i + j) % ways;
                     t[way][i] = run_once(op, way, full, part, full_h, part_h);
@@ -151,14 +149,14 @@ static void measure(int rank, int world_size, void *args) {
                     double bus_bare = bytes / t_bare * bus_factor(op, world_size) / 1e9;
                     /* busbw ratio = time ratio (the same bytes and factor) */
                     double ratio = t_bare / t_ours, ratio_timed = t_bare / t_timed;
-                    printf("%-15s %8d %5d %11.5f %11.3f %11.5f %11.5f %11.3f %8.3f %8.3f\n", OP_NAMES[op],
-                           SIZES_MB[k], runs, t_ours, bus_ours, t_timed, t_bare, bus_bare, ratio, ratio_timed);
+                    printf("%-15s %8d %5d %11.5f %11.3f %11.5f %11.5f %11.3f %8.3f %8.3f\n", OP_NAMES[op], SIZES_MB[k],
+                           runs, t_ours, bus_ours, t_timed, t_bare, bus_bare, ratio, ratio_timed);
                     note("%s %d MB on %d ranks: busbw %.3f GB/s, bare MPI %.3f GB/s (ratio %.3f checked, %.3f in a "
                          "timed region)",
                          OP_NAMES[op], SIZES_MB[k], world_size, bus_ours, bus_bare, ratio, ratio_timed);
                 } else {
-                    printf("%-15s %8d %5d %11.5f %11.3f %11.5f %11s %11s %8s %8s\n", OP_NAMES[op], SIZES_MB[k],
-                           runs, t_ours, bus_ours, t_timed, "-", "-", "-", "-");
+                    printf("%-15s %8d %5d %11.5f %11.3f %11.5f %11s %11s %8s %8s\n", OP_NAMES[op], SIZES_MB[k], runs,
+                           t_ours, bus_ours, t_timed, "-", "-", "-", "-");
                     note("%s %d MB on %d ranks: busbw %.3f GB/s", OP_NAMES[op], SIZES_MB[k], world_size, bus_ours);
                 }
                 fflush(stdout);

@@ -34,8 +34,7 @@
 
 #ifndef LECTERN_CUDA
 
-int main(void)
-{
+int main(void) {
     printf("bench_gpu: skipped: this build has no CUDA (make CUDA=0 or no nvcc)\n");
     return 0;
 }
@@ -49,14 +48,12 @@ int main(void)
 
 enum { SAMPLES = 7 };
 
-static int cmp(const void *a, const void *b)
-{
+static int cmp(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
 }
 
-static float median_ms(float *v, int n)
-{
+static float median_ms(float *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp);
     return v[n / 2];
 }
@@ -68,30 +65,22 @@ typedef struct device_facts {
     double fp32_peak, tf32_peak, mem_peak; /* FLOP/s, FLOP/s (0: unknown), bytes/s */
 } device_facts;
 
-static int fp32_lanes(int major, int minor)
-{
-    if (major == 7 || (major == 8 && minor == 0))
-        return 64;
+static int fp32_lanes(int major, int minor) {
+    if (major == 7 || (major == 8 && minor == 0)) return 64;
     return 128;
 }
 
 /* NVIDIA datasheets, dense TF32 tensor-core TFLOP/s (half the "with
  * sparsity" figure they print). */
-static double tf32_datasheet(const char *name)
-{
-    if (strstr(name, "H200"))
-        return 494.7e12;
-    if (strstr(name, "H100") && strstr(name, "PCIe"))
-        return 378.0e12;
-    if (strstr(name, "H100") && strstr(name, "NVL"))
-        return 417.5e12;
-    if (strstr(name, "H100"))
-        return 494.7e12; /* SXM (HBM3) */
+static double tf32_datasheet(const char *name) {
+    if (strstr(name, "H200")) return 494.7e12;
+    if (strstr(name, "H100") && strstr(name, "PCIe")) return 378.0e12;
+    if (strstr(name, "H100") && strstr(name, "NVL")) return 417.5e12;
+    if (strstr(name, "H100")) return 494.7e12; /* SXM (HBM3) */
     return 0;
 }
 
-static device_facts facts_of(int dev)
-{
+static device_facts facts_of(int dev) {
     device_facts f;
     memset(&f, 0, sizeof f);
     struct cudaDeviceProp p;
@@ -122,18 +111,16 @@ typedef struct gemm {
 } gemm;
 
 /* Row-major c = a b through cuBLAS's column-major view: c^T = b^T a^T. */
-static void bare_sgemm(gemm *g)
-{
+static void bare_sgemm(gemm *g) {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(g->bare, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one,
-                             g->b->data, g->n, g->a->data, g->n, &zero, g->c->data, g->n));
+    CUBLAS_CHECK(cublasSgemm(g->bare, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, g->b->data, g->n, g->a->data,
+                             g->n, &zero, g->c->data, g->n));
 }
 
 static void ours_sgemm(gemm *g) { matmul_into(g->c, g->a, g->b, 0, 0, 1.0f, 0.0f); }
 
 /* Milliseconds per call: `reps` calls between two events on the default stream. */
-static float time_calls(void (*call)(gemm *), gemm *g, int reps, cudaEvent_t start, cudaEvent_t stop)
-{
+static float time_calls(void (*call)(gemm *), gemm *g, int reps, cudaEvent_t start, cudaEvent_t stop) {
     CUDA_CHECK(cudaEventRecord(start, 0));
     for (int i = 0; i < reps; i++)
         call(g);
@@ -144,8 +131,7 @@ static float time_calls(void (*call)(gemm *), gemm *g, int reps, cudaEvent_t sta
     return ms / reps;
 }
 
-static void bench_matmul(const device_facts *f, int quick)
-{
+static void bench_matmul(const device_facts *f, int quick) {
     const int sizes[] = {1024, 2048, 4096, 8192};
     int nsizes = quick ? 2 : 4;
     cudaEvent_t start, stop;
@@ -185,8 +171,8 @@ static void bench_matmul(const device_facts *f, int quick)
         char tf32_share[32] = "n/a";
         if (f->tf32_peak > 0)
             snprintf(tf32_share, sizeof tf32_share, "%.0f%%", 100 * tf32_tflops * 1e12 / f->tf32_peak);
-        printf("| %d | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.3f | %.1f | %s |\n", g.n, o, b, o / b,
-               tflops, 100 * tflops * 1e12 / f->fp32_peak, t, tf32_tflops, tf32_share);
+        printf("| %d | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.3f | %.1f | %s |\n", g.n, o, b, o / b, tflops,
+               100 * tflops * 1e12 / f->fp32_peak, t, tf32_tflops, tf32_share);
         fflush(stdout);
         CUBLAS_CHECK(cublasDestroy(g.bare));
         tensor_free(g.a);
@@ -199,15 +185,13 @@ static void bench_matmul(const device_facts *f, int quick)
 
 /* ---------------- copies ---------------- */
 
-static void bench_copy(const device_facts *f, int quick)
-{
+static void bench_copy(const device_facts *f, int quick) {
     const int64_t mib[] = {64, 256, 1024};
     int nsizes = quick ? 2 : 3;
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    printf("\n### device-to-device copy on cuda:0 (bandwidth = 2 x bytes / time), median of %d samples\n\n",
-           SAMPLES);
+    printf("\n### device-to-device copy on cuda:0 (bandwidth = 2 x bytes / time), median of %d samples\n\n", SAMPLES);
     printf("| size | ours ms | bare cudaMemcpy ms | ours/bare time | ours GB/s | %% of memory peak |\n");
     printf("|---:|---:|---:|---:|---:|---:|\n");
     for (int k = 0; k < nsizes; k++) {
@@ -222,10 +206,8 @@ static void bench_copy(const device_facts *f, int quick)
                 int do_ours = (s + which) % 2 == 0;
                 CUDA_CHECK(cudaEventRecord(start, 0));
                 for (int i = 0; i < reps; i++) {
-                    if (do_ours)
-                        tensor_copy(dst, src);
-                    else
-                        CUDA_CHECK(cudaMemcpyAsync(dst->data, src->data, bytes, cudaMemcpyDeviceToDevice, 0));
+                    if (do_ours) tensor_copy(dst, src);
+                    else CUDA_CHECK(cudaMemcpyAsync(dst->data, src->data, bytes, cudaMemcpyDeviceToDevice, 0));
                 }
                 CUDA_CHECK(cudaEventRecord(stop, 0));
                 CUDA_CHECK(cudaEventSynchronize(stop));
@@ -248,8 +230,7 @@ static void bench_copy(const device_facts *f, int quick)
 
 /* ---------------- randn ---------------- */
 
-static void bench_randn(void)
-{
+static void bench_randn(void) {
     printf("\n### randn\n\n");
     manual_seed(0);
     tensor *warm = randn(1024, 0, 0);
@@ -269,8 +250,7 @@ static void bench_randn(void)
     tensor_free(host);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (argc > 1 && !quick) {
         fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
@@ -286,8 +266,7 @@ int main(int argc, char **argv)
     printf("peaks: fp32 %.1f TFLOP/s (%d lanes per SM), TF32 %s, memory %.0f GB/s\n", f.fp32_peak / 1e12,
            fp32_lanes(f.major, f.minor), f.tf32_peak > 0 ? "from the datasheet" : "unknown for this device",
            f.mem_peak / 1e9);
-    if (f.tf32_peak > 0)
-        printf("TF32 peak (datasheet, dense): %.1f TFLOP/s\n", f.tf32_peak / 1e12);
+    if (f.tf32_peak > 0) printf("TF32 peak (datasheet, dense): %.1f TFLOP/s\n", f.tf32_peak / 1e12);
     bench_matmul(&f, quick);
     bench_copy(&f, quick);
     bench_randn();

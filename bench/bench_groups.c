@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "ranks/ranks.h"   /* lx_rank_comm(): the spawn's ranks, for the bare calls */
+#include "ranks/ranks.h" /* lx_rank_comm(): the spawn's ranks, for the bare calls */
 
 static const double MB = 1024.0 * 1024.0;
 static const int SIZES_MB[] = {1, 4, 16, 64};
@@ -77,15 +77,14 @@ static double run_once(int way, dist_group *g, MPI_Comm bare_comm, tensor *out, 
     int p = g ? dist_group_size(g) : dist_world_size();
     if (way == BARE)
         MPI_Alltoall(in->data, (int)(in->numel / p), MPI_FLOAT, out->data, (int)(in->numel / p), MPI_FLOAT, bare_comm);
-    else
-        dist_all_to_all_in(g, out, in);
+    else dist_all_to_all_in(g, out, in);
     double t = now_seconds() - t0;
     if (way == OURS_TIMED) dist_timed_end();
     return slowest(t);
 }
 
 static void all_to_all(int rank, int world_size, dist_group *g, MPI_Comm bare_comm, const char *what) {
-    int ways = g ? 2 : N_WAYS;          /* a group's calls are always checked */
+    int ways = g ? 2 : N_WAYS; /* a group's calls are always checked */
     int order[N_WAYS] = {OURS, g ? BARE : OURS_TIMED, BARE};
     if (rank == 0) {
         printf("\n%s, %d ranks: all-to-all of `size` MB per rank; times in s, medians of runs; ratio = bare / "
@@ -115,8 +114,7 @@ static void all_to_all(int rank, int world_size, dist_group *g, MPI_Comm bare_co
                 note("%s all-to-all %d MB on %d ranks: %.5f s, bare MPI_Alltoall %.5f s (ratio %.3f)", what,
                      SIZES_MB[k], world_size, to, tb, tb / to);
             } else {
-                printf("%-8d %5d %11.5f %11.5f %11.5f %8.3f %8.3f\n", SIZES_MB[k], runs, to, tt, tb, tb / to,
-                       tb / tt);
+                printf("%-8d %5d %11.5f %11.5f %11.5f %8.3f %8.3f\n", SIZES_MB[k], runs, to, tt, tb, tb / to, tb / tt);
                 note("%s all-to-all %d MB on %d ranks: %.5f s (timed region %.5f s), bare MPI_Alltoall %.5f s "
                      "(ratio %.3f checked, %.3f timed)",
                      what, SIZES_MB[k], world_size, to, tt, tb, tb / to, tb / tt);

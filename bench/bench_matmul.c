@@ -22,20 +22,17 @@
 
 typedef struct shape {
     const char *name;
-    int m, k, n;          /* op(a) is m x k, op(b) is k x n */
+    int m, k, n; /* op(a) is m x k, op(b) is k x n */
     int trans_a, trans_b;
 } shape;
 
-static void bare_sgemm(tensor *c, const tensor *a, const tensor *b, const shape *s)
-{
-    cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,
-                s->trans_b ? CblasTrans : CblasNoTrans, s->m, s->n, s->k, 1.0f, a->data,
-                (int)a->shape[1], b->data, (int)b->shape[1], 0.0f, c->data, s->n);
+static void bare_sgemm(tensor *c, const tensor *a, const tensor *b, const shape *s) {
+    cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans, s->trans_b ? CblasTrans : CblasNoTrans, s->m,
+                s->n, s->k, 1.0f, a->data, (int)a->shape[1], b->data, (int)b->shape[1], 0.0f, c->data, s->n);
 }
 
 /* One row of the table: medians in milliseconds. */
-static void bench_shape(const shape *s, int runs, int gpu)
-{
+static void bench_shape(const shape *s, int runs, int gpu) {
     tensor *a = s->trans_a ? randn(s->k, s->m, -1) : randn(s->m, s->k, -1);
     tensor *b = s->trans_b ? randn(s->n, s->k, -1) : randn(s->k, s->n, -1);
     tensor *c = zeros(s->m, s->n, -1);
@@ -50,10 +47,8 @@ static void bench_shape(const shape *s, int runs, int gpu)
             int first_ours = r % 2 == 0; /* alternate who goes first */
             int do_ours = which == 0 ? first_ours : !first_ours;
             double t0 = now_seconds();
-            if (do_ours)
-                matmul_into(c, a, b, s->trans_a, s->trans_b, 1.0f, 0.0f);
-            else
-                bare_sgemm(c, a, b, s);
+            if (do_ours) matmul_into(c, a, b, s->trans_a, s->trans_b, 1.0f, 0.0f);
+            else bare_sgemm(c, a, b, s);
             double t = now_seconds() - t0;
             (do_ours ? ours : bare)[r] = t;
         }
@@ -79,11 +74,9 @@ static void bench_shape(const shape *s, int runs, int gpu)
     double ours_ms = 1e3 * median_of(ours, runs), bare_ms = 1e3 * median_of(bare, runs);
     double gflop = 2.0 * s->m * s->n * (double)s->k * 1e-9;
     char gpu_text[64] = "-";
-    if (gpu_ms >= 0)
-        snprintf(gpu_text, sizeof gpu_text, "%.3f (%.0f GFLOP/s)", gpu_ms, gflop / (gpu_ms * 1e-3));
-    printf("| %-22s | %4dx%-4d @ %4dx%-4d | %9.3f | %9.3f | %5.3f | %7.1f | %s |\n", s->name,
-           s->m, s->k, s->k, s->n, ours_ms, bare_ms, ours_ms / bare_ms,
-           gflop / (ours_ms * 1e-3), gpu_text);
+    if (gpu_ms >= 0) snprintf(gpu_text, sizeof gpu_text, "%.3f (%.0f GFLOP/s)", gpu_ms, gflop / (gpu_ms * 1e-3));
+    printf("| %-22s | %4dx%-4d @ %4dx%-4d | %9.3f | %9.3f | %5.3f | %7.1f | %s |\n", s->name, s->m, s->k, s->k, s->n,
+           ours_ms, bare_ms, ours_ms / bare_ms, gflop / (ours_ms * 1e-3), gpu_text);
     fflush(stdout);
 
     free(ours);
@@ -94,8 +87,7 @@ static void bench_shape(const shape *s, int runs, int gpu)
     tensor_free(c);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int quick = 0, runs = 7;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -107,29 +99,26 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (runs < 1)
-        runs = 1;
-    if (quick && runs > 3)
-        runs = 3;
+    if (runs < 1) runs = 1;
+    if (quick && runs > 3) runs = 3;
 
     const shape shapes[] = {
-        {"square", 256, 256, 256, 0, 0},
-        {"square", 512, 512, 512, 0, 0},
-        {"square", 1024, 1024, 1024, 0, 0},
-        {"square", 2048, 2048, 2048, 0, 0},
-        {"MLP forward x W", 128, 1024, 1024, 0, 0},
-        {"MLP backward x^T dy", 1024, 128, 1024, 1, 0},
-        {"MLP backward dy W^T", 128, 1024, 1024, 0, 1},
+            {"square", 256, 256, 256, 0, 0},
+            {"square", 512, 512, 512, 0, 0},
+            {"square", 1024, 1024, 1024, 0, 0},
+            {"square", 2048, 2048, 2048, 0, 0},
+            {"MLP forward x W", 128, 1024, 1024, 0, 0},
+            {"MLP backward x^T dy", 1024, 128, 1024, 1, 0},
+            {"MLP backward dy W^T", 128, 1024, 1024, 0, 1},
     };
     int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     int gpu = gpu_count() > 0;
     manual_seed(0);
 
     printf("matmul: lectern's matmul_into vs a bare cblas_sgemm on the same buffers\n");
-    printf("(float32, median of %d runs after a warm-up, milliseconds; OpenBLAS %s)\n\n", runs,
-           openblas_get_config());
-    printf("| %-22s | %-21s | %9s | %9s | %5s | %7s | %s |\n", "case", "shape", "ours ms",
-           "cblas ms", "ratio", "GFLOP/s", gpu ? "cuda:0 ms" : "cuda:0 (no GPU)");
+    printf("(float32, median of %d runs after a warm-up, milliseconds; OpenBLAS %s)\n\n", runs, openblas_get_config());
+    printf("| %-22s | %-21s | %9s | %9s | %5s | %7s | %s |\n", "case", "shape", "ours ms", "cblas ms", "ratio",
+           "GFLOP/s", gpu ? "cuda:0 ms" : "cuda:0 (no GPU)");
     printf("|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "-----------------------",
            "----------:", "----------:", "------:", "--------:", "---");
     for (int i = 0; i < nshapes; i++) {

@@ -30,8 +30,7 @@ static int cmp(const void *a, const void *b) {
 
 static void report(const char *what, double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, cmp);
-    printf("%-28s median %7.2f us   p99 %7.2f us   (n = %d)\n", what, t[n / 2] * 1e6,
-           t[(int)(n * 0.99)] * 1e6, n);
+    printf("%-28s median %7.2f us   p99 %7.2f us   (n = %d)\n", what, t[n / 2] * 1e6, t[(int)(n * 0.99)] * 1e6, n);
 }
 
 static double *samples;
@@ -46,7 +45,8 @@ static void level4(int i) {
 static void level3(int i) { level4(i); }
 static void level2(int i) { level3(i); }
 static void level1(void) {
-    for (int i = 0; i < n_samples; i++) level2(i);
+    for (int i = 0; i < n_samples; i++)
+        level2(i);
 }
 
 static void capture4(int i) {
@@ -58,7 +58,8 @@ static void capture4(int i) {
 static void capture3(int i) { capture4(i); }
 static void capture2(int i) { capture3(i); }
 static void capture1(void) {
-    for (int i = 0; i < n_samples; i++) capture2(i);
+    for (int i = 0; i < n_samples; i++)
+        capture2(i);
 }
 
 int main(int argc, char **argv) {
@@ -99,8 +100,8 @@ int main(int argc, char **argv) {
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fclose(f);
-    printf("trace write (%d steps)      median %7.1f ms   (%d writes; JSON %.1f MB, plus the .js twin)\n",
-           n_samples, w[writes / 2] * 1e3, writes, (double)size / 1e6);
+    printf("trace write (%d steps)      median %7.1f ms   (%d writes; JSON %.1f MB, plus the .js twin)\n", n_samples,
+           w[writes / 2] * 1e3, writes, (double)size / 1e6);
 
     lx_trace_free();
     char *rm = lx_fmt("rm -rf %s", dir);

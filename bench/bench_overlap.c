@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "ranks/ranks.h"   /* lx_rank_comm(): the slowest rank's time */
+#include "ranks/ranks.h" /* lx_rank_comm(): the slowest rank's time */
 
 enum { RUNS = 7, MATMULS = 40 };
 static const int SIZES_MB[] = {16, 64};
@@ -44,8 +44,8 @@ static void ranks(int rank, int world, void *unused) {
     tensor *x = randn(512, 512, dev);
     if (rank == 0)
         printf("\n%d ranks (%s), %d matmuls of 512x512, median of %d runs (slowest rank)\n"
-                      "size_MB   compute_s  allreduce_s     both_s  both/sum  best/sum\n",
-                      world, dist_backend(), MATMULS, RUNS);
+               "size_MB   compute_s  allreduce_s     both_s  both/sum  best/sum\n",
+               world, dist_backend(), MATMULS, RUNS);
     for (size_t s = 0; s < sizeof SIZES_MB / sizeof SIZES_MB[0]; s++) {
         tensor *t = zeros((int64_t)SIZES_MB[s] * 1024 * 1024 / 4, 0, dev);
         double c[RUNS], r[RUNS], b[RUNS];

@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "comm/comm_progress.h"   /* lx_progress_set: on and off in one run */
+#include "comm/comm_progress.h" /* lx_progress_set: on and off in one run */
 #include "lectern.h"
-#include "ranks/ranks.h"      /* lx_rank_comm(): the slowest rank's time */
+#include "ranks/ranks.h" /* lx_rank_comm(): the slowest rank's time */
 
 enum { RUNS = 5, LAT_REPS = 2000 };
 
@@ -85,18 +85,31 @@ static void allreduce_case(int rank, double *ratio, double *total_s, double *alo
  * ping-pong between ranks 0 and 1), LAT_REPS in a row after a warm-up. */
 static void latency_case(int rank, int world, int timed, double *allreduce_s, double *oneway_s) {
     tensor *t = zeros(1, 0, get_device(rank));
-    dist_all_reduce(t, DIST_SUM);   /* the warm-up carries the check */
-    if (rank == 0) { dist_send(t, 1); dist_recv(t, 1); }
-    if (rank == 1) { dist_recv(t, 0); dist_send(t, 0); }
+    dist_all_reduce(t, DIST_SUM); /* the warm-up carries the check */
+    if (rank == 0) {
+        dist_send(t, 1);
+        dist_recv(t, 1);
+    }
+    if (rank == 1) {
+        dist_recv(t, 0);
+        dist_send(t, 0);
+    }
     dist_barrier();
     if (timed) dist_timed_begin();
     double t0 = now_seconds();
-    for (int i = 0; i < LAT_REPS; i++) dist_all_reduce(t, DIST_SUM);
+    for (int i = 0; i < LAT_REPS; i++)
+        dist_all_reduce(t, DIST_SUM);
     double a = now_seconds() - t0;
     t0 = now_seconds();
     for (int i = 0; i < LAT_REPS; i++) {
-        if (rank == 0) { dist_send(t, 1); dist_recv(t, 1); }
-        if (rank == 1) { dist_recv(t, 0); dist_send(t, 0); }
+        if (rank == 0) {
+            dist_send(t, 1);
+            dist_recv(t, 1);
+        }
+        if (rank == 1) {
+            dist_recv(t, 0);
+            dist_send(t, 0);
+        }
     }
     double p = now_seconds() - t0;
     if (timed) dist_timed_end();
@@ -108,7 +121,7 @@ static void latency_case(int rank, int world, int timed, double *allreduce_s, do
 static void ranks(int rank, int world, void *unused) {
     double isend[2][RUNS], ratio[2][RUNS], total[2][RUNS], alone[2][RUNS];
     for (int i = 0; i < RUNS; i++)
-        for (int on = 0; on < 2; on++) {   /* alternated, so load changes hit both alike */
+        for (int on = 0; on < 2; on++) { /* alternated, so load changes hit both alike */
             lx_progress_set(on);
             isend[on][i] = isend_case(rank);
             allreduce_case(rank, &ratio[on][i], &total[on][i], &alone[on][i]);
@@ -116,20 +129,22 @@ static void ranks(int rank, int world, void *unused) {
     lx_progress_set(1);
     double lat[2][RUNS], pp[2][RUNS];
     for (int i = 0; i < RUNS; i++)
-        for (int timed = 0; timed < 2; timed++) latency_case(rank, world, timed, &lat[timed][i], &pp[timed][i]);
+        for (int timed = 0; timed < 2; timed++)
+            latency_case(rank, world, timed, &lat[timed][i], &pp[timed][i]);
     if (rank != 0) return;
     printf("\n%d ranks (%s), medians of %d runs, slowest rank\n", world, dist_backend(), RUNS);
     for (int on = 1; on >= 0; on--) {
         printf("progress %-3s  isend 4 MiB + 300 ms compute: receive after %7.1f ms\n", on ? "on" : "off",
                median_of(isend[on], RUNS) * 1e3);
         printf("progress %-3s  all-reduce 16 MiB async + 200 ms compute: total %6.1f ms, alone %5.1f ms, "
-               "total/max(compute, alone) %.3f\n", on ? "on" : "off", median_of(total[on], RUNS) * 1e3,
-               median_of(alone[on], RUNS) * 1e3, median_of(ratio[on], RUNS));
+               "total/max(compute, alone) %.3f\n",
+               on ? "on" : "off", median_of(total[on], RUNS) * 1e3, median_of(alone[on], RUNS) * 1e3,
+               median_of(ratio[on], RUNS));
     }
     double checked = median_of(lat[0], RUNS), bare = median_of(lat[1], RUNS);
     double pp_checked = median_of(pp[0], RUNS), pp_bare = median_of(pp[1], RUNS);
-    printf("1-float all-reduce per call: %.2f us checked, %.2f us in a timed region (check: %.2f us)\n",
-           checked * 1e6, bare * 1e6, (checked - bare) * 1e6);
+    printf("1-float all-reduce per call: %.2f us checked, %.2f us in a timed region (check: %.2f us)\n", checked * 1e6,
+           bare * 1e6, (checked - bare) * 1e6);
     printf("1-float message one way:     %.2f us checked, %.2f us in a timed region (check: %.2f us)\n",
            pp_checked * 1e6, pp_bare * 1e6, (pp_checked - pp_bare) * 1e6);
     fflush(stdout);

@@ -31,7 +31,9 @@
 enum { REPEATS = 21 };
 
 static void nothing(int rank, int world_size, void *args) {
-    (void)rank; (void)world_size; (void)args;
+    (void)rank;
+    (void)world_size;
+    (void)args;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -41,7 +43,8 @@ static int cmp(const void *a, const void *b) {
 
 /* A rank's first use of the GPU: its CUDA context, a cuBLAS handle, a kernel. */
 static void touch_gpu(int rank, int world_size, void *args) {
-    (void)world_size; (void)args;
+    (void)world_size;
+    (void)args;
     tensor *a = randn(8, 8, get_device(rank));
     tensor *b = matmul(a, a);
     device_synchronize();
@@ -64,7 +67,8 @@ static void report_one(const char *what, double seconds) {
 
 static void report_many_of(spawn_fn fn, int world_size, const char *what) {
     double t[REPEATS];
-    for (int i = 0; i < REPEATS; i++) t[i] = timed_spawn_of(fn, world_size);
+    for (int i = 0; i < REPEATS; i++)
+        t[i] = timed_spawn_of(fn, world_size);
     qsort(t, REPEATS, sizeof t[0], cmp);
     printf("spawn of %2d rank%s on the pool%s: median %.3f ms  min %.3f  max %.3f  (%d spawns)\n", world_size,
            world_size == 1 ? " " : "s", what, 1e3 * t[REPEATS / 2], 1e3 * t[0], 1e3 * t[REPEATS - 1], REPEATS);
@@ -77,7 +81,8 @@ static void report_many(int world_size) { report_many_of(nothing, world_size, ""
 static void body(void) {
     report_one("first spawn (4 ranks, starts the pool)", timed_spawn(4));
     const int sizes[] = {1, 2, 4};
-    for (int k = 0; k < 3; k++) report_many(sizes[k]);
+    for (int k = 0; k < 3; k++)
+        report_many(sizes[k]);
     report_one("spawn of 8 ranks (grows the pool to 8)", timed_spawn(8));
     report_one("spawn of 16 ranks (grows the pool to 16)", timed_spawn(16));
     report_many(16);

@@ -29,7 +29,9 @@ enum { REPEATS = 5 };
 static int max_world = 32;
 
 static void nothing(int rank, int world_size, void *args) {
-    (void)rank; (void)world_size; (void)args;
+    (void)rank;
+    (void)world_size;
+    (void)args;
 }
 
 /* Every rank adds rank + 1; the sum must be n (n + 1) / 2. */
@@ -117,13 +119,14 @@ static int open_fds(void) {
     DIR *d = opendir("/proc/self/fd");
     if (!d) return -1;
     struct dirent *e;
-    while ((e = readdir(d))) n += e->d_name[0] != '.';
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
     closedir(d);
-    return n - 1;   /* the directory's own */
+    return n - 1; /* the directory's own */
 }
 
 static void body(void) {
-    setenv("LECTERN_POOL_MIN", "1", 1);   /* a pool of exactly the world size */
+    setenv("LECTERN_POOL_MIN", "1", 1); /* a pool of exactly the world size */
     printf("%d cores; sizes 2 to %d ranks; medians of %d spawns\n", (int)sysconf(_SC_NPROCESSORS_ONLN), max_world,
            REPEATS);
     printf("%5s %12s %14s %14s %9s %9s %9s %6s\n", "ranks", "start (s)", "empty (ms)", "all-reduce (ms)", "RSS/rank",
@@ -162,7 +165,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_world: the largest world is 2 to %d ranks\n", LECTERN_MAX_WORLD);
             return 2;
         }
-        argv[1] = argv[0];   /* lecture_main sees the rest */
+        argv[1] = argv[0]; /* lecture_main sees the rest */
         argc--;
         argv++;
     }

@@ -41,7 +41,7 @@ static void check_sum(int rank, int world_size, void *p) {
     add_scalar(t, (float)(rank + a->spawn_no));
     dist_all_reduce(t, DIST_SUM);
     float want = (float)(world_size * (world_size - 1) / 2 + world_size * a->spawn_no);
-    if (tensor_item(t, 0) != want) {   /* small integers: exact in float */
+    if (tensor_item(t, 0) != want) { /* small integers: exact in float */
         note("rank %d of %d: sum %g, expected %g", rank, world_size, tensor_item(t, 0), want);
         exit(3);
     }
@@ -75,16 +75,17 @@ static void body(void) {
             fprintf(stderr, "soak_spawn: spawn %d of %d ranks took %.2f s\n", i, world, t[i]);
         }
     }
-    double first = t[0], max = 0;   /* the first spawn starts the pool: apart */
-    for (int i = 1; i < n; i++) if (t[i] > max) max = t[i];
+    double first = t[0], max = 0; /* the first spawn starts the pool: apart */
+    for (int i = 1; i < n; i++)
+        if (t[i] > max) max = t[i];
     qsort(t, (size_t)n, sizeof t[0], cmp);
     lx_pool_stats s = lx_pool_get_stats();
     printf("soak_spawn: %d spawns (1-4 ranks), 0 wrong results, %d stalls (> %g s), %d retries, 0 hangs; "
            "median %.3f ms, slowest after the first %.3f ms, the first (starts the pool) %.3f s, "
            "pools started %d\n",
            n, stalls, STALL_SECONDS, s.retries, 1e3 * t[n / 2], 1e3 * max, first, s.starts);
-    note("%d spawns: %d stalls, %d retries, 0 hangs; median %.3f ms, slowest after the first %.3f ms", n,
-         stalls, s.retries, 1e3 * t[n / 2], 1e3 * max);
+    note("%d spawns: %d stalls, %d retries, 0 hangs; median %.3f ms, slowest after the first %.3f ms", n, stalls,
+         s.retries, 1e3 * t[n / 2], 1e3 * max);
     fflush(stdout);
     free(t);
 }

@@ -104,8 +104,8 @@ void exchange(tensor *mine, tensor *theirs);
 #define TINY_GRAD 1e-8f
 
 typedef struct config {
-    int n;          /* elements per rank, exercise 1 */
-    int deadlock;   /* run exercise 4 */
+    int n;        /* elements per rank, exercise 1 */
+    int deadlock; /* run exercise 4 */
 } config;
 
 /* ---- how the ranks communicated (dist_traffic_since) ---- */
@@ -142,12 +142,10 @@ static void check_ring_method(const dist_traffic *d, int rank, int world, int64_
     char calls[256];
     calls_text(d, calls, sizeof calls);
     int64_t coll = collective_calls(d);
-    if (coll > 0)
-        check(0, "exercise 1: ring_all_reduce made %s; the exercise allows only sends and receives", calls);
+    if (coll > 0) check(0, "exercise 1: ring_all_reduce made %s; the exercise allows only sends and receives", calls);
     else if (p2p_calls(d) == 0)
         check(0, "exercise 1: ring_all_reduce made no send or receive; the exercise builds the ring from them");
-    else
-        check(1, "exercise 1: ring_all_reduce used sends and receives only (%s)", calls);
+    else check(1, "exercise 1: ring_all_reduce used sends and receives only (%s)", calls);
 
     int next = (rank + 1) % world, prev = (rank + world - 1) % world;
     int64_t want = 2 * (int64_t)(world - 1) * (numel / world) * (int64_t)sizeof(float);
@@ -174,7 +172,7 @@ static void exercise_1(int rank, int world, int n) {
     ring_all_reduce(t);
     dist_traffic d = dist_traffic_since(&before);
     if (!check_close(t, expected, 0, SUM_ATOL, "exercise 1: ring all-reduce")) {
-        inspect(t);                 /* yours, beside what dist_all_reduce gives */
+        inspect(t); /* yours, beside what dist_all_reduce gives */
         inspect(expected);
     }
     check_ring_method(&d, rank, world, t->numel);
@@ -190,7 +188,7 @@ static void exercise_2(int rank, int world) {
     manual_seed(200 + (uint64_t)rank);
     for (int i = 0; i < N_PARAMS; i++) {
         grads[i] = zeros(rows[i], cols[i], get_device(rank));
-        for (int m = 0; m < ACCUM; m++) {           /* two micro-batches, accumulated */
+        for (int m = 0; m < ACCUM; m++) { /* two micro-batches, accumulated */
             tensor *g = randn(rows[i], cols[i], get_device(rank));
             add_(grads[i], g);
             tensor_free(g);
@@ -217,9 +215,8 @@ static void exercise_2(int rank, int world) {
     /* One all-reduce of the whole bucket: its nominal bytes, 2 (w-1)/w of
      * what it reduced, say how many floats it carried. */
     char calls[256];
-    int64_t reduced = world > 1 ? d.nominal_sent[DIST_CALL_ALL_REDUCE] * world / (2 * (world - 1)) /
-                                      (int64_t)sizeof(float)
-                                : 0;
+    int64_t reduced =
+            world > 1 ? d.nominal_sent[DIST_CALL_ALL_REDUCE] * world / (2 * (world - 1)) / (int64_t)sizeof(float) : 0;
     int one = d.calls[DIST_CALL_ALL_REDUCE] == 1 && collective_calls(&d) == 1 && p2p_calls(&d) == 0;
     char size[64] = "";
     if (one && world > 1 && reduced != total) snprintf(size, sizeof size, " of %lld floats", (long long)reduced);
@@ -233,9 +230,9 @@ static void exercise_2(int rank, int world) {
  * Returns what this rank communicated inside zero1_step. */
 static dist_traffic zero1_against_full(int rank, int world, float grad_scale, const char *what) {
     int64_t numel = 8 * (int64_t)world;
-    manual_seed(300);                               /* the same parameters on every rank */
+    manual_seed(300); /* the same parameters on every rank */
     tensor *param = randn(numel, 0, get_device(rank));
-    manual_seed(400 + (uint64_t)rank);              /* each rank its own gradient */
+    manual_seed(400 + (uint64_t)rank); /* each rank its own gradient */
     tensor *grad = randn(numel, 0, get_device(rank));
     scale_(grad, grad_scale);
 
@@ -274,8 +271,8 @@ static void exercise_3(int rank, int world) {
     /* ZeRO-1's traffic is a reduce-scatter and an all-gather: an all-reduce
      * of the whole gradient gives the same numbers and sends more. */
     char calls[256];
-    check(d.calls[DIST_CALL_REDUCE_SCATTER] == 1 && d.calls[DIST_CALL_ALL_GATHER] == 1 &&
-              collective_calls(&d) == 2 && p2p_calls(&d) == 0,
+    check(d.calls[DIST_CALL_REDUCE_SCATTER] == 1 && d.calls[DIST_CALL_ALL_GATHER] == 1 && collective_calls(&d) == 2 &&
+                  p2p_calls(&d) == 0,
           "exercise 3: expected 1 dist_reduce_scatter and 1 dist_all_gather per step, nothing else; zero1_step "
           "made %s",
           calls_text(&d, calls, sizeof calls));

@@ -215,8 +215,10 @@ static void exercise_1(int rank, int world) {
 
     tensor *one_device[] = {x, A, B, dy, h, z, dB, dz, dh, dA, dx_ref};
     tensor *this_rank[] = {a, band, b, hpre, da, db, dx, dA_mine, dB_band, dB_mine};
-    for (size_t i = 0; i < sizeof one_device / sizeof one_device[0]; i++) tensor_free(one_device[i]);
-    for (size_t i = 0; i < sizeof this_rank / sizeof this_rank[0]; i++) tensor_free(this_rank[i]);
+    for (size_t i = 0; i < sizeof one_device / sizeof one_device[0]; i++)
+        tensor_free(one_device[i]);
+    for (size_t i = 0; i < sizeof this_rank / sizeof this_rank[0]; i++)
+        tensor_free(this_rank[i]);
 }
 
 /* ---- exercise 2 ---- */
@@ -224,7 +226,8 @@ static void exercise_1(int rank, int world) {
 /* Stage s's order for m micro-batches, from the student's function; an op
  * left 0 is one it did not fill. */
 static void order_of(int s, int p, int m, int *ops) {
-    for (int i = 0; i < 2 * m; i++) ops[i] = 0;
+    for (int i = 0; i < 2 * m; i++)
+        ops[i] = 0;
     one_f_one_b(s, p, m, ops);
 }
 
@@ -275,7 +278,8 @@ static int orders_run_together(int p, int m, int *const *orders, double *span, c
     double f_end[WORLD][PIPE_M], b_end[WORLD][PIPE_M], clock[WORLD] = {0};
     int at[WORLD] = {0}, left = 2 * m * p;
     for (int s = 0; s < p; s++)
-        for (int k = 0; k < m; k++) f_end[s][k] = b_end[s][k] = -1; /* not run yet */
+        for (int k = 0; k < m; k++)
+            f_end[s][k] = b_end[s][k] = -1; /* not run yet */
     while (left > 0) {
         int moved = 0;
         for (int s = 0; s < p; s++) {
@@ -296,7 +300,8 @@ static int orders_run_together(int p, int m, int *const *orders, double *span, c
         }
         if (!moved) {
             int s = 0;
-            while (at[s] == 2 * m) s++;
+            while (at[s] == 2 * m)
+                s++;
             int op = orders[s][at[s]];
             snprintf(why, size, "with %d micro-batches stage %d waits forever at op %d (%s of micro-batch %d)", m, s,
                      at[s], op > 0 ? "forward" : "backward", op > 0 ? op - 1 : -op - 1);
@@ -304,13 +309,15 @@ static int orders_run_together(int p, int m, int *const *orders, double *span, c
         }
     }
     *span = 0;
-    for (int s = 0; s < p; s++) *span = fmax(*span, clock[s]);
+    for (int s = 0; s < p; s++)
+        *span = fmax(*span, clock[s]);
     return 1;
 }
 
 static void sleep_ms(double ms) {
     struct timespec t = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
-    while (nanosleep(&t, &t) != 0) continue; /* woken early by a signal: sleep the rest */
+    while (nanosleep(&t, &t) != 0)
+        continue; /* woken early by a signal: sleep the rest */
 }
 
 /* Runs stage `rank`'s order on the ranks: a forward receives its input from
@@ -352,7 +359,8 @@ static void exercise_2(int rank, int world) {
     int store[2][WORLD][2 * PIPE_M];
     int ms[2] = {PIPE_M, 2};
     int valid_mine = 1, valid_all = 1, together = 1, most = 0, limit_ok = 1;
-    char why_mine[256] = "", why_all[256] = "", why_together[256] = "";   /* room for a why of 128 and the words around it */
+    char why_mine[256] = "", why_all[256] = "",
+         why_together[256] = ""; /* room for a why of 128 and the words around it */
     double span = 0;
     for (int j = 0; j < 2; j++) {
         int m = ms[j];

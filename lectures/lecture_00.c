@@ -39,10 +39,11 @@ static void what_a_step_is(void) {
          "*which rank* said it.");
     int answer = 6 * 7;
     note("Steps are made while the program runs, so they can show real values: "
-         "six times seven is **%d**, computed on the line above.", answer);
+         "six times seven is **%d**, computed on the line above.",
+         answer);
     note("A note in a loop makes one step per pass, each with that pass's values:");
-    for (int k = 1; k <= 3; k++) note_verbatim("pass %d of 3: k squared is %d",
-                                               k, k * k);
+    for (int k = 1; k <= 3; k++)
+        note_verbatim("pass %d of 3: k squared is %d", k, k * k);
 }
 
 static void how_the_stack_is_recorded(void) {

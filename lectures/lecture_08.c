@@ -16,34 +16,35 @@
 #include "lib/train.h"
 
 static void introduction(void), hardware(void), collective_operations(void), our_runtime_and_nccl(void),
-    benchmarking(void), cuda_streams(void), parallelism_overview(void), one_device(void), ddp(void), ddp_zero3(void),
-    tensor_parallelism(void), pipeline_parallelism(void), summary(void);
+        benchmarking(void), cuda_streams(void), parallelism_overview(void), one_device(void), ddp(void),
+        ddp_zero3(void), tensor_parallelism(void), pipeline_parallelism(void), summary(void);
 static void collective_examples_main(int, int, void *), bench_main(int, int, void *), ddp_main(int, int, void *),
-    ddp_buckets_main(int, int, void *), zero3_main(int, int, void *), tensor_parallel_main(int, int, void *),
-    megatron_main(int, int, void *), pipeline_main(int, int, void *);   /* what the ranks run: (rank, world, args) */
+        ddp_buckets_main(int, int, void *), zero3_main(int, int, void *), tensor_parallel_main(int, int, void *),
+        megatron_main(int, int, void *), pipeline_main(int, int, void *); /* what the ranks run: (rank, world, args) */
 
-LECTURE_OPTIONS({"batch", "N", "examples per training step in Part 2 (default 128); every strategy cuts them "
-                                "into equal pieces (4 ranks, 2 micro-batches each), so N must divide by 8"});
+LECTURE_OPTIONS({"batch", "N",
+                 "examples per training step in Part 2 (default 128); every strategy cuts them "
+                 "into equal pieces (4 ranks, 2 micro-batches each), so N must divide by 8"});
 
-static baseline_run baseline;   /* what one device computed: every strategy is judged against it */
+static baseline_run baseline; /* what one device computed: every strategy is judged against it */
 
 static void lecture_08(void) {
-    training_config();         /* a bad --batch stops the lecture before anything runs */
+    training_config(); /* a bad --batch stops the lecture before anything runs */
     note("# Distributed training");
     introduction();
     note("## Part 1: the building blocks of distributed communication");
-    hardware();                /* how accelerators are wired to each other */
-    collective_operations();   /* the programming model: a handful of patterns */
-    our_runtime_and_nccl();    /* how those patterns are carried out */
-    benchmarking();            /* how fast they are */
-    cuda_streams();            /* overlapping communication with computation */
+    hardware();              /* how accelerators are wired to each other */
+    collective_operations(); /* the programming model: a handful of patterns */
+    our_runtime_and_nccl();  /* how those patterns are carried out */
+    benchmarking();          /* how fast they are */
+    cuda_streams();          /* overlapping communication with computation */
     note("## Part 2: distributed training");
     parallelism_overview();
-    one_device();              /* the answer every strategy must reproduce */
-    ddp();                     /* split the batch */
-    ddp_zero3();               /* split the batch, shard the model state */
-    tensor_parallelism();      /* split every layer along its width */
-    pipeline_parallelism();    /* split the stack of layers along its depth */
+    one_device();           /* the answer every strategy must reproduce */
+    ddp();                  /* split the batch */
+    ddp_zero3();            /* split the batch, shard the model state */
+    tensor_parallelism();   /* split every layer along its width */
+    pipeline_parallelism(); /* split the stack of layers along its depth */
     summary();
     baseline_free(&baseline);
 }
@@ -115,8 +116,7 @@ static void hardware(void) {
          "(400 Gb/s): a vendor's figure, and the generations compared matter.");
     see("https://developer.nvidia.com/blog/upgrading-multi-gpu-interconnectivity-with-the-third-generation-nvidia-nvswitch/");
     image("assets/lecture_08_nvlink_generations.svg", 0.55);
-    see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-generations-1.png",
-        "NVLink generations");
+    see("https://developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink-generations-1.png", "NVLink generations");
     note("NVSwitch chips connect every GPU to every other at full NVLink speed, and the NVLink Switch System carries "
          "that across nodes, sidestepping Ethernet. An H100 (Hopper) has 18 fourth-generation NVLink links: 900 GB/s "
          "in total, counting both directions, so 450 GB/s each way. A measured bandwidth of one direction's traffic "
@@ -281,8 +281,7 @@ static void ring_all_reduce_by_hand(int rank, int world_size) {
     }
     note_verbatim("Rank %d [after ring all-reduce]: %s", rank, tensor_str(x));
     if (rank == 0)
-        note("Same [6, 10, 14, 18], in 2(N-1) = %d steps, each moving one chunk per rank.",
-             2 * (world_size - 1));
+        note("Same [6, 10, 14, 18], in 2(N-1) = %d steps, each moving one chunk per rank.", 2 * (world_size - 1));
     free_tensors((tensor *[]){incoming, x}, 2);
 }
 
@@ -291,31 +290,31 @@ static void collective_examples_main(int rank, int world_size, void *args) {
     (void)args;
     int device = get_device(rank);
     if (rank == 0) note("### All-reduce");
-    dist_barrier();   /* the heading is sent before any rank prints numbers */
+    dist_barrier(); /* the heading is sent before any rank prints numbers */
     tensor *t = arange(world_size, device);
-    add_scalar(t, (float)rank);                     /* [0, 1, 2, 3] + rank */
+    add_scalar(t, (float)rank); /* [0, 1, 2, 3] + rank */
     note_verbatim("Rank %d [before all-reduce]: %s", rank, tensor_str(t));
-    dist_all_reduce(t, DIST_SUM);                   /* in place: t becomes the sum */
+    dist_all_reduce(t, DIST_SUM); /* in place: t becomes the sum */
     note_verbatim("Rank %d [after all-reduce]: %s", rank, tensor_str(t));
     tensor_free(t);
     if (rank == 0) note("### Reduce-scatter");
     dist_barrier();
     tensor *input = arange(world_size, device);
     add_scalar(input, (float)rank);
-    tensor *output = zeros(1, 0, device);           /* one element: this rank's piece */
-    note_verbatim("Rank %d [before reduce-scatter]: input = %s, output = %s", rank,
-                  tensor_str(input), tensor_str(output));
+    tensor *output = zeros(1, 0, device); /* one element: this rank's piece */
+    note_verbatim("Rank %d [before reduce-scatter]: input = %s, output = %s", rank, tensor_str(input),
+                  tensor_str(output));
     dist_reduce_scatter(output, input, DIST_SUM);
-    note_verbatim("Rank %d [after reduce-scatter]: input = %s, output = %s", rank,
-                  tensor_str(input), tensor_str(output));
+    note_verbatim("Rank %d [after reduce-scatter]: input = %s, output = %s", rank, tensor_str(input),
+                  tensor_str(output));
     if (rank == 0) note("### All-gather");
     dist_barrier();
-    tensor *gathered = zeros(world_size, 0, device);   /* the input: what reduce-scatter left here */
-    note_verbatim("Rank %d [before all-gather]: input = %s, output = %s", rank,
-                  tensor_str(output), tensor_str(gathered));
+    tensor *gathered = zeros(world_size, 0, device); /* the input: what reduce-scatter left here */
+    note_verbatim("Rank %d [before all-gather]: input = %s, output = %s", rank, tensor_str(output),
+                  tensor_str(gathered));
     dist_all_gather(gathered, output);
-    note_verbatim("Rank %d [after all-gather]: input = %s, output = %s", rank,
-                  tensor_str(output), tensor_str(gathered));
+    note_verbatim("Rank %d [after all-gather]: input = %s, output = %s", rank, tensor_str(output),
+                  tensor_str(gathered));
     if (rank == 0)
         note("Every rank now holds [6, 10, 14, 18] again: reduce-scatter followed by all-gather *is* an all-reduce.");
     free_tensors((tensor *[]){input, output, gathered}, 3);
@@ -350,8 +349,8 @@ static void benchmarking(void) {
          "model against the measurements. lecture_collectives fits the same model, with the same letters, to each of "
          "its four all-reduces, and finds where the tree overtakes the ring.");
     /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound): the fit's two regimes, in a few seconds on 2 cores */
-    bench_args args = {.n_sizes = 7, .bytes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20},
-                       .trials = 5};
+    bench_args args = {
+            .n_sizes = 7, .bytes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, .trials = 5};
     if (lecture_quick())
         args = (bench_args){.n_sizes = 4, .bytes = {4 << 10, 64 << 10, 256 << 10, 1 << 20}, .trials = 2};
     note("### 2 ranks");
@@ -375,14 +374,15 @@ static void benchmarking(void) {
 static void bench_main(int rank, int world_size, void *args) {
     const bench_args *a = args;
     bench_result all_reduce[MAX_SIZES], reduce_scatter[MAX_SIZES];
-    bench_sweep(a, world_size, all_reduce, reduce_scatter);   /* lectures/lib/collective_bench.c */
-    if (rank != 0) return;   /* the numbers are the same everywhere: one rank reports */
-    int last = a->n_sizes - 1, peak = 0;   /* peak: the size where all-reduce's busbw was highest */
+    bench_sweep(a, world_size, all_reduce, reduce_scatter); /* lectures/lib/collective_bench.c */
+    if (rank != 0) return;                                  /* the numbers are the same everywhere: one rank reports */
+    int last = a->n_sizes - 1, peak = 0;                    /* peak: the size where all-reduce's busbw was highest */
     if (world_size == 2) {
         char question[256];
         snprintf(question, sizeof question,
                  "Before the table: what bus bandwidth will the largest all-reduce (%g MiB) reach on these "
-                 "2 ranks, processes that share this machine's memory?", all_reduce[last].bytes / (1 << 20));
+                 "2 ranks, processes that share this machine's memory?",
+                 all_reduce[last].bytes / (1 << 20));
         predict(question, all_reduce[last].busbw, "GB/s");
     }
     show_results("all-reduce", world_size, all_reduce, a->n_sizes);
@@ -401,12 +401,13 @@ static void bench_main(int rank, int world_size, void *args) {
          all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
          reduce_scatter[last].busbw / all_reduce[last].busbw, all_reduce[peak].bytes / (1 << 20),
          all_reduce[peak].busbw, all_reduce[last].busbw, all_reduce[last].bytes / (1 << 20),
-         gpu_count() > 0 ? "" : world_size > cores
-             ? " Here (more ranks than CPU cores, so they take turns) larger messages no longer fit in the "
-               "caches and go through the main memory all ranks share, and a rank that waits in a collective "
-               "for a partner that is not running at the moment loses its time slice: it can fall instead."
-             : " Here larger messages no longer fit in the caches and go through the main memory all ranks "
-               "share, which can make it fall instead.");
+         gpu_count() > 0 ? ""
+         : world_size > cores
+                 ? " Here (more ranks than CPU cores, so they take turns) larger messages no longer fit in the "
+                   "caches and go through the main memory all ranks share, and a rank that waits in a collective "
+                   "for a partner that is not running at the moment loses its time slice: it can fall instead."
+                 : " Here larger messages no longer fit in the caches and go through the main memory all ranks "
+                   "share, which can make it fall instead.");
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
     note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g ns per byte (a bandwidth 1 / beta of %.3g "
          "GB/s)%s; the model is off by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model "
@@ -414,13 +415,14 @@ static void bench_main(int rank, int world_size, void *args) {
          "%.0f KiB, where the two terms are equal), beta above. At %g MiB the model predicts %.3g ms, against %.3g "
          "ms measured. Where the points leave the model's line, the machine is not one link of fixed speed: %s",
          world_size, m.alpha * 1e6, m.beta * 1e9, m.beta > 0 ? 1e-9 / m.beta : INFINITY,
-         m.clamped == 1 ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)"
-         : m.clamped == 2 ? " (the times did not grow with size: no bandwidth term could be fitted)" : "",
-         100 * m.rms_error, 100 * m.max_error, a->n_sizes,
-         m.beta > 0 ? m.alpha * world_size / m.beta / 1024 : INFINITY, all_reduce[last].bytes / (1 << 20),
-         model_seconds(&m, all_reduce[last].bytes, world_size) * 1e3, all_reduce[last].seconds * 1e3,
-         gpu_count() > 0 ? "NCCL switches algorithm and protocol with the size (LL, LL128, Simple), "
-                           "each with its own alpha and beta."
+         m.clamped == 1   ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)"
+         : m.clamped == 2 ? " (the times did not grow with size: no bandwidth term could be fitted)"
+                          : "",
+         100 * m.rms_error, 100 * m.max_error, a->n_sizes, m.beta > 0 ? m.alpha * world_size / m.beta / 1024 : INFINITY,
+         all_reduce[last].bytes / (1 << 20), model_seconds(&m, all_reduce[last].bytes, world_size) * 1e3,
+         all_reduce[last].seconds * 1e3,
+         gpu_count() > 0      ? "NCCL switches algorithm and protocol with the size (LL, LL128, Simple), "
+                                "each with its own alpha and beta."
          : world_size > cores ? "here the ranks outnumber the CPU cores, so each of the ring's 2(p-1) "
                                 "steps may wait for a partner to be scheduled, a cost the model has no "
                                 "term for; and the ranks share caches and memory bandwidth, which the "
@@ -456,7 +458,7 @@ static void cuda_streams(void) {
          "The example: two independent jobs, (1) a matrix product and (2) copying a matrix from CPU to GPU, first "
          "one after the other on one stream, then on two streams so that the copy engine works while the arithmetic "
          "units multiply.");
-    if (streams_example()) return;   /* lectures/lib/streams.c: cuBLAS, streams, events */
+    if (streams_example()) return; /* lectures/lib/streams.c: cuBLAS, streams, events */
 #ifdef LECTERN_CUDA
     note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code (lectures/lib/streams.c) "
          "is compiled into the lecture, and on a GPU it times both versions with CUDA events here; without one there "
@@ -484,8 +486,7 @@ static void agrees(const char *what, double diff, double tolerance) {
  * error step saying so, the steps so far in lecture_08.failed.json, the last good trace kept. */
 static void must_divide(int64_t n, int world_size, const char *what) {
     if (world_size > 0 && n % world_size == 0) return;
-    lecture_fail("%s (%lld) do not divide into %d equal parts for the spawn() below", what, (long long)n,
-                 world_size);
+    lecture_fail("%s (%lld) do not divide into %d equal parts for the spawn() below", what, (long long)n, world_size);
 }
 
 static void parallelism_overview(void) {
@@ -512,7 +513,7 @@ static void one_device(void) {
          "Before splitting anything, train on one device (lectures/lib/train.c: forward, backward, AdamW, no "
          "communication). Every strategy below must reproduce these numbers.");
     baseline.cfg = training_config();
-    one_device_train(&baseline);   /* lectures/lib/train.c: and its table, a row per step */
+    one_device_train(&baseline); /* lectures/lib/train.c: and its table, a row per step */
 }
 
 /* DDP as PyTorch runs it: buckets of layers, each rank's slice run as micro-batches. */
@@ -588,50 +589,55 @@ static void ddp_main(int rank, int world_size, void *args) {
     int device = get_device(rank);
     tensor *data = make_data(c, device);
     int64_t local = c->batch / world_size;
-    tensor *x = row_slice(data, rank * local, (rank + 1) * local);   /* this rank's slice of the batch */
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local); /* this rank's slice of the batch */
     tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     adamw *opt[MAX_LAYERS];
     /* mine: what this rank's row of the table says (the columns below), then its losses */
     double mine[GATHER_MAX] = {0}, size = 0;
     for (int i = 0; i < c->layers; i++) {
-        w[i] = layer_part(c, i, 'w', 0, 0, device);   /* the whole model, the same on every rank */
+        w[i] = layer_part(c, i, 'w', 0, 0, device); /* the whole model, the same on every rank */
         grads[i] = empty(c->width, c->width, device);
         opt[i] = adamw_new(w[i], c->lr);
-        mine[0] += 4.0 * w[i]->numel * sizeof(float);   /* weights, gradients, AdamW's two moments */
+        mine[0] += 4.0 * w[i]->numel * sizeof(float); /* weights, gradients, AdamW's two moments */
     }
     for (int step = 0; step < c->steps; step++) {
         int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
         forward(w, c->layers, x, acts, pre);
         mine[5 + step] = mse_loss(acts[c->layers]);
         backward(w, c->layers, acts, pre, grads);
-        if (step == 0 && world_size == 2) inspect(grads[0]);   /* before: each rank's gradient of its own examples */
+        if (step == 0 && world_size == 2) inspect(grads[0]); /* before: each rank's gradient of its own examples */
         for (int i = 0; i < c->layers; i++)
-            dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */
-        if (step == 0 && world_size == 2) inspect(grads[0]);   /* after: the average, the same on every rank */
+            dist_all_reduce(grads[i], DIST_AVG);             /* the one line that makes it DDP */
+        if (step == 0 && world_size == 2) inspect(grads[0]); /* after: the average, the same on every rank */
         if (step == 0) {
             mine[1] = (double)(dist_bytes_nominal() - bytes_before);
             mine[2] = (double)(dist_calls() - calls_before);
             mine[3] = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, NULL, 0, 0, &size);
             agrees("DDP: step-0 gradients", mine[3], gradient_tolerance(c) * size);
         }
-        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        for (int i = 0; i < c->layers; i++)
+            adamw_step(opt[i], w[i], grads[i]);
         free_saved(c->layers, acts, pre);
     }
     mine[4] = diff_from_one_device(a, TRAINED, w, c->layers, NULL, 0, 0, NULL);
     agrees("DDP: the trained parameters (within AdamW's rounding bound, blind to scale)", mine[4],
            adamw_rounding_bound(c));
-    const rank_column cols[] = {{"model state held (bytes)", "%.0f"}, {"nominal bytes sent in step 0", "%.0f"},
-                                {"calls in step 0", "%.0f"}, {"step 0: max |averaged gradient - one device|", "%.3g"},
+    const rank_column cols[] = {{"model state held (bytes)", "%.0f"},
+                                {"nominal bytes sent in step 0", "%.0f"},
+                                {"calls in step 0", "%.0f"},
+                                {"step 0: max |averaged gradient - one device|", "%.3g"},
                                 {"trained: max |DDP - one device|", "%.3g"}};
     char caption[160], buf[512];
-    snprintf(caption, sizeof caption, "DDP on %d %s (gradient tolerance %.3g, AdamW's rounding bound %.3g)",
-             world_size, plural(world_size, "rank", "ranks"), gradient_tolerance(c) * size, adamw_rounding_bound(c));
-    rank_table(caption, cols, 5, mine, c->steps);   /* lectures/lib/train.c: gathered on rank 0 */
+    snprintf(caption, sizeof caption, "DDP on %d %s (gradient tolerance %.3g, AdamW's rounding bound %.3g)", world_size,
+             plural(world_size, "rank", "ranks"), gradient_tolerance(c) * size, adamw_rounding_bound(c));
+    rank_table(caption, cols, 5, mine, c->steps); /* lectures/lib/train.c: gathered on rank 0 */
     double spread = spread_over_ranks(w, c->layers);
     if (rank == 0)
         note_verbatim("Rank 0: params = %s; across %d %s, max |params(max) - params(min)| = %.3g",
-                      summaries(w, c->layers, buf, sizeof buf), world_size, plural(world_size, "rank", "ranks"), spread);
-    for (int i = 0; i < c->layers; i++) adamw_free(opt[i]);
+                      summaries(w, c->layers, buf, sizeof buf), world_size, plural(world_size, "rank", "ranks"),
+                      spread);
+    for (int i = 0; i < c->layers; i++)
+        adamw_free(opt[i]);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(w, c->layers), free_tensors(grads, c->layers);
 }
 
@@ -645,7 +651,7 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
      * and one all-reduce covers them. */
     buckets *g = buckets_new(c, LAYERS_PER_BUCKET, device);
     tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
-    dist_request *req[MAX_LAYERS];   /* each bucket's all-reduce in flight */
+    dist_request *req[MAX_LAYERS]; /* each bucket's all-reduce in flight */
     adamw *opt[MAX_LAYERS];
     for (int i = 0; i < c->layers; i++) {
         w[i] = layer_part(c, i, 'w', 0, 0, device);
@@ -656,13 +662,13 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     double mine[GATHER_MAX] = {0}, size = 0;
     for (int step = 0; step < c->steps; step++) {
         for (int k = 0; k < k_micro; k++) {
-            int sync = k == k_micro - 1;   /* no_sync on all micro-batches but the last */
+            int sync = k == k_micro - 1; /* no_sync on all micro-batches but the last */
             int64_t calls_before = dist_calls();
             tensor *x = row_slice(data, rank * local + k * mb, rank * local + (k + 1) * mb);
             forward(w, c->layers, x, acts, pre);
             mine[3 + step] += mse_loss(acts[c->layers]) / k_micro;
             tensor *dy = mse_loss_backward(acts[c->layers]);
-            scale_(dy, 1.0f / k_micro);   /* the slice's mean loss is the mean over micro-batches */
+            scale_(dy, 1.0f / k_micro); /* the slice's mean loss is the mean over micro-batches */
             for (int i = c->layers - 1; i >= 0; i--) {
                 tensor *dx = NULL;
                 layer_backward(acts[i], pre[i], w[i], dy, g->grads[i], i > 0 ? &dx : NULL, k == 0 ? 0.0f : 1.0f);
@@ -673,8 +679,9 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
                 if (sync && i == g->bucket_first[g->bucket_of[i]])
                     req[g->bucket_of[i]] = dist_all_reduce_async(g->bucket[g->bucket_of[i]], DIST_AVG);
             }
-            if (sync)   /* every bucket averaged before anyone reads a gradient */
-                for (int b = 0; b < g->n; b++) dist_wait(req[b]);
+            if (sync) /* every bucket averaged before anyone reads a gradient */
+                for (int b = 0; b < g->n; b++)
+                    dist_wait(req[b]);
             free_saved(c->layers, acts, pre);
             tensor_free(x);
             if (step == 0) mine[k] = (double)(dist_calls() - calls_before);
@@ -683,7 +690,8 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             mine[2] = diff_from_one_device(a, STEP0_GRADS, g->grads, c->layers, NULL, 0, 0, &size);
             agrees("DDP with buckets and accumulation: step-0 gradients", mine[2], gradient_tolerance(c) * size);
         }
-        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], w[i], g->grads[i]);
+        for (int i = 0; i < c->layers; i++)
+            adamw_step(opt[i], w[i], g->grads[i]);
     }
     const rank_column cols[] = {{"step 0: calls, micro-batch 0 (no_sync)", "%.0f"},
                                 {"step 0: calls, micro-batch 1", "%.0f"},
@@ -692,27 +700,29 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     snprintf(caption, sizeof caption, "DDP with buckets, %d micro-batches (gradient tolerance %.3g)", k_micro,
              gradient_tolerance(c) * size);
     rank_table(caption, cols, 3, mine, c->steps);
-    double median_ms[STEP_MODES];   /* lectures/lib/buckets.c times the three ways */
-    tensor *x = row_slice(data, rank * local, (rank + 1) * local);   /* the whole slice, one step */
+    double median_ms[STEP_MODES];                                  /* lectures/lib/buckets.c times the three ways */
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local); /* the whole slice, one step */
     time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, median_ms);
     if (rank == 0) {
-        show_overlap(world_size, local, OVERLAP_TRIALS, median_ms);   /* lectures/lib/buckets.c: a table */
+        show_overlap(world_size, local, OVERLAP_TRIALS, median_ms); /* lectures/lib/buckets.c: a table */
         note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the all-reduce adds "
              "%.2f ms to the compute's %.2f ms; perfect overlap would hide it behind backward, down to the longer of "
              "the two.",
-             median_ms[AFTER_BACKWARD], median_ms[DURING_BACKWARD], median_ms[AFTER_BACKWARD] / median_ms[DURING_BACKWARD],
+             median_ms[AFTER_BACKWARD], median_ms[DURING_BACKWARD],
+             median_ms[AFTER_BACKWARD] / median_ms[DURING_BACKWARD],
              median_ms[AFTER_BACKWARD] - median_ms[NO_ALL_REDUCE], median_ms[NO_ALL_REDUCE]);
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         if (strcmp(dist_backend(), "nccl") == 0)
             note("On NCCL, each bucket's all-reduce runs on the communication stream while the compute stream goes "
                  "on with the backward kernels of the layers below, so the async step can take less than the "
                  "blocking one: the speed-up above is what that bought on this machine.");
-        else if (device >= 0)   /* ranks sharing GPUs: matmuls on the GPU, the all-reduce staged through the host */
+        else if (device >= 0) /* ranks sharing GPUs: matmuls on the GPU, the all-reduce staged through the host */
             note("Here (Open MPI, %d ranks sharing GPUs) the matmuls run on the GPU and each all-reduce is staged: "
                  "copied to host memory, reduced by Open MPI on the CPU, copied back. The progress thread moves it "
                  "while the GPU computes, so the overlap can hide the CPU's part; the copies use the GPU's copy "
                  "engine beside the kernels. Read the speed-up above as this machine's (this path has run, on one "
-                 "H100, only in docs/gpu.md's checks, not in a committed trace).", world_size);
+                 "H100, only in docs/gpu.md's checks, not in a committed trace).",
+                 world_size);
         else
             note("Here (Open MPI, %d ranks on %ld CPU cores) each rank's progress thread moves the non-blocking "
                  "all-reduce while backward computes, but its copies and sums are CPU work on the same cores as the "
@@ -722,7 +732,8 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
                  "times it over many runs). On GPUs NCCL is expected to overlap (no GPU trace of it yet).",
                  world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
     }
-    for (int i = 0; i < c->layers; i++) adamw_free(opt[i]);
+    for (int i = 0; i < c->layers; i++)
+        adamw_free(opt[i]);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(w, c->layers), buckets_free(g);
 }
 
@@ -740,7 +751,7 @@ static void ddp_zero3(void) {
     mlp_config c = training_config();
     int ranks = 4;
     double params = (double)model_floats(&c), layer = (double)c.width * c.width;
-    show_zero_stages(params, ranks);   /* lectures/lib/train.c: 16 bytes a parameter, divided as each stage shards */
+    show_zero_stages(params, ranks); /* lectures/lib/train.c: 16 bytes a parameter, divided as each stage shards */
     note("That is model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per parameter in DDP; "
          "MB = 10^6 bytes). ZeRO-3 also needs, for a moment, one layer's gathered weights and its full gradient "
          "(%.3f MB) on top of its shards. Below, each rank adds up the tensors it really holds. How FSDP does stage "
@@ -781,7 +792,7 @@ static void ddp_zero3(void) {
 /* A layer's whole weights from every rank's piece, freed as soon as used: the memory ZeRO-3 saves. */
 static tensor *gather_layer(const tensor *piece, const mlp_config *c) {
     tensor *w = empty(c->width, c->width, piece->device);
-    dist_all_gather(w, piece);   /* the pieces are bands of rows, in rank order */
+    dist_all_gather(w, piece); /* the pieces are bands of rows, in rank order */
     return w;
 }
 
@@ -789,19 +800,19 @@ static void zero3_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
     int device = get_device(rank);
-    int64_t rows = c->width / world_size, first = rank * rows, last = (rank + 1) * rows;   /* my piece's rows */
+    int64_t rows = c->width / world_size, first = rank * rows, last = (rank + 1) * rows; /* my piece's rows */
     tensor *data = make_data(c, device);
     int64_t local = c->batch / world_size;
     tensor *x = row_slice(data, rank * local, (rank + 1) * local);
     /* Only the pieces exist here, each with its gradient piece and AdamW state. */
     tensor *piece[MAX_LAYERS], *grad_piece[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     adamw *opt[MAX_LAYERS];
-    double mine[GATHER_MAX] = {(double)first}, size = 0;   /* this rank's row of the table, then its losses */
+    double mine[GATHER_MAX] = {(double)first}, size = 0; /* this rank's row of the table, then its losses */
     for (int i = 0; i < c->layers; i++) {
         piece[i] = layer_part(c, i, 'r', first, last, device);
         grad_piece[i] = empty(rows, c->width, device);
         opt[i] = adamw_new(piece[i], c->lr);
-        mine[1] += 4.0 * piece[i]->numel * sizeof(float);   /* weights, gradient, AdamW's two moments */
+        mine[1] += 4.0 * piece[i]->numel * sizeof(float); /* weights, gradient, AdamW's two moments */
     }
     for (int step = 0; step < c->steps; step++) {
         int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
@@ -821,14 +832,14 @@ static void zero3_main(int rank, int world_size, void *args) {
             tensor *grad = empty(c->width, c->width, device);
             tensor *dx = NULL;
             layer_backward(acts[i], pre[i], w, dy, grad, i > 0 ? &dx : NULL, 0.0f);
-            dist_reduce_scatter(grad_piece[i], grad, DIST_AVG);   /* my rows of the average */
-            if (step == 0 && i == 0) inspect(grad_piece[i]);       /* each rank: its own band of rows */
+            dist_reduce_scatter(grad_piece[i], grad, DIST_AVG); /* my rows of the average */
+            if (step == 0 && i == 0) inspect(grad_piece[i]);    /* each rank: its own band of rows */
             if (w) tensor_free(w);
             tensor_free(grad);
             tensor_free(dy);
             dy = dx;
         }
-        if (step == 0) {   /* checked after the loop, every layer: a layer the loop skipped fails here */
+        if (step == 0) { /* checked after the loop, every layer: a layer the loop skipped fails here */
             mine[2] = (double)(dist_bytes_nominal() - bytes_before);
             mine[3] = (double)(dist_calls() - calls_before);
             mine[4] = diff_from_one_device(a, STEP0_GRADS, grad_piece, c->layers, "rrrrrrrr", first, last, &size);
@@ -843,21 +854,27 @@ static void zero3_main(int rank, int world_size, void *args) {
                      world_size, c->layers, c->width, c->width);
             predict(question, mine[2], "bytes");
         }
-        for (int i = 0; i < c->layers; i++) adamw_step(opt[i], piece[i], grad_piece[i]);
+        for (int i = 0; i < c->layers; i++)
+            adamw_step(opt[i], piece[i], grad_piece[i]);
         free_saved(c->layers, acts, pre);
     }
     mine[5] = diff_from_one_device(a, TRAINED, piece, c->layers, "rrrrrrrr", first, last, NULL);
     agrees("ZeRO-3: the trained parameter pieces (within AdamW's rounding bound, blind to scale)", mine[5],
            adamw_rounding_bound(c));
-    const rank_column cols[] = {{"first row held", "%.0f"}, {"model state held (bytes)", "%.0f"},
-                                {"nominal bytes sent in step 0", "%.0f"}, {"calls in step 0", "%.0f"},
+    const rank_column cols[] = {{"first row held", "%.0f"},
+                                {"model state held (bytes)", "%.0f"},
+                                {"nominal bytes sent in step 0", "%.0f"},
+                                {"calls in step 0", "%.0f"},
                                 {"step 0: all layers: max |averaged gradient piece - one device|", "%.3g"},
                                 {"trained: max |ZeRO-3 piece - one device|", "%.3g"}};
     char caption[160];
-    snprintf(caption, sizeof caption, "ZeRO-3 on %d ranks, %lld rows each (gradient tolerance %.3g, AdamW's "
-             "rounding bound %.3g)", world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
+    snprintf(caption, sizeof caption,
+             "ZeRO-3 on %d ranks, %lld rows each (gradient tolerance %.3g, AdamW's "
+             "rounding bound %.3g)",
+             world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
     rank_table(caption, cols, 6, mine, c->steps);
-    for (int i = 0; i < c->layers; i++) adamw_free(opt[i]);
+    for (int i = 0; i < c->layers; i++)
+        adamw_free(opt[i]);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(piece, c->layers), free_tensors(grad_piece, c->layers);
 }
 
@@ -907,36 +924,36 @@ static void tensor_parallelism(void) {
     note("Per rank and step, by the ring's count (an activation is %d x %d floats, b = %.0f bytes): column-only %d "
          "all-gathers of (p-1)/p b and %d all-reduces of 2(p-1)/p b, %.0f bytes; Megatron %d all-reduces, %.0f "
          "bytes, %.2f times less. Compare the counts the ranks measured above.",
-         c.batch, c.width, b, c.layers, c.layers - 1, column_only, c.layers - 1, megatron,
-         column_only / megatron);
+         c.batch, c.width, b, c.layers, c.layers - 1, column_only, c.layers - 1, megatron, column_only / megatron);
 }
 
 static void tensor_parallel_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
     int device = get_device(rank);
-    int64_t shard = c->width / world_size, first = rank * shard, last = (rank + 1) * shard;   /* my columns */
-    tensor *data = make_data(c, device);   /* the whole batch on every rank */
+    int64_t shard = c->width / world_size, first = rank * shard, last = (rank + 1) * shard; /* my columns */
+    tensor *data = make_data(c, device); /* the whole batch on every rank */
     tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS], *grads[MAX_LAYERS];
-    for (int i = 0; i < c->layers; i++) w[i] = layer_part(c, i, 'c', first, last, device);
+    for (int i = 0; i < c->layers; i++)
+        w[i] = layer_part(c, i, 'c', first, last, device);
     int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
     /* Forward. */
     acts[0] = data;
     for (int i = 0; i < c->layers; i++) {
-        tensor *mine = layer_forward(acts[i], w[i], &pre[i]);   /* batch x shard */
-        acts[i + 1] = all_gather_columns(mine, world_size);     /* batch x width */
+        tensor *mine = layer_forward(acts[i], w[i], &pre[i]); /* batch x shard */
+        acts[i + 1] = all_gather_columns(mine, world_size);   /* batch x width */
         tensor_free(mine);
     }
     double out_tol, out_diff = output_diff(a, acts[c->layers], &out_tol), size = 0;
     agrees("column-parallel TP: the output", out_diff, out_tol);
     /* Backward. */
-    tensor *dy = mse_loss_backward(acts[c->layers]);   /* full, the same on every rank */
+    tensor *dy = mse_loss_backward(acts[c->layers]); /* full, the same on every rank */
     for (int i = c->layers - 1; i >= 0; i--) {
         tensor *dy_mine = col_slice(dy, first, last);
         tensor *dx = NULL;
         grads[i] = empty(c->width, shard, device);
         layer_backward(acts[i], pre[i], w[i], dy_mine, grads[i], i > 0 ? &dx : NULL, 0.0f);
-        if (dx) dist_all_reduce(dx, DIST_SUM);   /* partial input gradients add up */
+        if (dx) dist_all_reduce(dx, DIST_SUM); /* partial input gradients add up */
         tensor_free(dy_mine);
         tensor_free(dy);
         dy = dx;
@@ -945,8 +962,10 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
     double diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "cccccccc", first, last, &size);
     agrees("column-parallel TP: the gradients", diff, gradient_tolerance(c) * size);
     char caption[200];
-    snprintf(caption, sizeof caption, "column-only TP on %d ranks (one device's loss %.9g, output tolerance %.3g, "
-             "gradient tolerance %.3g)", world_size, (double)a->first_loss, out_tol, gradient_tolerance(c) * size);
+    snprintf(caption, sizeof caption,
+             "column-only TP on %d ranks (one device's loss %.9g, output tolerance %.3g, "
+             "gradient tolerance %.3g)",
+             world_size, (double)a->first_loss, out_tol, gradient_tolerance(c) * size);
     show_tp(caption, "first column held", (double)first, mse_loss(acts[c->layers]), out_diff, diff, bytes, calls);
     free_saved(c->layers, acts, pre);
     free_tensors(w, c->layers), free_tensors(grads, c->layers), tensor_free(data);
@@ -961,28 +980,28 @@ static void megatron_main(int rank, int world_size, void *args) {
     int64_t shard = c->width / world_size, first = rank * shard, last = (rank + 1) * shard;
     tensor *data = make_data(c, device);
     tensor *w[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS], *grads[MAX_LAYERS];
-    for (int i = 0; i < c->layers; i++)   /* A_r (width x shard) for even layers, B_r (shard x width) for odd */
+    for (int i = 0; i < c->layers; i++) /* A_r (width x shard) for even layers, B_r (shard x width) for odd */
         w[i] = layer_part(c, i, i % 2 == 0 ? 'c' : 'r', first, last, device);
     int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
     /* Forward: one all-reduce per block. */
     acts[0] = data;
     for (int i = 0; i < c->layers; i += 2) {
-        acts[i + 1] = layer_forward(acts[i], w[i], &pre[i]);   /* z_r = gelu(x A_r) */
-        pre[i + 1] = matmul(acts[i + 1], w[i + 1]);            /* z_r B_r: a partial sum */
-        dist_all_reduce(pre[i + 1], DIST_SUM);                  /* x A B, whole */
+        acts[i + 1] = layer_forward(acts[i], w[i], &pre[i]); /* z_r = gelu(x A_r) */
+        pre[i + 1] = matmul(acts[i + 1], w[i + 1]);          /* z_r B_r: a partial sum */
+        dist_all_reduce(pre[i + 1], DIST_SUM);               /* x A B, whole */
         acts[i + 2] = gelu(pre[i + 1]);
     }
     double out_tol, out_diff = output_diff(a, acts[c->layers], &out_tol), size = 0;
     agrees("Megatron TP: the output", out_diff, out_tol);
     /* Backward: one all-reduce per block, none for the first. */
-    tensor *dy = mse_loss_backward(acts[c->layers]);   /* whole, the same on every rank */
+    tensor *dy = mse_loss_backward(acts[c->layers]); /* whole, the same on every rank */
     for (int i = c->layers - 2; i >= 0; i -= 2) {
         tensor *dz = NULL, *dx = NULL;
         grads[i + 1] = empty(shard, c->width, device);
         layer_backward(acts[i + 1], pre[i + 1], w[i + 1], dy, grads[i + 1], &dz, 0.0f);
         grads[i] = empty(c->width, shard, device);
         layer_backward(acts[i], pre[i], w[i], dz, grads[i], i > 0 ? &dx : NULL, 0.0f);
-        if (dx) dist_all_reduce(dx, DIST_SUM);   /* the partial input gradients add up */
+        if (dx) dist_all_reduce(dx, DIST_SUM); /* the partial input gradients add up */
         tensor_free(dz);
         tensor_free(dy);
         dy = dx;
@@ -991,8 +1010,10 @@ static void megatron_main(int rank, int world_size, void *args) {
     double diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "crcrcrcr", first, last, &size);
     agrees("Megatron TP: the gradients", diff, gradient_tolerance(c) * size);
     char caption[200];
-    snprintf(caption, sizeof caption, "Megatron TP on %d ranks (one device's loss %.9g, output tolerance %.3g, "
-             "gradient tolerance %.3g)", world_size, (double)a->first_loss, out_tol, gradient_tolerance(c) * size);
+    snprintf(caption, sizeof caption,
+             "Megatron TP on %d ranks (one device's loss %.9g, output tolerance %.3g, "
+             "gradient tolerance %.3g)",
+             world_size, (double)a->first_loss, out_tol, gradient_tolerance(c) * size);
     show_tp(caption, "first column of the even layers and row of the odd ones held", (double)first,
             mse_loss(acts[c->layers]), out_diff, diff, bytes, calls);
     free_saved(c->layers, acts, pre);
@@ -1013,23 +1034,25 @@ static void say_bubble(int stages, int schedule, int m) {
     double off = r.bubble / r.formula - 1;
     if (stages == 2)
         predict("What fraction of the pipeline's time will each of the 2 stages spend idle, with 8 micro-batches (the "
-                "bubble, over the total time)?", r.bubble, "");
+                "bubble, over the total time)?",
+                r.bubble, "");
     note("%s, %d stages: measured bubble %.3f of the total against the formula's %.3f (%+.0f%%), %s. Stage 1 %s "
          "stage 0's last forward; stage 0 held at most %d micro-batches' activations (m = %d, p = %d). Load average "
-         "%.1f on %ld cores while it ran.", SCHEDULE_NAMES[schedule], stages, r.bubble, r.formula, 100 * off,
+         "%.1f on %ld cores while it ran.",
+         SCHEDULE_NAMES[schedule], stages, r.bubble, r.formula, 100 * off,
          fabs(off) <= 0.15 ? "within 15% of the formula: what is left over is the messages' cost and the last "
                              "stage's loss, which the formula leaves out"
          : stages > cores  ? "larger than the formula: the ranks outnumber the cores, so a stage that is ready to "
                              "work waits for its turn on a core another stage holds; that wait is this machine's, "
                              "not the schedule's"
          : load[0] > cores + stages /* the load average counts this lecture's own ranks too */
-             ? "larger than the formula: the machine was busy with other work (a load average above its cores "
-               "plus this spawn's ranks), so a stage that was ready waited for a core; the formula assumes every "
-               "stage has one"
-             : "larger than the formula by more than the messages and the last stage's loss would explain: the "
-               "replay below splits the gap",
-         r.overlapped ? "began its first forward before" : "began only after",
-         r.stage0_held, m, stages, load[0], cores);
+                 ? "larger than the formula: the machine was busy with other work (a load average above its cores "
+                   "plus this spawn's ranks), so a stage that was ready waited for a core; the formula assumes every "
+                   "stage has one"
+                 : "larger than the formula by more than the messages and the last stage's loss would explain: the "
+                   "replay below splits the gap",
+         r.overlapped ? "began its first forward before" : "began only after", r.stage0_held, m, stages, load[0],
+         cores);
     /* The formula assumes equal stages and free messages; the replay keeps the first breach, drops the second */
     note("The same schedule replayed with each stage's own measured forward and backward times, and nothing between "
          "one operation and the next, gives a bubble of %.3f: unequal stages (the last adds the loss; ranks that "
@@ -1060,7 +1083,7 @@ static void pipeline_parallelism(void) {
          "what a timeline shows and what this lecture measures; and idle time over the *ideal* time (m slots, no "
          "bubble), (p - 1) / m, as the Megatron-LM paper (Narayanan et al. 2021) and the Ultra-Scale Playbook write "
          "it. Same bubble, different denominators:");
-    show_bubble_conventions(m);   /* lectures/lib/pipeline.c: (p - 1) / (m + p - 1) and (p - 1) / m */
+    show_bubble_conventions(m); /* lectures/lib/pipeline.c: (p - 1) / (m + p - 1) and (p - 1) / m */
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products (less efficient) and more "
          "messages. GPipe keeps every micro-batch's activations until its backward pass: all m of them, the whole "
          "batch's activations. **1F1B** (one forward, one backward) runs the same work in another order: stage *r* "
@@ -1084,7 +1107,9 @@ static void pipeline_parallelism(void) {
          pipe.cfg.batch, pipe.cfg.batch / m);
     size_t size;
     train_args *args = baseline_args(&pipe, m, &size);
-    struct { int stages, schedule; } runs[] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}};
+    struct {
+        int stages, schedule;
+    } runs[] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}};
     for (int k = 0; k < 3; k++) {
         note("### %s, %d stages, %d micro-batches: bubble %.1f%% of the total", SCHEDULE_NAMES[runs[k].schedule],
              runs[k].stages, m, 100 * bubble_fraction(runs[k].stages, m));
@@ -1108,19 +1133,23 @@ static void pipeline_parallelism(void) {
 static void run_schedule(stage *s) {
     int m = s->m, world_size = s->world, rank = s->rank;
     s->n_events = 0;
-    s->backwards_done = 0;   /* gradients start again from zero */
+    s->backwards_done = 0; /* gradients start again from zero */
     s->loss = 0;
     if (s->a->schedule == GPIPE) {
-        for (int k = 0; k < m; k++) stage_forward(s, k);
-        for (int k = m - 1; k >= 0; k--) stage_backward(s, k);
+        for (int k = 0; k < m; k++)
+            stage_forward(s, k);
+        for (int k = m - 1; k >= 0; k--)
+            stage_backward(s, k);
     } else {
         int warmup = world_size - rank - 1 < m ? world_size - rank - 1 : m;
-        for (int k = 0; k < warmup; k++) stage_forward(s, k);
+        for (int k = 0; k < warmup; k++)
+            stage_forward(s, k);
         for (int k = warmup; k < m; k++) {
             stage_forward(s, k);
             stage_backward(s, k - warmup);
         }
-        for (int k = m - warmup; k < m; k++) stage_backward(s, k);
+        for (int k = m - warmup; k < m; k++)
+            stage_backward(s, k);
     }
     for (int k = 0; k < m; k++) {
         if (s->sent_back[k]) dist_wait(s->sent_back[k]);
@@ -1131,22 +1160,24 @@ static void run_schedule(stage *s) {
 static void pipeline_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
-    stage *s = stage_new(a, rank, world_size);   /* this stage's layers (lectures/lib/pipeline.c) */
+    stage *s = stage_new(a, rank, world_size); /* this stage's layers (lectures/lib/pipeline.c) */
     for (s->run = 0; s->run < PIPE_RUNS; s->run++) {
-        dist_barrier();   /* every stage ready before the clock matters */
+        dist_barrier(); /* every stage ready before the clock matters */
         run_schedule(s);
     }
     if (rank == world_size - 1) {
         /* The batch loss is the mean of the micro-batch losses (equal sizes). */
         note_verbatim("Rank %d: %s: loss over %d micro-batches = %.9g (one device: %.9g), max |output - one "
-                      "device| = %.3g (tolerance %.3g)", rank, SCHEDULE_NAMES[a->schedule], s->m, s->loss,
-                      a->first_loss, s->out_diff, output_tolerance(c) * largest(s->expected));
+                      "device| = %.3g (tolerance %.3g)",
+                      rank, SCHEDULE_NAMES[a->schedule], s->m, s->loss, a->first_loss, s->out_diff,
+                      output_tolerance(c) * largest(s->expected));
         agrees("the pipeline's output", s->out_diff, output_tolerance(c) * largest(s->expected));
     }
     double diff = 0, size = 0;
-    for (int j = 0; j < s->per_stage; j++) diff = fmax(diff, grad_diff(a, s->grads[j], s->first_layer + j, &size));
+    for (int j = 0; j < s->per_stage; j++)
+        diff = fmax(diff, grad_diff(a, s->grads[j], s->first_layer + j, &size));
     agrees("the pipeline's gradients", diff, gradient_tolerance(c) * size);
-    report_timeline(s, a->schedule, diff, gradient_tolerance(c) * size);   /* a table and the timeline */
+    report_timeline(s, a->schedule, diff, gradient_tolerance(c) * size); /* a table and the timeline */
     stage_free(s);
 }
 

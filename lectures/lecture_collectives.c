@@ -101,7 +101,7 @@ static void isend_irecv_main(int rank, int world_size, void *args) {
     } else {
         req = dist_irecv(t, 0);
     }
-    tensor *busy = matmul(a, a);   /* work that does not touch t */
+    tensor *busy = matmul(a, a); /* work that does not touch t */
     dist_wait(req);
     note("rank %d after wait: %s (and a 64x64 matmul done meanwhile)", rank, tensor_str(t));
     inspect(t);
@@ -131,7 +131,7 @@ static void non_blocking(void) {
 static void both_send_first_main(int rank, int world_size, void *args) {
     tensor *mine = zeros(BIG, 0, get_device(rank));
     tensor *theirs = zeros(BIG, 0, get_device(rank));
-    dist_send(mine, 1 - rank);   /* both ranks block here */
+    dist_send(mine, 1 - rank); /* both ranks block here */
     dist_recv(theirs, 1 - rank);
     tensor_free(theirs);
     tensor_free(mine);
@@ -174,7 +174,7 @@ static void touch_then_wait_main(int rank, int world_size, void *args) {
     if (rank == 0) {
         add_scalar(t, 1.0f);
         dist_request *req = dist_isend(t, 1);
-        add_scalar(t, 100.0f);   /* too early: the message may not have left */
+        add_scalar(t, 100.0f); /* too early: the message may not have left */
         dist_wait(req);
     } else {
         dist_request *req = dist_irecv(t, 0);
@@ -191,7 +191,7 @@ static void wait_then_touch_main(int rank, int world_size, void *args) {
         add_scalar(t, 1.0f);
         dist_request *req = dist_isend(t, 1);
         dist_wait(req);
-        add_scalar(t, 100.0f);   /* safe: the message has left */
+        add_scalar(t, 100.0f); /* safe: the message has left */
     } else {
         dist_request *req = dist_irecv(t, 0);
         dist_wait(req);
@@ -287,7 +287,8 @@ static void root_all_reduce(tensor *x, int rank, int n) {
             counted_recv(got, src);
             add_(x, got);
         }
-        for (int dst = 1; dst < n; dst++) counted_send(x, dst);
+        for (int dst = 1; dst < n; dst++)
+            counted_send(x, dst);
         tensor_free(got);
     } else {
         counted_send(x, 0);
@@ -325,8 +326,10 @@ static void ring_gather_step(tensor *x, int s, int rank, int n) {
  * r+1; n-1 all-gather rounds hand every finished chunk round the ring. */
 static void ring_all_reduce(tensor *x, int rank, int n) {
     tensor *got = zeros(x->numel / n, 0, x->device);
-    for (int s = 0; s < n - 1; s++) ring_reduce_step(x, got, s, rank, n);
-    for (int s = 0; s < n - 1; s++) ring_gather_step(x, s, rank, n);
+    for (int s = 0; s < n - 1; s++)
+        ring_reduce_step(x, got, s, rank, n);
+    for (int s = 0; s < n - 1; s++)
+        ring_gather_step(x, s, rank, n);
     tensor_free(got);
 }
 
@@ -355,24 +358,25 @@ static void tree_all_reduce(tensor *x, int rank, int n) {
 typedef void (*all_reduce_fn)(tensor *x, int rank, int n);
 
 typedef struct {
-    int64_t floats;       /* D: elements per rank, a multiple of the world size */
-    int which;            /* index into ALGORITHMS */
+    int64_t floats; /* D: elements per rank, a multiple of the world size */
+    int which;      /* index into ALGORITHMS */
 } by_hand_args;
 
 static const struct {
     const char *name;
     all_reduce_fn fn;
 } ALGORITHMS[] = {
-    {"everyone to everyone", all_to_all_all_reduce},
-    {"reduce + broadcast", root_all_reduce},
-    {"ring", ring_all_reduce},
-    {"tree", tree_all_reduce},
+        {"everyone to everyone", all_to_all_all_reduce},
+        {"reduce + broadcast", root_all_reduce},
+        {"ring", ring_all_reduce},
+        {"tree", tree_all_reduce},
 };
 
 /* Rank r's input: whole numbers from -6 to 6, different on every rank. */
 static tensor *whole_numbers(int rank, int64_t d) {
     float *v = malloc((size_t)d * sizeof *v);
-    for (int64_t i = 0; i < d; i++) v[i] = (float)((i * 7 + rank * 3) % 13) - 6.0f;
+    for (int64_t i = 0; i < d; i++)
+        v[i] = (float)((i * 7 + rank * 3) % 13) - 6.0f;
     tensor *t = tensor_from(v, d, 0, get_device(rank));
     free(v);
     return t;
@@ -388,16 +392,19 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int64_t by
     if (rank == 0) {
         float v[3 * LECTERN_MAX_WORLD];
         tensor_to_host(all, v);
-        table_t *t = table_new("%s, D = %lld floats on %d ranks; result %s", name, (long long)x->numel, n,
-                               summarize(x));
+        table_t *t =
+                table_new("%s, D = %lld floats on %d ranks; result %s", name, (long long)x->numel, n, summarize(x));
         table_column(t, "rank", NULL, "%d");
         table_column(t, "steps", NULL, "%.0f");
         table_column(t, "bytes sent (measured)", "B", "%.0f");
         table_column(t, "max abs difference from dist_all_reduce", NULL, "%g");
-        for (int q = 0; q < n; q++) table_row(t, q, (double)v[3 * q], (double)v[3 * q + 1], (double)v[3 * q + 2]);
+        for (int q = 0; q < n; q++)
+            table_row(t, q, (double)v[3 * q], (double)v[3 * q + 1], (double)v[3 * q + 2]);
         char question[256];
-        snprintf(question, sizeof question, "**%s** on %d ranks, D = %lld floats of 4 bytes each: how many bytes "
-                 "did rank 0 send? (the formulas are in the table at the start of this section)", name, n, (long long)x->numel);
+        snprintf(question, sizeof question,
+                 "**%s** on %d ranks, D = %lld floats of 4 bytes each: how many bytes "
+                 "did rank 0 send? (the formulas are in the table at the start of this section)",
+                 name, n, (long long)x->numel);
         predict(question, (double)v[1], "bytes");
         table_show(t);
         /* Tolerance 0. The inputs are whole numbers from -6 to 6, so every
@@ -407,9 +414,10 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int64_t by
          * overwritten instead of added, a child left out, a chunk passed to
          * the wrong rank (each off by at least 1). */
         double worst = 0;
-        for (int q = 0; q < n; q++) worst = fmax(worst, (double)v[3 * q + 2]);
-        check(worst == 0, "%s: every rank's result equals dist_all_reduce's bit for bit (largest difference %g)",
-              name, worst);
+        for (int q = 0; q < n; q++)
+            worst = fmax(worst, (double)v[3 * q + 2]);
+        check(worst == 0, "%s: every rank's result equals dist_all_reduce's bit for bit (largest difference %g)", name,
+              worst);
     }
     tensor_free(all);
     tensor_free(r);
@@ -526,7 +534,7 @@ static const int64_t SWEEP_SIZES[] = {4, 64, 1024, 4096, 16384, 65536, 262144};
 #define N_SWEEP (int)(sizeof SWEEP_SIZES / sizeof SWEEP_SIZES[0])
 
 typedef struct {
-    int reps;             /* timed repetitions per size; the median is kept */
+    int reps; /* timed repetitions per size; the median is kept */
 } timing_args;
 
 /* Rank 0 sends t to rank 1, which sends it back. */
@@ -567,7 +575,7 @@ static double ping_pong(int rank, int64_t floats, int reps, int timed) {
 static double time_all_reduce(all_reduce_fn fn, int rank, int n, int64_t floats, int reps) {
     tensor *x = whole_numbers(rank, floats);
     double *times = malloc((size_t)reps * sizeof *times);
-    fn(x, rank, n);   /* a warm-up: it carries the runtime's checks, which the timed region then skips */
+    fn(x, rank, n); /* a warm-up: it carries the runtime's checks, which the timed region then skips */
     tensor_free(x);
     x = whole_numbers(rank, floats);
     dist_timed_begin();
@@ -599,10 +607,12 @@ static void fit_alpha_beta(const double *one_way, double *alpha, double *beta) {
 
 static void note_ping_pong(const double *one_way, double alpha, double beta) {
     predict("Rank 0 sent one float (4 bytes) to rank 1 and got it back, many times. Half a round "
-            "trip is alpha, the fixed price of a message. How many microseconds is it here?", alpha * 1e6, "us");
-    if (beta > 0)   /* a noisy run can fit none */
+            "trip is alpha, the fixed price of a message. How many microseconds is it here?",
+            alpha * 1e6, "us");
+    if (beta > 0) /* a noisy run can fit none */
         predict("Beta, the time per byte, comes from the largest message (1 MiB). What bandwidth, one over "
-                "beta, is that?", 1e-9 / beta, "GB/s");
+                "beta, is that?",
+                1e-9 / beta, "GB/s");
     table_t *t = table_new("ping-pong: one-way time against the alpha-beta model");
     table_column(t, "bytes", NULL, "%.0f");
     table_column(t, "one-way time", "us", "%.2f");
@@ -641,12 +651,15 @@ static void plot_sweep(const double *ring_s, const double *tree_s, double alpha,
         us[2][i] = ring_model(alpha, beta, n, bytes[i]) * 1e6;
         us[3][i] = tree_model(alpha, beta, n, bytes[i]) * 1e6;
     }
-    chart_t *c = chart_new("bytes per rank", "all-reduce time (us)", "all-reduce on %d ranks: ring and tree, "
-                           "measured and modelled", n);
+    chart_t *c = chart_new("bytes per rank", "all-reduce time (us)",
+                           "all-reduce on %d ranks: ring and tree, "
+                           "measured and modelled",
+                           n);
     chart_log_x(c, 10);
     chart_log_y(c, 10);
     const char *names[] = {"ring measured", "tree measured", "ring model", "tree model"};
-    for (int k = 0; k < 4; k++) chart_line(c, names[k], bytes, us[k], N_SWEEP);
+    for (int k = 0; k < 4; k++)
+        chart_line(c, names[k], bytes, us[k], N_SWEEP);
     chart_show(c);
 }
 
@@ -657,7 +670,8 @@ static void plot_sweep(const double *ring_s, const double *tree_s, double alpha,
 static double measured_crossover(const double *ring_s, const double *tree_s) {
     if (tree_s[N_SWEEP - 1] <= ring_s[N_SWEEP - 1]) return -1;
     int i = N_SWEEP - 1;
-    while (i > 0 && ring_s[i - 1] < tree_s[i - 1]) i--;
+    while (i > 0 && ring_s[i - 1] < tree_s[i - 1])
+        i--;
     return i == 0 ? 0 : 4.0 * (double)SWEEP_SIZES[i];
 }
 
@@ -677,17 +691,15 @@ static void note_sweep(const double *ring_s, const double *tree_s, double alpha,
     if (beta > 0)
         predict("The ring takes 2(N-1) steps of B/N bytes, the tree 2 log2 N steps of B bytes, each step "
                 "costing alpha + beta x bytes. With the alpha and beta above, below how many bytes per rank "
-                "does the model say the tree beats the ring on 4 ranks?", crossover_bytes(alpha, beta, n), "bytes");
+                "does the model say the tree beats the ring on 4 ranks?",
+                crossover_bytes(alpha, beta, n), "bytes");
     table_show(t);
     plot_sweep(ring_s, tree_s, alpha, beta, n);
     note("predicted: on %d ranks the tree beats the ring below %.0f bytes", n, crossover_bytes(alpha, beta, n));
     double m = measured_crossover(ring_s, tree_s);
-    if (m > 0)
-        note("measured: the ring was faster from %.0f bytes on, the tree below", m);
-    else if (m == 0)
-        note("measured: the ring was faster at every swept size");
-    else
-        note("measured: the tree was faster even at the largest swept size");
+    if (m > 0) note("measured: the ring was faster from %.0f bytes on, the tree below", m);
+    else if (m == 0) note("measured: the ring was faster at every swept size");
+    else note("measured: the tree was faster even at the largest swept size");
     double model0 = ring_model(alpha, beta, n, 4.0 * (double)SWEEP_SIZES[0]);
     if (ring_s[0] > 2 * model0)
         note("The measured times are well above the model here (%.0f us against %.0f us for the "
@@ -702,14 +714,15 @@ static void note_sweep(const double *ring_s, const double *tree_s, double alpha,
  * fits the model and draws the plot once, in its own process. */
 typedef struct timings {
     double one_way[N_PING], ring_s[N_SWEEP], tree_s[N_SWEEP];
-    double one_way_checked;   /* the smallest message with the runtime's check on every send */
+    double one_way_checked; /* the smallest message with the runtime's check on every send */
 } timings;
 
 static void timing_main(int rank, int n, void *args) {
     const timing_args *a = args;
     timings t;
     if (rank < 2) {
-        for (int i = 0; i < N_PING; i++) t.one_way[i] = ping_pong(rank, PING_SIZES[i], 4 * a->reps, 1);
+        for (int i = 0; i < N_PING; i++)
+            t.one_way[i] = ping_pong(rank, PING_SIZES[i], 4 * a->reps, 1);
         t.one_way_checked = ping_pong(rank, PING_SIZES[0], 4 * a->reps, 0);
     }
     dist_barrier();
@@ -726,14 +739,14 @@ static void timing_main(int rank, int n, void *args) {
  * and its messages on both sides of the transport's eager limit. */
 static void explain_crossover(const timings *t, double alpha, double beta, int n) {
     double predicted = crossover_bytes(alpha, beta, n), measured = measured_crossover(t->ring_s, t->tree_s);
-    char said[400];   /* room for any double in %.0f */
-    if (measured > 0)
-        snprintf(said, sizeof said, "%.0f bytes", measured);
+    char said[400]; /* room for any double in %.0f */
+    if (measured > 0) snprintf(said, sizeof said, "%.0f bytes", measured);
     else
-        snprintf(said, sizeof said, "%s", measured == 0 ? "none (the ring won everywhere)" : "none (the tree won everywhere)");
+        snprintf(said, sizeof said, "%s",
+                 measured == 0 ? "none (the ring won everywhere)" : "none (the tree won everywhere)");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double ring_step = t->ring_s[0] / (2.0 * (n - 1)), tree_step = t->tree_s[0] / (2.0 * log2(n));
-    int off = 1;                     /* the ping-pong size furthest above the line */
+    int off = 1; /* the ping-pong size furthest above the line */
     for (int i = 1; i < N_PING - 1; i++) {
         double b = 4.0 * (double)PING_SIZES[i], bo = 4.0 * (double)PING_SIZES[off];
         if (t->one_way[i] / (alpha + beta * b) > t->one_way[off] / (alpha + beta * bo)) off = i;
@@ -788,7 +801,8 @@ static void fit_and_compare(const timings *t, int n, int reps) {
                                                     "the runtime, which is why the timed loops leave it out"
                                                   : "a small part of such a message's time");
     note("The hand-built ring and tree of the section before, timed on %d ranks (median of %d runs "
-         "each), against the model:", n, reps);
+         "each), against the model:",
+         n, reps);
     note_sweep(t->ring_s, t->tree_s, alpha, beta, n);
     explain_crossover(t, alpha, beta, n);
 }

@@ -69,8 +69,8 @@ enum { REF_GRAD, REF_SGD1, REF_SGDK, REF_ADAM1, REFS };
 typedef struct dp_args {
     mlp_config cfg;
     float adam_lr;
-    int per_bucket;   /* DDP: layers per gradient bucket */
-    float ref[];   /* REFS blocks of layers x width x width floats */
+    int per_bucket; /* DDP: layers per gradient bucket */
+    float ref[];    /* REFS blocks of layers x width x width floats */
 } dp_args;
 
 static struct {
@@ -173,7 +173,8 @@ static void sgd_on_one_device(void) {
     for (int step = 0; step < c.steps; step++) {
         float loss = gradients(w, c.layers, data, grads);
         if (step == 0) keep(a, REF_GRAD, grads);
-        for (int i = 0; i < c.layers; i++) sgd_step(w[i], grads[i], c.lr);
+        for (int i = 0; i < c.layers; i++)
+            sgd_step(w[i], grads[i], c.lr);
         if (step == 0) keep(a, REF_SGD1, w);
         note_verbatim("One device, SGD: step = %d, loss = %.9g", step, loss);
     }
@@ -240,11 +241,13 @@ static void data_parallelism(void) {
 
 /* SGD step on every layer. */
 static void sgd_all(tensor **w, tensor *const *grads, int layers, float lr) {
-    for (int i = 0; i < layers; i++) sgd_step(w[i], grads[i], lr);
+    for (int i = 0; i < layers; i++)
+        sgd_step(w[i], grads[i], lr);
 }
 
 static void average_all(tensor **ts, int layers) {
-    for (int i = 0; i < layers; i++) dist_all_reduce(ts[i], DIST_AVG);
+    for (int i = 0; i < layers; i++)
+        dist_all_reduce(ts[i], DIST_AVG);
 }
 
 /* The largest value over ranks. */
@@ -272,7 +275,8 @@ static double share_off(tensor *const *w, const dp_args *a, int which, double by
     for (int i = 0; i < a->cfg.layers; i++) {
         tensor_to_host(w[i], got);
         const float *ref = a->ref + ((int64_t)which * a->cfg.layers + i) * n;
-        for (int64_t k = 0; k < n; k++) off += fabsf(got[k] - ref[k]) > by;
+        for (int64_t k = 0; k < n; k++)
+            off += fabsf(got[k] - ref[k]) > by;
     }
     free(got);
     return (double)off / (double)(n * a->cfg.layers);
@@ -281,9 +285,11 @@ static double share_off(tensor *const *w, const dp_args *a, int which, double by
 /* Compares w with reference block `which`: max |w - ref| and max |ref|. */
 static double diff_to(tensor *const *w, const dp_args *a, int which, double *size) {
     tensor *ref[MAX_LAYERS];
-    for (int i = 0; i < a->cfg.layers; i++) ref[i] = ref_tensor(a, which, i, w[i]->device);
+    for (int i = 0; i < a->cfg.layers; i++)
+        ref[i] = ref_tensor(a, which, i, w[i]->device);
     double d = max_diff(w, ref, a->cfg.layers, size);
-    for (int i = 0; i < a->cfg.layers; i++) tensor_free(ref[i]);
+    for (int i = 0; i < a->cfg.layers; i++)
+        tensor_free(ref[i]);
     return d;
 }
 
@@ -292,7 +298,7 @@ static void average_gradients(int rank, const dp_args *a, tensor *x) {
     tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
     make_model(c, x->device, w, grads);
     float loss = gradients(w, c->layers, x, grads);
-    average_all(grads, c->layers);   /* the one line that makes it data parallel */
+    average_all(grads, c->layers); /* the one line that makes it data parallel */
     double size, diff = diff_to(grads, a, REF_GRAD, &size);
     note_verbatim("Rank %d: shard loss = %.6g; averaged gradients: max |rank - one device| = %.3g "
                   "(largest gradient %.3g, tolerance %.3g)",
@@ -306,14 +312,16 @@ static void average_parameters_one_step(int rank, const dp_args *a, tensor *x) {
     make_model(c, x->device, w, grads);
     gradients(w, c->layers, x, grads);
     double gsize = 0;
-    for (int i = 0; i < c->layers; i++) gsize = fmax(gsize, largest(grads[i]));
-    sgd_all(w, grads, c->layers, c->lr);   /* each rank steps on its own gradient */
-    average_all(w, c->layers);             /* then the weights are averaged */
+    for (int i = 0; i < c->layers; i++)
+        gsize = fmax(gsize, largest(grads[i]));
+    sgd_all(w, grads, c->layers, c->lr); /* each rank steps on its own gradient */
+    average_all(w, c->layers);           /* then the weights are averaged */
     double wsize, diff = diff_to(w, a, REF_SGD1, &wsize);
     double tol = sgd_tolerance(c, dist_world_size(), max_over_ranks(gsize, x->device), wsize);
     if (rank == 0)
         note_verbatim("SGD, 1 step, averaged parameters: max |rank 0 - one device| = %.3g "
-                      "(tolerance %.3g)", diff, tol);
+                      "(tolerance %.3g)",
+                      diff, tol);
     free_model(c, w, grads);
 }
 
@@ -326,7 +334,8 @@ static double sgd_steps(const dp_args *a, tensor *x, int steps, int average_grad
     double gsize = 0;
     for (int step = 0; step < steps; step++) {
         gradients(w, c->layers, x, grads);
-        for (int i = 0; i < c->layers; i++) gsize = fmax(gsize, largest(grads[i]));
+        for (int i = 0; i < c->layers; i++)
+            gsize = fmax(gsize, largest(grads[i]));
         if (average_grads) average_all(grads, c->layers);
         sgd_all(w, grads, c->layers, c->lr);
     }
@@ -346,9 +355,11 @@ static void local_sgd(int rank, const dp_args *a, tensor *x) {
     double by_params = sgd_steps(a, x, LOCAL_STEPS, 0, &tol);
     if (rank == 0) {
         note_verbatim("SGD, %d steps, gradients averaged every step: max |rank 0 - one device| = %.3g "
-                      "(tolerance %.3g)", LOCAL_STEPS, by_grads, tol);
+                      "(tolerance %.3g)",
+                      LOCAL_STEPS, by_grads, tol);
         note_verbatim("SGD, %d local steps, parameters averaged at the end: max |rank 0 - one device| "
-                      "= %.3g (%.0f times the tolerance)", LOCAL_STEPS, by_params, by_params / tol);
+                      "= %.3g (%.0f times the tolerance)",
+                      LOCAL_STEPS, by_params, by_params / tol);
     }
 }
 
@@ -380,7 +391,7 @@ static void average_main(int rank, int world_size, void *args) {
     const mlp_config *c = &a->cfg;
     tensor *data = make_data(c, get_device(rank));
     int64_t local = c->batch / world_size;
-    tensor *x = row_slice(data, rank * local, (rank + 1) * local);   /* this rank's shard */
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local); /* this rank's shard */
     average_gradients(rank, a, x);
     average_parameters_one_step(rank, a, x);
     local_sgd(rank, a, x);
@@ -407,17 +418,17 @@ typedef struct ddp_model {
     mlp_config cfg;
     int device;
     tensor *w[MAX_LAYERS];
-    tensor *flat;                    /* every gradient, last layer first */
-    tensor *grads[MAX_LAYERS];       /* views into flat */
+    tensor *flat;              /* every gradient, last layer first */
+    tensor *grads[MAX_LAYERS]; /* views into flat */
     int buckets;
-    tensor *bucket[MAX_LAYERS];      /* views into flat */
-    int pending[MAX_LAYERS];         /* layers of the bucket still in backward */
+    tensor *bucket[MAX_LAYERS]; /* views into flat */
+    int pending[MAX_LAYERS];    /* layers of the bucket still in backward */
     int bucket_of[MAX_LAYERS];
     dist_request *req[MAX_LAYERS];
-    int sync;                        /* 0 inside no_sync: no all-reduce */
-    int all_reduces;                 /* started so far */
-    double wait_seconds;             /* spent in dist_wait */
-    char log[512];                   /* what happened, in order (when logging) */
+    int sync;            /* 0 inside no_sync: no all-reduce */
+    int all_reduces;     /* started so far */
+    double wait_seconds; /* spent in dist_wait */
+    char log[512];       /* what happened, in order (when logging) */
     int logging;
 } ddp_model;
 
@@ -445,7 +456,8 @@ static void make_buckets(ddp_model *m, int per_bucket) {
         m->bucket[b] = row_slice(m->flat, (int64_t)first * c->width, (int64_t)end * c->width);
         m->pending[b] = end - first;
     }
-    for (int i = 0; i < c->layers; i++) m->bucket_of[i] = slot(m, i) / per_bucket;
+    for (int i = 0; i < c->layers; i++)
+        m->bucket_of[i] = slot(m, i) / per_bucket;
 }
 
 static void ddp_free(ddp_model *m) {
@@ -453,7 +465,8 @@ static void ddp_free(ddp_model *m) {
         tensor_free(m->w[i]);
         tensor_free(m->grads[i]);
     }
-    for (int b = 0; b < m->buckets; b++) tensor_free(m->bucket[b]);
+    for (int b = 0; b < m->buckets; b++)
+        tensor_free(m->bucket[b]);
     tensor_free(m->flat);
 }
 
@@ -484,8 +497,10 @@ static void wait_for_buckets(ddp_model *m) {
  * 1 adds to the gradients already there (accumulation). */
 static void ddp_backward(ddp_model *m, tensor **acts, tensor **pre, float beta) {
     const mlp_config *c = &m->cfg;
-    for (int b = 0; b < m->buckets; b++) m->pending[b] = 0;
-    for (int i = 0; i < c->layers; i++) m->pending[m->bucket_of[i]]++;
+    for (int b = 0; b < m->buckets; b++)
+        m->pending[b] = 0;
+    for (int i = 0; i < c->layers; i++)
+        m->pending[m->bucket_of[i]]++;
     tensor *dy = mse_loss_backward(acts[c->layers]);
     for (int i = c->layers - 1; i >= 0; i--) {
         tensor *dx = NULL;
@@ -516,7 +531,8 @@ static void ddp_design(void) {
     note("PyTorch's `DistributedDataParallel` wraps a model so that training code stays "
          "as it was: the user calls forward, backward and the optimizer; DDP does the "
          "averaging in hooks. The paper behind it (Li et al., VLDB 2020) explains four "
-         "choices, each built below on %d ranks:", WORLD);
+         "choices, each built below on %d ranks:",
+         WORLD);
     note("1. **Broadcast the initial parameters** from rank 0, so every replica starts "
          "from the same weights whatever each process drew.\n"
          "2. **Buckets**: many small all-reduces each pay a fixed cost (latency, launch); "
@@ -531,7 +547,7 @@ static void ddp_design(void) {
     image("assets/lecture_ddp_buckets.svg", 0.8);
     dp_args *args = reference.args;
     size_t size = reference.size;
-    args->per_bucket = 2;   /* 4 layers in 2 buckets */
+    args->per_bucket = 2; /* 4 layers in 2 buckets */
     spawn(ddp_main, WORLD, args, size);
     image("assets/lecture_ddp_overlap.svg", 0.8);
 }
@@ -543,12 +559,13 @@ static void broadcast_initial_parameters(ddp_model *m, int rank) {
         if (rank == 0) {
             m->w[i] = init_layer(c, i, m->device);
         } else {
-            manual_seed(5000 + 100 * (uint64_t)rank + (uint64_t)i);   /* a process's own seed */
+            manual_seed(5000 + 100 * (uint64_t)rank + (uint64_t)i); /* a process's own seed */
             m->w[i] = randn(c->width, c->width, m->device);
         }
     }
     double before = spread_over_ranks(m->w, c->layers);
-    for (int i = 0; i < c->layers; i++) dist_broadcast(m->w[i], 0);
+    for (int i = 0; i < c->layers; i++)
+        dist_broadcast(m->w[i], 0);
     double after = spread_over_ranks(m->w, c->layers), from_rank0 = 0;
     for (int i = 0; i < c->layers; i++) {
         tensor *expected = init_layer(c, i, m->device);
@@ -556,10 +573,8 @@ static void broadcast_initial_parameters(ddp_model *m, int rank) {
         tensor_free(expected);
     }
     if (rank == 0)
-        note_verbatim("Initial parameters: max spread over ranks before broadcast = %.3g, after = %.3g",
-                      before, after);
-    note_verbatim("Rank %d: after broadcast, max |weights - rank 0's initial weights| = %.3g", rank,
-                  from_rank0);
+        note_verbatim("Initial parameters: max spread over ranks before broadcast = %.3g, after = %.3g", before, after);
+    note_verbatim("Rank %d: after broadcast, max |weights - rank 0's initial weights| = %.3g", rank, from_rank0);
 }
 
 static void bucketed_step(ddp_model *m, int rank, const dp_args *a, tensor *x) {
@@ -570,15 +585,15 @@ static void bucketed_step(ddp_model *m, int rank, const dp_args *a, tensor *x) {
     if (rank == 0)
         note_verbatim("Rank 0, step 0, %d layers in %d buckets, in order: %s", c->layers, m->buckets, m->log);
     double size, diff = diff_to(m->grads, a, REF_GRAD, &size);
-    note_verbatim("Rank %d: bucketed DDP gradients: max |rank - one device| = %.3g (tolerance %.3g)", rank,
-                  diff, gradient_tolerance(c) * size);
+    note_verbatim("Rank %d: bucketed DDP gradients: max |rank - one device| = %.3g (tolerance %.3g)", rank, diff,
+                  gradient_tolerance(c) * size);
     for (int step = 0; step < c->steps; step++) {
         if (step > 0) ddp_forward_backward(m, x, 0.0f);
-        for (int i = 0; i < c->layers; i++) sgd_step(m->w[i], m->grads[i], c->lr);
+        for (int i = 0; i < c->layers; i++)
+            sgd_step(m->w[i], m->grads[i], c->lr);
     }
     double spread = spread_over_ranks(m->w, c->layers);
-    if (rank == 0)
-        note_verbatim("After %d DDP steps: max spread of the weights over ranks = %.3g", c->steps, spread);
+    if (rank == 0) note_verbatim("After %d DDP steps: max spread of the weights over ranks = %.3g", c->steps, spread);
 }
 
 /* no_sync: micro-batches 0 .. n-2 only accumulate; the last one averages. */
@@ -588,7 +603,7 @@ static void accumulate(ddp_model *m, int rank, const dp_args *a, tensor *x) {
     int before = m->all_reduces;
     for (int k = 0; k < MICRO_BATCHES; k++) {
         tensor *micro = row_slice(x, k * rows, (k + 1) * rows);
-        m->sync = k == MICRO_BATCHES - 1;   /* no_sync() around all but the last */
+        m->sync = k == MICRO_BATCHES - 1; /* no_sync() around all but the last */
         ddp_forward_backward(m, micro, k == 0 ? 0.0f : 1.0f);
         tensor_free(micro);
     }
@@ -598,8 +613,7 @@ static void accumulate(ddp_model *m, int rank, const dp_args *a, tensor *x) {
     double size, diff = diff_to(m->grads, a, REF_GRAD, &size);
     note_verbatim("Rank %d: %d micro-batches with no_sync, %d all-reduces (%d buckets): max |rank - one "
                   "device| = %.3g (tolerance %.3g)",
-                  rank, MICRO_BATCHES, m->all_reduces - before, m->buckets, diff,
-                  gradient_tolerance(c) * size);
+                  rank, MICRO_BATCHES, m->all_reduces - before, m->buckets, diff, gradient_tolerance(c) * size);
 }
 
 static void ddp_main(int rank, int world_size, void *args) {
@@ -651,7 +665,8 @@ static void bucket_size(void) {
     progress("bucket size");
     note("## Step time against bucket size");
     sweep_args a = {.cfg = {.batch = 64, .width = 128, .layers = SWEEP_LAYERS, .steps = 1, .lr = 1e-2f},
-                    .warmup = 1, .steps = 9};
+                    .warmup = 1,
+                    .steps = 9};
     if (lecture_quick()) {
         a.cfg.width = 64;
         a.steps = 5;
@@ -660,9 +675,8 @@ static void bucket_size(void) {
          "%d on %d ranks. One training step (forward, backward with the bucketed all-reduce, "
          "SGD) is timed %d times after %d warm-up steps for each bucket size; the table gives "
          "the median, the slowest rank's.",
-         a.cfg.layers, a.cfg.width, a.cfg.width,
-         (double)a.cfg.layers * a.cfg.width * a.cfg.width * 4 / 1e6, a.cfg.batch, SWEEP_WORLD, a.steps,
-         a.warmup);
+         a.cfg.layers, a.cfg.width, a.cfg.width, (double)a.cfg.layers * a.cfg.width * a.cfg.width * 4 / 1e6,
+         a.cfg.batch, SWEEP_WORLD, a.steps, a.warmup);
     spawn(sweep_main, SWEEP_WORLD, &a, sizeof a);
     sweep_times t;
     if (spawn_result(0, &t, sizeof t) == sizeof t) note_sweep(&a, &t);
@@ -694,18 +708,20 @@ static void bucket_size(void) {
  * per_bucket layers. */
 static double time_steps(const sweep_args *a, int per_bucket, tensor *x, double *wait) {
     ddp_model m = {.cfg = a->cfg, .device = x->device, .sync = 1};
-    for (int i = 0; i < a->cfg.layers; i++) m.w[i] = init_layer(&a->cfg, i, m.device);
+    for (int i = 0; i < a->cfg.layers; i++)
+        m.w[i] = init_layer(&a->cfg, i, m.device);
     make_buckets(&m, per_bucket);
     double times[64], waits[64];
     for (int s = 0; s < a->warmup + a->steps; s++) {
         /* The warm-up steps carry the runtime's agreement checks; the timed
          * ones skip them (a timed region), so a step costs what DDP costs. */
         if (s == a->warmup) dist_timed_begin();
-        dist_barrier();   /* every rank starts the step together */
+        dist_barrier(); /* every rank starts the step together */
         m.wait_seconds = 0;
         double t0 = now_seconds();
         ddp_forward_backward(&m, x, 0.0f);
-        for (int i = 0; i < a->cfg.layers; i++) sgd_step(m.w[i], m.grads[i], a->cfg.lr);
+        for (int i = 0; i < a->cfg.layers; i++)
+            sgd_step(m.w[i], m.grads[i], a->cfg.lr);
         device_synchronize();
         if (s >= a->warmup) {
             times[s - a->warmup] = now_seconds() - t0;
@@ -806,7 +822,7 @@ static void straggler_main(int rank, int world_size, void *args) {
         dist_barrier();
         double t0 = now_seconds();
         gradients(w, c->layers, x, grads);
-        if (rank == STRAGGLER) sleep_ms(a->delay_ms);   /* the slow rank */
+        if (rank == STRAGGLER) sleep_ms(a->delay_ms); /* the slow rank */
         double t1 = now_seconds();
         average_all(grads, c->layers);
         double t2 = now_seconds();

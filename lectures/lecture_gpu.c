@@ -25,8 +25,9 @@
 #include "lecture_gpu_kernels.h"
 #endif
 
-LECTURE_OPTIONS({"matmul-n", "N", "size of the matrices the tiles section multiplies (default 512; 128 with --quick); "
-                                  "any N from 1 to 2048, a multiple of the tile or not"});
+LECTURE_OPTIONS({"matmul-n", "N",
+                 "size of the matrices the tiles section multiplies (default 512; 128 with --quick); "
+                 "any N from 1 to 2048, a multiple of the tile or not"});
 
 static void why_gpus(void);
 static void memory_hierarchy(void);
@@ -110,7 +111,7 @@ static double time_runs(void (*work)(void *), void *arg, int reps, int warm, dou
         device_synchronize();
         t[r] = now_seconds() - t0;
     }
-    double m = median_of(t, reps);   /* sorts t */
+    double m = median_of(t, reps); /* sorts t */
     *fastest = t[0];
     return m;
 }
@@ -223,8 +224,8 @@ static void this_machine(void) {
         note("Its GPU 0 is a %s: %d SMs, each holding up to %d resident threads, so **%d "
              "threads** at once; %d registers and %d KiB of shared memory per SM, %d MiB "
              "of L2 cache shared by all SMs, and %.1f GiB of its own memory (HBM).",
-             f.name, f.sms, f.threads_per_sm, f.sms * f.threads_per_sm, f.registers_per_sm,
-             f.shared_per_sm / 1024, f.l2_bytes >> 20, f.global_bytes / (1 << 30));
+             f.name, f.sms, f.threads_per_sm, f.sms * f.threads_per_sm, f.registers_per_sm, f.shared_per_sm / 1024,
+             f.l2_bytes >> 20, f.global_bytes / (1 << 30));
         return;
     }
 #endif
@@ -461,7 +462,7 @@ static void run_gpu_tiled(void *arg) {
 static void matmul_on_gpu(const float *a, const float *b, int n, double tol) {
     gpu_mm_work w = {tensor_from(a, n, n, 0), tensor_from(b, n, n, 0), empty(n, n, 0)};
     double t = time_median(run_gpu_tiled, &w, 5, 1);
-    tensor *ref = matmul(w.a, w.b);   /* cuBLAS */
+    tensor *ref = matmul(w.a, w.b); /* cuBLAS */
     check_close(w.c, ref, 0, tol, "tiled_matmul kernel vs matmul() (cuBLAS)");
     keep_point("tiled_matmul kernel", n, mm_flops(n), mm_bytes(n), t);
     blas_work bw = {w.a, w.b, ref};
@@ -618,11 +619,15 @@ static void *stream_slice_run(void *arg) {
     int64_t i = s->from, to = s->to - (s->to - s->from) % 4;
     if (s->w->triad) {
         float4 k = {TRIAD_SCALAR, TRIAD_SCALAR, TRIAD_SCALAR, TRIAD_SCALAR};
-        for (; i < to; i += 4) *(float4 *)(a + i) = *(const float4 *)(b + i) + k * *(const float4 *)(c + i);
-        for (; i < s->to; i++) a[i] = b[i] + TRIAD_SCALAR * c[i];
+        for (; i < to; i += 4)
+            *(float4 *)(a + i) = *(const float4 *)(b + i) + k * *(const float4 *)(c + i);
+        for (; i < s->to; i++)
+            a[i] = b[i] + TRIAD_SCALAR * c[i];
     } else {
-        for (; i < to; i += 4) *(float4 *)(c + i) = *(const float4 *)(a + i);
-        for (; i < s->to; i++) c[i] = a[i];
+        for (; i < to; i += 4)
+            *(float4 *)(c + i) = *(const float4 *)(a + i);
+        for (; i < s->to; i++)
+            c[i] = a[i];
     }
     return NULL;
 }
@@ -632,10 +637,8 @@ static void run_stream(void *arg) {
     int64_t n = w->a->numel;
 #ifdef LECTERN_CUDA
     if (w->a->device >= 0) {
-        if (w->triad)
-            gpu_stream_triad(w->a->device, w->a->data, w->b->data, w->c->data, TRIAD_SCALAR, n);
-        else
-            gpu_stream_copy(w->a->device, w->c->data, w->a->data, n);
+        if (w->triad) gpu_stream_triad(w->a->device, w->a->data, w->b->data, w->c->data, TRIAD_SCALAR, n);
+        else gpu_stream_copy(w->a->device, w->c->data, w->a->data, n);
         return;
     }
 #endif
@@ -646,7 +649,8 @@ static void run_stream(void *arg) {
         if (pthread_create(&th[t], NULL, stream_slice_run, &sl[t]) != 0)
             lecture_fail("could not start STREAM thread %d of %d", t + 1, w->threads);
     }
-    for (int t = 0; t < w->threads; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < w->threads; t++)
+        pthread_join(th[t], NULL);
 }
 
 typedef struct vadd_work {
@@ -670,12 +674,12 @@ static void run_vector_add(void *arg) {
  * fastest of STREAM_RUNS runs. Then, over the same arrays, the points of the vector
  * add (the lecture's loop or kernel) and of the runtime's add_(). */
 static double measure_bandwidth(int device, roof_point *pts, int *count) {
-    int64_t n = lecture_quick() ? (8 << 20) : (16 << 20);  /* 32 or 64 MiB per array */
-    if (device >= 0) n = 64 << 20;                         /* 256 MiB: past any L2 */
+    int64_t n = lecture_quick() ? (8 << 20) : (16 << 20); /* 32 or 64 MiB per array */
+    if (device >= 0) n = 64 << 20;                        /* 256 MiB: past any L2 */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = device >= 0 ? 1 : (int)(cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : cores);
     stream_work sw = {zeros(n, 0, device), zeros(n, 0, device), zeros(n, 0, device), 0, threads};
-    add_scalar(sw.a, 1.0f);   /* STREAM's starting values */
+    add_scalar(sw.a, 1.0f); /* STREAM's starting values */
     add_scalar(sw.b, 2.0f);
     double t_copy = time_fastest(run_stream, &sw, STREAM_RUNS);
     sw.triad = 1;
@@ -761,8 +765,8 @@ static void roofline_plot(const roof_point *pts, int count, double peak, double 
     /* The roof: the slope bw x intensity up to the ridge, then flat. */
     double xs[] = {1.0 / 64, 1.0 / 12, ridge, 4 * right};
     for (int i = 0; i < 4; i++)
-        add_text(&v, "%s{\"series\": \"roof (measured)\", \"intensity\": %.6g, \"gflops\": %.6g}", i ? ", " : "",
-                 xs[i], roof(peak, bw, xs[i]));
+        add_text(&v, "%s{\"series\": \"roof (measured)\", \"intensity\": %.6g, \"gflops\": %.6g}", i ? ", " : "", xs[i],
+                 roof(peak, bw, xs[i]));
     for (int i = 0; i < count; i++)
         add_text(&v, ", {\"series\": \"%s\", \"n\": %d, \"intensity\": %.6g, \"gflops\": %.6g}", pts[i].kernel,
                  pts[i].n, pts[i].intensity, pts[i].gflops);
@@ -801,9 +805,9 @@ static void roofline_sentences(const roof_point *pts, int count, double peak, do
          "ridge, where only the memory limits them.%s%s",
          100 * vadd, 100 * axpy,
          vadd < 0.7 && strstr(pts[0].kernel, "1 thread")
-             ? " The lecture's loop runs on one core, and one core cannot draw all the bandwidth the "
-               "STREAM threads drew together."
-             : "",
+                 ? " The lecture's loop runs on one core, and one core cannot draw all the bandwidth the "
+                   "STREAM threads drew together."
+                 : "",
          axpy > 1 ? " `add_()` came out above the roof: it updates its tensor in place, so each cache "
                     "line it writes is one it has just read, while STREAM's triad writes a third array, "
                     "and a CPU reads each line it is about to write (write-allocate): 4 bytes an element "
@@ -812,8 +816,8 @@ static void roofline_sentences(const roof_point *pts, int count, double peak, do
                     "loop uses this CPU's widest vector instructions where the STREAM loops here move 4 "
                     "floats at a time, and the roof and the point were measured at different moments."
                   : "");
-    note("`matmul()` reached from %.0f%% (n = %d) to %.0f%% (n = %d) of the compute roof. %s",
-         100 * lo, n_lo, 100 * hi, n_hi,
+    note("`matmul()` reached from %.0f%% (n = %d) to %.0f%% (n = %d) of the compute roof. %s", 100 * lo, n_lo, 100 * hi,
+         n_hi,
          n_hi < n_lo ? "Here the smaller products were the faster: their matrices stay in the caches, "
                        "while a larger one streams through memory that other programs on this machine "
                        "were using too."
@@ -849,7 +853,8 @@ static void roofline_section(void) {
          "The ridge, where the two roofs meet, is at %.1f FLOP/byte: a matrix product is "
          "compute-bound from about n = 6 x %.1f = %.0f on, if its kernel reuses what it loads.",
          device >= 0 ? "cuBLAS" : "OpenBLAS", PEAK_RUNS, peak, roof_n, peak / bw, peak / bw, 6 * peak / bw);
-    for (int i = 0; i < n_earlier && count < MAX_POINTS; i++) pts[count++] = earlier[i];
+    for (int i = 0; i < n_earlier && count < MAX_POINTS; i++)
+        pts[count++] = earlier[i];
     measure_matmuls(device, pts, &count);
     text t = {.n = 0};
     add_text(&t, "| kernel | n | FLOP/byte | GFLOP/s | roof (GFLOP/s) | of the roof |\n|---|---|---|---|---|---|\n");
@@ -1006,7 +1011,8 @@ static float *host_copy(const tensor *t) {
 static void compare_shards(const mlp_config *c, int rank, int world, model_state *ddp, model_state *fsdp) {
     int64_t shard = (int64_t)c->width * c->width / world;
     double gdiff = 0, gsize = 0;
-    for (int i = 0; i < c->layers; i++) gsize = fmax(gsize, largest(ddp->g[i]));
+    for (int i = 0; i < c->layers; i++)
+        gsize = fmax(gsize, largest(ddp->g[i]));
     /* Tolerances from lectures/lib/mlp.h: the gradients differ only in the
      * order of their float32 sums (reduce-scatter against all-reduce). */
     double gtol = gradient_tolerance(c) * gsize;
@@ -1026,8 +1032,8 @@ static void compare_shards(const mlp_config *c, int rank, int world, model_state
         tensor_free(wpart);
         tensor_free(gpart);
     }
-    check(gdiff <= gtol, "rank %d: FSDP's gradient shards equal DDP's averaged gradients (%.3g <= %.3g)", rank,
-          gdiff, gtol);
+    check(gdiff <= gtol, "rank %d: FSDP's gradient shards equal DDP's averaged gradients (%.3g <= %.3g)", rank, gdiff,
+          gtol);
     check(far <= near_zero,
           "rank %d: FSDP's weight shards equal DDP's weights after the step (%lld weights more than lr/2 apart "
           "<= %lld with a gradient within %.3g of 0)",
@@ -1041,10 +1047,8 @@ static double time_steps(const dist_args *a, model_state *s, tensor *x, int fsdp
     for (int k = 0; k < n; k++) {
         dist_timer timer = {0};
         dist_timer_start(&timer);
-        if (fsdp)
-            fsdp_step(&a->cfg, s->w, s->g, s->opt, x, &peak);
-        else
-            ddp_step(&a->cfg, s->w, s->g, s->opt, x);
+        if (fsdp) fsdp_step(&a->cfg, s->w, s->g, s->opt, x, &peak);
+        else ddp_step(&a->cfg, s->w, s->g, s->opt, x);
         t[k] = dist_timer_stop(&timer);
     }
     return median_of(t, n);
@@ -1086,16 +1090,16 @@ static void ddp_vs_fsdp_main(int rank, int world, void *args) {
              "| bytes sent, nominal (dist_bytes_nominal) | %lld | %lld |\n"
              "| step time, slowest rank, median of %d (ms) | %.2f | %.2f |\n"
              "| examples per second | %.0f | %.0f |",
-             (long long)(b1 - b0), (long long)(b2 - b1), a->timed_steps, t_ddp * 1e3, t_fsdp * 1e3,
-             c->batch / t_ddp, c->batch / t_fsdp);
+             (long long)(b1 - b0), (long long)(b2 - b1), a->timed_steps, t_ddp * 1e3, t_fsdp * 1e3, c->batch / t_ddp,
+             c->batch / t_fsdp);
         /* The traffic, from the byte counter's rules (runtime/lectern.h), per
          * layer: an all-reduce of the W x W gradient; two all-gathers of the
          * W x W weights and a reduce-scatter of the W x W gradient. */
         double layer = 4.0 * c->width * c->width, share = (double)(world - 1) / world;
-        check(b1 - b0 == (int64_t)(c->layers * 2 * share * layer),
-              "DDP sent 2(N-1)/N x 4P = %.0f bytes per rank", c->layers * 2 * share * layer);
-        check(b2 - b1 == (int64_t)(c->layers * 3 * share * layer),
-              "FSDP sent 3(N-1)/N x 4P = %.0f bytes per rank", c->layers * 3 * share * layer);
+        check(b1 - b0 == (int64_t)(c->layers * 2 * share * layer), "DDP sent 2(N-1)/N x 4P = %.0f bytes per rank",
+              c->layers * 2 * share * layer);
+        check(b2 - b1 == (int64_t)(c->layers * 3 * share * layer), "FSDP sent 3(N-1)/N x 4P = %.0f bytes per rank",
+              c->layers * 3 * share * layer);
         note("FSDP's step took %.2f times as long as DDP's here. The messages are small "
              "(%.2f MB a step for FSDP) and the %d ranks share this machine's CPU cores, so "
              "what a step costs here is mostly the cost of each collective call, %d of them "

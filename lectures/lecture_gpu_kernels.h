@@ -23,12 +23,12 @@ extern "C" {
 /* What one GPU is made of, as the CUDA runtime reports it. */
 typedef struct gpu_facts {
     char name[256];
-    int sms;                    /* streaming multiprocessors */
-    int threads_per_sm;         /* resident threads one SM can hold */
-    int registers_per_sm;       /* 32-bit registers */
-    int shared_per_sm;          /* bytes of shared memory (on-chip, per SM) */
-    int l2_bytes;               /* the L2 cache all SMs share */
-    double global_bytes;        /* HBM / GDDR: the GPU's own memory */
+    int sms;              /* streaming multiprocessors */
+    int threads_per_sm;   /* resident threads one SM can hold */
+    int registers_per_sm; /* 32-bit registers */
+    int shared_per_sm;    /* bytes of shared memory (on-chip, per SM) */
+    int l2_bytes;         /* the L2 cache all SMs share */
+    double global_bytes;  /* HBM / GDDR: the GPU's own memory */
 } gpu_facts;
 
 void gpu_facts_of(int device, gpu_facts *f);

@@ -179,7 +179,8 @@ static block block_full(int device) {
 
 static void block_free(block *b) {
     tensor *all[] = {b->wq, b->wk, b->wv, b->wo, b->w1, b->w2};
-    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+    for (int i = 0; i < 6; i++)
+        tensor_free(all[i]);
 }
 
 /* Multi-head attention of a (already normalised): its heads, then o. */
@@ -296,11 +297,13 @@ static tensor *pack_by_expert(const tensor *x, const int *dest, int world_size, 
  * capacity every piece is padded to. */
 static int exchange_counts(const int *to_expert, int world_size, int device, int *from) {
     float sent[LECTERN_MAX_WORLD] = {0}, got[LECTERN_MAX_WORLD], most = 0;
-    for (int e = 0; e < world_size; e++) most = fmaxf(most, sent[e] = (float)to_expert[e]);
+    for (int e = 0; e < world_size; e++)
+        most = fmaxf(most, sent[e] = (float)to_expert[e]);
     tensor *send = tensor_from(sent, world_size, 0, device), *recv = empty(world_size, 0, device);
     dist_all_to_all(recv, send); /* recv[s]: rows rank s will send me */
     tensor_to_host(recv, got);
-    for (int s = 0; s < world_size; s++) from[s] = (int)got[s];
+    for (int s = 0; s < world_size; s++)
+        from[s] = (int)got[s];
     tensor *cap = tensor_from(&most, 1, 0, device);
     dist_all_reduce(cap, DIST_MAX);
     int capacity = (int)tensor_item(cap, 0);
@@ -333,7 +336,8 @@ static tensor *run_my_expert(const tensor *received, const int *from, int world_
 /* Step 5: token t's output is row slot[t] of what came back, times its gate. */
 static tensor *combine(const tensor *back, const int *slot, const float *gate, int tokens) {
     int order[TOKENS];
-    for (int t = 0; t < tokens; t++) order[t] = t;
+    for (int t = 0; t < tokens; t++)
+        order[t] = t;
     tensor *rows = gather_rows(back, slot, tokens), *out = zeros(tokens, DIM, back->device);
     scatter_rows(out, rows, order, gate, tokens);
     tensor_free(rows);
@@ -366,7 +370,8 @@ static tensor *moe_expert_parallel(const tensor *x, const tensor *router, const 
 /* The same layer on one device, all ranks' tokens: this rank's rows. */
 static tensor *moe_one_device(const tensor *all_tokens, const tensor *router, int rank, int device) {
     tensor *w1[EXPERTS], *w2[EXPERTS];
-    for (int e = 0; e < EXPERTS; e++) expert_weights(e, device, &w1[e], &w2[e]);
+    for (int e = 0; e < EXPERTS; e++)
+        expert_weights(e, device, &w1[e], &w2[e]);
     tensor *all = moe_forward(all_tokens, router, w1, w2, EXPERTS);
     tensor *mine = row_slice(all, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS),
            *copy = to_device(mine, device);
@@ -556,7 +561,8 @@ static tensor *block_sequence_parallel(const tensor *x_mine, const block *w) {
     tensor *partial2 = mlp_forward(b, w->w1, w->w2), *z = reduce_scatter_sequence(partial2);
     add_(z, y);
     tensor *all[] = {a_mine, a, partial, y, b_mine, b, partial2};
-    for (int i = 0; i < 7; i++) tensor_free(all[i]);
+    for (int i = 0; i < 7; i++)
+        tensor_free(all[i]);
     return z;
 }
 
@@ -596,7 +602,8 @@ static void tp_main(int rank, int world_size, void *args) {
           (long long)r.nominal[1], (long long)r.nominal[0]);
     spawn_return(&r, sizeof r);
     tensor *all[] = {expected_mine, z_mine, x_mine, z, expected, x};
-    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+    for (int i = 0; i < 6; i++)
+        tensor_free(all[i]);
     block_free(&full);
     block_free(&mine);
 }
@@ -729,7 +736,8 @@ static void ring_main(int rank, int world_size, void *args) {
           "ring attention: every chunk of keys and values passed on once, to the next rank (%lld bytes)",
           (long long)formula);
     tensor *all_t[] = {expected, all, out, v_mine, k_mine, q_mine, v, k, q};
-    for (int i = 0; i < 9; i++) tensor_free(all_t[i]);
+    for (int i = 0; i < 9; i++)
+        tensor_free(all_t[i]);
 }
 
 /* ------------------------------------------------------------------ */
@@ -794,7 +802,8 @@ static void mesh_step(dist_group *tp, const tensor *x, const tensor *a, const te
     layer_backward(z, pre, b, dy, gb, &dz, 0.0f);
     layer_backward(x, h, a, dz, ga, NULL, 0.0f); /* the data needs no gradient: no backward all-reduce */
     tensor *all[] = {h, z, pre, y, dy, dz};
-    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+    for (int i = 0; i < 6; i++)
+        tensor_free(all[i]);
 }
 
 static void mesh_main(int rank, int world_size, void *args) {
@@ -826,7 +835,8 @@ static void mesh_main(int rank, int world_size, void *args) {
                   tol);
     check(diff <= tol, "2-D mesh: the gradients equal one device's (%.3g <= %.3g)", diff, tol);
     tensor *all[] = {ea, eb_view, eb, full_ga, full_gb, a, b_view, b, ga, gb, A, B, x, data};
-    for (int i = 0; i < 14; i++) tensor_free(all[i]);
+    for (int i = 0; i < 14; i++)
+        tensor_free(all[i]);
     dist_group_free(tp);
     dist_group_free(dpg);
 }
@@ -909,7 +919,8 @@ static void ddp_step(const mlp_config *c, tensor *x, tensor **w, tensor **g, zer
     forward(w, c->layers, x, acts, pre);
     backward(w, c->layers, acts, pre, g);
     free_saved(c->layers, acts, pre);
-    for (int i = 0; i < c->layers; i++) dist_all_reduce(g[i], DIST_AVG);
+    for (int i = 0; i < c->layers; i++)
+        dist_all_reduce(g[i], DIST_AVG);
     adamw_all(c, w, g);
     int64_t n = (int64_t)c->layers * c->width * c->width;
     f->weights = n, f->grads = n, f->state = 2 * n;
@@ -920,7 +931,8 @@ static void zero1_step(const mlp_config *c, tensor *x, tensor **w, tensor **gp, 
     int p = dist_world_size(), r = dist_rank();
     int64_t rows = c->width / p;
     tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS], *g[MAX_LAYERS];
-    for (int i = 0; i < c->layers; i++) g[i] = empty(c->width, c->width, x->device);
+    for (int i = 0; i < c->layers; i++)
+        g[i] = empty(c->width, c->width, x->device);
     forward(w, c->layers, x, acts, pre);
     backward(w, c->layers, acts, pre, g);
     free_saved(c->layers, acts, pre);
@@ -1044,7 +1056,8 @@ static double share_where(const tensor *a, const tensor *b, double by) {
     if (!ah || !bh) lecture_fail("out of memory comparing %lld floats", (long long)n);
     tensor_to_host(a, ah);
     if (b) tensor_to_host(b, bh);
-    for (int64_t i = 0; i < n; i++) count += b ? fabsf(ah[i] - bh[i]) > by : fabsf(ah[i]) <= by;
+    for (int64_t i = 0; i < n; i++)
+        count += b ? fabsf(ah[i] - bh[i]) > by : fabsf(ah[i]) <= by;
     free(ah);
     free(bh);
     return (double)count / (double)n;
@@ -1065,7 +1078,8 @@ static void against_ddp(int m, int rank, const mlp_config *c, tensor **w, tensor
                         int banded_weights) {
     int p = dist_world_size();
     double diff = 0, size = 0, off = 0, near_zero = 0;
-    for (int i = 0; i < c->layers; i++) size = fmax(size, largest(g_ddp[i]));
+    for (int i = 0; i < c->layers; i++)
+        size = fmax(size, largest(g_ddp[i]));
     double tol = gradient_tolerance(c) * size;
     for (int i = 0; i < c->layers; i++) {
         tensor *g_band = band_of(g_ddp[i], rank, p), *w_ref = banded_weights ? band_of(w_ddp[i], rank, p) : w_ddp[i];
@@ -1092,7 +1106,8 @@ static void counted(zero_figures *f, const dist_traffic *before) {
 }
 
 static void free_layers(int n, tensor **t) {
-    for (int i = 0; i < n; i++) tensor_free(t[i]);
+    for (int i = 0; i < n; i++)
+        tensor_free(t[i]);
 }
 
 static void zero_main(int rank, int world_size, void *args) {
@@ -1118,7 +1133,8 @@ static void zero_main(int rank, int world_size, void *args) {
         if (m != DDP) against_ddp(m, rank, &c, w[m], g[m], w[DDP], g[DDP], m == ZERO3);
     }
     int prefetched = 1;
-    for (int i = 1; i < c.layers; i++) prefetched &= log.issued[i] < log.computed[i - 1];
+    for (int i = 1; i < c.layers; i++)
+        prefetched &= log.issued[i] < log.computed[i - 1];
     if (rank == 0) note_verbatim("Rank 0, ZeRO-3 forward, in order: %s", log.text);
     check(prefetched, "ZeRO-3: each layer's all-gather issued before the layer before it computes");
     /* An all-reduce is a reduce-scatter and an all-gather: the same bytes. */
@@ -1222,9 +1238,11 @@ static int64_t one_step(const mlp_config *c, tensor *const *w, tensor *x, tensor
     int64_t alive = heap_bytes_in_use() - before;
     if (recompute) backward_recomputing(w, c->layers, acts, g);
     else backward(w, c->layers, acts, pre, g);
-    for (int i = 1; i <= c->layers; i++) tensor_free(acts[i]);
+    for (int i = 1; i <= c->layers; i++)
+        tensor_free(acts[i]);
     if (!recompute)
-        for (int i = 0; i < c->layers; i++) tensor_free(pre[i]);
+        for (int i = 0; i < c->layers; i++)
+            tensor_free(pre[i]);
     return alive;
 }
 

@@ -13,9 +13,9 @@
 #ifdef __cplusplus
 extern "C"
 #endif
-    void
-    lx_backend_error(const char *lib, const char *msg, const char *file, int line, const char *expr)
-        __attribute__((noreturn));
+        void
+        lx_backend_error(const char *lib, const char *msg, const char *file, int line, const char *expr)
+                __attribute__((noreturn));
 
 /* The library's own message reaches the trace: an error step at the lecture
  * line (in the rank where it happened), then exit 1 (check.c). */
@@ -26,50 +26,47 @@ extern "C"
 #ifdef __cplusplus
 extern "C"
 #endif
-    int
-    lx_cuda_sync(void);
+        int
+        lx_cuda_sync(void);
 
-#define MPI_CHECK(call)                                                              \
-    do {                                                                             \
-        int mpi_rc_ = (call);                                                        \
-        if (mpi_rc_ != MPI_SUCCESS) {                                                \
-            char mpi_msg_[MPI_MAX_ERROR_STRING];                                     \
-            int mpi_len_ = 0;                                                        \
-            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                          \
-            LX_DIE("MPI", mpi_msg_, __FILE__, __LINE__, #call);                      \
-        }                                                                            \
+#define MPI_CHECK(call)                                         \
+    do {                                                        \
+        int mpi_rc_ = (call);                                   \
+        if (mpi_rc_ != MPI_SUCCESS) {                           \
+            char mpi_msg_[MPI_MAX_ERROR_STRING];                \
+            int mpi_len_ = 0;                                   \
+            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);     \
+            LX_DIE("MPI", mpi_msg_, __FILE__, __LINE__, #call); \
+        }                                                       \
     } while (0)
 
 #ifdef LECTERN_CUDA
-#define CUDA_CHECK(call)                                                             \
-    do {                                                                             \
-        cudaError_t cuda_rc_ = (call);                                               \
-        if (cuda_rc_ != cudaSuccess)                                                 \
-            LX_DIE("CUDA", cudaGetErrorString(cuda_rc_), __FILE__, __LINE__, #call); \
+#define CUDA_CHECK(call)                                                                                      \
+    do {                                                                                                      \
+        cudaError_t cuda_rc_ = (call);                                                                        \
+        if (cuda_rc_ != cudaSuccess) LX_DIE("CUDA", cudaGetErrorString(cuda_rc_), __FILE__, __LINE__, #call); \
     } while (0)
 
 /* Right after a kernel launch (a launch returns no status): the launch's
  * own error, and under LECTERN_CUDA_SYNC=1 the kernel's too, both named at
  * this line rather than at the next call that waits for the GPU. */
-#define KERNEL_CHECK()                                                               \
-    do {                                                                             \
-        CUDA_CHECK(cudaGetLastError());                                              \
-        if (lx_cuda_sync()) CUDA_CHECK(cudaDeviceSynchronize());                     \
+#define KERNEL_CHECK()                                           \
+    do {                                                         \
+        CUDA_CHECK(cudaGetLastError());                          \
+        if (lx_cuda_sync()) CUDA_CHECK(cudaDeviceSynchronize()); \
     } while (0)
 
-#define CUBLAS_CHECK(call)                                                           \
-    do {                                                                             \
-        cublasStatus_t cublas_rc_ = (call);                                          \
-        if (cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                     \
-            LX_DIE("cuBLAS", cublasGetStatusString(cublas_rc_), __FILE__, __LINE__,  \
-                   #call);                                                           \
+#define CUBLAS_CHECK(call)                                                                  \
+    do {                                                                                    \
+        cublasStatus_t cublas_rc_ = (call);                                                 \
+        if (cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                            \
+            LX_DIE("cuBLAS", cublasGetStatusString(cublas_rc_), __FILE__, __LINE__, #call); \
     } while (0)
 
-#define NCCL_CHECK(call)                                                             \
-    do {                                                                             \
-        ncclResult_t nccl_rc_ = (call);                                              \
-        if (nccl_rc_ != ncclSuccess)                                                 \
-            LX_DIE("NCCL", ncclGetErrorString(nccl_rc_), __FILE__, __LINE__, #call); \
+#define NCCL_CHECK(call)                                                                                      \
+    do {                                                                                                      \
+        ncclResult_t nccl_rc_ = (call);                                                                       \
+        if (nccl_rc_ != ncclSuccess) LX_DIE("NCCL", ncclGetErrorString(nccl_rc_), __FILE__, __LINE__, #call); \
     } while (0)
 #endif
 

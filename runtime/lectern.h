@@ -114,9 +114,9 @@ int lecture_quick(void);
  * the same options as the lecture. `make run LECTURE=x ARGS="--naive --n=8"`
  * passes them. */
 typedef struct lecture_opt {
-    const char *name;    /* "naive" for --naive, "n" for --n=VALUE */
-    const char *value;   /* NULL for a flag, else what --help shows after '=' */
-    const char *help;    /* one line for --help */
+    const char *name;  /* "naive" for --naive, "n" for --n=VALUE */
+    const char *value; /* NULL for a flag, else what --help shows after '=' */
+    const char *help;  /* one line for --help */
 } lecture_opt;
 #define LECTURE_OPTIONS(...) const lecture_opt lecture_options[] = {__VA_ARGS__, {NULL, NULL, NULL}}
 
@@ -211,13 +211,13 @@ size_t spawn_result(int rank, void *out, size_t cap);
 #define LECTERN_MAX_DIMS 4
 
 typedef struct tensor {
-    float *data;                      /* host or device pointer */
+    float *data; /* host or device pointer */
     int ndim;
     int64_t shape[LECTERN_MAX_DIMS];
     int64_t numel;
-    int device;                       /* -1: cpu, N >= 0: cuda:N */
-    int owns_data;                    /* 0 for views */
-    char *str;                        /* buffer behind tensor_str()/summarize() */
+    int device;    /* -1: cpu, N >= 0: cuda:N */
+    int owns_data; /* 0 for views */
+    char *str;     /* buffer behind tensor_str()/summarize() */
 } tensor;
 
 /* The device a lecture should put rank `rank`'s tensors on: cuda:rank when
@@ -225,11 +225,11 @@ typedef struct tensor {
  * fewer GPUs, else the CPU (-1). Outside spawn: cuda:0 when a GPU is present,
  * else the CPU. */
 int get_device(int rank);
-int gpu_count(void);                  /* GPUs visible (0 without CUDA or driver) */
+int gpu_count(void); /* GPUs visible (0 without CUDA or driver) */
 
-tensor *empty(int64_t rows, int64_t cols, int device);   /* cols 0 => 1-D */
+tensor *empty(int64_t rows, int64_t cols, int device); /* cols 0 => 1-D */
 tensor *zeros(int64_t rows, int64_t cols, int device);
-tensor *arange(int64_t n, int device);                    /* [0, 1, ..., n-1] */
+tensor *arange(int64_t n, int device); /* [0, 1, ..., n-1] */
 /* Standard normal numbers from a seeded, counter-based generator
  * (Philox4x32-10 and Box-Muller, runtime/philox.h) that gives the same floats,
  * bit for bit, on the CPU and on every GPU: made where the tensor lives (a
@@ -239,9 +239,9 @@ tensor *arange(int64_t n, int device);                    /* [0, 1, ..., n-1] */
 tensor *randn(int64_t rows, int64_t cols, int device);
 void manual_seed(uint64_t seed);
 tensor *tensor_from(const float *values, int64_t rows, int64_t cols, int device);
-tensor *to_device(const tensor *t, int device);           /* a copy */
-void tensor_copy(tensor *dst, const tensor *src);          /* same shape, any devices */
-tensor *row_slice(tensor *t, int64_t start, int64_t end);  /* view of rows [start, end) */
+tensor *to_device(const tensor *t, int device);                 /* a copy */
+void tensor_copy(tensor *dst, const tensor *src);               /* same shape, any devices */
+tensor *row_slice(tensor *t, int64_t start, int64_t end);       /* view of rows [start, end) */
 tensor *col_slice(const tensor *t, int64_t start, int64_t end); /* a copy of columns */
 /* A view of the rows*cols elements of t starting at element `offset`
  * (row-major order), shaped rows x cols (cols 0: 1-D of `rows`). It shares
@@ -253,26 +253,26 @@ tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols);
 /* A view of all of t with another shape (cols 0: 1-D); the element count
  * must stay the same. */
 tensor *reshape(tensor *t, int64_t rows, int64_t cols);
-tensor *cat_cols(tensor *const *parts, int n);             /* concatenate along dim 1 */
+tensor *cat_cols(tensor *const *parts, int n); /* concatenate along dim 1 */
 void tensor_free(tensor *t);
-void tensor_to_host(const tensor *t, float *out);          /* numel floats */
+void tensor_to_host(const tensor *t, float *out); /* numel floats */
 
-void add_scalar(tensor *t, float s);                       /* in place */
-void scale_(tensor *t, float s);                            /* in place */
-void add_(tensor *t, const tensor *u);                     /* t += u */
-void sub_(tensor *t, const tensor *u);                     /* t -= u (same shape and device) */
-void fill_(tensor *t, float value);                        /* every element = value */
-double tensor_sum(const tensor *t);                               /* added in double; 0 when empty */
-double tensor_norm(const tensor *t);                              /* sqrt(sum of squares); 0 when empty */
-tensor *matmul(const tensor *a, const tensor *b);          /* cuBLAS or OpenBLAS */
-void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b,
-                 float alpha, float beta);                 /* c = alpha*op(a)op(b) + beta*c */
-tensor *gelu(const tensor *x);                             /* tanh approximation */
+void add_scalar(tensor *t, float s);              /* in place */
+void scale_(tensor *t, float s);                  /* in place */
+void add_(tensor *t, const tensor *u);            /* t += u */
+void sub_(tensor *t, const tensor *u);            /* t -= u (same shape and device) */
+void fill_(tensor *t, float value);               /* every element = value */
+double tensor_sum(const tensor *t);               /* added in double; 0 when empty */
+double tensor_norm(const tensor *t);              /* sqrt(sum of squares); 0 when empty */
+tensor *matmul(const tensor *a, const tensor *b); /* cuBLAS or OpenBLAS */
+void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b, float alpha,
+                 float beta);  /* c = alpha*op(a)op(b) + beta*c */
+tensor *gelu(const tensor *x); /* tanh approximation */
 /* dx = dy * gelu'(x) */
 tensor *gelu_backward(const tensor *x, const tensor *dy);
-float mse_loss(const tensor *x);                           /* mean(x^2) */
-tensor *mse_loss_backward(const tensor *x);                /* 2x / numel */
-float tensor_item(const tensor *t, int64_t i);                    /* one element to host */
+float mse_loss(const tensor *x);               /* mean(x^2) */
+tensor *mse_loss_backward(const tensor *x);    /* 2x / numel */
+float tensor_item(const tensor *t, int64_t i); /* one element to host */
 double max_abs_diff(const tensor *a, const tensor *b);
 
 typedef struct adamw {
@@ -280,7 +280,7 @@ typedef struct adamw {
     int step;
     tensor *m, *v;
 } adamw;
-adamw *adamw_new(const tensor *param, float lr);          /* torch defaults otherwise */
+adamw *adamw_new(const tensor *param, float lr); /* torch defaults otherwise */
 void adamw_step(adamw *opt, tensor *param, const tensor *grad);
 void adamw_free(adamw *opt);
 
@@ -313,15 +313,20 @@ const char *summarize(tensor *t);
  * freed tensor stops the lecture with an error naming where it was freed.
  * x is evaluated once. */
 typedef enum {
-    LX_INSPECT_TENSOR, LX_INSPECT_INT, LX_INSPECT_INT64, LX_INSPECT_FLOAT, LX_INSPECT_DOUBLE
+    LX_INSPECT_TENSOR,
+    LX_INSPECT_INT,
+    LX_INSPECT_INT64,
+    LX_INSPECT_FLOAT,
+    LX_INSPECT_DOUBLE
 } lx_inspect_kind;
 void lx_inspect(const char *name, lx_inspect_kind kind, const tensor *t, int64_t i, double d);
-#define LX_INSPECT_KIND(x) _Generic((x), tensor *: LX_INSPECT_TENSOR, const tensor *: LX_INSPECT_TENSOR, \
+#define LX_INSPECT_KIND(x) \
+    _Generic((x), tensor *: LX_INSPECT_TENSOR, const tensor *: LX_INSPECT_TENSOR, \
     int: LX_INSPECT_INT, long: LX_INSPECT_INT64, long long: LX_INSPECT_INT64, \
     float: LX_INSPECT_FLOAT, double: LX_INSPECT_DOUBLE)
-#define LX_INSPECT_T(x) _Generic((x), tensor *: (x), const tensor *: (x), default: (const tensor *)0)
-#define LX_INSPECT_I(x) _Generic((x), int: (x), long: (x), long long: (x), default: 0)
-#define LX_INSPECT_D(x) _Generic((x), float: (x), double: (x), default: 0.0)
+#define LX_INSPECT_T(x) _Generic((x), tensor * : (x), const tensor * : (x), default : (const tensor *)0)
+#define LX_INSPECT_I(x) _Generic((x), int : (x), long : (x), long long : (x), default : 0)
+#define LX_INSPECT_D(x) _Generic((x), float : (x), double : (x), default : 0.0)
 #define inspect(x) lx_inspect(#x, LX_INSPECT_KIND(x), LX_INSPECT_T(x), LX_INSPECT_I(x), LX_INSPECT_D(x))
 
 /* ------------------------------------------------------------------ */
@@ -332,11 +337,11 @@ typedef enum { DIST_SUM, DIST_AVG, DIST_MIN, DIST_MAX } dist_op;
 
 int dist_rank(void);
 int dist_world_size(void);
-const char *dist_backend(void);       /* "nccl" or "mpi" (ranks sharing a GPU: "mpi", get_device() says where) */
+const char *dist_backend(void); /* "nccl" or "mpi" (ranks sharing a GPU: "mpi", get_device() says where) */
 
 void dist_barrier(void);
-void dist_all_reduce(tensor *t, dist_op op);                          /* in place */
-void dist_reduce(tensor *t, int dst, dist_op op);                     /* result on dst */
+void dist_all_reduce(tensor *t, dist_op op);      /* in place */
+void dist_reduce(tensor *t, int dst, dist_op op); /* result on dst */
 void dist_broadcast(tensor *t, int src);
 /* output (numel/world) = reduce(input) chunk `rank` */
 void dist_reduce_scatter(tensor *output, const tensor *input, dist_op op);
@@ -382,7 +387,7 @@ dist_request *dist_all_reduce_async(tensor *t, dist_op op);
 dist_request *dist_broadcast_async(tensor *t, int src);
 dist_request *dist_reduce_scatter_async(tensor *output, const tensor *input, dist_op op);
 dist_request *dist_all_gather_async(tensor *output, const tensor *input);
-void dist_wait(dist_request *req);                                   /* frees req */
+void dist_wait(dist_request *req); /* frees req */
 
 /* Process groups and all-to-all (torch's new_group, all_to_all_single).
  *
@@ -418,7 +423,7 @@ void dist_group_free(dist_group *g);
 void dist_all_reduce_in(dist_group *g, tensor *t, dist_op op);
 void dist_reduce_scatter_in(dist_group *g, tensor *output, const tensor *input, dist_op op);
 void dist_all_gather_in(dist_group *g, tensor *output, const tensor *input);
-void dist_broadcast_in(dist_group *g, tensor *t, int src);          /* src: a rank of the group (0 .. size-1) */
+void dist_broadcast_in(dist_group *g, tensor *t, int src); /* src: a rank of the group (0 .. size-1) */
 void dist_all_to_all(tensor *output, const tensor *input);
 void dist_all_to_all_in(dist_group *g, tensor *output, const tensor *input);
 dist_request *dist_all_reduce_in_async(dist_group *g, tensor *t, dist_op op);
@@ -504,12 +509,12 @@ typedef enum {
 
 typedef struct dist_traffic {
     int64_t calls[DIST_CALL_KINDS];
-    int64_t bytes_sent[DIST_CALL_KINDS];        /* measured (collectives: see measured_collectives) */
-    int64_t bytes_received[DIST_CALL_KINDS];    /* measured; point to point only */
-    int64_t sent_to[LECTERN_MAX_WORLD];         /* measured, every kind, per peer */
-    int64_t received_from[LECTERN_MAX_WORLD];   /* measured, point to point, per peer */
-    int64_t nominal_sent[DIST_CALL_KINDS];      /* the formula's figure, per kind */
-    int measured_collectives;                   /* 1: Open MPI's counters back the collectives' bytes */
+    int64_t bytes_sent[DIST_CALL_KINDS];      /* measured (collectives: see measured_collectives) */
+    int64_t bytes_received[DIST_CALL_KINDS];  /* measured; point to point only */
+    int64_t sent_to[LECTERN_MAX_WORLD];       /* measured, every kind, per peer */
+    int64_t received_from[LECTERN_MAX_WORLD]; /* measured, point to point, per peer */
+    int64_t nominal_sent[DIST_CALL_KINDS];    /* the formula's figure, per kind */
+    int measured_collectives;                 /* 1: Open MPI's counters back the collectives' bytes */
 } dist_traffic;
 
 dist_traffic dist_traffic_now(void);
@@ -532,8 +537,8 @@ int64_t dist_calls(void);
 /* 5. Timing helpers                                                   */
 /* ------------------------------------------------------------------ */
 
-double now_seconds(void);             /* monotonic clock */
-void device_synchronize(void);        /* cudaDeviceSynchronize, or nothing on CPU */
+double now_seconds(void);      /* monotonic clock */
+void device_synchronize(void); /* cudaDeviceSynchronize, or nothing on CPU */
 
 /* The median of n timings (sorts `values` in place): the middle one, or the
  * mean of the two middle ones when n is even. One slow repetition (the
@@ -557,11 +562,11 @@ double median_of(double *values, int n);
  * times the lecture's own process (max = mean = min = seconds). stop
  * returns max; a stop without a start is an error step (and NAN). */
 typedef struct dist_timer {
-    double started;                   /* this rank's clock at the start */
-    double seconds;                   /* this rank's time for the region */
-    double max, mean, min;            /* over the ranks, after the stop */
-    int world_size;                   /* ranks the figures are over */
-    int running;                      /* 1 between start and stop */
+    double started;        /* this rank's clock at the start */
+    double seconds;        /* this rank's time for the region */
+    double max, mean, min; /* over the ranks, after the stop */
+    int world_size;        /* ranks the figures are over */
+    int running;           /* 1 between start and stop */
 } dist_timer;
 void dist_timer_start(dist_timer *timer);
 double dist_timer_stop(dist_timer *timer);
@@ -618,8 +623,7 @@ void dist_timed_end(void);
  * check saying so; a NULL tensor is an error step (a mistake in the code,
  * like any NULL given to the runtime). `what` names the comparison ("gradients of
  * layer 0"); NULL or "" gives "check_close". */
-int check_close(const tensor *actual, const tensor *expected, double rtol, double atol,
-                const char *what);
+int check_close(const tensor *actual, const tensor *expected, double rtol, double atol, const char *what);
 
 /* Passes when `condition` is non-zero; `fmt` (printf-style) says what was
  * checked, best written as what should be true ("loss went down: %g < %g").

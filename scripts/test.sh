@@ -3,7 +3,8 @@
 #
 #   1. C unit tests (cmocka): build/tests/test_*
 #   2. the layer check (make check-layers: runtime/'s folders call each other
-#      one way only), then the script tests: tests/test_*.py (unittest, Debian's python3)
+#      one way only), the style check (make format-check: .clang-format),
+#      then the script tests: tests/test_*.py (unittest, Debian's python3)
 #   3. browser tests of the viewer: tests/viewer/run.sh (headless Chromium)
 #   4. the C tests and the runtime's script tests (foundation, spawn, misuse,
 #      lecture_08, lecture_collectives, lecture_ddp, lecture_gpu) again, built with
@@ -116,6 +117,9 @@ for t in "$BUILD"/tests/test_*; do
 done
 # runtime/'s folders call each other one way only (docs/design.md, "Layers").
 run "check-layers" make --no-print-directory BUILD="$BUILD" check-layers
+# One C style for every C and CUDA file (.clang-format; make format rewrites
+# what this names).
+run "format-check" bash scripts/format.sh check
 for t in tests/test_*.py; do
     [ -f "$t" ] || continue
     run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"

@@ -38,7 +38,7 @@
 #include "lectern.h"
 #include "lecture_test.h"
 
-enum { N = 6, BIG = 1 << 18 };   /* elements per rank; BIG: large enough for MPI's rendezvous path */
+enum { N = 6, BIG = 1 << 18 }; /* elements per rank; BIG: large enough for MPI's rendezvous path */
 
 static const dist_op OPS[] = {DIST_SUM, DIST_AVG, DIST_MIN, DIST_MAX};
 static const char *const OP_NAMES[] = {"sum", "avg", "min", "max"};
@@ -50,8 +50,12 @@ static float input_value(int rank, int64_t i) { return (float)(((i * 7 + rank * 
 /* Rank `rank`'s inputs, on the device this spawn's backend works on. */
 static tensor *inputs(int rank, int64_t n) {
     float *v = malloc((size_t)n * sizeof(float));
-    if (!v) { perror("inputs"); exit(1); }
-    for (int64_t i = 0; i < n; i++) v[i] = input_value(rank, i);
+    if (!v) {
+        perror("inputs");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[i] = input_value(rank, i);
     tensor *t = tensor_from(v, n, 0, get_device(dist_rank()));
     free(v);
     return t;
@@ -59,7 +63,7 @@ static tensor *inputs(int rank, int64_t n) {
 
 typedef struct comm_args {
     char dir[200];
-    char group[32];   /* "w2_auto", "w1_mpi": names this run's result files */
+    char group[32]; /* "w2_auto", "w1_mpi": names this run's result files */
 } comm_args;
 
 static void save(const comm_args *a, const char *name, int world, int rank, const float *v, int64_t n) {
@@ -67,15 +71,24 @@ static void save(const comm_args *a, const char *name, int world, int rank, cons
     (void)world;
     snprintf(path, sizeof path, "%s/%s_%s_r%d.bin", a->dir, a->group, name, rank);
     FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(1); }
-    if (fwrite(v, sizeof(float), (size_t)n, f) != (size_t)n) { perror(path); exit(1); }
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    if (fwrite(v, sizeof(float), (size_t)n, f) != (size_t)n) {
+        perror(path);
+        exit(1);
+    }
     fclose(f);
 }
 
 /* A tensor's values, wherever it lives, through the API. */
 static void save_tensor(const comm_args *a, const char *name, int world, int rank, const tensor *t) {
     float *v = malloc((size_t)t->numel * sizeof(float));
-    if (!v) { perror("save_tensor"); exit(1); }
+    if (!v) {
+        perror("save_tensor");
+        exit(1);
+    }
     tensor_to_host(t, v);
     save(a, name, world, rank, v, t->numel);
     free(v);
@@ -230,7 +243,9 @@ static void run_misc(const comm_args *a, int rank, int world) {
     save(a, "barrier", world, rank, &waited, 1);
 
     float who[4] = {(float)dist_rank(), (float)dist_world_size(), (float)get_device(rank),
-                    strcmp(dist_backend(), "mpi") == 0 ? 1.0f : strcmp(dist_backend(), "nccl") == 0 ? 2.0f : 0.0f};
+                    strcmp(dist_backend(), "mpi") == 0    ? 1.0f
+                    : strcmp(dist_backend(), "nccl") == 0 ? 2.0f
+                                                          : 0.0f};
     save(a, "identity", world, rank, who, 4);
 }
 
@@ -328,8 +343,8 @@ static double reduce_expected(int op, int64_t i) {
 static void expect_close(const char *what, int rank, int64_t i, double got, double want, int exact) {
     double tol = exact ? 0.0 : 1e-6 * (fabs(want) + 1.0);
     if (fabs(got - want) > tol)
-        fail_msg("world %d, %s, rank %d, element %lld: got %.9g, expected %.9g", group_world, what, rank,
-                 (long long)i, got, want);
+        fail_msg("world %d, %s, rank %d, element %lld: got %.9g, expected %.9g", group_world, what, rank, (long long)i,
+                 got, want);
 }
 
 static void check_all_reduce(const char *prefix) {
@@ -338,7 +353,8 @@ static void check_all_reduce(const char *prefix) {
         snprintf(name, sizeof name, "%s_%s", prefix, OP_NAMES[k]);
         for (int r = 0; r < group_world; r++) {
             float *v = load(name, r, N);
-            for (int64_t i = 0; i < N; i++) expect_close(name, r, i, v[i], reduce_expected(k, i), k != 1);
+            for (int64_t i = 0; i < N; i++)
+                expect_close(name, r, i, v[i], reduce_expected(k, i), k != 1);
             free(v);
         }
     }
@@ -359,7 +375,7 @@ static void test_reduce(void **state) {
     for (int k = 0; k < 4; k++) {
         char name[64];
         snprintf(name, sizeof name, "reduce_%s", OP_NAMES[k]);
-        float *v = load(name, group_world - 1, N);   /* the result lives on dst only */
+        float *v = load(name, group_world - 1, N); /* the result lives on dst only */
         for (int64_t i = 0; i < N; i++)
             expect_close(name, group_world - 1, i, v[i], reduce_expected(k, i), k != 1);
         free(v);
@@ -393,7 +409,8 @@ static void test_reduce_scatter_async(void **state) {
 static void check_broadcast(const char *name) {
     for (int r = 0; r < group_world; r++) {
         float *v = load(name, r, N);
-        for (int64_t i = 0; i < N; i++) expect_close(name, r, i, v[i], input_value(group_world - 1, i), 1);
+        for (int64_t i = 0; i < N; i++)
+            expect_close(name, r, i, v[i], input_value(group_world - 1, i), 1);
         free(v);
     }
 }
@@ -445,13 +462,16 @@ static void test_send_recv(void **state) {
     for (int r = 0; r < group_world; r++) {
         int prev = (r + group_world - 1) % group_world;
         float *v = load("send_recv", r, N);
-        for (int64_t i = 0; i < N; i++) expect_close("send_recv", r, i, v[i], input_value(prev, i), 1);
+        for (int64_t i = 0; i < N; i++)
+            expect_close("send_recv", r, i, v[i], input_value(prev, i), 1);
         free(v);
         v = load("sendrecv", r, BIG);
-        for (int64_t i = 0; i < BIG; i++) expect_close("sendrecv", r, i, v[i], input_value(prev, i), 1);
+        for (int64_t i = 0; i < BIG; i++)
+            expect_close("sendrecv", r, i, v[i], input_value(prev, i), 1);
         free(v);
         v = load("isend_irecv", r, BIG);
-        for (int64_t i = 0; i < BIG; i++) expect_close("isend_irecv", r, i, v[i], input_value(prev, i), 1);
+        for (int64_t i = 0; i < BIG; i++)
+            expect_close("isend_irecv", r, i, v[i], input_value(prev, i), 1);
         free(v);
     }
 }
@@ -460,7 +480,8 @@ static void test_big_all_reduce(void **state) {
     (void)state;
     for (int r = 0; r < group_world; r++) {
         float *v = load("all_reduce_big", r, BIG);
-        for (int64_t i = 0; i < BIG; i++) expect_close("all_reduce_big", r, i, v[i], reduce_expected(0, i), 1);
+        for (int64_t i = 0; i < BIG; i++)
+            expect_close("all_reduce_big", r, i, v[i], reduce_expected(0, i), 1);
         free(v);
     }
 }
@@ -470,8 +491,8 @@ static void test_barrier_waits(void **state) {
     for (int r = 1; r < group_world; r++) {
         float *v = load("barrier", r, 1);
         if (v[0] < 0.1f)
-            fail_msg("world %d: rank %d left the barrier after %.3f s, before rank 0 (0.2 s late) arrived",
-                     group_world, r, v[0]);
+            fail_msg("world %d: rank %d left the barrier after %.3f s, before rank 0 (0.2 s late) arrived", group_world,
+                     r, v[0]);
         free(v);
     }
 }
@@ -494,16 +515,19 @@ static void test_identity(void **state) {
     int nccl = strcmp(expected_backend(), "nccl") == 0;
     for (int r = 0; r < group_world; r++) {
         float *v = load("identity", r, 4);
-        assert_int_equal((int)v[0], r);                 /* dist_rank */
-        assert_int_equal((int)v[1], group_world);       /* dist_world_size */
+        assert_int_equal((int)v[0], r);           /* dist_rank */
+        assert_int_equal((int)v[1], group_world); /* dist_world_size */
         if ((int)v[3] != (nccl ? 2 : 1))
             fail_msg("world %d (%s): rank %d ran on %s, expected %s", group_world, group_backend, r,
-                     (int)v[3] == 2 ? "nccl" : (int)v[3] == 1 ? "mpi" : "neither", expected_backend());
+                     (int)v[3] == 2   ? "nccl"
+                     : (int)v[3] == 1 ? "mpi"
+                                      : "neither",
+                     expected_backend());
         /* get_device: its own GPU under NCCL, cuda:(r mod GPUs) on shared
          * GPUs (the runtime's own pick with fewer GPUs than ranks), the CPU
          * under Open MPI */
-        int shared = !nccl && strcmp(group_backend, "auto") == 0 && !(getenv("LECTERN_BACKEND") &&
-                     *getenv("LECTERN_BACKEND")) && gpu_count() > 0;
+        int shared = !nccl && strcmp(group_backend, "auto") == 0 &&
+                     !(getenv("LECTERN_BACKEND") && *getenv("LECTERN_BACKEND")) && gpu_count() > 0;
         assert_int_equal((int)v[2], nccl ? r : shared ? r % gpu_count() : -1);
         free(v);
     }
@@ -520,8 +544,8 @@ static void test_overlap(void **state) {
     double alone_c = v[0], alone_r = v[1], both = v[2];
     int nccl = (int)v[3] == 2;
     free(v);
-    print_message("overlap (%s): compute %.4f s, all-reduce %.4f s, both with async %.4f s\n",
-                  nccl ? "nccl" : "mpi", alone_c, alone_r, both);
+    print_message("overlap (%s): compute %.4f s, all-reduce %.4f s, both with async %.4f s\n", nccl ? "nccl" : "mpi",
+                  alone_c, alone_r, both);
     if (!nccl) {
         print_message("skipped: on Open MPI the all-reduce's copies need the cores the matmuls use; "
                       "overlap is asserted on NCCL only\n");
@@ -530,16 +554,15 @@ static void test_overlap(void **state) {
     /* Both parts must be long enough that timer noise and launch latency
      * (tens of microseconds) cannot decide the comparison. */
     if (alone_c < 0.005 || alone_r < 0.005) {
-        print_message("skipped: compute %.4f s or all-reduce %.4f s too short to measure overlap\n", alone_c,
-                      alone_r);
+        print_message("skipped: compute %.4f s or all-reduce %.4f s too short to measure overlap\n", alone_c, alone_r);
         skip();
     }
     /* Serial would be alone_c + alone_r; 0.9 leaves 10% for the two
      * streams slowing each other down (shared memory bandwidth), which is
      * still well short of serial when the shorter part is at least 5 ms. */
     if (both >= 0.9 * (alone_c + alone_r))
-        fail_msg("async all-reduce did not overlap: compute %.4f s + all-reduce %.4f s alone, %.4f s together",
-                 alone_c, alone_r, both);
+        fail_msg("async all-reduce did not overlap: compute %.4f s + all-reduce %.4f s alone, %.4f s together", alone_c,
+                 alone_r, both);
 }
 
 /* Outside spawn there is no group_world to talk to. */
@@ -579,13 +602,19 @@ static void run_group(int world, const char *backend, const struct CMUnitTest *t
 
 static void body(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_all_reduce),    cmocka_unit_test(test_reduce),
-        cmocka_unit_test(test_reduce_scatter), cmocka_unit_test(test_broadcast),
-        cmocka_unit_test(test_all_gather),    cmocka_unit_test(test_scatter),
-        cmocka_unit_test(test_gather),        cmocka_unit_test(test_send_recv),
-        cmocka_unit_test(test_big_all_reduce), cmocka_unit_test(test_barrier_waits),
-        cmocka_unit_test(test_identity),      cmocka_unit_test(test_all_reduce_async),
-        cmocka_unit_test(test_reduce_scatter_async),
+            cmocka_unit_test(test_all_reduce),
+            cmocka_unit_test(test_reduce),
+            cmocka_unit_test(test_reduce_scatter),
+            cmocka_unit_test(test_broadcast),
+            cmocka_unit_test(test_all_gather),
+            cmocka_unit_test(test_scatter),
+            cmocka_unit_test(test_gather),
+            cmocka_unit_test(test_send_recv),
+            cmocka_unit_test(test_big_all_reduce),
+            cmocka_unit_test(test_barrier_waits),
+            cmocka_unit_test(test_identity),
+            cmocka_unit_test(test_all_reduce_async),
+            cmocka_unit_test(test_reduce_scatter_async),
     };
     const struct CMUnitTest outside[] = {cmocka_unit_test(test_outside_spawn)};
     failures += cmocka_run_group_tests_name("outside spawn", outside, NULL, NULL);

@@ -57,8 +57,8 @@ static const char *const OP_NAMES[] = {"sum", "avg", "min", "max"};
 
 typedef struct staged_args {
     char dir[200];
-    char group[16];    /* "host", "direct" or "gpu": names the result files */
-    int direct;        /* the direct path (CUDA-aware Open MPI's), on host memory */
+    char group[16]; /* "host", "direct" or "gpu": names the result files */
+    int direct;     /* the direct path (CUDA-aware Open MPI's), on host memory */
 } staged_args;
 
 static staged_args args;
@@ -89,8 +89,12 @@ typedef struct checker {
 
 static tensor *inputs(const checker *c, int who, int64_t n) {
     float *v = malloc((size_t)(n ? n : 1) * sizeof(float));
-    if (!v) { perror("inputs"); exit(1); }
-    for (int64_t i = 0; i < n; i++) v[i] = input_value(who, i);
+    if (!v) {
+        perror("inputs");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[i] = input_value(who, i);
     tensor *t = tensor_from(v, n, 0, c->dev);
     free(v);
     return t;
@@ -108,11 +112,13 @@ typedef float (*want_fn)(int64_t i, const void *ctx);
 static void expect(checker *c, const char *what, int64_t size, const tensor *t, want_fn want, const void *ctx) {
     c->cases++;
     float *v = malloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
-    if (!v) { perror("expect"); exit(1); }
+    if (!v) {
+        perror("expect");
+        exit(1);
+    }
     tensor_to_host(t, v);
     if (t->device != c->dev)
-        fprintf(c->f, "FAIL %s n=%lld: the result is on device %d, not %d\n", what, (long long)size, t->device,
-                c->dev);
+        fprintf(c->f, "FAIL %s n=%lld: the result is on device %d, not %d\n", what, (long long)size, t->device, c->dev);
     for (int64_t i = 0; i < t->numel; i++) {
         float w = want(i, ctx);
         if (v[i] != w) {
@@ -138,11 +144,11 @@ static float want_input(int64_t i, const void *p) {
     const want_ctx *w = p;
     return input_value(w->who, w->offset + i);
 }
-static float want_gathered(int64_t i, const void *p) {   /* piece r of the output is rank r's input */
+static float want_gathered(int64_t i, const void *p) { /* piece r of the output is rank r's input */
     const want_ctx *w = p;
     return input_value((int)(i / w->n), i % w->n);
 }
-static float want_scattered(int64_t i, const void *p) {   /* rank `who`'s piece of a (100)'s input */
+static float want_scattered(int64_t i, const void *p) { /* rank `who`'s piece of a (100)'s input */
     const want_ctx *w = p;
     return input_value(100, (int64_t)w->who * w->n + i);
 }
@@ -329,11 +335,15 @@ static void exercise(int rank, int world, void *p) {
     char path[300];
     snprintf(path, sizeof path, "%s/%s_w%d_r%d.txt", a->dir, a->group, world, rank);
     FILE *f = fopen(path, "w");
-    if (!f) { perror(path); exit(1); }
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
     checker c = {.f = f, .rank = rank, .dev = get_device(rank)};
     if (a->direct) lx_stage_set_direct(1);
     int64_t before = lx_stage_chunks_run();
-    for (int s = 0; s < N_SIZES; s++) one_size(&c, world, SIZES[s]);
+    for (int s = 0; s < N_SIZES; s++)
+        one_size(&c, world, SIZES[s]);
     int64_t chunks = lx_stage_chunks_run() - before;
     int small_cases = c.cases;
     big_sizes(&c, world);
@@ -341,9 +351,9 @@ static void exercise(int rank, int world, void *p) {
     if (a->direct) lx_stage_set_direct(0);
     c.cases = small_cases;
 #ifdef LECTERN_CUDA
-    if (c.dev >= 0) {   /* what this pool rank made on the GPU, in its whole life so far */
+    if (c.dev >= 0) { /* what this pool rank made on the GPU, in its whole life so far */
         tensor *x = randn(4, 4, c.dev);
-        tensor *y = matmul(x, x);   /* cuBLAS: its handle */
+        tensor *y = matmul(x, x); /* cuBLAS: its handle */
         tensor_free(y);
         tensor_free(x);
         int stagings = 0, handles = lx_cuda_made(&stagings);
@@ -351,8 +361,8 @@ static void exercise(int rank, int world, void *p) {
     }
 #endif
     int gpus = gpu_count();
-    fprintf(f, "cases %d chunks %lld device %d backend %s gpus %d\n", c.cases,
-            (long long)chunks, c.dev, dist_backend(), gpus);
+    fprintf(f, "cases %d chunks %lld device %d backend %s gpus %d\n", c.cases, (long long)chunks, c.dev, dist_backend(),
+            gpus);
     fclose(f);
 }
 
@@ -363,21 +373,21 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* The pipeline steps rank `rank` of `world` must have run: one per chunk of
  * every blocking call (the async forms do not go through the pipeline). */
 static int64_t chunks_expected(int world, int rank) {
-    int64_t cg = CHUNK / world ? CHUNK / world : 1;   /* per-rank chunk of the world_size-piece calls */
+    int64_t cg = CHUNK / world ? CHUNK / world : 1; /* per-rank chunk of the world_size-piece calls */
     int64_t total = 0;
     int prev = (rank + world - 1) % world;
     for (int s = 0; s < N_SIZES; s++) {
         int64_t n = SIZES[s];
-        total += 4 * ceil_div(n, CHUNK);           /* all_reduce */
-        total += 4 * ceil_div(n, CHUNK);           /* reduce */
-        total += 4 * ceil_div(n, cg);              /* reduce_scatter */
-        total += ceil_div(n, CHUNK);               /* broadcast */
-        total += 3 * ceil_div(n, cg);              /* all_gather, scatter, gather */
+        total += 4 * ceil_div(n, CHUNK); /* all_reduce */
+        total += 4 * ceil_div(n, CHUNK); /* reduce */
+        total += 4 * ceil_div(n, cg);    /* reduce_scatter */
+        total += ceil_div(n, CHUNK);     /* broadcast */
+        total += 3 * ceil_div(n, cg);    /* all_gather, scatter, gather */
         if (world < 2) continue;
-        total += 2 * ceil_div(n, CHUNK);           /* send + recv */
+        total += 2 * ceil_div(n, CHUNK); /* send + recv */
         int64_t longer = n + rank > n + prev ? n + rank : n + prev;
-        total += ceil_div(longer, CHUNK);          /* sendrecv */
-        total += ceil_div(n, CHUNK);               /* the blocking half of send/irecv */
+        total += ceil_div(longer, CHUNK); /* sendrecv */
+        total += ceil_div(n, CHUNK);      /* the blocking half of send/irecv */
     }
     return total;
 }
@@ -411,14 +421,15 @@ static void check_group(const char *group, int world, int expect_device_mod, int
         if (cases != cases_expected(world, r))
             fail_msg("%s, world %d, rank %d: %d cases checked, expected %d", group, world, r, cases,
                      cases_expected(world, r));
-        if (big != 6)   /* 4 all-reduces, a reduce-scatter, an all-gather */
+        if (big != 6) /* 4 all-reduces, a reduce-scatter, an all-gather */
             fail_msg("%s, world %d, rank %d: %d checks of real chunk sizes, expected 6", group, world, r, big);
         /* The direct path hands whole buffers to Open MPI: no pipeline step. */
         long long want_chunks = direct ? 0 : (long long)chunks_expected(world, r);
         if (chunks != want_chunks)
             fail_msg("%s, world %d, rank %d: the staging pipeline ran %lld chunks, expected %lld", group, world, r,
                      chunks, want_chunks);
-        if (strcmp(backend, "mpi") != 0) fail_msg("%s, world %d, rank %d: dist_backend() is '%s'", group, world, r, backend);
+        if (strcmp(backend, "mpi") != 0)
+            fail_msg("%s, world %d, rank %d: dist_backend() is '%s'", group, world, r, backend);
         /* On a GPU: the pool rank made one cuBLAS handle and one set of
          * staging streams in its life, however many spawns it ran (the
          * spawns of 2, 3 and 4 ranks run on the same pool of 4). */
@@ -453,7 +464,7 @@ static void ask_nvidia_smi(void) {
         lines++;
         if (atoi(line) == (int)getpid()) listed = 1;
     }
-    if (pclose(p) == 0 && lines > 0) parent_listed = listed;   /* the ranks hold contexts: some lines */
+    if (pclose(p) == 0 && lines > 0) parent_listed = listed; /* the ranks hold contexts: some lines */
 }
 
 static void test_pipeline_on_host(void **state) {
@@ -470,7 +481,8 @@ static void test_pipeline_on_host(void **state) {
  * AVG divided by the copier) run on host memory: every case again. */
 static void test_direct_on_host(void **state) {
     (void)state;
-    for (int w = 1; w <= 4; w++) check_group("direct", w, 0, 1);
+    for (int w = 1; w <= 4; w++)
+        check_group("direct", w, 0, 1);
 }
 
 static void test_shared_gpu(void **state) {
@@ -490,16 +502,16 @@ static void test_shared_gpu(void **state) {
     for (int w = gpus + 1; w <= 4 && w > gpus; w++) {
         const char *reason = spawn_reason(gpu_first_spawn + w - (gpus + 1));
         char want[200];
-        if (gpus == 1)
-            snprintf(want, sizeof want, "%d ranks share 1 GPU (cuda:0); collectives through %s", w, path);
+        if (gpus == 1) snprintf(want, sizeof want, "%d ranks share 1 GPU (cuda:0); collectives through %s", w, path);
         else
-            snprintf(want, sizeof want, "%d ranks share %d GPUs (cuda:0-%d); collectives through %s", w, gpus,
-                     gpus - 1, path);
+            snprintf(want, sizeof want, "%d ranks share %d GPUs (cuda:0-%d); collectives through %s", w, gpus, gpus - 1,
+                     path);
         if (!reason || strcmp(reason, want) != 0)
             fail_msg("world %d: the spawn's note is '%s', expected '%s'", w, reason ? reason : "(none)", want);
         check_group("gpu", w, gpus, aware);
     }
-    if (parent_listed < 0) printf("(nvidia-smi could not list the processes on the GPU: the parent's context not checked)\n");
+    if (parent_listed < 0)
+        printf("(nvidia-smi could not list the processes on the GPU: the parent's context not checked)\n");
     else if (parent_listed) fail_msg("the lecture process holds a CUDA context after choosing the backend");
 }
 
@@ -557,11 +569,13 @@ static void body(void) {
     host_first_spawn = cJSON_GetArraySize(lx_trace_spawns());
     snprintf(args.group, sizeof args.group, "host");
     setenv("LECTERN_STAGE_TEST", "1", 1);
-    setenv("LECTERN_BACKEND", "mpi", 1);   /* the CPU path, also on a GPU machine */
-    for (int w = 1; w <= 4; w++) spawn(exercise, w, &args, sizeof args);
+    setenv("LECTERN_BACKEND", "mpi", 1); /* the CPU path, also on a GPU machine */
+    for (int w = 1; w <= 4; w++)
+        spawn(exercise, w, &args, sizeof args);
     snprintf(args.group, sizeof args.group, "direct");
     args.direct = 1;
-    for (int w = 1; w <= 4; w++) spawn(exercise, w, &args, sizeof args);
+    for (int w = 1; w <= 4; w++)
+        spawn(exercise, w, &args, sizeof args);
     args.direct = 0;
     unsetenv("LECTERN_STAGE_TEST");
     unsetenv("LECTERN_BACKEND");
@@ -569,14 +583,15 @@ static void body(void) {
     if (gpus > 0) {
         gpu_first_spawn = cJSON_GetArraySize(lx_trace_spawns());
         snprintf(args.group, sizeof args.group, "gpu");
-        for (int w = gpus + 1; w <= 4; w++) spawn(exercise, w, &args, sizeof args);
-        ask_nvidia_smi();   /* while the pool ranks still hold theirs */
+        for (int w = gpus + 1; w <= 4; w++)
+            spawn(exercise, w, &args, sizeof args);
+        ask_nvidia_smi(); /* while the pool ranks still hold theirs */
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pipeline_on_host),
-        cmocka_unit_test(test_direct_on_host),
-        cmocka_unit_test(test_shared_gpu),
-        cmocka_unit_test(test_choice),
+            cmocka_unit_test(test_pipeline_on_host),
+            cmocka_unit_test(test_direct_on_host),
+            cmocka_unit_test(test_shared_gpu),
+            cmocka_unit_test(test_choice),
     };
     failures += cmocka_run_group_tests_name("comm staged", tests, NULL, NULL);
 }

@@ -35,10 +35,22 @@
 #include "lecture_test.h"
 
 enum { N = 1200, OPS_N = 16 };
-static const char *const NAMES[OPS_N] = {"barrier", "all_reduce", "reduce", "broadcast", "reduce_scatter",
-                                         "all_gather", "scatter", "gather", "send_recv", "isend_irecv",
-                                         "all_reduce_async", "broadcast_async", "reduce_scatter_async",
-                                         "all_gather_async", "sendrecv", "total"};
+static const char *const NAMES[OPS_N] = {"barrier",
+                                         "all_reduce",
+                                         "reduce",
+                                         "broadcast",
+                                         "reduce_scatter",
+                                         "all_gather",
+                                         "scatter",
+                                         "gather",
+                                         "send_recv",
+                                         "isend_irecv",
+                                         "all_reduce_async",
+                                         "broadcast_async",
+                                         "reduce_scatter_async",
+                                         "all_gather_async",
+                                         "sendrecv",
+                                         "total"};
 
 typedef struct stats_args {
     char dir[200];
@@ -69,15 +81,23 @@ static void exercise(int rank, int world, void *p) {
     dist_traffic start_traffic = last_traffic;
     int64_t start_bytes = last_bytes, start_calls = last_calls;
     tensor *t = zeros(N, 0, dev), *whole = zeros(N, 0, dev), *piece = zeros(N / world, 0, dev);
-    dist_barrier();                              mark(0);
-    dist_all_reduce(t, DIST_SUM);                mark(1);
-    dist_reduce(t, world - 1, DIST_SUM);         mark(2);
-    dist_broadcast(t, 0);                        mark(3);
-    dist_reduce_scatter(piece, whole, DIST_SUM); mark(4);
-    dist_all_gather(whole, piece);               mark(5);
-    dist_scatter(piece, rank == 0 ? whole : NULL, 0); mark(6);
-    dist_gather(rank == 0 ? whole : NULL, piece, 0);  mark(7);
-    if (world > 1) {   /* rank 0 sends to rank 1 */
+    dist_barrier();
+    mark(0);
+    dist_all_reduce(t, DIST_SUM);
+    mark(1);
+    dist_reduce(t, world - 1, DIST_SUM);
+    mark(2);
+    dist_broadcast(t, 0);
+    mark(3);
+    dist_reduce_scatter(piece, whole, DIST_SUM);
+    mark(4);
+    dist_all_gather(whole, piece);
+    mark(5);
+    dist_scatter(piece, rank == 0 ? whole : NULL, 0);
+    mark(6);
+    dist_gather(rank == 0 ? whole : NULL, piece, 0);
+    mark(7);
+    if (world > 1) { /* rank 0 sends to rank 1 */
         if (rank == 0) dist_send(t, 1);
         if (rank == 1) dist_recv(t, 0);
     }
@@ -87,11 +107,15 @@ static void exercise(int rank, int world, void *p) {
         if (rank == 1) dist_wait(dist_irecv(t, 0));
     }
     mark(9);
-    dist_wait(dist_all_reduce_async(t, DIST_SUM));                mark(10);
-    dist_wait(dist_broadcast_async(t, 0));                        mark(11);
-    dist_wait(dist_reduce_scatter_async(piece, whole, DIST_SUM)); mark(12);
-    dist_wait(dist_all_gather_async(whole, piece));               mark(13);
-    if (world > 1) {   /* a ring: each rank sends to the next, receives from the one before */
+    dist_wait(dist_all_reduce_async(t, DIST_SUM));
+    mark(10);
+    dist_wait(dist_broadcast_async(t, 0));
+    mark(11);
+    dist_wait(dist_reduce_scatter_async(piece, whole, DIST_SUM));
+    mark(12);
+    dist_wait(dist_all_gather_async(whole, piece));
+    mark(13);
+    if (world > 1) { /* a ring: each rank sends to the next, receives from the one before */
         tensor *got = zeros(N, 0, dev);
         dist_sendrecv(t, (rank + 1) % world, got, (rank + world - 1) % world);
         tensor_free(got);
@@ -121,24 +145,24 @@ static void exercise(int rank, int world, void *p) {
 static void expected(int r, int p, int64_t *bytes, int64_t *calls) {
     int64_t b = N * 4, share = b * (p - 1) / p;
     int64_t e[OPS_N] = {
-        0,                              /* barrier */
-        2 * share,                      /* all-reduce */
-        r == p - 1 ? 0 : b,             /* reduce to the last rank: all but the root send */
-        r == p - 1 ? 0 : b,             /* broadcast from 0: the chain 0 -> 1 -> ... ends at p-1 */
-        share,                          /* reduce-scatter of a whole of b */
-        share,                          /* all-gather into a whole of b */
-        r == 0 ? b / p * (p - 1) : 0,   /* scatter from 0: p-1 pieces of b/p */
-        r == 0 ? 0 : b / p,             /* gather to 0: one piece from each other rank */
-        p > 1 && r == 0 ? b : 0,        /* send (the receive counts 0) */
-        p > 1 && r == 0 ? b : 0,        /* isend */
-        2 * share,                      /* the async twins send what the blocking ones send */
-        r == p - 1 ? 0 : b,
-        share,
-        share,
-        p > 1 ? b : 0,                  /* sendrecv: its send */
-        0,
+            0,                            /* barrier */
+            2 * share,                    /* all-reduce */
+            r == p - 1 ? 0 : b,           /* reduce to the last rank: all but the root send */
+            r == p - 1 ? 0 : b,           /* broadcast from 0: the chain 0 -> 1 -> ... ends at p-1 */
+            share,                        /* reduce-scatter of a whole of b */
+            share,                        /* all-gather into a whole of b */
+            r == 0 ? b / p * (p - 1) : 0, /* scatter from 0: p-1 pieces of b/p */
+            r == 0 ? 0 : b / p,           /* gather to 0: one piece from each other rank */
+            p > 1 && r == 0 ? b : 0,      /* send (the receive counts 0) */
+            p > 1 && r == 0 ? b : 0,      /* isend */
+            2 * share,                    /* the async twins send what the blocking ones send */
+            r == p - 1 ? 0 : b,
+            share,
+            share,
+            p > 1 ? b : 0, /* sendrecv: its send */
+            0,
     };
-    int64_t c[OPS_N] = {1, 1, 1, 1, 1, 1, 1, 1, p > 1 && r < 2, p > 1 && r < 2, 1, 1, 1, 1, p > 1, 0};
+    int64_t c[OPS_N] = {1, 1, 1, 1, 1, 1, 1, 1, p > 1 && r<2, p> 1 && r<2, 1, 1, 1, 1, p> 1, 0};
     for (int k = 0; k < OPS_N - 1; k++) {
         e[OPS_N - 1] += e[k];
         c[OPS_N - 1] += c[k];
@@ -162,8 +186,8 @@ static void test_counts(void **state) {
             expected(r, p, want_bytes, want_calls);
             for (int k = 0; k < OPS_N; k++) {
                 if (bytes[k] != want_bytes[k] || calls[k] != want_calls[k])
-                    fail_msg("world %d rank %d %s: %lld bytes in %lld calls, expected %lld in %lld", p, r,
-                             NAMES[k], (long long)bytes[k], (long long)calls[k], (long long)want_bytes[k],
+                    fail_msg("world %d rank %d %s: %lld bytes in %lld calls, expected %lld in %lld", p, r, NAMES[k],
+                             (long long)bytes[k], (long long)calls[k], (long long)want_bytes[k],
                              (long long)want_calls[k]);
             }
         }
@@ -178,10 +202,21 @@ static int64_t got_nominal(int p, int r, int k) {
 
 /* The kind each operation counts under (-1: the send/receive pair, whose
  * kind depends on the rank). */
-static const int KIND[OPS_N - 1] = {DIST_CALL_BARRIER, DIST_CALL_ALL_REDUCE, DIST_CALL_REDUCE, DIST_CALL_BROADCAST,
-                                    DIST_CALL_REDUCE_SCATTER, DIST_CALL_ALL_GATHER, DIST_CALL_SCATTER,
-                                    DIST_CALL_GATHER, -1, -1, DIST_CALL_ALL_REDUCE, DIST_CALL_BROADCAST,
-                                    DIST_CALL_REDUCE_SCATTER, DIST_CALL_ALL_GATHER, DIST_CALL_SENDRECV};
+static const int KIND[OPS_N - 1] = {DIST_CALL_BARRIER,
+                                    DIST_CALL_ALL_REDUCE,
+                                    DIST_CALL_REDUCE,
+                                    DIST_CALL_BROADCAST,
+                                    DIST_CALL_REDUCE_SCATTER,
+                                    DIST_CALL_ALL_GATHER,
+                                    DIST_CALL_SCATTER,
+                                    DIST_CALL_GATHER,
+                                    -1,
+                                    -1,
+                                    DIST_CALL_ALL_REDUCE,
+                                    DIST_CALL_BROADCAST,
+                                    DIST_CALL_REDUCE_SCATTER,
+                                    DIST_CALL_ALL_GATHER,
+                                    DIST_CALL_SENDRECV};
 
 static void read_traffic(int p, int r, dist_traffic *t) {
     char path[300];
@@ -198,11 +233,11 @@ static void read_traffic(int p, int r, dist_traffic *t) {
 static int64_t least(int kind, int r, int p, int64_t b) {
     if (p < 2) return 0;
     switch (kind) {
-    case DIST_CALL_ALL_REDUCE: return b;                 /* every element leaves, summed or not */
-    case DIST_CALL_REDUCE: return r == p - 1 ? 0 : b;    /* to the last rank: every other rank's elements */
-    case DIST_CALL_BROADCAST: return r == 0 ? b : 0;     /* the root's data must leave it */
-    case DIST_CALL_REDUCE_SCATTER: return b / p * (p - 1);   /* the chunks of the others */
-    case DIST_CALL_ALL_GATHER: return b / p;             /* its piece */
+    case DIST_CALL_ALL_REDUCE: return b;                   /* every element leaves, summed or not */
+    case DIST_CALL_REDUCE: return r == p - 1 ? 0 : b;      /* to the last rank: every other rank's elements */
+    case DIST_CALL_BROADCAST: return r == 0 ? b : 0;       /* the root's data must leave it */
+    case DIST_CALL_REDUCE_SCATTER: return b / p * (p - 1); /* the chunks of the others */
+    case DIST_CALL_ALL_GATHER: return b / p;               /* its piece */
     case DIST_CALL_SCATTER: return r == 0 ? b / p * (p - 1) : 0;
     case DIST_CALL_GATHER: return r == 0 ? 0 : b / p;
     default: return 0;
@@ -213,7 +248,7 @@ static void test_measured(void **state) {
     (void)state;
     const int64_t b = N * 4;
     for (int p = 1; p <= 4; p++) {
-        int64_t to_me_from[LECTERN_MAX_WORLD][LECTERN_MAX_WORLD] = {{0}};   /* [op 14's receiver][sender] */
+        int64_t to_me_from[LECTERN_MAX_WORLD][LECTERN_MAX_WORLD] = {{0}}; /* [op 14's receiver][sender] */
         for (int r = 0; r < p; r++) {
             dist_traffic t[OPS_N];
             read_traffic(p, r, t);
@@ -225,7 +260,8 @@ static void test_measured(void **state) {
                     fail_msg("%s: the collectives' bytes are not measured (Open MPI's pml monitoring)", what);
                 int kind = KIND[k];
                 if (kind < 0) kind = r == 0 ? DIST_CALL_SEND : DIST_CALL_RECV;
-                int active = kind == DIST_CALL_SEND || kind == DIST_CALL_RECV ? p > 1 && r < 2 : !(kind == DIST_CALL_SENDRECV && p < 2);
+                int active = kind == DIST_CALL_SEND || kind == DIST_CALL_RECV ? p > 1 && r < 2
+                                                                              : !(kind == DIST_CALL_SENDRECV && p < 2);
                 /* one call, of its kind, and nothing under any other kind */
                 for (int j = 0; j < DIST_CALL_KINDS; j++) {
                     if (d->calls[j] != (j == kind ? active : 0))
@@ -244,19 +280,20 @@ static void test_measured(void **state) {
                     fail_msg("%s: the peers' bytes (%lld, %lld) do not add up to the kind's (%lld, %lld)", what,
                              (long long)sum_to, (long long)sum_from, (long long)d->bytes_sent[kind],
                              (long long)d->bytes_received[kind]);
-                if (kind == DIST_CALL_SEND || kind == DIST_CALL_RECV) {   /* rank 0 to rank 1, exact */
+                if (kind == DIST_CALL_SEND || kind == DIST_CALL_RECV) { /* rank 0 to rank 1, exact */
                     int64_t want_sent = active && r == 0 ? b : 0, want_recv = active && r == 1 ? b : 0;
                     if (d->bytes_sent[kind] != want_sent || (want_sent && d->sent_to[1] != b) ||
                         d->bytes_received[kind] != want_recv || (want_recv && d->received_from[0] != b))
                         fail_msg("%s: sent %lld, received %lld; expected %lld to rank 1, %lld from rank 0", what,
                                  (long long)d->bytes_sent[kind], (long long)d->bytes_received[kind],
                                  (long long)want_sent, (long long)want_recv);
-                } else if (kind == DIST_CALL_SENDRECV) {   /* the ring: to the next, from the one before */
+                } else if (kind == DIST_CALL_SENDRECV) { /* the ring: to the next, from the one before */
                     if (p > 1 && (d->sent_to[(r + 1) % p] != b || d->received_from[(r + p - 1) % p] != b))
                         fail_msg("%s: %lld to the next rank, %lld from the one before; expected %lld each", what,
                                  (long long)d->sent_to[(r + 1) % p], (long long)d->received_from[(r + p - 1) % p],
                                  (long long)b);
-                    for (int q = 0; q < p; q++) to_me_from[q][r] += d->sent_to[q];
+                    for (int q = 0; q < p; q++)
+                        to_me_from[q][r] += d->sent_to[q];
                 } else {
                     int64_t lo = least(kind, r, p, b), hi = p > 1 ? 2 * (p - 1) * b : 0;
                     if (d->bytes_sent[kind] < lo || d->bytes_sent[kind] > hi)
@@ -265,7 +302,8 @@ static void test_measured(void **state) {
                     if (d->bytes_received[kind]) fail_msg("%s: received bytes of a collective", what);
                 }
                 /* the nominal figure, per kind, is the formula's (checked in test_counts) */
-                if (d->nominal_sent[kind] != got_nominal(p, r, k)) fail_msg("%s: nominal %lld", what, (long long)d->nominal_sent[kind]);
+                if (d->nominal_sent[kind] != got_nominal(p, r, k))
+                    fail_msg("%s: nominal %lld", what, (long long)d->nominal_sent[kind]);
             }
         }
         (void)to_me_from;
@@ -285,7 +323,8 @@ static void test_outside_spawn(void **state) {
 static int failures;
 
 static void body(void) {
-    for (int p = 1; p <= 4; p++) spawn(exercise, p, &args, sizeof args);
+    for (int p = 1; p <= 4; p++)
+        spawn(exercise, p, &args, sizeof args);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_counts), cmocka_unit_test(test_measured),
                                        cmocka_unit_test(test_outside_spawn)};
     failures += cmocka_run_group_tests_name("comm stats", tests, NULL, NULL);

@@ -48,7 +48,7 @@ static void create_reaches_the_real_library(void **state) {
     cublasHandle_t h = NULL;
     cublasStatus_t st = cublasCreate(&h);
     if (gpu_count() == 0) {
-        assert_int_not_equal(st, CUBLAS_STATUS_SUCCESS);   /* no device: the library says so */
+        assert_int_not_equal(st, CUBLAS_STATUS_SUCCESS); /* no device: the library says so */
     } else {
         assert_int_equal(st, CUBLAS_STATUS_SUCCESS);
         assert_int_equal(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
@@ -57,7 +57,7 @@ static void create_reaches_the_real_library(void **state) {
 #else
 static void not_loaded_until_first_call(void **state) {
     (void)state;
-    skip();   /* a CPU-only build has no cuBLAS */
+    skip(); /* a CPU-only build has no cuBLAS */
 }
 static void create_reaches_the_real_library(void **state) {
     (void)state;
@@ -67,8 +67,8 @@ static void create_reaches_the_real_library(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(not_loaded_until_first_call),
-        cmocka_unit_test(create_reaches_the_real_library),
+            cmocka_unit_test(not_loaded_until_first_call),
+            cmocka_unit_test(create_reaches_the_real_library),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

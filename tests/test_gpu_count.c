@@ -30,7 +30,8 @@ cudaError_t cudaGetDeviceCount(int *count) {
 static void asks_once_and_remembers(void **state) {
     (void)state;
     assert_int_equal(asked, 0);
-    for (int i = 0; i < 5; i++) assert_int_equal(gpu_count(), 3);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(gpu_count(), 3);
     assert_int_equal(asked, 1);
 }
 #else
@@ -42,7 +43,7 @@ static void asks_once_and_remembers(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(asks_once_and_remembers),
+            cmocka_unit_test(asks_once_and_remembers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,8 +54,7 @@ static void reference_gradients_match_finite_differences(void **state) {
             size = fmax(size, fabs(m.g[l][i]));
         }
     model64_forward(&m);
-    print_message("float64 chain rule vs finite differences: max %.3g, largest gradient %.3g\n", worst,
-                  size);
+    print_message("float64 chain rule vs finite differences: max %.3g, largest gradient %.3g\n", worst, size);
     assert_true(size > 0);
     assert_true(worst <= 1e-7 * size);
     model64_free(&m);
@@ -89,8 +88,8 @@ static void check_model(const mlp_config *c, int device) {
     double loss_err = fabs(loss - loss64) / loss64;
     print_message("%dx%d, %d layers on %s: relative error of output %.3g (tolerance for two float32 "
                   "runs %.3g), gradients %.3g (%.3g), loss %.3g\n",
-                  c->batch, c->width, c->layers, device < 0 ? "cpu" : "cuda:0", out_err,
-                  output_tolerance(c), grad_err, gradient_tolerance(c), loss_err);
+                  c->batch, c->width, c->layers, device < 0 ? "cpu" : "cuda:0", out_err, output_tolerance(c), grad_err,
+                  gradient_tolerance(c), loss_err);
     /* One float32 run against the exact result may use up half of what two
      * float32 runs may differ by. */
     assert_true(out_err <= output_tolerance(c) / 2);
@@ -141,7 +140,7 @@ static void accumulation_adds_micro_batches(void **state) {
         tensor *x = row_slice(data, half * 4, half * 4 + 4), *h;
         tensor *y = layer_forward(x, w, &h);
         tensor *dy = mse_loss_backward(y);
-        scale_(dy, 0.5f);   /* mean over the whole batch: each half is half of it */
+        scale_(dy, 0.5f); /* mean over the whole batch: each half is half of it */
         layer_backward(x, h, w, dy, dw, NULL, half == 0 ? 0.0f : 1.0f);
         tensor_free(dy);
         tensor_free(y);
@@ -160,10 +159,10 @@ static void accumulation_adds_micro_batches(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(reference_gradients_match_finite_differences),
-        cmocka_unit_test(float32_model_matches_float64),
-        cmocka_unit_test(float32_model_matches_float64_on_gpu),
-        cmocka_unit_test(accumulation_adds_micro_batches),
+            cmocka_unit_test(reference_gradients_match_finite_differences),
+            cmocka_unit_test(float32_model_matches_float64),
+            cmocka_unit_test(float32_model_matches_float64_on_gpu),
+            cmocka_unit_test(accumulation_adds_micro_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,8 +37,8 @@ static void test_isend_then_collective(void **state) {
     (void)state;
     lx_p2p_plan p = {0};
     expect(&p, LX_P2P_ISEND, 1, -1, 0, 1, 0);
-    expect(&p, LX_P2P_OTHER, -1, -1, 1, 0, 0);   /* the all-reduce */
-    expect(&p, LX_P2P_OTHER, -1, -1, 0, 0, 0);   /* the wait: nothing left to issue */
+    expect(&p, LX_P2P_OTHER, -1, -1, 1, 0, 0); /* the all-reduce */
+    expect(&p, LX_P2P_OTHER, -1, -1, 0, 0, 0); /* the wait: nothing left to issue */
 }
 
 /* A ring step: isend(right); recv(left) is one group, issued at the recv. */
@@ -47,7 +47,7 @@ static void test_ring_step_is_one_group(void **state) {
     lx_p2p_plan p = {0};
     expect(&p, LX_P2P_ISEND, 2, -1, 0, 1, 0);
     expect(&p, LX_P2P_RECV, 0, -1, 0, 1, 1);
-    expect(&p, LX_P2P_OTHER, -1, -1, 0, 0, 0);   /* the isend's wait */
+    expect(&p, LX_P2P_OTHER, -1, -1, 0, 0, 0); /* the isend's wait */
 }
 
 /* A pipeline stage's activations: the second isend to the same peer issues
@@ -57,37 +57,41 @@ static void test_same_path_issues_the_first(void **state) {
     lx_p2p_plan p = {0};
     expect(&p, LX_P2P_ISEND, 1, -1, 0, 1, 0);
     expect(&p, LX_P2P_ISEND, 1, -1, 1, 1, 0);
-    expect(&p, LX_P2P_IRECV, 1, -1, 0, 1, 0);    /* other direction: joins */
-    expect(&p, LX_P2P_SENDRECV, 2, 1, 1, 1, 1);  /* receive from 1 already open */
+    expect(&p, LX_P2P_IRECV, 1, -1, 0, 1, 0);   /* other direction: joins */
+    expect(&p, LX_P2P_SENDRECV, 2, 1, 1, 1, 1); /* receive from 1 already open */
     expect(&p, LX_P2P_OTHER, -1, -1, 0, 0, 0);
 }
 
 /* ---- the model ---- */
 
 enum { ISEND, IRECV, SEND, RECV, SENDRECV, COLL, WAIT, END };
-typedef struct instr { int op, peer, peer2, req; } instr;
+typedef struct instr {
+    int op, peer, peer2, req;
+} instr;
 
 #define MAXR 4
 #define MAXOPS 64
 
-typedef struct mop { int is_send, peer, k, done; } mop;
+typedef struct mop {
+    int is_send, peer, k, done;
+} mop;
 
 typedef struct rank_state {
     const instr *prog;
     int pc, coll_seen;
-    int sent[MAXR], recvd[MAXR];   /* the k of the next send to / receive from each peer */
+    int sent[MAXR], recvd[MAXR]; /* the k of the next send to / receive from each peer */
     mop ops[MAXOPS];
     int n_ops;
-    int group_of[MAXOPS];          /* -1: held in the open group */
-    int next_group, head;          /* groups issued so far; the one running */
-    int req_op[16][2];             /* a request's operations (index, -1) */
-    int blocked_on[2];             /* a blocking call's operations */
+    int group_of[MAXOPS]; /* -1: held in the open group */
+    int next_group, head; /* groups issued so far; the one running */
+    int req_op[16][2];    /* a request's operations (index, -1) */
+    int blocked_on[2];    /* a blocking call's operations */
     lx_p2p_plan plan;
 } rank_state;
 
 static int n_ranks;
 static rank_state R[MAXR];
-static int naive;                  /* issue each operation alone, at its call */
+static int naive; /* issue each operation alone, at its call */
 
 static int add_op(rank_state *r, int is_send, int peer) {
     int i = r->n_ops++;
@@ -155,7 +159,7 @@ static int host_step(int a) {
     rank_state *r = &R[a];
     const instr *in = &r->prog[r->pc];
     if (in->op == END) return 0;
-    if (r->blocked_on[0] != -2) {   /* in a blocking call */
+    if (r->blocked_on[0] != -2) { /* in a blocking call */
         if (!done_op(r, r->blocked_on[0]) || !done_op(r, r->blocked_on[1])) return 0;
         r->blocked_on[0] = -2;
         r->pc++;
@@ -163,8 +167,18 @@ static int host_step(int a) {
     }
     int x, y;
     switch (in->op) {
-    case ISEND: plan_call(r, LX_P2P_ISEND, in->peer, -1, &x, &y); r->req_op[in->req][0] = x; r->req_op[in->req][1] = -1; r->pc++; return 1;
-    case IRECV: plan_call(r, LX_P2P_IRECV, in->peer, -1, &x, &y); r->req_op[in->req][0] = x; r->req_op[in->req][1] = -1; r->pc++; return 1;
+    case ISEND:
+        plan_call(r, LX_P2P_ISEND, in->peer, -1, &x, &y);
+        r->req_op[in->req][0] = x;
+        r->req_op[in->req][1] = -1;
+        r->pc++;
+        return 1;
+    case IRECV:
+        plan_call(r, LX_P2P_IRECV, in->peer, -1, &x, &y);
+        r->req_op[in->req][0] = x;
+        r->req_op[in->req][1] = -1;
+        r->pc++;
+        return 1;
     case SEND: plan_call(r, LX_P2P_SEND, in->peer, -1, &x, &y); break;
     case RECV: plan_call(r, LX_P2P_RECV, in->peer, -1, &x, &y); break;
     case SENDRECV: plan_call(r, LX_P2P_SENDRECV, in->peer, in->peer2, &x, &y); break;
@@ -205,12 +219,13 @@ static int run(int n, const instr *const *progs) {
     }
     for (int guard = 0; guard < 100000; guard++) {
         int moved = gpu_step();
-        for (int a = 0; a < n; a++) moved |= host_step(a);
+        for (int a = 0; a < n; a++)
+            moved |= host_step(a);
         if (!moved) break;
     }
     for (int a = 0; a < n; a++) {
         if (R[a].prog[R[a].pc].op != END) return 0;
-        plan_call(&R[a], LX_P2P_OTHER, -1, -1, &(int){0}, &(int){0});   /* the spawn's end */
+        plan_call(&R[a], LX_P2P_OTHER, -1, -1, &(int){0}, &(int){0}); /* the spawn's end */
     }
     while (gpu_step()) {}
     for (int a = 0; a < n; a++)
@@ -249,7 +264,7 @@ static void test_model_ring(void **state) {
         const instr *const progs[] = {ring[0], ring[1], ring[2], ring[3]};
         naive = 0;
         assert_true(run(n, progs));
-        naive = 1;   /* each operation alone at its call: every send waits for a receive behind a send */
+        naive = 1; /* each operation alone at its call: every send waits for a receive behind a send */
         assert_false(run(n, progs));
         naive = 0;
     }
@@ -258,8 +273,10 @@ static void test_model_ring(void **state) {
 /* Both ranks isend then irecv, then wait: MPI-legal, and one group here. */
 static void test_model_both_send_first(void **state) {
     (void)state;
-    static const instr r0[] = {{ISEND, 1, 0, 0}, {IRECV, 1, 0, 1}, {COLL, 0, 0, 0}, {WAIT, 0, 0, 1}, {WAIT, 0, 0, 0}, {END, 0, 0, 0}};
-    static const instr r1[] = {{ISEND, 0, 0, 0}, {IRECV, 0, 0, 1}, {COLL, 0, 0, 0}, {WAIT, 0, 0, 0}, {WAIT, 0, 0, 1}, {END, 0, 0, 0}};
+    static const instr r0[] = {{ISEND, 1, 0, 0}, {IRECV, 1, 0, 1}, {COLL, 0, 0, 0},
+                               {WAIT, 0, 0, 1},  {WAIT, 0, 0, 0},  {END, 0, 0, 0}};
+    static const instr r1[] = {{ISEND, 0, 0, 0}, {IRECV, 0, 0, 1}, {COLL, 0, 0, 0},
+                               {WAIT, 0, 0, 0},  {WAIT, 0, 0, 1},  {END, 0, 0, 0}};
     const instr *const progs[] = {r0, r1};
     assert_true(run(2, progs));
 }
@@ -275,7 +292,8 @@ static void test_model_pipeline(void **state) {
             if (s > 0) st[s][k++] = (instr){RECV, s - 1, 0, 0};
             if (s < 2) st[s][k++] = (instr){ISEND, s + 1, 0, m};
         }
-        for (int m = 0; m < 4 && s < 2; m++) st[s][k++] = (instr){WAIT, 0, 0, m};
+        for (int m = 0; m < 4 && s < 2; m++)
+            st[s][k++] = (instr){WAIT, 0, 0, m};
         st[s][k] = (instr){END, 0, 0, 0};
     }
     const instr *const progs[] = {st[0], st[1], st[2]};
@@ -284,10 +302,13 @@ static void test_model_pipeline(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_isend_then_collective),   cmocka_unit_test(test_ring_step_is_one_group),
-        cmocka_unit_test(test_same_path_issues_the_first), cmocka_unit_test(test_model_isend_across_collective),
-        cmocka_unit_test(test_model_ring),              cmocka_unit_test(test_model_both_send_first),
-        cmocka_unit_test(test_model_pipeline),
+            cmocka_unit_test(test_isend_then_collective),
+            cmocka_unit_test(test_ring_step_is_one_group),
+            cmocka_unit_test(test_same_path_issues_the_first),
+            cmocka_unit_test(test_model_isend_across_collective),
+            cmocka_unit_test(test_model_ring),
+            cmocka_unit_test(test_model_both_send_first),
+            cmocka_unit_test(test_model_pipeline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,8 +28,7 @@
 
 /* ---------------- helpers ---------------- */
 
-static tensor *from_values(int64_t rows, int64_t cols, int device, const float *v)
-{
+static tensor *from_values(int64_t rows, int64_t cols, int device, const float *v) {
     return tensor_from(v, rows, cols, device);
 }
 
@@ -37,16 +36,14 @@ static tensor *from_values(int64_t rows, int64_t cols, int device, const float *
 static tensor *random_host(int64_t rows, int64_t cols) { return randn(rows, cols, -1); }
 
 /* op(X)[i][j] for a row-major X with `cols` columns, transposed or not. */
-static double op_at(const tensor *x, int trans, int64_t i, int64_t j)
-{
+static double op_at(const tensor *x, int trans, int64_t i, int64_t j) {
     int64_t cols = x->shape[1];
     return trans ? x->data[j * cols + i] : x->data[i * cols + j];
 }
 
 /* ---------------- making tensors ---------------- */
 
-static void test_shapes_and_values(void **state)
-{
+static void test_shapes_and_values(void **state) {
     (void)state;
     tensor *v = zeros(5, 0, -1);
     assert_int_equal(v->ndim, 1);
@@ -98,8 +95,7 @@ static void test_shapes_and_values(void **state)
 
 /* A NaN anywhere makes the difference NaN: "no difference" must never hide
  * a NaN, wherever it sits and whichever side has it. */
-static void test_max_abs_diff_sees_nan(void **state)
-{
+static void test_max_abs_diff_sees_nan(void **state) {
     (void)state;
     const float good[] = {1.0f, 2.0f, 3.0f, 4.0f};
     for (int at = 0; at < 4; at++) {
@@ -124,8 +120,7 @@ static void test_max_abs_diff_sees_nan(void **state)
 
 /* Tensors with no elements go through every operation and give empty (or,
  * for a product over an empty inner dimension, zero) results. */
-static void test_empty_tensors(void **state)
-{
+static void test_empty_tensors(void **state) {
     (void)state;
     tensor *e1 = zeros(0, 0, -1), *e2 = zeros(0, 3, -1), *r = arange(0, -1), *n = randn(0, 4, -1);
     assert_int_equal(e1->numel, 0);
@@ -139,7 +134,7 @@ static void test_empty_tensors(void **state)
     scale_(e1, 2.0f);
     add_(e2, e2);
     assert_true(max_abs_diff(e2, e2) == 0.0);
-    assert_true(isnan(mse_loss(e1)));   /* the mean of nothing */
+    assert_true(isnan(mse_loss(e1))); /* the mean of nothing */
     tensor *g = gelu(e2), *gb = gelu_backward(e2, e2), *mb = mse_loss_backward(e2);
     assert_int_equal(g->numel, 0);
     assert_int_equal(gb->numel, 0);
@@ -150,8 +145,8 @@ static void test_empty_tensors(void **state)
     assert_int_equal(p->shape[0], 0);
     assert_int_equal(p->shape[1], 2);
     const float nines[] = {9, 9, 9, 9, 9, 9};
-    tensor *left = empty(2, 0, -1), *left2 = tensor_from(NULL, 0, 4, -1);   /* nothing to copy */
-    left->ndim = 2;   /* empty(2, 0) is 1-D: make the 2x0 shape by hand */
+    tensor *left = empty(2, 0, -1), *left2 = tensor_from(NULL, 0, 4, -1); /* nothing to copy */
+    left->ndim = 2; /* empty(2, 0) is 1-D: make the 2x0 shape by hand */
     left->shape[1] = 0;
     left->numel = 0;
     tensor *right = empty(0, 3, -1), *out = tensor_from(nines, 2, 3, -1);
@@ -171,7 +166,7 @@ static void test_empty_tensors(void **state)
     assert_int_equal(opt->step, 1);
     float nothing[1];
     tensor_to_host(e2, nothing);
-    tensor_to_host(e2, NULL);   /* nothing to write: no buffer needed */
+    tensor_to_host(e2, NULL); /* nothing to write: no buffer needed */
 
     tensor *ts[] = {e1, e2, r, n, g, gb, mb, a, p, left, left2, right, out, rows, cols, both};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
@@ -181,8 +176,7 @@ static void test_empty_tensors(void **state)
 
 /* ---------------- random numbers ---------------- */
 
-static void test_randn_is_seeded(void **state)
-{
+static void test_randn_is_seeded(void **state) {
     (void)state;
     manual_seed(1234);
     tensor *a = randn(1000, 0, -1);
@@ -224,8 +218,7 @@ static void test_randn_is_seeded(void **state)
     tensor_free(second);
 }
 
-static void test_randn_default_seed_is_zero(void **state)
-{
+static void test_randn_default_seed_is_zero(void **state) {
     (void)state;
     /* A fresh process starts as if manual_seed(0) had been called. A forked
      * child would inherit this process's stream, so run a fresh one. */
@@ -255,8 +248,7 @@ static void test_randn_default_seed_is_zero(void **state)
     tensor_free(t);
 }
 
-static void test_randn_statistics(void **state)
-{
+static void test_randn_statistics(void **state) {
     (void)state;
     manual_seed(0);
     const int n = 100000;
@@ -281,8 +273,7 @@ static void test_randn_statistics(void **state)
 
 /* ---------------- views and slices ---------------- */
 
-static void test_row_slice_is_a_view(void **state)
-{
+static void test_row_slice_is_a_view(void **state) {
     (void)state;
     tensor *t = arange(12, -1);
     tensor *m = zeros(4, 3, -1);
@@ -318,8 +309,7 @@ static void test_row_slice_is_a_view(void **state)
     tensor_free(t);
 }
 
-static void test_col_slice_and_cat_cols(void **state)
-{
+static void test_col_slice_and_cat_cols(void **state) {
     (void)state;
     float v[15];
     for (int i = 0; i < 15; i++)
@@ -356,8 +346,7 @@ static void test_col_slice_and_cat_cols(void **state)
 
 /* ---------------- arithmetic ---------------- */
 
-static void test_elementwise(void **state)
-{
+static void test_elementwise(void **state) {
     (void)state;
     manual_seed(3);
     tensor *a = random_host(4, 5), *b = random_host(4, 5);
@@ -378,9 +367,7 @@ static void test_elementwise(void **state)
     tensor_free(b);
 }
 
-static void check_matmul(int64_t m, int64_t k, int64_t n, int ta, int tb, float alpha,
-                         float beta)
-{
+static void check_matmul(int64_t m, int64_t k, int64_t n, int ta, int tb, float alpha, float beta) {
     /* Stored shapes so that op(a) is m x k and op(b) is k x n. */
     tensor *a = ta ? random_host(k, m) : random_host(m, k);
     tensor *b = tb ? random_host(n, k) : random_host(k, n);
@@ -405,11 +392,10 @@ static void check_matmul(int64_t m, int64_t k, int64_t n, int ta, int tb, float 
 
 /* tensor_view, reshape, sub_, fill_, sum, norm against loops over the
  * values the test put in. */
-static void test_views_and_reductions(void **state)
-{
+static void test_views_and_reductions(void **state) {
     (void)state;
-    tensor *flat = arange(12, -1);                    /* 0, 1, ..., 11 */
-    tensor *v = tensor_view(flat, 5, 2, 3);           /* elements 5..10 as 2x3 */
+    tensor *flat = arange(12, -1);          /* 0, 1, ..., 11 */
+    tensor *v = tensor_view(flat, 5, 2, 3); /* elements 5..10 as 2x3 */
     assert_int_equal(v->ndim, 2);
     assert_int_equal(v->shape[0], 2);
     assert_int_equal(v->shape[1], 3);
@@ -417,7 +403,7 @@ static void test_views_and_reductions(void **state)
     assert_false(v->owns_data);
     for (int i = 0; i < 6; i++)
         assert_true(v->data[i] == (float)(5 + i));
-    fill_(v, -1.0f);                                  /* writes reach the buffer */
+    fill_(v, -1.0f); /* writes reach the buffer */
     for (int i = 0; i < 12; i++)
         assert_true(flat->data[i] == ((i >= 5 && i < 11) ? -1.0f : (float)i));
     tensor *one_d = tensor_view(flat, 11, 1, 0);
@@ -440,7 +426,7 @@ static void test_views_and_reductions(void **state)
     tensor *a = tensor_from(a_vals, 2, 3, -1), *b = tensor_from(b_vals, 2, 3, -1);
     sub_(a, b);
     for (int i = 0; i < 6; i++)
-        assert_true(a->data[i] == a_vals[i] - b_vals[i]);   /* exact: every value is a short binary fraction */
+        assert_true(a->data[i] == a_vals[i] - b_vals[i]); /* exact: every value is a short binary fraction */
 
     /* sum and norm of a random tensor against double loops here. */
     manual_seed(3);
@@ -473,8 +459,7 @@ static void test_views_and_reductions(void **state)
     tensor_free(flat);
 }
 
-static void test_matmul_against_triple_loop(void **state)
-{
+static void test_matmul_against_triple_loop(void **state) {
     (void)state;
     manual_seed(11);
     for (int ta = 0; ta < 2; ta++)
@@ -502,13 +487,9 @@ static void test_matmul_against_triple_loop(void **state)
 }
 
 /* GELU, tanh form, in double: the reference. */
-static double gelu_ref(double x)
-{
-    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
-static void test_gelu(void **state)
-{
+static void test_gelu(void **state) {
     (void)state;
     enum { N = 201 };
     float xs[N];
@@ -543,8 +524,7 @@ static void test_gelu(void **state)
     tensor_free(dx);
 }
 
-static double mean_square(const float *x, int n, int bump, double h)
-{
+static double mean_square(const float *x, int n, int bump, double h) {
     double s = 0;
     for (int i = 0; i < n; i++) {
         double v = x[i] + (i == bump ? h : 0.0);
@@ -553,8 +533,7 @@ static double mean_square(const float *x, int n, int bump, double h)
     return s / n;
 }
 
-static void test_mse(void **state)
-{
+static void test_mse(void **state) {
     (void)state;
     manual_seed(5);
     tensor *x = random_host(16, 8);
@@ -575,14 +554,13 @@ static void test_mse(void **state)
 
 /* ---------------- AdamW ---------------- */
 
-static void test_adamw_against_formulas(void **state)
-{
+static void test_adamw_against_formulas(void **state) {
     (void)state;
     const float p0[4] = {0.5f, -1.0f, 2.0f, 0.25f};
     const float grads[3][4] = {
-        {0.1f, -0.2f, 0.3f, 0.0f},
-        {-0.05f, 0.4f, 0.0f, 1.0f},
-        {0.2f, 0.2f, -0.1f, -3.0f},
+            {0.1f, -0.2f, 0.3f, 0.0f},
+            {-0.05f, 0.4f, 0.0f, 1.0f},
+            {0.2f, 0.2f, -0.1f, -3.0f},
     };
     const double lr = 0.01;
     tensor *p = from_values(2, 2, -1, p0);
@@ -621,23 +599,19 @@ static void test_adamw_against_formulas(void **state)
 
 /* ---------------- printing ---------------- */
 
-static void check_str(tensor *t, const char *expect)
-{
+static void check_str(tensor *t, const char *expect) {
     const char *got = tensor_str(t);
-    if (strcmp(got, expect) != 0)
-        print_error("expected:\n%s\ngot:\n%s\n", expect, got);
+    if (strcmp(got, expect) != 0) print_error("expected:\n%s\ngot:\n%s\n", expect, got);
     assert_string_equal(got, expect);
 }
 
-static void check_str_of(int64_t rows, int64_t cols, const float *v, const char *expect)
-{
+static void check_str_of(int64_t rows, int64_t cols, const float *v, const char *expect) {
     tensor *t = from_values(rows, cols, -1, v);
     check_str(t, expect);
     tensor_free(t);
 }
 
-static void test_tensor_str_small(void **state)
-{
+static void test_tensor_str_small(void **state) {
     (void)state;
     tensor *a = arange(4, -1);
     check_str(a, "tensor([0., 1., 2., 3.], device='cpu')");
@@ -670,8 +644,7 @@ static void test_tensor_str_small(void **state)
                  "        [ 3.0000,  0.2500]], device='cpu')");
 }
 
-static void test_tensor_str_wrapping(void **state)
-{
+static void test_tensor_str_wrapping(void **state) {
     (void)state;
     float v[20];
     for (int i = 0; i < 20; i++)
@@ -687,8 +660,7 @@ static void test_tensor_str_wrapping(void **state)
                  "       device='cpu')");
 }
 
-static void test_tensor_str_summarised(void **state)
-{
+static void test_tensor_str_summarised(void **state) {
     (void)state;
     tensor *a = arange(2000, -1);
     check_str(a, "tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, 1.9980e+03,\n"
@@ -732,27 +704,25 @@ static void test_tensor_str_summarised(void **state)
     tensor_free(m);
 }
 
-static void check_summary(int64_t rows, int64_t cols, float first, const char *expect)
-{
+static void check_summary(int64_t rows, int64_t cols, float first, const char *expect) {
     tensor *t = zeros(rows, cols, -1);
     t->data[0] = first;
     assert_string_equal(summarize(t), expect);
     tensor_free(t);
 }
 
-static void test_summarize(void **state)
-{
+static void test_summarize(void **state) {
     (void)state;
     check_summary(1024, 1024, -0.02391f, "1024x1024[-0.0239...]");
     check_summary(4, 0, 0.5f, "4[0.5...]");
     check_summary(2, 3, 1.0f, "2x3[1.0...]");
     check_summary(2, 3, 0.0f, "2x3[0.0...]");
     check_summary(8, 0, 123.45678f, "8[123.4568...]");
-    check_summary(8, 0, 0.03125f, "8[0.0312...]");   /* an exact tie rounds to even */
-    check_summary(8, 0, 2.675f, "8[2.675...]");      /* float 2.67499995...: no tie */
+    check_summary(8, 0, 0.03125f, "8[0.0312...]"); /* an exact tie rounds to even */
+    check_summary(8, 0, 2.675f, "8[2.675...]");    /* float 2.67499995...: no tie */
     check_summary(8, 0, 0.0001f, "8[0.0001...]");
     check_summary(8, 0, 0.00004f, "8[0.0...]");
-    check_summary(8, 0, -0.00004f, "8[-0.0...]");    /* Python keeps the sign of zero */
+    check_summary(8, 0, -0.00004f, "8[-0.0...]"); /* Python keeps the sign of zero */
     check_summary(8, 0, 1e20f, "8[1.0000000200408773e+20...]");
     check_summary(8, 0, 3e15f, "8[3000000028082176.0...]");
     check_summary(8, 0, -7.0f, "8[-7.0...]");
@@ -768,8 +738,7 @@ static void test_summarize(void **state)
 
 /* Runs `body` as a lecture in a child process (its trace in a temporary
  * folder); returns the exit status and what it wrote on stderr. */
-static int run_lecture(void (*body)(void), char *err, size_t cap)
-{
+static int run_lecture(void (*body)(void), char *err, size_t cap) {
     char dir[] = "/tmp/lectern-test-tensor-XXXXXX";
     assert_non_null(mkdtemp(dir));
     int fds[2];
@@ -797,20 +766,17 @@ static int run_lecture(void (*body)(void), char *err, size_t cap)
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
+        if (e->d_name[0] == '.') continue;
         char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         unlink(path);
     }
-    if (d)
-        closedir(d);
+    if (d) closedir(d);
     rmdir(dir);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static void expect_failure(void (*body)(void), int line, const char *message)
-{
+static void expect_failure(void (*body)(void), int line, const char *message) {
     char err[8192];
     int status = run_lecture(body, err, sizeof err);
     char where[64];
@@ -822,14 +788,10 @@ static void expect_failure(void (*body)(void), int line, const char *message)
     assert_non_null(strstr(err, message));
 }
 
-static void ask_for_cuda0(void)
-{
-    zeros(2, 2, 0);
-}
+static void ask_for_cuda0(void) { zeros(2, 2, 0); }
 enum { ASK_FOR_CUDA0_LINE = __LINE__ - 2 };
 
-static void multiply_mismatched(void)
-{
+static void multiply_mismatched(void) {
     tensor *a = zeros(2, 3, -1), *b = zeros(2, 3, -1);
     matmul(a, b);
     tensor_free(a);
@@ -837,8 +799,7 @@ static void multiply_mismatched(void)
 }
 enum { MULTIPLY_MISMATCHED_LINE = __LINE__ - 4 };
 
-static void add_mismatched(void)
-{
+static void add_mismatched(void) {
     tensor *a = zeros(4, 0, -1), *b = zeros(5, 0, -1);
     add_(a, b);
     tensor_free(a);
@@ -846,32 +807,28 @@ static void add_mismatched(void)
 }
 enum { ADD_MISMATCHED_LINE = __LINE__ - 4 };
 
-static void slice_out_of_range(void)
-{
+static void slice_out_of_range(void) {
     tensor *a = zeros(4, 2, -1);
     row_slice(a, 2, 6);
     tensor_free(a);
 }
 enum { SLICE_OUT_OF_RANGE_LINE = __LINE__ - 3 };
 
-static void view_out_of_range(void)
-{
+static void view_out_of_range(void) {
     tensor *a = zeros(4, 2, -1);
     tensor_view(a, 5, 2, 2);
     tensor_free(a);
 }
 enum { VIEW_OUT_OF_RANGE_LINE = __LINE__ - 3 };
 
-static void reshape_wrong_count(void)
-{
+static void reshape_wrong_count(void) {
     tensor *a = zeros(4, 2, -1);
     reshape(a, 3, 3);
     tensor_free(a);
 }
 enum { RESHAPE_WRONG_COUNT_LINE = __LINE__ - 3 };
 
-static void sub_mismatched(void)
-{
+static void sub_mismatched(void) {
     tensor *a = zeros(2, 2, -1), *b = zeros(4, 0, -1);
     sub_(a, b);
     tensor_free(a);
@@ -879,11 +836,9 @@ static void sub_mismatched(void)
 }
 enum { SUB_MISMATCHED_LINE = __LINE__ - 4 };
 
-static void test_errors_name_the_lecture_line(void **state)
-{
+static void test_errors_name_the_lecture_line(void **state) {
     (void)state;
-    expect_failure(multiply_mismatched, MULTIPLY_MISMATCHED_LINE,
-                   "matmul: shapes 2x3 and 2x3 cannot be multiplied");
+    expect_failure(multiply_mismatched, MULTIPLY_MISMATCHED_LINE, "matmul: shapes 2x3 and 2x3 cannot be multiplied");
     expect_failure(add_mismatched, ADD_MISMATCHED_LINE, "add_: shapes differ: 4 and 5");
     expect_failure(slice_out_of_range, SLICE_OUT_OF_RANGE_LINE,
                    "row_slice: rows [2, 6) are not within the 4 rows of a 4x2 tensor");
@@ -894,8 +849,7 @@ static void test_errors_name_the_lecture_line(void **state)
     expect_failure(sub_mismatched, SUB_MISMATCHED_LINE, "sub_: shapes differ: 2x2 and 4");
 }
 
-static void test_no_gpu_is_a_clear_error(void **state)
-{
+static void test_no_gpu_is_a_clear_error(void **state) {
     (void)state;
     if (gpu_count() > 0) {
         print_message("skipped: a GPU is visible, so cuda:0 is no error here\n");
@@ -909,8 +863,7 @@ static void test_no_gpu_is_a_clear_error(void **state)
 
 /* ---------------- timing ---------------- */
 
-static void test_timing(void **state)
-{
+static void test_timing(void **state) {
     (void)state;
     double t0 = now_seconds();
     struct timespec pause = {0, 20 * 1000 * 1000};
@@ -932,8 +885,7 @@ static void test_timing(void **state)
 /* ---------------- the same on a GPU ---------------- */
 
 /* Why there is no GPU to test on, for the skip message. */
-static const char *gpu_count_reason(void)
-{
+static const char *gpu_count_reason(void) {
 #ifdef LECTERN_CUDA
     return "no GPU visible (gpu_count() is 0): the GPU half of the tests cannot run here";
 #else
@@ -941,16 +893,13 @@ static const char *gpu_count_reason(void)
 #endif
 }
 
-static void assert_close(tensor *gpu, tensor *cpu, double tol)
-{
+static void assert_close(tensor *gpu, tensor *cpu, double tol) {
     double d = max_abs_diff(gpu, cpu);
-    if (!(d <= tol))
-        print_error("max_abs_diff %g > %g\n", d, tol);
+    if (!(d <= tol)) print_error("max_abs_diff %g > %g\n", d, tol);
     assert_true(d <= tol);
 }
 
-static void test_gpu_matches_cpu(void **state)
-{
+static void test_gpu_matches_cpu(void **state) {
     (void)state;
     if (gpu_count() == 0) {
         print_message("skipped: %s\n", gpu_count_reason());
@@ -1047,8 +996,7 @@ static void test_gpu_matches_cpu(void **state)
         tensor_free(all[i]);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     /* Helper mode for test_randn_default_seed_is_zero: a fresh process
      * writes its first 8 normals to the given file descriptor. */
     if (argc == 3 && strcmp(argv[1], "--print-first-randn") == 0) {
@@ -1058,28 +1006,28 @@ int main(int argc, char **argv)
         return n == (ssize_t)(8 * sizeof(float)) ? 0 : 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes_and_values),
-        cmocka_unit_test(test_max_abs_diff_sees_nan),
-        cmocka_unit_test(test_empty_tensors),
-        cmocka_unit_test(test_randn_is_seeded),
-        cmocka_unit_test(test_randn_default_seed_is_zero),
-        cmocka_unit_test(test_randn_statistics),
-        cmocka_unit_test(test_row_slice_is_a_view),
-        cmocka_unit_test(test_col_slice_and_cat_cols),
-        cmocka_unit_test(test_elementwise),
-        cmocka_unit_test(test_views_and_reductions),
-        cmocka_unit_test(test_matmul_against_triple_loop),
-        cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_mse),
-        cmocka_unit_test(test_adamw_against_formulas),
-        cmocka_unit_test(test_tensor_str_small),
-        cmocka_unit_test(test_tensor_str_wrapping),
-        cmocka_unit_test(test_tensor_str_summarised),
-        cmocka_unit_test(test_summarize),
-        cmocka_unit_test(test_errors_name_the_lecture_line),
-        cmocka_unit_test(test_no_gpu_is_a_clear_error),
-        cmocka_unit_test(test_timing),
-        cmocka_unit_test(test_gpu_matches_cpu),
+            cmocka_unit_test(test_shapes_and_values),
+            cmocka_unit_test(test_max_abs_diff_sees_nan),
+            cmocka_unit_test(test_empty_tensors),
+            cmocka_unit_test(test_randn_is_seeded),
+            cmocka_unit_test(test_randn_default_seed_is_zero),
+            cmocka_unit_test(test_randn_statistics),
+            cmocka_unit_test(test_row_slice_is_a_view),
+            cmocka_unit_test(test_col_slice_and_cat_cols),
+            cmocka_unit_test(test_elementwise),
+            cmocka_unit_test(test_views_and_reductions),
+            cmocka_unit_test(test_matmul_against_triple_loop),
+            cmocka_unit_test(test_gelu),
+            cmocka_unit_test(test_mse),
+            cmocka_unit_test(test_adamw_against_formulas),
+            cmocka_unit_test(test_tensor_str_small),
+            cmocka_unit_test(test_tensor_str_wrapping),
+            cmocka_unit_test(test_tensor_str_summarised),
+            cmocka_unit_test(test_summarize),
+            cmocka_unit_test(test_errors_name_the_lecture_line),
+            cmocka_unit_test(test_no_gpu_is_a_clear_error),
+            cmocka_unit_test(test_timing),
+            cmocka_unit_test(test_gpu_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,7 +82,7 @@ static void stack_capture_names_functions_and_lines(void **state) {
     lx_stack_set_root((const void *)outer_capture);
     outer_capture();
     lx_stack_set_root(NULL);
-    assert_int_equal(captured_n, 2);   /* the root is the outermost frame kept */
+    assert_int_equal(captured_n, 2); /* the root is the outermost frame kept */
     assert_string_equal(captured[0].function, "outer_capture");
     assert_int_equal(captured[0].line, outer_line);
     assert_string_equal(captured[1].function, "inner_capture");
@@ -134,8 +134,8 @@ static void frame_pointer_walk_agrees_with_backtrace(void **state) {
     lx_stack_set_root((const void *)level_1);
     level_1();
     lx_stack_set_root(NULL);
-    assert_int_equal(n_unwinder, 4);          /* level_1, level_2, level_3, capture_three_ways */
-    assert_int_equal(n_chain, n_unwinder);    /* our code has frame pointers: the chain reaches the root */
+    assert_int_equal(n_unwinder, 4);       /* level_1, level_2, level_3, capture_three_ways */
+    assert_int_equal(n_chain, n_unwinder); /* our code has frame pointers: the chain reaches the root */
     assert_same_frames(by_chain, by_unwinder, n_unwinder);
     assert_int_equal(n_default, n_unwinder);
     assert_same_frames(by_default, by_unwinder, n_unwinder);
@@ -143,7 +143,7 @@ static void frame_pointer_walk_agrees_with_backtrace(void **state) {
     lx_stack_set_root((const void *)through_qsort);
     through_qsort();
     lx_stack_set_root(NULL);
-    assert_int_equal(n_unwinder, 3);   /* through_qsort, compare_and_capture, capture_three_ways */
+    assert_int_equal(n_unwinder, 3); /* through_qsort, compare_and_capture, capture_three_ways */
     assert_string_equal(by_unwinder[1].function, "compare_and_capture");
     assert_int_equal(n_default, n_unwinder);
     assert_same_frames(by_default, by_unwinder, n_unwinder);
@@ -183,7 +183,7 @@ static void steps_go_to_the_sink(void **state) {
     assert_int_equal(cJSON_GetObjectItem(sunk, "rank")->valueint, 2);
     assert_int_equal(cJSON_GetObjectItem(sunk, "world_size")->valueint, 4);
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(sunk, "spawn")));
-    assert_int_equal(lx_trace_step_count(), 0);   /* the sink took it, not the trace */
+    assert_int_equal(lx_trace_step_count(), 0); /* the sink took it, not the trace */
     cJSON_Delete(sunk);
     sunk = NULL;
     lx_trace_free();
@@ -218,7 +218,7 @@ static void see_with_and_without_title(void **state) {
     assert_string_equal(cJSON_GetStringValue(sunk_link("url")), "https://example.org/b");
     assert_string_equal(cJSON_GetStringValue(sunk_link("title")), "The B paper");
     assert_int_equal(sunk_line(), line);
-    see("https://example.org/c", "");   /* an empty title is no title */
+    see("https://example.org/c", ""); /* an empty title is no title */
     assert_null(sunk_link("title"));
     lx_set_step_sink(NULL);
     cJSON_Delete(sunk);
@@ -289,15 +289,15 @@ static void unwritable_folder_is_an_error(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(utf8_repair_keeps_valid_and_replaces_invalid),
-        cmocka_unit_test(markdown_renders_and_escapes_html),
-        cmocka_unit_test(stack_capture_names_functions_and_lines),
-        cmocka_unit_test(frame_pointer_walk_agrees_with_backtrace),
-        cmocka_unit_test(lecture_paths),
-        cmocka_unit_test(steps_go_to_the_sink),
-        cmocka_unit_test(see_with_and_without_title),
-        cmocka_unit_test(write_is_atomic_and_failure_keeps_good_trace),
-        cmocka_unit_test(unwritable_folder_is_an_error),
+            cmocka_unit_test(utf8_repair_keeps_valid_and_replaces_invalid),
+            cmocka_unit_test(markdown_renders_and_escapes_html),
+            cmocka_unit_test(stack_capture_names_functions_and_lines),
+            cmocka_unit_test(frame_pointer_walk_agrees_with_backtrace),
+            cmocka_unit_test(lecture_paths),
+            cmocka_unit_test(steps_go_to_the_sink),
+            cmocka_unit_test(see_with_and_without_title),
+            cmocka_unit_test(write_is_atomic_and_failure_keeps_good_trace),
+            cmocka_unit_test(unwritable_folder_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

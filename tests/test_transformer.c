@@ -41,7 +41,8 @@ static double *values(const tensor *t) {
     assert_non_null(f);
     assert_non_null(d);
     tensor_to_host(t, f);
-    for (int64_t i = 0; i < t->numel; i++) d[i] = f[i];
+    for (int64_t i = 0; i < t->numel; i++)
+        d[i] = f[i];
     free(f);
     return d;
 }
@@ -83,7 +84,8 @@ static void softmax_matches_float64(void **state) {
     double *out = values(x), worst = 0;
     for (int i = 0; i < rows; i++) {
         double max = -INFINITY, sum = 0, range = 0;
-        for (int j = 0; j < cols; j++) max = fmax(max, in[i * cols + j]);
+        for (int j = 0; j < cols; j++)
+            max = fmax(max, in[i * cols + j]);
         for (int j = 0; j < cols; j++) {
             sum += exp(in[i * cols + j] - max);
             range = fmax(range, max - in[i * cols + j]);
@@ -119,7 +121,8 @@ static void layer_norm_matches_float64(void **state) {
     double *out = values(y), worst = 0;
     for (int i = 0; i < rows; i++) {
         double mean = 0, var = 0, mean_abs = 0;
-        for (int j = 0; j < cols; j++) mean += in[i * cols + j] / cols;
+        for (int j = 0; j < cols; j++)
+            mean += in[i * cols + j] / cols;
         for (int j = 0; j < cols; j++) {
             var += (in[i * cols + j] - mean) * (in[i * cols + j] - mean) / cols;
             mean_abs += fabs(in[i * cols + j]) / cols;
@@ -163,22 +166,26 @@ static void attention64(const double *q, const double *k, const double *v, int n
             *score_size = fmax(*score_size, fabs(s[j]));
             max = fmax(max, s[j]);
         }
-        for (int c = 0; c < dv; c++) out[i * dv + c] = 0;
+        for (int c = 0; c < dv; c++)
+            out[i * dv + c] = 0;
         if (max == -INFINITY) continue; /* sees no key: zeros */
         for (int j = 0; j < m; j++) {
             if (causal && k_pos + j > q_pos + i) continue;
             double p = exp(s[j] - max);
             sum += p;
-            for (int c = 0; c < dv; c++) out[i * dv + c] += p * v[j * dv + c];
+            for (int c = 0; c < dv; c++)
+                out[i * dv + c] += p * v[j * dv + c];
         }
-        for (int c = 0; c < dv; c++) out[i * dv + c] /= sum;
+        for (int c = 0; c < dv; c++)
+            out[i * dv + c] /= sum;
     }
     free(s);
 }
 
 static double largest64(const double *a, int64_t n) {
     double m = 0;
-    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(a[i]));
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, fabs(a[i]));
     return m;
 }
 
@@ -224,7 +231,8 @@ static void check_attention(int n, int m, int d, int dv, int causal, int q_pos, 
     }
     double *got = values(out);
     double tol = attention_tol(term, score, d, m, chunks, largest64(v64, (int64_t)m * dv)), worst = 0;
-    for (int i = 0; i < n * dv; i++) worst = fmax(worst, fabs(got[i] - ref[i]));
+    for (int i = 0; i < n * dv; i++)
+        worst = fmax(worst, fabs(got[i] - ref[i]));
     print_message("attention %dx%d keys %d, causal %d at %d/%d, %d chunks: max error %.3g (tolerance %.3g)\n", n, d, m,
                   causal, q_pos, k_pos, chunks, worst, tol);
     assert_true(worst <= tol);
@@ -339,12 +347,14 @@ static double mlp64(const double *x, const double *w1, const double *w2, int n, 
     assert_non_null(sy);
     matmul64(x, w1, h, sh, n, d, hidden);
     double hmax = largest64(h, (int64_t)n * hidden);
-    for (int i = 0; i < n * hidden; i++) h[i] = gelu64(h[i]);
+    for (int i = 0; i < n * hidden; i++)
+        h[i] = gelu64(h[i]);
     matmul64(h, w2, y, sy, n, hidden, d);
     double col = 0;
     for (int c = 0; c < d; c++) {
         double s = 0;
-        for (int j = 0; j < hidden; j++) s += fabs(w2[j * d + c]);
+        for (int j = 0; j < hidden; j++)
+            s += fabs(w2[j * d + c]);
         col = fmax(col, s);
     }
     double tol = (1.13 * d * U * largest64(sh, (int64_t)n * hidden) + 8 * U * hmax) * col +
@@ -364,7 +374,8 @@ static void mlp_matches_float64(void **state) {
     double tol = mlp64(x64, w164, w264, n, d, hidden, y);
     tensor *out = mlp_forward(x, w1, w2);
     double *got = values(out), worst = 0;
-    for (int i = 0; i < n * d; i++) worst = fmax(worst, fabs(got[i] - y[i]));
+    for (int i = 0; i < n * d; i++)
+        worst = fmax(worst, fabs(got[i] - y[i]));
     print_message("mlp: max error %.3g (tolerance %.3g)\n", worst, tol);
     assert_true(worst <= tol);
     assert_true(largest64(y, n * d) > 1000 * tol);
@@ -386,13 +397,15 @@ static void gather_and_scatter_rows_are_exact(void **state) {
     const float scale[3] = {1.0f, 2.0f, 0.5f};
     tensor *g = gather_rows(x, rows, 3);
     for (int i = 0; i < 3; i++)
-        for (int c = 0; c < 3; c++) assert_true(tensor_item(g, i * 3 + c) == tensor_item(x, rows[i] * 3 + c));
+        for (int c = 0; c < 3; c++)
+            assert_true(tensor_item(g, i * 3 + c) == tensor_item(x, rows[i] * 3 + c));
     tensor *out = zeros(5, 3, -1);
     scatter_rows(out, g, rows, scale, 3);
     for (int i = 0; i < 3; i++)
         for (int c = 0; c < 3; c++)
             assert_true(tensor_item(out, rows[i] * 3 + c) == scale[i] * tensor_item(x, rows[i] * 3 + c));
-    for (int c = 0; c < 3; c++) assert_true(tensor_item(out, 1 * 3 + c) == 0 && tensor_item(out, 3 * 3 + c) == 0);
+    for (int c = 0; c < 3; c++)
+        assert_true(tensor_item(out, 1 * 3 + c) == 0 && tensor_item(out, 3 * 3 + c) == 0);
     tensor_free(out);
     tensor_free(g);
     tensor_free(x);
@@ -444,7 +457,8 @@ static void moe_matches_float64(void **state) {
         free(w264);
     }
     int experts_used = 0;
-    for (int e = 0; e < E; e++) experts_used += used[e] > 0;
+    for (int e = 0; e < E; e++)
+        experts_used += used[e] > 0;
     print_message("moe: %d tokens over %d experts (%d %d %d %d), worst error %.3g of its tolerance\n", N, experts_used,
                   used[0], used[1], used[2], used[3], worst);
     assert_true(experts_used >= 3); /* the test exercises the routing, not one expert */

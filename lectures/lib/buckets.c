@@ -37,7 +37,8 @@ buckets *buckets_new(const mlp_config *c, int layers_per_bucket, int device) {
 void buckets_free(buckets *g) {
     for (int i = 0; i < MAX_LAYERS; i++)
         if (g->grads[i]) tensor_free(g->grads[i]);
-    for (int b = 0; b < g->n; b++) tensor_free(g->bucket[b]);
+    for (int b = 0; b < g->n; b++)
+        tensor_free(g->bucket[b]);
     free(g);
 }
 
@@ -56,16 +57,19 @@ static void ddp_step(int mode, const mlp_config *c, tensor *const *w, buckets *g
             req[g->bucket_of[i]] = dist_all_reduce_async(g->bucket[g->bucket_of[i]], DIST_AVG);
     }
     if (mode == DURING_BACKWARD)
-        for (int b = 0; b < g->n; b++) dist_wait(req[b]);
+        for (int b = 0; b < g->n; b++)
+            dist_wait(req[b]);
     if (mode == AFTER_BACKWARD)
-        for (int b = 0; b < g->n; b++) dist_all_reduce(g->bucket[b], DIST_AVG);
+        for (int b = 0; b < g->n; b++)
+            dist_all_reduce(g->bucket[b], DIST_AVG);
     free_saved(c->layers, acts, pre);
 }
 
 void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials,
                     double median_ms[STEP_MODES]) {
     double *ms = malloc(sizeof(double) * STEP_MODES * trials);
-    for (int mode = 0; mode < STEP_MODES; mode++) ddp_step(mode, c, w, g, x); /* warm-up */
+    for (int mode = 0; mode < STEP_MODES; mode++)
+        ddp_step(mode, c, w, g, x); /* warm-up */
     for (int trial = 0; trial < trials; trial++)
         for (int mode = 0; mode < STEP_MODES; mode++) {
             dist_timer t = {0};
@@ -73,7 +77,8 @@ void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x
             ddp_step(mode, c, w, g, x);
             ms[mode * trials + trial] = dist_timer_stop(&t) * 1e3; /* the slowest rank's time */
         }
-    for (int mode = 0; mode < STEP_MODES; mode++) median_ms[mode] = median_of(ms + mode * trials, trials);
+    for (int mode = 0; mode < STEP_MODES; mode++)
+        median_ms[mode] = median_of(ms + mode * trials, trials);
     free(ms);
 }
 
@@ -83,6 +88,7 @@ void show_overlap(int world_size, int64_t per_rank, int trials, const double med
                            world_size, dist_backend(), (long long)per_rank, trials);
     table_column(t, "step", NULL, "%s");
     table_column(t, "time", "ms", "%.2f");
-    for (int mode = 0; mode < STEP_MODES; mode++) table_row(t, STEP_MODE_NAMES[mode], median_ms[mode]);
+    for (int mode = 0; mode < STEP_MODES; mode++)
+        table_row(t, STEP_MODE_NAMES[mode], median_ms[mode]);
     table_show(t);
 }

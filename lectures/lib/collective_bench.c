@@ -15,7 +15,11 @@ cost_model fit_cost_model(const bench_result *r, int n, int p) {
     double s11 = 0, s12 = 0, s22 = 0, b1 = 0, b2 = 0;
     for (int i = 0; i < n; i++) {
         double u = 1 / r[i].seconds, v = r[i].bytes / r[i].seconds;
-        s11 += u * u; s12 += u * v; s22 += v * v; b1 += u; b2 += v;
+        s11 += u * u;
+        s12 += u * v;
+        s22 += v * v;
+        b1 += u;
+        b2 += v;
     }
     double det = s11 * s22 - s12 * s12;
     double A = (b1 * s22 - b2 * s12) / det, B = (s11 * b2 - s12 * b1) / det;
@@ -25,13 +29,13 @@ cost_model fit_cost_model(const bench_result *r, int n, int p) {
         B = b2 / s22;
         m.clamped = 1;
     }
-    if (B <= 0) {   /* times that do not grow with size: a busy machine's noise */
+    if (B <= 0) { /* times that do not grow with size: a busy machine's noise */
         B = 0;
         A = b1 / s11;
         m.clamped = 2;
     }
     m.alpha = A / (2.0 * (p - 1));
-    m.beta = B * p / (2.0 * (p - 1));   /* 0 when not resolved: no bandwidth term */
+    m.beta = B * p / (2.0 * (p - 1)); /* 0 when not resolved: no bandwidth term */
     for (int i = 0; i < n; i++) {
         double e = model_seconds(&m, r[i].bytes, p) / r[i].seconds - 1;
         m.rms_error += e * e / n;
@@ -55,14 +59,14 @@ double mean_over_ranks(double value, int device) {
 /* Seconds per all-reduce of `bytes`: one warm-up, then `trials` in a row. */
 double time_all_reduce(int64_t bytes, int trials, int device) {
     tensor *t = zeros(bytes / (int64_t)sizeof(float), 0, device);
-    dist_all_reduce(t, DIST_SUM);            /* warm-up: connections, buffers */
+    dist_all_reduce(t, DIST_SUM); /* warm-up: connections, buffers */
     device_synchronize();
     dist_barrier();
-    dist_timed_begin();                      /* the warm-up carried the check: time the library alone */
+    dist_timed_begin(); /* the warm-up carried the check: time the library alone */
     double start = now_seconds();
     for (int i = 0; i < trials; i++)
         dist_all_reduce(t, DIST_SUM);
-    device_synchronize();                    /* GPU work is asynchronous: wait for it */
+    device_synchronize(); /* GPU work is asynchronous: wait for it */
     double seconds = (now_seconds() - start) / trials;
     dist_timed_end();
     tensor_free(t);

@@ -12,7 +12,7 @@
 
 #include "lectern.h"
 
-#define MAX_SIZES 8   /* message sizes one benchmark runs */
+#define MAX_SIZES 8 /* message sizes one benchmark runs */
 
 /* One row of results. */
 typedef struct bench_result {
@@ -29,9 +29,9 @@ typedef struct bench_result {
  * (times that do not grow with size, noise on a busy machine) likewise
  * gives B = 0 and A alone. `clamped` says which. */
 typedef struct cost_model {
-    double alpha, beta;           /* seconds; seconds per byte (0: not resolved) */
-    double rms_error, max_error;  /* relative, over the sizes fitted */
-    int clamped;                  /* 1: alpha held at 0; 2: beta held at 0 */
+    double alpha, beta;          /* seconds; seconds per byte (0: not resolved) */
+    double rms_error, max_error; /* relative, over the sizes fitted */
+    int clamped;                 /* 1: alpha held at 0; 2: beta held at 0 */
 } cost_model;
 
 /* The model's time for an all-reduce of `bytes` on p ranks. */
@@ -53,7 +53,7 @@ bench_result bandwidths(int64_t bytes, double seconds, double bus_factor);
  * bench_sweep). */
 typedef struct bench_args {
     int n_sizes;
-    int64_t bytes[MAX_SIZES];   /* message sizes, as nccl-tests counts them */
+    int64_t bytes[MAX_SIZES]; /* message sizes, as nccl-tests counts them */
     int trials;
 } bench_args;
 

@@ -23,8 +23,8 @@ tensor *layer_forward(const tensor *x, const tensor *w, tensor **h) {
     return gelu(*h);
 }
 
-void layer_backward(const tensor *x, const tensor *h, const tensor *w, const tensor *dy,
-                    tensor *dw, tensor **dx, float beta) {
+void layer_backward(const tensor *x, const tensor *h, const tensor *w, const tensor *dy, tensor *dw, tensor **dx,
+                    float beta) {
     tensor *dh = gelu_backward(h, dy);
     matmul_into(dw, x, dh, 1, 0, 1.0f, beta);
     if (dx) {
@@ -80,16 +80,12 @@ double spread_over_ranks(tensor *const *ts, int n) {
 /* u = 2^-24: FLT_EPSILON (2^-23, the spacing of floats at 1) halved. */
 static double longest_sum(const mlp_config *c) { return c->batch > c->width ? c->batch : c->width; }
 
-double gradient_tolerance(const mlp_config *c) {
-    return 2.0 * (c->layers + 1) * longest_sum(c) * (FLT_EPSILON / 2);
-}
+double gradient_tolerance(const mlp_config *c) { return 2.0 * (c->layers + 1) * longest_sum(c) * (FLT_EPSILON / 2); }
 
-double output_tolerance(const mlp_config *c) {
-    return 2.0 * c->layers * longest_sum(c) * (FLT_EPSILON / 2);
-}
+double output_tolerance(const mlp_config *c) { return 2.0 * c->layers * longest_sum(c) * (FLT_EPSILON / 2); }
 
 double adamw_rounding_bound(const mlp_config *c) {
-    const double beta1 = 0.9, beta2 = 0.999;   /* AdamW's defaults (adamw_new) */
+    const double beta1 = 0.9, beta2 = 0.999; /* AdamW's defaults (adamw_new) */
     double bound = 0;
     for (int t = 1; t <= c->steps; t++) {
         double a2_over_b = 0, b_sum = 0, a_sum = 0;

@@ -23,11 +23,11 @@
 enum { DATA_SEED = 0, WEIGHT_SEED = 1000 };
 
 typedef struct mlp_config {
-    int batch;    /* examples in one step (the whole data set) */
-    int width;    /* every layer is width x width */
+    int batch; /* examples in one step (the whole data set) */
+    int width; /* every layer is width x width */
     int layers;
     int steps;
-    float lr;     /* AdamW's learning rate */
+    float lr; /* AdamW's learning rate */
 } mlp_config;
 
 /* The data set (batch x width), from DATA_SEED. */
@@ -45,8 +45,8 @@ tensor *layer_forward(const tensor *x, const tensor *w, tensor **h);
  *   dh = dy * gelu'(h),   dw = beta * dw + x^T dh,   dx = dh w^T.
  * beta 1 accumulates over micro-batches. *dx is made only when dx is not
  * NULL (the first layer's input needs no gradient). */
-void layer_backward(const tensor *x, const tensor *h, const tensor *w, const tensor *dy,
-                    tensor *dw, tensor **dx, float beta);
+void layer_backward(const tensor *x, const tensor *h, const tensor *w, const tensor *dy, tensor *dw, tensor **dx,
+                    float beta);
 
 /* Forward through `layers` layers: acts[0] = x, acts[i + 1] = layer i's
  * output, pre[i] its pre-activation. */

@@ -112,7 +112,8 @@ static double replayed_bubble(const float *v, int stride, int world, int m) {
     int next[LECTERN_MAX_WORLD] = {0}, left = world * 2 * m;
     for (int r = 0; r < world; r++)
         for (int b = 0; b < 2; b++)
-            for (int k = 0; k < m; k++) done[r][b][k] = -1;
+            for (int k = 0; k < m; k++)
+                done[r][b][k] = -1;
     while (left > 0) {
         int moved = 0;
         for (int r = 0; r < world; r++) {
@@ -135,8 +136,10 @@ static double replayed_bubble(const float *v, int stride, int world, int m) {
         if (!moved) return NAN; /* an order no schedule allows: cannot happen for the ones here */
     }
     double span = 0, mean = 0;
-    for (int r = 0; r < world; r++) span = fmax(span, free_at[r]);
-    for (int r = 0; r < world; r++) mean += (1 - busy[r] / span) / world;
+    for (int r = 0; r < world; r++)
+        span = fmax(span, free_at[r]);
+    for (int r = 0; r < world; r++)
+        mean += (1 - busy[r] / span) / world;
     return mean;
 }
 
@@ -144,7 +147,8 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     /* per rank: the runs' events, then the most held, the gradients' difference and tolerance */
     int per_run = 2 * s->m * 4, per_rank = PIPE_RUNS * per_run + 3;
     float mine[PIPE_RUNS * 2 * MAX_MICRO_BATCHES * 4 + 3];
-    for (int k = 0; k < PIPE_RUNS; k++) memcpy(mine + k * per_run, s->events[k], sizeof(pipe_event) * 2 * s->m);
+    for (int k = 0; k < PIPE_RUNS; k++)
+        memcpy(mine + k * per_run, s->events[k], sizeof(pipe_event) * 2 * s->m);
     mine[per_rank - 3] = (float)s->most_in_flight;
     mine[per_rank - 2] = (float)grad_diff;
     mine[per_rank - 1] = (float)grad_tol;
@@ -184,7 +188,8 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
         }
     }
     double span = last - first, mean = 0;
-    for (int r = 0; r < s->world; r++) mean += (1 - busy[r] / span) / s->world;
+    for (int r = 0; r < s->world; r++)
+        mean += (1 - busy[r] / span) / s->world;
     table_t *t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, mean bubble %.3f of the total "
                            "(formula %.3f)",
                            SCHEDULE_NAMES[schedule], s->world, PIPE_RUNS, span, mean, bubble_fraction(s->world, s->m));
@@ -220,10 +225,12 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
                        span,
                        replayed_bubble(v + best * per_run, per_rank, s->world, s->m),
                        (int)v[per_rank - 3],
-                       stage1_first_forward < stage0_last_forward, {{0, 0}, {0, 0}}};
+                       stage1_first_forward < stage0_last_forward,
+                       {{0, 0}, {0, 0}}};
     for (int k = 0; k < 2; k++) { /* the first stage (k = 0) and the last */
         const pipe_event *e = (const pipe_event *)(v + (k ? s->world - 1 : 0) * per_rank + best * per_run);
-        for (int i = 0; i < 2 * s->m; i++) res.op_ms[k][e[i].backward > 0] += (e[i].end_ms - e[i].start_ms) / s->m;
+        for (int i = 0; i < 2 * s->m; i++)
+            res.op_ms[k][e[i].backward > 0] += (e[i].end_ms - e[i].start_ms) / s->m;
     }
     spawn_return(&res, sizeof res);
     free(v);

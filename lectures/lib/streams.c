@@ -23,8 +23,8 @@
 
 typedef struct streams_work {
     int n;
-    float *x1, *x2, *z1, *z2, *sum;   /* device, n x n each */
-    float *y_host;                    /* pinned (page-locked) host memory */
+    float *x1, *x2, *z1, *z2, *sum; /* device, n x n each */
+    float *y_host;                  /* pinned (page-locked) host memory */
     cublasHandle_t blas;
     cudaStream_t compute, copy;
     cudaEvent_t started, computed, copied;
@@ -34,14 +34,14 @@ typedef struct streams_work {
  * computes the transposed product in its column-major view). */
 static void multiply(streams_work *w) {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, w->n, &one,
-                             w->x2, w->n, w->x1, w->n, &zero, w->z1, w->n));
+    CUBLAS_CHECK(cublasSgemm(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, w->n, &one, w->x2, w->n, w->x1, w->n, &zero,
+                             w->z1, w->n));
 }
 
 static void add_results(streams_work *w) {
     const float one = 1.0f;
-    CUBLAS_CHECK(cublasSgeam(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, &one, w->z1,
-                             w->n, &one, w->z2, w->n, w->sum, w->n));
+    CUBLAS_CHECK(cublasSgeam(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, &one, w->z1, w->n, &one, w->z2, w->n,
+                             w->sum, w->n));
 }
 
 /* Both jobs on the default stream: the copy waits for the matmul. */
@@ -79,12 +79,12 @@ static int compare_floats(const void *a, const void *b) {
 
 /* Times `run` with CUDA events: warm-ups first (the first runs pay for
  * allocation and cuBLAS set-up), then several trials, sorted, and their mean. */
-static void benchmark(const char *description, void (*run)(streams_work *), streams_work *w,
-                      int warmups, int trials) {
+static void benchmark(const char *description, void (*run)(streams_work *), streams_work *w, int warmups, int trials) {
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < warmups; i++) run(w);
+    for (int i = 0; i < warmups; i++)
+        run(w);
     CUDA_CHECK(cudaDeviceSynchronize());
     float ms[16], mean = 0;
     if (trials > 16) trials = 16;
@@ -92,7 +92,7 @@ static void benchmark(const char *description, void (*run)(streams_work *), stre
         CUDA_CHECK(cudaEventRecord(start, 0));
         run(w);
         CUDA_CHECK(cudaEventRecord(stop, 0));
-        CUDA_CHECK(cudaEventSynchronize(stop));   /* wait for the GPU, then read the clock */
+        CUDA_CHECK(cudaEventSynchronize(stop)); /* wait for the GPU, then read the clock */
         CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
         mean += ms[i] / trials;
     }

@@ -9,9 +9,7 @@
 #include "train.h"
 
 /* Floats in all the layers' weights together. */
-int64_t model_floats(const mlp_config *c) {
-    return (int64_t)c->layers * c->width * c->width;
-}
+int64_t model_floats(const mlp_config *c) { return (int64_t)c->layers * c->width * c->width; }
 
 const char *losses_text(const float *loss, int steps, char *buf, size_t size) {
     size_t used = 0;
@@ -39,10 +37,7 @@ const char *layer_range(int first, int last, char *buf, size_t size) {
 }
 
 /* "1 rank", "4 ranks". */
-const char *plural(int n, const char *one, const char *many) {
-    return n == 1 ? one : many;
-}
-
+const char *plural(int n, const char *one, const char *many) { return n == 1 ? one : many; }
 
 
 train_args *baseline_args(const baseline_run *baseline, int micro_batches, size_t *size) {
@@ -73,8 +68,7 @@ tensor *expected_output(const train_args *a, int device) {
 /* One device's step-0 gradient of layer i (width x width). */
 tensor *expected_grad(const train_args *a, int layer, int device) {
     int64_t ww = (int64_t)a->cfg.width * a->cfg.width;
-    const float *g = a->expected + model_floats(&a->cfg) + (int64_t)a->cfg.batch * a->cfg.width +
-                     layer * ww;
+    const float *g = a->expected + model_floats(&a->cfg) + (int64_t)a->cfg.batch * a->cfg.width + layer * ww;
     return tensor_from(g, a->cfg.width, a->cfg.width, device);
 }
 
@@ -114,11 +108,13 @@ static void train(baseline_run *b, int steps, float *losses, char (*params)[PARA
         if (step == 0) {
             b->first_loss = loss;
             tensor_to_host(acts[c.layers], b->first_output);
-            for (int i = 0; i < c.layers; i++) tensor_to_host(grads[i], b->first_grads + i * ww);
+            for (int i = 0; i < c.layers; i++)
+                tensor_to_host(grads[i], b->first_grads + i * ww);
         }
         free_saved(c.layers, acts, pre);
         if (steps == 0) break;
-        for (int i = 0; i < c.layers; i++) adamw_step(opt[i], w[i], grads[i]);
+        for (int i = 0; i < c.layers; i++)
+            adamw_step(opt[i], w[i], grads[i]);
         losses[step] = loss;
         summaries(w, c.layers, params[step], PARAMS_TEXT);
     }
@@ -132,14 +128,15 @@ static void train(baseline_run *b, int steps, float *losses, char (*params)[PARA
 }
 
 void one_device_train(baseline_run *b) {
-    float losses[16];   /* steps: at most 5 (training_config) */
+    float losses[16]; /* steps: at most 5 (training_config) */
     char params[16][PARAMS_TEXT];
     train(b, b->cfg.steps, losses, params);
     table_t *t = table_new("One device: the whole batch, step by step");
     table_column(t, "step", NULL, "%d");
     table_column(t, "loss", NULL, "%.9g");
     table_column(t, "params after the step", NULL, "%s");
-    for (int step = 0; step < b->cfg.steps; step++) table_row(t, step, (double)losses[step], params[step]);
+    for (int step = 0; step < b->cfg.steps; step++)
+        table_row(t, step, (double)losses[step], params[step]);
     table_show(t);
 }
 
@@ -167,7 +164,8 @@ void gather_to_rank0(const double *mine, int n, double *all) {
     float *v = malloc(sizeof(float) * 2 * n * world);
     tensor_to_host(gathered, v);
     tensor_free(gathered);
-    for (int i = 0; i < n * world; i++) all[i] = (double)v[2 * i] + (double)v[2 * i + 1];
+    for (int i = 0; i < n * world; i++)
+        all[i] = (double)v[2 * i] + (double)v[2 * i + 1];
     free(v);
 }
 
@@ -179,14 +177,17 @@ void rank_table(const char *caption, const rank_column *cols, int n, const doubl
     if (dist_rank() != 0) return;
     table_t *t = table_new("%s", caption);
     table_column(t, "rank", NULL, "%d");
-    for (int i = 0; i < n; i++) table_column(t, cols[i].name, NULL, cols[i].format);
+    for (int i = 0; i < n; i++)
+        table_column(t, cols[i].name, NULL, cols[i].format);
     if (steps > 0) table_column(t, "loss by step", NULL, "%s");
     for (int r = 0; r < dist_world_size(); r++) {
         double v[8] = {0};
         float loss[GATHER_MAX];
         char text[256] = "";
-        for (int i = 0; i < n; i++) v[i] = all[r * per + i];
-        for (int k = 0; k < steps; k++) loss[k] = (float)all[r * per + n + k];
+        for (int i = 0; i < n; i++)
+            v[i] = all[r * per + i];
+        for (int k = 0; k < steps; k++)
+            loss[k] = (float)all[r * per + n + k];
         if (steps > 0) losses_text(loss, steps, text, sizeof text);
         /* table_row reads one value per column, in order: the loss text comes right after the n numbers
          * (and is not read when there is no loss column) */
@@ -212,7 +213,7 @@ tensor *layer_part(const mlp_config *c, int layer, char cut, int64_t first, int6
         part = col_slice(full, first, last);
     } else {
         tensor *rows = row_slice(full, first, last);
-        part = to_device(rows, device);   /* a copy of its own, not a view into full */
+        part = to_device(rows, device); /* a copy of its own, not a view into full */
         tensor_free(rows);
     }
     tensor_free(full);
@@ -261,7 +262,8 @@ double output_diff(const train_args *a, const tensor *out, double *tol) {
 }
 
 void free_tensors(tensor **ts, int n) {
-    for (int i = 0; i < n; i++) tensor_free(ts[i]);
+    for (int i = 0; i < n; i++)
+        tensor_free(ts[i]);
 }
 
 mlp_config training_config(void) {
@@ -273,7 +275,7 @@ mlp_config training_config(void) {
     const char *batch = lecture_option("batch", "128");
     char *end;
     long n = strtol(batch, &end, 10);
-    if (*end != '\0' || n < 1 || n > 1 << 16) {   /* bad usage, as for an undeclared option */
+    if (*end != '\0' || n < 1 || n > 1 << 16) { /* bad usage, as for an undeclared option */
         fprintf(stderr, "lecture_08: --batch=%s: expected a number of examples from 1 to 65536\n", batch);
         exit(2);
     }
@@ -288,22 +290,25 @@ tensor *all_gather_columns(tensor *piece, int world_size) {
     tensor *stacked = empty(world_size * rows, piece->shape[1], piece->device);
     dist_all_gather(stacked, piece);
     tensor *parts[LECTERN_MAX_WORLD];
-    for (int r = 0; r < world_size; r++) parts[r] = row_slice(stacked, r * rows, (r + 1) * rows);
+    for (int r = 0; r < world_size; r++)
+        parts[r] = row_slice(stacked, r * rows, (r + 1) * rows);
     tensor *full = cat_cols(parts, world_size);
-    for (int r = 0; r < world_size; r++) tensor_free(parts[r]);
+    for (int r = 0; r < world_size; r++)
+        tensor_free(parts[r]);
     tensor_free(stacked);
     return full;
 }
 
 /* Rank 0's table of a tensor-parallel step: every rank's loss, output and gradients against one device's, and what
  * it sent. */
-void show_tp(const char *caption, const char *held, double first, double loss, double out_diff,
-                    double grad_diff, int64_t bytes, int64_t calls) {
-    const rank_column cols[] = {{held, "%.0f"}, {"forward: loss", "%.9g"},
+void show_tp(const char *caption, const char *held, double first, double loss, double out_diff, double grad_diff,
+             int64_t bytes, int64_t calls) {
+    const rank_column cols[] = {{held, "%.0f"},
+                                {"forward: loss", "%.9g"},
                                 {"forward: max |output - one device|", "%.3g"},
                                 {"backward: max |gradients - one device|", "%.3g"},
-                                {"nominal bytes sent in one step", "%.0f"}, {"calls", "%.0f"}};
+                                {"nominal bytes sent in one step", "%.0f"},
+                                {"calls", "%.0f"}};
     double mine[] = {first, loss, out_diff, grad_diff, (double)bytes, (double)calls};
     rank_table(caption, cols, 6, mine, 0);
 }
-

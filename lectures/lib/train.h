@@ -16,10 +16,10 @@
  * it to the ranks inside their arguments. */
 typedef struct baseline_run {
     mlp_config cfg;
-    float first_loss;     /* step 0, whole batch */
-    float *first_output;  /* step 0: batch x width */
-    float *first_grads;   /* step 0: layers x width x width */
-    float *trained;       /* after all steps: layers x width x width */
+    float first_loss;    /* step 0, whole batch */
+    float *first_output; /* step 0: batch x width */
+    float *first_grads;  /* step 0: layers x width x width */
+    float *trained;      /* after all steps: layers x width x width */
 } baseline_run;
 
 /* The arguments every strategy's ranks get: the configuration and what one
@@ -27,11 +27,11 @@ typedef struct baseline_run {
  * so that each rank can say how far it is from it. */
 typedef struct train_args {
     mlp_config cfg;
-    int micro_batches;    /* pipeline parallelism only */
-    int schedule;         /* pipeline parallelism: GPIPE or ONE_F_ONE_B */
-    double clock_base;    /* pipeline parallelism: now_seconds() at the spawn */
+    int micro_batches; /* pipeline parallelism only */
+    int schedule;      /* pipeline parallelism: GPIPE or ONE_F_ONE_B */
+    double clock_base; /* pipeline parallelism: now_seconds() at the spawn */
     float first_loss;
-    float expected[];     /* trained weights, step-0 output, step-0 gradients */
+    float expected[]; /* trained weights, step-0 output, step-0 gradients */
 } train_args;
 
 /* The arguments for a spawn (malloc'd, *size bytes: free it after the spawn). */

@@ -39,9 +39,12 @@ void softmax_rows(tensor *x) {
     float *h = host_copy(x);
     for (int64_t i = 0; i < rows; i++) {
         float *row = h + i * cols, max = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < cols; j++) max = fmaxf(max, row[j]);
-        for (int64_t j = 0; j < cols; j++) sum += row[j] = expf(row[j] - max);
-        for (int64_t j = 0; j < cols; j++) row[j] /= sum;
+        for (int64_t j = 0; j < cols; j++)
+            max = fmaxf(max, row[j]);
+        for (int64_t j = 0; j < cols; j++)
+            sum += row[j] = expf(row[j] - max);
+        for (int64_t j = 0; j < cols; j++)
+            row[j] /= sum;
     }
     put_back(x, h);
 }
@@ -51,12 +54,15 @@ tensor *layer_norm(const tensor *x, float eps) {
     float *h = host_copy(x);
     for (int64_t i = 0; i < rows; i++) {
         float *row = h + i * cols, mean = 0, var = 0;
-        for (int64_t j = 0; j < cols; j++) mean += row[j];
+        for (int64_t j = 0; j < cols; j++)
+            mean += row[j];
         mean /= (float)cols;
-        for (int64_t j = 0; j < cols; j++) var += (row[j] - mean) * (row[j] - mean);
+        for (int64_t j = 0; j < cols; j++)
+            var += (row[j] - mean) * (row[j] - mean);
         var /= (float)cols;
         float inv = 1.0f / sqrtf(var + eps);
-        for (int64_t j = 0; j < cols; j++) row[j] = (row[j] - mean) * inv;
+        for (int64_t j = 0; j < cols; j++)
+            row[j] = (row[j] - mean) * inv;
     }
     tensor *y = empty(rows, x->ndim == 2 ? cols : 0, x->device);
     put_back(y, h);
@@ -96,7 +102,8 @@ tensor *attention_heads(const tensor *x, const tensor *wq, const tensor *wk, con
         tensor_free(vh);
     }
     tensor *all = cat_cols(out, heads);
-    for (int h = 0; h < heads; h++) tensor_free(out[h]);
+    for (int h = 0; h < heads; h++)
+        tensor_free(out[h]);
     tensor_free(q);
     tensor_free(k);
     tensor_free(v);
@@ -114,7 +121,8 @@ online_attention *online_attention_new(int64_t rows, int64_t dv) {
     s->sum = calloc((size_t)rows, sizeof(float));
     s->acc = calloc((size_t)(rows * dv), sizeof(float));
     if (!s->max || !s->sum || !s->acc) lecture_fail("out of memory for an online attention state");
-    for (int64_t i = 0; i < rows; i++) s->max[i] = -INFINITY;
+    for (int64_t i = 0; i < rows; i++)
+        s->max[i] = -INFINITY;
     return s;
 }
 
@@ -129,12 +137,14 @@ static void merge_row(online_attention *s, int64_t i, float *score, const float 
     float rescale = expf(s->max[i] - new_max); /* 0 for the first chunk (exp(-inf)) */
     float *acc = s->acc + i * s->dv;
     s->sum[i] *= rescale;
-    for (int64_t c = 0; c < s->dv; c++) acc[c] *= rescale;
+    for (int64_t c = 0; c < s->dv; c++)
+        acc[c] *= rescale;
     for (int64_t j = 0; j < m; j++) {
         if (!visible(causal, q_pos, i, k_pos, j)) continue;
         float p = expf(score[j] - new_max);
         s->sum[i] += p;
-        for (int64_t c = 0; c < s->dv; c++) acc[c] += p * v[j * s->dv + c];
+        for (int64_t c = 0; c < s->dv; c++)
+            acc[c] += p * v[j * s->dv + c];
     }
     s->max[i] = new_max;
 }
@@ -149,7 +159,8 @@ void online_attention_add(online_attention *s, const tensor *q, const tensor *k,
     tensor *sc = scores_of(q, k);
     float *score = host_copy(sc), *vh = host_copy(v);
     int64_t m = k->shape[0];
-    for (int64_t i = 0; i < s->rows; i++) merge_row(s, i, score + i * m, vh, m, causal, q_pos, k_pos);
+    for (int64_t i = 0; i < s->rows; i++)
+        merge_row(s, i, score + i * m, vh, m, causal, q_pos, k_pos);
     free(score);
     free(vh);
     tensor_free(sc);
@@ -159,7 +170,8 @@ tensor *online_attention_result(const online_attention *s, int device) {
     float *h = malloc((size_t)(s->rows * s->dv > 0 ? s->rows * s->dv : 1) * sizeof(float));
     if (!h) lecture_fail("out of memory for an attention result");
     for (int64_t i = 0; i < s->rows; i++)
-        for (int64_t c = 0; c < s->dv; c++) h[i * s->dv + c] = s->sum[i] > 0 ? s->acc[i * s->dv + c] / s->sum[i] : 0.0f;
+        for (int64_t c = 0; c < s->dv; c++)
+            h[i * s->dv + c] = s->sum[i] > 0 ? s->acc[i * s->dv + c] / s->sum[i] : 0.0f;
     tensor *out = tensor_from(h, s->rows, s->dv, device);
     free(h);
     return out;
@@ -192,7 +204,8 @@ void moe_route(const tensor *x, const tensor *router, int *expert, float *gate) 
         for (int64_t e = 1; e < experts; e++)
             if (row[e] > row[best]) best = (int)e;
         float sum = 0;
-        for (int64_t e = 0; e < experts; e++) sum += expf(row[e] - row[best]);
+        for (int64_t e = 0; e < experts; e++)
+            sum += expf(row[e] - row[best]);
         expert[t] = best;
         gate[t] = 1.0f / sum; /* exp(0) / sum: the chosen expert's probability */
     }
@@ -221,7 +234,8 @@ void scatter_rows(tensor *out, const tensor *y, const int *rows, const float *sc
     for (int i = 0; i < n; i++) {
         if (rows[i] < 0 || rows[i] >= out->shape[0])
             lecture_fail("scatter_rows: row %d of a %lld-row tensor", rows[i], (long long)out->shape[0]);
-        for (int64_t c = 0; c < cols; c++) h[(int64_t)rows[i] * cols + c] = scale[i] * yh[(int64_t)i * cols + c];
+        for (int64_t c = 0; c < cols; c++)
+            h[(int64_t)rows[i] * cols + c] = scale[i] * yh[(int64_t)i * cols + c];
     }
     free(yh);
     put_back(out, h);

@@ -32,7 +32,7 @@
 #include "comm/comm_agree.h"
 #include "ranks/ranks.h"
 
-static const lx_comm_ops *ops;    /* NULL outside a rank */
+static const lx_comm_ops *ops; /* NULL outside a rank */
 /* The one copy of this rank's world (comm.h): what lx_comm_start was given,
  * back to the defaults at lx_comm_stop. */
 lx_world lx_the_world = {.rank = 0, .size = 1, .backend = LX_BACKEND_MPI, .device = -1, .comm = MPI_COMM_NULL};
@@ -65,7 +65,8 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
 
 /* 1 when this spawn's tensors live on GPUs. */
 static int on_device(void) {
-    return lx_the_world.backend == LX_BACKEND_NCCL || lx_the_world.backend == LX_BACKEND_SHARED || lx_the_world.backend == LX_BACKEND_SHARED_CUDA_AWARE;
+    return lx_the_world.backend == LX_BACKEND_NCCL || lx_the_world.backend == LX_BACKEND_SHARED ||
+           lx_the_world.backend == LX_BACKEND_SHARED_CUDA_AWARE;
 }
 
 /* A pool rank runs many spawns: after one, it is back to "outside spawn". */
@@ -102,7 +103,8 @@ const char *dist_backend(void) {
  * get_device() says where the tensors live. */
 int get_device(int rank) {
     if (!ops) return gpu_count() > 0 ? 0 : -1;
-    if (lx_the_world.backend == LX_BACKEND_SHARED || lx_the_world.backend == LX_BACKEND_SHARED_CUDA_AWARE) return rank == lx_the_world.rank ? lx_the_world.device : rank % gpu_count();
+    if (lx_the_world.backend == LX_BACKEND_SHARED || lx_the_world.backend == LX_BACKEND_SHARED_CUDA_AWARE)
+        return rank == lx_the_world.rank ? lx_the_world.device : rank % gpu_count();
     if (lx_the_world.backend != LX_BACKEND_NCCL) return -1;
     return rank == lx_the_world.rank ? lx_the_world.device : rank;
 }
@@ -273,8 +275,7 @@ static size_t check_reduce_scatter_in(const char *call, const dist_group *g, ten
         lx_fatal("%s(): input has %zu elements, output %zu: input must be %s (%d) times output", call, in_n, out_n,
                  size_word(g), p);
     /* (empty tensors may both have no memory at all) */
-    if (p > 1 && out_n > 0 && overlap(output, input))
-        same_memory(call, output, input);
+    if (p > 1 && out_n > 0 && overlap(output, input)) same_memory(call, output, input);
     return out_n;
 }
 
@@ -290,8 +291,7 @@ static size_t check_all_gather_in(const char *call, const dist_group *g, tensor 
     if (out_n != in_n * (size_t)p)
         lx_fatal("%s(): output has %zu elements, input %zu: output must be %s (%d) times input", call, out_n, in_n,
                  size_word(g), p);
-    if (p > 1 && in_n > 0 && overlap(output, input))
-        same_memory(call, input, output);
+    if (p > 1 && in_n > 0 && overlap(output, input)) same_memory(call, input, output);
     return in_n;
 }
 
@@ -326,7 +326,7 @@ void dist_scatter(tensor *output, const tensor *input, int src) {
     check_peer("dist_scatter", "src", src, 1);
     size_t out_n = check_tensor("dist_scatter", "output", output);
     const float *in = NULL;
-    if (lx_the_world.rank == src) {   /* only the source's input matters, as in torch */
+    if (lx_the_world.rank == src) { /* only the source's input matters, as in torch */
         size_t in_n = check_tensor("dist_scatter", "input (on the src rank)", input);
         if (in_n != out_n * (size_t)lx_the_world.size)
             lx_fatal("dist_scatter(): input has %zu elements, output %zu: input must be world_size (%d) "
@@ -411,7 +411,8 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
     size_t rn = check_tensor("dist_sendrecv", "recv", recv);
     check_peer("dist_sendrecv", "dst", dst, 0);
     check_peer("dist_sendrecv", "src", src, 0);
-    if ((const float *)send->data == recv->data && sn > 0 && rn > 0) lx_fatal("dist_sendrecv(): send and recv are the same memory");
+    if ((const float *)send->data == recv->data && sn > 0 && rn > 0)
+        lx_fatal("dist_sendrecv(): send and recv are the same memory");
     call_site site;
     enter(&site, "dist_sendrecv", src);
     lx_agree_send_desc *sd = lx_agree_send("dist_sendrecv", (int64_t)sn, dst, site.frames, site.n);
@@ -430,17 +431,17 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
  * it, when the spawned function returns. The outstanding ones form a list. */
 struct dist_request {
     void *backend_request;
-    dist_group *group;                /* a group call's group (busy until the wait), else NULL */
-    const char *call;                 /* "dist_all_reduce_async" */
-    int peer;                         /* for the status board: -1 all ranks */
-    lx_agree_send_desc *send_check;   /* isend: the descriptor in flight */
-    lx_agree_recv_desc *recv_check;   /* irecv: checked at wait */
+    dist_group *group;              /* a group call's group (busy until the wait), else NULL */
+    const char *call;               /* "dist_all_reduce_async" */
+    int peer;                       /* for the status board: -1 all ranks */
+    lx_agree_send_desc *send_check; /* isend: the descriptor in flight */
+    lx_agree_recv_desc *recv_check; /* irecv: checked at wait */
     int64_t count;
     call_site site;
-    int n_uses;                       /* the tensors it uses until its wait */
+    int n_uses; /* the tensors it uses until its wait */
     const tensor *uses[2];
-    int writes[2];                    /* the library writes into uses[i] */
-    int hashed[2];                    /* sum[i] holds uses[i]'s hash at the call */
+    int writes[2]; /* the library writes into uses[i] */
+    int hashed[2]; /* sum[i] holds uses[i]'s hash at the call */
     uint64_t sum[2];
     struct dist_request *prev, *next;
 };
@@ -472,7 +473,8 @@ static uint64_t hash_values(const tensor *t) {
         memcpy(&w, p + i, 8);
         h = (h ^ w) * 1099511628211ull;
     }
-    for (; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    for (; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
     return h;
 }
 
@@ -663,7 +665,8 @@ int dist_test(dist_request *req) {
 static void finish_forgotten(void) {
     /* Oldest first: the list holds the newest first. */
     dist_request *last = outstanding;
-    while (last && last->next) last = last->next;
+    while (last && last->next)
+        last = last->next;
     for (dist_request *req = last; req; req = req->prev) {
         const lx_frame *at = req->site.n > 0 ? &req->site.frames[req->site.n - 1] : NULL;
         char *msg = at ? lx_fmt("%s:%d: the request of %s() was never waited for: call dist_wait() on it "
@@ -695,13 +698,14 @@ static void finish_forgotten(void) {
  * with the backend switched to the group (use_group) for its duration; the
  * world's calls are untouched. */
 
-static dist_group *groups;   /* this spawn's, newest first */
+static dist_group *groups; /* this spawn's, newest first */
 
 /* "{0, 2}" */
 static void list_text(char *buf, size_t size, const int *ranks, int n) {
     size_t at = 0;
     at += (size_t)snprintf(buf + at, size - at, "{");
-    for (int i = 0; i < n && at < size; i++) at += (size_t)snprintf(buf + at, size - at, "%s%d", i ? ", " : "", ranks[i]);
+    for (int i = 0; i < n && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%d", i ? ", " : "", ranks[i]);
     if (at < size) snprintf(buf + at, size - at, "}");
 }
 
@@ -724,24 +728,25 @@ static void free_groups(void) {
 static void check_group(const char *call, const dist_group *g) {
     if (!g) return;
     const dist_group *h = groups;
-    while (h && h != g) h = h->next;
+    while (h && h != g)
+        h = h->next;
     if (!h)
         lx_fatal("%s(): this group is not one of this spawn's: it was freed (dist_group_free), or made in "
                  "another spawn (a group lives until its spawned function returns)",
                  call);
     int in = 0;
-    for (int i = 0; i < g->size; i++) in |= g->ranks[i] == lx_the_world.rank;
+    for (int i = 0; i < g->size; i++)
+        in |= g->ranks[i] == lx_the_world.rank;
     if (!in) lx_fatal("%s(): rank %d is not in group %s", call, lx_the_world.rank, g->name);
 }
 
-enum { ROW = 1 + LECTERN_MAX_WORLD };   /* one rank's call: n (-1: NULL list), then its ranks */
+enum { ROW = 1 + LECTERN_MAX_WORLD }; /* one rank's call: n (-1: NULL list), then its ranks */
 
 /* What is wrong with rank q's list, or NULL: the same text on every rank. */
 static char *bad_list(const int *row, int q, int world) {
     int n = row[0];
     if (n < 0) return lx_fmt("rank %d passed NULL as its list of ranks", q);
-    if (n < 1 || n > world)
-        return lx_fmt("rank %d passed n = %d: a group has 1 to world_size (%d) ranks", q, n, world);
+    if (n < 1 || n > world) return lx_fmt("rank %d passed n = %d: a group has 1 to world_size (%d) ranks", q, n, world);
     char text[4 * ROW + 8];
     list_text(text, sizeof text, row + 1, n);
     for (int i = 0; i < n; i++) {
@@ -795,8 +800,9 @@ dist_group *dist_new_group(const int *ranks, int n) {
     int row[ROW];
     memset(row, 0, sizeof row);
     row[0] = ranks ? n : -1;
-    for (int i = 0; ranks && i < n && i < LECTERN_MAX_WORLD; i++) row[1 + i] = ranks[i];
-    if (ranks && n > LECTERN_MAX_WORLD) row[0] = world + 1;   /* too many: named below */
+    for (int i = 0; ranks && i < n && i < LECTERN_MAX_WORLD; i++)
+        row[1 + i] = ranks[i];
+    if (ranks && n > LECTERN_MAX_WORLD) row[0] = world + 1; /* too many: named below */
     call_site site;
     enter(&site, "dist_new_group", -1);
     /* Every rank's list to every rank: each names the same problem, or none. */
@@ -831,7 +837,7 @@ dist_group *dist_new_group(const int *ranks, int n) {
     /* The groups of one call are disjoint: the first rank of each colours it. */
     MPI_CHECK(MPI_Comm_split(lx_the_world.comm, color, g->rank, &g->comm));
     MPI_CHECK(MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN));
-    g->check_comm = g->comm;   /* the checks are the only calls comm.c makes on it */
+    g->check_comm = g->comm; /* the checks are the only calls comm.c makes on it */
     g->backend = ops->group_new(g);
     g->next = groups;
     groups = g;
@@ -861,7 +867,8 @@ void dist_group_free(dist_group *g) {
         lx_fatal("dist_group_free(): %d request%s on group %s not waited for yet: dist_wait them first", g->busy,
                  g->busy == 1 ? " is" : "s are", g->name);
     dist_group **p = &groups;
-    while (*p != g) p = &(*p)->next;
+    while (*p != g)
+        p = &(*p)->next;
     *p = g->next;
     free_group(g);
 }
@@ -968,8 +975,8 @@ static size_t check_all_to_all(const char *call, const dist_group *g, tensor *ou
         lx_fatal("%s(): output has %zu elements, input %zu: they have the same size (%s pieces each)", call, out_n,
                  in_n, size_word(g));
     if (in_n % (size_t)p != 0)
-        lx_fatal("%s(): input has %zu elements, which do not split into %s (%d) equal pieces", call, in_n,
-                 size_word(g), p);
+        lx_fatal("%s(): input has %zu elements, which do not split into %s (%d) equal pieces", call, in_n, size_word(g),
+                 p);
     if (in_n > 0 && overlap(output, input))
         lx_fatal("%s(): output and input are the same memory: the all-to-all writes output while it still reads "
                  "input. Give it an output of its own: tensor *out = zeros(%zu, 0, get_device(rank))",
@@ -1099,12 +1106,12 @@ static void pool_rank_leaves(void) {
 
 const lx_comm_hooks *lx_comm_layer(void) {
     static const lx_comm_hooks hooks = {
-        .mpi_ready = lx_progress_init,
-        .start = lx_comm_start,
-        .finish_requests = lx_comm_finish_requests,
-        .stop = lx_comm_stop,
-        .leave = pool_rank_leaves,
-        .mpi_cuda_aware_built = lx_mpi_cuda_aware_built,
+            .mpi_ready = lx_progress_init,
+            .start = lx_comm_start,
+            .finish_requests = lx_comm_finish_requests,
+            .stop = lx_comm_stop,
+            .leave = pool_rank_leaves,
+            .mpi_cuda_aware_built = lx_mpi_cuda_aware_built,
     };
     return &hooks;
 }

@@ -34,11 +34,11 @@
  * of this layer reads it (no file keeps its own copy of the rank or the
  * size); the backends keep only their duplicates of `comm`. */
 typedef struct lx_world {
-    int rank;            /* this rank, 0 .. size-1 (0 outside a spawn) */
-    int size;            /* the spawn's world size (1 outside a spawn) */
-    lx_backend backend;  /* what the parent chose (ranks.h); LX_BACKEND_MPI outside */
-    int device;          /* this rank's GPU under NCCL or shared GPUs, else -1 */
-    MPI_Comm comm;       /* the spawn's communicator (pool ranks 0 .. size-1), MPI_COMM_NULL outside */
+    int rank;           /* this rank, 0 .. size-1 (0 outside a spawn) */
+    int size;           /* the spawn's world size (1 outside a spawn) */
+    lx_backend backend; /* what the parent chose (ranks.h); LX_BACKEND_MPI outside */
+    int device;         /* this rank's GPU under NCCL or shared GPUs, else -1 */
+    MPI_Comm comm;      /* the spawn's communicator (pool ranks 0 .. size-1), MPI_COMM_NULL outside */
 } lx_world;
 extern lx_world lx_the_world;
 
@@ -49,13 +49,13 @@ extern lx_world lx_the_world;
  * groups of this spawn in a list and frees those left when the spawned
  * function returns. */
 struct dist_group {
-    int size, rank;                  /* the group's size; this rank's place in it */
-    int ranks[LECTERN_MAX_WORLD];    /* the world ranks, in group order */
-    char name[40];                   /* "{0,2}": for messages and the status board */
-    MPI_Comm comm;                   /* the group's ranks in group order (MPI_Comm_split) */
-    MPI_Comm check_comm;             /* comm_agree.c's checks over the group: comm itself */
-    void *backend;                   /* the backend's part (lx_comm_ops.group_new) */
-    int busy;                        /* requests on it not yet waited for */
+    int size, rank;               /* the group's size; this rank's place in it */
+    int ranks[LECTERN_MAX_WORLD]; /* the world ranks, in group order */
+    char name[40];                /* "{0,2}": for messages and the status board */
+    MPI_Comm comm;                /* the group's ranks in group order (MPI_Comm_split) */
+    MPI_Comm check_comm;          /* comm_agree.c's checks over the group: comm itself */
+    void *backend;                /* the backend's part (lx_comm_ops.group_new) */
+    int busy;                     /* requests on it not yet waited for */
     struct dist_group *next;
 };
 

@@ -57,7 +57,7 @@
 enum { TAG_DESC = 23, TAG_ACK = 24 };
 
 static MPI_Comm check_comm = MPI_COMM_NULL;
-static int buffered;   /* dist_buffered_sends(1): sends do not wait for their receive */
+static int buffered; /* dist_buffered_sends(1): sends do not wait for their receive */
 
 /* An acknowledgement carries no information beyond its arrival: one int,
  * sent from and received into these (a freed request may still write
@@ -68,12 +68,14 @@ static int ack_in;
 /* Timed regions: depth, the calls agreed so far in this spawn, the digest
  * of the collectives skipped in the region, and how many checks ran. */
 enum { AGREED_MAX = 32 };
-typedef struct agreed { int64_t kind, count, op, root; } agreed;
+typedef struct agreed {
+    int64_t kind, count, op, root;
+} agreed;
 static int timed_depth;
 static agreed agreed_calls[AGREED_MAX], agreed_sends[AGREED_MAX], agreed_recvs[AGREED_MAX];
 static int n_calls, n_sends, n_recvs;
 static uint64_t skipped_digest;
-static int64_t skipped_collectives;   /* in the current region */
+static int64_t skipped_collectives; /* in the current region */
 static int64_t checks_made, checks_skipped;
 
 static int is_agreed(const agreed *list, int n, agreed a) {
@@ -96,7 +98,8 @@ static void remember(agreed *list, int *n, agreed a) {
 
 static void fold(agreed a) {
     const int64_t v[4] = {a.kind, a.count, a.op, a.root};
-    for (int i = 0; i < 4; i++) skipped_digest = (skipped_digest ^ (uint64_t)v[i]) * 1099511628211ull;
+    for (int i = 0; i < 4; i++)
+        skipped_digest = (skipped_digest ^ (uint64_t)v[i]) * 1099511628211ull;
 }
 
 /* One call, as it travels in the slow path and with a send. */
@@ -105,24 +108,39 @@ typedef struct call_desc {
     int32_t rank, line;
     char call[40];
     char path[200];
-    char frames[FRAMES_TEXT];   /* a send's: its lecture stack (lx_frames_to_text); last, sent as long as it is */
+    char frames[FRAMES_TEXT]; /* a send's: its lecture stack (lx_frames_to_text); last, sent as long as it is */
 } call_desc;
 
 /* The bytes of `d` that travel with a send: all but the unused end of frames. */
-static int sent_size(const call_desc *d) {
-    return (int)(offsetof(call_desc, frames) + strlen(d->frames) + 1);
-}
+static int sent_size(const call_desc *d) { return (int)(offsetof(call_desc, frames) + strlen(d->frames) + 1); }
 
 /* The calls that must match each other, as numbers: a blocking call and
  * its _async twin are different calls (MPI does not match them either). */
 static const char *const KINDS[] = {
-    "dist_barrier",   "dist_all_reduce",       "dist_reduce",          "dist_broadcast",
-    "dist_reduce_scatter", "dist_all_gather",  "dist_scatter",         "dist_gather",
-    "dist_all_reduce_async", "dist_broadcast_async", "dist_reduce_scatter_async", "dist_all_gather_async",
-    "dist_all_to_all",       "dist_all_to_all_async",
-    "dist_all_reduce_in",    "dist_reduce_scatter_in", "dist_all_gather_in", "dist_broadcast_in",
-    "dist_all_to_all_in",    "dist_all_reduce_in_async", "dist_reduce_scatter_in_async",
-    "dist_all_gather_in_async", "dist_broadcast_in_async", "dist_all_to_all_in_async",
+        "dist_barrier",
+        "dist_all_reduce",
+        "dist_reduce",
+        "dist_broadcast",
+        "dist_reduce_scatter",
+        "dist_all_gather",
+        "dist_scatter",
+        "dist_gather",
+        "dist_all_reduce_async",
+        "dist_broadcast_async",
+        "dist_reduce_scatter_async",
+        "dist_all_gather_async",
+        "dist_all_to_all",
+        "dist_all_to_all_async",
+        "dist_all_reduce_in",
+        "dist_reduce_scatter_in",
+        "dist_all_gather_in",
+        "dist_broadcast_in",
+        "dist_all_to_all_in",
+        "dist_all_reduce_in_async",
+        "dist_reduce_scatter_in_async",
+        "dist_all_gather_in_async",
+        "dist_broadcast_in_async",
+        "dist_all_to_all_in_async",
 };
 
 static int64_t kind_of(const char *call) {
@@ -278,15 +296,15 @@ void lx_agree_collective_in(const dist_group *g, const char *call, int64_t count
 struct lx_agree_send_desc {
     call_desc desc;
     MPI_Request req;
-    MPI_Request ack;    /* the acknowledgement of this send's receive */
-    int dst, seq;       /* this rank's seq-th send to dst in the spawn */
+    MPI_Request ack; /* the acknowledgement of this send's receive */
+    int dst, seq;    /* this rank's seq-th send to dst in the spawn */
     int acked;
 };
 
 struct lx_agree_recv_desc {
     call_desc desc;
     MPI_Request req;
-    int src, seq;       /* this rank's seq-th receive from src */
+    int src, seq; /* this rank's seq-th receive from src */
 };
 
 lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n) {

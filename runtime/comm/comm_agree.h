@@ -41,7 +41,7 @@ void lx_agree_send_posted(lx_agree_send_desc *d);
 /* 1 when the send may return: its receive is posted (or sends are
  * buffered); never waits. NULL: 1. */
 int lx_agree_send_test(lx_agree_send_desc *d);
-void lx_agree_send_done(lx_agree_send_desc *d);           /* frees d; NULL: nothing */
+void lx_agree_send_done(lx_agree_send_desc *d); /* frees d; NULL: nothing */
 /* Writes on the status board what the current wait needs: the receive of
  * send `s` posted, the send of receive `r` started (either may be NULL). */
 void lx_agree_needs(const lx_agree_send_desc *s, const lx_agree_recv_desc *r);

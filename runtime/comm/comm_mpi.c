@@ -23,8 +23,8 @@
 enum { TAG_P2P = 17 };
 
 /* Duplicates of the spawn's communicator (lx_the_world.comm), made at start. */
-static MPI_Comm world_comm = MPI_COMM_NULL;    /* blocking calls, sends and receives */
-static MPI_Comm world_async = MPI_COMM_NULL;   /* the non-blocking collectives */
+static MPI_Comm world_comm = MPI_COMM_NULL;  /* blocking calls, sends and receives */
+static MPI_Comm world_async = MPI_COMM_NULL; /* the non-blocking collectives */
 
 /* A group's pair (dist_new_group): the blocking calls on the group's own
  * communicator (made for this group, used by no one else but the agreement
@@ -46,13 +46,14 @@ MPI_Op lx_mpi_op(dist_op op) {
     switch (op) {
     case DIST_MIN: return MPI_MIN;
     case DIST_MAX: return MPI_MAX;
-    default: return MPI_SUM;   /* SUM, and AVG before its division */
+    default: return MPI_SUM; /* SUM, and AVG before its division */
     }
 }
 
 void lx_mpi_average(float *x, size_t count, dist_op op, int world_size) {
     if (op != DIST_AVG) return;
-    for (size_t i = 0; i < count; i++) x[i] /= (float)world_size;
+    for (size_t i = 0; i < count; i++)
+        x[i] /= (float)world_size;
 }
 
 static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
@@ -112,9 +113,9 @@ typedef struct mpi_request {
     MPI_Request req;
     float *average;
     size_t count;
-    int size;                    /* AVG divides by it: the world's or the group's at the call */
-    MPI_Comm comm;               /* what a collective starts on (the current async communicator at the call) */
-    lx_progress_group *moving;   /* the progress thread's hold on req (comm_progress.c) */
+    int size;                  /* AVG divides by it: the world's or the group's at the call */
+    MPI_Comm comm;             /* what a collective starts on (the current async communicator at the call) */
+    lx_progress_group *moving; /* the progress thread's hold on req (comm_progress.c) */
     /* A collective the progress thread starts: what to start. */
     int (*start)(struct mpi_request *r);
     float *out;
@@ -258,7 +259,7 @@ static void *op_group_new(const dist_group *g) {
 
 static void op_group_free(void *backend_group) {
     mpi_group *m = backend_group;
-    MPI_CHECK(MPI_Comm_free(&m->async));   /* m->comm is the group's, freed by comm.c */
+    MPI_CHECK(MPI_Comm_free(&m->async)); /* m->comm is the group's, freed by comm.c */
     free(m);
 }
 
@@ -276,31 +277,31 @@ static void op_stop(void) {
 }
 
 static const lx_comm_ops mpi_ops = {
-    .barrier = op_barrier,
-    .all_reduce = op_all_reduce,
-    .reduce = op_reduce,
-    .broadcast = op_broadcast,
-    .reduce_scatter = op_reduce_scatter,
-    .all_gather = op_all_gather,
-    .scatter = op_scatter,
-    .gather = op_gather,
-    .send = op_send,
-    .recv = op_recv,
-    .isend = op_isend,
-    .irecv = op_irecv,
-    .wait = op_wait,
-    .test = op_test,
-    .iall_reduce = op_iall_reduce,
-    .ibroadcast = op_ibroadcast,
-    .ireduce_scatter = op_ireduce_scatter,
-    .iall_gather = op_iall_gather,
-    .sendrecv = op_sendrecv,
-    .all_to_all = op_all_to_all,
-    .iall_to_all = op_iall_to_all,
-    .group_new = op_group_new,
-    .group_free = op_group_free,
-    .use_group = op_use_group,
-    .stop = op_stop,
+        .barrier = op_barrier,
+        .all_reduce = op_all_reduce,
+        .reduce = op_reduce,
+        .broadcast = op_broadcast,
+        .reduce_scatter = op_reduce_scatter,
+        .all_gather = op_all_gather,
+        .scatter = op_scatter,
+        .gather = op_gather,
+        .send = op_send,
+        .recv = op_recv,
+        .isend = op_isend,
+        .irecv = op_irecv,
+        .wait = op_wait,
+        .test = op_test,
+        .iall_reduce = op_iall_reduce,
+        .ibroadcast = op_ibroadcast,
+        .ireduce_scatter = op_ireduce_scatter,
+        .iall_gather = op_iall_gather,
+        .sendrecv = op_sendrecv,
+        .all_to_all = op_all_to_all,
+        .iall_to_all = op_iall_to_all,
+        .group_new = op_group_new,
+        .group_free = op_group_free,
+        .use_group = op_use_group,
+        .stop = op_stop,
 };
 
 const lx_comm_ops *lx_comm_mpi_start(void) {

@@ -53,8 +53,8 @@ static ncclComm_t comm, p2p_comm;
 static ncclComm_t world_comm;
 static int cur_size = 1;
 static cudaStream_t stream, p2p_stream;
-static cudaEvent_t queued;        /* "the default stream got this far" */
-static float *scratch;            /* one float for the barrier */
+static cudaEvent_t queued; /* "the default stream got this far" */
+static float *scratch;     /* one float for the barrier */
 
 /* What a world size's first spawn made, for the next spawns of that size. */
 typedef struct nccl_world {
@@ -136,7 +136,7 @@ static void wait_event(cudaEvent_t ev, const char *what, int peer) {
         if (failed || now_s() - start > limit) {
             (void)ncclCommAbort(p2p_comm);
             (void)ncclCommAbort(comm);
-            worlds[lx_the_world.size].made = 0;   /* the next spawn makes new ones */
+            worlds[lx_the_world.size].made = 0; /* the next spawn makes new ones */
             if (failed)
                 lx_fatal("rank %d: %s waited for %s, and NCCL reported: %s (a rank lost?); its communicators "
                          "were aborted",
@@ -215,8 +215,8 @@ static request *new_p2p(int is_send, const float *buf, size_t count, int peer) {
 
 /* A send or receive call, as the plan says: `a` and `b` (a sendrecv's
  * receive, else NULL) are made and joined to the open group. */
-static void p2p_call(lx_p2p_call call, int peer, int peer2, request **a, request **b, const float *abuf,
-                     size_t acount, float *bbuf, size_t bcount) {
+static void p2p_call(lx_p2p_call call, int peer, int peer2, request **a, request **b, const float *abuf, size_t acount,
+                     float *bbuf, size_t bcount) {
     own_device();
     lx_p2p_step s = lx_p2p_plan_call(&plan, call, peer, peer2);
     if (s.issue_before) issue_open();
@@ -294,8 +294,8 @@ static void op_scatter(float *out, const float *in, size_t count, int root) {
     }
     NCCL_CHECK(ncclGroupEnd());
     if (lx_the_world.rank == root)
-        CUDA_CHECK(cudaMemcpyAsync(out, in + (size_t)root * count, count * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(out, in + (size_t)root * count, count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   stream));
     finish("dist_scatter");
 }
 
@@ -313,8 +313,8 @@ static void op_gather(float *out, const float *in, size_t count, int root) {
     }
     NCCL_CHECK(ncclGroupEnd());
     if (lx_the_world.rank == root)
-        CUDA_CHECK(cudaMemcpyAsync(out + (size_t)root * count, in, count * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(out + (size_t)root * count, in, count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   stream));
     finish("dist_gather");
 }
 
@@ -485,31 +485,31 @@ static void op_stop(void) {
 }
 
 static const lx_comm_ops nccl_ops = {
-    .barrier = op_barrier,
-    .all_reduce = op_all_reduce,
-    .reduce = op_reduce,
-    .broadcast = op_broadcast,
-    .reduce_scatter = op_reduce_scatter,
-    .all_gather = op_all_gather,
-    .scatter = op_scatter,
-    .gather = op_gather,
-    .send = op_send,
-    .recv = op_recv,
-    .isend = op_isend,
-    .irecv = op_irecv,
-    .wait = op_wait,
-    .test = op_test,
-    .iall_reduce = op_iall_reduce,
-    .ibroadcast = op_ibroadcast,
-    .ireduce_scatter = op_ireduce_scatter,
-    .iall_gather = op_iall_gather,
-    .sendrecv = op_sendrecv,
-    .all_to_all = op_all_to_all,
-    .iall_to_all = op_iall_to_all,
-    .group_new = op_group_new,
-    .group_free = op_group_free,
-    .use_group = op_use_group,
-    .stop = op_stop,
+        .barrier = op_barrier,
+        .all_reduce = op_all_reduce,
+        .reduce = op_reduce,
+        .broadcast = op_broadcast,
+        .reduce_scatter = op_reduce_scatter,
+        .all_gather = op_all_gather,
+        .scatter = op_scatter,
+        .gather = op_gather,
+        .send = op_send,
+        .recv = op_recv,
+        .isend = op_isend,
+        .irecv = op_irecv,
+        .wait = op_wait,
+        .test = op_test,
+        .iall_reduce = op_iall_reduce,
+        .ibroadcast = op_ibroadcast,
+        .ireduce_scatter = op_ireduce_scatter,
+        .iall_gather = op_iall_gather,
+        .sendrecv = op_sendrecv,
+        .all_to_all = op_all_to_all,
+        .iall_to_all = op_iall_to_all,
+        .group_new = op_group_new,
+        .group_free = op_group_free,
+        .use_group = op_use_group,
+        .stop = op_stop,
 };
 
 /* The rank's GPU, or an error that says which GPU and why, at the spawn()
@@ -521,11 +521,10 @@ static void use_device(int rank, int size, int device) {
         count = 0;
     }
     if (device >= count)
-        lx_fatal("rank %d of %d cannot use cuda:%d: its host has %d GPU%s, and NCCL needs one GPU per rank",
-                 rank, size, device, count, count == 1 ? "" : "s");
+        lx_fatal("rank %d of %d cannot use cuda:%d: its host has %d GPU%s, and NCCL needs one GPU per rank", rank, size,
+                 device, count, count == 1 ? "" : "s");
     cudaError_t rc = cudaSetDevice(device);
-    if (rc != cudaSuccess)
-        lx_fatal("rank %d of %d cannot use cuda:%d: %s", rank, size, device, cudaGetErrorString(rc));
+    if (rc != cudaSuccess) lx_fatal("rank %d of %d cannot use cuda:%d: %s", rank, size, device, cudaGetErrorString(rc));
 }
 
 /* NCCL connects two ranks for point-to-point at their first send or

@@ -70,22 +70,22 @@
 struct lx_progress_group {
     MPI_Request *reqs;
     int n;
-    int (*start)(void *ctx);         /* NULL once started (or for a watch) */
+    int (*start)(void *ctx); /* NULL once started (or for a watch) */
     void *ctx;
-    int busy;                        /* the thread is in an MPI call on it */
-    int error;                       /* an MPI error code met on the thread */
-    struct lx_progress_group *next;  /* in launch order */
+    int busy;                       /* the thread is in an MPI call on it */
+    int error;                      /* an MPI error code met on the thread */
+    struct lx_progress_group *next; /* in launch order */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;     /* the thread: work arrived, or stop */
-static pthread_cond_t settled = PTHREAD_COND_INITIALIZER;  /* the lecture's thread: a group changed */
-static lx_progress_group *head, *tail;   /* in flight, oldest first (under lock) */
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;    /* the thread: work arrived, or stop */
+static pthread_cond_t settled = PTHREAD_COND_INITIALIZER; /* the lecture's thread: a group changed */
+static lx_progress_group *head, *tail;                    /* in flight, oldest first (under lock) */
 static pthread_t thread;
 static int running, stopping;
-static int multiple = 0;                 /* Open MPI gave MPI_THREAD_MULTIPLE */
-static int enabled = 1;                  /* LECTERN_PROGRESS, lx_progress_set */
-static long interval_ns = 20000;         /* LECTERN_PROGRESS_US */
+static int multiple = 0;         /* Open MPI gave MPI_THREAD_MULTIPLE */
+static int enabled = 1;          /* LECTERN_PROGRESS, lx_progress_set */
+static long interval_ns = 20000; /* LECTERN_PROGRESS_US */
 
 static void nap_ns(long ns) {
     struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
@@ -128,7 +128,7 @@ static void one_pass(void) {
             done = 1;
         }
         lx_progress_group *next = g->next;
-        if (done) unlink_group(g);   /* its wait finds it complete */
+        if (done) unlink_group(g); /* its wait finds it complete */
         pthread_cond_broadcast(&settled);
         g = next;
     }
@@ -140,7 +140,8 @@ static void *progress_main(void *unused) {
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     pthread_mutex_lock(&lock);
     for (;;) {
-        while (!stopping && !head) pthread_cond_wait(&wake, &lock);
+        while (!stopping && !head)
+            pthread_cond_wait(&wake, &lock);
         if (stopping) break;
         one_pass();
         if (!head) continue;
@@ -162,8 +163,11 @@ void lx_progress_init(int provided) {
         char *end;
         double v = strtod(us, &end);
         if (*end == '\0' && v >= 0 && v <= 1e6) interval_ns = (long)(v * 1000);
-        else fprintf(stderr, "lectern: LECTERN_PROGRESS_US=%s is not a number of microseconds (0 to 1e6): "
-                             "using %ld\n", us, interval_ns / 1000);
+        else
+            fprintf(stderr,
+                    "lectern: LECTERN_PROGRESS_US=%s is not a number of microseconds (0 to 1e6): "
+                    "using %ld\n",
+                    us, interval_ns / 1000);
     }
 }
 
@@ -175,8 +179,10 @@ static int ensure_thread(void) {
     if (running) return 1;
     stopping = 0;
     if (pthread_create(&thread, NULL, progress_main, NULL) != 0) {
-        fprintf(stderr, "lectern: rank %d: no progress thread (pthread_create failed): non-blocking transfers "
-                        "move only inside MPI calls\n", lx_rank());
+        fprintf(stderr,
+                "lectern: rank %d: no progress thread (pthread_create failed): non-blocking transfers "
+                "move only inside MPI calls\n",
+                lx_rank());
         multiple = 0;
         return 0;
     }
@@ -231,7 +237,8 @@ lx_progress_group *lx_progress_launch(int (*start)(void *ctx), void *ctx, MPI_Re
 void lx_progress_claim(lx_progress_group *g, const char *call) {
     if (!g) return;
     pthread_mutex_lock(&lock);
-    while (g->busy || g->start) pthread_cond_wait(&settled, &lock);
+    while (g->busy || g->start)
+        pthread_cond_wait(&settled, &lock);
     unlink_group(g);
     pthread_mutex_unlock(&lock);
     int rc = g->error;
@@ -245,10 +252,8 @@ int lx_progress_test(lx_progress_group *g, const char *call) {
     pthread_mutex_lock(&lock);
     /* Not busy: the thread makes no MPI call on these requests until the
      * lock is released (it marks them busy under the lock first). */
-    if (!g->busy && !g->start && g->error == MPI_SUCCESS)
-        rc = MPI_Testall(g->n, g->reqs, &done, MPI_STATUSES_IGNORE);
-    else if (g->error != MPI_SUCCESS)
-        rc = g->error;
+    if (!g->busy && !g->start && g->error == MPI_SUCCESS) rc = MPI_Testall(g->n, g->reqs, &done, MPI_STATUSES_IGNORE);
+    else if (g->error != MPI_SUCCESS) rc = g->error;
     pthread_mutex_unlock(&lock);
     if (rc != MPI_SUCCESS) die(rc, call);
     return done;

@@ -40,12 +40,12 @@
 
 #define PVAR_NAME "pml_monitoring_messages_size"
 
-static int state;                     /* 0 not tried, 1 available, -1 not available */
+static int state; /* 0 not tried, 1 available, -1 not available */
 static MPI_T_pvar_session session;
 static MPI_T_pvar_handle handle;
-static int n_values;                  /* the world communicator's size */
-static int value_bytes;               /* 4 or 8: the variable's datatype */
-static unsigned char *raw;            /* one read, as the library writes it */
+static int n_values;       /* the world communicator's size */
+static int value_bytes;    /* 4 or 8: the variable's datatype */
+static unsigned char *raw; /* one read, as the library writes it */
 static const char *why_not = "not tried";
 
 /* Open MPI 4.1's monitoring variables unregistered at its take-over: put
@@ -87,8 +87,8 @@ int lx_pvars_open(void) {
     int name_len = sizeof name, desc_len = sizeof desc, verbosity, var_class, bind, readonly, continuous, atomic;
     MPI_Datatype type;
     MPI_T_enum enumtype;
-    if (MPI_T_pvar_get_info(index, name, &name_len, &verbosity, &var_class, &type, &enumtype, desc, &desc_len,
-                            &bind, &readonly, &continuous, &atomic) != MPI_SUCCESS ||
+    if (MPI_T_pvar_get_info(index, name, &name_len, &verbosity, &var_class, &type, &enumtype, desc, &desc_len, &bind,
+                            &readonly, &continuous, &atomic) != MPI_SUCCESS ||
         bind != MPI_T_BIND_MPI_COMM) {
         why_not = PVAR_NAME " is not a per-communicator variable here";
         return 0;
@@ -122,7 +122,10 @@ int lx_pvars_read(uint64_t *sent, int n) {
     if (state <= 0) return 0;
     if (MPI_T_pvar_read(session, handle, raw) != MPI_SUCCESS) return 0;
     for (int i = 0; i < n; i++) {
-        if (i >= n_values) { sent[i] = 0; continue; }
+        if (i >= n_values) {
+            sent[i] = 0;
+            continue;
+        }
         if (value_bytes == 8) {
             uint64_t v;
             memcpy(&v, raw + (size_t)i * 8, 8);

@@ -53,7 +53,7 @@
  */
 #include <mpi.h>
 #if __has_include(<mpi-ext.h>)
-#include <mpi-ext.h>   /* MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
+#include <mpi-ext.h> /* MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
 #endif
 #include <stdlib.h>
 #include <string.h>
@@ -66,23 +66,23 @@
 
 enum { TAG_P2P = 18, SLOTS = 3 };
 
-static MPI_Comm world_staged = MPI_COMM_NULL;  /* a duplicate of the spawn's (lx_the_world.comm) */
+static MPI_Comm world_staged = MPI_COMM_NULL; /* a duplicate of the spawn's (lx_the_world.comm) */
 /* What the calls run over: the world's, or a group's duplicate (one per
  * group, dist_new_group) between use_group(g) and use_group(NULL). */
 static MPI_Comm staged_comm = MPI_COMM_NULL;
 static int cur_size = 1, cur_rank;
 static const lx_stage_copier *copy;
-static size_t chunk;             /* floats per chunk */
-static float *host;              /* SLOTS slots of 2 * area floats */
+static size_t chunk; /* floats per chunk */
+static float *host;  /* SLOTS slots of 2 * area floats */
 static size_t host_floats;
-static const lx_stage_copier *host_owner;   /* who allocated `host` (frees it) */
-static size_t area;              /* floats in each half of a slot */
-static int64_t chunks_run;       /* pipeline steps since the process started (tests) */
-static int direct;               /* device pointers straight to (CUDA-aware) Open MPI */
+static const lx_stage_copier *host_owner; /* who allocated `host` (frees it) */
+static size_t area;                       /* floats in each half of a slot */
+static int64_t chunks_run;                /* pipeline steps since the process started (tests) */
+static int direct;                        /* device pointers straight to (CUDA-aware) Open MPI */
 
 int64_t lx_stage_chunks_run(void) { return chunks_run; }
 
-static size_t chunk_override;   /* lx_stage_set_chunk, for tests */
+static size_t chunk_override; /* lx_stage_set_chunk, for tests */
 static size_t stage_chunk_floats(void);
 
 void lx_stage_set_chunk(size_t floats) {
@@ -113,12 +113,12 @@ static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, coun
 /* One call, cut into chunks of `clen` elements of the per-rank count. */
 typedef struct pipe {
     size_t chunks;
-    size_t clen;                 /* elements per chunk (the last may be shorter) */
-    size_t count;                /* per-rank count (as lx_comm_ops has it) */
-    float *buf;                  /* in-place calls */
+    size_t clen;  /* elements per chunk (the last may be shorter) */
+    size_t count; /* per-rank count (as lx_comm_ops has it) */
+    float *buf;   /* in-place calls */
     float *out;
     const float *in;
-    size_t send_count, recv_count;   /* sendrecv */
+    size_t send_count, recv_count; /* sendrecv */
     int root, peer, src;
     dist_op op;
     /* queue the device -> host copies of chunk k into slot half A (may do nothing) */
@@ -151,25 +151,26 @@ static void ensure_host(size_t need) {
 
 static void stage_down(const pipe *p, size_t k) {
     int s = (int)(k % SLOTS);
-    copy->wait_up(s);             /* the slot's previous chunk has left for the device */
+    copy->wait_up(s); /* the slot's previous chunk has left for the device */
     p->down(p, k, slot_a(k));
     copy->mark_down(s);
 }
 
 static void run(const pipe *p) {
     if (p->chunks == 0) return;
-    copy->begin();                /* device work queued before the call comes first */
+    copy->begin(); /* device work queued before the call comes first */
     stage_down(p, 0);
     for (size_t k = 0; k < p->chunks; k++) {
-        if (k + 1 < p->chunks) stage_down(p, k + 1);   /* overlaps the MPI step below */
+        if (k + 1 < p->chunks) stage_down(p, k + 1); /* overlaps the MPI step below */
         int s = (int)(k % SLOTS);
         copy->wait_down(s);
         p->step(p, k, slot_a(k), slot_b(k));
-        p->up(p, k, slot_a(k), slot_b(k));             /* overlaps the next chunk's step */
+        p->up(p, k, slot_a(k), slot_b(k)); /* overlaps the next chunk's step */
         copy->mark_up(s);
         chunks_run++;
     }
-    for (int s = 0; s < SLOTS; s++) copy->wait_up(s);   /* the result is on the device */
+    for (int s = 0; s < SLOTS; s++)
+        copy->wait_up(s); /* the result is on the device */
 }
 
 static size_t chunks_for(size_t count, size_t clen) { return clen ? (count + clen - 1) / clen : 0; }
@@ -282,7 +283,7 @@ static void op_reduce(float *buf, size_t count, int root, dist_op op) {
     p.root = root;
     p.down = down_buf;
     p.step = step_reduce;
-    p.up = cur_rank == root ? up_buf_a : nothing_up;   /* only the root's tensor changes */
+    p.up = cur_rank == root ? up_buf_a : nothing_up; /* only the root's tensor changes */
     ensure_host(chunk);
     run(&p);
 }
@@ -314,16 +315,16 @@ static void op_broadcast(float *buf, size_t count, int root) {
  * r * count), side by side in A. */
 static void down_pieces(const pipe *p, size_t k, float *a) {
     size_t n = n_of(p, k, p->count), lo = lo_of(p, k);
-    for (int r = 0; r < cur_size; r++) copy->to_host(a + (size_t)r * n, p->in + (size_t)r * p->count + lo, n);
+    for (int r = 0; r < cur_size; r++)
+        copy->to_host(a + (size_t)r * n, p->in + (size_t)r * p->count + lo, n);
 }
-static void down_in(const pipe *p, size_t k, float *a) {
-    copy->to_host(a, p->in + lo_of(p, k), n_of(p, k, p->count));
-}
+static void down_in(const pipe *p, size_t k, float *a) { copy->to_host(a, p->in + lo_of(p, k), n_of(p, k, p->count)); }
 /* Chunk k of the world_size pieces of B back into their places in `out`. */
 static void up_pieces(const pipe *p, size_t k, const float *a, const float *b) {
     (void)a;
     size_t n = n_of(p, k, p->count), lo = lo_of(p, k);
-    for (int r = 0; r < cur_size; r++) copy->to_device(p->out + (size_t)r * p->count + lo, b + (size_t)r * n, n);
+    for (int r = 0; r < cur_size; r++)
+        copy->to_device(p->out + (size_t)r * p->count + lo, b + (size_t)r * n, n);
 }
 static void up_out_b(const pipe *p, size_t k, const float *a, const float *b) {
     (void)a;
@@ -427,13 +428,13 @@ static void step_send(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_send(const float *buf, size_t count, int peer) {
-    if (direct) {   /* one message: the receive is direct too (the same Open MPI in every rank) */
+    if (direct) { /* one message: the receive is direct too (the same Open MPI in every rank) */
         settle();
         MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, staged_comm));
         return;
     }
     pipe p = make_pipe(count, chunk);
-    p.buf = (float *)buf;   /* only read: down_buf copies from it */
+    p.buf = (float *)buf; /* only read: down_buf copies from it */
     p.peer = peer;
     p.down = down_buf;
     p.step = step_send;
@@ -510,15 +511,15 @@ static void op_sendrecv(const float *send, size_t send_count, int dst, float *re
 typedef struct staged_request {
     MPI_Request *reqs;
     int n_reqs;
-    float *host_in, *host_out;   /* malloc'd (host_out may be host_in) */
-    float *device_out;           /* where the result goes at wait; NULL: nothing comes back */
-    size_t out_count;            /* floats to copy back */
-    size_t out_stride;           /* pieces: world_size pieces of out_count... */
-    int pieces;                  /* 1, or world_size for an all-gather (already contiguous) */
+    float *host_in, *host_out; /* malloc'd (host_out may be host_in) */
+    float *device_out;         /* where the result goes at wait; NULL: nothing comes back */
+    size_t out_count;          /* floats to copy back */
+    size_t out_stride;         /* pieces: world_size pieces of out_count... */
+    int pieces;                /* 1, or world_size for an all-gather (already contiguous) */
     dist_op op;
-    size_t average_count;        /* AVG: floats of host_out to divide at wait */
-    int size;                    /* AVG divides by it: the world's or the group's at the call */
-    lx_progress_group *moving;   /* the progress thread's hold on reqs (comm_progress.c) */
+    size_t average_count;      /* AVG: floats of host_out to divide at wait */
+    int size;                  /* AVG divides by it: the world's or the group's at the call */
+    lx_progress_group *moving; /* the progress thread's hold on reqs (comm_progress.c) */
 } staged_request;
 
 /* Every request of r has started: from now on they move while the rank
@@ -539,7 +540,8 @@ static staged_request *new_request(int n_reqs) {
     staged_request *r = calloc(1, sizeof *r);
     MPI_Request *reqs = calloc((size_t)(n_reqs ? n_reqs : 1), sizeof *reqs);
     if (!r || !reqs) lx_fatal("out of memory");
-    for (int i = 0; i < n_reqs; i++) reqs[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < n_reqs; i++)
+        reqs[i] = MPI_REQUEST_NULL;
     r->reqs = reqs;
     r->n_reqs = n_reqs;
     r->size = cur_size;
@@ -709,31 +711,31 @@ static void op_stop(void) {
 }
 
 static const lx_comm_ops staged_ops = {
-    .barrier = op_barrier,
-    .all_reduce = op_all_reduce,
-    .reduce = op_reduce,
-    .broadcast = op_broadcast,
-    .reduce_scatter = op_reduce_scatter,
-    .all_gather = op_all_gather,
-    .scatter = op_scatter,
-    .gather = op_gather,
-    .send = op_send,
-    .recv = op_recv,
-    .isend = op_isend,
-    .irecv = op_irecv,
-    .wait = op_wait,
-    .test = op_test,
-    .iall_reduce = op_iall_reduce,
-    .ibroadcast = op_ibroadcast,
-    .ireduce_scatter = op_ireduce_scatter,
-    .iall_gather = op_iall_gather,
-    .sendrecv = op_sendrecv,
-    .all_to_all = op_all_to_all,
-    .iall_to_all = op_iall_to_all,
-    .group_new = op_group_new,
-    .group_free = op_group_free,
-    .use_group = op_use_group,
-    .stop = op_stop,
+        .barrier = op_barrier,
+        .all_reduce = op_all_reduce,
+        .reduce = op_reduce,
+        .broadcast = op_broadcast,
+        .reduce_scatter = op_reduce_scatter,
+        .all_gather = op_all_gather,
+        .scatter = op_scatter,
+        .gather = op_gather,
+        .send = op_send,
+        .recv = op_recv,
+        .isend = op_isend,
+        .irecv = op_irecv,
+        .wait = op_wait,
+        .test = op_test,
+        .iall_reduce = op_iall_reduce,
+        .ibroadcast = op_ibroadcast,
+        .ireduce_scatter = op_ireduce_scatter,
+        .iall_gather = op_iall_gather,
+        .sendrecv = op_sendrecv,
+        .all_to_all = op_all_to_all,
+        .iall_to_all = op_iall_to_all,
+        .group_new = op_group_new,
+        .group_free = op_group_free,
+        .use_group = op_use_group,
+        .stop = op_stop,
 };
 
 /* Open MPI built CUDA-aware (mpi-ext.h), and not turned off with
@@ -769,7 +771,7 @@ const lx_comm_ops *lx_comm_staged_start(const lx_stage_copier *copier, int cuda_
                                           "is not (`MPIX_Query_cuda_support()` is 0): this rank stages its "
                                           "collectives through host memory"));
     }
-    if (host && copier != host_owner) {   /* another kind of memory than last spawn's */
+    if (host && copier != host_owner) { /* another kind of memory than last spawn's */
         host_owner->host_free(host);
         host = NULL;
         area = 0;
@@ -806,24 +808,25 @@ static float *h_alloc(size_t bytes) {
 }
 static void h_free(float *p) { free(p); }
 static void h_divide(float *x, size_t n, float by) {
-    for (size_t i = 0; i < n; i++) x[i] /= by;
+    for (size_t i = 0; i < n; i++)
+        x[i] /= by;
 }
 
 static const lx_stage_copier host_copier = {
-    .name = "host memcpy",
-    .begin = h_begin,
-    .to_host = h_copy,
-    .to_device = h_copy,
-    .mark_down = h_mark,
-    .wait_down = h_mark,
-    .mark_up = h_mark,
-    .wait_up = h_mark,
-    .sync_to_host = h_copy,
-    .sync_to_device = h_copy,
-    .host_alloc = h_alloc,
-    .host_free = h_free,
-    .device_sync = h_begin,
-    .divide = h_divide,
+        .name = "host memcpy",
+        .begin = h_begin,
+        .to_host = h_copy,
+        .to_device = h_copy,
+        .mark_down = h_mark,
+        .wait_down = h_mark,
+        .mark_up = h_mark,
+        .wait_up = h_mark,
+        .sync_to_host = h_copy,
+        .sync_to_device = h_copy,
+        .host_alloc = h_alloc,
+        .host_free = h_free,
+        .device_sync = h_begin,
+        .divide = h_divide,
 };
 
 const lx_stage_copier *lx_stage_host_copier(void) { return &host_copier; }

@@ -47,13 +47,13 @@
 #include "trace/trace.h"
 #include "ranks/ranks.h"
 
-static const lx_comm_ops *inner;   /* the backend's own table */
-static lx_comm_ops counted;        /* the same, counting */
+static const lx_comm_ops *inner; /* the backend's own table */
+static lx_comm_ops counted;      /* the same, counting */
 
 static int64_t calls[DIST_CALL_KINDS];
 static int64_t sent[DIST_CALL_KINDS], received[DIST_CALL_KINDS];
 static int64_t sent_to[LECTERN_MAX_WORLD], received_from[LECTERN_MAX_WORLD];
-static double nominal[DIST_CALL_KINDS];   /* fractional in the formulas: rounded when read */
+static double nominal[DIST_CALL_KINDS]; /* fractional in the formulas: rounded when read */
 
 /* Open MPI's counters: -1 not decided yet for this spawn, 0 not used, 1 used. */
 static int measuring = -1;
@@ -84,7 +84,8 @@ static void library_sent(int64_t *out) {
         memset(out, 0, sizeof(int64_t) * (size_t)lx_the_world.size);
         return;
     }
-    for (int q = 0; q < lx_the_world.size; q++) out[q] = (int64_t)(now[q] - base[q]);
+    for (int q = 0; q < lx_the_world.size; q++)
+        out[q] = (int64_t)(now[q] - base[q]);
 }
 
 /* ---- point to point: exact here ---- */
@@ -93,7 +94,7 @@ static void p2p_sent(dist_call_kind kind, size_t count, int peer) {
     int64_t b = (int64_t)(count * sizeof(float));
     sent[kind] += b;
     sent_to[peer] += b;
-    accounted[peer] += b;   /* Open MPI counts it too: not a collective's */
+    accounted[peer] += b; /* Open MPI counts it too: not a collective's */
     nominal[kind] += (double)b;
 }
 
@@ -107,8 +108,8 @@ static void p2p_received(dist_call_kind kind, size_t count, int peer) {
 
 typedef struct window {
     dist_call_kind kind;
-    int64_t start[LECTERN_MAX_WORLD];      /* Open MPI's count at the start */
-    int64_t accounted[LECTERN_MAX_WORLD];  /* accounted[] at the start */
+    int64_t start[LECTERN_MAX_WORLD];     /* Open MPI's count at the start */
+    int64_t accounted[LECTERN_MAX_WORLD]; /* accounted[] at the start */
 } window;
 
 static void open_window(window *w, dist_call_kind kind, double nominal_bytes) {
@@ -158,10 +159,10 @@ static void *keep_open(void *req, const window *w) {
  * use_group(g) and use_group(NULL) (a group call counts as its kind). */
 static int cur_size = 1, cur_rank;
 
-static double share(size_t floats) {   /* (p - 1) / p of `floats` floats, in bytes */
+static double share(size_t floats) { /* (p - 1) / p of `floats` floats, in bytes */
     return (double)floats * sizeof(float) * (cur_size - 1) / cur_size;
 }
-static double chain(size_t count, int silent_rank) {   /* b from every rank but one */
+static double chain(size_t count, int silent_rank) { /* b from every rank but one */
     return cur_size > 1 && cur_rank != silent_rank ? (double)count * sizeof(float) : 0;
 }
 
@@ -292,7 +293,7 @@ static void c_wait(void *req) {
 
 const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops) {
     inner = ops;
-    counted = *ops;   /* anything not overridden below passes straight through */
+    counted = *ops; /* anything not overridden below passes straight through */
     counted.barrier = c_barrier;
     counted.all_reduce = c_all_reduce;
     counted.reduce = c_reduce;
@@ -322,7 +323,7 @@ const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops) {
     memset(sent_to, 0, sizeof sent_to);
     memset(received_from, 0, sizeof received_from);
     memset(nominal, 0, sizeof nominal);
-    while (open_requests) {   /* a request of the last spawn never waited for */
+    while (open_requests) { /* a request of the last spawn never waited for */
         open_request *o = open_requests;
         open_requests = o->next;
         free(o);
@@ -342,7 +343,8 @@ dist_traffic dist_traffic_now(void) {
     memcpy(t.bytes_received, received, sizeof received);
     memcpy(t.sent_to, sent_to, sizeof sent_to);
     memcpy(t.received_from, received_from, sizeof received_from);
-    for (int k = 0; k < DIST_CALL_KINDS; k++) t.nominal_sent[k] = (int64_t)llround(nominal[k]);
+    for (int k = 0; k < DIST_CALL_KINDS; k++)
+        t.nominal_sent[k] = (int64_t)llround(nominal[k]);
     t.measured_collectives = measure();
     return t;
 }
@@ -367,15 +369,16 @@ dist_traffic dist_traffic_since(const dist_traffic *start) {
 }
 
 const char *dist_call_name(dist_call_kind kind) {
-    static const char *const names[DIST_CALL_KINDS] = {
-        "barrier", "all_reduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
-        "scatter", "gather",     "send",   "recv",      "sendrecv",   "all_to_all"};
+    static const char *const names[DIST_CALL_KINDS] = {"barrier",        "all_reduce", "reduce",   "broadcast",
+                                                       "reduce_scatter", "all_gather", "scatter",  "gather",
+                                                       "send",           "recv",       "sendrecv", "all_to_all"};
     return kind >= 0 && kind < DIST_CALL_KINDS ? names[kind] : "unknown";
 }
 
 static int64_t total(const int64_t *v) {
     int64_t s = 0;
-    for (int k = 0; k < DIST_CALL_KINDS; k++) s += v[k];
+    for (int k = 0; k < DIST_CALL_KINDS; k++)
+        s += v[k];
     return s;
 }
 /* A NULL is a mistake in the lecture: an error step at its line, and 0. */
@@ -384,19 +387,16 @@ static const dist_traffic *given(const dist_traffic *t, const char *call) {
     return t;
 }
 
-int64_t dist_traffic_sent(const dist_traffic *t) {
-    return given(t, "dist_traffic_sent") ? total(t->bytes_sent) : 0;
-}
+int64_t dist_traffic_sent(const dist_traffic *t) { return given(t, "dist_traffic_sent") ? total(t->bytes_sent) : 0; }
 int64_t dist_traffic_nominal(const dist_traffic *t) {
     return given(t, "dist_traffic_nominal") ? total(t->nominal_sent) : 0;
 }
-int64_t dist_traffic_calls(const dist_traffic *t) {
-    return given(t, "dist_traffic_calls") ? total(t->calls) : 0;
-}
+int64_t dist_traffic_calls(const dist_traffic *t) { return given(t, "dist_traffic_calls") ? total(t->calls) : 0; }
 
 int64_t dist_bytes_nominal(void) {
     double s = 0;
-    for (int k = 0; k < DIST_CALL_KINDS; k++) s += nominal[k];
+    for (int k = 0; k < DIST_CALL_KINDS; k++)
+        s += nominal[k];
     return lx_comm_active() ? (int64_t)llround(s) : 0;
 }
 int64_t dist_calls(void) { return lx_comm_active() ? total(calls) : 0; }

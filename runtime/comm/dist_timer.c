@@ -28,7 +28,7 @@ void dist_timer_start(dist_timer *timer) {
     device_synchronize();
     if (lx_rank() >= 0) {
         dist_barrier();
-        dist_timed_begin();   /* repeated calls skip their agreement check (comm_agree.c) */
+        dist_timed_begin(); /* repeated calls skip their agreement check (comm_agree.c) */
     }
     timer->running = 1;
     timer->started = now_seconds();
@@ -48,8 +48,8 @@ double dist_timer_stop(dist_timer *timer) {
     timer->running = 0;
     timer->max = timer->mean = timer->min = timer->seconds;
     timer->world_size = 1;
-    if (lx_rank() < 0) return timer->max;   /* the lecture's own process: one "rank" */
-    dist_timed_end();   /* outside the time: the ranks compare what they skipped */
+    if (lx_rank() < 0) return timer->max; /* the lecture's own process: one "rank" */
+    dist_timed_end();                     /* outside the time: the ranks compare what they skipped */
 
     /* Every rank's time, gathered to every rank. Float32 keeps a time to
      * 2^-24 of itself: far below a clock's resolution for any region. */

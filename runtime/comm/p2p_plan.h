@@ -8,23 +8,23 @@
 #ifndef LECTERN_P2P_PLAN_H
 #define LECTERN_P2P_PLAN_H
 
-#include "lectern.h"   /* LECTERN_MAX_WORLD */
+#include "lectern.h" /* LECTERN_MAX_WORLD */
 
 /* What the rank calls, as the plan sees it. */
 typedef enum lx_p2p_call {
     LX_P2P_ISEND,
     LX_P2P_IRECV,
-    LX_P2P_SEND,       /* blocking */
-    LX_P2P_RECV,       /* blocking */
-    LX_P2P_SENDRECV,   /* a send to `peer` and a receive from `peer2`, together */
-    LX_P2P_OTHER,      /* anything else: a collective, a wait, the end of the spawned function */
+    LX_P2P_SEND,     /* blocking */
+    LX_P2P_RECV,     /* blocking */
+    LX_P2P_SENDRECV, /* a send to `peer` and a receive from `peer2`, together */
+    LX_P2P_OTHER,    /* anything else: a collective, a wait, the end of the spawned function */
 } lx_p2p_call;
 
 /* The open group: the operations held since the last issue, at most one per
  * peer and direction. */
 typedef struct lx_p2p_plan {
     int n_open;
-    unsigned char open[2][LECTERN_MAX_WORLD];   /* [is_send][peer] */
+    unsigned char open[2][LECTERN_MAX_WORLD]; /* [is_send][peer] */
 } lx_p2p_plan;
 
 /* What to do at one call, in this order: issue the open group (ncclGroupStart,

@@ -74,7 +74,10 @@ static int make_dirs(const char *path) {
     for (char *s = p + 1; *s; s++) {
         if (*s != '/') continue;
         *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) { free(p); return -1; }
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            free(p);
+            return -1;
+        }
         *s = '/';
     }
     int rc = (mkdir(p, 0755) != 0 && errno != EEXIST) ? -1 : 0;
@@ -88,7 +91,10 @@ static int check_writable(const char *dir) {
     char *probe = lx_fmt("%s/.lectern-write-test.%d", dir, (int)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int saved = errno;
-    if (fd >= 0) { close(fd); unlink(probe); }
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
     free(probe);
     errno = saved;
     return fd >= 0 ? 0 : -1;
@@ -120,7 +126,7 @@ static void add_meta(int argc, char **argv) {
     char *blas = lx_fmt("%s (%s)", openblas_get_config(), openblas_get_corename());
     lx_trace_meta("blas", cJSON_CreateString(blas));
     free(blas);
-    lx_trace_meta("backend", cJSON_CreateString("none"));   /* spawn() sets the real one */
+    lx_trace_meta("backend", cJSON_CreateString("none")); /* spawn() sets the real one */
     char *cmd = strdup(argv[0]);
     for (int i = 1; i < argc; i++) {
         char *next = lx_fmt("%s %s", cmd, argv[i]);
@@ -137,7 +143,7 @@ static void add_meta(int argc, char **argv) {
 int lecture_main(int argc, char **argv, void (*body)(void)) {
     /* The layers below call up only through what is registered here. */
     lx_ranks_set_comm(lx_comm_layer());
-    lx_spawn_child_entry(argc, argv);   /* a spawned rank never comes back */
+    lx_spawn_child_entry(argc, argv); /* a spawned rank never comes back */
 
     char *name = name_of(body, argv[0]);
     const char *out = NULL, *grade = NULL;
@@ -179,7 +185,7 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
             }
         }
     }
-    lx_set_run_flags(quick, quiet);   /* lecture_quick(), lx_quiet() (options.c) */
+    lx_set_run_flags(quick, quiet); /* lecture_quick(), lx_quiet() (options.c) */
     /* --out, else $LECTERN_OUT (benchmarks and scripts point it at a
      * temporary folder), else the repo's traces/local/ (ignored by git, what
      * `make run` writes and ?trace=NAME reads first: running a lecture by
@@ -221,8 +227,8 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     int steps = lx_trace_step_count();
     int failed = lx_failed();
     if (written && !quiet) {
-        fprintf(stderr, "[%s %6.1fs] %s: %d steps written to %s\n", name, lx_elapsed(),
-                failed ? "FAILED" : "done", steps, path);
+        fprintf(stderr, "[%s %6.1fs] %s: %d steps written to %s\n", name, lx_elapsed(), failed ? "FAILED" : "done",
+                steps, path);
     }
     free(path);
     /* The verdict last, so it is the line a student sees. */
@@ -230,7 +236,7 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     lx_check_counts(&checks_passed, &checks_failed);
     if (checks_passed + checks_failed > 0)
         fprintf(stderr, "checks: %d passed, %d failed\n", checks_passed, checks_failed);
-    lx_grade_write();   /* again, with the console's last line in its tail */
+    lx_grade_write(); /* again, with the console's last line in its tail */
     lx_trace_free();
     lx_options_free();
     free(dir);

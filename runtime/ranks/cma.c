@@ -67,10 +67,10 @@ int lx_cma_works(void) {
     if (target == 0) {
         close(ready[0]);
         close(done[1]);
-        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);   /* as Open MPI does */
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); /* as Open MPI does */
         char c = 1;
         if (write(ready[1], &c, 1) != 1) _exit(1);
-        while (read(done[0], &c, 1) < 0) {}   /* until the parent closes its end */
+        while (read(done[0], &c, 1) < 0) {} /* until the parent closes its end */
         _exit(0);
     }
     close(ready[1]);
@@ -78,7 +78,7 @@ int lx_cma_works(void) {
     char c;
     int ok = target > 0 && read(ready[0], &c, 1) == 1 && read_from(target);
     close(ready[0]);
-    close(done[1]);   /* the target leaves */
+    close(done[1]); /* the target leaves */
     if (target > 0) {
         int status;
         while (waitpid(target, &status, 0) < 0) {}

@@ -63,12 +63,12 @@ static void on_signal(int sig, siginfo_t *info, void *ucontext) {
      * a fault there is a tensor used after it was freed. */
     uintptr_t addr = info ? (uintptr_t)info->si_addr : 0;
     const char *uaf = sig == SIGSEGV && addr >= LX_POISON && addr - LX_POISON < LX_POISON_SPAN
-                          ? " (a freed tensor's data: a tensor used after tensor_free)" : "";
+                              ? " (a freed tensor's data: a tensor used after tensor_free)"
+                              : "";
     if (n > 0)
         msg = lx_fmt("%s%s at %s:%d in %s()", describe(sig), uaf, frames[n - 1].path, frames[n - 1].line,
                      frames[n - 1].function);
-    else
-        msg = lx_fmt("%s%s outside the lecture's own code", describe(sig), uaf);
+    else msg = lx_fmt("%s%s outside the lecture's own code", describe(sig), uaf);
     lx_mark_failed();
     lx_emit_frames(frames, n, lx_rendering_error(msg));
     if (!lx_in_rank()) {
@@ -109,5 +109,6 @@ void lx_install_crash_handlers(void) {
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) sigaction(signals[i], &sa, NULL);
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
+        sigaction(signals[i], &sa, NULL);
 }

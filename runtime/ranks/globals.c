@@ -37,7 +37,7 @@
 typedef struct region {
     uintptr_t addr;
     size_t size;
-    size_t offset;   /* where its bytes are in `saved` */
+    size_t offset; /* where its bytes are in `saved` */
 } region;
 
 static region *regions;
@@ -137,7 +137,7 @@ int lx_globals_snapshot(void) {
         const char *comp_dir = dwarf_formstring(dwarf_attr(cu, DW_AT_comp_dir, &attr));
         char buf[4096];
         const char *path = source_path(dwarf_diename(cu), comp_dir, buf, sizeof buf);
-        if (!path || !lx_is_lecture_path(path)) continue;   /* the runtime, libraries */
+        if (!path || !lx_is_lecture_path(path)) continue; /* the runtime, libraries */
         walk(cu, cu_bias, comp_dir);
     }
     merge_regions();

@@ -96,7 +96,7 @@ int lx_slurm_count_tasks(const char *s) {
         if (end == s || n < 0) return -1;
         long times = 1;
         s = end;
-        if (strncmp(s, "(x", 2) == 0) {   /* "2(x3)": 2 tasks on each of 3 nodes */
+        if (strncmp(s, "(x", 2) == 0) { /* "2(x3)": 2 tasks on each of 3 nodes */
             times = strtol(s + 2, &end, 10);
             if (end == s + 2 || *end != ')' || times < 1) return -1;
             s = end + 1;
@@ -139,11 +139,11 @@ int lx_pool_slurm(lx_slurm *a) {
 
 typedef struct pool {
     int size;
-    pid_t mpirun;                   /* 0 when none */
+    pid_t mpirun; /* 0 when none */
     int reaped;
     int listen_fd;
     int fd[LECTERN_MAX_WORLD];
-    int pid[LECTERN_MAX_WORLD];     /* local ranks; 0 elsewhere */
+    int pid[LECTERN_MAX_WORLD];        /* local ranks; 0 elsewhere */
     char host[LECTERN_MAX_WORLD][320]; /* "name (address)" of each rank's host */
     int tcp;
     char address[512];
@@ -181,17 +181,16 @@ static int in_help_box;
 
 static int is_open_mpi_line(const char *line) {
     size_t n = strlen(line);
-    if (n >= 20 && strspn(line, "-") == n) {   /* the rules around a help text */
+    if (n >= 20 && strspn(line, "-") == n) { /* the rules around a help text */
         in_help_box = !in_help_box;
         return 1;
     }
     if (in_help_box) return 1;
-    if (line[0] == '[' && strchr(line, ']') && strchr(line, ':') && strchr(line, ':') < strchr(line, ']'))
-        return 1;
+    if (line[0] == '[' && strchr(line, ']') && strchr(line, ':') && strchr(line, ':') < strchr(line, ']')) return 1;
     /* ssh's complaints about a host are Open MPI's to report too: they go
      * into the error step (lx_pool_explain). */
-    static const char *const starts[] = {"mpirun", "Primary job", "Child job", "ORTE", "PMIx", "PRTE",
-                                         "prterun", "--------", "ssh:"};
+    static const char *const starts[] = {"mpirun", "Primary job", "Child job", "ORTE", "PMIx",
+                                         "PRTE",   "prterun",     "--------",  "ssh:"};
     for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++)
         if (strncmp(line, starts[i], strlen(starts[i])) == 0) return 1;
     return 0;
@@ -205,7 +204,7 @@ static void capture(const char *text, size_t n) {
             text += n - CAPTURE_MAX;
             n = CAPTURE_MAX;
         }
-        if (P.captured_len + n > CAPTURE_MAX) {   /* keep the newest */
+        if (P.captured_len + n > CAPTURE_MAX) { /* keep the newest */
             size_t drop = P.captured_len + n - CAPTURE_MAX;
             memmove(P.captured, P.captured + drop, P.captured_len - drop);
             P.captured_len -= drop;
@@ -259,7 +258,8 @@ static char *find_line(const char *text, const char *needle) {
             /* ssh ends its messages with "\r\n" (a terminal's line end): no
              * carriage return in the middle of ours. */
             size_t len = strlen(line);
-            while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ')) line[--len] = '\0';
+            while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' '))
+                line[--len] = '\0';
             return line;
         }
         free(line);
@@ -294,10 +294,15 @@ char *lx_pool_explain(void) {
     if (!text) return NULL;
     char *found = NULL;
     /* ssh's own words say best why a host could not be reached. */
-    static const char *const reach[] = {"ssh:", "Could not resolve", "Permission denied",
-                                        "Host key verification failed", "Connection refused",
-                                        "No route to host", "command not found"};
-    for (size_t i = 0; !found && i < sizeof reach / sizeof reach[0]; i++) found = find_line(text, reach[i]);
+    static const char *const reach[] = {"ssh:",
+                                        "Could not resolve",
+                                        "Permission denied",
+                                        "Host key verification failed",
+                                        "Connection refused",
+                                        "No route to host",
+                                        "command not found"};
+    for (size_t i = 0; !found && i < sizeof reach / sizeof reach[0]; i++)
+        found = find_line(text, reach[i]);
     if (found) {
         char *msg = lx_fmt("a host of LECTERN_HOSTFILE could not be reached (%s); check that every host "
                            "there answers `ssh HOST true` without a password and has Open MPI installed",
@@ -307,7 +312,7 @@ char *lx_pool_explain(void) {
         return msg;
     }
     found = first_help_paragraph(text);
-    if (!found) {   /* the first line that says anything */
+    if (!found) { /* the first line that says anything */
         for (const char *p = text; *p && !found;) {
             const char *end = strchr(p, '\n');
             size_t n = end ? (size_t)(end - p) : strlen(p);
@@ -374,14 +379,15 @@ static char *find_launcher(void) {
  * all-reduces across hosts": still open). */
 static char **launch_environment(const char *token, int across) {
     static const char *const defaults[][2] = {
-        {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
-        {"OMPI_MCA_mpi_yield_when_idle", "1"},
-        {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
-        {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
-        {"OMPI_MCA_pml_monitoring_enable", "1"},
+            {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
+            {"OMPI_MCA_mpi_yield_when_idle", "1"},
+            {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
+            {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
+            {"OMPI_MCA_pml_monitoring_enable", "1"},
     };
     size_t n = 0;
-    while (environ[n]) n++;
+    while (environ[n])
+        n++;
     char **env = calloc(n + 9, sizeof *env);
     if (!env) lx_fatal("out of memory");
     size_t k = 0;
@@ -409,7 +415,10 @@ static void free_environment(char **env) {
     for (size_t i = 0; env[i]; i++) {
         int ours = 1;
         for (size_t j = 0; environ[j]; j++)
-            if (env[i] == environ[j]) { ours = 0; break; }
+            if (env[i] == environ[j]) {
+                ours = 0;
+                break;
+            }
         if (ours) free(env[i]);
     }
     free(env);
@@ -419,10 +428,12 @@ static void random_token(char *out, size_t size) {
     unsigned char raw[16];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
         /* No entropy source: the token still tells our ranks from strays. */
-        for (size_t i = 0; i < sizeof raw; i++) raw[i] = (unsigned char)(rand() ^ getpid() ^ (int)i);
+        for (size_t i = 0; i < sizeof raw; i++)
+            raw[i] = (unsigned char)(rand() ^ getpid() ^ (int)i);
     }
     size_t o = 0;
-    for (size_t i = 0; i < sizeof raw && o + 3 <= size; i++) o += (size_t)snprintf(out + o, size - o, "%02x", raw[i]);
+    for (size_t i = 0; i < sizeof raw && o + 3 <= size; i++)
+        o += (size_t)snprintf(out + o, size - o, "%02x", raw[i]);
 }
 
 /* Forks mpirun. Its stdin is /dev/null (it would otherwise hand the
@@ -441,7 +452,7 @@ static pid_t fork_launcher(char *const argv[], char *const envp[], int out_w, in
     /* The child: async-signal-safe calls only, then exec. */
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(127);   /* the lecture died already */
+    if (getppid() != parent) _exit(127); /* the lecture died already */
     if (devnull >= 0) dup2(devnull, 0);
     if (both) dup2(out_w, 1);
     dup2(out_w, 2);
@@ -456,7 +467,8 @@ static void remember_pids_for_signals(void) {
     int k = 0;
     for (int r = 0; r < P.size; r++)
         if (P.pid[r] > 0) kill_list[k++] = P.pid[r];
-    while (k < LECTERN_MAX_WORLD) kill_list[k++] = 0;
+    while (k < LECTERN_MAX_WORLD)
+        kill_list[k++] = 0;
     kill_list[LECTERN_MAX_WORLD] = P.mpirun;
 }
 
@@ -501,7 +513,8 @@ static void reset(void) {
     P.mpirun = 0;
     P.reaped = 0;
     P.size = 0;
-    for (int i = 0; i <= LECTERN_MAX_WORLD; i++) kill_list[i] = 0;
+    for (int i = 0; i <= LECTERN_MAX_WORLD; i++)
+        kill_list[i] = 0;
 }
 
 /* mpirun's descendants on this host (the ssh it runs to each other host,
@@ -509,7 +522,7 @@ static void reset(void) {
 static int descendants(pid_t root, pid_t *out, int max) {
     int n = 0;
     out[n++] = root;
-    for (int i = 0; i < n; i++) {   /* breadth first: children of out[i] */
+    for (int i = 0; i < n; i++) { /* breadth first: children of out[i] */
         DIR *d = opendir("/proc");
         if (!d) break;
         struct dirent *e;
@@ -541,13 +554,14 @@ void lx_pool_kill(void) {
     pid_t family[64];
     int n_family = descendants(P.mpirun, family, 64);
     if (!reap(0)) {
-        kill(P.mpirun, SIGTERM);   /* it stops the ranks on other hosts */
+        kill(P.mpirun, SIGTERM); /* it stops the ranks on other hosts */
         if (!reap(3.0)) {
             kill(P.mpirun, SIGKILL);
             reap(3.0);
         }
     }
-    for (int i = 1; i < n_family; i++) kill(family[i], SIGKILL);
+    for (int i = 1; i < n_family; i++)
+        kill(family[i], SIGKILL);
     reset();
 }
 
@@ -555,7 +569,7 @@ void lx_pool_kill_from_signal(void) {
     for (int i = 0; i < LECTERN_MAX_WORLD; i++)
         if (kill_list[i] > 0) kill(kill_list[i], SIGKILL);
     if (kill_list[LECTERN_MAX_WORLD] > 0) kill(kill_list[LECTERN_MAX_WORLD], SIGTERM);
-    if (P.board_name[0]) shm_unlink(P.board_name);   /* a crash while the pool starts */
+    if (P.board_name[0]) shm_unlink(P.board_name); /* a crash while the pool starts */
 }
 
 void lx_pool_stop(void) {
@@ -566,7 +580,7 @@ void lx_pool_stop(void) {
         if (P.fd[r] >= 0) close(P.fd[r]);
         P.fd[r] = -1;
     }
-    if (!reap(10.0)) {   /* a sanitizer build's leak checks at exit take seconds */
+    if (!reap(10.0)) { /* a sanitizer build's leak checks at exit take seconds */
         lx_pool_kill();
         return;
     }
@@ -615,10 +629,10 @@ static int take_hello(int fd, const char *token, const char *host) {
     socklen_t len = sizeof peer;
     if (P.tcp && getpeername(fd, (struct sockaddr *)&peer, &len) == 0)
         getnameinfo((struct sockaddr *)&peer, len, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
-    const char *shown = strncmp(addr, "::ffff:", 7) == 0 ? addr + 7 : addr;   /* IPv4 on an IPv6 socket */
+    const char *shown = strncmp(addr, "::ffff:", 7) == 0 ? addr + 7 : addr; /* IPv4 on an IPv6 socket */
     if (addr[0]) snprintf(P.host[rank], sizeof P.host[rank], "%s (%s)", h.host, shown);
     else snprintf(P.host[rank], sizeof P.host[rank], "%s", h.host);
-    if (!P.tcp) {   /* the lecture's stdout and stderr, for the rank's own output */
+    if (!P.tcp) { /* the lecture's stdout and stderr, for the rank's own output */
         int fds[2] = {1, 2}, devnull = -1;
         for (int i = 0; i < 2; i++) {
             if (fcntl(fds[i], F_GETFD) != -1) continue;
@@ -639,7 +653,7 @@ static int handshake(const char *token, double limit, const char **why) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     double t0 = now_seconds();
-    int pend[LECTERN_MAX_WORLD * 2];   /* connected, hello not read yet */
+    int pend[LECTERN_MAX_WORLD * 2]; /* connected, hello not read yet */
     int n_pend = 0, ready = 0, hellos = 0;
     int is_ready[LECTERN_MAX_WORLD] = {0};
     while (ready < P.size) {
@@ -649,12 +663,13 @@ static int handshake(const char *token, double limit, const char **why) {
         struct pollfd fds[1 + LECTERN_MAX_WORLD * 3];
         int nf = 0;
         fds[nf++] = (struct pollfd){.fd = P.listen_fd, .events = POLLIN};
-        for (int i = 0; i < n_pend; i++) fds[nf++] = (struct pollfd){.fd = pend[i], .events = POLLIN};
+        for (int i = 0; i < n_pend; i++)
+            fds[nf++] = (struct pollfd){.fd = pend[i], .events = POLLIN};
         int first_rank = nf;
         for (int r = 0; r < P.size; r++)
             if (P.fd[r] >= 0 && !is_ready[r]) fds[nf++] = (struct pollfd){.fd = P.fd[r], .events = POLLIN};
         if (poll(fds, (nfds_t)nf, 20) <= 0) continue;
-        int polled = n_pend;   /* the connections fds[1..polled] stand for */
+        int polled = n_pend; /* the connections fds[1..polled] stand for */
         if (fds[0].revents & POLLIN) {
             int c = accept4(P.listen_fd, NULL, NULL, SOCK_CLOEXEC);
             if (c >= 0 && n_pend < (int)(sizeof pend / sizeof pend[0])) {
@@ -698,7 +713,8 @@ static int handshake(const char *token, double limit, const char **why) {
         }
         if (**why) break;
     }
-    for (int j = 0; j < n_pend; j++) close(pend[j]);
+    for (int j = 0; j < n_pend; j++)
+        close(pend[j]);
     return **why ? -1 : 0;
 }
 
@@ -727,7 +743,7 @@ static int start(int size, double limit, char **error) {
 
     /* The board: one slot per pool rank, on this host. */
     snprintf(P.board_name, sizeof P.board_name, "/lectern-%d-%d", (int)getpid(), P.generation);
-    shm_unlink(P.board_name);   /* a leftover of a crashed run with our pid */
+    shm_unlink(P.board_name); /* a leftover of a crashed run with our pid */
     P.board = lx_board_map(P.board_name, 1);
     if (!P.board)
         fprintf(stderr, "lectern: no status board in /dev/shm (%s): crashes will be found by the timeout only\n",
@@ -811,9 +827,9 @@ static int start(int size, double limit, char **error) {
         if (strcmp(why, "timeout") == 0) {
             lx_pool_kill();
             *error = lx_fmt("Open MPI did not start %d rank%s within %g s", size, size == 1 ? "" : "s", limit);
-            return -2;   /* worth another try */
+            return -2; /* worth another try */
         }
-        reap(2.0);       /* mpirun's last words are in the pipe by now */
+        reap(2.0); /* mpirun's last words are in the pipe by now */
         lx_pool_kill();
         char *explain = lx_pool_explain();
         *error = lx_fmt("Open MPI could not start them%s%s", explain ? ": " : "", explain ? explain : "");
@@ -832,7 +848,8 @@ static int start(int size, double limit, char **error) {
 static int healthy(void) {
     if (!P.mpirun || reap(0)) return 0;
     struct pollfd fds[LECTERN_MAX_WORLD];
-    for (int r = 0; r < P.size; r++) fds[r] = (struct pollfd){.fd = P.fd[r], .events = POLLIN};
+    for (int r = 0; r < P.size; r++)
+        fds[r] = (struct pollfd){.fd = P.fd[r], .events = POLLIN};
     int pr = poll(fds, (nfds_t)P.size, 0);
     if (pr != 0) return 0;
     for (int r = 0; r < P.size; r++)
@@ -850,7 +867,7 @@ int lx_pool_ensure(int world_size, double limit, int *started_now, char **error)
         else lx_pool_kill();
     }
     static int registered;
-    if (!registered) {   /* however the lecture ends, the pool ends with it */
+    if (!registered) { /* however the lecture ends, the pool ends with it */
         atexit(lx_pool_stop);
         registered = 1;
     }

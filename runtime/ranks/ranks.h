@@ -53,7 +53,7 @@ typedef enum {
     LX_BACKEND_NCCL = 1,
     LX_BACKEND_SHARED = 2,
     LX_BACKEND_STAGED_HOST = 3,
-    LX_BACKEND_SHARED_CUDA_AWARE = 4,   /* SHARED, device pointers straight to CUDA-aware Open MPI */
+    LX_BACKEND_SHARED_CUDA_AWARE = 4, /* SHARED, device pointers straight to CUDA-aware Open MPI */
 } lx_backend;
 
 /* spawn_backend.c: the parent's choice for a spawn of world_size ranks on a
@@ -89,13 +89,13 @@ int lx_gpu_held_here(void);
 
 /* Each message is a header {type, size} and `size` bytes. */
 enum {
-    MSG_HELLO = 1,   /* rank -> parent: pool_hello, right after connecting */
-    MSG_READY,       /* rank -> parent: MPI is up, the rank waits for work */
-    MSG_SPAWN,       /* parent -> rank: spawn_desc, then args_size bytes */
-    MSG_STEP,        /* rank -> parent: one step as JSON text */
-    MSG_DONE,        /* rank -> parent: fn returned */
-    MSG_RESULT,      /* rank -> parent: the bytes of spawn_return(), before MSG_DONE */
-    MSG_BOARD,       /* rank on another host -> parent: int32 spawn id, then its board_slot */
+    MSG_HELLO = 1, /* rank -> parent: pool_hello, right after connecting */
+    MSG_READY,     /* rank -> parent: MPI is up, the rank waits for work */
+    MSG_SPAWN,     /* parent -> rank: spawn_desc, then args_size bytes */
+    MSG_STEP,      /* rank -> parent: one step as JSON text */
+    MSG_DONE,      /* rank -> parent: fn returned */
+    MSG_RESULT,    /* rank -> parent: the bytes of spawn_return(), before MSG_DONE */
+    MSG_BOARD,     /* rank on another host -> parent: int32 spawn id, then its board_slot */
 };
 
 /* A rank on another host has no board to write to: it keeps its slot in its
@@ -138,18 +138,18 @@ int lx_wire_connect(const char *address);
 
 /* What the parent tells the ranks of one spawn. */
 typedef struct spawn_desc {
-    int64_t fn_offset;      /* fn - &lx_spawn_child_entry: the same in every copy of the binary */
+    int64_t fn_offset; /* fn - &lx_spawn_child_entry: the same in every copy of the binary */
     int32_t spawn_id;
     int32_t world_size;
-    int32_t backend;        /* lx_backend */
+    int32_t backend; /* lx_backend */
     int32_t quick;
     int32_t quiet;
     int32_t expect_failure; /* spawn_expect_failure(): a rank's errors are the lesson */
     double clock_zero;      /* the parent's monotonic time at lecture start */
     uint64_t args_size;
-    char lecture[128];      /* the lecture's name, for a rank's progress lines */
-    char cwd[4096];         /* the parent's working directory: ranks start each spawn there */
-    char options[2048];     /* the lecture's own options, "name[=value]\n" lines (options.c) */
+    char lecture[128];  /* the lecture's name, for a rank's progress lines */
+    char cwd[4096];     /* the parent's working directory: ranks start each spawn there */
+    char options[2048]; /* the lecture's own options, "name[=value]\n" lines (options.c) */
 } spawn_desc;
 
 /* ---------------- spawn_board.c: the status board ---------------- */
@@ -162,15 +162,15 @@ enum { SLOT_EMPTY = 0, SLOT_IDLE, SLOT_RUNNING, SLOT_FAILED };
 #define FRAMES_TEXT 3072
 
 typedef struct board_slot {
-    volatile int pid;               /* 0 until the rank has started */
-    volatile int state;             /* SLOT_* */
-    volatile unsigned progress;     /* +1 at each step and each blocking call entered */
-    double failed_at;               /* monotonic seconds */
-    char operation[48];             /* the blocking call last entered, "dist_recv" */
-    volatile int waiting;           /* 1 while inside a call that waits for other ranks */
-    volatile int peer;              /* whom it waits for: a rank, or -1 for all (a collective) */
-    char where[FRAMES_TEXT];        /* lecture stack at the last step or blocking call */
-    char failure[160];              /* "died with SIGSEGV", "exited with status 3" */
+    volatile int pid;           /* 0 until the rank has started */
+    volatile int state;         /* SLOT_* */
+    volatile unsigned progress; /* +1 at each step and each blocking call entered */
+    double failed_at;           /* monotonic seconds */
+    char operation[48];         /* the blocking call last entered, "dist_recv" */
+    volatile int waiting;       /* 1 while inside a call that waits for other ranks */
+    volatile int peer;          /* whom it waits for: a rank, or -1 for all (a collective) */
+    char where[FRAMES_TEXT];    /* lecture stack at the last step or blocking call */
+    char failure[160];          /* "died with SIGSEGV", "exited with status 3" */
     char failure_frames[FRAMES_TEXT];
     /* What the deadlock detector reads (spawn.c), written by the lecture's
      * thread of the rank only. `version` is a sequence lock: odd while the
@@ -232,8 +232,8 @@ void lx_sleep_seconds(double seconds);
  * spawn()'s loop, woken within 20 ms, reads the board while the ranks are
  * still there, writes where each rank is, stops them, and raises the
  * signal again for the handler to finish (the trace, the exit). */
-extern volatile int lx_spawn_waiting;    /* 1 inside spawn()'s wait loop */
-extern volatile int lx_spawn_interrupt;  /* the signal left for it, or 0 (an int: sig_atomic_t) */
+extern volatile int lx_spawn_waiting;   /* 1 inside spawn()'s wait loop */
+extern volatile int lx_spawn_interrupt; /* the signal left for it, or 0 (an int: sig_atomic_t) */
 
 /* ---------------- spawn_result.c ---------------- */
 
@@ -262,13 +262,13 @@ int lx_pool_min_ranks(void);
  * SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE; no hostfile is needed), and
  * the pool never asks for more ranks than the allocation's tasks. */
 typedef struct lx_slurm {
-    int present;                /* SLURM_JOB_ID is set */
-    char job[32];               /* SLURM_JOB_ID */
-    char nodes[256];            /* SLURM_JOB_NODELIST, as Slurm writes it ("node[1-4]") */
-    int n_nodes;                /* SLURM_JOB_NUM_NODES; 0 when unset */
-    char tasks_per_node[128];   /* SLURM_TASKS_PER_NODE ("4", "2(x3),1") */
-    int tasks;                  /* their sum; 0 when it cannot be read */
-    int here_only;              /* one node, this host: ranks reach the lecture by a Unix socket */
+    int present;              /* SLURM_JOB_ID is set */
+    char job[32];             /* SLURM_JOB_ID */
+    char nodes[256];          /* SLURM_JOB_NODELIST, as Slurm writes it ("node[1-4]") */
+    int n_nodes;              /* SLURM_JOB_NUM_NODES; 0 when unset */
+    char tasks_per_node[128]; /* SLURM_TASKS_PER_NODE ("4", "2(x3),1") */
+    int tasks;                /* their sum; 0 when it cannot be read */
+    int here_only;            /* one node, this host: ranks reach the lecture by a Unix socket */
 } lx_slurm;
 
 /* Fills *out from the environment; returns out->present. */

@@ -83,7 +83,8 @@ static lx_backend choose_backend(int world_size, char **reason) {
     int gpus = gpu_count();
     return lx_choose_backend(world_size, gpus, gpus > 0 ? lx_gpu_compute_mode() : 0, lx_gpu_held_here(),
                              getenv("LECTERN_BACKEND"), LECTERN_NCCL, elsewhere,
-                             stage_test && strcmp(stage_test, "1") == 0, lx_ranks_comm()->mpi_cuda_aware_built(), reason);
+                             stage_test && strcmp(stage_test, "1") == 0, lx_ranks_comm()->mpi_cuda_aware_built(),
+                             reason);
 }
 
 typedef struct held_step held_step;
@@ -94,29 +95,29 @@ typedef struct spawn_run {
     lx_backend backend;
     lx_frame parent[LX_MAX_FRAMES];
     int n_parent;
-    cJSON *entry;                     /* its object in the trace's "spawns" */
+    cJSON *entry; /* its object in the trace's "spawns" */
     double started;
-    board *board;                     /* the pool's; NULL without shared memory */
+    board *board; /* the pool's; NULL without shared memory */
     int done[LECTERN_MAX_WORLD];
-    int gone[LECTERN_MAX_WORLD];      /* its socket closed before "done" */
+    int gone[LECTERN_MAX_WORLD]; /* its socket closed before "done" */
     double gone_at[LECTERN_MAX_WORLD];
-    double heard[LECTERN_MAX_WORLD];  /* when its last message came (a rank on another host) */
+    double heard[LECTERN_MAX_WORLD]; /* when its last message came (a rank on another host) */
     int n_done;
     unsigned last_progress_sum;
     double last_progress;
-    double stuck_since;               /* a rank waits for one that returned: since when (0: none) */
-    unsigned stuck_progress;          /* the progress sum then */
-    unsigned cycle_key;               /* the deadlock seen at the last look (0: none), see watch_cycle */
+    double stuck_since;      /* a rank waits for one that returned: since when (0: none) */
+    unsigned stuck_progress; /* the progress sum then */
+    unsigned cycle_key;      /* the deadlock seen at the last look (0: none), see watch_cycle */
     double cycle_since;
-    held_step *held;                  /* steps received, not yet appended (see release) */
+    held_step *held; /* steps received, not yet appended (see release) */
     int n_held, cap_held;
     unsigned long seq;
-    cJSON **folds;                    /* the PASS step of each check site so far (fold_pass) */
-    char **fold_lines;                /* each one's own line, after "PASS: " */
-    int *fold_rank;                   /* the rank whose numbers it shows, -1 while all ranks' lines agree */
+    cJSON **folds;     /* the PASS step of each check site so far (fold_pass) */
+    char **fold_lines; /* each one's own line, after "PASS: " */
+    int *fold_rank;    /* the rank whose numbers it shows, -1 while all ranks' lines agree */
     int n_folds, cap_folds;
-    int expect_failure;               /* spawn_expect_failure(): its errors are the lesson */
-    char *failure;                    /* why it failed, one sentence (NULL while it has not) */
+    int expect_failure; /* spawn_expect_failure(): its errors are the lesson */
+    char *failure;      /* why it failed, one sentence (NULL while it has not) */
 } spawn_run;
 
 static void set_number(cJSON *obj, const char *key, double v) {
@@ -201,7 +202,8 @@ static int same_site(cJSON *a, cJSON *b) {
         const char *pa = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fa, "path"));
         const char *pb = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fb, "path"));
         cJSON *la = cJSON_GetObjectItemCaseSensitive(fa, "line"), *lb = cJSON_GetObjectItemCaseSensitive(fb, "line");
-        if (!pa || !pb || strcmp(pa, pb) != 0 || !cJSON_IsNumber(la) || !cJSON_IsNumber(lb) || la->valueint != lb->valueint)
+        if (!pa || !pb || strcmp(pa, pb) != 0 || !cJSON_IsNumber(la) || !cJSON_IsNumber(lb) ||
+            la->valueint != lb->valueint)
             return 0;
     }
     return 1;
@@ -225,8 +227,7 @@ static void fold_label(cJSON *r, const char *rest, int numbers_of) {
     cJSON *ranks = cJSON_GetObjectItemCaseSensitive(r, "ranks");
     int n_ranks = cJSON_GetArraySize(ranks);
     int folded = cJSON_GetObjectItemCaseSensitive(r, "folded")->valueint;
-    char *who = n_ranks == 1 ? lx_fmt("rank %d", cJSON_GetArrayItem(ranks, 0)->valueint)
-                             : lx_fmt("%d ranks", n_ranks);
+    char *who = n_ranks == 1 ? lx_fmt("rank %d", cJSON_GetArrayItem(ranks, 0)->valueint) : lx_fmt("%d ranks", n_ranks);
     char *of = numbers_of >= 0 && n_ranks > 1 ? lx_fmt(" [rank %d's numbers]", numbers_of) : strdup("");
     char *line = folded > n_ranks ? lx_fmt("PASS on %s (%d checks): %s%s", who, folded, rest, of)
                                   : lx_fmt("PASS on %s: %s%s", who, rest, of);
@@ -261,16 +262,16 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step) {
         cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(into, "each"), one_pass(rank, r));
         cJSON *folded = cJSON_GetObjectItemCaseSensitive(into, "folded");
         cJSON_SetNumberValue(folded, folded->valuedouble + 1);
-        if (max_abs_of(r) > max_abs_of(into)) {   /* keep the worst numbers */
+        if (max_abs_of(r) > max_abs_of(into)) { /* keep the worst numbers */
             cJSON *k = r->child;
             for (; k; k = k->next) {
-                if (strcmp(k->string, "ranks") == 0 || strcmp(k->string, "folded") == 0 || strcmp(k->string, "each") == 0)
+                if (strcmp(k->string, "ranks") == 0 || strcmp(k->string, "folded") == 0 ||
+                    strcmp(k->string, "each") == 0)
                     continue;
                 cJSON *copy = cJSON_Duplicate(k, 1);
                 if (cJSON_GetObjectItemCaseSensitive(into, k->string))
                     cJSON_ReplaceItemInObjectCaseSensitive(into, k->string, copy);
-                else
-                    cJSON_AddItemToObject(into, k->string, copy);
+                else cJSON_AddItemToObject(into, k->string, copy);
             }
             free(run->fold_lines[i]);
             run->fold_lines[i] = pass_line(r);
@@ -278,11 +279,11 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step) {
         } else {
             char *mine = pass_line(r);
             if (strcmp(mine, run->fold_lines[i]) != 0 && run->fold_rank[i] < 0)
-                run->fold_rank[i] = cJSON_GetArrayItem(ranks, 0)->valueint;   /* the first's */
+                run->fold_rank[i] = cJSON_GetArrayItem(ranks, 0)->valueint; /* the first's */
             free(mine);
         }
         fold_label(into, run->fold_lines[i], run->fold_rank[i]);
-        lx_trace_tally(step);   /* counted and graded, not shown */
+        lx_trace_tally(step); /* counted and graded, not shown */
         return 1;
     }
     cJSON *ranks = cJSON_AddArrayToObject(r, "ranks");
@@ -312,16 +313,14 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step) {
 
 static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
     cJSON *stack = joined_stack(run, cJSON_GetObjectItemCaseSensitive(step, "stack"));
-    if (cJSON_GetObjectItemCaseSensitive(step, "stack"))
-        cJSON_ReplaceItemInObjectCaseSensitive(step, "stack", stack);
-    else
-        cJSON_AddItemToObject(step, "stack", stack);
+    if (cJSON_GetObjectItemCaseSensitive(step, "stack")) cJSON_ReplaceItemInObjectCaseSensitive(step, "stack", stack);
+    else cJSON_AddItemToObject(step, "stack", stack);
     set_number(step, "rank", rank);
     set_number(step, "world_size", run->world_size);
     set_number(step, "spawn", run->id);
     if (has_error(step)) {
         if (run->expect_failure) mark_expected(step);
-        else lx_mark_failed();   /* lx_error in a rank fails the lecture */
+        else lx_mark_failed(); /* lx_error in a rank fails the lecture */
     }
     if (fold_pass(run, rank, step)) {
         cJSON_Delete(step);
@@ -338,7 +337,7 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
 
 struct held_step {
     double time;
-    unsigned long seq;      /* arrival order: breaks ties, keeps one rank's steps in order */
+    unsigned long seq; /* arrival order: breaks ties, keeps one rank's steps in order */
     int rank;
     cJSON *step;
 };
@@ -400,7 +399,7 @@ static int take_message(spawn_run *run, int r) {
     char *body;
     size_t size;
     if (lx_wire_recv(lx_pool_fd(r), &type, &body, &size) != 0) {
-        run->gone[r] = 1;   /* the rank's process is gone (or its socket broke) */
+        run->gone[r] = 1; /* the rank's process is gone (or its socket broke) */
         run->gone_at[r] = now_seconds();
         return 1;
     }
@@ -414,7 +413,7 @@ static int take_message(spawn_run *run, int r) {
         if (!run->done[r]) run->n_done++;
         run->done[r] = 1;
     } else if (type == MSG_RESULT) {
-        lx_spawn_results_put(r, body, size);   /* kept: spawn_result() reads it */
+        lx_spawn_results_put(r, body, size); /* kept: spawn_result() reads it */
         return 1;
     } else if (type == MSG_STEP) {
         cJSON *step = cJSON_Parse(body);
@@ -492,9 +491,11 @@ static void drain_briefly(spawn_run *run) {
 }
 
 static void free_run(spawn_run *run) {
-    for (int i = 0; i < run->n_held; i++) cJSON_Delete(run->held[i].step);
+    for (int i = 0; i < run->n_held; i++)
+        cJSON_Delete(run->held[i].step);
     free(run->held);
-    for (int i = 0; i < run->n_folds; i++) free(run->fold_lines[i]);
+    for (int i = 0; i < run->n_folds; i++)
+        free(run->fold_lines[i]);
     free(run->fold_lines);
     free(run->fold_rank);
     free(run->folds);
@@ -531,9 +532,10 @@ static void fail_rank(spawn_run *run, int rank) {
      * for the process to be gone. Meanwhile take the last steps of all. */
     double t0 = now_seconds();
     int pid = lx_pool_pid(rank);
-    while (pid > 0 && kill(pid, 0) == 0 && !run->gone[rank] && now_seconds() - t0 < 2.0) drain(run, 5);
+    while (pid > 0 && kill(pid, 0) == 0 && !run->gone[rank] && now_seconds() - t0 < 2.0)
+        drain(run, 5);
     drain_briefly(run);
-    int better = first_failure(run);   /* the last messages may show an earlier failure */
+    int better = first_failure(run); /* the last messages may show an earlier failure */
     if (better >= 0) {
         rank = better;
         s = run->board ? &run->board->slot[rank] : NULL;
@@ -546,25 +548,24 @@ static void fail_rank(spawn_run *run, int rank) {
                                  "(SIGKILL, the out-of-memory killer, or _exit)"
                                : "ended before its function returned (it runs on another host: its own "
                                  "last words, if any, are on the console)");
-    lx_pool_kill();   /* the next spawn starts a fresh pool */
+    lx_pool_kill(); /* the next spawn starts a fresh pool */
     place at = lx_innermost(frames);
     const lx_frame *line = run->n_parent > 0 ? &run->parent[run->n_parent - 1] : NULL;
-    char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d %s, in %s()%s", at.path, at.line, rank,
-                                  run->world_size, how, at.function,
-                                  silent ? " (the last line it reported)" : "")
+    char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d %s, in %s()%s", at.path, at.line, rank, run->world_size, how,
+                                  at.function, silent ? " (the last line it reported)" : "")
                 : line   ? lx_fmt("%s:%d: rank %d of %d %s (no line of its own known: this is the spawn() "
-                                  "line)",
+                                    "line)",
                                   line->path, line->line, rank, run->world_size, how)
                          : lx_fmt("rank %d of %d %s (no lecture line known)", rank, run->world_size, how);
     rank_error_step(run, rank, frames, msg);
     free(msg);
     free(frames);
     finish_entry(run, "failed");
-    char *summary = at.known ? lx_fmt("spawn of %d rank%s failed: rank %d %s, %s %s:%d", run->world_size,
-                                      plural(run->world_size), rank, how, silent ? "last seen at" : "at",
-                                      at.path, at.line)
-                             : lx_fmt("spawn of %d rank%s failed: rank %d %s", run->world_size,
-                                      plural(run->world_size), rank, how);
+    char *summary =
+            at.known ? lx_fmt("spawn of %d rank%s failed: rank %d %s, %s %s:%d", run->world_size,
+                              plural(run->world_size), rank, how, silent ? "last seen at" : "at", at.path, at.line)
+                     : lx_fmt("spawn of %d rank%s failed: rank %d %s", run->world_size, plural(run->world_size), rank,
+                              how);
     free(how);
     run->failure = summary;
 }
@@ -645,7 +646,8 @@ static void fail_stragglers(spawn_run *run) {
         lx_sb_printf(&b, " for rank%s ", peer < 0 && run->n_done > 1 ? "s" : "");
         list_ranks(&b, run, peer);
         lx_sb_printf(&b, ", which returned from the spawned function already: %s",
-                     peer < 0 ? "a collective the other ranks never make" : "a send or receive that rank never matches");
+                     peer < 0 ? "a collective the other ranks never make"
+                              : "a send or receive that rank never matches");
         rank_error_step(run, r, s->where, b.s);
         free(b.s);
         waiting++;
@@ -656,9 +658,8 @@ static void fail_stragglers(spawn_run *run) {
     list_ranks(&returned, run, -1);
     lx_pool_kill();
     finish_entry(run, "failed");
-    run->failure = lx_fmt("spawn of %d rank%s stopped: rank%s %s returned from the function while %s",
-                          run->world_size, plural(run->world_size), run->n_done > 1 ? "s" : "", returned.s,
-                          summary.s);
+    run->failure = lx_fmt("spawn of %d rank%s stopped: rank%s %s returned from the function while %s", run->world_size,
+                          plural(run->world_size), run->n_done > 1 ? "s" : "", returned.s, summary.s);
     free(returned.s);
     free(summary.s);
 }
@@ -758,7 +759,8 @@ static int find_deadlock(const spawn_run *run, const wait_view *v, int *stuck) {
         }
     }
     int n = 0;
-    for (int r = 0; r < w; r++) n += stuck[r];
+    for (int r = 0; r < w; r++)
+        n += stuck[r];
     return n;
 }
 
@@ -826,7 +828,8 @@ static void fail_cycle(spawn_run *run, const wait_view *v, const int *stuck) {
     drain_briefly(run);
     const char *why = advice(run, v, stuck);
     int n_stuck = 0;
-    for (int r = 0; r < run->world_size; r++) n_stuck += stuck[r];
+    for (int r = 0; r < run->world_size; r++)
+        n_stuck += stuck[r];
     lx_sb summary = {0};
     int n = 0;
     for (int r = 0; r < run->world_size; r++) {
@@ -836,7 +839,8 @@ static void fail_cycle(spawn_run *run, const wait_view *v, const int *stuck) {
         int i = blocking_need(run, v, r, stuck);
         lx_sb b = {0};
         if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
-        lx_sb_printf(&b, "deadlock: rank %d of %d waits in %s%s", r, run->world_size, s->operation, call_parens(s->operation));
+        lx_sb_printf(&b, "deadlock: rank %d of %d waits in %s%s", r, run->world_size, s->operation,
+                     call_parens(s->operation));
         if (at.known) lx_sb_printf(&b, " in %s()", at.function);
         lx_sb_str(&b, " ");
         say_need(&b, run, v, r, i, stuck);
@@ -932,8 +936,8 @@ static void fail_hosts_lost(spawn_run *run, double now) {
     lx_pool_kill();
     finish_entry(run, "failed");
     run->failure = lx_fmt("spawn of %d rank%s failed: host %s lost (rank%s %s silent for %.0f s)", run->world_size,
-                          plural(run->world_size), hosts.s ? hosts.s : "?", n == 1 ? "" : "s",
-                          ranks.s ? ranks.s : "", HOST_SILENCE);
+                          plural(run->world_size), hosts.s ? hosts.s : "?", n == 1 ? "" : "s", ranks.s ? ranks.s : "",
+                          HOST_SILENCE);
     free(hosts.s);
     free(ranks.s);
 }
@@ -994,8 +998,7 @@ static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) 
     for (int r = 0; r < run->world_size; r++) {
         board_slot *s = run->board ? &run->board->slot[r] : NULL;
         int pid = lx_pool_pid(r);
-        if (!s || run->done[r] || run->gone[r] || pid <= 0 || __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE))
-            continue;
+        if (!s || run->done[r] || run->gone[r] || pid <= 0 || __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE)) continue;
         __atomic_store_n(&s->sampled, 0, __ATOMIC_RELEASE);
         asked[r] = kill(pid, SIGUSR2) == 0;
     }
@@ -1034,7 +1037,7 @@ static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) 
     free_run(run);
     lx_spawn_waiting = 0;
     raise(sig);
-    _exit(128 + sig);   /* not reached: the handler re-raises with the default action */
+    _exit(128 + sig); /* not reached: the handler re-raises with the default action */
 }
 
 /* ---- spawn() ---- */
@@ -1101,10 +1104,12 @@ static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_
  * "hosts", rank r's at index r (the viewer's rank headers show them). */
 static void record_hosts(spawn_run *run) {
     int many = 0;
-    for (int r = 1; r < run->world_size; r++) many |= strcmp(lx_pool_host(r), lx_pool_host(0)) != 0;
+    for (int r = 1; r < run->world_size; r++)
+        many |= strcmp(lx_pool_host(r), lx_pool_host(0)) != 0;
     if (!many) return;
     cJSON *hosts = cJSON_AddArrayToObject(run->entry, "hosts");
-    for (int r = 0; r < run->world_size; r++) cJSON_AddItemToArray(hosts, cJSON_CreateString(lx_pool_host(r)));
+    for (int r = 0; r < run->world_size; r++)
+        cJSON_AddItemToArray(hosts, cJSON_CreateString(lx_pool_host(r)));
 }
 
 /* Runs one spawn to its end. Returns NULL when every rank's function
@@ -1124,12 +1129,12 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     char *reason = NULL;
     run->backend = choose_backend(world_size, &reason);
     lx_slurm slurm;
-    if (lx_pool_slurm(&slurm)) {   /* where: the allocation's nodes, as mpirun places them */
+    if (lx_pool_slurm(&slurm)) { /* where: the allocation's nodes, as mpirun places them */
         char *where = lx_fmt("%s; in Slurm job %s's allocation: %d task%s on %s (SLURM_TASKS_PER_NODE=%s), "
                              "placed by mpirun%s",
-                             reason, slurm.job, slurm.tasks, plural(slurm.tasks), slurm.nodes,
-                             slurm.tasks_per_node, getenv("LECTERN_HOSTFILE") && *getenv("LECTERN_HOSTFILE")
-                                 ? " within LECTERN_HOSTFILE" : ", no hostfile");
+                             reason, slurm.job, slurm.tasks, plural(slurm.tasks), slurm.nodes, slurm.tasks_per_node,
+                             getenv("LECTERN_HOSTFILE") && *getenv("LECTERN_HOSTFILE") ? " within LECTERN_HOSTFILE"
+                                                                                       : ", no hostfile");
         free(reason);
         reason = where;
     }
@@ -1175,7 +1180,8 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     }
     run->board = lx_pool_board();
     hand_out(run, fn, args, args_size);
-    for (int r = 0; r < world_size; r++) run->heard[r] = now_seconds();
+    for (int r = 0; r < world_size; r++)
+        run->heard[r] = now_seconds();
     record_hosts(run);
     /* Start-up: from spawn() until every rank has its work (a pool started
      * on the way included). */
@@ -1220,7 +1226,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     check_arguments("spawn", fn, world_size, args, args_size);
     double timeout = timeout_seconds();
-    lx_pool_min_ranks();   /* a bad setting fails here, before anything starts */
+    lx_pool_min_ranks(); /* a bad setting fails here, before anything starts */
     char *failure = run_spawn(fn, world_size, args, args_size, 0, timeout);
     if (failure) lx_fatal("%s", failure);
 }
@@ -1235,8 +1241,7 @@ static double expect_timeout_seconds(void) {
     if (s && *s) {
         char *end;
         t = strtod(s, &end);
-        if (*end != '\0' || !(t > 0))
-            lx_fatal("LECTERN_EXPECT_TIMEOUT='%s' is not a positive number of seconds", s);
+        if (*end != '\0' || !(t > 0)) lx_fatal("LECTERN_EXPECT_TIMEOUT='%s' is not a positive number of seconds", s);
     }
     double limit = timeout_seconds();
     return t < limit ? t : limit;

@@ -38,9 +38,7 @@ enum { MODE_DEFAULT = 0, MODE_PROHIBITED = 2, MODE_EXCLUSIVE_PROCESS = 3 };
 static const char *plural(int n) { return n == 1 ? "" : "s"; }
 
 /* "cuda:0" or "cuda:0-1" for the GPUs the ranks share. */
-static char *gpu_list(int gpus) {
-    return gpus == 1 ? lx_fmt("cuda:0") : lx_fmt("cuda:0-%d", gpus - 1);
-}
+static char *gpu_list(int gpus) { return gpus == 1 ? lx_fmt("cuda:0") : lx_fmt("cuda:0-%d", gpus - 1); }
 
 lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int parent_on_gpu, const char *forced,
                              int nccl_built, int hostfile, int stage_test, int mpi_cuda_aware, char **reason) {
@@ -56,7 +54,7 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
                 lx_fatal("LECTERN_BACKEND=nccl needs a build with CUDA and NCCL, and this one has none "
                          "(no nvcc, or no NCCL found at build time: see `make print-nccl`); "
                          "LECTERN_BACKEND=mpi runs on the CPU");
-            if (hostfile) {   /* the other hosts' GPUs cannot be counted from here */
+            if (hostfile) { /* the other hosts' GPUs cannot be counted from here */
                 *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s on the hosts of "
                                  "LECTERN_HOSTFILE)",
                                  world_size, plural(world_size));

@@ -55,7 +55,8 @@ void lx_board_slot_reset(board_slot *s) {
     s->collectives = 0;
     s->sampled = 0;
     s->sample[0] = '\0';
-    for (int i = 0; i < 2; i++) s->need_kind[i] = LX_NEED_NONE;
+    for (int i = 0; i < 2; i++)
+        s->need_kind[i] = LX_NEED_NONE;
     __atomic_store_n(&s->state, SLOT_IDLE, __ATOMIC_RELEASE);
 }
 
@@ -64,8 +65,7 @@ void lx_frames_to_text(const lx_frame *frames, int n, char *out, size_t size) {
     size_t used = 0;
     out[0] = '\0';
     for (int i = 0; i < n; i++) {
-        int w = snprintf(out + used, size - used, "%d\t%s\t%s\n", frames[i].line,
-                         frames[i].path ? frames[i].path : "?",
+        int w = snprintf(out + used, size - used, "%d\t%s\t%s\n", frames[i].line, frames[i].path ? frames[i].path : "?",
                          frames[i].function ? frames[i].function : "?");
         if (w < 0 || (size_t)w >= size - used) {
             out[used] = '\0';
@@ -121,4 +121,3 @@ place lx_innermost(const char *text) {
     snprintf(pl.function, sizeof pl.function, "%.*s", (int)(end - fn - 1), fn + 1);
     return pl;
 }
-

@@ -53,7 +53,7 @@ static board_slot remote_slot;
 static pthread_mutex_t send_lock = PTHREAD_MUTEX_INITIALIZER;
 static spawn_desc my_desc;
 static int pool_rank = -1;
-static int console[2] = {-1, -1};    /* the lecture's stdout and stderr (ranks on its host) */
+static int console[2] = {-1, -1};      /* the lecture's stdout and stderr (ranks on its host) */
 static int launcher_out[2] = {-1, -1}; /* what mpirun gave us: its pipes */
 
 /* One communicator per world size, made at the first spawn of that size. */
@@ -122,12 +122,10 @@ static void *relay_board(void *unused) {
 static void rank_sink(cJSON *step) {
     double t = now_seconds() - my_desc.clock_zero;
     cJSON *time = cJSON_CreateNumber((double)(long long)(t * 1e6) / 1e6);
-    if (cJSON_GetObjectItemCaseSensitive(step, "time"))
-        cJSON_ReplaceItemInObjectCaseSensitive(step, "time", time);
-    else
-        cJSON_AddItemToObject(step, "time", time);
+    if (cJSON_GetObjectItemCaseSensitive(step, "time")) cJSON_ReplaceItemInObjectCaseSensitive(step, "time", time);
+    else cJSON_AddItemToObject(step, "time", time);
 
-    if (my_slot) {   /* the step's line is this rank's latest known place */
+    if (my_slot) { /* the step's line is this rank's latest known place */
         lx_frame frames[LX_MAX_FRAMES];
         int n = 0;
         cJSON *f;
@@ -152,7 +150,7 @@ static void rank_sink(cJSON *step) {
 
 /* ---- spawn_return: bytes for the lecture ---- */
 
-static int returned;   /* this spawn's fn called spawn_return() already */
+static int returned; /* this spawn's fn called spawn_return() already */
 
 void spawn_return(const void *data, size_t size) {
     if (!data && size > 0) {
@@ -166,12 +164,14 @@ void spawn_return(const void *data, size_t size) {
     }
     if (returned) {
         lx_error("spawn_return() called a second time in rank %d's function: a rank returns one value "
-                 "(put everything into one struct)", pool_rank);
+                 "(put everything into one struct)",
+                 pool_rank);
         return;
     }
     if (size > LECTERN_MAX_SPAWN_RESULT) {
         lx_error("spawn_return(): %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_RESULT); nothing "
-                 "returned", size, (unsigned)LECTERN_MAX_SPAWN_RESULT);
+                 "returned",
+                 size, (unsigned)LECTERN_MAX_SPAWN_RESULT);
         return;
     }
     returned = 1;
@@ -250,13 +250,9 @@ static int count(int *counter, int *on_board) {
     return v;
 }
 
-int lx_rank_count_send(int peer) {
-    return count(&sends_to[peer], my_slot ? &my_slot->sends_to[peer] : NULL);
-}
+int lx_rank_count_send(int peer) { return count(&sends_to[peer], my_slot ? &my_slot->sends_to[peer] : NULL); }
 
-int lx_rank_count_recv(int peer) {
-    return count(&recvs_from[peer], my_slot ? &my_slot->recvs_from[peer] : NULL);
-}
+int lx_rank_count_recv(int peer) { return count(&recvs_from[peer], my_slot ? &my_slot->recvs_from[peer] : NULL); }
 
 int lx_rank_count_collective(void) { return count(&collectives, my_slot ? &my_slot->collectives : NULL); }
 
@@ -333,8 +329,7 @@ static void rank_on_exit(int status, void *arg) {
     int n = lx_stack_capture(frames, LX_MAX_FRAMES);
     if (n > 0) lx_frames_to_text(frames, n, my_slot->failure_frames, sizeof my_slot->failure_frames);
     else memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
-    snprintf(my_slot->failure, sizeof my_slot->failure, "exited with status %d before its function returned",
-             status);
+    snprintf(my_slot->failure, sizeof my_slot->failure, "exited with status %d before its function returned", status);
     my_slot->failed_at = now_seconds();
     __atomic_store_n(&my_slot->state, SLOT_FAILED, __ATOMIC_RELEASE);
 }
@@ -366,7 +361,8 @@ static void rank_install_handlers(void) {
     sigemptyset(&sa.sa_mask);
     /* After MPI_Init: these replace Open MPI's own handlers, which print a raw backtrace. */
     const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
     sa.sa_sigaction = rank_on_sample;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
     sigaction(SIGUSR2, &sa, NULL);
@@ -426,7 +422,7 @@ static void output_to_console(int on) {
 static void fresh_state(void) {
     lx_globals_restore();
     lx_tensor_reset_rng();
-    srand(1);        /* C's rand() and random() start from seed 1 */
+    srand(1); /* C's rand() and random() start from seed 1 */
     srandom(1);
     srand48(0x1234ABCD); /* drand48's documented initial state, 0x1234ABCD330E */
     if (my_desc.cwd[0] && chdir(my_desc.cwd) != 0)
@@ -453,7 +449,7 @@ static void run_spawn(const char *body, size_t size) {
     int w = my_desc.world_size;
     returned = 0;
     lx_rank_counts_reset();
-    if (my_slot == &remote_slot) lx_board_slot_reset(&remote_slot);   /* the parent resets the others */
+    if (my_slot == &remote_slot) lx_board_slot_reset(&remote_slot); /* the parent resets the others */
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_RUNNING, __ATOMIC_RELEASE);
 
     /* From here on, an error of this rank is an error step of this spawn. */
@@ -463,7 +459,7 @@ static void run_spawn(const char *body, size_t size) {
     lx_rank_init(my_desc.lecture, my_desc.clock_zero, my_desc.quick, my_desc.quiet);
     lx_rank_errors_expected(my_desc.expect_failure);
     my_desc.options[sizeof my_desc.options - 1] = '\0';
-    lx_options_load(my_desc.options);   /* lecture_flag() and lecture_option() as in the lecture */
+    lx_options_load(my_desc.options); /* lecture_flag() and lecture_option() as in the lecture */
     lx_set_step_sink(rank_sink);
     output_to_console(1);
     fresh_state();
@@ -479,10 +475,10 @@ static void run_spawn(const char *body, size_t size) {
     /* NCCL: a GPU per rank; shared GPUs: rank r on cuda:(r mod GPUs). The
      * CUDA context and cuBLAS handle a rank makes stay with the process, so
      * the next spawn on this pool rank finds them made. */
-    int device = my_desc.backend == LX_BACKEND_NCCL     ? device_for(w, comm)
+    int device = my_desc.backend == LX_BACKEND_NCCL ? device_for(w, comm)
                  : my_desc.backend == LX_BACKEND_SHARED || my_desc.backend == LX_BACKEND_SHARED_CUDA_AWARE
-                     ? (gpu_count() > 0 ? pool_rank % gpu_count() : -1)
-                     : -1;
+                         ? (gpu_count() > 0 ? pool_rank % gpu_count() : -1)
+                         : -1;
     lx_ranks_comm()->start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
 
     fn(pool_rank, w, args);
@@ -527,7 +523,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
         exit(2);
     }
     pool_rank = atoi(launch_rank);
-    lx_set_in_rank(pool_rank, 0);   /* no lecture line runs here until a spawn's fn */
+    lx_set_in_rank(pool_rank, 0); /* no lecture line runs here until a spawn's fn */
     /* Should mpirun die without stopping us, we go too. */
     pid_t launcher = getppid();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -547,14 +543,13 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
             __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
         }
     } else if (pool_rank < LECTERN_MAX_WORLD) {
-        my_slot = &remote_slot;   /* its copies go to the parent: relay_board() */
+        my_slot = &remote_slot; /* its copies go to the parent: relay_board() */
         lx_board_slot_reset(my_slot);
     }
 
     parent_fd = connect_to_parent(address);
     if (parent_fd < 0) {
-        fprintf(stderr, "lectern: rank %d cannot reach the lecture at %s: %s\n", pool_rank, address,
-                strerror(errno));
+        fprintf(stderr, "lectern: rank %d cannot reach the lecture at %s: %s\n", pool_rank, address, strerror(errno));
         exit(1);
     }
     pool_hello hello;
@@ -579,8 +574,10 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
     /* Errors come back as codes, so MPI_CHECK names the call and line. */
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     if (lx_globals_snapshot() < 0)
-        fprintf(stderr, "lectern: rank %d cannot read the lecture's debug information: its globals keep "
-                        "their values from one spawn to the next\n", pool_rank);
+        fprintf(stderr,
+                "lectern: rank %d cannot read the lecture's debug information: its globals keep "
+                "their values from one spawn to the next\n",
+                pool_rank);
     rank_install_handlers();
     if (lx_wire_send(parent_fd, MSG_READY, NULL, 0, NULL, 0) != 0) parent_gone();
     if (my_slot == &remote_slot) {
@@ -594,7 +591,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
         uint32_t type;
         char *body;
         size_t size;
-        if (lx_wire_recv(parent_fd, &type, &body, &size) != 0) break;   /* the pool ends */
+        if (lx_wire_recv(parent_fd, &type, &body, &size) != 0) break; /* the pool ends */
         if (type == MSG_SPAWN) run_spawn(body, size);
         free(body);
     }
@@ -615,7 +612,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
     MPI_CHECK(MPI_Finalize());
     /* What is said at exit is ours. */
     output_to_console(1);
-    exit(0);   /* the board stays mapped: the exit hook still looks at it */
+    exit(0); /* the board stays mapped: the exit hook still looks at it */
 }
 
 static const lx_comm_hooks *comm_hooks;

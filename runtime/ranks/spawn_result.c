@@ -15,11 +15,11 @@
 #include "ranks/ranks.h"
 
 static struct {
-    char *data;     /* NULL: the rank returned nothing */
+    char *data; /* NULL: the rank returned nothing */
     size_t size;
     int returned;
 } results[LECTERN_MAX_WORLD];
-static int results_world;   /* the latest spawn's world size (0: no spawn yet) */
+static int results_world; /* the latest spawn's world size (0: no spawn yet) */
 
 void lx_spawn_results_clear(int world_size) {
     for (int r = 0; r < LECTERN_MAX_WORLD; r++) {
@@ -33,7 +33,7 @@ void lx_spawn_results_clear(int world_size) {
 
 void lx_spawn_results_put(int rank, char *body, size_t size) {
     if (rank < 0 || rank >= LECTERN_MAX_WORLD || results[rank].returned) {
-        free(body);   /* the rank side refuses a second return: a stray message */
+        free(body); /* the rank side refuses a second return: a stray message */
         return;
     }
     results[rank].data = body;
@@ -60,10 +60,10 @@ size_t spawn_result(int rank, void *out, size_t cap) {
         return 0;
     }
     size_t size = results[rank].size;
-    if (!out) return size;   /* out NULL and cap 0: asking for the size */
+    if (!out) return size; /* out NULL and cap 0: asking for the size */
     if (size > cap) {
-        lx_error("spawn_result(%d): rank %d returned %zu bytes, more than the %zu of out: nothing copied", rank,
-                 rank, size, cap);
+        lx_error("spawn_result(%d): rank %d returned %zu bytes, more than the %zu of out: nothing copied", rank, rank,
+                 size, cap);
         return size;
     }
     if (size) memcpy(out, results[rank].data, size);

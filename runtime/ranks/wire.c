@@ -95,14 +95,16 @@ enum { MAX_FDS = 4 };
 
 int lx_wire_send_fds(int fd, const int *fds, int n) {
     if (n <= 0 || n > MAX_FDS) return -1;
-    char byte = 'F';   /* SCM_RIGHTS needs at least one byte of data to ride on */
+    char byte = 'F'; /* SCM_RIGHTS needs at least one byte of data to ride on */
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
     union {
         char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
         struct cmsghdr align;
     } control;
     memset(&control, 0, sizeof control);
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control.buf,
                          .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
@@ -124,10 +126,11 @@ int lx_wire_recv_fds(int fd, int *fds, int n) {
         char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
         struct cmsghdr align;
     } control;
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                         .msg_controllen = sizeof control.buf};
+    struct msghdr msg = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
     ssize_t r;
-    do r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    do
+        r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     while (r < 0 && errno == EINTR);
     if (r != 1) return -1;
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
@@ -245,7 +248,7 @@ static int connect_tcp(const char *hostport) {
     }
     freeaddrinfo(list);
     if (s >= 0) {
-        int one = 1;   /* steps are small messages: send each at once */
+        int one = 1; /* steps are small messages: send each at once */
         setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
     return s;

@@ -46,27 +46,25 @@ void *lx_cublas_symbol(const char *name) {
 }
 
 /* Defines `ret name(params)` that calls the library's `name` with `args`. */
-#define LAZY(ret, name, params, args)                                        \
-    ret name params {                                                        \
-        static ret(*real) params;                                            \
-        if (!real) real = (ret(*) params)lx_cublas_symbol(#name);            \
-        return real args;                                                    \
+#define LAZY(ret, name, params, args)                             \
+    ret name params {                                             \
+        static ret(*real) params;                                 \
+        if (!real) real = (ret(*) params)lx_cublas_symbol(#name); \
+        return real args;                                         \
     }
 
-LAZY(cublasStatus_t, cublasCreate_v2, (cublasHandle_t *handle), (handle))
+LAZY(cublasStatus_t, cublasCreate_v2, (cublasHandle_t * handle), (handle))
 LAZY(cublasStatus_t, cublasDestroy_v2, (cublasHandle_t handle), (handle))
 LAZY(cublasStatus_t, cublasSetStream_v2, (cublasHandle_t handle, cudaStream_t stream), (handle, stream))
 LAZY(const char *, cublasGetStatusString, (cublasStatus_t status), (status))
 LAZY(cublasStatus_t, cublasSetMathMode, (cublasHandle_t handle, cublasMath_t mode), (handle, mode))
 LAZY(cublasStatus_t, cublasSgemm_v2,
      (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-      const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta, float *C,
-      int ldc),
+      const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta, float *C, int ldc),
      (handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc))
 LAZY(cublasStatus_t, cublasSgeam,
-     (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-      const float *alpha, const float *A, int lda, const float *beta, const float *B, int ldb, float *C,
-      int ldc),
+     (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, const float *alpha,
+      const float *A, int lda, const float *beta, const float *B, int ldb, float *C, int ldc),
      (handle, transa, transb, m, n, alpha, A, lda, beta, B, ldb, C, ldc))
 LAZY(cublasStatus_t, cublasSscal_v2, (cublasHandle_t handle, int n, const float *alpha, float *x, int incx),
      (handle, n, alpha, x, incx))

@@ -18,12 +18,15 @@
 #include "trace/trace.h"
 
 int lx_cuda_sync(void) {
-    static int on = -1;   /* read once; every thread reads the same variable */
+    static int on = -1; /* read once; every thread reads the same variable */
     if (on < 0) {
         const char *s = getenv("LECTERN_CUDA_SYNC");
         if (!s || !*s || strcmp(s, "0") == 0) on = 0;
         else if (strcmp(s, "1") == 0) on = 1;
-        else lx_fatal("LECTERN_CUDA_SYNC='%s' is neither 0 nor 1 (1: wait for each kernel and check it at its launch line)", s);
+        else
+            lx_fatal(
+                    "LECTERN_CUDA_SYNC='%s' is neither 0 nor 1 (1: wait for each kernel and check it at its launch line)",
+                    s);
     }
     return on;
 }

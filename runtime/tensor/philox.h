@@ -69,8 +69,7 @@
 
 /* One round: two 32x32 -> 64-bit products, their halves crossed with the
  * other words and the round key. */
-LX_RNG_FN void lx_philox_round(uint32_t ctr[4], const uint32_t key[2])
-{
+LX_RNG_FN void lx_philox_round(uint32_t ctr[4], const uint32_t key[2]) {
     uint64_t p0 = (uint64_t)LX_PHILOX_M0 * ctr[0];
     uint64_t p1 = (uint64_t)LX_PHILOX_M1 * ctr[2];
     uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
@@ -83,9 +82,7 @@ LX_RNG_FN void lx_philox_round(uint32_t ctr[4], const uint32_t key[2])
 }
 
 /* Ten rounds, the key bumped between them: out = philox4x32_10(ctr, key). */
-LX_RNG_FN void lx_philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2],
-                                uint32_t out[4])
-{
+LX_RNG_FN void lx_philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
     uint32_t ctr[4] = {ctr_in[0], ctr_in[1], ctr_in[2], ctr_in[3]};
     uint32_t key[2] = {key_in[0], key_in[1]};
     for (int round = 0; round < 10; round++) {
@@ -102,8 +99,7 @@ LX_RNG_FN void lx_philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[
 /* ---------------- ln, sin, cos from + - * / ---------------- */
 
 /* Number of leading zero bits of a nonzero 64-bit word. */
-LX_RNG_FN int lx_clz64(uint64_t x)
-{
+LX_RNG_FN int lx_clz64(uint64_t x) {
 #ifdef __CUDA_ARCH__
     return __clzll((long long)x);
 #else
@@ -119,10 +115,9 @@ LX_RNG_FN int lx_clz64(uint64_t x)
  * y = m 2^k exactly, with m in [sqrt(1/2), sqrt(2)); then
  * ln m = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...), s = (m - 1)/(m + 1),
  * |s| <= 0.172, so eleven terms leave an error below 1e-18. */
-LX_RNG_FN double lx_ln_scaled(uint64_t y)
-{
-    int k = 63 - lx_clz64(y);                      /* 2^k <= y < 2^(k+1) */
-    double m = LX_DIV((double)y, (double)(1ull << k));  /* exact: y < 2^33, a power of 2 */
+LX_RNG_FN double lx_ln_scaled(uint64_t y) {
+    int k = 63 - lx_clz64(y);                          /* 2^k <= y < 2^(k+1) */
+    double m = LX_DIV((double)y, (double)(1ull << k)); /* exact: y < 2^33, a power of 2 */
     if (m > LX_SQRT2) {
         m = LX_MUL(m, 0.5);
         k += 1;
@@ -130,7 +125,7 @@ LX_RNG_FN double lx_ln_scaled(uint64_t y)
     double s = LX_DIV(LX_ADD(m, -1.0), LX_ADD(m, 1.0));
     double z = LX_MUL(s, s);
     /* 1/(2j+1), j = 10 down to 0, by Horner's rule in z */
-    double sum = 0.047619047619047619048;          /* 1/21 */
+    double sum = 0.047619047619047619048;                  /* 1/21 */
     sum = LX_ADD(LX_MUL(sum, z), 0.052631578947368421053); /* 1/19 */
     sum = LX_ADD(LX_MUL(sum, z), 0.058823529411764705882); /* 1/17 */
     sum = LX_ADD(LX_MUL(sum, z), 0.066666666666666666667); /* 1/15 */
@@ -147,10 +142,9 @@ LX_RNG_FN double lx_ln_scaled(uint64_t y)
 
 /* sin and cos of a in [-pi/4, pi/4] by their Taylor series to a^17 and a^16:
  * the first term left out is below 5e-17. */
-LX_RNG_FN void lx_sincos_small(double a, double *s, double *c)
-{
+LX_RNG_FN void lx_sincos_small(double a, double *s, double *c) {
     double z = LX_MUL(a, a);
-    double sp = 2.8114572543455207632e-15;                 /* 1/17! */
+    double sp = 2.8114572543455207632e-15;                  /* 1/17! */
     sp = LX_ADD(LX_MUL(sp, z), -7.6471637318198164759e-13); /* -1/15! */
     sp = LX_ADD(LX_MUL(sp, z), 1.6059043836821614599e-10);  /* 1/13! */
     sp = LX_ADD(LX_MUL(sp, z), -2.5052108385441718775e-08); /* -1/11! */
@@ -159,7 +153,7 @@ LX_RNG_FN void lx_sincos_small(double a, double *s, double *c)
     sp = LX_ADD(LX_MUL(sp, z), 8.3333333333333333333e-03);  /* 1/5! */
     sp = LX_ADD(LX_MUL(sp, z), -1.6666666666666666667e-01); /* -1/3! */
     *s = LX_ADD(a, LX_MUL(LX_MUL(a, z), sp));
-    double cp = 4.7794773323873852974e-14;                 /* 1/16! */
+    double cp = 4.7794773323873852974e-14;                  /* 1/16! */
     cp = LX_ADD(LX_MUL(cp, z), -1.1470745597729724714e-11); /* -1/14! */
     cp = LX_ADD(LX_MUL(cp, z), 2.0876756987868098979e-09);  /* 1/12! */
     cp = LX_ADD(LX_MUL(cp, z), -2.7557319223985890653e-07); /* -1/10! */
@@ -174,26 +168,36 @@ LX_RNG_FN void lx_sincos_small(double a, double *s, double *c)
  * 4u = q + f, q the nearest integer and f in [-1/2, 1/2] (both exact in
  * integer arithmetic), the angle is q quarter turns plus f pi/2, and a
  * quarter turn only swaps sin and cos and flips signs. */
-LX_RNG_FN void lx_sincos_turn(uint32_t x, double *s, double *c)
-{
-    int64_t twice = 2 * (int64_t)x + 1;            /* 4u = twice / 2^31 */
-    int64_t q = (twice + (1ll << 30)) >> 31;       /* nearest integer to 4u, 0..4 */
+LX_RNG_FN void lx_sincos_turn(uint32_t x, double *s, double *c) {
+    int64_t twice = 2 * (int64_t)x + 1;                                          /* 4u = twice / 2^31 */
+    int64_t q = (twice + (1ll << 30)) >> 31;                                     /* nearest integer to 4u, 0..4 */
     double f = LX_MUL((double)(twice - (q << 31)), 4.656612873077392578125e-10); /* 2^-31 */
     double sa, ca;
     lx_sincos_small(LX_MUL(f, LX_PI_2), &sa, &ca);
     switch (q & 3) {
-    case 0: *s = sa;  *c = ca;  break;
-    case 1: *s = ca;  *c = -sa; break;
-    case 2: *s = -sa; *c = -ca; break;
-    default: *s = -ca; *c = sa; break;
+    case 0:
+        *s = sa;
+        *c = ca;
+        break;
+    case 1:
+        *s = ca;
+        *c = -sa;
+        break;
+    case 2:
+        *s = -sa;
+        *c = -ca;
+        break;
+    default:
+        *s = -ca;
+        *c = sa;
+        break;
     }
 }
 
 /* ---------------- normals ---------------- */
 
 /* The four normals of block `block` of seed `seed`. */
-LX_RNG_FN void lx_normal4(uint64_t seed, uint64_t block, float out[4])
-{
+LX_RNG_FN void lx_normal4(uint64_t seed, uint64_t block, float out[4]) {
     const uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), 0u, 0u};
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     uint32_t w[4];
@@ -210,8 +214,7 @@ LX_RNG_FN void lx_normal4(uint64_t seed, uint64_t block, float out[4])
 }
 
 /* Normals number first .. first + n - 1 of seed `seed` into out[0 .. n). */
-LX_RNG_FN void lx_normals(float *out, int64_t n, uint64_t seed, uint64_t first)
-{
+LX_RNG_FN void lx_normals(float *out, int64_t n, uint64_t seed, uint64_t first) {
     for (int64_t i = 0; i < n;) {
         uint64_t at = first + (uint64_t)i;
         float four[4];

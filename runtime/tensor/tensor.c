@@ -35,8 +35,7 @@
 /* ------------------------------------------------------------------ */
 
 #ifndef LECTERN_CUDA
-void lx_tensor_no_cuda(void)
-{
+void lx_tensor_no_cuda(void) {
     lx_fatal("this lectern was built without CUDA (no nvcc at build time): "
              "tensors can only live on the CPU (device -1)");
 }
@@ -46,12 +45,9 @@ static int on_gpu(const tensor *t) { return t->device >= 0; }
 
 /* Every tensor is made through here, so a device that does not exist is
  * caught where the lecture asks for it. */
-static void check_device(int device)
-{
-    if (device < -1)
-        lx_fatal("device %d does not exist: use -1 for the CPU or N >= 0 for cuda:N", device);
-    if (device < 0)
-        return;
+static void check_device(int device) {
+    if (device < -1) lx_fatal("device %d does not exist: use -1 for the CPU or N >= 0 for cuda:N", device);
+    if (device < 0) return;
 #ifndef LECTERN_CUDA
     lx_fatal("cuda:%d asked for, but this lectern was built without CUDA (no nvcc at build "
              "time): use device -1 (the CPU), or get_device(rank)",
@@ -73,90 +69,73 @@ typedef struct shape_text {
     char s[64];
 } shape_text;
 
-static shape_text shape_of(const tensor *t)
-{
+static shape_text shape_of(const tensor *t) {
     shape_text out;
-    if (t->ndim == 1)
-        snprintf(out.s, sizeof out.s, "%" PRId64, t->shape[0]);
-    else
-        snprintf(out.s, sizeof out.s, "%" PRId64 "x%" PRId64, t->shape[0], t->shape[1]);
+    if (t->ndim == 1) snprintf(out.s, sizeof out.s, "%" PRId64, t->shape[0]);
+    else snprintf(out.s, sizeof out.s, "%" PRId64 "x%" PRId64, t->shape[0], t->shape[1]);
     return out;
 }
 
-static int same_shape(const tensor *a, const tensor *b)
-{
-    if (a->ndim != b->ndim)
-        return 0;
+static int same_shape(const tensor *a, const tensor *b) {
+    if (a->ndim != b->ndim) return 0;
     for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d])
-            return 0;
+        if (a->shape[d] != b->shape[d]) return 0;
     return 1;
 }
 
-static void check_same_shape(const char *op, const tensor *a, const tensor *b)
-{
-    if (!same_shape(a, b))
-        lx_fatal("%s: shapes differ: %s and %s", op, shape_of(a).s, shape_of(b).s);
+static void check_same_shape(const char *op, const tensor *a, const tensor *b) {
+    if (!same_shape(a, b)) lx_fatal("%s: shapes differ: %s and %s", op, shape_of(a).s, shape_of(b).s);
 }
 
-const char *lx_device_name(int device, char buf[32])
-{
-    if (device < 0)
-        snprintf(buf, 32, "cpu");
-    else
-        snprintf(buf, 32, "cuda:%d", device);
+const char *lx_device_name(int device, char buf[32]) {
+    if (device < 0) snprintf(buf, 32, "cpu");
+    else snprintf(buf, 32, "cuda:%d", device);
     return buf;
 }
 
-static void check_same_device(const char *op, const tensor *a, const tensor *b)
-{
+static void check_same_device(const char *op, const tensor *a, const tensor *b) {
     char da[32], db[32];
     if (a->device != b->device)
         lx_fatal("%s: tensors on different devices (%s and %s): move one with to_device()", op,
                  lx_device_name(a->device, da), lx_device_name(b->device, db));
 }
 
-static void check_2d(const char *op, const tensor *t)
-{
-    if (t->ndim != 2)
-        lx_fatal("%s: needs a 2-D tensor, got shape %s", op, shape_of(t).s);
+static void check_2d(const char *op, const tensor *t) {
+    if (t->ndim != 2) lx_fatal("%s: needs a 2-D tensor, got shape %s", op, shape_of(t).s);
 }
 
 /* A NULL where a tensor (or buffer) belongs: named, with the lecture line,
  * rather than a segfault somewhere inside. */
-#define NEED(p, op)                                                                  \
-    do {                                                                             \
-        if (!(p))                                                                    \
-            lx_fatal("%s: %s is NULL", op, #p);                                      \
+#define NEED(p, op)                                   \
+    do {                                              \
+        if (!(p)) lx_fatal("%s: %s is NULL", op, #p); \
     } while (0)
 
 /* The same for a tensor, which must also still be alive (not freed):
  * tensor_track.c names a use after free. */
-#define NEED_T(p, op)                                                                \
-    do {                                                                             \
-        NEED(p, op);                                                                 \
-        lx_tensor_check((p), op);                                                    \
+#define NEED_T(p, op)             \
+    do {                          \
+        NEED(p, op);              \
+        lx_tensor_check((p), op); \
     } while (0)
 
 /* The same, for an operation that reads the tensor's values (one a request
  * may still be writing: an error) or changes them (one a request still uses:
  * an error). tensor_track.c names the request and its line. */
-#define NEED_R(p, op)                                                                \
-    do {                                                                             \
-        NEED(p, op);                                                                 \
-        lx_tensor_read((p), op);                                                     \
+#define NEED_R(p, op)            \
+    do {                         \
+        NEED(p, op);             \
+        lx_tensor_read((p), op); \
     } while (0)
-#define NEED_W(p, op)                                                                \
-    do {                                                                             \
-        NEED(p, op);                                                                 \
-        lx_tensor_write((p), op);                                                    \
+#define NEED_W(p, op)             \
+    do {                          \
+        NEED(p, op);              \
+        lx_tensor_write((p), op); \
     } while (0)
 
 /* BLAS counts in int: refuse (rather than wrap) anything past 2^31 - 1. */
-static int blas_int(const char *op, int64_t n)
-{
-    if (n > INT_MAX)
-        lx_fatal("%s: %" PRId64 " is more than BLAS can index (%d)", op, n, INT_MAX);
+static int blas_int(const char *op, int64_t n) {
+    if (n > INT_MAX) lx_fatal("%s: %" PRId64 " is more than BLAS can index (%d)", op, n, INT_MAX);
     return (int)n;
 }
 
@@ -168,10 +147,8 @@ static size_t bytes_of(const tensor *t) { return (size_t)t->numel * sizeof(float
 
 /* A new tensor of the given shape with uninitialised data. ndim is 1
  * (rows elements) or 2 (rows x cols). */
-static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device)
-{
-    if (rows < 0 || cols < 0)
-        lx_fatal("a tensor cannot have a negative size (%" PRId64 ", %" PRId64 ")", rows, cols);
+static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device) {
+    if (rows < 0 || cols < 0) lx_fatal("a tensor cannot have a negative size (%" PRId64 ", %" PRId64 ")", rows, cols);
     if (ndim == 2 && cols > 0 && rows > INT64_MAX / 4 / cols)
         lx_fatal("a %" PRId64 "x%" PRId64 " tensor is too large", rows, cols);
     check_device(device);
@@ -183,8 +160,7 @@ static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device)
     t->numel = ndim == 2 ? rows * cols : rows;
     t->device = device;
     t->owns_data = 1;
-    if (t->numel == 0)
-        return t; /* data stays NULL: nothing to point at */
+    if (t->numel == 0) return t; /* data stays NULL: nothing to point at */
     if (on_gpu(t)) {
         t->data = lx_cuda_alloc(device, bytes_of(t));
     } else {
@@ -197,64 +173,43 @@ static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device)
     return t;
 }
 
-static tensor *new_like(const tensor *t)
-{
-    return new_tensor(t->ndim, t->shape[0], t->shape[1], t->device);
-}
+static tensor *new_like(const tensor *t) { return new_tensor(t->ndim, t->shape[0], t->shape[1], t->device); }
 
-tensor *empty(int64_t rows, int64_t cols, int device)
-{
-    return new_tensor(cols == 0 ? 1 : 2, rows, cols, device);
-}
+tensor *empty(int64_t rows, int64_t cols, int device) { return new_tensor(cols == 0 ? 1 : 2, rows, cols, device); }
 
-tensor *zeros(int64_t rows, int64_t cols, int device)
-{
+tensor *zeros(int64_t rows, int64_t cols, int device) {
     tensor *t = empty(rows, cols, device);
-    if (t->numel == 0)
-        return t;
-    if (on_gpu(t))
-        lx_cuda_zero(t->device, t->data, bytes_of(t));
-    else
-        memset(t->data, 0, bytes_of(t));
+    if (t->numel == 0) return t;
+    if (on_gpu(t)) lx_cuda_zero(t->device, t->data, bytes_of(t));
+    else memset(t->data, 0, bytes_of(t));
     return t;
 }
 
 /* Host values into a tensor's storage, wherever it lives. */
-static void fill_from_host(tensor *t, const float *values)
-{
-    if (t->numel == 0)
-        return;
-    if (on_gpu(t))
-        lx_cuda_copy(t->data, t->device, values, -1, bytes_of(t));
-    else
-        memcpy(t->data, values, bytes_of(t));
+static void fill_from_host(tensor *t, const float *values) {
+    if (t->numel == 0) return;
+    if (on_gpu(t)) lx_cuda_copy(t->data, t->device, values, -1, bytes_of(t));
+    else memcpy(t->data, values, bytes_of(t));
 }
 
-tensor *tensor_from(const float *values, int64_t rows, int64_t cols, int device)
-{
+tensor *tensor_from(const float *values, int64_t rows, int64_t cols, int device) {
     tensor *t = empty(rows, cols, device);
-    if (!values && t->numel > 0)
-        lx_fatal("tensor_from: values is NULL (for %" PRId64 " numbers)", t->numel);
+    if (!values && t->numel > 0) lx_fatal("tensor_from: values is NULL (for %" PRId64 " numbers)", t->numel);
     fill_from_host(t, values);
     return t;
 }
 
 /* A host buffer of n floats (NULL for n == 0); the caller frees it. */
-float *lx_host_buffer(int64_t n)
-{
-    if (n == 0)
-        return NULL;
+float *lx_host_buffer(int64_t n) {
+    if (n == 0) return NULL;
     float *p = malloc((size_t)n * sizeof(float));
-    if (!p)
-        lx_fatal("out of memory for %" PRId64 " floats", n);
+    if (!p) lx_fatal("out of memory for %" PRId64 " floats", n);
     return p;
 }
 
 /* Small and made once: built on the host and copied. */
-tensor *arange(int64_t n, int device)
-{
-    if (n < 0)
-        lx_fatal("arange: n must be >= 0, got %" PRId64, n);
+tensor *arange(int64_t n, int device) {
+    if (n < 0) lx_fatal("arange: n must be >= 0, got %" PRId64, n);
     float *values = lx_host_buffer(n);
     for (int64_t i = 0; i < n; i++)
         values[i] = (float)i;
@@ -263,19 +218,15 @@ tensor *arange(int64_t n, int device)
     return t;
 }
 
-void tensor_free(tensor *t)
-{
-    if (!t)
-        return;
-    lx_tensor_may_free(t);  /* a double free or a busy tensor is named before its memory goes */
+void tensor_free(tensor *t) {
+    if (!t) return;
+    lx_tensor_may_free(t); /* a double free or a busy tensor is named before its memory goes */
     if (t->owns_data && t->data) {
-        if (on_gpu(t))
-            lx_cuda_free(t->device, t->data);
-        else
-            free(t->data);
+        if (on_gpu(t)) lx_cuda_free(t->device, t->data);
+        else free(t->data);
     }
     free(t->str);
-    lx_tensor_release(t);   /* poisoned and kept a while: a second free is named */
+    lx_tensor_release(t); /* poisoned and kept a while: a second free is named */
 }
 
 /* ------------------------------------------------------------------ */
@@ -294,31 +245,26 @@ void tensor_free(tensor *t)
  * normals have been drawn since manual_seed(): randn(3) then randn(3) gives
  * the numbers of randn(6).
  */
-static uint64_t rng_seed;   /* a fresh process is seeded 0, like torch */
-static uint64_t rng_drawn;  /* normals drawn since the seed was set */
+static uint64_t rng_seed;  /* a fresh process is seeded 0, like torch */
+static uint64_t rng_drawn; /* normals drawn since the seed was set */
 
-void manual_seed(uint64_t seed)
-{
+void manual_seed(uint64_t seed) {
     rng_seed = seed;
     rng_drawn = 0;
 }
 
 /* A pool rank starts each spawn as a fresh process would: seed 0, nothing
  * drawn. */
-void lx_tensor_reset_rng(void)
-{
+void lx_tensor_reset_rng(void) {
     rng_seed = 0;
     rng_drawn = 0;
 }
 
-tensor *randn(int64_t rows, int64_t cols, int device)
-{
+tensor *randn(int64_t rows, int64_t cols, int device) {
     tensor *t = empty(rows, cols, device);
     if (t->numel > 0) {
-        if (on_gpu(t))
-            lx_cuda_randn(t->device, t->data, t->numel, rng_seed, rng_drawn);
-        else
-            lx_normals(t->data, t->numel, rng_seed, rng_drawn);
+        if (on_gpu(t)) lx_cuda_randn(t->device, t->data, t->numel, rng_seed, rng_drawn);
+        else lx_normals(t->data, t->numel, rng_seed, rng_drawn);
     }
     rng_drawn += (uint64_t)t->numel;
     return t;
@@ -328,50 +274,38 @@ tensor *randn(int64_t rows, int64_t cols, int device)
 /* Copies and views                                                    */
 /* ------------------------------------------------------------------ */
 
-void tensor_copy(tensor *dst, const tensor *src)
-{
+void tensor_copy(tensor *dst, const tensor *src) {
     NEED_W(dst, "tensor_copy");
     NEED_R(src, "tensor_copy");
     check_same_shape("tensor_copy", dst, src);
-    if (src->numel == 0 || dst->data == src->data)
-        return;
-    if (!on_gpu(dst) && !on_gpu(src))
-        memmove(dst->data, src->data, bytes_of(src));
-    else
-        lx_cuda_copy(dst->data, dst->device, src->data, src->device, bytes_of(src));
+    if (src->numel == 0 || dst->data == src->data) return;
+    if (!on_gpu(dst) && !on_gpu(src)) memmove(dst->data, src->data, bytes_of(src));
+    else lx_cuda_copy(dst->data, dst->device, src->data, src->device, bytes_of(src));
 }
 
-tensor *to_device(const tensor *t, int device)
-{
+tensor *to_device(const tensor *t, int device) {
     NEED_R(t, "to_device");
     tensor *out = new_tensor(t->ndim, t->shape[0], t->shape[1], device);
     tensor_copy(out, t);
     return out;
 }
 
-void tensor_to_host(const tensor *t, float *out)
-{
+void tensor_to_host(const tensor *t, float *out) {
     NEED_R(t, "tensor_to_host");
-    if (t->numel > 0)
-        NEED(out, "tensor_to_host");
-    if (t->numel == 0)
-        return;
-    if (on_gpu(t))
-        lx_cuda_copy(out, -1, t->data, t->device, bytes_of(t));
-    else
-        memcpy(out, t->data, bytes_of(t));
+    if (t->numel > 0) NEED(out, "tensor_to_host");
+    if (t->numel == 0) return;
+    if (on_gpu(t)) lx_cuda_copy(out, -1, t->data, t->device, bytes_of(t));
+    else memcpy(out, t->data, bytes_of(t));
 }
 
 /* Row-major, so rows [start, end) are one contiguous run: the view is just a
  * pointer into the same storage, and writes through it reach the original.
  * The original must outlive the view. */
-tensor *row_slice(tensor *t, int64_t start, int64_t end)
-{
+tensor *row_slice(tensor *t, int64_t start, int64_t end) {
     NEED_T(t, "row_slice");
     if (start < 0 || end < start || end > t->shape[0])
-        lx_fatal("row_slice: rows [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
-                 " rows of a %s tensor",
-                 start, end, t->shape[0], shape_of(t).s);
+        lx_fatal("row_slice: rows [%" PRId64 ", %" PRId64 ") are not within the %" PRId64 " rows of a %s tensor", start,
+                 end, t->shape[0], shape_of(t).s);
     tensor *v = lx_tensor_alloc();
     *v = *t;
     int64_t row = t->ndim == 2 ? t->shape[1] : 1;
@@ -385,8 +319,7 @@ tensor *row_slice(tensor *t, int64_t start, int64_t end)
 
 /* A view is a new header over the same storage: it never owns it, writes
  * through it reach the original, and the original must outlive it. */
-static tensor *view_of(tensor *t, int64_t offset, int ndim, int64_t rows, int64_t cols)
-{
+static tensor *view_of(tensor *t, int64_t offset, int ndim, int64_t rows, int64_t cols) {
     tensor *v = lx_tensor_alloc();
     *v = *t;
     v->ndim = ndim;
@@ -402,14 +335,11 @@ static tensor *view_of(tensor *t, int64_t offset, int ndim, int64_t rows, int64_
 /* Any run of numel consecutive elements is a tensor of its own in
  * row-major storage: this is how one flat buffer holds many parameters
  * (a DDP bucket, a ZeRO shard) and each is still used with its shape. */
-tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols)
-{
+tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols) {
     NEED_T(t, "tensor_view");
-    if (rows < 0 || cols < 0)
-        lx_fatal("tensor_view: a negative size (%" PRId64 ", %" PRId64 ")", rows, cols);
+    if (rows < 0 || cols < 0) lx_fatal("tensor_view: a negative size (%" PRId64 ", %" PRId64 ")", rows, cols);
     int64_t n = cols == 0 ? rows : rows * cols;
-    if (cols > 0 && rows > INT64_MAX / cols)
-        lx_fatal("tensor_view: %" PRId64 "x%" PRId64 " is too large", rows, cols);
+    if (cols > 0 && rows > INT64_MAX / cols) lx_fatal("tensor_view: %" PRId64 "x%" PRId64 " is too large", rows, cols);
     if (offset < 0 || offset > t->numel || n > t->numel - offset)
         lx_fatal("tensor_view: elements [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
                  " elements of a %s tensor",
@@ -417,28 +347,25 @@ tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols)
     return view_of(t, offset, cols == 0 ? 1 : 2, rows, cols);
 }
 
-tensor *reshape(tensor *t, int64_t rows, int64_t cols)
-{
+tensor *reshape(tensor *t, int64_t rows, int64_t cols) {
     NEED_T(t, "reshape");
     int64_t n = cols == 0 ? rows : (rows >= 0 && cols > 0 && rows <= INT64_MAX / cols ? rows * cols : -1);
     if (rows < 0 || cols < 0 || n != t->numel)
-        lx_fatal("reshape: a %s tensor (%" PRId64 " elements) cannot be %" PRId64 "%s%.0" PRId64
-                 " (%" PRId64 " elements)",
+        lx_fatal("reshape: a %s tensor (%" PRId64 " elements) cannot be %" PRId64 "%s%.0" PRId64 " (%" PRId64
+                 " elements)",
                  shape_of(t).s, t->numel, rows, cols ? "x" : "", cols, n);
     return view_of(t, 0, cols == 0 ? 1 : 2, rows, cols);
 }
 
 /* height rows of width floats between two row-major matrices on one device;
  * the pitches are the full row lengths of each. */
-static void copy_block(int device, float *dst, int64_t dst_row, const float *src,
-                       int64_t src_row, int64_t width, int64_t height)
-{
-    if (width == 0 || height == 0)
-        return;
+static void copy_block(int device, float *dst, int64_t dst_row, const float *src, int64_t src_row, int64_t width,
+                       int64_t height) {
+    if (width == 0 || height == 0) return;
     size_t w = (size_t)width * sizeof(float);
     if (device >= 0) {
-        lx_cuda_copy_2d(device, dst, (size_t)dst_row * sizeof(float), src,
-                        (size_t)src_row * sizeof(float), w, (size_t)height);
+        lx_cuda_copy_2d(device, dst, (size_t)dst_row * sizeof(float), src, (size_t)src_row * sizeof(float), w,
+                        (size_t)height);
         return;
     }
     for (int64_t r = 0; r < height; r++)
@@ -446,65 +373,54 @@ static void copy_block(int device, float *dst, int64_t dst_row, const float *src
 }
 
 /* Columns are not contiguous in row-major storage, so this is a copy. */
-tensor *col_slice(const tensor *t, int64_t start, int64_t end)
-{
+tensor *col_slice(const tensor *t, int64_t start, int64_t end) {
     NEED_R(t, "col_slice");
     check_2d("col_slice", t);
     if (start < 0 || end < start || end > t->shape[1])
-        lx_fatal("col_slice: columns [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
-                 " columns of a %s tensor",
+        lx_fatal("col_slice: columns [%" PRId64 ", %" PRId64 ") are not within the %" PRId64 " columns of a %s tensor",
                  start, end, t->shape[1], shape_of(t).s);
     tensor *out = new_tensor(2, t->shape[0], end - start, t->device);
-    if (t->numel)
-        copy_block(t->device, out->data, end - start, t->data + start, t->shape[1], end - start,
-                   t->shape[0]);
+    if (t->numel) copy_block(t->device, out->data, end - start, t->data + start, t->shape[1], end - start, t->shape[0]);
     return out;
 }
 
-tensor *cat_cols(tensor *const *parts, int n)
-{
+tensor *cat_cols(tensor *const *parts, int n) {
     NEED(parts, "cat_cols");
-    if (n < 1)
-        lx_fatal("cat_cols: needs at least one tensor, got %d", n);
+    if (n < 1) lx_fatal("cat_cols: needs at least one tensor, got %d", n);
     int64_t cols = 0;
     for (int i = 0; i < n; i++) {
-        if (!parts[i])
-            lx_fatal("cat_cols: part %d is NULL", i);
+        if (!parts[i]) lx_fatal("cat_cols: part %d is NULL", i);
         lx_tensor_read(parts[i], "cat_cols");
         check_2d("cat_cols", parts[i]);
         check_same_device("cat_cols", parts[0], parts[i]);
         if (parts[i]->shape[0] != parts[0]->shape[0])
-            lx_fatal("cat_cols: part %d is %s but part 0 is %s: the row counts must match", i,
-                     shape_of(parts[i]).s, shape_of(parts[0]).s);
+            lx_fatal("cat_cols: part %d is %s but part 0 is %s: the row counts must match", i, shape_of(parts[i]).s,
+                     shape_of(parts[0]).s);
         cols += parts[i]->shape[1];
     }
     tensor *out = new_tensor(2, parts[0]->shape[0], cols, parts[0]->device);
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
         if (parts[i]->numel)
-            copy_block(out->device, out->data + at, cols, parts[i]->data, parts[i]->shape[1],
-                       parts[i]->shape[1], out->shape[0]);
+            copy_block(out->device, out->data + at, cols, parts[i]->data, parts[i]->shape[1], parts[i]->shape[1],
+                       out->shape[0]);
         at += parts[i]->shape[1];
     }
     return out;
 }
 
-float tensor_item(const tensor *t, int64_t i)
-{
+float tensor_item(const tensor *t, int64_t i) {
     NEED_R(t, "tensor_item");
     if (i < 0 || i >= t->numel)
-        lx_fatal("item: index %" PRId64 " is outside a tensor of %" PRId64 " elements", i,
-                 t->numel);
-    if (!on_gpu(t))
-        return t->data[i];
+        lx_fatal("item: index %" PRId64 " is outside a tensor of %" PRId64 " elements", i, t->numel);
+    if (!on_gpu(t)) return t->data[i];
     float v;
     lx_cuda_copy(&v, -1, t->data + i, t->device, sizeof v);
     return v;
 }
 
 /* Compared on the host in double, wherever the two tensors live. */
-double max_abs_diff(const tensor *a, const tensor *b)
-{
+double max_abs_diff(const tensor *a, const tensor *b) {
     NEED_R(a, "max_abs_diff");
     NEED_R(b, "max_abs_diff");
     check_same_shape("max_abs_diff", a, b);
@@ -518,8 +434,7 @@ double max_abs_diff(const tensor *a, const tensor *b)
             worst = NAN;
             break;
         }
-        if (d > worst)
-            worst = d;
+        if (d > worst) worst = d;
     }
     free(x);
     free(y);
@@ -530,8 +445,7 @@ double max_abs_diff(const tensor *a, const tensor *b)
 /* Arithmetic                                                          */
 /* ------------------------------------------------------------------ */
 
-void add_scalar(tensor *t, float s)
-{
+void add_scalar(tensor *t, float s) {
     NEED_W(t, "add_scalar");
     if (on_gpu(t)) {
         lx_cuda_add_scalar(t->device, t->data, t->numel, s);
@@ -541,50 +455,37 @@ void add_scalar(tensor *t, float s)
         t->data[i] += s;
 }
 
-void scale_(tensor *t, float s)
-{
+void scale_(tensor *t, float s) {
     NEED_W(t, "scale_");
     int n = blas_int("scale_", t->numel);
-    if (n == 0)
-        return;
-    if (on_gpu(t))
-        lx_cuda_scale(t->device, t->data, n, s);
-    else
-        cblas_sscal(n, s, t->data, 1);
+    if (n == 0) return;
+    if (on_gpu(t)) lx_cuda_scale(t->device, t->data, n, s);
+    else cblas_sscal(n, s, t->data, 1);
 }
 
-void add_(tensor *t, const tensor *u)
-{
+void add_(tensor *t, const tensor *u) {
     NEED_W(t, "add_");
     NEED_R(u, "add_");
     check_same_shape("add_", t, u);
     check_same_device("add_", t, u);
     int n = blas_int("add_", t->numel);
-    if (n == 0)
-        return;
-    if (on_gpu(t))
-        lx_cuda_axpy(t->device, t->data, u->data, n, 1.0f);
-    else
-        cblas_saxpy(n, 1.0f, u->data, 1, t->data, 1);
+    if (n == 0) return;
+    if (on_gpu(t)) lx_cuda_axpy(t->device, t->data, u->data, n, 1.0f);
+    else cblas_saxpy(n, 1.0f, u->data, 1, t->data, 1);
 }
 
-void sub_(tensor *t, const tensor *u)
-{
+void sub_(tensor *t, const tensor *u) {
     NEED_W(t, "sub_");
     NEED_R(u, "sub_");
     check_same_shape("sub_", t, u);
     check_same_device("sub_", t, u);
     int n = blas_int("sub_", t->numel);
-    if (n == 0)
-        return;
-    if (on_gpu(t))
-        lx_cuda_axpy(t->device, t->data, u->data, n, -1.0f);
-    else
-        cblas_saxpy(n, -1.0f, u->data, 1, t->data, 1);
+    if (n == 0) return;
+    if (on_gpu(t)) lx_cuda_axpy(t->device, t->data, u->data, n, -1.0f);
+    else cblas_saxpy(n, -1.0f, u->data, 1, t->data, 1);
 }
 
-void fill_(tensor *t, float value)
-{
+void fill_(tensor *t, float value) {
     NEED_W(t, "fill_");
     if (on_gpu(t)) {
         lx_cuda_fill(t->device, t->data, t->numel, value);
@@ -596,11 +497,9 @@ void fill_(tensor *t, float value)
 
 /* Added in double on either device, so a sum of 10^7 floats keeps the
  * float's precision instead of losing digits to the running total. */
-double tensor_sum(const tensor *t)
-{
+double tensor_sum(const tensor *t) {
     NEED_R(t, "tensor_sum");
-    if (on_gpu(t))
-        return lx_cuda_sum(t->device, t->data, t->numel);
+    if (on_gpu(t)) return lx_cuda_sum(t->device, t->data, t->numel);
     double acc = 0.0;
     for (int64_t i = 0; i < t->numel; i++)
         acc += (double)t->data[i];
@@ -609,12 +508,10 @@ double tensor_sum(const tensor *t)
 
 /* sqrt(sum of squares): on the host the squares are added in double
  * (dsdot); on a GPU cublasSdot adds them in float. */
-double tensor_norm(const tensor *t)
-{
+double tensor_norm(const tensor *t) {
     NEED_R(t, "tensor_norm");
     int n = blas_int("tensor_norm", t->numel);
-    if (n == 0)
-        return 0.0;
+    if (n == 0) return 0.0;
     double sq = on_gpu(t) ? (double)lx_cuda_sumsq(t->device, t->data, n) : cblas_dsdot(n, t->data, 1, t->data, 1);
     return sqrt(sq);
 }
@@ -625,9 +522,7 @@ double tensor_norm(const tensor *t)
  * same storage the other way round. The backward pass of y = x W uses both:
  * dW = x^T dy (trans_a) and dx = dy W^T (trans_b).
  */
-void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b,
-                 float alpha, float beta)
-{
+void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b, float alpha, float beta) {
     NEED_W(c, "matmul_into");
     NEED_R(a, "matmul_into");
     NEED_R(b, "matmul_into");
@@ -643,10 +538,9 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
     if (k != kb || c->shape[0] != m || c->shape[1] != n)
         lx_fatal("matmul: cannot compute op(a) op(b) into c with a %s%s, b %s%s, c %s "
                  "(op(a) is %" PRId64 "x%" PRId64 ", op(b) is %" PRId64 "x%" PRId64 ")",
-                 shape_of(a).s, trans_a ? " transposed" : "", shape_of(b).s,
-                 trans_b ? " transposed" : "", shape_of(c).s, m, k, kb, n);
-    if (c->numel == 0)
-        return;
+                 shape_of(a).s, trans_a ? " transposed" : "", shape_of(b).s, trans_b ? " transposed" : "",
+                 shape_of(c).s, m, k, kb, n);
+    if (c->numel == 0) return;
     /* Leading dimensions are the stored row lengths (at least 1, as BLAS
      * insists even for empty operands). */
     int lda = blas_int("matmul", a->shape[1] > 0 ? a->shape[1] : 1);
@@ -654,23 +548,20 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
     int ldc = blas_int("matmul", n);
     int im = blas_int("matmul", m), in = blas_int("matmul", n), ik = blas_int("matmul", k);
     if (on_gpu(c))
-        lx_cuda_sgemm(c->device, trans_a, trans_b, im, in, ik, alpha, a->data, lda, b->data,
-                      ldb, beta, c->data, ldc);
+        lx_cuda_sgemm(c->device, trans_a, trans_b, im, in, ik, alpha, a->data, lda, b->data, ldb, beta, c->data, ldc);
     else
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, im, in, ik, alpha, a->data, lda,
-                    b->data, ldb, beta, c->data, ldc);
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, im, in, ik,
+                    alpha, a->data, lda, b->data, ldb, beta, c->data, ldc);
 }
 
-tensor *matmul(const tensor *a, const tensor *b)
-{
+tensor *matmul(const tensor *a, const tensor *b) {
     NEED_R(a, "matmul");
     NEED_R(b, "matmul");
     check_2d("matmul", a);
     check_2d("matmul", b);
     if (a->shape[1] != b->shape[0])
-        lx_fatal("matmul: shapes %s and %s cannot be multiplied (%" PRId64 " != %" PRId64 ")",
-                 shape_of(a).s, shape_of(b).s, a->shape[1], b->shape[0]);
+        lx_fatal("matmul: shapes %s and %s cannot be multiplied (%" PRId64 " != %" PRId64 ")", shape_of(a).s,
+                 shape_of(b).s, a->shape[1], b->shape[0]);
     check_same_device("matmul", a, b);
     tensor *c = new_tensor(2, a->shape[0], b->shape[1], a->device);
     matmul_into(c, a, b, 0, 0, 1.0f, 0.0f);
@@ -691,8 +582,7 @@ tensor *matmul(const tensor *a, const tensor *b)
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-tensor *gelu(const tensor *x)
-{
+tensor *gelu(const tensor *x) {
     NEED_R(x, "gelu");
     tensor *y = new_like(x);
     if (on_gpu(x)) {
@@ -707,8 +597,7 @@ tensor *gelu(const tensor *x)
     return y;
 }
 
-tensor *gelu_backward(const tensor *x, const tensor *dy)
-{
+tensor *gelu_backward(const tensor *x, const tensor *dy) {
     NEED_R(x, "gelu_backward");
     NEED_R(dy, "gelu_backward");
     check_same_shape("gelu_backward", x, dy);
@@ -730,25 +619,20 @@ tensor *gelu_backward(const tensor *x, const tensor *dy)
 /* mean(x^2): the "loss" of the lecture's toy MLP, whose target is zero. The
  * sum of squares is a dot product of x with itself; on the host dsdot adds
  * in double, so the sum does not drift over 10^5 terms. */
-float mse_loss(const tensor *x)
-{
+float mse_loss(const tensor *x) {
     NEED_R(x, "mse_loss");
     int n = blas_int("mse_loss", x->numel);
-    if (n == 0)
-        return NAN; /* the mean of nothing, as torch says too */
-    double sum = on_gpu(x) ? (double)lx_cuda_sumsq(x->device, x->data, n)
-                           : cblas_dsdot(n, x->data, 1, x->data, 1);
+    if (n == 0) return NAN; /* the mean of nothing, as torch says too */
+    double sum = on_gpu(x) ? (double)lx_cuda_sumsq(x->device, x->data, n) : cblas_dsdot(n, x->data, 1, x->data, 1);
     return (float)(sum / n);
 }
 
 /* d mean(x^2) / dx = 2x / numel */
-tensor *mse_loss_backward(const tensor *x)
-{
+tensor *mse_loss_backward(const tensor *x) {
     NEED_R(x, "mse_loss_backward");
     tensor *dx = new_like(x);
     tensor_copy(dx, x);
-    if (x->numel)
-        scale_(dx, (float)(2.0 / (double)x->numel));
+    if (x->numel) scale_(dx, (float)(2.0 / (double)x->numel));
     return dx;
 }
 
@@ -757,12 +641,10 @@ tensor *mse_loss_backward(const tensor *x)
 /* ------------------------------------------------------------------ */
 
 /* torch.optim.AdamW's defaults. */
-adamw *adamw_new(const tensor *param, float lr)
-{
+adamw *adamw_new(const tensor *param, float lr) {
     NEED_R(param, "adamw_new");
     adamw *opt = calloc(1, sizeof *opt);
-    if (!opt)
-        lx_fatal("out of memory for an optimizer");
+    if (!opt) lx_fatal("out of memory for an optimizer");
     opt->lr = lr;
     opt->beta1 = 0.9f;
     opt->beta2 = 0.999f;
@@ -773,12 +655,9 @@ adamw *adamw_new(const tensor *param, float lr)
     opt->v = new_like(param);
     tensor *zero[2] = {opt->m, opt->v};
     for (int i = 0; i < 2; i++) {
-        if (zero[i]->numel == 0)
-            continue;
-        if (on_gpu(zero[i]))
-            lx_cuda_zero(zero[i]->device, zero[i]->data, bytes_of(zero[i]));
-        else
-            memset(zero[i]->data, 0, bytes_of(zero[i]));
+        if (zero[i]->numel == 0) continue;
+        if (on_gpu(zero[i])) lx_cuda_zero(zero[i]->device, zero[i]->data, bytes_of(zero[i]));
+        else memset(zero[i]->data, 0, bytes_of(zero[i]));
     }
     return opt;
 }
@@ -795,8 +674,7 @@ adamw *adamw_new(const tensor *param, float lr)
  * in the first steps. The per-step scalars are computed here in double,
  * once; the element-wise part is a loop here or a kernel on the GPU.
  */
-void adamw_step(adamw *opt, tensor *param, const tensor *grad)
-{
+void adamw_step(adamw *opt, tensor *param, const tensor *grad) {
     NEED(opt, "adamw_step");
     NEED_W(param, "adamw_step");
     NEED_R(grad, "adamw_step");
@@ -810,8 +688,8 @@ void adamw_step(adamw *opt, tensor *param, const tensor *grad)
     float bias2_sqrt = (float)sqrt(1.0 - pow(opt->beta2, opt->step));
     float beta1 = opt->beta1, beta2 = opt->beta2, eps = opt->eps;
     if (on_gpu(param)) {
-        lx_cuda_adamw(param->device, param->data, opt->m->data, opt->v->data, grad->data,
-                      param->numel, beta1, beta2, eps, decay, step_size, bias2_sqrt);
+        lx_cuda_adamw(param->device, param->data, opt->m->data, opt->v->data, grad->data, param->numel, beta1, beta2,
+                      eps, decay, step_size, bias2_sqrt);
         return;
     }
     float *p = param->data, *m = opt->m->data, *v = opt->v->data;
@@ -825,10 +703,8 @@ void adamw_step(adamw *opt, tensor *param, const tensor *grad)
     }
 }
 
-void adamw_free(adamw *opt)
-{
-    if (!opt)
-        return;
+void adamw_free(adamw *opt) {
+    if (!opt) return;
     tensor_free(opt->m);
     tensor_free(opt->v);
     free(opt);

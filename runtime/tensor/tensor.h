@@ -59,8 +59,8 @@ void lx_cuda_copy(float *dst, int dst_device, const float *src, int src_device, 
 /* `height` rows of `width` bytes from src (rows `spitch` bytes apart) to dst
  * (rows `dpitch` bytes apart), both on `device`: a column block of a
  * row-major matrix. */
-void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const float *src, size_t spitch,
-                     size_t width, size_t height);
+void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const float *src, size_t spitch, size_t width,
+                     size_t height);
 
 /* x += s */
 void lx_cuda_add_scalar(int device, float *x, int64_t n, float s);
@@ -78,8 +78,8 @@ double lx_cuda_sum(int device, const float *x, int64_t n);
 /* Row-major C (m x n) = alpha * op(A) op(B) + beta * C, with op(A) m x k and
  * op(B) k x n; lda, ldb, ldc are the row lengths of A, B, C as stored. The
  * same arguments as cblas_sgemm(CblasRowMajor, ...). */
-void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                   const float *b, int ldb, float beta, float *c, int ldc);
 
 /* Normals number first .. first + n - 1 of `seed` (philox.h) into x[0 .. n),
  * made on the GPU: the same floats as lx_normals() on the host. */
@@ -91,9 +91,8 @@ void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *d
 /* One AdamW step on n elements. The scalars are computed once on the host
  * (tensor.c, adamw_step): decay = 1 - lr * weight_decay,
  * step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t). */
-void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad, int64_t n,
-                   float beta1, float beta2, float eps, float decay, float step_size,
-                   float bias2_sqrt);
+void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad, int64_t n, float beta1, float beta2,
+                   float eps, float decay, float step_size, float bias2_sqrt);
 
 #else /* !LECTERN_CUDA */
 
@@ -106,26 +105,34 @@ static inline int lx_cuda_in_use(void) { return 0; }
 static inline float *lx_cuda_alloc(int device, size_t bytes) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_free(int device, float *p) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_zero(int device, float *p, size_t bytes) { lx_tensor_no_cuda(); }
-static inline void lx_cuda_copy(float *dst, int dst_device, const float *src, int src_device,
-                                size_t bytes) { lx_tensor_no_cuda(); }
-static inline void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const float *src,
-                                   size_t spitch, size_t width, size_t height) { lx_tensor_no_cuda(); }
+static inline void lx_cuda_copy(float *dst, int dst_device, const float *src, int src_device, size_t bytes) {
+    lx_tensor_no_cuda();
+}
+static inline void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const float *src, size_t spitch, size_t width,
+                                   size_t height) {
+    lx_tensor_no_cuda();
+}
 static inline void lx_cuda_add_scalar(int device, float *x, int64_t n, float s) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_scale(int device, float *x, int n, float s) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_axpy(int device, float *y, const float *x, int n, float alpha) { lx_tensor_no_cuda(); }
 static inline float lx_cuda_sumsq(int device, const float *x, int n) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_fill(int device, float *x, int64_t n, float v) { lx_tensor_no_cuda(); }
 static inline double lx_cuda_sum(int device, const float *x, int64_t n) { lx_tensor_no_cuda(); }
-static inline void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k,
-                                 float alpha, const float *a, int lda, const float *b, int ldb,
-                                 float beta, float *c, int ldc) { lx_tensor_no_cuda(); }
-static inline void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first) { lx_tensor_no_cuda(); }
+static inline void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                                 int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    lx_tensor_no_cuda();
+}
+static inline void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first) {
+    lx_tensor_no_cuda();
+}
 static inline void lx_cuda_gelu(int device, float *y, const float *x, int64_t n) { lx_tensor_no_cuda(); }
-static inline void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy,
-                                         int64_t n) { lx_tensor_no_cuda(); }
-static inline void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad,
-                                 int64_t n, float beta1, float beta2, float eps, float decay,
-                                 float step_size, float bias2_sqrt) { lx_tensor_no_cuda(); }
+static inline void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy, int64_t n) {
+    lx_tensor_no_cuda();
+}
+static inline void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad, int64_t n,
+                                 float beta1, float beta2, float eps, float decay, float step_size, float bias2_sqrt) {
+    lx_tensor_no_cuda();
+}
 
 #endif /* LECTERN_CUDA */
 
@@ -135,19 +142,19 @@ static inline void lx_cuda_adamw(int device, float *param, float *m, float *v, c
  * do nothing. Counts are floats. */
 typedef struct lx_stage_copier {
     const char *name;
-    void (*begin)(void);      /* the device work queued so far comes before the copies */
-    void (*to_host)(float *host, const float *dev, size_t n);     /* queued on "down" */
-    void (*to_device)(float *dev, const float *host, size_t n);   /* queued on "up" */
-    void (*mark_down)(int slot);   /* the down copies queued for slot... */
-    void (*wait_down)(int slot);   /* ...are done (the host waits) */
+    void (*begin)(void); /* the device work queued so far comes before the copies */
+    void (*to_host)(float *host, const float *dev, size_t n);   /* queued on "down" */
+    void (*to_device)(float *dev, const float *host, size_t n); /* queued on "up" */
+    void (*mark_down)(int slot);                                /* the down copies queued for slot... */
+    void (*wait_down)(int slot);                                /* ...are done (the host waits) */
     void (*mark_up)(int slot);
     void (*wait_up)(int slot);
-    void (*sync_to_host)(float *host, const float *dev, size_t n);     /* blocking, any host memory */
+    void (*sync_to_host)(float *host, const float *dev, size_t n); /* blocking, any host memory */
     void (*sync_to_device)(float *dev, const float *host, size_t n);
-    float *(*host_alloc)(size_t bytes);   /* pinned on a GPU */
+    float *(*host_alloc)(size_t bytes); /* pinned on a GPU */
     void (*host_free)(float *p);
-    void (*device_sync)(void);                         /* the device's queued work is done */
-    void (*divide)(float *dev, size_t n, float by);    /* AVG on device memory (the direct path) */
+    void (*device_sync)(void);                      /* the device's queued work is done */
+    void (*divide)(float *dev, size_t n, float by); /* AVG on device memory (the direct path) */
 } lx_stage_copier;
 
 #ifdef LECTERN_CUDA
@@ -179,8 +186,9 @@ int lx_cuda_made(int *stagings);
  * lx_tensor_leaks makes a warning step per line whose tensors are still
  * alive at the end of `when` ("the lecture", "rank 2's function ranks()"),
  * frees them when `release`, and returns how many there were. */
-#define LX_POISON ((uintptr_t)0x3ead00000000ull)   /* freed tensors' data: below the 47-bit user space top, far from heap, stacks and libraries */
-#define LX_POISON_SPAN ((uintptr_t)1 << 36)        /* faults in [LX_POISON, + 64 GiB) are "use after free" */
+#define LX_POISON \
+    ((uintptr_t)0x3ead00000000ull) /* freed tensors' data: below the 47-bit user space top, far from heap, stacks and libraries */
+#define LX_POISON_SPAN ((uintptr_t)1 << 36) /* faults in [LX_POISON, + 64 GiB) are "use after free" */
 tensor *lx_tensor_alloc(void);
 void lx_tensor_may_free(tensor *t);
 void lx_tensor_release(tensor *t);

@@ -28,15 +28,12 @@ static cJSON *index_json(const tensor *t, int64_t i) {
 static void index_text(const tensor *t, int64_t i, char buf[64]) {
     if (t->ndim == 2 && t->shape[1] > 0)
         snprintf(buf, 64, "[%" PRId64 ", %" PRId64 "]", i / t->shape[1], i % t->shape[1]);
-    else
-        snprintf(buf, 64, "[%" PRId64 "]", i);
+    else snprintf(buf, 64, "[%" PRId64 "]", i);
 }
 
 static void shape_text(const tensor *t, char buf[64]) {
-    if (t->ndim == 2)
-        snprintf(buf, 64, "%" PRId64 "x%" PRId64, t->shape[0], t->shape[1]);
-    else
-        snprintf(buf, 64, "%" PRId64, t->shape[0]);
+    if (t->ndim == 2) snprintf(buf, 64, "%" PRId64 "x%" PRId64, t->shape[0], t->shape[1]);
+    else snprintf(buf, 64, "%" PRId64, t->shape[0]);
 }
 
 /*
@@ -48,8 +45,7 @@ static void shape_text(const tensor *t, char buf[64]) {
  * (|a - e| / |e|, over elements where e != 0), each with its index, and how
  * many elements are outside the tolerance.
  */
-int check_close(const tensor *actual, const tensor *expected, double rtol, double atol,
-                const char *what) {
+int check_close(const tensor *actual, const tensor *expected, double rtol, double atol, const char *what) {
     const char *name = what && *what ? what : "check_close";
     /* A NULL is a mistake in the lecture's code, not a wrong answer: an
      * error step like any NULL given to the runtime. */
@@ -66,7 +62,8 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         return rc;
     }
     int same = actual->ndim == expected->ndim && actual->numel == expected->numel;
-    for (int d = 0; same && d < actual->ndim; d++) same = actual->shape[d] == expected->shape[d];
+    for (int d = 0; same && d < actual->ndim; d++)
+        same = actual->shape[d] == expected->shape[d];
     if (!same) {
         char sa[64], se[64];
         shape_text(actual, sa);
@@ -92,7 +89,7 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         double x = a[i], y = e[i];
         int ok;
         if (!isfinite(x) || !isfinite(y)) {
-            ok = !isnan(x) && !isnan(y) && x == y;   /* same infinity */
+            ok = !isnan(x) && !isnan(y) && x == y; /* same infinity */
             if (!ok) nonfinite++;
         } else {
             double d = fabs(x - y);
@@ -105,7 +102,10 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
             }
             if (y != 0) {
                 double rel = d / fabs(y);
-                if (rel > max_rel || rel_at < 0) { max_rel = rel; rel_at = i; }
+                if (rel > max_rel || rel_at < 0) {
+                    max_rel = rel;
+                    rel_at = i;
+                }
             }
         }
         if (!ok) {
@@ -177,8 +177,8 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
             if (run_lo[k] == run_hi[k]) lx_sb_printf(&sb, "%s %" PRId64, k ? "," : "", run_lo[k]);
             else lx_sb_printf(&sb, "%s %" PRId64 "-%" PRId64, k ? "," : "", run_lo[k], run_hi[k]);
         }
-        if (runs > KEPT_RUNS) lx_sb_printf(&sb, " and %" PRId64 " more range%s", runs - KEPT_RUNS,
-                                           runs - KEPT_RUNS == 1 ? "" : "s");
+        if (runs > KEPT_RUNS)
+            lx_sb_printf(&sb, " and %" PRId64 " more range%s", runs - KEPT_RUNS, runs - KEPT_RUNS == 1 ? "" : "s");
     }
     lx_check_emit(r, ok, sb.s);
     free(sb.s);

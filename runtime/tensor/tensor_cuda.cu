@@ -32,15 +32,13 @@
 #define THREADS 256
 #define MAX_BLOCKS 4096 /* enough to fill an H100 (132 SMs x 2048 threads) */
 
-static int blocks_for(int64_t n)
-{
+static int blocks_for(int64_t n) {
     int64_t blocks = (n + THREADS - 1) / THREADS;
     return blocks > MAX_BLOCKS ? MAX_BLOCKS : (int)blocks;
 }
 
-#define GRID_STRIDE_LOOP(i, n)                                                   \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
-         i += (int64_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 /* ---------------- memory ---------------- */
 
@@ -64,19 +62,18 @@ extern "C" int lx_cuda_in_use(void) { return in_use; }
  * pools (cudaDevAttrMemoryPoolsSupported 0) gets plain cudaMalloc.
  * UNVERIFIED: written on a machine without a GPU (docs/gpu.md). */
 #define MAX_DEVICES 64
-static signed char pooled[MAX_DEVICES];   /* 0 not asked yet, 1 pool, -1 plain */
+static signed char pooled[MAX_DEVICES]; /* 0 not asked yet, 1 pool, -1 plain */
 
-static int uses_pool(int device)
-{
+static int uses_pool(int device) {
     if (device < 0 || device >= MAX_DEVICES) return 0;
     if (pooled[device] == 0) {
         int supported = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
-        const char *env = getenv("LECTERN_CUDA_POOL");   /* 0: plain cudaMalloc (bench_alloc compares) */
+        const char *env = getenv("LECTERN_CUDA_POOL"); /* 0: plain cudaMalloc (bench_alloc compares) */
         if (env && strcmp(env, "0") == 0) supported = 0;
         if (supported) {
             cudaMemPool_t pool;
-            uint64_t keep = UINT64_MAX;   /* cuuint64_t: a byte count */
+            uint64_t keep = UINT64_MAX; /* cuuint64_t: a byte count */
             CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
             CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
         }
@@ -87,8 +84,7 @@ static int uses_pool(int device)
 
 extern "C" int lx_cuda_pool_in_use(int device) { return uses_pool(device); }
 
-extern "C" float *lx_cuda_alloc(int device, size_t bytes)
-{
+extern "C" float *lx_cuda_alloc(int device, size_t bytes) {
     float *p = NULL;
     CUDA_CHECK(cudaSetDevice(device));
     if (uses_pool(device)) CUDA_CHECK(cudaMallocAsync((void **)&p, bytes, 0));
@@ -97,22 +93,18 @@ extern "C" float *lx_cuda_alloc(int device, size_t bytes)
     return p;
 }
 
-extern "C" void lx_cuda_free(int device, float *p)
-{
+extern "C" void lx_cuda_free(int device, float *p) {
     CUDA_CHECK(cudaSetDevice(device));
     if (uses_pool(device)) CUDA_CHECK(cudaFreeAsync(p, 0));
     else CUDA_CHECK(cudaFree(p));
 }
 
-extern "C" void lx_cuda_zero(int device, float *p, size_t bytes)
-{
+extern "C" void lx_cuda_zero(int device, float *p, size_t bytes) {
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaMemset(p, 0, bytes));
 }
 
-extern "C" void lx_cuda_copy(float *dst, int dst_device, const float *src, int src_device,
-                             size_t bytes)
-{
+extern "C" void lx_cuda_copy(float *dst, int dst_device, const float *src, int src_device, size_t bytes) {
     if (dst_device < 0 && src_device < 0) {
         memcpy(dst, src, bytes);
     } else if (src_device < 0) {
@@ -131,9 +123,8 @@ extern "C" void lx_cuda_copy(float *dst, int dst_device, const float *src, int s
     }
 }
 
-extern "C" void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const float *src,
-                                size_t spitch, size_t width, size_t height)
-{
+extern "C" void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const float *src, size_t spitch, size_t width,
+                                size_t height) {
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaMemcpy2D(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice));
 }
@@ -145,15 +136,13 @@ extern "C" void lx_cuda_copy_2d(int device, float *dst, size_t dpitch, const flo
  * drives one GPU). Made on first use, destroyed at exit. */
 #define MAX_GPUS 64
 static cublasHandle_t handles[MAX_GPUS];
-static int handles_made;   /* in this process's life: a pool rank makes one per device, once */
+static int handles_made; /* in this process's life: a pool rank makes one per device, once */
 
-static void destroy_handles(void)
-{
+static void destroy_handles(void) {
     /* At exit a failure can only be reported: exiting again from inside an
      * atexit handler is undefined, so no CUBLAS_CHECK here. */
     for (int d = 0; d < MAX_GPUS; d++) {
-        if (!handles[d])
-            continue;
+        if (!handles[d]) continue;
         cudaError_t rc = cudaSetDevice(d);
         cublasStatus_t st = rc == cudaSuccess ? cublasDestroy(handles[d]) : CUBLAS_STATUS_SUCCESS;
         if (rc != cudaSuccess || st != CUBLAS_STATUS_SUCCESS)
@@ -163,12 +152,10 @@ static void destroy_handles(void)
     }
 }
 
-static cublasHandle_t cublas_for(int device)
-{
+static cublasHandle_t cublas_for(int device) {
     static int registered;
     if (device >= MAX_GPUS) {
-        fprintf(stderr, "lectern: cuda:%d is past the %d GPUs this build handles\n", device,
-                MAX_GPUS);
+        fprintf(stderr, "lectern: cuda:%d is past the %d GPUs this build handles\n", device, MAX_GPUS);
         exit(1);
     }
     CUDA_CHECK(cudaSetDevice(device));
@@ -183,18 +170,15 @@ static cublasHandle_t cublas_for(int device)
     return handles[device];
 }
 
-extern "C" void lx_cuda_scale(int device, float *x, int n, float s)
-{
+extern "C" void lx_cuda_scale(int device, float *x, int n, float s) {
     CUBLAS_CHECK(cublasSscal(cublas_for(device), n, &s, x, 1));
 }
 
-extern "C" void lx_cuda_axpy(int device, float *y, const float *x, int n, float alpha)
-{
+extern "C" void lx_cuda_axpy(int device, float *y, const float *x, int n, float alpha) {
     CUBLAS_CHECK(cublasSaxpy(cublas_for(device), n, &alpha, x, 1, y, 1));
 }
 
-extern "C" float lx_cuda_sumsq(int device, const float *x, int n)
-{
+extern "C" float lx_cuda_sumsq(int device, const float *x, int n) {
     /* The result goes to a host variable (the default pointer mode), so this
      * call waits for the GPU: a loss is wanted on the host anyway. */
     float result = 0.0f;
@@ -209,41 +193,28 @@ extern "C" float lx_cuda_sumsq(int device, const float *x, int n)
  * operand's own transpose flag, and cuBLAS writes C^T column-major, which is
  * exactly C row-major. No data is moved.
  */
-extern "C" void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k,
-                              float alpha, const float *a, int lda, const float *b, int ldb,
-                              float beta, float *c, int ldc)
-{
+extern "C" void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                              int lda, const float *b, int ldb, float beta, float *c, int ldc) {
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasSgemm(cublas_for(device), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda,
-                             &beta, c, ldc));
+    CUBLAS_CHECK(cublasSgemm(cublas_for(device), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
 }
 
 /* ---------------- element-wise kernels ---------------- */
 
-static __global__ void add_scalar_kernel(float *x, int64_t n, float s)
-{
-    GRID_STRIDE_LOOP(i, n) x[i] += s;
-}
+static __global__ void add_scalar_kernel(float *x, int64_t n, float s) { GRID_STRIDE_LOOP(i, n) x[i] += s; }
 
-extern "C" void lx_cuda_add_scalar(int device, float *x, int64_t n, float s)
-{
-    if (n == 0)
-        return;
+extern "C" void lx_cuda_add_scalar(int device, float *x, int64_t n, float s) {
+    if (n == 0) return;
     CUDA_CHECK(cudaSetDevice(device));
     add_scalar_kernel<<<blocks_for(n), THREADS>>>(x, n, s);
     KERNEL_CHECK();
 }
 
-static __global__ void fill_kernel(float *x, int64_t n, float v)
-{
-    GRID_STRIDE_LOOP(i, n) x[i] = v;
-}
+static __global__ void fill_kernel(float *x, int64_t n, float v) { GRID_STRIDE_LOOP(i, n) x[i] = v; }
 
-extern "C" void lx_cuda_fill(int device, float *x, int64_t n, float v)
-{
-    if (n == 0)
-        return;
+extern "C" void lx_cuda_fill(int device, float *x, int64_t n, float v) {
+    if (n == 0) return;
     CUDA_CHECK(cudaSetDevice(device));
     fill_kernel<<<blocks_for(n), THREADS>>>(x, n, v);
     KERNEL_CHECK();
@@ -254,26 +225,21 @@ extern "C" void lx_cuda_fill(int device, float *x, int64_t n, float v)
  * the block's sum into *out with a double atomicAdd (sm_60 and later). The
  * order of the blocks' additions varies from run to run; in double that
  * moves the float result by far less than its last bit. */
-static __global__ void sum_kernel(const float *x, int64_t n, double *out)
-{
+static __global__ void sum_kernel(const float *x, int64_t n, double *out) {
     __shared__ double part[THREADS];
     double acc = 0.0;
     GRID_STRIDE_LOOP(i, n) acc += (double)x[i];
     part[threadIdx.x] = acc;
     __syncthreads();
     for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half)
-            part[threadIdx.x] += part[threadIdx.x + half];
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
         __syncthreads();
     }
-    if (threadIdx.x == 0)
-        atomicAdd(out, part[0]);
+    if (threadIdx.x == 0) atomicAdd(out, part[0]);
 }
 
-extern "C" double lx_cuda_sum(int device, const float *x, int64_t n)
-{
-    if (n == 0)
-        return 0.0;
+extern "C" double lx_cuda_sum(int device, const float *x, int64_t n) {
+    if (n == 0) return 0.0;
     CUDA_CHECK(cudaSetDevice(device));
     double *d_out = NULL, result = 0.0;
     CUDA_CHECK(cudaMalloc((void **)&d_out, sizeof(double)));
@@ -292,10 +258,8 @@ extern "C" double lx_cuda_sum(int device, const float *x, int64_t n)
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-static __global__ void gelu_kernel(float *y, const float *x, int64_t n)
-{
-    GRID_STRIDE_LOOP(i, n)
-    {
+static __global__ void gelu_kernel(float *y, const float *x, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) {
         float v = x[i];
         float u = GELU_C * (v + GELU_A * v * v * v);
         y[i] = 0.5f * v * (1.0f + tanhf(u));
@@ -304,10 +268,8 @@ static __global__ void gelu_kernel(float *y, const float *x, int64_t n)
 
 /* d/dx gelu(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,
  * t = tanh(u), du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
-static __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, int64_t n)
-{
-    GRID_STRIDE_LOOP(i, n)
-    {
+static __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) {
         float v = x[i];
         float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
         float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
@@ -315,20 +277,15 @@ static __global__ void gelu_backward_kernel(float *dx, const float *x, const flo
     }
 }
 
-extern "C" void lx_cuda_gelu(int device, float *y, const float *x, int64_t n)
-{
-    if (n == 0)
-        return;
+extern "C" void lx_cuda_gelu(int device, float *y, const float *x, int64_t n) {
+    if (n == 0) return;
     CUDA_CHECK(cudaSetDevice(device));
     gelu_kernel<<<blocks_for(n), THREADS>>>(y, x, n);
     KERNEL_CHECK();
 }
 
-extern "C" void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy,
-                                      int64_t n)
-{
-    if (n == 0)
-        return;
+extern "C" void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy, int64_t n) {
+    if (n == 0) return;
     CUDA_CHECK(cudaSetDevice(device));
     gelu_backward_kernel<<<blocks_for(n), THREADS>>>(dx, x, dy, n);
     KERNEL_CHECK();
@@ -337,12 +294,9 @@ extern "C" void lx_cuda_gelu_backward(int device, float *dx, const float *x, con
 /* AdamW, in the order torch.optim.AdamW applies it: decoupled weight decay
  * on the parameter first, then the moment updates, then the bias-corrected
  * step. One thread per element, each element independent. */
-static __global__ void adamw_kernel(float *param, float *m, float *v, const float *grad, int64_t n,
-                             float beta1, float beta2, float eps, float decay, float step_size,
-                             float bias2_sqrt)
-{
-    GRID_STRIDE_LOOP(i, n)
-    {
+static __global__ void adamw_kernel(float *param, float *m, float *v, const float *grad, int64_t n, float beta1,
+                                    float beta2, float eps, float decay, float step_size, float bias2_sqrt) {
+    GRID_STRIDE_LOOP(i, n) {
         float g = grad[i];
         float p = param[i] * decay;
         float mi = m[i] + (1.0f - beta1) * (g - m[i]);
@@ -353,15 +307,11 @@ static __global__ void adamw_kernel(float *param, float *m, float *v, const floa
     }
 }
 
-extern "C" void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad,
-                              int64_t n, float beta1, float beta2, float eps, float decay,
-                              float step_size, float bias2_sqrt)
-{
-    if (n == 0)
-        return;
+extern "C" void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad, int64_t n, float beta1,
+                              float beta2, float eps, float decay, float step_size, float bias2_sqrt) {
+    if (n == 0) return;
     CUDA_CHECK(cudaSetDevice(device));
-    adamw_kernel<<<blocks_for(n), THREADS>>>(param, m, v, grad, n, beta1, beta2, eps, decay,
-                                             step_size, bias2_sqrt);
+    adamw_kernel<<<blocks_for(n), THREADS>>>(param, m, v, grad, n, beta1, beta2, eps, decay, step_size, bias2_sqrt);
     KERNEL_CHECK();
 }
 
@@ -372,27 +322,22 @@ extern "C" void lx_cuda_adamw(int device, float *param, float *m, float *v, cons
  * the host runs (philox.h), so the floats are the host's bit for bit. The
  * blocks at either end may be shared with the draws before and after: only
  * the normals inside [first, first + n) are written. */
-static __global__ void randn_kernel(float *x, int64_t n, uint64_t seed, uint64_t first)
-{
+static __global__ void randn_kernel(float *x, int64_t n, uint64_t seed, uint64_t first) {
     uint64_t first_block = first / 4, last_block = (first + (uint64_t)n - 1) / 4;
     int64_t blocks = (int64_t)(last_block - first_block) + 1;
-    GRID_STRIDE_LOOP(b, blocks)
-    {
+    GRID_STRIDE_LOOP(b, blocks) {
         uint64_t block = first_block + (uint64_t)b;
         float four[4];
         lx_normal4(seed, block, four);
         for (int j = 0; j < 4; j++) {
             int64_t i = (int64_t)(block * 4 + (uint64_t)j - first);
-            if (block * 4 + (uint64_t)j >= first && i < n)
-                x[i] = four[j];
+            if (block * 4 + (uint64_t)j >= first && i < n) x[i] = four[j];
         }
     }
 }
 
-extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first)
-{
-    if (n == 0)
-        return;
+extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first) {
+    if (n == 0) return;
     CUDA_CHECK(cudaSetDevice(device));
     int64_t blocks = (int64_t)((first + (uint64_t)n - 1) / 4 - first / 4) + 1;
     randn_kernel<<<blocks_for(blocks), THREADS>>>(x, n, seed, first);
@@ -418,29 +363,24 @@ extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, ui
 #define STAGE_SLOTS 3
 
 static int stage_device = -1;
-static int stagings_made;   /* stream and event sets made in this process's life */
+static int stagings_made; /* stream and event sets made in this process's life */
 static cudaStream_t stage_down_stream, stage_up_stream;
 static cudaEvent_t stage_down_done[STAGE_SLOTS], stage_up_done[STAGE_SLOTS];
-static cudaEvent_t stage_queued;   /* "the default stream got this far" */
+static cudaEvent_t stage_queued; /* "the default stream got this far" */
 
-static void stage_begin(void)
-{
+static void stage_begin(void) {
     CUDA_CHECK(cudaSetDevice(stage_device));
     CUDA_CHECK(cudaEventRecord(stage_queued, 0));
     CUDA_CHECK(cudaStreamWaitEvent(stage_down_stream, stage_queued, 0));
     CUDA_CHECK(cudaStreamWaitEvent(stage_up_stream, stage_queued, 0));
 }
 
-static void stage_to_host(float *host, const float *dev, size_t n)
-{
-    CUDA_CHECK(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost,
-                               stage_down_stream));
+static void stage_to_host(float *host, const float *dev, size_t n) {
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, stage_down_stream));
 }
 
-static void stage_to_device(float *dev, const float *host, size_t n)
-{
-    CUDA_CHECK(cudaMemcpyAsync(dev, host, n * sizeof(float), cudaMemcpyHostToDevice,
-                               stage_up_stream));
+static void stage_to_device(float *dev, const float *host, size_t n) {
+    CUDA_CHECK(cudaMemcpyAsync(dev, host, n * sizeof(float), cudaMemcpyHostToDevice, stage_up_stream));
 }
 
 static void stage_mark_down(int slot) { CUDA_CHECK(cudaEventRecord(stage_down_done[slot], stage_down_stream)); }
@@ -450,14 +390,12 @@ static void stage_wait_up(int slot) { CUDA_CHECK(cudaEventSynchronize(stage_up_d
 
 /* The async forms' copies: plain cudaMemcpy on the default stream, ordered
  * with everything else; they return when the copy is done. */
-static void stage_sync_to_host(float *host, const float *dev, size_t n)
-{
+static void stage_sync_to_host(float *host, const float *dev, size_t n) {
     CUDA_CHECK(cudaSetDevice(stage_device));
     CUDA_CHECK(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
-static void stage_sync_to_device(float *dev, const float *host, size_t n)
-{
+static void stage_sync_to_device(float *dev, const float *host, size_t n) {
     CUDA_CHECK(cudaSetDevice(stage_device));
     CUDA_CHECK(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice));
 }
@@ -465,8 +403,7 @@ static void stage_sync_to_device(float *dev, const float *host, size_t n)
 /* Pinned memory: the copy engines read and write it directly, at full
  * speed and asynchronously (pageable memory would be staged once more by
  * the driver, and cudaMemcpyAsync on it is not asynchronous). */
-static float *stage_host_alloc(size_t bytes)
-{
+static float *stage_host_alloc(size_t bytes) {
     void *p = NULL;
     CUDA_CHECK(cudaSetDevice(stage_device));
     CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
@@ -478,21 +415,16 @@ static void stage_host_free(float *p) { CUDA_CHECK(cudaFreeHost(p)); }
 /* The direct path (CUDA-aware Open MPI): Open MPI's own copies are not
  * ordered after this rank's kernels, so the device's queued work is done
  * first; and AVG's division happens where the sum is, on the device. */
-static void stage_device_sync(void)
-{
+static void stage_device_sync(void) {
     CUDA_CHECK(cudaSetDevice(stage_device));
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 /* x / by, as the host divides (not x * (1/by), which rounds differently
  * for a world size that is not a power of two). */
-static __global__ void divide_kernel(float *x, int64_t n, float by)
-{
-    GRID_STRIDE_LOOP(i, n) x[i] = x[i] / by;
-}
+static __global__ void divide_kernel(float *x, int64_t n, float by) { GRID_STRIDE_LOOP(i, n) x[i] = x[i] / by; }
 
-static void stage_divide(float *x, size_t n, float by)
-{
+static void stage_divide(float *x, size_t n, float by) {
     CUDA_CHECK(cudaSetDevice(stage_device));
     divide_kernel<<<blocks_for((int64_t)n), THREADS>>>(x, (int64_t)n, by);
     KERNEL_CHECK();
@@ -500,26 +432,25 @@ static void stage_divide(float *x, size_t n, float by)
 }
 
 static const lx_stage_copier cuda_copier = {
-    "cudaMemcpyAsync on two streams",
-    stage_begin,
-    stage_to_host,
-    stage_to_device,
-    stage_mark_down,
-    stage_wait_down,
-    stage_mark_up,
-    stage_wait_up,
-    stage_sync_to_host,
-    stage_sync_to_device,
-    stage_host_alloc,
-    stage_host_free,
-    stage_device_sync,
-    stage_divide,
+        "cudaMemcpyAsync on two streams",
+        stage_begin,
+        stage_to_host,
+        stage_to_device,
+        stage_mark_down,
+        stage_wait_down,
+        stage_mark_up,
+        stage_wait_up,
+        stage_sync_to_host,
+        stage_sync_to_device,
+        stage_host_alloc,
+        stage_host_free,
+        stage_device_sync,
+        stage_divide,
 };
 
-extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device)
-{
+extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device) {
     if (stage_device != device) {
-        if (stage_device >= 0) {   /* another device than before: the old ones go */
+        if (stage_device >= 0) { /* another device than before: the old ones go */
             CUDA_CHECK(cudaSetDevice(stage_device));
             CUDA_CHECK(cudaStreamDestroy(stage_down_stream));
             CUDA_CHECK(cudaStreamDestroy(stage_up_stream));
@@ -544,8 +475,7 @@ extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device)
     return &cuda_copier;
 }
 
-extern "C" int lx_cuda_made(int *stagings)
-{
+extern "C" int lx_cuda_made(int *stagings) {
     *stagings = stagings_made;
     return handles_made;
 }

@@ -19,9 +19,7 @@ void lx_inspect(const char *name, lx_inspect_kind kind, const tensor *t, int64_t
     case LX_INSPECT_FLOAT: lx_emit(lx_inspect_real(name, "float", d)); return;
     case LX_INSPECT_DOUBLE: lx_emit(lx_inspect_real(name, "double", d)); return;
     case LX_INSPECT_TENSOR: break;
-    default:
-        lx_error("inspect: %s: unknown kind %d", name, (int)kind);
-        return;
+    default: lx_error("inspect: %s: unknown kind %d", name, (int)kind); return;
     }
     if (!t) {
         lx_error("inspect: %s is NULL (no tensor to show)", name);

@@ -32,20 +32,20 @@
 #define LX_QUARANTINE 4096
 
 typedef struct rec {
-    tensor t;                 /* first: a tensor * is a rec * */
+    tensor t; /* first: a tensor * is a rec * */
     uint32_t magic;
     int n_made;
-    lx_frame *made;           /* the lecture stack at the making call */
-    lx_frame freed;           /* the tensor_free call (line 0: unknown) */
-    int busy;                 /* requests still using the data (dist_isend, ...) */
-    int busy_written;         /* of those, the ones the library writes into */
-    const char *busy_call;    /* the latest such request's call ... */
-    lx_frame busy_at;         /* ... and the line that made it (line 0: unknown) */
-    struct rec *prev, *next;  /* the live list */
+    lx_frame *made;          /* the lecture stack at the making call */
+    lx_frame freed;          /* the tensor_free call (line 0: unknown) */
+    int busy;                /* requests still using the data (dist_isend, ...) */
+    int busy_written;        /* of those, the ones the library writes into */
+    const char *busy_call;   /* the latest such request's call ... */
+    lx_frame busy_at;        /* ... and the line that made it (line 0: unknown) */
+    struct rec *prev, *next; /* the live list */
 } rec;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static rec *live;                      /* newest first */
+static rec *live; /* newest first */
 static rec *quarantine[LX_QUARANTINE];
 static int q_next;
 
@@ -93,7 +93,8 @@ void lx_tensor_check(const tensor *t, const char *op) {
         lx_fatal("%s", msg);
     }
     lx_fatal("%s: this is not a tensor made by lectern (freed long ago, or never made by "
-             "zeros/randn/tensor_from/...)", op);
+             "zeros/randn/tensor_from/...)",
+             op);
 }
 
 /* ---- tensors a request is still using ----
@@ -120,7 +121,7 @@ void lx_tensor_busy(const tensor *t, const char *call, const lx_frame *at, int l
 
 void lx_tensor_idle(const tensor *t, int library_writes) {
     rec *r = (rec *)t;
-    if (r->magic != MAGIC_LIVE) return;   /* freed meanwhile: named elsewhere */
+    if (r->magic != MAGIC_LIVE) return; /* freed meanwhile: named elsewhere */
     pthread_mutex_lock(&lock);
     if (r->busy > 0) r->busy--;
     if (library_writes && r->busy_written > 0) r->busy_written--;
@@ -192,14 +193,14 @@ void lx_tensor_release(tensor *t) {
 
 /* One site's leaked tensors. */
 typedef struct leak {
-    rec *first;     /* its stack stands for the site */
+    rec *first; /* its stack stands for the site */
     int64_t count, bytes;
 } leak;
 
 static int same_site(const rec *a, const rec *b) {
     if (a->n_made == 0 || b->n_made == 0) return a->n_made == b->n_made;
     const lx_frame *x = &a->made[a->n_made - 1], *y = &b->made[b->n_made - 1];
-    return x->line == y->line && x->path == y->path;   /* paths are interned */
+    return x->line == y->line && x->path == y->path; /* paths are interned */
 }
 
 static char *bytes_text(int64_t b) {
@@ -216,7 +217,8 @@ int lx_tensor_leaks(const char *when, int release) {
     for (rec *r = live; r; r = r->next) {
         int64_t b = r->t.owns_data ? r->t.numel * (int64_t)sizeof(float) : 0;
         int k = 0;
-        while (k < n_sites && !same_site(sites[k].first, r)) k++;
+        while (k < n_sites && !same_site(sites[k].first, r))
+            k++;
         if (k == n_sites) {
             if (n_sites == cap) {
                 cap = cap ? 2 * cap : 16;
@@ -226,7 +228,7 @@ int lx_tensor_leaks(const char *when, int release) {
             }
             sites[n_sites++] = (leak){r, 0, 0};
         }
-        sites[k].first = r;   /* the list is newest first: end on the oldest */
+        sites[k].first = r; /* the list is newest first: end on the oldest */
         sites[k].count++;
         sites[k].bytes += b;
         total++;
@@ -252,8 +254,8 @@ int lx_tensor_leaks(const char *when, int release) {
         char *where = site(r->n_made ? &r->made[r->n_made - 1] : NULL, r->n_made > 0);
         char *msg = lx_fmt("%s: %" PRId64 " tensor%s (%s) made here %s still alive at the end of %s: "
                            "free each with tensor_free() when done with it",
-                           where, sites[k].count, sites[k].count == 1 ? "" : "s", b,
-                           sites[k].count == 1 ? "is" : "are", when);
+                           where, sites[k].count, sites[k].count == 1 ? "" : "s", b, sites[k].count == 1 ? "is" : "are",
+                           when);
         /* The line on the console as in the viewer: the summary above
          * says how many, each of these says where. */
         if (lx_rank() >= 0) fprintf(stderr, "lectern: rank %d: warning: %s\n", lx_rank(), msg);
@@ -276,7 +278,7 @@ int lx_tensor_leaks(const char *when, int release) {
             pthread_mutex_unlock(&lock);
             if (!r) break;
             tensor_free(&r->t);
-            r->freed.line = 0;   /* freed by the runtime, not at a lecture line */
+            r->freed.line = 0; /* freed by the runtime, not at a lecture line */
         }
     }
     return (int)total;

@@ -18,26 +18,21 @@
 #include "trace/trace.h"
 #include "tensor/tensor.h"
 
-static int by_value(const void *a, const void *b)
-{
+static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-double median_of(double *values, int n)
-{
-    if (!values)
-        lx_fatal("median_of: values is NULL");
-    if (n < 1)
-        lx_fatal("median_of: of %d values (needs at least one)", n);
+double median_of(double *values, int n) {
+    if (!values) lx_fatal("median_of: values is NULL");
+    if (n < 1) lx_fatal("median_of: of %d values (needs at least one)", n);
     qsort(values, (size_t)n, sizeof *values, by_value);
     return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 /* Monotonic: never jumps when the wall clock is set, so differences are
  * true durations. */
-double now_seconds(void)
-{
+double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -50,8 +45,7 @@ double now_seconds(void)
  * device (cudaErrorNoDevice) the answer is zero GPUs, and the lecture runs on
  * the CPU.
  */
-int gpu_count(void)
-{
+int gpu_count(void) {
 #ifdef LECTERN_CUDA
     static int count = -1;
     if (count < 0) {
@@ -70,10 +64,9 @@ int gpu_count(void)
 
 /* Waits for everything queued on the current GPU. Nothing to wait for on
  * the CPU, or before this process has put anything on a GPU. */
-void device_synchronize(void)
-{
+void device_synchronize(void) {
 #ifdef LECTERN_CUDA
-    if (lx_cuda_in_use() && gpu_count() > 0)   /* no CUDA start-up where none was used */
+    if (lx_cuda_in_use() && gpu_count() > 0) /* no CUDA start-up where none was used */
         CUDA_CHECK(cudaDeviceSynchronize());
 #endif
 }

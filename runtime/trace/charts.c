@@ -16,9 +16,9 @@
 
 struct chart {
     char *title, *x_label, *y_label;
-    int log_x, log_y;     /* base, or 0 for a linear axis */
-    int lines, spans;     /* how many of each were added */
-    int dropped;          /* points left out: not finite, or <= 0 on a log axis */
+    int log_x, log_y; /* base, or 0 for a linear axis */
+    int lines, spans; /* how many of each were added */
+    int dropped;      /* points left out: not finite, or <= 0 on a log axis */
     int bad;
     cJSON *values;
 };
@@ -65,8 +65,10 @@ void chart_line(chart_t *c, const char *series, const double *xs, const double *
         return;
     }
     if (n < 1 || c->spans) {
-        lx_error(n < 1 ? "chart_line: series '%s' has no points" : "chart_line: series '%s' added to a "
-                 "chart of spans (a chart is lines or spans)", series);
+        lx_error(n < 1 ? "chart_line: series '%s' has no points"
+                       : "chart_line: series '%s' added to a "
+                         "chart of spans (a chart is lines or spans)",
+                 series);
         c->bad = 1;
         return;
     }

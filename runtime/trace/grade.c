@@ -35,24 +35,24 @@
 
 #include "trace/trace.h"
 
-#define TAIL_BYTES 8192     /* the console tail kept for the output */
-#define MAX_ERRORS 8        /* error messages kept for the reason */
+#define TAIL_BYTES 8192 /* the console tail kept for the output */
+#define MAX_ERRORS 8    /* error messages kept for the reason */
 
 typedef struct exercise {
     char *prefix;
     double points;
-    int checks;             /* how many checks a complete run makes */
+    int checks; /* how many checks a complete run makes */
 } exercise;
 
 typedef struct record {
-    int rank;               /* -1: the lecture's own check */
+    int rank; /* -1: the lecture's own check */
     int passed;
     char *what;
     char *output;
-    int exercise;           /* index into exercises, -1 none */
+    int exercise; /* index into exercises, -1 none */
 } record;
 
-static char *path;          /* NULL: no --grade */
+static char *path; /* NULL: no --grade */
 static exercise *exercises;
 static int n_exercises;
 static record *records;
@@ -68,7 +68,7 @@ static char tail[TAIL_BYTES];
 static size_t tail_len;
 
 static void keep(const char *buf, size_t n) {
-    if (n > TAIL_BYTES) {   /* only the end of a large write stays */
+    if (n > TAIL_BYTES) { /* only the end of a large write stays */
         buf += n - TAIL_BYTES;
         n = TAIL_BYTES;
     }
@@ -205,7 +205,7 @@ void lx_grade_step(const cJSON *step) {
         if (type && strcmp(type, "error") == 0) {
             const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"));
             if (!msg) continue;
-            if (n_errors == MAX_ERRORS) {   /* keep the first and the latest */
+            if (n_errors == MAX_ERRORS) { /* keep the first and the latest */
                 free(errors[1]);
                 memmove(errors + 1, errors + 2, (MAX_ERRORS - 2) * sizeof errors[0]);
                 n_errors--;
@@ -264,7 +264,8 @@ static void add_records(cJSON *tests, int ex, double weight, double *total) {
 static char *reason(void) {
     lx_sb sb = {0};
     lx_sb_str(&sb, "");
-    for (int i = 0; i < n_errors; i++) lx_sb_printf(&sb, "%s%s", i ? "\n" : "", errors[i]);
+    for (int i = 0; i < n_errors; i++)
+        lx_sb_printf(&sb, "%s%s", i ? "\n" : "", errors[i]);
     return sb.s;
 }
 
@@ -282,7 +283,8 @@ void lx_grade_write(void) {
     double total = 0, max_total = 0;
     for (int ex = 0; ex < n_exercises; ex++) {
         int seen = 0;
-        for (int i = 0; i < n_records; i++) seen += records[i].exercise == ex;
+        for (int i = 0; i < n_records; i++)
+            seen += records[i].exercise == ex;
         int shares = seen > exercises[ex].checks ? seen : exercises[ex].checks;
         double weight = exercises[ex].points / shares;
         add_records(tests, ex, weight, &total);
@@ -291,7 +293,8 @@ void lx_grade_write(void) {
             /* "exercise 1:" -> "exercise 1" */
             const char *prefix = exercises[ex].prefix;
             int len = (int)strlen(prefix);
-            while (len > 0 && (prefix[len - 1] == ':' || prefix[len - 1] == ' ')) len--;
+            while (len > 0 && (prefix[len - 1] == ':' || prefix[len - 1] == ' '))
+                len--;
             char *name = lx_fmt("%.*s: %d of %d checks not reached", len, prefix, missing, exercises[ex].checks);
             char *out = lx_fmt("The run ended before these checks: score 0.%s%s", *why ? "\n" : "", why);
             cJSON_AddItemToArray(tests, test(name, 0, weight * missing, out, 0));
@@ -301,7 +304,8 @@ void lx_grade_write(void) {
         max_total += exercises[ex].points;
     }
     int others = 0;
-    for (int i = 0; i < n_records; i++) others += records[i].exercise < 0;
+    for (int i = 0; i < n_records; i++)
+        others += records[i].exercise < 0;
     add_records(tests, -1, 1, &total);
     max_total += others;
 
@@ -311,7 +315,8 @@ void lx_grade_write(void) {
     cJSON_AddNumberToObject(root, "execution_time", round3(lx_elapsed()));
     lx_sb out = {0};
     int passed = 0, failed = 0;
-    for (int i = 0; i < n_records; i++) (records[i].passed ? &passed : &failed)[0]++;
+    for (int i = 0; i < n_records; i++)
+        (records[i].passed ? &passed : &failed)[0]++;
     lx_sb_printf(&out, "%s: %.3g of %.3g points; checks: %d passed, %d failed%s\n", lx_lecture_name(), round3(total),
                  round3(max_total), passed, failed, lx_failed() ? "; the run failed" : "");
     if (*why) lx_sb_printf(&out, "\nWhy the run failed:\n%s\n", why);

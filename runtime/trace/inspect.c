@@ -109,7 +109,10 @@ static cJSON *picture(const float *v, int64_t rows, int64_t cols, int64_t pr, in
             for (int64_t a = r0; a < r1; a++)
                 for (int64_t b = c0; b < c1; b++) {
                     double x = v[a * cols + b];
-                    if (isfinite(x)) { s += x; n++; }
+                    if (isfinite(x)) {
+                        s += x;
+                        n++;
+                    }
                 }
             cJSON_AddItemToArray(vals, n ? cell(s / (double)n) : cJSON_CreateNull());
         }
@@ -117,8 +120,7 @@ static cJSON *picture(const float *v, int64_t rows, int64_t cols, int64_t pr, in
     return vals;
 }
 
-cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device,
-                         const float *v, int64_t numel) {
+cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device, const float *v, int64_t numel) {
     cJSON *r = start(name, "tensor");
     cJSON *sh = cJSON_CreateArray();
     char shape_txt[128] = "";
@@ -137,7 +139,8 @@ cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int d
 
     if (numel <= LX_INSPECT_WHOLE) {
         cJSON *vals = cJSON_CreateArray();
-        for (int64_t i = 0; i < numel; i++) cJSON_AddItemToArray(vals, number(v[i], 1));
+        for (int64_t i = 0; i < numel; i++)
+            cJSON_AddItemToArray(vals, number(v[i], 1));
         cJSON_AddItemToObject(r, "values", vals);
         char *data = lx_fmt("%s = tensor %s on %s", name, shape_txt, dev);
         lx_add_text(r, "data", data);
@@ -179,8 +182,8 @@ cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int d
     cJSON_AddItemToObject(r, "picture", pic);
 
     /* Four significant digits: the line is for reading; the numbers above are exact. */
-    char *data = lx_fmt("%s = tensor %s on %s: min %.4g, max %.4g, mean %.4g, norm %.4g", name, shape_txt, dev,
-                        mn, mx, mean, sqrt(sumsq));
+    char *data = lx_fmt("%s = tensor %s on %s: min %.4g, max %.4g, mean %.4g, norm %.4g", name, shape_txt, dev, mn, mx,
+                        mean, sqrt(sumsq));
     lx_add_text(r, "data", data);
     free(data);
     return r;

@@ -11,13 +11,11 @@
 
 #include "trace/trace.h"
 
-static void put(const MD_CHAR *text, MD_SIZE size, void *userdata) {
-    lx_sb_add(userdata, text, size);
-}
+static void put(const MD_CHAR *text, MD_SIZE size, void *userdata) { lx_sb_add(userdata, text, size); }
 
 char *lx_markdown_to_html(const char *md) {
     lx_sb b = {0};
-    lx_sb_add(&b, "", 0);   /* an empty note still gives "" */
+    lx_sb_add(&b, "", 0); /* an empty note still gives "" */
     unsigned parser = MD_DIALECT_GITHUB | MD_FLAG_NOHTML;
     if (md_html(md, (MD_SIZE)strlen(md), put, &b, parser, 0) != 0) {
         /* md4c only fails on out-of-memory; keep the text, escaped by the viewer. */

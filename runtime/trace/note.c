@@ -42,9 +42,7 @@ void note_verbatim(const char *fmt, ...) {
     free(text);
 }
 
-static int is_url(const char *s) {
-    return strncmp(s, "https://", 8) == 0 || strncmp(s, "http://", 7) == 0;
-}
+static int is_url(const char *s) { return strncmp(s, "https://", 8) == 0 || strncmp(s, "http://", 7) == 0; }
 
 void image(const char *src, double width) {
     if (!src || !*src) {
@@ -98,15 +96,20 @@ void lx_see(const char *url, const char *title) {
 static void strip_ansi(char *s) {
     char *o = s;
     for (char *p = s; *p;) {
-        if (*p != '\x1b') { *o++ = *p++; continue; }
+        if (*p != '\x1b') {
+            *o++ = *p++;
+            continue;
+        }
         p++;
         if (*p == '[') {
             p++;
-            while (*p && !(*p >= 0x40 && *p <= 0x7e)) p++;
+            while (*p && !(*p >= 0x40 && *p <= 0x7e))
+                p++;
             if (*p) p++;
         } else if (*p == ']') {
             p++;
-            while (*p && *p != '\a' && !(p[0] == '\x1b' && p[1] == '\\')) p++;
+            while (*p && *p != '\a' && !(p[0] == '\x1b' && p[1] == '\\'))
+                p++;
             if (*p == '\a') p++;
             else if (*p) p += 2;
         } else if (*p) {
@@ -133,7 +136,8 @@ int note_system(const char *command) {
     lx_sb_add(&sb, "", 0);
     char chunk[4096];
     size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, p)) > 0) lx_sb_add(&sb, chunk, got);
+    while ((got = fread(chunk, 1, sizeof chunk, p)) > 0)
+        lx_sb_add(&sb, chunk, got);
     char *out = sb.s;
     int raw = pclose(p);
     int status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0);
@@ -143,10 +147,8 @@ int note_system(const char *command) {
     lx_add_text(r, "command", command);
     cJSON_AddNumberToObject(r, "exit_status", status);
     lx_emit(r);
-    if (status == 127)
-        lx_error("note_system: command not found: %s", command);
-    else if (status != 0)
-        lx_error("note_system: '%s' exited with status %d", command, status);
+    if (status == 127) lx_error("note_system: command not found: %s", command);
+    else if (status != 0) lx_error("note_system: '%s' exited with status %d", command, status);
     free(out);
     return status;
 }

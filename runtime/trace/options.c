@@ -27,7 +27,7 @@ extern const lecture_opt lecture_options[] __attribute__((weak));
 
 typedef struct given {
     char *name;
-    char *value;   /* NULL for a flag */
+    char *value; /* NULL for a flag */
 } given;
 
 static given *given_list;
@@ -109,12 +109,13 @@ int lecture_flag(const char *name) {
     const lecture_opt *o = declared(name, strlen(name));
     if (!o) {
         lx_error("lecture_flag: --%s is not declared: add {\"%s\", NULL, \"what it does\"} to "
-                 "LECTURE_OPTIONS so that --help lists it", name, name);
+                 "LECTURE_OPTIONS so that --help lists it",
+                 name, name);
         return 0;
     }
     if (o->value) {
-        lx_error("lecture_flag: --%s is declared with a value (--%s=%s): read it with lecture_option()",
-                 name, name, o->value);
+        lx_error("lecture_flag: --%s is declared with a value (--%s=%s): read it with lecture_option()", name, name,
+                 o->value);
         return 0;
     }
     return find_given(name) != NULL;
@@ -128,7 +129,8 @@ const char *lecture_option(const char *name, const char *fallback) {
     const lecture_opt *o = declared(name, strlen(name));
     if (!o) {
         lx_error("lecture_option: --%s is not declared: add {\"%s\", \"VALUE\", \"what it does\"} to "
-                 "LECTURE_OPTIONS so that --help lists it", name, name);
+                 "LECTURE_OPTIONS so that --help lists it",
+                 name, name);
         return fallback;
     }
     if (!o->value) {
@@ -207,9 +209,7 @@ void progress(const char *fmt, ...) {
     va_start(ap, fmt);
     char *msg = lx_vfmt(fmt, ap);
     va_end(ap);
-    if (lx_rank() >= 0)
-        fprintf(stderr, "[%s %6.1fs rank %d] %s\n", lx_lecture_name(), lx_elapsed(), lx_rank(), msg);
-    else
-        fprintf(stderr, "[%s %6.1fs] %s\n", lx_lecture_name(), lx_elapsed(), msg);
+    if (lx_rank() >= 0) fprintf(stderr, "[%s %6.1fs rank %d] %s\n", lx_lecture_name(), lx_elapsed(), lx_rank(), msg);
+    else fprintf(stderr, "[%s %6.1fs] %s\n", lx_lecture_name(), lx_elapsed(), msg);
     free(msg);
 }

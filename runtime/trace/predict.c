@@ -40,8 +40,9 @@ void predict(const char *question, double measured, const char *unit) {
         return;
     }
     if (!isfinite(measured)) {
-        lx_error("predict: the measured value is %s, not a number a reader can guess",
-                 isnan(measured) ? "NaN" : measured > 0 ? "infinite" : "-infinite");
+        lx_error("predict: the measured value is %s, not a number a reader can guess", isnan(measured) ? "NaN"
+                                                                                       : measured > 0  ? "infinite"
+                                                                                                       : "-infinite");
         return;
     }
     cJSON *r = lx_rendering_markdown(question);

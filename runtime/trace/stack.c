@@ -36,30 +36,34 @@
 
 /* What we know of one pc, computed once. */
 typedef struct sym_entry {
-    uintptr_t pc;           /* the looked-up address (already pc - 1 for return addresses) */
-    const char *path;       /* repo-relative, interned; NULL when unknown */
-    const char *function;   /* interned; NULL when unknown */
-    uintptr_t func_start;   /* address of the function's first instruction */
+    uintptr_t pc;         /* the looked-up address (already pc - 1 for return addresses) */
+    const char *path;     /* repo-relative, interned; NULL when unknown */
+    const char *function; /* interned; NULL when unknown */
+    uintptr_t func_start; /* address of the function's first instruction */
     int line;
-    int lecture;            /* a frame of a lecture source file */
+    int lecture; /* a frame of a lecture source file */
     int used;
 } sym_entry;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static Dwfl *dwfl;
-static Dwfl_Module *main_module;   /* the lecture executable: lectures and runtime live here */
+static Dwfl_Module *main_module; /* the lecture executable: lectures and runtime live here */
 static sym_entry *cache;
 static size_t cache_cap, cache_len;
 static uintptr_t root_fn;
 
 /* ---- interned strings: a small hash set that lives as long as the process ---- */
 
-typedef struct intern_node { struct intern_node *next; char s[]; } intern_node;
+typedef struct intern_node {
+    struct intern_node *next;
+    char s[];
+} intern_node;
 static intern_node *intern_table[1024];
 
 static const char *intern(const char *s) {
     size_t h = 5381;
-    for (const char *p = s; *p; p++) h = h * 33 + (unsigned char)*p;
+    for (const char *p = s; *p; p++)
+        h = h * 33 + (unsigned char)*p;
     h %= sizeof intern_table / sizeof intern_table[0];
     for (intern_node *n = intern_table[h]; n; n = n->next)
         if (strcmp(n->s, s) == 0) return n->s;
@@ -105,8 +109,7 @@ static char *root_above_binary(void) {
 static void find_root(void) {
     const char *env = getenv("LECTERN_ROOT_DIR");
     if (env && *env) root_dir = strdup(env);
-    else if (!(root_dir = root_above_binary()))
-        root_dir = strdup(is_repo(LECTERN_ROOT) ? LECTERN_ROOT : ".");
+    else if (!(root_dir = root_above_binary())) root_dir = strdup(is_repo(LECTERN_ROOT) ? LECTERN_ROOT : ".");
     if (!root_dir) abort();
 }
 
@@ -118,7 +121,7 @@ const char *lx_repo_root(void) {
 const char *lecture_root(void) { return lx_repo_root(); }
 
 int lx_is_lecture_path(const char *path) {
-    if (!path || path[0] == '/' || path[0] == '\0') return 0;   /* outside the repo */
+    if (!path || path[0] == '/' || path[0] == '\0') return 0; /* outside the repo */
     if (strncmp(path, "runtime/", 8) == 0) return 0;
     size_t n = strlen(path);
     return (n > 2 && strcmp(path + n - 2, ".c") == 0) || (n > 2 && strcmp(path + n - 2, ".h") == 0);
@@ -136,15 +139,16 @@ const char *lx_repo_relative(const char *path) {
             break;
         }
     }
-    while (strncmp(path, "./", 2) == 0) path += 2;
+    while (strncmp(path, "./", 2) == 0)
+        path += 2;
     return path;
 }
 
 /* ---- libdw session over our own process ---- */
 
 static const Dwfl_Callbacks callbacks = {
-    .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
+        .find_elf = dwfl_linux_proc_find_elf,
+        .find_debuginfo = dwfl_standard_find_debuginfo,
 };
 
 static int dwfl_open(void) {
@@ -186,15 +190,22 @@ static void cache_grow(void) {
     if (!cache) abort();
     cache_len = 0;
     for (size_t i = 0; i < old_cap; i++)
-        if (old[i].used) { *cache_slot(old[i].pc) = old[i]; cache_len++; }
+        if (old[i].used) {
+            *cache_slot(old[i].pc) = old[i];
+            cache_len++;
+        }
     free(old);
 }
 
 static void symbolize(sym_entry *e) {
-    e->path = NULL; e->function = NULL; e->line = 0; e->lecture = 0; e->func_start = 0;
+    e->path = NULL;
+    e->function = NULL;
+    e->line = 0;
+    e->lecture = 0;
+    e->func_start = 0;
     if (dwfl_open() != 0) return;
     Dwfl_Module *mod = dwfl_addrmodule(dwfl, e->pc);
-    if (!mod || mod != main_module) return;      /* libc, MPI, CUDA: never lecture frames */
+    if (!mod || mod != main_module) return; /* libc, MPI, CUDA: never lecture frames */
 
     GElf_Off offset = 0;
     GElf_Sym sym;
@@ -250,8 +261,14 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
         tmp[n].line = e->line;
         tmp[n].function = e->function;
         n++;
-        if (root_fn && e->func_start == root_fn) { found_root = 1; break; }   /* the outermost frame we keep */
-        if (strcmp(e->function, "main") == 0) { found_main = 1; break; }
+        if (root_fn && e->func_start == root_fn) {
+            found_root = 1;
+            break;
+        } /* the outermost frame we keep */
+        if (strcmp(e->function, "main") == 0) {
+            found_main = 1;
+            break;
+        }
     }
     pthread_mutex_unlock(&lock);
     if (reached) *reached = found_root || found_main;
@@ -260,7 +277,8 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
      * main() the walk would reach. */
     if (lx_in_rank() && !found_root) n = 0;
     if (n > max) n = max;
-    for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];   /* outermost first */
+    for (int i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i]; /* outermost first */
     return n;
 }
 
@@ -278,7 +296,7 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
  * callback into lecture code) is thrown away and backtrace() runs instead,
  * so the frames are the same either way (tests/test_stack.c). */
 
-static __thread uintptr_t stack_lo, stack_hi;   /* this thread's stack, once known */
+static __thread uintptr_t stack_lo, stack_hi; /* this thread's stack, once known */
 
 static int thread_stack(void) {
     if (stack_hi) return 1;
@@ -305,7 +323,7 @@ __attribute__((noinline)) static int frame_pointer_walk(void **pcs, int max) {
         uintptr_t next = fp[0], ret = fp[1];
         if (!ret) break;
         pcs[n++] = (void *)ret;
-        if (next <= at) break;   /* the chain only goes up the stack */
+        if (next <= at) break; /* the chain only goes up the stack */
         fp = (const uintptr_t *)next;
     }
     return n;
@@ -376,7 +394,7 @@ void lx_lecture_sources(void (*add)(const char *path, void *ctx), void *ctx) {
             const char *name = dwarf_filesrc(files, i, NULL, NULL);
             if (!name) continue;
             char buf[4096];
-            if (name[0] != '/' && dirs[0]) {   /* relative to the compile directory */
+            if (name[0] != '/' && dirs[0]) { /* relative to the compile directory */
                 snprintf(buf, sizeof buf, "%s/%s", dirs[0], name);
                 name = buf;
             }

@@ -16,7 +16,8 @@
 void lx_sb_add(lx_sb *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
-        while (b->len + n + 1 > cap) cap *= 2;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
         char *p = realloc(b->s, cap);
         if (!p) {
             fputs("lectern: out of memory\n", stderr);

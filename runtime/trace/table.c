@@ -31,9 +31,9 @@ struct table {
     char *caption;
     table_col cols[TABLE_MAX_COLUMNS];
     int n_cols;
-    cJSON *rows;      /* [[value, ...], ...] */
-    cJSON *display;   /* [["text", ...], ...] */
-    int bad;          /* an error was recorded: show nothing */
+    cJSON *rows;    /* [[value, ...], ...] */
+    cJSON *display; /* [["text", ...], ...] */
+    int bad;        /* an error was recorded: show nothing */
 };
 
 /* The kind of value a one-conversion printf format reads, or -1 when the
@@ -42,27 +42,35 @@ static int format_kind(const char *f) {
     int kind = -1, conversions = 0;
     for (const char *p = f; *p; p++) {
         if (*p != '%') continue;
-        if (p[1] == '%') { p++; continue; }
+        if (p[1] == '%') {
+            p++;
+            continue;
+        }
         p++;
         p += strspn(p, "-+ #0'");
         p += strspn(p, "0123456789");
-        if (*p == '.') { p++; p += strspn(p, "0123456789"); }
+        if (*p == '.') {
+            p++;
+            p += strspn(p, "0123456789");
+        }
         int longs = 0;
-        while (*p == 'l') { longs++; p++; }
+        while (*p == 'l') {
+            longs++;
+            p++;
+        }
         if (!*p) return -1;
         conversions++;
         switch (*p) {
-        case 'd': case 'i':
-            kind = longs == 0 ? CELL_INT : longs == 1 ? CELL_LONG : longs == 2 ? CELL_LLONG : -1;
-            break;
-        case 'f': case 'e': case 'g': case 'F': case 'E': case 'G':
-            kind = longs == 0 ? CELL_DOUBLE : -1;
-            break;
-        case 's':
-            kind = longs == 0 ? CELL_TEXT : -1;
-            break;
-        default:
-            return -1;
+        case 'd':
+        case 'i': kind = longs == 0 ? CELL_INT : longs == 1 ? CELL_LONG : longs == 2 ? CELL_LLONG : -1; break;
+        case 'f':
+        case 'e':
+        case 'g':
+        case 'F':
+        case 'E':
+        case 'G': kind = longs == 0 ? CELL_DOUBLE : -1; break;
+        case 's': kind = longs == 0 ? CELL_TEXT : -1; break;
+        default: return -1;
         }
     }
     return conversions == 1 ? kind : -1;
@@ -106,7 +114,8 @@ void table_column(table_t *t, const char *name, const char *unit, const char *fo
     int kind = format_kind(format);
     if (kind < 0) {
         lx_error("table_column: format '%s' of column '%s' is not one conversion of "
-                 "%%d, %%ld, %%lld, %%f, %%e, %%g or %%s", format, name);
+                 "%%d, %%ld, %%lld, %%f, %%e, %%g or %%s",
+                 format, name);
         t->bad = 1;
         return;
     }
@@ -167,7 +176,7 @@ void table_row(table_t *t, ...) {
         }
         case CELL_DOUBLE: {
             double v = va_arg(ap, double);
-            value = isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();   /* JSON has no NaN */
+            value = isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); /* JSON has no NaN */
             text = cell_text(c->format, v);
             break;
         }

@@ -23,7 +23,7 @@
 #include "trace/trace.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static cJSON *trace;               /* {version, lecture, meta, files, spawns, steps} */
+static cJSON *trace; /* {version, lecture, meta, files, spawns, steps} */
 static cJSON *steps, *spawns, *meta;
 static char *lecture_name;
 static char *out_dir;
@@ -57,10 +57,19 @@ static int utf8_len(const unsigned char *s) {
     if (c < 0x80) return 1;
     int n;
     unsigned min;
-    if ((c & 0xE0) == 0xC0) { n = 2; min = 0x80; c &= 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { n = 3; min = 0x800; c &= 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { n = 4; min = 0x10000; c &= 0x07; }
-    else return 0;
+    if ((c & 0xE0) == 0xC0) {
+        n = 2;
+        min = 0x80;
+        c &= 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3;
+        min = 0x800;
+        c &= 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 4;
+        min = 0x10000;
+        c &= 0x07;
+    } else return 0;
     for (int i = 1; i < n; i++) {
         if ((s[i] & 0xC0) != 0x80) return 0;
         c = (c << 6) | (s[i] & 0x3F);
@@ -142,10 +151,8 @@ int lx_trace_step_count(void) { return steps ? cJSON_GetArraySize(steps) : 0; }
 
 /* obj[key] = value, replacing what was there. */
 static void set_item(cJSON *obj, const char *key, cJSON *value) {
-    if (cJSON_GetObjectItemCaseSensitive(obj, key))
-        cJSON_ReplaceItemInObjectCaseSensitive(obj, key, value);
-    else
-        cJSON_AddItemToObject(obj, key, value);
+    if (cJSON_GetObjectItemCaseSensitive(obj, key)) cJSON_ReplaceItemInObjectCaseSensitive(obj, key, value);
+    else cJSON_AddItemToObject(obj, key, value);
 }
 
 void lx_trace_meta(const char *key, cJSON *value) {
@@ -225,7 +232,7 @@ static cJSON *make_step(const lx_frame *frames, int n, cJSON *rendering) {
         cJSON_AddNullToObject(step, "rank");
         cJSON_AddNullToObject(step, "world_size");
     }
-    cJSON_AddNullToObject(step, "spawn");   /* set by the parent for a rank's step */
+    cJSON_AddNullToObject(step, "spawn"); /* set by the parent for a rank's step */
     /* Microseconds are plenty and keep the file small. */
     cJSON_AddNumberToObject(step, "time", (double)(long long)(lx_elapsed() * 1e6) / 1e6);
     cJSON *list = cJSON_AddArrayToObject(step, "renderings");
@@ -324,7 +331,7 @@ static void embed_file(const char *path, void *ctx) {
 static void collect_paths(cJSON *stack, cJSON *files) {
     cJSON *frame;
     cJSON_ArrayForEach(frame, stack)
-        embed_file(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(frame, "path")), files);
+            embed_file(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(frame, "path")), files);
 }
 
 /* The full text of every file a stack names, and of every lecture source the
@@ -334,7 +341,7 @@ static void embed_files(void) {
     cJSON *item;
     cJSON_ArrayForEach(item, steps) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
     cJSON_ArrayForEach(item, spawns) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
-    lx_lecture_sources(embed_file, files);   /* the lecture's own library code, too */
+    lx_lecture_sources(embed_file, files); /* the lecture's own library code, too */
     set_item(trace, "files", files);
 }
 
@@ -379,7 +386,10 @@ char *lx_trace_path(const char *ext) {
 
 int lx_trace_write(void) {
     pthread_mutex_lock(&lock);
-    if (!trace) { pthread_mutex_unlock(&lock); return -1; }
+    if (!trace) {
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
     set_item(meta, "status", cJSON_CreateString(failed ? "failed" : "ok"));
     int checks_passed, checks_failed;
     lx_check_counts(&checks_passed, &checks_failed);
@@ -399,8 +409,8 @@ int lx_trace_write(void) {
     /* The .js twin: a <script> can load it from file://, where fetch() cannot. */
     char *json_path = lx_trace_path("json");
     char *js_path = lx_trace_path("js");
-    char *js_head = lx_fmt("(window.lecternTraces = window.lecternTraces || {})[\"%s%s\"] = ",
-                           lx_lecture_name(), failed ? ".failed" : "");
+    char *js_head = lx_fmt("(window.lecternTraces = window.lecternTraces || {})[\"%s%s\"] = ", lx_lecture_name(),
+                           failed ? ".failed" : "");
     const char *json_parts[] = {json, "\n"};
     const char *js_parts[] = {js_head, json, ";\n"};
     int rc = write_atomic(json_path, json_parts, 2);
@@ -430,6 +440,6 @@ void lx_trace_free(void) {
     free(lecture_name);
     free(out_dir);
     lecture_name = out_dir = NULL;
-    in_rank = 0;   /* a new trace starts in the lecture, not in a rank */
+    in_rank = 0; /* a new trace starts in the lecture, not in a rank */
     pthread_mutex_unlock(&lock);
 }

@@ -41,9 +41,9 @@
 /* ---------------- stack.c ---------------- */
 
 typedef struct lx_frame {
-    const char *path;      /* relative to the repo root, interned (never freed) */
-    int line;              /* line being executed; the call site for outer frames */
-    const char *function;  /* interned */
+    const char *path;     /* relative to the repo root, interned (never freed) */
+    int line;             /* line being executed; the call site for outer frames */
+    const char *function; /* interned */
 } lx_frame;
 
 #define LX_MAX_FRAMES 64
@@ -163,7 +163,7 @@ int lx_trace_write(void);
 
 /* The lecture's name and whether we run in a spawned rank. */
 const char *lx_lecture_name(void);
-int lx_in_rank(void);             /* 1 inside a spawned rank */
+int lx_in_rank(void); /* 1 inside a spawned rank */
 void lx_set_in_rank(int rank, int world_size);
 
 /* In a rank: what the parent knows that the rank needs for progress lines,
@@ -176,7 +176,7 @@ void lx_set_run_flags(int quick, int quiet);
 void lx_rank_errors_expected(int expected);
 int lx_quiet(void);
 void lx_trace_rank_init(const char *lecture, double clock_zero);
-int lx_rank(void);   /* this rank's number, -1 outside ranks */
+int lx_rank(void); /* this rank's number, -1 outside ranks */
 
 /* Seconds since the lecture started (monotonic). */
 double lx_elapsed(void);
@@ -186,7 +186,10 @@ char *lx_vfmt(const char *fmt, va_list ap);
 char *lx_fmt(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 
 /* strbuf.c: a growing string; zero-initialise, add, free(b.s). */
-typedef struct lx_sb { char *s; size_t len, cap; } lx_sb;
+typedef struct lx_sb {
+    char *s;
+    size_t len, cap;
+} lx_sb;
 void lx_sb_add(lx_sb *b, const char *s, size_t n);
 void lx_sb_str(lx_sb *b, const char *s);
 void lx_sb_printf(lx_sb *b, const char *fmt, ...) LECTERN_PRINTF(2, 3);
@@ -224,8 +227,7 @@ void lx_options_free(void);
  * for the CPU), made by tensor/tensor_inspect.c. */
 cJSON *lx_inspect_integer(const char *name, const char *kind, int64_t v);
 cJSON *lx_inspect_real(const char *name, const char *kind, double v);
-cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device,
-                         const float *v, int64_t numel);
+cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device, const float *v, int64_t numel);
 
 /* options.c: 1 when the lecture was started with --inspect-collectives (in
  * its ranks too): the collectives of comm.c then inspect their tensors

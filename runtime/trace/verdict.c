@@ -22,7 +22,7 @@
 
 #include "trace/trace.h"
 
-static int passed_count, failed_count;   /* the lecture process's totals */
+static int passed_count, failed_count; /* the lecture process's totals */
 
 void lx_check_tally(const cJSON *step) {
     lx_grade_step(step);
@@ -52,10 +52,8 @@ int lx_check_emit(cJSON *r, int ok, const char *summary) {
     if (!ok) {
         char where[600] = "";
         if (n > 0) snprintf(where, sizeof where, "%s:%d: ", frames[n - 1].path, frames[n - 1].line);
-        if (lx_rank() >= 0)
-            fprintf(stderr, "lectern: rank %d: check failed: %s%s\n", lx_rank(), where, summary);
-        else
-            fprintf(stderr, "lectern: check failed: %s%s\n", where, summary);
+        if (lx_rank() >= 0) fprintf(stderr, "lectern: rank %d: check failed: %s%s\n", lx_rank(), where, summary);
+        else fprintf(stderr, "lectern: check failed: %s%s\n", where, summary);
     }
     lx_add_text(r, "data", summary);
     lx_emit_frames(frames, n, r);
@@ -108,4 +106,3 @@ int lx_check_refused(const char *what, const char *why) {
     free(summary);
     return 0;
 }
-

@@ -87,7 +87,8 @@ static void rounds_main(int rank, int world_size, void *args) {
         trail = fopen(path, "w");
     }
     for (int round = 0; round < c->rounds; round++) {
-        for (int b = 0; b < n_buckets; b++) fill_(bucket[b], bucket_value(rank, b, round));
+        for (int b = 0; b < n_buckets; b++)
+            fill_(bucket[b], bucket_value(rank, b, round));
         int timed = round % 3 == 2;
         dist_timer timer = {0};
         double start = now_seconds();
@@ -132,7 +133,8 @@ static void rounds_main(int rank, int world_size, void *args) {
     spawn_return(&out, sizeof out);
     if (trail) fclose(trail);
     trail = NULL;
-    for (int b = 0; b < n_buckets; b++) tensor_free(bucket[b]);
+    for (int b = 0; b < n_buckets; b++)
+        tensor_free(bucket[b]);
     tensor_free(w);
     tensor_free(x);
     tensor_free(y);

@@ -10,7 +10,7 @@
 
 static const float six[6] = {0, 1, 2, 3, 4, 5};
 static const float six_off[6] = {0, 1, 2, 3, 4, 5.5f};      /* [1, 2] differs by 0.5 */
-static const float six_near[6] = {0, 1, 2, 3, 4, 5.00001f};  /* within rtol 1e-5 of 5 */
+static const float six_near[6] = {0, 1, 2, 3, 4, 5.00001f}; /* within rtol 1e-5 of 5 */
 
 static void passing(void) {
     check(1 + 1 == 2, "one and one make %d", 2);
@@ -44,7 +44,8 @@ static void ranks(int rank, int world_size, void *args) {
     add_scalar(t, (float)rank);
     dist_all_reduce(t, DIST_SUM);
     float want[4];
-    for (int i = 0; i < 4; i++) want[i] = (float)(world_size * i + world_size * (world_size - 1) / 2);
+    for (int i = 0; i < 4; i++)
+        want[i] = (float)(world_size * i + world_size * (world_size - 1) / 2);
     tensor *expected = tensor_from(want, 4, 0, get_device(rank));
     check_close(t, expected, 0, 0, "all-reduce sum");
     if (fail && rank == 1) check(rank == 0, "rank %d is rank 0", rank);
@@ -61,7 +62,8 @@ static void fold_ranks(int rank, int world_size, void *args) {
     float base[2] = {1, 2}, off[2] = {1, 2 + (float)rank * 1e-4f};
     tensor *a = tensor_from(base, 2, 0, get_device(rank)), *b = tensor_from(off, 2, 0, get_device(rank));
     check_close(b, a, 0, 0.01, "within 0.01");
-    for (int i = 0; i < 2; i++) check(i < 2, "step %d of 2", i);
+    for (int i = 0; i < 2; i++)
+        check(i < 2, "step %d of 2", i);
     double value = rank == 2 ? 1.0 : 0.1;
     check(value <= 0.5, "value %.1f <= 0.5", value);
     tensor_free(a);

@@ -15,8 +15,8 @@
 static void different_counts(int rank, int world_size, void *args) {
     note("rank %d of %d starts", rank, world_size);
     tensor *t = zeros(rank == 2 ? 6 : 4, 0, get_device(rank));
-    if (rank == 2) dist_all_reduce(t, DIST_SUM);   /* MARK:six */
-    else dist_all_reduce(t, DIST_SUM);             /* MARK:four */
+    if (rank == 2) dist_all_reduce(t, DIST_SUM); /* MARK:six */
+    else dist_all_reduce(t, DIST_SUM);           /* MARK:four */
     note("rank %d has a result", rank);
     tensor_free(t);
 }
@@ -24,7 +24,7 @@ static void different_counts(int rank, int world_size, void *args) {
 /* Rank 0 broadcasts from rank 0, rank 1 from rank 1. */
 static void different_roots(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
-    dist_broadcast(t, rank);   /* MARK:root */
+    dist_broadcast(t, rank); /* MARK:root */
     note("rank %d has a result", rank);
     tensor_free(t);
 }
@@ -32,8 +32,8 @@ static void different_roots(int rank, int world_size, void *args) {
 /* Rank 0 sends 6 floats, rank 1 receives 4. */
 static void send_recv_sizes(int rank, int world_size, void *args) {
     tensor *t = zeros(rank == 0 ? 6 : 4, 0, get_device(rank));
-    if (rank == 0) dist_send(t, 1);   /* MARK:send6 */
-    else dist_recv(t, 0);             /* MARK:recv4 */
+    if (rank == 0) dist_send(t, 1); /* MARK:send6 */
+    else dist_recv(t, 0);           /* MARK:recv4 */
     note("rank %d has a result", rank);
     tensor_free(t);
 }
@@ -43,8 +43,8 @@ static void send_recv_sizes(int rank, int world_size, void *args) {
 static void isend_irecv_sizes(int rank, int world_size, void *args) {
     tensor *t = zeros(rank == 0 ? (1 << 20) + 1 : 1 << 20, 0, get_device(rank));
     dist_request *req;
-    if (rank == 0) req = dist_isend(t, 1);   /* MARK:isend-big */
-    else req = dist_irecv(t, 0);             /* MARK:irecv-big */
+    if (rank == 0) req = dist_isend(t, 1); /* MARK:isend-big */
+    else req = dist_irecv(t, 0);           /* MARK:irecv-big */
     dist_wait(req);
     note("rank %d has a result", rank);
     tensor_free(t);
@@ -53,7 +53,7 @@ static void isend_irecv_sizes(int rank, int world_size, void *args) {
 /* An async all-reduce nobody waits for. */
 static void forgotten(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
-    dist_request *req = dist_all_reduce_async(t, DIST_SUM);   /* MARK:forgotten */
+    dist_request *req = dist_all_reduce_async(t, DIST_SUM); /* MARK:forgotten */
     (void)req;
     note("rank %d returns", rank);
 }
@@ -66,18 +66,18 @@ static void touch_before_wait(int rank, int world_size, void *args) {
     const char *how = getenv("TOUCH");
     tensor *t = zeros(1 << 16, 0, get_device(rank));
     if (strcmp(how, "async") == 0) {
-        dist_request *req = dist_all_reduce_async(t, DIST_SUM);   /* MARK:touch-async */
-        note("rank %d: %g", rank, tensor_item(t, 0));                     /* MARK:touch-async-read */
+        dist_request *req = dist_all_reduce_async(t, DIST_SUM); /* MARK:touch-async */
+        note("rank %d: %g", rank, tensor_item(t, 0));           /* MARK:touch-async-read */
         dist_wait(req);
     } else if (rank == 0) {
-        dist_request *req = dist_isend(t, 1);   /* MARK:touch-isend */
-        if (strcmp(how, "send") == 0) add_scalar(t, 1.0f);   /* MARK:touch-send */
+        dist_request *req = dist_isend(t, 1);              /* MARK:touch-isend */
+        if (strcmp(how, "send") == 0) add_scalar(t, 1.0f); /* MARK:touch-send */
         if (strcmp(how, "raw") == 0) t->data[7] = 5.0f;
-        if (strcmp(how, "free") == 0) tensor_free(t);         /* MARK:touch-free */
-        dist_wait(req);                          /* MARK:touch-wait */
+        if (strcmp(how, "free") == 0) tensor_free(t); /* MARK:touch-free */
+        dist_wait(req);                               /* MARK:touch-wait */
     } else {
-        dist_request *req = dist_irecv(t, 0);   /* MARK:touch-irecv */
-        if (strcmp(how, "recv") == 0) note("early: %g", tensor_item(t, 0));   /* MARK:touch-recv */
+        dist_request *req = dist_irecv(t, 0);                               /* MARK:touch-irecv */
+        if (strcmp(how, "recv") == 0) note("early: %g", tensor_item(t, 0)); /* MARK:touch-recv */
         dist_wait(req);
     }
     note("rank %d has a result", rank);
@@ -110,14 +110,14 @@ static void touch_after_wait(int rank, int world_size, void *args) {
 static void one_extra(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
     dist_all_reduce(t, DIST_SUM);
-    if (rank == 0) dist_all_reduce(t, DIST_SUM);   /* MARK:extra */
+    if (rank == 0) dist_all_reduce(t, DIST_SUM); /* MARK:extra */
     tensor_free(t);
 }
 
 /* Rank 0 receives from rank 1, which returns without sending. */
 static void no_sender(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
-    if (rank == 0) dist_recv(t, 1);   /* MARK:nosend */
+    if (rank == 0) dist_recv(t, 1); /* MARK:nosend */
     tensor_free(t);
 }
 
@@ -145,7 +145,7 @@ static void mpi_error(int rank, int world_size, void *args) {
     MPI_Comm_dup(MPI_COMM_SELF, &c);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     float x = 0;
-    MPI_CHECK(MPI_Bcast(&x, -1, MPI_FLOAT, 0, c));   /* MARK:mpierror */
+    MPI_CHECK(MPI_Bcast(&x, -1, MPI_FLOAT, 0, c)); /* MARK:mpierror */
 }
 
 static void nothing(int rank, int world_size, void *args) {}
@@ -170,8 +170,7 @@ static void body(void) {
         const char *t = getenv("COMM_TIMEOUT");
         if (t) setenv("LECTERN_TIMEOUT", t, 1);
         spawn(slow_compute, 2, NULL, 0);
-    }
-    else if (strcmp(c, "mpierror") == 0) spawn(mpi_error, 1, NULL, 0);
+    } else if (strcmp(c, "mpierror") == 0) spawn(mpi_error, 1, NULL, 0);
     note("after the spawn");
 }
 

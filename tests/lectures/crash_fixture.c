@@ -15,7 +15,7 @@ static volatile int zero = 0;
 static int recurse(int n) {
     volatile char pad[1024];
     pad[0] = (char)n;
-    if (n < 0) return 0;   /* never true; it keeps the compiler from calling this a bug */
+    if (n < 0) return 0; /* never true; it keeps the compiler from calling this a bug */
     return recurse(n + 1) + pad[0];
 }
 
@@ -36,9 +36,7 @@ static void crash(const char *how) {
     }
 }
 
-static void rank_says_hello(int rank, int world_size, void *args) {
-    note("rank %d of %d is up", rank, world_size);
-}
+static void rank_says_hello(int rank, int world_size, void *args) { note("rank %d of %d is up", rank, world_size); }
 
 static void body(void) {
     note("before the crash");

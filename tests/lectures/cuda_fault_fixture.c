@@ -17,9 +17,9 @@ static void body(void) {
         return;
     }
 #ifdef LECTERN_CUDA
-    lx_cuda_add_scalar(0, (float *)(uintptr_t)0x1000, 1 << 20, 1.0f);   /* MARK:launch */
+    lx_cuda_add_scalar(0, (float *)(uintptr_t)0x1000, 1 << 20, 1.0f); /* MARK:launch */
     tensor *t = zeros(4, 0, 0);
-    note("after the launch: %g", tensor_sum(t));   /* MARK:next-wait */
+    note("after the launch: %g", tensor_sum(t)); /* MARK:next-wait */
     tensor_free(t);
 #endif
 }

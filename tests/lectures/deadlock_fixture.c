@@ -26,7 +26,7 @@ static long floats(void) {
 static void swap_send_first(int rank, int world_size, void *args) {
     tensor *mine = filled(floats(), (float)rank, get_device(rank));
     tensor *theirs = zeros(floats(), 0, get_device(rank));
-    dist_send(mine, 1 - rank);     /* MARK:send-first */
+    dist_send(mine, 1 - rank); /* MARK:send-first */
     dist_recv(theirs, 1 - rank);
     note("rank %d got %g", rank, (double)theirs->data[0]);
     tensor_free(mine);
@@ -65,7 +65,7 @@ static void swap_buffered(int rank, int world_size, void *args) {
 /* Both receive first. */
 static void both_receive(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
-    dist_recv(t, 1 - rank);   /* MARK:recv-first */
+    dist_recv(t, 1 - rank); /* MARK:recv-first */
     dist_send(t, 1 - rank);
     tensor_free(t);
 }
@@ -73,8 +73,8 @@ static void both_receive(int rank, int world_size, void *args) {
 /* Rank 0 all-reduces; rank 1 receives from rank 0 before it would. */
 static void collective_missed(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
-    if (rank == 0) dist_all_reduce(t, DIST_SUM);   /* MARK:allreduce */
-    else dist_recv(t, 0);                          /* MARK:recv-from-0 */
+    if (rank == 0) dist_all_reduce(t, DIST_SUM); /* MARK:allreduce */
+    else dist_recv(t, 0);                        /* MARK:recv-from-0 */
     tensor_free(t);
 }
 
@@ -82,7 +82,7 @@ static void collective_missed(int rank, int world_size, void *args) {
 static void ring_send_first(int rank, int world_size, void *args) {
     tensor *t = filled(8, (float)rank, get_device(rank));
     tensor *in = zeros(8, 0, get_device(rank));
-    dist_send(t, (rank + 1) % world_size);   /* MARK:ring-send */
+    dist_send(t, (rank + 1) % world_size); /* MARK:ring-send */
     dist_recv(in, (rank + world_size - 1) % world_size);
     tensor_free(t);
     tensor_free(in);
@@ -93,7 +93,8 @@ static void spin(double seconds) {
     clock_gettime(CLOCK_MONOTONIC, &a);
     volatile double x = 0;
     do {
-        for (int i = 0; i < 100000; i++) x += 1e-9;
+        for (int i = 0; i < 100000; i++)
+            x += 1e-9;
         clock_gettime(CLOCK_MONOTONIC, &b);
     } while ((double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec) < seconds);
 }
@@ -103,10 +104,10 @@ static void spin(double seconds) {
 static void slow_compute(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
     if (rank == 0) {
-        dist_recv(t, 1);   /* MARK:waits-for-slow */
+        dist_recv(t, 1); /* MARK:waits-for-slow */
     } else {
         const char *s = getenv("DEADLOCK_COMPUTE");
-        spin(s && *s ? atof(s) : 10.0);   /* MARK:computes */
+        spin(s && *s ? atof(s) : 10.0); /* MARK:computes */
         fill_(t, 5);
         dist_send(t, 0);
     }
@@ -118,8 +119,8 @@ static void body(void) {
     const char *c = getenv("DEADLOCK_CASE");
     if (!c) c = "";
     note("case %s, %ld floats", c, floats());
-    check(floats() > 0, "a swap of %ld floats", floats());   /* the console's checks line, even after an error */
-    if (strcmp(c, "swap") == 0) spawn(swap_send_first, 2, NULL, 0);   /* MARK:spawn */
+    check(floats() > 0, "a swap of %ld floats", floats());          /* the console's checks line, even after an error */
+    if (strcmp(c, "swap") == 0) spawn(swap_send_first, 2, NULL, 0); /* MARK:spawn */
     else if (strcmp(c, "sendrecv") == 0) spawn(swap_sendrecv, 2, NULL, 0);
     else if (strcmp(c, "irecv") == 0) spawn(swap_irecv_first, 2, NULL, 0);
     else if (strcmp(c, "buffered") == 0) spawn(swap_buffered, 2, NULL, 0);

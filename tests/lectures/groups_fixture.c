@@ -24,7 +24,8 @@ static float input_value(int rank, int64_t i) { return (float)(((i * 7 + rank * 
 
 static tensor *inputs(int rank, int64_t n) {
     float v[MAXW * N * 64];
-    for (int64_t i = 0; i < n; i++) v[i] = input_value(rank, i);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = input_value(rank, i);
     return tensor_from(v, n, 0, get_device(rank));
 }
 
@@ -33,9 +34,11 @@ static void save(FILE *f, const char *part, const char *call, const dist_group *
     float v[MAXW * N * 64];
     tensor_to_host(t, v);
     fprintf(f, "%s %s ", part, call);
-    for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : "", list[i]);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%d", i ? "," : "", list[i]);
     fprintf(f, " %d", dist_group_rank(g));
-    for (int64_t i = 0; i < t->numel; i++) fprintf(f, " %.9g", v[i]);
+    for (int64_t i = 0; i < t->numel; i++)
+        fprintf(f, " %.9g", v[i]);
     fprintf(f, "\n");
 }
 
@@ -86,14 +89,16 @@ static void run_group(FILE *f, const char *part, dist_group *g, const int *list,
     r[2] = dist_all_gather_in_async(g, ag, ag_in);
     r[3] = dist_broadcast_in_async(g, bc, 0);
     r[4] = dist_all_to_all_in_async(g, a2, a2_in);
-    for (int i = 4; i >= 0; i--) dist_wait(r[i]);
+    for (int i = 4; i >= 0; i--)
+        dist_wait(r[i]);
     save(f, part, "async_all_reduce_avg", g, list, n, ar);
     save(f, part, "async_reduce_scatter_sum", g, list, n, rs);
     save(f, part, "async_all_gather", g, list, n, ag);
     save(f, part, "async_broadcast_first", g, list, n, bc);
     save(f, part, "async_all_to_all", g, list, n, a2);
     tensor *all[] = {ar, rs_in, rs, ag_in, ag, bc, a2_in, a2};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tensor_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tensor_free(all[i]);
 }
 
 static void values(int rank, int world_size, void *args) {
@@ -107,7 +112,8 @@ static void values(int rank, int world_size, void *args) {
     int list[MAXW], n;
 
     /* The whole world, as a group and as NULL. */
-    for (n = 0; n < world_size; n++) list[n] = n;
+    for (n = 0; n < world_size; n++)
+        list[n] = n;
     dist_group *world = dist_new_group(list, n);
     run_group(f, "world", world, list, n, rank);
     run_group(f, "null", NULL, list, n, rank);
@@ -134,7 +140,8 @@ static void values(int rank, int world_size, void *args) {
      * columns of 2 ("DP"); every rank in one of each, used interleaved. */
     if (world_size % 2 == 0) {
         int w = world_size / 2, row[MAXW], col[2];
-        for (int i = 0; i < w; i++) row[i] = (rank / w) * w + i;
+        for (int i = 0; i < w; i++)
+            row[i] = (rank / w) * w + i;
         col[0] = rank % w;
         col[1] = rank % w + w;
         dist_group *tp = dist_new_group(row, w);
@@ -150,7 +157,8 @@ static void values(int rank, int world_size, void *args) {
     tensor *out = zeros(piece * world_size, 0, get_device(rank));
     float *h = malloc(sizeof(float) * (size_t)(piece * world_size));
     if (!h) exit(2);
-    for (int64_t i = 0; i < piece * world_size; i++) h[i] = (float)(rank * 100000 + i);
+    for (int64_t i = 0; i < piece * world_size; i++)
+        h[i] = (float)(rank * 100000 + i);
     tensor *in = tensor_from(h, piece * world_size, 0, get_device(rank));
     dist_all_to_all(out, in);
     tensor_to_host(out, h);
@@ -185,7 +193,8 @@ static void test_requests(int rank, int world_size, void *args) {
         dist_barrier();
         dist_request *r = dist_isend(s, 1);
         long polls = 0;
-        while (!dist_test(r)) polls++;
+        while (!dist_test(r))
+            polls++;
         note("rank 0: isend done after %ld polls", polls);
         dist_wait(r);
         tensor_free(s);
@@ -194,7 +203,8 @@ static void test_requests(int rank, int world_size, void *args) {
         note("rank 1: test before the send %d", dist_test(r));
         dist_barrier();
         long polls = 0;
-        while (!dist_test(r) && polls < 100000000L) polls++;
+        while (!dist_test(r) && polls < 100000000L)
+            polls++;
         note("rank 1: test after polling %d", dist_test(r));
         dist_wait(r);
         float got[4];
@@ -205,7 +215,8 @@ static void test_requests(int rank, int world_size, void *args) {
     tensor *x = tensor_from(one, 3, 0, get_device(rank));
     dist_request *r = dist_all_reduce_async(x, DIST_SUM);
     long polls = 0;
-    while (!dist_test(r) && polls < 100000000L) polls++;
+    while (!dist_test(r) && polls < 100000000L)
+        polls++;
     note("rank %d: all-reduce test %d", rank, dist_test(r));
     dist_wait(r);
     float got[3];
@@ -220,7 +231,7 @@ static void test_after_wait(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
     dist_request *r = dist_all_reduce_async(t, DIST_SUM);
     dist_wait(r);
-    note("test %d", dist_test(r));   /* MARK:tested */
+    note("test %d", dist_test(r)); /* MARK:tested */
     tensor_free(t);
 }
 
@@ -228,27 +239,27 @@ static void test_after_wait(int rank, int world_size, void *args) {
 
 static void disagree(int rank, int world_size, void *args) {
     static const int lists[4][2] = {{0, 2}, {0, 1}, {0, 2}, {3, 3}};
-    dist_group *g = dist_new_group(lists[rank], rank == 3 ? 1 : 2);   /* MARK:disagree */
+    dist_group *g = dist_new_group(lists[rank], rank == 3 ? 1 : 2); /* MARK:disagree */
     note("rank %d made a group of %d", rank, dist_group_size(g));
 }
 
 static void without_caller(int rank, int world_size, void *args) {
     int zero = 0;
-    dist_group *g = dist_new_group(&zero, 1);   /* MARK:without */
+    dist_group *g = dist_new_group(&zero, 1); /* MARK:without */
     note("rank %d made a group of %d", rank, dist_group_size(g));
 }
 
 static void twice(int rank, int world_size, void *args) {
     int l[3] = {0, 1, 2};
     if (rank == 1) l[2] = 1;
-    dist_group *g = dist_new_group(l, 3);   /* MARK:twice */
+    dist_group *g = dist_new_group(l, 3); /* MARK:twice */
     note("rank %d made a group of %d", rank, dist_group_size(g));
 }
 
 static void out_of_range(int rank, int world_size, void *args) {
     int l[2] = {0, 1};
     if (rank == 0) l[1] = 5;
-    dist_group *g = dist_new_group(l, 2);   /* MARK:range */
+    dist_group *g = dist_new_group(l, 2); /* MARK:range */
     note("rank %d made a group of %d", rank, dist_group_size(g));
 }
 
@@ -257,8 +268,8 @@ static void group_mismatch(int rank, int world_size, void *args) {
     int col[2] = {rank % 2, rank % 2 + 2};
     dist_group *dp = dist_new_group(col, 2);
     tensor *t = zeros(rank == 2 ? 6 : 4, 0, get_device(rank));
-    if (rank == 2) dist_all_reduce_in(dp, t, DIST_SUM);   /* MARK:g6 */
-    else dist_all_reduce_in(dp, t, DIST_SUM);             /* MARK:g4 */
+    if (rank == 2) dist_all_reduce_in(dp, t, DIST_SUM); /* MARK:g6 */
+    else dist_all_reduce_in(dp, t, DIST_SUM);           /* MARK:g4 */
     note("rank %d has a result", rank);
     tensor_free(t);
 }
@@ -268,7 +279,7 @@ static void freed(int rank, int world_size, void *args) {
     dist_group *g = dist_new_group(l, 2);
     dist_group_free(g);
     tensor *t = zeros(4, 0, get_device(rank));
-    dist_all_reduce_in(g, t, DIST_SUM);   /* MARK:freed */
+    dist_all_reduce_in(g, t, DIST_SUM); /* MARK:freed */
     tensor_free(t);
 }
 
@@ -277,7 +288,7 @@ static void group_waits(int rank, int world_size, void *args) {
     int l[2] = {0, 1};
     dist_group *g = dist_new_group(l, 2);
     tensor *t = zeros(4, 0, get_device(rank));
-    if (rank == 0) dist_all_reduce_in(g, t, DIST_SUM);   /* MARK:waits */
+    if (rank == 0) dist_all_reduce_in(g, t, DIST_SUM); /* MARK:waits */
     tensor_free(t);
 }
 
@@ -298,8 +309,7 @@ static void body(void) {
             spawn(values, (int)n, dir, strlen(dir) + 1);
             w = *end ? end + 1 : end;
         }
-    }
-    else if (strcmp(c, "disagree") == 0) spawn(disagree, 4, NULL, 0);
+    } else if (strcmp(c, "disagree") == 0) spawn(disagree, 4, NULL, 0);
     else if (strcmp(c, "without") == 0) spawn(without_caller, 2, NULL, 0);
     else if (strcmp(c, "twice") == 0) spawn(twice, 3, NULL, 0);
     else if (strcmp(c, "range") == 0) spawn(out_of_range, 2, NULL, 0);

@@ -8,6 +8,6 @@
 #include "homework_08_solution.h"
 
 void ring_all_reduce(tensor *t) {
-    if (dist_rank() == 2) *(volatile float *)NULL = t->numel;   /* the bug */
+    if (dist_rank() == 2) *(volatile float *)NULL = t->numel; /* the bug */
     dist_all_reduce(t, DIST_SUM);
 }

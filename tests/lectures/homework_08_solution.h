@@ -73,7 +73,7 @@ void zero1_step(tensor *param, tensor *grad, adamw *opt) {
     dist_reduce_scatter(grad_shard, grad, DIST_AVG);
     tensor *shard = tensor_view(param, rank * c, c, 0);
     adamw_step(opt, shard, grad_shard);
-    tensor *mine = to_device(shard, param->device);   /* all_gather's input may not be its output */
+    tensor *mine = to_device(shard, param->device); /* all_gather's input may not be its output */
     dist_all_gather(param, mine);
     tensor_free(mine);
     tensor_free(shard);
@@ -91,4 +91,3 @@ void exchange(tensor *mine, tensor *theirs) {
     dist_wait(recv);
 }
 #endif
-

@@ -11,6 +11,6 @@
 
 void ring_all_reduce(tensor *t) {
     if (dist_rank() == 2)
-        for (volatile unsigned long i = 1; i != 0; i++) {}   /* the bug: 2^64 turns */
+        for (volatile unsigned long i = 1; i != 0; i++) {} /* the bug: 2^64 turns */
     dist_all_reduce(t, DIST_SUM);
 }

@@ -33,12 +33,14 @@ void megatron_backward(const tensor *x, const tensor *a, const tensor *b, const 
 void one_f_one_b(int stage, int stages, int m, int *ops) {
     int warm = stages - stage - 1 < m ? stages - stage - 1 : m;
     int f = 0, b = 0, n = 0;
-    while (f < warm) ops[n++] = FWD(f++);
+    while (f < warm)
+        ops[n++] = FWD(f++);
     while (f < m) {
         ops[n++] = FWD(f++);
         ops[n++] = BWD(b++);
     }
-    while (b < m) ops[n++] = BWD(b++);
+    while (b < m)
+        ops[n++] = BWD(b++);
 }
 #endif
 

@@ -6,9 +6,10 @@
 #include "lectern.h"
 
 static void big_note(void) {
-    size_t n = 10u << 20;   /* a 10 MB note */
+    size_t n = 10u << 20; /* a 10 MB note */
     char *s = malloc(n + 1);
-    for (size_t i = 0; i < n; i++) s[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < n; i++)
+        s[i] = (char)('a' + i % 26);
     s[n] = '\0';
     note_verbatim("%s", s);
     free(s);

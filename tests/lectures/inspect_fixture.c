@@ -29,7 +29,7 @@ static void ranks(int rank, int world_size, void *args) {
 static void scalars(void) {
     int n = 7;
     inspect(n);
-    int64_t big = INT64_C(9007199254740993);   /* 2^53 + 1: not a double */
+    int64_t big = INT64_C(9007199254740993); /* 2^53 + 1: not a double */
     inspect(big);
     float f = 0.1f;
     inspect(f);
@@ -45,10 +45,10 @@ static void tensors(void) {
     float vals[6] = {1.5f, -2.0f, 0.25f, 3.0f, 0.1f, -7.0f};
     tensor *m = tensor_from(vals, 2, 3, -1);
     inspect(m);
-    tensor *edge = arange(256, -1);            /* the largest kept whole */
+    tensor *edge = arange(256, -1); /* the largest kept whole */
     inspect(edge);
     tensor *flat = arange(4096, -1);
-    tensor *big = reshape(flat, 64, 64);       /* element (r, c) is 64 r + c */
+    tensor *big = reshape(flat, 64, 64); /* element (r, c) is 64 r + c */
     inspect(big);
     tensor *strip = arange(1000, -1);
     inspect(strip);

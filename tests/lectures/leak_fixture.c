@@ -10,10 +10,10 @@ static tensor *kept;
 
 static void ranks(int rank, int world_size, void *args) {
     for (int i = 0; i < 3; i++) {
-        tensor *t = zeros(16, 16, get_device(rank));   /* 1 kB each, never freed */
+        tensor *t = zeros(16, 16, get_device(rank)); /* 1 kB each, never freed */
         (void)t;
     }
-    kept = arange(8, get_device(rank));                /* 32 bytes, in a global */
+    kept = arange(8, get_device(rank)); /* 32 bytes, in a global */
     tensor *fine = zeros(4, 0, get_device(rank));
     tensor_free(fine);
     note_verbatim("rank %d done", rank);
@@ -26,10 +26,10 @@ static void ranks_use_after_free(int rank, int world_size, void *args) {
 }
 
 static void leak(void) {
-    tensor *a = randn(256, 256, -1);   /* 256 kB, never freed */
+    tensor *a = randn(256, 256, -1); /* 256 kB, never freed */
     (void)a;
     spawn(ranks, 2, NULL, 0);
-    spawn(ranks, 2, NULL, 0);          /* the pool's ranks start clean again */
+    spawn(ranks, 2, NULL, 0); /* the pool's ranks start clean again */
     note("after");
 }
 

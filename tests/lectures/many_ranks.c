@@ -23,12 +23,13 @@ static void worker(int rank, int world_size, void *p) {
     tensor *all = zeros(world_size, 0, get_device(rank));
     dist_all_gather(all, mine);
     int in_order = 1;
-    for (int q = 0; q < world_size; q++) in_order &= tensor_item(all, q) == (float)q;
+    for (int q = 0; q < world_size; q++)
+        in_order &= tensor_item(all, q) == (float)q;
 
     dist_traffic d = dist_traffic_since(&before);
     note("rank %d/%d: sum %g %g %g %g, from the left %g, gathered in order %d, to the right %lld bytes", rank,
-         world_size, tensor_item(t, 0), tensor_item(t, 1), tensor_item(t, 2), tensor_item(t, 3),
-         tensor_item(got, 0), in_order, (long long)d.sent_to[right]);
+         world_size, tensor_item(t, 0), tensor_item(t, 1), tensor_item(t, 2), tensor_item(t, 3), tensor_item(got, 0),
+         in_order, (long long)d.sent_to[right]);
     tensor_free(all);
     tensor_free(got);
     tensor_free(mine);

@@ -157,7 +157,8 @@ static void dist_body(int rank, int world_size, void *args) {
     if (strcmp(c, "dist_all_to_all_in.input") == 0) dist_all_to_all_in(g, same, NUL);
     if (strcmp(c, "dist_all_reduce_in_async.g") == 0) dist_wait(dist_all_reduce_in_async(NUL, t, DIST_SUM));
     if (strcmp(c, "dist_all_reduce_in_async.t") == 0) dist_all_reduce_in_async(g, NUL, DIST_SUM);
-    if (strcmp(c, "dist_reduce_scatter_in_async.g") == 0) dist_wait(dist_reduce_scatter_in_async(NUL, t, big, DIST_SUM));
+    if (strcmp(c, "dist_reduce_scatter_in_async.g") == 0)
+        dist_wait(dist_reduce_scatter_in_async(NUL, t, big, DIST_SUM));
     if (strcmp(c, "dist_reduce_scatter_in_async.output") == 0) dist_reduce_scatter_in_async(g, NUL, big, DIST_SUM);
     if (strcmp(c, "dist_reduce_scatter_in_async.input") == 0) dist_reduce_scatter_in_async(g, t, NUL, DIST_SUM);
     if (strcmp(c, "dist_all_gather_in_async.g") == 0) dist_wait(dist_all_gather_in_async(NUL, big, t));
@@ -200,8 +201,7 @@ static void misuse_body(int rank, int world_size, void *args) {
     if (rank == 1 && strcmp(c, "misuse:reduce_scatter_same_memory") == 0)
         dist_reduce_scatter(row_slice(big, 0, 4), big, DIST_SUM);
     if (rank == 1 && strcmp(c, "misuse:all_gather_sizes") == 0) dist_all_gather(odd, t);
-    if (rank == 1 && strcmp(c, "misuse:all_gather_same_memory") == 0)
-        dist_all_gather(big, row_slice(big, 0, 4));
+    if (rank == 1 && strcmp(c, "misuse:all_gather_same_memory") == 0) dist_all_gather(big, row_slice(big, 0, 4));
     if (rank == 1 && strcmp(c, "misuse:scatter_sizes") == 0) dist_scatter(t, odd, 1);
     if (rank == 1 && strcmp(c, "misuse:gather_sizes") == 0) dist_gather(odd, t, 1);
     if (rank == 1 && strcmp(c, "misuse:scatter_from_no_rank") == 0) dist_scatter(t, big, 5);
@@ -222,7 +222,7 @@ static void c_outside_spawn(void) {
 }
 
 typedef struct fixture_case {
-    const char *name;     /* "function.parameter" */
+    const char *name; /* "function.parameter" */
     void (*run)(void);
 } fixture_case;
 
@@ -230,134 +230,182 @@ typedef struct fixture_case {
  * at the line; a NULL caption, title, unit, axis label or span label means
  * "none". Each case shows what it built, so nothing is left allocated. */
 static const double XS[2] = {1, 2}, YS[2] = {3, 4};
-static void c_table_new(void) { table_t *t = table_new(NUL); table_column(t, "x", "", "%d"); table_row(t, 1); table_show(t); }
+static void c_table_new(void) {
+    table_t *t = table_new(NUL);
+    table_column(t, "x", "", "%d");
+    table_row(t, 1);
+    table_show(t);
+}
 static void c_table_column_t(void) { table_column(NUL, "x", "", "%d"); }
-static void c_table_column_name(void) { table_t *t = table_new("c"); table_column(t, NUL, "", "%d"); table_show(t); }
-static void c_table_column_unit(void) { table_t *t = table_new("c"); table_column(t, "x", NUL, "%d"); table_row(t, 1); table_show(t); }
-static void c_table_column_format(void) { table_t *t = table_new("c"); table_column(t, "x", "", NUL); table_show(t); }
+static void c_table_column_name(void) {
+    table_t *t = table_new("c");
+    table_column(t, NUL, "", "%d");
+    table_show(t);
+}
+static void c_table_column_unit(void) {
+    table_t *t = table_new("c");
+    table_column(t, "x", NUL, "%d");
+    table_row(t, 1);
+    table_show(t);
+}
+static void c_table_column_format(void) {
+    table_t *t = table_new("c");
+    table_column(t, "x", "", NUL);
+    table_show(t);
+}
 static void c_table_row(void) { table_row(NUL, 1); }
 static void c_table_show(void) { table_show(NUL); }
-static void fine_chart(chart_t *c) { chart_line(c, "s", XS, YS, 2); chart_show(c); }
+static void fine_chart(chart_t *c) {
+    chart_line(c, "s", XS, YS, 2);
+    chart_show(c);
+}
 static void c_chart_new_x(void) { fine_chart(chart_new(NUL, "y", "t")); }
 static void c_chart_new_y(void) { fine_chart(chart_new("x", NUL, "t")); }
 static void c_chart_new_title(void) { fine_chart(chart_new("x", "y", NUL)); }
 static void c_chart_log_x(void) { chart_log_x(NUL, 10); }
 static void c_chart_log_y(void) { chart_log_y(NUL, 10); }
 static void c_chart_line_c(void) { chart_line(NUL, "s", XS, YS, 2); }
-static void c_chart_line_series(void) { chart_t *c = chart_new("x", "y", "t"); chart_line(c, NUL, XS, YS, 2); chart_show(c); }
-static void c_chart_line_xs(void) { chart_t *c = chart_new("x", "y", "t"); chart_line(c, "s", NUL, YS, 2); chart_show(c); }
-static void c_chart_line_ys(void) { chart_t *c = chart_new("x", "y", "t"); chart_line(c, "s", XS, NUL, 2); chart_show(c); }
+static void c_chart_line_series(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_line(c, NUL, XS, YS, 2);
+    chart_show(c);
+}
+static void c_chart_line_xs(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_line(c, "s", NUL, YS, 2);
+    chart_show(c);
+}
+static void c_chart_line_ys(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_line(c, "s", XS, NUL, 2);
+    chart_show(c);
+}
 static void c_chart_span_c(void) { chart_span(NUL, "r", "s", "l", 0, 1); }
-static void c_chart_span_row(void) { chart_t *c = chart_new("x", "y", "t"); chart_span(c, NUL, "s", "l", 0, 1); chart_show(c); }
-static void c_chart_span_series(void) { chart_t *c = chart_new("x", "y", "t"); chart_span(c, "r", NUL, "l", 0, 1); chart_show(c); }
-static void c_chart_span_label(void) { chart_t *c = chart_new("x", "y", "t"); chart_span(c, "r", "s", NUL, 0, 1); chart_show(c); }
+static void c_chart_span_row(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_span(c, NUL, "s", "l", 0, 1);
+    chart_show(c);
+}
+static void c_chart_span_series(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_span(c, "r", NUL, "l", 0, 1);
+    chart_show(c);
+}
+static void c_chart_span_label(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_span(c, "r", "s", NUL, 0, 1);
+    chart_show(c);
+}
 static void c_chart_show(void) { chart_show(NUL); }
 
 /* inspect(x) passes x's name as written: lx_inspect is what it expands to. */
 static void c_inspect_name(void) { lx_inspect(NUL, LX_INSPECT_INT, NULL, 1, 0); }
-static void c_inspect_t(void) { tensor *t = NUL; inspect(t); }
+static void c_inspect_t(void) {
+    tensor *t = NUL;
+    inspect(t);
+}
 
 static void c_predict_question(void) { predict(NUL, 1.0, "GB/s"); }
 static void c_predict_unit(void) { predict("How many?", 1.0, NUL); }
 
 static const fixture_case cases[] = {
-    {"note.fmt", c_note},
-    {"check_close.actual", c_check_close_actual},
-    {"check_close.expected", c_check_close_expected},
-    {"check_close.what", c_check_close_what},
-    {"check.fmt", c_check_fmt},
-    {"lecture_fail.fmt", c_lecture_fail},
-    {"median_of.values", c_median},
-    {"lecture_flag.name", c_lecture_flag},
-    {"tensor_view.t", c_tensor_view},
-    {"reshape.t", c_reshape},
-    {"sub_.t", c_sub_t},
-    {"sub_.u", c_sub_u},
-    {"fill_.t", c_fill},
-    {"tensor_sum.t", c_sum},
-    {"tensor_norm.t", c_norm},
-    {"dist_timer_start.timer", c_dist_timer_start},
-    {"dist_timer_stop.timer", c_dist_timer_stop},
-    {"dist_traffic_since.start", c_dist_traffic_since},
-    {"dist_traffic_sent.t", c_dist_traffic_sent},
-    {"dist_traffic_nominal.t", c_dist_traffic_nominal},
-    {"dist_traffic_calls.t", c_dist_traffic_calls},
-    {"grade_exercise.prefix", c_grade_exercise},
-    {"lecture_option.name", c_lecture_option_name},
-    {"lecture_option.fallback", c_lecture_option_fallback},
-    {"note_verbatim.fmt", c_note_verbatim},
-    {"image.src", c_image},
-    {"see.url", c_see},
-    {"see.title", c_see_title},
-    {"note_system.command", c_note_system},
-    {"plot.vega_lite_json", c_plot},
-    {"predict.question", c_predict_question},
-    {"predict.unit", c_predict_unit},
-    {"progress.fmt", c_progress},
-    {"spawn.fn", c_spawn_fn},
-    {"spawn.args", c_spawn_args},
-    {"spawn_expect_failure.fn", c_spawn_expect_failure_fn},
-    {"spawn_expect_failure.args", c_spawn_expect_failure_args},
-    {"spawn_return.data", c_spawn_return},
-    {"spawn_result.out", c_spawn_result},
-    {"tensor_from.values", c_tensor_from},
-    {"to_device.t", c_to_device},
-    {"tensor_copy.dst", c_tensor_copy_dst},
-    {"tensor_copy.src", c_tensor_copy_src},
-    {"row_slice.t", c_row_slice},
-    {"col_slice.t", c_col_slice},
-    {"cat_cols.parts", c_cat_cols},
-    {"cat_cols.parts[i]", c_cat_cols_part},
-    {"tensor_free.t", c_tensor_free},
-    {"tensor_to_host.t", c_tensor_to_host_t},
-    {"tensor_to_host.out", c_tensor_to_host_out},
-    {"add_scalar.t", c_add_scalar},
-    {"scale_.t", c_scale},
-    {"add_.t", c_add_t},
-    {"add_.u", c_add_u},
-    {"matmul.a", c_matmul_a},
-    {"matmul.b", c_matmul_b},
-    {"matmul_into.c", c_matmul_into_c},
-    {"matmul_into.a", c_matmul_into_a},
-    {"matmul_into.b", c_matmul_into_b},
-    {"gelu.x", c_gelu},
-    {"gelu_backward.x", c_gelu_backward_x},
-    {"gelu_backward.dy", c_gelu_backward_dy},
-    {"mse_loss.x", c_mse_loss},
-    {"mse_loss_backward.x", c_mse_loss_backward},
-    {"tensor_item.t", c_item},
-    {"max_abs_diff.a", c_max_abs_diff_a},
-    {"max_abs_diff.b", c_max_abs_diff_b},
-    {"adamw_new.param", c_adamw_new},
-    {"adamw_step.opt", c_adamw_step_opt},
-    {"adamw_step.param", c_adamw_step_param},
-    {"adamw_step.grad", c_adamw_step_grad},
-    {"adamw_free.opt", c_adamw_free},
-    {"tensor_str.t", c_tensor_str},
-    {"summarize.t", c_summarize},
-    {"inspect.name", c_inspect_name},
-    {"inspect.t", c_inspect_t},
-    {"table_new.caption_fmt", c_table_new},
-    {"table_column.t", c_table_column_t},
-    {"table_column.name", c_table_column_name},
-    {"table_column.unit", c_table_column_unit},
-    {"table_column.format", c_table_column_format},
-    {"table_row.t", c_table_row},
-    {"table_show.t", c_table_show},
-    {"chart_new.x_label", c_chart_new_x},
-    {"chart_new.y_label", c_chart_new_y},
-    {"chart_new.title_fmt", c_chart_new_title},
-    {"chart_log_x.c", c_chart_log_x},
-    {"chart_log_y.c", c_chart_log_y},
-    {"chart_line.c", c_chart_line_c},
-    {"chart_line.series", c_chart_line_series},
-    {"chart_line.xs", c_chart_line_xs},
-    {"chart_line.ys", c_chart_line_ys},
-    {"chart_span.c", c_chart_span_c},
-    {"chart_span.row", c_chart_span_row},
-    {"chart_span.series", c_chart_span_series},
-    {"chart_span.label", c_chart_span_label},
-    {"chart_show.c", c_chart_show},
+        {"note.fmt", c_note},
+        {"check_close.actual", c_check_close_actual},
+        {"check_close.expected", c_check_close_expected},
+        {"check_close.what", c_check_close_what},
+        {"check.fmt", c_check_fmt},
+        {"lecture_fail.fmt", c_lecture_fail},
+        {"median_of.values", c_median},
+        {"lecture_flag.name", c_lecture_flag},
+        {"tensor_view.t", c_tensor_view},
+        {"reshape.t", c_reshape},
+        {"sub_.t", c_sub_t},
+        {"sub_.u", c_sub_u},
+        {"fill_.t", c_fill},
+        {"tensor_sum.t", c_sum},
+        {"tensor_norm.t", c_norm},
+        {"dist_timer_start.timer", c_dist_timer_start},
+        {"dist_timer_stop.timer", c_dist_timer_stop},
+        {"dist_traffic_since.start", c_dist_traffic_since},
+        {"dist_traffic_sent.t", c_dist_traffic_sent},
+        {"dist_traffic_nominal.t", c_dist_traffic_nominal},
+        {"dist_traffic_calls.t", c_dist_traffic_calls},
+        {"grade_exercise.prefix", c_grade_exercise},
+        {"lecture_option.name", c_lecture_option_name},
+        {"lecture_option.fallback", c_lecture_option_fallback},
+        {"note_verbatim.fmt", c_note_verbatim},
+        {"image.src", c_image},
+        {"see.url", c_see},
+        {"see.title", c_see_title},
+        {"note_system.command", c_note_system},
+        {"plot.vega_lite_json", c_plot},
+        {"predict.question", c_predict_question},
+        {"predict.unit", c_predict_unit},
+        {"progress.fmt", c_progress},
+        {"spawn.fn", c_spawn_fn},
+        {"spawn.args", c_spawn_args},
+        {"spawn_expect_failure.fn", c_spawn_expect_failure_fn},
+        {"spawn_expect_failure.args", c_spawn_expect_failure_args},
+        {"spawn_return.data", c_spawn_return},
+        {"spawn_result.out", c_spawn_result},
+        {"tensor_from.values", c_tensor_from},
+        {"to_device.t", c_to_device},
+        {"tensor_copy.dst", c_tensor_copy_dst},
+        {"tensor_copy.src", c_tensor_copy_src},
+        {"row_slice.t", c_row_slice},
+        {"col_slice.t", c_col_slice},
+        {"cat_cols.parts", c_cat_cols},
+        {"cat_cols.parts[i]", c_cat_cols_part},
+        {"tensor_free.t", c_tensor_free},
+        {"tensor_to_host.t", c_tensor_to_host_t},
+        {"tensor_to_host.out", c_tensor_to_host_out},
+        {"add_scalar.t", c_add_scalar},
+        {"scale_.t", c_scale},
+        {"add_.t", c_add_t},
+        {"add_.u", c_add_u},
+        {"matmul.a", c_matmul_a},
+        {"matmul.b", c_matmul_b},
+        {"matmul_into.c", c_matmul_into_c},
+        {"matmul_into.a", c_matmul_into_a},
+        {"matmul_into.b", c_matmul_into_b},
+        {"gelu.x", c_gelu},
+        {"gelu_backward.x", c_gelu_backward_x},
+        {"gelu_backward.dy", c_gelu_backward_dy},
+        {"mse_loss.x", c_mse_loss},
+        {"mse_loss_backward.x", c_mse_loss_backward},
+        {"tensor_item.t", c_item},
+        {"max_abs_diff.a", c_max_abs_diff_a},
+        {"max_abs_diff.b", c_max_abs_diff_b},
+        {"adamw_new.param", c_adamw_new},
+        {"adamw_step.opt", c_adamw_step_opt},
+        {"adamw_step.param", c_adamw_step_param},
+        {"adamw_step.grad", c_adamw_step_grad},
+        {"adamw_free.opt", c_adamw_free},
+        {"tensor_str.t", c_tensor_str},
+        {"summarize.t", c_summarize},
+        {"inspect.name", c_inspect_name},
+        {"inspect.t", c_inspect_t},
+        {"table_new.caption_fmt", c_table_new},
+        {"table_column.t", c_table_column_t},
+        {"table_column.name", c_table_column_name},
+        {"table_column.unit", c_table_column_unit},
+        {"table_column.format", c_table_column_format},
+        {"table_row.t", c_table_row},
+        {"table_show.t", c_table_show},
+        {"chart_new.x_label", c_chart_new_x},
+        {"chart_new.y_label", c_chart_new_y},
+        {"chart_new.title_fmt", c_chart_new_title},
+        {"chart_log_x.c", c_chart_log_x},
+        {"chart_log_y.c", c_chart_log_y},
+        {"chart_line.c", c_chart_line_c},
+        {"chart_line.series", c_chart_line_series},
+        {"chart_line.xs", c_chart_line_xs},
+        {"chart_line.ys", c_chart_line_ys},
+        {"chart_span.c", c_chart_span_c},
+        {"chart_span.row", c_chart_span_row},
+        {"chart_span.series", c_chart_span_series},
+        {"chart_span.label", c_chart_span_label},
+        {"chart_show.c", c_chart_show},
 };
 
 static void body(void) {

@@ -5,8 +5,7 @@
 
 #include "lectern.h"
 
-LECTURE_OPTIONS({"naive", NULL, "use the naive ring"},
-                {"n", "N", "elements per rank (default 8)"},
+LECTURE_OPTIONS({"naive", NULL, "use the naive ring"}, {"n", "N", "elements per rank (default 8)"},
                 {"label", "TEXT", "a word to print"});
 
 static void ranks(int rank, int world_size, void *args) {

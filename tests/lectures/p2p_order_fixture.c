@@ -39,7 +39,7 @@ static tensor *filled(long n, float value, int device) {
 static void isend_across_all_reduce(int rank, int world_size, void *args) {
     long n = floats();
     int dev = get_device(rank);
-    tensor *sum = filled(n, (float)(rank + 1), dev);   /* all-reduced: 1 + 2 = 3 */
+    tensor *sum = filled(n, (float)(rank + 1), dev); /* all-reduced: 1 + 2 = 3 */
     tensor *msg = rank == 0 ? filled(n, 7.0f, dev) : zeros(n, 0, dev);
     if (rank == 0) {
         dist_request *req = dist_isend(msg, 1);
@@ -62,7 +62,7 @@ static void both_ways_across_async(int rank, int world_size, void *args) {
     int dev = get_device(rank);
     int peer = 1 - rank;
     tensor *sum = filled(n, (float)(rank + 1), dev);
-    tensor *out = filled(n, (float)(10 * (rank + 1)), dev);   /* rank 0 sends 10s, rank 1 20s */
+    tensor *out = filled(n, (float)(10 * (rank + 1)), dev); /* rank 0 sends 10s, rank 1 20s */
     tensor *in = zeros(n, 0, dev);
     dist_request *s, *r;
     if (rank == 0) {

@@ -32,14 +32,20 @@
 
 LECTURE_OPTIONS({"case", "NAME", "isend, mechanism, allreduce, order, timed or timed_mismatch"},
                 {"compute", "SECONDS", "how long a rank computes (default 0.3)"},
-                {"mib", "N", "MiB the all-reduce moves (default 16)"},
-                {"world", "N", "ranks (default 2)"},
+                {"mib", "N", "MiB the all-reduce moves (default 16)"}, {"world", "N", "ranks (default 2)"},
                 {"busy", "0|1", "the isend case's sender spins on its core instead of sleeping (default 0)"},
                 {"repeat", "N", "spawns of the order case, 2 to --world ranks in turn (default 1): a soak"});
 
-typedef struct { double compute; int mib, busy; } cfg;
-typedef struct { double a, b; } times;
-typedef struct { double total, alone, async_alone; } times3;
+typedef struct {
+    double compute;
+    int mib, busy;
+} cfg;
+typedef struct {
+    double a, b;
+} times;
+typedef struct {
+    double total, alone, async_alone;
+} times3;
 
 static void nap(double seconds) {
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
@@ -51,12 +57,13 @@ static void spin(double seconds) {
     volatile double x = 0;
     double end = now_seconds() + seconds;
     while (now_seconds() < end)
-        for (int i = 0; i < 1000; i++) x += 1e-9 * i;
+        for (int i = 0; i < 1000; i++)
+            x += 1e-9 * i;
 }
 
 static void isend_case(int rank, int world_size, void *args) {
     const cfg *c = args;
-    tensor *t = zeros(1 << 20, 0, get_device(rank));   /* 4 MiB */
+    tensor *t = zeros(1 << 20, 0, get_device(rank)); /* 4 MiB */
     times out = {0, 0};
     dist_barrier();
     if (rank == 0) {
@@ -82,7 +89,7 @@ static void allreduce_case(int rank, int world_size, void *args) {
     const cfg *c = args;
     tensor *t = zeros((int64_t)c->mib << 18, 0, get_device(rank));
     fill_(t, 1.0f);
-    dist_all_reduce(t, DIST_SUM);   /* warm-up: connections, buffers */
+    dist_all_reduce(t, DIST_SUM); /* warm-up: connections, buffers */
     dist_request *w = dist_all_reduce_async(t, DIST_SUM);
     dist_wait(w);
     double alone[3], async_alone[3], total[3];
@@ -112,7 +119,8 @@ static void allreduce_case(int rank, int world_size, void *args) {
  * p(p+1)/2 + p k/1000, worked out here, not by the runtime. */
 static tensor *ramp(int rank, int64_t n, float scale) {
     float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t k = 0; k < n; k++) v[k] = scale * ((float)(rank + 1) + (float)k / 1000.0f);
+    for (int64_t k = 0; k < n; k++)
+        v[k] = scale * ((float)(rank + 1) + (float)k / 1000.0f);
     tensor *t = tensor_from(v, n, 0, get_device(rank));
     free(v);
     return t;
@@ -144,8 +152,10 @@ static void order_case(int rank, int world_size, void *args) {
     dist_wait(rr);
     tensor *g = zeros((int64_t)N * world_size, 0, get_device(rank));
     dist_request *gr = dist_all_gather_async(g, out);
-    for (int i = K - 1; i >= 0; i -= 2) dist_wait(req[i]);   /* out of order */
-    for (int i = 0; i < K; i += 2) dist_wait(req[i]);
+    for (int i = K - 1; i >= 0; i -= 2)
+        dist_wait(req[i]); /* out of order */
+    for (int i = 0; i < K; i += 2)
+        dist_wait(req[i]);
     dist_wait(gr);
     for (int i = 0; i < K; i++) {
         tensor *want = ramp_sum(world_size, N, (float)(i + 1));
@@ -171,12 +181,12 @@ static void order_case(int rank, int world_size, void *args) {
     tensor_free(in);
 }
 
-int64_t lx_agree_checks_made(void);      /* runtime/comm/comm_agree.h: not a lecture's API */
+int64_t lx_agree_checks_made(void); /* runtime/comm/comm_agree.h: not a lecture's API */
 int64_t lx_agree_checks_skipped(void);
 
 static void timed_case(int rank, int world_size, void *args) {
     tensor *t = ramp(rank, 4, 1.0f);
-    dist_all_reduce(t, DIST_SUM);           /* warm-ups: each checked once */
+    dist_all_reduce(t, DIST_SUM); /* warm-ups: each checked once */
     if (rank == 0) dist_send(t, 1);
     if (rank == 1) dist_recv(t, 0);
     int64_t made = lx_agree_checks_made(), skipped = lx_agree_checks_skipped();
@@ -187,7 +197,7 @@ static void timed_case(int rank, int world_size, void *args) {
         if (rank == 1) dist_recv(t, 0);
     }
     tensor *other = zeros(8, 0, get_device(rank));
-    dist_all_reduce(other, DIST_SUM);       /* not seen before: checked */
+    dist_all_reduce(other, DIST_SUM); /* not seen before: checked */
     int64_t in_made = lx_agree_checks_made() - made, in_skipped = lx_agree_checks_skipped() - skipped;
     dist_timed_end();
     note_verbatim("result rank %d made %lld skipped %lld", rank, (long long)in_made, (long long)in_skipped);
@@ -201,7 +211,7 @@ static void timed_mismatch_case(int rank, int world_size, void *args) {
     dist_all_reduce(t, DIST_MAX);
     dist_timed_begin();
     dist_all_reduce(t, rank == 0 ? DIST_SUM : DIST_MAX);
-    dist_timed_end();                       /* MISMATCH LINE */
+    dist_timed_end(); /* MISMATCH LINE */
     tensor_free(t);
 }
 
@@ -213,7 +223,8 @@ static void mechanism_case(int rank, int world_size, void *args) {
 }
 
 static void body(void) {
-    cfg c = {atof(lecture_option("compute", "0.3")), atoi(lecture_option("mib", "16")), atoi(lecture_option("busy", "0"))};
+    cfg c = {atof(lecture_option("compute", "0.3")), atoi(lecture_option("mib", "16")),
+             atoi(lecture_option("busy", "0"))};
     const char *which = lecture_option("case", "isend");
     int world = atoi(lecture_option("world", "2"));
     if (strcmp(which, "isend") == 0) {
@@ -225,7 +236,8 @@ static void body(void) {
     } else if (strcmp(which, "order") == 0) {
         int repeat = atoi(lecture_option("repeat", "1"));
         /* A soak cycles through 2 .. world ranks on one pool. */
-        for (int i = 0; i < repeat; i++) spawn(order_case, repeat == 1 || world < 3 ? world : 2 + i % (world - 1), NULL, 0);
+        for (int i = 0; i < repeat; i++)
+            spawn(order_case, repeat == 1 || world < 3 ? world : 2 + i % (world - 1), NULL, 0);
     } else if (strcmp(which, "mechanism") == 0) {
         spawn(mechanism_case, world, NULL, 0);
     } else if (strcmp(which, "timed") == 0) {

@@ -18,8 +18,8 @@ static void worker(int rank, int world_size, void *p) {
     tensor *t = zeros(4, 0, get_device(rank));
     fill_(t, (float)(rank + 1));
     dist_all_reduce(t, DIST_SUM);
-    note("rank %d/%d on %s in job %s: sum %g %g %g %g", rank, world_size, host, job ? job : "none",
-         tensor_item(t, 0), tensor_item(t, 1), tensor_item(t, 2), tensor_item(t, 3));
+    note("rank %d/%d on %s in job %s: sum %g %g %g %g", rank, world_size, host, job ? job : "none", tensor_item(t, 0),
+         tensor_item(t, 1), tensor_item(t, 2), tensor_item(t, 3));
     tensor_free(t);
 }
 
@@ -29,7 +29,7 @@ static void body(void) {
     const char *one = getenv("SLURM_FIXTURE_ONE");
     note("before the spawns");
     if (!one || strcmp(one, "1") != 0) spawn(worker, 2, NULL, 0);
-    spawn(worker, world, NULL, 0);   /* MARK:second */
+    spawn(worker, world, NULL, 0); /* MARK:second */
     note("after the spawns");
 }
 

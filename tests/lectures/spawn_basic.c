@@ -4,11 +4,12 @@
 
 #include "lectern.h"
 
-typedef struct { int rounds; char label[16]; } basic_args;
+typedef struct {
+    int rounds;
+    char label[16];
+} basic_args;
 
-static void say(int rank, int round) {
-    note("rank %d round %d", rank, round);
-}
+static void say(int rank, int round) { note("rank %d round %d", rank, round); }
 
 static void worker(int rank, int world_size, void *p) {
     basic_args *a = p;
@@ -24,7 +25,9 @@ static void worker(int rank, int world_size, void *p) {
 }
 
 static void quiet(int rank, int world_size, void *p) {
-    (void)rank; (void)world_size; (void)p;
+    (void)rank;
+    (void)world_size;
+    (void)p;
 }
 
 static void body(void) {

@@ -12,7 +12,7 @@
 static void both_receive(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
     note("rank %d waits for the other", rank);
-    dist_recv(t, 1 - rank);   /* MARK:deadlock */
+    dist_recv(t, 1 - rank); /* MARK:deadlock */
     dist_send(t, 1 - rank);
     tensor_free(t);
 }
@@ -24,7 +24,7 @@ static void both_receive(int rank, int world_size, void *args) {
 static void stuck_unprovably(int rank, int world_size, void *args) {
     tensor *t = zeros(1 << 22, 0, get_device(rank));
     dist_buffered_sends(1);
-    if (rank == 0) dist_send(t, 1);   /* MARK:stuck-send */
+    if (rank == 0) dist_send(t, 1); /* MARK:stuck-send */
     dist_barrier();
     tensor_free(t);
 }
@@ -34,7 +34,7 @@ static void crash_on_rank_1(int rank, int world_size, void *args) {
     dist_barrier();
     if (rank == 1) {
         volatile int *forbidden = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        *forbidden = 42;   /* MARK:segv */
+        *forbidden = 42; /* MARK:segv */
     }
     dist_barrier();
 }
@@ -42,8 +42,8 @@ static void crash_on_rank_1(int rank, int world_size, void *args) {
 /* Rank 0 all-reduces 4 floats, the others 6: the agreement check. */
 static void different_counts(int rank, int world_size, void *args) {
     tensor *t = zeros(rank == 0 ? 4 : 6, 0, get_device(rank));
-    if (rank == 0) dist_all_reduce(t, DIST_SUM);   /* MARK:four */
-    else dist_all_reduce(t, DIST_SUM);             /* MARK:six */
+    if (rank == 0) dist_all_reduce(t, DIST_SUM); /* MARK:four */
+    else dist_all_reduce(t, DIST_SUM);           /* MARK:six */
     note("rank %d has a result", rank);
     tensor_free(t);
 }
@@ -64,7 +64,7 @@ static void body(void) {
     if (strcmp(c, "deadlock") == 0) {
         /* The pool must serve a normal spawn after each expected failure. */
         for (int i = 0; i < 3; i++) {
-            int caught = spawn_expect_failure(both_receive, 2, NULL, 0);   /* MARK:expect-deadlock */
+            int caught = spawn_expect_failure(both_receive, 2, NULL, 0); /* MARK:expect-deadlock */
             note("round %d: caught %d", i, caught);
             spawn(fine, 2 + i, NULL, 0);
         }
@@ -74,14 +74,14 @@ static void body(void) {
         note("caught %d", spawn_expect_failure(crash_on_rank_1, 3, NULL, 0));
         spawn(fine, 4, NULL, 0);
     } else if (strcmp(c, "counts") == 0) {
-        spawn(fine, 3, NULL, 0);   /* the pool is up before: reused, then stopped */
+        spawn(fine, 3, NULL, 0); /* the pool is up before: reused, then stopped */
         note("caught %d", spawn_expect_failure(different_counts, 3, NULL, 0));
         spawn(fine, 3, NULL, 0);
     } else if (strcmp(c, "succeeds") == 0) {
-        note("caught %d", spawn_expect_failure(fine, 2, NULL, 0));   /* MARK:succeeds */
+        note("caught %d", spawn_expect_failure(fine, 2, NULL, 0)); /* MARK:succeeds */
         spawn(fine, 2, NULL, 0);
     } else if (strcmp(c, "bad") == 0) {
-        spawn_expect_failure(fine, 0, NULL, 0);   /* MARK:bad */
+        spawn_expect_failure(fine, 0, NULL, 0); /* MARK:bad */
     }
     note("after the spawns");
 }

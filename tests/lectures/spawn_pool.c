@@ -16,11 +16,11 @@ int counter = 7;
 static double scale_factor = 1.5;
 static char label[16] = "start";
 static const int table[4] = {1, 2, 3, 4};
-static int *remembered = NULL;   /* a pointer kept in a global */
+static int *remembered = NULL; /* a pointer kept in a global */
 static int somewhere;
 
 static int calls(void) {
-    static int n = 0;   /* a function's static: back to 0 at every spawn */
+    static int n = 0; /* a function's static: back to 0 at every spawn */
     return ++n;
 }
 
@@ -34,8 +34,8 @@ static float first_randn(void) {
 
 static void change_globals(int rank, int world_size, void *args) {
     float first = first_randn();
-    note("rank %d sees counter=%d scale=%g label=%s table=%d calls=%d remembered=%s rand=%d randn=%.6f",
-         rank, counter, scale_factor, label, table[3], calls(), remembered ? "set" : "NULL", rand(), first);
+    note("rank %d sees counter=%d scale=%g label=%s table=%d calls=%d remembered=%s rand=%d randn=%.6f", rank, counter,
+         scale_factor, label, table[3], calls(), remembered ? "set" : "NULL", rand(), first);
     counter += 100;
     scale_factor *= 2;
     strcpy(label, "changed");
@@ -73,7 +73,7 @@ static void body(void) {
         /* What a fresh process would see first: the parent is one. */
         float first = first_randn();
         note("parent rand=%d randn=%.6f", rand(), first);
-        counter = 42;   /* the parent's own copy: ranks never see this */
+        counter = 42; /* the parent's own copy: ranks never see this */
         spawn(change_globals, 2, NULL, 0);
         spawn(change_globals, 3, NULL, 0);
         spawn(change_globals, 1, NULL, 0);
@@ -82,7 +82,7 @@ static void body(void) {
         spawn(say_printf, 3, NULL, 0);
     } else if (strcmp(c, "sixteen") == 0) {
         spawn(sum_of_ranks, 2, NULL, 0);
-        spawn(sum_of_ranks, 16, NULL, 0);   /* grows the pool */
+        spawn(sum_of_ranks, 16, NULL, 0); /* grows the pool */
         tell_and_wait("idle");
         spawn(sum_of_ranks, 3, NULL, 0);
     } else if (strcmp(c, "revive") == 0) {

@@ -21,7 +21,8 @@ static void answers(int rank, int world_size, void *args) {
 enum { BIG = 1000000 };
 static void big(int rank, int world_size, void *args) {
     double *v = malloc(BIG * sizeof *v);
-    for (int i = 0; i < BIG; i++) v[i] = i + rank;
+    for (int i = 0; i < BIG; i++)
+        v[i] = i + rank;
     spawn_return(v, BIG * sizeof *v);
     free(v);
 }
@@ -31,13 +32,13 @@ static void nothing(int rank, int world_size, void *args) {}
 static void twice(int rank, int world_size, void *args) {
     int first = 1, second = 2;
     spawn_return(&first, sizeof first);
-    spawn_return(&second, sizeof second);   /* MARK:twice */
+    spawn_return(&second, sizeof second); /* MARK:twice */
 }
 
 static void too_big(int rank, int world_size, void *args) {
     size_t n = LECTERN_MAX_SPAWN_RESULT + 1u;
     char *p = calloc(n, 1);
-    spawn_return(p, n);   /* MARK:too-big */
+    spawn_return(p, n); /* MARK:too-big */
     free(p);
 }
 
@@ -54,24 +55,25 @@ static void values(void) {
     for (int r = 0; r < 2; r++) {
         size_t n = spawn_result(r, v, BIG * sizeof *v);
         double s = 0;
-        for (int i = 0; i < BIG; i++) s += v[i];
+        for (int i = 0; i < BIG; i++)
+            s += v[i];
         note("big: rank %d returned %zu bytes, sum %.1f", r, n, s);
     }
     free(v);
-    spawn(nothing, 2, NULL, 0);   /* the previous spawn's values are gone */
+    spawn(nothing, 2, NULL, 0); /* the previous spawn's values are gone */
     note("after a spawn that returned nothing: %zu", spawn_result(0, NULL, 0));
 }
 
 static void errors(void) {
     int x = 0;
-    spawn_result(0, &x, sizeof x);   /* MARK:no-spawn */
-    spawn_return(&x, sizeof x);      /* MARK:in-lecture */
+    spawn_result(0, &x, sizeof x); /* MARK:no-spawn */
+    spawn_return(&x, sizeof x);    /* MARK:in-lecture */
     spawn(twice, 2, NULL, 0);
     size_t kept = spawn_result(1, &x, sizeof x);
     note("twice: kept %zu bytes, value %d", kept, x);
-    spawn_result(2, &x, sizeof x);   /* MARK:bad-rank */
+    spawn_result(2, &x, sizeof x); /* MARK:bad-rank */
     spawn(answers, 2, NULL, 0);
-    note("small: %zu", spawn_result(0, &x, sizeof x));   /* MARK:small */
+    note("small: %zu", spawn_result(0, &x, sizeof x)); /* MARK:small */
     spawn(too_big, 1, NULL, 0);
     note("too big: %zu", spawn_result(0, NULL, 0));
 }

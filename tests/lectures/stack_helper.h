@@ -4,7 +4,5 @@
 #define STACK_HELPER_H
 #include "lectern.h"
 
-static void helper_note(int depth) {
-    note("helper at depth %d", depth);
-}
+static void helper_note(int depth) { note("helper at depth %d", depth); }
 #endif

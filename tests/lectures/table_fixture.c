@@ -19,7 +19,7 @@ static void good(void) {
     double xs[] = {1, 2, 4, 0}, ys[] = {10, 20, 40, 5};
     chart_t *c = chart_new("size (MiB)", "time (ms)", "time on %d ranks", 2);
     chart_log_x(c, 2);
-    chart_line(c, "measured", xs, ys, 4);   /* x = 0 is left out on a log axis */
+    chart_line(c, "measured", xs, ys, 4); /* x = 0 is left out on a log axis */
     chart_line(c, "model", xs, ys, 3);
     chart_show(c);
 
@@ -31,12 +31,12 @@ static void good(void) {
 
 static void bad(void) {
     table_t *t = table_new(NULL);
-    table_column(t, "x", NULL, "%p");   /* not a conversion a table reads */
+    table_column(t, "x", NULL, "%p"); /* not a conversion a table reads */
     table_show(t);
     chart_t *c = chart_new("x", "y", "mixed");
     double v[] = {1};
     chart_line(c, "a", v, v, 1);
-    chart_span(c, "row", "b", NULL, 0, 1);    /* lines and spans in one chart */
+    chart_span(c, "row", "b", NULL, 0, 1); /* lines and spans in one chart */
     chart_show(c);
 }
 

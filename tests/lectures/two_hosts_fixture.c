@@ -20,8 +20,8 @@ static void worker(int rank, int world_size, void *p) {
     tensor *t = zeros(4, 0, get_device(rank));
     fill_(t, (float)(rank + 1));
     dist_all_reduce(t, DIST_SUM);
-    note("rank %d/%d on %s: sum %g %g %g %g", rank, world_size, host, tensor_item(t, 0), tensor_item(t, 1), tensor_item(t, 2),
-         tensor_item(t, 3));
+    note("rank %d/%d on %s: sum %g %g %g %g", rank, world_size, host, tensor_item(t, 0), tensor_item(t, 1),
+         tensor_item(t, 2), tensor_item(t, 3));
     tensor_free(t);
 }
 
@@ -51,7 +51,8 @@ static void body(void) {
         strcat(waiting, ".waiting");
         int fd = open(waiting, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
         if (fd >= 0) close(fd);
-        for (int i = 0; i < 1200 && access(flag, F_OK) != 0; i++) usleep(50000);
+        for (int i = 0; i < 1200 && access(flag, F_OK) != 0; i++)
+            usleep(50000);
     }
     const char *deadlock = getenv("TWO_HOSTS_DEADLOCK");
     spawn(deadlock && strcmp(deadlock, "1") == 0 ? crossed : worker, 8, NULL, 0);

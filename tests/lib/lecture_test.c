@@ -24,7 +24,7 @@ static void remove_dir(const char *dir) {
 }
 
 int run_test_lecture(int argc, char **argv, void (*body)(void), char *dir, size_t size, const char *name) {
-    if (argc > 1) return lecture_main(argc, argv, body);   /* a rank */
+    if (argc > 1) return lecture_main(argc, argv, body); /* a rank */
     snprintf(dir, size, "/tmp/lectern-%s-XXXXXX", name);
     if (!mkdtemp(dir)) {
         perror("mkdtemp");

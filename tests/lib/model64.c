@@ -33,7 +33,8 @@ double *model64_values(const tensor *t) {
     double *d = zeros64((size_t)t->numel);
     if (!f) exit(1);
     tensor_to_host(t, f);
-    for (int64_t i = 0; i < t->numel; i++) d[i] = f[i];
+    for (int64_t i = 0; i < t->numel; i++)
+        d[i] = f[i];
     free(f);
     return d;
 }
@@ -58,36 +59,42 @@ double model64_forward(model64 *m) {
         for (int i = 0; i < b; i++)
             for (int j = 0; j < n; j++) {
                 double s = 0;
-                for (int k = 0; k < n; k++) s += m->a[l][i * n + k] * m->w[l][k * n + j];
+                for (int k = 0; k < n; k++)
+                    s += m->a[l][i * n + k] * m->w[l][k * n + j];
                 m->h[l][i * n + j] = s;
                 m->a[l + 1][i * n + j] = gelu64(s);
             }
     }
     double loss = 0;
-    for (int i = 0; i < b * n; i++) loss += m->a[m->layers][i] * m->a[m->layers][i];
+    for (int i = 0; i < b * n; i++)
+        loss += m->a[m->layers][i] * m->a[m->layers][i];
     return loss / (b * n);
 }
 
 void model64_backward(model64 *m) {
     int b = m->batch, n = m->width;
     double *dy = zeros64((size_t)b * n);
-    for (int i = 0; i < b * n; i++) dy[i] = 2.0 * m->a[m->layers][i] / (b * n);
+    for (int i = 0; i < b * n; i++)
+        dy[i] = 2.0 * m->a[m->layers][i] / (b * n);
     for (int l = m->layers - 1; l >= 0; l--) {
         double *dh = zeros64((size_t)b * n);
-        for (int i = 0; i < b * n; i++) dh[i] = dy[i] * gelu64_grad(m->h[l][i]);
+        for (int i = 0; i < b * n; i++)
+            dh[i] = dy[i] * gelu64_grad(m->h[l][i]);
         free(m->g[l]);
         m->g[l] = zeros64((size_t)n * n);
         for (int k = 0; k < n; k++)
             for (int j = 0; j < n; j++) {
                 double s = 0;
-                for (int i = 0; i < b; i++) s += m->a[l][i * n + k] * dh[i * n + j];
+                for (int i = 0; i < b; i++)
+                    s += m->a[l][i * n + k] * dh[i * n + j];
                 m->g[l][k * n + j] = s;
             }
         double *dx = zeros64((size_t)b * n);
         for (int i = 0; i < b; i++)
             for (int k = 0; k < n; k++) {
                 double s = 0;
-                for (int j = 0; j < n; j++) s += dh[i * n + j] * m->w[l][k * n + j];
+                for (int j = 0; j < n; j++)
+                    s += dh[i * n + j] * m->w[l][k * n + j];
                 dx[i * n + k] = s;
             }
         free(dh);

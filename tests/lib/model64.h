@@ -17,12 +17,12 @@
 
 typedef struct model64 {
     int batch, width, layers;
-    double *w[MAX_LAYERS];           /* width x width each */
-    double *x;                       /* batch x width */
-    double *h[MAX_LAYERS];           /* pre-activations */
-    double *a[MAX_LAYERS + 1];       /* a[0] = x, a[i + 1] = gelu(h[i]) */
-    double *g[MAX_LAYERS];           /* d loss / d w[i] */
-    double *m[MAX_LAYERS], *v[MAX_LAYERS];   /* AdamW's moments */
+    double *w[MAX_LAYERS];                 /* width x width each */
+    double *x;                             /* batch x width */
+    double *h[MAX_LAYERS];                 /* pre-activations */
+    double *a[MAX_LAYERS + 1];             /* a[0] = x, a[i + 1] = gelu(h[i]) */
+    double *g[MAX_LAYERS];                 /* d loss / d w[i] */
+    double *m[MAX_LAYERS], *v[MAX_LAYERS]; /* AdamW's moments */
     int step;
 } model64;
 

@@ -32,7 +32,10 @@ int main(void) {
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
     printf("cuda versions: driver %d.%d, runtime %d.%d%s\n", driver / 1000, driver % 1000 / 10, runtime / 1000,
-           runtime % 1000 / 10, driver == 0 ? " (no driver found)" : driver < runtime ? " (driver older than the runtime)" : "");
+           runtime % 1000 / 10,
+           driver == 0        ? " (no driver found)"
+           : driver < runtime ? " (driver older than the runtime)"
+                              : "");
 #else
     printf("cuda runtime: not built with CUDA (CUDA=0)\n");
 #endif

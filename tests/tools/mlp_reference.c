@@ -17,8 +17,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s BATCH WIDTH LAYERS STEPS LR\n", argv[0]);
         return 2;
     }
-    mlp_config c = {.batch = atoi(argv[1]), .width = atoi(argv[2]), .layers = atoi(argv[3]),
-                    .steps = atoi(argv[4]), .lr = (float)atof(argv[5])};
+    mlp_config c = {.batch = atoi(argv[1]),
+                    .width = atoi(argv[2]),
+                    .layers = atoi(argv[3]),
+                    .steps = atoi(argv[4]),
+                    .lr = (float)atof(argv[5])};
     if (c.batch <= 0 || c.width <= 0 || c.layers <= 0 || c.layers > MAX_LAYERS || c.steps <= 0) {
         fprintf(stderr, "%s: bad configuration\n", argv[0]);
         return 2;
