@@ -4,7 +4,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "lectern.h"
@@ -615,8 +614,7 @@ static void ddp_main(int rank, int world_size, void *args) {
             mine[3] = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, NULL, 0, 0, &size);
             agrees("DDP: step-0 gradients", mine[3], gradient_tolerance(c) * size);
         }
-        for (int i = 0; i < c->layers; i++)
-            adamw_step(opt[i], w[i], grads[i]);
+        adamw_step_layers(opt, w, grads, c->layers);
         free_saved(c->layers, acts, pre);
     }
     mine[4] = diff_from_one_device(a, TRAINED, w, c->layers, NULL, 0, 0, NULL);
@@ -636,8 +634,7 @@ static void ddp_main(int rank, int world_size, void *args) {
         note_verbatim("Rank 0: params = %s; across %d %s, max |params(max) - params(min)| = %.3g",
                       summaries(w, c->layers, buf, sizeof buf), world_size, plural(world_size, "rank", "ranks"),
                       spread);
-    for (int i = 0; i < c->layers; i++)
-        adamw_free(opt[i]);
+    adamw_free_layers(opt, c->layers);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(w, c->layers), free_tensors(grads, c->layers);
 }
 
@@ -690,8 +687,7 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             mine[2] = diff_from_one_device(a, STEP0_GRADS, g->grads, c->layers, NULL, 0, 0, &size);
             agrees("DDP with buckets and accumulation: step-0 gradients", mine[2], gradient_tolerance(c) * size);
         }
-        for (int i = 0; i < c->layers; i++)
-            adamw_step(opt[i], w[i], g->grads[i]);
+        adamw_step_layers(opt, w, g->grads, c->layers);
     }
     const rank_column cols[] = {{"step 0: calls, micro-batch 0 (no_sync)", "%.0f"},
                                 {"step 0: calls, micro-batch 1", "%.0f"},
@@ -711,29 +707,9 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
              median_ms[AFTER_BACKWARD], median_ms[DURING_BACKWARD],
              median_ms[AFTER_BACKWARD] / median_ms[DURING_BACKWARD],
              median_ms[AFTER_BACKWARD] - median_ms[NO_ALL_REDUCE], median_ms[NO_ALL_REDUCE]);
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (strcmp(dist_backend(), "nccl") == 0)
-            note("On NCCL, each bucket's all-reduce runs on the communication stream while the compute stream goes "
-                 "on with the backward kernels of the layers below, so the async step can take less than the "
-                 "blocking one: the speed-up above is what that bought on this machine.");
-        else if (device >= 0) /* ranks sharing GPUs: matmuls on the GPU, the all-reduce staged through the host */
-            note("Here (Open MPI, %d ranks sharing GPUs) the matmuls run on the GPU and each all-reduce is staged: "
-                 "copied to host memory, reduced by Open MPI on the CPU, copied back. The progress thread moves it "
-                 "while the GPU computes, so the overlap can hide the CPU's part; the copies use the GPU's copy "
-                 "engine beside the kernels. Read the speed-up above as this machine's (this path has run, on one "
-                 "H100, only in docs/gpu.md's checks, not in a committed trace).",
-                 world_size);
-        else
-            note("Here (Open MPI, %d ranks on %ld CPU cores) each rank's progress thread moves the non-blocking "
-                 "all-reduce while backward computes, but its copies and sums are CPU work on the same cores as the "
-                 "matmuls: overlap can hide the waiting for other ranks, not that work, and Open MPI's non-blocking "
-                 "all-reduce is a different algorithm from its blocking one, sometimes the slower. Read the speed-up "
-                 "with care: %sother processes decide when each rank runs (docs/benchmarks.md, `bench_overlap`, "
-                 "times it over many runs). On GPUs NCCL is expected to overlap (no GPU trace of it yet).",
-                 world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
+        explain_overlap_here(world_size, device); /* lectures/lib/buckets.c: what this backend could overlap */
     }
-    for (int i = 0; i < c->layers; i++)
-        adamw_free(opt[i]);
+    adamw_free_layers(opt, c->layers);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(w, c->layers), buckets_free(g);
 }
 
@@ -854,8 +830,7 @@ static void zero3_main(int rank, int world_size, void *args) {
                      world_size, c->layers, c->width, c->width);
             predict(question, mine[2], "bytes");
         }
-        for (int i = 0; i < c->layers; i++)
-            adamw_step(opt[i], piece[i], grad_piece[i]);
+        adamw_step_layers(opt, piece, grad_piece, c->layers);
         free_saved(c->layers, acts, pre);
     }
     mine[5] = diff_from_one_device(a, TRAINED, piece, c->layers, "rrrrrrrr", first, last, NULL);
@@ -873,8 +848,7 @@ static void zero3_main(int rank, int world_size, void *args) {
              "rounding bound %.3g)",
              world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
     rank_table(caption, cols, 6, mine, c->steps);
-    for (int i = 0; i < c->layers; i++)
-        adamw_free(opt[i]);
+    adamw_free_layers(opt, c->layers);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(piece, c->layers), free_tensors(grad_piece, c->layers);
 }
 
@@ -1028,9 +1002,6 @@ static int pipeline_batch(void) { return lecture_quick() ? 256 : 1024; }
 static void say_bubble(int stages, int schedule, int m) {
     pipe_result r;
     if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("the pipeline's rank 0 returned no result");
-    double load[1] = {0};
-    if (getloadavg(load, 1) != 1) load[0] = -1;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double off = r.bubble / r.formula - 1;
     if (stages == 2)
         predict("What fraction of the pipeline's time will each of the 2 stages spend idle, with 8 micro-batches (the "
@@ -1040,19 +1011,19 @@ static void say_bubble(int stages, int schedule, int m) {
          "stage 0's last forward; stage 0 held at most %d micro-batches' activations (m = %d, p = %d). Load average "
          "%.1f on %ld cores while it ran.",
          SCHEDULE_NAMES[schedule], stages, r.bubble, r.formula, 100 * off,
-         fabs(off) <= 0.15 ? "within 15% of the formula: what is left over is the messages' cost and the last "
-                             "stage's loss, which the formula leaves out"
-         : stages > cores  ? "larger than the formula: the ranks outnumber the cores, so a stage that is ready to "
-                             "work waits for its turn on a core another stage holds; that wait is this machine's, "
-                             "not the schedule's"
-         : load[0] > cores + stages /* the load average counts this lecture's own ranks too */
+         fabs(off) <= 0.15  ? "within 15% of the formula: what is left over is the messages' cost and the last "
+                              "stage's loss, which the formula leaves out"
+         : stages > r.cores ? "larger than the formula: the ranks outnumber the cores, so a stage that is ready to "
+                              "work waits for its turn on a core another stage holds; that wait is this machine's, "
+                              "not the schedule's"
+         : r.load > r.cores + stages /* the load average counts this lecture's own ranks too */
                  ? "larger than the formula: the machine was busy with other work (a load average above its cores "
                    "plus this spawn's ranks), so a stage that was ready waited for a core; the formula assumes every "
                    "stage has one"
                  : "larger than the formula by more than the messages and the last stage's loss would explain: the "
                    "replay below splits the gap",
-         r.overlapped ? "began its first forward before" : "began only after", r.stage0_held, m, stages, load[0],
-         cores);
+         r.overlapped ? "began its first forward before" : "began only after", r.stage0_held, m, stages, r.load,
+         r.cores);
     /* The formula assumes equal stages and free messages; the replay keeps the first breach, drops the second */
     note("The same schedule replayed with each stage's own measured forward and backward times, and nothing between "
          "one operation and the next, gives a bubble of %.3f: unequal stages (the last adds the loss; ranks that "

@@ -259,10 +259,9 @@ MUTANTS = [
       "return 200.0 * (c->layers + 1) * longest_sum(c)", LECTURE_08),
     # ---- lecture_08's strategies ----
     m("ddp-sums-instead-of-averaging", "lectures/lecture_08.c",
-      "dist_all_reduce(grads[i], DIST_AVG);             /* the one line that makes it DDP */",
-      "dist_all_reduce(grads[i], DIST_SUM);             /* the one line that makes it DDP */", LECTURE_08),
+      "dist_all_reduce(grads[i], DIST_AVG);", "dist_all_reduce(grads[i], DIST_SUM);", LECTURE_08),
     m("ddp-no-all-reduce", "lectures/lecture_08.c",
-      "            dist_all_reduce(grads[i], DIST_AVG);             /* the one line that makes it DDP */",
+      "            dist_all_reduce(grads[i], DIST_AVG);",
       "            (void)grads[i];", LECTURE_08),
     m("zero3-skips-layer-0", "lectures/lecture_08.c", "        for (int i = c->layers - 1; i >= 0; i--) {\n            tensor *w = i > 0",
       "        for (int i = c->layers - 1; i > 0; i--) {\n            tensor *w = i > 0", LECTURE_08),

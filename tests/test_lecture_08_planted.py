@@ -32,10 +32,10 @@ BUILD = tracecheck.BUILD
 SRC = os.path.join(ROOT, "lectures", "lecture_08.c")
 
 BUGS = {
-    "ddp_doubled": ("            dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */\n",
-                    "            { dist_all_reduce(grads[i], DIST_AVG); scale_(grads[i], 2.0f); }\n"),
-    "ddp_summed": ("dist_all_reduce(grads[i], DIST_AVG);   /* the one line that makes it DDP */",
-                   "dist_all_reduce(grads[i], DIST_SUM);   /* the one line that makes it DDP */"),
+    # (no trailing comment in the patterns: make format realigns comments)
+    "ddp_doubled": ("            dist_all_reduce(grads[i], DIST_AVG);",
+                    "            { dist_all_reduce(grads[i], DIST_AVG); scale_(grads[i], 2.0f); }"),
+    "ddp_summed": ("dist_all_reduce(grads[i], DIST_AVG);", "dist_all_reduce(grads[i], DIST_SUM);"),
     "zero3_shard_summed": ("dist_reduce_scatter(grad_piece[i], grad, DIST_AVG);",
                            "dist_reduce_scatter(grad_piece[i], grad, DIST_SUM);"),
     "zero3_skips_layer_0": ("        for (int i = c->layers - 1; i >= 0; i--) {\n            tensor *w = i > 0",

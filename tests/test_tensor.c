@@ -789,7 +789,7 @@ static void expect_failure(void (*body)(void), int line, const char *message) {
 }
 
 static void ask_for_cuda0(void) { zeros(2, 2, 0); }
-enum { ASK_FOR_CUDA0_LINE = __LINE__ - 2 };
+enum { ASK_FOR_CUDA0_LINE = __LINE__ - 1 };
 
 static void multiply_mismatched(void) {
     tensor *a = zeros(2, 3, -1), *b = zeros(2, 3, -1);

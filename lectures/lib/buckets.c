@@ -3,6 +3,8 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "buckets.h"
 #include "train.h"
@@ -91,4 +93,27 @@ void show_overlap(int world_size, int64_t per_rank, int trials, const double med
     for (int mode = 0; mode < STEP_MODES; mode++)
         table_row(t, STEP_MODE_NAMES[mode], median_ms[mode]);
     table_show(t);
+}
+
+void explain_overlap_here(int world_size, int device) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (strcmp(dist_backend(), "nccl") == 0)
+        note("On NCCL, each bucket's all-reduce runs on the communication stream while the compute stream goes "
+             "on with the backward kernels of the layers below, so the async step can take less than the "
+             "blocking one: the speed-up above is what that bought on this machine.");
+    else if (device >= 0) /* ranks sharing GPUs: matmuls on the GPU, the all-reduce staged through the host */
+        note("Here (Open MPI, %d ranks sharing GPUs) the matmuls run on the GPU and each all-reduce is staged: "
+             "copied to host memory, reduced by Open MPI on the CPU, copied back. The progress thread moves it "
+             "while the GPU computes, so the overlap can hide the CPU's part; the copies use the GPU's copy "
+             "engine beside the kernels. Read the speed-up above as this machine's (this path has run, on one "
+             "H100, only in docs/gpu.md's checks, not in a committed trace).",
+             world_size);
+    else
+        note("Here (Open MPI, %d ranks on %ld CPU cores) each rank's progress thread moves the non-blocking "
+             "all-reduce while backward computes, but its copies and sums are CPU work on the same cores as the "
+             "matmuls: overlap can hide the waiting for other ranks, not that work, and Open MPI's non-blocking "
+             "all-reduce is a different algorithm from its blocking one, sometimes the slower. Read the speed-up "
+             "with care: %sother processes decide when each rank runs (docs/benchmarks.md, `bench_overlap`, "
+             "times it over many runs). On GPUs NCCL is expected to overlap (no GPU trace of it yet).",
+             world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
 }

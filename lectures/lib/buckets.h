@@ -39,4 +39,9 @@ void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x
 /* time_ddp_steps' medians as a table, a row per way. */
 void show_overlap(int world_size, int64_t per_rank, int trials, const double median_ms[STEP_MODES]);
 
+/* Rank 0: a note on what overlap can hide on the backend this spawn ran on (NCCL's
+ * second stream, ranks sharing GPUs staged through the host, or CPU ranks whose
+ * progress threads share the cores with the matmuls). */
+void explain_overlap_here(int world_size, int device);
+
 #endif

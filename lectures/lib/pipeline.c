@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pipeline.h"
 
@@ -226,7 +227,10 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
                        replayed_bubble(v + best * per_run, per_rank, s->world, s->m),
                        (int)v[per_rank - 3],
                        stage1_first_forward < stage0_last_forward,
-                       {{0, 0}, {0, 0}}};
+                       {{0, 0}, {0, 0}},
+                       -1,
+                       sysconf(_SC_NPROCESSORS_ONLN)};
+    getloadavg(&res.load, 1);
     for (int k = 0; k < 2; k++) { /* the first stage (k = 0) and the last */
         const pipe_event *e = (const pipe_event *)(v + (k ? s->world - 1 : 0) * per_rank + best * per_run);
         for (int i = 0; i < 2 * s->m; i++)

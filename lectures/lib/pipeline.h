@@ -79,6 +79,8 @@ typedef struct pipe_result {
     double replayed;             /* the schedule replayed with the stages' own times, messages free */
     int stage0_held, overlapped; /* stage 1 began a forward before stage 0's last forward ended */
     double op_ms[2][2];          /* the first and the last stage's mean forward and backward, in ms */
+    double load;                 /* the load average as the run ended (-1: unknown) */
+    long cores;                  /* the cores online */
 } pipe_result;
 
 /* Every rank calling it: rank 0 gathers every stage's stamps and its

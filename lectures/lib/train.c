@@ -266,6 +266,16 @@ void free_tensors(tensor **ts, int n) {
         tensor_free(ts[i]);
 }
 
+void adamw_step_layers(adamw *const *opt, tensor *const *w, tensor *const *g, int n) {
+    for (int i = 0; i < n; i++)
+        adamw_step(opt[i], w[i], g[i]);
+}
+
+void adamw_free_layers(adamw *const *opt, int n) {
+    for (int i = 0; i < n; i++)
+        adamw_free(opt[i]);
+}
+
 mlp_config training_config(void) {
     mlp_config c = {.batch = 128, .width = 512, .layers = 4, .steps = 5, .lr = 1e-3f};
     if (lecture_quick()) {

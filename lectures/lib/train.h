@@ -103,6 +103,10 @@ void show_zero_stages(double params, int ranks);
 double output_diff(const train_args *a, const tensor *out, double *tol);
 /* tensor_free of ts[0..n-1]. */
 void free_tensors(tensor **ts, int n);
+/* One AdamW step per layer: opt[i] moves w[i] along g[i], for i in 0..n-1. */
+void adamw_step_layers(adamw *const *opt, tensor *const *w, tensor *const *g, int n);
+/* adamw_free of opt[0..n-1]. */
+void adamw_free_layers(adamw *const *opt, int n);
 
 /* Tensor parallelism's all-gather: every rank's (rows x cols/world) piece, side by side (rows x cols). */
 tensor *all_gather_columns(tensor *piece, int world_size);
