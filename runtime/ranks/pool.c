@@ -375,8 +375,10 @@ static char *find_launcher(void) {
  * "rcu_preempt kthread starved") and with them the network's softirq work,
  * so the TCP traffic between the ranks stopped for 50-150 s until a kernel
  * watchdog fired; shared memory needs no kernel thread, TCP does. Spinning
- * ranks stalled at most 12 s (docs/multinode.md, "The stall of async
- * all-reduces across hosts": still open). */
+ * ranks still stalled up to 11 s where they shared cores with ranks of
+ * another session; each rank a session of its own (own_session() in
+ * spawn_rank.c) ended that (docs/multinode.md, "The stall of async
+ * all-reduces across hosts"). */
 static char **launch_environment(const char *token, int across) {
     static const char *const defaults[][2] = {
             {"OMPI_MCA_rmaps_base_oversubscribe", "1"},

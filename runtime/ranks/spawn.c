@@ -101,7 +101,8 @@ typedef struct spawn_run {
     int done[LECTERN_MAX_WORLD];
     int gone[LECTERN_MAX_WORLD]; /* its socket closed before "done" */
     double gone_at[LECTERN_MAX_WORLD];
-    double heard[LECTERN_MAX_WORLD]; /* when its last message came (a rank on another host) */
+    double heard[LECTERN_MAX_WORLD];    /* when its last message came (a rank on another host) */
+    unsigned copies[LECTERN_MAX_WORLD]; /* board copies relayed so far (a rank on another host) */
     int n_done;
     unsigned last_progress_sum;
     double last_progress;
@@ -109,7 +110,8 @@ typedef struct spawn_run {
     unsigned stuck_progress; /* the progress sum then */
     unsigned cycle_key;      /* the deadlock seen at the last look (0: none), see watch_cycle */
     double cycle_since;
-    held_step *held; /* steps received, not yet appended (see release) */
+    unsigned cycle_copies[LECTERN_MAX_WORLD]; /* copies[] when it was first seen */
+    held_step *held;                          /* steps received, not yet appended (see release) */
     int n_held, cap_held;
     unsigned long seq;
     cJSON **folds;     /* the PASS step of each check site so far (fold_pass) */
@@ -389,6 +391,7 @@ static void mirror_slot(spawn_run *run, int r, const char *body, size_t size) {
     if (id != run->id) return;
     memcpy((void *)&run->board->slot[r], body + sizeof id, sizeof(board_slot));
     run->board->slot[r].pid = 0;
+    run->copies[r]++;
 }
 
 /* One message from rank r, whose socket is readable. Returns 1 for a
@@ -594,12 +597,36 @@ static void fail_deadlock(spawn_run *run, double timeout) {
                           run->expect_failure ? "the timeout of spawn_expect_failure" : "LECTERN_TIMEOUT");
 }
 
-/* A rank waits for a rank that has returned from the function: the wait can
- * never end (a collective needs every rank, a receive its sender). `rank`
- * waits in a collective (peer -1) or for `peer`. */
-static int waits_for_returned(const spawn_run *run, int peer) {
-    if (peer >= 0) return peer < run->world_size && run->done[peer];
-    return run->n_done > 0;
+/* Rank r runs on another host than the lecture: its slot on the board is
+ * the last copy its relay sent (relay_board in spawn_rank.c). */
+static int on_other_host(int r) { return lx_pool_size() > r && lx_pool_pid(r) == 0; }
+
+/* Every call rank r made toward rank q (q returned: its counters are final,
+ * from its last copy, which a rank on another host sends just before
+ * "done") is matched by q: each send of r met a receive of q and each
+ * receive of r a send of q, or, for a wait in a collective (peer -1), q
+ * entered at least as many collectives as r. */
+static int calls_matched(const spawn_run *run, int r, int q, int peer) {
+    const board_slot *a = &run->board->slot[r], *b = &run->board->slot[q];
+    if (peer < 0) return a->collectives <= b->collectives;
+    return a->recvs_from[q] <= b->sends_to[r] && a->sends_to[q] <= b->recvs_from[r];
+}
+
+/* Waiting rank r waits for a rank that returned. On one host every such
+ * wait counts (STRAGGLER_GRACE covers a rank just leaving its last call).
+ * Between hosts a returned rank that matched all of r's calls is not what
+ * r waits for: r waits for data that rank sent, still on the wire (seconds,
+ * on a busy machine), which only LECTERN_TIMEOUT may call a hang. A rank
+ * that did not match them never will: that wait is reported as on one
+ * host. */
+static int waits_on_returned(const spawn_run *run, int r) {
+    int peer = run->board->slot[r].peer;
+    if (peer >= run->world_size) return 0;
+    for (int q = 0; q < run->world_size; q++) {
+        if (!run->done[q] || (peer >= 0 && q != peer)) continue;
+        if (!(on_other_host(r) || on_other_host(q)) || !calls_matched(run, r, q, peer)) return 1;
+    }
+    return 0;
 }
 
 /* "1, 2 and 3" */
@@ -618,7 +645,7 @@ static void list_ranks(lx_sb *b, const spawn_run *run, int peer) {
 static int still_stuck(const spawn_run *run) {
     for (int r = 0; r < run->world_size; r++)
         if (!run->done[r] && !run->gone[r] && __atomic_load_n(&run->board->slot[r].waiting, __ATOMIC_ACQUIRE) &&
-            waits_for_returned(run, run->board->slot[r].peer))
+            waits_on_returned(run, r))
             return 1;
     return 0;
 }
@@ -874,6 +901,24 @@ static void fail_cycle(spawn_run *run, const wait_view *v, const int *stuck) {
  * wrong. Well inside the 2 s a student waits. */
 #define DEADLOCK_CONFIRM 0.2
 
+/* A rank on another host is known by its last relayed copy, which can be
+ * old when it is read: a slow link holds back the copy that would show the
+ * rank moving on, and a picture mixing such a copy with the current slots
+ * of this host's ranks could show a cycle that never existed at any one
+ * moment. So a deadlock that involves such a rank is reported only once
+ * DEADLOCK_REMOTE_COPIES copies of each of those ranks came after it was
+ * first seen, all the same (its key unchanged): the relay sends a copy at
+ * least every BOARD_KEEPALIVE seconds and at once on a change, so each
+ * such rank stood still for that long on its own clock, and the picture
+ * held for that long here too. About 1 s added to such a report. */
+#define DEADLOCK_REMOTE_COPIES 2
+
+static int remote_copies_confirm(const spawn_run *run, const int *stuck) {
+    for (int r = 0; r < run->world_size; r++)
+        if (stuck[r] && on_other_host(r) && run->copies[r] - run->cycle_copies[r] < DEADLOCK_REMOTE_COPIES) return 0;
+    return 1;
+}
+
 static void watch_cycle(spawn_run *run, double now) {
     wait_view v[LECTERN_MAX_WORLD];
     int stuck[LECTERN_MAX_WORLD];
@@ -889,9 +934,10 @@ static void watch_cycle(spawn_run *run, double now) {
     if (key != run->cycle_key) {
         run->cycle_key = key;
         run->cycle_since = now;
+        memcpy(run->cycle_copies, run->copies, sizeof run->copies);
         return;
     }
-    if (now - run->cycle_since >= DEADLOCK_CONFIRM) fail_cycle(run, v, stuck);
+    if (now - run->cycle_since >= DEADLOCK_CONFIRM && remote_copies_confirm(run, stuck)) fail_cycle(run, v, stuck);
 }
 
 /* How long a wait for a returned rank must last before it is reported: a
@@ -913,8 +959,20 @@ static int silent_remote(const spawn_run *run, int r, double now) {
            now - run->heard[r] > HOST_SILENCE;
 }
 
-static void fail_hosts_lost(spawn_run *run, double now) {
+static int any_silent(const spawn_run *run, double now) {
+    for (int r = 0; r < run->world_size; r++)
+        if (silent_remote(run, r, now)) return 1;
+    return 0;
+}
+
+static void fail_hosts_lost(spawn_run *run) {
+    /* What reached this process's sockets while it was itself off its
+     * core (a busy machine) is heard first: silence is judged after it. */
+    drain(run, 0);
+    if (!any_silent(run, now_seconds())) return;
     drain_briefly(run);
+    double now = now_seconds();
+    if (!any_silent(run, now)) return;
     lx_sb hosts = {0}, ranks = {0};
     int n = 0;
     for (int r = 0; r < run->world_size; r++) {
@@ -947,11 +1005,10 @@ static void fail_hosts_lost(spawn_run *run, double now) {
  * others: computing, in its own code or the runtime's), and is every rank
  * on another host still heard from? */
 static void watch_board(spawn_run *run, double now) {
-    for (int r = 0; r < run->world_size; r++)
-        if (silent_remote(run, r, now)) {
-            fail_hosts_lost(run, now);
-            return;
-        }
+    if (any_silent(run, now)) {
+        fail_hosts_lost(run);
+        if (run->failure) return;
+    }
     int failed = first_failure(run);
     if (run->board) {
         unsigned sum = 0;
@@ -963,7 +1020,7 @@ static void watch_board(spawn_run *run, double now) {
             if (failed < 0 && !run->done[r] && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) failed = r;
             if (run->done[r] || run->gone[r]) continue;
             if (!__atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE)) working = 1;
-            else if (waits_for_returned(run, s->peer)) stuck = 1;
+            else if (waits_on_returned(run, r)) stuck = 1;
         }
         if (sum != run->last_progress_sum) {
             run->last_progress_sum = sum;

@@ -494,10 +494,22 @@ static void run_spawn(const char *body, size_t size) {
     lx_ranks_comm()->stop();
     output_to_console(0);
     free(args);
-    /* Under the send lock: the relay sends nothing of this spawn after "done". */
+    /* Under the send lock: the relay sends nothing of this spawn after "done".
+     * A rank on another host sends its slot a last time first: the parent
+     * then has this rank's final counters, which tell whether a rank still
+     * waiting waits for a call this one never made or only for data it sent
+     * (spawn.c, waits_on_returned). Only this thread writes the slot. */
     pthread_mutex_lock(&send_lock);
+    int rc = 0;
+    if (my_slot == &remote_slot) {
+        static board_slot last;
+        int32_t id = my_desc.spawn_id;
+        memcpy(&last, (const void *)&remote_slot, sizeof last);
+        last.pid = 0;
+        rc = lx_wire_send(parent_fd, MSG_BOARD, &id, sizeof id, &last, sizeof last);
+    }
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
-    int rc = lx_wire_send(parent_fd, MSG_DONE, NULL, 0, NULL, 0);
+    if (rc == 0) rc = lx_wire_send(parent_fd, MSG_DONE, NULL, 0, NULL, 0);
     pthread_mutex_unlock(&send_lock);
     if (rc != 0) parent_gone();
 }
@@ -515,6 +527,25 @@ static int connect_to_parent(const char *address) {
     return -1;
 }
 
+/* A rank reached over TCP (a hostfile, or an allocation beyond this host)
+ * becomes a session of its own. Linux shares the CPUs first between
+ * sessions (the scheduler's autogroups), then among each session's
+ * processes: the ranks mpirun starts here share the lecture's session,
+ * those an orted starts on another host share the session of the ssh
+ * login that started it. Where those hosts share cores (the test's two
+ * hosts on one machine, or any oversubscribed host), a session whose ranks
+ * spin in their waits kept the other session's ranks, and the relay and
+ * the lecture with them, off the cores for up to 11 s at a time, while
+ * each waited for the other (docs/multinode.md): one session per rank
+ * shares the cores per rank. A rank is the leader of a process group of
+ * its own (Open MPI makes it one), which may not start a session, so it
+ * first joins its launcher's group. Where that fails it runs on as it
+ * was: only the sharing of the cores is at stake. */
+static void own_session(void) {
+    if (getpgid(0) == getpid() && setpgid(0, getpgid(getppid())) != 0) return;
+    (void)setsid();
+}
+
 static void run_pool_rank(const char *address, const char *board_name, const char *parent_host) {
     const char *launch_rank = getenv("OMPI_COMM_WORLD_RANK");
     const char *token = getenv(POOL_TOKEN_ENV);
@@ -528,6 +559,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
     pid_t launcher = getppid();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != launcher) _exit(1);
+    if (strncmp(address, "tcp:", 4) == 0) own_session();
 
     for (int w = 0; w <= LECTERN_MAX_WORLD; w++) {
         world_comm[w] = MPI_COMM_NULL;

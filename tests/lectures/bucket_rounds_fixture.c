@@ -16,29 +16,38 @@
  * round: the sum over p ranks, p (p + 1) / 2 (b + 1) + p k, is worked out
  * here and compared exactly (small integers are exact in float32).
  *
- * Each rank hands back its slowest round's time and the round, and the
- * OMPI_MCA_mpi_yield_when_idle it was started with; the lecture prints one
- * line "rounds N slowest S s (rank R, round K) spawn T s yield Y0,Y1,...". */
+ * Each rank hands back its slowest round's time and the round, the
+ * OMPI_MCA_mpi_yield_when_idle it was started with and whether it leads a
+ * session of its own; the lecture prints one line "rounds N slowest S s
+ * (rank R, round K) spawn T s yield Y0,Y1,... own session S0,S1,...".
+ *
+ * --leave-early=R plants a bug: rank R returns before the last round, and
+ * the others wait for it in that round's first collective (across hosts
+ * the lecture must still name them at once: tests/test_two_hosts.py). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "lectern.h"
 
 LECTURE_OPTIONS({"rounds", "N", "rounds of the bucketed step (default 40)"}, {"world", "N", "ranks (default 4)"},
                 {"width", "N", "a layer's width: a bucket holds per-bucket x width x width floats (default 256)"},
-                {"layers", "N", "layers (default 4)"}, {"per-bucket", "N", "layers per bucket (default 2)"});
+                {"layers", "N", "layers (default 4)"}, {"per-bucket", "N", "layers per bucket (default 2)"},
+                {"leave-early", "RANK", "a planted bug: that rank returns before the last round (default -1: none)"});
 
 enum { MAX_BUCKETS = 16 };
 
 typedef struct {
     int rounds, width, layers, per_bucket;
-    char log[1024]; /* BUCKET_ROUNDS_LOG, read by the lecture: ranks on another host do not have it */
+    int leave_early; /* this rank skips the last round, the others wait for it there (-1: none) */
+    char log[1024];  /* BUCKET_ROUNDS_LOG, read by the lecture: ranks on another host do not have it */
 } cfg;
 
 typedef struct {
     double slowest, total;
     int slowest_round;
-    char yield[8]; /* OMPI_MCA_mpi_yield_when_idle as the rank saw it ("-" unset) */
+    char yield[8];   /* OMPI_MCA_mpi_yield_when_idle as the rank saw it ("-" unset) */
+    int own_session; /* the rank leads a session of its own (spawn_rank.c, own_session) */
 } rank_times;
 
 static int option_int(const char *name, const char *fallback, int lo, int hi) {
@@ -78,7 +87,7 @@ static void rounds_main(int rank, int world_size, void *args) {
     }
     tensor *w = randn(c->width, c->width, device), *x = randn(c->width, c->width, device);
     tensor *y = empty(c->width, c->width, device);
-    rank_times out = {0, 0, -1, "-"};
+    rank_times out = {0, 0, -1, "-", getsid(0) == getpid()};
     const char *yield = getenv("OMPI_MCA_mpi_yield_when_idle");
     if (yield) snprintf(out.yield, sizeof out.yield, "%s", yield);
     if (c->log[0]) {
@@ -87,6 +96,7 @@ static void rounds_main(int rank, int world_size, void *args) {
         trail = fopen(path, "w");
     }
     for (int round = 0; round < c->rounds; round++) {
+        if (rank == c->leave_early && round == c->rounds - 1) break;
         for (int b = 0; b < n_buckets; b++)
             fill_(bucket[b], bucket_value(rank, b, round));
         int timed = round % 3 == 2;
@@ -144,7 +154,8 @@ static void body(void) {
     cfg c = {.rounds = option_int("rounds", "40", 1, 100000),
              .width = option_int("width", "256", 1, 4096),
              .layers = option_int("layers", "4", 1, 64),
-             .per_bucket = option_int("per-bucket", "2", 1, 64)};
+             .per_bucket = option_int("per-bucket", "2", 1, 64),
+             .leave_early = option_int("leave-early", "-1", -1, 63)};
     int world = option_int("world", "4", 1, 64);
     const char *log = getenv("BUCKET_ROUNDS_LOG");
     snprintf(c.log, sizeof c.log, "%s", log ? log : "");
@@ -155,26 +166,28 @@ static void body(void) {
     double start = now_seconds();
     spawn(rounds_main, world, &c, sizeof c);
     double seconds = now_seconds() - start;
-    rank_times worst = {0, 0, -1, "-"};
+    rank_times worst = {0, 0, -1, "-", 0};
     int worst_rank = -1;
-    char yields[256] = "";
-    size_t len = 0;
+    char yields[256] = "", sessions[256] = "";
+    size_t len = 0, slen = 0;
     for (int r = 0; r < world; r++) {
         rank_times t;
         if (spawn_result(r, &t, sizeof t) != sizeof t) continue;
         t.yield[sizeof t.yield - 1] = '\0';
         if (len < sizeof yields)
             len += (size_t)snprintf(yields + len, sizeof yields - len, "%s%s", r ? "," : "", t.yield);
+        if (slen < sizeof sessions)
+            slen += (size_t)snprintf(sessions + slen, sizeof sessions - slen, "%s%d", r ? "," : "", t.own_session);
         if (t.slowest >= worst.slowest) {
             worst = t;
             worst_rank = r;
         }
     }
-    printf("rounds %d slowest %.3f s (rank %d, round %d) spawn %.3f s yield %s\n", c.rounds, worst.slowest, worst_rank,
-           worst.slowest_round, seconds, yields);
+    printf("rounds %d slowest %.3f s (rank %d, round %d) spawn %.3f s yield %s own session %s\n", c.rounds,
+           worst.slowest, worst_rank, worst.slowest_round, seconds, yields, sessions);
     fflush(stdout);
-    note_verbatim("rounds %d slowest %.3f s (rank %d, round %d) spawn %.3f s yield %s", c.rounds, worst.slowest,
-                  worst_rank, worst.slowest_round, seconds, yields);
+    note_verbatim("rounds %d slowest %.3f s (rank %d, round %d) spawn %.3f s yield %s own session %s", c.rounds,
+                  worst.slowest, worst_rank, worst.slowest_round, seconds, yields, sessions);
 }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
