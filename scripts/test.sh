@@ -41,8 +41,8 @@ trap 'rm -f "$log"' EXIT
 # Open MPI wants these to run as root and to put 4 ranks on 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
-count() {   # count <name> <exit status>: reads the runner's summary from $log
-    local name=$1 rc=$2 p=0 f=0 k=0 line
+count() {   # count <name> <exit status> [seconds]: reads the runner's summary from $log
+    local name=$1 rc=$2 secs=${3:-} p=0 f=0 k=0 line
     if grep -qE '^\[  PASSED  \] [0-9]+ test' "$log"; then
         # cmocka prints one summary per group; a program may run several.
         p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
@@ -84,17 +84,18 @@ count() {   # count <name> <exit status>: reads the runner's summary from $log
     failed=$((failed + f))
     skipped=$((skipped + k))
     [ "$f" -gt 0 ] && failures+=("$name")
-    printf '== %-40s %s passed, %s failed, %s skipped\n' "$name" "$p" "$f" "$k"
+    printf '== %-40s %s passed, %s failed, %s skipped%s\n' "$name" "$p" "$f" "$k" "${secs:+ ($secs s)}"
 }
 
 run() {   # run <name> <command...>; RUN_LIMIT (seconds, default 900) bounds it
     local name=$1; shift
     local limit=${RUN_LIMIT:-900}
     echo "== $name"
+    local t0=$SECONDS
     timeout "$limit" "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     [ "$rc" -eq 124 ] && echo "[timed out] $name ran for more than $limit s and was stopped" | tee -a "$log"
-    count "$name" "$rc"
+    count "$name" "$rc" $((SECONDS - t0))
 }
 
 # Scope: "all" runs every suite in every configuration (make test-all, and
@@ -103,12 +104,51 @@ run() {   # run <name> <command...>; RUN_LIMIT (seconds, default 900) bounds it
 # there: the runtime's memory (unit tests, spawn and pool, traces, leaks) and
 # the code a CPU-only build compiles differently (unit tests, the lectures
 # that pick their device). The browser suite steps through a sample of each
-# lecture's steps instead of every step (tests/viewer/test_lectures.py).
+# lecture's steps instead of every step (tests/viewer/test_lectures.py), and
+# the sanitizer build makes only what its pass runs (make test-bins).
 SCOPE=${LECTERN_TEST_SCOPE:-all}
 case "$SCOPE" in all|quick) ;; *) echo "test.sh: LECTERN_TEST_SCOPE is '$SCOPE': all or quick" >&2; exit 2 ;; esac
 echo "== scope: $SCOPE (LECTERN_TEST_SCOPE; make test is quick, make test-all is all)"
 [ "$SCOPE" = quick ] && export LECTERN_VIEWER_QUICK=1
 started=$(date +%s)
+
+# Lanes: on a machine with two cores or more, the browser suite runs beside
+# the script tests, and the CPU-only pass beside the sanitizer pass (quick
+# scope), each lane's output shown whole when it ends. The suites whose
+# checks bound a time (TIMED below) run first, with nothing beside them.
+JOBS=${LECTERN_JOBS:-$(nproc 2>/dev/null || echo 2)}
+lanes=0; [ "$JOBS" -ge 2 ] && [ "${LECTERN_LANES:-1}" != 0 ] && lanes=1
+lane_dir=$(mktemp -d)
+trap 'rm -rf "$log" "$lane_dir"' EXIT
+lane_start() {   # lane_start <name> <function...>: runs it beside this shell (or here, without lanes)
+    local name=$1; shift
+    if [ $lanes = 0 ]; then "$@"; return; fi
+    echo "== $name: running beside the next suites (its output comes when it ends)"
+    (
+        passed=0 failed=0 skipped=0 launch_failures=0 timeouts=0 failures=()
+        log=$(mktemp)
+        "$@" >"$lane_dir/$name.out" 2>&1
+        rm -f "$log"
+        { echo "$passed $failed $skipped $launch_failures $timeouts"
+          [ ${#failures[@]} -gt 0 ] && printf '%s\n' "${failures[@]}"; } >"$lane_dir/$name.sum"
+    ) &
+    eval "lane_pid_${name//[^A-Za-z0-9]/_}=$!"
+}
+lane_join() {   # lane_join <name>: waits for the lane, shows its output, adds its counts
+    local name=$1 var="lane_pid_${1//[^A-Za-z0-9]/_}"
+    [ $lanes = 0 ] && return
+    [ -n "${!var:-}" ] || return
+    wait "${!var}"
+    eval "$var="
+    echo "== $name: its output"
+    cat "$lane_dir/$name.out"
+    local p f k l t rest
+    { read -r p f k l t; mapfile -t rest; } <"$lane_dir/$name.sum"
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
+    launch_failures=$((launch_failures + l)); timeouts=$((timeouts + t))
+    [ ${#rest[@]} -gt 0 ] && failures+=("${rest[@]}")
+    return 0
+}
 
 BUILD=${BUILD:-build}
 for t in "$BUILD"/tests/test_*; do
@@ -120,24 +160,36 @@ run "check-layers" make --no-print-directory BUILD="$BUILD" check-layers
 # One C style for every C and CUDA file (.clang-format; make format rewrites
 # what this names).
 run "format-check" bash scripts/format.sh check
-for t in tests/test_*.py; do
+# Suites that bound how long something takes (a deadlock found within 5 s,
+# the progress thread's overlap, a timer's seconds): alone on the machine.
+TIMED=(tests/test_deadlock.py tests/test_progress.py tests/test_timer.py)
+for t in "${TIMED[@]}"; do
     [ -f "$t" ] || continue
     run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
 done
-# The sanitizer and CPU-only builds are made while the browser suite runs
-# (it mostly waits on Chromium), niced so that the suite keeps its share of
-# the cores; their output is shown only when they fail.
-JOBS=${LECTERN_JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+# The sanitizer and CPU-only builds are made in the background while the
+# script and browser suites run, niced so that the suites keep their share
+# of the cores; their output is shown only when they fail. The CUDA objects
+# are compiled without the sanitizer's flags: the sanitizer build takes the
+# normal build's copies (make rebuilds any that are older than their source).
 asan_log=$(mktemp); cpu_log=$(mktemp)
-trap 'rm -f "$log" "$asan_log" "$cpu_log"' EXIT
+trap 'rm -rf "$log" "$lane_dir" "$asan_log" "$cpu_log"' EXIT
 want_asan=0; [ "${LECTERN_NO_ASAN:-0}" != 1 ] && want_asan=1
 want_cpu=0; [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ] && want_cpu=1
+asan_targets=all; [ "$SCOPE" = quick ] && asan_targets=test-bins
 builds_pid=
 if [ $want_asan = 1 ] || [ $want_cpu = 1 ]; then
-    echo "== building with AddressSanitizer + UBSan (build-asan/) and without CUDA (build-cpu/), in the background"
+    echo "== building with AddressSanitizer + UBSan (build-asan/, make $asan_targets) and without CUDA (build-cpu/), in the background"
+    if [ $want_asan = 1 ] && [ "$BUILD" = build ]; then
+        (cd build && find runtime lectures -name '*.cu.o' 2>/dev/null) | while read -r o; do
+            [ -e "build-asan/$o" ] && continue
+            mkdir -p "build-asan/$(dirname "$o")" && cp -p "build/$o" "build-asan/$o"
+        done
+    fi
     (
         rc_asan=0; rc_cpu=0
-        [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 all >"$asan_log" 2>&1; rc_asan=$?; }
+        [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 $asan_targets >"$asan_log" 2>&1; rc_asan=$?; }
         [ $want_cpu = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" CUDA=0 BUILD=build-cpu all >"$cpu_log" 2>&1; rc_cpu=$?; }
         echo "$rc_asan $rc_cpu" >"$asan_log.rc"
     ) &
@@ -154,58 +206,67 @@ builds_wait() {   # waits for the background builds; sets rc_asan and rc_cpu
     builds_pid=
 }
 
-if [ -f tests/viewer/run.sh ]; then
-    # The browser suite steps through every step of every committed lecture,
-    # twice (two window sizes): more than 900 s on the 2-core machine.
+viewer_suite() {
+    # Every step of every committed lecture, twice (two window sizes), in
+    # the all scope: more than 900 s on the 2-core machine.
     RUN_LIMIT=2700 run "viewer (Chromium)" bash tests/viewer/run.sh
-fi
+}
+[ -f tests/viewer/run.sh ] && lane_start viewer viewer_suite
+
+for t in tests/test_*.py; do
+    [ -f "$t" ] || continue
+    case " ${TIMED[*]} " in *" $t "*) continue ;; esac
+    run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
+done
+lane_join viewer
 
 builds_wait
-if [ $want_asan = 1 ]; then
-    if [ "$rc_asan" -eq 0 ]; then
-        # Open MPI and its helpers keep some memory until exit on purpose; the
-        # suppressions name only those libraries, never ours.
-        export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
-        # Open MPI's plugins have no frame pointers: the slow unwinder is needed
-        # for leak stacks to reach the libraries the suppressions name.
-        export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
-        export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-        for t in build-asan/tests/test_*; do
-            [ -x "$t" ] || continue
-            run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
-        done
-        asan_suites=(tests/test_foundation.py tests/test_spawn.py tests/test_checks.py tests/test_leaks.py
-                     tests/test_spawn_result.py)
-        [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
-                     tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
-                     tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
-                     tests/test_groups.py)
-        for t in "${asan_suites[@]}"; do
-            [ -f "$t" ] || continue
-            run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
-        done
-        # The progress thread's correctness cases (its timing bounds are the first pass's).
-        run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
-            Progress.test_async_calls_in_flight_together_give_the_right_sums
-    else
-        cat "$asan_log"
-        echo "== asan build FAILED"
-        failed=$((failed + 1))
-        failures+=("asan build")
-    fi
-fi
+asan_pass() {
+    # Open MPI and its helpers keep some memory until exit on purpose; the
+    # suppressions name only those libraries, never ours.
+    export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+    # Open MPI's plugins have no frame pointers: the slow unwinder is needed
+    # for leak stacks to reach the libraries the suppressions name.
+    export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+    local t
+    for t in build-asan/tests/test_*; do
+        [ -x "$t" ] || continue
+        run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
+    done
+    local asan_suites=(tests/test_foundation.py tests/test_spawn.py tests/test_checks.py tests/test_leaks.py
+                       tests/test_spawn_result.py)
+    [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
+                 tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
+                 tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
+                 tests/test_groups.py)
+    for t in "${asan_suites[@]}"; do
+        [ -f "$t" ] || continue
+        run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
+    done
+    # The progress thread's correctness cases (its timing bounds are the first pass's).
+    run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
+        Progress.test_async_calls_in_flight_together_give_the_right_sums
+}
 
 # The build without CUDA is what a machine without nvcc gets: keep it working.
+cpu_pass() {
+    local t
+    for t in build-cpu/tests/test_*; do
+        [ -x "$t" ] || continue
+        run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
+    done
+    run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers
+    [ "$SCOPE" = all ] && run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
+    run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
+    run "cpu-only: test_lecture_gpu.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_gpu.py
+}
+
 if [ $want_cpu = 1 ]; then
     if [ "$rc_cpu" -eq 0 ] && ! grep -q "warning:" "$cpu_log"; then
-        for t in build-cpu/tests/test_*; do
-            [ -x "$t" ] || continue
-            run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
-        done
-        run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers
-        [ "$SCOPE" = all ] && run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
-        run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
-        run "cpu-only: test_lecture_gpu.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_gpu.py
+        # Beside the sanitizer pass in the quick scope; after it in the all
+        # scope, whose sanitizer pass runs the timed suites.
+        if [ "$SCOPE" = quick ] && [ $want_asan = 1 ]; then lane_start cpu-only cpu_pass; else cpu_after=1; fi
     else
         cat "$cpu_log"
         echo "== cpu-only build FAILED (or warned)"
@@ -213,6 +274,18 @@ if [ $want_cpu = 1 ]; then
         failures+=("cpu-only build")
     fi
 fi
+if [ $want_asan = 1 ]; then
+    if [ "$rc_asan" -eq 0 ]; then
+        asan_pass
+    else
+        cat "$asan_log"
+        echo "== asan build FAILED"
+        failed=$((failed + 1))
+        failures+=("asan build")
+    fi
+fi
+lane_join cpu-only
+[ "${cpu_after:-0}" = 1 ] && cpu_pass
 
 echo
 echo "scope $SCOPE: $(( $(date +%s) - started )) s"
