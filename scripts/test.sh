@@ -4,25 +4,31 @@
 #   1. C unit tests (cmocka): build/tests/test_*
 #   2. the layer check (make check-layers: runtime/'s folders call each other
 #      one way only), the style check (make format-check: .clang-format),
-#      then the script tests: tests/test_*.py (unittest, Debian's python3)
-#   3. browser tests of the viewer: tests/viewer/run.sh (headless Chromium)
-#   4. the C tests and the runtime's script tests (foundation, spawn, misuse,
-#      lecture_08, lecture_collectives, lecture_ddp, lecture_gpu) again, built with
-#      AddressSanitizer + UBSan (build-asan/),
-#      unless LECTERN_NO_ASAN=1; this build and the CPU-only one (5.) are made
-#      in the background while the browser suite runs (LECTERN_JOBS jobs,
-#      the number of cores by default)
+#      then the script tests that bound a time (deadlock, progress, timer),
+#      alone on the machine
+#   3. the other script tests: tests/test_*.py (unittest, Debian's python3),
+#      with the browser tests of the viewer (tests/viewer/run.sh, headless
+#      Chromium) running beside them in a lane of their own, and the
+#      sanitizer and CPU-only builds (4., 5.) made niced in the background
+#      (LECTERN_JOBS jobs, the number of cores by default)
+#   4. the C tests and the runtime's script tests (foundation, spawn, checks,
+#      leaks, values returned; in the all scope also misuse, lecture_08,
+#      lecture_collectives, lecture_ddp, lecture_gpu and more) again, built
+#      with AddressSanitizer + UBSan (build-asan/), unless LECTERN_NO_ASAN=1
+#   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
+#      it must build without warnings and pass the C tests and lecture_ddp's
+#      and lecture_gpu's tests (and lecture_08's in the all scope;
+#      lecture_gpu's CUDA kernels are left out of that build); in the quick
+#      scope beside the sanitizer pass
 #
 # lecture_08's numbers are checked under this CPU's OpenBLAS kernels and,
 # in the first pass, under older ones too (tests/test_lecture_08.py);
-# LECTERN_OTHER_KERNELS=0 leaves those out.
-#   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
-#      it must build without warnings and pass the C tests and lecture_08's,
-#      lecture_ddp's and lecture_gpu's tests (lecture_gpu's CUDA kernels are
-#      left out of that build)
+# LECTERN_OTHER_KERNELS=0 leaves those out. LECTERN_LANES=0 runs everything
+# one after the other (one core, or to compare).
 #
-# Each test program's own summary is printed as it runs; the counts below are
-# individual test cases where the runner reports them.
+# Each test program's own summary is printed as it runs (a lane's when the
+# lane ends); the counts below are individual test cases where the runner
+# reports them, and each suite's line ends with its seconds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export LECTERN_ROOT_DIR=$PWD
@@ -112,18 +118,27 @@ echo "== scope: $SCOPE (LECTERN_TEST_SCOPE; make test is quick, make test-all is
 [ "$SCOPE" = quick ] && export LECTERN_VIEWER_QUICK=1
 started=$(date +%s)
 
-# Lanes: on a machine with two cores or more, the browser suite runs beside
-# the script tests, and the CPU-only pass beside the sanitizer pass (quick
-# scope), each lane's output shown whole when it ends. The suites whose
-# checks bound a time (TIMED below) run first, with nothing beside them.
+# Lanes: on a machine with two cores or more, two lanes take the suites
+# from one list, each the next one not yet taken (the longest are listed
+# first); a lane in the background shows its output whole when it ends. The
+# browser suite opens the background lane. The suites whose checks bound a
+# time (TIMED below) run first, with nothing beside them, and the all scope
+# runs its sanitizer and CPU-only passes in one lane (they hold timed suites).
 JOBS=${LECTERN_JOBS:-$(nproc 2>/dev/null || echo 2)}
 lanes=0; [ "$JOBS" -ge 2 ] && [ "${LECTERN_LANES:-1}" != 0 ] && lanes=1
 lane_dir=$(mktemp -d)
 trap 'rm -rf "$log" "$lane_dir"' EXIT
-lane_start() {   # lane_start <name> <function...>: runs it beside this shell (or here, without lanes)
+items=()
+take_items() {   # take_items <list>: runs the items of $items not taken yet (item "<how> <arg>", see item())
+    local list=$1 i
+    for i in "${!items[@]}"; do
+        mkdir "$lane_dir/$list.$i" 2>/dev/null || continue   # atomic: only one lane takes item i
+        item ${items[$i]}
+    done
+}
+lane_start() {   # lane_start <name> <function...>: runs it in the background lane
     local name=$1; shift
-    if [ $lanes = 0 ]; then "$@"; return; fi
-    echo "== $name: running beside the next suites (its output comes when it ends)"
+    echo "== lane $name: running beside the suites below (its output comes when it ends)"
     (
         passed=0 failed=0 skipped=0 launch_failures=0 timeouts=0 failures=()
         log=$(mktemp)
@@ -132,22 +147,33 @@ lane_start() {   # lane_start <name> <function...>: runs it beside this shell (o
         { echo "$passed $failed $skipped $launch_failures $timeouts"
           [ ${#failures[@]} -gt 0 ] && printf '%s\n' "${failures[@]}"; } >"$lane_dir/$name.sum"
     ) &
-    eval "lane_pid_${name//[^A-Za-z0-9]/_}=$!"
+    lane_pid=$!
 }
-lane_join() {   # lane_join <name>: waits for the lane, shows its output, adds its counts
-    local name=$1 var="lane_pid_${1//[^A-Za-z0-9]/_}"
-    [ $lanes = 0 ] && return
-    [ -n "${!var:-}" ] || return
-    wait "${!var}"
-    eval "$var="
-    echo "== $name: its output"
+lane_join() {   # lane_join <name>: waits for the background lane, shows its output, adds its counts
+    local name=$1
+    [ -n "${lane_pid:-}" ] || return 0
+    wait "$lane_pid"
+    lane_pid=
+    echo "== lane $name: its output"
     cat "$lane_dir/$name.out"
+    echo "== lane $name: end"
     local p f k l t rest
     { read -r p f k l t; mapfile -t rest; } <"$lane_dir/$name.sum"
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
     launch_failures=$((launch_failures + l)); timeouts=$((timeouts + t))
     [ ${#rest[@]} -gt 0 ] && failures+=("${rest[@]}")
     return 0
+}
+in_lanes() {   # in_lanes <list> [first]: the items, in two lanes (first: what the background lane does before)
+    local list=$1 first=${2:-}
+    if [ $lanes = 1 ]; then
+        lane_start "$list" eval "$first${first:+;} take_items $list"
+        take_items "$list"
+        lane_join "$list"
+    else
+        [ -n "$first" ] && $first
+        take_items "$list"
+    fi
 }
 
 BUILD=${BUILD:-build}
@@ -191,7 +217,7 @@ if [ $want_asan = 1 ] || [ $want_cpu = 1 ]; then
         rc_asan=0; rc_cpu=0
         [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 $asan_targets >"$asan_log" 2>&1; rc_asan=$?; }
         [ $want_cpu = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" CUDA=0 BUILD=build-cpu all >"$cpu_log" 2>&1; rc_cpu=$?; }
-        echo "$rc_asan $rc_cpu" >"$asan_log.rc"
+        echo "$rc_asan $rc_cpu $(date +%s)" >"$asan_log.rc"
     ) &
     builds_pid=$!
     builds_started=$(date +%s)
@@ -200,83 +226,70 @@ builds_wait() {   # waits for the background builds; sets rc_asan and rc_cpu
     rc_asan=0; rc_cpu=0
     [ -n "$builds_pid" ] || return 0
     wait "$builds_pid"
-    read -r rc_asan rc_cpu <"$asan_log.rc"
+    local done_at
+    read -r rc_asan rc_cpu done_at <"$asan_log.rc"
     rm -f "$asan_log.rc"
-    echo "== background builds done ($(( $(date +%s) - builds_started )) s after they started)"
+    echo "== background builds done ($((done_at - builds_started)) s after they started, waited for $(( $(date +%s) - done_at )) s ago)"
     builds_pid=
 }
 
 viewer_suite() {
     # Every step of every committed lecture, twice (two window sizes), in
     # the all scope: more than 900 s on the 2-core machine.
-    RUN_LIMIT=2700 run "viewer (Chromium)" bash tests/viewer/run.sh
+    [ -f tests/viewer/run.sh ] && RUN_LIMIT=2700 run "viewer (Chromium)" bash tests/viewer/run.sh
 }
-[ -f tests/viewer/run.sh ] && lane_start viewer viewer_suite
+item() {   # item <how> <arg>: one entry of a lane's list
+    case $1 in
+        py) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" $PY "$2" ;;
+        asan-c) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan "$2" ;;
+        asan-py) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
+        # the progress thread's correctness cases (its timing bounds are the first pass's)
+        asan-progress) run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
+                           Progress.test_async_calls_in_flight_together_give_the_right_sums ;;
+        cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "$2" ;;
+        cpu-layers) run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers ;;
+        cpu-py) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu $PY "$2" ;;
+        cpu-py-other) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
+    esac
+}
 
-for t in tests/test_*.py; do
+# The script suites, the longest first (seconds on an idle 2-core machine:
+# misuse 40, planted checks 60, build 36, two hosts 32, comm checks 30,
+# spawn 29, then 25 and less), then the rest by name.
+LONG=(tests/test_planted_checks.py tests/test_misuse.py tests/test_build.py tests/test_two_hosts.py
+      tests/test_comm_checks.py tests/test_spawn.py tests/test_groups.py tests/test_lecture_scaling.py
+      tests/test_spawn_expect.py tests/test_grade.py)
+items=()
+for t in "${LONG[@]}" tests/test_*.py; do
     [ -f "$t" ] || continue
     case " ${TIMED[*]} " in *" $t "*) continue ;; esac
-    run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
+    case " ${items[*]} " in *" py $t "*) continue ;; esac
+    items+=("py $t")
 done
-lane_join viewer
+# the browser suite first in the background lane
+in_lanes scripts viewer_suite
 
 builds_wait
-asan_pass() {
-    # Open MPI and its helpers keep some memory until exit on purpose; the
-    # suppressions name only those libraries, never ours.
-    export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
-    # Open MPI's plugins have no frame pointers: the slow unwinder is needed
-    # for leak stacks to reach the libraries the suppressions name.
-    export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
-    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-    local t
-    for t in build-asan/tests/test_*; do
-        [ -x "$t" ] || continue
-        run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
-    done
-    local asan_suites=(tests/test_foundation.py tests/test_spawn.py tests/test_checks.py tests/test_leaks.py
-                       tests/test_spawn_result.py)
-    [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
-                 tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
-                 tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
-                 tests/test_groups.py)
-    for t in "${asan_suites[@]}"; do
-        [ -f "$t" ] || continue
-        run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
-    done
-    # The progress thread's correctness cases (its timing bounds are the first pass's).
-    run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
-        Progress.test_async_calls_in_flight_together_give_the_right_sums
-}
-
-# The build without CUDA is what a machine without nvcc gets: keep it working.
-cpu_pass() {
-    local t
-    for t in build-cpu/tests/test_*; do
-        [ -x "$t" ] || continue
-        run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
-    done
-    run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers
-    [ "$SCOPE" = all ] && run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
-    run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
-    run "cpu-only: test_lecture_gpu.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_gpu.py
-}
-
-if [ $want_cpu = 1 ]; then
-    if [ "$rc_cpu" -eq 0 ] && ! grep -q "warning:" "$cpu_log"; then
-        # Beside the sanitizer pass in the quick scope; after it in the all
-        # scope, whose sanitizer pass runs the timed suites.
-        if [ "$SCOPE" = quick ] && [ $want_asan = 1 ]; then lane_start cpu-only cpu_pass; else cpu_after=1; fi
-    else
-        cat "$cpu_log"
-        echo "== cpu-only build FAILED (or warned)"
-        failed=$((failed + 1))
-        failures+=("cpu-only build")
-    fi
-fi
+# The sanitizer pass: the C tests and the runtime's script suites built with
+# AddressSanitizer + UBSan. Open MPI and its helpers keep some memory until
+# exit on purpose; the suppressions name only those libraries, never ours.
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+# Open MPI's plugins have no frame pointers: the slow unwinder is needed for
+# leak stacks to reach the libraries the suppressions name.
+export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+items=()
 if [ $want_asan = 1 ]; then
     if [ "$rc_asan" -eq 0 ]; then
-        asan_pass
+        asan_suites=(tests/test_spawn.py tests/test_foundation.py tests/test_checks.py tests/test_leaks.py
+                     tests/test_spawn_result.py)
+        [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
+                     tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
+                     tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
+                     tests/test_groups.py)
+        for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
+        items+=("asan-progress -")
+        for t in build-asan/tests/test_*; do [ -x "$t" ] && items+=("asan-c $t"); done
     else
         cat "$asan_log"
         echo "== asan build FAILED"
@@ -284,8 +297,23 @@ if [ $want_asan = 1 ]; then
         failures+=("asan build")
     fi
 fi
-lane_join cpu-only
-[ "${cpu_after:-0}" = 1 ] && cpu_pass
+# The build without CUDA is what a machine without nvcc gets: keep it working.
+if [ $want_cpu = 1 ]; then
+    if [ "$rc_cpu" -eq 0 ] && ! grep -q "warning:" "$cpu_log"; then
+        for t in build-cpu/tests/test_*; do [ -x "$t" ] && items+=("cpu-c $t"); done
+        items+=("cpu-layers -")
+        [ "$SCOPE" = all ] && items+=("cpu-py-other tests/test_lecture_08.py")
+        items+=("cpu-py tests/test_lecture_ddp.py" "cpu-py tests/test_lecture_gpu.py")
+    else
+        cat "$cpu_log"
+        echo "== cpu-only build FAILED (or warned)"
+        failed=$((failed + 1))
+        failures+=("cpu-only build")
+    fi
+fi
+# In two lanes in the quick scope; in one in the all scope, whose sanitizer
+# pass runs the timed suites.
+if [ "$SCOPE" = quick ]; then in_lanes passes; else take_items passes; fi
 
 echo
 echo "scope $SCOPE: $(( $(date +%s) - started )) s"
