@@ -229,7 +229,7 @@ builds_wait() {   # waits for the background builds; sets rc_asan and rc_cpu
     local done_at
     read -r rc_asan rc_cpu done_at <"$asan_log.rc"
     rm -f "$asan_log.rc"
-    echo "== background builds done ($((done_at - builds_started)) s after they started, waited for $(( $(date +%s) - done_at )) s ago)"
+    echo "== background builds done: $((done_at - builds_started)) s after they started, $(( $(date +%s) - done_at )) s before now"
     builds_pid=
 }
 
