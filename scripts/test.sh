@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test and closes with one line: "N passed, N failed, N skipped".
 #
-#   1. C unit tests (cmocka): build/tests/test_*
-#   2. the layer check (make check-layers: runtime/'s folders call each other
-#      one way only), the style check (make format-check: .clang-format),
-#      then the script tests that bound a time (deadlock, progress, timer),
+#   1. the script tests that bound a time (deadlock, progress, timer),
 #      alone on the machine
-#   3. the other script tests: tests/test_*.py (unittest, Debian's python3),
-#      with the browser tests of the viewer (tests/viewer/run.sh, headless
-#      Chromium) running beside them in a lane of their own, and the
-#      sanitizer and CPU-only builds (4., 5.) made niced in the background
-#      (LECTERN_JOBS jobs, the number of cores by default)
+#   2. C unit tests (cmocka: build/tests/test_*), the layer check (make
+#      check-layers: runtime/'s folders call each other one way only), the
+#      style check (make format-check: .clang-format), the other script
+#      tests (tests/test_*.py: unittest, Debian's python3) and the browser
+#      tests of the viewer (tests/viewer/run.sh, headless Chromium), in two
+#      lanes (see "Lanes" below)
+#   3. meanwhile, the sanitizer and CPU-only builds (4., 5.), niced, in the
+#      background (LECTERN_JOBS jobs, the number of cores by default)
 #   4. the C tests and the runtime's script tests (foundation, spawn, checks,
 #      leaks, values returned; in the all scope also misuse, lecture_08,
 #      lecture_collectives, lecture_ddp, lecture_gpu and more) again, built
@@ -177,15 +177,6 @@ in_lanes() {   # in_lanes <list> [first]: the items, in two lanes (first: what t
 }
 
 BUILD=${BUILD:-build}
-for t in "$BUILD"/tests/test_*; do
-    [ -x "$t" ] || continue
-    run "$(basename "$t")" env LECTERN_BUILD="$BUILD" "$t"
-done
-# runtime/'s folders call each other one way only (docs/design.md, "Layers").
-run "check-layers" make --no-print-directory BUILD="$BUILD" check-layers
-# One C style for every C and CUDA file (.clang-format; make format rewrites
-# what this names).
-run "format-check" bash scripts/format.sh check
 # Suites that bound how long something takes (a deadlock found within 5 s,
 # the progress thread's overlap, a timer's seconds): alone on the machine.
 TIMED=(tests/test_deadlock.py tests/test_progress.py tests/test_timer.py)
@@ -240,6 +231,12 @@ viewer_suite() {
 }
 item() {   # item <how> <arg>: one entry of a lane's list
     case $1 in
+        c) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" "$2" ;;
+        # runtime/'s folders call each other one way only (docs/design.md, "Layers").
+        layers) run "check-layers" make --no-print-directory BUILD="$BUILD" check-layers ;;
+        # One C style for every C and CUDA file (.clang-format; make format
+        # rewrites what this names).
+        format) run "format-check" bash scripts/format.sh check ;;
         py) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" $PY "$2" ;;
         asan-c) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan "$2" ;;
         asan-py) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
@@ -253,9 +250,10 @@ item() {   # item <how> <arg>: one entry of a lane's list
     esac
 }
 
-# The script suites, the longest first (seconds on an idle 2-core machine:
-# misuse 40, planted checks 60, build 36, two hosts 32, comm checks 30,
-# spawn 29, then 25 and less), then the rest by name.
+# The script suites, the longest first (seconds on a quiet 2-core machine,
+# one at a time: planted checks 61, misuse 147 before its cases ran four at
+# a time, build 36, two hosts 32, comm checks 30, spawn 29, then 25 and
+# less), then the rest by name.
 LONG=(tests/test_planted_checks.py tests/test_misuse.py tests/test_build.py tests/test_two_hosts.py
       tests/test_comm_checks.py tests/test_spawn.py tests/test_groups.py tests/test_lecture_scaling.py
       tests/test_spawn_expect.py tests/test_grade.py)
@@ -266,6 +264,9 @@ for t in "${LONG[@]}" tests/test_*.py; do
     case " ${items[*]} " in *" py $t "*) continue ;; esac
     items+=("py $t")
 done
+# then the C unit tests, the layer check and the style check
+for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("c $t"); done
+items+=("layers -" "format -")
 # the browser suite first in the background lane
 in_lanes scripts viewer_suite
 
