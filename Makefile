@@ -284,7 +284,8 @@ grade:
 # make test: every suite on the normal build, the sanitizer and CPU-only
 # passes on the suites that exercise what differs there, a sample of the
 # browser steps. make test-all: everything everywhere (what CI runs).
-# Both build with one job per core (JOBS).
+# Both build with one job per core (JOBS), and scripts/test.sh runs two
+# suites at a time where there are two cores (docs/testing.md).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 test: setup
