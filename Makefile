@@ -163,7 +163,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all run grade submission test test-all test-asan check-layers bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check
+.PHONY: all test-bins run grade submission test test-all test-asan check-layers bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check
 ifeq ($(CMOCKA),1)
   C_TEST_BINS := $(TEST_BINS)
 else
@@ -175,6 +175,9 @@ else
 endif
 
 all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BENCH_BINS)
+# What make test's sanitizer pass runs (scripts/test.sh, quick scope): the C
+# tests, the fixtures and tools the runtime's script tests start, lecture_00.
+test-bins: $(LIB) $(LECTURE_LIB) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BUILD)/lectures/lecture_00
 lectures: $(LECTURE_BINS)
 
 $(BUILD)/runtime/%.o: runtime/%.c $(RUNTIME_H)
@@ -281,7 +284,8 @@ grade:
 # make test: every suite on the normal build, the sanitizer and CPU-only
 # passes on the suites that exercise what differs there, a sample of the
 # browser steps. make test-all: everything everywhere (what CI runs).
-# Both build with one job per core (JOBS).
+# Both build with one job per core (JOBS), and scripts/test.sh runs two
+# suites at a time where there are two cores (docs/testing.md).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 test: setup

@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
 # Runs every test and closes with one line: "N passed, N failed, N skipped".
 #
-#   1. C unit tests (cmocka): build/tests/test_*
-#   2. the layer check (make check-layers: runtime/'s folders call each other
-#      one way only), the style check (make format-check: .clang-format),
-#      then the script tests: tests/test_*.py (unittest, Debian's python3)
-#   3. browser tests of the viewer: tests/viewer/run.sh (headless Chromium)
-#   4. the C tests and the runtime's script tests (foundation, spawn, misuse,
-#      lecture_08, lecture_collectives, lecture_ddp, lecture_gpu) again, built with
-#      AddressSanitizer + UBSan (build-asan/),
-#      unless LECTERN_NO_ASAN=1; this build and the CPU-only one (5.) are made
-#      in the background while the browser suite runs (LECTERN_JOBS jobs,
-#      the number of cores by default)
+#   1. the script tests that bound a time (deadlock, progress, timer),
+#      alone on the machine
+#   2. C unit tests (cmocka: build/tests/test_*), the layer check (make
+#      check-layers: runtime/'s folders call each other one way only), the
+#      style check (make format-check: .clang-format), the other script
+#      tests (tests/test_*.py: unittest, Debian's python3) and the browser
+#      tests of the viewer (tests/viewer/run.sh, headless Chromium), in two
+#      lanes (see "Lanes" below)
+#   3. meanwhile, the sanitizer and CPU-only builds (4., 5.), niced, in the
+#      background (LECTERN_JOBS jobs, the number of cores by default)
+#   4. the C tests and the runtime's script tests (foundation, spawn, checks,
+#      leaks, values returned; in the all scope also misuse, lecture_08,
+#      lecture_collectives, lecture_ddp, lecture_gpu and more) again, built
+#      with AddressSanitizer + UBSan (build-asan/), unless LECTERN_NO_ASAN=1
+#   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
+#      it must build without warnings and pass the C tests and lecture_ddp's
+#      and lecture_gpu's tests (and lecture_08's in the all scope;
+#      lecture_gpu's CUDA kernels are left out of that build); in the quick
+#      scope beside the sanitizer pass
 #
 # lecture_08's numbers are checked under this CPU's OpenBLAS kernels and,
 # in the first pass, under older ones too (tests/test_lecture_08.py);
-# LECTERN_OTHER_KERNELS=0 leaves those out.
-#   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
-#      it must build without warnings and pass the C tests and lecture_08's,
-#      lecture_ddp's and lecture_gpu's tests (lecture_gpu's CUDA kernels are
-#      left out of that build)
+# LECTERN_OTHER_KERNELS=0 leaves those out. LECTERN_LANES=0 runs everything
+# one after the other (one core, or to compare).
 #
-# Each test program's own summary is printed as it runs; the counts below are
-# individual test cases where the runner reports them.
+# Each test program's own summary is printed as it runs (a lane's when the
+# lane ends); the counts below are individual test cases where the runner
+# reports them, and each suite's line ends with its seconds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export LECTERN_ROOT_DIR=$PWD
@@ -41,8 +47,8 @@ trap 'rm -f "$log"' EXIT
 # Open MPI wants these to run as root and to put 4 ranks on 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
-count() {   # count <name> <exit status>: reads the runner's summary from $log
-    local name=$1 rc=$2 p=0 f=0 k=0 line
+count() {   # count <name> <exit status> [seconds]: reads the runner's summary from $log
+    local name=$1 rc=$2 secs=${3:-} p=0 f=0 k=0 line
     if grep -qE '^\[  PASSED  \] [0-9]+ test' "$log"; then
         # cmocka prints one summary per group; a program may run several.
         p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
@@ -84,17 +90,18 @@ count() {   # count <name> <exit status>: reads the runner's summary from $log
     failed=$((failed + f))
     skipped=$((skipped + k))
     [ "$f" -gt 0 ] && failures+=("$name")
-    printf '== %-40s %s passed, %s failed, %s skipped\n' "$name" "$p" "$f" "$k"
+    printf '== %-40s %s passed, %s failed, %s skipped%s\n' "$name" "$p" "$f" "$k" "${secs:+ ($secs s)}"
 }
 
 run() {   # run <name> <command...>; RUN_LIMIT (seconds, default 900) bounds it
     local name=$1; shift
     local limit=${RUN_LIMIT:-900}
     echo "== $name"
+    local t0=$SECONDS
     timeout "$limit" "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     [ "$rc" -eq 124 ] && echo "[timed out] $name ran for more than $limit s and was stopped" | tee -a "$log"
-    count "$name" "$rc"
+    count "$name" "$rc" $((SECONDS - t0))
 }
 
 # Scope: "all" runs every suite in every configuration (make test-all, and
@@ -103,43 +110,105 @@ run() {   # run <name> <command...>; RUN_LIMIT (seconds, default 900) bounds it
 # there: the runtime's memory (unit tests, spawn and pool, traces, leaks) and
 # the code a CPU-only build compiles differently (unit tests, the lectures
 # that pick their device). The browser suite steps through a sample of each
-# lecture's steps instead of every step (tests/viewer/test_lectures.py).
+# lecture's steps instead of every step (tests/viewer/test_lectures.py), and
+# the sanitizer build makes only what its pass runs (make test-bins).
 SCOPE=${LECTERN_TEST_SCOPE:-all}
 case "$SCOPE" in all|quick) ;; *) echo "test.sh: LECTERN_TEST_SCOPE is '$SCOPE': all or quick" >&2; exit 2 ;; esac
 echo "== scope: $SCOPE (LECTERN_TEST_SCOPE; make test is quick, make test-all is all)"
 [ "$SCOPE" = quick ] && export LECTERN_VIEWER_QUICK=1
 started=$(date +%s)
 
+# Lanes: on a machine with two cores or more, two lanes take the suites
+# from one list, each the next one not yet taken (the longest are listed
+# first); a lane in the background shows its output whole when it ends. The
+# browser suite opens the background lane. The suites whose checks bound a
+# time (TIMED below) run first, with nothing beside them, and the all scope
+# runs its sanitizer and CPU-only passes in one lane (they hold timed suites).
+JOBS=${LECTERN_JOBS:-$(nproc 2>/dev/null || echo 2)}
+lanes=0; [ "$JOBS" -ge 2 ] && [ "${LECTERN_LANES:-1}" != 0 ] && lanes=1
+lane_dir=$(mktemp -d)
+trap 'rm -rf "$log" "$lane_dir"' EXIT
+items=()
+take_items() {   # take_items <list>: runs the items of $items not taken yet (item "<how> <arg>", see item())
+    local list=$1 i
+    for i in "${!items[@]}"; do
+        mkdir "$lane_dir/$list.$i" 2>/dev/null || continue   # atomic: only one lane takes item i
+        item ${items[$i]}
+    done
+}
+lane_start() {   # lane_start <name> <function...>: runs it in the background lane
+    local name=$1; shift
+    echo "== lane $name: running beside the suites below (its output comes when it ends)"
+    (
+        passed=0 failed=0 skipped=0 launch_failures=0 timeouts=0 failures=()
+        log=$(mktemp)
+        "$@" >"$lane_dir/$name.out" 2>&1
+        rm -f "$log"
+        { echo "$passed $failed $skipped $launch_failures $timeouts"
+          [ ${#failures[@]} -gt 0 ] && printf '%s\n' "${failures[@]}"; } >"$lane_dir/$name.sum"
+    ) &
+    lane_pid=$!
+}
+lane_join() {   # lane_join <name>: waits for the background lane, shows its output, adds its counts
+    local name=$1
+    [ -n "${lane_pid:-}" ] || return 0
+    wait "$lane_pid"
+    lane_pid=
+    echo "== lane $name: its output"
+    cat "$lane_dir/$name.out"
+    echo "== lane $name: end"
+    local p f k l t rest
+    { read -r p f k l t; mapfile -t rest; } <"$lane_dir/$name.sum"
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
+    launch_failures=$((launch_failures + l)); timeouts=$((timeouts + t))
+    [ ${#rest[@]} -gt 0 ] && failures+=("${rest[@]}")
+    return 0
+}
+in_lanes() {   # in_lanes <list> [first]: the items, in two lanes (first: what the background lane does before)
+    local list=$1 first=${2:-}
+    if [ $lanes = 1 ]; then
+        lane_start "$list" eval "$first${first:+;} take_items $list"
+        take_items "$list"
+        lane_join "$list"
+    else
+        [ -n "$first" ] && $first
+        take_items "$list"
+    fi
+}
+
 BUILD=${BUILD:-build}
-for t in "$BUILD"/tests/test_*; do
-    [ -x "$t" ] || continue
-    run "$(basename "$t")" env LECTERN_BUILD="$BUILD" "$t"
-done
-# runtime/'s folders call each other one way only (docs/design.md, "Layers").
-run "check-layers" make --no-print-directory BUILD="$BUILD" check-layers
-# One C style for every C and CUDA file (.clang-format; make format rewrites
-# what this names).
-run "format-check" bash scripts/format.sh check
-for t in tests/test_*.py; do
+# Suites that bound how long something takes (a deadlock found within 5 s,
+# the progress thread's overlap, a timer's seconds): alone on the machine.
+TIMED=(tests/test_deadlock.py tests/test_progress.py tests/test_timer.py)
+for t in "${TIMED[@]}"; do
     [ -f "$t" ] || continue
     run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
 done
-# The sanitizer and CPU-only builds are made while the browser suite runs
-# (it mostly waits on Chromium), niced so that the suite keeps its share of
-# the cores; their output is shown only when they fail.
-JOBS=${LECTERN_JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+# The sanitizer and CPU-only builds are made in the background while the
+# script and browser suites run, niced so that the suites keep their share
+# of the cores; their output is shown only when they fail. The CUDA objects
+# are compiled without the sanitizer's flags: the sanitizer build takes the
+# normal build's copies (make rebuilds any that are older than their source).
 asan_log=$(mktemp); cpu_log=$(mktemp)
-trap 'rm -f "$log" "$asan_log" "$cpu_log"' EXIT
+trap 'rm -rf "$log" "$lane_dir" "$asan_log" "$cpu_log"' EXIT
 want_asan=0; [ "${LECTERN_NO_ASAN:-0}" != 1 ] && want_asan=1
 want_cpu=0; [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ] && want_cpu=1
+asan_targets=all; [ "$SCOPE" = quick ] && asan_targets=test-bins
 builds_pid=
 if [ $want_asan = 1 ] || [ $want_cpu = 1 ]; then
-    echo "== building with AddressSanitizer + UBSan (build-asan/) and without CUDA (build-cpu/), in the background"
+    echo "== building with AddressSanitizer + UBSan (build-asan/, make $asan_targets) and without CUDA (build-cpu/), in the background"
+    if [ $want_asan = 1 ] && [ "$BUILD" = build ]; then
+        (cd build && find runtime lectures -name '*.cu.o' 2>/dev/null) | while read -r o; do
+            [ -e "build-asan/$o" ] && continue
+            mkdir -p "build-asan/$(dirname "$o")" && cp -p "build/$o" "build-asan/$o"
+        done
+    fi
     (
         rc_asan=0; rc_cpu=0
-        [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 all >"$asan_log" 2>&1; rc_asan=$?; }
+        [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 $asan_targets >"$asan_log" 2>&1; rc_asan=$?; }
         [ $want_cpu = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" CUDA=0 BUILD=build-cpu all >"$cpu_log" 2>&1; rc_cpu=$?; }
-        echo "$rc_asan $rc_cpu" >"$asan_log.rc"
+        echo "$rc_asan $rc_cpu $(date +%s)" >"$asan_log.rc"
     ) &
     builds_pid=$!
     builds_started=$(date +%s)
@@ -148,45 +217,80 @@ builds_wait() {   # waits for the background builds; sets rc_asan and rc_cpu
     rc_asan=0; rc_cpu=0
     [ -n "$builds_pid" ] || return 0
     wait "$builds_pid"
-    read -r rc_asan rc_cpu <"$asan_log.rc"
+    local done_at
+    read -r rc_asan rc_cpu done_at <"$asan_log.rc"
     rm -f "$asan_log.rc"
-    echo "== background builds done ($(( $(date +%s) - builds_started )) s after they started)"
+    echo "== background builds done: $((done_at - builds_started)) s after they started, $(( $(date +%s) - done_at )) s before now"
     builds_pid=
 }
 
-if [ -f tests/viewer/run.sh ]; then
-    # The browser suite steps through every step of every committed lecture,
-    # twice (two window sizes): more than 900 s on the 2-core machine.
-    RUN_LIMIT=2700 run "viewer (Chromium)" bash tests/viewer/run.sh
-fi
+viewer_suite() {
+    # Every step of every committed lecture, twice (two window sizes), in
+    # the all scope: more than 900 s on the 2-core machine.
+    [ -f tests/viewer/run.sh ] && RUN_LIMIT=2700 run "viewer (Chromium)" bash tests/viewer/run.sh
+}
+item() {   # item <how> <arg>: one entry of a lane's list
+    case $1 in
+        c) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" "$2" ;;
+        # runtime/'s folders call each other one way only (docs/design.md, "Layers").
+        layers) run "check-layers" make --no-print-directory BUILD="$BUILD" check-layers ;;
+        # One C style for every C and CUDA file (.clang-format; make format
+        # rewrites what this names).
+        format) run "format-check" bash scripts/format.sh check ;;
+        py) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" $PY "$2" ;;
+        asan-c) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan "$2" ;;
+        asan-py) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
+        # the progress thread's correctness cases (its timing bounds are the first pass's)
+        asan-progress) run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
+                           Progress.test_async_calls_in_flight_together_give_the_right_sums ;;
+        cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "$2" ;;
+        cpu-layers) run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers ;;
+        cpu-py) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu $PY "$2" ;;
+        cpu-py-other) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
+    esac
+}
+
+# The script suites, the longest first (seconds on a quiet 2-core machine,
+# one at a time: planted checks 61, misuse 147 before its cases ran four at
+# a time, build 36, two hosts 32, comm checks 30, spawn 29, then 25 and
+# less), then the rest by name.
+LONG=(tests/test_planted_checks.py tests/test_misuse.py tests/test_build.py tests/test_two_hosts.py
+      tests/test_comm_checks.py tests/test_spawn.py tests/test_groups.py tests/test_lecture_scaling.py
+      tests/test_spawn_expect.py tests/test_grade.py)
+items=()
+for t in "${LONG[@]}" tests/test_*.py; do
+    [ -f "$t" ] || continue
+    case " ${TIMED[*]} " in *" $t "*) continue ;; esac
+    case " ${items[*]} " in *" py $t "*) continue ;; esac
+    items+=("py $t")
+done
+# then the C unit tests, the layer check and the style check
+for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("c $t"); done
+items+=("layers -" "format -")
+# the browser suite first in the background lane
+in_lanes scripts viewer_suite
 
 builds_wait
+# The sanitizer pass: the C tests and the runtime's script suites built with
+# AddressSanitizer + UBSan. Open MPI and its helpers keep some memory until
+# exit on purpose; the suppressions name only those libraries, never ours.
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+# Open MPI's plugins have no frame pointers: the slow unwinder is needed for
+# leak stacks to reach the libraries the suppressions name.
+export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+items=()
 if [ $want_asan = 1 ]; then
     if [ "$rc_asan" -eq 0 ]; then
-        # Open MPI and its helpers keep some memory until exit on purpose; the
-        # suppressions name only those libraries, never ours.
-        export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
-        # Open MPI's plugins have no frame pointers: the slow unwinder is needed
-        # for leak stacks to reach the libraries the suppressions name.
-        export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
-        export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-        for t in build-asan/tests/test_*; do
-            [ -x "$t" ] || continue
-            run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan "$t"
-        done
-        asan_suites=(tests/test_foundation.py tests/test_spawn.py tests/test_checks.py tests/test_leaks.py
+        asan_suites=(tests/test_spawn.py tests/test_foundation.py tests/test_checks.py tests/test_leaks.py
                      tests/test_spawn_result.py)
         [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
                      tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
                      tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
                      tests/test_groups.py)
-        for t in "${asan_suites[@]}"; do
-            [ -f "$t" ] || continue
-            run "asan: $(basename "$t")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$t"
-        done
-        # The progress thread's correctness cases (its timing bounds are the first pass's).
-        run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
-            Progress.test_async_calls_in_flight_together_give_the_right_sums
+        for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
+        items+=("asan-progress -")
+        for t in build-asan/tests/test_*; do [ -x "$t" ] && items+=("asan-c $t"); done
     else
         cat "$asan_log"
         echo "== asan build FAILED"
@@ -194,18 +298,13 @@ if [ $want_asan = 1 ]; then
         failures+=("asan build")
     fi
 fi
-
 # The build without CUDA is what a machine without nvcc gets: keep it working.
 if [ $want_cpu = 1 ]; then
     if [ "$rc_cpu" -eq 0 ] && ! grep -q "warning:" "$cpu_log"; then
-        for t in build-cpu/tests/test_*; do
-            [ -x "$t" ] || continue
-            run "cpu-only: $(basename "$t")" env LECTERN_BUILD=build-cpu "$t"
-        done
-        run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers
-        [ "$SCOPE" = all ] && run "cpu-only: test_lecture_08.py" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY tests/test_lecture_08.py
-        run "cpu-only: test_lecture_ddp.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_ddp.py
-        run "cpu-only: test_lecture_gpu.py" env LECTERN_BUILD=build-cpu $PY tests/test_lecture_gpu.py
+        for t in build-cpu/tests/test_*; do [ -x "$t" ] && items+=("cpu-c $t"); done
+        items+=("cpu-layers -")
+        [ "$SCOPE" = all ] && items+=("cpu-py-other tests/test_lecture_08.py")
+        items+=("cpu-py tests/test_lecture_ddp.py" "cpu-py tests/test_lecture_gpu.py")
     else
         cat "$cpu_log"
         echo "== cpu-only build FAILED (or warned)"
@@ -213,6 +312,9 @@ if [ $want_cpu = 1 ]; then
         failures+=("cpu-only build")
     fi
 fi
+# In two lanes in the quick scope; in one in the all scope, whose sanitizer
+# pass runs the timed suites.
+if [ "$SCOPE" = quick ]; then in_lanes passes; else take_items passes; fi
 
 echo
 echo "scope $SCOPE: $(( $(date +%s) - started )) s"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import tracecheck  # noqa: E402
@@ -49,6 +50,23 @@ def run(binary, out, env=None, args=()):
     e.update(env or {})
     return subprocess.run([binary, "--quiet", "--out", out] + list(args), env=e, capture_output=True,
                           text=True, timeout=180)
+
+
+# A case is a process of its own that mostly waits (for its ranks to start
+# and stop): this many run at a time, each writing into a folder of its own;
+# their checks then run in order.
+WORKERS = 4
+
+
+def run_cases(cases, out):
+    """{case: (process, its out folder)}: misuse_fixture run once per
+    LECTERN_FIXTURE_CASE, WORKERS at a time."""
+    def one(case):
+        d = os.path.join(out, re.sub(r"[^\w.-]", "_", case))
+        os.mkdir(d)
+        return case, (run(fixture("misuse_fixture"), d, {"LECTERN_FIXTURE_CASE": case}), d)
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return dict(pool.map(one, cases))
 
 
 def pointer_parameters():
@@ -105,14 +123,14 @@ class Base(unittest.TestCase):
         with open(FIXTURE_SRC) as f:
             return f.read().split("\n")[n - 1]
 
-    def failed_case(self, case, call):
-        """Runs a case that must fail; returns (message, trace). The message
-        names the fixture's file:line, and that line calls `call` with the
-        mistake."""
-        p = run(fixture("misuse_fixture"), self.out, {"LECTERN_FIXTURE_CASE": case})
+    def failed_case(self, case, call, ran):
+        """Checks a case that must fail, run by run_cases (ran: its process
+        and out folder); returns (message, trace). The message names the
+        fixture's file:line, and that line calls `call` with the mistake."""
+        p, out = ran
         self.assertEqual(p.returncode, 1, "%s: %s" % (case, tracecheck.why(p)))
         self.assertNotRegex(p.stderr, r"SIG[A-Z]+|Segmentation|core dumped", case)
-        t = tracecheck.validate(os.path.join(self.out, "misuse_fixture.failed.json"))
+        t = tracecheck.validate(os.path.join(out, "misuse_fixture.failed.json"))
         self.assertEqual(t["meta"]["status"], "failed")
         msgs = [m for _, m in errors(t) if call + "(" in m or call + ":" in m]
         self.assertTrue(msgs, "%s: no error names %s: %s" % (case, call, errors(t)))
@@ -131,16 +149,18 @@ class NullInputs(Base):
         self.assertEqual(missing, set(), "runtime/lectern.h has pointer parameters no NULL case tries")
 
     def test_null_is_a_clear_error_at_the_line(self):
-        for case in sorted(fixture_cases()):
+        cases = sorted(fixture_cases())
+        ran = run_cases(cases, self.out)
+        for case in cases:
             with self.subTest(case=case):
                 call = case.split(".")[0]
                 if case in NULL_IS_FINE:
-                    p = run(fixture("misuse_fixture"), self.out, {"LECTERN_FIXTURE_CASE": case})
+                    p, out = ran[case]
                     self.assertEqual(p.returncode, 0, tracecheck.why(p))
-                    t = tracecheck.validate(os.path.join(self.out, "misuse_fixture.json"))
+                    t = tracecheck.validate(os.path.join(out, "misuse_fixture.json"))
                     self.assertEqual(t["steps"][-1]["renderings"][0]["data"], "after")
                     continue
-                msg, _ = self.failed_case(case, call)
+                msg, _ = self.failed_case(case, call, ran[case])
                 self.assertIn("NULL", msg)
 
 
@@ -169,9 +189,10 @@ class CollectiveMisuse(Base):
     }
 
     def test_each_misuse_names_call_line_and_problem(self):
+        ran = run_cases(sorted(self.CASES), self.out)
         for case, (call, words) in sorted(self.CASES.items()):
             with self.subTest(case=case):
-                msg, t = self.failed_case(case, call)
+                msg, t = self.failed_case(case, call, ran[case])
                 self.assertIn(words, msg)
                 if case != "misuse:outside_spawn":
                     # The rank that erred is named, with the spawn's world size.
