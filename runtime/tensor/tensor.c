@@ -164,11 +164,10 @@ static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device) {
     if (on_gpu(t)) {
         t->data = lx_cuda_alloc(device, bytes_of(t));
     } else {
-        /* 64-byte aligned: a cache line, and what AVX-512 loads like best. */
-        void *p = NULL;
-        if (posix_memalign(&p, 64, bytes_of(t)) != 0)
-            lx_fatal("out of memory for a %s tensor (%zu bytes)", shape_of(t).s, bytes_of(t));
-        t->data = p;
+        /* 64-byte aligned (a cache line, and what AVX-512 loads like best),
+         * from the blocks earlier tensors freed where one fits (host_pool.c). */
+        t->data = lx_host_alloc(bytes_of(t));
+        if (!t->data) lx_fatal("out of memory for a %s tensor (%zu bytes)", shape_of(t).s, bytes_of(t));
     }
     return t;
 }
@@ -223,7 +222,7 @@ void tensor_free(tensor *t) {
     lx_tensor_may_free(t); /* a double free or a busy tensor is named before its memory goes */
     if (t->owns_data && t->data) {
         if (on_gpu(t)) lx_cuda_free(t->device, t->data);
-        else free(t->data);
+        else lx_host_free(t->data, bytes_of(t));
     }
     free(t->str);
     lx_tensor_release(t); /* poisoned and kept a while: a second free is named */
