@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/memory.h"
 #include "lib/mlp.h"
 #include "lib/transformer.h"
 
@@ -1190,8 +1189,7 @@ static void zero_table(void) {
 /* Memory: activations, recomputation, mixed precision                 */
 /* ------------------------------------------------------------------ */
 
-/* Big enough that the activations dwarf a tensor's bookkeeping (a header
- * and its recorded stack, at most a few KiB against 256 KiB each). */
+/* A batch of 256 of width 256: 256 KiB per activation. */
 static mlp_config memory_config(void) {
     mlp_config c = {.batch = 256, .width = 256, .layers = 4, .steps = 1, .lr = 1e-3f};
     return c;
@@ -1224,18 +1222,19 @@ static void backward_recomputing(tensor *const *w, int layers, tensor **acts, te
 }
 
 typedef struct memory_run {
-    int64_t saved_bytes; /* heap bytes the forward left alive for backward */
+    int64_t saved_bytes; /* tensor bytes the forward left alive for backward */
     double seconds;      /* median step */
 } memory_run;
 
-/* One step, plain or with recomputation: the heap bytes alive between
- * forward and backward (the step's peak of saved activations). */
+/* One step, plain or with recomputation: the bytes of tensor storage on the
+ * CPU that forward left alive for backward (the step's peak of saved
+ * activations), counted by the runtime (tensor_bytes_live). */
 static int64_t one_step(const mlp_config *c, tensor *const *w, tensor *x, tensor **g, int recompute) {
     tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
-    int64_t before = heap_bytes_in_use();
+    int64_t before = tensor_bytes_live(-1);
     if (recompute) forward_checkpointed(w, c->layers, x, acts);
     else forward(w, c->layers, x, acts, pre);
-    int64_t alive = heap_bytes_in_use() - before;
+    int64_t alive = tensor_bytes_live(-1) - before;
     if (recompute) backward_recomputing(w, c->layers, acts, g);
     else backward(w, c->layers, acts, pre, g);
     for (int i = 1; i <= c->layers; i++)
@@ -1249,8 +1248,7 @@ static int64_t one_step(const mlp_config *c, tensor *const *w, tensor *x, tensor
 static memory_run measure_step(const mlp_config *c, tensor *const *w, tensor *x, tensor **g, int recompute) {
     memory_run r;
     double t[MEMORY_REPS];
-    one_step(c, w, x, g, recompute); /* warm-up: the BLAS's own buffers */
-    r.saved_bytes = one_step(c, w, x, g, recompute);
+    r.saved_bytes = one_step(c, w, x, g, recompute); /* untimed: it also warms the BLAS up */
     for (int k = 0; k < MEMORY_REPS; k++) {
         double start = now_seconds();
         one_step(c, w, x, g, recompute);
@@ -1280,11 +1278,6 @@ static void memory(void) {
 
 static void activation_memory(void) {
     mlp_config c = memory_config();
-    if (!heap_counts()) {
-        note("This build's allocator does not report its heap (a sanitizer's replaces "
-             "glibc's), so the activations are not measured in this run.");
-        return;
-    }
     tensor *x = make_data(&c, -1), *w[MAX_LAYERS], *g[MAX_LAYERS];
     for (int i = 0; i < c.layers; i++) {
         w[i] = init_layer(&c, i, -1);
@@ -1303,19 +1296,17 @@ static void activation_memory(void) {
     table_row(t, "recompute h", (long long)recomputed.saved_bytes, c.layers * act, 4 * c.layers,
               recomputed.seconds * 1e3);
     table_show(t);
-    /* The heap also holds each tensor's header and recorded stack: under
-     * 8 KiB each (about 0.5 KiB measured here), against 256 KiB of data; a
-     * step that kept one more activation per layer (or one fewer) would be
-     * 256 KiB per layer off. */
-    double slack = 8192.0 * 2 * c.layers;
-    check(fabs((double)plain.saved_bytes - 2 * c.layers * act) <= slack &&
-                  fabs((double)recomputed.saved_bytes - c.layers * act) <= slack,
-          "activations: the heap holds what the formula says (%lld and %lld bytes, formula %.0f and %.0f, "
-          "within %.0f)",
-          (long long)plain.saved_bytes, (long long)recomputed.saved_bytes, 2 * c.layers * act, c.layers * act, slack);
-    note("Measured on the heap between forward and backward: recomputation kept %.2f times "
-         "the bytes, and its step took %.2f times as long here (each step's median of %d; "
-         "the load on this machine moves the times, not the bytes). The extra matrix "
+    /* The count is of tensor storage only (no headers, stacks or allocator
+     * rounding), so it equals the formula to the byte; a step that kept one
+     * activation more or fewer would be 256 KiB off. */
+    check((double)plain.saved_bytes == 2 * c.layers * act && (double)recomputed.saved_bytes == c.layers * act,
+          "activations: the tensors alive hold what the formula says (%lld and %lld bytes, formula %.0f and %.0f)",
+          (long long)plain.saved_bytes, (long long)recomputed.saved_bytes, 2 * c.layers * act, c.layers * act);
+    note("Measured between forward and backward as the bytes of tensor storage alive "
+         "(`tensor_bytes_live()`: the tensors' data, not their headers or the allocator's "
+         "rounding, so the table compares it with the formula to the byte): recomputation "
+         "kept %.2f times the bytes, and its step took %.2f times as long here (each step's "
+         "median of %d; the load on this machine moves the times, not the bytes). The extra matrix "
          "products are a third more; on a GPU, where memory is what runs out first, that "
          "trade is often worth it.",
          (double)recomputed.saved_bytes / (double)plain.saved_bytes, recomputed.seconds / plain.seconds, MEMORY_REPS);

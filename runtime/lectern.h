@@ -256,6 +256,12 @@ tensor *reshape(tensor *t, int64_t rows, int64_t cols);
 tensor *cat_cols(tensor *const *parts, int n); /* concatenate along dim 1 */
 void tensor_free(tensor *t);
 void tensor_to_host(const tensor *t, float *out); /* numel floats */
+/* Bytes of tensor storage this process holds on `device` (-1: the CPU, N:
+ * cuda:N): numel * 4 of every tensor made and not yet freed that owns its
+ * storage. A view (row_slice, tensor_view, reshape) owns none: its bytes are
+ * its original's, counted once. Headers, recorded stacks and the allocator's
+ * rounding are not counted: torch.cuda.memory_allocated(device), exact. */
+int64_t tensor_bytes_live(int device);
 
 void add_scalar(tensor *t, float s);              /* in place */
 void scale_(tensor *t, float s);                  /* in place */

@@ -19,6 +19,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 import tracecheck  # noqa: E402
+from tracecheck import NUM, half_unit  # noqa: E402
 
 COLLECTIVES = ["broadcast", "scatter", "gather", "reduce", "all_gather", "reduce_scatter", "all_reduce"]
 
@@ -60,83 +61,18 @@ SECTIONS = [
     "## Further reading",
 ]
 
-NUM = r"([-+0-9.eE]+|nan|inf)"
-
-
-def half_unit(printed):
-    """Half of the last printed digit's unit: how far a rounded number may be
-    from the value it stands for ("0.32" -> 0.005, "12" -> 0.5,
-    "1.73e-07" -> 0.005e-07)."""
-    mantissa, _, exponent = printed.lower().partition("e")
-    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
-    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
-
-
-def find_binary():
-    """The lecture in the build folder the runner names (LECTERN_BUILD, default build)."""
-    path = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "lectures", "lecture_08")
-    return path if os.path.exists(path) else None
-
-
 def numbers(text):
     """The floats inside tensor([...]) in text, one list per tensor."""
     return [[float(v) for v in inner.replace(",", " ").split()]
             for inner in re.findall(r"tensor\(\[([^\]]*)\]", text)]
 
 
-class Run:
+class Run(tracecheck.LectureRun):
     """Runs lecture_08 --quick once per class, with the environment the class
     adds (ENV), and offers helpers over its trace."""
-    ENV = {}
-
-    @classmethod
-    def setUpClass(cls):
-        binary = find_binary()
-        if binary is None:
-            raise AssertionError("lecture_08 is not built in %s (run make)" % os.environ.get("LECTERN_BUILD", "build"))
-        cls.out = tempfile.TemporaryDirectory()
-        env = dict(os.environ)
-        env.update(cls.ENV)
-        cls.run_result, cls.trace = tracecheck.run_quick(binary, cls.out.name, env)
-        cls.path = os.path.join(cls.out.name, "lecture_08.json")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.out.cleanup()
+    NAME = "lecture_08"
 
     # ---- helpers over the trace ----
-
-    def setUp(self):
-        self.assertEqual(self.run_result.returncode, 0, "lecture_08 --quick failed: " + tracecheck.why(self.run_result))
-        self.assertIsNotNone(self.trace, "no trace written")
-
-    def texts(self, world_size=None, pattern=None):
-        """(rank, world_size, text) of every text rendering, optionally only from
-        ranks of a spawn of this world size and matching a regex."""
-        out = []
-        for step in self.trace["steps"]:
-            if world_size is not None and step["world_size"] != world_size:
-                continue
-            for r in step["renderings"]:
-                if r["type"] == "text" and (pattern is None or re.search(pattern, r["data"])):
-                    out.append((step["rank"], step["world_size"], r["data"], step["spawn"]))
-        return out
-
-    def markdown(self):
-        return [r["data"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "markdown"]
-
-    def tables(self, caption):
-        """(step, rendering) of every table() whose caption matches a regex:
-        the values as the lecture computed them, not as its prose printed them."""
-        return [(s, r) for s in self.trace["steps"] for r in s["renderings"]
-                if r["type"] == "table" and re.search(caption, r.get("caption", ""))]
-
-    def table(self, caption):
-        """The one table whose caption matches: {column name: [values]}, and the rendering."""
-        found = self.tables(caption)
-        self.assertEqual(len(found), 1, caption)
-        r = found[0][1]
-        return {c["name"]: [row[k] for row in r["rows"]] for k, c in enumerate(r["columns"])}, r
 
     def by_spawn(self, function):
         """Spawn ids whose rank steps run in `function`, in order."""
@@ -149,8 +85,7 @@ class Run:
 
     def spawn_markdown(self, spawn_id, pattern):
         """(rank, match, text) of the markdown notes of one spawn matching a regex."""
-        return [(step["rank"], m, r["data"]) for step in self.trace["steps"] if step["spawn"] == spawn_id
-                for r in step["renderings"] if r["type"] == "markdown"
+        return [(step["rank"], m, r["data"]) for step, r in self.renderings("markdown") if step["spawn"] == spawn_id
                 for m in [re.search(pattern, r["data"])] if m]
 
     def rank_rows(self, spawn_id, caption):
@@ -161,12 +96,11 @@ class Run:
         self.assertEqual(len(found), 1, caption)
         step, r = found[0]
         self.assertEqual(step["rank"], 0)
-        names = [c["name"] for c in r["columns"]]
-        return [dict(zip(names, row)) for row in r["rows"]], r["caption"]
+        return self.row_dicts(r), r["caption"]
 
     def spawn_texts(self, spawn_id, pattern):
-        return [(rank, m) for rank, _, text, sid in self.texts(pattern=pattern) if sid == spawn_id
-                for m in [re.search(pattern, text)]]
+        """(rank, match) of the text renderings of one spawn matching a regex."""
+        return [(step["rank"], m) for step, m in self.texts(pattern) if step["spawn"] == spawn_id]
 
 
 class Numbers:
@@ -220,8 +154,7 @@ class Numbers:
         lecture's model but the starting numbers)."""
         if not hasattr(type(self), "_reference"):
             c = self.config()
-            tool = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "tests", "tools",
-                                "mlp_reference")
+            tool = tracecheck.built("tests", "tools", "mlp_reference")
             out = subprocess.run([tool, str(c["batch"]), str(c["width"]), str(c["layers"]), str(c["steps"]),
                                   repr(c["lr"])], capture_output=True, text=True, timeout=600, check=True)
             type(self)._reference = json.loads(out.stdout)["losses"]
@@ -235,14 +168,11 @@ class Numbers:
     def assert_within(self, m, diff, printed_tol, scale, tol, what):
         """diff <= the printed tolerance, and the printed tolerance is
         tol * scale: both printed with 3 digits, so compared as intervals."""
-        t, sc = m.group(printed_tol), m.group(scale)
-        lo = (float(sc) - half_unit(sc)) * tol - half_unit(t)
-        hi = (float(sc) + half_unit(sc)) * tol + half_unit(t)
-        self.assertTrue(lo <= float(t) <= hi, (what, t, sc, tol))
-        self.assertLessEqual(float(m.group(diff)), float(t), what)
+        self.assert_scaled(m.group(printed_tol), m.group(scale), tol, what)
+        self.assertLessEqual(float(m.group(diff)), float(m.group(printed_tol)), what)
 
     def one_device(self):
-        cols, _ = self.table(r"^One device: the whole batch, step by step$")
+        cols = self.columns(self.table(r"^One device: the whole batch, step by step$"))
         self.assertTrue(cols["step"])
         return list(zip(cols["step"], cols["loss"], cols["params after the step"]))
 
@@ -259,7 +189,7 @@ class Numbers:
         self.assertEqual(self.trace["meta"]["checks"], {"passed": len(checks), "failed": 0})
         # every comparison shown: a line "... one device| = ..." or a table cell under a column
         # "... - one device|" (a row per rank)
-        compared = len(self.texts(pattern=r"one device\| = "))
+        compared = len(self.texts(r"one device\| = "))
         for _, r in self.tables(r""):
             compared += sum(len(r["rows"]) for c in r["columns"] if c["name"].endswith("one device|"))
         self.assertEqual(len(checks), compared,
@@ -308,8 +238,7 @@ class Numbers:
                 self.assertNotEqual(spread[0][1].group(1), one[0][2])
         # on 2 ranks each rank shows its layer-0 gradient before and after the all-reduce: different, then equal
         sid = spawns[1]
-        shown = [(s["rank"], r["data"]) for s in self.trace["steps"] if s["spawn"] == sid for r in s["renderings"]
-                 if r["type"] == "inspect"]
+        shown = [(s["rank"], r["data"]) for s, r in self.renderings("inspect") if s["spawn"] == sid]
         self.assertEqual(sorted(r for r, _ in shown), [0, 0, 1, 1])
         after = {r: d for r, d in shown}   # each rank's last: after the average
         self.assertEqual(after[0], after[1])
@@ -377,7 +306,8 @@ class Numbers:
         # the first s of (moments, gradients, weights) by the 4 ranks
         want = {"DDP": (4 * P, 4 * P, 8 * P), "ZeRO-1": (4 * P, 4 * P, 2 * P),
                 "ZeRO-2": (4 * P, P, 2 * P), "ZeRO-3": (P, P, 2 * P)}
-        cols, r = self.table(r"^model state per rank, 4 ranks$")
+        r = self.table(r"^model state per rank, 4 ranks$")
+        cols = self.columns(r)
         self.assertEqual([(c["name"], c.get("unit")) for c in r["columns"]],
                          [("method", None), ("weights", "MB"), ("gradients", "MB"), ("AdamW state", "MB"),
                           ("total", "MB")])
@@ -485,7 +415,7 @@ class Numbers:
                 self.assertTrue(0 < r["tolerance"] <= self.grad_tol())
             self.assertEqual(layers, list(range(c["layers"])))
         # both conventions, worked out here
-        _, table = self.table(r"^the bubble two ways")
+        table = self.table(r"^the bubble two ways")
         self.assertEqual([c["name"] for c in table["columns"]],
                          ["stages p", "micro-batches m", "of the total (p - 1) / (m + p - 1)", "of the ideal (p - 1) / m"])
         self.assertEqual([row[:2] for row in table["rows"]], [[2, 8], [4, 8], [4, 32]])
@@ -503,8 +433,8 @@ class Numbers:
         dependencies, the order is the schedule's, and the bubble printed is
         the one these stamps give."""
         m = 8
-        plots = {r["spec"]["title"]: r["spec"] for s in self.trace["steps"] for r in s["renderings"]
-                 if r["type"] == "plot" and "timeline" in r["spec"].get("title", "")}
+        plots = {r["spec"]["title"]: r["spec"] for _, r in self.renderings("plot")
+                 if "timeline" in r["spec"].get("title", "")}
         self.assertEqual(sorted(plots), sorted(["GPipe timeline, 2 stages, 8 micro-batches",
                                                 "GPipe timeline, 4 stages, 8 micro-batches",
                                                 "1F1B timeline, 4 stages, 8 micro-batches"]))
@@ -753,23 +683,11 @@ class LessonShare(unittest.TestCase):
         self.assertLessEqual(steps, 350, "traces/lecture_08.json has %d steps" % steps)
 
 
-class Lecture08(Run, Numbers, unittest.TestCase):
+class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
     """The lecture as this machine's BLAS runs it: everything."""
+    SECTIONS = SECTIONS
 
     # ---- the trace as a whole ----
-
-    def test_schema_and_line_accuracy(self):
-        tracecheck.validate(self.path)
-        self.assertEqual(self.trace["meta"]["status"], "ok")
-        self.assertTrue(all(s["status"] == "ok" for s in self.trace["spawns"]))
-
-    def test_checker_rejects_this_trace_shifted_by_one_line(self):
-        # The line check above means something only if a stack that is one
-        # line off fails it: shift every frame, then only the innermost.
-        for innermost in (False, True):
-            for delta in (1, -1):
-                rejected, total = tracecheck.shifted_rejections(self.trace, delta, innermost)
-                self.assertGreaterEqual(rejected, 0.98 * total, (innermost, delta, rejected, total))
 
     def test_library_sources_shown(self):
         # The model lives in lectures/lib/mlp.c; no stack names it (it never
@@ -781,7 +699,7 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         self.assertFalse(any(p.startswith("runtime/") for p in self.trace["files"]))
 
     def test_corrected_sentences(self):
-        text = "\n".join(self.markdown())
+        text = self.markdown_text()
         self.assertIn("SPMD programs (single program, multiple data)", text)
         self.assertNotIn("SIMD", text)
         # 900 GB/s is both directions of NVLink together; busbw compares with one
@@ -803,19 +721,12 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         self.assertIn("twice per layer per step", text)
         # sizes from the benchmark tables are MiB, never "MB" for 2^20 bytes
         self.assertIsNone(re.search(r"\d MB\b", "\n".join(m for m in self.markdown() if "busbw" in m)))
-        every = text + "\n".join(t for _, _, t, _ in self.texts())
+        every = text + "\n".join(m.string for _, m in self.texts())
         self.assertNotIn("(s)", every)           # "1 layer(s)", "rank(s)"
         self.assertIsNone(re.search(r"layers (\d+)-\1\b", every))   # "layers 0-0"
 
-    def test_sections_in_order(self):
-        headings = [m.split("\n", 1)[0].strip() for m in self.markdown() if m.startswith("#")]
-        pos = 0
-        for section in SECTIONS:
-            self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
-            pos = headings.index(section, pos) + 1
-
     def test_diagrams_and_original_figures(self):
-        images = [r for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "image"]
+        images = [r for _, r in self.renderings("image")]
         local = {r["src"] for r in images if not r["remote"]}
         for name in COLLECTIVES + ["ring_vs_tree", "memory_hierarchy", "parallelism",
                                    "zero_stages", "pipeline", "gpu", "pcie_ethernet", "rdma",
@@ -831,13 +742,12 @@ class Lecture08(Run, Numbers, unittest.TestCase):
                 svg = f.read()
             self.assertTrue(svg.startswith("<svg") and svg.rstrip().endswith("</svg>"), src)
             self.assertNotIn("http://", svg.replace("http://www.w3.org/2000/svg", ""), src)
-        titled = {r["url"]: r.get("title") for s in self.trace["steps"] for r in s["renderings"]
-                  if r["type"] == "link"}
+        titled = {r["url"]: r.get("title") for _, r in self.renderings("link")}
         for host in ("miro.medium.com", "media.springernature.com", "lambdalabs.com"):
             self.assertTrue(any(host in u and t for u, t in titled.items()), host)
         self.assertEqual(sum(1 for u, t in titled.items() if "developer-blogs.nvidia.com/wp-content/uploads/2022/08/NVLink"
                              in u and t), 3)
-        links = {r["url"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
+        links = {r["url"] for _, r in self.renderings("link")}
         for fig in ["broadcast", "scatter", "gather", "reduce", "all_gather", "all_reduce"]:
             self.assertIn("https://pytorch.org/tutorials/_images/%s.png" % fig, links)
         self.assertIn("https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/_images/reducescatter.png",
@@ -846,11 +756,11 @@ class Lecture08(Run, Numbers, unittest.TestCase):
     def test_further_reading_points_into_the_series(self):
         """The reading list: the series' deeper lectures named, and every
         outside source a titled link (one step each)."""
-        text = "\n".join(self.markdown())
+        text = self.markdown_text()
         after = text.split("## Further reading", 1)[1]
         self.assertIn("lecture_collectives", after)
         self.assertIn("lecture_ddp", after)
-        titled = {r["url"]: r.get("title") for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
+        titled = {r["url"]: r.get("title") for _, r in self.renderings("link")}
         for url in ("https://arxiv.org/pdf/2304.11277.pdf", "https://github.com/NVIDIA/Megatron-LM",
                     "https://github.com/EleutherAI/gpt-neox", "https://github.com/stanford-crfm/levanter",
                     "https://pytorch.org/tutorials/intermediate/dist_tuto.html",
@@ -858,8 +768,7 @@ class Lecture08(Run, Numbers, unittest.TestCase):
             self.assertTrue(titled.get(url), url)
 
     def test_our_hardware(self):
-        commands = [r.get("command", "") for s in self.trace["steps"] for r in s["renderings"]
-                    if r["type"] == "text"]
+        commands = [r.get("command", "") for _, r in self.renderings("text")]
         if self.trace["meta"]["gpus"] > 0:
             self.assertTrue(any("nvidia-smi topo -m" in c for c in commands))
         else:
@@ -870,9 +779,9 @@ class Lecture08(Run, Numbers, unittest.TestCase):
     def examples(self, label):
         """rank -> list of tensors printed on the `label` line, for every rank."""
         found = {}
-        for rank, ws, text, _ in self.texts(4, r"^Rank \d \[%s\]" % re.escape(label)):
-            self.assertEqual(int(text[5]), rank)
-            found[rank] = numbers(text)
+        for step, m in self.texts(r"^Rank \d \[%s\]" % re.escape(label), 4):
+            self.assertEqual(int(m.string[5]), step["rank"])
+            found[step["rank"]] = numbers(m.string)
         self.assertEqual(sorted(found), [0, 1, 2, 3], label)
         return found
 
@@ -884,7 +793,7 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         for r in range(4):
             self.assertEqual(before[r][0], [r + i for i in range(4)])
             self.assertEqual(after[r][0], total)
-        line = [t for _, _, t, _ in self.texts(4, r"^Rank 0 \[after all-reduce\]")][0]
+        line = [m.string for _, m in self.texts(r"^Rank 0 \[after all-reduce\]", 4)][0]
         self.assertIn("tensor([ 6., 10., 14., 18.]", line)
 
     def test_reduce_scatter_and_all_gather_example(self):
@@ -908,14 +817,14 @@ class Lecture08(Run, Numbers, unittest.TestCase):
     def test_predictions_hold_what_follows(self):
         """Three questions (predict()): each one's hidden value is the number the
         table or note after it states, read from there, not from the question."""
-        asked = [(s, r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "predict"]
+        asked = self.renderings("predict")
         self.assertEqual(len(asked), 3, [r["question"][:60] for _, r in asked])
         by_unit = {r["unit"]: (s, r) for s, r in asked}
         self.assertEqual(sorted(by_unit), ["", "GB/s", "bytes"])
         # busbw: the last row of the 2-rank all-reduce table, in the same spawn
         step, r = by_unit["GB/s"]
         self.assertEqual((step["rank"], step["world_size"]), (0, 2))
-        cols, _ = self.table(r"^all-reduce on 2 ranks$")
+        cols = self.columns(self.table(r"^all-reduce on 2 ranks$"))
         self.assertEqual(r["value"], cols["busbw"][-1])
         self.assertIn("%g MiB" % cols["size"][-1], r["question"])
         # ZeRO-3's bytes: rank 0's count in the note after it; 11 calls of (p - 1) / p of a 1 MiB layer
@@ -954,8 +863,7 @@ class Lecture08(Run, Numbers, unittest.TestCase):
             busbw[(op, n)] = [(row[0], row[3]) for row in r["rows"]]
         self.assertEqual(seen, {("all-reduce", 2), ("all-reduce", 4), ("reduce-scatter", 2),
                                 ("reduce-scatter", 4)})
-        plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"
-                 and r["spec"].get("title", "").startswith("busbw")]
+        plots = [r["spec"] for _, r in self.renderings("plot") if r["spec"].get("title", "").startswith("busbw")]
         self.assertEqual(len(plots), 2)
         for spec in plots:
             n = int(re.match(r"busbw on (\d) ranks", spec["title"]).group(1))
@@ -982,8 +890,8 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         carries, by the same criterion (least squares on relative errors of
         t = 2(p-1)(alpha + n beta / p), beta the time per byte), written out
         independently."""
-        plots = {r["spec"]["title"]: r["spec"] for s in self.trace["steps"] for r in s["renderings"]
-                 if r["type"] == "plot" and "alpha-beta model" in r["spec"].get("title", "")}
+        plots = {r["spec"]["title"]: r["spec"] for _, r in self.renderings("plot")
+                 if "alpha-beta model" in r["spec"].get("title", "")}
         self.assertEqual(sorted(plots), ["all-reduce on 2 ranks: measured and alpha-beta model",
                                          "all-reduce on 4 ranks: measured and alpha-beta model"])
         fits = {int(m.group(1)): m for m in (re.search(
@@ -1042,7 +950,7 @@ class Lecture08(Run, Numbers, unittest.TestCase):
             for ni, pi in zip(n, pred):   # the plotted model is this formula
                 self.assertTrue(math.isclose(model[ni], pi * 1e3, rel_tol=1e-9))
             # the measured times are the table's
-            cols, _ = self.table(r"^all-reduce on %d ranks$" % p)
+            cols = self.columns(self.table(r"^all-reduce on %d ranks$" % p))
             self.assertEqual(cols["time"], [v["y"] for v in pts])
 
     def test_overlap_measured_side_by_side(self):
@@ -1094,11 +1002,11 @@ class Lecture08(Run, Numbers, unittest.TestCase):
         section = md[streams:part2]
         self.assertTrue(any("**DDP on NCCL** is the same picture" in m for m in section))
         if self.trace["meta"]["gpus"] > 0:
-            self.assertTrue(self.texts(pattern=r"^one stream: \["))
-            self.assertTrue(self.texts(pattern=r"^two streams: \["))
+            self.assertTrue(self.texts(r"^one stream: \["))
+            self.assertTrue(self.texts(r"^two streams: \["))
         else:
             # no timings are made up without a GPU: the section says it did not run
-            self.assertFalse(self.texts(pattern=r"^(one|two) streams?: \["))
+            self.assertFalse(self.texts(r"^(one|two) streams?: \["))
             self.assertTrue(any(m.startswith("*Not run here: this machine has no GPU*")
                                 or m.startswith("*Not run here: this build has no CUDA support*") for m in section))
             self.assertTrue(any(m.startswith("On a CPU rank an Open MPI transfer's copies and sums") for m in section))
@@ -1118,8 +1026,8 @@ class WorkThatDoesNotDivide(unittest.TestCase):
         return lines[0] - 1
 
     def run_with(self, *options):
-        binary = find_binary()
-        self.assertIsNotNone(binary, "lecture_08 is not built")
+        binary = tracecheck.built("lectures", "lecture_08")
+        self.assertTrue(os.path.exists(binary), "lecture_08 is not built in %s (run make)" % tracecheck.BUILD)
         with tempfile.TemporaryDirectory() as out:
             previous = {}
             for name in ("lecture_08.json", "lecture_08.js"):   # the last good trace, as a run left it

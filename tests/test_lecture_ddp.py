@@ -16,15 +16,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 import tracecheck  # noqa: E402
-
-NUM = r"([-+0-9.eE]+|nan|inf)"
-U = 2.0 ** -24   # half the spacing of float32 numbers near 1
+from tracecheck import NUM, U  # noqa: E402
 
 SECTIONS = [
     "# Distributed data parallel training",
@@ -38,65 +35,11 @@ SECTIONS = [
 ]
 
 
-def half_unit(printed):
-    """Half of the last printed digit's unit: how far a rounded number may be
-    from the value it stands for ("0.32" -> 0.005, "1.73e-07" -> 0.005e-07)."""
-    mantissa, _, exponent = printed.lower().partition("e")
-    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
-    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
-
-
-def build_dir():
-    return os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
-
-
-class LectureDDP(unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        binary = os.path.join(build_dir(), "lectures", "lecture_ddp")
-        if not os.path.exists(binary):
-            raise AssertionError("lecture_ddp is not built in %s (run make)" % build_dir())
-        cls.out = tempfile.TemporaryDirectory()
-        cls.run_result, cls.trace = tracecheck.run_quick(binary, cls.out.name)
-        cls.path = os.path.join(cls.out.name, "lecture_ddp.json")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.out.cleanup()
-
-    def setUp(self):
-        self.assertEqual(self.run_result.returncode, 0, "lecture_ddp --quick failed: " + tracecheck.why(self.run_result))
-        self.assertIsNotNone(self.trace, "no trace written")
+class LectureDDP(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase):
+    NAME = "lecture_ddp"
+    SECTIONS = SECTIONS
 
     # ---- helpers over the trace ----
-
-    def texts(self, pattern):
-        """(rank, match) for every text rendering matching the regex."""
-        out = []
-        for step in self.trace["steps"]:
-            for r in step["renderings"]:
-                if r["type"] == "text":
-                    m = re.match(pattern, r["data"])
-                    if m:
-                        out.append((step["rank"], m))
-        return out
-
-    def one(self, pattern):
-        found = self.texts(pattern)
-        self.assertEqual(len(found), 1, pattern)
-        return found[0][1]
-
-    def per_rank(self, pattern, world):
-        """One match per rank 0 .. world-1, each naming its own rank in group 1."""
-        found = self.texts(pattern)
-        self.assertEqual(sorted(rank for rank, _ in found), list(range(world)), pattern)
-        for rank, m in found:
-            self.assertEqual(int(m.group(1)), rank)
-        return [m for _, m in sorted(found, key=lambda x: x[0])]
-
-    def markdown(self):
-        return [r["data"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "markdown"]
 
     def config(self):
         pat = (r"The model is the one lecture_08 trains: (\d+) layers, each a (\d+) x \d+ matrix.*one data set "
@@ -116,41 +59,15 @@ class LectureDDP(unittest.TestCase):
         c = self.config()
         return 2 * (c["layers"] + 1) * max(c["batch"], c["width"]) * U
 
-    def assert_tolerance(self, printed_tol, printed_size, factor, what):
-        """printed_tol is factor * printed_size, both printed with 3
-        significant digits: compared as intervals."""
-        lo = (float(printed_size) - half_unit(printed_size)) * factor - half_unit(printed_tol)
-        hi = (float(printed_size) + half_unit(printed_size)) * factor + half_unit(printed_tol)
-        self.assertTrue(lo <= float(printed_tol) <= hi, (what, printed_tol, printed_size, factor))
-
     # ---- the trace as a whole ----
 
-    def test_schema_and_line_accuracy(self):
-        tracecheck.validate(self.path)
-        self.assertEqual(self.trace["meta"]["status"], "ok")
-        self.assertTrue(all(s["status"] == "ok" for s in self.trace["spawns"]))
-
-    def test_checker_rejects_this_trace_shifted_by_one_line(self):
-        for innermost in (False, True):
-            for delta in (1, -1):
-                rejected, total = tracecheck.shifted_rejections(self.trace, delta, innermost)
-                self.assertGreaterEqual(rejected, 0.98 * total, (innermost, delta, rejected, total))
-
-    def test_sections_in_order(self):
-        headings = [m.strip() for m in self.markdown() if m.startswith("#")]
-        pos = 0
-        for section in SECTIONS:
-            self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
-            pos = headings.index(section, pos) + 1
-
     def test_diagrams_and_references(self):
-        local = {r["src"] for s in self.trace["steps"] for r in s["renderings"]
-                 if r["type"] == "image" and not r["remote"]}
+        local = {r["src"] for _, r in self.renderings("image") if not r["remote"]}
         for name in ("buckets", "overlap"):
             src = "assets/lecture_ddp_%s.svg" % name
             self.assertIn(src, local)
             self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
-        links = {r["url"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "link"}
+        links = {r["url"] for _, r in self.renderings("link")}
         self.assertIn("https://arxiv.org/abs/2006.15704", links)
 
     # ---- one device ----
@@ -163,7 +80,7 @@ class LectureDDP(unittest.TestCase):
 
     def test_one_device_loss_matches_float64_and_falls(self):
         c = self.config()
-        tool = os.path.join(build_dir(), "tests", "tools", "mlp_reference")
+        tool = tracecheck.built("tests", "tools", "mlp_reference")
         out = subprocess.run([tool, str(c["batch"]), str(c["width"]), str(c["layers"]), "1", "0.001"],
                              capture_output=True, text=True, timeout=600, check=True)
         ref = json.loads(out.stdout)["losses"][0]   # the loss before any update
@@ -182,7 +99,7 @@ class LectureDDP(unittest.TestCase):
                              r"\(largest gradient %s, tolerance %s\)$" % (NUM, NUM, NUM, NUM), 4)
         for m in rows:
             self.assertGreater(float(m.group(4)), 0)
-            self.assert_tolerance(m.group(5), m.group(4), self.grad_tol(), "averaged gradients")
+            self.assert_scaled(m.group(5), m.group(4), self.grad_tol(), "averaged gradients")
             self.assertLessEqual(float(m.group(3)), float(m.group(5)))
         # The shards are equal in size, so the mean of their mean losses is
         # the whole batch's: one device's step-0 loss. Shard losses are
@@ -281,14 +198,12 @@ class LectureDDP(unittest.TestCase):
     # ---- measurements ----
 
     def test_bucket_sweep(self):
-        tables = [r for s in self.trace["steps"] for r in s["renderings"]
-                  if r["type"] == "table" and r.get("caption") == "DDP step against bucket size"]
-        self.assertEqual(len(tables), 1)
-        self.assertEqual([(c["name"], c.get("unit")) for c in tables[0]["columns"]],
+        table = self.table(r"^DDP step against bucket size$")
+        self.assertEqual([(c["name"], c.get("unit")) for c in table["columns"]],
                          [("layers per bucket", None), ("buckets", None), ("bucket size", "MB"), ("step", "ms"),
                           ("waiting for buckets", "ms")])
-        rows = tables[0]["rows"]
-        m = re.search(r"A bigger model for timing: (\d+) layers of (\d+) x", "\n".join(self.markdown()))
+        rows = table["rows"]
+        m = re.search(r"A bigger model for timing: (\d+) layers of (\d+) x", self.markdown_text())
         layers, width = int(m.group(1)), int(m.group(2))
         self.assertEqual([r[0] for r in rows], [1, 2, 4, layers])   # per parameter, a few, one for all
         for per, buckets, mb, step, wait in rows:
@@ -299,7 +214,7 @@ class LectureDDP(unittest.TestCase):
             # Waiting is part of the step (both the slowest rank's medians,
             # possibly of different ranks, each as float32 over the ranks).
             self.assertLessEqual(wait, step * (1 + 1e-6))
-        plots = [r["spec"] for s in self.trace["steps"] for r in s["renderings"] if r["type"] == "plot"]
+        plots = [r["spec"] for _, r in self.renderings("plot")]
         self.assertEqual(len(plots), 1)
         spec = plots[0]
         self.assertIn("vega-lite/v6", spec["$schema"])
@@ -308,7 +223,7 @@ class LectureDDP(unittest.TestCase):
         self.assertEqual([(p["x"], p["y"]) for p in spec["data"]["values"]], [(r[1], r[3]) for r in rows])
 
     def test_straggler_makes_every_rank_wait(self):
-        m = re.search(r"Here rank (\d) of (\d) sleeps (\d+) ms more", "\n".join(self.markdown()))
+        m = re.search(r"Here rank (\d) of (\d) sleeps (\d+) ms more", self.markdown_text())
         straggler, world, delay = int(m.group(1)), int(m.group(2)), float(m.group(3))
         rows = self.per_rank(r"^Rank (\d)( \(straggler\))?: compute %s ms, all-reduce %s ms, step %s ms$"
                              % (NUM, NUM, NUM), world)
@@ -329,20 +244,8 @@ class LectureDDP(unittest.TestCase):
                 self.assertGreaterEqual(reduce, 0.5 * delay, m.group(0))
 
 
-class CommittedTrace(unittest.TestCase):
-    """traces/lecture_ddp.json, the trace the repository ships (a class of
-    its own: a planted bug in the lecture makes it stale, which says nothing
-    about whether the numbers above notice the bug)."""
-
-    def test_committed_trace_is_current_and_valid(self):
-        path = os.path.join(ROOT, "traces", "lecture_ddp.json")
-        self.assertTrue(os.path.exists(path), "no committed traces/lecture_ddp.json")
-        trace = tracecheck.validate(path)
-        self.assertEqual(trace["meta"]["status"], "ok")
-        with open(os.path.join(ROOT, "lectures", "lecture_ddp.c"), encoding="utf-8") as f:
-            self.assertEqual(trace["files"]["lectures/lecture_ddp.c"], f.read(),
-                             "traces/lecture_ddp.json was made from another version of the lecture: "
-                             "run build/lectures/lecture_ddp --out traces")
+class CommittedTrace(tracecheck.CommittedTrace, unittest.TestCase):
+    NAME = "lecture_ddp"
 
 
 if __name__ == "__main__":

@@ -460,6 +460,69 @@ static void test_views_and_reductions(void **state) {
     tensor_free(flat);
 }
 
+/* ---------------- bytes of storage alive ---------------- */
+
+/* tensor_bytes_live(-1) moves by what each tensor's storage takes, numel *
+ * 4 bytes, computed here from the shapes; a view shares its original's
+ * storage and moves it by nothing, whether made or freed. */
+static void test_bytes_live_counts_each_storage_once(void **state) {
+    (void)state;
+    const int64_t f = (int64_t)sizeof(float);
+    int64_t base = tensor_bytes_live(-1); /* whatever earlier tests left */
+    tensor *a = zeros(5, 7, -1);
+    assert_int_equal(tensor_bytes_live(-1), base + 5 * 7 * f);
+    tensor *b = arange(13, -1), *none = empty(0, 3, -1);
+    int64_t made = (5 * 7 + 13) * f;
+    assert_int_equal(tensor_bytes_live(-1), base + made);
+
+    tensor *views[] = {row_slice(a, 1, 4), tensor_view(a, 2, 3, 2), reshape(a, 7, 5), row_slice(b, 2, 9),
+                       tensor_view(b, 0, 13, 0)};
+    enum { N_VIEWS = sizeof views / sizeof views[0] };
+    tensor *of_view = reshape(views[1], 6, 0); /* a view of a view */
+    assert_int_equal(tensor_bytes_live(-1), base + made);
+
+    tensor *cols = col_slice(a, 1, 3); /* a copy: 5 x 2 */
+    tensor *parts[] = {a, cols};
+    tensor *joined = cat_cols(parts, 2);            /* 5 x 9 */
+    tensor *w = randn(7, 3, -1), *y = matmul(a, w); /* 7 x 3, 5 x 3 */
+    made += (5 * 2 + 5 * 9 + 7 * 3 + 5 * 3) * f;
+    assert_int_equal(tensor_bytes_live(-1), base + made);
+    adamw *opt = adamw_new(w, 1e-3f); /* its two moments, each w's shape */
+    assert_int_equal(tensor_bytes_live(-1), base + made + 2 * 7 * 3 * f);
+    adamw_free(opt);
+    assert_int_equal(tensor_bytes_live(-1), base + made);
+    assert_int_equal(tensor_bytes_live(0), 0); /* nothing here went to a GPU */
+
+    tensor_free(of_view);
+    for (int i = 0; i < N_VIEWS; i++)
+        tensor_free(views[i]);
+    assert_int_equal(tensor_bytes_live(-1), base + made);
+    tensor_free(joined);
+    made -= 5 * 9 * f;
+    assert_int_equal(tensor_bytes_live(-1), base + made);
+    tensor_free(a); /* cols, a copy, stays */
+    made -= 5 * 7 * f;
+    assert_int_equal(tensor_bytes_live(-1), base + made);
+    tensor *rest[] = {b, none, cols, w, y};
+    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
+        tensor_free(rest[i]);
+    assert_int_equal(tensor_bytes_live(-1), base);
+
+    if (gpu_count() > 0) { /* device storage is counted on its own device */
+        int64_t dev_base = tensor_bytes_live(0);
+        tensor *d = zeros(6, 4, 0), *dv = row_slice(d, 1, 3);
+        assert_int_equal(tensor_bytes_live(0), dev_base + 6 * 4 * f);
+        assert_int_equal(tensor_bytes_live(-1), base);
+        tensor *back = to_device(d, -1);
+        assert_int_equal(tensor_bytes_live(-1), base + 6 * 4 * f);
+        tensor_free(dv);
+        tensor_free(d);
+        tensor_free(back);
+        assert_int_equal(tensor_bytes_live(0), dev_base);
+        assert_int_equal(tensor_bytes_live(-1), base);
+    }
+}
+
 static void test_matmul_against_triple_loop(void **state) {
     (void)state;
     manual_seed(11);
@@ -837,6 +900,9 @@ static void sub_mismatched(void) {
 }
 enum { SUB_MISMATCHED_LINE = __LINE__ - 4 };
 
+static void bytes_live_of_no_device(void) { tensor_bytes_live(-2); }
+enum { BYTES_LIVE_OF_NO_DEVICE_LINE = __LINE__ - 1 };
+
 static void test_errors_name_the_lecture_line(void **state) {
     (void)state;
     expect_failure(multiply_mismatched, MULTIPLY_MISMATCHED_LINE, "matmul: shapes 2x3 and 2x3 cannot be multiplied");
@@ -848,6 +914,8 @@ static void test_errors_name_the_lecture_line(void **state) {
     expect_failure(reshape_wrong_count, RESHAPE_WRONG_COUNT_LINE,
                    "reshape: a 4x2 tensor (8 elements) cannot be 3x3 (9 elements)");
     expect_failure(sub_mismatched, SUB_MISMATCHED_LINE, "sub_: shapes differ: 2x2 and 4");
+    expect_failure(bytes_live_of_no_device, BYTES_LIVE_OF_NO_DEVICE_LINE,
+                   "tensor_bytes_live: device -2 is neither the CPU (-1) nor a GPU (0, 1, ...)");
 }
 
 static void test_no_gpu_is_a_clear_error(void **state) {
@@ -1109,6 +1177,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(test_col_slice_and_cat_cols),
             cmocka_unit_test(test_elementwise),
             cmocka_unit_test(test_views_and_reductions),
+            cmocka_unit_test(test_bytes_live_counts_each_storage_once),
             cmocka_unit_test(test_matmul_against_triple_loop),
             cmocka_unit_test(test_gelu),
             cmocka_unit_test(test_mse),

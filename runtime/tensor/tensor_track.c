@@ -17,6 +17,9 @@
  *    second tensor_free, or a tensor call given it, is then named as what it
  *    is; a raw access through ->data (or a collective) faults at LX_POISON,
  *    which crash.c names too.
+ *
+ * The same list answers tensor_bytes_live(device): the bytes of storage the
+ * live tensors on a device own.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -191,6 +194,20 @@ void lx_tensor_release(tensor *t) {
     if (old) destroy(old);
 }
 
+/* The bytes of storage a tensor owns: none for a view (row_slice,
+ * tensor_view, reshape), whose storage is its original's. */
+static int64_t storage_bytes(const rec *r) { return r->t.owns_data ? r->t.numel * (int64_t)sizeof(float) : 0; }
+
+int64_t tensor_bytes_live(int device) {
+    if (device < -1) lx_fatal("tensor_bytes_live: device %d is neither the CPU (-1) nor a GPU (0, 1, ...)", device);
+    int64_t bytes = 0;
+    pthread_mutex_lock(&lock);
+    for (const rec *r = live; r; r = r->next)
+        if (r->t.device == device) bytes += storage_bytes(r);
+    pthread_mutex_unlock(&lock);
+    return bytes;
+}
+
 /* One site's leaked tensors. */
 typedef struct leak {
     rec *first; /* its stack stands for the site */
@@ -215,7 +232,7 @@ int lx_tensor_leaks(const char *when, int release) {
     leak *sites = NULL;
     int64_t total = 0, total_bytes = 0;
     for (rec *r = live; r; r = r->next) {
-        int64_t b = r->t.owns_data ? r->t.numel * (int64_t)sizeof(float) : 0;
+        int64_t b = storage_bytes(r);
         int k = 0;
         while (k < n_sites && !same_site(sites[k].first, r))
             k++;

@@ -7,6 +7,16 @@
     tracecheck.BUILD, tracecheck.built("tests", "lectures", "x")   # the build folder the runner names
     tracecheck.line_of(path, "text")       # 1-based line of the first line holding "text"
 
+A lecture's own test (tests/test_lecture_*.py) runs it once per class and
+reads its trace through three mixins for unittest.TestCase:
+
+    class Lecture(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase):
+        NAME = "lecture_x"                 # runs build/lectures/lecture_x --quick
+        SECTIONS = ["# Title", "## Part"]  # headings in the order they must come
+        ...  self.texts(r"^Rank (\d): ..."), self.table(r"^caption$"), self.markdown()
+    class CommittedTrace(tracecheck.CommittedTrace, unittest.TestCase):
+        NAME = "lecture_x"                 # traces/lecture_x.json is current and valid
+
 Line accuracy. Every frame of a step names a line, and that exact line must
 hold the call that leads to the next frame:
   - an outer frame's line calls the next frame's function: its name followed
@@ -25,6 +35,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 
 import jsonschema
 
@@ -491,3 +502,170 @@ def check_passes(trace):
             for p in r.get("each", [{"rank": s.get("rank"), "what": r["what"]}]):
                 out.append((p["rank"], p["what"], r["passed"]))
     return out
+
+
+# ---- a lecture's test: running it once and reading its trace ----
+
+# A number as a lecture prints it, as one regex group.
+NUM = r"([-+0-9.eE]+|nan|inf)"
+# Half the spacing of float32 numbers near 1: a float32 sum of n terms in any
+# order is exact to n U of the terms' size.
+U = 2.0 ** -24
+
+
+def half_unit(printed):
+    """Half of the last printed digit's unit: how far a rounded number may be
+    from the value it stands for ("0.32" -> 0.005, "12" -> 0.5,
+    "1.73e-07" -> 0.005e-07)."""
+    mantissa, _, exponent = printed.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
+
+
+class LectureRun:
+    """A mixin for a unittest.TestCase: runs build/lectures/NAME --quick once
+    for the class (ENV added to the environment), fails each test when that
+    run failed or wrote no trace, and reads the trace (self.trace, written to
+    self.path)."""
+    NAME = None
+    ENV = {}
+
+    @classmethod
+    def setUpClass(cls):
+        binary = built("lectures", cls.NAME)
+        if not os.path.exists(binary):
+            raise AssertionError("%s is not built in %s (run make)" % (cls.NAME, BUILD))
+        cls.out = tempfile.TemporaryDirectory()
+        env = dict(os.environ)
+        env.update(cls.ENV)
+        cls.run_result, cls.trace = run_quick(binary, cls.out.name, env)
+        cls.path = os.path.join(cls.out.name, cls.NAME + ".json")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.out.cleanup()
+
+    def setUp(self):
+        self.assertEqual(self.run_result.returncode, 0, "%s --quick failed: %s" % (self.NAME, why(self.run_result)))
+        self.assertIsNotNone(self.trace, "no trace written")
+
+    # ---- finding steps ----
+
+    def renderings(self, kind):
+        """(step, rendering) of every rendering of type `kind`, in order."""
+        return [(s, r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == kind]
+
+    def texts(self, pattern="", world_size=None):
+        """(step, match) of every text rendering the regex matches (searched),
+        optionally only those of ranks of a spawn of `world_size`."""
+        return [(s, m) for s, r in self.renderings("text")
+                if world_size is None or s["world_size"] == world_size
+                for m in [re.search(pattern, r["data"])] if m]
+
+    def one(self, pattern):
+        """The match of the one text rendering the regex matches."""
+        found = self.texts(pattern)
+        self.assertEqual(len(found), 1, pattern)
+        return found[0][1]
+
+    def per_rank(self, pattern, world):
+        """One match per rank 0 .. world-1, each naming its own rank in group
+        1, in rank order."""
+        found = self.texts(pattern)
+        self.assertEqual(sorted(s["rank"] for s, _ in found), list(range(world)), pattern)
+        for s, m in found:
+            self.assertEqual(int(m.group(1)), s["rank"])
+        return [m for _, m in sorted(found, key=lambda x: x[0]["rank"])]
+
+    def markdown(self):
+        """The text of every markdown rendering (note()), in order."""
+        return [r["data"] for _, r in self.renderings("markdown")]
+
+    def markdown_text(self):
+        """All the notes' text, one string."""
+        return "\n".join(self.markdown())
+
+    # ---- reading tables ----
+
+    def tables(self, caption):
+        """(step, rendering) of every table whose caption the regex matches
+        (searched): the values as the lecture computed them, not as its
+        prose printed them."""
+        return [(s, r) for s, r in self.renderings("table") if re.search(caption, r.get("caption") or "")]
+
+    def table(self, caption):
+        """The one table whose caption the regex matches (its rendering)."""
+        found = self.tables(caption)
+        self.assertEqual(len(found), 1, caption)
+        return found[0][1]
+
+    @staticmethod
+    def columns(table):
+        """A table's cells by column: {column name: [value of each row]}."""
+        return {c["name"]: [row[k] for row in table["rows"]] for k, c in enumerate(table["columns"])}
+
+    @staticmethod
+    def row_dicts(table):
+        """A table's cells by row: [{column name: value}] in row order."""
+        names = [c["name"] for c in table["columns"]]
+        return [dict(zip(names, row)) for row in table["rows"]]
+
+    @staticmethod
+    def rows_by_first(table):
+        """{first cell: the rest of its row}: a table whose rows are named."""
+        return {row[0]: row[1:] for row in table["rows"]}
+
+    # ---- printed numbers ----
+
+    def assert_scaled(self, printed, printed_base, factor, what):
+        """The printed number `printed` is `factor` times `printed_base`, both
+        rounded to their last printed digit: compared as intervals."""
+        lo = (float(printed_base) - half_unit(printed_base)) * factor - half_unit(printed)
+        hi = (float(printed_base) + half_unit(printed_base)) * factor + half_unit(printed)
+        self.assertTrue(lo <= float(printed) <= hi, (what, printed, printed_base, factor))
+
+
+class WholeTrace:
+    """A mixin for a LectureRun test: the trace as a whole. SECTIONS: the
+    headings (a note's first line) that must come, in that order."""
+    SECTIONS = []
+
+    def test_schema_and_line_accuracy(self):
+        validate(self.path)
+        self.assertEqual(self.trace["meta"]["status"], "ok")
+        self.assertTrue(all(s["status"] == "ok" for s in self.trace["spawns"]))
+
+    def test_checker_rejects_this_trace_shifted_by_one_line(self):
+        # The line check above means something only if a stack that is one
+        # line off fails it: shift every frame, then only the innermost.
+        for innermost in (False, True):
+            for delta in (1, -1):
+                rejected, total = shifted_rejections(self.trace, delta, innermost)
+                self.assertGreaterEqual(rejected, 0.98 * total, (innermost, delta, rejected, total))
+
+    def test_sections_in_order(self):
+        headings = [m.split("\n", 1)[0].strip() for m in self.markdown() if m.startswith("#")]
+        pos = 0
+        for section in self.SECTIONS:
+            self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
+            pos = headings.index(section, pos) + 1
+
+
+class CommittedTrace:
+    """A mixin for a unittest.TestCase: traces/NAME.json, the trace the
+    repository ships, is valid and made from the current lectures/NAME.c
+    (a class of its own in each test: a planted bug in the lecture makes it
+    stale, which says nothing about whether the lecture's checks notice the
+    bug)."""
+    NAME = None
+
+    def test_committed_trace_is_current_and_valid(self):
+        path = os.path.join(ROOT, "traces", self.NAME + ".json")
+        self.assertTrue(os.path.exists(path), "no committed traces/%s.json" % self.NAME)
+        trace = validate(path)
+        self.assertEqual(trace["meta"]["status"], "ok")
+        source = "lectures/%s.c" % self.NAME
+        with open(os.path.join(ROOT, source), encoding="utf-8") as f:
+            self.assertEqual(trace["files"][source], f.read(),
+                             "traces/%s.json was made from another version of the lecture: "
+                             "run build/lectures/%s --out traces" % (self.NAME, self.NAME))
