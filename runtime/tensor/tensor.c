@@ -576,7 +576,19 @@ tensor *matmul(const tensor *a, const tensor *b) {
  *     gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
  *                t = tanh(u)
  *
- * The kernels in tensor_cuda.cu compute the same expressions in float.
+ * computed through the logistic function, which is the same thing:
+ * 0.5 (1 + tanh(u)) = s = 1 / (1 + exp(-2u)) and 1 - t^2 = 4 s (1 - s), so
+ *
+ *     gelu(x)  = x s,        gelu'(x) = s + 2 x s (1 - s) du/dx.
+ *
+ * Why: glibc's tanhf takes longer the larger |u| is, so the same layer cost
+ * more on a batch of larger values: lecture_08's first pipeline stage,
+ * whose activations are the largest, took 10% longer than the second for
+ * the same arithmetic (its GELUs 1.33 and 1.24 ms a micro-batch against
+ * 1.17 and 1.00, the matmuls 0.66-0.70 each), and the bubble measured that
+ * instead of the schedule. expf takes the same time for every value the
+ * lectures meet; where exp(-2u) overflows (x below about -9) s is 0 and
+ * both formulas give 0. The kernels in tensor_cuda.cu compute the same.
  */
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
@@ -590,8 +602,8 @@ tensor *gelu(const tensor *x) {
     }
     for (int64_t i = 0; i < x->numel; i++) {
         float v = x->data[i];
-        float u = GELU_C * (v + GELU_A * v * v * v);
-        y->data[i] = 0.5f * v * (1.0f + tanhf(u));
+        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+        y->data[i] = v * s;
     }
     return y;
 }
@@ -608,9 +620,9 @@ tensor *gelu_backward(const tensor *x, const tensor *dy) {
     }
     for (int64_t i = 0; i < x->numel; i++) {
         float v = x->data[i];
-        float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
         float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
-        dx->data[i] = dy->data[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+        dx->data[i] = dy->data[i] * (s + 2.0f * v * s * (1.0f - s) * du);
     }
     return dx;
 }
