@@ -996,7 +996,7 @@ static void megatron_main(int rank, int world_size, void *args) {
 
 /* A micro-batch's work must be long against a message's (~0.1 ms here): with 128 rows (16 a micro-batch, ~0.3 ms)
  * the bubble measured 4 times the formula's; 1024 rows (~7 ms a micro-batch) put it near. */
-static int pipeline_batch(void) { return lecture_quick() ? 256 : getenv("BUB_PB") ? atoi(getenv("BUB_PB")) : 1024; }
+static int pipeline_batch(void) { return lecture_quick() ? 256 : 1024; }
 
 /* What the spawn measured, beside the formula, with the load and cores: the formula gives every stage a core. */
 static void say_bubble(int stages, int schedule, int m) {
