@@ -20,7 +20,7 @@ extern const char *const SCHEDULE_NAMES[2];
 /* Each spawn runs its schedule this many times and shows the run that took
  * the least time: the one the machine's other work disturbed least (as a
  * benchmark takes the best of several). */
-enum { PIPE_RUNS = 3 };
+enum { PIPE_RUNS = 5 };
 
 /* Fraction of a schedule's time that a stage sits idle, GPipe or 1F1B alike:
  * with p stages and m micro-batches each pass takes m + p - 1 slots, p - 1

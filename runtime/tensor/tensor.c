@@ -164,11 +164,10 @@ static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device) {
     if (on_gpu(t)) {
         t->data = lx_cuda_alloc(device, bytes_of(t));
     } else {
-        /* 64-byte aligned: a cache line, and what AVX-512 loads like best. */
-        void *p = NULL;
-        if (posix_memalign(&p, 64, bytes_of(t)) != 0)
-            lx_fatal("out of memory for a %s tensor (%zu bytes)", shape_of(t).s, bytes_of(t));
-        t->data = p;
+        /* 64-byte aligned (a cache line, and what AVX-512 loads like best),
+         * from the blocks earlier tensors freed where one fits (host_pool.c). */
+        t->data = lx_host_alloc(bytes_of(t));
+        if (!t->data) lx_fatal("out of memory for a %s tensor (%zu bytes)", shape_of(t).s, bytes_of(t));
     }
     return t;
 }
@@ -223,7 +222,7 @@ void tensor_free(tensor *t) {
     lx_tensor_may_free(t); /* a double free or a busy tensor is named before its memory goes */
     if (t->owns_data && t->data) {
         if (on_gpu(t)) lx_cuda_free(t->device, t->data);
-        else free(t->data);
+        else lx_host_free(t->data, bytes_of(t));
     }
     free(t->str);
     lx_tensor_release(t); /* poisoned and kept a while: a second free is named */
@@ -577,7 +576,19 @@ tensor *matmul(const tensor *a, const tensor *b) {
  *     gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
  *                t = tanh(u)
  *
- * The kernels in tensor_cuda.cu compute the same expressions in float.
+ * computed through the logistic function, which is the same thing:
+ * 0.5 (1 + tanh(u)) = s = 1 / (1 + exp(-2u)) and 1 - t^2 = 4 s (1 - s), so
+ *
+ *     gelu(x)  = x s,        gelu'(x) = s + 2 x s (1 - s) du/dx.
+ *
+ * Why: glibc's tanhf takes longer the larger |u| is, so the same layer cost
+ * more on a batch of larger values: lecture_08's first pipeline stage,
+ * whose activations are the largest, took 10% longer than the second for
+ * the same arithmetic (its GELUs 1.33 and 1.24 ms a micro-batch against
+ * 1.17 and 1.00, the matmuls 0.66-0.70 each), and the bubble measured that
+ * instead of the schedule. expf takes the same time for every value the
+ * lectures meet; where exp(-2u) overflows (x below about -9) s is 0 and
+ * both formulas give 0. The kernels in tensor_cuda.cu compute the same.
  */
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
@@ -591,8 +602,8 @@ tensor *gelu(const tensor *x) {
     }
     for (int64_t i = 0; i < x->numel; i++) {
         float v = x->data[i];
-        float u = GELU_C * (v + GELU_A * v * v * v);
-        y->data[i] = 0.5f * v * (1.0f + tanhf(u));
+        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+        y->data[i] = v * s;
     }
     return y;
 }
@@ -609,9 +620,9 @@ tensor *gelu_backward(const tensor *x, const tensor *dy) {
     }
     for (int64_t i = 0; i < x->numel; i++) {
         float v = x->data[i];
-        float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
         float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
-        dx->data[i] = dy->data[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+        dx->data[i] = dy->data[i] * (s + 2.0f * v * s * (1.0f - s) * du);
     }
     return dx;
 }

@@ -254,26 +254,27 @@ extern "C" double lx_cuda_sum(int device, const float *x, int64_t n) {
 /* GELU, tanh form (torch's approximate='tanh'; torch's default is the erf
  * form, which differs by at most about 1e-3):
  *     gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
- * The same formulas as the CPU loops in tensor.c. */
+ * written, as the CPU loops in tensor.c write it, through the logistic
+ * function s = 1 / (1 + exp(-2u)) = 0.5 (1 + tanh(u)): gelu(x) = x s. */
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
 static __global__ void gelu_kernel(float *y, const float *x, int64_t n) {
     GRID_STRIDE_LOOP(i, n) {
         float v = x[i];
-        float u = GELU_C * (v + GELU_A * v * v * v);
-        y[i] = 0.5f * v * (1.0f + tanhf(u));
+        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+        y[i] = v * s;
     }
 }
 
-/* d/dx gelu(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,
+/* d/dx gelu(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx = s + 2 x s (1 - s) du/dx,
  * t = tanh(u), du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
 static __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, int64_t n) {
     GRID_STRIDE_LOOP(i, n) {
         float v = x[i];
-        float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
         float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
-        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+        dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * du);
     }
 }
 
