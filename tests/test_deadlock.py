@@ -175,11 +175,19 @@ class Interrupt(Base):
         computes: each rank's place is an error step, the trace is written
         as failed, and no rank is left running."""
         e = dict(os.environ)
-        e.update({"DEADLOCK_CASE": "slow", "DEADLOCK_COMPUTE": "60"})
+        ready = os.path.join(self.out, "ready")
+        e.update({"DEADLOCK_CASE": "slow", "DEADLOCK_COMPUTE": "60", "DEADLOCK_READY": ready})
         p = subprocess.Popen([fixture("deadlock_fixture"), "--out", self.out, "--quiet"], env=e,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # Wait until both ranks have started (the trace is written only at the end).
-        time.sleep(3.0 + SLACK)
+        # Wait until both ranks are at their marked lines (each makes a file
+        # there; a loaded machine may take many seconds to start the pool),
+        # then a moment for rank 0 to enter dist_recv.
+        deadline = time.monotonic() + 120
+        while not all(os.path.exists("%s.%d" % (ready, r)) for r in (0, 1)):
+            self.assertIsNone(p.poll(), "the lecture ended before its ranks were ready")
+            self.assertLess(time.monotonic(), deadline, "the ranks did not reach their lines within 120 s")
+            time.sleep(0.05)
+        time.sleep(0.5 + SLACK)
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)

@@ -2,6 +2,7 @@
  * programs that only look stuck (tests/test_deadlock.py). DEADLOCK_CASE
  * picks the case, DEADLOCK_FLOATS the size of a swap; the test finds each
  * line by the marker comment on it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -99,10 +100,23 @@ static void spin(double seconds) {
     } while ((double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec) < seconds);
 }
 
+/* With DEADLOCK_READY=PATH each rank makes the file PATH.RANK when it
+ * reaches its marked line: a test that interrupts the lecture there waits
+ * for them instead of guessing how long a loaded machine takes to start. */
+static void ready(int rank) {
+    const char *path = getenv("DEADLOCK_READY");
+    if (!path || !*path) return;
+    char name[4096];
+    snprintf(name, sizeof name, "%s.%d", path, rank);
+    FILE *f = fopen(name, "w");
+    if (f) fclose(f);
+}
+
 /* Rank 1 computes for DEADLOCK_COMPUTE seconds (default 10) while rank 0
  * waits for its result: slow, not stuck. */
 static void slow_compute(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
+    ready(rank);
     if (rank == 0) {
         dist_recv(t, 1); /* MARK:waits-for-slow */
     } else {
