@@ -219,10 +219,10 @@ static void test_randn_is_seeded(void **state) {
     tensor_free(second);
 }
 
-static void test_randn_default_seed_is_zero(void **state) {
-    (void)state;
-    /* A fresh process starts as if manual_seed(0) had been called. A forked
-     * child would inherit this process's stream, so run a fresh one. */
+/* Runs this program afresh (exec, not only fork: the runtime's per-process
+ * state starts anew) in helper mode `mode`, with LECTERN_HOST_POOL=pool
+ * unless pool is NULL, and reads the `size` bytes it writes. */
+static void read_from_fresh_process(const char *mode, const char *pool, void *buf, size_t size) {
     fflush(NULL);
     int fds[2];
     assert_int_equal(pipe(fds), 0);
@@ -230,18 +230,26 @@ static void test_randn_default_seed_is_zero(void **state) {
     assert_true(pid >= 0);
     if (pid == 0) {
         close(fds[0]);
+        if (pool) setenv("LECTERN_HOST_POOL", pool, 1);
         char fd_text[16];
         snprintf(fd_text, sizeof fd_text, "%d", fds[1]);
-        execl("/proc/self/exe", "test_tensor", "--print-first-randn", fd_text, (char *)NULL);
+        execl("/proc/self/exe", "test_tensor", mode, fd_text, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
-    float fresh[8];
-    ssize_t got = read(fds[0], fresh, sizeof fresh);
+    ssize_t got = read(fds[0], buf, size);
     close(fds[0]);
     int status;
     waitpid(pid, &status, 0);
-    assert_int_equal(got, (ssize_t)sizeof fresh);
+    assert_int_equal(got, (ssize_t)size);
+}
+
+static void test_randn_default_seed_is_zero(void **state) {
+    (void)state;
+    /* A fresh process starts as if manual_seed(0) had been called. A forked
+     * child would inherit this process's stream, so run a fresh one. */
+    float fresh[8];
+    read_from_fresh_process("--print-first-randn", NULL, fresh, sizeof fresh);
 
     manual_seed(0);
     tensor *t = randn(8, 0, -1);
@@ -1091,26 +1099,8 @@ static long faults_of_kept_rounds(void) {
 /* The rounds' faults in a fresh process with LECTERN_HOST_POOL as given
  * (the choice is made once per process, at its first host tensor). */
 static long faults_in_fresh_process(const char *pool) {
-    fflush(NULL);
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        setenv("LECTERN_HOST_POOL", pool, 1);
-        char fd_text[16];
-        snprintf(fd_text, sizeof fd_text, "%d", fds[1]);
-        execl("/proc/self/exe", "test_tensor", "--count-kept-faults", fd_text, (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
     long faults = -1;
-    ssize_t got = read(fds[0], &faults, sizeof faults);
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_int_equal(got, (ssize_t)sizeof faults);
+    read_from_fresh_process("--count-kept-faults", pool, &faults, sizeof faults);
     return faults;
 }
 

@@ -105,10 +105,3 @@ void lx_host_free(float *p, size_t bytes) {
     }
     free(p);
 }
-
-size_t lx_host_pool_bytes(void) {
-    pthread_mutex_lock(&lock);
-    size_t n = kept_bytes;
-    pthread_mutex_unlock(&lock);
-    return n;
-}

@@ -42,11 +42,9 @@ float *lx_host_buffer(int64_t n);
 
 /* Host tensors' storage (host_pool.c): 64-byte aligned, NULL when out of
  * memory. A freed block of 64 KiB or more is kept for the next allocation
- * of the same size (not with LECTERN_HOST_POOL=0, nor under ASan);
- * lx_host_pool_bytes() is what is kept now. */
+ * of the same size (not with LECTERN_HOST_POOL=0, nor under ASan). */
 float *lx_host_alloc(size_t bytes);
 void lx_host_free(float *p, size_t bytes);
-size_t lx_host_pool_bytes(void);
 
 #ifdef LECTERN_CUDA
 
