@@ -11,11 +11,11 @@ cd "$(dirname "$0")/.."
 mode=${1:-test}
 case "$mode" in run|test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
 
-# Build and run: compiler, Open MPI, JSON, markdown, DWARF, BLAS, CPU topology,
+# Build and run: compiler, Open MPI, JSON, markdown, DWARF, BLAS, hashing (xxHash), CPU topology,
 # and npm for the viewer's libraries.
 PACKAGES=(build-essential pkg-config
           libopenmpi-dev openmpi-bin libcjson-dev libmd4c-dev libmd4c-html0-dev
-          libdw-dev libelf-dev libopenblas-dev hwloc python3
+          libdw-dev libelf-dev libopenblas-dev libxxhash-dev hwloc python3
           nodejs npm)
 # Tests: cmocka, the schema validator, Chromium and its driver for the viewer,
 # sshd for the second host of tests/test_two_hosts.py, Slurm and munge for

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "check.h"
 #include "comm/comm.h"
@@ -464,19 +465,12 @@ static dist_request *make_request(const char *call, int peer, int64_t count, con
 /* FNV-1a over 64-bit words, then the tail: fast enough to run on every
  * isend (a memory pass), and any change to the values changes it but for
  * 1 in 2^64. */
-static uint64_t hash_values(const tensor *t) {
-    const unsigned char *p = (const unsigned char *)t->data;
-    size_t n = (size_t)t->numel * sizeof(float), i = 0;
-    uint64_t h = 1469598103934665603ull;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 1099511628211ull;
-    }
-    for (; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
+/* XXH3 (libxxhash): a send's buffer is hashed at the call and again at its
+ * wait, on the lecture's thread, so its cost is on every message's path. A
+ * byte-serial FNV-1a took ~45 us for a pipeline stage's 256 KiB activation
+ * (one multiply's latency per 8 bytes), twice per message; XXH3 reads it at
+ * memory speed (bench/bench_stage_msg.c). */
+static uint64_t hash_values(const tensor *t) { return XXH3_64bits(t->data, (size_t)t->numel * sizeof(float)); }
 
 /* The request uses `t` until its wait: the tensor operations refuse to
  * change it (and, when the library writes into it, to read it) meanwhile
