@@ -51,8 +51,8 @@ static void stage_loop(double *out) {
         double t0 = now();
         for (int k = 0; k < REPS; k++)
             for (int b = 0; b + 1 < BUFS; b += 2) {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ROWS, WIDTH, WIDTH, 1, act[b], WIDTH, w, WIDTH, 0,
-                            act[b + 1], WIDTH);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ROWS, WIDTH, WIDTH, 1, act[b], WIDTH, w, WIDTH,
+                            0, act[b + 1], WIDTH);
                 float *x = act[b + 1];
                 for (int i = 0; i < ROWS * WIDTH; i++) /* GELU's logistic form, as runtime/tensor/tensor.c */
                     x[i] = 0.01f * x[i] / (1.0f + expf(-1.5957691f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
