@@ -173,6 +173,32 @@ class Progress(unittest.TestCase):
         longer, shorter = max(compute, async_alone), min(compute, async_alone)
         return total, longer + 0.5 * shorter, (total, alone, async_alone, compute)
 
+    def test_the_progress_thread_runs_at_the_lowest_priority(self):
+        # Read from the kernel (/proc/self/task/TID/stat) by the fixture while
+        # a send is in flight: the progress thread, named lx-progress, at nice
+        # 19 by default (a wake-up at the lecture's priority could take the
+        # caller's core: runtime/comm/comm_progress.c), every other thread at
+        # the rank's own; LECTERN_PROGRESS_NICE sets it; a bad value is said
+        # and the default kept.
+        def threads(env):
+            _, _, texts = run(["--case=nice"], env_extra=env)
+            (listed,) = result_text(texts, r"result threads (.*)")
+            pairs = [x.rsplit(":", 1) for x in listed.split()]
+            return [int(n) for name, n in pairs if name == "lx-progress"], [int(n) for name, n in pairs
+                                                                              if name != "lx-progress"]
+        base = os.nice(0)
+        progress, others = threads({})
+        self.assertEqual(progress, [max(19, base)])
+        self.assertTrue(others and all(n == base for n in others), others)
+        if base <= 7:
+            progress, others = threads({"LECTERN_PROGRESS_NICE": "7"})
+            self.assertEqual(progress, [7])
+            self.assertTrue(all(n == base for n in others), others)
+        p, _, texts = run(["--case=nice"], env_extra={"LECTERN_PROGRESS_NICE": "-3"})
+        self.assertIn("LECTERN_PROGRESS_NICE=-3 is not a nice value from 0 to 19: using 19", p.stderr)
+        (listed,) = result_text(texts, r"result threads (.*)")
+        self.assertIn("lx-progress:19", listed.split())
+
     def test_async_all_reduce_overlaps_compute(self):
         total, bound, figures = self.check_overlap(True)
         self.assertLessEqual(total, bound, "total, alone, async alone, compute: %r" % (figures,))

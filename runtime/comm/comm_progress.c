@@ -52,6 +52,15 @@
  * The sleep keeps the thread's share of a core small (a poll is a few
  * microseconds) while a large transfer still advances every few tens of
  * microseconds: docs/design.md and docs/benchmarks.md give the figures.
+ *
+ * The thread runs at the lowest priority, nice 19 (LECTERN_PROGRESS_NICE,
+ * 0 to 19; Linux gives each thread its own nice value). At the lecture's
+ * priority, the thread woken by a dist_isend on a machine whose cores were
+ * all busy often ran before the caller got its core back: a 64 KiB isend
+ * took 35 us instead of 7 (bench/bench_stage_msg.c), once per message of a
+ * pipeline stage. At nice 19 it still runs whenever a core has room (a rank
+ * sleeping or waiting), and bench/bench_overlap.c's overlap of an async
+ * all-reduce with matmuls did not change (docs/benchmarks.md).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -60,6 +69,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "check.h"
@@ -86,6 +98,7 @@ static int running, stopping;
 static int multiple = 0;         /* Open MPI gave MPI_THREAD_MULTIPLE */
 static int enabled = 1;          /* LECTERN_PROGRESS, lx_progress_set */
 static long interval_ns = 20000; /* LECTERN_PROGRESS_US */
+static int thread_nice = 19;     /* LECTERN_PROGRESS_NICE */
 
 static void nap_ns(long ns) {
     struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
@@ -138,6 +151,11 @@ static void *progress_main(void *unused) {
     (void)unused;
     /* The default timer slack (50 us) would stretch every short sleep. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    /* This thread only (its kernel id): the rank's other threads keep theirs.
+     * A value below the rank's own needs privilege; the thread then keeps
+     * the rank's, which is no higher. */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), thread_nice);
+    pthread_setname_np(pthread_self(), "lx-progress"); /* in top -H, ps -L */
     pthread_mutex_lock(&lock);
     for (;;) {
         while (!stopping && !head)
@@ -158,6 +176,15 @@ void lx_progress_init(int provided) {
     multiple = provided >= MPI_THREAD_MULTIPLE;
     const char *on = getenv("LECTERN_PROGRESS");
     if (on && strcmp(on, "0") == 0) enabled = 0;
+}
+
+/* The thread's settings, read when it first starts: inside a spawned
+ * function, whose stderr is the lecture's console, so a bad value is said
+ * where it is seen (at MPI_Init a rank's stderr goes to the pool's log). */
+static void read_settings(void) {
+    static int done;
+    if (done) return;
+    done = 1;
     const char *us = getenv("LECTERN_PROGRESS_US");
     if (us && *us) {
         char *end;
@@ -165,9 +192,18 @@ void lx_progress_init(int provided) {
         if (*end == '\0' && v >= 0 && v <= 1e6) interval_ns = (long)(v * 1000);
         else
             fprintf(stderr,
-                    "lectern: LECTERN_PROGRESS_US=%s is not a number of microseconds (0 to 1e6): "
+                    "lectern: rank %d: LECTERN_PROGRESS_US=%s is not a number of microseconds (0 to 1e6): "
                     "using %ld\n",
-                    us, interval_ns / 1000);
+                    lx_rank(), us, interval_ns / 1000);
+    }
+    const char *ni = getenv("LECTERN_PROGRESS_NICE");
+    if (ni && *ni) {
+        char *end;
+        long v = strtol(ni, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 19) thread_nice = (int)v;
+        else
+            fprintf(stderr, "lectern: rank %d: LECTERN_PROGRESS_NICE=%s is not a nice value from 0 to 19: using %d\n",
+                    lx_rank(), ni, thread_nice);
     }
 }
 
@@ -177,6 +213,7 @@ void lx_progress_set(int on) { enabled = on != 0; }
 
 static int ensure_thread(void) {
     if (running) return 1;
+    read_settings();
     stopping = 0;
     if (pthread_create(&thread, NULL, progress_main, NULL) != 0) {
         fprintf(stderr,

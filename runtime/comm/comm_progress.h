@@ -5,7 +5,8 @@
  * Open MPI moves a message only while some thread of the rank is inside an
  * MPI call. A backend hands each non-blocking call's requests to this
  * module; a thread of the rank's own then calls MPI_Testall on them every
- * LECTERN_PROGRESS_US microseconds (default 20) until they complete or the
+ * LECTERN_PROGRESS_US microseconds (default 20; at nice 19,
+ * LECTERN_PROGRESS_NICE) until they complete or the
  * lecture's thread waits for them itself (lx_progress_claim). A collective
  * may also be *started* by that thread (lx_progress_launch): starting one
  * can take milliseconds of copying inside Open MPI, which the lecture's

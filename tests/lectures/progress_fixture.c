@@ -8,6 +8,10 @@
  *                     after rank 0's isend returned rank 1's receive returned.
  *   --case=mechanism  rank 0 prints the single-copy mechanism the pool gave
  *                     Open MPI (OMPI_MCA_btl_vader_single_copy_mechanism).
+ *   --case=nice       rank 0 isends to rank 1 (which starts its progress
+ *                     thread) and, before its wait, prints each of its
+ *                     threads' name and nice value as the kernel reports
+ *                     them (/proc/self/task/TID/stat).
  *   --case=allreduce  every rank starts a --mib MiB all-reduce, computes
  *                     (sleeps) --compute seconds, then waits; printed: that
  *                     total, and the same all-reduce alone (blocking).
@@ -24,13 +28,15 @@
  * The ranks hand their clock readings back with spawn_return()
  * (CLOCK_MONOTONIC is one clock for every process of a host); the lecture
  * prints one "result ..." line. */
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "lectern.h"
 
-LECTURE_OPTIONS({"case", "NAME", "isend, mechanism, allreduce, order, timed or timed_mismatch"},
+LECTURE_OPTIONS({"case", "NAME", "isend, mechanism, nice, allreduce, order, timed or timed_mismatch"},
                 {"compute", "SECONDS", "how long a rank computes (default 0.3)"},
                 {"mib", "N", "MiB the all-reduce moves (default 16)"}, {"world", "N", "ranks (default 2)"},
                 {"busy", "0|1", "the isend case's sender spins on its core instead of sleeping (default 0)"},
@@ -222,6 +228,60 @@ static void mechanism_case(int rank, int world_size, void *args) {
     if (rank == 0) note_verbatim("result mechanism %s", m ? m : "unset");
 }
 
+/* "name:nice" of each thread of this process, from the kernel: the name is
+ * field 2 of /proc/self/task/TID/stat (in parentheses), the nice value the
+ * 17th field after it (proc(5)). */
+static void threads_nice(char *out, size_t size) {
+    out[0] = '\0';
+    DIR *d = opendir("/proc/self/task");
+    if (!d) lecture_fail("cannot list /proc/self/task");
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], line[1024];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(line, 1, sizeof line - 1, f);
+        fclose(f);
+        line[n] = '\0';
+        char *open = strchr(line, '('), *close = strrchr(line, ')');
+        if (!open || !close) continue;
+        *close = '\0';
+        long field[17];
+        if (sscanf(close + 2, "%*c %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld", &field[0],
+                   &field[1], &field[2], &field[3], &field[4], &field[5], &field[6], &field[7], &field[8], &field[9],
+                   &field[10], &field[11], &field[12], &field[13], &field[14], &field[15]) != 16)
+            continue;
+        size_t used = strlen(out);
+        snprintf(out + used, size - used, "%s%s:%ld", used ? " " : "", open + 1, field[15]);
+    }
+    closedir(d);
+}
+
+/* The nice value of each of rank 0's threads while its progress thread runs. */
+static void nice_case(int rank, int world_size, void *args) {
+    (void)world_size, (void)args;
+    tensor *t = zeros(1 << 16, 0, get_device(rank));
+    if (rank == 0) {
+        dist_request *r = dist_isend(t, 1);
+        /* The thread names itself once its priority is set: wait for that
+         * (up to 5 s), the send still in flight. */
+        char threads[2048];
+        for (int i = 0; i < 500; i++) {
+            threads_nice(threads, sizeof threads);
+            if (strstr(threads, "lx-progress:")) break;
+            nap(0.01);
+        }
+        dist_wait(r);
+        note_verbatim("result threads %s", threads);
+    } else if (rank == 1) {
+        nap(0.5); /* the send stays in flight meanwhile */
+        dist_recv(t, 0);
+    }
+    tensor_free(t);
+}
+
 static void body(void) {
     cfg c = {atof(lecture_option("compute", "0.3")), atoi(lecture_option("mib", "16")),
              atoi(lecture_option("busy", "0"))};
@@ -240,6 +300,8 @@ static void body(void) {
             spawn(order_case, repeat == 1 || world < 3 ? world : 2 + i % (world - 1), NULL, 0);
     } else if (strcmp(which, "mechanism") == 0) {
         spawn(mechanism_case, world, NULL, 0);
+    } else if (strcmp(which, "nice") == 0) {
+        spawn(nice_case, world, NULL, 0);
     } else if (strcmp(which, "timed") == 0) {
         spawn(timed_case, world, NULL, 0);
     } else if (strcmp(which, "timed_mismatch") == 0) {
