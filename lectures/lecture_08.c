@@ -1030,7 +1030,7 @@ static void say_bubble(int stages, int schedule, int m) {
          "share cores run at uneven speed) account for %.3f of the gap to the formula, the time between operations "
          "(messages, the bookkeeping around them, waiting for a core) for the other %.3f. Stage 0's forwards took "
          "%.2f ms and its backwards %.2f ms on average, stage %d's %.2f and %.2f: the stages do the same arithmetic "
-         "(the last adds its loss, a few microseconds), so a gap between them is the machine's: CPUs that run the "
+         "(the last adds its loss, tens of microseconds), so a gap between them is the machine's: CPUs that run the "
          "same code at different speeds (a 2-core VM's were 16%% apart with nothing else running: docs/benchmarks.md), "
          "and other processes and each rank's progress thread taking turns on the same cores.",
          r.replayed, r.replayed - r.formula, r.bubble - r.replayed, r.op_ms[0][0], r.op_ms[0][1], stages - 1,

@@ -462,14 +462,12 @@ static dist_request *make_request(const char *call, int peer, int64_t count, con
     return req;
 }
 
-/* FNV-1a over 64-bit words, then the tail: fast enough to run on every
- * isend (a memory pass), and any change to the values changes it but for
- * 1 in 2^64. */
 /* XXH3 (libxxhash): a send's buffer is hashed at the call and again at its
  * wait, on the lecture's thread, so its cost is on every message's path. A
  * byte-serial FNV-1a took ~45 us for a pipeline stage's 256 KiB activation
  * (one multiply's latency per 8 bytes), twice per message; XXH3 reads it at
- * memory speed (bench/bench_stage_msg.c). */
+ * memory speed (bench/bench_stage_msg.c). A change to the values goes
+ * unnoticed but for 1 in 2^64. */
 static uint64_t hash_values(const tensor *t) { return XXH3_64bits(t->data, (size_t)t->numel * sizeof(float)); }
 
 /* The request uses `t` until its wait: the tensor operations refuse to

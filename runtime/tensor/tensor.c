@@ -593,6 +593,9 @@ tensor *matmul(const tensor *a, const tensor *b) {
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
+/* s = 1 / (1 + exp(-2u)) = 0.5 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
+static inline float gelu_s(float v) { return 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v))); }
+
 tensor *gelu(const tensor *x) {
     NEED_R(x, "gelu");
     tensor *y = new_like(x);
@@ -602,7 +605,7 @@ tensor *gelu(const tensor *x) {
     }
     for (int64_t i = 0; i < x->numel; i++) {
         float v = x->data[i];
-        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+        float s = gelu_s(v);
         y->data[i] = v * s;
     }
     return y;
@@ -620,7 +623,7 @@ tensor *gelu_backward(const tensor *x, const tensor *dy) {
     }
     for (int64_t i = 0; i < x->numel; i++) {
         float v = x->data[i];
-        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+        float s = gelu_s(v);
         float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
         dx->data[i] = dy->data[i] * (s + 2.0f * v * s * (1.0f - s) * du);
     }

@@ -259,10 +259,15 @@ extern "C" double lx_cuda_sum(int device, const float *x, int64_t n) {
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
+/* s = 1 / (1 + exp(-2u)) = 0.5 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
+static __device__ inline float gelu_s(float v) {
+    return 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+}
+
 static __global__ void gelu_kernel(float *y, const float *x, int64_t n) {
     GRID_STRIDE_LOOP(i, n) {
         float v = x[i];
-        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+        float s = gelu_s(v);
         y[i] = v * s;
     }
 }
@@ -272,7 +277,7 @@ static __global__ void gelu_kernel(float *y, const float *x, int64_t n) {
 static __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, int64_t n) {
     GRID_STRIDE_LOOP(i, n) {
         float v = x[i];
-        float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+        float s = gelu_s(v);
         float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
         dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * du);
     }
