@@ -15,6 +15,21 @@
  * dist_wait once the receive is long done (both hash the tensor sent, so
  * that a change made through ->data in between is named at the wait).
  *
+ * Then where the receive lands, at 256 KiB, bare MPI_Recv (sender as above):
+ *
+ *   reused     the same buffer every time, as a stage that keeps its
+ *              receive buffers;
+ *   written    a new buffer each time, written by the rank just before
+ *              (memset), never by the kernel;
+ *   untouched  a new buffer each time, never touched: the copy itself
+ *              takes the page faults.
+ *
+ * Open MPI's receive copies with process_vm_readv (CMA), the kernel writing
+ * the receiver's pages: on a VM whose hypervisor pays for the first time
+ * the kernel writes a page, "written" and "untouched" cost several times
+ * "reused", which is why lecture_08's pipeline stages receive into buffers
+ * they made once.
+ *
  * Medians over REPS, in microseconds.
  *
  *   build/bench/bench_stage_msg [--out DIR]
@@ -22,6 +37,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "lectern.h"
@@ -99,6 +115,60 @@ static void ranks(int rank, int world, void *unused) {
     }
 }
 
-static void body(void) { spawn(ranks, 2, NULL, 0); }
+static void landing_main(int rank, int world, void *unused);
+
+/* Rank 1's bare receive of n floats into: the same buffer (mode 0), a new
+ * one the rank wrote first (1), a new one never touched (2). New buffers are
+ * kept until all REPS are done, so that none is memory freed a moment ago. */
+static void landing(int rank) {
+    enum { N = (256 << 10) / 4 };
+    static const char *names[3] = {"reused", "written", "untouched"};
+    float *same = calloc(N, sizeof(float)), *fresh[REPS];
+    if (!same) lecture_fail("out of memory");
+    double v[3][REPS];
+    for (int mode = 0; mode < 3; mode++) {
+        for (int i = 0; i < REPS; i++) {
+            float *dst = same;
+            if (rank == 1 && mode > 0) {
+                dst = fresh[i] = malloc(sizeof(float) * N);
+                if (!dst) lecture_fail("out of memory");
+                if (mode == 1) memset(dst, 0, sizeof(float) * N);
+            }
+            MPI_Barrier(lx_rank_comm());
+            if (rank == 0) {
+                MPI_Request r;
+                MPI_Isend(same, N, MPI_FLOAT, 1, 98, lx_rank_comm(), &r);
+                compute(0.008);
+                MPI_Wait(&r, MPI_STATUS_IGNORE);
+            } else {
+                compute(0.004);
+                double t0 = now_seconds();
+                MPI_Recv(dst, N, MPI_FLOAT, 0, 98, lx_rank_comm(), MPI_STATUS_IGNORE);
+                v[mode][i] = now_seconds() - t0;
+            }
+        }
+        if (rank == 1 && mode > 0)
+            for (int i = 0; i < REPS; i++)
+                free(fresh[i]);
+    }
+    if (rank == 1) {
+        printf("256 KiB bare MPI_Recv landing in:");
+        for (int mode = 0; mode < 3; mode++)
+            printf("  %s %6.1f", names[mode], median_of(v[mode], REPS) * 1e6);
+        printf(" (us)\n");
+        fflush(stdout);
+    }
+    free(same);
+}
+
+static void landing_main(int rank, int world, void *unused) {
+    (void)world, (void)unused;
+    landing(rank);
+}
+
+static void body(void) {
+    spawn(ranks, 2, NULL, 0);
+    spawn(landing_main, 2, NULL, 0);
+}
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, body); }

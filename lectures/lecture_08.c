@@ -995,45 +995,38 @@ static void megatron_main(int rank, int world_size, void *args) {
 }
 
 /* A micro-batch's work must be long against a message's (~0.1 ms here): with 128 rows (16 a micro-batch, ~0.3 ms)
- * the bubble measured 4 times the formula's; 1024 rows (~7 ms a micro-batch) put it near. */
+ * the bubble measured 4 times the formula's; 1024 rows (~7 ms a micro-batch) put it near. Rows make the messages
+ * longer too; depth does not: with 2 layers a stage the time between operations added 0.025-0.06 to the 2-stage
+ * bubble, with 4 (twice the lecture's model) 0.015-0.04 (2-core VM, 2026-11-25). */
 static int pipeline_batch(void) { return lecture_quick() ? 256 : 1024; }
+static int pipeline_layers(void) { return 2 * baseline.cfg.layers; }
 
-/* What the spawn measured, beside the formula, with the load and cores: the formula gives every stage a core. */
+/* What the spawn measured, beside the formula, with the load and cores. */
 static void say_bubble(int stages, int schedule, int m) {
     pipe_result r;
     if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("the pipeline's rank 0 returned no result");
     double off = r.bubble / r.formula - 1;
     if (stages == 2)
-        predict("What fraction of the pipeline's time will each of the 2 stages spend idle, with 8 micro-batches (the "
-                "bubble, over the total time)?",
+        predict("What fraction of the pipeline's time will the busier of the 2 stages spend idle, with 8 "
+                "micro-batches (the bubble, over the total time)?",
                 r.bubble, "");
     note("%s, %d stages: measured bubble %.3f of the total against the formula's %.3f (%+.0f%%), %s. Stage 1 %s "
          "stage 0's last forward; stage 0 held at most %d micro-batches' activations (m = %d, p = %d). Load average "
          "%.1f on %ld cores while it ran.",
-         SCHEDULE_NAMES[schedule], stages, r.bubble, r.formula, 100 * off,
-         fabs(off) <= 0.15  ? "within 15% of the formula: what is left over is the messages' cost and the last "
-                              "stage's loss, which the formula leaves out"
-         : stages > r.cores ? "larger than the formula: the ranks outnumber the cores, so a stage that is ready to "
-                              "work waits for its turn on a core another stage holds; that wait is this machine's, "
-                              "not the schedule's"
-         : r.load > r.cores + stages /* the load average counts this lecture's own ranks too */
-                 ? "larger than the formula: the machine was busy with other work (a load average above its cores "
-                   "plus this spawn's ranks), so a stage that was ready waited for a core; the formula assumes every "
-                   "stage has one"
-                 : "larger than the formula by more than the messages and the last stage's loss would explain: the "
-                   "replay below splits the gap",
+         SCHEDULE_NAMES[schedule], stages, r.bubble, r.formula, 100 * off, bubble_why(&r, stages),
          r.overlapped ? "began its first forward before" : "began only after", r.stage0_held, m, stages, r.load,
          r.cores);
     /* The formula assumes equal stages and free messages; the replay keeps the first breach, drops the second */
     note("The same schedule replayed with each stage's own measured forward and backward times, and nothing between "
-         "one operation and the next, gives a bubble of %.3f: unequal stages (the last adds the loss; ranks that "
-         "share cores run at uneven speed) account for %.3f of the gap to the formula, the time between operations "
-         "(messages, the bookkeeping around them, waiting for a core) for the other %.3f. Stage 0's forwards took "
-         "%.2f ms and its backwards %.2f ms on average, stage %d's %.2f and %.2f: the stages do the same arithmetic "
-         "(the last adds its loss, tens of microseconds), so a gap between them is the machine's: CPUs that run the "
-         "same code at different speeds (a 2-core VM's were 16%% apart with nothing else running: docs/benchmarks.md), "
-         "and other processes and each rank's progress thread taking turns on the same cores.",
-         r.replayed, r.replayed - r.formula, r.bubble - r.replayed, r.op_ms[0][0], r.op_ms[0][1], stages - 1,
+         "one operation and the next, gives a bubble of %.3f: the time between operations (messages, the bookkeeping "
+         "around them, waiting for a core) accounts for the other %.3f of the %.3f measured. Stages of unequal speed "
+         "show in the idle time averaged over the stages, %.3f measured (%.3f replayed): a faster stage waits for the "
+         "slowest, which sets the pace. Stage 0's forwards took %.2f ms and its backwards %.2f ms on average, stage "
+         "%d's %.2f and %.2f: the stages do the same arithmetic (the last adds its loss, tens of microseconds), so a "
+         "gap between them is the machine's: CPUs that run the same code at different speeds (a 2-core VM's were 16%% "
+         "apart with nothing else running: docs/benchmarks.md), and other processes and each rank's progress thread "
+         "taking turns on the same cores.",
+         r.replayed, r.bubble - r.replayed, r.bubble, r.mean, r.replayed_mean, r.op_ms[0][0], r.op_ms[0][1], stages - 1,
          r.op_ms[1][0], r.op_ms[1][1]);
 }
 
@@ -1067,16 +1060,23 @@ static void pipeline_parallelism(void) {
          "messages.)");
     baseline_run pipe = {.cfg = baseline.cfg};
     pipe.cfg.batch = pipeline_batch();
+    pipe.cfg.layers = pipeline_layers();
     one_device_step0(&pipe);
-    note("The stages below run the same model on a batch of %d examples (%d a micro-batch): a micro-batch's work "
-         "must be long against a message's cost, or the timeline measures messages, not the schedule. Each rank "
+    note("The stages below run the same kind of model, twice as deep (%d layers), on a batch of %d examples (%d a "
+         "micro-batch): a micro-batch's work must be long against a message's cost, or the timeline measures "
+         "messages, not the schedule; more layers make a stage's work longer and leave its messages as they are. "
+         "Each rank "
          "stamps the start and end of every forward and backward with the machine's monotonic clock, shared by all "
          "ranks. Sends are non-blocking (`dist_isend`) and travel while the sender computes (here the receiver "
-         "copies them out of the sender's memory), so stage 1 starts micro-batch 0 while stage 0 computes "
-         "micro-batch 1. The measured bubble of a rank is 1 - (its busy time) / (the time from the first start to "
-         "the last end, over all ranks): the *total* convention. The formula assumes stages of equal work, so stage "
-         "0 computes the gradient of its input too, which nothing uses and a real pipeline skips.",
-         pipe.cfg.batch, pipe.cfg.batch / m);
+         "copies them out of the sender's memory into a buffer it reuses, as pipeline engines do: a new buffer for "
+         "each message can cost more than the copy, docs/benchmarks.md), so stage 1 starts micro-batch 0 while "
+         "stage 0 computes micro-batch 1. A stage's idle fraction is 1 - (its busy time) / (the time from the first start to the "
+         "last end, over all ranks). The measured bubble is the busiest stage's idle fraction: the time the pass "
+         "took beyond the work of the stage that sets the pace, over the total (the *total* convention). The "
+         "formula assumes stages of equal work, so stage 0 computes the gradient of its input too, which nothing "
+         "uses and a real pipeline skips; where one stage runs slower all the same, the others idle longer than the "
+         "bubble, waiting for it: that is imbalance, not the schedule, and the table shows each stage's.",
+         pipe.cfg.layers, pipe.cfg.batch, pipe.cfg.batch / m);
     size_t size;
     train_args *args = baseline_args(&pipe, m, &size);
     struct {

@@ -14,6 +14,16 @@ const char *const SCHEDULE_NAMES[2] = {"GPipe", "1F1B"};
 
 double bubble_fraction(int stages, int micro_batches) { return (double)(stages - 1) / (micro_batches + stages - 1); }
 
+double pipeline_bubble(const double *busy, int stages, double span, double *mean) {
+    double most = 0, sum = 0;
+    for (int r = 0; r < stages; r++) {
+        most = fmax(most, busy[r]);
+        sum += 1 - busy[r] / span;
+    }
+    if (mean) *mean = sum / stages;
+    return 1 - most / span;
+}
+
 stage *stage_new(const train_args *a, int rank, int world_size) {
     const mlp_config *c = &a->cfg;
     stage *s = calloc(1, sizeof *s);
@@ -25,6 +35,14 @@ stage *stage_new(const train_args *a, int rank, int world_size) {
         s->w[j] = init_layer(c, s->first_layer + j, s->device); /* only this stage's layers */
         s->grads[j] = empty(c->width, c->width, s->device);
     }
+    /* Messages land in buffers the stage reuses, as a pipeline engine does
+     * (every micro-batch's messages have the same shape): on the 2-core VM
+     * a 256 KiB receive into a new buffer the rank had just written took
+     * 0.14-0.21 ms, into memory never touched 0.9 ms, into a buffer it had
+     * received into before 0.02-0.03 ms (bench/bench_stage_msg.c: Open
+     * MPI's receive is a kernel copy, process_vm_readv, and that VM pays
+     * for the first time the kernel writes a page). */
+    if (rank < world_size - 1) s->recv_grad = empty(s->mb, c->width, s->device);
     if (rank == 0) s->data = make_data(c, s->device);                        /* only stage 0 reads data */
     if (rank == world_size - 1) s->expected = expected_output(a, s->device); /* the last compares */
     return s;
@@ -35,6 +53,9 @@ void stage_free(stage *s) {
         tensor_free(s->w[j]);
         tensor_free(s->grads[j]);
     }
+    while (s->n_spare > 0)
+        tensor_free(s->spare[--s->n_spare]);
+    if (s->recv_grad) tensor_free(s->recv_grad);
     if (s->data) tensor_free(s->data);
     if (s->expected) tensor_free(s->expected);
     free(s);
@@ -53,7 +74,7 @@ void stage_forward(stage *s, int k) {
     if (s->rank == 0) {
         x = row_slice(s->data, k * s->mb, (k + 1) * s->mb);
     } else {
-        x = empty(s->mb, s->a->cfg.width, s->device);
+        x = s->n_spare > 0 ? s->spare[--s->n_spare] : empty(s->mb, s->a->cfg.width, s->device);
         dist_recv(x, s->rank - 1);
     }
     double start = ms_since(s);
@@ -77,7 +98,7 @@ void stage_forward(stage *s, int k) {
 void stage_backward(stage *s, int k) {
     tensor *dy = NULL;
     if (s->rank < s->world - 1) {
-        dy = empty(s->mb, s->a->cfg.width, s->device);
+        dy = s->recv_grad;
         dist_recv(dy, s->rank + 1);
     }
     double start = ms_since(s);
@@ -91,7 +112,7 @@ void stage_backward(stage *s, int k) {
         tensor *dx = NULL;
         layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], &dx,
                        s->backwards_done == 0 ? 0.0f : 1.0f);
-        tensor_free(dy);
+        if (dy != s->recv_grad) tensor_free(dy);
         dy = dx;
     }
     stamp(s, 1, k, start);
@@ -103,7 +124,8 @@ void stage_backward(stage *s, int k) {
     s->dx_out[k] = dy;
     if (s->sent[k]) dist_wait(s->sent[k]); /* its activation went out long ago */
     free_saved(s->per_stage, s->acts[k], s->pre[k]);
-    tensor_free(s->acts[k][0]);
+    if (s->rank == 0) tensor_free(s->acts[k][0]); /* its rows of the data: a view */
+    else s->spare[s->n_spare++] = s->acts[k][0];  /* a receive buffer, for a later micro-batch */
     s->in_flight--;
 }
 
@@ -112,7 +134,7 @@ void stage_backward(stage *s, int k) {
  * ran them, each starting when the stage is free and what it needs is done
  * (a forward needs the previous stage's forward of that micro-batch, a
  * backward the next stage's backward). Events: stage r's at v[r * stride]. */
-static double replayed_bubble(const float *v, int stride, int world, int m) {
+static double replayed_bubble(const float *v, int stride, int world, int m, double *mean) {
     double done[LECTERN_MAX_WORLD][2][MAX_MICRO_BATCHES], free_at[LECTERN_MAX_WORLD] = {0},
                                                           busy[LECTERN_MAX_WORLD] = {0};
     int next[LECTERN_MAX_WORLD] = {0}, left = world * 2 * m;
@@ -139,14 +161,12 @@ static double replayed_bubble(const float *v, int stride, int world, int m) {
                 moved = 1;
             }
         }
-        if (!moved) return NAN; /* an order no schedule allows: cannot happen for the ones here */
+        if (!moved) return *mean = NAN; /* an order no schedule allows: cannot happen for the ones here */
     }
-    double span = 0, mean = 0;
+    double span = 0;
     for (int r = 0; r < world; r++)
         span = fmax(span, free_at[r]);
-    for (int r = 0; r < world; r++)
-        mean += (1 - busy[r] / span) / world;
-    return mean;
+    return pipeline_bubble(busy, world, span, mean);
 }
 
 void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) {
@@ -193,14 +213,13 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
             if (e[i].backward == 0 && r == 1) stage1_first_forward = fmin(stage1_first_forward, e[i].start_ms);
         }
     }
-    double span = last - first, mean = 0;
-    for (int r = 0; r < s->world; r++)
-        mean += (1 - busy[r] / span) / s->world;
-    table_t *t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, mean bubble %.3f of the total "
-                           "(formula %.3f)",
-                           SCHEDULE_NAMES[schedule], s->world, PIPE_RUNS, span, mean, bubble_fraction(s->world, s->m));
+    double span = last - first, mean, bubble = pipeline_bubble(busy, s->world, span, &mean);
+    table_t *t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
+                           "busiest stage's idle time; formula %.3f), idle time averaged over the stages %.3f",
+                           SCHEDULE_NAMES[schedule], s->world, PIPE_RUNS, span, bubble, bubble_fraction(s->world, s->m),
+                           mean);
     table_column(t, "stage", NULL, "%d");
-    table_column(t, "measured bubble", NULL, "%.3f");
+    table_column(t, "idle, of the total", NULL, "%.3f");
     table_column(t, "most micro-batches' activations held at once", NULL, "%d");
     table_column(t, "layers", NULL, "%s");
     table_column(t, "gradients over the micro-batches: max |PP - one device|", NULL, "%.3g");
@@ -226,15 +245,18 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
         }
     }
     chart_show(c);
-    pipe_result res = {mean,
+    pipe_result res = {bubble,
+                       mean,
                        bubble_fraction(s->world, s->m),
                        span,
-                       replayed_bubble(v + best * per_run, per_rank, s->world, s->m),
+                       0,
+                       0,
                        (int)v[per_rank - 3],
                        stage1_first_forward < stage0_last_forward,
                        {{0, 0}, {0, 0}},
                        -1,
                        sysconf(_SC_NPROCESSORS_ONLN)};
+    res.replayed = replayed_bubble(v + best * per_run, per_rank, s->world, s->m, &res.replayed_mean);
     getloadavg(&res.load, 1);
     for (int k = 0; k < 2; k++) { /* the first stage (k = 0) and the last */
         const pipe_event *e = (const pipe_event *)(v + (k ? s->world - 1 : 0) * per_rank + best * per_run);
@@ -243,6 +265,40 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     }
     spawn_return(&res, sizeof res);
     free(v);
+}
+
+/* Why the measured bubble is where it is against the formula, which gives every stage a core, equal work and
+ * free messages. Replayed with the measured operations and free messages, a bubble below the formula means the
+ * slowest stage set the pace and the fill and drain were a faster stage's shorter operations. */
+const char *bubble_why(const pipe_result *r, int stages) {
+    double off = r->bubble / r->formula - 1;
+    if (stages > r->cores) /* both ways at once: the wait for a core is idle time, the turns lost inside an
+                            * operation count as its work */
+        return fabs(off) <= 0.15
+                       ? "within 15% of the formula, though the ranks outnumber the cores: a stage that is ready waits "
+                         "for a core another stage holds (idle time the formula does not have), and an operation's "
+                         "measured time includes the turns its rank lost to others (work it did not do); the two partly "
+                         "cancel, on this machine, not by the schedule"
+               : off > 0 ? "larger than the formula: the ranks outnumber the cores, so a stage that is ready to work "
+                           "waits for its turn on a core another stage holds; that wait is this machine's, not the "
+                           "schedule's"
+                         : "smaller than the formula: the ranks outnumber the cores, so an operation's measured time "
+                           "includes the turns its rank waited for a core, counted here as work, not idle; that is "
+                           "this machine's, not the schedule's";
+    int unequal = fabs(r->replayed / r->formula - 1) > 0.05;
+    if (fabs(off) <= 0.15)
+        return unequal ? "within 15% of the formula, though the stages ran at unequal speeds, which moves it too: the "
+                         "replay below splits the two"
+                       : "within 15% of the formula: what is left over is the time between operations (the "
+                         "messages, mostly), which the formula leaves out";
+    if (off < 0)
+        return "smaller than the formula: the stage that set the pace was the slower, so what it waited through at "
+               "the start and end was a faster stage's shorter operations (the replay below)";
+    if (r->load > r->cores + stages) /* the load average counts this lecture's own ranks too */
+        return "larger than the formula: the machine was busy with other work (a load average above its cores plus "
+               "this spawn's ranks), so a stage that was ready waited for a core; the formula assumes every stage has "
+               "one";
+    return "larger than the formula by more than the messages would explain: the replay below splits the gap";
 }
 
 void show_bubble_conventions(int m) {

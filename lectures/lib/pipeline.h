@@ -27,6 +27,15 @@ enum { PIPE_RUNS = 5 };
  * of them empty. */
 double bubble_fraction(int stages, int micro_batches);
 
+/* The measured bubble of a pass whose stages were busy busy[0..stages-1] ms
+ * in a span of `span` ms: 1 - (the busiest stage's busy time) / span. The
+ * formula's stages are equal, so each idles its bubble; on stages of
+ * unequal speed the slowest sets the pace, and the span is its work plus
+ * its bubble, while a faster stage idles longer still, waiting for it:
+ * that is the stages' imbalance, not the schedule's fill and drain. *mean
+ * (if not NULL) gets every stage's idle fraction averaged. */
+double pipeline_bubble(const double *busy, int stages, double span, double *mean);
+
 /* One forward or backward of one micro-batch on one stage, in ms after the
  * spawn began; gathered on rank 0 for the timeline. */
 typedef struct pipe_event {
@@ -44,6 +53,13 @@ typedef struct stage {
     dist_request *sent[MAX_MICRO_BATCHES];      /* the forward send of each micro-batch */
     dist_request *sent_back[MAX_MICRO_BATCHES]; /* the backward send of each (stages > 0) */
     tensor *dx_out[MAX_MICRO_BATCHES];          /* what it sends: kept until it has gone */
+    /* Where messages land, reused rather than allocated for each: inputs
+     * (stages > 0) come from the spares, or a new buffer when none is
+     * spare, and go back to them when their micro-batch's backward is done
+     * (so a stage holds as many as it has micro-batches in flight); the
+     * output's gradient (stages before the last) lands in one buffer. */
+    tensor *spare[MAX_MICRO_BATCHES], *recv_grad;
+    int n_spare;
     int backwards_done, in_flight, most_in_flight;
     float loss;       /* last stage: the batch's loss */
     double out_diff;  /* last stage: max |output - one device| */
@@ -75,12 +91,16 @@ void stage_backward(stage *s, int k);
 
 /* What rank 0 of a pipeline spawn returns to the lecture (spawn_return). */
 typedef struct pipe_result {
-    double bubble, formula, span_ms;
-    double replayed;             /* the schedule replayed with the stages' own times, messages free */
-    int stage0_held, overlapped; /* stage 1 began a forward before stage 0's last forward ended */
-    double op_ms[2][2];          /* the first and the last stage's mean forward and backward, in ms */
-    double load;                 /* the load average as the run ended (-1: unknown) */
-    long cores;                  /* the cores online */
+    /* The bubble: the busiest stage's idle time over the span, the time the
+     * pipeline took beyond the work of the stage that sets its pace (see
+     * pipeline_bubble). mean: every stage's idle fraction, averaged; above
+     * the bubble when stages run at unequal speeds. */
+    double bubble, mean, formula, span_ms;
+    double replayed, replayed_mean; /* the same, the schedule replayed with the stages' own times, messages free */
+    int stage0_held, overlapped;    /* stage 1 began a forward before stage 0's last forward ended */
+    double op_ms[2][2];             /* the first and the last stage's mean forward and backward, in ms */
+    double load;                    /* the load average as the run ended (-1: unknown) */
+    long cores;                     /* the cores online */
 } pipe_result;
 
 /* Every rank calling it: rank 0 gathers every stage's stamps and its
@@ -88,6 +108,12 @@ typedef struct pipe_result {
  * row per stage) and the timeline of the quickest run, and returns a
  * pipe_result to the lecture. */
 void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
+
+/* Why a spawn's measured bubble is where it is against the formula, which
+ * gives every stage a core, equal work and free messages: a clause for the
+ * lecture's sentence ("within 15% of the formula: ..."), from the bubble,
+ * its replay, the cores and the load. */
+const char *bubble_why(const pipe_result *r, int stages);
 
 /* A table of the bubble in both conventions, of the total and of the ideal
  * time, for 2 and 4 stages with m micro-batches and 4 stages with 32. */
