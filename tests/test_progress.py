@@ -135,10 +135,32 @@ class Progress(unittest.TestCase):
         env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_btl_vader_single_copy_mechanism"}
         with unittest.mock.patch.dict(os.environ, env, clear=True):
             _, _, texts = run(["--case=mechanism"])
-        (got,) = result_text(texts, r"result mechanism (\w+)")
+        (got,) = result_text(texts, r"result mechanism (\w+) hwloc \S+ pml \S+")
         self.assertEqual(got, "cma" if cma_works() else "none")
         _, _, texts = run(["--case=mechanism"], env_extra=NO_CMA)
-        self.assertEqual(result_text(texts, r"result mechanism (\w+)"), ("none",))
+        self.assertEqual(result_text(texts, r"result mechanism (\w+) hwloc \S+ pml \S+"), ("none",))
+
+    def test_the_pool_leaves_out_hwlocs_pci_discovery(self):
+        # Reading every PCI device's configuration space at each rank's start
+        # is slow in a VM and nothing uses it (runtime/ranks/pool.c); a value
+        # the user set keeps its own.
+        env = {k: v for k, v in os.environ.items() if k != "HWLOC_COMPONENTS"}
+        with unittest.mock.patch.dict(os.environ, env, clear=True):
+            _, _, texts = run(["--case=mechanism"])
+        self.assertEqual(result_text(texts, r"result mechanism \w+ hwloc (\S+) pml \S+"), ("-pci,-linuxpci",))
+        _, _, texts = run(["--case=mechanism"], env_extra={"HWLOC_COMPONENTS": "-linuxio"})
+        self.assertEqual(result_text(texts, r"result mechanism \w+ hwloc (\S+) pml \S+"), ("-linuxio",))
+
+    def test_one_host_leaves_out_the_network_pmls(self):
+        # On one host the ranks use ob1 over shared memory; UCX's pml and
+        # the MTLs behind cm are not opened and probed at each MPI_Init
+        # (runtime/ranks/pool.c); a value the user set keeps its own.
+        env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_pml"}
+        with unittest.mock.patch.dict(os.environ, env, clear=True):
+            _, _, texts = run(["--case=mechanism"])
+        self.assertEqual(result_text(texts, r"result mechanism \w+ hwloc \S+ pml (\S+)"), ("^ucx,cm",))
+        _, _, texts = run(["--case=mechanism"], env_extra={"OMPI_MCA_pml": "ob1"})
+        self.assertEqual(result_text(texts, r"result mechanism \w+ hwloc \S+ pml (\S+)"), ("ob1",))
 
     def test_isend_moves_while_the_sender_computes_on_its_core(self):
         # The sender spins for 1 s, as a matmul would: its progress thread has

@@ -378,7 +378,29 @@ static char *find_launcher(void) {
  * ranks still stalled up to 11 s where they shared cores with ranks of
  * another session; each rank a session of its own (own_session() in
  * spawn_rank.c) ended that (docs/multinode.md, "The stall of async
- * all-reduces across hosts"). */
+ * all-reduces across hosts").
+ *
+ * Open MPI's hwloc, loading the machine's topology in mpirun and again in
+ * every rank, read each PCI device's configuration space through sysfs; in
+ * a VM every 4-byte read of it traps to the hypervisor, and those reads were
+ * about 9% of the busy CPU time of a run of tests/test_spawn.py (perf,
+ * system-wide). Nothing
+ * here uses the PCI part of the topology (ranks are not bound, the
+ * transports are shared memory and TCP, NCCL reads its own), so hwloc's PCI
+ * components are left out (tests/lectures/spawn_basic, which starts a pool
+ * of 4 and spawns on it: 0.98 s instead of 1.07, median of 8 runs each way,
+ * alternated, 2-core VM). The lecture's own `lstopo-no-graphics` keeps them.
+ *
+ * On one host the ranks talk through shared memory (ob1 over vader), so the
+ * point-to-point layers for networks, UCX's and the MTLs behind "cm"
+ * (libfabric, PSM), are left out rather than opened and probed at every
+ * rank's MPI_Init (spawn_basic: 0.76 s instead of 0.96, 6 runs each way;
+ * leaving out the network BTLs or UCX's one-sided component instead changed
+ * nothing). Both together, bench/bench_spawn (3 runs each way, alternated):
+ * starting a pool of 4 took 0.35-0.39 s instead of 0.69-0.73, growing it to
+ * 8 ranks 0.68-0.82 s instead of 1.16-1.22, to 16 1.52-1.84 s instead of
+ * 1.95-2.15 (docs/benchmarks.md). Across hosts Open MPI chooses as it
+ * would. */
 static char **launch_environment(const char *token, int across) {
     static const char *const defaults[][2] = {
             {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
@@ -386,11 +408,12 @@ static char **launch_environment(const char *token, int across) {
             {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
             {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
             {"OMPI_MCA_pml_monitoring_enable", "1"},
+            {"HWLOC_COMPONENTS", "-pci,-linuxpci"},
     };
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 9, sizeof *env);
+    char **env = calloc(n + 11, sizeof *env); /* ours, the defaults, pml, the copy mechanism, the token, NULL */
     if (!env) lx_fatal("out of memory");
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
@@ -405,6 +428,7 @@ static char **launch_environment(const char *token, int across) {
         if (across && strcmp(defaults[i][0], "OMPI_MCA_mpi_yield_when_idle") == 0) value = "0";
         if (!getenv(defaults[i][0])) env[k++] = lx_fmt("%s=%s", defaults[i][0], value);
     }
+    if (!across && !getenv("OMPI_MCA_pml")) env[k++] = lx_fmt("OMPI_MCA_pml=^ucx,cm");
     if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
         env[k++] = lx_fmt("OMPI_MCA_btl_vader_single_copy_mechanism=%s",
                           !getenv("LECTERN_HOSTFILE") && !in_allocation && lx_cma_works() ? "cma" : "none");

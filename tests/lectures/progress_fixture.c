@@ -221,11 +221,15 @@ static void timed_mismatch_case(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
-/* What the pool told Open MPI about its single-copy path, as a rank sees it. */
+/* What the pool told Open MPI about its single-copy path and the
+ * point-to-point layers to leave out, and hwloc about the components it
+ * loads (runtime/ranks/pool.c), as a rank sees it. */
 static void mechanism_case(int rank, int world_size, void *args) {
     (void)world_size, (void)args;
     const char *m = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
-    if (rank == 0) note_verbatim("result mechanism %s", m ? m : "unset");
+    const char *h = getenv("HWLOC_COMPONENTS"), *pml = getenv("OMPI_MCA_pml");
+    if (rank == 0)
+        note_verbatim("result mechanism %s hwloc %s pml %s", m ? m : "unset", h ? h : "unset", pml ? pml : "unset");
 }
 
 /* "name:nice" of each thread of this process, from the kernel: the name is
