@@ -115,12 +115,11 @@ static void ranks(int rank, int world, void *unused) {
     }
 }
 
-static void landing_main(int rank, int world, void *unused);
-
-/* Rank 1's bare receive of n floats into: the same buffer (mode 0), a new
+/* Rank 1's bare receive of 256 KiB into: the same buffer (mode 0), a new
  * one the rank wrote first (1), a new one never touched (2). New buffers are
  * kept until all REPS are done, so that none is memory freed a moment ago. */
-static void landing(int rank) {
+static void landing(int rank, int world, void *unused) {
+    (void)world, (void)unused;
     enum { N = (256 << 10) / 4 };
     static const char *names[3] = {"reused", "written", "untouched"};
     float *same = calloc(N, sizeof(float)), *fresh[REPS];
@@ -161,14 +160,9 @@ static void landing(int rank) {
     free(same);
 }
 
-static void landing_main(int rank, int world, void *unused) {
-    (void)world, (void)unused;
-    landing(rank);
-}
-
 static void body(void) {
     spawn(ranks, 2, NULL, 0);
-    spawn(landing_main, 2, NULL, 0);
+    spawn(landing, 2, NULL, 0);
 }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, body); }

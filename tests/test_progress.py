@@ -127,40 +127,39 @@ class Progress(unittest.TestCase):
         after_off, _, _ = result(texts, ISEND)
         self.assertGreaterEqual(after_off, 0.9 * compute, "without progress the test cannot tell")
 
+    @staticmethod
+    def pool_settings(unset=None, env_extra=None):
+        """What a rank sees of the settings the pool gives Open MPI and hwloc
+        (the fixture's mechanism case), with `unset` removed from the
+        lecture's environment and `env_extra` added to it."""
+        env = {k: v for k, v in os.environ.items() if k != unset}
+        with unittest.mock.patch.dict(os.environ, env, clear=True):
+            _, _, texts = run(["--case=mechanism"], env_extra=env_extra)
+        mechanism, hwloc, pml = result_text(texts, r"result mechanism (\w+) hwloc (\S+) pml (\S+)")
+        return {"mechanism": mechanism, "hwloc": hwloc, "pml": pml}
+
     def test_the_pool_asks_for_the_single_copy_path_where_it_works(self):
         # Where a process here can read a sibling's memory, the ranks run with
         # CMA; where it cannot (many containers), with none, so Open MPI does
         # not warn on every run. A hostfile (other hosts may refuse it) or a
         # value the user set keeps its own.
-        env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_btl_vader_single_copy_mechanism"}
-        with unittest.mock.patch.dict(os.environ, env, clear=True):
-            _, _, texts = run(["--case=mechanism"])
-        (got,) = result_text(texts, r"result mechanism (\w+) hwloc \S+ pml \S+")
+        got = self.pool_settings(unset="OMPI_MCA_btl_vader_single_copy_mechanism")["mechanism"]
         self.assertEqual(got, "cma" if cma_works() else "none")
-        _, _, texts = run(["--case=mechanism"], env_extra=NO_CMA)
-        self.assertEqual(result_text(texts, r"result mechanism (\w+) hwloc \S+ pml \S+"), ("none",))
+        self.assertEqual(self.pool_settings(env_extra=NO_CMA)["mechanism"], "none")
 
     def test_the_pool_leaves_out_hwlocs_pci_discovery(self):
         # Reading every PCI device's configuration space at each rank's start
         # is slow in a VM and nothing uses it (runtime/ranks/pool.c); a value
         # the user set keeps its own.
-        env = {k: v for k, v in os.environ.items() if k != "HWLOC_COMPONENTS"}
-        with unittest.mock.patch.dict(os.environ, env, clear=True):
-            _, _, texts = run(["--case=mechanism"])
-        self.assertEqual(result_text(texts, r"result mechanism \w+ hwloc (\S+) pml \S+"), ("-pci,-linuxpci",))
-        _, _, texts = run(["--case=mechanism"], env_extra={"HWLOC_COMPONENTS": "-linuxio"})
-        self.assertEqual(result_text(texts, r"result mechanism \w+ hwloc (\S+) pml \S+"), ("-linuxio",))
+        self.assertEqual(self.pool_settings(unset="HWLOC_COMPONENTS")["hwloc"], "-pci,-linuxpci")
+        self.assertEqual(self.pool_settings(env_extra={"HWLOC_COMPONENTS": "-linuxio"})["hwloc"], "-linuxio")
 
     def test_one_host_leaves_out_the_network_pmls(self):
         # On one host the ranks use ob1 over shared memory; UCX's pml and
         # the MTLs behind cm are not opened and probed at each MPI_Init
         # (runtime/ranks/pool.c); a value the user set keeps its own.
-        env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_pml"}
-        with unittest.mock.patch.dict(os.environ, env, clear=True):
-            _, _, texts = run(["--case=mechanism"])
-        self.assertEqual(result_text(texts, r"result mechanism \w+ hwloc \S+ pml (\S+)"), ("^ucx,cm",))
-        _, _, texts = run(["--case=mechanism"], env_extra={"OMPI_MCA_pml": "ob1"})
-        self.assertEqual(result_text(texts, r"result mechanism \w+ hwloc \S+ pml (\S+)"), ("ob1",))
+        self.assertEqual(self.pool_settings(unset="OMPI_MCA_pml")["pml"], "^ucx,cm")
+        self.assertEqual(self.pool_settings(env_extra={"OMPI_MCA_pml": "ob1"})["pml"], "ob1")
 
     def test_isend_moves_while_the_sender_computes_on_its_core(self):
         # The sender spins for 1 s, as a matmul would: its progress thread has

@@ -384,10 +384,9 @@ static char *find_launcher(void) {
  * every rank, read each PCI device's configuration space through sysfs; in
  * a VM every 4-byte read of it traps to the hypervisor, and those reads were
  * about 9% of the busy CPU time of a run of tests/test_spawn.py (perf,
- * system-wide). Nothing
- * here uses the PCI part of the topology (ranks are not bound, the
- * transports are shared memory and TCP, NCCL reads its own), so hwloc's PCI
- * components are left out (tests/lectures/spawn_basic, which starts a pool
+ * system-wide). Nothing here uses the PCI part of the topology (ranks are
+ * not bound, the transports are shared memory and TCP, NCCL reads its own),
+ * so hwloc's PCI components are left out (tests/lectures/spawn_basic, which starts a pool
  * of 4 and spawns on it: 0.98 s instead of 1.07, median of 8 runs each way,
  * alternated, 2-core VM). The lecture's own `lstopo-no-graphics` keeps them.
  *
@@ -409,11 +408,13 @@ static char **launch_environment(const char *token, int across) {
             {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
             {"OMPI_MCA_pml_monitoring_enable", "1"},
             {"HWLOC_COMPONENTS", "-pci,-linuxpci"},
+            {"OMPI_MCA_pml", "^ucx,cm"}, /* one host only */
     };
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 11, sizeof *env); /* ours, the defaults, pml, the copy mechanism, the token, NULL */
+    /* ours, the defaults, the copy mechanism, the token, NULL */
+    char **env = calloc(n + sizeof defaults / sizeof defaults[0] + 3, sizeof *env);
     if (!env) lx_fatal("out of memory");
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
@@ -424,11 +425,11 @@ static char **launch_environment(const char *token, int across) {
     int in_allocation = lx_pool_slurm(&slurm);
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
         if (in_allocation && strcmp(defaults[i][0], "OMPI_MCA_rmaps_base_oversubscribe") == 0) continue;
+        if (across && strcmp(defaults[i][0], "OMPI_MCA_pml") == 0) continue;
         const char *value = defaults[i][1];
         if (across && strcmp(defaults[i][0], "OMPI_MCA_mpi_yield_when_idle") == 0) value = "0";
         if (!getenv(defaults[i][0])) env[k++] = lx_fmt("%s=%s", defaults[i][0], value);
     }
-    if (!across && !getenv("OMPI_MCA_pml")) env[k++] = lx_fmt("OMPI_MCA_pml=^ucx,cm");
     if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
         env[k++] = lx_fmt("OMPI_MCA_btl_vader_single_copy_mechanism=%s",
                           !getenv("LECTERN_HOSTFILE") && !in_allocation && lx_cma_works() ? "cma" : "none");
