@@ -4,7 +4,8 @@
 # Debian machine with the CUDA toolkit (nvcc) and NCCL; docs/gpu.md says how
 # the folder then travels and what runs there.
 #
-#   .carry/build/          lectern built with CUDA (make CUDA=1 BUILD=.carry/build)
+#   .carry/build.tar.xz    lectern built with CUDA (make CUDA=1 BUILD=.carry/build),
+#                          packed (gpu-check.sh unpacks it into .carry/build)
 #   .carry/libs.tar.xz     the runtime libraries a GPU image usually lacks, from
 #                          Debian's own packages (apt-get download, dpkg -x):
 #                          Open MPI + PMIx, cJSON, md4c, libdw/libelf, OpenBLAS +
@@ -39,7 +40,7 @@ trap 'rm -rf "$stage"' EXIT
 say() { echo "gpu-bundle: $*" >&2; }
 
 # ---- 1. the build ------------------------------------------------------------
-if [ "$(make --no-print-directory -s print-cuda)" != 1 ]; then
+if [ "$(make --no-print-directory -s print-cuda | tail -n 1)" != 1 ]; then
     say "no nvcc here (PATH or /usr/local/cuda): a GPU bundle needs a CUDA build"
     exit 1
 fi
@@ -133,6 +134,14 @@ if [ -n "$reference" ]; then
     mkdir -p "$CARRY/reference"
     cp "$reference/lecture_08.py" "$CARRY/reference/"
 fi
+
+# The build, packed too: its binaries keep their DWARF (lectern reads its own
+# stack from it), so each test fixture is ~1.2 MiB and the folder ~85 MiB, over
+# the device's 64 MiB; they share most of their bytes, and xz takes them to ~9.
+say "packing the build"
+rm -f "$CARRY/build.tar.xz"
+tar -C "$CARRY" -cf - build | xz -6 -T0 >"$CARRY/build.tar.xz"
+rm -rf "$CARRY/build"
 
 size=$(du -sm "$CARRY" | cut -f1)
 say "$(wc -l <"$CARRY/packages.txt") packages, $(du -sh "$CARRY/libs.tar.xz" | cut -f1) packed;" \
