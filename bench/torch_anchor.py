@@ -144,19 +144,24 @@ def ours_allreduce(path):
     """bench_allreduce: {world: {MiB: busbw}} for all_reduce, the bare MPI
     call's on host buffers likewise, and the worlds whose tensors were on a
     GPU (ranks sharing it)."""
-    out, bare, on_gpu, world = {}, {}, set(), None
-    for line in open(path):
-        m = re.match(r"\s*(\d+) ranks \(", line)
-        if m:
-            world = int(m.group(1))
-            if "tensors on cuda" in line:
-                on_gpu.add(world)
-            continue
-        f = line.split()
-        if world and len(f) >= 5 and f[0] == "all_reduce":
-            out.setdefault(world, {})[int(f[1])] = float(f[4])
-            if len(f) >= 7 and f[6] != "-":
-                bare.setdefault(world, {})[int(f[1])] = float(f[6])
+    out, bare, on_gpu, world, cols = {}, {}, set(), None, None
+    with open(path) as lines:
+        for line in lines:
+            m = re.match(r"\s*(\d+) ranks \(", line)
+            if m:
+                world = int(m.group(1))
+                if "tensors on cuda" in line:
+                    on_gpu.add(world)
+                continue
+            f = line.split()
+            if f and f[0] == "collective":   # the header names the columns
+                cols = {name: i for i, name in enumerate(f)}
+                continue
+            if world and cols and f and f[0] == "all_reduce":
+                size = int(f[cols["size_MB"]])
+                out.setdefault(world, {})[size] = float(f[cols["lectern_bus"]])
+                if f[cols["bare_bus"]] != "-":
+                    bare.setdefault(world, {})[size] = float(f[cols["bare_bus"]])
     return out, bare, on_gpu
 
 

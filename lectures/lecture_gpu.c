@@ -1107,7 +1107,7 @@ static void ddp_vs_fsdp_main(int rank, int world, void *args) {
              "bytes cost far less, and an FSDP that prefetches (gathers the next layer while the "
              "current one computes, as PyTorch's FSDP does) is expected to hide much of its extra "
              "traffic. That is an expectation, not a measurement: `fsdp_step` above gathers each "
-             "layer only when it runs, with no prefetch, and this section has not yet run on GPUs.",
+             "layer only when it runs, with no prefetch, and this section has not yet run with a GPU per rank.",
              t_fsdp / t_ddp, (double)(b2 - b1) / 1e6, world, 3 * c->layers, c->layers);
     }
     free_state(c, &fsdp);

@@ -55,7 +55,7 @@ rm -f "$CARRY"/build/runtime/*/*.o   # only the binaries travel (the objects sit
 # ---- 2. which Debian packages ------------------------------------------------
 # What lectern's binaries and Open MPI's own programs and plugins load.
 SEEDS=(libopenmpi3 openmpi-bin openmpi-common libpmix2 libcjson1 libmd4c0 libmd4c-html0
-       libdw1 libelf1 libopenblas0-pthread libgfortran5 libhwloc15 libcmocka0 libxxhash0
+       libdw1 libelf1 libopenblas0-pthread libgfortran5 libhwloc15 hwloc libcmocka0 libxxhash0
        python3-jsonschema python3-attr python3-pyrsistent)
 # Newer on any machine that has a CUDA toolkit: never shadow them (libc6-i386
 # and the like also ship a libc.so.6, for other architectures).

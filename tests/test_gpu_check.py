@@ -12,6 +12,7 @@ machine's facts and the carried libraries: seconds).
     /usr/bin/python3 tests/test_gpu_check.py        (LECTERN_BUILD picks the build)
 """
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -77,6 +78,45 @@ class GpuCheck(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stdout[-2000:])
             self.assertIn("GPUs lectern sees: skipped: nvidia-smi lists no GPU (lectern sees 0)", p.stdout)
             self.assertRegex(counts, r"^\d+ passed, 0 failed, \d+ skipped so far")
+
+
+class AnchorReadsTheBenchmarkTables(unittest.TestCase):
+    """bench/torch_anchor.py sets lectern's all-reduce beside PyTorch's from
+    bench_allreduce's table; it must take the busbw columns by name. (It once
+    read a column by position after the table grew, and set the bare call's
+    seconds beside gloo's GB/s.) The columns are read here from the format
+    bench_allreduce.c prints its header with, and each column gets a value
+    of its own, so a wrong column shows."""
+
+    def test_busbw_columns_by_name(self):
+        import importlib.util
+        with open(os.path.join(ROOT, "bench", "bench_allreduce.c")) as f:
+            src = f.read()
+        i = src.index('"collective", "size_MB"')
+        names = re.findall(r'"(\w+)"', src[i:src.index(");", i)])
+        self.assertIn("lectern_bus", names)
+        self.assertIn("bare_bus", names)
+        value = {n: str(100 + k) for k, n in enumerate(names)}
+        rows = []
+        for world, device in ((2, "cuda:0, shared"), (4, "the CPU")):
+            rows.append("%d ranks (mpi, tensors on %s); busbw in GB/s" % (world, device))
+            rows.append(" ".join(names))
+            for size in (1, 64):
+                rows.append(" ".join("all_reduce" if n == "collective" else str(size) if n == "size_MB" else
+                                     value[n] + ".%d%d" % (world, size) for n in names))
+        spec = importlib.util.spec_from_file_location("torch_anchor", os.path.join(ROOT, "bench", "torch_anchor.py"))
+        anchor = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(anchor)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bench_allreduce.txt")
+            with open(path, "w") as f:
+                f.write("\n".join(rows) + "\n")
+            ours, bare, on_gpu = anchor.ours_allreduce(path)
+        self.assertEqual(on_gpu, {2})
+        for world in (2, 4):
+            for size in (1, 64):
+                self.assertEqual(ours[world][size], float(value["lectern_bus"] + ".%d%d" % (world, size)))
+                self.assertEqual(bare[world][size], float(value["bare_bus"] + ".%d%d" % (world, size)))
 
 
 if __name__ == "__main__":

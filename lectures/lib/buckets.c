@@ -95,25 +95,39 @@ void show_overlap(int world_size, int64_t per_rank, int trials, const double med
     table_show(t);
 }
 
-void explain_overlap_here(int world_size, int device) {
+/* Which way the speed-up went. Within 5% either way is called a tie: a
+ * median of a handful of steps on a machine other processes share is not
+ * read as a gain or a loss by less than that. */
+static const char *overlap_verdict(double speedup) {
+    if (speedup >= 1.05) return "the async step was the faster";
+    if (speedup <= 0.95) return "the async step was the slower";
+    return "the two took about the same time";
+}
+
+void explain_overlap_here(int world_size, int device, double speedup) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *verdict = overlap_verdict(speedup);
     if (strcmp(dist_backend(), "nccl") == 0)
         note("On NCCL, each bucket's all-reduce runs on the communication stream while the compute stream goes "
-             "on with the backward kernels of the layers below, so the async step can take less than the "
-             "blocking one: the speed-up above is what that bought on this machine.");
+             "on with the backward kernels of the layers below, so the async step is expected to take less than "
+             "the blocking one. Here %s (%.2f).",
+             verdict, speedup);
     else if (device >= 0) /* ranks sharing GPUs: matmuls on the GPU, the all-reduce staged through the host */
-        note("Here (Open MPI, %d ranks sharing GPUs) the matmuls run on the GPU and each all-reduce is staged: "
-             "copied to host memory, reduced by Open MPI on the CPU, copied back. The progress thread moves it "
-             "while the GPU computes, so the overlap can hide the CPU's part; the copies use the GPU's copy "
-             "engine beside the kernels. Read the speed-up above as this machine's (this path has run, on one "
-             "H100, only in docs/gpu.md's checks, not in a committed trace).",
-             world_size);
+        note("Here (Open MPI, %d ranks sharing GPUs) the matmuls run on the GPU and each all-reduce is staged "
+             "through host memory, and %s (%.2f). The async form copies its bucket to the host at the call, so "
+             "the host first waits for every kernel queued before it and the GPU's queue runs dry; Open MPI then "
+             "reduces on the CPU (the progress thread moves it) while the host queues the layers below, and the "
+             "result is copied back in `dist_wait`. What can hide is the CPU's reduction behind the GPU's next "
+             "kernels; what it costs is a drained queue at every bucket. NCCL, where each rank has a GPU of its "
+             "own, keeps both on the GPU.",
+             world_size, verdict, speedup);
     else
-        note("Here (Open MPI, %d ranks on %ld CPU cores) each rank's progress thread moves the non-blocking "
-             "all-reduce while backward computes, but its copies and sums are CPU work on the same cores as the "
-             "matmuls: overlap can hide the waiting for other ranks, not that work, and Open MPI's non-blocking "
-             "all-reduce is a different algorithm from its blocking one, sometimes the slower. Read the speed-up "
-             "with care: %sother processes decide when each rank runs (docs/benchmarks.md, `bench_overlap`, "
-             "times it over many runs). On GPUs NCCL is expected to overlap (no GPU trace of it yet).",
-             world_size, cores, world_size > cores ? "more ranks than cores, and " : "");
+        note("Here (Open MPI, %d ranks on %ld CPU cores) %s (%.2f). Each rank's progress thread moves the "
+             "non-blocking all-reduce while backward computes, but its copies and sums are CPU work on the same "
+             "cores as the matmuls: overlap can hide the waiting for other ranks, not that work, and Open MPI's "
+             "non-blocking all-reduce is a different algorithm from its blocking one, sometimes the slower. Read "
+             "the speed-up with care: %sother processes decide when each rank runs (docs/benchmarks.md, "
+             "`bench_overlap`, times it over many runs). On GPUs NCCL is expected to overlap (no GPU trace of it "
+             "yet).",
+             world_size, cores, verdict, speedup, world_size > cores ? "more ranks than cores, and " : "");
 }

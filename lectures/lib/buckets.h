@@ -41,7 +41,8 @@ void show_overlap(int world_size, int64_t per_rank, int trials, const double med
 
 /* Rank 0: a note on what overlap can hide on the backend this spawn ran on (NCCL's
  * second stream, ranks sharing GPUs staged through the host, or CPU ranks whose
- * progress threads share the cores with the matmuls). */
-void explain_overlap_here(int world_size, int device);
+ * progress threads share the cores with the matmuls), and which way the measured
+ * speed-up (blocking / async) went, so the words cannot disagree with the table. */
+void explain_overlap_here(int world_size, int device, double speedup);
 
 #endif

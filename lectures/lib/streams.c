@@ -9,6 +9,7 @@
  * read z1 or z2 before they are written (a blocking stream would have hidden
  * that, the legacy default stream waiting for it anyway).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -72,14 +73,26 @@ static void run_two_streams(streams_work *w) {
     add_results(w);
 }
 
+/* Each job alone on the default stream, to compare the two ways against. */
+static void run_multiply_alone(streams_work *w) {
+    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
+    multiply(w);
+}
+
+static void run_copy_alone(streams_work *w) {
+    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, (size_t)w->n * w->n * sizeof(float), cudaMemcpyHostToDevice, 0));
+}
+
 static int compare_floats(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
 }
 
 /* Times `run` with CUDA events: warm-ups first (the first runs pay for
- * allocation and cuBLAS set-up), then several trials, sorted, and their mean. */
-static void benchmark(const char *description, void (*run)(streams_work *), streams_work *w, int warmups, int trials) {
+ * allocation and cuBLAS set-up), then several trials, sorted, and their mean,
+ * which it returns (ms). */
+static double benchmark(const char *description, void (*run)(streams_work *), streams_work *w, int warmups,
+                        int trials) {
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
@@ -104,6 +117,22 @@ static void benchmark(const char *description, void (*run)(streams_work *), stre
     note_verbatim("%s: [%s] (mean %.1f ms)", description, list, mean);
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
+    return mean;
+}
+
+/* What the four timings say, in words that follow from them. */
+static void explain_streams(double one, double two, double alone_mm, double alone_copy) {
+    double longer = alone_mm > alone_copy ? alone_mm : alone_copy;
+    double shorter = alone_mm > alone_copy ? alone_copy : alone_mm;
+    if (two < one)
+        note("One stream took %.1f ms: about the matmul alone (%.1f ms) plus the copy alone (%.1f ms), and the add. "
+             "Two streams took %.1f ms, against %.1f ms for the longer job alone: %.0f%% of the shorter job's "
+             "time was hidden behind the longer.",
+             one, alone_mm, alone_copy, two, longer, fmin(100.0, 100.0 * (one - two) / shorter));
+    else
+        note("One stream took %.1f ms (the matmul alone %.1f ms, the copy alone %.1f ms); two streams took %.1f ms, "
+             "no less: here the copy was not hidden behind the matmul.",
+             one, alone_mm, alone_copy, two);
 }
 
 static void run_streams_example(void) {
@@ -131,9 +160,11 @@ static void run_streams_example(void) {
     CUDA_CHECK(cudaEventCreateWithFlags(&w.copied, cudaEventDisableTiming));
 
     note("Matrices of %d x %d floats (%.0f MB each):", w.n, w.n, bytes / 1e6);
-    benchmark("one stream", run_one_stream, &w, 1, 3);
-    benchmark("two streams", run_two_streams, &w, 1, 3);
-    note("The difference is the copy, hidden behind the matmul.");
+    double alone_mm = benchmark("matmul alone", run_multiply_alone, &w, 1, 3);
+    double alone_copy = benchmark("copy alone", run_copy_alone, &w, 1, 3);
+    double one = benchmark("one stream", run_one_stream, &w, 1, 3);
+    double two = benchmark("two streams", run_two_streams, &w, 1, 3);
+    explain_streams(one, two, alone_mm, alone_copy);
 
     CUDA_CHECK(cudaEventDestroy(w.started));
     CUDA_CHECK(cudaEventDestroy(w.computed));

@@ -1,4 +1,4 @@
-"""Checks on lectern traces, shared by the script tests.
+r"""Checks on lectern traces, shared by the script tests.
 
     import tracecheck
     trace = tracecheck.load(path)          # the .json, parsed
