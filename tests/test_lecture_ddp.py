@@ -244,9 +244,6 @@ class LectureDDP(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase
                 self.assertGreaterEqual(reduce, 0.5 * delay, m.group(0))
 
 
-class CommittedTrace(tracecheck.CommittedTrace, unittest.TestCase):
-    NAME = "lecture_ddp"
-
 
 if __name__ == "__main__":
     unittest.main()

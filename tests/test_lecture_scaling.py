@@ -344,9 +344,6 @@ class PlantedBugs(unittest.TestCase):
                           "activations: the tensors alive hold what the formula says")
 
 
-class CommittedTrace(tracecheck.CommittedTrace, unittest.TestCase):
-    NAME = "lecture_scaling"
-
 
 if __name__ == "__main__":
     unittest.main()

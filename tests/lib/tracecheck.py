@@ -665,7 +665,14 @@ class CommittedTrace:
         trace = validate(path)
         self.assertEqual(trace["meta"]["status"], "ok")
         source = "lectures/%s.c" % self.NAME
-        with open(os.path.join(ROOT, source), encoding="utf-8") as f:
-            self.assertEqual(trace["files"][source], f.read(),
-                             "traces/%s.json was made from another version of the lecture: "
-                             "run build/lectures/%s --out traces" % (self.NAME, self.NAME))
+        self.assertIn(source, trace["files"])
+        # Every file the trace carries, the lecture's lib code too: the text
+        # is read when the trace is written and the lines come from the
+        # binary's DWARF, so a binary built before an edit writes a trace
+        # whose text is current and whose lines are not (validate() above
+        # finds those only where a shifted line no longer makes its step).
+        for name, text in sorted(trace["files"].items()):
+            with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+                self.assertEqual(text, f.read(),
+                                 "traces/%s.json was made from another version of %s: "
+                                 "make, then build/lectures/%s --out traces" % (self.NAME, name, self.NAME))
