@@ -27,7 +27,8 @@
 #      bench_alloc (cudaMalloc/cudaFree against the stream-ordered pool),
 #      bench_spawn (with spawns of 4 ranks using the GPU), bench_allreduce
 #      (device tensors of ranks sharing the GPU beside bare MPI on host
-#      buffers), then bench/torch_anchor.py (PyTorch on the same machine:
+#      buffers), bench_groups (all-to-all and groups against bare MPI), then
+#      bench/torch_anchor.py (PyTorch on the same machine:
 #      spawn, gloo all_reduce on CPU and on cuda:0 tensors, matmul, the
 #      reference lecture)
 #
@@ -448,6 +449,9 @@ bench bench_alloc 120 "$BUILD/bench/bench_alloc"
 bench bench_gpu 300 "$BUILD/bench/bench_gpu"
 bench bench_spawn 180 "$BUILD/bench/bench_spawn"
 bench bench_allreduce 420 "$BUILD/bench/bench_allreduce"
+# groups and all-to-all against bare MPI: on 16 cores the agreement check's
+# cost without ranks outnumbering the cores (6.5 s on the 2-core VM)
+bench bench_groups 120 "$BUILD/bench/bench_groups"
 ref=()
 [ -f .carry/reference/lecture_08.py ] &&
     ref=(--reference .carry/reference/lecture_08.py --ours-lecture "$BUILD/lectures/lecture_08")
