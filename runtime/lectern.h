@@ -595,10 +595,13 @@ double dist_timer_stop(dist_timer *timer);
  *
  * Every rank that takes part in what the region times makes both (a
  * ping-pong between ranks 0 and 1 of four: those two); regions nest;
- * dist_timer_start/stop open and close one. When the region skipped checks
- * of collectives, dist_timed_end compares what the ranks skipped (one small
- * all-reduce over every rank, outside the timing): ranks that made
- * different calls in the region are an error at its line. A mismatch that
+ * dist_timer_start/stop open and close one. A group's calls (dist_*_in)
+ * skip theirs likewise, against what the group's ranks agreed on before.
+ * When the region skipped checks of collectives, dist_timed_end compares
+ * what the ranks skipped (one small all-reduce over every rank, and one over
+ * each group that skipped some, outside the timing; a group freed inside the
+ * region compares at dist_group_free): ranks that made different calls in
+ * the region are an error at its line. A mismatch that
  * hangs the transfer itself is reported as a deadlock. Outside a spawn both
  * do nothing. */
 void dist_timed_begin(void);

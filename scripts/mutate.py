@@ -196,6 +196,13 @@ MUTANTS = [
       "MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, mpi_comm)", GROUPS),
     m("group-lists-not-compared", "runtime/comm/comm.c", "            if (same_list(mine, theirs)) continue;",
       "            continue;", GROUPS),
+    m("group-timed-region-not-compared", "runtime/comm/comm.c",
+      "    if (ops && lx_agree_timed_end()) settle_groups(groups);", "    if (ops) lx_agree_timed_end();", GROUPS),
+    m("group-freed-in-region-not-compared", "runtime/comm/comm.c",
+      "    lx_agree_group_settle(g); /* freed inside", "    if (0) lx_agree_group_settle(g); /* freed inside",
+      GROUPS),
+    m("group-agreed-call-not-remembered", "runtime/comm/comm_agree.c",
+      "        remember(s->calls, &s->n, a);\n        return;", "        return;", GROUPS),
     # ---- agreement checks, forgotten requests, stragglers ----
     m("agreement-check-skipped", "runtime/comm/comm_agree.c",
       "    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) {", "    if (1) {",

@@ -17,6 +17,7 @@ LECTERN_BUILD picks the build folder.
 """
 import math
 import os
+import re
 import sys
 import tempfile
 import shutil
@@ -135,6 +136,51 @@ class Test(Base):
         for rank in (0, 1):
             self.assertIn("rank %d: all-reduce test 1" % rank, texts)
             self.assertIn("rank %d: all-reduce 3 20 -2" % rank, texts)
+
+
+class TimedRegion(Base):
+    def test_group_calls_agreed_before_skip_their_check(self):
+        # In the region each rank skips 10 row all-to-alls, 10 column
+        # all-reduces, 10 world all-reduces and 5 all-reduces on a pair made
+        # there (after its first, checked), and checks the two calls new to
+        # their group: 2 made, 35 skipped. The pair, freed inside the region,
+        # compares what it skipped then; the region's end the rest.
+        e = {"GROUPS_CASE": "timed"}
+        rc, out, err = self.run_fixture("groups_fixture", e)
+        self.assertEqual(rc, 0, err)
+        t = tracecheck.validate(os.path.join(self.out, "groups_fixture.json"))
+        got = {}
+        for s in t["steps"]:
+            for r in s["renderings"]:
+                m = re.match(r"^result rank (\d) made (\d+) skipped (\d+) wide (\S+) (\S+)$", r.get("data") or "")
+                if m:
+                    got[int(m.group(1))] = tuple(float(x) for x in m.groups()[1:])
+        self.assertEqual(sorted(got), [0, 1, 2, 3])
+        for rank, (made, skipped, first, last) in got.items():
+            self.assertEqual((made, skipped), (2, 35), "rank %d" % rank)
+            # the column's sum of the ranks' own inputs, computed here
+            col = [rank % 2, rank % 2 + 2]
+            self.assertEqual((first, last), (sum(v(q, 0) for q in col), sum(v(q, 2 * N - 1) for q in col)))
+
+    def test_a_mismatch_in_a_group_is_named_at_the_regions_end(self):
+        self.named_at("timed_mismatch", "MARK:timed_end")
+
+    def test_a_mismatch_in_a_group_freed_in_the_region_is_named_where_it_is_freed(self):
+        self.named_at("freed_mismatch", "MARK:free_in_region")
+
+    def named_at(self, case, marker):
+        """Ranks 0 and 2 (group {0,2}) each have an error at the marked line,
+        ranks 1 and 3 none."""
+        rc, out, err = self.run_fixture("groups_fixture", {"GROUPS_CASE": case})
+        self.assertEqual(rc, 1, err)
+        t = tracecheck.validate(os.path.join(self.out, "groups_fixture.failed.json"))
+        line = line_of(SRC, marker)
+        errs = [(s.get("rank"), s["stack"][-1]["line"], r["data"]) for s in t["steps"] for r in s["renderings"]
+                if r["type"] == "error"]
+        named = {rank for rank, ln, m in errs if ln == line and "the ranks of group {0,2} made different "
+                 "collective calls on it inside the timed region" in m}
+        self.assertEqual(named, {0, 2}, errs)
+        self.assertFalse([m for rank, _, m in errs if rank in (1, 3)], errs)
 
 
 class Mistakes(Base):

@@ -364,18 +364,6 @@ void dist_gather(tensor *output, const tensor *input, int dst) {
     show("dist_gather", "output", "after", lx_the_world.rank == dst ? output : NULL);
 }
 
-/* ---- timed regions ---- */
-
-/* Inside, repeated calls skip the agreement check (comm_agree.c). Outside a
- * spawn there is nothing to check: both do nothing. */
-void dist_timed_begin(void) {
-    if (ops) lx_agree_timed_begin();
-}
-
-void dist_timed_end(void) {
-    if (ops) lx_agree_timed_end();
-}
-
 /* ---- point to point ---- */
 
 void dist_send(const tensor *t, int dst) {
@@ -704,7 +692,18 @@ static void list_text(char *buf, size_t size, const int *ranks, int n) {
 static void free_group(dist_group *g) {
     ops->group_free(g->backend);
     MPI_CHECK(MPI_Comm_free(&g->comm));
+    lx_agree_group_free(g->agreed);
     free(g);
+}
+
+/* A timed region ended: each group this rank is in compares what its ranks
+ * skipped there, oldest group first. Every rank made every dist_new_group
+ * call, so every rank holds its groups in the same order of making, and
+ * the groups' comparisons cannot wait for one another in a circle. */
+static void settle_groups(const dist_group *g) {
+    if (!g) return;
+    settle_groups(g->next); /* older ones first: the list is newest first */
+    lx_agree_group_settle(g);
 }
 
 /* The spawned function has returned (its requests completed): the groups it left. */
@@ -830,6 +829,7 @@ dist_group *dist_new_group(const int *ranks, int n) {
     MPI_CHECK(MPI_Comm_split(lx_the_world.comm, color, g->rank, &g->comm));
     MPI_CHECK(MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN));
     g->check_comm = g->comm; /* the checks are the only calls comm.c makes on it */
+    g->agreed = lx_agree_group_new();
     g->backend = ops->group_new(g);
     g->next = groups;
     groups = g;
@@ -858,11 +858,25 @@ void dist_group_free(dist_group *g) {
     if (g->busy)
         lx_fatal("dist_group_free(): %d request%s on group %s not waited for yet: dist_wait them first", g->busy,
                  g->busy == 1 ? " is" : "s are", g->name);
+    lx_agree_group_settle(g); /* freed inside a timed region: what it skipped there, compared now */
     dist_group **p = &groups;
     while (*p != g)
         p = &(*p)->next;
     *p = g->next;
     free_group(g);
+}
+
+/* ---- timed regions ---- */
+
+/* Inside, repeated calls skip the agreement check (comm_agree.c), the
+ * world's and each group's. Outside a spawn there is nothing to check: both
+ * do nothing. */
+void dist_timed_begin(void) {
+    if (ops) lx_agree_timed_begin();
+}
+
+void dist_timed_end(void) {
+    if (ops && lx_agree_timed_end()) settle_groups(groups);
 }
 
 /* A group call: where it is (the board names the group), and the group's

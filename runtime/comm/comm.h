@@ -49,13 +49,14 @@ extern lx_world lx_the_world;
  * groups of this spawn in a list and frees those left when the spawned
  * function returns. */
 struct dist_group {
-    int size, rank;               /* the group's size; this rank's place in it */
-    int ranks[LECTERN_MAX_WORLD]; /* the world ranks, in group order */
-    char name[40];                /* "{0,2}": for messages and the status board */
-    MPI_Comm comm;                /* the group's ranks in group order (MPI_Comm_split) */
-    MPI_Comm check_comm;          /* comm_agree.c's checks over the group: comm itself */
-    void *backend;                /* the backend's part (lx_comm_ops.group_new) */
-    int busy;                     /* requests on it not yet waited for */
+    int size, rank;                /* the group's size; this rank's place in it */
+    int ranks[LECTERN_MAX_WORLD];  /* the world ranks, in group order */
+    char name[40];                 /* "{0,2}": for messages and the status board */
+    MPI_Comm comm;                 /* the group's ranks in group order (MPI_Comm_split) */
+    MPI_Comm check_comm;           /* comm_agree.c's checks over the group: comm itself */
+    void *backend;                 /* the backend's part (lx_comm_ops.group_new) */
+    int busy;                      /* requests on it not yet waited for */
+    struct lx_agree_group *agreed; /* comm_agree.c: its calls agreed on, what a timed region skipped */
     struct dist_group *next;
 };
 

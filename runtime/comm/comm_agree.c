@@ -96,11 +96,22 @@ static void remember(agreed *list, int *n, agreed a) {
     list[(*n)++] = a;
 }
 
-static void fold(agreed a) {
+static const uint64_t digest_start = 1469598103934665603ull;
+
+static void fold(uint64_t *digest, agreed a) {
     const int64_t v[4] = {a.kind, a.count, a.op, a.root};
     for (int i = 0; i < 4; i++)
-        skipped_digest = (skipped_digest ^ (uint64_t)v[i]) * 1099511628211ull;
+        *digest = (*digest ^ (uint64_t)v[i]) * 1099511628211ull;
 }
+
+/* A group's own: the calls its ranks agreed on, and what a timed region
+ * skipped on it (every rank of the group keeps the same, as the world's). */
+struct lx_agree_group {
+    agreed calls[AGREED_MAX];
+    int n;
+    uint64_t digest;
+    int64_t skipped;
+};
 
 /* One call, as it travels in the slow path and with a send. */
 typedef struct call_desc {
@@ -156,7 +167,7 @@ void lx_agree_start(void) {
     MPI_CHECK(MPI_Comm_set_errhandler(check_comm, MPI_ERRORS_RETURN));
     timed_depth = 0;
     n_calls = n_sends = n_recvs = 0;
-    skipped_digest = 1469598103934665603ull;
+    skipped_digest = digest_start;
     skipped_collectives = 0;
     checks_made = checks_skipped = 0;
 }
@@ -248,7 +259,7 @@ void lx_agree_collective(const char *call, int64_t count, int op, int root, cons
     int64_t kind = kind_of(call);
     agreed a = {kind, count, op, root};
     if (timed_depth > 0 && is_agreed(agreed_calls, n_calls, a)) {
-        fold(a);
+        fold(&skipped_digest, a);
         checks_skipped++;
         skipped_collectives++;
         return;
@@ -265,19 +276,56 @@ void lx_agree_collective(const char *call, int64_t count, int op, int root, cons
     disagree(&mine, NULL);
 }
 
-/* A group's collective: the same check over the group's ranks, every time
- * (timed regions do not skip it), and no count for the deadlock detector,
- * whose "every rank has entered its n-th collective" is the world's. */
+/* A group's collective: the same check over the group's ranks, skipped in
+ * a timed region as the world's is (against the group's own list of agreed
+ * calls), and no count for the deadlock detector, whose "every rank has
+ * entered its n-th collective" is the world's. */
 void lx_agree_collective_in(const dist_group *g, const char *call, int64_t count, int op, int root,
                             const lx_frame *frames, int n) {
     int64_t kind = kind_of(call);
+    agreed a = {kind, count, op, root};
+    struct lx_agree_group *s = g->agreed;
+    if (timed_depth > 0 && is_agreed(s->calls, s->n, a)) {
+        fold(&s->digest, a);
+        s->skipped++;
+        checks_skipped++;
+        return;
+    }
     checks_made++;
     int64_t v[8] = {kind, count, op, root, -kind, -count, -op, -root};
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, g->check_comm));
-    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) return;
+    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) {
+        remember(s->calls, &s->n, a);
+        return;
+    }
     call_desc mine;
     fill(&mine, call, count, op, root, frames, n);
     disagree(&mine, g);
+}
+
+struct lx_agree_group *lx_agree_group_new(void) {
+    struct lx_agree_group *s = calloc(1, sizeof *s);
+    if (!s) lx_fatal("out of memory");
+    s->digest = digest_start;
+    return s;
+}
+
+void lx_agree_group_free(struct lx_agree_group *s) { free(s); }
+
+void lx_agree_group_settle(const dist_group *g) {
+    struct lx_agree_group *s = g->agreed;
+    uint64_t d = s->digest;
+    int64_t skipped = s->skipped;
+    s->digest = digest_start;
+    s->skipped = 0;
+    if (skipped == 0) return;
+    int64_t v[2] = {(int64_t)(d >> 1), -(int64_t)(d >> 1)};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MIN, g->check_comm));
+    if (v[0] == -v[1]) return;
+    lx_fatal("the ranks of group %s made different collective calls on it inside the timed region that ends "
+             "here (calls repeated there skip the agreement check; run the loop once before the timer to find "
+             "the line where they differ)",
+             g->name);
 }
 
 /* ---- point to point ----
@@ -423,21 +471,21 @@ void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count,
 
 void lx_agree_timed_begin(void) { timed_depth++; }
 
-void lx_agree_timed_end(void) {
-    if (timed_depth == 0) return;
-    if (--timed_depth > 0) return;
+int lx_agree_timed_end(void) {
+    if (timed_depth == 0) return 0;
+    if (--timed_depth > 0) return 0;
     /* Did every rank skip the same collectives? One more small all-reduce,
      * once per region, outside the timing; only when the region skipped a
      * collective, which every rank of the spawn then made too (a region
      * that times messages between two ranks of four ends on those two). */
     uint64_t d = skipped_digest;
     int64_t skipped = skipped_collectives;
-    skipped_digest = 1469598103934665603ull;
+    skipped_digest = digest_start;
     skipped_collectives = 0;
-    if (skipped == 0) return;
+    if (skipped == 0) return 1;
     int64_t v[2] = {(int64_t)(d >> 1), -(int64_t)(d >> 1)};
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MIN, check_comm));
-    if (v[0] == -v[1]) return;
+    if (v[0] == -v[1]) return 1;
     lx_fatal("the ranks made different collective calls inside the timed region that ends here (calls "
              "repeated there skip the agreement check; run the loop once before the timer to find the "
              "line where they differ)");

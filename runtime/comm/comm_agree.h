@@ -22,10 +22,22 @@ void lx_agree_stop(void);
  * rank exits once all have said so: no result is recorded after it. */
 void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n);
 /* The same over the ranks of group g (its check_comm): an error names the
- * group. Not counted as a world collective by the deadlock detector. */
+ * group. Not counted as a world collective by the deadlock detector. In a
+ * timed region a call the group's ranks agreed on before skips its check,
+ * as the world's calls do; the group keeps its own list of agreed calls
+ * and digest of skipped ones (lx_agree_group_new, when it is made). */
 struct dist_group;
 void lx_agree_collective_in(const struct dist_group *g, const char *call, int64_t count, int op, int root,
                             const lx_frame *frames, int n);
+struct lx_agree_group;
+struct lx_agree_group *lx_agree_group_new(void);
+void lx_agree_group_free(struct lx_agree_group *s);
+/* When the group skipped checks since the last time: its ranks compare
+ * what they skipped (one small all-reduce over the group) and stop with an
+ * error naming the group if they differ. Every rank of g calls it at the
+ * same point: when a timed region ends (the groups oldest first, after the
+ * world's comparison) and before the group is freed. */
+void lx_agree_group_settle(const struct dist_group *g);
 
 /* Point to point: the sender sends a small descriptor of its call ahead of
  * the data; the receiver checks it against its own call before it takes
@@ -56,7 +68,9 @@ void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count,
  * collectives skipped and stops the rank with an error (at the lecture line
  * that ends the region) when the ranks differ. */
 void lx_agree_timed_begin(void);
-void lx_agree_timed_end(void);
+/* 1 when the outermost region ended here (the caller then settles the
+ * groups: lx_agree_group_settle). */
+int lx_agree_timed_end(void);
 /* Checks this spawn has made and skipped so far (tests). */
 int64_t lx_agree_checks_made(void);
 int64_t lx_agree_checks_skipped(void);

@@ -235,6 +235,87 @@ static void test_after_wait(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
+int64_t lx_agree_checks_made(void); /* runtime/comm/comm_agree.h: not a lecture's API */
+int64_t lx_agree_checks_skipped(void);
+
+/* Timed regions skip a group call its ranks agreed on before, as the
+ * world's: on 4 ranks, the rows {0,1}, {2,3} and columns {0,2}, {1,3} of a
+ * 2 x 2 mesh (each rank in two groups) and a pair made and freed inside the
+ * region. Warm-ups first (checked once each); in the region 10 all-to-alls
+ * on the row, 10 all-reduces on the column, 10 world all-reduces, 5
+ * all-reduces on the pair, all skipped, and one column all-reduce of a new
+ * size, checked. Each rank notes what was made and skipped in the region,
+ * and the sums of its last column all-reduce (the ranks' own values). */
+static void timed(int rank, int world_size, void *args) {
+    int row[2] = {rank - rank % 2, rank - rank % 2 + 1}, col[2] = {rank % 2, rank % 2 + 2};
+    dist_group *r = dist_new_group(row, 2), *c = dist_new_group(col, 2);
+    tensor *in = inputs(rank, 2 * N), *out = zeros(2 * N, 0, get_device(rank));
+    tensor *t = inputs(rank, N), *w = inputs(rank, N), *wide = inputs(rank, 2 * N);
+    dist_all_to_all_in(r, out, in);
+    dist_all_reduce_in(c, t, DIST_SUM);
+    dist_all_reduce(w, DIST_SUM);
+    int64_t made = lx_agree_checks_made(), skipped = lx_agree_checks_skipped();
+    dist_timed_begin();
+    dist_group *pair = dist_new_group(col, 2);
+    tensor *u = inputs(rank, N);
+    dist_all_reduce_in(pair, u, DIST_MAX); /* new on this group: checked */
+    for (int i = 0; i < 10; i++) {
+        dist_all_to_all_in(r, out, in);
+        dist_all_reduce_in(c, t, DIST_SUM);
+        dist_all_reduce(w, DIST_SUM);
+        if (i < 5) dist_all_reduce_in(pair, u, DIST_MAX);
+    }
+    dist_group_free(pair);                 /* what it skipped is compared here */
+    dist_all_reduce_in(c, wide, DIST_SUM); /* not seen before: checked */
+    int64_t in_made = lx_agree_checks_made() - made, in_skipped = lx_agree_checks_skipped() - skipped;
+    dist_timed_end();
+    float v[2 * N];
+    tensor_to_host(wide, v);
+    note_verbatim("result rank %d made %lld skipped %lld wide %g %g", rank, (long long)in_made, (long long)in_skipped,
+                  v[0], v[2 * N - 1]);
+    tensor_free(u);
+    tensor_free(wide);
+    tensor_free(w);
+    tensor_free(t);
+    tensor_free(out);
+    tensor_free(in);
+    dist_group_free(c);
+    dist_group_free(r);
+}
+
+/* In a timed region, the column {0,2}'s ranks make calls each agreed on
+ * before but different from each other (rank 0 sums, rank 2 takes the
+ * maximum): named when the region ends, with the group. The column {1,3}
+ * agrees. */
+static void timed_mismatch(int rank, int world_size, void *args) {
+    int col[2] = {rank % 2, rank % 2 + 2};
+    dist_group *c = dist_new_group(col, 2);
+    tensor *t = inputs(rank, N);
+    dist_all_reduce_in(c, t, DIST_SUM);
+    dist_all_reduce_in(c, t, DIST_MAX);
+    dist_timed_begin();
+    dist_all_reduce_in(c, t, rank == 2 ? DIST_MAX : DIST_SUM);
+    dist_timed_end(); /* MARK:timed_end */
+    note("rank %d left the region", rank);
+    tensor_free(t);
+}
+
+/* The same mismatch on a group freed inside the region: named where it is
+ * freed. */
+static void freed_mismatch(int rank, int world_size, void *args) {
+    int col[2] = {rank % 2, rank % 2 + 2};
+    tensor *t = inputs(rank, N);
+    dist_timed_begin();
+    dist_group *c = dist_new_group(col, 2);
+    dist_all_reduce_in(c, t, DIST_SUM);
+    dist_all_reduce_in(c, t, DIST_MAX);
+    dist_all_reduce_in(c, t, rank == 2 ? DIST_MAX : DIST_SUM);
+    dist_group_free(c); /* MARK:free_in_region */
+    dist_timed_end();
+    note("rank %d left the region", rank);
+    tensor_free(t);
+}
+
 /* ---- mistakes ---- */
 
 static void disagree(int rank, int world_size, void *args) {
@@ -318,6 +399,9 @@ static void body(void) {
     else if (strcmp(c, "waits") == 0) spawn(group_waits, 2, NULL, 0);
     else if (strcmp(c, "test") == 0) spawn(test_requests, 2, NULL, 0);
     else if (strcmp(c, "tested") == 0) spawn(test_after_wait, 2, NULL, 0);
+    else if (strcmp(c, "timed") == 0) spawn(timed, 4, NULL, 0);
+    else if (strcmp(c, "timed_mismatch") == 0) spawn(timed_mismatch, 4, NULL, 0);
+    else if (strcmp(c, "freed_mismatch") == 0) spawn(freed_mismatch, 4, NULL, 0);
     note("after the spawn");
 }
 
