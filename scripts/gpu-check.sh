@@ -286,15 +286,29 @@ elif ! command -v compute-sanitizer >/dev/null && [ ! -x /usr/local/cuda/bin/com
     skip "compute-sanitizer (memcheck, racecheck, synccheck)" "no compute-sanitizer"
 else
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    for t in test_random test_tensor; do
-        # LECTERN_CUDA_SYNC=1: each kernel is waited for at its launch, so a
-        # fault is reported at the launch's file:line (docs/gpu.md).
-        if LECTERN_CUDA_SYNC=1 timeout "${GPU_CHECK_TEST_LIMIT_S:-540}" "$cs" --tool memcheck --error-exitcode 3 "$BUILD/tests/$t" >"$WORK/cs.log" 2>&1; then
-            ok "memcheck $t ($(grep -m1 'ERROR SUMMARY' "$WORK/cs.log"))"
-        else
-            tail -30 "$WORK/cs.log"
-            bad "memcheck $t" "$(grep -m1 'ERROR SUMMARY' "$WORK/cs.log" || echo "exit status nonzero")"
+    # sanitize LABEL TOOL [OPTION...] -- COMMAND...: one compute-sanitizer run
+    # with LECTERN_CUDA_SYNC=1 (each kernel waited for at its launch, so a
+    # fault is reported at the launch's file:line: docs/gpu.md); a result line
+    # with its summary, or why it failed.
+    sanitize() {
+        local label=$1 tool=$2 rc why opts=()
+        shift 2
+        while [ "$1" != -- ]; do opts+=("$1"); shift; done
+        shift
+        LECTERN_CUDA_SYNC=1 timeout "${GPU_CHECK_TEST_LIMIT_S:-540}" "$cs" --tool "$tool" "${opts[@]}" \
+            --error-exitcode 3 "$@" >"$WORK/cs.log" 2>&1
+        rc=$?
+        why=$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/cs.log" || true)
+        if [ "$rc" -eq 0 ]; then
+            ok "$label${opts[*]:+ (${opts[*]})} ($why)"
+            return
         fi
+        tail -30 "$WORK/cs.log"
+        [ "$rc" -eq 124 ] && why="stopped after ${GPU_CHECK_TEST_LIMIT_S:-540} s (GPU_CHECK_TEST_LIMIT_S)"
+        bad "$label" "${why:-exit status $rc}"
+    }
+    for t in test_random test_tensor; do
+        sanitize "memcheck $t" memcheck -- "$BUILD/tests/$t"
     done
     # lecture_gpu's own kernels: races on shared memory (a missing
     # __syncthreads in tiled_matmul) and barriers not every thread reaches;
@@ -304,38 +318,16 @@ else
     # 200 s. Where compute-sanitizer can filter kernels by name, racecheck
     # looks at the two kernels with shared memory and a barrier: lecture_gpu's
     # tiled_matmul, and the runtime's sum_kernel (test_tensor's sums).
+    lecture_gpu=("$BUILD/lectures/lecture_gpu" --quick --quiet --matmul-n=100)
     if "$cs" --help 2>&1 | grep -q -- '--kernel-name '; then
-        race_lecture=(--kernel-name kns=tiled_matmul)
-        race_sum=(--kernel-name kns=sum_kernel)
+        sanitize "racecheck lecture_gpu kernels" racecheck --kernel-name kns=tiled_matmul -- \
+            "${lecture_gpu[@]}" --out "$WORK/cs-racecheck"
+        sanitize "racecheck test_tensor" racecheck --kernel-name kns=sum_kernel -- "$BUILD/tests/test_tensor"
     else
-        race_lecture=()
-        race_sum=()
         echo "compute-sanitizer has no --kernel-name: racecheck looks at every kernel (slow)"
+        sanitize "racecheck lecture_gpu kernels" racecheck -- "${lecture_gpu[@]}" --out "$WORK/cs-racecheck"
     fi
-    for tool in racecheck synccheck; do
-        filter=()
-        [ "$tool" = racecheck ] && filter=("${race_lecture[@]}")
-        LECTERN_CUDA_SYNC=1 timeout "${GPU_CHECK_TEST_LIMIT_S:-540}" "$cs" --tool "$tool" "${filter[@]}" --error-exitcode 3 \
-            "$BUILD/lectures/lecture_gpu" --quick --quiet --matmul-n=100 --out "$WORK/cs-$tool" >"$WORK/cs.log" 2>&1
-        rc=$?
-        if [ "$rc" -eq 0 ]; then
-            ok "$tool lecture_gpu kernels${filter[*]:+ (${filter[*]})} ($(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/cs.log"))"
-        else
-            tail -30 "$WORK/cs.log"
-            why=$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/cs.log" || true)
-            [ "$rc" -eq 124 ] && why="stopped after ${GPU_CHECK_TEST_LIMIT_S:-540} s (GPU_CHECK_TEST_LIMIT_S)"
-            bad "$tool lecture_gpu kernels" "${why:-exit status $rc}"
-        fi
-    done
-    if [ ${#race_sum[@]} -gt 0 ]; then
-        if LECTERN_CUDA_SYNC=1 timeout "${GPU_CHECK_TEST_LIMIT_S:-540}" "$cs" --tool racecheck "${race_sum[@]}" --error-exitcode 3 \
-            "$BUILD/tests/test_tensor" >"$WORK/cs.log" 2>&1; then
-            ok "racecheck test_tensor (sum_kernel) ($(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/cs.log"))"
-        else
-            tail -30 "$WORK/cs.log"
-            bad "racecheck test_tensor (sum_kernel)" "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/cs.log" || echo "exit status nonzero")"
-        fi
-    fi
+    sanitize "synccheck lecture_gpu kernels" synccheck -- "${lecture_gpu[@]}" --out "$WORK/cs-synccheck"
 fi
 
 for t in tests/test_lecture_08.py tests/test_spawn.py tests/test_groups.py tests/test_foundation.py; do

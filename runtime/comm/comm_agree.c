@@ -65,17 +65,27 @@ static int buffered; /* dist_buffered_sends(1): sends do not wait for their rece
 static const int ack_out = 1;
 static int ack_in;
 
-/* Timed regions: depth, the calls agreed so far in this spawn, the digest
- * of the collectives skipped in the region, and how many checks ran. */
+/* Timed regions: depth, the calls agreed so far in this spawn (the
+ * world's collectives in `world`, each group's in its own lx_agree_group),
+ * and how many checks ran. */
 enum { AGREED_MAX = 32 };
 typedef struct agreed {
     int64_t kind, count, op, root;
 } agreed;
+
+/* The collectives one set of ranks (the world, or a group) agreed on, and
+ * what a timed region skipped on it: every rank of the set keeps the same. */
+struct lx_agree_group {
+    agreed calls[AGREED_MAX];
+    int n;
+    uint64_t digest;
+    int64_t skipped; /* in the current region */
+};
+
 static int timed_depth;
-static agreed agreed_calls[AGREED_MAX], agreed_sends[AGREED_MAX], agreed_recvs[AGREED_MAX];
-static int n_calls, n_sends, n_recvs;
-static uint64_t skipped_digest;
-static int64_t skipped_collectives; /* in the current region */
+static struct lx_agree_group world;
+static agreed agreed_sends[AGREED_MAX], agreed_recvs[AGREED_MAX];
+static int n_sends, n_recvs;
 static int64_t checks_made, checks_skipped;
 
 static int is_agreed(const agreed *list, int n, agreed a) {
@@ -98,20 +108,44 @@ static void remember(agreed *list, int *n, agreed a) {
 
 static const uint64_t digest_start = 1469598103934665603ull;
 
-static void fold(uint64_t *digest, agreed a) {
-    const int64_t v[4] = {a.kind, a.count, a.op, a.root};
-    for (int i = 0; i < 4; i++)
-        *digest = (*digest ^ (uint64_t)v[i]) * 1099511628211ull;
+static void reset(struct lx_agree_group *s) {
+    memset(s, 0, sizeof *s);
+    s->digest = digest_start;
 }
 
-/* A group's own: the calls its ranks agreed on, and what a timed region
- * skipped on it (every rank of the group keeps the same, as the world's). */
-struct lx_agree_group {
-    agreed calls[AGREED_MAX];
-    int n;
-    uint64_t digest;
-    int64_t skipped;
-};
+/* In a timed region, a call s agreed on before: folded into the digest of
+ * what the region skipped, and 1 (no check). */
+static int skip_agreed(struct lx_agree_group *s, agreed a) {
+    if (timed_depth == 0 || !is_agreed(s->calls, s->n, a)) return 0;
+    const int64_t v[4] = {a.kind, a.count, a.op, a.root};
+    for (int i = 0; i < 4; i++)
+        s->digest = (s->digest ^ (uint64_t)v[i]) * 1099511628211ull;
+    s->skipped++;
+    checks_skipped++;
+    return 1;
+}
+
+/* Whether every rank of `c` made call a: one all-reduce (MIN) of the call
+ * and its negation, so each field's minimum and maximum come back together,
+ * and they are equal only where every rank passed the same value. */
+static int made_alike(agreed a, MPI_Comm c) {
+    int64_t v[8] = {a.kind, a.count, a.op, a.root, -a.kind, -a.count, -a.op, -a.root};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, c));
+    return v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7];
+}
+
+/* Whether s's ranks skipped the same calls since the last time (one small
+ * all-reduce over `c`, only when something was skipped); starts afresh. */
+static int skipped_alike(struct lx_agree_group *s, MPI_Comm c) {
+    uint64_t d = s->digest;
+    int64_t skipped = s->skipped;
+    s->digest = digest_start;
+    s->skipped = 0;
+    if (skipped == 0) return 1;
+    int64_t v[2] = {(int64_t)(d >> 1), -(int64_t)(d >> 1)};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MIN, c));
+    return v[0] == -v[1];
+}
 
 /* One call, as it travels in the slow path and with a send. */
 typedef struct call_desc {
@@ -166,9 +200,8 @@ void lx_agree_start(void) {
     MPI_CHECK(MPI_Comm_dup(comm, &check_comm));
     MPI_CHECK(MPI_Comm_set_errhandler(check_comm, MPI_ERRORS_RETURN));
     timed_depth = 0;
-    n_calls = n_sends = n_recvs = 0;
-    skipped_digest = digest_start;
-    skipped_collectives = 0;
+    reset(&world);
+    n_sends = n_recvs = 0;
     checks_made = checks_skipped = 0;
 }
 
@@ -258,17 +291,10 @@ void lx_agree_collective(const char *call, int64_t count, int op, int root, cons
     lx_rank_needs(0, LX_NEED_COLLECTIVE, -1, lx_rank_count_collective());
     int64_t kind = kind_of(call);
     agreed a = {kind, count, op, root};
-    if (timed_depth > 0 && is_agreed(agreed_calls, n_calls, a)) {
-        fold(&skipped_digest, a);
-        checks_skipped++;
-        skipped_collectives++;
-        return;
-    }
+    if (skip_agreed(&world, a)) return;
     checks_made++;
-    int64_t v[8] = {kind, count, op, root, -kind, -count, -op, -root};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, check_comm));
-    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) {
-        remember(agreed_calls, &n_calls, a);
+    if (made_alike(a, check_comm)) {
+        remember(world.calls, &world.n, a);
         return;
     }
     call_desc mine;
@@ -285,16 +311,9 @@ void lx_agree_collective_in(const dist_group *g, const char *call, int64_t count
     int64_t kind = kind_of(call);
     agreed a = {kind, count, op, root};
     struct lx_agree_group *s = g->agreed;
-    if (timed_depth > 0 && is_agreed(s->calls, s->n, a)) {
-        fold(&s->digest, a);
-        s->skipped++;
-        checks_skipped++;
-        return;
-    }
+    if (skip_agreed(s, a)) return;
     checks_made++;
-    int64_t v[8] = {kind, count, op, root, -kind, -count, -op, -root};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, g->check_comm));
-    if (v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7]) {
+    if (made_alike(a, g->check_comm)) {
         remember(s->calls, &s->n, a);
         return;
     }
@@ -304,24 +323,16 @@ void lx_agree_collective_in(const dist_group *g, const char *call, int64_t count
 }
 
 struct lx_agree_group *lx_agree_group_new(void) {
-    struct lx_agree_group *s = calloc(1, sizeof *s);
+    struct lx_agree_group *s = malloc(sizeof *s);
     if (!s) lx_fatal("out of memory");
-    s->digest = digest_start;
+    reset(s);
     return s;
 }
 
 void lx_agree_group_free(struct lx_agree_group *s) { free(s); }
 
 void lx_agree_group_settle(const dist_group *g) {
-    struct lx_agree_group *s = g->agreed;
-    uint64_t d = s->digest;
-    int64_t skipped = s->skipped;
-    s->digest = digest_start;
-    s->skipped = 0;
-    if (skipped == 0) return;
-    int64_t v[2] = {(int64_t)(d >> 1), -(int64_t)(d >> 1)};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MIN, g->check_comm));
-    if (v[0] == -v[1]) return;
+    if (skipped_alike(g->agreed, g->check_comm)) return;
     lx_fatal("the ranks of group %s made different collective calls on it inside the timed region that ends "
              "here (calls repeated there skip the agreement check; run the loop once before the timer to find "
              "the line where they differ)",
@@ -478,14 +489,7 @@ int lx_agree_timed_end(void) {
      * once per region, outside the timing; only when the region skipped a
      * collective, which every rank of the spawn then made too (a region
      * that times messages between two ranks of four ends on those two). */
-    uint64_t d = skipped_digest;
-    int64_t skipped = skipped_collectives;
-    skipped_digest = digest_start;
-    skipped_collectives = 0;
-    if (skipped == 0) return 1;
-    int64_t v[2] = {(int64_t)(d >> 1), -(int64_t)(d >> 1)};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MIN, check_comm));
-    if (v[0] == -v[1]) return 1;
+    if (skipped_alike(&world, check_comm)) return 1;
     lx_fatal("the ranks made different collective calls inside the timed region that ends here (calls "
              "repeated there skip the agreement check; run the loop once before the timer to find the "
              "line where they differ)");
