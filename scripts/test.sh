@@ -5,7 +5,8 @@
 #      alone on the machine
 #   2. C unit tests (cmocka: build/tests/test_*), the layer check (make
 #      check-layers: runtime/'s folders call each other one way only), the
-#      style check (make format-check: .clang-format), the other script
+#      style check (make format-check: .clang-format), that every planted
+#      bug of make mutate still finds its text (mutate.py --check), the other script
 #      tests (tests/test_*.py: unittest, Debian's python3) and the browser
 #      tests of the viewer (tests/viewer/run.sh, headless Chromium), in two
 #      lanes (see "Lanes" below)
@@ -237,6 +238,9 @@ item() {   # item <how> <arg>: one entry of a lane's list
         # One C style for every C and CUDA file (.clang-format; make format
         # rewrites what this names).
         format) run "format-check" bash scripts/format.sh check ;;
+        # Every planted bug of make mutate still finds its text, once: an
+        # edit that moves or copies it would leave the mutant unplanted.
+        mutants) run "mutants-check" $PY scripts/mutate.py --check ;;
         py) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" $PY "$2" ;;
         asan-c) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan "$2" ;;
         asan-py) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
@@ -266,7 +270,7 @@ for t in "${LONG[@]}" tests/test_*.py; do
 done
 # then the C unit tests, the layer check and the style check
 for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("c $t"); done
-items+=("layers -" "format -")
+items+=("layers -" "format -" "mutants -")
 # the browser suite first in the background lane
 in_lanes scripts viewer_suite
 
