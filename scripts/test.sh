@@ -48,8 +48,8 @@ trap 'rm -f "$log"' EXIT
 # Open MPI wants these to run as root and to put 4 ranks on 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
-count() {   # count <name> <exit status> [seconds]: reads the runner's summary from $log
-    local name=$1 rc=$2 secs=${3:-} p=0 f=0 k=0 line
+count() {   # count <name> <exit status> [seconds [cpu]]: reads the runner's summary from $log
+    local name=$1 rc=$2 secs=${3:-} cpu=${4:-} p=0 f=0 k=0 line
     if grep -qE '^\[  PASSED  \] [0-9]+ test' "$log"; then
         # cmocka prints one summary per group; a program may run several.
         p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
@@ -91,18 +91,26 @@ count() {   # count <name> <exit status> [seconds]: reads the runner's summary f
     failed=$((failed + f))
     skipped=$((skipped + k))
     [ "$f" -gt 0 ] && failures+=("$name")
-    printf '== %-40s %s passed, %s failed, %s skipped%s\n' "$name" "$p" "$f" "$k" "${secs:+ ($secs s)}"
+    printf '== %-40s %s passed, %s failed, %s skipped%s\n' "$name" "$p" "$f" "$k" "${secs:+ ($secs s${cpu:+, $cpu CPU-s})}"
 }
 
+cpu_of() {   # cpu_of <file>: the CPU seconds in a `times` listing's children line ("0m1.250s 0m0.310s")
+    awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { m = $i; sub(/m.*/, "", m); s = $i; sub(/^[0-9]+m/, "", s); sub(/s$/, "", s); t += m * 60 + s }
+                   printf "%d", t }' "$1"
+}
 run() {   # run <name> <command...>; RUN_LIMIT (seconds, default 900) bounds it
     local name=$1; shift
     local limit=${RUN_LIMIT:-900}
     echo "== $name"
     local t0=$SECONDS
-    timeout "$limit" "$@" 2>&1 | tee "$log"
+    # The subshell's only child is the suite, so its `times` (user + system
+    # of the children it waited for) is the suite's CPU time, whatever else
+    # this shell or the other lane runs meanwhile.
+    (timeout "$limit" "$@"; rc=$?; times >"$log.times"; exit $rc) 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     [ "$rc" -eq 124 ] && echo "[timed out] $name ran for more than $limit s and was stopped" | tee -a "$log"
-    count "$name" "$rc" $((SECONDS - t0))
+    count "$name" "$rc" $((SECONDS - t0)) "$(cpu_of "$log.times")"
+    rm -f "$log.times"
 }
 
 # Scope: "all" runs every suite in every configuration (make test-all, and
