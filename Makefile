@@ -109,6 +109,14 @@ ifeq ($(COV),1)
 endif
 
 LIBS := $(PKG_LIBS) -lm -lpthread
+# Link with gold where the compiler has it (binutils ships it beside ld):
+# linking a lecture against the runtime takes a third of ld's time (0.13 s
+# instead of 0.39, lecture_08, 2-core VM), and make test links about 200
+# programs. LINKER=bfd (or lld) chooses another.
+ifeq ($(origin LINKER),undefined)
+  LINKER := $(if $(shell $(CC) -fuse-ld=gold -Wl,--version 2>/dev/null | grep -i gold),gold)
+endif
+LIBS += $(if $(LINKER),-fuse-ld=$(LINKER))
 CUDA_FLAGS :=
 ifeq ($(CUDA),1)
   COMMON += -DLECTERN_CUDA=1 -I$(CUDA_HOME)/include

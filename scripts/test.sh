@@ -200,7 +200,7 @@ done
 # are compiled without the sanitizer's flags: the sanitizer build takes the
 # normal build's copies (make rebuilds any that are older than their source).
 asan_log=$(mktemp); cpu_log=$(mktemp)
-trap 'rm -rf "$log" "$lane_dir" "$asan_log" "$cpu_log"' EXIT
+trap 'rm -rf "$log" "$lane_dir" "$asan_log" "$asan_log.rc" "$cpu_log" "$cpu_log.rc"' EXIT
 want_asan=0; [ "${LECTERN_NO_ASAN:-0}" != 1 ] && want_asan=1
 want_cpu=0; [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ] && want_cpu=1
 asan_targets=all; [ "$SCOPE" = quick ] && asan_targets=test-bins
@@ -213,24 +213,34 @@ if [ $want_asan = 1 ] || [ $want_cpu = 1 ]; then
             mkdir -p "build-asan/$(dirname "$o")" && cp -p "build/$o" "build-asan/$o"
         done
     fi
+    # Each build writes "<status> <when>" to its .rc file as it ends, so a
+    # pass can start as soon as its own build is there (build_ready).
     (
-        rc_asan=0; rc_cpu=0
-        [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 $asan_targets >"$asan_log" 2>&1; rc_asan=$?; }
-        [ $want_cpu = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" CUDA=0 BUILD=build-cpu all >"$cpu_log" 2>&1; rc_cpu=$?; }
-        echo "$rc_asan $rc_cpu $(date +%s)" >"$asan_log.rc"
+        [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 $asan_targets >"$asan_log" 2>&1
+                                echo "$? $(date +%s)" >"$asan_log.rc.tmp"; mv "$asan_log.rc.tmp" "$asan_log.rc"; }
+        [ $want_cpu = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" CUDA=0 BUILD=build-cpu all >"$cpu_log" 2>&1
+                               echo "$? $(date +%s)" >"$cpu_log.rc.tmp"; mv "$cpu_log.rc.tmp" "$cpu_log.rc"; }
     ) &
     builds_pid=$!
     builds_started=$(date +%s)
 fi
-builds_wait() {   # waits for the background builds; sets rc_asan and rc_cpu
-    rc_asan=0; rc_cpu=0
-    [ -n "$builds_pid" ] || return 0
-    wait "$builds_pid"
-    local done_at
-    read -r rc_asan rc_cpu done_at <"$asan_log.rc"
-    rm -f "$asan_log.rc"
-    echo "== background builds done: $((done_at - builds_started)) s after they started, $(( $(date +%s) - done_at )) s before now"
-    builds_pid=
+build_ready() {   # build_ready asan|cpu: waits for that background build; 0 when it built (the CPU-only one without warnings)
+    local which=$1 buildlog rc done_at
+    buildlog=$asan_log; [ "$which" = cpu ] && buildlog=$cpu_log
+    while [ ! -e "$buildlog.rc" ]; do sleep 1; done
+    read -r rc done_at <"$buildlog.rc"
+    # The first pass to find the build says how long it took or, when it
+    # failed (or, without CUDA, warned), shows its log: one failure in all.
+    if mkdir "$lane_dir/built.$which" 2>/dev/null; then
+        echo "== $which build done: $((done_at - builds_started)) s after the background builds started, $(( $(date +%s) - done_at )) s before now"
+        if [ "$rc" -ne 0 ] || { [ "$which" = cpu ] && grep -q "warning:" "$buildlog"; }; then
+            cat "$buildlog"
+            if [ "$rc" -ne 0 ]; then echo "== $which build FAILED"; else echo "== $which build FAILED (warned)"; fi
+            failed=$((failed + 1))
+            failures+=("$which build")
+        fi
+    fi
+    [ "$rc" -eq 0 ] && ! { [ "$which" = cpu ] && grep -q "warning:" "$buildlog"; }
 }
 
 viewer_suite() {
@@ -250,16 +260,49 @@ item() {   # item <how> <arg>: one entry of a lane's list
         # edit that moves or copies it would leave the mutant unplanted.
         mutants) run "mutants-check" $PY scripts/mutate.py --check ;;
         py) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" $PY "$2" ;;
-        asan-c) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan "$2" ;;
-        asan-py) run "asan: $(basename "$2")" env LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
+        # The sanitizer and CPU-only passes: each waits for its build first.
+        asan-*) build_ready asan || return 0 ;;&
+        cpu-*) build_ready cpu || return 0 ;;&
+        asan-c) run "asan: $(basename "$2")" env "${ASAN_ENV[@]}" LECTERN_BUILD=build-asan "build-asan/tests/$2" ;;
+        asan-py) run "asan: $(basename "$2")" env "${ASAN_ENV[@]}" LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
         # the progress thread's correctness cases (its timing bounds are the first pass's)
-        asan-progress) run "asan: test_progress.py" env LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
+        asan-progress) run "asan: test_progress.py" env "${ASAN_ENV[@]}" LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
                            Progress.test_async_calls_in_flight_together_give_the_right_sums ;;
-        cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "$2" ;;
+        cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "build-cpu/tests/$2" ;;
         cpu-layers) run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers ;;
         cpu-py) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu $PY "$2" ;;
         cpu-py-other) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
     esac
+}
+# The sanitizer pass: the C tests and the runtime's script suites built with
+# AddressSanitizer + UBSan. Open MPI and its helpers keep some memory until
+# exit on purpose; the suppressions name only those libraries, never ours.
+# Open MPI's plugins have no frame pointers: the slow unwinder is needed for
+# leak stacks to reach the libraries the suppressions name.
+ASAN_ENV=("LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+          "ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
+          "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
+    local t
+    if [ $want_asan = 1 ]; then
+        local asan_suites=(tests/test_spawn.py tests/test_foundation.py tests/test_checks.py tests/test_leaks.py
+                           tests/test_spawn_result.py)
+        [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
+                     tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
+                     tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
+                     tests/test_groups.py)
+        for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
+        items+=("asan-progress -")
+        # the C tests the normal build has: make test-bins builds each of them
+        for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("asan-c $(basename "$t")"); done
+    fi
+    # The build without CUDA is what a machine without nvcc gets: keep it working.
+    if [ $want_cpu = 1 ]; then
+        for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("cpu-c $(basename "$t")"); done
+        items+=("cpu-layers -")
+        [ "$SCOPE" = all ] && items+=("cpu-py-other tests/test_lecture_08.py")
+        items+=("cpu-py tests/test_lecture_ddp.py" "cpu-py tests/test_lecture_gpu.py")
+    fi
 }
 
 # The script suites, the longest first (seconds on a quiet 2-core machine,
@@ -279,54 +322,20 @@ done
 # then the C unit tests, the layer check and the style check
 for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("c $t"); done
 items+=("layers -" "format -" "mutants -")
+# In the quick scope the sanitizer and CPU-only passes follow in the same
+# list, each waiting for its build (made meanwhile in the background): a lane
+# that runs out of suites goes on with them instead of waiting for the other
+# lane. The all scope runs them after, in one lane: its sanitizer pass holds
+# the timed suites.
+[ "$SCOPE" = quick ] && pass_items
 # the browser suite first in the background lane
 in_lanes scripts viewer_suite
-
-builds_wait
-# The sanitizer pass: the C tests and the runtime's script suites built with
-# AddressSanitizer + UBSan. Open MPI and its helpers keep some memory until
-# exit on purpose; the suppressions name only those libraries, never ours.
-export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
-# Open MPI's plugins have no frame pointers: the slow unwinder is needed for
-# leak stacks to reach the libraries the suppressions name.
-export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-items=()
-if [ $want_asan = 1 ]; then
-    if [ "$rc_asan" -eq 0 ]; then
-        asan_suites=(tests/test_spawn.py tests/test_foundation.py tests/test_checks.py tests/test_leaks.py
-                     tests/test_spawn_result.py)
-        [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
-                     tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
-                     tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
-                     tests/test_groups.py)
-        for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
-        items+=("asan-progress -")
-        for t in build-asan/tests/test_*; do [ -x "$t" ] && items+=("asan-c $t"); done
-    else
-        cat "$asan_log"
-        echo "== asan build FAILED"
-        failed=$((failed + 1))
-        failures+=("asan build")
-    fi
+if [ "$SCOPE" = all ]; then
+    items=()
+    pass_items
+    take_items passes
 fi
-# The build without CUDA is what a machine without nvcc gets: keep it working.
-if [ $want_cpu = 1 ]; then
-    if [ "$rc_cpu" -eq 0 ] && ! grep -q "warning:" "$cpu_log"; then
-        for t in build-cpu/tests/test_*; do [ -x "$t" ] && items+=("cpu-c $t"); done
-        items+=("cpu-layers -")
-        [ "$SCOPE" = all ] && items+=("cpu-py-other tests/test_lecture_08.py")
-        items+=("cpu-py tests/test_lecture_ddp.py" "cpu-py tests/test_lecture_gpu.py")
-    else
-        cat "$cpu_log"
-        echo "== cpu-only build FAILED (or warned)"
-        failed=$((failed + 1))
-        failures+=("cpu-only build")
-    fi
-fi
-# In two lanes in the quick scope; in one in the all scope, whose sanitizer
-# pass runs the timed suites.
-if [ "$SCOPE" = quick ]; then in_lanes passes; else take_items passes; fi
+[ -n "$builds_pid" ] && wait "$builds_pid"
 
 echo
 echo "scope $SCOPE: $(( $(date +%s) - started )) s"

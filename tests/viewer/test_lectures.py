@@ -182,6 +182,56 @@ class LectureCase(base.ViewerCase):
         self.js("window.lecternViewer.go(arguments[0])", i)
         self.d.execute_async_script(SETTLE)
 
+    # visit_all's page side: for each [step, args] of todo, go to the step,
+    # wait two animation frames (as go() does) and, when asked, until two
+    # looks at the current step's place 50 ms apart agree (5 s at most),
+    # then call the check. A check's exception is its result, as a string.
+    VISIT = """var done = arguments[arguments.length - 1], todo = arguments[0], still = arguments[1], out = [];
+        var check = function (i, args) { %s };
+        function place() {
+          var el = document.querySelector('#source .cur-item') || document.querySelector('#source [aria-current=step]');
+          var b = document.getElementById('source').getBoundingClientRect(), r = el.getBoundingClientRect();
+          return Math.round(r.top - b.top) + ' ' + b.height;
+        }
+        function result(i, args) { try { return check(i, args); } catch (e) { return 'error: ' + e; } }
+        function next(k) {
+          if (k >= todo.length) { done(out); return; }
+          var i = todo[k][0], args = todo[k][1];
+          window.lecternViewer.go(i);
+          requestAnimationFrame(function () { requestAnimationFrame(function () {
+            if (!still) { out.push(result(i, args)); next(k + 1); return; }
+            var last = null, t0 = performance.now();
+            (function look() {
+              var now;
+              try { now = place(); } catch (e) { now = 'error: ' + e; }
+              if (now === last || performance.now() - t0 > 5000) {
+                out.push(now === last ? result(i, args) : 'never still: ' + now);
+                next(k + 1);
+                return;
+              }
+              last = now;
+              setTimeout(look, 50);
+            })();
+          }); });
+        }
+        next(0);"""
+
+    def visit_all(self, todo, check, still=False, chunk=60):
+        """In the page, without a WebDriver round trip per step: goes to each
+        step of todo ([(step, args), ...]) as go() does (and, with still,
+        waits until the current step's place stops moving), and returns what
+        the JavaScript function body check (arguments i and args) returned
+        there, one result per step. chunk steps per script call, so that each
+        call stays well inside the script timeout on a loaded machine."""
+        out = []
+        self.d.set_script_timeout(600)
+        try:
+            for k in range(0, len(todo), chunk):
+                out += self.d.execute_async_script(self.VISIT % check, [[i, a] for i, a in todo[k:k + chunk]], still)
+        finally:
+            self.d.set_script_timeout(60)
+        return out
+
     def find_step(self, name, pred):
         for i, s in enumerate(self.trace(name)["steps"]):
             if pred(s):
@@ -207,33 +257,30 @@ class TestNotesAndSpawns(LectureCase):
                 if name == "lecture_08":
                     self.assertGreater(len(cases), 20)
                 self.open_lecture(name)
-                bad = []
-                for i, path, line, end in cases:
-                    self.go(i)
-                    seen = self.js("""var p = arguments[0], out = [];
-                        for (var ln = arguments[1]; ln <= arguments[2]; ln++) {
-                          var el = document.querySelector('.file[data-path="' + p + '"] .ln[data-line="' + ln + '"]');
-                          out.push(!!el && el.checkVisibility());
-                        }
-                        var head = document.querySelector('.file[data-path="' + p + '"] .ln[data-line="' + (arguments[1] - 1) + '"]');
-                        return [out, !!head && !!head.querySelector('.item[data-step="' + arguments[3] + '"]')];""",
-                                   path, line + 1, end, i)
-                    if any(seen[0]) or not seen[1]:
-                        bad.append((i + 1, line, end, seen))
+                seen = self.visit_all([(i, [path, line + 1, end]) for i, path, line, end in cases], """
+                    var p = args[0], out = [];
+                    for (var ln = args[1]; ln <= args[2]; ln++) {
+                      var el = document.querySelector('.file[data-path="' + p + '"] .ln[data-line="' + ln + '"]');
+                      out.push(!!el && el.checkVisibility());
+                    }
+                    var head = document.querySelector('.file[data-path="' + p + '"] .ln[data-line="' + (args[1] - 1) + '"]');
+                    return [out, !!head && !!head.querySelector('.item[data-step="' + i + '"]')];""")
+                bad = [(i + 1, line, end, got) for (i, path, line, end), got in zip(cases, seen)
+                       if isinstance(got, str) or any(got[0]) or not got[1]]
                 self.assertEqual(bad, [], "steps whose note leaves lines of its statement in view, or is not at its line")
 
     def test_spawn_call_in_view_at_every_rank_step(self):
         t = self.trace("lecture_08")
-        self.open_lecture("lecture_08")
-        bad = []
+        todo = []
         for i, s in enumerate(t["steps"]):
             k = s["spawn"] if s["rank"] is not None else spawn_of_note(t, i)
-            if k is None:
-                continue
-            self.go(i)
-            top = t["spawns"][k]["stack"][-1]
-            r = self.js("""var sec = document.querySelector('#source .file[data-path="' + arguments[0] + '"] .ln[data-line="' +
-                  arguments[1] + '"] .spawn[data-spawn="' + arguments[2] + '"]');
+            if k is not None:
+                top = t["spawns"][k]["stack"][-1]
+                todo.append((i, [top["path"], top["line"], k]))
+        self.open_lecture("lecture_08")
+        got = self.visit_all(todo, """
+                var sec = document.querySelector('#source .file[data-path="' + args[0] + '"] .ln[data-line="' +
+                  args[1] + '"] .spawn[data-spawn="' + args[2] + '"]');
                 if (!sec) return 'no spawn block';
                 var code = sec.closest('.ln').querySelector(':scope > .body > .code');
                 if (!code || code.textContent.indexOf('spawn(') < 0) return 'the spawn() line is not shown';
@@ -247,9 +294,8 @@ class TestNotesAndSpawns(LectureCase):
                 if (!cur) return 'the step is not marked';
                 var q = cur.getBoundingClientRect(), h = document.elementFromPoint(q.left + 4, q.top + Math.min(q.height, 30) / 2);
                 if (q.top < box.top || q.top > box.bottom - 10 || !h || !cur.contains(h)) return 'the step is not in view';
-                return '';""", top["path"], top["line"], k)
-            if r:
-                bad.append((i + 1, s["rank"], r))
+                return '';""")
+        bad = [(i + 1, t["steps"][i]["rank"], r) for (i, _), r in zip(todo, got) if r]
         self.assertEqual(bad, [])
 
     def test_each_spawn_of_a_loop_has_its_block_and_note(self):
@@ -694,24 +740,19 @@ class TestScroll(LectureCase):
         for name in self.lectures:
             t = self.trace(name)
             self.open_lecture(name)
+            # At each step, once the view is still (chunks drawn near it, the
+            # step brought back to its place): the top of the current step in
+            # the source pane, and the pane's height.
+            visit = list(self.steps_to_visit(t))
+            got = self.visit_all([(i, None) for i in visit], """
+                var el = document.querySelector('#source .cur-item') || document.querySelector('#source [aria-current=step]');
+                var b = document.getElementById('source').getBoundingClientRect(), r = el.getBoundingClientRect();
+                return [r.top - b.top, b.height];""", still=True)
             bad = []
-            for i in self.steps_to_visit(t):
-                self.go(i)
-                # Wait until the view is still (chunks drawn near it, the
-                # step brought back to its place), then measure.
-                last = [None]
-
-                def still(d):
-                    r = self.js("""var el = document.querySelector('#source .cur-item') || document.querySelector('#source [aria-current=step]');
-                        var b = document.getElementById('source').getBoundingClientRect(), r = el.getBoundingClientRect();
-                        return [Math.round(r.top - b.top), b.height];""")
-                    ok = r == last[0]
-                    last[0] = r
-                    return r if ok else False
-                r = WebDriverWait(self.d, 5, poll_frequency=0.05).until(still)
+            for i, r in zip(visit, got):
                 # 2 px: sub-pixel rounding of the scroll position.
-                if not (-2 <= r[0] <= r[1] / 3 + 2):
-                    bad.append((i + 1, round(r[0]), round(r[1])))
+                if isinstance(r, str) or not (-2 <= r[0] <= r[1] / 3 + 2):
+                    bad.append((i + 1, r if isinstance(r, str) else round(r[0]), None if isinstance(r, str) else round(r[1])))
             with self.subTest(lecture=name, size="%dx%d" % (self.width, self.height)):
                 self.assertEqual(bad, [], "(step, top of the step in the pane, pane height)")
 
