@@ -11,7 +11,9 @@
 #      tests of the viewer (tests/viewer/run.sh, headless Chromium), in two
 #      lanes (see "Lanes" below)
 #   3. meanwhile, the sanitizer and CPU-only builds (4., 5.), niced, in the
-#      background (LECTERN_JOBS jobs, the number of cores by default)
+#      background (LECTERN_JOBS jobs, the number of cores by default); in
+#      the quick scope 4. and 5. are at the end of 2.'s list, each waiting
+#      for its build, in the all scope they run after it, in one lane
 #   4. the C tests and the runtime's script tests (foundation, spawn, checks,
 #      leaks, values returned; in the all scope also misuse, lecture_08,
 #      lecture_collectives, lecture_ddp, lecture_gpu and more) again, built
