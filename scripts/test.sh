@@ -229,7 +229,15 @@ fi
 build_ready() {   # build_ready asan|cpu: waits for that background build; 0 when it built (the CPU-only one without warnings)
     local which=$1 buildlog rc done_at
     buildlog=$asan_log; [ "$which" = cpu ] && buildlog=$cpu_log
-    while [ ! -e "$buildlog.rc" ]; do sleep 1; done
+    while [ ! -e "$buildlog.rc" ]; do
+        # The builds' subshell gone without a word for this build (killed):
+        # a failed build, not a wait without end.
+        if ! kill -0 "$builds_pid" 2>/dev/null && [ ! -e "$buildlog.rc" ]; then
+            echo "(the background builds stopped before the $which build ended)" >>"$buildlog"
+            echo "1 $(date +%s)" >"$buildlog.rc"
+        fi
+        sleep 1
+    done
     read -r rc done_at <"$buildlog.rc"
     # The first pass to find the build says how long it took or, when it
     # failed (or, without CUDA, warned), shows its log: one failure in all.
