@@ -158,12 +158,13 @@ def shared_levels(a, b):
 
 class LectureCase(base.ViewerCase):
     width, height = 1400, 900
+    script_timeout = 60
     lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_gpu", "lecture_scaling")
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.d.set_script_timeout(60)
+        cls.d.set_script_timeout(cls.script_timeout)
         cls.tr = {name: load(name) for name in cls.lectures}
 
     def trace(self, name):
@@ -184,15 +185,17 @@ class LectureCase(base.ViewerCase):
 
     # visit_all's page side: for each [step, args] of todo, go to the step,
     # wait two animation frames (as go() does) and, when asked, until two
-    # looks at the current step's place 50 ms apart agree (5 s at most),
-    # then call the check. A check's exception is its result, as a string.
+    # looks at the current step's place (where()) 50 ms apart agree (5 s at
+    # most), then call the check. A check's exception is its result, as a string.
     VISIT = """var done = arguments[arguments.length - 1], todo = arguments[0], still = arguments[1], out = [];
         var check = function (i, args) { %s };
-        function place() {
+        // the top of the current step in the source pane, and the pane's height
+        function where() {
           var el = document.querySelector('#source .cur-item') || document.querySelector('#source [aria-current=step]');
           var b = document.getElementById('source').getBoundingClientRect(), r = el.getBoundingClientRect();
-          return Math.round(r.top - b.top) + ' ' + b.height;
+          return [r.top - b.top, b.height];
         }
+        function place() { var w = where(); return Math.round(w[0]) + ' ' + w[1]; }
         function result(i, args) { try { return check(i, args); } catch (e) { return 'error: ' + e; } }
         function next(k) {
           if (k >= todo.length) { done(out); return; }
@@ -229,7 +232,7 @@ class LectureCase(base.ViewerCase):
             for k in range(0, len(todo), chunk):
                 out += self.d.execute_async_script(self.VISIT % check, [[i, a] for i, a in todo[k:k + chunk]], still)
         finally:
-            self.d.set_script_timeout(60)
+            self.d.set_script_timeout(self.script_timeout)
         return out
 
     def find_step(self, name, pred):
@@ -744,15 +747,14 @@ class TestScroll(LectureCase):
             # step brought back to its place): the top of the current step in
             # the source pane, and the pane's height.
             visit = list(self.steps_to_visit(t))
-            got = self.visit_all([(i, None) for i in visit], """
-                var el = document.querySelector('#source .cur-item') || document.querySelector('#source [aria-current=step]');
-                var b = document.getElementById('source').getBoundingClientRect(), r = el.getBoundingClientRect();
-                return [r.top - b.top, b.height];""", still=True)
+            got = self.visit_all([(i, None) for i in visit], "return where();", still=True)
             bad = []
             for i, r in zip(visit, got):
+                if isinstance(r, str):
+                    bad.append((i + 1, r))
                 # 2 px: sub-pixel rounding of the scroll position.
-                if isinstance(r, str) or not (-2 <= r[0] <= r[1] / 3 + 2):
-                    bad.append((i + 1, r if isinstance(r, str) else round(r[0]), None if isinstance(r, str) else round(r[1])))
+                elif not (-2 <= r[0] <= r[1] / 3 + 2):
+                    bad.append((i + 1, round(r[0]), round(r[1])))
             with self.subTest(lecture=name, size="%dx%d" % (self.width, self.height)):
                 self.assertEqual(bad, [], "(step, top of the step in the pane, pane height)")
 
