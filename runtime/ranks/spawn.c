@@ -434,8 +434,18 @@ static int take_message(spawn_run *run, int r) {
     return 1;
 }
 
+/* The ranks that may still send: neither done nor gone. */
+static int still_heard(const spawn_run *run) {
+    int n = 0;
+    for (int r = 0; r < run->world_size; r++)
+        n += !run->done[r] && !run->gone[r];
+    return n;
+}
+
 /* Waits up to `wait_ms` for messages from the ranks still working, and takes
- * every message there is. Returns how many were progress (take_message). */
+ * every message there is. Returns how many were progress (take_message).
+ * With no rank left to hear from it still waits `wait_ms` (a sleep): its
+ * callers loop until a time has passed, and would otherwise spin. */
 static int drain(spawn_run *run, int wait_ms) {
     int messages = 0, moved = 0;
     for (;;) {
@@ -447,7 +457,10 @@ static int drain(spawn_run *run, int wait_ms) {
             fds[n] = (struct pollfd){.fd = lx_pool_fd(r), .events = POLLIN};
             rank_of[n++] = r;
         }
-        if (n == 0) break;
+        if (n == 0) {
+            if (!messages && wait_ms > 0) poll(NULL, 0, wait_ms);
+            break;
+        }
         int ready = poll(fds, (nfds_t)n, messages ? 0 : wait_ms);
         if (ready <= 0) break;
         for (int i = 0; i < n; i++) {
@@ -485,10 +498,11 @@ static void rank_error_step(spawn_run *run, int rank, const char *frames_text, c
 }
 
 /* Gives the ranks' last messages a moment to arrive: the steps a failing
- * rank made before it failed belong in the trace. */
+ * rank made before it failed belong in the trace. Once every rank is done
+ * or gone (its socket closed after its last message) nothing more can come. */
 static void drain_briefly(spawn_run *run) {
     double t0 = now_seconds(), last = t0;
-    while (now_seconds() - last < 0.1 && now_seconds() - t0 < 1.0)
+    while (still_heard(run) > 0 && now_seconds() - last < 0.1 && now_seconds() - t0 < 1.0)
         if (drain(run, 5) > 0) last = now_seconds();
     release(run, 1);
 }
