@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test and closes with one line: "N passed, N failed, N skipped".
 #
-#   1. the script tests that bound a time (deadlock, progress, timer),
-#      alone on the machine
+#   1. the script tests that bound a time (progress, deadlock, timer):
+#      progress alone on the machine, the others beside the start of 3.
 #   2. C unit tests (cmocka: build/tests/test_*), the layer check (make
 #      check-layers: runtime/'s folders call each other one way only), the
 #      style check (make format-check: .clang-format), that every planted
@@ -10,8 +10,8 @@
 #      tests (tests/test_*.py: unittest, Debian's python3) and the browser
 #      tests of the viewer (tests/viewer/run.sh, headless Chromium), in two
 #      lanes (see "Lanes" below)
-#   3. meanwhile, the sanitizer and CPU-only builds (4., 5.), niced, in the
-#      background (LECTERN_JOBS jobs, the number of cores by default); in
+#   3. meanwhile (from the end of test_progress on), the sanitizer and
+#      CPU-only builds (4., 5.), niced, in the background (LECTERN_JOBS jobs, the number of cores by default); in
 #      the quick scope 4. and 5. are at the end of 2.'s list, each waiting
 #      for its build, in the all scope they run after it, in one lane
 #   4. the C tests and the runtime's script tests (foundation, spawn, checks,
@@ -133,8 +133,9 @@ started=$(date +%s)
 # from one list, each the next one not yet taken (the longest are listed
 # first); a lane in the background shows its output whole when it ends. The
 # browser suite opens the background lane. The suites whose checks bound a
-# time (TIMED below) run first, with nothing beside them, and the all scope
-# runs its sanitizer and CPU-only passes in one lane (they hold timed suites).
+# time (TIMED below) run first, with no other suite beside them, and the all
+# scope runs its sanitizer and CPU-only passes in one lane (they hold timed
+# suites).
 JOBS=${LECTERN_JOBS:-$(nproc 2>/dev/null || echo 2)}
 lanes=0; [ "$JOBS" -ge 2 ] && [ "${LECTERN_LANES:-1}" != 0 ] && lanes=1
 lane_dir=$(mktemp -d)
@@ -188,44 +189,54 @@ in_lanes() {   # in_lanes <list> [first]: the items, in two lanes (first: what t
 }
 
 BUILD=${BUILD:-build}
-# Suites that bound how long something takes (a deadlock found within 5 s,
-# the progress thread's overlap, a timer's seconds): alone on the machine.
-TIMED=(tests/test_deadlock.py tests/test_progress.py tests/test_timer.py)
-for t in "${TIMED[@]}"; do
-    [ -f "$t" ] || continue
-    run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
-done
-
 # The sanitizer and CPU-only builds are made in the background while the
 # script and browser suites run, niced so that the suites keep their share
 # of the cores; their output is shown only when they fail. The CUDA objects
 # are compiled without the sanitizer's flags: the sanitizer build takes the
 # normal build's copies (make rebuilds any that are older than their source).
-asan_log=$(mktemp); cpu_log=$(mktemp)
-trap 'rm -rf "$log" "$lane_dir" "$asan_log" "$asan_log.rc" "$cpu_log" "$cpu_log.rc"' EXIT
-want_asan=0; [ "${LECTERN_NO_ASAN:-0}" != 1 ] && want_asan=1
-want_cpu=0; [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ] && want_cpu=1
-asan_targets=all; [ "$SCOPE" = quick ] && asan_targets=test-bins
-builds_pid=
-if [ $want_asan = 1 ] || [ $want_cpu = 1 ]; then
-    echo "== building with AddressSanitizer + UBSan (build-asan/, make $asan_targets) and without CUDA (build-cpu/), in the background"
-    if [ $want_asan = 1 ] && [ "$BUILD" = build ]; then
-        (cd build && find runtime lectures -name '*.cu.o' 2>/dev/null) | while read -r o; do
-            [ -e "build-asan/$o" ] && continue
-            mkdir -p "build-asan/$(dirname "$o")" && cp -p "build/$o" "build-asan/$o"
-        done
+start_builds() {
+    asan_log=$(mktemp); cpu_log=$(mktemp)
+    trap 'rm -rf "$log" "$lane_dir" "$asan_log" "$asan_log.rc" "$cpu_log" "$cpu_log.rc"' EXIT
+    want_asan=0; [ "${LECTERN_NO_ASAN:-0}" != 1 ] && want_asan=1
+    want_cpu=0; [ "$(make --no-print-directory -s -f Makefile print-cuda 2>/dev/null)" = 1 ] && want_cpu=1
+    asan_targets=all; [ "$SCOPE" = quick ] && asan_targets=test-bins
+    builds_pid=
+    if [ $want_asan = 1 ] || [ $want_cpu = 1 ]; then
+        echo "== building with AddressSanitizer + UBSan (build-asan/, make $asan_targets) and without CUDA (build-cpu/), in the background"
+        if [ $want_asan = 1 ] && [ "$BUILD" = build ]; then
+            (cd build && find runtime lectures -name '*.cu.o' 2>/dev/null) | while read -r o; do
+                [ -e "build-asan/$o" ] && continue
+                mkdir -p "build-asan/$(dirname "$o")" && cp -p "build/$o" "build-asan/$o"
+            done
+        fi
+        # Each build writes "<status> <when>" to its .rc file as it ends, so a
+        # pass can start as soon as its own build is there (build_ready).
+        (
+            [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 $asan_targets >"$asan_log" 2>&1
+                                    echo "$? $(date +%s)" >"$asan_log.rc.tmp"; mv "$asan_log.rc.tmp" "$asan_log.rc"; }
+            [ $want_cpu = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" CUDA=0 BUILD=build-cpu all >"$cpu_log" 2>&1
+                                   echo "$? $(date +%s)" >"$cpu_log.rc.tmp"; mv "$cpu_log.rc.tmp" "$cpu_log.rc"; }
+        ) &
+        builds_pid=$!
+        builds_started=$(date +%s)
     fi
-    # Each build writes "<status> <when>" to its .rc file as it ends, so a
-    # pass can start as soon as its own build is there (build_ready).
-    (
-        [ $want_asan = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" SAN=1 $asan_targets >"$asan_log" 2>&1
-                                echo "$? $(date +%s)" >"$asan_log.rc.tmp"; mv "$asan_log.rc.tmp" "$asan_log.rc"; }
-        [ $want_cpu = 1 ] && { nice -n 10 make --no-print-directory -j"$JOBS" CUDA=0 BUILD=build-cpu all >"$cpu_log" 2>&1
-                               echo "$? $(date +%s)" >"$cpu_log.rc.tmp"; mv "$cpu_log.rc.tmp" "$cpu_log.rc"; }
-    ) &
-    builds_pid=$!
-    builds_started=$(date +%s)
-fi
+}
+
+# Suites that bound how long something takes (the progress thread's overlap,
+# a deadlock found within 5 s, a timer's seconds) run first. test_progress
+# alone on the machine: it bounds what the progress thread, at nice 19,
+# gets of a spare core, and a niced build would take that core. The
+# background builds start after it, beside the others (their bounds are
+# about waits, which builds at nice 10 beside them hardly touch, and they
+# leave most of a core idle).
+TIMED=(tests/test_progress.py tests/test_deadlock.py tests/test_timer.py)
+builds_begun=0
+for t in "${TIMED[@]}"; do
+    [ -f "$t" ] && run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
+    [ "$t" = tests/test_progress.py ] && { start_builds; builds_begun=1; }
+done
+[ $builds_begun = 1 ] || start_builds
+
 build_ready() {   # build_ready asan|cpu: waits for that background build; 0 when it built (the CPU-only one without warnings)
     local which=$1 buildlog rc done_at
     buildlog=$asan_log; [ "$which" = cpu ] && buildlog=$cpu_log

@@ -46,7 +46,11 @@ def fixture(name):
 
 
 def run(binary, out, env=None, args=()):
-    e = dict(os.environ)
+    # Each case is a lecture of one spawn of 1 or 2 ranks that ends at its
+    # first error: a pool of just those ranks (LECTERN_POOL_MIN=1) rather
+    # than the 4 a lecture's spawns share by default (a quarter less CPU for
+    # the suite; the pool's own sizes are tests/test_spawn.py's).
+    e = dict(os.environ, LECTERN_POOL_MIN="1")
     e.update(env or {})
     return subprocess.run([binary, "--quiet", "--out", out] + list(args), env=e, capture_output=True,
                           text=True, timeout=180)

@@ -115,7 +115,11 @@ def axe(drv, context="document"):
     'rule (impact): up to three elements'; None when node_modules/axe-core
     is missing (npm ci). context: a JavaScript expression for what to check
     (an element; the whole document by default). axe-core is put into a page
-    once; running it again on the same page (after the page changed) reuses it."""
+    once; running it again on the same page (after the page changed) reuses it.
+    Only violations are asked for (resultTypes): axe still runs every rule
+    on every node and reports every violation, but describes at most one
+    node of each passing or inapplicable rule (it builds a selector for each
+    node it reports), about a quarter less time on the lectures' pages."""
     global _axe_src
     if not os.path.exists(AXE):
         return None
@@ -125,7 +129,7 @@ def axe(drv, context="document"):
                 _axe_src = f.read()
         drv.execute_script(_axe_src)
     return drv.execute_async_script("""var done = arguments[arguments.length - 1];
-        axe.run(%s).then(function (r) { done(r.violations.map(function (v) {
+        axe.run(%s, {resultTypes: ['violations']}).then(function (r) { done(r.violations.map(function (v) {
           return v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3).map(function (n) {
             return n.target.join(' '); }).join(', ');
         })); }, function (e) { done(['axe failed: ' + e]); });""" % context)

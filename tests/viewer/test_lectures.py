@@ -691,6 +691,18 @@ class TestAccessibility(LectureCase):
                 else:
                     self.assertEqual(self.axe(), [])
 
+    def test_a_planted_violation_is_named(self):
+        """The check above can fail: a button without a name and a text in
+        grey on grey, put into a lecture's page, are each named."""
+        self.open_lecture("lecture_00")
+        self.js("""var b = document.createElement('button'); b.id = 'planted-button';
+            var p = document.createElement('p'); p.id = 'planted-text'; p.textContent = 'faint';
+            p.style.cssText = 'position: fixed; top: 0; left: 0; z-index: 99; color: #777; background: #888';
+            document.getElementById('source').append(b, p);""")
+        got = self.axe()
+        self.assertTrue(any(v.startswith("button-name") and "#planted-button" in v for v in got), got)
+        self.assertTrue(any(v.startswith("color-contrast") and "#planted-text" in v for v in got), got)
+
     def test_keyboard_reaches_every_control(self):
         self.open_lecture("lecture_08")
         i = self.find_step("lecture_08", lambda s: s["rank"] is not None)
