@@ -284,10 +284,10 @@ item() {   # item <how> <arg>: one entry of a lane's list
         # The sanitizer and CPU-only passes: each waits for its build first.
         asan-*) build_ready asan || return 0 ;;&
         cpu-*) build_ready cpu || return 0 ;;&
-        asan-c) run "asan: $(basename "$2")" env "${ASAN_ENV[@]}" LECTERN_BUILD=build-asan "build-asan/tests/$2" ;;
-        asan-py) run "asan: $(basename "$2")" env "${ASAN_ENV[@]}" LECTERN_BUILD=build-asan LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
+        asan-c) asan_run "asan: $(basename "$2")" "build-asan/tests/$2" ;;
+        asan-py) asan_run "asan: $(basename "$2")" env LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
         # the progress thread's correctness cases (its timing bounds are the first pass's)
-        asan-progress) run "asan: test_progress.py" env "${ASAN_ENV[@]}" LECTERN_BUILD=build-asan $PY tests/test_progress.py TimedRegion \
+        asan-progress) asan_run "asan: test_progress.py" $PY tests/test_progress.py TimedRegion \
                            Progress.test_async_calls_in_flight_together_give_the_right_sums ;;
         cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "build-cpu/tests/$2" ;;
         cpu-layers) run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers ;;
@@ -300,9 +300,29 @@ item() {   # item <how> <arg>: one entry of a lane's list
 # exit on purpose; the suppressions name only those libraries, never ours.
 # Open MPI's plugins have no frame pointers: the slow unwinder is needed for
 # leak stacks to reach the libraries the suppressions name.
-ASAN_ENV=("LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
-          "ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
-          "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+ASAN_OPTS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
+# A sanitizer's report goes to a file of its own (log_path, one per
+# process) rather than to the stderr of whichever process made it: a rank's
+# leak check runs as its pool ends, after the lecture has written its trace,
+# and its exit status reaches no test, so a report on stderr could pass
+# unseen. After each suite of the pass, any report is shown and counts as a
+# failure of that suite.
+asan_run() {   # asan_run <name> <command...>: run, under the sanitizer's settings, then its reports
+    local name=$1; shift
+    local dir
+    dir=$(mktemp -d "$lane_dir/reports.XXXXXX")
+    run "$name" env "LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
+        "ASAN_OPTIONS=$ASAN_OPTS:log_path=$dir/asan" "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$dir/ubsan" \
+        LECTERN_BUILD=build-asan "$@"
+    local reports=("$dir"/*)
+    if [ -e "${reports[0]}" ]; then
+        echo "== $name: ${#reports[@]} sanitizer report(s):"
+        cat "${reports[@]}"
+        failed=$((failed + 1))
+        failures+=("$name (sanitizer reports)")
+    fi
+    rm -rf "$dir"
+}
 pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
     local t
     if [ $want_asan = 1 ]; then
