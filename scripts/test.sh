@@ -11,13 +11,15 @@
 #      tests of the viewer (tests/viewer/run.sh, headless Chromium), in two
 #      lanes (see "Lanes" below)
 #   3. meanwhile (from the end of test_progress on), the sanitizer and
-#      CPU-only builds (4., 5.), niced, in the background (LECTERN_JOBS jobs, the number of cores by default); in
-#      the quick scope 4. and 5. are at the end of 2.'s list, each waiting
-#      for its build, in the all scope they run after it, in one lane
+#      CPU-only builds (4., 5.), niced, in the background (LECTERN_JOBS
+#      jobs, the number of cores by default); in the quick scope 4. and 5.
+#      are at the end of 2.'s list, each waiting for its build, in the all
+#      scope they run after it, in one lane
 #   4. the C tests and the runtime's script tests (foundation, spawn, checks,
 #      leaks, values returned; in the all scope also misuse, lecture_08,
 #      lecture_collectives, lecture_ddp, lecture_gpu and more) again, built
-#      with AddressSanitizer + UBSan (build-asan/), unless LECTERN_NO_ASAN=1
+#      with AddressSanitizer + UBSan (build-asan/), unless LECTERN_NO_ASAN=1;
+#      a sanitizer's report anywhere (a rank's included) fails its suite
 #   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
 #      it must build without warnings and pass the C tests and lecture_ddp's
 #      and lecture_gpu's tests (and lecture_08's in the all scope;
