@@ -232,12 +232,10 @@ start_builds() {
 # about waits, which builds at nice 10 beside them hardly touch, and they
 # leave most of a core idle).
 TIMED=(tests/test_progress.py tests/test_deadlock.py tests/test_timer.py)
-builds_begun=0
 for t in "${TIMED[@]}"; do
     [ -f "$t" ] && run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
-    [ "$t" = tests/test_progress.py ] && { start_builds; builds_begun=1; }
+    [ "$t" = "${TIMED[0]}" ] && start_builds
 done
-[ $builds_begun = 1 ] || start_builds
 
 build_ready() {   # build_ready asan|cpu: waits for that background build; 0 when it built (the CPU-only one without warnings)
     local which=$1 buildlog rc done_at
