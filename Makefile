@@ -171,7 +171,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all test-bins run grade submission test test-all test-asan check-layers bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check
+.PHONY: all test-bins runtime-bins run grade submission test test-all test-asan check-layers bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check
 ifeq ($(CMOCKA),1)
   C_TEST_BINS := $(TEST_BINS)
 else
@@ -186,6 +186,12 @@ all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL
 # What make test's sanitizer pass runs (scripts/test.sh, quick scope): the C
 # tests, the fixtures and tools the runtime's script tests start, lecture_00.
 test-bins: $(LIB) $(LECTURE_LIB) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BUILD)/lectures/lecture_00
+# The code a build setting such as NCCL=0 compiles differently (the runtime,
+# and the C tests, which include its internal headers) and a lecture and a
+# spawning fixture linked against it: tests/test_build.py's build without
+# NCCL in make test's quick scope. The other lectures, fixtures and tools
+# compile the same either way: no header they include tests LECTERN_NCCL.
+runtime-bins: $(LIB) $(LECTURE_LIB) $(C_TEST_BINS) $(BUILD)/lectures/lecture_00 $(BUILD)/tests/lectures/spawn_basic
 lectures: $(LECTURE_BINS)
 
 $(BUILD)/runtime/%.o: runtime/%.c $(RUNTIME_H)

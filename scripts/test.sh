@@ -227,7 +227,8 @@ start_builds() {
 # Suites that bound how long something takes (the progress thread's overlap,
 # a deadlock found within 5 s, a timer's seconds) run first. test_progress
 # alone on the machine: it bounds what the progress thread, at nice 19,
-# gets of a spare core, and a niced build would take that core. The
+# gets of a spare core, and a niced build would take that core (what the
+# thread does that bounds no time is test_async.py's, in the lanes). The
 # background builds start after it, beside the others (their bounds are
 # about waits, which builds at nice 10 beside them hardly touch, and they
 # leave most of a core idle).
@@ -286,9 +287,10 @@ item() {   # item <how> <arg>: one entry of a lane's list
         cpu-*) build_ready cpu || return 0 ;;&
         asan-c) asan_run "asan: $(basename "$2")" "build-asan/tests/$2" ;;
         asan-py) asan_run "asan: $(basename "$2")" env LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
-        # the progress thread's correctness cases (its timing bounds are the first pass's)
-        asan-progress) asan_run "asan: test_progress.py" $PY tests/test_progress.py TimedRegion \
-                           Progress.test_async_calls_in_flight_together_give_the_right_sums ;;
+        # async calls in flight together, and timed regions (test_progress.py's
+        # timing bounds are the first pass's)
+        asan-async) asan_run "asan: test_async.py" $PY tests/test_async.py TimedRegion \
+                        Progress.test_async_calls_in_flight_together_give_the_right_sums ;;
         cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "build-cpu/tests/$2" ;;
         cpu-layers) run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers ;;
         cpu-py) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu $PY "$2" ;;
@@ -333,7 +335,7 @@ pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
                      tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
                      tests/test_groups.py)
         for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
-        items+=("asan-progress -")
+        items+=("asan-async -")
         # the C tests the normal build has: make test-bins builds each of them
         for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("asan-c $(basename "$t")"); done
     fi

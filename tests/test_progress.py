@@ -1,5 +1,8 @@
-"""Communication that moves while its rank computes (runtime/comm/comm_progress.c),
-and timed regions that skip the agreement check (runtime/comm/comm_agree.c).
+"""Communication that moves while its rank computes (runtime/comm/comm_progress.c):
+the timing bounds. scripts/test.sh runs this file alone on the machine (the
+bounds are about what the progress thread, at nice 19, gets of a spare
+core); the progress thread's other tests, and timed regions, are in
+tests/test_async.py.
 
 Every timing bound is generous and relative to a figure measured in the
 same run, and each is shown to discriminate: the same case run with the
@@ -16,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import unittest
-import unittest.mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import tracecheck  # noqa: E402
@@ -127,40 +129,6 @@ class Progress(unittest.TestCase):
         after_off, _, _ = result(texts, ISEND)
         self.assertGreaterEqual(after_off, 0.9 * compute, "without progress the test cannot tell")
 
-    @staticmethod
-    def pool_settings(unset=None, env_extra=None):
-        """What a rank sees of the settings the pool gives Open MPI and hwloc
-        (the fixture's mechanism case), with `unset` removed from the
-        lecture's environment and `env_extra` added to it."""
-        env = {k: v for k, v in os.environ.items() if k != unset}
-        with unittest.mock.patch.dict(os.environ, env, clear=True):
-            _, _, texts = run(["--case=mechanism"], env_extra=env_extra)
-        mechanism, hwloc, pml = result_text(texts, r"result mechanism (\w+) hwloc (\S+) pml (\S+)")
-        return {"mechanism": mechanism, "hwloc": hwloc, "pml": pml}
-
-    def test_the_pool_asks_for_the_single_copy_path_where_it_works(self):
-        # Where a process here can read a sibling's memory, the ranks run with
-        # CMA; where it cannot (many containers), with none, so Open MPI does
-        # not warn on every run. A hostfile (other hosts may refuse it) or a
-        # value the user set keeps its own.
-        got = self.pool_settings(unset="OMPI_MCA_btl_vader_single_copy_mechanism")["mechanism"]
-        self.assertEqual(got, "cma" if cma_works() else "none")
-        self.assertEqual(self.pool_settings(env_extra=NO_CMA)["mechanism"], "none")
-
-    def test_the_pool_leaves_out_hwlocs_pci_discovery(self):
-        # Reading every PCI device's configuration space at each rank's start
-        # is slow in a VM and nothing uses it (runtime/ranks/pool.c); a value
-        # the user set keeps its own.
-        self.assertEqual(self.pool_settings(unset="HWLOC_COMPONENTS")["hwloc"], "-pci,-linuxpci")
-        self.assertEqual(self.pool_settings(env_extra={"HWLOC_COMPONENTS": "-linuxio"})["hwloc"], "-linuxio")
-
-    def test_one_host_leaves_out_the_network_pmls(self):
-        # On one host the ranks use ob1 over shared memory; UCX's pml and
-        # the MTLs behind cm are not opened and probed at each MPI_Init
-        # (runtime/ranks/pool.c); a value the user set keeps its own.
-        self.assertEqual(self.pool_settings(unset="OMPI_MCA_pml")["pml"], "^ucx,cm")
-        self.assertEqual(self.pool_settings(env_extra={"OMPI_MCA_pml": "ob1"})["pml"], "ob1")
-
     def test_isend_moves_while_the_sender_computes_on_its_core(self):
         # The sender spins for 1 s, as a matmul would: its progress thread has
         # to wait for a core on a machine whose cores all compute, but with
@@ -194,32 +162,6 @@ class Progress(unittest.TestCase):
         longer, shorter = max(compute, async_alone), min(compute, async_alone)
         return total, longer + 0.5 * shorter, (total, alone, async_alone, compute)
 
-    def test_the_progress_thread_runs_at_the_lowest_priority(self):
-        # Read from the kernel (/proc/self/task/TID/stat) by the fixture while
-        # a send is in flight: the progress thread, named lx-progress, at nice
-        # 19 by default (a wake-up at the lecture's priority could take the
-        # caller's core: runtime/comm/comm_progress.c), every other thread at
-        # the rank's own; LECTERN_PROGRESS_NICE sets it; a bad value is said
-        # and the default kept.
-        def threads(env):
-            _, _, texts = run(["--case=nice"], env_extra=env)
-            (listed,) = result_text(texts, r"result threads (.*)")
-            pairs = [x.rsplit(":", 1) for x in listed.split()]
-            return [int(n) for name, n in pairs if name == "lx-progress"], [int(n) for name, n in pairs
-                                                                              if name != "lx-progress"]
-        base = os.nice(0)
-        progress, others = threads({})
-        self.assertEqual(progress, [max(19, base)])
-        self.assertTrue(others and all(n == base for n in others), others)
-        if base <= 7:
-            progress, others = threads({"LECTERN_PROGRESS_NICE": "7"})
-            self.assertEqual(progress, [7])
-            self.assertTrue(all(n == base for n in others), others)
-        p, _, texts = run(["--case=nice"], env_extra={"LECTERN_PROGRESS_NICE": "-3"})
-        self.assertIn("LECTERN_PROGRESS_NICE=-3 is not a nice value from 0 to 19: using 19", p.stderr)
-        (listed,) = result_text(texts, r"result threads (.*)")
-        self.assertIn("lx-progress:19", listed.split())
-
     def test_async_all_reduce_overlaps_compute(self):
         total, bound, figures = self.check_overlap(True)
         self.assertLessEqual(total, bound, "total, alone, async alone, compute: %r" % (figures,))
@@ -227,38 +169,6 @@ class Progress(unittest.TestCase):
     def test_without_progress_the_overlap_bound_fails(self):
         total, bound, figures = self.check_overlap(False)
         self.assertGreater(total, bound, "total, alone, async alone, compute: %r" % (figures,))
-
-    def test_async_calls_in_flight_together_give_the_right_sums(self):
-        # 4 ranks: six all-reduces and an all-gather in flight at once, a
-        # blocking all-reduce and a ring of sends between them, waited for out
-        # of order; each result checked in the fixture against sums it works
-        # out itself (check_close fails the run otherwise).
-        for progress in (True, False):
-            p, trace, _ = run(["--case=order", "--world=4"], progress=progress)
-            checks = trace["meta"]["checks"]
-            self.assertEqual(checks["failed"], 0)
-            self.assertEqual(checks["passed"], 4 * (6 + 1 + 1 + 4))
-
-
-class TimedRegion(unittest.TestCase):
-    def test_repeated_calls_skip_the_check(self):
-        # In the region: 50 all-reduces and 50 sends (rank 0) / receives
-        # (rank 1) that repeat the warm-up's calls, and one all-reduce of a
-        # new size. Only the new one is checked.
-        _, _, texts = run(["--case=timed"])
-        for rank in (0, 1):
-            made, skipped = result(texts, r"result rank %d made %s skipped %s" % (rank, NUM, NUM))
-            self.assertEqual(made, 1)
-            self.assertEqual(skipped, 100)
-
-    def test_a_mismatch_inside_the_region_is_named_at_its_end(self):
-        p, trace, _ = run(["--case=timed_mismatch"], expect_ok=False)
-        self.assertEqual(p.returncode, 1, p.stderr)
-        line = line_of("MISMATCH LINE")
-        errors = [(s.get("rank"), s["stack"][-1]["line"], r["data"]) for s in trace["steps"]
-                  for r in s["renderings"] if r["type"] == "error" and s.get("rank") is not None]
-        ranks = {r for r, l, text in errors if l == line and "different collective calls inside the timed region" in text}
-        self.assertEqual(ranks, {0, 1}, errors)
 
 
 if __name__ == "__main__":
