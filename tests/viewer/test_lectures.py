@@ -703,6 +703,18 @@ class TestAccessibility(LectureCase):
         self.assertTrue(any(v.startswith("button-name") and "#planted-button" in v for v in got), got)
         self.assertTrue(any(v.startswith("color-contrast") and "#planted-text" in v for v in got), got)
 
+    def test_a_pressed_button_under_the_pointer_keeps_its_contrast(self):
+        """Clicked, a mode button is pressed (ink, paper text) with the
+        pointer still on it: the hover colour must not take its background
+        (paper text on a paper-like hover once made the word vanish)."""
+        self.open_lecture("lecture_00")
+        for which in ("read", "step"):
+            with self.subTest(button=which):
+                self.d.find_element(By.ID, "btn-mode-" + which).click()
+                WebDriverWait(self.d, 5).until(lambda d: d.find_element(By.ID, "btn-mode-" + which)
+                                               .get_attribute("aria-pressed") == "true")
+                self.assertEqual(self.axe(context="document.getElementById('btn-mode-%s')" % which), [])
+
     def test_keyboard_reaches_every_control(self):
         self.open_lecture("lecture_08")
         i = self.find_step("lecture_08", lambda s: s["rank"] is not None)
