@@ -25,8 +25,9 @@ class Progress(unittest.TestCase):
         env = {k: v for k, v in os.environ.items() if k != unset}
         with unittest.mock.patch.dict(os.environ, env, clear=True):
             _, _, texts = run(["--case=mechanism"], env_extra=env_extra)
-        mechanism, hwloc, pml = result_text(texts, r"result mechanism (\w+) hwloc (\S+) pml (\S+)")
-        return {"mechanism": mechanism, "hwloc": hwloc, "pml": pml}
+        mechanism, hwloc, pml, kill_wait = result_text(
+            texts, r"result mechanism (\w+) hwloc (\S+) pml (\S+) kill_wait (\S+)")
+        return {"mechanism": mechanism, "hwloc": hwloc, "pml": pml, "kill_wait": kill_wait}
 
     def test_the_pool_asks_for_the_single_copy_path_where_it_works(self):
         # Where a process here can read a sibling's memory, the ranks run with
@@ -50,6 +51,13 @@ class Progress(unittest.TestCase):
         # (runtime/ranks/pool.c); a value the user set keeps its own.
         self.assertEqual(self.pool_settings(unset="OMPI_MCA_pml")["pml"], "^ucx,cm")
         self.assertEqual(self.pool_settings(env_extra={"OMPI_MCA_pml": "ob1"})["pml"], "ob1")
+
+    def test_mpirun_kills_at_once_what_is_left(self):
+        # After a failed spawn the lecture has killed the ranks; mpirun's
+        # own kill sequence would wait a second after each signal to them
+        # (runtime/ranks/pool.c); a value the user set keeps its own.
+        self.assertEqual(self.pool_settings(unset="OMPI_MCA_odls_base_sigkill_timeout")["kill_wait"], "0")
+        self.assertEqual(self.pool_settings(env_extra={"OMPI_MCA_odls_base_sigkill_timeout": "2"})["kill_wait"], "2")
 
     def test_the_progress_thread_runs_at_the_lowest_priority(self):
         # Read from the kernel (/proc/self/task/TID/stat) by the fixture while

@@ -221,15 +221,18 @@ static void timed_mismatch_case(int rank, int world_size, void *args) {
     tensor_free(t);
 }
 
-/* What the pool told Open MPI about its single-copy path and the
- * point-to-point layers to leave out, and hwloc about the components it
- * loads (runtime/ranks/pool.c), as a rank sees it. */
+/* What the pool told Open MPI about its single-copy path, the
+ * point-to-point layers to leave out and how long to wait before killing
+ * a rank, and hwloc about the components it loads (runtime/ranks/pool.c),
+ * as a rank sees it. */
 static void mechanism_case(int rank, int world_size, void *args) {
     (void)world_size, (void)args;
     const char *m = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
     const char *h = getenv("HWLOC_COMPONENTS"), *pml = getenv("OMPI_MCA_pml");
+    const char *kill = getenv("OMPI_MCA_odls_base_sigkill_timeout");
     if (rank == 0)
-        note_verbatim("result mechanism %s hwloc %s pml %s", m ? m : "unset", h ? h : "unset", pml ? pml : "unset");
+        note_verbatim("result mechanism %s hwloc %s pml %s kill_wait %s", m ? m : "unset", h ? h : "unset",
+                      pml ? pml : "unset", kill ? kill : "unset");
 }
 
 /* "name:nice" of each thread of this process, from the kernel: the name is
