@@ -548,52 +548,35 @@ static void round_trip(int rank, tensor *t) {
     }
 }
 
-/* One-way times of every ping-pong size between ranks 0 and 1: half the
- * round trip, median over reps. The sizes take turns, one round trip of
+/* One-way times of messages of `sizes` floats between ranks 0 and 1: half
+ * the round trip, median over reps. The sizes take turns, one round trip of
  * each, reps times over, so that load on the machine while they are
  * measured falls on all of them alike (measured one size after the other,
  * a burst of load during the smallest once made it slower than the
  * largest, and beta came out negative). One round first carries the
  * runtime's check that both sides agree on each message; in the timed
- * region the repeated sends then skip it, so the figures are the
- * transport's. */
-static void ping_pongs(int rank, int reps, double *one_way) {
+ * region (`timed`) the repeated sends then skip it, so the figures are the
+ * transport's. Without it, every send pays the check too. */
+static void ping_pongs(int rank, const int64_t *sizes, int n, int reps, int timed, double *one_way) {
     tensor *t[N_PING];
-    double *times = malloc((size_t)N_PING * (size_t)reps * sizeof *times);
-    for (int s = 0; s < N_PING; s++) {
-        t[s] = zeros(PING_SIZES[s], 0, get_device(rank));
+    double *times = malloc((size_t)n * (size_t)reps * sizeof *times);
+    for (int s = 0; s < n; s++) {
+        t[s] = zeros(sizes[s], 0, get_device(rank));
         round_trip(rank, t[s]);
     }
-    dist_timed_begin();
+    if (timed) dist_timed_begin();
     for (int i = 0; i < reps; i++)
-        for (int s = 0; s < N_PING; s++) {
+        for (int s = 0; s < n; s++) {
             double t0 = now_seconds();
             round_trip(rank, t[s]);
             times[s * reps + i] = (now_seconds() - t0) / 2;
         }
-    dist_timed_end();
-    for (int s = 0; s < N_PING; s++) {
+    if (timed) dist_timed_end();
+    for (int s = 0; s < n; s++) {
         one_way[s] = median_of(times + s * reps, reps);
         tensor_free(t[s]);
     }
     free(times);
-}
-
-/* The same for one size outside a timed region: every send pays the
- * runtime's agreement check too. */
-static double ping_pong_checked(int rank, int64_t floats, int reps) {
-    tensor *t = zeros(floats, 0, get_device(rank));
-    double *times = malloc((size_t)reps * sizeof *times);
-    round_trip(rank, t);
-    for (int i = 0; i < reps; i++) {
-        double t0 = now_seconds();
-        round_trip(rank, t);
-        times[i] = (now_seconds() - t0) / 2;
-    }
-    double m = median_of(times, reps);
-    free(times);
-    tensor_free(t);
-    return m;
 }
 
 /* Time of one hand-built all-reduce of `floats` on every rank: from a
@@ -747,8 +730,8 @@ static void timing_main(int rank, int n, void *args) {
     const timing_args *a = args;
     timings t;
     if (rank < 2) {
-        ping_pongs(rank, 4 * a->reps, t.one_way);
-        t.one_way_checked = ping_pong_checked(rank, PING_SIZES[0], 4 * a->reps);
+        ping_pongs(rank, PING_SIZES, N_PING, 4 * a->reps, 1, t.one_way);
+        ping_pongs(rank, PING_SIZES, 1, 4 * a->reps, 0, &t.one_way_checked);
     }
     dist_barrier();
     for (int i = 0; i < N_SWEEP; i++) {

@@ -118,6 +118,5 @@ class TimedRegion(unittest.TestCase):
         self.assertEqual(ranks, {0, 1}, errors)
 
 
-
 if __name__ == "__main__":
     unittest.main()
