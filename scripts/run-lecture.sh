@@ -18,7 +18,7 @@ case "/$bin" in
         # make run SAN=1: AddressSanitizer + UBSan, set up as the tests do
         # (Open MPI needs the shadow gap; its own leaks are suppressed).
         export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
-        export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
+        export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=0"
         export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
         echo "(built with AddressSanitizer and UBSan: slower; their reports, if any, come before the verdict)"
         ;;

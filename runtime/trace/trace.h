@@ -181,7 +181,7 @@ int lx_rank(void); /* this rank's number, -1 outside ranks */
 /* Seconds since the lecture started (monotonic). */
 double lx_elapsed(void);
 
-/* Strings: vasprintf that dies cleanly on out-of-memory. */
+/* Strings: a new formatted string (free it); dies cleanly on out-of-memory. */
 char *lx_vfmt(const char *fmt, va_list ap);
 char *lx_fmt(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 

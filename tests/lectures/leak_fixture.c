@@ -1,6 +1,8 @@
 /* Fixture: tensors left alive, freed twice, used after free
  * (tests/test_leaks.py). LECTERN_FIXTURE_CASE picks: "leak" (the default),
- * "double_free", "use_after_free", "raw_after_free", "rank_use_after_free". */
+ * "double_free", "use_after_free", "raw_after_free", "rank_use_after_free",
+ * "lost_block" (memory that is not a tensor, lost by the lecture and by
+ * each rank: the sanitizer build's leak check names these functions). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,22 @@ static void ranks_use_after_free(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
     tensor_free(t);
     if (rank == 1) dist_all_reduce(t, DIST_SUM);
+}
+
+/* A block of plain memory, its only pointer dropped: a leak only the
+ * sanitizer's leak check sees. The pointer is volatile so that the
+ * compiler keeps the malloc. */
+static void *volatile block;
+
+static void rank_loses_a_block(int rank, int world_size, void *args) {
+    block = malloc(48);
+    block = NULL;
+    note_verbatim("rank %d lost a block", rank);
+}
+
+static void lecture_loses_a_block(void) {
+    block = malloc(80);
+    block = NULL;
 }
 
 static void leak(void) {
@@ -53,6 +71,10 @@ static void body(void) {
         note("%g", (double)t->data[1]);
     }
     if (strcmp(c, "rank_use_after_free") == 0) spawn(ranks_use_after_free, 2, NULL, 0);
+    if (strcmp(c, "lost_block") == 0) {
+        lecture_loses_a_block();
+        spawn(rank_loses_a_block, 2, NULL, 0);
+    }
 }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
