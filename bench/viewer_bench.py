@@ -188,7 +188,7 @@ def main():
         url = harness.file_url(root, "?trace=" + NAME)
         print(f"viewer bench: {len(t['steps'])} steps, {len(t['spawns'])} spawns, "
               f"{t['files'][PATH].count(chr(10))} source lines, trace {size / 1e6:.1f} MB")
-        drv = harness.browser(1280, 800)
+        drv = harness.browser(1280, 800, binary=harness.CHROMIUM)   # what a reader runs
         loads, walls, parts = [], [], []
         for _ in range(a.loads):
             drv.get("about:blank")

@@ -17,12 +17,13 @@ PACKAGES=(build-essential pkg-config
           libopenmpi-dev openmpi-bin libcjson-dev libmd4c-dev libmd4c-html0-dev
           libdw-dev libelf-dev libopenblas-dev libxxhash-dev hwloc python3
           nodejs npm)
-# Tests: cmocka, the schema validator, Chromium and its driver for the viewer,
+# Tests: cmocka, the schema validator, Chromium, its headless shell (what the
+# viewer's tests drive: it starts and loads pages for less CPU) and its driver,
 # sshd for the second host of tests/test_two_hosts.py, Slurm and munge for
 # the one-node cluster of tests/test_slurm.py (which starts its own daemons
 # with its own config and key; the system's services are not used).
 if [ "$mode" = test ]; then
-    PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-driver python3-selenium gcovr clang-format
+    PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-headless-shell chromium-driver python3-selenium gcovr clang-format
                openssh-server slurmctld slurmd slurm-client munge)
 fi
 

@@ -1,10 +1,10 @@
 """Headless Chromium for the viewer's tests and benchmark.
 
-Debian's chromium and chromedriver, driven by python3-selenium; no browser is
-downloaded and nothing reaches the network. A site root is laid out in a temp
-directory the way the repository is (viewer/, node_modules/, tests/ linked in,
-traces/ holding the fixture traces), so ?trace=NAME is read from ../traces/
-exactly as in the repository.
+Debian's chromium (its headless shell where installed) and chromedriver,
+driven by python3-selenium; no browser is downloaded and nothing reaches the
+network. A site root is laid out in a temp directory the way the repository
+is (viewer/, node_modules/, tests/ linked in, traces/ holding the fixture
+traces), so ?trace=NAME is read from ../traces/ exactly as in the repository.
 """
 import atexit
 import contextlib
@@ -23,6 +23,31 @@ from selenium.webdriver.support.ui import WebDriverWait
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+# What the tests drive: Chromium's headless shell (Debian's
+# chromium-headless-shell, the same Blink and V8 without the browser's own
+# windowing layer) when it is installed, else Chromium. On the 2-core VM the
+# shell starts in about 1 CPU-s instead of 4 and loads lecture_08's page in
+# about 0.8 instead of 1.2 (docs/testing.md); a step and an axe-core run cost
+# the same in both. LECTERN_BROWSER=/usr/bin/chromium chooses Chromium; the
+# benchmark (bench/viewer_bench.py) always measures Chromium, what a reader runs.
+HEADLESS_SHELL = "/usr/lib/chromium/chromium-headless-shell"
+BROWSER = os.environ.get("LECTERN_BROWSER") or (HEADLESS_SHELL if os.access(HEADLESS_SHELL, os.X_OK) else CHROMIUM)
+# Chromium's headless window keeps 143 px of its height for a toolbar it
+# does not draw (the page is 143 px shorter than the window at every size
+# tried, Chromium 156); the shell's page is its whole window. The tests'
+# sizes are Chromium's windows, so the shell's window is made that much
+# shorter: the same page either way.
+TOOLBAR = 143
+
+
+def _is_shell(binary):
+    return os.path.basename(binary) == "chromium-headless-shell"
+
+
+def set_size(drv, width, height):
+    """Sizes the browser's window as Chromium's would be at width x height
+    (the page inside it the same in Chromium and in its shell)."""
+    drv.set_window_size(width, height - TOOLBAR if getattr(drv, "_lectern_shell", False) else height)
 
 
 def make_root(traces_dir, node_modules=True):
@@ -37,19 +62,27 @@ def make_root(traces_dir, node_modules=True):
     return root
 
 
-def browser(width=1280, height=800):
-    profile = tempfile.mkdtemp(prefix="lectern-chromium-")
+def browser(width=1280, height=800, binary=None):
+    """A new headless browser (BROWSER unless binary names another) at
+    width x height; quit_browser() ends it."""
+    binary = binary or BROWSER
     opts = Options()
-    opts.binary_location = CHROMIUM
+    opts.binary_location = binary
+    # Chromium gets a profile folder of its own (removed at quit); the shell
+    # keeps its profile in memory, and with a folder given chromedriver
+    # cannot find its first page ("unable to discover open pages").
+    shell = _is_shell(binary)
+    profile = None if shell else tempfile.mkdtemp(prefix="lectern-chromium-")
     for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
                 "--disable-dev-shm-usage", "--disable-extensions", "--hide-scrollbars",
-                "--force-device-scale-factor=1", f"--window-size={width},{height}",
-                f"--user-data-dir={profile}"]:
+                "--force-device-scale-factor=1", f"--window-size={width},{height}"] + \
+            ([] if shell else [f"--user-data-dir={profile}"]):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    drv.set_window_size(width, height)
+    drv._lectern_shell = shell
+    set_size(drv, width, height)
     drv._lectern_profile = profile
     return drv
 
@@ -75,7 +108,7 @@ def shared_browser(width=1280, height=800):
         _shared = browser(width, height)
         atexit.register(_quit_quietly, _shared)
     _shared.set_script_timeout(30)
-    _shared.set_window_size(width, height)
+    set_size(_shared, width, height)
     return _shared
 
 

@@ -32,6 +32,9 @@ else:
     suite = unittest.TestSuite(loader.loadTestsFromModule(importlib.import_module(m)) for m in mods)
 import time
 
+import harness
+print("viewer tests: driving " + harness.BROWSER, flush=True)
+
 
 class Timed(unittest.TextTestResult):
     """Seconds per test class, its setUpClass and tearDownClass included

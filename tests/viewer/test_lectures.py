@@ -804,7 +804,7 @@ class TestScreenshots(LectureCase):
         if os.environ.get("LECTERN_VIEWER_QUICK") == "1":
             self.skipTest("screenshots are for a person to look at: make test-all takes them")
         for w in (1400, 800):
-            self.d.set_window_size(w, 900)
+            harness.set_size(self.d, w, 900)
             for name in self.lectures:
                 t = self.trace(name)
                 picks = {"first": 0}
@@ -830,7 +830,7 @@ class TestScreenshots(LectureCase):
                 self.d.execute_async_script(SETTLE)
                 self.wait_still()
                 self.shot("%s-%dx900-read" % (name, w))
-        self.d.set_window_size(self.width, self.height)
+        harness.set_size(self.d, self.width, self.height)
 
 
 if __name__ == "__main__":
