@@ -68,9 +68,9 @@ def browser(width=1280, height=800, binary=None):
     binary = binary or BROWSER
     opts = Options()
     opts.binary_location = binary
-    # Chromium gets a profile folder of its own (removed at quit); the shell
-    # keeps its profile in memory, and with a folder given chromedriver
-    # cannot find its first page ("unable to discover open pages").
+    # Chromium gets a profile folder of its own (removed at quit). The shell
+    # gets none (it leaves none behind): given one, chromedriver cannot
+    # find the shell's first page ("unable to discover open pages").
     shell = _is_shell(binary)
     profile = None if shell else tempfile.mkdtemp(prefix="lectern-chromium-")
     for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
