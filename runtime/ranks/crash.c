@@ -95,6 +95,7 @@ static void on_signal(int sig, siginfo_t *info, void *ucontext) {
             fprintf(stderr, "lectern: the trace so far is in %s\n", path);
             free(path);
         }
+        lx_check_summary_print(); /* the counts, not reached included, as a run that ends says them */
     }
     free(msg);
     if (!lx_in_rank() && sig != SIGTERM && sig != SIGINT) {

@@ -668,7 +668,14 @@ const lx_comm_hooks *lx_ranks_comm(void) {
 }
 
 void lx_spawn_child_entry(int argc, char **argv) {
-    if (argc >= 5 && strcmp(argv[1], RANK_FLAG) == 0) run_pool_rank(argv[2], argv[3], argv[4]);
+    if (argc >= 5 && strcmp(argv[1], RANK_FLAG) == 0) {
+        /* A student's printf() line reaches the console when it is
+         * printed: stdout here is a pipe (mpirun's, or an autograder's),
+         * which stdio would fill 4 kB at a time, and a rank the lecture
+         * stops is killed with what it held. */
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        run_pool_rank(argv[2], argv[3], argv[4]);
+    }
     if (argc >= 2 && strcmp(argv[1], RANK_FLAG) == 0) {
         fprintf(stderr, "lectern: %s is for the processes spawn() starts with mpirun\n", RANK_FLAG);
         exit(2);
