@@ -184,11 +184,12 @@ static void what_chunk_holds(char *out, size_t size, const float *mine, float *c
         }
         if (!same_floats(got, part, len)) continue;
         int k = __builtin_popcount(set);
-        if (set == 1u << rank)
-            snprintf(out, size, "only this rank's own values, as it started");
+        if (set == 1u << rank) snprintf(out, size, "only this rank's own values, as it started");
         else if (k == 1)
-            snprintf(out, size, "only rank %d's own values: a chunk passed round before the reduce-scatter "
-                                "had added the others to it", __builtin_ctz(set));
+            snprintf(out, size,
+                     "only rank %d's own values: a chunk passed round before the reduce-scatter "
+                     "had added the others to it",
+                     __builtin_ctz(set));
         else {
             size_t at = (size_t)snprintf(out, size, "the sum of %d of the %d ranks' values (ranks", k, world);
             for (int q = 0, j = 0; q < world && at < size; q++)
@@ -274,8 +275,8 @@ static void check_ring_values(const tensor *t, const tensor *expected, int rank,
         check_named(0, "exercise 1: the sum over the ranks",
                     "%d of %d chunks wrong (chunk c is elements %lld c to %lld c + %lld): %s; largest difference "
                     "%.3g at [%lld] (actual %.7g, expected %.7g)",
-                    wrong, world, (long long)len, (long long)len, (long long)len - 1, story, worst,
-                    (long long)worst_at, mine[worst_at], sum[worst_at]);
+                    wrong, world, (long long)len, (long long)len, (long long)len - 1, story, worst, (long long)worst_at,
+                    mine[worst_at], sum[worst_at]);
     free(mine);
     free(sum);
 }

@@ -89,6 +89,7 @@ static lx_backend choose_backend(int world_size, char **reason) {
 }
 
 typedef struct held_step held_step;
+typedef struct check_site check_site;
 
 /* One spawn, as the parent sees it. */
 typedef struct spawn_run {
@@ -115,15 +116,18 @@ typedef struct spawn_run {
     held_step *held;                          /* steps received, not yet appended (see release) */
     int n_held, cap_held;
     unsigned long seq;
-    cJSON **folds;     /* the PASS step of each check site so far (fold_pass) */
+    cJSON **folds;     /* the PASS step of each check site and turn so far (fold_pass) */
+    int *fold_turn;    /* its turn at its site */
+    check_site *sites; /* where the ranks made checks, and how many each */
+    int n_sites;
     char **fold_lines; /* each one's own line, after "PASS: " */
     int *fold_rank;    /* the rank whose numbers it shows, -1 while all ranks' lines agree */
     int n_folds, cap_folds;
-    int expect_failure; /* spawn_expect_failure(): its errors are the lesson */
-    char *failure;      /* why it failed, one sentence (NULL while it has not) */
-    const char *exercise;  /* spawn_exercise(): the exercise it runs ("exercise 1:"), else NULL */
-    double limit;          /* spawn_exercise(): seconds the ranks may run (0: no limit) */
-    double work_started;   /* when the ranks got their work */
+    int expect_failure;                         /* spawn_expect_failure(): its errors are the lesson */
+    char *failure;                              /* why it failed, one sentence (NULL while it has not) */
+    const char *exercise;                       /* spawn_exercise(): the exercise it runs ("exercise 1:"), else NULL */
+    double limit;                               /* spawn_exercise(): seconds the ranks may run (0: no limit) */
+    double work_started;                        /* when the ranks got their work */
     unsigned moved_progress[LECTERN_MAX_WORLD]; /* each rank's board progress at the last look ... */
     double moved_at[LECTERN_MAX_WORLD];         /* ... and when it last changed: how long it has been where it is */
     int checks_passed, checks_failed;           /* the checks its ranks made */
@@ -201,16 +205,20 @@ static void mark_expected(cJSON *step) {
 /* ---- one step per check site ----
  *
  * Four ranks that each check their parameters make four PASS badges that
- * say the same thing. A passing check of a rank is folded into the first
- * PASS step its spawn made at the same place (the same stack of lines): that step's check
+ * say the same thing. A passing check of a rank is folded into the PASS
+ * step its spawn made at the same place (the same stack of lines) and the
+ * same turn there: a check in a loop (gradient 0, 1 and 2 of one line)
+ * makes one step per turn, rank r's k-th check at a place joining the
+ * others' k-th, so that no turn hides behind the first. That step's check
  * rendering lists the ranks ("ranks") and how many checks it stands for
  * ("folded"), each pass's rank and what ("each": nothing is lost but the
- * repeated stack and numbers), and its line reads "PASS on 4 ranks: ...". Its numbers are
- * those of the worst of them (the largest max_abs, when the check has one);
- * when the ranks' lines differ otherwise, the line names whose it shows.
- * A failing check is never folded: it stays a step of its own, with its rank
- * and its numbers. Every check still counts and is graded one by one
- * (lx_trace_tally). */
+ * repeated stack and numbers), and its line reads "PASS on 4 ranks: ...".
+ * It is the lowest of its ranks' step (the column it is shown in). Its
+ * numbers are those of the worst of them (the largest max_abs, when the
+ * check has one); when the ranks' lines differ otherwise, the line names
+ * whose it shows. A failing check is never folded: it stays a step of its
+ * own, with its rank and its numbers, and takes its turn. Every check
+ * still counts and is graded one by one (lx_trace_tally). */
 
 /* The check rendering of a step that is one passing check and nothing else. */
 static cJSON *passing_check(cJSON *step) {
@@ -224,8 +232,7 @@ static cJSON *passing_check(cJSON *step) {
 
 /* Made at the same place: the same frames (file and line) all the way
  * down. A helper that checks, called from two lines, makes two sites. */
-static int same_site(cJSON *a, cJSON *b) {
-    cJSON *sa = cJSON_GetObjectItemCaseSensitive(a, "stack"), *sb = cJSON_GetObjectItemCaseSensitive(b, "stack");
+static int same_stack(cJSON *sa, cJSON *sb) {
     int n = cJSON_GetArraySize(sa);
     if (n == 0 || n != cJSON_GetArraySize(sb)) return 0;
     for (cJSON *fa = sa->child, *fb = sb->child; fa && fb; fa = fa->next, fb = fb->next) {
@@ -237,6 +244,43 @@ static int same_site(cJSON *a, cJSON *b) {
             return 0;
     }
     return 1;
+}
+
+static int same_site(cJSON *a, cJSON *b) {
+    return same_stack(cJSON_GetObjectItemCaseSensitive(a, "stack"), cJSON_GetObjectItemCaseSensitive(b, "stack"));
+}
+
+/* A place checks are made at, and how many each rank has made there. */
+struct check_site {
+    cJSON *stack; /* a copy */
+    int made[LECTERN_MAX_WORLD];
+};
+
+static int has_check(cJSON *step) {
+    cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
+        if (type && strcmp(type, "check") == 0) return 1;
+    }
+    return 0;
+}
+
+/* The turn of rank `rank`'s check step at its place: 0 for its first check
+ * there, 1 for its second, ... */
+static int check_turn(spawn_run *run, int rank, cJSON *step) {
+    cJSON *stack = cJSON_GetObjectItemCaseSensitive(step, "stack");
+    int i = 0;
+    while (i < run->n_sites && !same_stack(run->sites[i].stack, stack))
+        i++;
+    if (i == run->n_sites) {
+        check_site *grown = realloc(run->sites, (size_t)(run->n_sites + 1) * sizeof *grown);
+        if (!grown) lx_fatal("out of memory folding checks");
+        run->sites = grown;
+        memset(&run->sites[i], 0, sizeof run->sites[i]);
+        run->sites[i].stack = cJSON_Duplicate(stack, 1);
+        run->n_sites++;
+    }
+    return run->sites[i].made[rank]++;
 }
 
 static double max_abs_of(cJSON *r) {
@@ -278,12 +322,14 @@ static cJSON *one_pass(int rank, cJSON *r) {
 /* Folds `step` (rank `rank`) into its site's PASS step: 1 when it did (the
  * step is then the caller's to delete), 0 when it is the first at its site
  * or is no passing check. */
-static int fold_pass(spawn_run *run, int rank, cJSON *step) {
+static int fold_pass(spawn_run *run, int rank, cJSON *step, int turn) {
     cJSON *r = passing_check(step);
     if (!r) return 0;
     for (int i = 0; i < run->n_folds; i++) {
-        if (!same_site(run->folds[i], step)) continue;
+        if (run->fold_turn[i] != turn || !same_site(run->folds[i], step)) continue;
         cJSON *into = passing_check(run->folds[i]);
+        cJSON *into_rank = cJSON_GetObjectItemCaseSensitive(run->folds[i], "rank");
+        if (cJSON_IsNumber(into_rank) && rank < into_rank->valueint) cJSON_SetNumberValue(into_rank, rank);
         cJSON *ranks = cJSON_GetObjectItemCaseSensitive(into, "ranks");
         int seen = 0;
         cJSON *x;
@@ -333,10 +379,14 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step) {
         int *k = realloc(run->fold_rank, (size_t)cap * sizeof *k);
         if (!k) lx_fatal("out of memory folding checks");
         run->fold_rank = k;
+        int *t = realloc(run->fold_turn, (size_t)cap * sizeof *t);
+        if (!t) lx_fatal("out of memory folding checks");
+        run->fold_turn = t;
         run->cap_folds = cap;
     }
     run->fold_lines[run->n_folds] = pass_line(r);
     run->fold_rank[run->n_folds] = -1;
+    run->fold_turn[run->n_folds] = turn;
     run->folds[run->n_folds++] = step;
     return 0;
 }
@@ -353,7 +403,7 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
         else lx_mark_failed(); /* lx_error in a rank fails the lecture */
     }
     count_checks(run, step);
-    if (fold_pass(run, rank, step)) {
+    if (has_check(step) && fold_pass(run, rank, step, check_turn(run, rank, step))) {
         cJSON_Delete(step);
         return;
     }
@@ -544,7 +594,11 @@ static void free_run(spawn_run *run) {
         free(run->fold_lines[i]);
     free(run->fold_lines);
     free(run->fold_rank);
+    free(run->fold_turn);
     free(run->folds);
+    for (int i = 0; i < run->n_sites; i++)
+        cJSON_Delete(run->sites[i].stack);
+    free(run->sites);
     free(run->failure);
     free(run);
 }
@@ -1450,8 +1504,7 @@ int spawn_exercise(const char *exercise, double seconds, spawn_fn fn, int world_
                    size_t args_size) {
     check_arguments("spawn_exercise", fn, world_size, args, args_size);
     if (!(seconds >= 0) || isinf(seconds))
-        lx_fatal("spawn_exercise(): the time limit must be a finite number of seconds >= 0 (0: none), not %g",
-                 seconds);
+        lx_fatal("spawn_exercise(): the time limit must be a finite number of seconds >= 0 (0: none), not %g", seconds);
     if (exercise && lx_grade_begin(exercise) != 0)
         lx_fatal("spawn_exercise(\"%s\"): no exercise has that prefix: declare it first with grade_exercise()",
                  exercise);

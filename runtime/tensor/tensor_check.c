@@ -222,7 +222,8 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         }
         if (runs > KEPT_RUNS)
             lx_sb_printf(&sb, " and %" PRId64 " more range%s", runs - KEPT_RUNS, runs - KEPT_RUNS == 1 ? "" : "s");
-        if (ratio != 0) lx_sb_printf(&sb, "; actual is %.2fx the expected at every element%s", ratio, ratio_hint(ratio));
+        if (ratio != 0)
+            lx_sb_printf(&sb, "; actual is %.2fx the expected at every element%s", ratio, ratio_hint(ratio));
     }
     lx_check_emit(r, ok, sb.s);
     free(sb.s);

@@ -155,8 +155,7 @@ void lx_fatal(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((noreturn
 /* As lx_fatal, located at `frames` (outermost first, n of them) instead of
  * where the lecture is: an error in code the student did not write named
  * at the student's call of it. */
-void lx_fatal_at(const lx_frame *frames, int n, const char *fmt, ...) LECTERN_PRINTF(3, 4)
-        __attribute__((noreturn));
+void lx_fatal_at(const lx_frame *frames, int n, const char *fmt, ...) LECTERN_PRINTF(3, 4) __attribute__((noreturn));
 
 /* Marks the lecture failed (exit status 1 at the end). */
 void lx_mark_failed(void);
