@@ -311,11 +311,14 @@ static void fold_label(cJSON *r, const char *rest, int numbers_of) {
     free(who);
 }
 
-/* {"rank": 2, "what": "..."}: one pass of those a folded step stands for. */
+/* {"rank": 2, "what": "...", "name": "..."}: one pass of those a folded
+ * step stands for (its name when check_named gave it one). */
 static cJSON *one_pass(int rank, cJSON *r) {
     cJSON *p = cJSON_CreateObject();
     cJSON_AddNumberToObject(p, "rank", rank);
     cJSON_AddItemToObject(p, "what", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(r, "what"), 1));
+    cJSON *name = cJSON_GetObjectItemCaseSensitive(r, "name");
+    if (name) cJSON_AddItemToObject(p, "name", cJSON_Duplicate(name, 1));
     return p;
 }
 

@@ -326,7 +326,10 @@ static void rank_on_exit(int status, void *arg) {
     (void)arg;
     if (!my_slot || my_slot->state != SLOT_RUNNING) return;
     lx_frame frames[LX_MAX_FRAMES];
-    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    /* Where its error was put, when an error stopped it (the caller's line
+     * for an error inside given code: lx_fatal_at), else where it exits. */
+    int n = lx_fatal_frames(frames, LX_MAX_FRAMES);
+    if (n == 0) n = lx_stack_capture(frames, LX_MAX_FRAMES);
     if (n > 0) lx_frames_to_text(frames, n, my_slot->failure_frames, sizeof my_slot->failure_frames);
     else memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
     snprintf(my_slot->failure, sizeof my_slot->failure, "exited with status %d before its function returned", status);

@@ -302,21 +302,33 @@ void lx_error(const char *fmt, ...) {
 
 static void __attribute__((noreturn)) fatal_end(void);
 
+/* Where the error that stops this process was put (lx_fatal_frames). */
+static lx_frame fatal_at[LX_MAX_FRAMES];
+static int n_fatal_at = -1;
+
 void lx_fatal(const char *fmt, ...) {
+    n_fatal_at = lx_stack_capture(fatal_at, LX_MAX_FRAMES);
     va_list ap;
     va_start(ap, fmt);
-    error_step_at(NULL, 0, fmt, ap);
+    error_step_at(fatal_at, n_fatal_at, fmt, ap);
     va_end(ap);
     fatal_end();
 }
 
 void lx_fatal_at(const lx_frame *frames, int n, const char *fmt, ...) {
-    if (n > LX_MAX_FRAMES) n = LX_MAX_FRAMES;
+    n_fatal_at = n < 0 ? 0 : n > LX_MAX_FRAMES ? LX_MAX_FRAMES : n;
+    memcpy(fatal_at, frames, (size_t)n_fatal_at * sizeof *frames);
     va_list ap;
     va_start(ap, fmt);
-    error_step_at(frames, n < 0 ? 0 : n, fmt, ap);
+    error_step_at(fatal_at, n_fatal_at, fmt, ap);
     va_end(ap);
     fatal_end();
+}
+
+int lx_fatal_frames(lx_frame *frames, int max) {
+    int n = n_fatal_at < max ? n_fatal_at : max;
+    if (n > 0) memcpy(frames, fatal_at, (size_t)n * sizeof *frames);
+    return n < 0 ? 0 : n;
 }
 
 static void fatal_end(void) {

@@ -156,6 +156,9 @@ void lx_fatal(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((noreturn
  * where the lecture is: an error in code the student did not write named
  * at the student's call of it. */
 void lx_fatal_at(const lx_frame *frames, int n, const char *fmt, ...) LECTERN_PRINTF(3, 4) __attribute__((noreturn));
+/* The frames lx_fatal or lx_fatal_at put its error at (0 before either):
+ * where a rank that exits through it stopped, for its exit hook. */
+int lx_fatal_frames(lx_frame *frames, int max);
 
 /* Marks the lecture failed (exit status 1 at the end). */
 void lx_mark_failed(void);
