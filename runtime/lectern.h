@@ -201,7 +201,7 @@ int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t a
  * `exercise` is a prefix declared with grade_exercise() ("exercise 1:"):
  * the checks of it that the spawn did not reach count as "not reached"
  * (the console's last line, the trace, --grade's results), with this
- * spawn's errors as the reason; NULL: none. A prefix never declared, a
+ * spawn's errors as the reason. A NULL or never declared prefix, a
  * negative or non-finite `seconds`, or bad arguments as for spawn() are an
  * error at this line that stops the lecture. */
 int spawn_exercise(const char *exercise, double seconds, spawn_fn fn, int world_size, const void *args,

@@ -1508,7 +1508,10 @@ int spawn_exercise(const char *exercise, double seconds, spawn_fn fn, int world_
     check_arguments("spawn_exercise", fn, world_size, args, args_size);
     if (!(seconds >= 0) || isinf(seconds))
         lx_fatal("spawn_exercise(): the time limit must be a finite number of seconds >= 0 (0: none), not %g", seconds);
-    if (exercise && lx_grade_begin(exercise) != 0)
+    if (!exercise)
+        lx_fatal("spawn_exercise(): the exercise is NULL: give the prefix grade_exercise() declared for it "
+                 "(\"exercise 1:\")");
+    if (lx_grade_begin(exercise) != 0)
         lx_fatal("spawn_exercise(\"%s\"): no exercise has that prefix: declare it first with grade_exercise()",
                  exercise);
     double timeout = timeout_seconds();
@@ -1518,7 +1521,7 @@ int spawn_exercise(const char *exercise, double seconds, spawn_fn fn, int world_
     if (!failure) return 1;
     /* Said as the error steps were, and the run is failed by them; the
      * lecture goes on to its next exercise. */
-    fprintf(stderr, "lectern: %s%s%s; the lecture goes on\n", exercise ? exercise : "", exercise ? " " : "", failure);
+    fprintf(stderr, "lectern: %s %s; the lecture goes on\n", exercise, failure);
     free(failure);
     return 0;
 }

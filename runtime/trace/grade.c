@@ -218,27 +218,27 @@ int lx_grade_not_reached(void) {
     return missing;
 }
 
-/* The check's verdict with the numbers behind it, and where it was made:
- * its line as the console said it (the numbers of this run), then the
- * lecture line. */
+/* The check's line as the console said it (PASS or FAIL, its name and the
+ * numbers of this run), check_close's count of elements outside the
+ * tolerance or why nothing could be compared, and the lecture line. */
 static char *check_output(const cJSON *step, const cJSON *r, int passed) {
     lx_sb sb = {0};
-    lx_sb_str(&sb, passed ? "PASS" : "FAIL");
+    const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"));
+    const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
+    if (data) lx_sb_str(&sb, data);
+    else lx_sb_printf(&sb, "%s: %s", passed ? "PASS" : "FAIL", what ? what : "");
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(r, "reason");
     const cJSON *bad = cJSON_GetObjectItemCaseSensitive(r, "bad");
-    if (cJSON_IsString(reason)) {
-        lx_sb_printf(&sb, ": %s", reason->valuestring);
+    if (cJSON_IsString(reason) && !(data && strstr(data, reason->valuestring))) {
+        lx_sb_printf(&sb, "\n%s", reason->valuestring);
     } else if (cJSON_IsNumber(bad)) {
         const cJSON *max_abs = cJSON_GetObjectItemCaseSensitive(r, "max_abs");
-        lx_sb_printf(&sb, ": %.0f of %.0f elements outside the tolerance (rtol %g, atol %g)", bad->valuedouble,
+        lx_sb_printf(&sb, "\n%.0f of %.0f elements outside the tolerance (rtol %g, atol %g)", bad->valuedouble,
                      cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "numel")),
                      cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "rtol")),
                      cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "atol")));
         if (cJSON_IsNumber(max_abs)) lx_sb_printf(&sb, "; largest difference %.3g", max_abs->valuedouble);
     }
-    const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"));
-    const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
-    lx_sb_printf(&sb, "\n%s", data ? data : what ? what : "");
     const cJSON *stack = cJSON_GetObjectItemCaseSensitive(step, "stack");
     const cJSON *inner = cJSON_GetArrayItem(stack, cJSON_GetArraySize(stack) - 1);
     const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(inner, "path"));
