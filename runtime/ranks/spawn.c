@@ -213,7 +213,7 @@ static void mark_expected(cJSON *step) {
  * rendering lists the ranks ("ranks") and how many checks it stands for
  * ("folded"), each pass's rank and what ("each": nothing is lost but the
  * repeated stack and numbers), and its line reads "PASS on 4 ranks: ...".
- * It is the lowest of its ranks' step (the column it is shown in). Its
+ * Its rank is the lowest of its ranks' (the column it is shown in). Its
  * numbers are those of the worst of them (the largest max_abs, when the
  * check has one); when the ranks' lines differ otherwise, the line names
  * whose it shows. A failing check is never folded: it stays a step of its
