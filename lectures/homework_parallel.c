@@ -429,7 +429,7 @@ static void exercise_2(int rank, int world, void *args) {
         allowed[j] = p - s < m ? p - s : m;
         counted[j] = 1;
     }
-    check_named(valid_mine, "exercise 2: this stage's order has every forward and backward once, in order",
+    check_named(valid_mine, "exercise 2: every forward and backward once, in order",
                 "stage %d's order runs each micro-batch's forward, then its backward, once each and in "
                 "micro-batch order%s%s",
                 s, valid_mine ? "" : ": ", why_mine);
