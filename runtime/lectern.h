@@ -185,6 +185,28 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size);
  * it returns 0. Bad arguments are errors as for spawn(). */
 int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t args_size);
 
+/* One exercise of a homework in a spawn of its own, so that its failure
+ * costs only its own points: runs fn as spawn() does and returns 1 when
+ * every rank's function returned. When the spawn fails (a rank crashes or
+ * stops at an error, a deadlock, or ranks still running `seconds` after
+ * they got their work), the ranks' error steps are recorded as by spawn()
+ * and the run is failed (exit 1 at its end), but the lecture goes on to
+ * its next exercise: 0. Past `seconds` each rank still running is named
+ * at its line, working or waiting (and for whom), and for how long it has
+ * been there: a loop that never returns is found, which no deadlock
+ * detector does (a computing rank is progress). 0: no limit but
+ * LECTERN_TIMEOUT's. A spawn after a failed one starts fresh ranks (about
+ * 0.4 s).
+ *
+ * `exercise` is a prefix declared with grade_exercise() ("exercise 1:"):
+ * the checks of it that the spawn did not reach count as "not reached"
+ * (the console's last line, the trace, --grade's results), with this
+ * spawn's errors as the reason. A NULL or never declared prefix, a
+ * negative or non-finite `seconds`, or bad arguments as for spawn() are an
+ * error at this line that stops the lecture. */
+int spawn_exercise(const char *exercise, double seconds, spawn_fn fn, int world_size, const void *args,
+                   size_t args_size);
+
 #define LECTERN_MAX_SPAWN_RESULT (16u << 20) /* bytes one rank may return */
 
 /* In a rank's function: hands `size` bytes at `data` to the lecture (copied
@@ -255,6 +277,13 @@ tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols);
 tensor *reshape(tensor *t, int64_t rows, int64_t cols);
 tensor *cat_cols(tensor *const *parts, int n); /* concatenate along dim 1 */
 void tensor_free(tensor *t);
+/* 1 when t has been given to tensor_free, 0 while it is alive: for code
+ * that checks what another function did with tensors it does not own (a
+ * homework's "never free x"), without the error a second tensor_free or
+ * a use would be. A freed header is kept to answer for the next 4096
+ * frees of the process; a pointer that was never a tensor is an error
+ * step, and 0. */
+int tensor_was_freed(const tensor *t);
 void tensor_to_host(const tensor *t, float *out); /* numel floats */
 /* Bytes of tensor storage this process holds on `device` (-1: the CPU, N:
  * cuda:N): numel * 4 of every tensor made and not yet freed that owns its
@@ -464,7 +493,10 @@ int dist_test(dist_request *req);
  * calls: the calls this rank made of each kind. A non-blocking call counts
  * with its blocking twin (dist_isend as DIST_CALL_SEND, dist_irecv as
  * DIST_CALL_RECV, dist_all_reduce_async as DIST_CALL_ALL_REDUCE, ...);
- * dist_wait is no call of its own.
+ * dist_wait is no call of its own. waited: the non-blocking collectives of
+ * each kind whose dist_wait has returned. So calls - waited of a kind are
+ * in flight: an order of events that bytes cannot give (two collectives in
+ * flight share the bytes that move during either's wait, see below).
  *
  * Point to point (send, recv, sendrecv and their non-blocking forms): the
  * bytes lectern hands the transport, to and from each peer: exact.
@@ -515,6 +547,7 @@ typedef enum {
 
 typedef struct dist_traffic {
     int64_t calls[DIST_CALL_KINDS];
+    int64_t waited[DIST_CALL_KINDS];          /* non-blocking collectives waited for */
     int64_t bytes_sent[DIST_CALL_KINDS];      /* measured (collectives: see measured_collectives) */
     int64_t bytes_received[DIST_CALL_KINDS];  /* measured; point to point only */
     int64_t sent_to[LECTERN_MAX_WORLD];       /* measured, every kind, per peer */
@@ -617,7 +650,10 @@ void dist_timed_end(void);
  * with its file:line, the lecture goes on, and at the end the run counts as
  * failed (exit status 1, the trace written as NAME.failed.json). After the
  * run the console's last line is "checks: N passed, M failed" (when any
- * check ran); the trace's meta.checks holds the same counts. Checks work
+ * check ran; ", K not reached" too where the lecture declared exercises
+ * with grade_exercise: the checks their counts promise that the run never
+ * made); the trace's meta.checks holds the same counts, however the run
+ * ended. Checks work
  * in the lecture and inside spawned ranks alike (a rank's check counts in
  * the lecture's totals and is shown in its rank's column). */
 
@@ -639,6 +675,16 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
  * A NULL fmt is an error step. */
 int check(int condition, const char *fmt, ...) LECTERN_PRINTF(2, 3);
 
+/* check() with a name that stays the same from run to run: `name` says
+ * which check it is ("exercise 1: the ring's traffic"), `fmt` what this run
+ * saw ("sent 7000 bytes to rank 1"). The step's text is "name: what was
+ * seen" and its rendering keeps the name apart ("name"): --grade calls the
+ * test by the name alone, so a pass and a fail of one check, and two runs of
+ * one submission, are the same test, and grade_exercise's prefix is
+ * matched against it. A NULL or empty name, or a NULL fmt, is an error
+ * step. */
+int check_named(int condition, const char *name, const char *fmt, ...) LECTERN_PRINTF(3, 4);
+
 /* Stops the lecture (or the rank) at once with an error step at the line
  * that calls it: `fmt` (printf-style) says what is wrong, as the runtime's
  * own errors do ("the batch (6) does not divide into 4 equal parts"). Exit
@@ -650,25 +696,29 @@ void lecture_fail(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((nore
 
 /* A grade for a course's autograder. `--grade FILE` (every lecture takes
  * it) writes FILE in Gradescope's results.json format: one test per check
- * (its text and rank as the name; PASS or FAIL with the numbers that
- * decided it and the lecture line as its output), the total score, and the
- * run's console tail. The file is written however the run ends (a failed
- * check, an error, a crash, a deadlock stopped after LECTERN_TIMEOUT, a
- * SIGTERM from the autograder's own time limit); a FILE that cannot be
- * written is bad usage (exit 2) before the lecture runs. docs/homework.md
- * has the autograder's script.
+ * and rank, named by the check's name (check_named) or its text, so the
+ * same check has the same name in every run; its output PASS or FAIL with
+ * the numbers that decided it and the lecture line; the total score; and
+ * the run's console tail (stdout and stderr, the ranks' printf included).
+ * The file is written however the run ends (a failed check, an error, a
+ * crash, a deadlock, an exercise past its time limit, a SIGTERM from the
+ * autograder's own time limit); a FILE that cannot be written is bad usage
+ * (exit 2) before the lecture runs. docs/homework.md has the autograder's
+ * script.
  *
  * Every check weighs 1 point unless the lecture groups checks into
  * exercises, in the lecture (not in a rank), before the checks run:
  *
  *     grade_exercise("exercise 1:", 30, 3 * world);   // 3 checks per rank
  *
- * The checks whose text starts with `prefix` share `points` equally, over
+ * The checks whose name starts with `prefix` share `points` equally, over
  * `checks` checks: how many a complete run makes, so that a run that stops
- * early lists those it did not reach as one test worth 0, with the reason.
- * A prefix declared twice, a NULL or empty prefix, negative or non-finite
- * points or checks < 1 are error steps. Without --grade it only records
- * the weights. */
+ * early lists those it did not reach as one test worth 0 ("exercise 1:
+ * checks not reached"), with the reason: the errors of the exercise's own
+ * spawn_exercise(), else the run's. A prefix declared twice, a NULL or
+ * empty prefix, negative or non-finite points or checks < 1 are error
+ * steps. Without --grade it records the weights and counts the checks not
+ * reached (the console's last line, meta.checks). */
 void grade_exercise(const char *prefix, double points, int checks);
 
 /* ------------------------------------------------------------------ */

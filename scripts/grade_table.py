@@ -10,7 +10,7 @@ import sys
 def table(results):
     tests = results.get("tests", [])
     width = max([len(t["name"]) for t in tests] + [len("check")])
-    width = min(width, 72)
+    width = min(width, 96)   # a name longer than this is cut, with "..."
     lines = ["%-*s  %8s  %s" % (width, "check", "points", "")]
     for t in tests:
         name = t["name"] if len(t["name"]) <= width else t["name"][:width - 3] + "..."

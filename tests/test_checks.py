@@ -156,11 +156,16 @@ class Folded(unittest.TestCase):
         # rank 3's difference, 3e-4 as float32 rounds it near 2.0: the largest of the four
         self.assertAlmostEqual(r["max_abs"], 3e-4, delta=1e-6)
 
-    def test_a_loop_folds_with_its_count(self):
-        (s, r), = self.by_what("step ")
-        self.assertEqual((sorted(r["ranks"]), r["folded"]), ([0, 1, 2, 3], 8))
-        self.assertIn("PASS on 4 ranks (8 checks): ", r["data"])
-        self.assertIn("numbers]", r["data"])   # "step 0" and "step 1" differ: it says whose it shows
+    def test_a_loop_folds_turn_by_turn(self):
+        # A check in a loop makes one step per turn, each rank's k-th check
+        # at the line joining the others' k-th: "step 1" does not hide
+        # behind "step 0". Each is rank 0's step, the column it is shown in.
+        steps = self.by_what("step ")
+        self.assertEqual(sorted(r["what"] for _, r in steps), ["step 0 of 2", "step 1 of 2"])
+        for s, r in steps:
+            self.assertEqual((sorted(r["ranks"]), r["folded"], s["rank"]), ([0, 1, 2, 3], 4, 0))
+            self.assertEqual({p["what"] for p in r["each"]}, {r["what"]})
+            self.assertEqual(r["data"], "PASS on 4 ranks: " + r["what"])
 
     def test_the_failing_rank_stands_alone(self):
         values = self.by_what("value ")

@@ -23,6 +23,22 @@
     return bits.join(' · ');
   };
 
+  // The run's check counts: the trace's meta.checks when it has them (the
+  // runtime counts every check there, each rank's, folded or not), else
+  // counted from the steps, a folded PASS as the checks it stands for.
+  L.checkCounts = function () {
+    var mc = L.T.meta && L.T.meta.checks, IX = L.IX;
+    if (mc && typeof mc.passed === 'number' && typeof mc.failed === 'number')
+      return { passed: mc.passed, failed: mc.failed, notReached: typeof mc.not_reached === 'number' ? mc.not_reached : null };
+    var passed = 0;
+    IX.checks.passed.forEach(function (i) {
+      L.T.steps[i].renderings.forEach(function (r) {
+        if (r && r.type === 'check' && r.passed === true) passed += typeof r.folded === 'number' ? r.folded : 1;
+      });
+    });
+    return { passed: passed, failed: IX.checks.failed.length, notReached: null };
+  };
+
   L.drawHeader = function () {
     var T = L.T, IX = L.IX, m = T.meta || {};
     var name = T.lecture || S.name, title = IX.title || name;
@@ -35,15 +51,19 @@
       b.textContent = failed ? 'failed' : m.status;
       b.className = 'badge ' + (failed ? 'bad' : 'ok');
     }
-    // Checks: how many passed and failed, the failed count a button to the
-    // first failed check.
-    var ck = IX.checks, cb = $('checks-badge');
-    if (ck.passed.length + ck.failed.length) {
+    // Checks: how many passed and failed (and, where the lecture declared
+    // exercises, how many its run never reached), the failed count a button
+    // to the first failed check. The counts are the run's own (meta.checks,
+    // what the console's last line and --grade's results say): a PASS step
+    // folded from several ranks stands for all of them.
+    var ck = IX.checks, cb = $('checks-badge'), n = L.checkCounts();
+    if (n.passed + n.failed + (n.notReached || 0)) {
       cb.hidden = false;
-      cb.className = 'badge checks ' + (ck.failed.length ? 'bad' : 'ok');
-      cb.innerHTML = 'checks: <span class="n-pass">' + ck.passed.length + ' passed</span>, ' + (ck.failed.length ?
+      cb.className = 'badge checks ' + (n.failed || n.notReached ? 'bad' : 'ok');
+      cb.innerHTML = 'checks: <span class="n-pass">' + n.passed + ' passed</span>, ' + (n.failed && ck.failed.length ?
         '<button type="button" class="to-step n-fail" data-step="' + ck.failed[0] + '" title="Go to the first failed check">' +
-        ck.failed.length + ' failed</button>' : '<span class="n-fail">0 failed</span>');
+        n.failed + ' failed</button>' : '<span class="n-fail">' + n.failed + ' failed</span>') +
+        (n.notReached != null ? ', <span class="n-unreached">' + n.notReached + ' not reached</span>' : '');
     }
     // Warnings (tensors left alive): a run that passed with them is not all
     // green; the count is a button to the first.
@@ -57,7 +77,8 @@
     var dl = '';
     function row(k, v) { if (v != null && v !== '') dl += '<dt>' + esc(k) + '</dt><dd>' + esc(v) + '</dd>'; }
     row('status', m.status);
-    if (ck.passed.length + ck.failed.length) row('checks', ck.passed.length + ' passed, ' + ck.failed.length + ' failed');
+    if (n.passed + n.failed + (n.notReached || 0))
+      row('checks', n.passed + ' passed, ' + n.failed + ' failed' + (n.notReached != null ? ', ' + n.notReached + ' not reached' : ''));
     if (IX.warnings.length) row('warnings', IX.warnings.length + ' (tensors left alive)');
     row('backend', m.backend);
     row('GPUs', m.gpus != null ? m.gpus + (m.gpu_names && m.gpu_names.length ? ' · ' + L.uniq(m.gpu_names).join(', ') : '') : null);
@@ -76,7 +97,7 @@
       ban.className = 'banner bad';
       ban.innerHTML = (failed ? '<strong>This run failed.</strong> ' : '') + (IX.errors.length ? IX.errors.length + ' error step' +
         (IX.errors.length > 1 ? 's' : '') + '. <button type="button" class="to-step" data-step="' + e + '">First: ' +
-        esc(whereText(e)) + '</button>' : ck.failed.length ? ck.failed.length + ' check' + (ck.failed.length > 1 ? 's' : '') +
+        esc(whereText(e)) + '</button>' : ck.failed.length ? n.failed + ' check' + (n.failed > 1 ? 's' : '') +
         ' failed. <button type="button" class="to-step" data-step="' + ck.failed[0] + '">First: ' + esc(whereText(ck.failed[0])) +
         '</button>' : 'The trace holds the steps up to the failure.') +
         // ?trace=NAME opened the newest run, which failed: the last good one is a link away.

@@ -140,12 +140,15 @@
   }
 
   // A spawn's status in words: a spawn_expect_failure() spawn that failed
-  // did what the lecture wanted, one that succeeded did not.
+  // did what the lecture wanted, one that succeeded did not; a spawn whose
+  // ranks all returned but made checks that failed is no green "ok".
   L.spawnStatus = function (sp) {
     if (!sp.status) return null;
     if (sp.expect_failure === true)
       return sp.status === 'failed' ? { text: 'caught, as expected', bad: false } :
         sp.status === 'ok' ? { text: 'succeeded, but a failure was expected', bad: true } : { text: sp.status, bad: false };
+    var f = sp.checks && typeof sp.checks.failed === 'number' ? sp.checks.failed : 0;
+    if (sp.status === 'ok' && f > 0) return { text: 'ran, ' + f + ' check' + (f > 1 ? 's' : '') + ' failed', bad: true };
     return { text: sp.status, bad: sp.status === 'failed' };
   };
 
@@ -173,7 +176,9 @@
       '<table class="rgrid' + (view === 'time' ? ' in-time' : '') + '"><colgroup><col class="c-rl">' +
       (cols.length ? '<col span="' + cols.length + '">' : '') + '</colgroup>' +
       '<thead><tr class="sp-cap"><th colspan="' + (cols.length + 1) + '"><div class="sp-cap-in">' +
-      '<code class="spawn-call">' + esc(spawnCall(k)) + '</code> <span class="sp-facts"><strong>' + esc(ws) + ' rank' +
+      '<code class="spawn-call">' + esc(spawnCall(k)) + '</code> <span class="sp-facts">' +
+      (sp.exercise ? '<span class="exercise">' + esc(String(sp.exercise).replace(/[:\s]+$/, '')) + '</span> · ' : '') +
+      '<strong>' + esc(ws) + ' rank' +
       (ws == 1 ? '' : 's') + '</strong>' + (sp.backend ? ' · <span class="backend">' + esc(sp.backend) + '</span>' : '') +
       (sp.seconds != null ? ' · ' + esc(L.fmtSeconds(sp.seconds)) : '') +
       (Array.isArray(sp.hosts) ? ' · ' + esc(hostCount(sp.hosts)) + ' hosts' : '') +

@@ -10,7 +10,9 @@
  *
  * Three figures per kind of call (lectern.h, dist_traffic):
  *
- *  - calls: counted here, exact.
+ *  - calls: counted here, exact; and the non-blocking collectives whose
+ *    wait returned (waited), so that a homework can tell which are in
+ *    flight at a moment.
  *  - bytes measured. Point to point: the bytes handed to the transport,
  *    per peer, exact (the agreement check, comm_agree.c, has made sure the
  *    receive is as large as the send). Collectives: the bytes Open MPI's
@@ -50,7 +52,7 @@
 static const lx_comm_ops *inner; /* the backend's own table */
 static lx_comm_ops counted;      /* the same, counting */
 
-static int64_t calls[DIST_CALL_KINDS];
+static int64_t calls[DIST_CALL_KINDS], waited[DIST_CALL_KINDS];
 static int64_t sent[DIST_CALL_KINDS], received[DIST_CALL_KINDS];
 static int64_t sent_to[LECTERN_MAX_WORLD], received_from[LECTERN_MAX_WORLD];
 static double nominal[DIST_CALL_KINDS]; /* fractional in the formulas: rounded when read */
@@ -286,6 +288,7 @@ static void c_wait(void *req) {
         open_request *o = *p;
         *p = o->next;
         close_window(&o->w);
+        waited[o->w.kind]++;
         free(o);
         return;
     }
@@ -318,6 +321,7 @@ const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops) {
     cur_size = lx_the_world.size;
     cur_rank = lx_the_world.rank;
     memset(calls, 0, sizeof calls);
+    memset(waited, 0, sizeof waited);
     memset(sent, 0, sizeof sent);
     memset(received, 0, sizeof received);
     memset(sent_to, 0, sizeof sent_to);
@@ -339,6 +343,7 @@ dist_traffic dist_traffic_now(void) {
     memset(&t, 0, sizeof t);
     if (!lx_comm_active()) return t;
     memcpy(t.calls, calls, sizeof calls);
+    memcpy(t.waited, waited, sizeof waited);
     memcpy(t.bytes_sent, sent, sizeof sent);
     memcpy(t.bytes_received, received, sizeof received);
     memcpy(t.sent_to, sent_to, sizeof sent_to);
@@ -357,6 +362,7 @@ dist_traffic dist_traffic_since(const dist_traffic *start) {
     }
     for (int k = 0; k < DIST_CALL_KINDS; k++) {
         t.calls[k] -= start->calls[k];
+        t.waited[k] -= start->waited[k];
         t.bytes_sent[k] -= start->bytes_sent[k];
         t.bytes_received[k] -= start->bytes_received[k];
         t.nominal_sent[k] -= start->nominal_sent[k];

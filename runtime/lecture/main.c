@@ -232,10 +232,7 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     }
     free(path);
     /* The verdict last, so it is the line a student sees. */
-    int checks_passed, checks_failed;
-    lx_check_counts(&checks_passed, &checks_failed);
-    if (checks_passed + checks_failed > 0)
-        fprintf(stderr, "checks: %d passed, %d failed\n", checks_passed, checks_failed);
+    lx_check_summary_print();
     lx_grade_write(); /* again, with the console's last line in its tail */
     lx_trace_free();
     lx_options_free();

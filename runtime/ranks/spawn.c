@@ -42,6 +42,7 @@
  *     LECTERN_TIMEOUT seconds: a deadlock, with each rank's line.
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -88,6 +89,7 @@ static lx_backend choose_backend(int world_size, char **reason) {
 }
 
 typedef struct held_step held_step;
+typedef struct check_site check_site;
 
 /* One spawn, as the parent sees it. */
 typedef struct spawn_run {
@@ -114,12 +116,21 @@ typedef struct spawn_run {
     held_step *held;                          /* steps received, not yet appended (see release) */
     int n_held, cap_held;
     unsigned long seq;
-    cJSON **folds;     /* the PASS step of each check site so far (fold_pass) */
+    cJSON **folds;     /* the PASS step of each check site and turn so far (fold_pass) */
+    int *fold_turn;    /* its turn at its site */
+    check_site *sites; /* where the ranks made checks, and how many each */
+    int n_sites;
     char **fold_lines; /* each one's own line, after "PASS: " */
     int *fold_rank;    /* the rank whose numbers it shows, -1 while all ranks' lines agree */
     int n_folds, cap_folds;
-    int expect_failure; /* spawn_expect_failure(): its errors are the lesson */
-    char *failure;      /* why it failed, one sentence (NULL while it has not) */
+    int expect_failure;                         /* spawn_expect_failure(): its errors are the lesson */
+    char *failure;                              /* why it failed, one sentence (NULL while it has not) */
+    const char *exercise;                       /* spawn_exercise(): the exercise it runs ("exercise 1:"), else NULL */
+    double limit;                               /* spawn_exercise(): seconds the ranks may run (0: no limit) */
+    double work_started;                        /* when the ranks got their work */
+    unsigned moved_progress[LECTERN_MAX_WORLD]; /* each rank's board progress at the last look ... */
+    double moved_at[LECTERN_MAX_WORLD];         /* ... and when it last changed: how long it has been where it is */
+    int checks_passed, checks_failed;           /* the checks its ranks made */
 } spawn_run;
 
 static void set_number(cJSON *obj, const char *key, double v) {
@@ -137,6 +148,27 @@ static double rounded(double seconds) { return (double)(long long)(seconds * 1e6
 static void finish_entry(spawn_run *run, const char *status) {
     cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "status", cJSON_CreateString(status));
     set_number(run->entry, "seconds", rounded(now_seconds() - run->started));
+    /* Its checks: a spawn whose ranks ran to the end but failed checks is
+     * no all-green "ok" (the viewer's spawn header says so). */
+    if (run->checks_passed + run->checks_failed > 0) {
+        cJSON *checks = cJSON_CreateObject();
+        cJSON_AddNumberToObject(checks, "passed", run->checks_passed);
+        cJSON_AddNumberToObject(checks, "failed", run->checks_failed);
+        if (cJSON_GetObjectItemCaseSensitive(run->entry, "checks"))
+            cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "checks", checks);
+        else cJSON_AddItemToObject(run->entry, "checks", checks);
+    }
+}
+
+/* Counts the checks of a rank's step for its spawn's entry. */
+static void count_checks(spawn_run *run, cJSON *step) {
+    cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
+        if (!type || strcmp(type, "check") != 0) continue;
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "passed"))) run->checks_passed++;
+        else run->checks_failed++;
+    }
 }
 
 /* ---- steps from the ranks ---- */
@@ -173,16 +205,20 @@ static void mark_expected(cJSON *step) {
 /* ---- one step per check site ----
  *
  * Four ranks that each check their parameters make four PASS badges that
- * say the same thing. A passing check of a rank is folded into the first
- * PASS step its spawn made at the same place (the same stack of lines): that step's check
+ * say the same thing. A passing check of a rank is folded into the PASS
+ * step its spawn made at the same place (the same stack of lines) and the
+ * same turn there: a check in a loop (gradient 0, 1 and 2 of one line)
+ * makes one step per turn, rank r's k-th check at a place joining the
+ * others' k-th, so that no turn hides behind the first. That step's check
  * rendering lists the ranks ("ranks") and how many checks it stands for
  * ("folded"), each pass's rank and what ("each": nothing is lost but the
- * repeated stack and numbers), and its line reads "PASS on 4 ranks: ...". Its numbers are
- * those of the worst of them (the largest max_abs, when the check has one);
- * when the ranks' lines differ otherwise, the line names whose it shows.
- * A failing check is never folded: it stays a step of its own, with its rank
- * and its numbers. Every check still counts and is graded one by one
- * (lx_trace_tally). */
+ * repeated stack and numbers), and its line reads "PASS on 4 ranks: ...".
+ * Its rank is the lowest of its ranks' (the column it is shown in). Its
+ * numbers are those of the worst of them (the largest max_abs, when the
+ * check has one); when the ranks' lines differ otherwise, the line names
+ * whose it shows. A failing check is never folded: it stays a step of its
+ * own, with its rank and its numbers, and takes its turn. Every check
+ * still counts and is graded one by one (lx_trace_tally). */
 
 /* The check rendering of a step that is one passing check and nothing else. */
 static cJSON *passing_check(cJSON *step) {
@@ -196,8 +232,7 @@ static cJSON *passing_check(cJSON *step) {
 
 /* Made at the same place: the same frames (file and line) all the way
  * down. A helper that checks, called from two lines, makes two sites. */
-static int same_site(cJSON *a, cJSON *b) {
-    cJSON *sa = cJSON_GetObjectItemCaseSensitive(a, "stack"), *sb = cJSON_GetObjectItemCaseSensitive(b, "stack");
+static int same_stack(cJSON *sa, cJSON *sb) {
     int n = cJSON_GetArraySize(sa);
     if (n == 0 || n != cJSON_GetArraySize(sb)) return 0;
     for (cJSON *fa = sa->child, *fb = sb->child; fa && fb; fa = fa->next, fb = fb->next) {
@@ -209,6 +244,43 @@ static int same_site(cJSON *a, cJSON *b) {
             return 0;
     }
     return 1;
+}
+
+static int same_site(cJSON *a, cJSON *b) {
+    return same_stack(cJSON_GetObjectItemCaseSensitive(a, "stack"), cJSON_GetObjectItemCaseSensitive(b, "stack"));
+}
+
+/* A place checks are made at, and how many each rank has made there. */
+struct check_site {
+    cJSON *stack; /* a copy */
+    int made[LECTERN_MAX_WORLD];
+};
+
+static int has_check(cJSON *step) {
+    cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
+        if (type && strcmp(type, "check") == 0) return 1;
+    }
+    return 0;
+}
+
+/* The turn of rank `rank`'s check step at its place: 0 for its first check
+ * there, 1 for its second, ... */
+static int check_turn(spawn_run *run, int rank, cJSON *step) {
+    cJSON *stack = cJSON_GetObjectItemCaseSensitive(step, "stack");
+    int i = 0;
+    while (i < run->n_sites && !same_stack(run->sites[i].stack, stack))
+        i++;
+    if (i == run->n_sites) {
+        check_site *grown = realloc(run->sites, (size_t)(run->n_sites + 1) * sizeof *grown);
+        if (!grown) lx_fatal("out of memory folding checks");
+        run->sites = grown;
+        memset(&run->sites[i], 0, sizeof run->sites[i]);
+        run->sites[i].stack = cJSON_Duplicate(stack, 1);
+        run->n_sites++;
+    }
+    return run->sites[i].made[rank]++;
 }
 
 static double max_abs_of(cJSON *r) {
@@ -239,23 +311,28 @@ static void fold_label(cJSON *r, const char *rest, int numbers_of) {
     free(who);
 }
 
-/* {"rank": 2, "what": "..."}: one pass of those a folded step stands for. */
+/* {"rank": 2, "what": "...", "name": "..."}: one pass of those a folded
+ * step stands for (its name when check_named gave it one). */
 static cJSON *one_pass(int rank, cJSON *r) {
     cJSON *p = cJSON_CreateObject();
     cJSON_AddNumberToObject(p, "rank", rank);
     cJSON_AddItemToObject(p, "what", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(r, "what"), 1));
+    cJSON *name = cJSON_GetObjectItemCaseSensitive(r, "name");
+    if (name) cJSON_AddItemToObject(p, "name", cJSON_Duplicate(name, 1));
     return p;
 }
 
 /* Folds `step` (rank `rank`) into its site's PASS step: 1 when it did (the
  * step is then the caller's to delete), 0 when it is the first at its site
  * or is no passing check. */
-static int fold_pass(spawn_run *run, int rank, cJSON *step) {
+static int fold_pass(spawn_run *run, int rank, cJSON *step, int turn) {
     cJSON *r = passing_check(step);
     if (!r) return 0;
     for (int i = 0; i < run->n_folds; i++) {
-        if (!same_site(run->folds[i], step)) continue;
+        if (run->fold_turn[i] != turn || !same_site(run->folds[i], step)) continue;
         cJSON *into = passing_check(run->folds[i]);
+        cJSON *into_rank = cJSON_GetObjectItemCaseSensitive(run->folds[i], "rank");
+        if (cJSON_IsNumber(into_rank) && rank < into_rank->valueint) cJSON_SetNumberValue(into_rank, rank);
         cJSON *ranks = cJSON_GetObjectItemCaseSensitive(into, "ranks");
         int seen = 0;
         cJSON *x;
@@ -305,10 +382,14 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step) {
         int *k = realloc(run->fold_rank, (size_t)cap * sizeof *k);
         if (!k) lx_fatal("out of memory folding checks");
         run->fold_rank = k;
+        int *t = realloc(run->fold_turn, (size_t)cap * sizeof *t);
+        if (!t) lx_fatal("out of memory folding checks");
+        run->fold_turn = t;
         run->cap_folds = cap;
     }
     run->fold_lines[run->n_folds] = pass_line(r);
     run->fold_rank[run->n_folds] = -1;
+    run->fold_turn[run->n_folds] = turn;
     run->folds[run->n_folds++] = step;
     return 0;
 }
@@ -324,7 +405,8 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
         if (run->expect_failure) mark_expected(step);
         else lx_mark_failed(); /* lx_error in a rank fails the lecture */
     }
-    if (fold_pass(run, rank, step)) {
+    count_checks(run, step);
+    if (has_check(step) && fold_pass(run, rank, step, check_turn(run, rank, step))) {
         cJSON_Delete(step);
         return;
     }
@@ -515,7 +597,11 @@ static void free_run(spawn_run *run) {
         free(run->fold_lines[i]);
     free(run->fold_lines);
     free(run->fold_rank);
+    free(run->fold_turn);
     free(run->folds);
+    for (int i = 0; i < run->n_sites; i++)
+        cJSON_Delete(run->sites[i].stack);
+    free(run->sites);
     free(run->failure);
     free(run);
 }
@@ -537,6 +623,22 @@ static int first_failure(spawn_run *run) {
         }
     }
     return first;
+}
+
+/* A rank that died of an invalid memory access: the build with the
+ * sanitizers names the access itself ("index -1 out of bounds for type
+ * 'tensor *[8]'") where the signal can only name the line. Said only
+ * where this build is not that one already. */
+static char *fault_hint(const char *how) {
+#if defined(__SANITIZE_ADDRESS__)
+    (void)how;
+    return strdup("");
+#else
+    if (!strstr(how, "SIGSEGV") && !strstr(how, "SIGBUS")) return strdup("");
+    return lx_fmt(". `make run SAN=1 LECTURE=%s` runs it built with AddressSanitizer and UBSan, which name the bad "
+                  "access (an index out of bounds, a pointer past its array)",
+                  lx_lecture_name());
+#endif
 }
 
 /* The failure paths below write the error steps, stop the pool (the next
@@ -568,14 +670,16 @@ static void fail_rank(spawn_run *run, int rank) {
     lx_pool_kill(); /* the next spawn starts a fresh pool */
     place at = lx_innermost(frames);
     const lx_frame *line = run->n_parent > 0 ? &run->parent[run->n_parent - 1] : NULL;
-    char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d %s, in %s()%s", at.path, at.line, rank, run->world_size, how,
-                                  at.function, silent ? " (the last line it reported)" : "")
+    char *hint = fault_hint(how);
+    char *msg = at.known ? lx_fmt("%s:%d: rank %d of %d %s, in %s()%s%s", at.path, at.line, rank, run->world_size, how,
+                                  at.function, silent ? " (the last line it reported)" : "", hint)
                 : line   ? lx_fmt("%s:%d: rank %d of %d %s (no line of its own known: this is the spawn() "
                                     "line)",
                                   line->path, line->line, rank, run->world_size, how)
-                         : lx_fmt("rank %d of %d %s (no lecture line known)", rank, run->world_size, how);
+                         : lx_fmt("rank %d of %d %s (no lecture line known)%s", rank, run->world_size, how, hint);
     rank_error_step(run, rank, frames, msg);
     free(msg);
+    free(hint);
     free(frames);
     finish_entry(run, "failed");
     char *summary =
@@ -1057,16 +1161,28 @@ static void watch_board(spawn_run *run, double now) {
     if (failed >= 0) fail_rank(run, failed);
 }
 
-/* Ctrl-C (or SIGTERM) while the ranks run: one error step per rank saying
- * where it is (the call it waits in and for whom, or the line it last
- * reported while working), then the pool is stopped and the signal raised
- * again: crash.c adds the lecture's own step and writes the trace. */
-static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) {
-    const char *name = sig == SIGINT ? "SIGINT (interrupted)" : "SIGTERM (terminated)";
-    drain_briefly(run);
-    /* A rank that works has written no line since its last step: ask it. */
-    int asked[LECTERN_MAX_WORLD] = {0};
+/* ---- where each rank is, when the lecture must stop the ranks ---- */
+
+/* When each rank last moved (a step, a call entered or left): how long it
+ * has been where it is, for the time limit's report. */
+static void note_moves(spawn_run *run, double now) {
+    if (!run->board) return;
     for (int r = 0; r < run->world_size; r++) {
+        unsigned p = __atomic_load_n(&run->board->slot[r].progress, __ATOMIC_ACQUIRE);
+        if (p != run->moved_progress[r]) {
+            run->moved_progress[r] = p;
+            run->moved_at[r] = now;
+        }
+    }
+}
+
+/* A rank that works has written no line since its last step: asks each
+ * working rank where it is (SIGUSR2: its handler writes its stack on the
+ * board and raises `sampled`), and waits up to 1 s for the answers.
+ * asked[r]: rank r was asked. */
+static void ask_working_ranks(spawn_run *run, int *asked) {
+    for (int r = 0; r < run->world_size; r++) {
+        asked[r] = 0;
         board_slot *s = run->board ? &run->board->slot[r] : NULL;
         int pid = lx_pool_pid(r);
         if (!s || run->done[r] || run->gone[r] || pid <= 0 || __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE)) continue;
@@ -1080,10 +1196,30 @@ static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) 
         if (!pending) break;
         lx_sleep_seconds(0.01);
     }
+}
+
+/* Rank r's place: the stack it gave when asked, else the last line it
+ * reported. *sampled: 1 when it is the former. */
+static const char *rank_frames(const spawn_run *run, int r, const int *asked, int *sampled) {
+    board_slot *s = run->board ? &run->board->slot[r] : NULL;
+    *sampled = s && asked[r] && s->sampled && s->sample[0];
+    return !s ? "" : *sampled ? s->sample : s->where;
+}
+
+/* Ctrl-C (or SIGTERM) while the ranks run: one error step per rank saying
+ * where it is (the call it waits in and for whom, or the line it last
+ * reported while working), then the pool is stopped and the signal raised
+ * again: crash.c adds the lecture's own step and writes the trace. */
+static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) {
+    const char *name = sig == SIGINT ? "SIGINT (interrupted)" : "SIGTERM (terminated)";
+    drain_briefly(run);
+    int asked[LECTERN_MAX_WORLD];
+    ask_working_ranks(run, asked);
     for (int r = 0; r < run->world_size; r++) {
         if (run->done[r] || run->gone[r]) continue;
         board_slot *s = run->board ? &run->board->slot[r] : NULL;
-        const char *frames = !s ? "" : asked[r] && s->sampled && s->sample[0] ? s->sample : s->where;
+        int sampled;
+        const char *frames = rank_frames(run, r, asked, &sampled);
         place at = lx_innermost(frames);
         lx_sb b = {0};
         if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
@@ -1095,8 +1231,7 @@ static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) 
             if (s->peer >= 0) lx_sb_printf(&b, " for rank %d", s->peer);
             else lx_sb_str(&b, " for every rank (a collective)");
         } else if (at.known) {
-            lx_sb_printf(&b, "was working in %s()%s", at.function,
-                         frames == s->sample ? "" : " (the last line it reported)");
+            lx_sb_printf(&b, "was working in %s()%s", at.function, sampled ? "" : " (the last line it reported)");
         } else {
             lx_sb_str(&b, "was working (no lecture line known)");
         }
@@ -1109,6 +1244,63 @@ static void __attribute__((noreturn)) fail_interrupted(spawn_run *run, int sig) 
     lx_spawn_waiting = 0;
     raise(sig);
     _exit(128 + sig); /* not reached: the handler re-raises with the default action */
+}
+
+/* "exercise 1" for "exercise 1:", or "the spawn". */
+static char *run_name(const spawn_run *run) {
+    if (!run->exercise) return strdup("the spawn");
+    int len = (int)strlen(run->exercise);
+    while (len > 0 && (run->exercise[len - 1] == ':' || run->exercise[len - 1] == ' '))
+        len--;
+    return lx_fmt("%.*s", len, run->exercise);
+}
+
+/* A spawn_exercise() whose ranks still run after its time limit: a loop
+ * that never ends, in one rank or all, which no deadlock detector calls a
+ * deadlock (a working rank is progress). One error step per rank still
+ * running: where it is, working or waiting (and for whom), and for how
+ * long it has been there (since its last step or call). */
+static void fail_time_limit(spawn_run *run, double now) {
+    drain_briefly(run);
+    int asked[LECTERN_MAX_WORLD];
+    ask_working_ranks(run, asked);
+    char *what = run_name(run);
+    lx_sb summary = {0};
+    int n = 0;
+    for (int r = 0; r < run->world_size; r++) {
+        if (run->done[r] || run->gone[r]) continue;
+        board_slot *s = run->board ? &run->board->slot[r] : NULL;
+        int sampled;
+        const char *frames = rank_frames(run, r, asked, &sampled);
+        place at = lx_innermost(frames);
+        double there = now - run->moved_at[r];
+        lx_sb b = {0};
+        if (at.known) lx_sb_printf(&b, "%s:%d: ", at.path, at.line);
+        lx_sb_printf(&b, "%s ran past its time limit of %g s: rank %d of %d ", what, run->limit, r, run->world_size);
+        int waiting = s && __atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE);
+        if (waiting) {
+            lx_sb_printf(&b, "has been waiting in %s%s", s->operation, call_parens(s->operation));
+            if (at.known) lx_sb_printf(&b, " in %s()", at.function);
+            if (s->peer >= 0) lx_sb_printf(&b, " for rank %d", s->peer);
+            else lx_sb_str(&b, " for every rank (a collective)");
+            lx_sb_printf(&b, " for %.1f s", there);
+        } else {
+            if (at.known) lx_sb_printf(&b, "has been working in %s()", at.function);
+            else lx_sb_str(&b, "has been working (no lecture line known)");
+            lx_sb_printf(&b, " for %.1f s%s: a loop that never ends?", there,
+                         at.known && !sampled ? " (the last line it reported)" : "");
+        }
+        rank_error_step(run, r, frames, b.s);
+        free(b.s);
+        lx_sb_printf(&summary, "%srank %d %s", n++ ? "; " : "", r, waiting ? "waiting" : "working");
+        if (at.known) lx_sb_printf(&summary, " at %s:%d", at.path, at.line);
+    }
+    lx_pool_kill();
+    finish_entry(run, "failed");
+    run->failure = lx_fmt("spawn of %d rank%s stopped: %s ran past its time limit of %g s (%s)", run->world_size,
+                          plural(run->world_size), what, run->limit, summary.s ? summary.s : "no rank left");
+    free(summary.s);
+    free(what);
 }
 
 /* ---- spawn() ---- */
@@ -1186,14 +1378,17 @@ static void record_hosts(spawn_run *run) {
 /* Runs one spawn to its end. Returns NULL when every rank's function
  * returned, else why the spawn failed (malloc'd): the error steps are in
  * the trace by then, and the pool is stopped. `deadlock_timeout`: seconds
- * every rank may wait without progress. */
+ * every rank may wait without progress; `exercise` and `limit`: those of
+ * spawn_exercise() (NULL and 0 otherwise). */
 static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t args_size, int expect_failure,
-                       double deadlock_timeout) {
+                       double deadlock_timeout, const char *exercise, double limit) {
     double timeout = deadlock_timeout;
     spawn_run *run = calloc(1, sizeof *run);
     if (!run) lx_fatal("out of memory");
     run->world_size = world_size;
     run->expect_failure = expect_failure;
+    run->exercise = exercise;
+    run->limit = limit;
     lx_spawn_results_clear(world_size);
     run->started = now_seconds();
     run->n_parent = lx_stack_capture(run->parent, LX_MAX_FRAMES);
@@ -1224,6 +1419,8 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     cJSON_AddItemToObject(run->entry, "stack", lx_stack_to_json(run->parent, run->n_parent));
     cJSON_AddStringToObject(run->entry, "status", "running");
     if (expect_failure) cJSON_AddTrueToObject(run->entry, "expect_failure");
+    if (exercise) cJSON_AddStringToObject(run->entry, "exercise", exercise);
+    if (limit > 0) cJSON_AddNumberToObject(run->entry, "time_limit_s", limit);
     if (slurm.present) {
         cJSON *alloc = cJSON_AddObjectToObject(run->entry, "slurm");
         cJSON_AddStringToObject(alloc, "job_id", slurm.job);
@@ -1259,7 +1456,9 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     set_number(run->entry, "startup_s", rounded(now_seconds() - run->started));
 
     /* Wait for "done" from every rank, forwarding steps as they come. */
-    run->last_progress = now_seconds();
+    run->last_progress = run->work_started = now_seconds();
+    for (int r = 0; r < world_size; r++)
+        run->moved_at[r] = run->work_started;
     double last_board = 0;
     lx_spawn_interrupt = 0;
     lx_spawn_waiting = 1;
@@ -1275,10 +1474,12 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
         }
         if (now - last_board >= 0.02) {
             last_board = now;
+            note_moves(run, now);
             watch_board(run, now);
             if (run->failure) break;
         }
         if (now - run->last_progress > timeout) fail_deadlock(run, timeout);
+        else if (run->limit > 0 && now - run->work_started > run->limit) fail_time_limit(run, now);
     }
 
     lx_spawn_waiting = 0;
@@ -1298,8 +1499,31 @@ void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size) {
     check_arguments("spawn", fn, world_size, args, args_size);
     double timeout = timeout_seconds();
     lx_pool_min_ranks(); /* a bad setting fails here, before anything starts */
-    char *failure = run_spawn(fn, world_size, args, args_size, 0, timeout);
+    char *failure = run_spawn(fn, world_size, args, args_size, 0, timeout, NULL, 0);
     if (failure) lx_fatal("%s", failure);
+}
+
+int spawn_exercise(const char *exercise, double seconds, spawn_fn fn, int world_size, const void *args,
+                   size_t args_size) {
+    check_arguments("spawn_exercise", fn, world_size, args, args_size);
+    if (!(seconds >= 0) || isinf(seconds))
+        lx_fatal("spawn_exercise(): the time limit must be a finite number of seconds >= 0 (0: none), not %g", seconds);
+    if (!exercise)
+        lx_fatal("spawn_exercise(): the exercise is NULL: give the prefix grade_exercise() declared for it "
+                 "(\"exercise 1:\")");
+    if (lx_grade_begin(exercise) != 0)
+        lx_fatal("spawn_exercise(\"%s\"): no exercise has that prefix: declare it first with grade_exercise()",
+                 exercise);
+    double timeout = timeout_seconds();
+    lx_pool_min_ranks();
+    char *failure = run_spawn(fn, world_size, args, args_size, 0, timeout, exercise, seconds);
+    lx_grade_end();
+    if (!failure) return 1;
+    /* Said as the error steps were, and the run is failed by them; the
+     * lecture goes on to its next exercise. */
+    fprintf(stderr, "lectern: %s %s; the lecture goes on\n", exercise, failure);
+    free(failure);
+    return 0;
 }
 
 /* The deadlock timeout of an expected failure: LECTERN_EXPECT_TIMEOUT, else
@@ -1322,7 +1546,7 @@ int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t a
     check_arguments("spawn_expect_failure", fn, world_size, args, args_size);
     double timeout = expect_timeout_seconds();
     lx_pool_min_ranks();
-    char *failure = run_spawn(fn, world_size, args, args_size, 1, timeout);
+    char *failure = run_spawn(fn, world_size, args, args_size, 1, timeout, NULL, 0);
     if (!failure) {
         /* The lesson did not happen: the lecture is wrong, say where. */
         lx_error("spawn_expect_failure(): the spawn of %d rank%s succeeded, but it was expected to fail "

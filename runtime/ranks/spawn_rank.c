@@ -41,6 +41,8 @@
 #include "ranks/ranks.h"
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <dlfcn.h>
+#include <sanitizer/common_interface_defs.h>
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -326,7 +328,10 @@ static void rank_on_exit(int status, void *arg) {
     (void)arg;
     if (!my_slot || my_slot->state != SLOT_RUNNING) return;
     lx_frame frames[LX_MAX_FRAMES];
-    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    /* Where its error was put, when an error stopped it (the caller's line
+     * for an error inside given code: lx_fatal_at), else where it exits. */
+    int n = lx_fatal_frames(frames, LX_MAX_FRAMES);
+    if (n == 0) n = lx_stack_capture(frames, LX_MAX_FRAMES);
     if (n > 0) lx_frames_to_text(frames, n, my_slot->failure_frames, sizeof my_slot->failure_frames);
     else memcpy(my_slot->failure_frames, my_slot->where, sizeof my_slot->where);
     snprintf(my_slot->failure, sizeof my_slot->failure, "exited with status %d before its function returned", status);
@@ -348,6 +353,24 @@ static void rank_on_sample(int sig, siginfo_t *info, void *ucontext) {
     __atomic_store_n(&my_slot->sampled, 1, __ATOMIC_RELEASE);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+/* Built with the sanitizers (make SAN=1): a report of AddressSanitizer or
+ * UBSan ends the rank with _exit, which no exit hook sees ("too abruptly
+ * to say how"). Their death callback says so on the board, at the line the
+ * report is about. GCC links each sanitizer's runtime as a library of its
+ * own, each with its own callback: UBSan's is set through its library. */
+static void rank_on_sanitizer_death(void) {
+    if (!my_slot || my_slot->state != SLOT_RUNNING) return;
+    lx_frame frames[LX_MAX_FRAMES];
+    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    if (n > 0) lx_frames_to_text(frames, n, my_slot->failure_frames, sizeof my_slot->failure_frames);
+    snprintf(my_slot->failure, sizeof my_slot->failure,
+             "was stopped by a sanitizer's report (AddressSanitizer or UBSan: it is on the console above)");
+    my_slot->failed_at = now_seconds();
+    __atomic_store_n(&my_slot->state, SLOT_FAILED, __ATOMIC_RELEASE);
+}
+#endif
+
 static void rank_install_handlers(void) {
     /* A stack for the handler, for when the rank's own overflowed. Generous:
      * symbolizing a cold pc with libdw takes a good deal of it. */
@@ -367,6 +390,13 @@ static void rank_install_handlers(void) {
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
     sigaction(SIGUSR2, &sa, NULL);
     on_exit(rank_on_exit, NULL);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_set_death_callback(rank_on_sanitizer_death);
+    void *ubsan = dlopen("libubsan.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void (*set_ubsan)(void (*)(void)) =
+            ubsan ? (void (*)(void (*)(void)))dlsym(ubsan, "__sanitizer_set_death_callback") : NULL;
+    if (set_ubsan) set_ubsan(rank_on_sanitizer_death);
+#endif
 }
 
 /* ---- the spawn's communicator ---- */
@@ -668,7 +698,14 @@ const lx_comm_hooks *lx_ranks_comm(void) {
 }
 
 void lx_spawn_child_entry(int argc, char **argv) {
-    if (argc >= 5 && strcmp(argv[1], RANK_FLAG) == 0) run_pool_rank(argv[2], argv[3], argv[4]);
+    if (argc >= 5 && strcmp(argv[1], RANK_FLAG) == 0) {
+        /* A student's printf() line reaches the console when it is
+         * printed: stdout here is a pipe (mpirun's, or an autograder's),
+         * which stdio would fill 4 kB at a time, and a rank the lecture
+         * stops is killed with what it held. */
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        run_pool_rank(argv[2], argv[3], argv[4]);
+    }
     if (argc >= 2 && strcmp(argv[1], RANK_FLAG) == 0) {
         fprintf(stderr, "lectern: %s is for the processes spawn() starts with mpirun\n", RANK_FLAG);
         exit(2);

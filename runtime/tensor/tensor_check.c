@@ -36,6 +36,47 @@ static void shape_text(const tensor *t, char buf[64]) {
     else snprintf(buf, 64, "%" PRId64, t->shape[0]);
 }
 
+/* The factor r when actual is r times expected at every element (and r is
+ * not 1), else 0: "4.00x the expected everywhere" names a sum where an
+ * average was asked for (or a step taken twice) at once, where the largest
+ * difference alone does not. Element i agrees with r when
+ * |a_i - r e_i| <= atol + 1e-4 |r| max|e|: float32 sums of the same terms
+ * in another order differ by about k 2^-24 of their size (1e-6 for a few
+ * ranks), a hundred times less, while a different mistake (a chunk summed
+ * twice, values of another element) is off by the values' own size. r is
+ * read where |e| is largest, so it is exact to that rounding too; at least
+ * two elements must carry weight (|e| above a tenth of the largest). */
+static double constant_ratio(const float *a, const float *e, int64_t n, double atol) {
+    double emax = 0;
+    int64_t at = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(e[i])) return 0;
+        if (fabs(e[i]) > emax) {
+            emax = fabs(e[i]);
+            at = i;
+        }
+    }
+    if (at < 0 || emax == 0) return 0;
+    double r = (double)a[at] / e[at];
+    if (!isfinite(r) || fabs(r - 1) < 1e-3) return 0;
+    int64_t weighty = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs((double)a[i] - r * e[i]) > atol + 1e-4 * fabs(r) * emax) return 0;
+        weighty += fabs(e[i]) > 0.1 * emax;
+    }
+    return weighty >= 2 ? r : 0;
+}
+
+/* ", the world size (4)?": a factor a distributed step gets wrong most
+ * often, said where the check runs in a rank. */
+static const char *ratio_hint(double r) {
+    int w = lx_world_size();
+    if (w < 2) return "";
+    if (fabs(r - w) < 1e-3 * w) return ": the world size? (a sum where the average is asked for)";
+    if (fabs(r - 1.0 / w) < 1e-3 / w) return ": 1 over the world size? (divided by it once too often)";
+    return "";
+}
+
 /*
  * Element i passes when |actual - expected| <= atol + rtol * |expected|
  * (numpy's isclose, torch's allclose). Computed on the host in double,
@@ -120,10 +161,11 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
             last_bad = i;
         }
     }
+    int ok = bad == 0;
+    double ratio = ok ? 0 : constant_ratio(a, e, n, atol);
     free(a);
     free(e);
 
-    int ok = bad == 0;
     cJSON *r = lx_check_rendering(ok, name);
     cJSON_AddNumberToObject(r, "rtol", rtol);
     cJSON_AddNumberToObject(r, "atol", atol);
@@ -143,6 +185,7 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         cJSON_AddNumberToObject(r, "actual_at_max", actual_at_max);
         cJSON_AddNumberToObject(r, "expected_at_max", expected_at_max);
     }
+    if (ratio != 0) cJSON_AddNumberToObject(r, "ratio", ratio);
     if (runs > 0) {
         cJSON *list = cJSON_AddArrayToObject(r, "bad_ranges");
         for (int64_t k = 0; k < runs && k < KEPT_RUNS; k++) {
@@ -179,6 +222,8 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
         }
         if (runs > KEPT_RUNS)
             lx_sb_printf(&sb, " and %" PRId64 " more range%s", runs - KEPT_RUNS, runs - KEPT_RUNS == 1 ? "" : "s");
+        if (ratio != 0)
+            lx_sb_printf(&sb, "; actual is %.2fx the expected at every element%s", ratio, ratio_hint(ratio));
     }
     lx_check_emit(r, ok, sb.s);
     free(sb.s);

@@ -100,6 +100,17 @@ void lx_tensor_check(const tensor *t, const char *op) {
              op);
 }
 
+int tensor_was_freed(const tensor *t) {
+    if (!t) {
+        lx_error("tensor_was_freed: the tensor is NULL");
+        return 0;
+    }
+    const rec *r = (const rec *)t;
+    if (r->magic == MAGIC_FREED) return 1;
+    if (r->magic != MAGIC_LIVE) lx_error("tensor_was_freed: this is not a tensor made by lectern");
+    return 0;
+}
+
 /* ---- tensors a request is still using ----
  *
  * After dist_isend(t) the library may still be reading t; after dist_irecv(t)
@@ -131,15 +142,36 @@ void lx_tensor_idle(const tensor *t, int library_writes) {
     pthread_mutex_unlock(&lock);
 }
 
+/* The use of a tensor a request still uses, an error at the line of the
+ * use. When that line is inside a function the request's own function
+ * calls (a homework's given zero3_layer(), called by the student's
+ * zero3_forward(), which started the gather), the call in the request's
+ * function is the line to change: the error is put there, and names the
+ * line inside too. */
 static void busy_error(const rec *r, const char *op, const char *verb) {
     char *at = site(&r->busy_at, r->busy_at.line > 0);
     int written = r->busy_written > 0;
-    lx_fatal("%s: %s a tensor that %s at %s is still %s: call dist_wait on that request first "
-             "(until it returns, %s)",
-             op, verb, r->busy_call, at, written ? "writing into" : "sending",
-             written ? "the tensor may hold the old value, the new one, or a mix"
-                     : "the receiver may get the old value, the new one, or a mix");
-    free(at);
+    const char *doing = written ? "writing into" : "sending";
+    const char *risk = written ? "the tensor may hold the old value, the new one, or a mix"
+                               : "the receiver may get the old value, the new one, or a mix";
+    lx_frame frames[LX_MAX_FRAMES];
+    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    int caller = -1;
+    for (int k = n - 2; k >= 0 && r->busy_at.line > 0; k--)
+        if (frames[k].path == r->busy_at.path && strcmp(frames[k].function, r->busy_at.function) == 0) {
+            caller = k;
+            break;
+        }
+    if (caller >= 0) {
+        const lx_frame *in = &frames[n - 1];
+        lx_fatal_at(frames, caller + 1,
+                    "%s: %s a tensor that %s at %s is still %s: this call runs %s(), whose %s at %s:%d %s it; "
+                    "call dist_wait on that request before this call (until it returns, %s)",
+                    in->function, verb, r->busy_call, at, doing, in->function, op, in->path, in->line,
+                    written ? "reads" : "changes", risk);
+    }
+    lx_fatal("%s: %s a tensor that %s at %s is still %s: call dist_wait on that request first (until it returns, %s)",
+             op, verb, r->busy_call, at, doing, risk);
 }
 
 void lx_tensor_read(const tensor *t, const char *op) {

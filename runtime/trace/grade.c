@@ -6,22 +6,29 @@
  * per test with its name, score, max_score and output. Here every check of
  * the run is one test: its score is its weight when it passed, 0 when it
  * failed; its output is the check's verdict with the numbers that decided it
- * and the lecture line that made it.
+ * and the lecture line that made it. Its name is the check's name
+ * (check_named) or text, and the rank: a name that stays the same from run
+ * to run, so that an autograder's statistics per test hold, while what was
+ * measured this time goes in the output.
  *
  * Weights: every check weighs 1 point unless the homework groups checks
  * into exercises (grade_exercise(prefix, points, checks), lectern.h): the
- * checks whose text starts with the prefix share the points equally. An
+ * checks whose name starts with the prefix share the points equally. An
  * exercise also says how many checks a complete run makes, so a run that
- * stops early (a crash, a deadlock stopped after LECTERN_TIMEOUT, an
+ * stops early (a crash, a deadlock, an exercise past its time limit, an
  * autograder's SIGTERM) still lists what it did not reach, worth 0, with
- * the reason.
+ * the reason: the errors of that exercise's own spawn (spawn_exercise,
+ * which brackets it with lx_grade_begin / lx_grade_end), else the run's.
+ * The exercises' counts are kept with or without --grade: the console's
+ * last line counts the checks not reached too (lx_grade_not_reached).
  *
  * The file is written whenever the trace is (trace.c calls lx_grade_write
  * from lx_trace_write): at the normal end, at a fatal error, and from the
  * crash handler, so every way a run ends but SIGKILL leaves one. The
- * console's last lines go in its output: with --grade, stderr (and so the
- * ranks', which mpirun passes on) goes through a pipe that a thread copies
- * to the real stderr, keeping the tail.
+ * console's last lines go in its output: with --grade, stderr and stdout
+ * (and so the ranks' printf and errors, which reach the lecture's streams)
+ * go through pipes that a thread copies to the real streams, keeping the
+ * tail.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,17 +38,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "trace/trace.h"
 
 #define TAIL_BYTES 8192 /* the console tail kept for the output */
-#define MAX_ERRORS 8    /* error messages kept for the reason */
+#define MAX_ERRORS 8    /* error messages kept for the reason, the run's and each exercise's */
 
 typedef struct exercise {
     char *prefix;
     double points;
     int checks; /* how many checks a complete run makes */
+    int seen;   /* how many this run made */
+    char *errors[MAX_ERRORS];
+    int n_errors;
 } exercise;
 
 typedef struct record {
@@ -59,11 +70,15 @@ static record *records;
 static int n_records;
 static char *errors[MAX_ERRORS];
 static int n_errors;
+static int current = -1; /* the exercise whose spawn runs (lx_grade_begin), -1 none */
 
 /* ---- the console tail ---- */
 
 static pthread_mutex_t tail_lock = PTHREAD_MUTEX_INITIALIZER;
-static int pipe_read = -1, real_stderr = -1;
+/* Stream 0 is stdout, 1 stderr: each through a pipe of its own, copied to
+ * the real stream (so each stays what it was for whoever reads it) and
+ * into the one tail, in the order the copier reads them. */
+static int pipe_read[2] = {-1, -1}, real_fd[2] = {-1, -1};
 static char tail[TAIL_BYTES];
 static size_t tail_len;
 
@@ -81,48 +96,64 @@ static void keep(const char *buf, size_t n) {
     tail_len += n;
 }
 
-/* Everything in the pipe now, to the real stderr and the tail. The caller
- * holds tail_lock. */
+/* Everything in the pipes now, to the real streams and the tail. The
+ * caller holds tail_lock. */
 static void drain(void) {
     char buf[4096];
-    for (;;) {
-        ssize_t n = read(pipe_read, buf, sizeof buf);
-        if (n <= 0) return;
-        for (ssize_t done = 0; done < n;) {
-            ssize_t w = write(real_stderr, buf + done, (size_t)(n - done));
-            if (w <= 0) break;
-            done += w;
+    for (int k = 0; k < 2; k++) {
+        if (pipe_read[k] < 0) continue;
+        for (;;) {
+            ssize_t n = read(pipe_read[k], buf, sizeof buf);
+            if (n <= 0) break;
+            for (ssize_t done = 0; done < n;) {
+                ssize_t w = write(real_fd[k], buf + done, (size_t)(n - done));
+                if (w <= 0) break;
+                done += w;
+            }
+            keep(buf, (size_t)n);
         }
-        keep(buf, (size_t)n);
     }
 }
 
 static void *copier(void *arg) {
     (void)arg;
-    struct pollfd p = {.fd = pipe_read, .events = POLLIN};
+    struct pollfd p[2] = {{.fd = pipe_read[0], .events = POLLIN}, {.fd = pipe_read[1], .events = POLLIN}};
     for (;;) {
-        if (poll(&p, 1, -1) < 0 && errno != EINTR) return NULL;
+        if (poll(p, 2, -1) < 0 && errno != EINTR) return NULL;
         pthread_mutex_lock(&tail_lock);
         drain();
         pthread_mutex_unlock(&tail_lock);
-        if (p.revents & (POLLHUP | POLLERR)) return NULL;
+        for (int k = 0; k < 2; k++)
+            if (p[k].revents & (POLLHUP | POLLERR)) p[k].fd = -1; /* that stream is closed for good */
+        if (p[0].fd < 0 && p[1].fd < 0) return NULL;
     }
 }
 
-static void start_tee(void) {
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    real_stderr = dup(STDERR_FILENO);
-    if (real_stderr < 0 || dup2(fds[1], STDERR_FILENO) < 0) {
+/* Stream `fd` (1 or 2) into a pipe; its real target kept in real_fd. */
+static int tee_stream(int fd) {
+    int k = fd - 1, fds[2];
+    if (pipe(fds) != 0) return -1;
+    real_fd[k] = dup(fd);
+    if (real_fd[k] < 0 || dup2(fds[1], fd) < 0) {
         close(fds[0]);
         close(fds[1]);
-        return;
+        if (real_fd[k] >= 0) close(real_fd[k]);
+        real_fd[k] = -1;
+        return -1;
     }
     close(fds[1]);
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
     fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-    fcntl(real_stderr, F_SETFD, FD_CLOEXEC);
-    pipe_read = fds[0];
+    fcntl(real_fd[k], F_SETFD, FD_CLOEXEC);
+    pipe_read[k] = fds[0];
+    return 0;
+}
+
+static void start_tee(void) {
+    fflush(stdout);
+    fflush(stderr);
+    int out = tee_stream(STDOUT_FILENO), err = tee_stream(STDERR_FILENO);
+    if (out != 0 && err != 0) return;
     pthread_t t;
     if (pthread_create(&t, NULL, copier, NULL) == 0) pthread_detach(t);
 }
@@ -138,9 +169,9 @@ int lx_grade_open(const char *file) {
     return 0;
 }
 
-static int exercise_of(const char *what) {
+static int exercise_of(const char *name) {
     for (int i = 0; i < n_exercises; i++)
-        if (strncmp(what, exercises[i].prefix, strlen(exercises[i].prefix)) == 0) return i;
+        if (strncmp(name, exercises[i].prefix, strlen(exercises[i].prefix)) == 0) return i;
     return -1;
 }
 
@@ -167,27 +198,47 @@ void grade_exercise(const char *prefix, double points, int checks) {
     exercise *e = realloc(exercises, (size_t)(n_exercises + 1) * sizeof *e);
     if (!e) lx_fatal("out of memory");
     exercises = e;
-    exercises[n_exercises++] = (exercise){strdup(prefix), points, checks};
+    exercises[n_exercises++] = (exercise){.prefix = strdup(prefix), .points = points, .checks = checks};
 }
 
-/* The check's verdict with the numbers behind it, and where it was made. */
+int lx_grade_begin(const char *prefix) {
+    current = -1;
+    for (int i = 0; i < n_exercises; i++)
+        if (strcmp(exercises[i].prefix, prefix) == 0) current = i;
+    return current >= 0 ? 0 : -1;
+}
+
+void lx_grade_end(void) { current = -1; }
+
+int lx_grade_not_reached(void) {
+    if (n_exercises == 0) return -1;
+    int missing = 0;
+    for (int i = 0; i < n_exercises; i++)
+        if (exercises[i].seen < exercises[i].checks) missing += exercises[i].checks - exercises[i].seen;
+    return missing;
+}
+
+/* The check's line as the console said it (PASS or FAIL, its name and the
+ * numbers of this run), check_close's count of elements outside the
+ * tolerance or why nothing could be compared, and the lecture line. */
 static char *check_output(const cJSON *step, const cJSON *r, int passed) {
     lx_sb sb = {0};
-    lx_sb_str(&sb, passed ? "PASS" : "FAIL");
+    const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"));
+    const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
+    if (data) lx_sb_str(&sb, data);
+    else lx_sb_printf(&sb, "%s: %s", passed ? "PASS" : "FAIL", what ? what : "");
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(r, "reason");
     const cJSON *bad = cJSON_GetObjectItemCaseSensitive(r, "bad");
-    if (cJSON_IsString(reason)) {
-        lx_sb_printf(&sb, ": %s", reason->valuestring);
+    if (cJSON_IsString(reason) && !(data && strstr(data, reason->valuestring))) {
+        lx_sb_printf(&sb, "\n%s", reason->valuestring);
     } else if (cJSON_IsNumber(bad)) {
         const cJSON *max_abs = cJSON_GetObjectItemCaseSensitive(r, "max_abs");
-        lx_sb_printf(&sb, ": %.0f of %.0f elements outside the tolerance (rtol %g, atol %g)", bad->valuedouble,
+        lx_sb_printf(&sb, "\n%.0f of %.0f elements outside the tolerance (rtol %g, atol %g)", bad->valuedouble,
                      cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "numel")),
                      cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "rtol")),
                      cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "atol")));
         if (cJSON_IsNumber(max_abs)) lx_sb_printf(&sb, "; largest difference %.3g", max_abs->valuedouble);
     }
-    const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
-    lx_sb_printf(&sb, "\n%s", what ? what : "");
     const cJSON *stack = cJSON_GetObjectItemCaseSensitive(step, "stack");
     const cJSON *inner = cJSON_GetArrayItem(stack, cJSON_GetArraySize(stack) - 1);
     const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(inner, "path"));
@@ -196,46 +247,69 @@ static char *check_output(const cJSON *step, const cJSON *r, int passed) {
     return sb.s;
 }
 
+/* Keeps `msg` in a list of at most MAX_ERRORS: the first and the latest. */
+static void keep_error(char **list, int *n, const char *msg) {
+    if (*n == MAX_ERRORS) {
+        free(list[1]);
+        memmove(list + 1, list + 2, (MAX_ERRORS - 2) * sizeof list[0]);
+        (*n)--;
+    }
+    list[(*n)++] = strdup(msg);
+}
+
+/* A check's name: what check_named() named it, else its text. */
+static const char *check_name(const cJSON *r) {
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "name"));
+    if (!name) name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
+    return name ? name : "check";
+}
+
 void lx_grade_step(const cJSON *step) {
-    if (!path) return;
     const cJSON *rank = cJSON_GetObjectItemCaseSensitive(step, "rank");
     const cJSON *r;
     cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
         if (type && strcmp(type, "error") == 0) {
             const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"));
-            if (!msg) continue;
-            if (n_errors == MAX_ERRORS) { /* keep the first and the latest */
-                free(errors[1]);
-                memmove(errors + 1, errors + 2, (MAX_ERRORS - 2) * sizeof errors[0]);
-                n_errors--;
-            }
-            errors[n_errors++] = cJSON_IsNumber(rank) ? lx_fmt("rank %d: %s", rank->valueint, msg) : strdup(msg);
+            /* An error a spawn_expect_failure() spawn was made to show is
+             * no reason for anything to fail. */
+            if (!msg || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "expected"))) continue;
+            char *said = cJSON_IsNumber(rank) ? lx_fmt("rank %d: %s", rank->valueint, msg) : strdup(msg);
+            keep_error(errors, &n_errors, said);
+            if (current >= 0) keep_error(exercises[current].errors, &exercises[current].n_errors, said);
+            free(said);
             continue;
         }
         if (!type || strcmp(type, "check") != 0) continue;
-        const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
+        const char *name = check_name(r);
+        int ex = exercise_of(name);
+        if (ex >= 0) exercises[ex].seen++;
+        if (!path) continue;
         record *grown = realloc(records, (size_t)(n_records + 1) * sizeof *grown);
         if (!grown) return;
         records = grown;
         record *rec = &records[n_records++];
         rec->rank = cJSON_IsNumber(rank) ? rank->valueint : -1;
         rec->passed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "passed"));
-        rec->what = strdup(what ? what : "check");
+        rec->what = strdup(name);
         rec->output = check_output(step, r, rec->passed);
-        rec->exercise = exercise_of(rec->what);
+        rec->exercise = ex;
     }
 }
 
 /* ---- results.json ---- */
 
 static double round3(double x) { return round(x * 1000) / 1000; }
+/* A test's share: 35 points over 16 checks is 2.1875 each, which three
+ * decimals would make 2.188 and the 16 of them 35.008. Six keep the tests'
+ * sum within a thousandth of the total for up to a thousand tests. */
+static double round6(double x) { return round(x * 1e6) / 1e6; }
 
 static cJSON *test(const char *name, double score, double max, const char *output, int passed) {
     cJSON *t = cJSON_CreateObject();
     lx_add_text(t, "name", name);
-    cJSON_AddNumberToObject(t, "score", round3(score));
-    cJSON_AddNumberToObject(t, "max_score", round3(max));
+    cJSON_AddNumberToObject(t, "score", round6(score));
+    cJSON_AddNumberToObject(t, "max_score", round6(max));
     cJSON_AddStringToObject(t, "status", passed ? "passed" : "failed");
     lx_add_text(t, "output", output);
     return t;
@@ -260,48 +334,62 @@ static void add_records(cJSON *tests, int ex, double weight, double *total) {
     }
 }
 
-/* Why the run ended early, when it did: its error messages. */
-static char *reason(void) {
+/* Why the run ended early, when it did: the error messages in `list`. */
+static char *reason(char *const *list, int n) {
     lx_sb sb = {0};
     lx_sb_str(&sb, "");
-    for (int i = 0; i < n_errors; i++)
-        lx_sb_printf(&sb, "%s%s", i ? "\n" : "", errors[i]);
+    for (int i = 0; i < n; i++)
+        lx_sb_printf(&sb, "%s%s", i ? "\n" : "", list[i]);
     return sb.s;
 }
 
 void lx_grade_write(void) {
     if (!path) return;
-    /* What is still in the pipe belongs to the tail (a signal handler may
-     * find the copier holding the lock: then the tail is what it has). */
-    if (pipe_read >= 0 && pthread_mutex_trylock(&tail_lock) == 0) {
+    /* What is still in the pipe belongs to the tail: the copier may be
+     * copying the console's last line right now (it holds the lock while
+     * it does), so wait for it, but not for ever: a signal handler may
+     * have stopped the copier itself with the lock held, and then the tail
+     * is what it has. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 500 * 1000 * 1000;
+    if (until.tv_nsec >= 1000 * 1000 * 1000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000 * 1000 * 1000;
+    }
+    if ((pipe_read[0] >= 0 || pipe_read[1] >= 0) && pthread_mutex_timedlock(&tail_lock, &until) == 0) {
+        fflush(stdout);
         fflush(stderr);
         drain();
         pthread_mutex_unlock(&tail_lock);
     }
-    char *why = reason();
+    char *why = reason(errors, n_errors);
     cJSON *tests = cJSON_CreateArray();
     double total = 0, max_total = 0;
     for (int ex = 0; ex < n_exercises; ex++) {
-        int seen = 0;
-        for (int i = 0; i < n_records; i++)
-            seen += records[i].exercise == ex;
-        int shares = seen > exercises[ex].checks ? seen : exercises[ex].checks;
-        double weight = exercises[ex].points / shares;
+        const exercise *e = &exercises[ex];
+        int shares = e->seen > e->checks ? e->seen : e->checks;
+        double weight = e->points / shares;
         add_records(tests, ex, weight, &total);
-        if (seen < exercises[ex].checks) {
-            int missing = exercises[ex].checks - seen;
+        if (e->seen < e->checks) {
+            int missing = e->checks - e->seen;
             /* "exercise 1:" -> "exercise 1" */
-            const char *prefix = exercises[ex].prefix;
-            int len = (int)strlen(prefix);
-            while (len > 0 && (prefix[len - 1] == ':' || prefix[len - 1] == ' '))
+            int len = (int)strlen(e->prefix);
+            while (len > 0 && (e->prefix[len - 1] == ':' || e->prefix[len - 1] == ' '))
                 len--;
-            char *name = lx_fmt("%.*s: %d of %d checks not reached", len, prefix, missing, exercises[ex].checks);
-            char *out = lx_fmt("The run ended before these checks: score 0.%s%s", *why ? "\n" : "", why);
+            /* The name is the same whatever stopped the run and wherever:
+             * the counts go in the output. */
+            char *name = lx_fmt("%.*s: checks not reached", len, e->prefix);
+            char *own = reason(e->errors, e->n_errors);
+            const char *because = *own ? own : why;
+            char *out = lx_fmt("%d of %d checks not reached: the run of %.*s ended before them, score 0.%s%s", missing,
+                               e->checks, len, e->prefix, *because ? "\n" : "", because);
             cJSON_AddItemToArray(tests, test(name, 0, weight * missing, out, 0));
+            free(own);
             free(name);
             free(out);
         }
-        max_total += exercises[ex].points;
+        max_total += e->points;
     }
     int others = 0;
     for (int i = 0; i < n_records; i++)
@@ -314,11 +402,11 @@ void lx_grade_write(void) {
     cJSON_AddNumberToObject(root, "max_score", round3(max_total));
     cJSON_AddNumberToObject(root, "execution_time", round3(lx_elapsed()));
     lx_sb out = {0};
-    int passed = 0, failed = 0;
-    for (int i = 0; i < n_records; i++)
-        (records[i].passed ? &passed : &failed)[0]++;
-    lx_sb_printf(&out, "%s: %.3g of %.3g points; checks: %d passed, %d failed%s\n", lx_lecture_name(), round3(total),
-                 round3(max_total), passed, failed, lx_failed() ? "; the run failed" : "");
+    /* The counts the console's last line and the trace give. */
+    char *counts = lx_check_summary();
+    lx_sb_printf(&out, "%s: %.3g of %.3g points; %s%s\n", lx_lecture_name(), round3(total), round3(max_total),
+                 counts ? counts : "checks: none", lx_failed() ? "; the run failed" : "");
+    free(counts);
     if (*why) lx_sb_printf(&out, "\nWhy the run failed:\n%s\n", why);
     if (tail_len) {
         lx_sb_str(&out, "\nConsole (last lines):\n");

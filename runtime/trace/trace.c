@@ -140,6 +140,7 @@ const char *lx_lecture_name(void) { return lecture_name ? lecture_name : "lectur
 const char *lx_out_dir(void) { return out_dir; }
 int lx_in_rank(void) { return in_rank; }
 int lx_rank(void) { return in_rank ? my_rank : -1; }
+int lx_world_size(void) { return in_rank ? my_world : -1; }
 
 void lx_trace_rank_init(const char *name, double clock_zero) {
     free(lecture_name);
@@ -274,10 +275,13 @@ static int errors_expected;
 
 void lx_rank_errors_expected(int expected) { errors_expected = expected; }
 
-static void error_step(const char *fmt, va_list ap) {
+/* The error step at `frames` (n of them), or where the lecture is when
+ * frames is NULL. */
+static void error_step_at(const lx_frame *at, int n_at, const char *fmt, va_list ap) {
     char *msg = lx_vfmt(fmt, ap);
     lx_frame frames[LX_MAX_FRAMES];
-    int n = lx_stack_capture(frames, LX_MAX_FRAMES);
+    int n = at ? n_at : lx_stack_capture(frames, LX_MAX_FRAMES);
+    if (at) memcpy(frames, at, (size_t)n * sizeof *frames);
     char *full = located(frames, n, msg);
     if (in_rank)
         fprintf(stderr, "lectern: rank %d: %s: %s\n", my_rank,
@@ -292,24 +296,49 @@ static void error_step(const char *fmt, va_list ap) {
 void lx_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    error_step(fmt, ap);
+    error_step_at(NULL, 0, fmt, ap);
     va_end(ap);
 }
 
+static void __attribute__((noreturn)) fatal_end(void);
+
+/* Where the error that stops this process was put (lx_fatal_frames). */
+static lx_frame fatal_at[LX_MAX_FRAMES];
+static int n_fatal_at = -1;
+
 void lx_fatal(const char *fmt, ...) {
+    n_fatal_at = lx_stack_capture(fatal_at, LX_MAX_FRAMES);
     va_list ap;
     va_start(ap, fmt);
-    error_step(fmt, ap);
+    error_step_at(fatal_at, n_fatal_at, fmt, ap);
     va_end(ap);
+    fatal_end();
+}
+
+void lx_fatal_at(const lx_frame *frames, int n, const char *fmt, ...) {
+    n_fatal_at = n < 0 ? 0 : n > LX_MAX_FRAMES ? LX_MAX_FRAMES : n;
+    memcpy(fatal_at, frames, (size_t)n_fatal_at * sizeof *frames);
+    va_list ap;
+    va_start(ap, fmt);
+    error_step_at(fatal_at, n_fatal_at, fmt, ap);
+    va_end(ap);
+    fatal_end();
+}
+
+int lx_fatal_frames(lx_frame *frames, int max) {
+    int n = n_fatal_at < max ? n_fatal_at : max;
+    if (n > 0) memcpy(frames, fatal_at, (size_t)n * sizeof *frames);
+    return n < 0 ? 0 : n;
+}
+
+static void fatal_end(void) {
     /* A rank's error step has gone to the parent; its exit status tells the
      * parent the rank failed. The parent writes what it has. */
     if (!in_rank) {
         lx_trace_write();
         /* The verdict line a good run ends with: the trace has the counts,
          * the console says them too. */
-        int passed, failed_checks;
-        lx_check_counts(&passed, &failed_checks);
-        if (passed + failed_checks > 0) fprintf(stderr, "checks: %d passed, %d failed\n", passed, failed_checks);
+        lx_check_summary_print();
     }
     exit(1);
 }
@@ -406,6 +435,8 @@ int lx_trace_write(void) {
     cJSON *checks = cJSON_CreateObject();
     cJSON_AddNumberToObject(checks, "passed", checks_passed);
     cJSON_AddNumberToObject(checks, "failed", checks_failed);
+    int not_reached = lx_grade_not_reached(); /* only where the lecture declared exercises */
+    if (not_reached >= 0) cJSON_AddNumberToObject(checks, "not_reached", not_reached);
     set_item(meta, "checks", checks);
     set_item(meta, "duration_s", cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3));
     embed_files();

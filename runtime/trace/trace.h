@@ -152,6 +152,13 @@ void lx_error(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 /* As lx_error, then writes the trace and exits 1: for errors that make going
  * on meaningless (bad spawn arguments, a rank crash). */
 void lx_fatal(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((noreturn));
+/* As lx_fatal, located at `frames` (outermost first, n of them) instead of
+ * where the lecture is: an error in code the student did not write named
+ * at the student's call of it. */
+void lx_fatal_at(const lx_frame *frames, int n, const char *fmt, ...) LECTERN_PRINTF(3, 4) __attribute__((noreturn));
+/* The frames lx_fatal or lx_fatal_at put its error at (0 before either):
+ * where a rank that exits through it stopped, for its exit hook. */
+int lx_fatal_frames(lx_frame *frames, int max);
 
 /* Marks the lecture failed (exit status 1 at the end). */
 void lx_mark_failed(void);
@@ -176,7 +183,8 @@ void lx_set_run_flags(int quick, int quiet);
 void lx_rank_errors_expected(int expected);
 int lx_quiet(void);
 void lx_trace_rank_init(const char *lecture, double clock_zero);
-int lx_rank(void); /* this rank's number, -1 outside ranks */
+int lx_rank(void);       /* this rank's number, -1 outside ranks */
+int lx_world_size(void); /* its spawn's world size, -1 outside ranks */
 
 /* Seconds since the lecture started (monotonic). */
 double lx_elapsed(void);
@@ -243,6 +251,10 @@ int lx_inspect_collectives(void);
 void lx_check_tally(const cJSON *step);
 /* The totals so far. */
 void lx_check_counts(int *passed, int *failed);
+/* "checks: N passed, M failed[, K not reached]" (malloc'd), NULL when no
+ * check ran and no exercise was declared; _print says it on stderr. */
+char *lx_check_summary(void);
+void lx_check_summary_print(void);
 /* The pieces of a check step, for check() here and check_close()
  * (tensor/tensor_check.c): a "check" rendering (passed, what); the step
  * emitted at the lecture's line with `summary` as its data, a failure said on
@@ -255,11 +267,21 @@ int lx_check_refused(const char *what, const char *why);
 /* ---------------- grade.c (--grade FILE) ---------------- */
 
 /* --grade FILE: 0 when FILE can be written (it is then written at the end,
- * and stderr's tail is kept for it), -1 when not (errno says why). */
+ * and the tail of stdout and stderr is kept for it), -1 when not (errno
+ * says why). */
 int lx_grade_open(const char *file);
 /* Called for every step that reaches the lecture's trace (from
- * lx_check_tally): its checks and errors. Nothing without --grade. */
+ * lx_check_tally): its checks and errors. Without --grade it only counts
+ * each exercise's checks. */
 void lx_grade_step(const cJSON *step);
+/* The exercise `prefix` (declared with grade_exercise) runs from now to
+ * lx_grade_end: the errors between are its own reasons (spawn_exercise).
+ * -1 when no exercise has that prefix. */
+int lx_grade_begin(const char *prefix);
+void lx_grade_end(void);
+/* Checks the declared exercises did not reach so far (their counts less
+ * the checks made); -1 when the lecture declared none. */
+int lx_grade_not_reached(void);
 /* Writes the results file (Gradescope's results.json) from what the run did
  * so far; nothing without --grade. Called by lx_trace_write and at exit. */
 void lx_grade_write(void);

@@ -44,6 +44,22 @@ void lx_check_counts(int *passed, int *failed) {
     *failed = failed_count;
 }
 
+/* "checks: 40 passed, 0 failed", with ", 4 not reached" when the lecture
+ * declared exercises (grade_exercise): the one line the console, the
+ * trace's meta.checks, the viewer's header and --grade's results all give. */
+char *lx_check_summary(void) {
+    int not_reached = lx_grade_not_reached();
+    if (passed_count + failed_count == 0 && not_reached < 0) return NULL;
+    if (not_reached < 0) return lx_fmt("checks: %d passed, %d failed", passed_count, failed_count);
+    return lx_fmt("checks: %d passed, %d failed, %d not reached", passed_count, failed_count, not_reached);
+}
+
+void lx_check_summary_print(void) {
+    char *line = lx_check_summary();
+    if (line) fprintf(stderr, "%s\n", line);
+    free(line);
+}
+
 /* Emits the check step at the lecture's line; a failure is also said on
  * stderr with that line, so a student sees it without opening the viewer. */
 int lx_check_emit(cJSON *r, int ok, const char *summary) {
@@ -77,6 +93,20 @@ void lecture_fail(const char *fmt, ...) {
     lx_fatal("%s", msg);
 }
 
+static int check_text(int condition, const char *name, const char *fmt, va_list ap) {
+    char *seen = lx_vfmt(fmt, ap);
+    char *what = name && *seen ? lx_fmt("%s: %s", name, seen) : strdup(name ? name : seen);
+    int ok = condition != 0;
+    cJSON *r = lx_check_rendering(ok, what);
+    if (name) lx_add_text(r, "name", name);
+    char *summary = lx_fmt("%s: %s", ok ? "PASS" : "FAIL", what);
+    lx_check_emit(r, ok, summary);
+    free(summary);
+    free(what);
+    free(seen);
+    return ok;
+}
+
 int check(int condition, const char *fmt, ...) {
     if (!fmt) {
         lx_error("check: the format is NULL");
@@ -84,14 +114,20 @@ int check(int condition, const char *fmt, ...) {
     }
     va_list ap;
     va_start(ap, fmt);
-    char *what = lx_vfmt(fmt, ap);
+    int ok = check_text(condition, NULL, fmt, ap);
     va_end(ap);
-    int ok = condition != 0;
-    cJSON *r = lx_check_rendering(ok, what);
-    char *summary = lx_fmt("%s: %s", ok ? "PASS" : "FAIL", what);
-    lx_check_emit(r, ok, summary);
-    free(summary);
-    free(what);
+    return ok;
+}
+
+int check_named(int condition, const char *name, const char *fmt, ...) {
+    if (!name || !*name || !fmt) {
+        lx_error("check_named: the %s is NULL%s", !fmt ? "format" : "name", !fmt ? "" : " or empty");
+        return 0;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int ok = check_text(condition, name, fmt, ap);
+    va_end(ap);
     return ok;
 }
 

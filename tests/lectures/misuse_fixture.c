@@ -33,6 +33,15 @@ static void c_spawn_fn(void) { spawn(NUL, 1, NULL, 0); }
 static void c_spawn_args(void) { spawn((spawn_fn)(void (*)(void))c_note, 1, NUL, 8); }
 static void c_spawn_expect_failure_fn(void) { spawn_expect_failure(NUL, 1, NULL, 0); }
 static void c_spawn_expect_failure_args(void) { spawn_expect_failure((spawn_fn)(void (*)(void))c_note, 1, NUL, 8); }
+static void c_spawn_exercise_exercise(void) { spawn_exercise(NUL, 0, (spawn_fn)(void (*)(void))c_note, 1, NULL, 0); }
+static void c_spawn_exercise_fn(void) {
+    grade_exercise("e:", 1, 1);
+    spawn_exercise("e:", 0, NUL, 1, NULL, 0);
+}
+static void c_spawn_exercise_args(void) {
+    grade_exercise("e:", 1, 1);
+    spawn_exercise("e:", 0, (spawn_fn)(void (*)(void))c_note, 1, NUL, 8);
+}
 static void c_spawn_return(void) { spawn_return(NUL, 8); }
 static void c_spawn_result(void) { spawn_result(0, NUL, 8); }
 static void c_tensor_from(void) { tensor_from(NUL, 2, 2, -1); }
@@ -47,6 +56,7 @@ static void c_cat_cols_part(void) {
     cat_cols(parts, 2);
 }
 static void c_tensor_free(void) { tensor_free(NUL); }
+static void c_tensor_was_freed(void) { tensor_was_freed(NUL); }
 static void c_tensor_to_host_t(void) {
     static float host[4]; /* not malloc'd: the lecture ends at the error, and the sanitizer would name it a leak */
     tensor_to_host(NUL, host);
@@ -84,6 +94,8 @@ static void c_check_close_what(void) {
     tensor_free(a);
 }
 static void c_check_fmt(void) { check(1, NUL); }
+static void c_check_named_name(void) { check_named(1, NUL, "x"); }
+static void c_check_named_fmt(void) { check_named(1, "x", NUL); }
 static void c_lecture_fail(void) { lecture_fail(NUL); }
 static void c_median(void) { median_of(NUL, 3); }
 static void c_lecture_flag(void) { lecture_flag(NUL); }
@@ -317,6 +329,8 @@ static const fixture_case cases[] = {
         {"check_close.expected", c_check_close_expected},
         {"check_close.what", c_check_close_what},
         {"check.fmt", c_check_fmt},
+        {"check_named.name", c_check_named_name},
+        {"check_named.fmt", c_check_named_fmt},
         {"lecture_fail.fmt", c_lecture_fail},
         {"median_of.values", c_median},
         {"lecture_flag.name", c_lecture_flag},
@@ -349,6 +363,9 @@ static const fixture_case cases[] = {
         {"spawn.args", c_spawn_args},
         {"spawn_expect_failure.fn", c_spawn_expect_failure_fn},
         {"spawn_expect_failure.args", c_spawn_expect_failure_args},
+        {"spawn_exercise.exercise", c_spawn_exercise_exercise},
+        {"spawn_exercise.fn", c_spawn_exercise_fn},
+        {"spawn_exercise.args", c_spawn_exercise_args},
         {"spawn_return.data", c_spawn_return},
         {"spawn_result.out", c_spawn_result},
         {"tensor_from.values", c_tensor_from},
@@ -360,6 +377,7 @@ static const fixture_case cases[] = {
         {"cat_cols.parts", c_cat_cols},
         {"cat_cols.parts[i]", c_cat_cols_part},
         {"tensor_free.t", c_tensor_free},
+        {"tensor_was_freed.t", c_tensor_was_freed},
         {"tensor_to_host.t", c_tensor_to_host_t},
         {"tensor_to_host.out", c_tensor_to_host_out},
         {"add_scalar.t", c_add_scalar},

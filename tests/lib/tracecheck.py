@@ -74,10 +74,10 @@ def line_of(path, needle, nth=1, within=None):
     raise AssertionError("%r not found in %s%s" % (needle, path, " inside %s()" % within if within else ""))
 
 # Calls of the runtime that make a step directly.
-STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_close",
+STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_named", "check_close",
               "table_show", "chart_show", "inspect", "predict")
-# spawn() (and spawn_expect_failure()) notes which backend it chose, at its line.
-SPAWN_CALLS = ("spawn", "spawn_expect_failure")
+# spawn() (and spawn_expect_failure(), spawn_exercise()) notes which backend it chose, at its line.
+SPAWN_CALLS = ("spawn", "spawn_expect_failure", "spawn_exercise")
 RUNTIME_CALLS = STEP_CALLS + SPAWN_CALLS
 
 _schema = None
@@ -273,7 +273,7 @@ def format_regex(fmt):
 # The rendering type each step-making call makes.
 _RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
                    "note_system": "text", "plot": "plot", "spawn": "markdown", "spawn_expect_failure": "markdown",
-                   "check": "check", "check_close": "check", "table_show": "table", "chart_show": "plot",
+                   "spawn_exercise": "markdown", "check": "check", "check_named": "check", "check_close": "check", "table_show": "table", "chart_show": "plot",
                    "inspect": "inspect", "predict": "predict"}
 
 # What each step-making call's first argument must match in its rendering.

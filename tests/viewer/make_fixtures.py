@@ -313,7 +313,49 @@ def checks():
                  "bad": 0 if ok else 1, "max_abs": 0 if ok else 1, "max_abs_at": [0 if ok else 2],
                  "data": "PASS" if ok else "FAIL"}, rank=r, world_size=4, spawn=k)
     tr.step([top('note("The end.")')], md("The end.", "<p>The end.</p>\n"))
-    tr.t["meta"]["checks"] = {"passed": 6, "failed": 2}
+    tr.t["meta"]["checks"] = {"passed": 5, "failed": 2}
+    return tr.t
+
+
+def homework():
+    """A homework of three spawn_exercise() spawns: exercise 1's passes
+    folded as the runtime folds them (one step per place and turn, in rank
+    0's column, standing for the four ranks), exercise 2 run to its end with
+    a failed check on every rank, exercise 3 stopped by a crash before its
+    checks. The run's counts (meta.checks) are what the console said."""
+    p = "lectures/homework.c"
+    tr = Trace("homework", [p], backend="mpi", status="failed")
+    top = lambda snip: frame(p, "body", snip)
+    tr.step([top('note("# Homework")')], md("# Homework", "<h1>Homework</h1>\n"))
+    reason = "4 ranks, 0 GPUs: Open MPI on host memory"
+    at = [top('spawn_exercise("exercise 1:"')]
+    k = tr.spawn(at, 4, "mpi", reason)
+    tr.t["spawns"][k].update({"exercise": "exercise 1:", "time_limit_s": 30, "checks": {"passed": 8, "failed": 0}})
+    tr.step(at, md("spawn: " + reason, "<p>spawn: " + reason + "</p>\n"))
+    for part in range(2):
+        what = "exercise 1: part %d" % part
+        tr.step(at + [frame(p, "exercise_1", "check_close(t, t")],
+                {"type": "check", "passed": True, "what": what, "rtol": 0, "atol": 0, "numel": 4, "bad": 0,
+                 "max_abs": 0, "max_abs_at": [0], "data": "PASS on 4 ranks: " + what, "ranks": [0, 2, 1, 3],
+                 "folded": 4, "each": [{"rank": r, "what": what} for r in (0, 2, 1, 3)]},
+                rank=0, world_size=4, spawn=k)
+    at = [top('spawn_exercise("exercise 2:"')]
+    k = tr.spawn(at, 4, "mpi", reason)
+    tr.t["spawns"][k].update({"exercise": "exercise 2:", "time_limit_s": 30, "checks": {"passed": 0, "failed": 4}})
+    tr.step(at, md("spawn: " + reason, "<p>spawn: " + reason + "</p>\n"))
+    for r in range(4):
+        tr.step(at + [frame(p, "exercise_2", "check_named(rank < 0")],
+                {"type": "check", "passed": False, "name": "exercise 2: one all-reduce",
+                 "what": "exercise 2: one all-reduce: made 2 calls",
+                 "data": "FAIL: exercise 2: one all-reduce: made 2 calls"}, rank=r, world_size=4, spawn=k)
+    at = [top('spawn_exercise("exercise 3:"')]
+    k = tr.spawn(at, 4, "mpi", reason, status="failed", seconds=0.41)
+    tr.t["spawns"][k].update({"exercise": "exercise 3:", "time_limit_s": 30})
+    tr.step(at, md("spawn: " + reason, "<p>spawn: " + reason + "</p>\n"))
+    crash = at + [frame(p, "exercise_3", "*(volatile int *)0")]
+    tr.step(crash, {"type": "error", "data": "lectures/homework.c:%d: rank 1 of 4 died with SIGSEGV, in exercise_3()"
+                                             % crash[-1]["line"]}, rank=1, world_size=4, spawn=k)
+    tr.t["meta"]["checks"] = {"passed": 8, "failed": 4, "not_reached": 4}
     return tr.t
 
 
@@ -382,6 +424,7 @@ def main():
     write(out, "tables", tables())
     write(out, "checks", checks())
     write(out, "expected", expected())
+    write(out, "homework", homework())
     # Broken traces: each must give a clear message in the page.
     with open(os.path.join(out, "broken_syntax.js"), "w") as f:
         f.write('(window.lecternTraces = window.lecternTraces || {})["broken_syntax"] = {"version": 1, "steps": [,;\n')

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """The viewer and checks: each check a badge with its numbers, the counts in
-the header (the failed count a way to the first failed check), ranks' output
-in rank order however it arrived, and axe-core finds nothing to fault.
+the header (the run's own, a folded pass counted as the checks it stands for,
+checks not reached said; the failed count a way to the first failed check),
+a spawn whose checks failed not marked ok, folded passes in the lowest
+rank's column, ranks' output in rank order however it arrived, and axe-core
+finds nothing to fault.
 
     /usr/bin/python3 tests/viewer/test_checks.py [-v]
 """
@@ -62,6 +65,38 @@ class TestChecks(base.ViewerCase):
             self.keys(Keys.ARROW_RIGHT)
         self.assertEqual(seq, [("text", 0), ("text", 1), ("text", 2), ("text", 3),
                                ("check", 0), ("check", 1), ("check", 2), ("check", 3)])
+
+    def test_homework_counts_and_spawn_statuses(self):
+        # The homework fixture: exercise 1's 8 passes folded into 2 steps,
+        # exercise 2's 4 failed checks, exercise 3 crashed before its 4. The
+        # header gives the run's counts (meta.checks: what the console said),
+        # not the steps: a folded PASS stands for all of its ranks' checks.
+        self.assertIsNone(self.open("?trace=homework&step=3"))
+        badge = self.d.find_element(By.ID, "checks-badge")
+        self.assertEqual(badge.text, "checks: 8 passed, 4 failed, 4 not reached")
+        self.assertIn("bad", badge.get_attribute("class"))
+        self.assertIn("8 passed, 4 failed, 4 not reached", self.js("return document.getElementById('run-info').textContent"))
+        # Each spawn names its exercise; the one that ran to its end with
+        # failed checks is not a green "ok".
+        facts = [e.text for e in self.d.find_elements(By.CSS_SELECTOR, "#source .sp-facts")]
+        self.assertEqual([f.split(" · ")[0] for f in facts], ["exercise 1", "exercise 2", "exercise 3"])
+        sts = [(e.text, e.get_attribute("class")) for e in self.d.find_elements(By.CSS_SELECTOR, "#source .sp-facts .st")]
+        self.assertEqual(sts, [("ok", "st ok"), ("ran, 4 checks failed", "st bad"), ("failed", "st bad")])
+        # The folded passes sit in rank 0's column, in order of their turn.
+        cells = self.js("""return Array.prototype.map.call(
+            document.querySelectorAll('#source section.spawn[data-spawn="0"] tbody tr'), function (tr) {
+              return Array.prototype.map.call(tr.querySelectorAll('td'), function (td) {
+                return td.classList.contains('empty') ? '' : td.textContent.indexOf('part 0') >= 0 ? 'part 0' :
+                  td.textContent.indexOf('part 1') >= 0 ? 'part 1' : '?'; }); });""")
+        self.assertEqual(cells, [["part 0", "", "", ""], ["part 1", "", "", ""]])
+        self.assertEqual(self.axe(), [])
+
+    def test_header_counts_folded_passes_without_meta(self):
+        # An older trace without meta.checks: the header counts a folded
+        # PASS as the checks it stands for.
+        self.assertIsNone(self.open("?trace=homework"))
+        self.assertEqual(self.js("delete window.lectern.T.meta.checks; return window.lectern.checkCounts()"),
+                         {"passed": 8, "failed": 4, "notReached": None})
 
     def test_no_axe_violations(self):
         for q in ("?trace=checks&step=3", "?trace=checks&step=8", "?trace=checks&step=3&mode=read"):
