@@ -543,8 +543,11 @@ int64_t dist_calls(void);
 /* 5. Timing helpers                                                   */
 /* ------------------------------------------------------------------ */
 
-double now_seconds(void);      /* monotonic clock */
-void device_synchronize(void); /* cudaDeviceSynchronize, or nothing on CPU */
+double now_seconds(void); /* monotonic clock */
+/* Waits for the GPU's compute stream (every tensor operation, cuBLAS call
+ * and copy; a stream the lecture made itself needs cudaStreamSynchronize),
+ * or nothing on the CPU. */
+void device_synchronize(void);
 
 /* The median of n timings (sorts `values` in place): the middle one, or the
  * mean of the two middle ones when n is even. One slow repetition (the

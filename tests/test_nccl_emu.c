@@ -29,6 +29,14 @@
  * emulator would show it done at every look. "Done" is waited for up to
  * 30 s (a deadlock otherwise: far above the few milliseconds it takes).
  * The values moved are checked too (small integers: exact).
+ *
+ * Then the table's plumbing at one rank, on the emulator and, where there
+ * is a GPU and the NCCL library loads, on the real NCCL (nccl_library.c,
+ * which nothing else here can run; gpu-check records it): a split and a
+ * split that joins nothing, a send to itself and its receive in one group,
+ * every collective at one rank with its input and output in different
+ * buffers (an input and output swapped in a wrapper would show), a copy
+ * behind a wait for an event on another stream, the error strings.
  */
 #include <mpi.h>
 #include <setjmp.h>
@@ -51,18 +59,18 @@ static char dir[256];
 
 /* What one rank saw. 1 = as the rule says, 0 = not, -1 = not looked at. */
 typedef struct seen {
-    int pending_unmatched_send;  /* 1: rank 0's lone send not done before rank 1 queued its receive */
-    int send_done_when_matched;  /* 1: and done after */
-    int value_moved;             /* 1: rank 1 received rank 0's values */
-    int behind_unmatched;        /* 2: rank 1's receive of the second send not done while the first waits */
-    int stream_drained;          /* 2: both done once the first is matched */
-    int group_done;              /* 3: the group completed, with the peer's values */
-    int later_collective_held;   /* 4: rank 0's second all-reduce not done while its first is held */
-    int collectives_right;       /* 4: both all-reduces give the sums, in order */
-    int event_before_done;       /* 5: an event recorded before a pending send is done */
-    int event_after_pending;     /* 5: one recorded after it is not */
-    int copy_held;               /* 5: a copy queued behind a wait for that event has not run */
-    int copy_ran;                /* 5: it has once the send is matched */
+    int pending_unmatched_send; /* 1: rank 0's lone send not done before rank 1 queued its receive */
+    int send_done_when_matched; /* 1: and done after */
+    int value_moved;            /* 1: rank 1 received rank 0's values */
+    int behind_unmatched;       /* 2: rank 1's receive of the second send not done while the first waits */
+    int stream_drained;         /* 2: both done once the first is matched */
+    int group_done;             /* 3: the group completed, with the peer's values */
+    int later_collective_held;  /* 4: rank 0's second all-reduce not done while its first is held */
+    int collectives_right;      /* 4: both all-reduces give the sums, in order */
+    int event_before_done;      /* 5: an event recorded before a pending send is done */
+    int event_after_pending;    /* 5: one recorded after it is not */
+    int copy_held;              /* 5: a copy queued behind a wait for that event has not run */
+    int copy_ran;               /* 5: it has once the send is matched */
 } seen;
 
 static const lx_nccl_api *api;
@@ -255,7 +263,145 @@ static void rules(int rank, int world_size, void *unused) {
     spawn_return(&s, sizeof s);
 }
 
+/* ---- one rank: the table's plumbing ---- */
+
+typedef struct plumbing {
+    int ran;             /* 0: the table was not there (no GPU, no NCCL): skipped */
+    int split, no_color; /* a split of one rank; NOCOLOR gives NULL */
+    int self_exchange;   /* a group {send to self, recv from self} moved the values */
+    int all_reduce, all_reduce_avg, reduce, broadcast, reduce_scatter, all_gather;
+    int copy_behind_wait; /* a copy queued behind a wait for another stream's copy saw its result */
+    int words;            /* the error strings say something */
+} plumbing;
+
+enum { N = 6 };
+
+/* n floats on `dev`: v, v + 1, ... */
+static tensor *counting(int dev, float v) {
+    float h[N];
+    for (int i = 0; i < N; i++)
+        h[i] = v + (float)i;
+    return tensor_from(h, N, 0, dev);
+}
+
+static int holds(const tensor *t, float v, float step) {
+    float h[N];
+    tensor_to_host(t, h);
+    for (int i = 0; i < N; i++)
+        if (h[i] != v + step * (float)i) return 0;
+    return 1;
+}
+
+/* The stream waits for the compute stream's work so far (tensor kernels:
+ * fill_, tensor_from's copy), as comm_nccl.c's begin() makes it. */
+static void fence(lx_nccl_stream st) {
+    lx_nccl_event e;
+    ok(api->event_create(&e));
+    ok(api->event_record(e, NULL));
+    ok(api->stream_wait_event(st, e));
+    ok(api->event_destroy(e));
+}
+
+/* Queues, waits for the stream, and says whether `t` then holds v, v + step, ... */
+static int after(lx_nccl_stream st, const tensor *t, float v, float step) {
+    lx_nccl_event e = event_on(st);
+    int ok_ = wait_done(e) && holds(t, v, step);
+    ok(api->event_destroy(e));
+    return ok_;
+}
+
+static void plumb(plumbing *p, const lx_nccl_api *table) {
+    api = table;
+    int dev = api->emulated ? -1 : 0;
+    if (!api->emulated) ok(api->set_device(0));
+    lx_nccl_id id;
+    ok(api->get_unique_id(&id));
+    lx_nccl_comm c, one, none = (lx_nccl_comm)1;
+    ok(api->comm_init_rank(&c, 1, &id, 0));
+    ok(api->comm_split(c, 3, 0, &one));
+    ok(api->comm_split(c, LX_NCCL_SPLIT_NOCOLOR, 0, &none));
+    p->split = one != NULL;
+    p->no_color = none == NULL;
+    lx_nccl_stream st, other;
+    ok(api->stream_create(&st));
+    ok(api->stream_create(&other));
+
+    tensor *a = counting(dev, 1), *b = zeros(N, 0, dev);
+    fence(st);
+    ok(api->group_start());
+    ok(api->send(a->data, N, 0, one, st));
+    ok(api->recv(b->data, N, 0, one, st));
+    ok(api->group_end());
+    p->self_exchange = after(st, b, 1, 1);
+
+    fill_(b, 0);
+    fence(st);
+    ok(api->all_reduce(a->data, b->data, N, DIST_SUM, c, st));
+    p->all_reduce = after(st, b, 1, 1) && holds(a, 1, 1);
+    ok(api->all_reduce(a->data, a->data, N, DIST_AVG, c, st)); /* in place; one rank: x / 1 */
+    p->all_reduce_avg = after(st, a, 1, 1);
+    fill_(b, 0);
+    fence(st);
+    ok(api->reduce(a->data, b->data, N, DIST_MAX, 0, c, st));
+    p->reduce = after(st, b, 1, 1);
+    fill_(b, 0);
+    fence(st);
+    ok(api->broadcast(a->data, b->data, N, 0, c, st));
+    p->broadcast = after(st, b, 1, 1);
+    fill_(b, 0);
+    fence(st);
+    ok(api->reduce_scatter(a->data, b->data, N, DIST_SUM, c, st));
+    p->reduce_scatter = after(st, b, 1, 1);
+    fill_(b, 0);
+    fence(st);
+    ok(api->all_gather(a->data, b->data, N, c, st));
+    p->all_gather = after(st, b, 1, 1);
+
+    /* b <- a on `other`; `st` waits for it, then copies b to c2 */
+    tensor *c2 = zeros(N, 0, dev);
+    fill_(b, 0);
+    fence(other);
+    ok(api->copy(b->data, a->data, N * sizeof(float), other));
+    lx_nccl_event copied = event_on(other);
+    ok(api->stream_wait_event(st, copied));
+    ok(api->copy(c2->data, b->data, N * sizeof(float), st));
+    p->copy_behind_wait = after(st, c2, 1, 1);
+    ok(api->event_destroy(copied));
+
+    int err = -1;
+    ok(api->comm_async_error(c, &err));
+    const char *said = api->last_error(c);
+    p->words = err == LX_NCCL_OK && strstr(api->error_string(LX_NCCL_INVALID_USAGE), "invalid usage") != NULL &&
+               said != NULL && api->device_error_string(LX_DEVICE_NOT_READY)[0] != '\0';
+
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(c2);
+    ok(api->stream_destroy(st));
+    ok(api->stream_destroy(other));
+    ok(api->comm_destroy(one));
+    ok(api->comm_destroy(c));
+    p->ran = 1;
+}
+
+typedef struct plumbed {
+    plumbing emulator, library;
+    char library_why[512];
+} plumbed;
+
+static void one_rank(int rank, int world_size, void *unused) {
+    plumbed r;
+    memset(&r, 0, sizeof r);
+    plumb(&r.emulator, lx_nccl_emulator());
+    const lx_nccl_api *library = lx_nccl_library(r.library_why, sizeof r.library_why);
+    if (gpu_count() == 0)
+        snprintf(r.library_why, sizeof r.library_why, "no GPU here: the real NCCL's table runs where there is one");
+    else if (library) plumb(&r.library, library);
+    spawn_return(&r, sizeof r);
+}
+
 static seen got[2];
+static plumbed plumbing_got;
 
 static void test_no_buffering(void **state) {
     (void)state;
@@ -292,17 +438,51 @@ static void test_events_are_positions(void **state) {
     assert_int_equal(got[0].copy_ran, 1);
 }
 
+static void check_plumbing(const plumbing *p) {
+    assert_int_equal(p->ran, 1);
+    assert_int_equal(p->split, 1);
+    assert_int_equal(p->no_color, 1);
+    assert_int_equal(p->self_exchange, 1);
+    assert_int_equal(p->all_reduce, 1);
+    assert_int_equal(p->all_reduce_avg, 1);
+    assert_int_equal(p->reduce, 1);
+    assert_int_equal(p->broadcast, 1);
+    assert_int_equal(p->reduce_scatter, 1);
+    assert_int_equal(p->all_gather, 1);
+    assert_int_equal(p->copy_behind_wait, 1);
+    assert_int_equal(p->words, 1);
+}
+
+static void test_emulator_plumbing(void **state) {
+    (void)state;
+    check_plumbing(&plumbing_got.emulator);
+}
+
+static void test_library_plumbing(void **state) {
+    (void)state;
+    if (!plumbing_got.library.ran) {
+        printf("(the real NCCL's table not run: %s)\n", plumbing_got.library_why);
+        skip();
+    }
+    check_plumbing(&plumbing_got.library);
+}
+
 static void body(void) {
     setenv("LECTERN_BACKEND", "mpi", 1);
     spawn(rules, 2, NULL, 0);
     for (int r = 0; r < 2; r++)
         if (spawn_result(r, &got[r], sizeof got[r]) != sizeof got[r]) memset(&got[r], 0, sizeof got[r]);
+    spawn(one_rank, 1, NULL, 0);
+    if (spawn_result(0, &plumbing_got, sizeof plumbing_got) != sizeof plumbing_got)
+        memset(&plumbing_got, 0, sizeof plumbing_got);
     const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_no_buffering),
             cmocka_unit_test(test_a_stream_runs_in_order),
             cmocka_unit_test(test_a_group_starts_together),
             cmocka_unit_test(test_a_communicator_runs_in_order),
             cmocka_unit_test(test_events_are_positions),
+            cmocka_unit_test(test_emulator_plumbing),
+            cmocka_unit_test(test_library_plumbing),
     };
     if (cmocka_run_group_tests(tests, NULL, NULL) != 0) lecture_fail("the emulator broke a rule");
 }

@@ -95,8 +95,7 @@ typedef struct lx_nccl_api {
     int (*group_end)(void);
     int (*send)(const float *buf, size_t count, int peer, lx_nccl_comm comm, lx_nccl_stream stream);
     int (*recv)(float *buf, size_t count, int peer, lx_nccl_comm comm, lx_nccl_stream stream);
-    int (*all_reduce)(const float *in, float *out, size_t count, dist_op op, lx_nccl_comm comm,
-                      lx_nccl_stream stream);
+    int (*all_reduce)(const float *in, float *out, size_t count, dist_op op, lx_nccl_comm comm, lx_nccl_stream stream);
     int (*reduce)(const float *in, float *out, size_t count, dist_op op, int root, lx_nccl_comm comm,
                   lx_nccl_stream stream);
     int (*broadcast)(const float *in, float *out, size_t count, int root, lx_nccl_comm comm, lx_nccl_stream stream);

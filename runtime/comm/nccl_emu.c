@@ -163,8 +163,8 @@ static int post(emu_op *o, MPI_Request *req) {
         return MPI_Iallreduce(o->in == o->out ? in_place : o->in, o->out, n, MPI_FLOAT, mpi_op(o->op), c->ops, req);
     case REDUCE:
         if (c->rank == o->peer)
-            return MPI_Ireduce(o->in == o->out ? in_place : o->in, o->out, n, MPI_FLOAT, mpi_op(o->op), o->peer,
-                               c->ops, req);
+            return MPI_Ireduce(o->in == o->out ? in_place : o->in, o->out, n, MPI_FLOAT, mpi_op(o->op), o->peer, c->ops,
+                               req);
         return MPI_Ireduce(o->in, NULL, n, MPI_FLOAT, mpi_op(o->op), o->peer, c->ops, req);
     case BROADCAST:
         if (c->rank == o->peer && o->in != o->out) memmove(o->out, o->in, o->count * sizeof(float));
@@ -191,8 +191,8 @@ static void average(emu_group *g) {
     for (int i = 0; i < g->n_ops; i++) {
         emu_op *o = &g->ops[i];
         if (o->op != DIST_AVG) continue;
-        int has_result = o->kind == ALL_REDUCE || o->kind == REDUCE_SCATTER ||
-                         (o->kind == REDUCE && o->comm->rank == o->peer);
+        int has_result =
+                o->kind == ALL_REDUCE || o->kind == REDUCE_SCATTER || (o->kind == REDUCE && o->comm->rank == o->peer);
         if (has_result) lx_mpi_average(o->out, o->count, DIST_AVG, o->comm->size);
     }
 }

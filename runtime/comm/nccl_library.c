@@ -51,30 +51,28 @@ _Static_assert(LX_NCCL_SPLIT_NOCOLOR == NCCL_SPLIT_NOCOLOR, "NCCL_SPLIT_NOCOLOR"
 _Static_assert(sizeof(lx_nccl_id) == sizeof(ncclUniqueId), "ncclUniqueId");
 
 /* The functions used, as X(name). */
-#define NCCL_FUNCTIONS(X)   \
-    X(ncclGetVersion)       \
-    X(ncclGetUniqueId)      \
-    X(ncclCommInitRank)     \
-    X(ncclCommSplit)        \
-    X(ncclCommDestroy)      \
-    X(ncclCommAbort)        \
+#define NCCL_FUNCTIONS(X)    \
+    X(ncclGetVersion)        \
+    X(ncclGetUniqueId)       \
+    X(ncclCommInitRank)      \
+    X(ncclCommSplit)         \
+    X(ncclCommDestroy)       \
+    X(ncclCommAbort)         \
     X(ncclCommGetAsyncError) \
-    X(ncclGetErrorString)   \
-    X(ncclGetLastError)     \
-    X(ncclGroupStart)       \
-    X(ncclGroupEnd)         \
-    X(ncclSend)             \
-    X(ncclRecv)             \
-    X(ncclAllReduce)        \
-    X(ncclReduce)           \
-    X(ncclBroadcast)        \
-    X(ncclReduceScatter)    \
+    X(ncclGetErrorString)    \
+    X(ncclGetLastError)      \
+    X(ncclGroupStart)        \
+    X(ncclGroupEnd)          \
+    X(ncclSend)              \
+    X(ncclRecv)              \
+    X(ncclAllReduce)         \
+    X(ncclReduce)            \
+    X(ncclBroadcast)         \
+    X(ncclReduceScatter)     \
     X(ncclAllGather)
 
 #define POINTER(name) __typeof__(name) *name;
-static struct {
-    NCCL_FUNCTIONS(POINTER)
-} nccl;
+static struct { NCCL_FUNCTIONS(POINTER) } nccl;
 
 static void *library;
 static const lx_nccl_api *loaded; /* NULL when it could not be */
@@ -136,8 +134,7 @@ static int lib_recv(float *buf, size_t count, int peer, lx_nccl_comm comm, lx_nc
     return nccl.ncclRecv(buf, count, ncclFloat, peer, C(comm), S(stream));
 }
 
-static int all_reduce(const float *in, float *out, size_t count, dist_op op, lx_nccl_comm comm,
-                      lx_nccl_stream stream) {
+static int all_reduce(const float *in, float *out, size_t count, dist_op op, lx_nccl_comm comm, lx_nccl_stream stream) {
     return nccl.ncclAllReduce(in, out, count, ncclFloat, red_op(op), C(comm), S(stream));
 }
 
@@ -266,11 +263,11 @@ static void load(void) {
                  v, where(file), lx_nccl_version_text(LX_NCCL_VERSION_FLOOR, floor, sizeof floor));
         return;
     }
-#define FIND(fn)                                                                                             \
-    nccl.fn = (__typeof__(fn) *)dlsym(library, #fn);                                                          \
-    if (!nccl.fn) {                                                                                           \
+#define FIND(fn)                                                                                               \
+    nccl.fn = (__typeof__(fn) *)dlsym(library, #fn);                                                           \
+    if (!nccl.fn) {                                                                                            \
         snprintf(why_not, sizeof why_not, "NCCL %s (%s) has no %s, which lectern calls", v, where(file), #fn); \
-        return;                                                                                               \
+        return;                                                                                                \
     }
     NCCL_FUNCTIONS(FIND)
 #undef FIND

@@ -62,7 +62,8 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
             if (nccl_built <= 0)
                 lx_fatal("LECTERN_BACKEND=nccl needs a build with CUDA and NCCL, and this one has none "
                          "(no nvcc, or no NCCL found at build time: see `make print-nccl`); "
-                         "LECTERN_BACKEND=mpi runs on the CPU");
+                         "LECTERN_BACKEND=mpi runs on the CPU, and LECTERN_NCCL_EMULATE=1 runs NCCL's logic on "
+                         "its CPU emulator");
             if (hostfile) { /* the other hosts' GPUs cannot be counted from here */
                 *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s on the hosts of "
                                  "LECTERN_HOSTFILE)",
