@@ -14,6 +14,8 @@ which holds operations back or makes them wait for each other
   sendrecv    the same ring, each step one dist_sendrecv
   send_first  both ranks isend, irecv, barrier, then wait
   pipeline    3 stages, 4 micro-batches: blocking recv, isend, waits at the end
+  slow_peer   a receive waiting 4 s, twice LECTERN_TIMEOUT, for a rank that
+              computes: not a deadlock
 
 Each case runs at 1,000 floats (every transport buffers it) and at 4 M
 floats (16 MiB: none does), under LECTERN_TIMEOUT=30 and a hard timeout,
@@ -60,6 +62,8 @@ def expected(case, n, ranks=4):
                 (2, "received"): 0.0}
     if case in ("ring", "sendrecv"):
         return {(r, "received"): sum(message((r - 1) % ranks, k) for k in range(3)) * n for r in range(ranks)}
+    if case == "slow_peer":
+        return {(0, "received"): 2 * message(1, 0) * n, (1, "received"): 0.0}
     if case == "pipeline":
         return {(s, "received"): (sum(message(s - 1, m) for m in range(4)) * n if s else 0.0) for s in range(3)}
     raise ValueError(case)
@@ -141,6 +145,14 @@ class P2POrder(Base):
 
     def test_pipeline(self):
         self.check("pipeline")
+
+    def test_a_wait_while_the_peer_computes_is_not_a_timeout(self):
+        # rank 1 computes for 4 s with LECTERN_TIMEOUT=2 before its send,
+        # which rank 0 waits for in the backend (a timed region skips the
+        # agreement's wait): the parent's watch sees a working rank, and the
+        # backend's own wait must count that as progress too (comm_nccl.c)
+        self.LIMIT = 2
+        self.check("slow_peer", sizes=(1000,), P2P_SLOW_MS="4000")
 
 
 if __name__ == "__main__":

@@ -228,16 +228,15 @@ static void wait_event(lx_nccl_event ev, const char *what, int peer, const lane 
         if (err != LX_NCCL_OK) {
             const char *said = api->last_error(l ? l->comm : NULL);
             abort_all();
-            lx_fatal("rank %d: %s waited for %s, and NCCL reported: %s%s%s (a rank lost?); its communicators were "
-                     "aborted",
-                     lx_the_world.rank, what, whom(peer, who, sizeof who), api->error_string(err),
-                     said && *said ? ": " : "", said && *said ? said : "");
+            lx_fatal("%s waited for %s, and NCCL reported: %s%s%s (a rank lost?); its communicators were aborted", what,
+                     whom(peer, who, sizeof who), api->error_string(err), said && *said ? ": " : "",
+                     said && *said ? said : "");
         }
         if (stuck(&t)) {
             abort_all();
-            lx_fatal("rank %d: %s waited for %s while no rank made progress for %g s (LECTERN_TIMEOUT, plus one); "
-                     "its NCCL communicators were aborted",
-                     lx_the_world.rank, what, whom(peer, who, sizeof who), t.limit);
+            lx_fatal("%s waited for %s while no rank made progress for %g s (LECTERN_TIMEOUT, plus one); its NCCL "
+                     "communicators were aborted",
+                     what, whom(peer, who, sizeof who), t.limit);
         }
         pause_after(started);
     }
@@ -283,9 +282,8 @@ static int bounded(blocking_call *c, const char *what) {
     watch t = watch_start();
     while (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE)) {
         if (stuck(&t))
-            lx_fatal("rank %d: %s waited for the other ranks while no rank made progress for %g s (LECTERN_TIMEOUT, "
-                     "plus one)",
-                     lx_the_world.rank, what, t.limit);
+            lx_fatal("%s waited for the other ranks while no rank made progress for %g s (LECTERN_TIMEOUT, plus one)",
+                     what, t.limit);
         pause_after(started);
     }
     pthread_join(thread, NULL);

@@ -31,6 +31,11 @@
  *   send_first  both ranks isend, then irecv, a barrier, then the waits
  *   pipeline    3 stages, 4 micro-batches: recv from the stage before
  *               (blocking), isend to the next; the waits at the end
+ *   slow_peer   rank 0 receives while rank 1 computes for P2P_SLOW_MS
+ *               before it sends: a wait longer than LECTERN_TIMEOUT while
+ *               another rank works is not a deadlock. In a timed region
+ *               after a first exchange, so that the receive skips its
+ *               agreement check and waits in the backend itself
  *
  * Each rank notes what it got, as exact sums the tests work out on their
  * own: "rank R all_reduce S" and "rank R received S" (the sum of every
@@ -295,6 +300,33 @@ static void pipeline(int rank, int world_size, void *args) {
     say_received(rank);
 }
 
+/* One message from rank 1 to rank 0; rank 1 first works for `ms` (the
+ * host, busy: inside no waiting call). */
+static void one_message(int rank, double ms) {
+    if (rank == 0) {
+        tensor *in = inbox(0);
+        dist_recv(in, 1);
+        took(in);
+    } else {
+        double until = now_seconds() + ms / 1e3;
+        volatile double x = 0;
+        while (now_seconds() < until)
+            x += 1;
+        tensor *out = message(1, 0);
+        dist_send(out, 0);
+        tensor_free(out);
+    }
+}
+
+static void slow_peer(int rank, int world_size, void *args) {
+    received = 0;
+    one_message(rank, 0); /* agreed on here: skips its check below */
+    dist_timed_begin();
+    one_message(rank, atof(env_or("P2P_SLOW_MS", "0")));
+    dist_timed_end();
+    say_received(rank);
+}
+
 static void body(void) {
     const char *c = env_or("P2P_CASE", "isend");
     int n = atoi(env_or("P2P_RANKS", "4"));
@@ -306,6 +338,7 @@ static void body(void) {
     else if (strcmp(c, "sendrecv") == 0) spawn(sendrecv_ring, n, NULL, 0);
     else if (strcmp(c, "send_first") == 0) spawn(send_first, 2, NULL, 0);
     else if (strcmp(c, "pipeline") == 0) spawn(pipeline, 3, NULL, 0);
+    else if (strcmp(c, "slow_peer") == 0) spawn(slow_peer, 2, NULL, 0);
     else spawn(isend_across_all_reduce, 2, NULL, 0);
 }
 
