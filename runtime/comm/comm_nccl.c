@@ -114,8 +114,10 @@ typedef struct nccl_world {
     /* Point to point: to[p] carries this rank's sends to p, from[p] p's
      * sends to this rank (two ranks each: the sender is rank 0 of it). */
     lane to[LECTERN_MAX_WORLD], from[LECTERN_MAX_WORLD];
-    lx_nccl_event at_call, ended; /* the compute stream's position at a call; a blocking call's end */
-    float *scratch;               /* the barrier's float, and the pairs' first message */
+    lx_nccl_event at_call, ended;       /* the compute stream's position at a call; a blocking call's end */
+    lane *pairs[2 * LECTERN_MAX_WORLD]; /* the pair lanes in the order they were made: the same on every rank */
+    int n_pairs;
+    float *scratch; /* the barrier's float, and the pairs' first message */
 } nccl_world;
 
 static nccl_world worlds[LECTERN_MAX_WORLD + 1];
@@ -275,7 +277,7 @@ static int call_destroy(blocking_call *c) { return c->api->comm_destroy(c->comm)
 
 static int bounded(blocking_call *c, const char *what) {
     c->api = api;
-    c->device = lx_the_world.device;
+    c->device = api->emulated ? -1 : w->device; /* (the pool rank leaving is outside any spawn) */
     pthread_t thread;
     if (pthread_create(&thread, NULL, run_blocking, c) != 0) lx_fatal("cannot start a thread for %s", what);
     double started = now_seconds();
@@ -626,6 +628,7 @@ static void make_pairs(nccl_world *nw, int rank, int size) {
             if (!c) continue;
             lane *l = rank == sender ? &nw->to[p] : &nw->from[p];
             l->comm = c;
+            nw->pairs[nw->n_pairs++] = l;
             DEVICE_TRY(api->stream_create(&l->stream));
             if (rank == sender) NCCL_TRY(api->send(nw->scratch, 1, 1, c, l->stream));
             else NCCL_TRY(api->recv(nw->scratch + 1, 1, 0, c, l->stream));
@@ -694,17 +697,17 @@ static void release_lane(lane *l) {
 
 /* Every rank of the world releases its communicators at the same point (the
  * pool rank leaves, or a spawn of this size on another table), in the same
- * order: ncclCommDestroy may wait for the other ranks. */
+ * order, the order they were made in (round by round, not by peer, which
+ * would differ between the two ranks of a pair): ncclCommDestroy may wait
+ * for the communicator's other ranks. */
 static void release_world(nccl_world *x) {
     const lx_nccl_api *keep = api;
     nccl_world *keep_w = w;
     api = x->api;
     w = x;
     if (!api->emulated) DEVICE_TRY(api->set_device(x->device));
-    for (int p = 0; p < LECTERN_MAX_WORLD; p++) {
-        release_lane(&x->to[p]);
-        release_lane(&x->from[p]);
-    }
+    for (int i = 0; i < x->n_pairs; i++)
+        release_lane(x->pairs[i]);
     release_lane(&x->world);
     DEVICE_TRY(api->release(x->scratch));
     DEVICE_TRY(api->event_destroy(x->at_call));

@@ -459,8 +459,13 @@ static int emu_comm_split(lx_nccl_comm comm, int color, int key, lx_nccl_comm *o
     return new_comm(make, out);
 }
 
+/* ncclCommDestroy may wait for the communicator's other ranks (its
+ * finalization is collective): here it always does, so that ranks that
+ * destroy their communicators in different orders wait for ever, as they
+ * may on NCCL. */
 static int emu_comm_destroy(lx_nccl_comm comm) {
     if (!comm) return LX_NCCL_OK;
+    MPI_CHECK(MPI_Barrier(comm->make));
     MPI_CHECK(MPI_Comm_free(&comm->ops));
     MPI_CHECK(MPI_Comm_free(&comm->make));
     free(comm);
