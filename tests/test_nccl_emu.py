@@ -16,6 +16,9 @@ each rule. Here the real backend runs on it:
   - lecture_08 whole (its ring, DDP, ZeRO, tensor- and pipeline-parallel
     sections on emulated NCCL), with every check of the lecture passing;
   - homework_08's solution, every exercise and the deadlock exercise;
+  - test_groups.py's every group collective and all-to-all on 2 to 8 ranks,
+    and dist_test;
+  - the communicators destroyed in one order on every rank (the pool ends at once);
   - the switch itself: refused values, and no effect without LECTERN_BACKEND=nccl.
 
 make mutate plants reorderings in comm_nccl.c (every send and receive on the
@@ -31,6 +34,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import test_groups as groups  # noqa: E402
 import test_p2p_order as p2p  # noqa: E402
 import tracecheck  # noqa: E402
 from test_spawn import Base  # noqa: E402
@@ -57,6 +61,25 @@ class EmulatedP2P(p2p.P2POrder):
             self.assertLess(self.seconds, self.LIMIT / 3,
                             "%s %s took %.1f s: a deadlock broken only by the watch?" % (case, extra, self.seconds))
         return got
+
+
+class EmulatedGroups(groups.Values):
+    """Every group collective, blocking and async, and all-to-all (NCCL's
+    group communicators, each on a stream of its own; all-to-all, scatter and
+    gather as grouped sends and receives) on 2, 3, 4, 5 and 8 ranks, against
+    the values test_groups.py computes."""
+
+    def test_every_group_collective_on_2_to_8_ranks(self):
+        self.assertGreater(self.run_values([2, 3, 4, 5, 8], EMULATED), 1000)
+
+    test_the_staged_path_in_small_chunks = None  # (test_groups.py's, not the emulator's)
+
+
+class EmulatedDistTest(groups.Test):
+    """dist_test says in flight, then done, on the emulated NCCL."""
+
+    def run_fixture(self, name, env=None, timeout=120):
+        return super().run_fixture(name, dict(env or {}, **EMULATED), timeout)
 
 
 class LecturesOnTheEmulator(unittest.TestCase):

@@ -197,10 +197,8 @@ static const char *whom(int peer, char *buf, size_t n) {
 static void abort_all(void) {
     for (nccl_group *g = groups; g; g = g->next)
         (void)api->comm_abort(g->lane.comm);
-    for (int p = 0; p < LECTERN_MAX_WORLD; p++) {
-        if (w->to[p].comm) (void)api->comm_abort(w->to[p].comm);
-        if (w->from[p].comm) (void)api->comm_abort(w->from[p].comm);
-    }
+    for (int i = 0; i < w->n_pairs; i++)
+        (void)api->comm_abort(w->pairs[i]->comm);
     (void)api->comm_abort(w->world.comm);
 }
 
@@ -549,10 +547,8 @@ static void op_use_group(const dist_group *g) {
 static void op_stop(void) {
     own_device();
     drain(&w->world, "the end of the spawned function");
-    for (int p = 0; p < lx_the_world.size; p++) {
-        if (w->to[p].stream) drain(&w->to[p], "the end of the spawned function");
-        if (w->from[p].stream) drain(&w->from[p], "the end of the spawned function");
-    }
+    for (int i = 0; i < w->n_pairs; i++)
+        drain(w->pairs[i], "the end of the spawned function");
 }
 
 static const lx_comm_ops nccl_ops = {
@@ -673,15 +669,9 @@ const lx_comm_ops *lx_comm_nccl_start(int emulated) {
     if (w->made && (w->api != api || w->device != device)) release_world(w);
     if (!w->made) {
         make_world(w, rank, size, device);
-        lane *all[2 * LECTERN_MAX_WORLD + 1];
-        int n = 0;
-        all[n++] = &w->world;
-        for (int p = 0; p < size; p++) {
-            if (w->to[p].stream) all[n++] = &w->to[p];
-            if (w->from[p].stream) all[n++] = &w->from[p];
-        }
-        for (int i = 0; i < n; i++)
-            drain(all[i], "connecting the ranks' NCCL communicators");
+        drain(&w->world, "making the ranks' NCCL communicators");
+        for (int i = 0; i < w->n_pairs; i++)
+            drain(w->pairs[i], "connecting the ranks' NCCL communicators");
     }
     cur = &w->world;
     cur_size = size;
@@ -714,7 +704,7 @@ static void release_world(nccl_world *x) {
     DEVICE_TRY(api->event_destroy(x->ended));
     memset(x, 0, sizeof *x);
     api = keep;
-    w = keep_w == x ? NULL : keep_w;
+    w = keep_w;
 }
 
 void lx_comm_nccl_release(void) {
