@@ -297,6 +297,8 @@ item() {   # item <how> <arg>: one entry of a lane's list
         # test-bins: its emulated run is the first pass's)
         asan-nccl-emu) asan_run "asan: test_nccl_emu.py" $PY tests/test_nccl_emu.py EmulatedP2P TheSwitch \
                            LecturesOnTheEmulator.test_homework_08_solution ;;
+        asan-nccl-emu-all) asan_run "asan: test_nccl_emu.py (groups, test_comm)" $PY tests/test_nccl_emu.py \
+                               EmulatedGroups EmulatedDistTest EmulatedTestComm ;;
         cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "build-cpu/tests/$2" ;;
         cpu-layers) run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers ;;
         cpu-py) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu $PY "$2" ;;
@@ -344,6 +346,7 @@ pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
                      tests/test_groups.py)
         for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
         items+=("asan-async -" "asan-nccl-emu -")
+        [ "$SCOPE" = all ] && items+=("asan-nccl-emu-all -")
         # the C tests the normal build has: make test-bins builds each of them
         for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("asan-c $(basename "$t")"); done
     fi
