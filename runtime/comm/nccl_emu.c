@@ -219,7 +219,10 @@ static int step(void) {
         emu_task *t = s->head;
         if (!t) continue;
         if (t->kind == TASK_WAIT) {
-            if (reached(t->wait_stream, t->wait_target)) pop(s), moved = 1;
+            if (reached(t->wait_stream, t->wait_target)) {
+                pop(s);
+                moved = 1;
+            }
             continue;
         }
         if (t->kind == TASK_COPY) {
@@ -235,7 +238,10 @@ static int step(void) {
             moved = 1;
         }
         if (g->failed) continue; /* the host finds the error and stops the rank */
-        if (!g->started && g->at_head == g->n_parts && turn_has_come(g)) start(g), moved = 1;
+        if (!g->started && g->at_head == g->n_parts && turn_has_come(g)) {
+            start(g);
+            moved = 1;
+        }
         if (g->started && !g->ended && !g->failed && try_end(g)) moved = 1;
         if (g->ended) {
             pop(s);
