@@ -21,7 +21,9 @@
 # NCCL is optional too (the CUDA toolkit does not ship it): scripts/find-nccl.sh
 # looks in NCCL_HOME, the CUDA folder, the system folders and python3's
 # nvidia/nccl package, in that order; without it (or with `make NCCL=0`) the
-# GPU support is built and collectives run on Open MPI.
+# GPU support is built and collectives run on Open MPI. NCCL is compiled
+# against (its header) but never linked: the first NCCL spawn loads it
+# (runtime/comm/nccl_library.c), so every binary runs where there is none.
 
 # `make` alone builds everything, whatever rules the variables below add first.
 .DEFAULT_GOAL := all
@@ -48,7 +50,6 @@ ifeq ($(CUDA),1)
   NCCL_FOUND := $(shell CUDA_HOME='$(CUDA_HOME)' NCCL_HOME='$(NCCL_HOME)' bash scripts/find-nccl.sh)
   NCCL_INC  := $(word 1,$(NCCL_FOUND))
   NCCL_LIB  := $(word 2,$(NCCL_FOUND))
-  NCCL_LINK := $(word 3,$(NCCL_FOUND))
   NCCL_WHERE := $(wordlist 5,$(words $(NCCL_FOUND)),$(NCCL_FOUND))
   NCCL ?= $(if $(filter none,$(NCCL_INC)),0,1)
   ifeq ($(NCCL)$(NCCL_INC),1none)
@@ -124,8 +125,10 @@ ifeq ($(CUDA),1)
   # processes that never call it (CPU ranks) start 70 ms sooner.
   LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl
   ifeq ($(NCCL),1)
+    # The header only; the rpath lets dlopen("libnccl.so.2") find the
+    # library the build found (the binary's own run path is searched).
     COMMON += -I$(NCCL_INC)
-    LIBS += -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) $(NCCL_LINK)
+    LIBS += -Wl,-rpath,$(NCCL_LIB)
   endif
   # H100/H200 are sm_90; PTX too so newer GPUs JIT it.
   CUDA_FLAGS := -O2 -g -Iruntime -I$(CUDA_HOME)/include -DLECTERN_CUDA=1 \
@@ -136,8 +139,9 @@ endif
 # The runtime's layers, lowest first (docs/design.md, "Layers"): a folder
 # of runtime/ each, a lower one never calling a higher one (make check-layers).
 LAYERS := trace tensor ranks comm lecture
-# comm_nccl.c only where there is an NCCL to compile it against.
-RUNTIME_SRC := $(filter-out $(if $(filter 1,$(NCCL)),,runtime/comm/comm_nccl.c),$(foreach l,$(LAYERS),$(wildcard runtime/$(l)/*.c)))
+# Every build compiles comm_nccl.c and its CPU emulator; nccl_library.c
+# (the real NCCL) holds code only where CUDA and NCCL's header are.
+RUNTIME_SRC := $(foreach l,$(LAYERS),$(wildcard runtime/$(l)/*.c))
 RUNTIME_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(LAYERS),$(wildcard runtime/$(l)/*.cu)))
 RUNTIME_H   := $(wildcard runtime/*.h runtime/*/*.h)
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/%.o) $(RUNTIME_CU:%.cu=$(BUILD)/%.cu.o)

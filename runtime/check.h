@@ -1,5 +1,7 @@
 /*
- * check.h: every CUDA, cuBLAS, NCCL and MPI call goes through one of these.
+ * check.h: every CUDA, cuBLAS and MPI call goes through one of these (NCCL's,
+ * which go through a table, nccl_api.h, through comm_nccl.c's NCCL_TRY and
+ * DEVICE_TRY, which end in LX_DIE too, with NCCL's own last error).
  * A failure prints the call, the library's own message and file:line, adds
  * them to the trace as an error step, and exits 1: a wrong number silently
  * produced is worse than a stop.
@@ -61,12 +63,6 @@ extern "C"
         cublasStatus_t cublas_rc_ = (call);                                                 \
         if (cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                            \
             LX_DIE("cuBLAS", cublasGetStatusString(cublas_rc_), __FILE__, __LINE__, #call); \
-    } while (0)
-
-#define NCCL_CHECK(call)                                                                                      \
-    do {                                                                                                      \
-        ncclResult_t nccl_rc_ = (call);                                                                       \
-        if (nccl_rc_ != ncclSuccess) LX_DIE("NCCL", ncclGetErrorString(nccl_rc_), __FILE__, __LINE__, #call); \
     } while (0)
 #endif
 

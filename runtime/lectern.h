@@ -162,14 +162,18 @@ typedef void (*spawn_fn)(int rank, int world_size, void *args);
  * adds an error step, and the lecture exits 1. A spawn that makes no
  * progress for LECTERN_TIMEOUT seconds (default 120) is stopped as a deadlock.
  * Collectives inside fn use NCCL on device memory when world_size <= GPUs
- * visible and the build has NCCL; with fewer GPUs than ranks (at least one)
+ * visible and the build has NCCL (its library loaded at the first NCCL
+ * spawn, 2.18 or newer); with fewer GPUs than ranks (at least one)
  * the ranks share the GPUs (rank r on cuda:(r mod GPUs)) and the collectives
  * run on Open MPI, staged through pinned host memory (or given the device
  * memory where Open MPI is CUDA-aware); without a GPU, or with GPUs in
  * exclusive-process or prohibited compute mode that cannot be shared, Open
  * MPI on host memory. A note says which and why. LECTERN_BACKEND=nccl|mpi
  * forces one (mpi: the CPU); a forced NCCL without a GPU per rank (or in a
- * build without NCCL) is an error at the spawn() line before any rank starts. */
+ * build without NCCL, or with no loadable NCCL) is an error at the spawn()
+ * line before any rank starts. LECTERN_BACKEND=nccl with
+ * LECTERN_NCCL_EMULATE=1 runs NCCL's code on a CPU emulator, with host
+ * tensors, on any machine (docs/gpu.md). */
 void spawn(spawn_fn fn, int world_size, const void *args, size_t args_size);
 
 /* A spawn whose failure is the lesson: a deadlock, a crash, ranks that make
@@ -244,8 +248,8 @@ typedef struct tensor {
 
 /* The device a lecture should put rank `rank`'s tensors on: cuda:rank when
  * the current spawn runs on NCCL, cuda:(rank mod GPUs) when its ranks share
- * fewer GPUs, else the CPU (-1). Outside spawn: cuda:0 when a GPU is present,
- * else the CPU. */
+ * fewer GPUs, else the CPU (-1; the NCCL emulator's spawns too). Outside
+ * spawn: cuda:0 when a GPU is present, else the CPU. */
 int get_device(int rank);
 int gpu_count(void); /* GPUs visible (0 without CUDA or driver) */
 
@@ -372,7 +376,9 @@ typedef enum { DIST_SUM, DIST_AVG, DIST_MIN, DIST_MAX } dist_op;
 
 int dist_rank(void);
 int dist_world_size(void);
-const char *dist_backend(void); /* "nccl" or "mpi" (ranks sharing a GPU: "mpi", get_device() says where) */
+/* "nccl" (on GPUs, or on the NCCL emulator) or "mpi" (ranks sharing a GPU:
+ * "mpi"; get_device() says where the tensors live) */
+const char *dist_backend(void);
 
 void dist_barrier(void);
 void dist_all_reduce(tensor *t, dist_op op);      /* in place */
@@ -576,8 +582,11 @@ int64_t dist_calls(void);
 /* 5. Timing helpers                                                   */
 /* ------------------------------------------------------------------ */
 
-double now_seconds(void);      /* monotonic clock */
-void device_synchronize(void); /* cudaDeviceSynchronize, or nothing on CPU */
+double now_seconds(void); /* monotonic clock */
+/* Waits for the GPU's compute stream (every tensor operation, cuBLAS call
+ * and copy; a stream the lecture made itself needs cudaStreamSynchronize),
+ * or nothing on the CPU. */
+void device_synchronize(void);
 
 /* The median of n timings (sorts `values` in place): the middle one, or the
  * mean of the two middle ones when n is even. One slow repetition (the

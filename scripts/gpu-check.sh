@@ -10,7 +10,9 @@
 #      carried ones; NCCL from python3's nvidia/nccl package if there is one
 #      then the GPUs lectern's build sees (tests/tools/gpu_probe) against the
 #      GPUs nvidia-smi lists: a driver that lists GPUs the CUDA runtime cannot
-#      use would make every GPU test skip, so that is a failure, with the cause
+#      use would make every GPU test skip, so that is a failure, with the cause;
+#      the NCCL a spawn would load (tests/tools/nccl_probe: its version and
+#      the build header's), /dev/shm, CUDA_MODULE_LOADING, free GPU memory
 #   3. the tests: every C test (test_comm_staged: every collective on device
 #      tensors of ranks sharing a GPU), tests/test_spawn.py, test_lecture_08.py,
 #      test_lecture_gpu.py (its CUDA kernels run and are checked, also at
@@ -19,6 +21,7 @@
 #      (a faulting kernel named at its launch line under LECTERN_CUDA_SYNC=1),
 #      test_groups.py (process groups and all-to-all on device tensors: the
 #      staged path on one GPU, NCCL's groups where there are two or more);
+#      test_nccl_emu's one-rank cases on the real NCCL (recorded as a line);
 #      compute-sanitizer's memcheck on the GPU tests, racecheck and synccheck
 #      on lecture_gpu's kernels, all with LECTERN_CUDA_SYNC=1
 #   4. the full lecture_08, three runs: the first becomes
@@ -156,6 +159,11 @@ md '```'
     timeout 120 "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
         "GPUs", torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>&1 | tail -1
     echo "NCCL on the system: $( (/sbin/ldconfig -p 2>/dev/null || ldconfig -p) | grep -m1 'libnccl.so.2 ' | sed 's/.*=> //')"
+    # NCCL and Open MPI keep their shared memory here; Docker's default 64 MB
+    # fails a first multi-rank NCCL run (docs/gpu.md).
+    echo "/dev/shm: $(df -h /dev/shm 2>/dev/null | awk 'NR == 2 {print $2 " size, " $4 " free"}')"
+    echo "CUDA_MODULE_LOADING: ${CUDA_MODULE_LOADING:-unset, so lazy: the CUDA default since 12.2}"
+    [ "$gpus" -gt 0 ] && echo "GPU memory free: $(nvidia-smi --query-gpu=memory.free,memory.total --format=csv,noheader 2>/dev/null | paste -sd';' -)"
     echo "build: $BUILD (carried: $([ -f .carry/libs.tar.xz ] && echo yes || echo no))"
 } | tee -a "$SUMMARY"
 md '```'
@@ -268,6 +276,27 @@ else
     fi
 fi
 
+# The NCCL the lecture would load at an NCCL spawn (dlopen, never linked:
+# runtime/comm/nccl_library.c), against the header it was built with. Where a
+# GPU is, one that does not load (or is older than 2.18) is a failure: NCCL
+# spawns would be refused; without a GPU nothing would load it.
+nccl_probe=$BUILD/tests/tools/nccl_probe
+if [ ! -x "$nccl_probe" ]; then
+    bad "NCCL loads" "no $nccl_probe (build first: make)"
+else
+    nccl_said=$("$nccl_probe" 2>&1)
+    nccl_rc=$?
+    echo "$nccl_said"
+    nccl_line=$(echo "$nccl_said" | paste -sd';' - | sed 's/|/\\|/g')
+    if [ "$nccl_rc" -eq 0 ]; then
+        ok "NCCL loads ($nccl_line)"
+    elif [ "$gpus" -gt 0 ]; then
+        bad "NCCL loads" "$nccl_line"
+    else
+        skip "NCCL loads" "no GPU, nothing would load it: $nccl_line"
+    fi
+fi
+
 if [ "$PART" != bench ] && [ "$PART" != facts ]; then
 # ---------------------------------------------------------------- 3. tests
 section "tests"
@@ -275,6 +304,16 @@ for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     tests "$(basename "$t")" "$t"
 done
+# test_nccl_emu's one-rank cases (the table's plumbing, which make test runs
+# on the emulator) on the real NCCL: the only run nccl_library.c's calls get
+# on one GPU. The suite ran above; this line says whether that case ran.
+if [ "$gpus" -eq 0 ]; then
+    skip "NCCL table at one rank on the real NCCL" "no GPU"
+elif grep -q '^\[       OK \] test_library_plumbing' <(timeout 120 "$BUILD/tests/test_nccl_emu" 2>&1); then
+    ok "NCCL table at one rank on the real NCCL (test_nccl_emu's plumbing cases)"
+else
+    bad "NCCL table at one rank on the real NCCL" "test_nccl_emu's test_library_plumbing did not pass (skipped or failed: see its output above)"
+fi
 # The GPU-specific suites first (a command stopped at the device's limit
 # loses the least), the sanitizers, then the suites that also run on the CPU.
 for t in tests/test_cuda_sync.py tests/test_lecture_gpu.py; do

@@ -38,8 +38,12 @@ C_COMM_STAGED = ["%s/tests/test_comm_staged" % BUILD]
 C_TRACE = ["%s/tests/test_trace" % BUILD]
 C_GPU_COUNT = ["%s/tests/test_gpu_count" % BUILD]
 C_RANDOM = ["%s/tests/test_random" % BUILD]
-C_P2P_PLAN = ["%s/tests/test_p2p_plan" % BUILD]
+C_NCCL_EMU = ["%s/tests/test_nccl_emu" % BUILD]
 PY = "/usr/bin/python3"
+# A planted deadlock costs the suite's LECTERN_TIMEOUT (60 s) per case it
+# hangs: one test, stopped at its first failure.
+NCCL_EMU_RING = [PY, "tests/test_nccl_emu.py", "-f", "EmulatedP2P.test_ring_steps"]
+NCCL_EMU_SENDRECV = [PY, "tests/test_nccl_emu.py", "-f", "EmulatedP2P.test_sendrecv_ring"]
 FOUNDATION = [PY, "tests/test_foundation.py"]
 SPAWN = [PY, "tests/test_spawn.py"]
 MISUSE_OPTIONS = [PY, "tests/test_misuse.py", "OptionsAndReturns"]
@@ -63,13 +67,28 @@ def m(name, path, find, replace, *tests):
 
 
 MUTANTS = [
-    # ---- NCCL point-to-point: when a send or receive is issued ----
-    m("p2p-plan-collective-leaves-group-open", "runtime/comm/p2p_plan.c",
-      "    if (call == LX_P2P_OTHER) return issue_open_first(p, s);", "    if (call == LX_P2P_OTHER) return s;",
-      C_P2P_PLAN),
-    m("p2p-plan-blocking-recv-not-issued", "runtime/comm/p2p_plan.c",
-      "    if (call == LX_P2P_SEND || call == LX_P2P_RECV || call == LX_P2P_SENDRECV) {",
-      "    if (call == LX_P2P_SEND || call == LX_P2P_SENDRECV) {", C_P2P_PLAN),
+    # ---- NCCL: the backend's ordering (comm_nccl.c, run on the emulator) and the emulator's rules ----
+    m("nccl-p2p-on-the-collectives-stream", "runtime/comm/comm_nccl.c",
+      "    lane *l = is_send ? &w->to[peer] : &w->from[peer];\n    begin(l);\n"
+      "    if (is_send) NCCL_TRY(api->send(buf, count, 1, l->comm, l->stream));\n"
+      "    else NCCL_TRY(api->recv((float *)buf, count, 0, l->comm, l->stream));",
+      "    lane *l = &w->world;\n    begin(l);\n"
+      "    if (is_send) NCCL_TRY(api->send(buf, count, peer, l->comm, l->stream));\n"
+      "    else NCCL_TRY(api->recv((float *)buf, count, peer, l->comm, l->stream));", NCCL_EMU_RING),
+    m("nccl-sendrecv-waits-for-its-send-first", "runtime/comm/comm_nccl.c",
+      "    request *s = p2p(1, send, send_count, dst);\n    request *r = p2p(0, recv, recv_count, src);\n"
+      "    complete(s, \"dist_sendrecv\");\n",
+      "    request *s = p2p(1, send, send_count, dst);\n    complete(s, \"dist_sendrecv\");\n"
+      "    request *r = p2p(0, recv, recv_count, src);\n", NCCL_EMU_SENDRECV),
+    m("nccl-emulator-buffers-sends", "runtime/comm/nccl_emu.c", "case SEND: return MPI_Issend(",
+      "case SEND: return MPI_Isend(", C_NCCL_EMU),
+    m("nccl-emulator-runs-a-communicator-out-of-order", "runtime/comm/nccl_emu.c",
+      "        if (g->comms[i]->ended != g->turns[i]) return 0;", "", C_NCCL_EMU),
+    m("nccl-emulator-ignores-groups", "runtime/comm/nccl_emu.c",
+      "    if (group_depth++ == 0) open_group = new_group();\n    return LX_NCCL_OK;\n}\n\n"
+      "static int emu_group_end(void) {\n    if (group_depth == 0) return LX_NCCL_INVALID_USAGE;",
+      "    return LX_NCCL_OK;\n}\n\nstatic int emu_group_end(void) {\n    if (group_depth == 0) return LX_NCCL_OK;",
+      C_NCCL_EMU),
     # ---- ranks that share a GPU: the staging pipeline and the choice ----
     m("staged-pieces-forget-chunk-offset", "runtime/comm/comm_staged.c",
       "p->in + (size_t)r * p->count + lo, n);", "p->in + (size_t)r * p->count, n);", C_COMM_STAGED),

@@ -16,13 +16,15 @@
 #      are at the end of 2.'s list, each waiting for its build, in the all
 #      scope they run after it, in one lane
 #   4. the C tests and the runtime's script tests (foundation, spawn, checks,
-#      leaks, values returned; in the all scope also misuse, lecture_08,
+#      leaks, values returned, NCCL loading, the NCCL backend on its emulator
+#      but for lecture_08; in the all scope also misuse, lecture_08,
 #      lecture_collectives, lecture_ddp, lecture_gpu and more) again, built
 #      with AddressSanitizer + UBSan (build-asan/), unless LECTERN_NO_ASAN=1;
 #      a sanitizer's report anywhere (a rank's included) fails its suite
 #   5. where nvcc is present, the CPU-only build (make CUDA=0, build-cpu/):
 #      it must build without warnings and pass the C tests and lecture_ddp's
-#      and lecture_gpu's tests (and lecture_08's in the all scope;
+#      and lecture_gpu's tests (and lecture_08's and the NCCL emulator's
+#      suite, which every build has, in the all scope;
 #      lecture_gpu's CUDA kernels are left out of that build); in the quick
 #      scope beside the sanitizer pass
 #
@@ -291,6 +293,12 @@ item() {   # item <how> <arg>: one entry of a lane's list
         # timing bounds are the first pass's)
         asan-async) asan_run "asan: test_async.py" $PY tests/test_async.py TimedRegion \
                         Progress.test_async_calls_in_flight_together_give_the_right_sums ;;
+        # the NCCL backend on its emulator (lecture_08 is not in make
+        # test-bins: its emulated run is the first pass's)
+        asan-nccl-emu) asan_run "asan: test_nccl_emu.py" $PY tests/test_nccl_emu.py EmulatedP2P TheSwitch \
+                           LecturesOnTheEmulator.test_homework_08_solution ;;
+        asan-nccl-emu-all) asan_run "asan: test_nccl_emu.py (groups, test_comm)" $PY tests/test_nccl_emu.py \
+                               EmulatedGroups EmulatedDistTest EmulatedTestComm ;;
         cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "build-cpu/tests/$2" ;;
         cpu-layers) run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers ;;
         cpu-py) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu $PY "$2" ;;
@@ -331,13 +339,14 @@ pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
     local t
     if [ $want_asan = 1 ]; then
         local asan_suites=(tests/test_spawn.py tests/test_foundation.py tests/test_checks.py tests/test_leaks.py
-                           tests/test_spawn_result.py)
+                           tests/test_spawn_result.py tests/test_nccl_load.py)
         [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
                      tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
                      tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
                      tests/test_groups.py)
         for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
-        items+=("asan-async -")
+        items+=("asan-async -" "asan-nccl-emu -")
+        [ "$SCOPE" = all ] && items+=("asan-nccl-emu-all -")
         # the C tests the normal build has: make test-bins builds each of them
         for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("asan-c $(basename "$t")"); done
     fi
@@ -345,7 +354,7 @@ pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
     if [ $want_cpu = 1 ]; then
         for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("cpu-c $(basename "$t")"); done
         items+=("cpu-layers -")
-        [ "$SCOPE" = all ] && items+=("cpu-py-other tests/test_lecture_08.py")
+        [ "$SCOPE" = all ] && items+=("cpu-py-other tests/test_lecture_08.py" "cpu-py tests/test_nccl_emu.py")
         items+=("cpu-py tests/test_lecture_ddp.py" "cpu-py tests/test_lecture_gpu.py")
     fi
 }

@@ -15,6 +15,7 @@
 
 Skipped, saying why, where there is no nvcc (a CPU-only machine).
 """
+import json
 import os
 import re
 import shutil
@@ -128,8 +129,9 @@ class BuildWithoutNccl(unittest.TestCase):
         cls.env = make_env(NCCL_HOME=empty)
         jobs = str(min(4, os.cpu_count() or 1))
         # make test's quick scope builds what NCCL changes (make
-        # runtime-bins): the runtime (comm_nccl.c left out, LECTERN_NCCL seen
-        # by runtime/'s headers), the C tests (which include them), and the
+        # runtime-bins): the runtime (nccl_library.c without the library's
+        # code, LECTERN_NCCL seen by runtime/'s headers), the C tests (which
+        # include them), and the
         # lecture and fixture run below, linked against it; not the other
         # lectures, fixtures, tools and benchmarks, which compile the same
         # with or without NCCL (no header they include tests LECTERN_NCCL).
@@ -158,9 +160,15 @@ class BuildWithoutNccl(unittest.TestCase):
         libs = needed(os.path.join(self.build, "lectures", "lecture_00"))
         self.assertTrue(any(l.startswith("libcudart") for l in libs), libs)
         self.assertFalse(any(l.startswith("libnccl") for l in libs), libs)
-        # comm_nccl.c left out (beside it, comm.c's object shows the folder is the right one)
-        self.assertTrue(os.path.exists(os.path.join(self.build, "runtime", "comm", "comm.o")))
-        self.assertFalse(os.path.exists(os.path.join(self.build, "runtime", "comm", "comm_nccl.o")))
+        # comm_nccl.c and its emulator are built (every build has them), the
+        # real library's table is not: nothing in it would load NCCL
+        comm = os.path.join(self.build, "runtime", "comm")
+        self.assertTrue(os.path.exists(os.path.join(comm, "comm_nccl.o")))
+        self.assertTrue(os.path.exists(os.path.join(comm, "nccl_emu.o")))
+        symbols = subprocess.run(["nm", os.path.join(comm, "nccl_library.o")], capture_output=True,
+                                 text=True).stdout
+        self.assertIn("lx_nccl_library", symbols)
+        self.assertNotIn("dlopen", symbols)
 
     def test_a_lecture_and_a_spawn_run(self):
         self.assertEqual(self.rc, 0)
@@ -171,6 +179,19 @@ class BuildWithoutNccl(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr[-3000:])
             name = os.path.basename(binary)
             self.assertTrue(os.path.exists(os.path.join(out, name + ".json")), name)
+
+    def test_the_nccl_emulator_runs_without_nccl(self):
+        # comm_nccl.c's logic on the CPU emulator needs no NCCL and no GPU
+        self.assertEqual(self.rc, 0)
+        env = dict(os.environ, LECTERN_BACKEND="nccl", LECTERN_NCCL_EMULATE="1")
+        out = os.path.join(self.tmp, "emulated")
+        p = subprocess.run([os.path.join(self.build, "tests", "lectures", "spawn_basic"), "--out", out, "--quiet"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        with open(os.path.join(out, "spawn_basic.json")) as f:
+            spawns = json.load(f)["spawns"]
+        self.assertTrue(spawns)
+        self.assertEqual({s["backend"] for s in spawns}, {"nccl"})
 
     def test_forcing_nccl_is_an_error_naming_it(self):
         self.assertEqual(self.rc, 0)

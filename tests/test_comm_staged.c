@@ -527,7 +527,7 @@ static void test_shared_gpu(void **state) {
 static lx_backend choose(int world, int gpus, int mode, int parent, const char *forced, int nccl, int hostfile,
                          int stage_test, char *reason, size_t size) {
     char *r = NULL;
-    lx_backend b = lx_choose_backend(world, gpus, mode, parent, forced, nccl, hostfile, stage_test, 0, &r);
+    lx_backend b = lx_choose_backend(world, gpus, mode, parent, forced, nccl, hostfile, stage_test, 0, 0, &r);
     snprintf(reason, size, "%s", r);
     free(r);
     return b;
@@ -567,8 +567,24 @@ static void test_choice(void **state) {
     assert_int_equal(choose(4, 1, 0, 0, NULL, 1, 0, 1, why, sizeof why), LX_BACKEND_SHARED);
     /* CUDA-aware Open MPI: the device pointers go straight, and the note says so. */
     char *r = NULL;
-    assert_int_equal(lx_choose_backend(4, 1, 0, 0, NULL, 1, 0, 0, 1, &r), LX_BACKEND_SHARED_CUDA_AWARE);
+    assert_int_equal(lx_choose_backend(4, 1, 0, 0, NULL, 1, 0, 0, 1, 0, &r), LX_BACKEND_SHARED_CUDA_AWARE);
     assert_string_equal(r, "4 ranks share 1 GPU (cuda:0); collectives through CUDA-aware Open MPI");
+    free(r);
+    /* NCCL built but not loadable (-1): the GPUs still compute, and the
+     * note says NCCL could not be loaded (the caller adds why). */
+    assert_int_equal(choose(2, 2, 0, 0, NULL, -1, 0, 0, why, sizeof why), LX_BACKEND_SHARED);
+    assert_non_null(strstr(why, "(NCCL could not be loaded)"));
+    assert_int_equal(choose(1, 1, 0, 0, NULL, -1, 0, 0, why, sizeof why), LX_BACKEND_SHARED);
+    /* The emulator: only when forced to NCCL, with or without GPUs or an NCCL. */
+    r = NULL;
+    assert_int_equal(lx_choose_backend(4, 0, 0, 0, "nccl", 0, 0, 0, 0, 1, &r), LX_BACKEND_NCCL_EMULATED);
+    assert_non_null(strstr(r, "NCCL emulator"));
+    free(r);
+    r = NULL;
+    assert_int_equal(lx_choose_backend(4, 0, 0, 0, NULL, 0, 0, 0, 0, 1, &r), LX_BACKEND_MPI);
+    free(r);
+    r = NULL;
+    assert_int_equal(lx_choose_backend(2, 0, 0, 0, "mpi", 1, 0, 0, 0, 1, &r), LX_BACKEND_MPI);
     free(r);
 }
 

@@ -34,10 +34,10 @@ def stand_in(folder, listing):
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
 
 
-def gpu_check(folder):
+def gpu_check(folder, **extra):
     out = os.path.join(folder, "out")
     env = dict(os.environ, PATH=folder + os.pathsep + os.environ["PATH"], OUT=out,
-               LECTERN_BUILD=os.path.relpath(tracecheck.BUILD, ROOT))
+               LECTERN_BUILD=os.path.relpath(tracecheck.BUILD, ROOT), **extra)
     p = subprocess.run(["bash", "scripts/gpu-check.sh", "facts"], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=300)
     counts = ""
@@ -78,6 +78,46 @@ class GpuCheck(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stdout[-2000:])
             self.assertIn("GPUs lectern sees: skipped: nvidia-smi lists no GPU (lectern sees 0)", p.stdout)
             self.assertRegex(counts, r"^\d+ passed, 0 failed, \d+ skipped so far")
+
+
+class NcclFacts(unittest.TestCase):
+    """gpu-check records the NCCL a spawn would load (tests/tools/nccl_probe)
+    beside the header the build used: a line that passes where it loads, a
+    failure where a GPU is listed and it does not (NCCL spawns would be
+    refused), a skip where there is no GPU. The machine's /dev/shm and
+    CUDA_MODULE_LOADING are among the facts. The script as a whole must
+    parse (bash -n): its steps past the facts run only on a GPU machine."""
+
+    def setUp(self):
+        if int(subprocess.run([PROBE], capture_output=True, text=True).stdout.split("\n")[0].split(": ")[1]) > 0:
+            self.skipTest("this machine has GPUs: the stand-ins below would contradict them")
+
+    def test_the_script_parses(self):
+        p = subprocess.run(["bash", "-n", "scripts/gpu-check.sh"], cwd=ROOT, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_the_nccl_that_loads_is_recorded(self):
+        nccl = subprocess.run([tracecheck.built("tests", "tools", "nccl_probe")], capture_output=True, text=True)
+        with tempfile.TemporaryDirectory() as d:
+            stand_in(d, "")
+            p, counts = gpu_check(d)
+            with open(os.path.join(d, "out", "summary.md")) as f:
+                summary = f.read()
+        self.assertIn("/dev/shm: ", summary)
+        self.assertIn("CUDA_MODULE_LOADING: ", summary)
+        if nccl.returncode == 0:
+            self.assertRegex(p.stdout, r"== NCCL loads \(build: NCCL header [\d.]+;runtime: NCCL [\d.]+ \(/\S+\)\): "
+                             r"passed")
+        else:
+            self.assertIn("== NCCL loads: skipped: no GPU, nothing would load it: build:", p.stdout)
+
+    def test_nccl_that_cannot_load_fails_where_a_gpu_is(self):
+        with tempfile.TemporaryDirectory() as d:
+            stand_in(d, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n")
+            p, counts = gpu_check(d, LECTERN_NCCL_LIBRARY="/nonexistent/libnccl.so.2")
+        self.assertIn("== NCCL loads: FAILED: build: ", p.stdout)
+        self.assertIn("runtime: not loaded: ", p.stdout)
+        self.assertEqual(p.returncode, 1)
 
 
 class AnchorReadsTheBenchmarkTables(unittest.TestCase):

@@ -11,7 +11,8 @@
  * made it). The backend does the communication:
  *
  *   comm_mpi.c     Open MPI on host memory, over the spawn's communicator
- *   comm_nccl.c    NCCL on device memory, one GPU per rank
+ *   comm_nccl.c    NCCL on device memory, one GPU per rank (or on its CPU
+ *                  emulator, nccl_emu.c, on host memory)
  *   comm_staged.c  Open MPI on device memory staged through pinned host
  *                  buffers, for ranks that share a GPU
  *
@@ -42,12 +43,10 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
     lx_backend_error_set_rank_active(lx_comm_active);
     lx_the_world = (lx_world){.rank = rank, .size = world_size, .backend = b, .device = device, .comm = comm};
     lx_agree_start();
-#if LECTERN_NCCL
-    if (b == LX_BACKEND_NCCL) {
-        ops = lx_comm_stats_wrap(lx_comm_nccl_start());
+    if (lx_backend_is_nccl(b)) {
+        ops = lx_comm_stats_wrap(lx_comm_nccl_start(b == LX_BACKEND_NCCL_EMULATED));
         return;
     }
-#endif
     if (b == LX_BACKEND_SHARED || b == LX_BACKEND_SHARED_CUDA_AWARE) {
 #ifdef LECTERN_CUDA
         if (device < 0) lx_fatal("rank %d of a spawn on shared GPUs sees no GPU (CUDA_VISIBLE_DEVICES?)", rank);
@@ -64,7 +63,7 @@ void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm 
     ops = lx_comm_stats_wrap(lx_comm_mpi_start());
 }
 
-/* 1 when this spawn's tensors live on GPUs. */
+/* 1 when this spawn's tensors live on GPUs (not on the NCCL emulator: host tensors). */
 static int on_device(void) {
     return lx_the_world.backend == LX_BACKEND_NCCL || lx_the_world.backend == LX_BACKEND_SHARED ||
            lx_the_world.backend == LX_BACKEND_SHARED_CUDA_AWARE;
@@ -94,12 +93,13 @@ int dist_rank(void) { return lx_the_world.rank; }
 int dist_world_size(void) { return lx_the_world.size; }
 const char *dist_backend(void) {
     if (!ops) return "none";
-    return lx_the_world.backend == LX_BACKEND_NCCL ? "nccl" : "mpi";
+    return lx_backend_is_nccl(lx_the_world.backend) ? "nccl" : "mpi";
 }
 
 /* Outside spawn: the first GPU if there is one. In a rank: its own GPU under
  * NCCL (its index among the ranks of its host, which is its rank on one
- * machine), cuda:(rank mod GPUs) on shared GPUs, the CPU under Open MPI.
+ * machine), cuda:(rank mod GPUs) on shared GPUs, the CPU under Open MPI and
+ * on the NCCL emulator.
  * dist_backend() says "mpi" on shared GPUs: the collectives are Open MPI's;
  * get_device() says where the tensors live. */
 int get_device(int rank) {
@@ -136,9 +136,10 @@ static size_t check_tensor(const char *call, const char *what, const tensor *t) 
                  "get_device(rank)",
                  call, what, lx_the_world.backend == LX_BACKEND_NCCL ? "NCCL" : "shared, Open MPI via host memory");
     if (!want_device && t->device >= 0)
-        lx_fatal("%s(): %s is on %s, but this spawn runs Open MPI on host memory: create it on "
+        lx_fatal("%s(): %s is on %s, but this spawn runs %s on host memory: create it on "
                  "get_device(rank) (the CPU here)",
-                 call, what, where_name(t->device));
+                 call, what, where_name(t->device),
+                 lx_the_world.backend == LX_BACKEND_NCCL_EMULATED ? "the NCCL emulator" : "Open MPI");
     if (want_device && t->device != lx_the_world.device)
         lx_fatal("%s(): %s is on cuda:%d, but rank %d's GPU is cuda:%d", call, what, t->device, lx_the_world.rank,
                  lx_the_world.device);
@@ -1104,9 +1105,7 @@ dist_request *dist_all_to_all_async(tensor *output, const tensor *input) {
 /* The pool rank leaves: what the comm layer kept from one spawn to the next. */
 static void pool_rank_leaves(void) {
     lx_progress_stop();
-#if LECTERN_NCCL
     lx_comm_nccl_release();
-#endif
     lx_comm_staged_release();
 }
 
@@ -1118,6 +1117,7 @@ const lx_comm_hooks *lx_comm_layer(void) {
             .stop = lx_comm_stop,
             .leave = pool_rank_leaves,
             .mpi_cuda_aware_built = lx_mpi_cuda_aware_built,
+            .nccl_usable = lx_nccl_usable,
     };
     return &hooks;
 }

@@ -4,9 +4,10 @@
  *
  * The comm layer is the public dist_* calls (comm.c: argument checks, the
  * agreement checks of comm_agree.c, then one backend's table), the backends
- * (comm_mpi.c: Open MPI on host buffers; comm_nccl.c: NCCL, built where
- * NCCL is; comm_staged.c: device tensors through pinned host buffers or
- * CUDA-aware Open MPI), the traffic counters (comm_stats.c, comm_pvars.c),
+ * (comm_mpi.c: Open MPI on host buffers; comm_nccl.c: NCCL, through the
+ * table of nccl_api.h, over the real library (nccl_library.c) or the CPU
+ * emulator (nccl_emu.c); comm_staged.c: device tensors through pinned host
+ * buffers or CUDA-aware Open MPI), the traffic counters (comm_stats.c, comm_pvars.c),
  * the progress thread (comm_progress.c) and dist_timer (dist_timer.c).
  *
  * It calls the layers below (ranks/ranks.h for the board and the rank's
@@ -159,12 +160,15 @@ int64_t lx_stage_chunks_run(void);
  * back to LECTERN_STAGE_CHUNK or the default), the current spawn included. */
 void lx_stage_set_chunk(size_t floats);
 
-#if LECTERN_NCCL
-const lx_comm_ops *lx_comm_nccl_start(void);
+/* comm_nccl.c: NCCL, on the real library (one GPU per rank) or, when
+ * `emulated`, on the CPU emulator (nccl_emu.c, host tensors). Built in every
+ * build; the real library only where this build has NCCL support. */
+const lx_comm_ops *lx_comm_nccl_start(int emulated);
 /* The NCCL communicators kept from one spawn to the next, destroyed when
  * the pool rank leaves. */
 void lx_comm_nccl_release(void);
-#endif
+/* The parent: whether the real NCCL loads and is recent enough (why not, if not). */
+int lx_nccl_usable(char *why, size_t size);
 
 /* The table the ranks layer calls this layer through (ranks.h,
  * lx_comm_hooks): lecture_main registers it with lx_ranks_set_comm. */

@@ -1,114 +1,191 @@
 /*
  * comm_nccl.c: the collectives on NCCL, on device memory, one GPU per rank.
  *
+ * Everything here reaches NCCL and the GPU's streams and events through
+ * one table (nccl_api.h): the real library (nccl_library.c, loaded with
+ * dlopen at the first NCCL spawn), or an emulator on the CPU with NCCL's
+ * ordering rules at their strictest (nccl_emu.c). So this file, the
+ * backend's whole logic, runs in `make test` on a machine without a GPU
+ * (LECTERN_NCCL_EMULATE=1 with LECTERN_BACKEND=nccl), on host tensors.
+ *
  * Start-up is NCCL's usual bootstrap over MPI: rank 0 makes a unique id,
  * MPI_Bcast over the spawn's communicator gives it to every rank, and each
- * calls ncclCommInitRank. Across machines the same code gives a
- * communicator over the network. NCCL's start-up is slow (about a second),
- * and pool ranks serve many spawns: the communicator, with its stream, is
+ * calls ncclCommInitRank. NCCL's start-up is slow (about a second), and
+ * pool ranks serve many spawns: the communicators, with their streams, are
  * made at the first spawn of each world size and kept for the next ones.
  *
- * Ordering. The tensor code queues its kernels on the default stream. NCCL
- * work goes to streams of our own, made to wait (an event) for what the
- * default stream has queued, so a collective sees the tensor's final values.
- * A blocking call then waits for its stream (torch's async_op=False); a
- * *_async call records an event behind its work and returns, and dist_wait
- * makes the compute stream (and the host) wait for that event, so matmuls
- * queued in between overlap the transfer.
+ * One rule makes the ordering right: every operation is queued at its own
+ * call, on a stream that one communicator alone uses, and nothing is held
+ * back. NCCL runs a communicator's operations in the order they were
+ * queued, and a send ends only when its receive runs; so two operations on
+ * one communicator can wait for each other across ranks in ways MPI's
+ * rules never make them (a rank's send queued ahead of its receive, while
+ * its peer does the same: the ring deadlock). The communicators are cut
+ * so that NCCL's order is exactly the order MPI promises, and no more:
  *
- * Point-to-point has a communicator (ncclCommSplit of the collectives' one)
- * and a stream of its own, as torch's ProcessGroupNCCL does: a send in
- * flight never holds up a collective, so `isend; all_reduce; wait` on one
- * rank against `all_reduce; recv` on its peer completes, as on Open MPI.
- * When each send or receive is issued, and grouped with which, is decided
- * by p2p_plan.c (a pure function of the calls, tested on a CPU); each
- * request carries one event recorded behind its group, and nothing here
- * waits on the host until a wait or a blocking call.
+ *   - the collectives of the world, and of each group (dist_new_group),
+ *     run on a communicator and stream of their own: ranks make them in the
+ *     same order, as MPI asks too;
+ *   - point-to-point runs on a communicator of two ranks per *ordered pair*
+ *     (sends from a to b only; torch also gives point-to-point its own
+ *     communicators), with a stream each: the k-th send from a to b meets
+ *     b's k-th receive from a, MPI's non-overtaking rule, and nothing else
+ *     is in their way. A rank holds 2 (N - 1) of them for N ranks.
  *
- * Errors and lost peers. Every wait polls its event and
- * ncclCommGetAsyncError; an error NCCL reports, or LECTERN_TIMEOUT seconds
- * without completion, aborts the communicators (ncclCommAbort) and stops
- * the rank naming the peer it waited for.
+ * With that, a send or receive is queued at its call, a request completes
+ * on its own (an event behind it), and no host wait (an agreement check,
+ * a collective, a barrier, a timer) can stand between a send and its
+ * issue. Every program MPI completes with a send that returns once its
+ * receive is posted (lectern's rule on every backend: comm_agree.c)
+ * completes here: tests/test_nccl_emu.py runs them on the emulator.
  *
- * None of this has run on a GPU where it was written (docs/gpu.md).
+ * Ordering with the tensors. Tensor kernels run on the compute stream
+ * (CUDA's default stream). Each call makes its operation's stream wait for
+ * what the compute stream has queued so far (an event), so a send reads the
+ * final values and a receive does not overwrite what a kernel still reads.
+ * A blocking call waits for its event on the host; a *_async call or an
+ * isend returns with the event recorded, and dist_wait waits for it, so
+ * matmuls queued in between overlap the transfer.
+ *
+ * Waiting. The host never blocks inside NCCL or CUDA: every wait polls an
+ * event, and NCCL's asynchronous errors; the library calls that block on
+ * other ranks (making and destroying a communicator) run on a helper
+ * thread the host polls. A wait gives up only when no rank of the spawn
+ * has made progress for LECTERN_TIMEOUT seconds, the parent's rule
+ * (spawn.c), and one second later than the parent, whose report names
+ * every rank's line; the communicators are then aborted (ncclCommAbort),
+ * so that no kernel is left spinning, and the rank stops naming whom it
+ * waited for.
+ *
+ * What this rests on that no emulator and no single GPU can show: that
+ * NCCL runs kernels of several communicators of one GPU at the same time
+ * (point-to-point beside a collective, as torch also assumes); docs/gpu.md.
  */
-#ifdef LECTERN_CUDA
-
-#include <cuda_runtime_api.h>
 #include <mpi.h>
-#include <nccl.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "check.h"
 #include "comm/comm.h"
-#include "comm/p2p_plan.h"
+#include "comm/nccl_api.h"
 #include "trace/trace.h"
 #include "ranks/ranks.h"
+#include "tensor/tensor.h"
 
-static ncclComm_t comm, p2p_comm;
-/* `comm` is what the collectives run on: the world's (world_comm), or a
- * group's (ncclCommSplit, dist_new_group) between use_group(g) and
- * use_group(NULL). cur_size: its size. */
-static ncclComm_t world_comm;
-static int cur_size = 1;
-static cudaStream_t stream, p2p_stream;
-static cudaEvent_t queued; /* "the default stream got this far" */
-static float *scratch;     /* one float for the barrier */
+static const lx_nccl_api *api; /* the current spawn's: the library's or the emulator's */
 
-/* What a world size's first spawn made, for the next spawns of that size. */
+/* ---- checks: the library's own words, and where ---- */
+
+static void __attribute__((noreturn)) nccl_failed(int rc, const char *file, int line, const char *expr) {
+    const char *said = api->last_error(NULL);
+    char *msg = lx_fmt("%s%s%s (NCCL_DEBUG=WARN prints NCCL's own account)", api->error_string(rc),
+                       said && *said ? "; NCCL said: " : "", said && *said ? said : "");
+    LX_DIE("NCCL", msg, file, line, expr);
+}
+
+#define NCCL_TRY(call)                                                                \
+    do {                                                                              \
+        int nccl_rc_ = (call);                                                        \
+        if (nccl_rc_ != LX_NCCL_OK) nccl_failed(nccl_rc_, __FILE__, __LINE__, #call); \
+    } while (0)
+
+#define DEVICE_TRY(call)                                                                                               \
+    do {                                                                                                               \
+        int device_rc_ = (call);                                                                                       \
+        if (device_rc_ != LX_DEVICE_OK)                                                                                \
+            LX_DIE(api->emulated ? "NCCL emulator" : "CUDA", api->device_error_string(device_rc_), __FILE__, __LINE__, \
+                   #call);                                                                                             \
+    } while (0)
+
+/* ---- what a world size's first spawn makes, for the next spawns of that size ---- */
+
+/* A communicator and the stream that it alone uses. */
+typedef struct lane {
+    lx_nccl_comm comm;
+    lx_nccl_stream stream;
+} lane;
+
 typedef struct nccl_world {
-    int made;
-    int device;
-    ncclComm_t comm, p2p_comm;
-    cudaStream_t stream, p2p_stream;
-    cudaEvent_t queued;
-    float *scratch;
+    int made, device;
+    const lx_nccl_api *api; /* the table that made it */
+    lane world;             /* the world's collectives */
+    /* Point to point: to[p] carries this rank's sends to p, from[p] p's
+     * sends to this rank (two ranks each: the sender is rank 0 of it). */
+    lane to[LECTERN_MAX_WORLD], from[LECTERN_MAX_WORLD];
+    lx_nccl_event at_call, ended;       /* the compute stream's position at a call; a blocking call's end */
+    lane *pairs[2 * LECTERN_MAX_WORLD]; /* the pair lanes in the order they were made: the same on every rank */
+    int n_pairs;
+    float *scratch; /* the barrier's float, and the pairs' first message */
 } nccl_world;
 
 static nccl_world worlds[LECTERN_MAX_WORLD + 1];
+static nccl_world *w; /* this spawn's */
+static lane *cur;     /* where the collectives go: &w->world, or a group's (use_group) */
+static int cur_size;  /* its ranks */
 
-/* A request. A send or receive is held in the open group (p2p_plan.c) until
- * it is issued; `at_call` marks how far the compute stream had got at the
- * call, so the operation waits for that work and no later work. */
+/* A group's communicator and stream (dist_new_group), kept in a list so that
+ * an abort reaches them too. */
+typedef struct nccl_group {
+    lane lane;
+    struct nccl_group *next;
+} nccl_group;
+static nccl_group *groups;
+
+/* A request: the event behind its operation, and where it ran. */
 typedef struct request {
-    int is_collective;
-    int is_send, peer;
-    float *buf;
-    size_t count;
-    cudaEvent_t at_call, done;
-    int issued;
-    struct request *next_open;
+    lx_nccl_event done;
+    lane *lane;
+    int peer; /* -1: a collective */
 } request;
 
-static lx_p2p_plan plan;
-static request *open_first, *open_last;
+/* ---- waiting, bounded by the spawn's progress ---- */
 
-static ncclRedOp_t nccl_op(dist_op op) {
-    switch (op) {
-    case DIST_AVG: return ncclAvg;
-    case DIST_MIN: return ncclMin;
-    case DIST_MAX: return ncclMax;
-    default: return ncclSum;
-    }
-}
-
-/* Another library (or the lecture) may have made a different GPU current on
- * this thread: every entry point selects the rank's own first. */
-static void own_device(void) { CUDA_CHECK(cudaSetDevice(lx_the_world.device)); }
-
-/* Seconds a wait may last: LECTERN_TIMEOUT, as the parent's deadlock watch
- * (a bad value was refused there, before any rank started). */
+/* Seconds without progress after which a wait gives up: LECTERN_TIMEOUT (a
+ * bad value was refused by the parent), plus one, so that the parent,
+ * which watches the same progress and names every rank's line, speaks first. */
 static double wait_limit(void) {
     const char *s = getenv("LECTERN_TIMEOUT");
     double t = s && *s ? strtod(s, NULL) : 0;
-    return t > 0 ? t : 120.0;
+    return (t > 0 ? t : 120.0) + 1.0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+/* Since when nothing has moved: the board's progress (lx_spawn_progress),
+ * or, for a rank without a board, the wait's own start. */
+typedef struct watch {
+    double since, limit;
+    unsigned sum;
+    int have_board;
+} watch;
+
+static watch watch_start(void) {
+    watch t = {now_seconds(), wait_limit(), 0, 0};
+    int working;
+    t.have_board = lx_spawn_progress(&t.sum, &working) == 0;
+    return t;
+}
+
+/* 1 when nothing has moved for the limit. */
+static int stuck(watch *t) {
+    double now = now_seconds();
+    unsigned sum;
+    int working;
+    if (t->have_board && lx_spawn_progress(&sum, &working) == 0 && (sum != t->sum || working)) {
+        t->sum = sum;
+        t->since = now;
+    }
+    return now - t->since > t->limit;
+}
+
+/* Spin for the first 2 ms, so a small collective's wait costs no more than
+ * a cudaStreamSynchronize would (a latency lecture_08 measures); then 50 us
+ * naps, so a long wait does not hold a core. */
+static void pause_after(double started) {
+    if (now_seconds() - started > 0.002) {
+        struct timespec pause = {0, 50 * 1000};
+        nanosleep(&pause, NULL);
+    }
 }
 
 static const char *whom(int peer, char *buf, size_t n) {
@@ -117,371 +194,361 @@ static const char *whom(int peer, char *buf, size_t n) {
     return buf;
 }
 
-/* The host waits for `ev`, polling: an error NCCL reports on either
- * communicator (a peer lost, a network failure), or no completion in
- * LECTERN_TIMEOUT seconds, aborts both communicators, so that no kernel is
- * left spinning on the GPU, and stops the rank with the peer's name. */
-static void wait_event(cudaEvent_t ev, const char *what, int peer) {
-    double start = now_s(), limit = wait_limit();
+static void abort_all(void) {
+    for (nccl_group *g = groups; g; g = g->next)
+        (void)api->comm_abort(g->lane.comm);
+    for (int i = 0; i < w->n_pairs; i++)
+        (void)api->comm_abort(w->pairs[i]->comm);
+    (void)api->comm_abort(w->world.comm);
+}
+
+/* The error NCCL found after a call returned (a peer lost), on the lane's
+ * communicator or the world's: LX_NCCL_OK when none. */
+static int async_error(const lane *l) {
+    int a = LX_NCCL_OK, b = LX_NCCL_OK;
+    if (l && l->comm) NCCL_TRY(api->comm_async_error(l->comm, &a));
+    NCCL_TRY(api->comm_async_error(w->world.comm, &b));
+    if (a != LX_NCCL_OK && a != LX_NCCL_IN_PROGRESS) return a;
+    if (b != LX_NCCL_OK && b != LX_NCCL_IN_PROGRESS) return b;
+    return LX_NCCL_OK;
+}
+
+/* The host waits for `ev`, polling: an error NCCL reports, or no progress
+ * anywhere for the limit, aborts the communicators and stops the rank with
+ * the peer's name. */
+static void wait_event(lx_nccl_event ev, const char *what, int peer, const lane *l) {
+    double started = now_seconds();
+    watch t = watch_start();
     char who[64];
     for (;;) {
-        cudaError_t q = cudaEventQuery(ev);
-        if (q == cudaSuccess) return;
-        if (q != cudaErrorNotReady) CUDA_CHECK(q);
-        ncclResult_t a = ncclSuccess, b = ncclSuccess;
-        NCCL_CHECK(ncclCommGetAsyncError(comm, &a));
-        NCCL_CHECK(ncclCommGetAsyncError(p2p_comm, &b));
-        ncclResult_t err = a != ncclSuccess && a != ncclInProgress ? a : b;
-        int failed = err != ncclSuccess && err != ncclInProgress;
-        if (failed || now_s() - start > limit) {
-            (void)ncclCommAbort(p2p_comm);
-            (void)ncclCommAbort(comm);
-            worlds[lx_the_world.size].made = 0; /* the next spawn makes new ones */
-            if (failed)
-                lx_fatal("rank %d: %s waited for %s, and NCCL reported: %s (a rank lost?); its communicators "
-                         "were aborted",
-                         lx_the_world.rank, what, whom(peer, who, sizeof who), ncclGetErrorString(err));
-            lx_fatal("rank %d: %s waited %g s (LECTERN_TIMEOUT) for %s; its NCCL communicators were aborted",
-                     lx_the_world.rank, what, limit, whom(peer, who, sizeof who));
+        int q = api->event_query(ev);
+        if (q == LX_DEVICE_OK) return;
+        if (q != LX_DEVICE_NOT_READY) DEVICE_TRY(q);
+        int err = async_error(l);
+        if (err != LX_NCCL_OK) {
+            const char *said = api->last_error(l ? l->comm : NULL);
+            abort_all();
+            lx_fatal("%s waited for %s, and NCCL reported: %s%s%s (a rank lost?); its communicators were aborted", what,
+                     whom(peer, who, sizeof who), api->error_string(err), said && *said ? ": " : "",
+                     said && *said ? said : "");
         }
-        /* Spin for the first 2 ms, so a small collective's wait costs no more
-         * than cudaStreamSynchronize's would (a latency lecture_08 measures);
-         * then 50 us naps, so a long wait does not hold a core. */
-        if (now_s() - start > 0.002) {
-            struct timespec pause = {0, 50 * 1000};
-            nanosleep(&pause, NULL);
+        if (stuck(&t)) {
+            abort_all();
+            lx_fatal("%s waited for %s while no rank made progress for %g s (LECTERN_TIMEOUT, plus one); its NCCL "
+                     "communicators were aborted",
+                     what, whom(peer, who, sizeof who), t.limit);
         }
+        pause_after(started);
     }
 }
 
-/* The collectives' stream waits for the tensor kernels queued so far. */
-static void begin(void) {
+/* Everything queued on `l` so far has ended (the host waits). */
+static void drain(lane *l, const char *what) {
+    DEVICE_TRY(api->event_record(w->ended, l->stream));
+    wait_event(w->ended, what, -1, l);
+}
+
+/* A library call that blocks until other ranks make it too (making or
+ * destroying a communicator): run on a helper thread, so the host can
+ * watch the spawn's progress meanwhile, as every wait here does. */
+typedef struct blocking_call {
+    int (*fn)(struct blocking_call *);
+    const lx_nccl_api *api;
+    int device, rc;
+    lx_nccl_comm comm, *out;
+    int nranks, rank, color, key;
+    lx_nccl_id id;
+    volatile int finished;
+} blocking_call;
+
+static void *run_blocking(void *arg) {
+    blocking_call *c = arg;
+    int rc = c->device >= 0 ? c->api->set_device(c->device) : LX_DEVICE_OK;
+    c->rc = rc == LX_DEVICE_OK ? c->fn(c) : LX_NCCL_SYSTEM_ERROR;
+    __atomic_store_n(&c->finished, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int call_init(blocking_call *c) { return c->api->comm_init_rank(c->out, c->nranks, &c->id, c->rank); }
+static int call_split(blocking_call *c) { return c->api->comm_split(c->comm, c->color, c->key, c->out); }
+static int call_destroy(blocking_call *c) { return c->api->comm_destroy(c->comm); }
+
+static int bounded(blocking_call *c, const char *what) {
+    c->api = api;
+    c->device = api->emulated ? -1 : w->device; /* (the pool rank leaving is outside any spawn) */
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, run_blocking, c) != 0) lx_fatal("cannot start a thread for %s", what);
+    double started = now_seconds();
+    watch t = watch_start();
+    while (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE)) {
+        if (stuck(&t))
+            lx_fatal("%s waited for the other ranks while no rank made progress for %g s (LECTERN_TIMEOUT, plus one)",
+                     what, t.limit);
+        pause_after(started);
+    }
+    pthread_join(thread, NULL);
+    return c->rc;
+}
+
+static void destroy_comm(lx_nccl_comm comm) {
+    if (!comm) return;
+    blocking_call c = {.fn = call_destroy, .comm = comm};
+    NCCL_TRY(bounded(&c, "ncclCommDestroy"));
+}
+
+static lx_nccl_comm split(lx_nccl_comm parent, int color, int key, const char *what) {
+    lx_nccl_comm out = NULL;
+    blocking_call c = {.fn = call_split, .comm = parent, .color = color, .key = key, .out = &out};
+    NCCL_TRY(bounded(&c, what));
+    return out;
+}
+
+/* ---- queueing an operation ---- */
+
+/* Another library (or the lecture) may have made a different GPU current on
+ * this thread: every entry point selects the rank's own first. */
+static void own_device(void) {
+    if (!api->emulated) DEVICE_TRY(api->set_device(lx_the_world.device));
+}
+
+/* The lane's stream waits for the tensor work queued so far. */
+static void begin(lane *l) {
     own_device();
-    CUDA_CHECK(cudaEventRecord(queued, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(stream, queued, 0));
+    DEVICE_TRY(api->event_record(w->at_call, NULL));
+    DEVICE_TRY(api->stream_wait_event(l->stream, w->at_call));
 }
 
-/* A blocking collective: the host waits for its stream (through an event,
- * so the wait can see NCCL's errors). */
-static void finish(const char *what) {
-    CUDA_CHECK(cudaEventRecord(queued, stream));
-    wait_event(queued, what, -1);
+/* A blocking call: the host waits for what was just queued on `l`; then
+ * the compute stream is ordered after it too (a no-op once the host has
+ * seen it end, and the emulator's compute stream is the host). */
+static void finish(lane *l, const char *what, int peer) {
+    drain(l, what);
+    DEVICE_TRY(api->stream_wait_event(NULL, w->ended));
 }
 
-/* Issues the open group on the point-to-point communicator: its stream
- * first waits for what the compute stream had queued at each call, then
- * the group, then one event per request behind it. No host wait. */
-static void issue_open(void) {
-    if (!open_first) return;
-    for (request *r = open_first; r; r = r->next_open)
-        CUDA_CHECK(cudaStreamWaitEvent(p2p_stream, r->at_call, 0));
-    NCCL_CHECK(ncclGroupStart());
-    for (request *r = open_first; r; r = r->next_open) {
-        if (r->is_send) NCCL_CHECK(ncclSend(r->buf, r->count, ncclFloat, r->peer, p2p_comm, p2p_stream));
-        else NCCL_CHECK(ncclRecv(r->buf, r->count, ncclFloat, r->peer, p2p_comm, p2p_stream));
-    }
-    NCCL_CHECK(ncclGroupEnd());
-    for (request *r = open_first, *next; r; r = next) {
-        next = r->next_open;
-        CUDA_CHECK(cudaEventRecord(r->done, p2p_stream));
-        r->issued = 1;
-        r->next_open = NULL;
-    }
-    open_first = open_last = NULL;
-}
-
-/* Any call but a send or receive: the open group goes first. */
-static void other_call(void) {
-    own_device();
-    lx_p2p_step s = lx_p2p_plan_call(&plan, LX_P2P_OTHER, -1, -1);
-    if (s.issue_before) issue_open();
-}
-
-static request *new_p2p(int is_send, const float *buf, size_t count, int peer) {
+/* A request for what was just queued on `l`. */
+static request *queued_on(lane *l, int peer) {
     request *r = calloc(1, sizeof *r);
     if (!r) lx_fatal("out of memory");
-    r->is_send = is_send;
-    r->buf = (float *)buf;
-    r->count = count;
+    r->lane = l;
     r->peer = peer;
-    CUDA_CHECK(cudaEventCreateWithFlags(&r->at_call, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(r->at_call, 0));
-    if (open_last) open_last->next_open = r;
-    else open_first = r;
-    open_last = r;
+    DEVICE_TRY(api->event_create(&r->done));
+    DEVICE_TRY(api->event_record(r->done, l->stream));
     return r;
 }
 
-/* A send or receive call, as the plan says: `a` and `b` (a sendrecv's
- * receive, else NULL) are made and joined to the open group. */
-static void p2p_call(lx_p2p_call call, int peer, int peer2, request **a, request **b, const float *abuf, size_t acount,
-                     float *bbuf, size_t bcount) {
+/* The request's transfer is done, for the host and the compute stream.
+ * Frees the request. */
+static void complete(request *r, const char *what) {
     own_device();
-    lx_p2p_step s = lx_p2p_plan_call(&plan, call, peer, peer2);
-    if (s.issue_before) issue_open();
-    int send = call == LX_P2P_ISEND || call == LX_P2P_SEND || call == LX_P2P_SENDRECV;
-    *a = new_p2p(send, abuf, acount, peer);
-    if (b) *b = call == LX_P2P_SENDRECV ? new_p2p(0, bbuf, bcount, peer2) : NULL;
-    if (s.issue_after) issue_open();
-}
-
-/* The request's transfer is done: later kernels on the compute stream see
- * it, and so does the host. Frees the request. */
-static void finish_p2p(request *r, const char *what) {
-    CUDA_CHECK(cudaStreamWaitEvent(0, r->done, 0));
-    wait_event(r->done, what, r->peer);
-    CUDA_CHECK(cudaEventDestroy(r->at_call));
-    CUDA_CHECK(cudaEventDestroy(r->done));
+    wait_event(r->done, what, r->peer, r->lane);
+    DEVICE_TRY(api->stream_wait_event(NULL, r->done));
+    DEVICE_TRY(api->event_destroy(r->done));
     free(r);
 }
 
+/* A send or receive, queued now on its ordered pair's lane. */
+static request *p2p(int is_send, const float *buf, size_t count, int peer) {
+    lane *l = is_send ? &w->to[peer] : &w->from[peer];
+    begin(l);
+    if (is_send) NCCL_TRY(api->send(buf, count, 1, l->comm, l->stream));
+    else NCCL_TRY(api->recv((float *)buf, count, 0, l->comm, l->stream));
+    return queued_on(l, peer);
+}
+
+/* ---- the operations ---- */
+
 static void op_barrier(void) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclAllReduce(scratch, scratch, 1, ncclFloat, ncclSum, comm, stream));
-    finish("dist_barrier");
+    begin(cur);
+    NCCL_TRY(api->all_reduce(w->scratch, w->scratch, 1, DIST_SUM, cur->comm, cur->stream));
+    finish(cur, "dist_barrier", -1);
 }
 
 static void op_all_reduce(float *buf, size_t count, dist_op op) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, nccl_op(op), comm, stream));
-    finish("dist_all_reduce");
+    begin(cur);
+    NCCL_TRY(api->all_reduce(buf, buf, count, op, cur->comm, cur->stream));
+    finish(cur, "dist_all_reduce", -1);
 }
 
 static void op_reduce(float *buf, size_t count, int root, dist_op op) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclReduce(buf, buf, count, ncclFloat, nccl_op(op), root, comm, stream));
-    finish("dist_reduce");
+    begin(cur);
+    NCCL_TRY(api->reduce(buf, buf, count, op, root, cur->comm, cur->stream));
+    finish(cur, "dist_reduce", -1);
 }
 
 static void op_broadcast(float *buf, size_t count, int root) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclFloat, root, comm, stream));
-    finish("dist_broadcast");
+    begin(cur);
+    NCCL_TRY(api->broadcast(buf, buf, count, root, cur->comm, cur->stream));
+    finish(cur, "dist_broadcast", -1);
 }
 
 static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclReduceScatter(in, out, count, ncclFloat, nccl_op(op), comm, stream));
-    finish("dist_reduce_scatter");
+    begin(cur);
+    NCCL_TRY(api->reduce_scatter(in, out, count, op, cur->comm, cur->stream));
+    finish(cur, "dist_reduce_scatter", -1);
 }
 
 static void op_all_gather(float *out, const float *in, size_t count) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclAllGather(in, out, count, ncclFloat, comm, stream));
-    finish("dist_all_gather");
+    begin(cur);
+    NCCL_TRY(api->all_gather(in, out, count, cur->comm, cur->stream));
+    finish(cur, "dist_all_gather", -1);
 }
 
 /* NCCL has no scatter or gather: the root sends (receives) one chunk per
- * rank in a group, and copies its own chunk. */
+ * rank in a group on the collectives' communicator, and copies its own. */
 static void op_scatter(float *out, const float *in, size_t count, int root) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclGroupStart());
-    if (lx_the_world.rank == root) {
-        for (int r = 0; r < lx_the_world.size; r++) {
-            if (r == root) continue;
-            NCCL_CHECK(ncclSend(in + (size_t)r * count, count, ncclFloat, r, comm, stream));
-        }
+    int me = lx_the_world.rank;
+    begin(cur);
+    NCCL_TRY(api->group_start());
+    if (me == root) {
+        for (int r = 0; r < lx_the_world.size; r++)
+            if (r != root) NCCL_TRY(api->send(in + (size_t)r * count, count, r, cur->comm, cur->stream));
     } else {
-        NCCL_CHECK(ncclRecv(out, count, ncclFloat, root, comm, stream));
+        NCCL_TRY(api->recv(out, count, root, cur->comm, cur->stream));
     }
-    NCCL_CHECK(ncclGroupEnd());
-    if (lx_the_world.rank == root)
-        CUDA_CHECK(cudaMemcpyAsync(out, in + (size_t)root * count, count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   stream));
-    finish("dist_scatter");
+    NCCL_TRY(api->group_end());
+    if (me == root) DEVICE_TRY(api->copy(out, in + (size_t)root * count, count * sizeof(float), cur->stream));
+    finish(cur, "dist_scatter", -1);
 }
 
 static void op_gather(float *out, const float *in, size_t count, int root) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclGroupStart());
-    if (lx_the_world.rank == root) {
-        for (int r = 0; r < lx_the_world.size; r++) {
-            if (r == root) continue;
-            NCCL_CHECK(ncclRecv(out + (size_t)r * count, count, ncclFloat, r, comm, stream));
-        }
+    int me = lx_the_world.rank;
+    begin(cur);
+    NCCL_TRY(api->group_start());
+    if (me == root) {
+        for (int r = 0; r < lx_the_world.size; r++)
+            if (r != root) NCCL_TRY(api->recv(out + (size_t)r * count, count, r, cur->comm, cur->stream));
     } else {
-        NCCL_CHECK(ncclSend(in, count, ncclFloat, root, comm, stream));
+        NCCL_TRY(api->send(in, count, root, cur->comm, cur->stream));
     }
-    NCCL_CHECK(ncclGroupEnd());
-    if (lx_the_world.rank == root)
-        CUDA_CHECK(cudaMemcpyAsync(out + (size_t)root * count, in, count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   stream));
-    finish("dist_gather");
+    NCCL_TRY(api->group_end());
+    if (me == root) DEVICE_TRY(api->copy(out + (size_t)root * count, in, count * sizeof(float), cur->stream));
+    finish(cur, "dist_gather", -1);
 }
 
-/* A blocking send or receive joins the open group, issues it, and waits
- * for its own operation only. */
-static void op_send(const float *buf, size_t count, int peer) {
-    request *r;
-    p2p_call(LX_P2P_SEND, peer, -1, &r, NULL, buf, count, NULL, 0);
-    finish_p2p(r, "dist_send");
-}
+/* A blocking send or receive waits for its own operation only. */
+static void op_send(const float *buf, size_t count, int peer) { complete(p2p(1, buf, count, peer), "dist_send"); }
 
-static void op_recv(float *buf, size_t count, int peer) {
-    request *r;
-    p2p_call(LX_P2P_RECV, peer, -1, &r, NULL, buf, count, NULL, 0);
-    finish_p2p(r, "dist_recv");
-}
+static void op_recv(float *buf, size_t count, int peer) { complete(p2p(0, buf, count, peer), "dist_recv"); }
 
-/* Both directions in one group: they move together, whatever the ranks' order. */
+/* Two lanes, both queued before either is waited for: they move together,
+ * whatever the ranks' order, with no group needed. */
 static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
-    request *s, *r;
-    p2p_call(LX_P2P_SENDRECV, dst, src, &s, &r, send, send_count, recv, recv_count);
-    finish_p2p(s, "dist_sendrecv");
-    finish_p2p(r, "dist_sendrecv");
+    request *s = p2p(1, send, send_count, dst);
+    request *r = p2p(0, recv, recv_count, src);
+    complete(s, "dist_sendrecv");
+    complete(r, "dist_sendrecv");
 }
 
-static void *op_isend(const float *buf, size_t count, int peer) {
-    request *r;
-    p2p_call(LX_P2P_ISEND, peer, -1, &r, NULL, buf, count, NULL, 0);
-    return r;
-}
+static void *op_isend(const float *buf, size_t count, int peer) { return p2p(1, buf, count, peer); }
 
-static void *op_irecv(float *buf, size_t count, int peer) {
-    request *r;
-    p2p_call(LX_P2P_IRECV, peer, -1, &r, NULL, (const float *)buf, count, NULL, 0);
-    return r;
-}
+static void *op_irecv(float *buf, size_t count, int peer) { return p2p(0, buf, count, peer); }
 
-/* A non-blocking collective: queued on the collectives' stream after the
- * compute stream's work so far (begin), with an event recorded behind it.
- * The compute stream is not made to wait until dist_wait: kernels queued in
- * between (a matmul of the next layer) overlap the transfer. */
-static void *issued(void) {
-    request *r = calloc(1, sizeof *r);
-    if (!r) lx_fatal("out of memory");
-    r->is_collective = 1;
-    r->peer = -1;
-    CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(r->done, stream));
-    return r;
-}
-
+/* A non-blocking collective: queued after the compute stream's work so far,
+ * with an event behind it. The compute stream is not made to wait until
+ * dist_wait: kernels queued in between (a matmul of the next layer)
+ * overlap the transfer. */
 static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, nccl_op(op), comm, stream));
-    return issued();
+    begin(cur);
+    NCCL_TRY(api->all_reduce(buf, buf, count, op, cur->comm, cur->stream));
+    return queued_on(cur, -1);
 }
 
 static void *op_ibroadcast(float *buf, size_t count, int root) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclFloat, root, comm, stream));
-    return issued();
+    begin(cur);
+    NCCL_TRY(api->broadcast(buf, buf, count, root, cur->comm, cur->stream));
+    return queued_on(cur, -1);
 }
 
 static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclReduceScatter(in, out, count, ncclFloat, nccl_op(op), comm, stream));
-    return issued();
+    begin(cur);
+    NCCL_TRY(api->reduce_scatter(in, out, count, op, cur->comm, cur->stream));
+    return queued_on(cur, -1);
 }
 
 static void *op_iall_gather(float *out, const float *in, size_t count) {
-    other_call();
-    begin();
-    NCCL_CHECK(ncclAllGather(in, out, count, ncclFloat, comm, stream));
-    return issued();
+    begin(cur);
+    NCCL_TRY(api->all_gather(in, out, count, cur->comm, cur->stream));
+    return queued_on(cur, -1);
 }
 
-/* The compute stream waits for the request (later kernels see its result),
- * and so does the host: dist_wait returns with the result in place, as on
- * Open MPI. A send or receive still in the open group is issued first. */
-static void op_wait(void *request_) {
-    request *r = request_;
-    other_call();
-    if (r->is_collective) {
-        CUDA_CHECK(cudaStreamWaitEvent(0, r->done, 0));
-        wait_event(r->done, "dist_wait", -1);
-        CUDA_CHECK(cudaEventDestroy(r->done));
-        free(r);
-        return;
-    }
-    finish_p2p(r, "dist_wait");
-}
+/* dist_wait returns with the result in place, as on Open MPI. */
+static void op_wait(void *request_) { complete(request_, "dist_wait"); }
 
-/* Done when the event behind the transfer has passed; a send or receive
- * still in the open group is issued first (as any call but a send or
- * receive would), or it would never complete. */
 static int op_test(void *request_) {
     request *r = request_;
-    other_call();
-    if (!r->is_collective && !r->issued) issue_open();
-    cudaError_t q = cudaEventQuery(r->done);
-    if (q == cudaErrorNotReady) return 0;
-    CUDA_CHECK(q);
+    int q = api->event_query(r->done);
+    if (q == LX_DEVICE_NOT_READY) return 0;
+    DEVICE_TRY(q);
     return 1;
 }
 
-/* NCCL has no all-to-all: a send and a receive per rank in one group
- * (the rank's own piece too, which NCCL copies). */
+/* NCCL has no all-to-all: a send and a receive per rank in one group on the
+ * collectives' communicator (the rank's own piece too, which NCCL copies). */
 static void queue_all_to_all(float *out, const float *in, size_t count) {
-    NCCL_CHECK(ncclGroupStart());
+    begin(cur);
+    NCCL_TRY(api->group_start());
     for (int r = 0; r < cur_size; r++) {
-        NCCL_CHECK(ncclSend(in + (size_t)r * count, count, ncclFloat, r, comm, stream));
-        NCCL_CHECK(ncclRecv(out + (size_t)r * count, count, ncclFloat, r, comm, stream));
+        NCCL_TRY(api->send(in + (size_t)r * count, count, r, cur->comm, cur->stream));
+        NCCL_TRY(api->recv(out + (size_t)r * count, count, r, cur->comm, cur->stream));
     }
-    NCCL_CHECK(ncclGroupEnd());
+    NCCL_TRY(api->group_end());
 }
 
 static void op_all_to_all(float *out, const float *in, size_t count) {
-    other_call();
-    begin();
     queue_all_to_all(out, in, count);
-    finish("dist_all_to_all");
+    finish(cur, "dist_all_to_all", -1);
 }
 
 static void *op_iall_to_all(float *out, const float *in, size_t count) {
-    other_call();
-    begin();
     queue_all_to_all(out, in, count);
-    return issued();
+    return queued_on(cur, -1);
 }
 
-/* A group's communicator: split from the world's by every rank at once,
- * colour the group's first world rank (the groups of one dist_new_group
- * call are disjoint), key the rank's place in the group. */
+/* A group's communicator, split from the world's by every rank at once
+ * (colour: the group's first world rank; the groups of one dist_new_group
+ * call are disjoint), with a stream of its own: its collectives are ordered
+ * among themselves only, as MPI orders a communicator's. */
 static void *op_group_new(const dist_group *g) {
     own_device();
     int color = g->ranks[0];
     for (int i = 1; i < g->size; i++)
         if (g->ranks[i] < color) color = g->ranks[i];
-    ncclComm_t *c = malloc(sizeof *c);
-    if (!c) lx_fatal("out of memory");
-    NCCL_CHECK(ncclCommSplit(world_comm, color, g->rank, c, NULL));
-    return c;
+    nccl_group *n = calloc(1, sizeof *n);
+    if (!n) lx_fatal("out of memory");
+    n->lane.comm = split(w->world.comm, color, g->rank, "ncclCommSplit (dist_new_group)");
+    DEVICE_TRY(api->stream_create(&n->lane.stream));
+    n->next = groups;
+    groups = n;
+    return n;
 }
 
 static void op_group_free(void *backend_group) {
-    ncclComm_t *c = backend_group;
+    nccl_group *n = backend_group;
     own_device();
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    NCCL_CHECK(ncclCommDestroy(*c));
-    free(c);
+    drain(&n->lane, "dist_group_free");
+    nccl_group **p = &groups;
+    while (*p != n)
+        p = &(*p)->next;
+    *p = n->next;
+    destroy_comm(n->lane.comm);
+    DEVICE_TRY(api->stream_destroy(n->lane.stream));
+    free(n);
 }
 
 static void op_use_group(const dist_group *g) {
-    comm = g ? *(ncclComm_t *)g->backend : world_comm;
+    cur = g ? &((nccl_group *)g->backend)->lane : &w->world;
     cur_size = g ? g->size : lx_the_world.size;
 }
 
+/* Requests never waited for were completed by comm.c before this; every
+ * lane is drained (nothing of this spawn is left in flight), and the
+ * communicators stay for the next spawn of this size. */
 static void op_stop(void) {
-    /* Requests never waited for were completed by comm.c before this; the
-     * communicators stay for the next spawn of this size. */
-    other_call();
-    CUDA_CHECK(cudaStreamSynchronize(p2p_stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    plan = (lx_p2p_plan){0};
+    own_device();
+    drain(&w->world, "the end of the spawned function");
+    for (int i = 0; i < w->n_pairs; i++)
+        drain(w->pairs[i], "the end of the spawned function");
 }
 
 static const lx_comm_ops nccl_ops = {
@@ -512,83 +579,137 @@ static const lx_comm_ops nccl_ops = {
         .stop = op_stop,
 };
 
+/* ---- start-up ---- */
+
 /* The rank's GPU, or an error that says which GPU and why, at the spawn()
  * line (no lecture frame of the rank has run yet). */
 static void use_device(int rank, int size, int device) {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-        (void)cudaGetLastError();
-        count = 0;
-    }
+    int count = gpu_count();
     if (device >= count)
         lx_fatal("rank %d of %d cannot use cuda:%d: its host has %d GPU%s, and NCCL needs one GPU per rank", rank, size,
                  device, count, count == 1 ? "" : "s");
-    cudaError_t rc = cudaSetDevice(device);
-    if (rc != cudaSuccess) lx_fatal("rank %d of %d cannot use cuda:%d: %s", rank, size, device, cudaGetErrorString(rc));
+    int rc = api->set_device(device);
+    if (rc != LX_DEVICE_OK)
+        lx_fatal("rank %d of %d cannot use cuda:%d: %s", rank, size, device, api->device_error_string(rc));
 }
 
-/* NCCL connects two ranks for point-to-point at their first send or
- * receive, and both must take part. Left to the lecture's first isend, a
- * rank could wait there for a peer busy in a collective: every pair is
- * connected here instead, while every rank is at the same place (one float
- * each way, one group). */
-static void connect_every_pair(nccl_world *w, int rank, int size) {
-    NCCL_CHECK(ncclGroupStart());
-    for (int peer = 0; peer < size; peer++) {
-        if (peer == rank) continue;
-        NCCL_CHECK(ncclSend(w->scratch, 1, ncclFloat, peer, w->p2p_comm, w->p2p_stream));
-        NCCL_CHECK(ncclRecv(w->scratch + 1, 1, ncclFloat, peer, w->p2p_comm, w->p2p_stream));
+/* Rank i's partner in round r of a round robin over m ranks (m even): the
+ * circle method, m - 1 rounds in which every rank meets one other, and
+ * every pair meets once. */
+static int partner(int i, int r, int m) {
+    if (i == m - 1) return r;
+    if (i == r) return m - 1;
+    return ((2 * r - i) % (m - 1) + (m - 1)) % (m - 1);
+}
+
+/* The point-to-point lanes. An ncclCommSplit gives each rank one
+ * communicator, so the pairs are made in rounds: in each round of a round
+ * robin every rank meets one partner (none, with an odd number of ranks),
+ * and two splits make that pair's two directions; in each, the sender is
+ * rank 0 (key 0). 2 (N - 1) splits for N ranks (2N for N odd).
+ *
+ * NCCL connects a pair at its first operation, and both ranks must take
+ * part, so each new lane carries one float at once, in the same order on
+ * every rank (round by round): left to the lecture's first isend, the
+ * connection could wait for a peer busy elsewhere. */
+static void make_pairs(nccl_world *nw, int rank, int size) {
+    int m = size % 2 ? size + 1 : size;
+    for (int r = 0; r < m - 1; r++) {
+        int p = partner(rank, r, m);
+        for (int dir = 0; dir < 2; dir++) {
+            int lo = rank < p ? rank : p, hi = rank < p ? p : rank;
+            int sender = dir == 0 ? lo : hi;
+            int color = p < size ? lo : LX_NCCL_SPLIT_NOCOLOR;
+            lx_nccl_comm c = split(nw->world.comm, color, rank == sender ? 0 : 1, "ncclCommSplit (point to point)");
+            if (!c) continue;
+            lane *l = rank == sender ? &nw->to[p] : &nw->from[p];
+            l->comm = c;
+            nw->pairs[nw->n_pairs++] = l;
+            DEVICE_TRY(api->stream_create(&l->stream));
+            if (rank == sender) NCCL_TRY(api->send(nw->scratch, 1, 1, c, l->stream));
+            else NCCL_TRY(api->recv(nw->scratch + 1, 1, 0, c, l->stream));
+        }
     }
-    NCCL_CHECK(ncclGroupEnd());
-    CUDA_CHECK(cudaStreamSynchronize(w->p2p_stream));
 }
 
-const lx_comm_ops *lx_comm_nccl_start(void) {
+static void release_world(nccl_world *x);
+
+static void make_world(nccl_world *nw, int rank, int size, int device) {
+    nw->api = api;
+    nw->device = device;
+    lx_nccl_id id;
+    memset(&id, 0, sizeof id);
+    if (rank == 0) NCCL_TRY(api->get_unique_id(&id));
+    MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, lx_the_world.comm));
+    blocking_call c = {.fn = call_init, .out = &nw->world.comm, .nranks = size, .rank = rank, .id = id};
+    NCCL_TRY(bounded(&c, "ncclCommInitRank"));
+    DEVICE_TRY(api->stream_create(&nw->world.stream));
+    DEVICE_TRY(api->event_create(&nw->at_call));
+    DEVICE_TRY(api->event_create(&nw->ended));
+    DEVICE_TRY(api->alloc((void **)&nw->scratch, 2 * sizeof(float)));
+    DEVICE_TRY(api->zero(nw->scratch, 2 * sizeof(float)));
+    nw->made = 1;
+    if (size > 1) make_pairs(nw, rank, size);
+}
+
+const lx_comm_ops *lx_comm_nccl_start(int emulated) {
     int rank = lx_the_world.rank, size = lx_the_world.size, device = lx_the_world.device;
-    MPI_Comm spawn_comm = lx_the_world.comm;
-    use_device(rank, size, device);
-    nccl_world *w = &worlds[size];
-    if (!w->made || w->device != device) {
-        ncclUniqueId id;
-        if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-        MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, spawn_comm));
-        NCCL_CHECK(ncclCommInitRank(&w->comm, size, id, rank));
-        /* Same ranks, same order, a communicator of its own. */
-        NCCL_CHECK(ncclCommSplit(w->comm, 0, rank, &w->p2p_comm, NULL));
-        CUDA_CHECK(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaStreamCreateWithFlags(&w->p2p_stream, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreateWithFlags(&w->queued, cudaEventDisableTiming));
-        CUDA_CHECK(cudaMalloc((void **)&w->scratch, 2 * sizeof(float)));
-        CUDA_CHECK(cudaMemset(w->scratch, 0, 2 * sizeof(float)));
-        if (size > 1) connect_every_pair(w, rank, size);
-        w->device = device;
-        w->made = 1;
+    if (emulated) {
+        api = lx_nccl_emulator();
+    } else {
+        char why[512];
+        api = lx_nccl_library(why, sizeof why);
+        if (!api) lx_fatal("rank %d of %d cannot run NCCL: %s", rank, size, why);
+        use_device(rank, size, device);
+        /* The runtime's kernels loaded now: a lazily loaded module's first
+         * launch can wait for kernels in flight, NCCL's among them (docs/gpu.md). */
+        lx_cuda_preload_kernels(device);
     }
-    comm = world_comm = w->comm;
+    w = &worlds[size];
+    if (w->made && (w->api != api || w->device != device)) release_world(w);
+    if (!w->made) {
+        make_world(w, rank, size, device);
+        drain(&w->world, "making the ranks' NCCL communicators");
+        for (int i = 0; i < w->n_pairs; i++)
+            drain(w->pairs[i], "connecting the ranks' NCCL communicators");
+    }
+    cur = &w->world;
     cur_size = size;
-    p2p_comm = w->p2p_comm;
-    stream = w->stream;
-    p2p_stream = w->p2p_stream;
-    queued = w->queued;
-    scratch = w->scratch;
-    plan = (lx_p2p_plan){0};
-    open_first = open_last = NULL;
+    groups = NULL;
     return &nccl_ops;
 }
 
-void lx_comm_nccl_release(void) {
-    for (int s = 0; s <= LECTERN_MAX_WORLD; s++) {
-        nccl_world *w = &worlds[s];
-        if (!w->made) continue;
-        CUDA_CHECK(cudaSetDevice(w->device));
-        NCCL_CHECK(ncclCommDestroy(w->p2p_comm));
-        NCCL_CHECK(ncclCommDestroy(w->comm));
-        CUDA_CHECK(cudaFree(w->scratch));
-        CUDA_CHECK(cudaEventDestroy(w->queued));
-        CUDA_CHECK(cudaStreamDestroy(w->p2p_stream));
-        CUDA_CHECK(cudaStreamDestroy(w->stream));
-        w->made = 0;
-    }
+static void release_lane(lane *l) {
+    destroy_comm(l->comm);
+    if (l->stream) DEVICE_TRY(api->stream_destroy(l->stream));
+    *l = (lane){NULL, NULL};
 }
 
-#endif /* LECTERN_CUDA */
+/* Every rank of the world releases its communicators at the same point (the
+ * pool rank leaves, or a spawn of this size on another table), in the same
+ * order, the order they were made in (round by round, not by peer, which
+ * would differ between the two ranks of a pair): ncclCommDestroy may wait
+ * for the communicator's other ranks. */
+static void release_world(nccl_world *x) {
+    const lx_nccl_api *keep = api;
+    nccl_world *keep_w = w;
+    api = x->api;
+    w = x;
+    if (!api->emulated) DEVICE_TRY(api->set_device(x->device));
+    for (int i = 0; i < x->n_pairs; i++)
+        release_lane(x->pairs[i]);
+    release_lane(&x->world);
+    DEVICE_TRY(api->release(x->scratch));
+    DEVICE_TRY(api->event_destroy(x->at_call));
+    DEVICE_TRY(api->event_destroy(x->ended));
+    memset(x, 0, sizeof *x);
+    api = keep;
+    w = keep_w;
+}
+
+void lx_comm_nccl_release(void) {
+    for (int s = 0; s <= LECTERN_MAX_WORLD; s++)
+        if (worlds[s].made) release_world(&worlds[s]);
+}
+
+int lx_nccl_usable(char *why, size_t size) { return lx_nccl_library(why, size) != NULL; }

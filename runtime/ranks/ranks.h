@@ -47,27 +47,40 @@
  *   SHARED_CUDA_AWARE  the same where Open MPI is CUDA-aware: device
  *           pointers go straight to it
  *   STAGED_HOST  a test hook (LECTERN_STAGE_TEST=1): the CPU, host tensors,
- *           run through comm_staged.c's pipeline with memcpy as the copies */
+ *           run through comm_staged.c's pipeline with memcpy as the copies
+ *   NCCL_EMULATED  LECTERN_BACKEND=nccl with LECTERN_NCCL_EMULATE=1: the CPU,
+ *           host tensors, comm_nccl.c's logic on the NCCL emulator
+ *           (comm/nccl_emu.c); "nccl" in the trace and in dist_backend() */
 typedef enum {
     LX_BACKEND_MPI = 0,
     LX_BACKEND_NCCL = 1,
     LX_BACKEND_SHARED = 2,
     LX_BACKEND_STAGED_HOST = 3,
     LX_BACKEND_SHARED_CUDA_AWARE = 4, /* SHARED, device pointers straight to CUDA-aware Open MPI */
+    LX_BACKEND_NCCL_EMULATED = 5,
 } lx_backend;
+
+/* The NCCL backend, on GPUs or on its emulator. */
+static inline int lx_backend_is_nccl(lx_backend b) { return b == LX_BACKEND_NCCL || b == LX_BACKEND_NCCL_EMULATED; }
 
 /* spawn_backend.c: the parent's choice for a spawn of world_size ranks on a
  * machine with `gpus` GPUs whose compute mode is `compute_mode` (the worst
  * of those the spawn would use: 0 default, 1 exclusive-thread (obsolete),
  * 2 prohibited, 3 exclusive-process, as cudaComputeMode numbers them),
  * `parent_on_gpu` when the lecture process itself holds a CUDA context,
- * `forced` LECTERN_BACKEND (NULL or "" when unset), `nccl_built` and
- * `hostfile` (LECTERN_HOSTFILE is set). Returns the backend; *reason (malloc'd)
+ * `forced` LECTERN_BACKEND (NULL or "" when unset), `nccl_built` (1: this
+ * build has NCCL support and, where the spawn would use it, the library
+ * loads; 0: no NCCL support built; -1: built, but the library cannot be
+ * loaded or is too old, which the caller adds to the reason),
+ * `hostfile` (LECTERN_HOSTFILE is set) and `nccl_emulate` (LECTERN_NCCL_EMULATE
+ * is 1: a spawn forced to NCCL runs on the emulator, whatever the GPUs).
+ * Returns the backend; *reason (malloc'd)
  * says what the spawn's note says. A forced backend that cannot work is an
  * lx_fatal at the spawn() line. A pure function of its arguments, so a test
  * can try every case on any machine. */
 lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int parent_on_gpu, const char *forced,
-                             int nccl_built, int hostfile, int stage_test, int mpi_cuda_aware, char **reason);
+                             int nccl_built, int hostfile, int stage_test, int mpi_cuda_aware, int nccl_emulate,
+                             char **reason);
 /* The facts it needs from CUDA: the deciding compute mode over the visible
  * GPUs (read without making a context), and whether this process holds one. */
 int lx_gpu_compute_mode(void);
@@ -346,6 +359,14 @@ int lx_rank_count_collective(void);
 /* What the call the rank waits in needs (LX_NEED_*): condition `i` (0 or
  * 1) of the current wait. lx_rank_enter clears both. */
 void lx_rank_needs(int i, int kind, int peer, int seq);
+/* What the parent's deadlock watch counts as progress, read from the
+ * board: *sum moves whenever any rank of the spawn takes a step or enters
+ * or leaves a waiting call; *others_working is 1 while another rank of the
+ * spawn runs its own code (it is inside no waiting call). A wait of the
+ * rank's own (comm_nccl.c's polls) that sees neither move for its limit is
+ * stuck, by the parent's rule. Returns 0, or -1 where this rank has no
+ * board (a rank on another host): then only the wait's own time counts. */
+int lx_spawn_progress(unsigned *sum, int *others_working);
 /* Forgets the counters: a new spawn starts. */
 void lx_rank_counts_reset(void);
 
@@ -404,6 +425,9 @@ typedef struct lx_comm_hooks {
     void (*leave)(void);
     /* The parent, choosing a backend: Open MPI was built CUDA-aware. */
     int (*mpi_cuda_aware_built)(void);
+    /* The parent, about to choose NCCL: 1 when the NCCL library loads and
+     * is recent enough, else 0 with `why` saying why (comm/nccl_api.h). */
+    int (*nccl_usable)(char *why, size_t size);
 } lx_comm_hooks;
 
 /* spawn_rank.c: registers the comm layer's table (lecture_main), and the

@@ -73,19 +73,44 @@ static double timeout_seconds(void) {
     return 120.0;
 }
 
+/* LECTERN_NCCL_EMULATE: 1 runs a spawn forced to NCCL on the CPU emulator
+ * (docs/gpu.md); unset, empty or 0 does not; anything else is an error. */
+static int nccl_emulate(void) {
+    const char *s = getenv("LECTERN_NCCL_EMULATE");
+    if (!s || !*s || strcmp(s, "0") == 0) return 0;
+    if (strcmp(s, "1") == 0) return 1;
+    lx_fatal("LECTERN_NCCL_EMULATE='%s': expected 0 or 1", s);
+}
+
 /* The backend for this spawn, from the machine's facts (spawn_backend.c). */
 static lx_backend choose_backend(int world_size, char **reason) {
     const char *hostfile = getenv("LECTERN_HOSTFILE");
     const char *stage_test = getenv("LECTERN_STAGE_TEST");
+    const char *forced = getenv("LECTERN_BACKEND");
     lx_slurm slurm;
     /* Ranks may run on other machines: a hostfile, or an allocation with
      * nodes other than this one. */
     int elsewhere = (hostfile && *hostfile) || (lx_pool_slurm(&slurm) && !slurm.here_only);
-    int gpus = gpu_count();
-    return lx_choose_backend(world_size, gpus, gpus > 0 ? lx_gpu_compute_mode() : 0, lx_gpu_held_here(),
-                             getenv("LECTERN_BACKEND"), LECTERN_NCCL, elsewhere,
-                             stage_test && strcmp(stage_test, "1") == 0, lx_ranks_comm()->mpi_cuda_aware_built(),
-                             reason);
+    int gpus = gpu_count(), emulate = nccl_emulate();
+    /* NCCL is loaded (dlopen) only where this spawn would run on it: never
+     * on a machine without GPUs. One that cannot be loaded, or is too old,
+     * is named: an error when forced, else the note's reason. */
+    int nccl = LECTERN_NCCL;
+    char why[512] = "";
+    int wants = !emulate && ((forced && strcmp(forced, "nccl") == 0) || (!(forced && *forced) && gpus >= world_size));
+    if (nccl && wants && !lx_ranks_comm()->nccl_usable(why, sizeof why)) {
+        if (forced && *forced) lx_fatal("LECTERN_BACKEND=nccl, but %s", why);
+        nccl = -1;
+    }
+    lx_backend b = lx_choose_backend(world_size, gpus, gpus > 0 ? lx_gpu_compute_mode() : 0, lx_gpu_held_here(), forced,
+                                     nccl, elsewhere, stage_test && strcmp(stage_test, "1") == 0,
+                                     lx_ranks_comm()->mpi_cuda_aware_built(), emulate, reason);
+    if (nccl < 0) {
+        char *r = lx_fmt("%s: %s", *reason, why);
+        free(*reason);
+        *reason = r;
+    }
+    return b;
 }
 
 typedef struct held_step held_step;
@@ -1327,7 +1352,7 @@ static void check_arguments(const char *call, spawn_fn fn, int world_size, const
 }
 
 static void record_backend(lx_backend backend) {
-    if (backend == LX_BACKEND_NCCL) used_nccl = 1;
+    if (lx_backend_is_nccl(backend)) used_nccl = 1;
     else used_mpi = 1;
     const char *all = used_nccl && used_mpi ? "nccl+mpi" : used_nccl ? "nccl" : "mpi";
     lx_trace_meta("backend", cJSON_CreateString(all));
@@ -1408,13 +1433,13 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     /* The trace says which backend and why, before any rank speaks. */
     note("spawn: %s", reason);
     progress("spawn %d rank%s (%s)", world_size, plural(world_size),
-             run->backend == LX_BACKEND_NCCL ? "NCCL" : "Open MPI");
+             lx_backend_is_nccl(run->backend) ? "NCCL" : "Open MPI");
     cJSON *spawns = lx_trace_spawns();
     run->id = cJSON_GetArraySize(spawns);
     run->entry = cJSON_CreateObject();
     cJSON_AddNumberToObject(run->entry, "id", run->id);
     cJSON_AddNumberToObject(run->entry, "world_size", world_size);
-    cJSON_AddStringToObject(run->entry, "backend", run->backend == LX_BACKEND_NCCL ? "nccl" : "mpi");
+    cJSON_AddStringToObject(run->entry, "backend", lx_backend_is_nccl(run->backend) ? "nccl" : "mpi");
     cJSON_AddStringToObject(run->entry, "reason", reason);
     cJSON_AddItemToObject(run->entry, "stack", lx_stack_to_json(run->parent, run->n_parent));
     cJSON_AddStringToObject(run->entry, "status", "running");

@@ -19,7 +19,8 @@
  * pointers (comm_staged.c); the note says which.
  *
  * LECTERN_BACKEND=mpi|nccl forces a backend: mpi the CPU path, nccl NCCL (an
- * error at the spawn() line when there are fewer GPUs than ranks).
+ * error at the spawn() line when there are fewer GPUs than ranks), or, with
+ * LECTERN_NCCL_EMULATE=1, NCCL's logic on the CPU emulator (comm/nccl_emu.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,16 @@ static const char *plural(int n) { return n == 1 ? "" : "s"; }
 static char *gpu_list(int gpus) { return gpus == 1 ? lx_fmt("cuda:0") : lx_fmt("cuda:0-%d", gpus - 1); }
 
 lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int parent_on_gpu, const char *forced,
-                             int nccl_built, int hostfile, int stage_test, int mpi_cuda_aware, char **reason) {
+                             int nccl_built, int hostfile, int stage_test, int mpi_cuda_aware, int nccl_emulate,
+                             char **reason) {
     if (forced && *forced) {
+        /* The emulator needs no GPU and no NCCL: host tensors, comm_nccl.c's logic. */
+        if (strcmp(forced, "nccl") == 0 && nccl_emulate) {
+            *reason = lx_fmt("LECTERN_BACKEND=nccl, LECTERN_NCCL_EMULATE=1: NCCL's logic (comm_nccl.c) on the NCCL "
+                             "emulator, on the CPU with host tensors (%d rank%s)",
+                             world_size, plural(world_size));
+            return LX_BACKEND_NCCL_EMULATED;
+        }
         if (strcmp(forced, "mpi") == 0) {
             *reason = lx_fmt("LECTERN_BACKEND=mpi: Open MPI on host memory (%d rank%s, %d GPU%s)%s", world_size,
                              plural(world_size), gpus, plural(gpus),
@@ -50,10 +59,11 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
             return stage_test ? LX_BACKEND_STAGED_HOST : LX_BACKEND_MPI;
         }
         if (strcmp(forced, "nccl") == 0) {
-            if (!nccl_built)
+            if (nccl_built <= 0)
                 lx_fatal("LECTERN_BACKEND=nccl needs a build with CUDA and NCCL, and this one has none "
                          "(no nvcc, or no NCCL found at build time: see `make print-nccl`); "
-                         "LECTERN_BACKEND=mpi runs on the CPU");
+                         "LECTERN_BACKEND=mpi runs on the CPU, and LECTERN_NCCL_EMULATE=1 runs NCCL's logic on "
+                         "its CPU emulator");
             if (hostfile) { /* the other hosts' GPUs cannot be counted from here */
                 *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s on the hosts of "
                                  "LECTERN_HOSTFILE)",
@@ -78,7 +88,7 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
         return LX_BACKEND_MPI;
     }
     int exclusive = gpus > 0 && compute_mode == MODE_EXCLUSIVE_PROCESS;
-    if (nccl_built && gpus > 0 && world_size <= gpus && !(exclusive && parent_on_gpu)) {
+    if (nccl_built > 0 && gpus > 0 && world_size <= gpus && !(exclusive && parent_on_gpu)) {
         *reason = lx_fmt("%d rank%s, %d GPU%s: NCCL on device memory", world_size, plural(world_size), gpus,
                          plural(gpus));
         return LX_BACKEND_NCCL;
@@ -97,7 +107,9 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
         *reason = lx_fmt("%d rank%s %s %d GPU%s (%s); collectives through %s%s", world_size, plural(world_size),
                          world_size > gpus ? "share" : "on", gpus, plural(gpus), list,
                          mpi_cuda_aware ? "CUDA-aware Open MPI" : "Open MPI via host memory",
-                         world_size > gpus ? "" : " (this build has no NCCL)");
+                         world_size > gpus ? ""
+                         : nccl_built < 0  ? " (NCCL could not be loaded)"
+                                           : " (this build has no NCCL)");
         free(list);
         return mpi_cuda_aware ? LX_BACKEND_SHARED_CUDA_AWARE : LX_BACKEND_SHARED;
     }

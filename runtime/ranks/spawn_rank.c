@@ -267,6 +267,26 @@ void lx_rank_needs(int i, int kind, int peer, int seq) {
     board_write_end();
 }
 
+/* The parent's "progress" (spawn.c's watch), as this rank can see it: the
+ * sum of every slot's progress counter, and whether another rank of the
+ * spawn works (runs, and is not inside a waiting call). A backend's own
+ * wait that must tell "slow" from "stuck" (comm_nccl.c) stops only when
+ * neither has moved for its limit, as the parent does. */
+int lx_spawn_progress(unsigned *sum, int *others_working) {
+    *sum = 0;
+    *others_working = 0;
+    if (!my_board || my_slot == &remote_slot || my_desc.world_size <= 0) return -1;
+    for (int r = 0; r < my_desc.world_size && r < LECTERN_MAX_WORLD; r++) {
+        board_slot *s = &my_board->slot[r];
+        *sum += __atomic_load_n(&s->progress, __ATOMIC_ACQUIRE);
+        if (r == pool_rank) continue;
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SLOT_RUNNING &&
+            !__atomic_load_n(&s->waiting, __ATOMIC_ACQUIRE))
+            *others_working = 1;
+    }
+    return 0;
+}
+
 static const char *signal_name(int sig) {
     switch (sig) {
     case SIGSEGV: return "SIGSEGV";

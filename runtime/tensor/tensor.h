@@ -54,6 +54,9 @@ int lx_cuda_in_use(void);
 
 float *lx_cuda_alloc(int device, size_t bytes);
 void lx_cuda_free(int device, float *p);
+/* Loads the runtime's own CUDA kernels now rather than at their first
+ * launch (NCCL ranks: tensor_cuda.cu says why). */
+void lx_cuda_preload_kernels(int device);
 /* 1 when device memory comes from the device's stream-ordered pool
  * (cudaMallocAsync), 0 for plain cudaMalloc (no pools, or LECTERN_CUDA_POOL=0). */
 int lx_cuda_pool_in_use(int device);
@@ -108,6 +111,7 @@ void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *gr
 void lx_tensor_no_cuda(void) __attribute__((noreturn));
 
 static inline int lx_cuda_in_use(void) { return 0; }
+static inline void lx_cuda_preload_kernels(int device) {}
 static inline float *lx_cuda_alloc(int device, size_t bytes) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_free(int device, float *p) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_zero(int device, float *p, size_t bytes) { lx_tensor_no_cuda(); }

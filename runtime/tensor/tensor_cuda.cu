@@ -60,7 +60,8 @@ extern "C" int lx_cuda_in_use(void) { return in_use; }
  * as torch's caching allocator does; without it the pool would hand memory
  * back to the driver at every synchronization. A device without memory
  * pools (cudaDevAttrMemoryPoolsSupported 0) gets plain cudaMalloc.
- * UNVERIFIED: written on a machine without a GPU (docs/gpu.md). */
+ * Verified on GPU (2026-11-28, H200): bench_alloc, the C tests and memcheck
+ * with the pool (docs/gpu.md). */
 #define MAX_DEVICES 64
 static signed char pooled[MAX_DEVICES]; /* 0 not asked yet, 1 pool, -1 plain */
 
@@ -238,16 +239,26 @@ static __global__ void sum_kernel(const float *x, int64_t n, double *out) {
     if (threadIdx.x == 0) atomicAdd(out, part[0]);
 }
 
+/* The sum's double lives in a scratch kept per device for the process's
+ * life: a cudaFree per call would wait for the whole device, NCCL's
+ * transfers in flight on other streams included, which may wait in turn
+ * for a peer that waits for this rank (docs/gpu.md). Everything here is on
+ * the default stream, so the next call's memset waits for this one's copy.
+ * Compiled only: not yet run on a GPU. */
+static double *sum_scratch[MAX_DEVICES];
+
 extern "C" double lx_cuda_sum(int device, const float *x, int64_t n) {
     if (n == 0) return 0.0;
     CUDA_CHECK(cudaSetDevice(device));
-    double *d_out = NULL, result = 0.0;
-    CUDA_CHECK(cudaMalloc((void **)&d_out, sizeof(double)));
-    CUDA_CHECK(cudaMemset(d_out, 0, sizeof(double)));
+    int kept = device < MAX_DEVICES; /* (more GPUs than that on one host: a buffer per call) */
+    if (kept && !sum_scratch[device]) sum_scratch[device] = (double *)(void *)lx_cuda_alloc(device, sizeof(double));
+    double *d_out = kept ? sum_scratch[device] : (double *)(void *)lx_cuda_alloc(device, sizeof(double));
+    double result = 0.0;
+    CUDA_CHECK(cudaMemsetAsync(d_out, 0, sizeof(double), 0));
     sum_kernel<<<blocks_for(n), THREADS>>>(x, n, d_out);
     KERNEL_CHECK();
     CUDA_CHECK(cudaMemcpy(&result, d_out, sizeof(double), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(d_out));
+    if (!kept) lx_cuda_free(device, (float *)(void *)d_out);
     return result;
 }
 
@@ -365,7 +376,8 @@ extern "C" void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, ui
  * stream, --default-stream per-thread, would not give). Copies coming up
  * are waited for by the host (wait_up) before the call returns, so later
  * kernels see them. Made once per process and kept (a pool rank runs many
- * spawns). UNVERIFIED: written on a machine without a GPU. */
+ * spawns). Verified on one GPU, ranks sharing it (2026-11-28, H200:
+ * test_comm_staged, test_groups.py, lecture_08; docs/gpu.md). */
 #define STAGE_SLOTS 3
 
 static int stage_device = -1;
@@ -479,6 +491,29 @@ extern "C" const lx_stage_copier *lx_cuda_stage_copier(int device) {
     }
     in_use = 1;
     return &cuda_copier;
+}
+
+/* Under CUDA's lazy loading (the default since CUDA 12.2) a kernel's module
+ * is loaded at its first launch, and loading may wait for the device's
+ * kernels in flight: an NCCL send waiting for its peer, whose receive comes
+ * only after this rank's next kernel. NCCL ranks load the runtime's kernels
+ * up front instead (cudaFuncGetAttributes loads a kernel's module).
+ * cuBLAS's own kernels are not covered: CUDA_MODULE_LOADING=EAGER is the
+ * way for those (docs/gpu.md). Compiled only: not yet run on a GPU. */
+extern "C" void lx_cuda_preload_kernels(int device) {
+    static int done[MAX_DEVICES];
+    if (device < 0 || device >= MAX_DEVICES || done[device]) return;
+    CUDA_CHECK(cudaSetDevice(device));
+    const void *kernels[] = {
+            (const void *)add_scalar_kernel, (const void *)fill_kernel,          (const void *)sum_kernel,
+            (const void *)gelu_kernel,       (const void *)gelu_backward_kernel, (const void *)adamw_kernel,
+            (const void *)randn_kernel,      (const void *)divide_kernel,
+    };
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        cudaFuncAttributes attributes;
+        CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernels[i]));
+    }
+    done[device] = 1;
 }
 
 extern "C" int lx_cuda_made(int *stagings) {

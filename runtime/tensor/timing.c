@@ -62,11 +62,19 @@ int gpu_count(void) {
 #endif
 }
 
-/* Waits for everything queued on the current GPU. Nothing to wait for on
- * the CPU, or before this process has put anything on a GPU. */
+/* Waits for the compute stream of the current GPU: CUDA's default stream,
+ * where every tensor kernel, cuBLAS call and copy of the runtime is queued.
+ * Not cudaDeviceSynchronize: that waits for every stream of the device,
+ * NCCL's included, and an NCCL send in flight may wait for a receive its
+ * peer posts only after its own device_synchronize (a pipeline's stamp, a
+ * timer): each rank would wait for the other (docs/gpu.md). NCCL's work
+ * reaches the compute stream through the events dist_wait and the blocking
+ * calls wait for, so a timing still covers it. Nothing to wait for on the
+ * CPU, or before this process has put anything on a GPU. Compiled only:
+ * not yet run on a GPU since the change. */
 void device_synchronize(void) {
 #ifdef LECTERN_CUDA
     if (lx_cuda_in_use() && gpu_count() > 0) /* no CUDA start-up where none was used */
-        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaStreamSynchronize(0));
 #endif
 }

@@ -1,5 +1,5 @@
 /*
- * check.c: what MPI_CHECK, CUDA_CHECK, NCCL_CHECK and CUBLAS_CHECK do when
+ * check.c: what MPI_CHECK, CUDA_CHECK, CUBLAS_CHECK and comm_nccl.c's NCCL_TRY do when
  * a library call fails (check.h).
  *
  * Where there is a trace to write to (the lecture, or a rank while it runs
