@@ -737,12 +737,16 @@ typedef struct memory_roof {
     double cache;           /* the last-level cache the system reports, bytes */
     int cache_level;
     double cpuid_cache; /* what the CPU itself says (glibc's sysconf), bytes; 0 unknown */
+    int threads;        /* the STREAM loops' threads: one per online core */
 } memory_roof;
 
 static void stream_table(int device, const memory_roof *m) {
     double mib = 4.0 * (double)m->n / (1 << 20);
-    table_t *t = table_new("The memory roof: STREAM on %s, %.0f MiB per array, the fastest of %d runs",
-                           device_name(device), mib, STREAM_RUNS);
+    table_t *t = device >= 0 ? table_new("The memory roof: STREAM on %s, %.0f MiB per array, the fastest of %d runs",
+                                         device_name(device), mib, STREAM_RUNS)
+                             : table_new("The memory roof: STREAM on %s, %.0f MiB per array, %d threads (one per "
+                                         "core), the fastest of %d runs",
+                                         device_name(device), mib, m->threads, STREAM_RUNS);
     table_column(t, "loop", NULL, "%s");
     table_column(t, "as STREAM counts", "GB/s", "%.1f");
     if (device < 0) table_column(t, "moved, with write-allocate", "GB/s", "%.1f");
@@ -778,6 +782,7 @@ static memory_roof measure_bandwidth(int device, roof_point *pts, int *count) {
     int64_t n = m.n = stream_floats(device, m.cache);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = device >= 0 ? 1 : (int)(cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : cores);
+    m.threads = threads;
     stream_work sw = {zeros(n, 0, device), zeros(n, 0, device), zeros(n, 0, device), STREAM_COPY, threads};
     add_scalar(sw.a, 1.0f); /* STREAM's starting values */
     add_scalar(sw.b, 2.0f);
