@@ -556,6 +556,30 @@ int64_t dist_calls(void);
 double now_seconds(void);      /* monotonic clock */
 void device_synchronize(void); /* cudaDeviceSynchronize, or nothing on CPU */
 
+/* Modelled compute (runtime/comm/model_compute.c): the calling rank's device
+ * is busy for `ms` milliseconds without holding a CPU core, so that a speed
+ * lesson shows the schedule rather than how many cores this machine has:
+ *
+ *     dist_request *r = dist_all_reduce_async(bucket, DIST_SUM);
+ *     model_compute(20.0);          // the next layer's backward, as a GPU would take it
+ *     dist_wait(r);                 // the all-reduce moved meanwhile
+ *
+ * On the CPU the calling thread sleeps for ms (the core is free: the rank's
+ * progress thread and other ranks use it, and a transfer in flight moves);
+ * on a GPU one kernel on the rank's compute stream spins on the device for
+ * ms and the call returns at once, work queued after it starting after it
+ * (as torch.cuda._sleep; UNVERIFIED on a GPU, docs/gpu.md). The device is
+ * the rank's (get_device), the lecture's own outside a spawn. No arithmetic
+ * is done: a figure that rests on it is *modelled*, and the lecture says so.
+ * Every call is a span of the trace's "modelled" array (its rank, start, end,
+ * the ms asked and the calling line) and the trace's meta.modelled_compute
+ * is true; chart_span_modelled() draws such spans marked as modelled
+ * (docs/trace-format.md). ms NaN, below 0 or above LECTERN_MAX_MODEL_MS is
+ * an error step at the calling line (the lecture exits 1 at the end) and
+ * nothing is slept or recorded; 0 records an empty span. */
+#define LECTERN_MAX_MODEL_MS 10000.0 /* 10 s: no lesson's step is longer */
+void model_compute(double ms);
+
 /* The median of n timings (sorts `values` in place): the middle one, or the
  * mean of the two middle ones when n is even. One slow repetition (the
  * machine busy with something else) does not move it, as it moves a mean.
@@ -732,13 +756,23 @@ void table_show(table_t *t);
  * {"series", "row", "label", "start", "end"} per span; a point that is not finite, or <= 0 on a log
  * axis, is left out (counted in usermeta.dropped_points). Lines and spans in
  * one chart, a series of no points, a log base below 2 or a NULL argument
- * are error steps at the calling line (and chart_show shows nothing). */
+ * are error steps at the calling line (and chart_show shows nothing).
+ *
+ * chart_span_modelled: the same for a span of modelled compute (a stage's
+ * forward that model_compute() stood for): its value also holds
+ * "modelled": true, and in a chart with any such span every span's value
+ * holds "compute" ("modelled" or "measured"), which the chart draws pale
+ * with a dashed outline for modelled, solid for measured, with a legend
+ * entry ("compute") and a line in the tooltip; the chart's description says
+ * what a modelled span is, and the viewer writes it under the chart. One
+ * chart may hold both, a real run's timeline beside a modelled one. */
 typedef struct chart chart_t;
 chart_t *chart_new(const char *x_label, const char *y_label, const char *title_fmt, ...) LECTERN_PRINTF(3, 4);
 void chart_log_x(chart_t *c, int base);
 void chart_log_y(chart_t *c, int base);
 void chart_line(chart_t *c, const char *series, const double *xs, const double *ys, int n);
 void chart_span(chart_t *c, const char *row, const char *series, const char *label, double start, double end);
+void chart_span_modelled(chart_t *c, const char *row, const char *series, const char *label, double start, double end);
 void chart_show(chart_t *c);
 
 #ifdef __cplusplus

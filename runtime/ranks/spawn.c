@@ -418,6 +418,15 @@ static int take_message(spawn_run *run, int r) {
     } else if (type == MSG_RESULT) {
         lx_spawn_results_put(r, body, size); /* kept: spawn_result() reads it */
         return 1;
+    } else if (type == MSG_MODELLED) {
+        cJSON *span = cJSON_Parse(body);
+        if (span) {
+            set_number(span, "spawn", run->id);
+            set_number(span, "rank", r);
+            lx_trace_modelled_append(span);
+        } else {
+            fprintf(stderr, "lectern: rank %d sent a modelled span that is not JSON; dropped\n", r);
+        }
     } else if (type == MSG_STEP) {
         cJSON *step = cJSON_Parse(body);
         /* A step one rank writes for another (lx_rank_error_for). */
