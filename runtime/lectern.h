@@ -636,8 +636,13 @@ double dist_timer_stop(dist_timer *timer);
  * each group that skipped some, outside the timing; a group freed inside the
  * region compares at dist_group_free): ranks that made different calls in
  * the region are an error at its line. A mismatch that
- * hangs the transfer itself is reported as a deadlock. Outside a spawn both
- * do nothing. */
+ * hangs the transfer itself is reported as a deadlock. A non-blocking
+ * send's buffer is hashed at the call and at its wait, so that a change
+ * through ->data before the wait is caught there; inside a region it is
+ * not (the hashes read the whole buffer on the lecture's thread, time an
+ * overlap would count as exposed transfer), and such a change goes
+ * unnoticed; a tensor operation's change is still refused. Outside a spawn
+ * both do nothing. */
 void dist_timed_begin(void);
 void dist_timed_end(void);
 
