@@ -564,8 +564,10 @@ void device_synchronize(void); /* cudaDeviceSynchronize, or nothing on CPU */
  *     model_compute(20.0);          // the next layer's backward, as a GPU would take it
  *     dist_wait(r);                 // the all-reduce moved meanwhile
  *
- * On the CPU the calling thread sleeps for ms (the core is free: the rank's
- * progress thread and other ranks use it, and a transfer in flight moves);
+ * On the CPU the calling thread sleeps for ms (the core is free for other
+ * ranks), waking every 0.2 ms while transfers are in flight to move them
+ * (a few microseconds each; the rank's progress thread, at nice 19, can be
+ * starved by other processes' load, a device's communication is not);
  * on a GPU one kernel on the rank's compute stream spins on the device for
  * ms and the call returns at once, work queued after it starting after it
  * (as torch.cuda._sleep; UNVERIFIED on a GPU, docs/gpu.md). The device is

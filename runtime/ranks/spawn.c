@@ -1266,6 +1266,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     /* Start-up: from spawn() until every rank has its work (a pool started
      * on the way included). */
     set_number(run->entry, "startup_s", rounded(now_seconds() - run->started));
+    if (run->backend != LX_BACKEND_NCCL) cJSON_AddStringToObject(run->entry, "single_copy", lx_pool_single_copy());
 
     /* Wait for "done" from every rank, forwarding steps as they come. */
     run->last_progress = now_seconds();
