@@ -933,9 +933,9 @@ static void in_place_sentence(const roof_point *axpy, const roof_point *loop, co
     double add_gbs = axpy->gflops / axpy->intensity, loop_gbs = loop ? loop->gflops / loop->intensity : 0;
     double top = fmax(add_gbs, loop_gbs);
     if (top <= 1.1 * moved) {
-        note("An in-place update came out above the roof, not above what the memory moved for STREAM's loops "
-             "(%.1f GB/s, counted with write-allocate: a CPU reads each cache line it is about to overwrite, an "
-             "array STREAM does not count). `add_()` and the lecture's in-place loop read each line they write, "
+        note("An in-place update came out above the roof, and within a tenth of what the memory moved for "
+             "STREAM's loops (%.1f GB/s, counted with write-allocate: a CPU reads each cache line it is about to "
+             "overwrite, an array STREAM does not count). `add_()` and the lecture's in-place loop read each line they write, "
              "so they move what they name: %.1f and %.1f GB/s.",
              quoted(moved), add_gbs, loop_gbs);
         return;
