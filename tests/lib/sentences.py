@@ -19,9 +19,10 @@ conversion ("%.2f"), from which expression.
 The section. Everything from one heading of the lecture's own process (a
 note starting with "#") to the next; the ranks' steps in between belong to
 it. A section's *figures* are the numbers of its structured renderings:
-every number of every `table` row, every number of a chart's data
-(`spec.data.values`), every `predict` value; and, as text, the numbers in
-its tables' captions and column names and its charts' titles.
+every number of every `table` row (and the total of each numeric column),
+every number of a chart's data (`spec.data.values`), every `predict` value;
+and, as text, the numbers in its tables' captions, column names and
+displayed cells and its charts' titles.
 
 The rules:
 
@@ -32,8 +33,10 @@ The rules:
    section's captions, column names or chart titles, as written there.
 2. Measured sentences. In a sentence holding the word "measured" (sentences
    end at ". ", "! ", "? " and line ends), every number a conversion prints
-   must be quoted (rule 1 then checks it). A number the author wrote into
-   the text is a constant and needs nothing; a "%s" conversion is text.
+   must be a figure, marked quoted or not (as rule 1 reads it). A number
+   the author wrote into the text is a constant and needs nothing; each
+   number inside a "%s" conversion's text must be a figure too, at the
+   digits it is written with.
 3. Questions. A `predict()` value must be one of its section's figures
    (table or chart, to 1e-9 of it: cJSON may write a double one unit in the
    last place off), so a question asks what the lecture then shows. When
