@@ -631,6 +631,12 @@ static void note_ping_pong(const double *one_way, double alpha, double beta) {
         table_row(t, bytes, one_way[i] * 1e6, (alpha + beta * bytes) * 1e6);
     }
     table_show(t);
+    table_t *fit = table_new("the alpha-beta model, fitted to the ping-pong");
+    table_column(fit, "alpha", "us", "%.2f");
+    table_column(fit, "beta", "ns/byte", "%.4f");
+    table_column(fit, "bandwidth 1 / beta", "GB/s", "%.2f");
+    table_row(fit, alpha * 1e6, beta * 1e9, 1e-9 / beta);
+    table_show(fit);
     note("alpha = %.4g s, beta = %.4g s/byte (a bandwidth of %.3g GB/s)", alpha, beta, 1e-9 / beta);
 }
 
@@ -645,6 +651,10 @@ static double ring_model(double alpha, double beta, int n, double bytes) {
 static double tree_model(double alpha, double beta, int n, double bytes) {
     return 2.0 * log2(n) * (alpha + beta * bytes);
 }
+
+/* A measured all-reduce's time over its steps, in us: what one step cost. */
+static double ring_step_us(double seconds, int n) { return seconds * 1e6 / (2.0 * (n - 1)); }
+static double tree_step_us(double seconds, int n) { return seconds * 1e6 / (2.0 * log2(n)); }
 
 static double crossover_bytes(double alpha, double beta, int n) {
     double l = log2(n);
@@ -684,18 +694,50 @@ static double measured_crossover(const double *ring_s, const double *tree_s) {
     return i == 0 ? 0 : 4.0 * (double)SWEEP_SIZES[i];
 }
 
+/* What the sweep measured, in words that hold for any order of winners: a
+ * sweep need not cross once (a message crossing the transport's eager limit
+ * can hand one algorithm a window of sizes in the middle). */
+static void note_measured_winners(const double *ring_s, const double *tree_s) {
+    char ring[256] = "";
+    int wins = 0, first_win = -1;
+    for (int i = 0; i < N_SWEEP; i++) {
+        if (ring_s[i] >= tree_s[i]) continue;
+        char size[32];
+        snprintf(size, sizeof size, "%s%.0f", wins ? ", " : "", 4.0 * (double)SWEEP_SIZES[i]);
+        strncat(ring, size, sizeof ring - strlen(ring) - 1);
+        if (first_win < 0) first_win = i;
+        wins++;
+    }
+    double m = measured_crossover(ring_s, tree_s);
+    if (wins == N_SWEEP) note("measured: the ring was faster at every swept size");
+    else if (wins == 0) note("measured: the tree was faster at every swept size");
+    else if (m < 0)
+        note("measured: the ring was faster at %s bytes, the tree at every other size, the largest included", ring);
+    else if (wins == N_SWEEP - first_win) /* one crossover: the tree below, the ring from there on */
+        note("measured: the tree was faster below %.0f bytes, the ring from there on", m);
+    else
+        note("measured: the ring was faster at %s bytes, the tree at every other size: no single crossover. From "
+             "%.0f bytes on the ring won at every size; below it the winner changed with the size (the notes "
+             "below say why).",
+             ring, m);
+}
+
 static void note_sweep(const double *ring_s, const double *tree_s, double alpha, double beta, int n) {
-    table_t *t = table_new("all-reduce on %d ranks: ring against tree", n);
+    table_t *t =
+            table_new("all-reduce on %d ranks sharing %ld cores: ring against tree", n, sysconf(_SC_NPROCESSORS_ONLN));
     table_column(t, "bytes", NULL, "%.0f");
     table_column(t, "ring", "us", "%.1f");
     table_column(t, "tree", "us", "%.1f");
     table_column(t, "faster", NULL, "%s");
     table_column(t, "model: ring", "us", "%.1f");
     table_column(t, "model: tree", "us", "%.1f");
+    table_column(t, "ring, per step", "us", "%.1f");
+    table_column(t, "tree, per step", "us", "%.1f");
     for (int i = 0; i < N_SWEEP; i++) {
         double b = 4.0 * (double)SWEEP_SIZES[i];
         table_row(t, b, ring_s[i] * 1e6, tree_s[i] * 1e6, tree_s[i] < ring_s[i] ? "tree" : "ring",
-                  ring_model(alpha, beta, n, b) * 1e6, tree_model(alpha, beta, n, b) * 1e6);
+                  ring_model(alpha, beta, n, b) * 1e6, tree_model(alpha, beta, n, b) * 1e6, ring_step_us(ring_s[i], n),
+                  tree_step_us(tree_s[i], n));
     }
     if (beta > 0)
         predict("The ring takes 2(N-1) steps of B/N bytes, the tree 2 log2 N steps of B bytes, each step "
@@ -704,11 +746,15 @@ static void note_sweep(const double *ring_s, const double *tree_s, double alpha,
                 crossover_bytes(alpha, beta, n), "bytes");
     table_show(t);
     plot_sweep(ring_s, tree_s, alpha, beta, n);
-    note("predicted: on %d ranks the tree beats the ring below %.0f bytes", n, crossover_bytes(alpha, beta, n));
-    double m = measured_crossover(ring_s, tree_s);
-    if (m > 0) note("measured: the ring was faster from %.0f bytes on, the tree below", m);
-    else if (m == 0) note("measured: the ring was faster at every swept size");
-    else note("measured: the tree was faster even at the largest swept size");
+    double predicted = crossover_bytes(alpha, beta, n), m = measured_crossover(ring_s, tree_s);
+    table_t *cross = table_new("where the ring takes over on %d ranks", n);
+    table_column(cross, "where", NULL, "%s");
+    table_column(cross, "bytes per rank", NULL, "%.0f");
+    table_row(cross, "the model: the tree wins below", predicted);
+    if (m > 0) table_row(cross, "measured: the ring won at this size and every larger one", m);
+    table_show(cross);
+    note("predicted: on %d ranks the tree beats the ring below %.0f bytes", n, quoted(predicted));
+    note_measured_winners(ring_s, tree_s);
     double model0 = ring_model(alpha, beta, n, 4.0 * (double)SWEEP_SIZES[0]);
     if (ring_s[0] > 2 * model0)
         note("The measured times are well above the model here (%.0f us against %.0f us for the "
@@ -748,12 +794,12 @@ static void timing_main(int rank, int n, void *args) {
 static void explain_crossover(const timings *t, double alpha, double beta, int n) {
     double predicted = crossover_bytes(alpha, beta, n), measured = measured_crossover(t->ring_s, t->tree_s);
     char said[400]; /* room for any double in %.0f */
-    if (measured > 0) snprintf(said, sizeof said, "%.0f bytes", measured);
+    if (measured > 0) snprintf(said, sizeof said, "the ring won for good from %.0f bytes", measured);
     else
         snprintf(said, sizeof said, "%s",
-                 measured == 0 ? "none (the ring won everywhere)" : "none (the tree won everywhere)");
+                 measured == 0 ? "the ring won at every size" : "the tree won at the largest size");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    double ring_step = t->ring_s[0] / (2.0 * (n - 1)), tree_step = t->tree_s[0] / (2.0 * log2(n));
+    double ring_step = ring_step_us(t->ring_s[0], n), tree_step = tree_step_us(t->tree_s[0], n);
     int off = 1; /* the ping-pong size furthest above the line */
     for (int i = 1; i < N_PING - 1; i++) {
         double b = 4.0 * (double)PING_SIZES[i], bo = 4.0 * (double)PING_SIZES[off];
@@ -778,7 +824,7 @@ static void explain_crossover(const timings *t, double alpha, double beta, int n
                  "- **One line for every size.** The ping-pong's messages stayed within %.1f times the line "
                  "through its smallest and largest (the worst at %.0f bytes).\n",
                  off_ratio, off_b);
-    note("Why the crossovers differ (%.0f bytes predicted, %s measured): alpha and beta come from two "
+    note("Why the crossovers differ (%.0f bytes predicted; measured, %s): alpha and beta come from two "
          "ranks bouncing one message, the sweep ran on %d, and the line alpha + beta x bytes leaves out "
          "three things that matter here.\n\n"
          "- **Shared cores.** On the smallest tensor a ring step took %.1f us and a tree step %.1f us "
@@ -790,7 +836,7 @@ static void explain_crossover(const timings *t, double alpha, double beta, int n
          "its model and the ring %.1f times.\n\n"
          "So the predicted crossover is the one for a core per rank and one protocol; this machine's is "
          "the measured one.",
-         predicted, said, n, ring_step * 1e6, tree_step * 1e6, alpha * 1e6, n, cores,
+         quoted(predicted), said, n, ring_step, tree_step, alpha * 1e6, n, cores,
          cores < n ? "wait for the operating system to run the rank that should answer"
                    : "also wait for the slowest of them at every step",
          ring_step > tree_step ? "the ring, whose every step needs every rank at once, waits the longer"
@@ -802,12 +848,18 @@ static void fit_and_compare(const timings *t, int n, int reps) {
     double alpha, beta;
     fit_alpha_beta(t->one_way, &alpha, &beta);
     note_ping_pong(t->one_way, alpha, beta);
+    double check_us = (t->one_way_checked - t->one_way[0]) * 1e6;
     note("The same smallest message with the runtime's check on every send took %.2f us one way, "
-         "against %.2f us without: the check costs %.2f us a message here, %s.",
-         t->one_way_checked * 1e6, t->one_way[0] * 1e6, (t->one_way_checked - t->one_way[0]) * 1e6,
-         t->one_way_checked > 1.5 * t->one_way[0] ? "more than a third of such a message's time through "
-                                                    "the runtime, which is why the timed loops leave it out"
-                                                  : "a small part of such a message's time");
+         "against %.2f us without: the check costs %.2f us a message here, %.0f%% of such a message's time "
+         "through the runtime. The timed loops leave it out, so alpha is Open MPI's price of a message.",
+         t->one_way_checked * 1e6, quoted(t->one_way[0] * 1e6), check_us, 100 * check_us / (t->one_way_checked * 1e6));
+    note("lecture_08 fits the same two letters to another measurement: whole all-reduces of 2 and 4 ranks over "
+         "seven sizes, a least-squares line through all of them, each size timed as one collective. Its alpha and "
+         "beta describe that operation and are not these: each of its steps also adds what it received (a cost "
+         "per byte the ping-pong has not, which lands in beta), Open MPI picks its algorithm by size (so the steps "
+         "and bytes behind the line change along it), and a line fitted to seven sizes weighs them all, where "
+         "this one goes through two. Here alpha is one message between two ranks, beta the time per byte of one "
+         "copy across.");
     note("The hand-built ring and tree of the section before, timed on %d ranks (median of %d runs "
          "each), against the model:",
          n, reps);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lib/mlp.h"
 #include "lib/transformer.h"
@@ -127,6 +128,16 @@ static double compare(const char *what, int rank, const tensor *got, const tenso
     return diff;
 }
 
+/* The fastest of n timings: another program on the machine can only slow a
+ * run down, never speed it up, so the fastest of a few is the schedule's
+ * own time with the least of the machine's noise in it. */
+static double fastest_of(const double *t, int n) {
+    double best = t[0];
+    for (int i = 1; i < n; i++)
+        best = fmin(best, t[i]);
+    return best;
+}
+
 static void introduction(void) {
     note("## The plan");
     note("1. The pieces of a transformer block on one device: LayerNorm, attention, the MLP, "
@@ -138,13 +149,18 @@ static void introduction(void) {
          "split with one all-reduce per sub-block, then the same all-reduce cut into a "
          "reduce-scatter and an all-gather so LayerNorm and the residual work on a quarter of "
          "the sequence.\n"
-         "4. **Context parallelism**: ring attention, keys and values passed round a ring, "
-         "merged with an online softmax.\n"
+         "4. **Context parallelism**: ring attention, keys and values passed round a ring while "
+         "each block computes, merged with an online softmax; the overlap timed.\n"
          "5. **A 2-D mesh**: data parallelism across one axis of 4 ranks, tensor "
          "parallelism across the other, with process groups.\n"
-         "6. **ZeRO-1 and ZeRO-2**, whose traffic is DDP's, and **ZeRO-3 with prefetch**.\n"
+         "6. **ZeRO-1 and ZeRO-2**, whose traffic is DDP's, and **ZeRO-3 with prefetch**, timed.\n"
          "7. **Memory**: the activations a step keeps, measured, with and without "
-         "recomputation; mixed precision's bytes per parameter.");
+         "recomputation, and what recomputation costs in time; mixed precision's bytes per parameter.\n\n"
+         "Each timed lesson runs twice, side by side in one table: with this CPU's arithmetic, and with the "
+         "compute **modelled** (`model_compute`: the rank's device busy for a given time while its core is "
+         "free, as a GPU computes while its host and the link are free). With real arithmetic, four ranks on "
+         "this machine's cores overlap little and not reliably (a rank that multiplies holds a core its "
+         "transfer needs); the modelled run shows the schedule, and the prose says which run shows what.");
     note("Every strategy's result is compared with one device's on every rank. Float32 sums "
          "taken in another order differ by rounding: a sum of n terms is exact to n 2^-24 of "
          "its terms' size. Each tolerance below adds up the lengths of the sums on the way "
@@ -641,17 +657,21 @@ static void tp_table(void) {
 /* ------------------------------------------------------------------ */
 
 static void ring_main(int rank, int world_size, void *args);
+static void ring_timing(void);
 
 static void context_parallelism(void) {
     progress("context parallelism");
     note("## Context parallelism: ring attention");
-    note("Sequence parallelism still gathers the whole sequence for attention. With a long "
-         "enough context, one rank cannot hold it: the scores alone are sequence^2 numbers "
-         "per head. **Context parallelism** keeps the sequence cut everywhere, attention "
-         "included. Rank r holds the queries, keys and values of its chunk. The keys and "
-         "values travel round a ring: at each of p steps every rank attends its queries to "
-         "the chunk it holds, then passes that chunk to the next rank and receives one from "
-         "the previous.");
+    note("Sequence parallelism still gathers the whole sequence for attention. With a long enough context, one "
+         "rank cannot hold that: each layer keeps activations of sequence x d numbers for backward, and the "
+         "attention's work grows with the square of the sequence (flash attention, below, never stores the "
+         "sequence^2 scores, but it still reads every key and value). **Context parallelism** keeps the "
+         "sequence cut everywhere, attention included. Rank r holds the queries, keys and values of its chunk. "
+         "The keys and values travel round a ring: at each of p steps every rank sends the chunk it holds to the "
+         "next rank and receives the previous rank's (`dist_isend`, `dist_irecv`), *before* it attends its "
+         "queries to the chunk it holds, and waits for the transfer after. The chunk travels while the block "
+         "computes: that overlap is what lets ring attention scale, as long as a block's compute takes at least "
+         "as long as passing the block on.");
     see("https://arxiv.org/abs/2310.01889", "Liu, Zaharia, Abbeel: Ring Attention with Blockwise Transformers (2023)");
     image("assets/lecture_scaling_ring.svg", 0.8);
     note("A softmax needs every score of a row before it can divide. The *online softmax* "
@@ -669,21 +689,47 @@ static void context_parallelism(void) {
          "bytes as it hands them over). With a causal mask the ring is unbalanced: rank r "
          "needs only the chunks at or before its own, r + 1 of them, yet every rank waits "
          "for all p steps. Real systems give each rank two chunks, one from each end of "
-         "the sequence (a *zig-zag* split), so every rank has the same work.");
+         "the sequence (a *zig-zag* split), so every rank has the same work; that split is "
+         "described here, not run.");
+    ring_timing();
 }
 
-/* Passes this rank's current key and value chunks to the next rank and
- * takes the previous rank's: one ring step. */
-static void pass_on(tensor **k, tensor **v, int rank, int world_size) {
-    int next = (rank + 1) % world_size, prev = (rank + world_size - 1) % world_size;
-    tensor *k_in = empty((*k)->shape[0], (*k)->shape[1], (*k)->device);
-    tensor *v_in = empty((*v)->shape[0], (*v)->shape[1], (*v)->device);
-    dist_sendrecv(*k, next, k_in, prev);
-    dist_sendrecv(*v, next, v_in, prev);
-    tensor_free(*k);
-    tensor_free(*v);
-    *k = k_in;
-    *v = v_in;
+/* A rank's keys and values travel as one tensor, the keys' rows above the
+ * values': one message a step each way, not two (each message costs its
+ * start and its wait). */
+static tensor *keys_of(tensor *kv) { return row_slice(kv, 0, kv->shape[0] / 2); }
+static tensor *values_of(tensor *kv) { return row_slice(kv, kv->shape[0] / 2, kv->shape[0]); }
+
+/* Keys above values, in one tensor of their own. */
+static tensor *stacked(const tensor *k, const tensor *v) {
+    tensor *kv = empty(2 * k->shape[0], k->shape[1], k->device), *top = keys_of(kv), *bottom = values_of(kv);
+    tensor_copy(top, k);
+    tensor_copy(bottom, v);
+    tensor_free(top);
+    tensor_free(bottom);
+    return kv;
+}
+
+/* One ring step's transfer, started: this rank's chunk to the next rank, the
+ * previous rank's into `in` (a buffer kept for the whole ring: two of them,
+ * the chunk held and the chunk arriving, as ring attention keeps them). */
+typedef struct ring_pass {
+    dist_request *recv, *send;
+} ring_pass;
+
+static ring_pass start_pass(const tensor *kv, tensor *in) {
+    int rank = dist_rank(), p = dist_world_size();
+    ring_pass r = {dist_irecv(in, (rank + p - 1) % p), dist_isend(kv, (rank + 1) % p)};
+    return r;
+}
+
+/* Waits for the step's transfer; then the chunk that arrived is the one held,
+ * and the next arrives where the old one was. */
+static void finish_pass(ring_pass *r, tensor **kv, tensor **in) {
+    dist_wait(r->recv);
+    dist_wait(r->send);
+    tensor *old = *kv;
+    *kv = *in, *in = old;
 }
 
 /* A chunk of rows [r c, (r+1) c) of t, as a tensor of its own. */
@@ -693,21 +739,27 @@ static tensor *chunk_of(tensor *t, int r, int64_t c) {
     return copy;
 }
 
-/* Ring attention: this rank's queries against every chunk of keys. */
-static tensor *ring_attention(tensor *q_mine, tensor *k_mine, tensor *v_mine, int rank, int world_size, int *useful) {
+/* Ring attention: this rank's queries against every chunk of keys, the next
+ * chunk's transfer in flight while this one is attended to. */
+static tensor *ring_attention(tensor *q_mine, tensor *kv_mine, int rank, int world_size, int *useful) {
     int64_t c = q_mine->shape[0];
-    tensor *k = to_device(k_mine, k_mine->device), *v = to_device(v_mine, v_mine->device);
+    tensor *kv = to_device(kv_mine, kv_mine->device), *in = empty(2 * c, RING_DH, kv->device);
     online_attention *s = online_attention_new(c, RING_DH);
     for (int step = 0; step < world_size; step++) {
         int owner = (rank - step + world_size) % world_size; /* whose chunk this rank holds now */
+        ring_pass pass;
+        if (step + 1 < world_size) pass = start_pass(kv, in); /* before the compute */
+        tensor *k = keys_of(kv), *v = values_of(kv);
         online_attention_add(s, q_mine, k, v, 1, rank * c, owner * c);
+        tensor_free(k);
+        tensor_free(v);
         *useful += owner <= rank; /* the causal mask hides later chunks whole */
-        if (step + 1 < world_size) pass_on(&k, &v, rank, world_size);
+        if (step + 1 < world_size) finish_pass(&pass, &kv, &in);
     }
     tensor *out = online_attention_result(s, q_mine->device);
     online_attention_free(s);
-    tensor_free(k);
-    tensor_free(v);
+    tensor_free(kv);
+    tensor_free(in);
     return out;
 }
 
@@ -717,9 +769,10 @@ static void ring_main(int rank, int world_size, void *args) {
     tensor *q = input(SEQ, RING_DH, SEED_Q, device), *k = input(SEQ, RING_DH, SEED_K, device),
            *v = input(SEQ, RING_DH, SEED_V, device);
     tensor *q_mine = chunk_of(q, rank, c), *k_mine = chunk_of(k, rank, c), *v_mine = chunk_of(v, rank, c);
+    tensor *kv_mine = stacked(k_mine, v_mine);
     int useful = 0;
     dist_traffic before = dist_traffic_now();
-    tensor *out = ring_attention(q_mine, k_mine, v_mine, rank, world_size, &useful);
+    tensor *out = ring_attention(q_mine, kv_mine, rank, world_size, &useful);
     dist_traffic d = dist_traffic_since(&before);
 
     tensor *all = attention(q, k, v, 1, 0, 0), *expected = chunk_of(all, rank, c);
@@ -728,15 +781,194 @@ static void ring_main(int rank, int world_size, void *args) {
     compare("ring attention: this rank's rows", rank, out, expected, RING_DH + SEQ + world_size);
     int64_t formula = (int64_t)(world_size - 1) * 2 * c * RING_DH * (int64_t)sizeof(float);
     note_verbatim("Rank %d: %d of %d chunks had keys it may see; sent %lld bytes to rank %d in %lld "
-                  "sendrecvs (formula (p-1) x 2 chunks x %lld x %d floats = %lld)",
-                  rank, useful, world_size, (long long)d.bytes_sent[DIST_CALL_SENDRECV], (rank + 1) % world_size,
-                  (long long)d.calls[DIST_CALL_SENDRECV], (long long)c, RING_DH, (long long)formula);
-    check(d.bytes_sent[DIST_CALL_SENDRECV] == formula && d.sent_to[(rank + 1) % world_size] == formula,
+                  "isends (formula (p-1) x keys and values x %lld x %d floats = %lld)",
+                  rank, useful, world_size, (long long)d.bytes_sent[DIST_CALL_SEND], (rank + 1) % world_size,
+                  (long long)d.calls[DIST_CALL_SEND], (long long)c, RING_DH, (long long)formula);
+    check(d.bytes_sent[DIST_CALL_SEND] == formula && d.sent_to[(rank + 1) % world_size] == formula,
           "ring attention: every chunk of keys and values passed on once, to the next rank (%lld bytes)",
           (long long)formula);
-    tensor *all_t[] = {expected, all, out, v_mine, k_mine, q_mine, v, k, q};
-    for (int i = 0; i < 9; i++)
+    tensor *all_t[] = {expected, all, out, kv_mine, v_mine, k_mine, q_mine, v, k, q};
+    for (int i = 0; i < 10; i++)
         tensor_free(all_t[i]);
+}
+
+/* ---- does the ring hide its transfers? ---- */
+
+static void ring_timing_main(int rank, int world_size, void *args);
+
+/* The timed ring: one head of width 128, no mask (so every block is a whole
+ * block's work). With real arithmetic, chunks of 256 tokens (a block's
+ * attention takes this CPU about 10 ms; a chunk's keys and values are
+ * 2 x 128 KiB). With modelled compute the arithmetic costs nothing, so the
+ * chunks are 4096 tokens (2 x 2 MiB): a pass of a few milliseconds, of
+ * which what each request costs to start and to wait for (about 0.25 ms a
+ * step here) is a small part.
+ * Each ring is timed as a timed region (dist_timer), where the runtime
+ * neither checks repeated calls nor hashes a send's buffer (lectern.h):
+ * those would be the runtime's time, not the transfer's. */
+enum { RING_T_ROWS = 256, RING_T_ROWS_MODELLED = 4096, RING_T_DH = 128, RING_T_REPS = 5 };
+/* The modelled block: RING_T_TIMES a pass of the block's keys and values
+ * here (measured in the same run), at least RING_T_MIN_MS: ring attention's
+ * condition, a block's compute at least its transfer, with room. */
+#define RING_T_TIMES 4.0
+#define RING_T_MIN_MS 5.0
+/* The bound the modelled run must meet: the overlapped ring hides at least
+ * 70% of the time the blocking ring spends passing chunks on (1 - time in
+ * its transfers overlapped / blocking; each the fastest of RING_T_REPS
+ * rings, since other work can only slow a ring down). Each of the p - 1 = 3
+ * transfers is started before a block's compute, RING_T_TIMES times a
+ * pass's time at least, so all of them can hide: at best 100%, less what
+ * starting and waiting for two requests a step costs. 70% leaves 30% to what
+ * a loaded machine adds (a start that waits for the progress thread to let
+ * go of the library, a rank that wakes late). Seen here on 2 cores (soaks
+ * of the whole lecture, docs/lecture_scaling.md): 97 to 99% in 20 of 20
+ * runs at loads of 7 to 12, and 98.8 to 99.6% in 8 of 8 beside two busy
+ * loops; with chunks half as large and the fastest of 3, one rank of one
+ * run in 20 saw 65%. A ring that sends only after its compute (the blocking
+ * form) hides 0% and fails. */
+#define RING_HIDDEN_AT_LEAST 0.70
+
+typedef struct ring_figures {
+    double step[2][2];      /* [real, modelled][blocking, overlapped]: the slowest rank's ring, fastest, s */
+    double transfers[2][2]; /* this rank's time in its transfers (sendrecv, or starting and waiting), fastest, s */
+    double pass_alone;      /* one pass of a modelled run's chunk's keys and values, median of 5, s */
+    double block_ms;        /* the modelled block */
+} ring_figures;
+
+static void ring_timing(void) {
+    progress("ring attention, timed");
+    note("### Does the ring hide its transfers?");
+    note("The ring above is too small to time. Here the same ring with one head of width %d without the mask "
+         "(every block a whole block's work), in two forms taken in turn %d times each: "
+         "**blocking** (attend to the chunk held, then `dist_sendrecv` it on) and **overlapped** (`dist_isend` "
+         "and `dist_irecv` first, attend, then wait). Twice: with this CPU's arithmetic, and with each block's "
+         "attention **modelled** (`model_compute`), sized from this run's own transfers, on chunks of %d tokens "
+         "(the real run's are %d: its arithmetic would take this CPU seconds on the larger). What counts is the "
+         "time a rank spends in its transfers: in the sendrecvs, or starting the requests and waiting for them.",
+         RING_T_DH, RING_T_REPS, RING_T_ROWS_MODELLED, RING_T_ROWS);
+    spawn(ring_timing_main, WORLD, NULL, 0);
+    ring_figures f;
+    if (spawn_result(0, &f, sizeof f) != sizeof f) lecture_fail("rank 0 returned no result");
+    table_t *t = table_new("Ring attention on %d ranks, one head of width %d, rank 0: the fastest of %d rings each",
+                           WORLD, RING_T_DH, RING_T_REPS);
+    table_column(t, "compute", NULL, "%s");
+    table_column(t, "chunk", "tokens", "%d");
+    table_column(t, "ring, blocking", "ms", "%.2f");
+    table_column(t, "ring, overlapped", "ms", "%.2f");
+    table_column(t, "time in transfers, blocking", "ms", "%.2f");
+    table_column(t, "time in transfers, overlapped", "ms", "%.2f");
+    table_column(t, "the transfers' time hidden", NULL, "%.0f%%");
+    char modelled[80];
+    snprintf(modelled, sizeof modelled, "modelled: %.1f ms a block", f.block_ms);
+    const char *names[2] = {"real: this CPU's arithmetic", modelled};
+    double hidden[2];
+    for (int m = 0; m < 2; m++) {
+        hidden[m] = 1 - f.transfers[m][1] / f.transfers[m][0];
+        table_row(t, names[m], m ? RING_T_ROWS_MODELLED : RING_T_ROWS, f.step[m][0] * 1e3, f.step[m][1] * 1e3,
+                  f.transfers[m][0] * 1e3, f.transfers[m][1] * 1e3, 100 * hidden[m]);
+    }
+    table_show(t);
+    char real_said[160];
+    if (hidden[0] >= 0) snprintf(real_said, sizeof real_said, "the overlapped ring hid %.0f%% of it", 100 * hidden[0]);
+    else
+        snprintf(real_said, sizeof real_said,
+                 "the overlapped ring spent %.0f%% more time in its transfers than the blocking one", -100 * hidden[0]);
+    note("The modelled run shows the method: with each block's attention %.1f ms (%.1f times a pass of its keys and "
+         "values here, %.2f ms), the overlapped ring hid %.0f%% of the time the blocking ring spent passing chunks "
+         "on, and took %.2f ms against %.2f. The real run says what this machine does: %s, with %d ranks computing "
+         "on %ld cores, where a transfer waits for a core the other ranks' arithmetic holds, and a rank's wait "
+         "also waits for the rank it receives from to finish its block.",
+         quoted(f.block_ms), f.block_ms / (f.pass_alone * 1e3), f.pass_alone * 1e3, quoted(100 * hidden[1]),
+         quoted(f.step[1][1] * 1e3), quoted(f.step[1][0] * 1e3), real_said, WORLD, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+/* One block: the real attention of the queries to a chunk, or its model. */
+static void ring_block(online_attention *s, const tensor *q, tensor *kv, double block_ms) {
+    if (block_ms > 0) {
+        model_compute(block_ms);
+        return;
+    }
+    tensor *k = keys_of(kv), *v = values_of(kv);
+    online_attention_add(s, q, k, v, 0, 0, 0);
+    tensor_free(k);
+    tensor_free(v);
+}
+
+/* One ring, timed: the slowest rank's time, and this rank's time in its
+ * transfers into *transfers. Blocking: each block, then its chunk passed on
+ * with dist_sendrecv. Overlapped: the pass started, the block, the wait. */
+static double timed_ring(const tensor *q, tensor **kv, tensor **in, int overlapped, double block_ms,
+                         double *transfers) {
+    int rank = dist_rank(), p = dist_world_size();
+    online_attention *s = online_attention_new(q->shape[0], RING_T_DH);
+    *transfers = 0;
+    dist_timer timer = {0};
+    dist_timer_start(&timer);
+    for (int step = 0; step < p; step++) {
+        int last = step + 1 == p;
+        double t0 = now_seconds();
+        ring_pass pass;
+        if (overlapped && !last) pass = start_pass(*kv, *in);
+        *transfers += now_seconds() - t0;
+        ring_block(s, q, *kv, block_ms);
+        t0 = now_seconds();
+        if (overlapped && !last) finish_pass(&pass, kv, in);
+        if (!overlapped && !last) {
+            dist_sendrecv(*kv, (rank + 1) % p, *in, (rank + p - 1) % p);
+            tensor *old = *kv;
+            *kv = *in, *in = old;
+        }
+        *transfers += now_seconds() - t0;
+    }
+    double seconds = dist_timer_stop(&timer);
+    online_attention_free(s);
+    return seconds;
+}
+
+/* One pass of a chunk's keys and values, the median of 5 after a warm-up:
+ * what sizes the modelled block. */
+static double one_pass_seconds(tensor **kv, tensor **in) {
+    double t[5];
+    for (int n = -1; n < 5; n++) {
+        dist_timer timer = {0};
+        if (n >= 0) dist_timer_start(&timer);
+        ring_pass pass = start_pass(*kv, *in);
+        finish_pass(&pass, kv, in);
+        if (n >= 0) t[n] = dist_timer_stop(&timer);
+    }
+    return median_of(t, 5);
+}
+
+static void ring_timing_main(int rank, int world_size, void *args) {
+    int device = get_device(rank);
+    ring_figures f = {0};
+    for (int m = 0; m < 2; m++) {
+        int64_t rows = m ? RING_T_ROWS_MODELLED : RING_T_ROWS;
+        uint64_t seed = 10 * (uint64_t)rank;
+        tensor *q = input(rows, RING_T_DH, SEED_Q + seed, device),
+               *kv = input(2 * rows, RING_T_DH, SEED_K + seed, device), *in = empty(2 * rows, RING_T_DH, device);
+        if (m) f.pass_alone = one_pass_seconds(&kv, &in);
+        if (m) f.block_ms = fmax(RING_T_MIN_MS, RING_T_TIMES * f.pass_alone * 1e3);
+        double ms = m ? f.block_ms : 0, step[2][RING_T_REPS], transfers[2][RING_T_REPS], unused;
+        timed_ring(q, &kv, &in, 0, ms, &unused); /* warm-up: every call's check made once */
+        timed_ring(q, &kv, &in, 1, ms, &unused);
+        for (int r = 0; r < RING_T_REPS; r++)
+            for (int o = 0; o < 2; o++) /* in turn: blocking, overlapped */
+                step[o][r] = timed_ring(q, &kv, &in, o, ms, &transfers[o][r]);
+        for (int o = 0; o < 2; o++) {
+            f.step[m][o] = fastest_of(step[o], RING_T_REPS);
+            f.transfers[m][o] = fastest_of(transfers[o], RING_T_REPS);
+        }
+        tensor_free(q);
+        tensor_free(kv);
+        tensor_free(in);
+    }
+    double hidden = 1 - f.transfers[1][1] / f.transfers[1][0];
+    check(hidden >= RING_HIDDEN_AT_LEAST,
+          "ring attention, modelled compute: the transfers' time hidden is at least %.0f%% (%.0f%%: %.2f ms "
+          "against %.2f ms blocking)",
+          100 * RING_HIDDEN_AT_LEAST, 100 * hidden, f.transfers[1][1] * 1e3, f.transfers[1][0] * 1e3);
+    if (rank == 0) spawn_return(&f, sizeof f);
 }
 
 /* ------------------------------------------------------------------ */
@@ -863,6 +1095,7 @@ typedef struct zero_figures {
 } zero_figures;
 
 static void zero_table(void);
+static void prefetch_timing(void);
 
 static void zero_stages(void) {
     progress("ZeRO");
@@ -889,6 +1122,7 @@ static void zero_stages(void) {
          WORLD, c.layers, c.width, c.width, c.batch, (double)c.lr);
     spawn(zero_main, WORLD, NULL, 0);
     zero_table();
+    prefetch_timing();
 }
 
 /* Every rank's model: the full weights, or its band of rows of each layer. */
@@ -984,53 +1218,94 @@ typedef struct event_log {
 } event_log;
 
 static void log_event(event_log *log, const char *what, int layer, int *slot) {
-    char item[32];
+    if (!log) return;
+    char item[48];
     snprintf(item, sizeof item, "%s%s %d", log->n ? ", " : "", what, layer);
     strncat(log->text, item, sizeof log->text - strlen(log->text) - 1);
     if (slot) slot[layer] = log->n;
     log->n++;
 }
 
-/* Issues the all-gather of layer i's band into a new whole layer. */
-static dist_request *prefetch(const tensor *band, int world_size, tensor **whole) {
-    *whole = empty(band->shape[0] * world_size, band->shape[1], band->device);
-    return dist_all_gather_async(*whole, band);
+/* How one ZeRO-3 step runs: with prefetch or not, its compute real or
+ * modelled, and the time it spent in its all-gathers. */
+typedef struct zero3_run {
+    int prefetch;      /* each gather issued before the compute before it */
+    double forward_ms; /* > 0: a layer's forward is model_compute(forward_ms), each product of its backward the
+                          same (layer 0's one, the others' two); 0: the real arithmetic */
+    double gathers;    /* seconds this rank spent in all-gathers: issuing them and waiting for them */
+    event_log *log;    /* the order of events, or NULL */
+    dist_request *backward_first; /* with prefetch: the backward's first gather, issued in the forward */
+    tensor *backward_whole;
+} zero3_run;
+
+/* Issues the all-gather of layer i's band into a new whole layer; the time
+ * the call took counts as time in the gathers. */
+static dist_request *gather(zero3_run *run, const tensor *band, tensor **whole) {
+    double t0 = now_seconds();
+    *whole = empty(band->shape[0] * dist_world_size(), band->shape[1], band->device);
+    dist_request *req = dist_all_gather_async(*whole, band);
+    run->gathers += now_seconds() - t0;
+    return req;
 }
 
-/* ZeRO-3 forward: layer i+1's all-gather is in flight while layer i computes. */
-static void zero3_forward(const mlp_config *c, tensor *x, tensor **band, tensor **acts, tensor **pre, event_log *log) {
-    int p = dist_world_size();
-    tensor *whole[MAX_LAYERS + 1];
-    dist_request *req = prefetch(band[0], p, &whole[0]);
-    log_event(log, "gather", 0, log->issued);
+/* Waits for a gather: the time it had not finished by. */
+static void gathered(zero3_run *run, dist_request *req) {
+    double t0 = now_seconds();
+    dist_wait(req);
+    run->gathers += now_seconds() - t0;
+}
+
+/* ZeRO-3 forward. With prefetch, layer i+1's all-gather is in flight while
+ * layer i computes, and during the last layer the backward's first gather
+ * is; without, each layer is gathered, whole, just before its compute. */
+static void zero3_forward(const mlp_config *c, tensor *x, tensor **band, tensor **acts, tensor **pre, zero3_run *run) {
+    int layers = c->layers;
+    tensor *whole[MAX_LAYERS];
+    dist_request *req[MAX_LAYERS];
     acts[0] = x;
-    for (int i = 0; i < c->layers; i++) {
-        dist_wait(req);
-        if (i + 1 < c->layers) {
-            req = prefetch(band[i + 1], p, &whole[i + 1]); /* the next layer, before this one computes */
-            log_event(log, "gather", i + 1, log->issued);
+    if (run->prefetch) {
+        req[0] = gather(run, band[0], &whole[0]);
+        log_event(run->log, "gather", 0, run->log ? run->log->issued : NULL);
+    }
+    for (int i = 0; i < layers; i++) {
+        if (!run->prefetch) req[i] = gather(run, band[i], &whole[i]);
+        gathered(run, req[i]);
+        if (run->prefetch && i + 1 < layers) {
+            req[i + 1] = gather(run, band[i + 1], &whole[i + 1]); /* the next layer, before this one computes */
+            log_event(run->log, "gather", i + 1, run->log ? run->log->issued : NULL);
         }
-        acts[i + 1] = layer_forward(acts[i], whole[i], &pre[i]);
-        log_event(log, "compute", i, log->computed);
+        if (run->prefetch && i + 1 == layers) { /* the backward's first layer, before the forward's last computes */
+            run->backward_first = gather(run, band[i], &run->backward_whole);
+            log_event(run->log, "gather for the backward", i, NULL);
+        }
+        if (run->forward_ms > 0) model_compute(run->forward_ms);
+        else acts[i + 1] = layer_forward(acts[i], whole[i], &pre[i]);
+        log_event(run->log, "compute", i, run->log ? run->log->computed : NULL);
         tensor_free(whole[i]); /* used: freed at once */
     }
 }
 
 /* ZeRO-3 backward: each layer gathered again (but layer 0: its weights are
- * not needed for the data's gradient), the next one prefetched. */
-static void zero3_backward(const mlp_config *c, tensor **band, tensor **acts, tensor **pre, tensor **gp) {
-    int p = dist_world_size();
-    tensor *whole[MAX_LAYERS], *dy = mse_loss_backward(acts[c->layers]);
-    dist_request *req = prefetch(band[c->layers - 1], p, &whole[c->layers - 1]);
-    for (int i = c->layers - 1; i >= 0; i--) {
-        if (req) dist_wait(req);
-        req = i - 1 >= 1 ? prefetch(band[i - 1], p, &whole[i - 1]) : NULL;
-        tensor *g = empty(c->width, c->width, dy->device), *dx = NULL;
-        layer_backward(acts[i], pre[i], i > 0 ? whole[i] : NULL, dy, g, i > 0 ? &dx : NULL, 0.0f);
+ * not needed for the data's gradient), with prefetch the next one while
+ * this one computes; each gradient reduce-scattered at once. */
+static void zero3_backward(const mlp_config *c, tensor **band, tensor **acts, tensor **pre, tensor **gp,
+                           zero3_run *run) {
+    int layers = c->layers, modelled = run->forward_ms > 0;
+    tensor *whole[MAX_LAYERS] = {0}, *dy = modelled ? NULL : mse_loss_backward(acts[layers]);
+    dist_request *req[MAX_LAYERS] = {0};
+    if (run->prefetch) req[layers - 1] = run->backward_first, whole[layers - 1] = run->backward_whole;
+    for (int i = layers - 1; i >= 0; i--) {
+        if (i > 0 && !run->prefetch) req[i] = gather(run, band[i], &whole[i]);
+        if (i > 0) gathered(run, req[i]);
+        if (run->prefetch && i - 1 >= 1) req[i - 1] = gather(run, band[i - 1], &whole[i - 1]);
+        tensor *g = modelled ? zeros(c->width, c->width, gp[i]->device) : empty(c->width, c->width, dy->device),
+               *dx = NULL;
+        if (modelled) model_compute((i > 0 ? 2 : 1) * run->forward_ms); /* dW, and dx but for layer 0 */
+        else layer_backward(acts[i], pre[i], i > 0 ? whole[i] : NULL, dy, g, i > 0 ? &dx : NULL, 0.0f);
         dist_reduce_scatter(gp[i], g, DIST_AVG);
         if (i > 0) tensor_free(whole[i]);
         tensor_free(g);
-        tensor_free(dy);
+        if (dy) tensor_free(dy);
         dy = dx;
     }
 }
@@ -1038,8 +1313,9 @@ static void zero3_backward(const mlp_config *c, tensor **band, tensor **acts, te
 static void zero3_step(const mlp_config *c, tensor *x, tensor **band, tensor **gp, zero_figures *f, event_log *log) {
     int p = dist_world_size();
     tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
-    zero3_forward(c, x, band, acts, pre, log);
-    zero3_backward(c, band, acts, pre, gp);
+    zero3_run run = {.prefetch = 1, .log = log};
+    zero3_forward(c, x, band, acts, pre, &run);
+    zero3_backward(c, band, acts, pre, gp, &run);
     free_saved(c->layers, acts, pre);
     adamw_all(c, band, gp);
     int64_t layer = (int64_t)c->width * c->width;
@@ -1177,12 +1453,177 @@ static void zero_table(void) {
          c.layers - 1, c.layers, (3 * c.layers - 1) * (p - 1) / p * layer, (3 * c.layers - 1) / (2.0 * c.layers));
     check(f[ZERO3].nominal == (int64_t)((3 * c.layers - 1) * (p - 1) / p * layer),
           "ZeRO-3: %lld bytes sent, as the formula says", (long long)f[ZERO3].nominal);
-    note("Prefetch keeps two whole layers alive at once (the one computing, the one "
-         "arriving): that is its memory price. Whether the transfer really hides behind "
-         "the compute is a matter of time, not order; at these sizes both take "
-         "microseconds and this lecture does not time them. On GPUs, where NCCL runs the "
-         "all-gather on its own stream, it is expected to overlap; that path is not run "
-         "here.");
+    note("Prefetch keeps two whole layers alive at once (the one computing, the one arriving): that is its "
+         "memory price. The order above is checked; whether the transfer really hides behind the compute is a "
+         "matter of time, measured next.");
+}
+
+/* ---- does the prefetch hide the gathers? ---- */
+
+static void prefetch_main(int rank, int world_size, void *args);
+
+/* Layers large enough that a gather takes a measurable time, and enough of
+ * them that the one gather nothing can hide (the first) is a small part:
+ * 8 of 512 x 512 (1 MiB each; a rank's band 256 KiB), a batch of 64. */
+static mlp_config prefetch_config(void) {
+    mlp_config c = {.batch = 64, .width = 512, .layers = 8, .steps = 1, .lr = 1e-3f};
+    return c;
+}
+
+/* The modelled compute is sized from this run's own communication: a
+ * layer's forward takes PREFETCH_TIMES as long as one gather of a layer
+ * took here (at least PREFETCH_MIN_MS), each product of its backward the
+ * same. A gather then has several times its own length to hide in, as on
+ * GPUs where FSDP's layers are large enough for their compute to cover
+ * their gathers. */
+#define PREFETCH_TIMES 4.0
+#define PREFETCH_MIN_MS 10.0
+enum { PREFETCH_REPS = 5 };
+
+/* The bound the modelled run must meet: the prefetch hides at least 70% of
+ * the gathers' time, measured against the same step without prefetch
+ * (1 - time in gathers with prefetch / time in gathers without; each the
+ * fastest of PREFETCH_REPS steps, since other work can only slow a step
+ * down). A step of L = 8 layers gathers 2L - 1 = 15 times (every layer
+ * forward, all but layer 0 backward), all of the same bytes. With prefetch
+ * only the first, layer 0's forward, has no compute before it to hide
+ * behind: 1/15 of the time, so at best 14/15 = 93% is hidden. Every other
+ * gather is issued a whole layer's compute before it is waited for,
+ * PREFETCH_TIMES times a gather's time at least: one slowed by the load up
+ * to that many times still hides. 70% leaves another 23% of the gathers'
+ * time (three gathers' worth) to what a loaded machine adds: a gather's
+ * start that waits for the progress thread to let go of the library, a rank
+ * that wakes late. The steps are timed regions (dist_timer), where the
+ * runtime does not hash a send's buffer: its reads would count as exposed
+ * gather time. Seen here on 2 cores (soaks of the whole lecture,
+ * docs/lecture_scaling.md): 85 to 94% on rank 0 in 20 of 20 runs at loads
+ * of 7 to 12, and 93 to 99% in 8 of 8 beside two busy loops (model_compute
+ * moves the transfers in flight itself); with the fastest of 3, one rank of
+ * one run in 20 saw 53%. A step that waits for each gather at once (or
+ * prefetches nothing) hides about 0% and fails. */
+#define PREFETCH_HIDDEN_AT_LEAST 0.70
+
+typedef struct prefetch_figures {
+    double step[2][2];    /* [real, modelled][as needed, prefetched]: the slowest rank's step, fastest, s */
+    double gathers[2][2]; /* this rank's time in its gathers (issuing and waiting), fastest, s */
+    double gather_alone;  /* one layer's all-gather, blocking, median of 5, s */
+    double forward_ms;    /* the modelled forward of a layer */
+} prefetch_figures;
+
+static void prefetch_timing(void) {
+    progress("ZeRO-3 prefetch, timed");
+    note("### Does the prefetch hide the gathers?");
+    mlp_config c = prefetch_config();
+    note("The same ZeRO-3 step, timed with the gathers issued as needed (each waited for at once) and "
+         "prefetched, taken in turn %d times each (so load on the machine falls on both alike), on %d layers of "
+         "%d x %d. Twice: once with the MLP's real arithmetic on this CPU, once with each layer's compute "
+         "**modelled** (`model_compute`: the rank sleeps, its core free, as a GPU computes while its host and "
+         "network are free), sized from this run's own gathers. What counts is the time a rank spends in its "
+         "gathers: issuing them and waiting for them to finish.",
+         PREFETCH_REPS, c.layers, c.width, c.width);
+    spawn(prefetch_main, WORLD, NULL, 0);
+    prefetch_figures f;
+    if (spawn_result(0, &f, sizeof f) != sizeof f) lecture_fail("rank 0 returned no result");
+    table_t *t = table_new("ZeRO-3 on %d ranks, %d layers of %d x %d, rank 0: the fastest of %d steps each", WORLD,
+                           c.layers, c.width, c.width, PREFETCH_REPS);
+    table_column(t, "compute", NULL, "%s");
+    table_column(t, "step, gathers as needed", "ms", "%.2f");
+    table_column(t, "step, prefetched", "ms", "%.2f");
+    table_column(t, "time in gathers, as needed", "ms", "%.2f");
+    table_column(t, "time in gathers, prefetched", "ms", "%.2f");
+    table_column(t, "the gathers' time hidden", NULL, "%.0f%%");
+    char modelled[96];
+    snprintf(modelled, sizeof modelled, "modelled: %.1f ms a layer forward, per product backward", f.forward_ms);
+    const char *names[2] = {"real: this CPU's arithmetic", modelled};
+    double hidden[2];
+    for (int m = 0; m < 2; m++) {
+        hidden[m] = 1 - f.gathers[m][1] / f.gathers[m][0];
+        table_row(t, names[m], f.step[m][0] * 1e3, f.step[m][1] * 1e3, f.gathers[m][0] * 1e3, f.gathers[m][1] * 1e3,
+                  100 * hidden[m]);
+    }
+    table_show(t);
+    char real_said[160];
+    if (hidden[0] >= 0)
+        snprintf(real_said, sizeof real_said, "the prefetch hid %.0f%% of the gathers' time", 100 * hidden[0]);
+    else
+        snprintf(real_said, sizeof real_said,
+                 "with prefetch the step spent %.0f%% more time in its gathers than without", -100 * hidden[0]);
+    note("The modelled run shows the lesson: with each layer's compute %.1f ms (%.1f times one gather of a "
+         "layer here, %.2f ms), the prefetch hid %.0f%% of the time rank 0 spent in gathers without it, and its step "
+         "took %.2f ms against %.2f. At best it hides %d of the %d gathers: layer 0's, the first, has nothing before "
+         "it to hide behind. The real run says what this machine does with real arithmetic: %s. Four ranks share "
+         "%ld cores, so while a rank multiplies, the gather it started waits for a core, as the other ranks' "
+         "arithmetic does; a GPU computes on the device and leaves its host, and the link, free.",
+         quoted(f.forward_ms), f.forward_ms / (f.gather_alone * 1e3), f.gather_alone * 1e3, quoted(100 * hidden[1]),
+         quoted(f.step[1][1] * 1e3), quoted(f.step[1][0] * 1e3), 2 * c.layers - 2, 2 * c.layers - 1, real_said,
+         sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+/* One layer's all-gather, blocking, the median of 5 after a warm-up: what
+ * sizes the modelled compute. */
+static double one_gather_seconds(const tensor *band) {
+    tensor *whole = empty(band->shape[0] * dist_world_size(), band->shape[1], band->device);
+    double t[5];
+    dist_all_gather(whole, band); /* warm-up: carries the runtime's check */
+    for (int k = 0; k < 5; k++) {
+        dist_timer timer = {0};
+        dist_timer_start(&timer);
+        dist_all_gather(whole, band);
+        t[k] = dist_timer_stop(&timer);
+    }
+    tensor_free(whole);
+    return median_of(t, 5);
+}
+
+/* One ZeRO-3 step, forward and backward, timed: the slowest rank's time,
+ * and this rank's time in its gathers into *gathers. */
+static double timed_zero3_step(const mlp_config *c, tensor *x, tensor **band, tensor **gp, int prefetch,
+                               double forward_ms, double *gathers) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    zero3_run run = {.prefetch = prefetch, .forward_ms = forward_ms};
+    dist_timer timer = {0};
+    dist_timer_start(&timer);
+    zero3_forward(c, x, band, acts, pre, &run);
+    zero3_backward(c, band, acts, pre, gp, &run);
+    double seconds = dist_timer_stop(&timer);
+    if (forward_ms == 0) free_saved(c->layers, acts, pre);
+    *gathers = run.gathers;
+    return seconds;
+}
+
+static void prefetch_main(int rank, int world_size, void *args) {
+    mlp_config c = prefetch_config();
+    int device = get_device(rank);
+    int64_t local = c.batch / world_size;
+    tensor *data = make_data(&c, device), *x = row_slice(data, rank * local, (rank + 1) * local);
+    tensor *band[MAX_LAYERS], *gp[MAX_LAYERS];
+    zero_weights(&c, rank, world_size, 1, band);
+    for (int i = 0; i < c.layers; i++)
+        gp[i] = empty(c.width / world_size, c.width, device);
+    prefetch_figures f = {0};
+    f.gather_alone = one_gather_seconds(band[0]);
+    f.forward_ms = fmax(PREFETCH_MIN_MS, PREFETCH_TIMES * f.gather_alone * 1e3);
+    for (int m = 0; m < 2; m++) {
+        double ms = m ? f.forward_ms : 0, step[2][PREFETCH_REPS], gathers[2][PREFETCH_REPS], unused;
+        timed_zero3_step(&c, x, band, gp, 1, ms, &unused); /* warm-up: every call's check made once */
+        for (int k = 0; k < PREFETCH_REPS; k++)
+            for (int pf = 0; pf < 2; pf++) /* in turn: as needed, prefetched */
+                step[pf][k] = timed_zero3_step(&c, x, band, gp, pf, ms, &gathers[pf][k]);
+        for (int pf = 0; pf < 2; pf++) {
+            f.step[m][pf] = fastest_of(step[pf], PREFETCH_REPS);
+            f.gathers[m][pf] = fastest_of(gathers[pf], PREFETCH_REPS);
+        }
+    }
+    double hidden = 1 - f.gathers[1][1] / f.gathers[1][0];
+    check(hidden >= PREFETCH_HIDDEN_AT_LEAST,
+          "ZeRO-3 prefetch, modelled compute: the gathers' time hidden is at least %.0f%% (%.0f%%: %.2f ms waiting "
+          "against %.2f ms without prefetch)",
+          100 * PREFETCH_HIDDEN_AT_LEAST, 100 * hidden, f.gathers[1][1] * 1e3, f.gathers[1][0] * 1e3);
+    if (rank == 0) spawn_return(&f, sizeof f);
+    free_layers(c.layers, band);
+    free_layers(c.layers, gp);
+    tensor_free(x);
+    tensor_free(data);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1195,7 +1636,33 @@ static mlp_config memory_config(void) {
     return c;
 }
 
+/* The real steps: MEMORY_REPS of each, taken in turn (plain, recomputed,
+ * plain, ...), so that load on the machine, and whatever the first run
+ * warms up, falls on both alike; each method's fastest is its time, the
+ * fastest and the slowest its spread. */
 enum { MEMORY_REPS = 5 };
+
+/* The modelled steps: every matrix product model_compute(PRODUCT_MS) and
+ * nothing else, MODELLED_REPS of each in turn. On a GPU the products are
+ * the step's time; GELU and the loss, elementwise, are a small part. */
+#define PRODUCT_MS 30.0
+enum { MODELLED_REPS = 5 };
+/* The bound: the modelled step with recomputation takes (4L - 1) / (3L - 1)
+ * = 15/11 = 1.36 times as long (L = 4), within 0.1. A sleep never ends
+ * early, so each step is at least its products' time; what it adds is the
+ * time between them (waking up, recording the span), e on the plain step's
+ * 11 products and e' on the recomputed step's 15. The ratio stays within
+ * 0.1 while e' <= 11 x 30 x 1.464 - 15 x 30 = 33 ms and
+ * e <= 15 x 30 / 1.264 - 11 x 30 = 26 ms: 2.2 ms a product, against the
+ * 0.1 ms a sleep overshoots on a quiet machine. Each method's time is the
+ * fastest of its MODELLED_REPS steps (other work can only slow a step
+ * down). Seen here: at loads of 7 to 12, 20 of 20 runs within 0.03 with
+ * 20 ms products; with two busy loops beside a lecture run at nice 5, a
+ * product woke 2 to 3 ms late and 20 ms products fell outside (1.25, 1.26,
+ * 1.51, 1.53), hence 30: 1.34 to 1.40 in 8 of 8 such runs. A step that
+ * recomputes nothing (11 products: 1.0) or recomputes twice (19: 1.73)
+ * fails. */
+#define RECOMPUTE_RATIO_WITHIN 0.1
 
 /* Forward that keeps only each layer's input: the pre-activation h = x W
  * is dropped as soon as GELU has used it. */
@@ -1221,11 +1688,6 @@ static void backward_recomputing(tensor *const *w, int layers, tensor **acts, te
     }
 }
 
-typedef struct memory_run {
-    int64_t saved_bytes; /* tensor bytes the forward left alive for backward */
-    double seconds;      /* median step */
-} memory_run;
-
 /* One step, plain or with recomputation: the bytes of tensor storage on the
  * CPU that forward left alive for backward (the step's peak of saved
  * activations), counted by the runtime (tensor_bytes_live). */
@@ -1245,17 +1707,77 @@ static int64_t one_step(const mlp_config *c, tensor *const *w, tensor *x, tensor
     return alive;
 }
 
-static memory_run measure_step(const mlp_config *c, tensor *const *w, tensor *x, tensor **g, int recompute) {
-    memory_run r;
-    double t[MEMORY_REPS];
-    r.saved_bytes = one_step(c, w, x, g, recompute); /* untimed: it also warms the BLAS up */
-    for (int k = 0; k < MEMORY_REPS; k++) {
-        double start = now_seconds();
-        one_step(c, w, x, g, recompute);
-        t[k] = now_seconds() - start;
+/* The matrix products of one step: forward's L, backward's dW for every
+ * layer and dx for all but layer 0 (the data needs no gradient), and with
+ * recomputation each layer's h again. */
+static int products(int layers, int recompute) { return layers + 2 * layers - 1 + (recompute ? layers : 0); }
+
+/* The same step with every product modelled, in the same order, and no
+ * arithmetic: forward's products, then per layer from the last the
+ * recomputed h, dW, and dx (not for layer 0). */
+static void modelled_step(int layers, int recompute) {
+    for (int i = 0; i < layers; i++)
+        model_compute(PRODUCT_MS); /* h = x W */
+    for (int i = layers - 1; i >= 0; i--) {
+        if (recompute) model_compute(PRODUCT_MS); /* h = x W again */
+        model_compute(PRODUCT_MS);                /* dW = x^T dh */
+        if (i > 0) model_compute(PRODUCT_MS);     /* dx = dh W^T */
     }
-    r.seconds = median_of(t, MEMORY_REPS);
-    return r;
+}
+
+/* What the timings found: [plain, recomputed] medians and spreads. */
+typedef struct step_timing {
+    double median[2], fastest[2], slowest[2];
+} step_timing;
+
+static void summarize_times(double t[2][MEMORY_REPS], int n, step_timing *s) {
+    for (int r = 0; r < 2; r++) {
+        s->fastest[r] = s->slowest[r] = t[r][0];
+        for (int k = 1; k < n; k++)
+            s->fastest[r] = fmin(s->fastest[r], t[r][k]), s->slowest[r] = fmax(s->slowest[r], t[r][k]);
+        s->median[r] = median_of(t[r], n);
+    }
+}
+
+static step_timing time_real_steps(const mlp_config *c, tensor *const *w, tensor *x, tensor **g) {
+    double t[2][MEMORY_REPS];
+    step_timing s;
+    one_step(c, w, x, g, 0); /* untimed: they also warm the BLAS up */
+    one_step(c, w, x, g, 1);
+    for (int k = 0; k < MEMORY_REPS; k++)
+        for (int r = 0; r < 2; r++) {
+            double start = now_seconds();
+            one_step(c, w, x, g, r);
+            t[r][k] = now_seconds() - start;
+        }
+    summarize_times(t, MEMORY_REPS, &s);
+    return s;
+}
+
+static step_timing time_modelled_steps(int layers) {
+    double t[2][MEMORY_REPS];
+    step_timing s;
+    for (int k = 0; k < MODELLED_REPS; k++)
+        for (int r = 0; r < 2; r++) {
+            double start = now_seconds();
+            modelled_step(layers, r);
+            t[r][k] = now_seconds() - start;
+        }
+    summarize_times(t, MODELLED_REPS, &s);
+    return s;
+}
+
+/* One matrix product of the step's shape (all of them are B x W by W x W
+ * here, B = W), the median of 11: what the extra products cost alone. */
+static double one_product_seconds(const tensor *x, const tensor *w) {
+    double t[11];
+    for (int k = -1; k < 11; k++) {
+        double start = now_seconds();
+        tensor *h = matmul(x, w);
+        if (k >= 0) t[k] = now_seconds() - start;
+        tensor_free(h);
+    }
+    return median_of(t, 11);
 }
 
 static void activation_memory(void);
@@ -1269,8 +1791,9 @@ static void memory(void) {
          "(GELU's derivative needs h): for L layers of a batch B of width W, the outputs of "
          "all layers and the L pre-activations, 2 L B W floats. **Recomputation** "
          "(activation checkpointing) keeps only each layer's input and computes h = x W "
-         "again in backward: half the activations, for one more matrix product per layer "
-         "(forward does L of them, backward 2 L: 4 L against 3 L).");
+         "again in backward: half the activations, for one more matrix product per layer. "
+         "Forward makes L products, backward 2 L - 1 (each layer's dW, and dx for all but the "
+         "first, whose input is the data): 4 L - 1 against 3 L - 1, about a third more.");
     see("https://arxiv.org/abs/1604.06174", "Chen et al.: Training Deep Nets with Sublinear Memory Cost (2016)");
     activation_memory();
     mixed_precision();
@@ -1283,33 +1806,95 @@ static void activation_memory(void) {
         w[i] = init_layer(&c, i, -1);
         g[i] = empty(c.width, c.width, -1);
     }
-    memory_run plain = measure_step(&c, w, x, g, 0), recomputed = measure_step(&c, w, x, g, 1);
-    double act = (double)c.batch * c.width * sizeof(float);
+    int64_t kept[2] = {one_step(&c, w, x, g, 0), one_step(&c, w, x, g, 1)};
+    double act = (double)c.batch * c.width * sizeof(float), formula[2] = {2 * c.layers * act, c.layers * act};
     table_t *t = table_new("One step of %d layers, batch %d, width %d, on the CPU", c.layers, c.batch, c.width);
     table_column(t, "method", NULL, "%s");
     table_column(t, "activations kept, measured", "bytes", "%lld");
     table_column(t, "formula", "bytes", "%.0f");
     table_column(t, "matrix products", NULL, "%d");
-    table_column(t, "step, median of 5", "ms", "%.2f");
-    table_row(t, "keep everything", (long long)plain.saved_bytes, 2 * c.layers * act, 3 * c.layers,
-              plain.seconds * 1e3);
-    table_row(t, "recompute h", (long long)recomputed.saved_bytes, c.layers * act, 4 * c.layers,
-              recomputed.seconds * 1e3);
+    const char *names[2] = {"keep everything", "recompute h"};
+    for (int r = 0; r < 2; r++)
+        table_row(t, names[r], (long long)kept[r], formula[r], products(c.layers, r));
     table_show(t);
     /* The count is of tensor storage only (no headers, stacks or allocator
      * rounding), so it equals the formula to the byte; a step that kept one
      * activation more or fewer would be 256 KiB off. */
-    check((double)plain.saved_bytes == 2 * c.layers * act && (double)recomputed.saved_bytes == c.layers * act,
+    check((double)kept[0] == formula[0] && (double)kept[1] == formula[1],
           "activations: the tensors alive hold what the formula says (%lld and %lld bytes, formula %.0f and %.0f)",
-          (long long)plain.saved_bytes, (long long)recomputed.saved_bytes, 2 * c.layers * act, c.layers * act);
+          (long long)kept[0], (long long)kept[1], formula[0], formula[1]);
     note("Measured between forward and backward as the bytes of tensor storage alive "
          "(`tensor_bytes_live()`: the tensors' data, not their headers or the allocator's "
          "rounding, so the table compares it with the formula to the byte): recomputation "
-         "kept %.2f times the bytes, and its step took %.2f times as long here (each step's "
-         "median of %d; the load on this machine moves the times, not the bytes). The extra matrix "
-         "products are a third more; on a GPU, where memory is what runs out first, that "
-         "trade is often worth it.",
-         (double)recomputed.saved_bytes / (double)plain.saved_bytes, recomputed.seconds / plain.seconds, MEMORY_REPS);
+         "kept %.0f bytes against %.0f, half.",
+         quoted((double)kept[1]), quoted((double)kept[0]));
+    step_timing real = time_real_steps(&c, w, x, g), modelled = time_modelled_steps(c.layers);
+    double product = one_product_seconds(x, w[0]);
+    table_t *tt = table_new("The step's time, plain and with recomputation, taken in turn");
+    table_column(tt, "compute", NULL, "%s");
+    table_column(tt, "keep everything, median", "ms", "%.2f");
+    table_column(tt, "fastest", "ms", "%.2f");
+    table_column(tt, "slowest", "ms", "%.2f");
+    table_column(tt, "recompute h, median", "ms", "%.2f");
+    table_column(tt, "fastest", "ms", "%.2f");
+    table_column(tt, "slowest", "ms", "%.2f");
+    table_column(tt, "recompute / keep, fastest", NULL, "%.2f");
+    table_column(tt, "one product", "ms", "%.3f");
+    table_column(tt, "products, of a plain step", NULL, "%.0f%%");
+    table_column(tt, "recompute / keep, by the products alone", NULL, "%.2f");
+    char real_name[64], modelled_name[96];
+    snprintf(real_name, sizeof real_name, "real: this CPU, %d steps each", MEMORY_REPS);
+    snprintf(modelled_name, sizeof modelled_name, "modelled: each product %.0f ms, %d steps each", PRODUCT_MS,
+             MODELLED_REPS);
+    const step_timing *rows[2] = {&real, &modelled};
+    const char *row_names[2] = {real_name, modelled_name};
+    /* What the products alone would take: each one's time (measured for the
+     * real run, the modelled one's PRODUCT_MS) times their count, against
+     * the plain step; and the ratio the extra L products alone would give. */
+    double product_s[2] = {product, PRODUCT_MS * 1e-3}, share[2], by_products[2];
+    for (int m = 0; m < 2; m++) {
+        share[m] = products(c.layers, 0) * product_s[m] / rows[m]->fastest[0];
+        by_products[m] = 1 + c.layers * product_s[m] / rows[m]->fastest[0];
+        table_row(tt, row_names[m], rows[m]->median[0] * 1e3, rows[m]->fastest[0] * 1e3, rows[m]->slowest[0] * 1e3,
+                  rows[m]->median[1] * 1e3, rows[m]->fastest[1] * 1e3, rows[m]->slowest[1] * 1e3,
+                  rows[m]->fastest[1] / rows[m]->fastest[0], product_s[m] * 1e3, 100 * share[m], by_products[m]);
+    }
+    table_show(tt);
+    double ratio = modelled.fastest[1] / modelled.fastest[0],
+           want = (double)products(c.layers, 1) / products(c.layers, 0);
+    check(fabs(ratio - want) <= RECOMPUTE_RATIO_WITHIN,
+          "recomputation, modelled compute: the step takes (4L - 1) / (3L - 1) = %.3f times as long, within %.1f "
+          "(%.3f)",
+          want, RECOMPUTE_RATIO_WITHIN, ratio);
+    note("The modelled run shows the cost the lesson names: with every matrix product %.0f ms of modelled compute "
+         "and nothing else, the step with recomputation took %.2f times as long, its %d products against %d "
+         "(%.2f).",
+         PRODUCT_MS, quoted(ratio), quoted(products(c.layers, 1)), quoted(products(c.layers, 0)), want);
+    /* The measured ratio against the products' own, "within" the steps'
+     * spread: the larger of the two methods' (slowest - fastest) / median. */
+    double measured = real.fastest[1] / real.fastest[0], expected = by_products[0];
+    double spread = fmax((real.slowest[0] - real.fastest[0]) / real.fastest[0],
+                         (real.slowest[1] - real.fastest[1]) / real.fastest[1]);
+    const char *verdict = fabs(measured - expected) <= spread
+                                  ? "within the steps' own spread of what the products predict"
+                          : measured > expected ? "more than the products alone account for: the rest is not the "
+                                                  "products' arithmetic, and the steps' spread says how much of it "
+                                                  "this machine's other work can be"
+                                                : "less than the products alone account for, by more than the steps' "
+                                                  "spread";
+    note("The real run says what this CPU shows. Taken in turn, recomputation's step took %.2f times as long as "
+         "keeping everything (the fastest of each; each method's steps spread from %.2f to %.2f ms and from %.2f to "
+         "%.2f). One "
+         "product of these shapes takes %.3f ms here, so the %d products of a plain step are %.0f%% of it, and the "
+         "%d extra ones alone would make it %.2f times as long: the measured %.2f is %s. %s",
+         quoted(measured), quoted(real.fastest[0] * 1e3), quoted(real.slowest[0] * 1e3), quoted(real.fastest[1] * 1e3),
+         quoted(real.slowest[1] * 1e3), quoted(product * 1e3), quoted(products(c.layers, 0)), quoted(100 * share[0]),
+         quoted(c.layers), quoted(expected), quoted(measured), verdict,
+         share[0] < 0.5 ? "On this CPU the products are the smaller part of a step (GELU, its derivative and the "
+                          "allocations, in plain loops, take the rest), so the third more products the lesson names "
+                          "is not a third more time here. On a GPU the products are most of a step: the modelled run "
+                          "is the nearer picture."
+                        : "The products are most of the step here, as on a GPU.");
     free_layers(c.layers, w);
     free_layers(c.layers, g);
     tensor_free(x);
@@ -1319,10 +1904,13 @@ static void mixed_precision(void) {
     note("### Mixed precision: bytes per parameter (accounting)");
     note("Training in bf16 with AdamW keeps, per parameter: the bf16 weight (2 bytes) and "
          "gradient (2), and in fp32 a master copy of the weight and AdamW's two moments "
-         "(4 + 4 + 4 = 12): 16 bytes, the same as fp32 training's 4 + 4 + 8. The saving of "
-         "mixed precision is in the activations (2 bytes each instead of 4) and in the "
-         "speed of bf16 matrix products, not in model state. This is accounting: this "
-         "runtime's tensors are fp32 only, nothing here is measured.");
+         "(4 + 4 + 4 = 12): 16 bytes in the ZeRO paper's accounting, the same as fp32 training's "
+         "4 + 4 + 8. Stacks that accumulate gradients in fp32 (Megatron-LM's default for bf16, a "
+         "4-byte gradient instead of a 2-byte one) keep 18. The saving of mixed precision is in "
+         "the activations (2 bytes each instead of 4) and in the speed of bf16 matrix products, "
+         "not in model state; FP8 training, on recent GPUs, takes the products' inputs down to 1 "
+         "byte and, in the common recipes, keeps the same fp32 master weights and moments. This is "
+         "accounting: this runtime's tensors are fp32 only, nothing here is measured.");
     table_t *t = table_new("Model state per parameter, bytes");
     table_column(t, "training", NULL, "%s");
     table_column(t, "weights", "bytes", "%d");
@@ -1333,6 +1921,7 @@ static void mixed_precision(void) {
     table_column(t, "per rank, ZeRO-3 on 4 ranks", "bytes", "%.1f");
     table_row(t, "fp32", 4, 4, 0, 8, 16, 16.0 / WORLD);
     table_row(t, "bf16 mixed precision", 2, 2, 4, 8, 16, 16.0 / WORLD);
+    table_row(t, "bf16, fp32 gradients (Megatron-LM)", 2, 4, 4, 8, 18, 18.0 / WORLD);
     table_show(t);
 }
 

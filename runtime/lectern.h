@@ -45,6 +45,16 @@ extern "C" {
  * markdown and the HTML are kept in the trace). */
 void note(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 
+/* quoted(x) is x. Around a note() argument it says that the number is one
+ * the lecture shows in a table or chart of the same section (a figure), so
+ * that the sentence guard (tests/test_sentences.py, docs/authoring.md,
+ * "Sentences that quote") checks the printed text against those figures:
+ *
+ *     note("The ring took %.1f us at 4 KiB.", quoted(ring_us[2]));
+ *
+ * A sentence holding the word "measured" is checked so without the mark. */
+#define quoted(x) (x)
+
 /* Monospace text: whitespace and newlines kept as they are. */
 void note_verbatim(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 
@@ -588,6 +598,32 @@ double now_seconds(void); /* monotonic clock */
  * or nothing on the CPU. */
 void device_synchronize(void);
 
+/* Modelled compute (runtime/comm/model_compute.c): the calling rank's device
+ * is busy for `ms` milliseconds without holding a CPU core, so that a speed
+ * lesson shows the schedule rather than how many cores this machine has:
+ *
+ *     dist_request *r = dist_all_reduce_async(bucket, DIST_SUM);
+ *     model_compute(20.0);          // the next layer's backward, as a GPU would take it
+ *     dist_wait(r);                 // the all-reduce moved meanwhile
+ *
+ * On the CPU the calling thread sleeps for ms (the core is free for other
+ * ranks), waking every 0.2 ms while transfers are in flight to move them
+ * (a few microseconds each; the rank's progress thread, at nice 19, can be
+ * starved by other processes' load, a device's communication is not);
+ * on a GPU one kernel on the rank's compute stream spins on the device for
+ * ms and the call returns at once, work queued after it starting after it
+ * (as torch.cuda._sleep; UNVERIFIED on a GPU, docs/gpu.md). The device is
+ * the rank's (get_device), the lecture's own outside a spawn. No arithmetic
+ * is done: a figure that rests on it is *modelled*, and the lecture says so.
+ * Every call is a span of the trace's "modelled" array (its rank, start, end,
+ * the ms asked and the calling line) and the trace's meta.modelled_compute
+ * is true; chart_span_modelled() draws such spans marked as modelled
+ * (docs/trace-format.md). ms NaN, below 0 or above LECTERN_MAX_MODEL_MS is
+ * an error step at the calling line (the lecture exits 1 at the end) and
+ * nothing is slept or recorded; 0 records an empty span. */
+#define LECTERN_MAX_MODEL_MS 10000.0 /* 10 s: no lesson's step is longer */
+void model_compute(double ms);
+
 /* The median of n timings (sorts `values` in place): the middle one, or the
  * mean of the two middle ones when n is even. One slow repetition (the
  * machine busy with something else) does not move it, as it moves a mean.
@@ -644,8 +680,13 @@ double dist_timer_stop(dist_timer *timer);
  * each group that skipped some, outside the timing; a group freed inside the
  * region compares at dist_group_free): ranks that made different calls in
  * the region are an error at its line. A mismatch that
- * hangs the transfer itself is reported as a deadlock. Outside a spawn both
- * do nothing. */
+ * hangs the transfer itself is reported as a deadlock. A non-blocking
+ * send's buffer is hashed at the call and at its wait, so that a change
+ * through ->data before the wait is caught there; inside a region it is
+ * not (the hashes read the whole buffer on the lecture's thread, time an
+ * overlap would count as exposed transfer), and such a change goes
+ * unnoticed; a tensor operation's change is still refused. Outside a spawn
+ * both do nothing. */
 void dist_timed_begin(void);
 void dist_timed_end(void);
 
@@ -781,13 +822,23 @@ void table_show(table_t *t);
  * {"series", "row", "label", "start", "end"} per span; a point that is not finite, or <= 0 on a log
  * axis, is left out (counted in usermeta.dropped_points). Lines and spans in
  * one chart, a series of no points, a log base below 2 or a NULL argument
- * are error steps at the calling line (and chart_show shows nothing). */
+ * are error steps at the calling line (and chart_show shows nothing).
+ *
+ * chart_span_modelled: the same for a span of modelled compute (a stage's
+ * forward that model_compute() stood for): its value also holds
+ * "modelled": true, and in a chart with any such span every span's value
+ * holds "compute" ("modelled" or "measured"), which the chart draws pale
+ * with a dashed outline for modelled, solid for measured, with a legend
+ * entry ("compute") and a line in the tooltip; the chart's description says
+ * what a modelled span is, and the viewer writes it under the chart. One
+ * chart may hold both, a real run's timeline beside a modelled one. */
 typedef struct chart chart_t;
 chart_t *chart_new(const char *x_label, const char *y_label, const char *title_fmt, ...) LECTERN_PRINTF(3, 4);
 void chart_log_x(chart_t *c, int base);
 void chart_log_y(chart_t *c, int base);
 void chart_line(chart_t *c, const char *series, const double *xs, const double *ys, int n);
 void chart_span(chart_t *c, const char *row, const char *series, const char *label, double start, double end);
+void chart_span_modelled(chart_t *c, const char *row, const char *series, const char *label, double start, double end);
 void chart_show(chart_t *c);
 
 #ifdef __cplusplus

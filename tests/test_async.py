@@ -24,19 +24,23 @@ class Progress(unittest.TestCase):
         lecture's environment and `env_extra` added to it."""
         env = {k: v for k, v in os.environ.items() if k != unset}
         with unittest.mock.patch.dict(os.environ, env, clear=True):
-            _, _, texts = run(["--case=mechanism"], env_extra=env_extra)
+            _, trace, texts = run(["--case=mechanism"], env_extra=env_extra)
         mechanism, hwloc, pml, kill_wait = result_text(
             texts, r"result mechanism (\w+) hwloc (\S+) pml (\S+) kill_wait (\S+)")
-        return {"mechanism": mechanism, "hwloc": hwloc, "pml": pml, "kill_wait": kill_wait}
+        return {"mechanism": mechanism, "hwloc": hwloc, "pml": pml, "kill_wait": kill_wait,
+                "traced": [s.get("single_copy") for s in trace["spawns"]]}
 
     def test_the_pool_asks_for_the_single_copy_path_where_it_works(self):
         # Where a process here can read a sibling's memory, the ranks run with
         # CMA; where it cannot (many containers), with none, so Open MPI does
         # not warn on every run. A hostfile (other hosts may refuse it) or a
         # value the user set keeps its own.
-        got = self.pool_settings(unset="OMPI_MCA_btl_vader_single_copy_mechanism")["mechanism"]
-        self.assertEqual(got, "cma" if cma_works() else "none")
-        self.assertEqual(self.pool_settings(env_extra=NO_CMA)["mechanism"], "none")
+        got = self.pool_settings(unset="OMPI_MCA_btl_vader_single_copy_mechanism")
+        self.assertEqual(got["mechanism"], "cma" if cma_works() else "none")
+        # The trace says which path the ranks were given: what they saw.
+        self.assertEqual(got["traced"], [got["mechanism"]])
+        forced = self.pool_settings(env_extra=NO_CMA)
+        self.assertEqual((forced["mechanism"], forced["traced"]), ("none", ["none"]))
 
     def test_the_pool_leaves_out_hwlocs_pci_discovery(self):
         # Reading every PCI device's configuration space at each rank's start

@@ -173,6 +173,17 @@ class CommChecks(Base):
         self.assertEqual(step["stack"][-1]["line"], line_of(SRC, "MARK:touch-wait"), msg)
         self.assertIn("dist_isend at %s:%d" % (WHERE, line_of(SRC, "MARK:touch-isend")), msg)
 
+    def test_a_change_through_data_in_a_timed_region_is_not_hashed(self):
+        """A timed region times the library without the runtime's checks: a
+        send's buffer is not hashed there (lectern.h, dist_timed_begin), so
+        the same change goes unnoticed and the spawn ends well; a runtime
+        that still hashed would name it at the wait, as above."""
+        t, err = self.run_case("touch", {"TOUCH": "raw-timed"}, want_rc=0)
+        self.assertEqual(t["spawns"][0]["status"], "ok", self.errors(t))
+        self.assertEqual(self.errors(t), [])
+        self.assertEqual(sorted(x for x in self.texts(t) if "has a result" in x),
+                         ["rank 0 has a result", "rank 1 has a result"])
+
     def test_reading_an_irecvs_tensor_before_wait_is_an_error(self):
         t, errs = self.touched("recv")
         mine = [(s, m) for s, m in errs if s.get("rank") == 1 and "item" in m]

@@ -20,6 +20,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import planted  # noqa: E402
 import tracecheck  # noqa: E402
 
 NAME = "lecture_collectives"
@@ -240,13 +241,16 @@ class LectureCollectives(unittest.TestCase):
         self.assertTrue(lo - 0.5 <= float(pred[0][1].group(1)) <= hi + 0.5, (lo, pred[0][1].group(1), hi))
 
     def sweep(self):
-        """The sweep table's rows: bytes, ring (us), tree (us), faster, model: ring, model: tree."""
-        m = self.tables(r"^all-reduce on 4 ranks: ring against tree$")
+        """The sweep table's rows: bytes, ring (us), tree (us), faster, model: ring, model: tree, and the
+        ring's and the tree's time per step (us)."""
+        m = self.tables(r"^all-reduce on 4 ranks sharing (\d+) cores: ring against tree$")
         self.assertEqual(len(m), 1)
+        self.assertEqual(int(m[0][1].group(1)), os.cpu_count())
         table = m[0][2]
         self.assertEqual([(c["name"], c.get("unit")) for c in table["columns"]],
                          [("bytes", None), ("ring", "us"), ("tree", "us"), ("faster", None),
-                          ("model: ring", "us"), ("model: tree", "us")])
+                          ("model: ring", "us"), ("model: tree", "us"), ("ring, per step", "us"),
+                          ("tree, per step", "us")])
         return table["rows"]
 
     def test_sweep_model_and_measured_crossover(self):
@@ -254,26 +258,74 @@ class LectureCollectives(unittest.TestCase):
         alpha, beta, n = float(a_s), float(b_s), 4
         rows = self.sweep()
         self.assertGreaterEqual(len(rows), 3)
-        for b, ring, tree, faster, ring_model, tree_model in rows:
+        for b, ring, tree, faster, ring_model, tree_model, _, _ in rows:
             self.assertEqual(faster, "tree" if tree < ring else "ring")
             # the model columns from alpha and beta; tolerance: alpha and
             # beta as the note prints them, to 4 digits (relative 1e-3)
             for value, want in ((ring_model, 2 * (n - 1) * (alpha + beta * b / n) * 1e6),
                                 (tree_model, 2 * math.log2(n) * (alpha + beta * b) * 1e6)):
                 self.assertAlmostEqual(value, want, delta=1e-3 * want + 1e-9)
+        # each step's time: the whole all-reduce's over its steps
+        for r in rows:
+            self.assertAlmostEqual(r[6], r[1] / (2 * (n - 1)), delta=1e-9 * r[1])
+            self.assertAlmostEqual(r[7], r[2] / (2 * math.log2(n)), delta=1e-9 * r[2])
         measured = self.markdown(r"^measured: (.*)")
         self.assertEqual(len(measured), 1)
         text = measured[0][1].group(1)
         ring_wins = [r[1] < r[2] for r in rows]
-        if not ring_wins[-1]:
-            self.assertIn("the tree was faster even at the largest swept size", text)
-        elif all(ring_wins):
-            self.assertIn("the ring was faster at every swept size", text)
+        won = ", ".join("%.0f" % r[0] for r, w in zip(rows, ring_wins) if w)
+        first = len(rows) - 1   # the first size from which on the ring won every time
+        while first > 0 and ring_wins[first - 1]:
+            first -= 1
+        crossover = self.rows_of(r"^where the ring takes over on 4 ranks$")
+        self.assertEqual(crossover[0][0], "the model: the tree wins below")
+        if all(ring_wins):
+            self.assertEqual(text, "the ring was faster at every swept size")
+        elif not any(ring_wins):
+            self.assertEqual(text, "the tree was faster at every swept size")
+        elif not ring_wins[-1]:
+            self.assertEqual(text, "the ring was faster at %s bytes, the tree at every other size, the largest "
+                             "included" % won)
+        elif not any(ring_wins[:first]):   # one crossover
+            self.assertEqual(text, "the tree was faster below %.0f bytes, the ring from there on" % rows[first][0])
+        else:   # the winner changes more than once: every size the ring won is named
+            self.assertTrue(text.startswith("the ring was faster at %s bytes, the tree at every other size: no "
+                                            "single crossover. From %.0f bytes on the ring won at every size"
+                                            % (won, rows[first][0])), text)
+        if ring_wins[-1] and not all(ring_wins):
+            self.assertEqual(crossover[1], ["measured: the ring won at this size and every larger one", rows[first][0]])
         else:
-            first = len(rows) - 1
-            while first > 0 and ring_wins[first - 1]:
-                first -= 1
-            self.assertIn("the ring was faster from %.0f bytes on" % rows[first][0], text)
+            self.assertEqual(len(crossover), 1)
+
+    def rows_of(self, caption):
+        m = self.tables(caption)
+        self.assertEqual(len(m), 1, caption)
+        return m[0][2]["rows"]
+
+    def test_the_check_costs_what_the_note_says(self):
+        """The share of a message's time the runtime's check takes is
+        computed from the two times the note prints, not written in."""
+        m = self.markdown(r"^The same smallest message with the runtime's check on every send took ([0-9.]+) us one "
+                          r"way, against ([0-9.]+) us without: the check costs ([-0-9.]+) us a message here, "
+                          r"([-0-9]+)% of such a message's time through the runtime\.")
+        self.assertEqual(len(m), 1)
+        checked, plain, cost, share = (float(g) for g in m[0][1].groups())
+        self.assertAlmostEqual(cost, checked - plain, delta=0.0101)   # three numbers printed to 0.01
+        ping = self.rows_of(r"^ping-pong: one-way time")
+        self.assertAlmostEqual(plain, ping[0][1], delta=0.005 + 1e-12)
+        # the share from the printed numbers: each off by 0.005 at most
+        lo, hi = (cost - 0.01) / (checked + 0.005), (cost + 0.01) / (checked - 0.005)
+        self.assertTrue(100 * lo - 0.5 <= share <= 100 * hi + 0.5, (lo, share, hi))
+        self.assertNotIn("more than a third", m[0][1].string)
+
+    def test_the_fitted_model_is_tabulated(self):
+        a_s, b_s = self.alpha_beta()
+        (alpha_us, beta_ns, bandwidth), = self.rows_of(r"^the alpha-beta model, fitted to the ping-pong$")
+        self.assertAlmostEqual(alpha_us, float(a_s) * 1e6, delta=half_unit(a_s) * 1e6)
+        self.assertAlmostEqual(beta_ns, float(b_s) * 1e9, delta=half_unit(b_s) * 1e9)
+        self.assertAlmostEqual(bandwidth, 1 / beta_ns, delta=1e-9 * bandwidth)
+        # the two letters of lecture_08 are another measurement, and it says so
+        self.assertTrue(self.markdown(r"^lecture_08 fits the same two letters to another measurement"))
 
     def test_the_crossovers_difference_is_explained_with_the_runs_numbers(self):
         """The lecture does not claim the measured crossover follows from
@@ -282,14 +334,18 @@ class LectureCollectives(unittest.TestCase):
         a_s, b_s = self.alpha_beta()
         alpha, beta, n = float(a_s), float(b_s), 4
         rows = self.sweep()
-        why = self.markdown(r"^Why the crossovers differ \((\d+) bytes predicted, (.*?) measured\)")
+        why = self.markdown(r"^Why the crossovers differ \((\d+) bytes predicted; measured, (.*?)\)")
         self.assertEqual(len(why), 1)
         text = why[0][1].string
         pred = self.markdown(r"^predicted: on 4 ranks the tree beats the ring below (\d+) bytes")
         self.assertEqual(why[0][1].group(1), pred[0][1].group(1))
-        measured = self.markdown(r"^measured: the ring was faster from (\d+) bytes on")
-        if measured:
-            self.assertEqual(why[0][1].group(2), measured[0][1].group(1) + " bytes")
+        ring_wins = [r[1] < r[2] for r in rows]
+        first = len(rows) - 1
+        while first > 0 and ring_wins[first - 1]:
+            first -= 1
+        self.assertEqual(why[0][1].group(2), "the tree won at the largest size" if not ring_wins[-1] else
+                         "the ring won at every size" if first == 0 else
+                         "the ring won for good from %.0f bytes" % rows[first][0])
         # per step on the smallest tensor: the ring's 2(N-1) steps, the tree's
         # 2 log2 N; printed to 0.1 us
         m = re.search(r"a ring step took ([0-9.]+) us and a tree step ([0-9.]+) us .*?alpha = ([0-9.]+) us", text)
@@ -359,6 +415,42 @@ class LectureCollectives(unittest.TestCase):
             self.assertIn("Core", out)
         else:
             self.assertIn("model name", out)
+
+
+class MeasuredWinners(unittest.TestCase):
+    """The "measured:" sentence holds for any order of winners: copies of the
+    lecture hand the sweep fixed times (the ring 100 us everywhere, the tree
+    faster or slower by size) and the sentence must name exactly the sizes
+    the table marks."""
+
+    def run_with_times(self, tree_us):
+        times = ", ".join("%g" % t for t in tree_us)
+        plant = ("    if (rank == 0) { double tree_us[] = {%s}; for (int i = 0; i < N_SWEEP; i++) t.ring_s[i] = 1e-4, "
+                 "t.tree_s[i] = tree_us[i] * 1e-6; spawn_return(&t, sizeof t); }" % times)
+        with planted.binary(NAME, "    if (rank == 0) spawn_return(&t, sizeof t);", plant) as exe, \
+                tempfile.TemporaryDirectory() as out:
+            p, trace = tracecheck.run_quick(exe, out)
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        said = [r["data"] for s in trace["steps"] for r in s["renderings"]
+                if r["type"] == "markdown" and r["data"].startswith("measured: ")]
+        self.assertEqual(len(said), 1)
+        return said[0]
+
+    def test_a_window_for_each(self):
+        # sizes 16 ... 1048576 bytes; the ring wins at 4096 and at 1048576 only
+        said = self.run_with_times([50, 50, 150, 50, 50, 50, 150])
+        self.assertEqual(said, "measured: the ring was faster at 4096, 1048576 bytes, the tree at every other size: "
+                         "no single crossover. From 1048576 bytes on the ring won at every size; below it the winner "
+                         "changed with the size (the notes below say why).")
+
+    def test_the_tree_wins_at_the_largest(self):
+        said = self.run_with_times([150, 150, 50, 50, 50, 50, 50])
+        self.assertEqual(said, "measured: the ring was faster at 16, 256 bytes, the tree at every other size, the "
+                         "largest included")
+
+    def test_one_crossover(self):
+        said = self.run_with_times([50, 50, 50, 150, 150, 150, 150])
+        self.assertEqual(said, "measured: the tree was faster below 16384 bytes, the ring from there on")
 
 
 if __name__ == "__main__":

@@ -104,6 +104,15 @@ class LectureGpu(unittest.TestCase):
         self.assertEqual(len(found), 1, "%r: %d notes match" % (pattern, len(found)))
         return found[0]
 
+    def tables(self, caption):
+        """The table() renderings whose caption matches."""
+        return [r for _, r in self.renderings("table") if re.search(caption, r.get("caption", ""))]
+
+    def table(self, caption):
+        found = self.tables(caption)
+        self.assertEqual(len(found), 1, "%r: %d tables match" % (caption, len(found)))
+        return found[0]
+
     def checks(self):
         return [r for _, r in self.renderings("check")]
 
@@ -203,12 +212,17 @@ class LectureGpu(unittest.TestCase):
             self.assertAlmostEqual(float(mi), n / 6, delta=half_unit(mi))
 
     def roofline(self):
-        stream = self.one(r"STREAM's copy over (\d+) floats .*? ran at \*\*([0-9.]+) GB/s\*\*, its triad at "
-                          r"\*\*([0-9.]+) GB/s\*\*")
+        """(floats per array, copy, triad), (peak, its n), rows: the STREAM
+        table's figures (GB/s as STREAM counts), the compute roof as its note
+        prints it, and the roofline table's rows as displayed."""
+        stream = self.table(r"^The memory roof: STREAM on .*?, (\d+) MiB per array")
+        copy, triad = stream["rows"]
+        self.assertEqual((copy[0], triad[0]), ("copy: c = a", "triad: a = b + s c"))
+        mib = int(re.search(r"(\d+) MiB per array", stream["caption"]).group(1))
         peak = self.one(r"reached \*\*([0-9.]+) GFLOP/s\*\* \(at n = (\d+)\)")
-        table = self.one(r"(\| kernel \| n \| FLOP/byte .*)")
-        rows = table_rows(table.group(1), 6)
-        return stream.groups(), peak.groups(), rows
+        table = self.table(r"^Every kernel against the roofs")
+        rows = [[str(c) for c in row] for row in table["display"]]
+        return (mib * (1 << 20) // 4, stream["display"][0][1], stream["display"][1][1]), peak.groups(), rows
 
     @staticmethod
     def intensity(kernel, n):
@@ -228,7 +242,7 @@ class LectureGpu(unittest.TestCase):
         # their rates are their own: none is the roof's own figure times
         # its intensity by construction (the table's roof column is)
         adds = [r for r in rows if "add" in r[0]]
-        self.assertEqual(len(adds), 2)
+        self.assertEqual(len(adds), 3 if self.gpus() == 0 else 2)
         for r in adds:
             self.assertEqual(int(r[1]), int(n_s))
         # plausible bounds, with room for any x86-64 machine: memory
@@ -273,7 +287,7 @@ class LectureGpu(unittest.TestCase):
         # the sentence on the adds quotes the table's shares
         m = self.one(r"The vector add reached (\d+)% of the memory roof and `add_\(\)` (\d+)%")
         adds = [r for r in rows if "add" in r[0]]
-        self.assertEqual([int(m.group(1)), int(m.group(2))], [int(r[5].rstrip("%")) for r in adds])
+        self.assertEqual([int(m.group(1)), int(m.group(2))], [int(r[5].rstrip("%")) for r in adds[:2]])
         # ... and the one on matmul() its lowest and highest
         m = self.one(r"`matmul\(\)` reached from (\d+)% \(n = (\d+)\) to (\d+)% \(n = (\d+)\)")
         shares = {int(r[1]): int(r[5].rstrip("%")) for r in rows if r[0] == "matmul()"}
@@ -281,6 +295,62 @@ class LectureGpu(unittest.TestCase):
         self.assertEqual(int(m.group(3)), shares[int(m.group(4))])
         self.assertEqual(int(m.group(1)), min(shares.values()))
         self.assertEqual(int(m.group(3)), max(shares.values()))
+
+    def test_the_arrays_against_the_cache(self):
+        """STREAM's arrays are checked against the last-level cache this
+        machine's system reports (read here from sysfs, apart from the
+        lecture), and the sentence says whether the rule of 4 holds."""
+        if self.gpus() > 0:
+            return
+        level, size = 0, 0
+        base = "/sys/devices/system/cpu/cpu0/cache"
+        for d in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+            if not d.startswith("index"):
+                continue
+            with open(os.path.join(base, d, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(base, d, "level")) as f:
+                lv = int(f.read())
+            with open(os.path.join(base, d, "size")) as f:
+                text = f.read().strip()
+            if kind != "Instruction" and lv >= level:
+                level, size = lv, int(text.rstrip("KM")) * (1024 if text.endswith("K") else 1 << 20)
+        (array, cache, cache_level, ratio, _), = self.table(r"^The arrays against the last-level cache$")["rows"]
+        n, _, _ = self.roofline()[0]
+        self.assertEqual(array, n * 4 / (1 << 20))
+        self.assertEqual((cache_level, cache), (level, size / (1 << 20)))
+        self.assertAlmostEqual(ratio, n * 4 / size, delta=1e-9)
+        # --quick keeps 32 MiB arrays; a full run takes 4 times the cache, 64 to 256 MiB
+        self.assertEqual(n, 8 << 20)
+        held = self.markdown(r"^Each array is (only )?([0-9.]+) times the last-level cache the system reports "
+                             r"\(L(\d), ([0-9.]+) MiB\)")
+        self.assertEqual(len(held), 1)
+        self.assertEqual(held[0].group(1) is None, ratio >= 4)
+        self.assertEqual(float(held[0].group(2)), round(ratio, 2))
+        if ratio < 4:
+            self.assertIn("--quick keeps the arrays small", held[0].string)
+
+    def test_an_in_place_update_above_the_roof_is_explained(self):
+        """An in-place point above STREAM's roof gets the note on what an
+        in-place update moves, judged from the STREAM table's bytes moved
+        (with write-allocate), and the closing sentence no longer says a
+        point above its roof measures how much the roof was slowed."""
+        if self.gpus() > 0:
+            return
+        stream = self.table(r"^The memory roof: STREAM")["rows"]
+        for name, named, moved in stream:
+            self.assertAlmostEqual(moved, named * (1.5 if name.startswith("copy") else 4 / 3), delta=1e-9 * moved)
+        moved = max(r[2] for r in stream)
+        rows = self.table(r"^Every kernel against the roofs")["rows"]
+        in_place = {r[0]: r for r in rows if r[0].startswith("add_()") or r[0].startswith("in-place")}
+        self.assertEqual(len(in_place), 2)
+        above = [r for r in in_place.values() if r[5] > 100]
+        said = self.markdown(r"^An in-place update came out above (even )?")
+        self.assertEqual(len(said), 1 if above else 0)
+        if above:
+            top = max(r[3] / r[2] for r in in_place.values())   # GB/s: GFLOP/s over FLOP/byte
+            self.assertEqual(said[0].group(1) is None, top <= 1.1 * moved)
+        self.assertNotIn("by how much the roof was", " ".join(r["data"] for _, r in self.renderings("markdown")))
 
     def test_roofline_plot(self):
         plots = self.renderings("plot")
@@ -347,8 +417,8 @@ class LectureGpu(unittest.TestCase):
         m = self.one(r"P = (\d+) x (\d+) x (\d+) = (\d+) parameters and N = (\d+) ranks")
         layers, w, w2, p, n = (int(g) for g in m.groups())
         self.assertEqual((w, p), (w2, layers * w * w))
-        mem = table_rows(self.one(r"^(\| per rank \| DDP \(MB\) \| FSDP \(MB\) \|.*)").group(1), 3)
-        got = {r[0]: (float(r[1]), float(r[2])) for r in mem}
+        mem = self.table(r"^Memory per rank \(MB\)$")["rows"]
+        got = {r[0]: (r[1], r[2]) for r in mem}
         b = 4   # float32
         want = {
             "parameters": (b * p, b * p / n),
@@ -360,14 +430,32 @@ class LectureGpu(unittest.TestCase):
         }
         self.assertEqual(set(got), set(want))
         for k, (ddp, fsdp) in want.items():
-            # MB printed to 4 decimals
-            self.assertAlmostEqual(got[k][0], ddp / 1e6, delta=0.00005, msg=k)
-            self.assertAlmostEqual(got[k][1], fsdp / 1e6, delta=0.00005, msg=k)
-        comm = table_rows(self.one(r"^(\| per rank, per step \| DDP \| FSDP \|.*)").group(1), 3)
-        sent = [r for r in comm if r[0].startswith("bytes sent")][0]
+            self.assertAlmostEqual(got[k][0], ddp / 1e6, delta=1e-12, msg=k)
+            self.assertAlmostEqual(got[k][1], fsdp / 1e6, delta=1e-12, msg=k)
+        steps = self.table(r"^One step on (\d+) ranks, per rank")
+        (dn, dcalls, dbytes, *_), (fn, fcalls, fbytes, *_) = steps["rows"]
         share = (n - 1) / n
-        self.assertEqual(int(sent[1]), round(2 * share * b * p))   # one all-reduce of the gradients
-        self.assertEqual(int(sent[2]), round(3 * share * b * p))   # gather, gather again, reduce-scatter
+        self.assertEqual((dn, dcalls, dbytes), ("DDP", layers, round(2 * share * b * p)))   # an all-reduce per layer
+        # gather, gather again, reduce-scatter: per layer
+        self.assertEqual((fn, fcalls, fbytes), ("FSDP", 3 * layers, round(3 * share * b * p)))
+
+    def test_fsdp_calls_against_bytes(self):
+        """FSDP's extra cost of communication, split into the calls (the same
+        calls with one float each) and the bytes, from the table's times; the
+        closing clause says which was larger."""
+        (_, _, _, d_step, d_alone, d_one, d_rate), (_, _, _, f_step, f_alone, f_one, f_rate) = \
+            self.table(r"^One step on (\d+) ranks, per rank")["rows"]
+        for v in (d_step, d_alone, d_one, f_step, f_alone, f_one):
+            self.assertGreater(v, 0)
+        m = self.one(r"^FSDP's step took ([0-9.]+) times as long as DDP's here .*? of what FSDP's collectives cost "
+                     r"more, ([-0-9.]+) ms is the calls themselves and ([-0-9.]+) ms their bytes")
+        self.assertAlmostEqual(float(m.group(1)), f_step / d_step, delta=0.005 + 1e-9)
+        calls, bytes_ = f_one - d_one, (f_alone - d_alone) - (f_one - d_one)
+        self.assertAlmostEqual(float(m.group(2)), calls, delta=0.0005 + 1e-12)
+        self.assertAlmostEqual(float(m.group(3)), bytes_, delta=0.0005 + 1e-12)
+        self.assertIn("Here the calls cost more than the bytes" if calls > bytes_ else
+                      "Here the bytes cost more than the calls", m.string)
+        self.assertNotIn("mostly the cost of each collective call", m.string)
 
     def test_hostfile_and_rank_placement(self):
         texts = [r["data"] for _, r in self.renderings("text") if "LECTERN_HOSTFILE" in r["data"]]

@@ -35,8 +35,10 @@ SECTIONS = [
     "## Expert parallelism",
     "## Tensor and sequence parallelism",
     "## Context parallelism: ring attention",
+    "### Does the ring hide its transfers?",
     "## A 2-D mesh: data x tensor parallelism",
     "## ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch",
+    "### Does the prefetch hide the gathers?",
     "## Memory: activations and recomputation",
     "### Mixed precision: bytes per parameter (accounting)",
     "## Summary",
@@ -86,9 +88,12 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
                        "ring attention: every chunk", "2-D mesh: the gradients",
                        "ZeRO-1: the gradient pieces", "ZeRO-1: the weights", "ZeRO-2: the gradient pieces",
                        "ZeRO-2: the weights", "ZeRO-3, prefetch: the gradient pieces", "ZeRO-3, prefetch: the weights",
-                       "ZeRO-3: each layer's all-gather", "ZeRO-1 and ZeRO-2: the same bytes"):
+                       "ZeRO-3: each layer's all-gather", "ZeRO-1 and ZeRO-2: the same bytes",
+                       "ZeRO-3 prefetch, modelled compute", "ring attention, modelled compute"):
             ranks = sorted(r for r, what, ok in passes if what.startswith(prefix) and ok)
             self.assertEqual(ranks, list(range(WORLD)), prefix)
+        mine = [what for r, what, ok in passes if r is None and ok]
+        self.assertTrue(any(w.startswith("recomputation, modelled compute") for w in mine), mine)
 
     # ---- expert parallelism ----
 
@@ -166,12 +171,13 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
                                  r"\(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM), WORLD):
             self.assert_within(row, 2, 3, 4, dh + seq + WORLD, "ring")
         for row in self.per_rank(r"^Rank (\d): (\d) of (\d) chunks had keys it may see; sent (\d+) bytes to rank (\d) "
-                                 r"in (\d+) sendrecvs", WORLD):
+                                 r"in (\d+) isends", WORLD):
             rank = int(row.group(1))
             self.assertEqual(int(row.group(2)), rank + 1)   # the causal mask: chunks 0 .. rank
             self.assertEqual(int(row.group(4)), (WORLD - 1) * 2 * chunk * dh * 4)
             self.assertEqual(int(row.group(5)), (rank + 1) % WORLD)
-            self.assertEqual(int(row.group(6)), 2 * (WORLD - 1))
+            # keys and values in one message a step, started before the block's compute
+            self.assertEqual(int(row.group(6)), WORLD - 1)
 
     # ---- the mesh ----
 
@@ -233,6 +239,8 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         for i in range(layers):
             if i + 1 < layers:
                 expected.append("gather %d" % (i + 1))
+            else:   # the backward's first gather, before the forward's last compute
+                expected.append("gather for the backward %d" % i)
             expected.append("compute %d" % i)
         self.assertEqual(m[0][1].group(1).split(", "), expected)
 
@@ -243,17 +251,119 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         m = re.match(r"One step of (\d+) layers, batch (\d+), width (\d+)", t["caption"])
         layers, batch, width = map(int, m.groups())
         act = batch * width * 4
-        (n1, plain, f1, p1, t1), (n2, recomputed, f2, p2, t2) = t["rows"]
+        (n1, plain, f1, p1), (n2, recomputed, f2, p2) = t["rows"]
         self.assertEqual((f1, f2), (2 * layers * act, layers * act))
-        self.assertEqual((p1, p2), (3 * layers, 4 * layers))
+        # forward L products; backward dW for each layer and dx for all but the first; recomputation L more
+        self.assertEqual((p1, p2), (3 * layers - 1, 4 * layers - 1))
         # the runtime's count of tensor storage (tensor_bytes_live): no headers, exact
         self.assertEqual((plain, recomputed), (2 * layers * act, layers * act))
-        self.assertGreater(t1, 0)
-        self.assertGreater(t2, 0)
-        m = re.search(r"recomputation kept %s times the bytes, and its step took %s times" % (NUM, NUM),
-                      self.markdown_text())
-        self.assertAlmostEqual(float(m.group(1)), recomputed / plain, delta=half_unit(m.group(1)) * 1.0001)
-        self.assertAlmostEqual(float(m.group(2)), t2 / t1, delta=half_unit(m.group(2)) * 1.0001)
+
+    def test_recomputation_timed_in_turn_real_and_modelled(self):
+        layers = 4
+        t = self.table(r"^The step's time, plain and with recomputation, taken in turn$")
+        (real, r_keep, r_kf, r_ks, r_rec, r_rf, r_rs, r_ratio, r_prod, r_share, r_pred), \
+            (modelled, m_keep, m_kf, m_ks, m_rec, m_rf, m_rs, m_ratio, m_prod, m_share, m_pred) = t["rows"]
+        self.assertTrue(real.startswith("real: this CPU, 5 steps each"), real)
+        m = re.match(r"modelled: each product (\d+) ms, (\d+) steps each$", modelled)
+        product_ms, reps = int(m.group(1)), int(m.group(2))
+        for fastest, median, slowest in ((r_kf, r_keep, r_ks), (r_rf, r_rec, r_rs), (m_kf, m_keep, m_ks),
+                                         (m_rf, m_rec, m_rs)):
+            self.assertTrue(0 < fastest <= median <= slowest, (fastest, median, slowest))
+        self.assertAlmostEqual(r_ratio, r_rf / r_kf, delta=1e-9)   # the fastest of each
+        self.assertAlmostEqual(m_ratio, m_rf / m_kf, delta=1e-9)
+        # what the products alone predict: one product's time, 11 of them in a plain step, 4 more recomputed
+        self.assertEqual(m_prod, product_ms)
+        self.assertGreater(r_prod, 0)
+        for prod, keep, share, pred in ((r_prod, r_kf, r_share, r_pred), (m_prod, m_kf, m_share, m_pred)):
+            self.assertAlmostEqual(share, 100 * (3 * layers - 1) * prod / keep, delta=1e-9 * share)
+            self.assertAlmostEqual(pred, 1 + layers * prod / keep, delta=1e-9)
+        # modelled: sleeps never end early, so each step is at least its products' time ...
+        self.assertGreaterEqual(m_kf, (3 * layers - 1) * product_ms)
+        self.assertGreaterEqual(m_rf, (4 * layers - 1) * product_ms)
+        # ... and the ratio is the products' within the lecture's bound (its comment derives 0.1)
+        self.assertLessEqual(abs(m_ratio - (4 * layers - 1) / (3 * layers - 1)), 0.1)
+        # the modelled spans are the trace's, in the lecture's own process: 11 and 15 per pair of steps
+        spans = [sp for sp in self.trace["modelled"] if sp["rank"] is None]
+        self.assertEqual(len(spans), reps * ((3 * layers - 1) + (4 * layers - 1)))
+        self.assertTrue(all(sp["ms"] == product_ms for sp in spans))
+        self.assertTrue(self.trace["meta"]["modelled_compute"])
+        # the sentences quote the table
+        said = self.one_note(r"the step with recomputation took ([0-9.]+) times as long, its (\d+) products against (\d+)")
+        self.assertEqual(float(said.group(1)), round(m_ratio, 2))
+        self.assertEqual((int(said.group(2)), int(said.group(3))), (4 * layers - 1, 3 * layers - 1))
+        real_said = self.one_note(r"recomputation's step took ([0-9.]+) times as long as keeping everything")
+        self.assertEqual(float(real_said.group(1)), round(r_ratio, 2))
+        self.assertNotIn("0.90 times", real_said.string)
+
+    def one_note(self, pattern):
+        """The match of the one note the regex matches (searched)."""
+        found = [m for m in (re.search(pattern, t, re.S) for t in self.markdown()) if m]
+        self.assertEqual(len(found), 1, pattern)
+        return found[0]
+
+    def hidden_table(self, caption, what):
+        """The rows of a real-against-modelled timing table, each checked: the
+        hidden share is 1 - overlapped / blocking from its own columns."""
+        t = self.table(caption)
+        rows = t["rows"]
+        self.assertEqual(len(rows), 2)
+        self.assertTrue(rows[0][0].startswith("real: this CPU's arithmetic"), rows[0][0])
+        self.assertTrue(rows[1][0].startswith("modelled: "), rows[1][0])
+        for row in rows:
+            as_needed, overlapped, share = row[-3], row[-2], row[-1]
+            self.assertGreater(as_needed, 0, what)
+            self.assertGreaterEqual(overlapped, 0, what)
+            self.assertAlmostEqual(share, 100 * (1 - overlapped / as_needed), delta=1e-9, msg=what)
+        return rows
+
+    def test_prefetch_hides_the_gathers_in_the_modelled_run(self):
+        rows = self.hidden_table(r"^ZeRO-3 on 4 ranks, (\d+) layers of (\d+) x \d+, rank 0: the fastest of (\d+) "
+                                 r"steps each$", "prefetch")
+        m = re.match(r"modelled: ([0-9.]+) ms a layer forward", rows[1][0])
+        self.assertGreaterEqual(float(m.group(1)), 10.0)   # PREFETCH_MIN_MS
+        self.assertGreaterEqual(rows[1][-1], 70)            # the lecture's bound, derived beside it
+        said = self.one_note(r"the prefetch hid (\d+)% of the time rank 0 spent in gathers without it, and its step "
+                        r"took ([0-9.]+) ms against ([0-9.]+)\. At best it hides (\d+) of the (\d+) gathers")
+        self.assertEqual(int(said.group(1)), round(rows[1][-1]))
+        self.assertEqual((float(said.group(2)), float(said.group(3))), (round(rows[1][2], 2), round(rows[1][1], 2)))
+        layers = int(re.search(r"(\d+) layers of", self.table(r"^ZeRO-3 on 4 ranks")["caption"]).group(1))
+        self.assertEqual((int(said.group(4)), int(said.group(5))), (2 * layers - 2, 2 * layers - 1))
+        # the trace's modelled spans of that spawn, per rank: a warm-up and reps of each form, each step a
+        # forward of F per layer and a backward of 2F per layer but layer 0's F
+        reps = int(re.search(r"the fastest of (\d+) steps each", self.table(r"^ZeRO-3 on 4 ranks")["caption"]).group(1))
+        steps = 1 + 2 * reps
+        self.assert_spans(float(m.group(1)), {1: steps * (layers + 1), 2: steps * (layers - 1)})
+
+    def assert_spans(self, ms, per_multiple):
+        """The modelled spans of the one spawn whose spans last ms (printed to
+        0.1) or multiples of it: per rank, how many of each multiple."""
+        spawns = {sp["spawn"] for sp in self.trace["modelled"]
+                  if sp["rank"] is not None and abs(sp["ms"] - ms) <= 0.05}
+        self.assertEqual(len(spawns), 1, spawns)
+        spans = [sp for sp in self.trace["modelled"] if sp["spawn"] in spawns]
+        exact = min(sp["ms"] for sp in spans)   # the unit: ms, unrounded
+        for rank in range(WORLD):
+            mine = [sp for sp in spans if sp["rank"] == rank]
+            got = {}
+            for sp in mine:
+                k = round(sp["ms"] / exact)
+                self.assertAlmostEqual(sp["ms"], k * exact, delta=1e-9)
+                got[k] = got.get(k, 0) + 1
+                self.assertGreaterEqual(sp["end"] - sp["start"], sp["ms"] * 1e-3 - 1e-6)   # a sleep never ends early
+            self.assertEqual(got, per_multiple, rank)
+
+    def test_the_ring_hides_its_transfers_in_the_modelled_run(self):
+        rows = self.hidden_table(r"^Ring attention on 4 ranks, one head of width (\d+), rank 0: the fastest of (\d+) "
+                                 r"rings each$", "ring")
+        self.assertEqual((rows[0][1], rows[1][1]), (256, 4096))   # tokens per chunk, real and modelled
+        self.assertGreaterEqual(float(re.match(r"modelled: ([0-9.]+) ms a block", rows[1][0]).group(1)), 5.0)
+        self.assertGreaterEqual(rows[1][-1], 70)
+        said = self.one_note(r"the overlapped ring hid (\d+)% of the time the blocking ring spent passing chunks on")
+        self.assertEqual(int(said.group(1)), round(rows[1][-1]))
+        # two warm-ups and reps rings of each form, of 4 blocks each, per rank
+        reps = int(re.search(r"the fastest of (\d+) rings each", self.table(r"^Ring attention on")["caption"]).group(1))
+        self.assert_spans(float(re.match(r"modelled: ([0-9.]+) ms a block", rows[1][0]).group(1)),
+                          {1: (2 + 2 * reps) * WORLD})
 
     def test_mixed_precision_is_accounting(self):
         rows = self.rows_by_first(self.table(r"^Model state per parameter"))
@@ -261,7 +371,10 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
             self.assertEqual(sum(row[:4]), row[4], name)
             self.assertEqual(row[5], row[4] / WORLD, name)
         self.assertEqual(rows["bf16 mixed precision"][:5], [2, 2, 4, 8, 16])
+        # fp32 gradient accumulation (Megatron-LM): 18 bytes, not 16
+        self.assertEqual(rows["bf16, fp32 gradients (Megatron-LM)"][:5], [2, 4, 4, 8, 18])
         self.assertIn("This is accounting", self.markdown_text())
+        self.assertIn("keep 18", self.markdown_text())
 
 
 class PlantedBugs(unittest.TestCase):
@@ -337,6 +450,22 @@ class PlantedBugs(unittest.TestCase):
         self.assert_fails("        dist_all_gather(w[i], mine); /* every band, updated, to every rank */",
                           "        (void)0;",
                           "ZeRO-1: the weights after AdamW equal DDP's")
+
+    def test_prefetch_waited_for_at_once(self):
+        # the "prefetched" steps gather each layer only when it computes: nothing hides
+        self.assert_fails("                step[pf][k] = timed_zero3_step(&c, x, band, gp, pf, ms, &gathers[pf][k]);",
+                          "                step[pf][k] = timed_zero3_step(&c, x, band, gp, 0, ms, &gathers[pf][k]);",
+                          "ZeRO-3 prefetch, modelled compute")
+
+    def test_ring_sent_after_the_block(self):
+        # the "overlapped" rings send after each block, as the blocking form does
+        self.assert_fails("                step[o][r] = timed_ring(q, &kv, &in, o, ms, &transfers[o][r]);",
+                          "                step[o][r] = timed_ring(q, &kv, &in, 0, ms, &transfers[o][r]);",
+                          "ring attention, modelled compute")
+
+    def test_modelled_recomputation_that_recomputes_nothing(self):
+        self.assert_fails("        if (recompute) model_compute(PRODUCT_MS); /* h = x W again */",
+                          "        (void)0;", "recomputation, modelled compute")
 
     def test_recomputation_that_keeps_h(self):
         # the checkpointed forward keeps every pre-activation (a leak too): twice the formula's bytes

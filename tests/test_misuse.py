@@ -30,7 +30,7 @@ NULL_IS_FINE = {"tensor_free.t", "adamw_free.opt", "see.title",
                 "lecture_option.fallback",   # no fallback: NULL when the option is not given
                 # no caption, title, unit, axis label or span label
                 "table_new.caption_fmt", "table_column.unit", "chart_new.x_label", "chart_new.y_label",
-                "chart_new.title_fmt", "chart_span.label",
+                "chart_new.title_fmt", "chart_span.label", "chart_span_modelled.label",
                 # a NULL group is all ranks
                 "dist_group_rank.g", "dist_group_size.g", "dist_all_reduce_in.g", "dist_reduce_scatter_in.g",
                 "dist_all_gather_in.g", "dist_broadcast_in.g", "dist_all_to_all_in.g", "dist_all_reduce_in_async.g",
@@ -190,6 +190,10 @@ class CollectiveMisuse(Base):
                                        "tests/lectures/misuse_fixture.c:"),
         "misuse:irecv_from_no_rank": ("dist_irecv", "src 9 is not a rank"),
         "misuse:outside_spawn": ("dist_all_reduce", "outside a spawned function"),
+        "misuse:model_compute_nan": ("model_compute", "ms is NaN, not a time"),
+        "misuse:model_compute_negative": ("model_compute", "ms is -5, below 0"),
+        "misuse:model_compute_infinite": ("model_compute", "inf ms is more than LECTERN_MAX_MODEL_MS (10000 ms)"),
+        "misuse:model_compute_too_long": ("model_compute", "20000 ms is more than LECTERN_MAX_MODEL_MS (10000 ms)"),
     }
 
     def test_each_misuse_names_call_line_and_problem(self):
@@ -203,6 +207,10 @@ class CollectiveMisuse(Base):
                     rank_errors = [s for s, m in errors(t) if s.get("rank") == 1]
                     self.assertTrue(rank_errors, errors(t))
                     self.assertEqual(rank_errors[0]["world_size"], 2)
+                if call == "model_compute":
+                    # Refused: nothing slept, nothing recorded as modelled.
+                    self.assertEqual(t["modelled"], [])
+                    self.assertIs(t["meta"]["modelled_compute"], False)
 
 
 class ForcedBackend(Base):

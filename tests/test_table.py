@@ -51,7 +51,7 @@ class TableAndCharts(unittest.TestCase):
         p, t = self.run_fixture()
         self.assertEqual(p.returncode, 0, tracecheck.why(p))
         plots = [r["spec"] for s in t["steps"] for r in s["renderings"] if r["type"] == "plot"]
-        lines, spans = plots
+        lines, spans, mixed, only = plots
         self.assertEqual(lines["title"], "time on 2 ranks")
         self.assertEqual(lines["encoding"]["x"]["title"], "size (MiB)")
         self.assertEqual(lines["encoding"]["x"]["scale"], {"type": "log", "base": 2})
@@ -63,17 +63,47 @@ class TableAndCharts(unittest.TestCase):
         self.assertEqual(spans["data"]["values"], [
             {"series": "forward", "row": "stage 0", "label": "micro-batch 0", "start": 0, "end": 1.5},
             {"series": "backward", "row": "stage 1", "start": 1.5, "end": 2}])
+        # Measured spans alone: nothing about modelled compute in the spec.
+        self.assertNotIn("opacity", spans["encoding"])
+        self.assertNotIn("description", spans)
+
+    def test_modelled_spans_are_marked(self):
+        p, t = self.run_fixture()
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        plots = [r["spec"] for s in t["steps"] for r in s["renderings"] if r["type"] == "plot"]
+        _, _, mixed, only = plots
+        self.assertEqual(mixed["data"]["values"], [
+            {"series": "forward", "row": "real: stage 0", "label": "micro-batch 0", "start": 0, "end": 1.5,
+             "compute": "measured"},
+            {"series": "forward", "row": "modelled: stage 0", "label": "micro-batch 0", "start": 0, "end": 20,
+             "modelled": True, "compute": "modelled"}])
+        # Drawn apart: pale with a dashed outline, its own legend ("compute"),
+        # in the tooltip, and said in the chart's description.
+        enc = mixed["encoding"]
+        self.assertEqual(enc["opacity"]["field"], "compute")
+        self.assertEqual(enc["opacity"]["scale"], {"domain": ["measured", "modelled"], "range": [1, 0.4]})
+        self.assertEqual(enc["strokeDash"]["scale"], {"domain": ["measured", "modelled"], "range": [[1, 0], [4, 2]]})
+        self.assertEqual(enc["opacity"]["title"], "compute")
+        self.assertIn({"field": "compute"}, enc["tooltip"])
+        self.assertIn("modelled compute", mixed["description"])
+        self.assertEqual(mixed["mark"]["type"], "bar")
+        # Modelled spans only: the legend names only what is drawn.
+        self.assertEqual(only["encoding"]["opacity"]["scale"], {"domain": ["modelled"], "range": [0.4]})
+        self.assertEqual(only["encoding"]["strokeDash"]["scale"], {"domain": ["modelled"], "range": [[4, 2]]})
+        self.assertEqual([v["compute"] for v in only["data"]["values"]], ["modelled"])
 
     def test_mistakes_are_errors_at_their_lines(self):
         p, t = self.run_fixture("--bad")
         self.assertEqual(p.returncode, 1, tracecheck.why(p))
         errs = [(s["stack"][-1]["line"], r["data"]) for s in t["steps"] for r in s["renderings"]
                 if r["type"] == "error"]
-        self.assertEqual(len(errs), 2, errs)
+        self.assertEqual(len(errs), 3, errs)
         self.assertEqual(errs[0][0], line_of('"%p"'))
         self.assertIn("format '%p' of column 'x' is not one conversion", errs[0][1])
         self.assertEqual(errs[1][0], line_of('chart_span(c, "row"'))
         self.assertIn("a chart is lines or spans", errs[1][1])
+        self.assertEqual(errs[2][0], line_of('chart_span_modelled(d, "row"'))
+        self.assertIn("chart_span_modelled: a span added to a chart of lines", errs[2][1])
         # nothing half-made was shown
         self.assertEqual(sum(r["type"] == "table" for s in t["steps"] for r in s["renderings"]), 1)
 

@@ -20,6 +20,7 @@
     if (m.start_time) bits.push(String(m.start_time).replace('T', ' ').replace(/\.\d+/, '').replace('Z', ' UTC'));
     if (m.duration_s != null) bits.push(L.fmtSeconds(m.duration_s));
     bits.push(T.steps.length + ' steps');
+    if (m.modelled_compute === true) bits.push(L.modelledLine());
     return bits.join(' · ');
   };
 
@@ -37,6 +38,13 @@
       });
     });
     return { passed: passed, failed: IX.checks.failed.length, notReached: null };
+  };
+
+  // A run that called model_compute(): how many spans, so that a reader
+  // knows some of its figures rest on modelled, not measured, compute.
+  L.modelledLine = function () {
+    var T = L.T, n = Array.isArray(T.modelled) ? T.modelled.length : 0;
+    return 'modelled compute: ' + n + ' span' + (n === 1 ? '' : 's');
   };
 
   L.drawHeader = function () {
@@ -86,6 +94,9 @@
     row('started', m.start_time);
     row('duration', m.duration_s != null ? L.fmtSeconds(m.duration_s) : null);
     row('command', m.command);
+    if (m.modelled_compute === true)
+      row('modelled compute', L.modelledLine().replace('modelled compute: ', '') + ' (model_compute): ' +
+        'figures that rest on them are modelled, not measured');
     var nf = Object.keys(T.files).length;
     row('trace', (S.via === 'file' ? '.json opened from this computer' : S.via === 'json' ? '.json' : '.js') + ', ' +
       T.steps.length + ' steps, ' + nf + ' file' + (nf === 1 ? '' : 's'));

@@ -344,6 +344,7 @@
           // vega-embed's menu opens with a <summary> holding only an icon.
           var sm = el.querySelectorAll('summary');
           for (var k = 0; k < sm.length; k++) sm[k].setAttribute('aria-label', 'Save the plot');
+          modelledCaption(el, r);
         }, function (e) { plotFallback(el, r, 'the plot could not be drawn: ' + e.message); });
       } else {
         plotFallback(el, r, 'plots need vega-embed (run npm ci); its data:');
@@ -351,8 +352,28 @@
     });
   }
 
+  // A chart with spans of modelled compute (chart_span_modelled: "modelled":
+  // true in its data) says in words, under it, which bars are modelled: a
+  // reader who does not hover a bar or read the legend still learns that
+  // they are time the lecture said a device computed, not arithmetic that
+  // was measured. The words are the viewer's own; only the counts come from
+  // the trace.
+  function modelledCaption(el, r) {
+    var values = r.spec && r.spec.data && Array.isArray(r.spec.data.values) ? r.spec.data.values : [];
+    var n = values.filter(function (v) { return v && v.modelled === true; }).length;
+    if (!n || el.querySelector('.modelled-note')) return;
+    var cap = document.createElement('figcaption');
+    cap.className = 'modelled-note';
+    cap.innerHTML = '<span class="modelled-key" aria-hidden="true"></span><strong>Modelled compute:</strong> ' +
+      (n === values.length ? 'every bar' : n + ' of ' + values.length + ' bars') +
+      ' (pale, dashed outline) ' + (n === 1 ? 'is' : 'are') + ' time the lecture said a device computed ' +
+      '(<code>model_compute</code>), not arithmetic that was measured.';
+    el.appendChild(cap);
+  }
+
   function plotFallback(el, r, why) {
     el.classList.add('plot-missing');
     el.innerHTML = '<p>' + esc(why) + '</p><pre class="r-text">' + esc(JSON.stringify(r.spec, null, 1).slice(0, 4000)) + '</pre>';
+    modelledCaption(el, r);
   }
 })();

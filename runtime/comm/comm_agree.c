@@ -482,6 +482,8 @@ void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count,
 
 void lx_agree_timed_begin(void) { timed_depth++; }
 
+int lx_agree_timed(void) { return timed_depth > 0; }
+
 int lx_agree_timed_end(void) {
     if (timed_depth == 0) return 0;
     if (--timed_depth > 0) return 0;

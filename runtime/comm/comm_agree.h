@@ -71,6 +71,8 @@ void lx_agree_timed_begin(void);
 /* 1 when the outermost region ended here (the caller then settles the
  * groups: lx_agree_group_settle). */
 int lx_agree_timed_end(void);
+/* 1 inside a timed region. */
+int lx_agree_timed(void);
 /* Checks this spawn has made and skipped so far (tests). */
 int64_t lx_agree_checks_made(void);
 int64_t lx_agree_checks_skipped(void);

@@ -95,6 +95,7 @@ static pthread_cond_t settled = PTHREAD_COND_INITIALIZER; /* the lecture's threa
 static lx_progress_group *head, *tail;                    /* in flight, oldest first (under lock) */
 static pthread_t thread;
 static int running, stopping;
+static int held;                 /* lx_progress_hold: the caller drives, the thread waits */
 static int multiple = 0;         /* Open MPI gave MPI_THREAD_MULTIPLE */
 static int enabled = 1;          /* LECTERN_PROGRESS, lx_progress_set */
 static long interval_ns = 20000; /* LECTERN_PROGRESS_US */
@@ -118,10 +119,19 @@ static void unlink_group(lx_progress_group *g) {
 }
 
 /* One pass over the groups in flight: start what waits to start, test the
- * rest. Called and returns with the lock held; drops it around MPI calls. */
+ * rest. Called and returns with the lock held; drops it around MPI calls.
+ * Two threads may pass (the progress thread, and model_compute's through
+ * lx_progress_drive): a group the other has in hand (busy) is skipped, and
+ * a pass stops at one the other is still starting, so that collectives
+ * start in the order they were launched, on every rank. */
 static void one_pass(void) {
     lx_progress_group *g = head;
     while (g) {
+        if (g->busy) {
+            if (g->start) break;
+            g = g->next;
+            continue;
+        }
         g->busy = 1;
         int (*start)(void *) = g->start;
         pthread_mutex_unlock(&lock);
@@ -158,7 +168,7 @@ static void *progress_main(void *unused) {
     pthread_setname_np(pthread_self(), "lx-progress"); /* in top -H, ps -L */
     pthread_mutex_lock(&lock);
     for (;;) {
-        while (!stopping && !head)
+        while (!stopping && (!head || held))
             pthread_cond_wait(&wake, &lock);
         if (stopping) break;
         one_pass();
@@ -294,6 +304,23 @@ int lx_progress_test(lx_progress_group *g, const char *call) {
     pthread_mutex_unlock(&lock);
     if (rc != MPI_SUCCESS) die(rc, call);
     return done;
+}
+
+void lx_progress_hold(int on) {
+    if (!running) return;
+    pthread_mutex_lock(&lock);
+    held = on;
+    if (!on) pthread_cond_signal(&wake);
+    pthread_mutex_unlock(&lock);
+}
+
+int lx_progress_drive(void) {
+    if (!running) return 0;
+    pthread_mutex_lock(&lock);
+    if (head) one_pass();
+    int left = head != NULL;
+    pthread_mutex_unlock(&lock);
+    return left;
 }
 
 void lx_progress_stop(void) {

@@ -63,4 +63,17 @@ void lx_progress_set(int on);
  * call twice. */
 void lx_progress_stop(void);
 
+/* One pass over the transfers in flight, made by the calling thread (the
+ * progress thread's work, at the caller's priority): model_compute calls it
+ * while it sleeps. Nothing when nothing is in flight. Returns 1 when some
+ * are still in flight after it. */
+int lx_progress_drive(void);
+
+/* While on, the progress thread makes no pass (it finishes the one it is
+ * in): the caller drives instead (lx_progress_drive). At nice 19 the thread
+ * can be preempted for milliseconds by other processes in the middle of an
+ * MPI call on a group, which the caller's pass and wait must then wait for;
+ * model_compute holds it while it sleeps and drives. */
+void lx_progress_hold(int on);
+
 #endif /* LECTERN_COMM_PROGRESS_H */

@@ -408,6 +408,12 @@ static char *find_launcher(void) {
  * error, every time (groups_fixture's "freed" case: 0.4 s with 0, 0.4,
  * 1.4 or 2.4 s without). With 0 mpirun sends SIGKILL right after SIGTERM:
  * nothing is left to stop gently by then. */
+/* The single-copy mechanism the running pool's Open MPI was given ("cma",
+ * "none", or what the user's environment set), for the trace. */
+static char single_copy[32] = "none";
+
+const char *lx_pool_single_copy(void) { return single_copy; }
+
 static char **launch_environment(const char *token, int across) {
     static const char *const defaults[][2] = {
             {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
@@ -439,9 +445,12 @@ static char **launch_environment(const char *token, int across) {
         if (across && strcmp(defaults[i][0], "OMPI_MCA_mpi_yield_when_idle") == 0) value = "0";
         if (!getenv(defaults[i][0])) env[k++] = lx_fmt("%s=%s", defaults[i][0], value);
     }
-    if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
-        env[k++] = lx_fmt("OMPI_MCA_btl_vader_single_copy_mechanism=%s",
-                          !getenv("LECTERN_HOSTFILE") && !in_allocation && lx_cma_works() ? "cma" : "none");
+    const char *copy = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+    if (!copy) {
+        copy = !getenv("LECTERN_HOSTFILE") && !in_allocation && lx_cma_works() ? "cma" : "none";
+        env[k++] = lx_fmt("OMPI_MCA_btl_vader_single_copy_mechanism=%s", copy);
+    }
+    snprintf(single_copy, sizeof single_copy, "%s", copy);
     env[k++] = lx_fmt("%s=%s", POOL_TOKEN_ENV, token);
     env[k] = NULL;
     return env;

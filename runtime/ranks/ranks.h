@@ -109,6 +109,7 @@ enum {
     MSG_DONE,      /* rank -> parent: fn returned */
     MSG_RESULT,    /* rank -> parent: the bytes of spawn_return(), before MSG_DONE */
     MSG_BOARD,     /* rank on another host -> parent: int32 spawn id, then its board_slot */
+    MSG_MODELLED,  /* rank -> parent: one span of model_compute() as JSON text (trace.h) */
 };
 
 /* A rank on another host has no board to write to: it keeps its slot in its
@@ -292,6 +293,13 @@ int lx_pool_slurm(lx_slurm *out);
 int lx_slurm_count_tasks(const char *tasks_per_node);
 
 int lx_pool_size(void);
+/* The single-copy mechanism (btl_vader_single_copy_mechanism) the running
+ * pool's Open MPI was given: "cma" where the probe saw one process read
+ * another's memory and every rank is on this host (a message then moves
+ * while its sender computes: the receiver copies it), else "none" (the
+ * sender's side moves it, from inside an MPI call or its progress thread),
+ * or what the environment set. */
+const char *lx_pool_single_copy(void);
 int lx_pool_fd(int rank);           /* the socket to pool rank `rank` */
 int lx_pool_pid(int rank);          /* its pid when on this host, else 0 */
 const char *lx_pool_host(int rank); /* its host as it names itself, with the address it connected from */

@@ -525,6 +525,15 @@ static int take_message(spawn_run *run, int r) {
     } else if (type == MSG_RESULT) {
         lx_spawn_results_put(r, body, size); /* kept: spawn_result() reads it */
         return 1;
+    } else if (type == MSG_MODELLED) {
+        cJSON *span = cJSON_Parse(body);
+        if (span) {
+            set_number(span, "spawn", run->id);
+            set_number(span, "rank", r);
+            lx_trace_modelled_append(span);
+        } else {
+            fprintf(stderr, "lectern: rank %d sent a modelled span that is not JSON; dropped\n", r);
+        }
     } else if (type == MSG_STEP) {
         cJSON *step = cJSON_Parse(body);
         /* A step one rank writes for another (lx_rank_error_for). */
@@ -1479,6 +1488,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     /* Start-up: from spawn() until every rank has its work (a pool started
      * on the way included). */
     set_number(run->entry, "startup_s", rounded(now_seconds() - run->started));
+    if (run->backend != LX_BACKEND_NCCL) cJSON_AddStringToObject(run->entry, "single_copy", lx_pool_single_copy());
 
     /* Wait for "done" from every rank, forwarding steps as they come. */
     run->last_progress = run->work_started = now_seconds();

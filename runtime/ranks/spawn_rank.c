@@ -150,6 +150,16 @@ static void rank_sink(cJSON *step) {
     free(text);
 }
 
+/* A span of modelled compute goes to the parent as it happens (one small
+ * message; the span itself lasts milliseconds), which stamps it with this
+ * spawn and rank. */
+static void rank_modelled_sink(cJSON *span) {
+    char *text = cJSON_PrintUnformatted(span);
+    cJSON_Delete(span);
+    send_parent(MSG_MODELLED, text, strlen(text), NULL, 0);
+    free(text);
+}
+
 /* ---- spawn_return: bytes for the lecture ---- */
 
 static int returned; /* this spawn's fn called spawn_return() already */
@@ -511,6 +521,7 @@ static void run_spawn(const char *body, size_t size) {
     my_desc.options[sizeof my_desc.options - 1] = '\0';
     lx_options_load(my_desc.options); /* lecture_flag() and lecture_option() as in the lecture */
     lx_set_step_sink(rank_sink);
+    lx_set_modelled_sink(rank_modelled_sink);
     output_to_console(1);
     fresh_state();
 

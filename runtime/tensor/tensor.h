@@ -97,6 +97,11 @@ void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t firs
 void lx_cuda_gelu(int device, float *y, const float *x, int64_t n);
 void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy, int64_t n);
 
+/* Keeps `device` busy for `ms` milliseconds: one kernel, queued on the
+ * default stream (where every tensor kernel runs), that spins on the GPU's
+ * global timer; the host returns at once (model_compute, comm layer). */
+void lx_cuda_spin(int device, double ms);
+
 /* One AdamW step on n elements. The scalars are computed once on the host
  * (tensor.c, adamw_step): decay = 1 - lr * weight_decay,
  * step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t). */
@@ -139,6 +144,7 @@ static inline void lx_cuda_gelu(int device, float *y, const float *x, int64_t n)
 static inline void lx_cuda_gelu_backward(int device, float *dx, const float *x, const float *dy, int64_t n) {
     lx_tensor_no_cuda();
 }
+static inline void lx_cuda_spin(int device, double ms) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *grad, int64_t n,
                                  float beta1, float beta2, float eps, float decay, float step_size, float bias2_sqrt) {
     lx_tensor_no_cuda();

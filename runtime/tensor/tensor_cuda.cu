@@ -332,6 +332,33 @@ extern "C" void lx_cuda_adamw(int device, float *param, float *m, float *v, cons
     KERNEL_CHECK();
 }
 
+/* ---------------- modelled compute ---------------- */
+
+/* model_compute(ms) on a GPU: the device is busy for `ns` nanoseconds while
+ * the host goes on, as torch.cuda._sleep does in torch's own overlap tests.
+ * One thread reads the GPU's global timer (%globaltimer, nanoseconds) until
+ * the time has passed, resting __nanosleep between reads; kernels queued
+ * after it on the default stream, and the communication streams that wait
+ * for that stream's position, start after it. One thread holds one SM, not
+ * the whole GPU as a real kernel would: NCCL's kernels find SMs free, so
+ * the overlap it models is the best case. UNVERIFIED: written on a machine
+ * without a GPU (docs/gpu.md). */
+static __global__ void spin_kernel(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+extern "C" void lx_cuda_spin(int device, double ms) {
+    CUDA_CHECK(cudaSetDevice(device));
+    in_use = 1; /* device_synchronize() now has something to wait for */
+    spin_kernel<<<1, 1>>>((unsigned long long)(ms * 1e6));
+    KERNEL_CHECK();
+}
+
 /* ---------------- random normals ---------------- */
 
 /* Normals number first .. first + n - 1 of `seed` into x[0 .. n): one Philox

@@ -4,7 +4,9 @@
  * spans (bars from a start to an end on named rows: a timeline); its
  * data.values hold the numbers as given ({"series", "x", "y"} per point,
  * {"series", "row", "label", "start", "end"} per span), so a test reads them back
- * from the trace. chart_show() records it through plot()'s rendering.
+ * from the trace. chart_show() records it through plot()'s rendering. A span
+ * of modelled compute (chart_span_modelled) also carries "modelled": true and
+ * is drawn so that nobody takes it for a measured one (mark_modelled).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -18,6 +20,7 @@ struct chart {
     char *title, *x_label, *y_label;
     int log_x, log_y; /* base, or 0 for a linear axis */
     int lines, spans; /* how many of each were added */
+    int modelled;     /* spans added by chart_span_modelled */
     int dropped;      /* points left out: not finite, or <= 0 on a log axis */
     int bad;
     cJSON *values;
@@ -86,14 +89,16 @@ void chart_line(chart_t *c, const char *series, const double *xs, const double *
     }
 }
 
-void chart_span(chart_t *c, const char *row, const char *series, const char *label, double start, double end) {
+static void add_span(chart_t *c, const char *row, const char *series, const char *label, double start, double end,
+                     int modelled) {
+    const char *who = modelled ? "chart_span_modelled" : "chart_span";
     if (!c || !row || !series) {
-        lx_error("chart_span: %s is NULL", !c ? "the chart" : !row ? "the row" : "the series' name");
+        lx_error("%s: %s is NULL", who, !c ? "the chart" : !row ? "the row" : "the series' name");
         if (c) c->bad = 1;
         return;
     }
     if (c->lines) {
-        lx_error("chart_span: a span added to a chart of lines (a chart is lines or spans)");
+        lx_error("%s: a span added to a chart of lines (a chart is lines or spans)", who);
         c->bad = 1;
         return;
     }
@@ -108,7 +113,19 @@ void chart_span(chart_t *c, const char *row, const char *series, const char *lab
     if (label) lx_add_text(p, "label", label);
     cJSON_AddNumberToObject(p, "start", start);
     cJSON_AddNumberToObject(p, "end", end);
+    if (modelled) {
+        cJSON_AddBoolToObject(p, "modelled", 1);
+        c->modelled++;
+    }
     cJSON_AddItemToArray(c->values, p);
+}
+
+void chart_span(chart_t *c, const char *row, const char *series, const char *label, double start, double end) {
+    add_span(c, row, series, label, start, end, 0);
+}
+
+void chart_span_modelled(chart_t *c, const char *row, const char *series, const char *label, double start, double end) {
+    add_span(c, row, series, label, start, end, 1);
 }
 
 static cJSON *axis(const char *field, const char *type, const char *title, int log) {
@@ -130,6 +147,47 @@ static cJSON *nominal(const char *field, const char *title) {
     cJSON_AddStringToObject(a, "type", "nominal");
     if (title) cJSON_AddStringToObject(a, "title", title);
     return a;
+}
+
+/* A field (opacity, strokeDash) that tells modelled spans from measured
+ * ones: `range` gives the measured look, then the modelled one. */
+static cJSON *by_compute(int measured, cJSON *range) {
+    cJSON *a = nominal("compute", "compute");
+    cJSON *scale = cJSON_AddObjectToObject(a, "scale");
+    cJSON *domain = cJSON_AddArrayToObject(scale, "domain");
+    if (measured) cJSON_AddItemToArray(domain, cJSON_CreateString("measured"));
+    cJSON_AddItemToArray(domain, cJSON_CreateString("modelled"));
+    if (!measured) cJSON_DeleteItemFromArray(range, 0);
+    cJSON_AddItemToObject(scale, "range", range);
+    return a;
+}
+
+/* Spans of modelled compute must not pass for measured arithmetic: each
+ * value gets "compute" ("modelled" or "measured"), drawn pale with a dashed
+ * outline, with a legend entry of its own ("compute") and a line in the
+ * tooltip; the chart's description (its accessible name) says what they
+ * are, and the viewer adds a caption that says it in words. */
+static void mark_modelled(cJSON *spec, cJSON *enc, int measured) {
+    cJSON *v;
+    cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(spec, "data"), "values"))
+            cJSON_AddStringToObject(v, "compute",
+                                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "modelled")) ? "modelled"
+                                                                                                  : "measured");
+    cJSON_DeleteItemFromObject(spec, "mark");
+    cJSON *mark = cJSON_AddObjectToObject(spec, "mark");
+    cJSON_AddStringToObject(mark, "type", "bar");
+    cJSON_AddStringToObject(mark, "stroke", "#333333");
+    cJSON_AddNumberToObject(mark, "strokeWidth", 1);
+    double opacity[2] = {1.0, 0.4};
+    cJSON_AddItemToObject(enc, "opacity", by_compute(measured, cJSON_CreateDoubleArray(opacity, 2)));
+    cJSON *dashes = cJSON_CreateArray();
+    int solid[2] = {1, 0}, dashed[2] = {4, 2};
+    cJSON_AddItemToArray(dashes, cJSON_CreateIntArray(solid, 2));
+    cJSON_AddItemToArray(dashes, cJSON_CreateIntArray(dashed, 2));
+    cJSON_AddItemToObject(enc, "strokeDash", by_compute(measured, dashes));
+    cJSON_AddStringToObject(spec, "description",
+                            "Pale bars with dashed outlines are modelled compute: time the lecture said a device "
+                            "computed (model_compute), not arithmetic that was measured.");
 }
 
 static void chart_free(chart_t *c) {
@@ -176,12 +234,13 @@ void chart_show(chart_t *c) {
         cJSON_AddItemToObject(enc, "y", axis("row", "ordinal", c->y_label, 0));
         cJSON_AddItemToObject(enc, "color", nominal("series", NULL));
         cJSON *tip = cJSON_AddArrayToObject(enc, "tooltip");
-        const char *fields[] = {"row", "series", "label", "start", "end"};
-        for (int i = 0; i < 5; i++) {
+        const char *fields[] = {"row", "series", "label", "start", "end", "compute"};
+        for (int i = 0; i < (c->modelled ? 6 : 5); i++) {
             cJSON *f = cJSON_CreateObject();
             cJSON_AddStringToObject(f, "field", fields[i]);
             cJSON_AddItemToArray(tip, f);
         }
+        if (c->modelled) mark_modelled(spec, enc, c->spans - c->modelled > 0);
     }
     cJSON_AddItemToObject(spec, "encoding", enc);
     if (c->dropped) {

@@ -23,8 +23,9 @@
 #include "trace/trace.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static cJSON *trace; /* {version, lecture, meta, files, spawns, steps} */
-static cJSON *steps, *spawns, *meta;
+static cJSON *trace; /* {version, lecture, meta, files, spawns, modelled, steps} */
+static cJSON *steps, *spawns, *modelled, *meta;
+static int n_modelled, modelled_dropped; /* spans kept, and left out beyond LX_MODELLED_MAX */
 static char *lecture_name;
 static char *out_dir;
 static int failed;
@@ -132,7 +133,9 @@ void lx_trace_init(const char *name, const char *dir) {
     meta = cJSON_AddObjectToObject(trace, "meta");
     cJSON_AddObjectToObject(trace, "files");
     spawns = cJSON_AddArrayToObject(trace, "spawns");
+    modelled = cJSON_AddArrayToObject(trace, "modelled");
     steps = cJSON_AddArrayToObject(trace, "steps");
+    n_modelled = modelled_dropped = 0;
     failed = 0;
 }
 
@@ -183,6 +186,19 @@ void lx_trace_append(cJSON *step) {
     if (!trace) lx_trace_init("lecture", ".");
     lx_check_tally(step);
     cJSON_AddItemToArray(steps, step);
+    pthread_mutex_unlock(&lock);
+}
+
+void lx_trace_modelled_append(cJSON *span) {
+    pthread_mutex_lock(&lock);
+    if (!trace) lx_trace_init("lecture", ".");
+    if (n_modelled < LX_MODELLED_MAX) {
+        cJSON_AddItemToArray(modelled, span);
+        n_modelled++;
+    } else {
+        cJSON_Delete(span);
+        modelled_dropped++;
+    }
     pthread_mutex_unlock(&lock);
 }
 
@@ -380,6 +396,10 @@ static void embed_files(void) {
     cJSON *item;
     cJSON_ArrayForEach(item, steps) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
     cJSON_ArrayForEach(item, spawns) collect_paths(cJSON_GetObjectItemCaseSensitive(item, "stack"), files);
+    cJSON_ArrayForEach(item, modelled) {
+        const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "path"));
+        if (path) embed_file(path, files);
+    }
     lx_lecture_sources(embed_file, files); /* the lecture's own library code, too */
     set_item(trace, "files", files);
 }
@@ -438,6 +458,9 @@ int lx_trace_write(void) {
     int not_reached = lx_grade_not_reached(); /* only where the lecture declared exercises */
     if (not_reached >= 0) cJSON_AddNumberToObject(checks, "not_reached", not_reached);
     set_item(meta, "checks", checks);
+    /* Whether any figure of this run may rest on modelled compute. */
+    set_item(meta, "modelled_compute", cJSON_CreateBool(n_modelled + modelled_dropped > 0));
+    if (modelled_dropped) set_item(meta, "modelled_dropped", cJSON_CreateNumber(modelled_dropped));
     set_item(meta, "duration_s", cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3));
     embed_files();
     char *json = cJSON_PrintUnformatted(trace);
@@ -477,7 +500,7 @@ int lx_trace_write(void) {
 void lx_trace_free(void) {
     pthread_mutex_lock(&lock);
     cJSON_Delete(trace);
-    trace = steps = spawns = meta = NULL;
+    trace = steps = spawns = modelled = meta = NULL;
     free(lecture_name);
     free(out_dir);
     lecture_name = out_dir = NULL;

@@ -206,6 +206,25 @@ void lx_sb_printf(lx_sb *b, const char *fmt, ...) LECTERN_PRINTF(2, 3);
  * Returns a new string (caller frees). */
 char *lx_utf8_repair(const char *s);
 
+/* ---------------- modelled.c (model_compute's spans) ---------------- */
+
+/* A span of modelled compute: time model_compute() said the device was busy,
+ * recorded apart from the steps so nobody takes it for measured arithmetic.
+ * lx_modelled_record builds it ({"spawn", "rank", "start", "end", "ms",
+ * "device", "path", "line", "function"}: start and end in seconds since the
+ * lecture started, ms what was asked, device "cpu" or "cuda:N", the innermost
+ * lecture frame of the calling thread; spawn and rank null) and hands it to
+ * the modelled sink: by default lx_trace_modelled_append, in a rank
+ * spawn_rank.c's, which sends it to the lecture (the sink takes ownership). */
+typedef void (*lx_modelled_sink)(cJSON *span);
+void lx_set_modelled_sink(lx_modelled_sink sink);
+void lx_modelled_record(double start, double end, double ms, int device);
+/* trace.c: appends a span (owned) to the trace's "modelled" array; from then
+ * on meta.modelled_compute is true. Beyond LX_MODELLED_MAX spans a span is
+ * counted in meta.modelled_dropped instead. Thread-safe. */
+#define LX_MODELLED_MAX 200000
+void lx_trace_modelled_append(cJSON *span);
+
 /* ---------------- options.c (a lecture's own options) ---------------- */
 
 /* Takes one command-line argument that is not one of lecture_main's own:

@@ -69,6 +69,18 @@ static void touch_before_wait(int rank, int world_size, void *args) {
         dist_request *req = dist_all_reduce_async(t, DIST_SUM); /* MARK:touch-async */
         note("rank %d: %g", rank, tensor_item(t, 0));           /* MARK:touch-async-read */
         dist_wait(req);
+    } else if (strcmp(how, "raw-timed") == 0) { /* the same change in a timed region: not hashed there */
+        if (rank == 0) dist_send(t, 1);         /* the call agreed on once, outside */
+        else dist_recv(t, 0);
+        dist_timed_begin();
+        if (rank == 0) {
+            dist_request *req = dist_isend(t, 1);
+            t->data[7] = 5.0f;
+            dist_wait(req); /* MARK:touch-timed-wait */
+        } else {
+            dist_recv(t, 0);
+        }
+        dist_timed_end();
     } else if (rank == 0) {
         dist_request *req = dist_isend(t, 1);              /* MARK:touch-isend */
         if (strcmp(how, "send") == 0) add_scalar(t, 1.0f); /* MARK:touch-send */

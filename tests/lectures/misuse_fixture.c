@@ -223,6 +223,12 @@ static void misuse_body(int rank, int world_size, void *args) {
     if (rank == 1 && strcmp(c, "misuse:gather_to_no_rank") == 0) dist_gather(big, t, -3);
     if (rank == 1 && strcmp(c, "misuse:isend_to_self") == 0) dist_isend(t, 1);
     if (rank == 1 && strcmp(c, "misuse:irecv_from_no_rank") == 0) dist_irecv(t, 9);
+    /* A time that is not one: the divisions make NaN and infinity at run time. */
+    volatile double zero = 0.0;
+    if (rank == 1 && strcmp(c, "misuse:model_compute_nan") == 0) model_compute(zero / zero);
+    if (rank == 1 && strcmp(c, "misuse:model_compute_negative") == 0) model_compute(-5.0);
+    if (rank == 1 && strcmp(c, "misuse:model_compute_infinite") == 0) model_compute(1.0 / zero);
+    if (rank == 1 && strcmp(c, "misuse:model_compute_too_long") == 0) model_compute(20000.0);
     note("rank %d of %d: no error", rank, world_size);
     tensor_free(t);
     tensor_free(odd);
@@ -309,6 +315,22 @@ static void c_chart_span_series(void) {
 static void c_chart_span_label(void) {
     chart_t *c = chart_new("x", "y", "t");
     chart_span(c, "r", "s", NUL, 0, 1);
+    chart_show(c);
+}
+static void c_chart_span_modelled_c(void) { chart_span_modelled(NUL, "r", "s", "l", 0, 1); }
+static void c_chart_span_modelled_row(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_span_modelled(c, NUL, "s", "l", 0, 1);
+    chart_show(c);
+}
+static void c_chart_span_modelled_series(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_span_modelled(c, "r", NUL, "l", 0, 1);
+    chart_show(c);
+}
+static void c_chart_span_modelled_label(void) {
+    chart_t *c = chart_new("x", "y", "t");
+    chart_span_modelled(c, "r", "s", NUL, 0, 1);
     chart_show(c);
 }
 static void c_chart_show(void) { chart_show(NUL); }
@@ -426,6 +448,10 @@ static const fixture_case cases[] = {
         {"chart_span.row", c_chart_span_row},
         {"chart_span.series", c_chart_span_series},
         {"chart_span.label", c_chart_span_label},
+        {"chart_span_modelled.c", c_chart_span_modelled_c},
+        {"chart_span_modelled.row", c_chart_span_modelled_row},
+        {"chart_span_modelled.series", c_chart_span_modelled_series},
+        {"chart_span_modelled.label", c_chart_span_modelled_label},
         {"chart_show.c", c_chart_show},
 };
 

@@ -6,6 +6,12 @@
  *                     core, as a matmul would) for --compute seconds before
  *                     its wait; rank 1 receives at once. Printed: how long
  *                     after rank 0's isend returned rank 1's receive returned.
+ *   --case=modelled   as isend, but rank 0's compute is model_compute() of
+ *                     --compute seconds (the runtime's modelled compute: a
+ *                     sleep here); the lecture process first models 5 ms of
+ *                     its own. Printed: when rank 1's receive returned and
+ *                     when rank 0's wait did, after its isend returned,
+ *                     and the CPU time rank 0's thread used in the call.
  *   --case=mechanism  rank 0 prints the single-copy mechanism the pool gave
  *                     Open MPI (OMPI_MCA_btl_vader_single_copy_mechanism).
  *   --case=nice       rank 0 isends to rank 1 (which starts its progress
@@ -36,7 +42,7 @@
 
 #include "lectern.h"
 
-LECTURE_OPTIONS({"case", "NAME", "isend, mechanism, nice, allreduce, order, timed or timed_mismatch"},
+LECTURE_OPTIONS({"case", "NAME", "isend, modelled, mechanism, nice, allreduce, order, timed or timed_mismatch"},
                 {"compute", "SECONDS", "how long a rank computes (default 0.3)"},
                 {"mib", "N", "MiB the all-reduce moves (default 16)"}, {"world", "N", "ranks (default 2)"},
                 {"busy", "0|1", "the isend case's sender spins on its core instead of sleeping (default 0)"},
@@ -52,6 +58,11 @@ typedef struct {
 typedef struct {
     double total, alone, async_alone;
 } times3;
+typedef struct {
+    double at;   /* rank 0: its isend returned; rank 1: its receive did */
+    double then; /* rank 0: its wait returned; rank 1: the sum it received */
+    double cpu;  /* rank 0: CPU seconds its thread used inside model_compute() */
+} modelled_times;
 
 static void nap(double seconds) {
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
@@ -83,6 +94,41 @@ static void isend_case(int rank, int world_size, void *args) {
         dist_recv(t, 0);
         out.a = now_seconds();
         out.b = tensor_sum(t);
+    }
+    spawn_return(&out, sizeof out);
+    tensor_free(t);
+}
+
+/* The CPU time the calling thread has used, in seconds. */
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A layer's compute, modelled: a frame between the rank's function and the
+ * call, so the span's line is the innermost frame's, not the outermost's. */
+static void modelled_layer(double seconds) { model_compute(seconds * 1e3); /* RANK MODELLED LINE */ }
+
+/* A 4 MiB isend, then modelled compute before the wait. */
+static void modelled_case(int rank, int world_size, void *args) {
+    const cfg *c = args;
+    tensor *t = zeros(1 << 20, 0, get_device(rank)); /* 4 MiB */
+    modelled_times out = {0, 0, 0};
+    dist_barrier();
+    if (rank == 0) {
+        fill_(t, 3.0f);
+        dist_request *r = dist_isend(t, 1);
+        out.at = now_seconds();
+        double cpu = thread_cpu();
+        modelled_layer(c->compute);
+        out.cpu = thread_cpu() - cpu;
+        dist_wait(r);
+        out.then = now_seconds();
+    } else if (rank == 1) {
+        dist_recv(t, 0);
+        out.at = now_seconds();
+        out.then = tensor_sum(t);
     }
     spawn_return(&out, sizeof out);
     tensor_free(t);
@@ -300,6 +346,14 @@ static void body(void) {
         spawn_result(0, &r0, sizeof r0);
         spawn_result(1, &r1, sizeof r1);
         note_verbatim("result recv_after %.6f compute %.6f sum %.1f", r1.a - r0.a, c.compute, r1.b);
+    } else if (strcmp(which, "modelled") == 0) {
+        model_compute(5.0); /* LECTURE MODELLED LINE */
+        spawn(modelled_case, world, &c, sizeof c);
+        modelled_times r0, r1;
+        spawn_result(0, &r0, sizeof r0);
+        spawn_result(1, &r1, sizeof r1);
+        note_verbatim("result recv_after %.6f wait_after %.6f compute %.6f sum %.1f cpu %.6f", r1.at - r0.at,
+                      r0.then - r0.at, c.compute, r1.then, r0.cpu);
     } else if (strcmp(which, "order") == 0) {
         int repeat = atoi(lecture_option("repeat", "1"));
         /* A soak cycles through 2 .. world ranks on one pool. */

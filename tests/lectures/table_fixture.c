@@ -27,6 +27,15 @@ static void good(void) {
     chart_span(g, "stage 0", "forward", "micro-batch 0", 0.0, 1.5);
     chart_span(g, "stage 1", "backward", NULL, 1.5, 2.0);
     chart_show(g);
+
+    chart_t *m = chart_new("time (ms)", "stage", "measured and modelled");
+    chart_span(m, "real: stage 0", "forward", "micro-batch 0", 0.0, 1.5);
+    chart_span_modelled(m, "modelled: stage 0", "forward", "micro-batch 0", 0.0, 20.0);
+    chart_show(m);
+
+    chart_t *only = chart_new("time (ms)", "stage", "modelled only");
+    chart_span_modelled(only, "stage 0", "backward", NULL, 20.0, 60.0);
+    chart_show(only);
 }
 
 static void bad(void) {
@@ -38,6 +47,10 @@ static void bad(void) {
     chart_line(c, "a", v, v, 1);
     chart_span(c, "row", "b", NULL, 0, 1); /* lines and spans in one chart */
     chart_show(c);
+    chart_t *d = chart_new("x", "y", "mixed again");
+    chart_line(d, "a", v, v, 1);
+    chart_span_modelled(d, "row", "b", NULL, 0, 1); /* a modelled span among lines */
+    chart_show(d);
 }
 
 static void body(void) {

@@ -195,8 +195,42 @@ def tables():
                     {"name": "size", "unit": "MiB", "format": "%g", "kind": "number"},
                     {"name": "busbw", "unit": "GB/s", "format": "%.2f", "kind": "number"}],
         "rows": rows, "display": [[r[0], "%g" % r[1], "%.2f" % r[2]] for r in rows]})
+    tr.step([top("chart_show(c);")], {"type": "plot", "spec": modelled_chart()})
     tr.step([top('note("The end')], md("The end.", "<p>The end.</p>\n"))
+    # The run called model_compute() twice (in the lecture), as the chart's
+    # modelled bar says it stood for.
+    tr.t["meta"]["modelled_compute"] = True
+    tr.t["modelled"] = [
+        {"spawn": None, "rank": None, "start": 0.5, "end": 0.520113, "ms": 20, "device": "cpu", "path": p,
+         "line": line_of(p, "chart_span_modelled("), "function": "body"},
+        {"spawn": None, "rank": None, "start": 0.6, "end": 0.620087, "ms": 20, "device": "cpu", "path": p,
+         "line": line_of(p, "chart_span_modelled("), "function": "body"}]
     return tr.t
+
+
+def modelled_chart():
+    """What chart_show() writes for a chart with a measured and a modelled
+    span (runtime/trace/charts.c; tests/test_table.py pins it)."""
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
+        "title": "one forward, real and modelled", "width": 480, "height": 120,
+        "data": {"values": [
+            {"series": "forward", "row": "real: stage 0", "label": "micro-batch 0", "start": 0, "end": 3.5,
+             "compute": "measured"},
+            {"series": "forward", "row": "modelled: stage 0", "label": "micro-batch 0", "start": 0, "end": 20,
+             "modelled": True, "compute": "modelled"}]},
+        "encoding": {
+            "x": {"field": "start", "type": "quantitative", "title": "time (ms)"}, "x2": {"field": "end"},
+            "y": {"field": "row", "type": "ordinal", "title": "stage"},
+            "color": {"field": "series", "type": "nominal"},
+            "tooltip": [{"field": f} for f in ("row", "series", "label", "start", "end", "compute")],
+            "opacity": {"field": "compute", "type": "nominal", "title": "compute",
+                        "scale": {"domain": ["measured", "modelled"], "range": [1, 0.4]}},
+            "strokeDash": {"field": "compute", "type": "nominal", "title": "compute",
+                           "scale": {"domain": ["measured", "modelled"], "range": [[1, 0], [4, 2]]}}},
+        "mark": {"type": "bar", "stroke": "#333333", "strokeWidth": 1},
+        "description": "Pale bars with dashed outlines are modelled compute: time the lecture said a device "
+                       "computed (model_compute), not arithmetic that was measured."}
 
 
 # What a hostile trace tries to run: it renames the page, counts itself in a

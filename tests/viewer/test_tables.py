@@ -17,6 +17,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
 TABLE = "#source table.r-table"
+PLOT = "#source figure.r-plot"
 
 
 class TestTables(base.ViewerCase):
@@ -64,11 +65,39 @@ class TestTables(base.ViewerCase):
         self.assertEqual(self.column(2), ["0.75", "2.50", "10.25"])
         self.assertEqual(self.sorts(), ["none", "none", "ascending"])
 
+    def test_modelled_spans_drawn_apart_labelled_and_in_the_legend(self):
+        # A chart with a measured and a modelled span (chart_span_modelled).
+        self.assertIsNone(self.open("?trace=tables&step=3"))
+        fig = self.d.find_element(By.CSS_SELECTOR, PLOT)
+        # Said in words under the chart, with the count.
+        cap = fig.find_element(By.CSS_SELECTOR, "figcaption.modelled-note").text
+        self.assertIn("Modelled compute: 1 of 2 bars (pale, dashed outline) is time the lecture said a device "
+                      "computed (model_compute), not arithmetic that was measured.", cap)
+        # Drawn apart: the bars, in data order, one solid and opaque, the
+        # modelled one pale with a dashed outline.
+        bars = fig.find_elements(By.CSS_SELECTOR, "svg g.mark-rect path")
+        self.assertEqual(len(bars), 2)
+        looks = sorted((b.get_attribute("opacity"), b.get_attribute("stroke-dasharray")) for b in bars)
+        self.assertEqual(looks, [("0.4", "4,2"), ("1", "1,0")])
+        # A legend entry of its own, and the chart's accessible description.
+        legend = [t.text for t in fig.find_elements(By.CSS_SELECTOR, "svg g.mark-text.role-legend-label text")]
+        self.assertIn("modelled", legend)
+        self.assertIn("measured", legend)
+        chart = fig.find_element(By.CSS_SELECTOR, '[aria-roledescription="visualization"]')
+        self.assertIn("modelled compute", chart.get_attribute("aria-label"))
+        # A screen reader hears each bar's kind with its numbers.
+        self.assertEqual(sorted("compute: modelled" in (b.get_attribute("aria-label") or "") for b in bars),
+                         [False, True])
+        # The header says the run rests partly on modelled compute.
+        self.assertIn("modelled compute: 2 spans", self.d.find_element(By.ID, "meta").text)
+        self.shot("modelled")
+
     def test_no_axe_violations(self):
-        for q in ("?trace=tables&step=2", "?trace=tables&step=2&mode=read"):
+        for q in ("?trace=tables&step=2", "?trace=tables&step=2&mode=read", "?trace=tables&step=3",
+                  "?trace=tables&step=3&mode=read"):
             with self.subTest(q=q):
                 self.open(q)
-                if "read" not in q:
+                if "read" not in q and "step=2" in q:
                     self.d.find_elements(By.CSS_SELECTOR, TABLE + " th button")[1].click()
                 self.assertEqual(self.axe(), [])
 
