@@ -142,6 +142,36 @@ class Leaks(unittest.TestCase):
         # nothing else: a report of Open MPI's own memory would fail the pass
         self.assertEqual(len(leaks), 3, reports)
 
+    @unittest.skipUnless(os.path.basename(BUILD) == "build-asan",
+                         "needs the sanitizer build (scripts/test.sh's sanitizer pass runs it)")
+    def test_undefined_behaviour_in_a_rank_lands_in_a_report_file(self):
+        """Under the sanitizer pass's own UBSan settings (only the folder of
+        log_path changed), a rank's signed overflow is a report in a file,
+        where the pass looks. gcc's libubsan, loaded beside libasan, never
+        takes log_path from UBSAN_OPTIONS and writes to stderr, where the
+        pass would not see it; lecture_main hands it the path (main.c)."""
+        pass_options = os.environ.get("UBSAN_OPTIONS")
+        if pass_options is None or "log_path=" not in pass_options:
+            self.skipTest("run by scripts/test.sh's sanitizer pass, whose UBSAN_OPTIONS this checks")
+        logs = os.path.join(self.out, "ubsan")
+        os.makedirs(logs)
+        options = ":".join(o for o in pass_options.split(":") if not o.startswith("log_path="))
+        env = dict(os.environ, LECTERN_FIXTURE_CASE="rank_overflows",
+                   UBSAN_OPTIONS=options + ":log_path=" + os.path.join(logs, "ubsan"),
+                   ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "protect_shadow_gap=0") +
+                   ":log_path=" + os.path.join(logs, "asan"))
+        p = subprocess.run([FIXTURE, "--quiet", "--out", self.out], env=env, capture_output=True, text=True,
+                           timeout=180)
+        reports = []
+        for name in sorted(os.listdir(logs)):
+            with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
+                reports.append(f.read())
+        overflow = [r for r in reports if "runtime error: signed integer overflow" in r]
+        self.assertEqual(len(overflow), 2, "each rank's overflow, in a file: %s\nstderr: %s" %
+                         (reports, p.stderr[-2000:]))
+        for r in overflow:
+            self.assertIn("%s:%d" % (SRC, line_of("int sum = near_max + (rank + 1);")), r)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include "check.h"
 #include "comm/comm.h"
@@ -140,7 +141,36 @@ static void add_meta(int argc, char **argv) {
     lx_trace_meta("cuda_sync", cJSON_CreateBool(lx_cuda_sync()));
 }
 
+/* Built with gcc's -fsanitize=address,undefined, a program loads libasan
+ * and libubsan apart, and UBSan's reports are written by libubsan, which
+ * reads the ubsan flags of UBSAN_OPTIONS but never takes its log_path: its
+ * reports go to stderr whatever the option says (gcc 12), so a harness that
+ * collects reports from log_path files (scripts/test.sh) would miss them.
+ * Give libubsan the path itself. Nothing happens in other builds (no
+ * libubsan loaded) or without a log_path. */
+static void ubsan_reports_to_log_path(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    const char *options = getenv("UBSAN_OPTIONS");
+    void *ubsan = dlopen("libubsan.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!options || !ubsan) return;
+    void (*set_path)(const char *) = (void (*)(const char *))dlsym(ubsan, "__sanitizer_set_report_path");
+    /* Options are separated by ':' (as scripts/test.sh writes them), ',' or blanks. */
+    for (const char *o = options; set_path && *o;) {
+        size_t n = strcspn(o, ": ,\t");
+        if (n > 9 && strncmp(o, "log_path=", 9) == 0) {
+            char *path = strndup(o + 9, n - 9);
+            set_path(path); /* the library keeps its own copy */
+            free(path);
+        }
+        o += n;
+        o += *o != 0;
+    }
+    dlclose(ubsan);
+#endif
+}
+
 int lecture_main(int argc, char **argv, void (*body)(void)) {
+    ubsan_reports_to_log_path(); /* the lecture's and each rank's */
     /* The layers below call up only through what is registered here. */
     lx_ranks_set_comm(lx_comm_layer());
     lx_spawn_child_entry(argc, argv); /* a spawned rank never comes back */

@@ -2,7 +2,9 @@
  * (tests/test_leaks.py). LECTERN_FIXTURE_CASE picks: "leak" (the default),
  * "double_free", "use_after_free", "raw_after_free", "rank_use_after_free",
  * "lost_block" (memory that is not a tensor, lost by the lecture and by
- * each rank: the sanitizer build's leak check names these functions). */
+ * each rank: the sanitizer build's leak check names these functions),
+ * "rank_overflows" (undefined behaviour in a rank: UBSan's report). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,15 @@ static void rank_loses_a_block(int rank, int world_size, void *args) {
     block = malloc(48);
     block = NULL;
     note_verbatim("rank %d lost a block", rank);
+}
+
+/* A signed overflow UBSan reports: the operand is volatile so that the
+ * compiler cannot see the value and fold it (or warn at compile time). */
+static volatile int near_max = INT_MAX;
+
+static void rank_overflows(int rank, int world_size, void *args) {
+    int sum = near_max + (rank + 1);
+    note_verbatim("rank %d summed %d", rank, sum);
 }
 
 static void lecture_loses_a_block(void) {
@@ -75,6 +86,7 @@ static void body(void) {
         lecture_loses_a_block();
         spawn(rank_loses_a_block, 2, NULL, 0);
     }
+    if (strcmp(c, "rank_overflows") == 0) spawn(rank_overflows, 2, NULL, 0);
 }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
