@@ -33,7 +33,11 @@ def compile_command(name):
     folder, as a list of arguments (make -n, with the source taken as new)."""
     build = os.path.relpath(tracecheck.BUILD, ROOT)
     target = "%s/lectures/%s" % (build, name)
-    p = subprocess.run(["make", "--no-print-directory", "-n", "-W", "lectures/%s.c" % name, "BUILD=" + build, target],
+    # the build folder's own flags: the sanitizer build links libasan, the
+    # CPU-only one has no CUDA (the Makefile names these folders)
+    flags = {"build-asan": ["SAN=1"], "build-cpu": ["CUDA=0"], "build-cov": ["COV=1"]}.get(os.path.basename(build), [])
+    p = subprocess.run(["make", "--no-print-directory", "-n", "-W", "lectures/%s.c" % name] + flags +
+                       ["BUILD=" + build, target],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         raise AssertionError("make -n %s failed: %s" % (target, p.stderr[-2000:]))
