@@ -1,7 +1,9 @@
 /*
  * buckets.h: lecture_08's DDP gradient buckets (one contiguous tensor per
  * bucket, the layers' gradients views into it) and the timing of one DDP
- * step three ways, communicating not at all, after backward, or during it.
+ * step four ways: the compute alone, the communication alone, all-reducing
+ * after backward, or during it; with the model's real arithmetic, or with
+ * modelled compute (model_compute) sized from this machine's communication.
  */
 #ifndef LECTERN_BUCKETS_H
 #define LECTERN_BUCKETS_H
@@ -12,6 +14,7 @@
 /* Bucket b is one tensor; layer i's gradient grads[i] is a view into
  * bucket bucket_of[i], whose first (lowest) layer is bucket_first[b]. The
  * backward pass reaches the last layers first, so bucket 0 holds them. */
+#define MAX_BUCKETS 64 /* of the modelled steps (a bucket a layer at most) */
 typedef struct buckets {
     int n;
     tensor *bucket[MAX_LAYERS], *grads[MAX_LAYERS];
@@ -22,22 +25,56 @@ typedef struct buckets {
 buckets *buckets_new(const mlp_config *c, int layers_per_bucket, int device);
 void buckets_free(buckets *g);
 
-/* How a timed step communicates: not at all (the compute alone), each
- * bucket's blocking all-reduce after the whole backward pass, or each
- * bucket's async all-reduce started the moment backward has filled it. */
-enum { NO_ALL_REDUCE, AFTER_BACKWARD, DURING_BACKWARD, STEP_MODES };
+/* How a timed step communicates: not at all (the compute alone), only
+ * communicates (each bucket's async all-reduce started back to back, no
+ * compute: the communication alone), the same all-reduces started after
+ * the whole backward pass, or each bucket's started the moment backward has
+ * filled it. All three use the same non-blocking calls (Open MPI's
+ * non-blocking all-reduce is another algorithm than its blocking one,
+ * sometimes twice as slow here): what differs is only when they start. */
+enum { NO_ALL_REDUCE, COMM_ALONE, AFTER_BACKWARD, DURING_BACKWARD, STEP_MODES };
 extern const char *const STEP_MODE_NAMES[STEP_MODES];
 
 /* Inside a spawn, every rank calling it: one DDP step's forward and
  * backward on x (no optimizer step: the same every way) timed `trials`
  * times each way, the ways taking turns so that a busy spell of the machine
- * hits all three alike, after one warm-up each. median_ms[mode]: the median
- * of the slowest rank's times (dist_timer). */
+ * hits all of them alike, after one warm-up each. median_ms[mode]: the
+ * median of the slowest rank's times (dist_timer). */
 void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials,
                     double median_ms[STEP_MODES]);
 
-/* time_ddp_steps' medians as a table, a row per way. */
-void show_overlap(int world_size, int64_t per_rank, int trials, const double median_ms[STEP_MODES]);
+/* The same step with modelled compute: `layers` layers whose gradients are
+ * `layer_floats` floats each, one bucket a layer (real tensors, really
+ * all-reduced), and each layer's forward and backward modelled
+ * (model_compute). Every rank calling it: the communication alone is timed
+ * first, and the compute is sized from it (*forward_ms, *backward_ms, a
+ * layer's), then the four ways are timed as time_ddp_steps does. */
+void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, double *forward_ms, double *backward_ms,
+                             double median_ms[STEP_MODES]);
+
+/* The bucket sweep with modelled compute (lecture_ddp): `layers` layers of
+ * layer_floats floats each, in buckets of per_bucket[k] layers for each k
+ * (a bucket's layers' backward one modelled span, then its all-reduce);
+ * every rank calling it. The all-reduce of one bucket of everything is
+ * measured first (bytes_ms) and the compute sized from it (a layer's
+ * forward_ms, backward_ms), then each bucket size is timed four ways
+ * (time_ddp_steps' ways, `trials` times each). */
+#define MAX_SWEEP 8
+typedef struct bucket_sweep {
+    int trials;
+    double bytes_ms, forward_ms, backward_ms;
+    double step_ms[MAX_SWEEP], after_ms[MAX_SWEEP], compute_ms[MAX_SWEEP], comm_ms[MAX_SWEEP];
+} bucket_sweep;
+void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per_bucket, int n_sizes,
+                                bucket_sweep *out);
+
+/* Rank 0: the real and the modelled step side by side, a row each: the
+ * four ways' medians, the speed-up (after backward / during) and the
+ * overlapped step against the longer of compute and communication alone;
+ * the caption says what the modelled step is (a layer's modelled times). */
+void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
+                  double forward_ms, double backward_ms, const double real_ms[STEP_MODES],
+                  const double modelled_ms[STEP_MODES]);
 
 /* Rank 0: a note on what overlap can hide on the backend this spawn ran on (NCCL's
  * second stream, ranks sharing GPUs staged through the host, or CPU ranks whose
