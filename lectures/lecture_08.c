@@ -652,28 +652,25 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     snprintf(caption, sizeof caption, "DDP with buckets, %d micro-batches (gradient tolerance %.3g)", k_micro,
              gradient_tolerance(c) * size);
     rank_table(caption, cols, 3, mine, c->steps);
-    double real[STEP_MODES], modelled[STEP_MODES], f_ms, b_ms;     /* lectures/lib/buckets.c times the four ways */
+    step_times real, modelled;                                     /* lectures/lib/buckets.c times the four ways */
     tensor *x = row_slice(data, rank * local, (rank + 1) * local); /* the whole slice, one step */
-    time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, real);
-    time_modelled_ddp_steps(MODELLED_LAYERS, 512 * 512, OVERLAP_TRIALS, &f_ms, &b_ms, modelled);
+    time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, &real);
+    time_modelled_ddp_steps(MODELLED_LAYERS, 512 * 512, OVERLAP_TRIALS, &modelled);
     if (rank == 0) {
-        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_LAYERS, f_ms, b_ms, real, modelled);
-        double longer = fmax(modelled[NO_ALL_REDUCE], modelled[COMM_ALONE]);
-        check(modelled[DURING_BACKWARD] <= 1.15 * longer,
-              "modelled DDP step: the async all-reduces during backward took %.2f ms, at most 1.15 x the longer of "
-              "compute alone and communication alone (%.2f ms)",
-              modelled[DURING_BACKWARD], longer);
-        check(modelled[AFTER_BACKWARD] >= 1.3 * modelled[DURING_BACKWARD],
-              "modelled DDP step: all-reducing after backward (%.2f ms) took at least 1.3 x the overlapped step "
-              "(%.2f ms)",
-              modelled[AFTER_BACKWARD], modelled[DURING_BACKWARD]);
+        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_LAYERS, &real, &modelled);
+        check(modelled.over_longer <= 1.15,
+              "modelled DDP step: the async all-reduces during backward took at most 1.15 x the longer of compute "
+              "alone and communication alone (%.2f x)",
+              modelled.over_longer);
+        check(modelled.speedup >= 1.3,
+              "modelled DDP step: all-reducing after backward took at least 1.3 x the overlapped step (%.2f x)",
+              modelled.speedup);
         note("What each row proves. Modelled: started during backward, the buckets' all-reduces took %.2f ms beside "
              "%.2f ms of compute alone and %.2f ms of communication alone (%.2f x the longer), %.2f times faster "
              "than started after backward. Real (this machine's arithmetic): speed-up %.2f.",
-             modelled[DURING_BACKWARD], modelled[NO_ALL_REDUCE], modelled[COMM_ALONE],
-             modelled[DURING_BACKWARD] / longer, modelled[AFTER_BACKWARD] / modelled[DURING_BACKWARD],
-             real[AFTER_BACKWARD] / real[DURING_BACKWARD]);
-        explain_overlap_here(world_size, device, real[AFTER_BACKWARD] / real[DURING_BACKWARD]);
+             modelled.ms[DURING_BACKWARD], modelled.ms[NO_ALL_REDUCE], modelled.ms[COMM_ALONE], modelled.over_longer,
+             modelled.speedup, real.speedup);
+        explain_overlap_here(world_size, device, real.speedup);
     }
     adamw_free_layers(opt, c->layers);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(w, c->layers), buckets_free(g);

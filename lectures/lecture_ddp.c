@@ -771,6 +771,8 @@ static void note_sweep(const sweep_args *a, const sweep_times *t) {
     table_column(table, "modelled: all-reduce after backward", "ms", "%.3f");
     table_column(table, "modelled: compute alone", "ms", "%.3f");
     table_column(table, "modelled: communication alone", "ms", "%.3f");
+    table_column(table, "modelled: speed-up (after / during)", NULL, "%.2f");
+    table_column(table, "modelled: during / max(compute, communication)", NULL, "%.2f");
     double real_buckets[N_SIZES], real_ms[N_SIZES], model_buckets[N_MODELLED], model_ms[N_MODELLED];
     int best = 0;
     for (int n = 1; n <= MODELLED_LAYERS; n *= 2) { /* a row per bucket count either run had */
@@ -782,8 +784,10 @@ static void note_sweep(const sweep_args *a, const sweep_times *t) {
         if (r < 0 && m < 0) continue;
         double mb = r < 0 ? NAN : (double)SWEEP_SIZES[r] * a->cfg.width * a->cfg.width * 4 / 1e6;
         table_row(table, n, r < 0 ? NAN : SWEEP_SIZES[r], mb, r < 0 ? NAN : t->step[r] * 1e3,
-                  r < 0 ? NAN : t->wait[r] * 1e3, m < 0 ? NAN : MODELLED_SIZES[m], m < 0 ? NAN : md->step_ms[m],
-                  m < 0 ? NAN : md->after_ms[m], m < 0 ? NAN : md->compute_ms[m], m < 0 ? NAN : md->comm_ms[m]);
+                  r < 0 ? NAN : t->wait[r] * 1e3, m < 0 ? NAN : MODELLED_SIZES[m],
+                  m < 0 ? NAN : md->size[m].ms[DURING_BACKWARD], m < 0 ? NAN : md->size[m].ms[AFTER_BACKWARD],
+                  m < 0 ? NAN : md->size[m].ms[NO_ALL_REDUCE], m < 0 ? NAN : md->size[m].ms[COMM_ALONE],
+                  m < 0 ? NAN : md->size[m].speedup, m < 0 ? NAN : md->size[m].over_longer);
     }
     table_show(table);
     for (int k = 0; k < N_SIZES; k++) {
@@ -792,8 +796,8 @@ static void note_sweep(const sweep_args *a, const sweep_times *t) {
     }
     for (int k = 0; k < N_MODELLED; k++) {
         model_buckets[k] = MODELLED_LAYERS / MODELLED_SIZES[k];
-        model_ms[k] = md->step_ms[k];
-        if (md->step_ms[k] < md->step_ms[best]) best = k;
+        model_ms[k] = md->size[k].ms[DURING_BACKWARD];
+        if (model_ms[k] < model_ms[best]) best = k;
     }
     chart_t *c = chart_new("buckets", "step (ms)", "DDP step time against the number of buckets");
     chart_log_x(c, 2);
@@ -801,29 +805,28 @@ static void note_sweep(const sweep_args *a, const sweep_times *t) {
     chart_line(c, "modelled compute", model_buckets, model_ms, N_MODELLED);
     chart_show(c);
     int n_best = MODELLED_LAYERS / MODELLED_SIZES[best];
-    double longer = fmax(md->compute_ms[best], md->comm_ms[best]);
+    const step_times *b = &md->size[best];
     note("The modelled sweep: %d layers of 128 KiB of gradient each, really all-reduced, on %d ranks; each layer's "
-         "forward %.3f ms and backward %.3f ms of modelled compute (a bucket's layers' backward one span), in all "
-         "twice the %.2f ms that one bucket of all %d layers took to all-reduce alone here, measured just before.",
-         MODELLED_LAYERS, SWEEP_WORLD, md->forward_ms, md->backward_ms, md->bytes_ms, MODELLED_LAYERS);
+         "forward %.3f ms and backward %.3f ms of modelled compute (medians; a bucket's layers' backward one span), "
+         "in all twice what one bucket of all %d layers took to all-reduce alone (%.2f ms, median), measured in each "
+         "step just before.",
+         MODELLED_LAYERS, SWEEP_WORLD, md->forward_ms, md->backward_ms, MODELLED_LAYERS, md->bytes_ms);
     check(best > 0 && best < N_MODELLED - 1,
           "modelled sweep: the fastest step (%.2f ms, %d buckets) lies inside the sweep, not at 1 bucket (%.2f ms) "
           "nor at %d (%.2f ms)",
-          md->step_ms[best], n_best, md->step_ms[0], MODELLED_LAYERS, md->step_ms[N_MODELLED - 1]);
-    check(md->step_ms[best] <= 1.15 * longer,
-          "modelled sweep, %d buckets: the overlapped step (%.2f ms) took at most 1.15 x the longer of compute alone "
-          "and communication alone (%.2f ms)",
-          n_best, md->step_ms[best], longer);
-    check(md->after_ms[best] >= 1.3 * md->step_ms[best],
-          "modelled sweep, %d buckets: all-reducing after backward (%.2f ms) took at least 1.3 x the overlapped step "
-          "(%.2f ms)",
-          n_best, md->after_ms[best], md->step_ms[best]);
+          model_ms[best], n_best, model_ms[0], MODELLED_LAYERS, model_ms[N_MODELLED - 1]);
+    check(b->over_longer <= 1.15,
+          "modelled sweep, %d buckets: the overlapped step took at most 1.15 x the longer of compute alone and "
+          "communication alone (%.2f x)",
+          n_best, b->over_longer);
+    check(b->speedup >= 1.3,
+          "modelled sweep, %d buckets: all-reducing after backward took at least 1.3 x the overlapped step (%.2f x)",
+          n_best, b->speedup);
     note("Both halves of the trade, in the modelled column: one bucket starts late (its all-reduce only after "
          "backward: %.2f ms), %d buckets each pay the per-call cost (%.2f ms), and %d buckets, between the two, are "
          "the fastest (%.2f ms: %.2f x the longer of compute alone and communication alone, and %.2f times faster "
          "than the same buckets all-reduced after backward). The real column is this machine's arithmetic.",
-         md->step_ms[0], MODELLED_LAYERS, md->step_ms[N_MODELLED - 1], n_best, md->step_ms[best],
-         md->step_ms[best] / longer, md->after_ms[best] / md->step_ms[best]);
+         model_ms[0], MODELLED_LAYERS, model_ms[N_MODELLED - 1], n_best, model_ms[best], b->over_longer, b->speedup);
 }
 
 /* ------------------------------------------------------------------ */

@@ -1092,9 +1092,9 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
             times = [row[k] for k in ("compute alone", "communication alone", "all-reduce after backward",
                                       "async all-reduce during backward")]
             self.assertTrue(all(math.isfinite(t) and t > 0 for t in times), row)
-            after, during = times[2], times[3]
-            self.assertAlmostEqual(row["speed-up (after / during)"], after / during, delta=1e-9)
-            self.assertAlmostEqual(row["during / max(compute, communication)"], during / max(times[:2]), delta=1e-9)
+            # the ratios are the medians of each step's own (its ways back to back), not ratios of the medians
+            for k in ("speed-up (after / during)", "during / max(compute, communication)"):
+                self.assertTrue(math.isfinite(row[k]) and row[k] > 0, row)
         # the lesson, from the modelled row's own times
         md = rows["modelled"]
         self.assertLessEqual(md["during / max(compute, communication)"], 1.15)

@@ -1,6 +1,7 @@
 /*
  * buckets.c: DDP's gradient buckets and the overlap timing (buckets.h).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,26 +115,74 @@ static void one_step(int mode, const step_work *s) {
     else ddp_step(mode, s->c, s->w, s->g, s->x);
 }
 
-static void time_steps(const step_work *s, int trials, double median_ms[STEP_MODES]) {
-    double *ms = malloc(sizeof(double) * STEP_MODES * trials);
-    for (int mode = 0; mode < STEP_MODES; mode++)
-        one_step(mode, s); /* warm-up */
-    for (int trial = 0; trial < trials; trial++)
-        for (int mode = 0; mode < STEP_MODES; mode++) {
-            dist_timer t = {0};
-            dist_timer_start(&t);
-            one_step(mode, s);
-            ms[mode * trials + trial] = dist_timer_stop(&t) * 1e3; /* the slowest rank's time */
+/* One timed run of a way of the step: the slowest rank's time, in ms. */
+static double timed(int mode, const step_work *s) {
+    dist_timer t = {0};
+    dist_timer_start(&t);
+    one_step(mode, s);
+    return dist_timer_stop(&t) * 1e3;
+}
+
+/* The modelled compute's size. With n buckets of a = A / n each (A: the communication alone) and compute C (its
+ * forward C / 3, its backward 2 C / 3, 2 C / (3 n) a layer), each bucket's all-reduce starts when backward has
+ * filled it; while a stays below a layer's backward, each ends before the next is ready, and the overlapped step
+ * takes C + a (the last bucket's all-reduce comes after backward), the one that all-reduces after backward C + A.
+ * The lesson's bounds: C + a <= 1.15 max(C, A), and (C + A) / (C + a) >= 1.3. C = 2 A on 8 layers gives a = C / 16:
+ * C + a = 1.06 C, under the first by 0.09 C, and a speed-up of 1.5 / 1.06 = 1.41, above the second while the step
+ * takes under 0.09 C more than C + a (the sleeps' late wake-ups, a message's start); a stays under a layer's
+ * backward (C / 12) until the communication is 1.33 times as slow as it was when sized. It is sized in each step from its own
+ * communication alone, the slowest rank's, so a machine that communicates slowly gets a longer compute. */
+enum { COMPUTE_PER_COMMUNICATION = 2 };
+
+/* A modelled step's compute, sized from a communication time: COMPUTE_PER_COMMUNICATION times it, a third forward
+ * and two thirds backward (see time_modelled_ddp_steps). */
+static void size_compute(step_work *s, double comm_ms) {
+    s->forward_ms = COMPUTE_PER_COMMUNICATION * comm_ms / (3 * s->layers);
+    s->backward_ms = 2 * s->forward_ms;
+}
+
+/* The trials' medians, of each way's time and of the two ratios the lesson bounds, each ratio taken within a trial
+ * (its ways run back to back) and then the median. */
+static void summarize_trials(double (*ms)[STEP_MODES], int trials, step_times *out) {
+    double *v = malloc(sizeof(double) * trials);
+    for (int mode = 0; mode < STEP_MODES; mode++) {
+        for (int t = 0; t < trials; t++)
+            v[t] = ms[t][mode];
+        out->ms[mode] = median_of(v, trials);
+    }
+    for (int t = 0; t < trials; t++)
+        v[t] = ms[t][AFTER_BACKWARD] / ms[t][DURING_BACKWARD];
+    out->speedup = median_of(v, trials);
+    for (int t = 0; t < trials; t++)
+        v[t] = ms[t][DURING_BACKWARD] / fmax(ms[t][NO_ALL_REDUCE], ms[t][COMM_ALONE]);
+    out->over_longer = median_of(v, trials);
+    free(v);
+}
+
+/* Each trial runs the ways back to back, the communication alone first; with `sized`, the modelled compute of that
+ * trial is sized from it, so that a machine whose communication slows down for a while gets a longer compute for
+ * as long (the sizing and what it sizes a few tens of ms apart, not seconds). */
+static void time_steps(step_work *s, int trials, int sized, step_times *out) {
+    static const int order[STEP_MODES] = {COMM_ALONE, NO_ALL_REDUCE, AFTER_BACKWARD, DURING_BACKWARD};
+    double(*ms)[STEP_MODES] = malloc(sizeof *ms * trials);
+    double *f = malloc(sizeof(double) * trials);
+    for (int trial = -1; trial < trials; trial++) /* a warm-up, then the trials */
+        for (int k = 0; k < STEP_MODES; k++) {
+            double t = timed(order[k], s);
+            if (sized && order[k] == COMM_ALONE) size_compute(s, t);
+            if (trial >= 0) ms[trial][order[k]] = t;
+            if (trial >= 0 && k == 0) f[trial] = s->forward_ms;
         }
-    for (int mode = 0; mode < STEP_MODES; mode++)
-        median_ms[mode] = median_of(ms + mode * trials, trials);
+    summarize_trials(ms, trials, out);
+    out->forward_ms = median_of(f, trials);
+    out->backward_ms = 2 * out->forward_ms;
+    free(f);
     free(ms);
 }
 
-void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials,
-                    double median_ms[STEP_MODES]) {
+void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials, step_times *out) {
     step_work s = {.c = c, .w = w, .g = g, .x = x};
-    time_steps(&s, trials, median_ms);
+    time_steps(&s, trials, 0, out);
 }
 
 /* Buckets of `per` layers of layer_floats each, in the order backward fills them (the last one may be short). */
@@ -146,41 +195,15 @@ static int make_modelled_buckets(step_work *s, int layers, int per, int64_t laye
     return s->n_buckets;
 }
 
-/* The median of 5 of a way of the modelled step (the slowest rank's), after three warm-ups: the first calls on new
- * buckets were up to twice as slow here (their pages first touched by the transfers). */
-static double median_step(int mode, const step_work *s) {
-    double ms[5];
-    for (int k = -3; k < 5; k++) {
-        dist_timer t = {0};
-        dist_timer_start(&t);
-        modelled_step(mode, s);
-        double v = dist_timer_stop(&t) * 1e3;
-        if (k >= 0) ms[k] = v;
-    }
-    return median_of(ms, 5);
-}
 
-/* The modelled compute's size. With n buckets of a = A / n each (A: the communication alone) and compute C (its
- * forward C / 3, its backward 2 C / 3, 2 C / (3 n) a layer), each bucket's all-reduce starts when backward has
- * filled it; while a stays below a layer's backward, each ends before the next is ready, and the overlapped step
- * takes C + a (the last bucket's all-reduce comes after backward), the one that all-reduces after backward C + A.
- * The lesson's bounds: C + a <= 1.15 max(C, A), and (C + A) / (C + a) >= 1.3. C = 2 A on 8 layers gives a = C / 16:
- * C + a = 1.06 C, under the first by 0.09 C, and a speed-up of 1.5 / 1.06 = 1.41, above the second while the step
- * takes under 0.09 C more than C + a (the sleeps' late wake-ups, a message's start); a stays under a layer's
- * backward (C / 12) until the communication is 1.33 times as slow as it was when sized. It is sized from its own
- * median in this spawn, the slowest rank's, so a machine that communicates slowly gets a longer compute. */
-enum { COMPUTE_PER_COMMUNICATION = 2 };
-
-void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, double *forward_ms, double *backward_ms,
-                             double median_ms[STEP_MODES]) {
+void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, step_times *out) {
     step_work s = {0};
     tensor *bucket[MAX_BUCKETS];
     s.bucket = bucket;
     make_modelled_buckets(&s, layers, 1, layer_floats);
-    double compute_ms = COMPUTE_PER_COMMUNICATION * median_step(COMM_ALONE, &s);
-    *forward_ms = s.forward_ms = compute_ms / (3 * layers);
-    *backward_ms = s.backward_ms = 2 * *forward_ms;
-    time_steps(&s, trials, median_ms);
+    for (int k = 0; k < 3; k++) /* new buckets' first transfers were up to twice as slow here */
+        timed(COMM_ALONE, &s);
+    time_steps(&s, trials, 1, out);
     free_tensors(bucket, s.n_buckets);
 }
 
@@ -196,38 +219,57 @@ void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, doubl
  * minimum inside it, near 4, where both bounds hold. */
 void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per_bucket, int n_sizes,
                                 bucket_sweep *out) {
-    step_work s = {0};
-    tensor *bucket[MAX_BUCKETS];
-    s.bucket = bucket;
-    make_modelled_buckets(&s, layers, layers, layer_floats);
-    out->bytes_ms = median_step(COMM_ALONE, &s);
-    free_tensors(bucket, s.n_buckets);
-    double compute = COMPUTE_PER_COMMUNICATION * out->bytes_ms; /* forward a third, backward two */
-    s.forward_ms = out->forward_ms = compute / 3 / layers;
-    s.backward_ms = out->backward_ms = 2 * out->forward_ms;
+    step_work one = {0}, s[MAX_SWEEP] = {{0}};
+    tensor *whole[1], *bucket[MAX_SWEEP][MAX_BUCKETS];
+    one.bucket = whole;
+    make_modelled_buckets(&one, layers, layers, layer_floats); /* all the gradients, one bucket: A */
     for (int k = 0; k < n_sizes; k++) {
-        make_modelled_buckets(&s, layers, per_bucket[k], layer_floats);
-        double ms[STEP_MODES];
-        time_steps(&s, out->trials, ms);
-        out->step_ms[k] = ms[DURING_BACKWARD];
-        out->after_ms[k] = ms[AFTER_BACKWARD];
-        out->compute_ms[k] = ms[NO_ALL_REDUCE];
-        out->comm_ms[k] = ms[COMM_ALONE];
-        free_tensors(bucket, s.n_buckets);
+        s[k].bucket = bucket[k];
+        make_modelled_buckets(&s[k], layers, per_bucket[k], layer_floats);
     }
+    int trials = out->trials;
+    double(*ms)[MAX_SWEEP][STEP_MODES] = malloc(sizeof *ms * trials), *a = malloc(sizeof(double) * trials);
+    static const int order[STEP_MODES] = {COMM_ALONE, NO_ALL_REDUCE, AFTER_BACKWARD, DURING_BACKWARD};
+    for (int k = 0; k < 3; k++) /* new buckets' first transfers were up to twice as slow here */
+        timed(COMM_ALONE, &one);
+    for (int trial = -1; trial < trials; trial++) { /* a warm-up, then each trial sized from its own A */
+        double bytes_ms = timed(COMM_ALONE, &one);
+        if (trial >= 0) a[trial] = bytes_ms;
+        for (int k = 0; k < n_sizes; k++) {
+            size_compute(&s[k], bytes_ms);
+            for (int m = 0; m < STEP_MODES; m++) {
+                double t = timed(order[m], &s[k]);
+                if (trial >= 0) ms[trial][k][order[m]] = t;
+            }
+        }
+    }
+    double(*per)[STEP_MODES] = malloc(sizeof *per * trials);
+    for (int k = 0; k < n_sizes; k++) {
+        for (int t = 0; t < trials; t++)
+            memcpy(per[t], ms[t][k], sizeof per[t]);
+        summarize_trials(per, trials, &out->size[k]);
+        free_tensors(bucket[k], s[k].n_buckets);
+    }
+    out->bytes_ms = median_of(a, trials);
+    out->forward_ms = COMPUTE_PER_COMMUNICATION * out->bytes_ms / (3 * layers);
+    out->backward_ms = 2 * out->forward_ms;
+    free_tensors(whole, 1);
+    free(per);
+    free(a);
+    free(ms);
 }
 
 void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
-                  double forward_ms, double backward_ms, const double real_ms[STEP_MODES],
-                  const double modelled_ms[STEP_MODES]) {
-    table_t *t = table_new("Overlap: one DDP step on %d ranks (%s), slowest rank, median of %d steps each way. Real: "
-                           "the model above, %lld examples per rank. Modelled: %d layers of 512 x 512, a bucket of "
-                           "1.05 MB each (twice the real depth, a bucket a layer, so that the last bucket, which "
-                           "nothing can hide, is small), really all-reduced; each layer's forward %.2f ms and "
-                           "backward %.2f ms of modelled compute, in all twice what its all-reduces took alone here "
-                           "(measured just before), as a GPU's layers take a few times their gradients' all-reduce",
-                           world_size, dist_backend(), trials, (long long)per_rank, modelled_buckets, forward_ms,
-                           backward_ms);
+                  const step_times *real, const step_times *modelled) {
+    table_t *t = table_new("Overlap: one DDP step on %d ranks (%s), slowest rank, median of %d steps each way (the "
+                           "ratios: their median over the steps, each within its step). Real: the model above, %lld "
+                           "examples per rank. Modelled: %d layers of 512 x 512, a bucket of 1.05 MB each (twice the "
+                           "real depth, a bucket a layer, so that the last bucket, which nothing can hide, is small), "
+                           "really all-reduced; each layer's forward %.2f ms and backward %.2f ms of modelled compute "
+                           "(medians), in all twice what the all-reduces took alone just before, in each step, as a "
+                           "GPU's layers take a few times their gradients' all-reduce",
+                           world_size, dist_backend(), trials, (long long)per_rank, modelled_buckets,
+                           modelled->forward_ms, modelled->backward_ms);
     table_column(t, "compute", NULL, "%s");
     table_column(t, "buckets", NULL, "%d");
     table_column(t, "compute alone", "ms", "%.2f");
@@ -237,11 +279,9 @@ void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets
     table_column(t, "speed-up (after / during)", NULL, "%.2f");
     table_column(t, "during / max(compute, communication)", NULL, "%.2f");
     for (int k = 0; k < 2; k++) {
-        const double *ms = k ? modelled_ms : real_ms;
-        double longer = ms[NO_ALL_REDUCE] > ms[COMM_ALONE] ? ms[NO_ALL_REDUCE] : ms[COMM_ALONE];
-        table_row(t, k ? "modelled" : "real", k ? modelled_buckets : real_buckets, ms[NO_ALL_REDUCE], ms[COMM_ALONE],
-                  ms[AFTER_BACKWARD], ms[DURING_BACKWARD], ms[AFTER_BACKWARD] / ms[DURING_BACKWARD],
-                  ms[DURING_BACKWARD] / longer);
+        const step_times *st = k ? modelled : real;
+        table_row(t, k ? "modelled" : "real", k ? modelled_buckets : real_buckets, st->ms[NO_ALL_REDUCE],
+                  st->ms[COMM_ALONE], st->ms[AFTER_BACKWARD], st->ms[DURING_BACKWARD], st->speedup, st->over_longer);
     }
     table_show(t);
 }

@@ -35,46 +35,53 @@ void buckets_free(buckets *g);
 enum { NO_ALL_REDUCE, COMM_ALONE, AFTER_BACKWARD, DURING_BACKWARD, STEP_MODES };
 extern const char *const STEP_MODE_NAMES[STEP_MODES];
 
+/* What the timing of a step's ways gives: each way's median over the
+ * trials, and the medians of the two ratios the lesson bounds, each taken
+ * within a trial (its ways back to back): the speed-up (after backward /
+ * during) and the overlapped step over the longer of compute alone and
+ * communication alone. forward_ms, backward_ms: a modelled step's compute
+ * for a layer (the median over the trials). */
+typedef struct step_times {
+    double ms[STEP_MODES];
+    double speedup, over_longer;
+    double forward_ms, backward_ms;
+} step_times;
+
 /* Inside a spawn, every rank calling it: one DDP step's forward and
  * backward on x (no optimizer step: the same every way) timed `trials`
  * times each way, the ways taking turns so that a busy spell of the machine
- * hits all of them alike, after one warm-up each. median_ms[mode]: the
- * median of the slowest rank's times (dist_timer). */
-void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials,
-                    double median_ms[STEP_MODES]);
+ * hits all of them alike, after one warm-up each; the slowest rank's times
+ * (dist_timer). */
+void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials, step_times *out);
 
 /* The same step with modelled compute: `layers` layers whose gradients are
  * `layer_floats` floats each, one bucket a layer (real tensors, really
  * all-reduced), and each layer's forward and backward modelled
- * (model_compute). Every rank calling it: the communication alone is timed
- * first, and the compute is sized from it (*forward_ms, *backward_ms, a
- * layer's), then the four ways are timed as time_ddp_steps does. */
-void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, double *forward_ms, double *backward_ms,
-                             double median_ms[STEP_MODES]);
+ * (model_compute). Every rank calling it: in each trial the communication
+ * alone is timed first, and that trial's compute sized from it. */
+void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, step_times *out);
 
 /* The bucket sweep with modelled compute (lecture_ddp): `layers` layers of
  * layer_floats floats each, in buckets of per_bucket[k] layers for each k
  * (a bucket's layers' backward one modelled span, then its all-reduce);
- * every rank calling it. The all-reduce of one bucket of everything is
- * measured first (bytes_ms) and the compute sized from it (a layer's
- * forward_ms, backward_ms), then each bucket size is timed four ways
- * (time_ddp_steps' ways, `trials` times each). */
+ * every rank calling it. Each trial times the all-reduce of one bucket of
+ * everything first (bytes_ms: its median) and sizes that trial's compute
+ * from it (forward_ms, backward_ms: a layer's, from the median), then every
+ * bucket size its four ways; size[k]: bucket size k's medians. */
 #define MAX_SWEEP 8
 typedef struct bucket_sweep {
     int trials;
     double bytes_ms, forward_ms, backward_ms;
-    double step_ms[MAX_SWEEP], after_ms[MAX_SWEEP], compute_ms[MAX_SWEEP], comm_ms[MAX_SWEEP];
+    step_times size[MAX_SWEEP];
 } bucket_sweep;
 void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per_bucket, int n_sizes,
                                 bucket_sweep *out);
 
 /* Rank 0: the real and the modelled step side by side, a row each: the
- * four ways' medians, the speed-up (after backward / during) and the
- * overlapped step against the longer of compute and communication alone;
- * the caption says what the modelled step is (a layer's modelled times). */
+ * four ways' medians and the two ratios; the caption says what the
+ * modelled step is (a layer's modelled times). */
 void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
-                  double forward_ms, double backward_ms, const double real_ms[STEP_MODES],
-                  const double modelled_ms[STEP_MODES]);
+                  const step_times *real, const step_times *modelled);
 
 /* Rank 0: a note on what overlap can hide on the backend this spawn ran on (NCCL's
  * second stream, ranks sharing GPUs staged through the host, or CPU ranks whose

@@ -25,7 +25,7 @@ extern const char *const SCHEDULE_NAMES[2];
  * the least time: the one the machine's other work disturbed least (as a
  * benchmark takes the best of several). A modelled pass takes the time it
  * was given, whatever the machine does meanwhile (its waits aside), and is
- * long: fewer of them. */
+ * long: fewer of them (one with --quick). */
 enum { PIPE_RUNS = 5, MODELLED_RUNS = 2 };
 
 /* Fraction of a schedule's time that a stage sits idle, GPipe or 1F1B alike:

@@ -591,6 +591,11 @@ class TestPanels(LectureCase):
                 WebDriverWait(self.d, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".cur-item .r-plot svg"))
                 logs = [e["message"] for e in self.d.get_log("browser")]
                 self.assertEqual([m for m in logs if "Vega-Lite" in m or "SEVERE" in m or "WARN" in m], [])
+                if "timeline" in title:
+                    # the real run beside its modelled twin: the modelled bars are said to be modelled, in words
+                    cap = self.d.find_element(By.CSS_SELECTOR, ".cur-item .r-plot figcaption.modelled-note").text
+                    self.assertRegex(cap, r"^Modelled compute: \d+ of \d+ bars \(pale, dashed outline\) are time the "
+                                          r"lecture said a device computed")
 
 
 class TestMedia(LectureCase):
