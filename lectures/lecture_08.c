@@ -803,21 +803,21 @@ static void zero3_main(int rank, int world_size, void *args) {
              "rounding bound %.3g)",
              world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
     rank_table(caption, cols, 6, mine, c->steps);
-    double real[Z3_MODES], modelled[Z3_MODES], f_ms, b_ms; /* lectures/lib/zero3.c times the three ways */
-    time_zero3_steps(c, piece, x, OVERLAP_TRIALS, real);
-    time_modelled_zero3_steps(512, MODELLED_LAYERS, OVERLAP_TRIALS, &f_ms, &b_ms, modelled);
+    z3_times real, modelled; /* lectures/lib/zero3.c times the three ways */
+    time_zero3_steps(c, piece, x, OVERLAP_TRIALS, &real);
+    time_modelled_zero3_steps(512, MODELLED_LAYERS, OVERLAP_TRIALS, &modelled);
     if (rank == 0) {
-        show_prefetch(world_size, OVERLAP_TRIALS, c->layers, MODELLED_LAYERS, f_ms, b_ms, real, modelled);
-        check(z3_hidden(modelled) >= 0.7, "modelled ZeRO-3 step: prefetch hid %.2f of the gathers' time (at least 0.7)",
-              z3_hidden(modelled));
+        show_prefetch(world_size, OVERLAP_TRIALS, c->layers, MODELLED_LAYERS, &real, &modelled);
+        check(modelled.hidden >= 0.7, "modelled ZeRO-3 step: prefetch hid %.2f of the gathers' time (at least 0.7)",
+              modelled.hidden);
         note("The table times the step with every layer already whole (no gathers), gathering each layer when "
              "needed (the code above), and prefetching: the next layer's `dist_all_gather_async` started before the "
              "current layer computes, waited for when that layer is next. Modelled: prefetching hid %.2f of the "
              "gathers' %.2f ms (all but the first can hide: (2L - 2) / (2L - 1) = %.2f at best). Real (this "
              "machine's arithmetic): %.2f of %.2f ms.",
-             z3_hidden(modelled), modelled[Z3_GATHER_WHEN_NEEDED] - modelled[Z3_NO_GATHERS],
-             (2.0 * MODELLED_LAYERS - 2) / (2.0 * MODELLED_LAYERS - 1), z3_hidden(real),
-             real[Z3_GATHER_WHEN_NEEDED] - real[Z3_NO_GATHERS]);
+             modelled.hidden, modelled.ms[Z3_GATHER_WHEN_NEEDED] - modelled.ms[Z3_NO_GATHERS],
+             (2.0 * MODELLED_LAYERS - 2) / (2.0 * MODELLED_LAYERS - 1), real.hidden,
+             real.ms[Z3_GATHER_WHEN_NEEDED] - real.ms[Z3_NO_GATHERS]);
     }
     adamw_free_layers(opt, c->layers);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(piece, c->layers), free_tensors(grad_piece, c->layers);

@@ -10,13 +10,6 @@
 #include "buckets.h"
 #include "train.h"
 
-const char *const STEP_MODE_NAMES[STEP_MODES] = {
-        "forward + backward, no all-reduce (the compute alone)",
-        "the buckets' all-reduces, no compute (the communication alone)",
-        "each bucket's async all-reduce started after backward",
-        "async all-reduce of each bucket started during backward",
-};
-
 buckets *buckets_new(const mlp_config *c, int layers_per_bucket, int device) {
     buckets *g = calloc(1, sizeof *g);
     g->n = (c->layers + layers_per_bucket - 1) / layers_per_bucket;

@@ -33,7 +33,6 @@ void buckets_free(buckets *g);
  * non-blocking all-reduce is another algorithm than its blocking one,
  * sometimes twice as slow here): what differs is only when they start. */
 enum { NO_ALL_REDUCE, COMM_ALONE, AFTER_BACKWARD, DURING_BACKWARD, STEP_MODES };
-extern const char *const STEP_MODE_NAMES[STEP_MODES];
 
 /* What the timing of a step's ways gives: each way's median over the
  * trials, and the medians of the two ratios the lesson bounds, each taken

@@ -7,9 +7,6 @@
 #include "train.h"
 #include "zero3.h"
 
-const char *const Z3_MODE_NAMES[Z3_MODES] = {"no gathers (every layer already whole)", "gather each layer when needed",
-                                             "prefetch the next layer's gather"};
-
 /* What a step runs: the pieces, and either the real model's data (x, and every layer whole for the no-gathers
  * way) or the modelled compute's times. */
 typedef struct z3_work {
@@ -83,78 +80,101 @@ static void z3_step(const z3_work *z, int mode) {
     if (z->x) free_saved(n, acts, pre);
 }
 
-static void time_steps(const z3_work *z, int trials, double median_ms[Z3_MODES]) {
-    double *ms = malloc(sizeof(double) * Z3_MODES * trials);
-    for (int mode = 0; mode < Z3_MODES; mode++)
-        z3_step(z, mode); /* warm-up */
-    for (int trial = 0; trial < trials; trial++)
-        for (int mode = 0; mode < Z3_MODES; mode++) {
-            dist_timer t = {0};
-            dist_timer_start(&t);
-            z3_step(z, mode);
-            ms[mode * trials + trial] = dist_timer_stop(&t) * 1e3; /* the slowest rank's time */
+/* The modelled compute's size. Of the 2 L - 1 gathers of a step (every layer forward, all but layer 0 backward),
+ * prefetching can hide all but the first: nothing computes before it. So at best (2 L - 2) / (2 L - 1) of the
+ * gathers' time is hidden, 14/15 = 0.93 with L = 8 layers, while each gather g takes less than the layer's compute
+ * it hides behind. With a layer's forward f = 3 g and backward b = 2 f (measured g: one layer's gather alone, the
+ * slowest rank's, in each step just before it), a gather can take 3 times as long as it did alone (sharing the
+ * link with a reduce-scatter in backward, the machine busier) and still be hidden; the lesson's bound, 70% hidden,
+ * leaves room for the first gather and three more exposed in full. */
+enum { FORWARD_PER_GATHER = 3 };
+
+/* One timed run of a way of the step: the slowest rank's time, in ms. */
+static double timed(const z3_work *z, int mode) {
+    dist_timer t = {0};
+    dist_timer_start(&t);
+    z3_step(z, mode);
+    return dist_timer_stop(&t) * 1e3;
+}
+
+/* One layer's gather alone, timed as the steps are: the slowest rank's ms. */
+static double one_gather(const z3_work *z) {
+    dist_request *req;
+    dist_timer t = {0};
+    dist_timer_start(&t);
+    tensor *w = gather_start(z, 0, &req);
+    dist_wait(req);
+    double ms = dist_timer_stop(&t) * 1e3;
+    tensor_free(w);
+    return ms;
+}
+
+/* Each trial runs the three ways back to back; a modelled one first times one layer's gather alone and sizes that
+ * trial's compute from it (see FORWARD_PER_GATHER). Each way's median over the trials, the fraction prefetching hid
+ * within each trial, and its median. */
+static void time_steps(z3_work *z, int trials, z3_times *out) {
+    double(*ms)[Z3_MODES] = malloc(sizeof *ms * trials), *hid = malloc(sizeof(double) * trials);
+    double *f = malloc(sizeof(double) * trials), *v = malloc(sizeof(double) * trials);
+    for (int trial = -1; trial < trials; trial++) { /* a warm-up, then the trials */
+        if (!z->x) {
+            z->forward_ms = FORWARD_PER_GATHER * one_gather(z);
+            z->backward_ms = 2 * z->forward_ms;
         }
-    for (int mode = 0; mode < Z3_MODES; mode++)
-        median_ms[mode] = median_of(ms + mode * trials, trials);
+        for (int mode = 0; mode < Z3_MODES; mode++) {
+            double t = timed(z, mode);
+            if (trial >= 0) ms[trial][mode] = t;
+        }
+        if (trial < 0) continue;
+        f[trial] = z->forward_ms;
+        hid[trial] = (ms[trial][Z3_GATHER_WHEN_NEEDED] - ms[trial][Z3_PREFETCH]) /
+                     (ms[trial][Z3_GATHER_WHEN_NEEDED] - ms[trial][Z3_NO_GATHERS]);
+    }
+    for (int mode = 0; mode < Z3_MODES; mode++) {
+        for (int t = 0; t < trials; t++)
+            v[t] = ms[t][mode];
+        out->ms[mode] = median_of(v, trials);
+    }
+    out->hidden = median_of(hid, trials);
+    out->forward_ms = z->x ? 0 : median_of(f, trials);
+    out->backward_ms = 2 * out->forward_ms;
+    free(v);
+    free(f);
+    free(hid);
     free(ms);
 }
 
-void time_zero3_steps(const mlp_config *c, tensor *const *piece, tensor *x, int trials, double median_ms[Z3_MODES]) {
+void time_zero3_steps(const mlp_config *c, tensor *const *piece, tensor *x, int trials, z3_times *out) {
     z3_work z = {.layers = c->layers, .width = c->width, .world = dist_world_size(), .piece = piece, .x = x};
     for (int i = 0; i < z.layers; i++) {
         dist_request *req;
         z.whole[i] = gather_start(&z, i, &req);
         dist_wait(req);
     }
-    time_steps(&z, trials, median_ms);
+    time_steps(&z, trials, out);
     free_tensors(z.whole, z.layers);
 }
 
-/* The modelled compute's size. Of the 2 L - 1 gathers of a step (every layer forward, all but layer 0 backward),
- * prefetching can hide all but the first: nothing computes before it. So at best (2 L - 2) / (2 L - 1) of the
- * gathers' time is hidden, 14/15 = 0.93 with L = 8 layers, while each gather g takes less than the layer's compute
- * it hides behind. With a layer's forward f = 3 g and backward b = 2 f (measured g: one layer's gather alone, the
- * slowest rank's median here), a gather can take 3 times as long as it did alone (sharing the link with a
- * reduce-scatter in backward, the machine busier) and still be hidden; the lesson's bound, 70% hidden, leaves room
- * for the first gather and three more exposed in full. */
-enum { FORWARD_PER_GATHER = 3 };
-
-void time_modelled_zero3_steps(int width, int layers, int trials, double *forward_ms, double *backward_ms,
-                               double median_ms[Z3_MODES]) {
+void time_modelled_zero3_steps(int width, int layers, int trials, z3_times *out) {
     int rank = dist_rank(), world = dist_world_size(), device = get_device(rank);
     tensor *piece[MAX_LAYERS];
     for (int i = 0; i < layers; i++)
         piece[i] = zeros(width / world, width, device);
     z3_work z = {.layers = layers, .width = width, .world = world, .piece = piece};
-    double alone[5];
-    for (int k = -3; k < 5; k++) { /* three warm-ups (new buffers' first transfers are slower), then five */
-        dist_request *req;
-        dist_timer t = {0};
-        dist_timer_start(&t);
-        tensor *w = gather_start(&z, 0, &req);
-        dist_wait(req);
-        double ms = dist_timer_stop(&t) * 1e3; /* the slowest rank's */
-        if (k >= 0) alone[k] = ms;
-        tensor_free(w);
-    }
-    z.forward_ms = *forward_ms = FORWARD_PER_GATHER * median_of(alone, 5);
-    z.backward_ms = *backward_ms = 2 * *forward_ms;
-    time_steps(&z, trials, median_ms);
+    for (int k = 0; k < 3; k++) /* new buffers' first transfers were up to twice as slow here */
+        one_gather(&z);
+    time_steps(&z, trials, out);
     free_tensors(piece, layers);
 }
 
-double z3_hidden(const double median_ms[Z3_MODES]) {
-    return (median_ms[Z3_GATHER_WHEN_NEEDED] - median_ms[Z3_PREFETCH]) /
-           (median_ms[Z3_GATHER_WHEN_NEEDED] - median_ms[Z3_NO_GATHERS]);
-}
-
-void show_prefetch(int world_size, int trials, int real_layers, int modelled_layers, double forward_ms,
-                   double backward_ms, const double real_ms[Z3_MODES], const double modelled_ms[Z3_MODES]) {
-    table_t *t = table_new("Prefetch: one ZeRO-3 step on %d ranks (%s), slowest rank, median of %d steps each way. "
-                           "Real: the model above. Modelled: %d layers of 512 x 512, really gathered and "
-                           "reduce-scattered; each layer's forward %.2f ms and backward %.2f ms of modelled compute "
-                           "(three times one layer's gather alone, measured just before, and twice that)",
-                           world_size, dist_backend(), trials, modelled_layers, forward_ms, backward_ms);
+void show_prefetch(int world_size, int trials, int real_layers, int modelled_layers, const z3_times *real,
+                   const z3_times *modelled) {
+    table_t *t =
+            table_new("Prefetch: one ZeRO-3 step on %d ranks (%s), slowest rank, median of %d steps each way (the "
+                      "fraction hidden: its median over the steps, each within its step). Real: the model above. "
+                      "Modelled: %d layers of 512 x 512, really gathered and reduce-scattered; each layer's "
+                      "forward %.2f ms and backward %.2f ms of modelled compute (medians: three times one "
+                      "layer's gather alone, measured in each step just before, and twice that)",
+                      world_size, dist_backend(), trials, modelled_layers, modelled->forward_ms, modelled->backward_ms);
     table_column(t, "compute", NULL, "%s");
     table_column(t, "layers", NULL, "%d");
     table_column(t, "no gathers", "ms", "%.2f");
@@ -163,10 +183,10 @@ void show_prefetch(int world_size, int trials, int real_layers, int modelled_lay
     table_column(t, "the gathers' time (when needed - no gathers)", "ms", "%.2f");
     table_column(t, "hidden by prefetch", NULL, "%.2f");
     for (int k = 0; k < 2; k++) {
-        const double *ms = k ? modelled_ms : real_ms;
-        table_row(t, k ? "modelled" : "real", k ? modelled_layers : real_layers, ms[Z3_NO_GATHERS],
-                  ms[Z3_GATHER_WHEN_NEEDED], ms[Z3_PREFETCH], ms[Z3_GATHER_WHEN_NEEDED] - ms[Z3_NO_GATHERS],
-                  z3_hidden(ms));
+        const z3_times *z = k ? modelled : real;
+        table_row(t, k ? "modelled" : "real", k ? modelled_layers : real_layers, z->ms[Z3_NO_GATHERS],
+                  z->ms[Z3_GATHER_WHEN_NEEDED], z->ms[Z3_PREFETCH], z->ms[Z3_GATHER_WHEN_NEEDED] - z->ms[Z3_NO_GATHERS],
+                  z->hidden);
     }
     table_show(t);
 }
