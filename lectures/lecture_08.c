@@ -472,7 +472,8 @@ static void one_device(void) {
 }
 
 /* DDP as PyTorch runs it: buckets of layers, each rank's slice run as micro-batches. */
-enum { LAYERS_PER_BUCKET = 2, ACCUMULATION_STEPS = 2, BUCKET_STEPS = 2, OVERLAP_TRIALS = 5, MODELLED_LAYERS = 8 };
+enum { LAYERS_PER_BUCKET = 2, ACCUMULATION_STEPS = 2, BUCKET_STEPS = 2, OVERLAP_TRIALS = 9, Z3_TRIALS = 5 };
+enum { MODELLED_BUCKETS = 16, MODELLED_LAYERS = 8 }; /* the modelled DDP step's buckets, ZeRO-3 step's layers */
 
 static void ddp(void) {
     progress("DDP");
@@ -655,9 +656,9 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     step_times real, modelled;                                     /* lectures/lib/buckets.c times the four ways */
     tensor *x = row_slice(data, rank * local, (rank + 1) * local); /* the whole slice, one step */
     time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, &real);
-    time_modelled_ddp_steps(MODELLED_LAYERS, 512 * 512, OVERLAP_TRIALS, &modelled);
+    time_modelled_ddp_steps(MODELLED_BUCKETS, 512 * 512, OVERLAP_TRIALS, &modelled);
     if (rank == 0) {
-        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_LAYERS, &real, &modelled);
+        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled);
         check(modelled.over_longer <= 1.15,
               "modelled DDP step: the async all-reduces during backward took at most 1.15 x the longer of compute "
               "alone and communication alone (%.2f x)",
@@ -804,10 +805,10 @@ static void zero3_main(int rank, int world_size, void *args) {
              world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
     rank_table(caption, cols, 6, mine, c->steps);
     z3_times real, modelled; /* lectures/lib/zero3.c times the three ways */
-    time_zero3_steps(c, piece, x, OVERLAP_TRIALS, &real);
-    time_modelled_zero3_steps(512, MODELLED_LAYERS, OVERLAP_TRIALS, &modelled);
+    time_zero3_steps(c, piece, x, Z3_TRIALS, &real);
+    time_modelled_zero3_steps(512, MODELLED_LAYERS, Z3_TRIALS, &modelled);
     if (rank == 0) {
-        show_prefetch(world_size, OVERLAP_TRIALS, c->layers, MODELLED_LAYERS, &real, &modelled);
+        show_prefetch(world_size, Z3_TRIALS, c->layers, MODELLED_LAYERS, &real, &modelled);
         check(modelled.hidden >= 0.7, "modelled ZeRO-3 step: prefetch hid %.2f of the gathers' time (at least 0.7)",
               modelled.hidden);
         note("The table times the step with every layer already whole (no gathers), gathering each layer when "

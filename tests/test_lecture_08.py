@@ -1073,21 +1073,22 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
         in one table; the modelled row within the lesson's bounds (checked
         by the lecture too), the sentences repeating the table."""
         sid, _, table = self.overlap_table("ddp_buckets_main", r"^Overlap: one DDP step on ")
-        m = re.match(r"^Overlap: one DDP step on (\d) ranks \((\w+)\), slowest rank, median of (\d+) steps each way\. "
-                     r"Real: the model above, (\d+) examples per rank\. Modelled: (\d+) layers of 512 x 512, .*each "
-                     r"layer's forward %s ms and backward %s ms of modelled compute" % (NUM, NUM), table["caption"])
+        m = re.match(r"^Overlap: one DDP step on (\d) ranks \((\w+)\), slowest rank, median of (\d+) steps each way "
+                     r"\(the ratios: .*\)\. Real: the model above, (\d+) examples per rank\. Modelled: (\d+) layers of "
+                     r"512 x 512, .*each layer's forward %s ms and backward %s ms of modelled compute" % (NUM, NUM),
+                     table["caption"])
         self.assertIsNotNone(m, table["caption"])
         c = self.config()
         backend = [s["backend"] for s in self.trace["spawns"] if s["id"] == sid][0]
         self.assertEqual((int(m.group(1)), m.group(2), int(m.group(4)), int(m.group(5))),
-                         (4, backend, c["batch"] // 4, 8))
+                         (4, backend, c["batch"] // 4, 16))
         self.assertAlmostEqual(float(m.group(7)), 2 * float(m.group(6)), delta=0.015)   # backward twice forward
         self.assertEqual([c["name"] for c in table["columns"]], [
             "compute", "buckets", "compute alone", "communication alone", "all-reduce after backward",
             "async all-reduce during backward", "speed-up (after / during)", "during / max(compute, communication)"])
         rows = {r[0]: self.row_dicts(table)[k] for k, r in enumerate(table["rows"])}
         self.assertEqual(sorted(rows), ["modelled", "real"])
-        self.assertEqual((rows["real"]["buckets"], rows["modelled"]["buckets"]), (c["layers"] // 2, 8))
+        self.assertEqual((rows["real"]["buckets"], rows["modelled"]["buckets"]), (c["layers"] // 2, 16))
         for row in rows.values():
             times = [row[k] for k in ("compute alone", "communication alone", "all-reduce after backward",
                                       "async all-reduce during backward")]

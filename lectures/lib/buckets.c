@@ -40,10 +40,10 @@ void buckets_free(buckets *g) {
 }
 
 /* Each bucket's async all-reduce started back to back, then waited for. */
-static void all_reduce_buckets(tensor *const *bucket, int n) {
+static void all_reduce_buckets(tensor *const *bucket, int n, dist_op op) {
     dist_request *req[MAX_BUCKETS];
     for (int b = 0; b < n; b++)
-        req[b] = dist_all_reduce_async(bucket[b], DIST_AVG);
+        req[b] = dist_all_reduce_async(bucket[b], op);
     for (int b = 0; b < n; b++)
         dist_wait(req[b]);
 }
@@ -53,7 +53,7 @@ static void ddp_step(int mode, const mlp_config *c, tensor *const *w, buckets *g
     tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     dist_request *req[MAX_LAYERS];
     if (mode == COMM_ALONE) {
-        all_reduce_buckets(g->bucket, g->n);
+        all_reduce_buckets(g->bucket, g->n, DIST_AVG);
         return;
     }
     forward(w, c->layers, x, acts, pre);
@@ -69,7 +69,7 @@ static void ddp_step(int mode, const mlp_config *c, tensor *const *w, buckets *g
     if (mode == DURING_BACKWARD)
         for (int b = 0; b < g->n; b++)
             dist_wait(req[b]);
-    if (mode == AFTER_BACKWARD) all_reduce_buckets(g->bucket, g->n); /* the same calls, started late */
+    if (mode == AFTER_BACKWARD) all_reduce_buckets(g->bucket, g->n, DIST_AVG); /* the same calls, started late */
     free_saved(c->layers, acts, pre);
 }
 
@@ -85,22 +85,24 @@ typedef struct step_work {
 } step_work;
 
 /* The modelled step: the forward, then each layer's backward from the last, a bucket's all-reduce started
- * (DURING_BACKWARD) as soon as its lowest layer is done, as ddp_step does with the arithmetic. */
+ * (DURING_BACKWARD) as soon as its lowest layer is done, as ddp_step does with the arithmetic. The all-reduces sum:
+ * on Open MPI an average's division by the ranks is CPU work after the transfer, at the wait (0.2 ms a 1 MiB
+ * bucket here, after backward for every bucket), which a GPU's NCCL does inside its kernel (ncclAvg). */
 static void modelled_step(int mode, const step_work *s) {
     dist_request *req[MAX_BUCKETS];
     if (mode == COMM_ALONE) {
-        all_reduce_buckets(s->bucket, s->n_buckets);
+        all_reduce_buckets(s->bucket, s->n_buckets, DIST_SUM);
         return;
     }
     model_compute(s->layers * s->forward_ms); /* the forward: nothing to communicate until its end */
     for (int j = 0; j < s->n_buckets; j++) {  /* bucket j: its layers' backward, from the last layer down */
         int count = s->layers - j * s->per_bucket < s->per_bucket ? s->layers - j * s->per_bucket : s->per_bucket;
         model_compute(count * s->backward_ms);
-        if (mode == DURING_BACKWARD) req[j] = dist_all_reduce_async(s->bucket[j], DIST_AVG);
+        if (mode == DURING_BACKWARD) req[j] = dist_all_reduce_async(s->bucket[j], DIST_SUM);
     }
     for (int j = 0; j < s->n_buckets && mode == DURING_BACKWARD; j++)
         dist_wait(req[j]);
-    if (mode == AFTER_BACKWARD) all_reduce_buckets(s->bucket, s->n_buckets); /* the same calls, started late */
+    if (mode == AFTER_BACKWARD) all_reduce_buckets(s->bucket, s->n_buckets, DIST_SUM); /* the same, started late */
 }
 
 static void one_step(int mode, const step_work *s) {
@@ -110,6 +112,12 @@ static void one_step(int mode, const step_work *s) {
 
 /* One timed run of a way of the step: the slowest rank's time, in ms. */
 static double timed(int mode, const step_work *s) {
+    /* The modelled step's communication alone is timed as the step's own all-reduces run: after a compute, here
+     * one step's length of modelled compute first, untimed. Timed straight after another step, the same
+     * all-reduces took up to 1.7 times as long here: the ranks had just had their turn on the cores, and other
+     * processes had theirs, where after a compute they wake to the cores first. */
+    if (s->bucket && mode == COMM_ALONE && s->forward_ms > 0)
+        model_compute(s->layers * (s->forward_ms + s->backward_ms));
     dist_timer t = {0};
     dist_timer_start(&t);
     one_step(mode, s);
@@ -120,12 +128,14 @@ static double timed(int mode, const step_work *s) {
  * forward C / 3, its backward 2 C / 3, 2 C / (3 n) a layer), each bucket's all-reduce starts when backward has
  * filled it; while a stays below a layer's backward, each ends before the next is ready, and the overlapped step
  * takes C + a (the last bucket's all-reduce comes after backward), the one that all-reduces after backward C + A.
- * The lesson's bounds: C + a <= 1.15 max(C, A), and (C + A) / (C + a) >= 1.3. C = 2 A on 8 layers gives a = C / 16:
- * C + a = 1.06 C, under the first by 0.09 C, and a speed-up of 1.5 / 1.06 = 1.41, above the second while the step
- * takes under 0.09 C more than C + a (the sleeps' late wake-ups, a message's start); a stays under a layer's
- * backward (C / 12) until the communication is 1.33 times as slow as it was when sized. It is sized in each step from its own
- * communication alone, the slowest rank's, so a machine that communicates slowly gets a longer compute. */
-enum { COMPUTE_PER_COMMUNICATION = 2 };
+ * The lesson's bounds: C + a <= 1.15 max(C, A), and (C + A) / (C + a) >= 1.3. C = 1.8 A on 16 layers gives
+ * a = C / 28.8: C + a = 1.035 C, under the first by 0.115 C, and a speed-up of 1.56 / 1.035 = 1.50, above the second
+ * while the step takes under 0.16 C more than C + a (the sleeps' late wake-ups, each call's start and wait: 0.02-0.1
+ * C measured here at load 2-5); the communication fits in the backward (1.2 A) until it is 1.2 times as slow as it
+ * was when sized (C = 2 A left 1.33 times, but its speed-up, 1.45 at best, measured 1.24-1.48). It is sized in each
+ * step from its own communication alone, the slowest rank's, so a machine that communicates slowly gets a longer
+ * compute. */
+static const double COMPUTE_PER_COMMUNICATION = 1.8;
 
 /* A modelled step's compute, sized from a communication time: COMPUTE_PER_COMMUNICATION times it, a third forward
  * and two thirds backward (see time_modelled_ddp_steps). */
@@ -202,34 +212,36 @@ void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, step_
 
 /* The sweep's modelled compute. Each bucket's all-reduce costs a fixed alpha per call (launching it, and each of its
  * rounds taking its turn: 0.2-0.5 ms for one moved behind modelled compute here) and its bytes' time; over n buckets
- * the communication takes n alpha + A. While that fits in the backward pass (W, two thirds of the compute C), the
- * step takes C + alpha + A / n, the last bucket's all-reduce coming after backward; beyond, the calls' cost shows:
- * about n alpha + A - W (1 - 1/n) after it. C = 2 A, A the one-bucket all-reduce alone (measured here first), as
- * time_modelled_ddp_steps sizes it, for the same bounds: at n buckets, C + A / n <= 1.15 C needs A / C <= 0.15 n,
- * and (C + A) / (C + A / n) >= 1.3 needs A / C >= 0.3 / (1 - 1.3 / n): with A / C = 0.5, both hold from 4 buckets
- * on, while n alpha stays under W - A = A / 3 (3 ms for 8 MiB here, so up to about 8 buckets); at 16 and 64 buckets
- * the calls' cost (5-30 ms) is over it, and the step grows again. So the sweep of 1, 4, 16 and 64 buckets has its
- * minimum inside it, near 4, where both bounds hold. */
+ * the communication takes about n alpha + A_n, A_n the bytes' time in n pieces (smaller pieces moved faster here:
+ * 16 MiB in 8 pieces took 0.7 of the time of one, caches). While that fits in the backward pass (W, two thirds of
+ * the compute C), the step takes C + alpha + A_n / n, the last bucket's all-reduce coming after backward; beyond,
+ * the calls' cost shows, and so does each bucket's start and wait. C = 1.8 A_m, A_m the middle size's all-reduces
+ * alone (measured in each step first), as time_modelled_ddp_steps sizes it, for the same bounds there: at n
+ * buckets, C + A / n <= 1.15 C needs A / C <= 0.15 n, and (C + A) / (C + A / n) >= 1.3 needs A / C >= 0.3 / (1 - 1.3
+ * / n): with A / C = 0.56 both hold from 4 buckets on, with room at 8 and 16 (1.07 and 1.035 of C; 1.46 and 1.50
+ * times faster), while n alpha stays under W - A = A / 5 (about 3 ms for 16 MiB on 2 ranks here); one bucket pays A after
+ * backward, and at 64 the calls' cost (13-32 ms) is over W - A, so the step grows again: the sweep of 1, 4, 8, 16
+ * and 64 buckets has its minimum inside it, near the middle. */
 void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per_bucket, int n_sizes,
                                 bucket_sweep *out) {
-    step_work one = {0}, s[MAX_SWEEP] = {{0}};
-    tensor *whole[1], *bucket[MAX_SWEEP][MAX_BUCKETS];
-    one.bucket = whole;
-    make_modelled_buckets(&one, layers, layers, layer_floats); /* all the gradients, one bucket: A */
+    step_work s[MAX_SWEEP] = {{0}};
+    tensor *bucket[MAX_SWEEP][MAX_BUCKETS];
     for (int k = 0; k < n_sizes; k++) {
         s[k].bucket = bucket[k];
         make_modelled_buckets(&s[k], layers, per_bucket[k], layer_floats);
     }
-    int trials = out->trials;
+    step_work *mid = &s[n_sizes / 2]; /* the sizing's bucket size */
+    size_t trials = out->trials > 0 ? (size_t)out->trials : 1;
     double(*ms)[MAX_SWEEP][STEP_MODES] = malloc(sizeof *ms * trials), *a = malloc(sizeof(double) * trials);
     static const int order[STEP_MODES] = {COMM_ALONE, NO_ALL_REDUCE, AFTER_BACKWARD, DURING_BACKWARD};
-    for (int k = 0; k < 3; k++) /* new buckets' first transfers were up to twice as slow here */
-        timed(COMM_ALONE, &one);
-    for (int trial = -1; trial < trials; trial++) { /* a warm-up, then each trial sized from its own A */
-        double bytes_ms = timed(COMM_ALONE, &one);
-        if (trial >= 0) a[trial] = bytes_ms;
+    for (int k = 0; k < n_sizes; k++) /* new buckets' first transfers were up to twice as slow here */
+        for (int j = 0; j < 3; j++)
+            timed(COMM_ALONE, &s[k]);
+    for (int trial = -1; trial < (int)trials; trial++) { /* a warm-up, then each trial sized from its own A */
+        double comm_ms = timed(COMM_ALONE, mid);
+        if (trial >= 0) a[trial] = comm_ms;
         for (int k = 0; k < n_sizes; k++) {
-            size_compute(&s[k], bytes_ms);
+            size_compute(&s[k], comm_ms);
             for (int m = 0; m < STEP_MODES; m++) {
                 double t = timed(order[m], &s[k]);
                 if (trial >= 0) ms[trial][k][order[m]] = t;
@@ -238,15 +250,15 @@ void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per
     }
     double(*per)[STEP_MODES] = malloc(sizeof *per * trials);
     for (int k = 0; k < n_sizes; k++) {
-        for (int t = 0; t < trials; t++)
+        for (size_t t = 0; t < trials; t++)
             memcpy(per[t], ms[t][k], sizeof per[t]);
-        summarize_trials(per, trials, &out->size[k]);
+        summarize_trials(per, (int)trials, &out->size[k]);
         free_tensors(bucket[k], s[k].n_buckets);
     }
-    out->bytes_ms = median_of(a, trials);
-    out->forward_ms = COMPUTE_PER_COMMUNICATION * out->bytes_ms / (3 * layers);
+    out->sized_buckets = mid->n_buckets;
+    out->comm_ms = median_of(a, (int)trials);
+    out->forward_ms = COMPUTE_PER_COMMUNICATION * out->comm_ms / (3 * layers);
     out->backward_ms = 2 * out->forward_ms;
-    free_tensors(whole, 1);
     free(per);
     free(a);
     free(ms);
@@ -254,15 +266,16 @@ void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per
 
 void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
                   const step_times *real, const step_times *modelled) {
-    table_t *t = table_new("Overlap: one DDP step on %d ranks (%s), slowest rank, median of %d steps each way (the "
-                           "ratios: their median over the steps, each within its step). Real: the model above, %lld "
-                           "examples per rank. Modelled: %d layers of 512 x 512, a bucket of 1.05 MB each (twice the "
-                           "real depth, a bucket a layer, so that the last bucket, which nothing can hide, is small), "
-                           "really all-reduced; each layer's forward %.2f ms and backward %.2f ms of modelled compute "
-                           "(medians), in all twice what the all-reduces took alone just before, in each step, as a "
-                           "GPU's layers take a few times their gradients' all-reduce",
-                           world_size, dist_backend(), trials, (long long)per_rank, modelled_buckets,
-                           modelled->forward_ms, modelled->backward_ms);
+    table_t *t =
+            table_new("Overlap: one DDP step on %d ranks (%s), slowest rank, median of %d steps each way (the "
+                      "ratios: their median over the steps, each within its step). Real: the model above, %lld "
+                      "examples per rank. Modelled: %d layers of 512 x 512, a bucket of 1.05 MB each (a bucket "
+                      "a layer, so that the last bucket, which nothing can hide, is small), really all-reduced; "
+                      "each layer's forward %.2f ms and backward %.2f ms of modelled compute "
+                      "(medians), in all 1.8 times what the all-reduces took alone just before, in each step, as a "
+                      "GPU's layers take a few times their gradients' all-reduce",
+                      world_size, dist_backend(), trials, (long long)per_rank, modelled_buckets, modelled->forward_ms,
+                      modelled->backward_ms);
     table_column(t, "compute", NULL, "%s");
     table_column(t, "buckets", NULL, "%d");
     table_column(t, "compute alone", "ms", "%.2f");

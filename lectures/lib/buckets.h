@@ -63,14 +63,15 @@ void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, step_
 /* The bucket sweep with modelled compute (lecture_ddp): `layers` layers of
  * layer_floats floats each, in buckets of per_bucket[k] layers for each k
  * (a bucket's layers' backward one modelled span, then its all-reduce);
- * every rank calling it. Each trial times the all-reduce of one bucket of
- * everything first (bytes_ms: its median) and sizes that trial's compute
- * from it (forward_ms, backward_ms: a layer's, from the median), then every
- * bucket size its four ways; size[k]: bucket size k's medians. */
+ * every rank calling it. Each trial times the middle size's all-reduces
+ * alone first (per_bucket[n_sizes / 2]: sized_buckets buckets; comm_ms, its
+ * median) and sizes that trial's compute from it (forward_ms, backward_ms:
+ * a layer's, from the median), then every bucket size its four ways;
+ * size[k]: bucket size k's medians. */
 #define MAX_SWEEP 8
 typedef struct bucket_sweep {
-    int trials;
-    double bytes_ms, forward_ms, backward_ms;
+    int trials, sized_buckets;
+    double comm_ms, forward_ms, backward_ms;
     step_times size[MAX_SWEEP];
 } bucket_sweep;
 void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per_bucket, int n_sizes,

@@ -97,9 +97,11 @@ static double timed(const z3_work *z, int mode) {
     return dist_timer_stop(&t) * 1e3;
 }
 
-/* One layer's gather alone, timed as the steps are: the slowest rank's ms. */
+/* One layer's gather alone, timed as the steps are: the slowest rank's ms. As in the step, after a compute (one
+ * layer's forward, once sized; see buckets.c, timed()). */
 static double one_gather(const z3_work *z) {
     dist_request *req;
+    if (z->forward_ms > 0) model_compute(z->forward_ms);
     dist_timer t = {0};
     dist_timer_start(&t);
     tensor *w = gather_start(z, 0, &req);
