@@ -202,7 +202,9 @@ class Numbers:
         compared = len(self.texts(r"one device\| = "))
         for _, r in self.tables(r""):
             compared += sum(len(r["rows"]) for c in r["columns"] if c["name"].endswith("one device|"))
-        self.assertEqual(len(checks), compared,
+        # the modelled runs' checks are of their timing bounds, not against one device (their own tests)
+        against_one_device = [c for c in checks if not c[1].startswith("modelled ")]
+        self.assertEqual(len(against_one_device), compared,
                          "a comparison with one device shown without its check (or a check without one)")
 
     def test_one_device_trains_like_float64(self):
@@ -400,9 +402,12 @@ class Numbers:
 
     def test_pipeline_parallel_forward_backward_and_bubble(self):
         c = self.config()
-        spawns = self.by_spawn("pipeline_main")
+        spawns = self.by_spawn("pipeline_main")   # the spawns whose ranks made steps: the real runs'
         runs = [("GPipe", 2), ("GPipe", 4), ("1F1B", 4)]
-        self.assertEqual(len(spawns), len(runs) + len(MODELLED_SHAPES))   # the real runs, then the modelled ones
+        self.assertEqual(len(spawns), len(runs))
+        # the modelled runs make no step of their own (their figures come back to the lecture): their spawns
+        modelled = [s for s in self.trace["spawns"] if any(f["function"] == "run_modelled_pipelines" for f in s["stack"])]
+        self.assertEqual([s["world_size"] for s in modelled], [p for p, _, _ in MODELLED_SHAPES])
         for sid, (schedule, world) in zip(spawns, runs):
             loss = self.spawn_texts(sid, r"^Rank (\d): %s: loss over 8 micro-batches = %s \(one device: %s\), max "
                                          r"\|output - one device\| = %s \(tolerance %s\)$" % (schedule, NUM, NUM, NUM, NUM))
