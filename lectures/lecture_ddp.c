@@ -686,7 +686,7 @@ static void overlap_main(int rank, int world_size, void *args) {
     buckets *g = buckets_new(c, 2, device); /* two layers a bucket */
     step_times real, modelled;
     time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, &real);
-    time_modelled_ddp_steps(MODELLED_BUCKETS, 512 * 512, OVERLAP_TRIALS, &modelled);
+    time_modelled_ddp_steps(MODELLED_BUCKETS, MODELLED_LAYER_ROWS * MODELLED_LAYER_COLS, OVERLAP_TRIALS, &modelled);
     if (rank == 0) {
         show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled);
         check(modelled.over_longer <= 1.15,

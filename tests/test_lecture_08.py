@@ -1080,7 +1080,8 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
         sid, _, table = self.overlap_table("ddp_buckets_main", r"^Overlap: one DDP step on ")
         m = re.match(r"^Overlap: one DDP step on (\d) ranks \((\w+)\), slowest rank, median of (\d+) steps each way "
                      r"\(the ratios: .*\)\. Real: the model above, (\d+) examples per rank\. Modelled: (\d+) layers of "
-                     r"512 x 512, .*each layer's forward %s ms and backward %s ms of modelled compute" % (NUM, NUM),
+                     r"1024 x 1024, a bucket of 4\.19 MB each .*each layer's forward %s ms and backward %s ms of "
+                     r"modelled compute" % (NUM, NUM),
                      table["caption"])
         self.assertIsNotNone(m, table["caption"])
         c = self.config()

@@ -134,7 +134,12 @@ static double timed(int mode, const step_work *s) {
  * C measured here at load 2-5); the communication fits in the backward (1.2 A) until it is 1.2 times as slow as it
  * was when sized (C = 2 A left 1.33 times, but its speed-up, 1.45 at best, measured 1.24-1.48). It is sized in each
  * step from its own communication alone, the slowest rank's, so a machine that communicates slowly gets a longer
- * compute. */
+ * compute. But a is not A / n: a bucket's all-reduce started alone, behind sleeping ranks, pays a fixed cost on top
+ * of its bytes (the ring's 6 rounds on 4 ranks, each waiting for two ranks to wake and move it), and the last one
+ * comes after backward. Measured (during - C), the overlapped step's tail was 0.25 A with buckets of 1 MiB (A 20 ms
+ * on an idle machine), and under two busy loops (load 4-8) 0.2-0.4 A: its bounds failed 4 and 4 times of 6. The
+ * buckets are 4 MiB, A 4 times the bytes, the fixed cost a smaller part of it: under the same two busy loops the
+ * step kept both bounds in 10 runs of 10 (1.03-1.11 x, 1.31-1.45 times faster; 2 MiB: 10 and 11 of 12). */
 static const double COMPUTE_PER_COMMUNICATION = 1.8;
 
 /* A modelled step's compute, sized from a communication time: COMPUTE_PER_COMMUNICATION times it, a third forward
@@ -269,13 +274,14 @@ void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets
     table_t *t =
             table_new("Overlap: one DDP step on %d ranks (%s), slowest rank, median of %d steps each way (the "
                       "ratios: their median over the steps, each within its step). Real: the model above, %lld "
-                      "examples per rank. Modelled: %d layers of 512 x 512, a bucket of 1.05 MB each (a bucket "
+                      "examples per rank. Modelled: %d layers of %d x %d, a bucket of %.2f MB each (a bucket "
                       "a layer, so that the last bucket, which nothing can hide, is small), really all-reduced; "
                       "each layer's forward %.2f ms and backward %.2f ms of modelled compute "
                       "(medians), in all 1.8 times what the all-reduces took alone just before, in each step, as a "
                       "GPU's layers take a few times their gradients' all-reduce",
-                      world_size, dist_backend(), trials, (long long)per_rank, modelled_buckets, modelled->forward_ms,
-                      modelled->backward_ms);
+                      world_size, dist_backend(), trials, (long long)per_rank, modelled_buckets, MODELLED_LAYER_ROWS,
+                      MODELLED_LAYER_COLS, MODELLED_LAYER_ROWS * MODELLED_LAYER_COLS * sizeof(float) / 1e6,
+                      modelled->forward_ms, modelled->backward_ms);
     table_column(t, "compute", NULL, "%s");
     table_column(t, "buckets", NULL, "%d");
     table_column(t, "compute alone", "ms", "%.2f");

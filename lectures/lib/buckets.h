@@ -60,6 +60,10 @@ void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x
  * alone is timed first, and that trial's compute sized from it. */
 void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, step_times *out);
 
+/* The modelled DDP step's layer, its gradient a bucket: 1024 x 1024
+ * floats, 4.19 MB (why this size: buckets.c, at COMPUTE_PER_COMMUNICATION). */
+enum { MODELLED_LAYER_ROWS = 1024, MODELLED_LAYER_COLS = 1024 };
+
 /* The bucket sweep with modelled compute (lecture_ddp): `layers` layers of
  * layer_floats floats each, in buckets of per_bucket[k] layers for each k
  * (a bucket's layers' backward one modelled span, then its all-reduce);
