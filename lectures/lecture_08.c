@@ -13,6 +13,7 @@
 #include "lib/pipeline.h"
 #include "lib/streams.h"
 #include "lib/train.h"
+#include "lib/zero3.h"
 
 static void introduction(void), hardware(void), collective_operations(void), our_runtime_and_nccl(void),
         benchmarking(void), cuda_streams(void), parallelism_overview(void), one_device(void), ddp(void),
@@ -96,7 +97,8 @@ static void hardware(void) {
          "no devices ship with it yet), gives 242 GB/s each way over 16 lanes; an H100 uses PCIe 5.0, about 64 GB/s "
          "each way.\n"
          "- GPUs in different nodes go through the network. Commodity Ethernet runs at 1 to 10 Gb/s (0.125 to 1.25 "
-         "GB/s); data-centre Ethernet and InfiniBand at 100 to 400 Gb/s (12.5 to 50 GB/s) per port.\n\n"
+         "GB/s); data-centre Ethernet and InfiniBand at 100 to 800 Gb/s (12.5 to 100 GB/s) per port, 800 Gb/s "
+         "InfiniBand (XDR) and Ethernet shipping from 2025.\n\n"
          "Both are far slower than a GPU's own memory. The turning point in hardware was to let GPUs reach each "
          "other *directly*, without the CPU in the way.");
     see("https://en.wikipedia.org/wiki/PCI_Express");
@@ -233,7 +235,8 @@ static void our_runtime_and_nccl(void) {
     see("https://developer-blogs.nvidia.com/wp-content/uploads/2019/02/DBtree.png");
     note("- **Ring**: the data is cut into N chunks that travel around a ring; N-1 steps of reduce-scatter then N-1 "
          "steps of all-gather. Each rank sends 2(N-1)/N times the data, and when the ranks do the additions "
-         "themselves no all-reduce can send less (Patarasuk and Yuan, 2009; lecture_collectives counts why). The "
+         "themselves no all-reduce can send less (Patarasuk and Yuan, 2009, prove it; lecture_collectives counts the "
+         "bytes each of four all-reduces built by hand sends). The "
          "ring meets that bound exactly: it is *bandwidth*-optimal among algorithms that only move data between "
          "ranks. In-network reduction (SHARP, above) does better, because the switch adds: each GPU sends its data "
          "once and receives the sum once. And 2(N-1) steps in a row means latency grows linearly with N.\n"
@@ -345,8 +348,11 @@ static void benchmarking(void) {
          "(1 / beta is the bandwidth). A ring all-reduce on p ranks takes 2(p-1) steps, each sending n/p bytes, so "
          "it costs **t = 2(p-1) (alpha + n beta / p)**. Each spawn below fits alpha and beta to its own all-reduce "
          "times (least squares on relative errors, so that small messages count as much as large ones) and plots the "
-         "model against the measurements. lecture_collectives fits the same model, with the same letters, to each of "
-         "its four all-reduces, and finds where the tree overtakes the ring.");
+         "model against the measurements. lecture_collectives fits alpha and beta another way, to a ping-pong of one "
+         "message between two ranks (no reduction, one message at a time), and uses them to predict where its tree "
+         "overtakes its ring: the same letters for another measurement, so expect other values. An all-reduce's "
+         "step also adds what it received, copies, and waits for its partner's turn on a core; this fit folds all "
+         "of that into its alpha and beta.");
     /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound): the fit's two regimes, in a few seconds on 2 cores */
     bench_args args = {
             .n_sizes = 7, .bytes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, .trials = 5};
@@ -364,10 +370,9 @@ static void benchmarking(void) {
              "how to read the numbers: time for small messages (a fixed cost per operation), busbw for large ones. "
              "Why reduce-scatter can come out slower than the whole all-reduce here, which a ring could not: the "
              "runtime calls Open MPI's MPI_Reduce_scatter_block, and Open MPI 4.1 has no ring for it (its choices, "
-             "`ompi_info --all`: basic_linear, recursive doubling, recursive halving, butterfly). For large blocks "
-             "its fixed rules pick basic_linear, as its source reads: the whole input is reduced to one rank, then "
-             "scattered, so that rank alone moves p times the bytes. Its busbw is what that algorithm reached, not a "
-             "ring's.");
+             "`ompi_info --all`: basic_linear, recursive doubling, recursive halving, butterfly). basic_linear "
+             "reduces the whole input to one rank, then scatters it, so that rank alone moves p times the bytes. "
+             "Its busbw is what the algorithm Open MPI picked reached, not a ring's.");
 }
 
 static void bench_main(int rank, int world_size, void *args) {
@@ -375,60 +380,14 @@ static void bench_main(int rank, int world_size, void *args) {
     bench_result all_reduce[MAX_SIZES], reduce_scatter[MAX_SIZES];
     bench_sweep(a, world_size, all_reduce, reduce_scatter); /* lectures/lib/collective_bench.c */
     if (rank != 0) return;                                  /* the numbers are the same everywhere: one rank reports */
-    int last = a->n_sizes - 1, peak = 0;                    /* peak: the size where all-reduce's busbw was highest */
-    if (world_size == 2) {
-        char question[256];
-        snprintf(question, sizeof question,
-                 "Before the table: what bus bandwidth will the largest all-reduce (%g MiB) reach on these "
-                 "2 ranks, processes that share this machine's memory?",
-                 all_reduce[last].bytes / (1 << 20));
-        predict(question, all_reduce[last].busbw, "GB/s");
-    }
+    int last = a->n_sizes - 1;
+    if (world_size == 2) predict_busbw(&all_reduce[last]); /* lectures/lib/collective_bench.c */
     show_results("all-reduce", world_size, all_reduce, a->n_sizes);
     show_results("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
     plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
-    for (int i = 1; i < a->n_sizes; i++)
-        if (all_reduce[i].busbw > all_reduce[peak].busbw) peak = i;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    note("busbw puts both operations on one scale: it counts the bytes the busiest link must carry, so two "
-         "operations that each keep the links equally busy show the same busbw. Measured at %g MiB: all-reduce %.2f "
-         "GB/s, reduce-scatter %.2f GB/s (ratio %.2f). The scale is shared; the speed is not: each number is what "
-         "one implementation achieved (Open MPI picks a different algorithm per operation and size, NCCL a different "
-         "kernel), and a gap says one of them is further from the link's limit. All-reduce's busbw peaks at %g MiB "
-         "(%.2f GB/s) and is %.2f GB/s at %g MiB. On a real link it rises with size towards the link's limit, as the "
-         "fixed cost per operation is spread over more bytes.%s",
-         all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
-         reduce_scatter[last].busbw / all_reduce[last].busbw, all_reduce[peak].bytes / (1 << 20),
-         all_reduce[peak].busbw, all_reduce[last].busbw, all_reduce[last].bytes / (1 << 20),
-         gpu_count() > 0 ? ""
-         : world_size > cores
-                 ? " Here (more ranks than CPU cores, so they take turns) larger messages no longer fit in the "
-                   "caches and go through the main memory all ranks share, and a rank that waits in a collective "
-                   "for a partner that is not running at the moment loses its time slice: it can fall instead."
-                 : " Here larger messages no longer fit in the caches and go through the main memory all ranks "
-                   "share, which can make it fall instead.");
+    note_bandwidths(world_size, all_reduce, reduce_scatter, a->n_sizes); /* lectures/lib/collective_bench.c */
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
-    note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g ns per byte (a bandwidth 1 / beta of %.3g "
-         "GB/s)%s; the model is off by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model "
-         "/ measured - 1). Two regimes make the model: alpha dominates while n beta / p is small (here below about "
-         "%.0f KiB, where the two terms are equal), beta above. At %g MiB the model predicts %.3g ms, against %.3g "
-         "ms measured. Where the points leave the model's line, the machine is not one link of fixed speed: %s",
-         world_size, m.alpha * 1e6, m.beta * 1e9, m.beta > 0 ? 1e-9 / m.beta : INFINITY,
-         m.clamped == 1   ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)"
-         : m.clamped == 2 ? " (the times did not grow with size: no bandwidth term could be fitted)"
-                          : "",
-         100 * m.rms_error, 100 * m.max_error, a->n_sizes, m.beta > 0 ? m.alpha * world_size / m.beta / 1024 : INFINITY,
-         all_reduce[last].bytes / (1 << 20), model_seconds(&m, all_reduce[last].bytes, world_size) * 1e3,
-         all_reduce[last].seconds * 1e3,
-         gpu_count() > 0      ? "NCCL switches algorithm and protocol with the size (LL, LL128, Simple), "
-                                "each with its own alpha and beta."
-         : world_size > cores ? "here the ranks outnumber the CPU cores, so each of the ring's 2(p-1) "
-                                "steps may wait for a partner to be scheduled, a cost the model has no "
-                                "term for; and the ranks share caches and memory bandwidth, which the "
-                                "largest messages exhaust."
-                              : "the CPU ranks share caches and memory bandwidth, so the bytes of the "
-                                "largest messages move at main memory's speed, not the cache's, and "
-                                "the other processes on the machine take turns on the same cores.");
+    note_cost_model(world_size, all_reduce, a->n_sizes, &m);
     plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
 }
 
@@ -466,15 +425,12 @@ static void cuda_streams(void) {
     note("*Not run here: this build has no CUDA support*, so there is no stream to show. Built with the CUDA toolkit "
          "and run on a GPU, the lecture times both versions here.");
 #endif
-    note("On a CPU rank an Open MPI transfer's copies and sums are work for the same cores as the matmuls. Open "
-         "MPI's shared-memory path here moves a transfer only while some thread of the rank is inside an MPI call: a "
-         "property of that library and of a single-threaded rank, not of CPUs (PyTorch's gloo runs collectives on "
-         "worker threads; MPI libraries can run a progress thread). So this runtime gives each rank a progress "
-         "thread of its own that keeps its non-blocking calls moving while the rank computes (docs/design.md): a CPU "
-         "rank's second queue. The DDP section below measures what that buys when the all-reduce overlaps backward, "
-         "on whichever backend the trace was made.");
+    note("On a CPU rank an Open MPI transfer's copies and sums are work for the same cores as the matmuls, and Open "
+         "MPI's shared-memory path moves a transfer only while some thread of the rank is inside an MPI call (a "
+         "property of that library, not of CPUs). So each rank has a progress thread that keeps its non-blocking "
+         "calls moving while it computes (docs/design.md): a CPU rank's second queue. Part 2 measures what overlap "
+         "buys twice: with this machine's arithmetic, and with modelled compute that leaves the cores free.");
 }
-
 
 /* The verdict beside each comparison: a strategy that drifts from one device fails the run (exit status 1). */
 static void agrees(const char *what, double diff, double tolerance) {
@@ -516,7 +472,8 @@ static void one_device(void) {
 }
 
 /* DDP as PyTorch runs it: buckets of layers, each rank's slice run as micro-batches. */
-enum { LAYERS_PER_BUCKET = 2, ACCUMULATION_STEPS = 2, BUCKET_STEPS = 2, OVERLAP_TRIALS = 5 };
+enum { LAYERS_PER_BUCKET = 2, ACCUMULATION_STEPS = 2, BUCKET_STEPS = 2, OVERLAP_TRIALS = 9, Z3_TRIALS = 5 };
+enum { MODELLED_BUCKETS = 16, MODELLED_LAYERS = 8 }; /* the modelled DDP step's buckets, ZeRO-3 step's layers */
 
 static void ddp(void) {
     progress("DDP");
@@ -696,18 +653,25 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     snprintf(caption, sizeof caption, "DDP with buckets, %d micro-batches (gradient tolerance %.3g)", k_micro,
              gradient_tolerance(c) * size);
     rank_table(caption, cols, 3, mine, c->steps);
-    double median_ms[STEP_MODES];                                  /* lectures/lib/buckets.c times the three ways */
+    step_times real, modelled;                                     /* lectures/lib/buckets.c times the four ways */
     tensor *x = row_slice(data, rank * local, (rank + 1) * local); /* the whole slice, one step */
-    time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, median_ms);
+    time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, &real);
+    time_modelled_ddp_steps(MODELLED_BUCKETS, MODELLED_LAYER_ROWS * MODELLED_LAYER_COLS, OVERLAP_TRIALS, &modelled);
     if (rank == 0) {
-        show_overlap(world_size, local, OVERLAP_TRIALS, median_ms); /* lectures/lib/buckets.c: a table */
-        note("Overlap speed-up (blocking / async): %.2f ms / %.2f ms = %.2f. Without overlap the all-reduce adds "
-             "%.2f ms to the compute's %.2f ms; perfect overlap would hide it behind backward, down to the longer of "
-             "the two.",
-             median_ms[AFTER_BACKWARD], median_ms[DURING_BACKWARD],
-             median_ms[AFTER_BACKWARD] / median_ms[DURING_BACKWARD],
-             median_ms[AFTER_BACKWARD] - median_ms[NO_ALL_REDUCE], median_ms[NO_ALL_REDUCE]);
-        explain_overlap_here(world_size, device, median_ms[AFTER_BACKWARD] / median_ms[DURING_BACKWARD]);
+        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled);
+        check(modelled.over_longer <= 1.15,
+              "modelled DDP step: the async all-reduces during backward took at most 1.15 x the longer of compute "
+              "alone and communication alone (%.2f x)",
+              modelled.over_longer);
+        check(modelled.speedup >= 1.3,
+              "modelled DDP step: all-reducing after backward took at least 1.3 x the overlapped step (%.2f x)",
+              modelled.speedup);
+        note("What each row proves. Modelled: started during backward, the buckets' all-reduces took %.2f ms beside "
+             "%.2f ms of compute alone and %.2f ms of communication alone (%.2f x the longer), %.2f times faster "
+             "than started after backward. Real (this machine's arithmetic): speed-up %.2f.",
+             modelled.ms[DURING_BACKWARD], modelled.ms[NO_ALL_REDUCE], modelled.ms[COMM_ALONE], modelled.over_longer,
+             modelled.speedup, real.speedup);
+        explain_overlap_here(world_size, device, real.speedup);
     }
     adamw_free_layers(opt, c->layers);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(w, c->layers), buckets_free(g);
@@ -760,8 +724,8 @@ static void ddp_zero3(void) {
          "algorithm sends for it, `dist_bytes_nominal()`) show which calls each rank made, with which sizes. Each "
          "rank's piece of the averaged gradient is one device's, to float32 rounding, and its piece of the weights "
          "ends where one device's did, within AdamW's rounding bound. This code gathers a layer only when it needs "
-         "it, with no prefetch; PyTorch's FSDP gathers the next layer while the current one computes, which on fast "
-         "links is expected to hide much of the extra traffic. This code would not hide it.",
+         "it; PyTorch's FSDP prefetches, gathering the next layer while the current one computes, to hide the extra "
+         "traffic: the table above times both.",
          4 * layer, ddp_bytes, zero3_bytes, zero3_bytes / ddp_bytes);
 }
 
@@ -821,15 +785,7 @@ static void zero3_main(int rank, int world_size, void *args) {
             mine[4] = diff_from_one_device(a, STEP0_GRADS, grad_piece, c->layers, "rrrrrrrr", first, last, &size);
             agrees("ZeRO-3: the step-0 gradient pieces", mine[4], gradient_tolerance(c) * size);
         }
-        if (step == 0 && rank == 0) {
-            char question[320];
-            snprintf(question, sizeof question,
-                     "How many bytes does one rank send in one ZeRO-3 step here (%d ranks, %d layers of "
-                     "%d x %d floats)? Each all-gather and each reduce-scatter sends (p - 1) / p of a "
-                     "layer; the last layer's gathered weights stay from its forward to its backward.",
-                     world_size, c->layers, c->width, c->width);
-            predict(question, mine[2], "bytes");
-        }
+        if (step == 0 && rank == 0) predict_zero3_bytes(world_size, c, mine[2]); /* lectures/lib/train.c */
         adamw_step_layers(opt, piece, grad_piece, c->layers);
         free_saved(c->layers, acts, pre);
     }
@@ -848,6 +804,22 @@ static void zero3_main(int rank, int world_size, void *args) {
              "rounding bound %.3g)",
              world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
     rank_table(caption, cols, 6, mine, c->steps);
+    z3_times real, modelled; /* lectures/lib/zero3.c times the three ways */
+    time_zero3_steps(c, piece, x, Z3_TRIALS, &real);
+    time_modelled_zero3_steps(512, MODELLED_LAYERS, Z3_TRIALS, &modelled);
+    if (rank == 0) {
+        show_prefetch(world_size, Z3_TRIALS, c->layers, MODELLED_LAYERS, &real, &modelled);
+        check(modelled.hidden >= 0.7, "modelled ZeRO-3 step: prefetch hid %.2f of the gathers' time (at least 0.7)",
+              modelled.hidden);
+        note("The table times the step with every layer already whole (no gathers), gathering each layer when "
+             "needed (the code above), and prefetching: the next layer's `dist_all_gather_async` started before the "
+             "current layer computes, waited for when that layer is next. Modelled: prefetching hid %.2f of the "
+             "gathers' %.2f ms (all but the first can hide: (2L - 2) / (2L - 1) = %.2f at best). Real (this "
+             "machine's arithmetic): %.2f of %.2f ms.",
+             modelled.hidden, modelled.ms[Z3_GATHER_WHEN_NEEDED] - modelled.ms[Z3_NO_GATHERS],
+             (2.0 * MODELLED_LAYERS - 2) / (2.0 * MODELLED_LAYERS - 1), real.hidden,
+             real.ms[Z3_GATHER_WHEN_NEEDED] - real.ms[Z3_NO_GATHERS]);
+    }
     adamw_free_layers(opt, c->layers);
     free_tensors((tensor *[]){x, data}, 2), free_tensors(piece, c->layers), free_tensors(grad_piece, c->layers);
 }
@@ -897,7 +869,7 @@ static void tensor_parallelism(void) {
     double megatron = (c.layers / 2 + c.layers / 2 - 1) * 2 * (p - 1) / p * b;
     note("Per rank and step, by the ring's count (an activation is %d x %d floats, b = %.0f bytes): column-only %d "
          "all-gathers of (p-1)/p b and %d all-reduces of 2(p-1)/p b, %.0f bytes; Megatron %d all-reduces, %.0f "
-         "bytes, %.2f times less. Compare the counts the ranks measured above.",
+         "bytes, %.2f times less. Compare the nominal tallies the ranks made above (`dist_bytes_nominal()`).",
          c.batch, c.width, b, c.layers, c.layers - 1, column_only, c.layers - 1, megatron, column_only / megatron);
 }
 
@@ -994,15 +966,13 @@ static void megatron_main(int rank, int world_size, void *args) {
     free_tensors(w, c->layers), free_tensors(grads, c->layers), tensor_free(data);
 }
 
-/* A micro-batch's work must be long against a message's (~0.1 ms here): with 128 rows (16 a micro-batch, ~0.3 ms)
- * the bubble measured 4 times the formula's; 1024 rows (~7 ms a micro-batch) put it near. Rows make the messages
- * longer too; depth does not: with 2 layers a stage the time between operations added 0.025-0.06 to the 2-stage
- * bubble, with 4 (twice the lecture's model) 0.015-0.04 (2-core VM, 2026-11-25). */
+/* A micro-batch's work must be long against a message's (~0.1 ms): 128 rows (~0.3 ms a micro-batch) measured 4 times
+ * the formula's bubble, 1024 (~7 ms) near it; more depth lengthens the work, not the messages (2-core VM). */
 static int pipeline_batch(void) { return lecture_quick() ? 256 : 1024; }
 static int pipeline_layers(void) { return 2 * baseline.cfg.layers; }
 
 /* What the spawn measured, beside the formula, with the load and cores. */
-static void say_bubble(int stages, int schedule, int m) {
+static pipe_result say_bubble(int stages, int schedule, int m) {
     pipe_result r;
     if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("the pipeline's rank 0 returned no result");
     double off = r.bubble / r.formula - 1;
@@ -1011,23 +981,33 @@ static void say_bubble(int stages, int schedule, int m) {
                 "micro-batches (the bubble, over the total time)?",
                 r.bubble, "");
     note("%s, %d stages: measured bubble %.3f of the total against the formula's %.3f (%+.0f%%), %s. Stage 1 %s "
-         "stage 0's last forward; stage 0 held at most %d micro-batches' activations (m = %d, p = %d). Load average "
-         "%.1f on %ld cores while it ran.",
+         "stage 0's last forward, and stages 0 and 1 computed at the same time for %.1f ms, %.2f of stage 0's work "
+         "(%.2f where each stage has a device of its own: all but one of its forwards and backwards); messages went "
+         "%s. Stage 0 held at most %d micro-batches' activations (m = %d, p = %d). Load average %.1f on %ld cores "
+         "while it ran.",
          SCHEDULE_NAMES[schedule], stages, r.bubble, r.formula, 100 * off, bubble_why(&r, stages),
-         r.overlapped ? "began its first forward before" : "began only after", r.stage0_held, m, stages, r.load,
-         r.cores);
-    /* The formula assumes equal stages and free messages; the replay keeps the first breach, drops the second */
-    note("The same schedule replayed with each stage's own measured forward and backward times, and nothing between "
-         "one operation and the next, gives a bubble of %.3f: the time between operations (messages, the bookkeeping "
-         "around them, waiting for a core) accounts for the other %.3f of the %.3f measured. Stages of unequal speed "
-         "show in the idle time averaged over the stages, %.3f measured (%.3f replayed): a faster stage waits for the "
-         "slowest, which sets the pace. Stage 0's forwards took %.2f ms and its backwards %.2f ms on average, stage "
-         "%d's %.2f and %.2f: the stages do the same arithmetic (the last adds its loss, tens of microseconds), so a "
-         "gap between them is the machine's: CPUs that run the same code at different speeds (a 2-core VM's were 16%% "
-         "apart with nothing else running: docs/benchmarks.md), and other processes and each rank's progress thread "
-         "taking turns on the same cores.",
-         r.replayed, r.bubble - r.replayed, r.bubble, r.mean, r.replayed_mean, r.op_ms[0][0], r.op_ms[0][1], stages - 1,
-         r.op_ms[1][0], r.op_ms[1][1]);
+         r.overlapped ? "began its first forward before" : "began only after", r.together_ms,
+         r.together_ms / r.busy0_ms, (m - 1.0) / m,
+         r.single_copy ? "by the single-copy path (the receiver reads the sender's memory)"
+                       : "without the single-copy path (the sender's progress thread hands them over)",
+         r.stage0_held, m, stages, r.load, r.cores);
+    note_replay(&r); /* lectures/lib/pipeline.c: the schedule replayed with the stages' own times */
+    return r;
+}
+
+/* A modelled run's checks: its bubble against the formula, and 1F1B's activations per stage against p - s. */
+static void check_modelled(const pipe_result *r) {
+    check(fabs(r->bubble / r->formula - 1) <= 0.10,
+          "modelled %s, %d stages, %d micro-batches: measured bubble %.4f within 10%% of (p-1)/(m+p-1) = %.4f",
+          SCHEDULE_NAMES[r->schedule], r->stages, r->m, r->bubble, r->formula);
+    int over = 0; /* stages s that held more than p - s */
+    for (int s = 0; s < r->stages; s++)
+        over += r->held[s] > r->stages - s;
+    if (r->schedule == ONE_F_ONE_B)
+        check(over == 0,
+              "modelled 1F1B, %d stages, %d micro-batches: stage s held at most p - s micro-batches' "
+              "activations (stage 0: %d, stage %d: %d)",
+              r->stages, r->m, r->held[0], r->stages - 1, r->held[r->stages - 1]);
 }
 
 static void pipeline_parallelism(void) {
@@ -1054,51 +1034,59 @@ static void pipeline_parallelism(void) {
          "batch's activations. **1F1B** (one forward, one backward) runs the same work in another order: stage *r* "
          "does p - r - 1 forwards to fill the pipe, then alternates one forward and one backward, then drains the "
          "last backwards. A micro-batch's activations are freed as soon as its backward is done, so stage *r* never "
-         "holds more than p - r micro-batches, instead of all m: on stage 0, p instead of m. Its bubble is the same "
-         "as GPipe's; what it saves is memory. (*Interleaved* 1F1B, not run here, gives each rank several "
-         "non-adjacent groups of layers, v virtual stages, which divides the bubble by v at the cost of v times more "
-         "messages.)");
+         "holds more than p - r micro-batches, instead of all m: on stage 0, p instead of m. The schedule's bubble is "
+         "GPipe's, (p - 1) / (m + p - 1); what it saves is memory. (*Interleaved* 1F1B, not run here, gives each rank "
+         "several non-adjacent groups of layers, v virtual stages, which divides the bubble by v at the cost of v "
+         "times more messages.)");
     baseline_run pipe = {.cfg = baseline.cfg};
     pipe.cfg.batch = pipeline_batch();
     pipe.cfg.layers = pipeline_layers();
     one_device_step0(&pipe);
-    note("The stages below run the same kind of model, twice as deep (%d layers), on a batch of %d examples (%d a "
-         "micro-batch): a micro-batch's work must be long against a message's cost, or the timeline measures "
-         "messages, not the schedule; more layers make a stage's work longer and leave its messages as they are. "
-         "Each rank "
-         "stamps the start and end of every forward and backward with the machine's monotonic clock, shared by all "
-         "ranks. Sends are non-blocking (`dist_isend`) and travel while the sender computes (here the receiver "
-         "copies them out of the sender's memory into a buffer it reuses, as pipeline engines do: a new buffer for "
-         "each message can cost more than the copy, docs/benchmarks.md), so stage 1 starts micro-batch 0 while "
-         "stage 0 computes micro-batch 1. A stage's idle fraction is 1 - (its busy time) / (the time from the first start to the "
-         "last end, over all ranks). The measured bubble is the busiest stage's idle fraction: the time the pass "
-         "took beyond the work of the stage that sets the pace, over the total (the *total* convention). The "
-         "formula assumes stages of equal work, so stage 0 computes the gradient of its input too, which nothing "
-         "uses and a real pipeline skips; where one stage runs slower all the same, the others idle longer than the "
-         "bubble, waiting for it: that is imbalance, not the schedule, and the table shows each stage's.",
-         pipe.cfg.layers, pipe.cfg.batch, pipe.cfg.batch / m);
+    note("Each schedule runs twice. The **real** run computes (the same kind of model, twice as deep: %d layers; a "
+         "batch of %d, %d a micro-batch; its gradients checked against one device's): what this machine's "
+         "arithmetic does to the schedule. The **modelled** run sends the same messages but replaces each stage's "
+         "arithmetic with modelled compute (`model_compute`): its device busy %g ms a forward, %g ms a backward, "
+         "its host and links free, as on a GPU: what the schedule does where every stage has a device of its own. "
+         "Both stamp every forward and backward with the monotonic clock all ranks share. Sends are non-blocking "
+         "(`dist_isend`), so the schedule lets stage 1 start micro-batch 0 while stage 0 computes micro-batch 1; "
+         "each run's note says for how long they did. A stage's idle fraction is 1 - (its busy time) / (first start "
+         "to last end, over all ranks); the bubble is the busiest stage's (the *total* convention). The real stage "
+         "0 also computes its input's gradient, which nothing uses, so that the stages' work is equal.",
+         pipe.cfg.layers, pipe.cfg.batch, pipe.cfg.batch / m, MODELLED_F_MS, 2 * MODELLED_F_MS);
     size_t size;
+    must_divide(pipe.cfg.batch, m, "the batch's examples (in micro-batches)");
     train_args *args = baseline_args(&pipe, m, &size);
-    struct {
-        int stages, schedule;
-    } runs[] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}};
+    static const int runs[3][2] = {{2, GPIPE}, {4, GPIPE}, {4, ONE_F_ONE_B}},
+                     twin_of[3] = {0, 2, 3}; /* {p, schedule} */
+    pipe_result real[3], twin[N_MODELLED_SHAPES];
     for (int k = 0; k < 3; k++) {
-        note("### %s, %d stages, %d micro-batches: bubble %.1f%% of the total", SCHEDULE_NAMES[runs[k].schedule],
-             runs[k].stages, m, 100 * bubble_fraction(runs[k].stages, m));
-        progress("pipeline parallelism: %s, spawn %d ranks", SCHEDULE_NAMES[runs[k].schedule], runs[k].stages);
-        args->schedule = runs[k].schedule;
-        args->clock_base = now_seconds();
-        int p = runs[k].stages;
+        int p = runs[k][0];
+        note("### %s, %d stages, %d micro-batches: bubble %.1f%% of the total", SCHEDULE_NAMES[runs[k][1]], p, m,
+             100 * bubble_fraction(p, m));
+        progress("pipeline parallelism: %s, spawn %d ranks", SCHEDULE_NAMES[runs[k][1]], p);
+        args->schedule = runs[k][1], args->clock_base = now_seconds();
         must_divide(pipe.cfg.layers, p, "the layers");
-        must_divide(pipe.cfg.batch, m, "the batch's examples (in micro-batches)");
         spawn(pipeline_main, p, args, size);
-        say_bubble(p, runs[k].schedule, m);
+        real[k] = say_bubble(p, runs[k][1], m);
     }
     free(args);
+    note("### The modelled runs: GPipe and 1F1B on 2 and 4 stages, 8 and 32 micro-batches\n\n"
+         "Each is checked: its measured bubble within 10%% of (p - 1) / (m + p - 1), and 1F1B's stage s holding at "
+         "most p - s micro-batches' activations.");
+    run_modelled_pipelines(pipeline_main, &pipe.cfg, twin); /* lectures/lib/pipeline.c: GPipe and 1F1B, 6 shapes */
+    for (int k = 0; k < N_MODELLED_SHAPES; k++)
+        check_modelled(&twin[k]);
+    show_pipeline_pairs(real, twin); /* lectures/lib/pipeline.c: a row per schedule and shape, real beside modelled */
+    for (int k = 0; k < 3; k++)
+        chart_pipelines(&real[k], &twin[twin_of[k]], SCHEDULE_NAMES[runs[k][1]]);
     baseline_free(&pipe);
-    note("Forward and backward match one device in both schedules, and 1F1B's stage 0 held p micro-batches' "
-         "activations where GPipe's held m. On 4 GPUs, one stage each, no stage waits for a core (expected: no GPU "
-         "run of this lecture is in the committed trace).");
+    note("What each run proves. The modelled runs show the schedules' lesson: the bubble is (p - 1) / (m + p - 1) "
+         "for GPipe and 1F1B alike, within 10%%, shrinking from %.3f to %.3f as m grows from 8 to 32 on 4 stages; "
+         "1F1B's stage 0 held %d activations where GPipe's held %d. The real runs show what this machine does to it: "
+         "their bubbles (%.3f, %.3f, %.3f) also carry the ranks' turns on %ld cores. Forward and backward match one "
+         "device in both schedules.",
+         twin[2].bubble, twin[4].bubble, twin[3].held[0], twin[2].held[0], real[0].bubble, real[1].bubble,
+         real[2].bubble, real[0].cores);
 }
 
 /* One pass of the schedule: every micro-batch forward and backward. */
@@ -1133,9 +1121,14 @@ static void pipeline_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
     stage *s = stage_new(a, rank, world_size); /* this stage's layers (lectures/lib/pipeline.c) */
-    for (s->run = 0; s->run < PIPE_RUNS; s->run++) {
+    for (s->run = 0; s->run < s->runs; s->run++) {
         dist_barrier(); /* every stage ready before the clock matters */
         run_schedule(s);
+    }
+    if (s->modelled) { /* no arithmetic to check: only the timeline */
+        report_timeline(s, a->schedule, NAN, NAN);
+        stage_free(s);
+        return;
     }
     if (rank == world_size - 1) {
         /* The batch loss is the mean of the micro-batch losses (equal sizes). */
@@ -1173,11 +1166,14 @@ static void summary(void) {
          "- Hardware keeps getting faster, but it will stay a hierarchy: fast and small close by, big and slow far "
          "away.\n"
          "- There are many ways to parallelise (data, tensor, pipeline, and their mixes), and large runs combine "
-         "them: tensor parallel inside a node, pipeline and data parallel across nodes.");
+         "them: tensor parallel inside a node, pipeline and data parallel across nodes (lecture_scaling runs such a "
+         "mesh).");
     note("## Further reading\n\n"
-         "In this series, for depth on two of this lecture's sections: lecture_collectives (all-reduce built four "
-         "ways, and the alpha-beta model fitted to each) and lecture_ddp (data parallelism step by step, and buckets "
-         "measured). Elsewhere: an [overview of parallelism "
+         "In this series: lecture_collectives (all-reduce built four ways, and the alpha-beta model fitted to a "
+         "ping-pong), lecture_ddp (data parallelism step by step, and bucket sizes measured), lecture_scaling "
+         "(after DDP: expert, sequence and context parallelism with ring attention, a 2-D mesh of data and tensor "
+         "parallelism, ZeRO with prefetch, recomputation) and lecture_gpu (one GPU's kernels, memory and roofline, "
+         "then many GPUs). Elsewhere: an [overview of parallelism "
          "strategies](https://github.com/stas00/ml-engineering/tree/master/training/model-parallelism) "
          "(ml-engineering); DeepSpeed and ZeRO, [on Microsoft's research "
          "blog](https://www.microsoft.com/en-us/research/blog/zero-deepspeed-new-system-optimizations-enable-training-models-with-over-100-billion-parameters/); "

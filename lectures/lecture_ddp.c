@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "lib/buckets.h"
 #include "lib/mlp.h"
 
 static void introduction(void);
@@ -652,14 +654,61 @@ typedef struct sweep_args {
 static const int SWEEP_SIZES[] = {1, 2, 4, SWEEP_LAYERS};
 #define N_SIZES (int)(sizeof SWEEP_SIZES / sizeof SWEEP_SIZES[0])
 
+/* The modelled sweep: 64 layers of 64 x 1024 floats (256 KiB of gradient
+ * each, 16 MiB in all), in 1 to 64 buckets. */
+enum { MODELLED_LAYERS = 64, MODELLED_FLOATS = 64 * 1024, MODELLED_TRIALS = 7 };
+static const int MODELLED_SIZES[] = {64, 16, 8, 4, 1};
+#define N_MODELLED (int)(sizeof MODELLED_SIZES / sizeof MODELLED_SIZES[0])
+
 /* The slowest rank's medians, per bucket size, handed to the lecture
- * (spawn_return), which makes the table and the plot. */
+ * (spawn_return), which makes the table and the plot; then the modelled
+ * sweep's. */
 typedef struct sweep_times {
     double step[N_SIZES], wait[N_SIZES];
+    bucket_sweep modelled;
 } sweep_times;
 
 static void sweep_main(int rank, int world_size, void *args);
 static void note_sweep(const sweep_args *a, const sweep_times *t);
+
+/* Overlap, measured: one DDP step four ways (lectures/lib/buckets.c): the compute alone, the communication alone,
+ * the buckets' all-reduces started after backward, and started as backward fills each; with the sweep's model
+ * (real) and with modelled compute. */
+enum { OVERLAP_WORLD = 4, OVERLAP_TRIALS = 9, MODELLED_BUCKETS = 16 };
+
+static void overlap_main(int rank, int world_size, void *args) {
+    const mlp_config *c = args;
+    int device = get_device(rank);
+    int64_t local = c->batch / world_size;
+    tensor *data = make_data(c, device), *x = row_slice(data, rank * local, (rank + 1) * local), *w[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++)
+        w[i] = init_layer(c, i, device);
+    buckets *g = buckets_new(c, 2, device); /* two layers a bucket */
+    step_times real, modelled;
+    time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, &real);
+    time_modelled_ddp_steps(MODELLED_BUCKETS, MODELLED_LAYER_ROWS * MODELLED_LAYER_COLS, OVERLAP_TRIALS, &modelled);
+    if (rank == 0) {
+        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled);
+        check(modelled.over_longer <= 1.15,
+              "modelled DDP step: the async all-reduces during backward took at most 1.15 x the longer of compute "
+              "alone and communication alone (%.2f x)",
+              modelled.over_longer);
+        check(modelled.speedup >= 1.3,
+              "modelled DDP step: all-reducing after backward took at least 1.3 x the overlapped step (%.2f x)",
+              modelled.speedup);
+        note("What each row proves. Modelled: started during backward, the buckets' all-reduces took %.2f ms beside "
+             "%.2f ms of compute alone and %.2f ms of communication alone (%.2f x the longer), %.2f times faster "
+             "than started after backward: the overlap DDP's design is for. Real (this machine's arithmetic on %d "
+             "ranks sharing %ld cores): speed-up %.2f.",
+             modelled.ms[DURING_BACKWARD], modelled.ms[NO_ALL_REDUCE], modelled.ms[COMM_ALONE], modelled.over_longer,
+             modelled.speedup, world_size, sysconf(_SC_NPROCESSORS_ONLN), real.speedup);
+    }
+    buckets_free(g);
+    for (int i = 0; i < c->layers; i++)
+        tensor_free(w[i]);
+    tensor_free(x);
+    tensor_free(data);
+}
 
 static void bucket_size(void) {
     progress("bucket size");
@@ -671,37 +720,38 @@ static void bucket_size(void) {
         a.cfg.width = 64;
         a.steps = 5;
     }
-    note("A bigger model for timing: %d layers of %d x %d (%.2f MB of gradients), a batch of "
-         "%d on %d ranks. One training step (forward, backward with the bucketed all-reduce, "
-         "SGD) is timed %d times after %d warm-up steps for each bucket size; the table gives "
-         "the median, the slowest rank's.",
+    note("First, what overlap buys: one DDP step of the model below (%d layers of %d x %d, buckets of two layers, "
+         "%d ranks) timed four ways, and the same step with modelled compute (`model_compute`: each layer's device "
+         "busy for a set time, its host and links free, as on a GPU) and real all-reduces of real buckets.",
+         a.cfg.layers, a.cfg.width, a.cfg.width, OVERLAP_WORLD);
+    spawn(overlap_main, OVERLAP_WORLD, &a.cfg, sizeof a.cfg);
+    note("Two sweeps, in one table and one chart. **Real**: a bigger model for timing, %d layers of %d x %d (%.2f MB "
+         "of gradients), a batch of %d on %d ranks; one training step (forward, backward with the bucketed "
+         "all-reduce, SGD) timed %d times after %d warm-up steps for each bucket size, the slowest rank's median. "
+         "**Modelled**: the same DDP step with modelled compute (`model_compute`: each layer's device busy for a "
+         "set time, its host and links free, as on a GPU) and real all-reduces of real buckets, so that the trade "
+         "the bucket size makes shows, not this machine's cores.",
          a.cfg.layers, a.cfg.width, a.cfg.width, (double)a.cfg.layers * a.cfg.width * a.cfg.width * 4 / 1e6,
          a.cfg.batch, SWEEP_WORLD, a.steps, a.warmup);
     spawn(sweep_main, SWEEP_WORLD, &a, sizeof a);
     sweep_times t;
     if (spawn_result(0, &t, sizeof t) == sizeof t) note_sweep(&a, &t);
     if (gpu_count() == 0)
-        note("What this machine can show, and what it cannot. Its ranks are processes on a "
-             "CPU that other work shares: each rank's progress thread moves an early bucket's "
-             "all-reduce while backward goes on (docs/design.md), but the all-reduce's copies "
-             "and sums need the same cores as the matrix products, so hiding the transfer does "
-             "not hide its work. These rows differ by the fixed cost of each all-reduce call, "
-             "by what waiting the overlap hides, and by the noise of a shared machine, and "
-             "their order may change from run to run.");
+        note("What the real column shows, and what it cannot. Its ranks are processes on a CPU that other work "
+             "shares: each rank's progress thread moves an early bucket's all-reduce while backward goes on "
+             "(docs/design.md), but the all-reduce's copies and sums need the same cores as the matrix products, so "
+             "hiding the transfer does not hide its work. Its rows differ by the fixed cost of each all-reduce call, "
+             "by what waiting the overlap hides, and by the noise of a shared machine, and their order may change "
+             "from run to run.");
     else
-        note("What this machine can show, and what it cannot. The matrix products ran on "
-             "the GPU; the all-reduce ran on the backend named in the spawn's note above (on "
-             "NCCL, its own stream; with ranks sharing a GPU, Open MPI on the CPU through "
-             "staged host copies), so it competes with the products for copies and "
-             "synchronisation, not for the same cores. These rows differ by the fixed cost "
-             "of each all-reduce call, by what the overlap hides, and by the noise of a shared "
-             "machine.");
-    note("On GPUs with NCCL each all-reduce runs on its own stream beside the backward "
-         "kernels: there a middle bucket size is expected to hide most of the communication "
-         "(not yet shown by a GPU trace of this lecture), "
-         "small buckets pay the fixed cost many times, and one bucket for all cannot start "
-         "before backward ends. That is why PyTorch's default (25 MB) is neither one bucket "
-         "per parameter nor one for all.");
+        note("What the real column shows, and what it cannot. The matrix products ran on the GPU; the all-reduce "
+             "ran on the backend named in the spawn's note above (on NCCL, its own stream; with ranks sharing a GPU, "
+             "Open MPI on the CPU through staged host copies), so it competes with the products for copies and "
+             "synchronisation, not for the same cores.");
+    note("On GPUs with NCCL each all-reduce runs on its own stream beside the backward kernels, as the modelled "
+         "column's do: small buckets pay the fixed cost many times, one bucket for all cannot start before backward "
+         "ends, and a middle size hides most of the communication. That is why PyTorch's default (25 MB) is neither "
+         "one bucket per parameter nor one for all.");
 }
 
 /* Median step time (s) and median time waiting for buckets, with buckets of
@@ -740,37 +790,82 @@ static void sweep_main(int rank, int world_size, void *args) {
     tensor *data = make_data(&a->cfg, device);
     int64_t local = a->cfg.batch / world_size;
     tensor *x = row_slice(data, rank * local, (rank + 1) * local);
-    sweep_times t;
+    sweep_times t = {.modelled = {.trials = MODELLED_TRIALS}};
     for (int k = 0; k < N_SIZES; k++) {
         double wait, step = time_steps(a, SWEEP_SIZES[k], x, &wait);
         t.step[k] = max_over_ranks(step, device);
         t.wait[k] = max_over_ranks(wait, device);
     }
+    /* lectures/lib/buckets.c: real buckets, modelled compute, sized from this machine's all-reduces */
+    time_modelled_bucket_sweep(MODELLED_LAYERS, MODELLED_FLOATS, MODELLED_SIZES, N_MODELLED, &t.modelled);
     if (rank == 0) spawn_return(&t, sizeof t);
     tensor_free(x);
     tensor_free(data);
 }
 
 static void note_sweep(const sweep_args *a, const sweep_times *t) {
-    table_t *table = table_new("DDP step against bucket size");
-    table_column(table, "layers per bucket", NULL, "%d");
+    const bucket_sweep *md = &t->modelled;
+    table_t *table = table_new("DDP step against bucket size: the real model, and modelled compute");
     table_column(table, "buckets", NULL, "%d");
-    table_column(table, "bucket size", "MB", "%.3f");
-    table_column(table, "step", "ms", "%.3f");
-    table_column(table, "waiting for buckets", "ms", "%.3f");
-    double buckets[N_SIZES], step_ms[N_SIZES];
-    for (int k = 0; k < N_SIZES; k++) {
-        int n = (a->cfg.layers + SWEEP_SIZES[k] - 1) / SWEEP_SIZES[k];
-        double mb = (double)SWEEP_SIZES[k] * a->cfg.width * a->cfg.width * 4 / 1e6;
-        table_row(table, SWEEP_SIZES[k], n, mb, t->step[k] * 1e3, t->wait[k] * 1e3);
-        buckets[k] = n;
-        step_ms[k] = t->step[k] * 1e3;
+    table_column(table, "real: layers per bucket", NULL, "%.0f");
+    table_column(table, "real: bucket size", "MB", "%.3f");
+    table_column(table, "real: step", "ms", "%.3f");
+    table_column(table, "real: waiting for buckets", "ms", "%.3f");
+    table_column(table, "modelled: layers per bucket", NULL, "%.0f");
+    table_column(table, "modelled: step", "ms", "%.3f");
+    table_column(table, "modelled: all-reduce after backward", "ms", "%.3f");
+    table_column(table, "modelled: compute alone", "ms", "%.3f");
+    table_column(table, "modelled: communication alone", "ms", "%.3f");
+    table_column(table, "modelled: speed-up (after / during)", NULL, "%.2f");
+    table_column(table, "modelled: during / max(compute, communication)", NULL, "%.2f");
+    double real_buckets[N_SIZES], real_ms[N_SIZES], model_buckets[N_MODELLED], model_ms[N_MODELLED];
+    int best = 0;
+    for (int n = 1; n <= MODELLED_LAYERS; n *= 2) { /* a row per bucket count either run had */
+        int r = -1, m = -1;
+        for (int k = 0; k < N_SIZES; k++)
+            if ((a->cfg.layers + SWEEP_SIZES[k] - 1) / SWEEP_SIZES[k] == n) r = k;
+        for (int k = 0; k < N_MODELLED; k++)
+            if (MODELLED_LAYERS / MODELLED_SIZES[k] == n) m = k;
+        if (r < 0 && m < 0) continue;
+        double mb = r < 0 ? NAN : (double)SWEEP_SIZES[r] * a->cfg.width * a->cfg.width * 4 / 1e6;
+        table_row(table, n, r < 0 ? NAN : SWEEP_SIZES[r], mb, r < 0 ? NAN : t->step[r] * 1e3,
+                  r < 0 ? NAN : t->wait[r] * 1e3, m < 0 ? NAN : MODELLED_SIZES[m],
+                  m < 0 ? NAN : md->size[m].ms[DURING_BACKWARD], m < 0 ? NAN : md->size[m].ms[AFTER_BACKWARD],
+                  m < 0 ? NAN : md->size[m].ms[NO_ALL_REDUCE], m < 0 ? NAN : md->size[m].ms[COMM_ALONE],
+                  m < 0 ? NAN : md->size[m].speedup, m < 0 ? NAN : md->size[m].over_longer);
     }
     table_show(table);
+    for (int k = 0; k < N_SIZES; k++) {
+        real_buckets[k] = (a->cfg.layers + SWEEP_SIZES[k] - 1) / SWEEP_SIZES[k];
+        real_ms[k] = t->step[k] * 1e3;
+    }
+    for (int k = 0; k < N_MODELLED; k++) {
+        model_buckets[k] = MODELLED_LAYERS / MODELLED_SIZES[k];
+        model_ms[k] = md->size[k].ms[DURING_BACKWARD];
+        if (model_ms[k] < model_ms[best]) best = k;
+    }
     chart_t *c = chart_new("buckets", "step (ms)", "DDP step time against the number of buckets");
     chart_log_x(c, 2);
-    chart_line(c, "step", buckets, step_ms, N_SIZES);
+    chart_line(c, "real", real_buckets, real_ms, N_SIZES);
+    chart_line(c, "modelled compute", model_buckets, model_ms, N_MODELLED);
     chart_show(c);
+    int n_best = MODELLED_LAYERS / MODELLED_SIZES[best];
+    const step_times *b = &md->size[best];
+    note("The modelled sweep: %d layers of 256 KiB of gradient each, really all-reduced, on %d ranks; each layer's "
+         "forward %.3f ms and backward %.3f ms of modelled compute (medians; a bucket's layers' backward one span), "
+         "in all 1.8 times what the all-reduces of the middle size, %d buckets, took alone (%.2f ms, median), measured in "
+         "each step just before.",
+         MODELLED_LAYERS, SWEEP_WORLD, md->forward_ms, md->backward_ms, md->sized_buckets, md->comm_ms);
+    check(best > 0 && best < N_MODELLED - 1,
+          "modelled sweep: the fastest step (%.2f ms, %d buckets) lies inside the sweep, not at 1 bucket (%.2f ms) "
+          "nor at %d (%.2f ms)",
+          model_ms[best], n_best, model_ms[0], MODELLED_LAYERS, model_ms[N_MODELLED - 1]);
+    note("Both halves of the trade, in the modelled column: one bucket starts late (its all-reduce only after "
+         "backward: %.2f ms), %d buckets each pay the per-call cost, at the call and at the wait (%.2f ms), and %d "
+         "buckets, between the two, are the fastest (%.2f ms: %.2f x the longer of compute alone and communication "
+         "alone, %.2f times faster than the same buckets all-reduced after backward). The real column is this "
+         "machine's arithmetic.",
+         model_ms[0], MODELLED_LAYERS, model_ms[N_MODELLED - 1], n_best, model_ms[best], b->over_longer, b->speedup);
 }
 
 /* ------------------------------------------------------------------ */
@@ -849,7 +944,8 @@ static void summary(void) {
          "each bucket's all-reduce as soon as backward completes it, and waits before the "
          "optimizer; `no_sync` skips the all-reduce on all but the last micro-batch.\n"
          "- The bucket size trades a fixed cost per all-reduce against how early "
-         "communication can start.\n"
+         "communication can start: with modelled compute, one bucket and a bucket per "
+         "layer were both slower than a middle size.\n"
          "- One slow rank slows every rank: they wait for it in the all-reduce.");
     see("https://arxiv.org/abs/2006.15704", "Li et al.: PyTorch Distributed: Experiences on "
                                             "Accelerating Data Parallel Training (VLDB 2020)");

@@ -607,7 +607,7 @@ void device_synchronize(void);
  *     dist_wait(r);                 // the all-reduce moved meanwhile
  *
  * On the CPU the calling thread sleeps for ms (the core is free for other
- * ranks), waking every 0.2 ms while transfers are in flight to move them
+ * ranks), waking every 0.1 ms while transfers are in flight to move them
  * (a few microseconds each; the rank's progress thread, at nice 19, can be
  * starved by other processes' load, a device's communication is not);
  * on a GPU one kernel on the rank's compute stream spins on the device for

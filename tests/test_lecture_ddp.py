@@ -198,29 +198,79 @@ class LectureDDP(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase
     # ---- measurements ----
 
     def test_bucket_sweep(self):
-        table = self.table(r"^DDP step against bucket size$")
-        self.assertEqual([(c["name"], c.get("unit")) for c in table["columns"]],
-                         [("layers per bucket", None), ("buckets", None), ("bucket size", "MB"), ("step", "ms"),
-                          ("waiting for buckets", "ms")])
-        rows = table["rows"]
-        m = re.search(r"A bigger model for timing: (\d+) layers of (\d+) x", self.markdown_text())
+        """The real sweep and the modelled one in one table and one chart; the
+        modelled one shows both halves of the trade with its fastest step
+        inside the sweep, and the overlap's bounds there (each checked by the
+        lecture too)."""
+        table = self.table(r"^DDP step against bucket size: the real model, and modelled compute$")
+        self.assertEqual([(c["name"], c.get("unit")) for c in table["columns"]], [
+            ("buckets", None), ("real: layers per bucket", None), ("real: bucket size", "MB"), ("real: step", "ms"),
+            ("real: waiting for buckets", "ms"), ("modelled: layers per bucket", None), ("modelled: step", "ms"),
+            ("modelled: all-reduce after backward", "ms"), ("modelled: compute alone", "ms"),
+            ("modelled: communication alone", "ms"), ("modelled: speed-up (after / during)", None),
+            ("modelled: during / max(compute, communication)", None)])
+        rows = self.row_dicts(table)
+        m = re.search(r"\*\*Real\*\*: a bigger model for timing, (\d+) layers of (\d+) x", self.markdown_text())
         layers, width = int(m.group(1)), int(m.group(2))
-        self.assertEqual([r[0] for r in rows], [1, 2, 4, layers])   # per parameter, a few, one for all
-        for per, buckets, mb, step, wait in rows:
-            self.assertEqual(buckets, -(-layers // per))
-            self.assertTrue(math.isclose(mb, per * width * width * 4 / 1e6, rel_tol=1e-12))
-            self.assertGreater(step, 0)
-            self.assertGreaterEqual(wait, 0)
+        m = re.search(r"The modelled sweep: (\d+) layers of 256 KiB", self.markdown_text())
+        modelled_layers = int(m.group(1))
+        real = [r for r in rows if r["real: step"] is not None]
+        model = [r for r in rows if r["modelled: step"] is not None]
+        # real: per parameter, a few, one for all; modelled: one bucket to a bucket a layer
+        self.assertEqual(sorted(r["real: layers per bucket"] for r in real), [1, 2, 4, layers])
+        self.assertEqual([r["buckets"] for r in model], [1, 4, 8, 16, 64])
+        for r in real:
+            per = r["real: layers per bucket"]
+            self.assertEqual(r["buckets"], -(-layers // per))
+            self.assertTrue(math.isclose(r["real: bucket size"], per * width * width * 4 / 1e6, rel_tol=1e-12))
+            self.assertGreater(r["real: step"], 0)
+            self.assertGreaterEqual(r["real: waiting for buckets"], 0)
             # Waiting is part of the step (both the slowest rank's medians,
             # possibly of different ranks, each as float32 over the ranks).
-            self.assertLessEqual(wait, step * (1 + 1e-6))
+            self.assertLessEqual(r["real: waiting for buckets"], r["real: step"] * (1 + 1e-6))
+        for r in model:
+            self.assertEqual(r["modelled: layers per bucket"] * r["buckets"], modelled_layers)
+        steps = [r["modelled: step"] for r in model]
+        best = steps.index(min(steps))
+        self.assertTrue(0 < best < len(steps) - 1, "the fastest step is at an end of the sweep: %r" % steps)
+        checks = [r for _, r in self.renderings("check") if r["what"].startswith("modelled sweep")]
+        self.assertEqual([r["passed"] for r in checks], [True])
+        said = re.search(r"and (\d+) buckets, between the two, are the fastest \(([0-9.]+) ms", self.markdown_text())
+        self.assertEqual((int(said.group(1)), said.group(2)), (model[best]["buckets"], "%.2f" % steps[best]))
         plots = [r["spec"] for _, r in self.renderings("plot")]
         self.assertEqual(len(plots), 1)
         spec = plots[0]
         self.assertIn("vega-lite/v6", spec["$schema"])
         self.assertEqual((spec["encoding"]["x"]["title"], spec["encoding"]["y"]["title"]), ("buckets", "step (ms)"))
         # the chart plots the table's values
-        self.assertEqual([(p["x"], p["y"]) for p in spec["data"]["values"]], [(r[1], r[3]) for r in rows])
+        points = {(p["series"], p["x"]): p["y"] for p in spec["data"]["values"]}
+        self.assertEqual(points, dict([(("real", r["buckets"]), r["real: step"]) for r in real] +
+                                      [(("modelled compute", r["buckets"]), r["modelled: step"]) for r in model]))
+        self.assertIs(self.trace["meta"]["modelled_compute"], True)
+
+    def test_overlap_real_and_modelled(self):
+        """One DDP step four ways, real and modelled in one table; the
+        modelled row within the lesson's bounds, each also a check of the
+        lecture."""
+        table = self.table(r"^Overlap: one DDP step on 4 ranks ")
+        rows = {r["compute"]: r for r in self.row_dicts(table)}
+        self.assertEqual(sorted(rows), ["modelled", "real"])
+        self.assertEqual((rows["real"]["buckets"], rows["modelled"]["buckets"]), (4, 16))
+        for row in rows.values():
+            for k in ("compute alone", "communication alone", "all-reduce after backward",
+                      "async all-reduce during backward", "speed-up (after / during)",
+                      "during / max(compute, communication)"):
+                self.assertTrue(math.isfinite(row[k]) and row[k] > 0, row)
+        md = rows["modelled"]
+        self.assertLessEqual(md["during / max(compute, communication)"], 1.15)
+        self.assertGreaterEqual(md["speed-up (after / during)"], 1.3)
+        checks = [r for _, r in self.renderings("check") if r["what"].startswith("modelled DDP step")]
+        self.assertEqual([r["passed"] for r in checks], [True, True])
+        m = re.search(r"What each row proves\. Modelled: .* \(([0-9.]+) x the longer\), ([0-9.]+) times faster .* "
+                      r"speed-up ([0-9.]+)\.", self.markdown_text())
+        self.assertEqual(m.groups(), ("%.2f" % md["during / max(compute, communication)"],
+                                      "%.2f" % md["speed-up (after / during)"],
+                                      "%.2f" % rows["real"]["speed-up (after / during)"]))
 
     def test_straggler_makes_every_rank_wait(self):
         m = re.search(r"Here rank (\d) of (\d) sleeps (\d+) ms more", self.markdown_text())

@@ -1,7 +1,9 @@
 /*
  * buckets.h: lecture_08's DDP gradient buckets (one contiguous tensor per
  * bucket, the layers' gradients views into it) and the timing of one DDP
- * step three ways, communicating not at all, after backward, or during it.
+ * step four ways: the compute alone, the communication alone, all-reducing
+ * after backward, or during it; with the model's real arithmetic, or with
+ * modelled compute (model_compute) sized from this machine's communication.
  */
 #ifndef LECTERN_BUCKETS_H
 #define LECTERN_BUCKETS_H
@@ -12,6 +14,7 @@
 /* Bucket b is one tensor; layer i's gradient grads[i] is a view into
  * bucket bucket_of[i], whose first (lowest) layer is bucket_first[b]. The
  * backward pass reaches the last layers first, so bucket 0 holds them. */
+#define MAX_BUCKETS 64 /* of the modelled steps (a bucket a layer at most) */
 typedef struct buckets {
     int n;
     tensor *bucket[MAX_LAYERS], *grads[MAX_LAYERS];
@@ -22,22 +25,67 @@ typedef struct buckets {
 buckets *buckets_new(const mlp_config *c, int layers_per_bucket, int device);
 void buckets_free(buckets *g);
 
-/* How a timed step communicates: not at all (the compute alone), each
- * bucket's blocking all-reduce after the whole backward pass, or each
- * bucket's async all-reduce started the moment backward has filled it. */
-enum { NO_ALL_REDUCE, AFTER_BACKWARD, DURING_BACKWARD, STEP_MODES };
-extern const char *const STEP_MODE_NAMES[STEP_MODES];
+/* How a timed step communicates: not at all (the compute alone), only
+ * communicates (each bucket's async all-reduce started back to back, no
+ * compute: the communication alone), the same all-reduces started after
+ * the whole backward pass, or each bucket's started the moment backward has
+ * filled it. All three use the same non-blocking calls (Open MPI's
+ * non-blocking all-reduce is another algorithm than its blocking one,
+ * sometimes twice as slow here): what differs is only when they start. */
+enum { NO_ALL_REDUCE, COMM_ALONE, AFTER_BACKWARD, DURING_BACKWARD, STEP_MODES };
+
+/* What the timing of a step's ways gives: each way's median over the
+ * trials, and the medians of the two ratios the lesson bounds, each taken
+ * within a trial (its ways back to back): the speed-up (after backward /
+ * during) and the overlapped step over the longer of compute alone and
+ * communication alone. forward_ms, backward_ms: a modelled step's compute
+ * for a layer (the median over the trials). */
+typedef struct step_times {
+    double ms[STEP_MODES];
+    double speedup, over_longer;
+    double forward_ms, backward_ms;
+} step_times;
 
 /* Inside a spawn, every rank calling it: one DDP step's forward and
  * backward on x (no optimizer step: the same every way) timed `trials`
  * times each way, the ways taking turns so that a busy spell of the machine
- * hits all three alike, after one warm-up each. median_ms[mode]: the median
- * of the slowest rank's times (dist_timer). */
-void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials,
-                    double median_ms[STEP_MODES]);
+ * hits all of them alike, after one warm-up each; the slowest rank's times
+ * (dist_timer). */
+void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x, int trials, step_times *out);
 
-/* time_ddp_steps' medians as a table, a row per way. */
-void show_overlap(int world_size, int64_t per_rank, int trials, const double median_ms[STEP_MODES]);
+/* The same step with modelled compute: `layers` layers whose gradients are
+ * `layer_floats` floats each, one bucket a layer (real tensors, really
+ * all-reduced), and each layer's forward and backward modelled
+ * (model_compute). Every rank calling it: in each trial the communication
+ * alone is timed first, and that trial's compute sized from it. */
+void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, step_times *out);
+
+/* The modelled DDP step's layer, its gradient a bucket: 1024 x 1024
+ * floats, 4.19 MB (why this size: buckets.c, at COMPUTE_PER_COMMUNICATION). */
+enum { MODELLED_LAYER_ROWS = 1024, MODELLED_LAYER_COLS = 1024 };
+
+/* The bucket sweep with modelled compute (lecture_ddp): `layers` layers of
+ * layer_floats floats each, in buckets of per_bucket[k] layers for each k
+ * (a bucket's layers' backward one modelled span, then its all-reduce);
+ * every rank calling it. Each trial times the middle size's all-reduces
+ * alone first (per_bucket[n_sizes / 2]: sized_buckets buckets; comm_ms, its
+ * median) and sizes that trial's compute from it (forward_ms, backward_ms:
+ * a layer's, from the median), then every bucket size its four ways;
+ * size[k]: bucket size k's medians. */
+#define MAX_SWEEP 8
+typedef struct bucket_sweep {
+    int trials, sized_buckets;
+    double comm_ms, forward_ms, backward_ms;
+    step_times size[MAX_SWEEP];
+} bucket_sweep;
+void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per_bucket, int n_sizes,
+                                bucket_sweep *out);
+
+/* Rank 0: the real and the modelled step side by side, a row each: the
+ * four ways' medians and the two ratios; the caption says what the
+ * modelled step is (a layer's modelled times). */
+void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
+                  const step_times *real, const step_times *modelled);
 
 /* Rank 0: a note on what overlap can hide on the backend this spawn ran on (NCCL's
  * second stream, ranks sharing GPUs staged through the host, or CPU ranks whose

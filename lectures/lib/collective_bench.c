@@ -3,6 +3,8 @@
  * (collective_bench.h), for lecture_08.
  */
 #include <math.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "collective_bench.h"
 
@@ -158,4 +160,87 @@ void plot_cost_model(int world_size, const bench_result *r, int n, const cost_mo
     chart_line(c, "measured", mib, measured, n);
     chart_line(c, "model", mib, model, n);
     chart_show(c);
+}
+
+/* The size step at which reduce-scatter's time grew most against its bytes: *from, *to (indices). Returns that
+ * growth over the bytes' growth (1 where the time grew as the bytes did). */
+static double largest_jump(const bench_result *r, int n, int *from, int *to) {
+    double most = 0;
+    *from = *to = 0;
+    for (int i = 1; i < n; i++) {
+        double grew = (r[i].seconds / r[i - 1].seconds) / (r[i].bytes / r[i - 1].bytes);
+        if (grew > most) most = grew, *from = i - 1, *to = i;
+    }
+    return most;
+}
+
+void note_bandwidths(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n) {
+    int last = n - 1, peak = 0; /* peak: the size where all-reduce's busbw was highest */
+    for (int i = 1; i < n; i++)
+        if (all_reduce[i].busbw > all_reduce[peak].busbw) peak = i;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    note("busbw puts both operations on one scale: it counts the bytes the busiest link must carry, so two "
+         "operations that each keep the links equally busy show the same busbw. Measured at %g MiB: all-reduce %.2f "
+         "GB/s, reduce-scatter %.2f GB/s (ratio %.2f). The scale is shared; the speed is not: each number is what "
+         "one implementation achieved (Open MPI picks a different algorithm per operation and size, NCCL a different "
+         "kernel), and a gap says one of them is further from the link's limit. All-reduce's busbw peaks at %g MiB "
+         "(%.2f GB/s) and is %.2f GB/s at %g MiB. On a real link it rises with size towards the link's limit, as the "
+         "fixed cost per operation is spread over more bytes.%s",
+         all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
+         reduce_scatter[last].busbw / all_reduce[last].busbw, all_reduce[peak].bytes / (1 << 20),
+         all_reduce[peak].busbw, all_reduce[last].busbw, all_reduce[last].bytes / (1 << 20),
+         gpu_count() > 0 ? ""
+         : world_size > cores
+                 ? " Here (more ranks than CPU cores, so they take turns) larger messages no longer fit in the "
+                   "caches and go through the main memory all ranks share, and a rank that waits in a collective "
+                   "for a partner that is not running at the moment loses its time slice: it can fall instead."
+                 : " Here larger messages no longer fit in the caches and go through the main memory all ranks "
+                   "share, which can make it fall instead.");
+    int from, to;
+    double jump = largest_jump(reduce_scatter, n, &from, &to);
+    if (gpu_count() == 0 && jump > 2)
+        note("Reduce-scatter's time did not grow with its bytes alone: from %g to %g MiB it grew %.1f times for %.0f "
+             "times the bytes (%.3f to %.3f ms). That is not the bytes: an algorithm chosen by the size (Open "
+             "MPI's for the reduce-scatter, or for the reduce inside basic_linear), or the machine taking the "
+             "ranks' cores at that moment; this run did not force an algorithm to tell which, so the jump is "
+             "measured here, its cause is not.",
+             reduce_scatter[from].bytes / (1 << 20), reduce_scatter[to].bytes / (1 << 20),
+             reduce_scatter[to].seconds / reduce_scatter[from].seconds,
+             reduce_scatter[to].bytes / reduce_scatter[from].bytes, reduce_scatter[from].seconds * 1e3,
+             reduce_scatter[to].seconds * 1e3);
+}
+
+void note_cost_model(int world_size, const bench_result *all_reduce, int n, const cost_model *m) {
+    int last = n - 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g ns per byte (a bandwidth 1 / beta of %.3g "
+         "GB/s)%s; the model is off by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model "
+         "/ measured - 1). Two regimes make the model: alpha dominates while n beta / p is small (here below about "
+         "%.0f KiB, where the two terms are equal), beta above. At %g MiB the model predicts %.3g ms, against %.3g "
+         "ms measured. Where the points leave the model's line, the machine is not one link of fixed speed: %s",
+         world_size, m->alpha * 1e6, m->beta * 1e9, m->beta > 0 ? 1e-9 / m->beta : INFINITY,
+         m->clamped == 1   ? " (the best unconstrained fit had a negative alpha: fitted with alpha = 0)"
+         : m->clamped == 2 ? " (the times did not grow with size: no bandwidth term could be fitted)"
+                           : "",
+         100 * m->rms_error, 100 * m->max_error, n, m->beta > 0 ? m->alpha * world_size / m->beta / 1024 : INFINITY,
+         all_reduce[last].bytes / (1 << 20), model_seconds(m, all_reduce[last].bytes, world_size) * 1e3,
+         all_reduce[last].seconds * 1e3,
+         gpu_count() > 0      ? "NCCL switches algorithm and protocol with the size (LL, LL128, Simple), "
+                                "each with its own alpha and beta."
+         : world_size > cores ? "here the ranks outnumber the CPU cores, so each of the ring's 2(p-1) "
+                                "steps may wait for a partner to be scheduled, a cost the model has no "
+                                "term for; and the ranks share caches and memory bandwidth, which the "
+                                "largest messages exhaust."
+                              : "the CPU ranks share caches and memory bandwidth, so the bytes of the "
+                                "largest messages move at main memory's speed, not the cache's, and "
+                                "the other processes on the machine take turns on the same cores.");
+}
+
+void predict_busbw(const bench_result *largest) {
+    char question[256];
+    snprintf(question, sizeof question,
+             "Before the table: what bus bandwidth will the largest all-reduce (%g MiB) reach on these 2 ranks, "
+             "processes that share this machine's memory?",
+             largest->bytes / (1 << 20));
+    predict(question, largest->busbw, "GB/s");
 }

@@ -69,5 +69,14 @@ void show_results(const char *op, int world_size, const bench_result *r, int n);
 void plot_busbw(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n);
 /* Measured all-reduce times against the fitted model, log-log. */
 void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m);
+/* Rank 0's notes on a sweep: busbw of both operations, where all-reduce's
+ * peaked, and (on CPUs) the size step where reduce-scatter's time grew
+ * most against its bytes when it grew more than twice as fast; and the
+ * alpha-beta fit against the measurements. */
+void note_bandwidths(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n);
+void note_cost_model(int world_size, const bench_result *all_reduce, int n, const cost_model *m);
+/* Rank 0, before its tables: the question (predict) whose answer is the
+ * largest all-reduce's busbw on 2 ranks. */
+void predict_busbw(const bench_result *largest);
 
 #endif

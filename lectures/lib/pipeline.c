@@ -31,6 +31,10 @@ stage *stage_new(const train_args *a, int rank, int world_size) {
     s->per_stage = c->layers / world_size;
     s->first_layer = rank * s->per_stage;
     s->mb = c->batch / s->m;
+    s->modelled = a->forward_ms > 0;
+    s->runs = !s->modelled ? PIPE_RUNS : lecture_quick() ? 1 : MODELLED_RUNS;
+    if (rank < world_size - 1) s->recv_grad = empty(s->mb, c->width, s->device);
+    if (s->modelled) return s; /* no layers, no data: only messages of an activation's shape */
     for (int j = 0; j < s->per_stage; j++) {
         s->w[j] = init_layer(c, s->first_layer + j, s->device); /* only this stage's layers */
         s->grads[j] = empty(c->width, c->width, s->device);
@@ -42,7 +46,6 @@ stage *stage_new(const train_args *a, int rank, int world_size) {
      * received into before 0.02-0.03 ms (bench/bench_stage_msg.c: Open
      * MPI's receive is a kernel copy, process_vm_readv, and that VM pays
      * for the first time the kernel writes a page). */
-    if (rank < world_size - 1) s->recv_grad = empty(s->mb, c->width, s->device);
     if (rank == 0) s->data = make_data(c, s->device);                        /* only stage 0 reads data */
     if (rank == world_size - 1) s->expected = expected_output(a, s->device); /* the last compares */
     return s;
@@ -72,16 +75,25 @@ void stamp(stage *s, int backward, int k, double start) {
 void stage_forward(stage *s, int k) {
     tensor *x;
     if (s->rank == 0) {
-        x = row_slice(s->data, k * s->mb, (k + 1) * s->mb);
+        x = s->modelled ? NULL : row_slice(s->data, k * s->mb, (k + 1) * s->mb);
     } else {
         x = s->n_spare > 0 ? s->spare[--s->n_spare] : empty(s->mb, s->a->cfg.width, s->device);
         dist_recv(x, s->rank - 1);
     }
     double start = ms_since(s);
-    forward(s->w, s->per_stage, x, s->acts[k], s->pre[k]);
-    if (s->rank == s->world - 1) s->loss += mse_loss(s->acts[k][s->per_stage]) / s->m; /* the last stage's work */
+    if (s->modelled) { /* the layers as a device would take them, and the activation they make */
+        for (int j = 0; j < s->per_stage; j++) {
+            s->acts[k][j] = j ? NULL : x;
+            s->pre[k][j] = NULL;
+        }
+        s->acts[k][s->per_stage] = zeros(s->mb, s->a->cfg.width, s->device);
+        model_compute(s->a->forward_ms);
+    } else {
+        forward(s->w, s->per_stage, x, s->acts[k], s->pre[k]);
+        if (s->rank == s->world - 1) s->loss += mse_loss(s->acts[k][s->per_stage]) / s->m; /* the last's work */
+    }
     stamp(s, 0, k, start); /* the timeline shows it: no note per micro-batch */
-    if (s->rank == s->world - 1 && s->run == 0) {
+    if (s->rank == s->world - 1 && s->run == 0 && !s->modelled) {
         /* Checked on the first pass only: the later passes compute the same
          * numbers (same weights, data and order), and a check is not the
          * pipeline's work: it took ~0.1 ms a micro-batch on the last stage,
@@ -102,18 +114,24 @@ void stage_backward(stage *s, int k) {
         dist_recv(dy, s->rank + 1);
     }
     double start = ms_since(s);
-    if (!dy) { /* the last stage starts from the loss: its work, timed with the rest */
-        dy = mse_loss_backward(s->acts[k][s->per_stage]);
-        scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */
-    }
-    /* Every stage computes its input's gradient, stage 0 too, though nothing
-     * uses the data's: the bubble formula assumes stages of equal work. */
-    for (int j = s->per_stage - 1; j >= 0; j--) {
-        tensor *dx = NULL;
-        layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], &dx,
-                       s->backwards_done == 0 ? 0.0f : 1.0f);
-        if (dy != s->recv_grad) tensor_free(dy);
-        dy = dx;
+    if (s->modelled) { /* every layer's gradients as a device would take them, and the input's it sends back */
+        dy = s->rank > 0 ? zeros(s->mb, s->a->cfg.width, s->device) : NULL;
+        model_compute(s->a->backward_ms);
+    } else {
+        if (!dy) { /* the last stage starts from the loss: its work, timed with the rest */
+            dy = mse_loss_backward(s->acts[k][s->per_stage]);
+            scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */
+        }
+        /* Every stage computes its input's gradient, stage 0 too, though
+         * nothing uses the data's: the bubble formula assumes stages of
+         * equal work. */
+        for (int j = s->per_stage - 1; j >= 0; j--) {
+            tensor *dx = NULL;
+            layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], &dx,
+                           s->backwards_done == 0 ? 0.0f : 1.0f);
+            if (dy != s->recv_grad) tensor_free(dy);
+            dy = dx;
+        }
     }
     stamp(s, 1, k, start);
     s->backwards_done++;
@@ -169,6 +187,16 @@ static double replayed_bubble(const float *v, int stride, int world, int m, doub
     return pipeline_bubble(busy, world, span, mean);
 }
 
+/* How long stages a and b computed at the same time: the overlap of their
+ * operations' intervals, summed. */
+static double together(const pipe_event *a, const pipe_event *b, int n) {
+    double t = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            t += fmax(0, fmin(a[i].end_ms, b[j].end_ms) - fmax(a[i].start_ms, b[j].start_ms));
+    return t;
+}
+
 void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) {
     /* per rank: the runs' events, then the most held, the gradients' difference and tolerance */
     int per_run = 2 * s->m * 4, per_rank = PIPE_RUNS * per_run + 3;
@@ -188,7 +216,7 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     tensor_free(all);
     int best = 0;
     double first = 0, last = 0, best_span = 1e30;
-    for (int k = 0; k < PIPE_RUNS; k++) {
+    for (int k = 0; k < s->runs; k++) {
         double f = 1e30, l = -1e30;
         for (int r = 0; r < s->world; r++) {
             const pipe_event *e = (const pipe_event *)(v + r * per_rank + k * per_run);
@@ -204,6 +232,14 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
             last = l;
         }
     }
+    pipe_result res = {.formula = bubble_fraction(s->world, s->m),
+                       .span_ms = last - first,
+                       .load = -1,
+                       .cores = sysconf(_SC_NPROCESSORS_ONLN),
+                       .stages = s->world,
+                       .m = s->m,
+                       .modelled = s->modelled,
+                       .schedule = schedule};
     double busy[LECTERN_MAX_WORLD] = {0}, stage0_last_forward = 0, stage1_first_forward = 1e30;
     for (int r = 0; r < s->world; r++) {
         const pipe_event *e = (const pipe_event *)(v + r * per_rank + best * per_run);
@@ -211,51 +247,37 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
             busy[r] += e[i].end_ms - e[i].start_ms;
             if (e[i].backward == 0 && r == 0) stage0_last_forward = fmax(stage0_last_forward, e[i].end_ms);
             if (e[i].backward == 0 && r == 1) stage1_first_forward = fmin(stage1_first_forward, e[i].start_ms);
+            res.timeline[r][i] = (pipe_event){e[i].backward, e[i].micro_batch, e[i].start_ms - (float)first,
+                                              e[i].end_ms - (float)first};
         }
+        res.held[r] = (int)v[r * per_rank + per_rank - 3];
     }
-    double span = last - first, mean, bubble = pipeline_bubble(busy, s->world, span, &mean);
-    table_t *t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
-                           "busiest stage's idle time; formula %.3f), idle time averaged over the stages %.3f",
-                           SCHEDULE_NAMES[schedule], s->world, PIPE_RUNS, span, bubble, bubble_fraction(s->world, s->m),
-                           mean);
-    table_column(t, "stage", NULL, "%d");
-    table_column(t, "idle, of the total", NULL, "%.3f");
-    table_column(t, "most micro-batches' activations held at once", NULL, "%d");
-    table_column(t, "layers", NULL, "%s");
-    table_column(t, "gradients over the micro-batches: max |PP - one device|", NULL, "%.3g");
-    table_column(t, "tolerance", NULL, "%.3g");
-    for (int r = 0; r < s->world; r++) {
-        const float *tail = v + r * per_rank + per_rank - 3;
-        char range[32];
-        layer_range(r * s->per_stage, (r + 1) * s->per_stage - 1, range, sizeof range);
-        table_row(t, r, 1 - busy[r] / span, (int)tail[0], range, (double)tail[1], (double)tail[2]);
-    }
-    table_show(t);
-
-    chart_t *c = chart_new("time (ms)", "stage", "%s timeline, %d stages, %d micro-batches", SCHEDULE_NAMES[schedule],
-                           s->world, s->m);
-    for (int r = 0; r < s->world; r++) {
-        const pipe_event *e = (const pipe_event *)(v + r * per_rank + best * per_run);
-        for (int i = 0; i < 2 * s->m; i++) {
-            char row[24], label[32];
-            snprintf(row, sizeof row, "stage %d", r);
-            snprintf(label, sizeof label, "micro-batch %d", (int)e[i].micro_batch);
-            chart_span(c, row, e[i].backward > 0 ? "backward" : "forward", label, e[i].start_ms - first,
-                       e[i].end_ms - first);
+    res.bubble = pipeline_bubble(busy, s->world, res.span_ms, &res.mean);
+    res.stage0_held = res.held[0];
+    res.overlapped = stage1_first_forward < stage0_last_forward;
+    res.together_ms = together(res.timeline[0], res.timeline[1], 2 * s->m);
+    res.busy0_ms = busy[0];
+    const char *copy = getenv("OMPI_MCA_btl_vader_single_copy_mechanism"); /* what the pool told Open MPI */
+    res.single_copy = copy && strcmp(copy, "cma") == 0;
+    if (!s->modelled) {
+        table_t *t =
+                table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
+                          "busiest stage's idle time; formula %.3f), idle time averaged over the stages %.3f",
+                          SCHEDULE_NAMES[schedule], s->world, s->runs, res.span_ms, res.bubble, res.formula, res.mean);
+        table_column(t, "stage", NULL, "%d");
+        table_column(t, "idle, of the total", NULL, "%.3f");
+        table_column(t, "most micro-batches' activations held at once", NULL, "%d");
+        table_column(t, "layers", NULL, "%s");
+        table_column(t, "gradients over the micro-batches: max |PP - one device|", NULL, "%.3g");
+        table_column(t, "tolerance", NULL, "%.3g");
+        for (int r = 0; r < s->world; r++) {
+            const float *tail = v + r * per_rank + per_rank - 3;
+            char range[32];
+            layer_range(r * s->per_stage, (r + 1) * s->per_stage - 1, range, sizeof range);
+            table_row(t, r, 1 - busy[r] / res.span_ms, (int)tail[0], range, (double)tail[1], (double)tail[2]);
         }
+        table_show(t);
     }
-    chart_show(c);
-    pipe_result res = {bubble,
-                       mean,
-                       bubble_fraction(s->world, s->m),
-                       span,
-                       0,
-                       0,
-                       (int)v[per_rank - 3],
-                       stage1_first_forward < stage0_last_forward,
-                       {{0, 0}, {0, 0}},
-                       -1,
-                       sysconf(_SC_NPROCESSORS_ONLN)};
     res.replayed = replayed_bubble(v + best * per_run, per_rank, s->world, s->m, &res.replayed_mean);
     getloadavg(&res.load, 1);
     for (int k = 0; k < 2; k++) { /* the first stage (k = 0) and the last */
@@ -265,6 +287,62 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     }
     spawn_return(&res, sizeof res);
     free(v);
+}
+
+const int MODELLED_SHAPES[N_MODELLED_SHAPES][3] = {{2, 8, GPIPE},       {2, 8, ONE_F_ONE_B}, {4, 8, GPIPE},
+                                                   {4, 8, ONE_F_ONE_B}, {4, 32, GPIPE},      {4, 32, ONE_F_ONE_B}};
+
+void run_modelled_pipelines(spawn_fn fn, const mlp_config *c, pipe_result twin[N_MODELLED_SHAPES]) {
+    train_args a = {.cfg = *c, .forward_ms = MODELLED_F_MS, .backward_ms = 2 * MODELLED_F_MS};
+    for (int k = 0; k < N_MODELLED_SHAPES; k++) {
+        int p = MODELLED_SHAPES[k][0], m = MODELLED_SHAPES[k][1];
+        a.micro_batches = m, a.schedule = MODELLED_SHAPES[k][2], a.clock_base = now_seconds();
+        progress("pipeline parallelism: modelled %s, %d stages, %d micro-batches", SCHEDULE_NAMES[a.schedule], p, m);
+        if (c->batch % m) lecture_fail("the batch (%d) does not divide into %d micro-batches", c->batch, m);
+        spawn(fn, p, &a, sizeof a);
+        if (spawn_result(0, &twin[k], sizeof twin[k]) != sizeof twin[k]) lecture_fail("no modelled pipeline result");
+    }
+}
+
+void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]) {
+    table_t *t = table_new("Pipeline bubbles, real and modelled compute (the quickest pass of each)");
+    table_column(t, "schedule", NULL, "%s");
+    table_column(t, "stages p", NULL, "%d");
+    table_column(t, "micro-batches m", NULL, "%d");
+    table_column(t, "formula (p - 1) / (m + p - 1)", NULL, "%.4f");
+    table_column(t, "real: measured bubble", NULL, "%.4f");
+    table_column(t, "modelled: measured bubble", NULL, "%.4f");
+    table_column(t, "modelled / formula - 1", NULL, "%+.3f");
+    table_column(t, "modelled: span", "ms", "%.1f");
+    table_column(t, "real: stage 0's activations held", NULL, "%.0f");
+    table_column(t, "modelled: stage 0's activations held", NULL, "%d");
+    for (int k = 0; k < N_MODELLED_SHAPES; k++) {
+        const pipe_result *md = &modelled[k], *r = NULL;
+        for (int j = 0; j < 3; j++) /* the real run of the same schedule and shape, if there is one */
+            if (real[j].stages == md->stages && real[j].m == md->m && real[j].schedule == md->schedule) r = &real[j];
+        table_row(t, SCHEDULE_NAMES[md->schedule], md->stages, md->m, md->formula, r ? r->bubble : NAN, md->bubble,
+                  md->bubble / md->formula - 1, md->span_ms, r ? (double)r->stage0_held : NAN, md->stage0_held);
+    }
+    table_show(t);
+}
+
+void chart_pipelines(const pipe_result *real, const pipe_result *modelled, const char *schedule) {
+    chart_t *c = chart_new("time (ms, from each pass's first start)", "stage",
+                           "%s timeline, %d stages, %d micro-batches: real and modelled compute", schedule,
+                           real->stages, real->m);
+    for (int twin = 0; twin < 2; twin++) {
+        const pipe_result *p = twin ? modelled : real;
+        for (int r = 0; r < p->stages; r++)
+            for (int i = 0; i < 2 * p->m; i++) {
+                const pipe_event *e = &p->timeline[r][i];
+                char row[32], label[32];
+                snprintf(row, sizeof row, "%s: stage %d", twin ? "modelled" : "real", r);
+                snprintf(label, sizeof label, "micro-batch %d", (int)e->micro_batch);
+                (twin ? chart_span_modelled : chart_span)(c, row, e->backward > 0 ? "backward" : "forward", label,
+                                                          e->start_ms, e->end_ms);
+            }
+    }
+    chart_show(c);
 }
 
 /* Why the measured bubble is where it is against the formula, which gives every stage a core, equal work and
@@ -299,6 +377,21 @@ const char *bubble_why(const pipe_result *r, int stages) {
                "this spawn's ranks), so a stage that was ready waited for a core; the formula assumes every stage has "
                "one";
     return "larger than the formula by more than the messages would explain: the replay below splits the gap";
+}
+
+void note_replay(const pipe_result *r) {
+    /* The formula assumes equal stages and free messages; the replay keeps the first breach, drops the second */
+    note("The same schedule replayed with each stage's own measured forward and backward times, and nothing between "
+         "one operation and the next, gives a bubble of %.3f: the time between operations (messages, the bookkeeping "
+         "around them, waiting for a core) accounts for the other %.3f of the %.3f measured. Stages of unequal speed "
+         "show in the idle time averaged over the stages, %.3f measured (%.3f replayed): a faster stage waits for the "
+         "slowest, which sets the pace. Stage 0's forwards took %.2f ms and its backwards %.2f ms on average, stage "
+         "%d's %.2f and %.2f: the stages do the same arithmetic (the last adds its loss, tens of microseconds), so a "
+         "gap between them is the machine's: %d ranks taking turns on %ld cores (with their progress threads and "
+         "other processes), and CPUs that run the same code at different speeds (a 2-core VM's were 16%% apart with "
+         "nothing else running: docs/benchmarks.md).",
+         r->replayed, r->bubble - r->replayed, r->bubble, r->mean, r->replayed_mean, r->op_ms[0][0], r->op_ms[0][1],
+         r->stages - 1, r->op_ms[1][0], r->op_ms[1][1], r->stages, r->cores);
 }
 
 void show_bubble_conventions(int m) {

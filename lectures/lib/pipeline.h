@@ -2,8 +2,11 @@
  * pipeline.h: what lecture_08's pipeline stages keep between their
  * forwards and backwards, their clock stamps, one micro-batch's forward
  * and backward with their messages, and the report rank 0 makes of them (a
- * table per stage, the timeline chart, the bubble replayed). The schedules,
- * the order of those operations, are in the lecture.
+ * table per stage, the bubble replayed, the quickest pass's timeline handed
+ * to the lecture). A stage computes for real (its layers' arithmetic) or,
+ * when the arguments say so, as modelled compute (model_compute: a device
+ * busy for a set time, the core free); its messages are real either way.
+ * The schedules, the order of those operations, are in the lecture.
  */
 #ifndef LECTERN_PIPELINE_H
 #define LECTERN_PIPELINE_H
@@ -12,15 +15,18 @@
 #include "mlp.h"
 #include "train.h"
 
-#define MAX_MICRO_BATCHES 16
+#define MAX_MICRO_BATCHES 32
+#define MAX_STAGES 4
 
 enum { GPIPE = 0, ONE_F_ONE_B = 1 };
 extern const char *const SCHEDULE_NAMES[2];
 
 /* Each spawn runs its schedule this many times and shows the run that took
  * the least time: the one the machine's other work disturbed least (as a
- * benchmark takes the best of several). */
-enum { PIPE_RUNS = 5 };
+ * benchmark takes the best of several). A modelled pass takes the time it
+ * was given, whatever the machine does meanwhile (its waits aside), and is
+ * long: fewer of them (one with --quick). */
+enum { PIPE_RUNS = 5, MODELLED_RUNS = 2 };
 
 /* Fraction of a schedule's time that a stage sits idle, GPipe or 1F1B alike:
  * with p stages and m micro-batches each pass takes m + p - 1 slots, p - 1
@@ -65,11 +71,13 @@ typedef struct stage {
     double out_diff;  /* last stage: max |output - one device| */
     tensor *expected; /* last stage: one device's output */
     pipe_event events[PIPE_RUNS][2 * MAX_MICRO_BATCHES];
-    int run, n_events;
+    int run, runs, n_events;
+    int modelled; /* forward and backward are model_compute() (a->forward_ms, a->backward_ms) */
 } stage;
 
 /* This stage's layers, its gradients, stage 0's data, the last stage's
- * expected output; stage_free frees them. */
+ * expected output (none of them for a modelled stage, which only sends
+ * tensors of an activation's shape); stage_free frees them. */
 stage *stage_new(const train_args *a, int rank, int world_size);
 void stage_free(stage *s);
 
@@ -101,19 +109,62 @@ typedef struct pipe_result {
     double op_ms[2][2];             /* the first and the last stage's mean forward and backward, in ms */
     double load;                    /* the load average as the run ended (-1: unknown) */
     long cores;                     /* the cores online */
+    int stages, m, modelled, schedule;
+    int single_copy;      /* Open MPI moved messages by its single-copy path (the pool's choice, cma) */
+    int held[MAX_STAGES]; /* each stage's most micro-batches' activations held at once */
+    double together_ms;   /* how long stages 0 and 1 computed at the same time, in the quickest pass */
+    double busy0_ms;      /* stage 0's work in that pass */
+    /* the quickest pass: each stage's operations in the order it ran them, in ms from the pass's first start */
+    pipe_event timeline[MAX_STAGES][2 * MAX_MICRO_BATCHES];
 } pipe_result;
 
 /* Every rank calling it: rank 0 gathers every stage's stamps and its
- * gradients' comparison with one device (diff, tolerance), shows a table (a
- * row per stage) and the timeline of the quickest run, and returns a
- * pipe_result to the lecture. */
+ * gradients' comparison with one device (diff, tolerance; NAN for a
+ * modelled stage), shows a table (a row per stage) of a real run, and
+ * returns a pipe_result (the quickest run's figures and timeline) to the
+ * lecture. */
 void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
+
+/* Modelled stages: a micro-batch's forward keeps a stage's device busy for MODELLED_F_MS and its backward twice as
+ * long (a real network's ratio; homework_parallel's sizes). The formula's stages are equal and its messages free.
+ * Here the messages are real (an activation, batch / m rows of the model's width) and each operation ends when its
+ * sleeping rank wakes: each adds a delay d to the critical path of m + p - 1 slots, and the measured bubble is
+ * about the formula plus 2 d / (f + b) (1 - formula). Measured on the 2-core VM: a wake-up 0.1 ms late (median;
+ * 1 ms at the 90th percentile, 2.5-3.3 ms at the 99th, with two busy loops beside it), a message 0.2-0.5 ms. 10% of
+ * the formula is 0.011 (2 stages, 8 micro-batches), 0.027 (4, 8) and 0.0086 (4, 32): with f + b = 60 ms that leaves
+ * d up to 0.35, 0.9 and 0.28 ms an operation, the median's several times over, not the 90th percentile's: of
+ * MODELLED_RUNS passes the quickest counts, the one the machine's other work disturbed least. */
+#define MODELLED_F_MS 20.0
+enum { N_MODELLED_SHAPES = 6 };
+/* {stages, micro-batches, schedule}: GPipe and 1F1B on 2 and 4 stages with 8 micro-batches, on 4 with 32. */
+extern const int MODELLED_SHAPES[N_MODELLED_SHAPES][3];
+
+/* The lecture: spawns `fn` (the lecture's pipeline_main) on every modelled
+ * shape in turn, with modelled compute, and keeps rank 0's result of each. */
+void run_modelled_pipelines(spawn_fn fn, const mlp_config *c, pipe_result twin[N_MODELLED_SHAPES]);
+
+/* The lecture: a table of the real runs (GPIPE 2 and 4 stages, 1F1B 4
+ * stages, 8 micro-batches) and the modelled ones (the lecture's
+ * MODELLED_SHAPES order: each schedule on 2 and 4 stages with 8, on 4 with
+ * 32), a row per schedule and shape: the formula, each run's measured
+ * bubble, stage 0's activations held. */
+void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]);
+
+/* The lecture: one chart of a schedule's real run and its modelled twin,
+ * each stage's operations on a row of its own ("real: stage 0", "modelled:
+ * stage 0"), the modelled ones drawn as modelled (chart_span_modelled). */
+void chart_pipelines(const pipe_result *real, const pipe_result *modelled, const char *schedule);
 
 /* Why a spawn's measured bubble is where it is against the formula, which
  * gives every stage a core, equal work and free messages: a clause for the
  * lecture's sentence ("within 15% of the formula: ..."), from the bubble,
  * its replay, the cores and the load. */
 const char *bubble_why(const pipe_result *r, int stages);
+
+/* The lecture, after a real run: the note that splits its bubble into the
+ * schedule replayed with the stages' own operation times (nothing between
+ * them) and the time between operations, with the stages' mean times. */
+void note_replay(const pipe_result *r);
 
 /* A table of the bubble in both conventions, of the total and of the ideal
  * time, for 2 and 4 stages with m micro-batches and 4 stages with 32. */

@@ -30,6 +30,10 @@ typedef struct train_args {
     int micro_batches; /* pipeline parallelism only */
     int schedule;      /* pipeline parallelism: GPIPE or ONE_F_ONE_B */
     double clock_base; /* pipeline parallelism: now_seconds() at the spawn */
+    /* pipeline parallelism: when > 0, a stage's forward and backward of one
+     * micro-batch are modelled compute of these many ms (model_compute)
+     * instead of its layers' arithmetic; its messages stay real */
+    double forward_ms, backward_ms;
     float first_loss;
     float expected[]; /* trained weights, step-0 output, step-0 gradients */
 } train_args;
@@ -107,6 +111,10 @@ void free_tensors(tensor **ts, int n);
 void adamw_step_layers(adamw *const *opt, tensor *const *w, tensor *const *g, int n);
 /* adamw_free of opt[0..n-1]. */
 void adamw_free_layers(adamw *const *opt, int n);
+
+/* ZeRO-3's question (predict): how many bytes one rank sends in a step of lecture_08's zero3_main, whose
+ * count (`bytes`, the rank's nominal tally) is the answer; the hint describes the calls that code makes. */
+void predict_zero3_bytes(int world_size, const mlp_config *c, double bytes);
 
 /* Tensor parallelism's all-gather: every rank's (rows x cols/world) piece, side by side (rows x cols). */
 tensor *all_gather_columns(tensor *piece, int world_size);

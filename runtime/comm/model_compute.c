@@ -43,7 +43,9 @@
 #include "comm/comm.h"
 #include "comm/comm_progress.h"
 
-#define DRIVE_MS 0.2
+/* How often a sleeping span wakes to move what is in flight: a modelled DDP step's 16 async all-reduces hid behind
+ * its backward in 7 of 8 runs waking every 0.1 ms, 5 of 8 every 0.2 ms (load 2-3, 2-core VM). */
+#define DRIVE_MS 0.1
 
 /* Sleeps until CLOCK_MONOTONIC reads `until` (seconds). */
 static void sleep_until(double until) {

@@ -150,9 +150,12 @@ static cJSON *nominal(const char *field, const char *title) {
 }
 
 /* A field (opacity, strokeDash) that tells modelled spans from measured
- * ones: `range` gives the measured look, then the modelled one. */
+ * ones: `range` gives the measured look, then the modelled one. Ordinal,
+ * its order the domain's: Vega-Lite warns of opacity on an unsorted
+ * (nominal) field. */
 static cJSON *by_compute(int measured, cJSON *range) {
     cJSON *a = nominal("compute", "compute");
+    cJSON_ReplaceItemInObject(a, "type", cJSON_CreateString("ordinal"));
     cJSON *scale = cJSON_AddObjectToObject(a, "scale");
     cJSON *domain = cJSON_AddArrayToObject(scale, "domain");
     if (measured) cJSON_AddItemToArray(domain, cJSON_CreateString("measured"));

@@ -25,7 +25,8 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static cJSON *trace; /* {version, lecture, meta, files, spawns, modelled, steps} */
 static cJSON *steps, *spawns, *modelled, *meta;
-static int n_modelled, modelled_dropped; /* spans kept, and left out beyond LX_MODELLED_MAX */
+static int n_modelled, modelled_dropped; /* spans kept, and left out beyond LX_MODELLED_PER_SPAWN */
+static int *modelled_kept, n_kept;       /* spans kept per spawn: [0] the lecture's own, [1 + id] spawn id's */
 static char *lecture_name;
 static char *out_dir;
 static int failed;
@@ -136,6 +137,9 @@ void lx_trace_init(const char *name, const char *dir) {
     modelled = cJSON_AddArrayToObject(trace, "modelled");
     steps = cJSON_AddArrayToObject(trace, "steps");
     n_modelled = modelled_dropped = 0;
+    free(modelled_kept);
+    modelled_kept = NULL;
+    n_kept = 0;
     failed = 0;
 }
 
@@ -192,8 +196,18 @@ void lx_trace_append(cJSON *step) {
 void lx_trace_modelled_append(cJSON *span) {
     pthread_mutex_lock(&lock);
     if (!trace) lx_trace_init("lecture", ".");
-    if (n_modelled < LX_MODELLED_MAX) {
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(span, "spawn");
+    int k = cJSON_IsNumber(id) && id->valueint >= 0 ? 1 + id->valueint : 0;
+    if (k >= n_kept) { /* spawns come in order: grow to this one */
+        int *more = realloc(modelled_kept, sizeof *more * (size_t)(k + 64));
+        if (!more) abort();
+        memset(more + n_kept, 0, sizeof *more * (size_t)(k + 64 - n_kept));
+        modelled_kept = more;
+        n_kept = k + 64;
+    }
+    if (modelled_kept[k] < LX_MODELLED_PER_SPAWN) {
         cJSON_AddItemToArray(modelled, span);
+        modelled_kept[k]++;
         n_modelled++;
     } else {
         cJSON_Delete(span);
@@ -501,6 +515,9 @@ void lx_trace_free(void) {
     pthread_mutex_lock(&lock);
     cJSON_Delete(trace);
     trace = steps = spawns = modelled = meta = NULL;
+    free(modelled_kept);
+    modelled_kept = NULL;
+    n_kept = 0;
     free(lecture_name);
     free(out_dir);
     lecture_name = out_dir = NULL;

@@ -224,9 +224,9 @@ def modelled_chart():
             "y": {"field": "row", "type": "ordinal", "title": "stage"},
             "color": {"field": "series", "type": "nominal"},
             "tooltip": [{"field": f} for f in ("row", "series", "label", "start", "end", "compute")],
-            "opacity": {"field": "compute", "type": "nominal", "title": "compute",
+            "opacity": {"field": "compute", "type": "ordinal", "title": "compute",
                         "scale": {"domain": ["measured", "modelled"], "range": [1, 0.4]}},
-            "strokeDash": {"field": "compute", "type": "nominal", "title": "compute",
+            "strokeDash": {"field": "compute", "type": "ordinal", "title": "compute",
                            "scale": {"domain": ["measured", "modelled"], "range": [[1, 0], [4, 2]]}}},
         "mark": {"type": "bar", "stroke": "#333333", "strokeWidth": 1},
         "description": "Pale bars with dashed outlines are modelled compute: time the lecture said a device "
