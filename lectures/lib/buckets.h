@@ -44,7 +44,15 @@ typedef struct step_times {
     double ms[STEP_MODES];
     double speedup, over_longer;
     double forward_ms, backward_ms;
+    int rounds; /* time_modelled_ddp_steps: the rounds of trials it ran (a disturbed round is run again) */
 } step_times;
+
+/* The modelled DDP step's lesson, the bounds its checks hold it to (derived in buckets.c, at
+ * COMPUTE_PER_COMMUNICATION): the overlapped step at most OVERLAP_OVER_LONGER_MAX x the longer of compute alone and
+ * communication alone, and all-reducing after backward at least OVERLAP_SPEEDUP_MIN x as long. */
+#define OVERLAP_OVER_LONGER_MAX 1.15
+#define OVERLAP_SPEEDUP_MIN 1.3
+enum { MODELLED_ROUNDS = 3 };
 
 /* Inside a spawn, every rank calling it: one DDP step's forward and
  * backward on x (no optimizer step: the same every way) timed `trials`
@@ -57,7 +65,10 @@ void time_ddp_steps(const mlp_config *c, tensor *const *w, buckets *g, tensor *x
  * `layer_floats` floats each, one bucket a layer (real tensors, really
  * all-reduced), and each layer's forward and backward modelled
  * (model_compute). Every rank calling it: in each trial the communication
- * alone is timed first, and that trial's compute sized from it. */
+ * alone is timed first, and that trial's compute sized from it. A round of
+ * `trials` whose medians miss the bounds above is run again, up to
+ * MODELLED_ROUNDS rounds (out->rounds): every rank holds the same slowest-rank
+ * times, so all decide alike. */
 void time_modelled_ddp_steps(int layers, int64_t layer_floats, int trials, step_times *out);
 
 /* The modelled DDP step's layer, its gradient a bucket: 1024 x 1024

@@ -181,13 +181,13 @@ void note_bandwidths(int world_size, const bench_result *all_reduce, const bench
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     note("busbw puts both operations on one scale: it counts the bytes the busiest link must carry, so two "
          "operations that each keep the links equally busy show the same busbw. Measured at %g MiB: all-reduce %.2f "
-         "GB/s, reduce-scatter %.2f GB/s (ratio %.2f). The scale is shared; the speed is not: each number is what "
+         "GB/s, reduce-scatter %.2f GB/s. The scale is shared; the speed is not: each number is what "
          "one implementation achieved (Open MPI picks a different algorithm per operation and size, NCCL a different "
          "kernel), and a gap says one of them is further from the link's limit. All-reduce's busbw peaks at %g MiB "
          "(%.2f GB/s) and is %.2f GB/s at %g MiB. On a real link it rises with size towards the link's limit, as the "
          "fixed cost per operation is spread over more bytes.%s",
          all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
-         reduce_scatter[last].busbw / all_reduce[last].busbw, all_reduce[peak].bytes / (1 << 20),
+         all_reduce[peak].bytes / (1 << 20),
          all_reduce[peak].busbw, all_reduce[last].busbw, all_reduce[last].bytes / (1 << 20),
          gpu_count() > 0 ? ""
          : world_size > cores
@@ -213,6 +213,19 @@ void note_bandwidths(int world_size, const bench_result *all_reduce, const bench
 void note_cost_model(int world_size, const bench_result *all_reduce, int n, const cost_model *m) {
     int last = n - 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* the fit as a table: the note below states these numbers, and says what they mean */
+    table_t *t = table_new("alpha-beta fit of all-reduce on %d ranks: t = 2(p - 1)(alpha + n beta / p), least squares "
+                           "on relative errors (error: model / measured - 1)",
+                           world_size);
+    table_column(t, "alpha", "us", "%.3g");
+    table_column(t, "beta", "ns per byte", "%.3g");
+    table_column(t, "1 / beta", "GB/s", "%.3g");
+    table_column(t, "error, root mean square", "%", "%.1f");
+    table_column(t, "error, largest", "%", "%.1f");
+    table_column(t, "sizes fitted", NULL, "%d");
+    table_row(t, m->alpha * 1e6, m->beta * 1e9, m->beta > 0 ? 1e-9 / m->beta : INFINITY, 100 * m->rms_error,
+              100 * m->max_error, n);
+    table_show(t);
     note("Alpha-beta fit on %d ranks: alpha = %.3g us, beta = %.3g ns per byte (a bandwidth 1 / beta of %.3g "
          "GB/s)%s; the model is off by %.1f%% (root mean square) and at most %.1f%% over the %d sizes (error: model "
          "/ measured - 1). Two regimes make the model: alpha dominates while n beta / p is small (here below about "

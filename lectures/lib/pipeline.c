@@ -197,6 +197,31 @@ static double together(const pipe_event *a, const pipe_event *b, int n) {
     return t;
 }
 
+/* A modelled pass's lateness (see LATE_SLACK_MS): each operation's time beyond its asked time, and its start beyond
+ * the moment it could start (its stage's previous operation ended, and the operation it waits for on the
+ * neighbouring stage: a forward the previous stage's forward of that micro-batch, a backward the next stage's
+ * backward), each beyond LATE_SLACK_MS (a message and a wake-up take 0.1-0.5 ms), summed over every stage. */
+static double pass_lateness(const pipe_result *res, double forward_ms, double backward_ms) {
+    float done[MAX_STAGES][2][MAX_MICRO_BATCHES]; /* [stage][backward][micro-batch]: when it ended */
+    for (int r = 0; r < res->stages; r++)
+        for (int i = 0; i < 2 * res->m; i++) {
+            const pipe_event *e = &res->timeline[r][i];
+            done[r][e->backward > 0][(int)e->micro_batch] = e->end_ms;
+        }
+    double late = 0;
+    for (int r = 0; r < res->stages; r++)
+        for (int i = 0; i < 2 * res->m; i++) {
+            const pipe_event *e = &res->timeline[r][i];
+            int bw = e->backward > 0, k = (int)e->micro_batch;
+            double ready = i > 0 ? res->timeline[r][i - 1].end_ms : e->start_ms; /* the first: nothing before */
+            if (!bw && r > 0) ready = fmax(ready, done[r - 1][0][k]);
+            if (bw && r < res->stages - 1) ready = fmax(ready, done[r + 1][1][k]);
+            late += fmax(0, e->start_ms - ready - LATE_SLACK_MS);
+            late += fmax(0, e->end_ms - e->start_ms - (bw ? backward_ms : forward_ms) - LATE_SLACK_MS);
+        }
+    return late;
+}
+
 void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) {
     /* per rank: the runs' events, then the most held, the gradients' difference and tolerance */
     int per_run = 2 * s->m * 4, per_rank = PIPE_RUNS * per_run + 3;
@@ -253,17 +278,23 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
         res.held[r] = (int)v[r * per_rank + per_rank - 3];
     }
     res.bubble = pipeline_bubble(busy, s->world, res.span_ms, &res.mean);
+    if (s->modelled) res.late_ms = pass_lateness(&res, s->a->forward_ms, s->a->backward_ms);
     res.stage0_held = res.held[0];
     res.overlapped = stage1_first_forward < stage0_last_forward;
     res.together_ms = together(res.timeline[0], res.timeline[1], 2 * s->m);
     res.busy0_ms = busy[0];
     const char *copy = getenv("OMPI_MCA_btl_vader_single_copy_mechanism"); /* what the pool told Open MPI */
     res.single_copy = copy && strcmp(copy, "cma") == 0;
+    res.replayed = replayed_bubble(v + best * per_run, per_rank, s->world, s->m, &res.replayed_mean);
     if (!s->modelled) {
-        table_t *t =
-                table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
-                          "busiest stage's idle time; formula %.3f), idle time averaged over the stages %.3f",
-                          SCHEDULE_NAMES[schedule], s->world, s->runs, res.span_ms, res.bubble, res.formula, res.mean);
+        /* the caption holds every figure the notes after it state (the sentence guard, docs/authoring.md) */
+        table_t *t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
+                               "busiest stage's idle time; formula %.3f, %+.0f%%), idle time averaged over the stages "
+                               "%.3f; replayed with each stage's own operation times and nothing between them: bubble "
+                               "%.3f (%.3f left to the time between operations), averaged %.3f",
+                               SCHEDULE_NAMES[schedule], s->world, s->runs, res.span_ms, res.bubble, res.formula,
+                               100 * (res.bubble / res.formula - 1), res.mean, res.replayed, res.bubble - res.replayed,
+                               res.replayed_mean);
         table_column(t, "stage", NULL, "%d");
         table_column(t, "idle, of the total", NULL, "%.3f");
         table_column(t, "most micro-batches' activations held at once", NULL, "%d");
@@ -278,7 +309,6 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
         }
         table_show(t);
     }
-    res.replayed = replayed_bubble(v + best * per_run, per_rank, s->world, s->m, &res.replayed_mean);
     getloadavg(&res.load, 1);
     for (int k = 0; k < 2; k++) { /* the first stage (k = 0) and the last */
         const pipe_event *e = (const pipe_event *)(v + (k ? s->world - 1 : 0) * per_rank + best * per_run);
@@ -299,13 +329,32 @@ void run_modelled_pipelines(spawn_fn fn, const mlp_config *c, pipe_result twin[N
         a.micro_batches = m, a.schedule = MODELLED_SHAPES[k][2], a.clock_base = now_seconds();
         progress("pipeline parallelism: modelled %s, %d stages, %d micro-batches", SCHEDULE_NAMES[a.schedule], p, m);
         if (c->batch % m) lecture_fail("the batch (%d) does not divide into %d micro-batches", c->batch, m);
-        spawn(fn, p, &a, sizeof a);
-        if (spawn_result(0, &twin[k], sizeof twin[k]) != sizeof twin[k]) lecture_fail("no modelled pipeline result");
+        /* spawned again while its quickest pass misses the bound (see MODELLED_SPAWNS); the quickest pass of all
+         * counts */
+        for (int n = 1; n <= MODELLED_SPAWNS; n++) {
+            if (n > 1)
+                progress("pipeline parallelism: modelled %s, %d stages, %d micro-batches: bubble %.4f against %.4f, "
+                         "spawned again (%d of at most %d)",
+                         SCHEDULE_NAMES[a.schedule], p, m, twin[k].bubble, twin[k].formula, n, MODELLED_SPAWNS);
+            a.clock_base = now_seconds();
+            spawn(fn, p, &a, sizeof a);
+            pipe_result r;
+            if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("no modelled pipeline result");
+            if (n == 1 || r.span_ms < twin[k].span_ms) twin[k] = r;
+            twin[k].spawns = n;
+            if (fabs(twin[k].bubble / twin[k].formula - 1) <= MODELLED_BOUND) break; /* no lateness needed */
+        }
     }
 }
 
+double modelled_upper(const pipe_result *r) {
+    return (1 + MODELLED_BOUND) * r->formula + r->late_ms / r->span_ms;
+}
+
 void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]) {
-    table_t *t = table_new("Pipeline bubbles, real and modelled compute (the quickest pass of each)");
+    table_t *t = table_new("Pipeline bubbles, real and modelled compute (the quickest pass of each; a modelled shape "
+                           "whose quickest pass missed its bound spawned again, at most %d times)",
+                           MODELLED_SPAWNS);
     table_column(t, "schedule", NULL, "%s");
     table_column(t, "stages p", NULL, "%d");
     table_column(t, "micro-batches m", NULL, "%d");
@@ -316,12 +365,16 @@ void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N
     table_column(t, "modelled: span", "ms", "%.1f");
     table_column(t, "real: stage 0's activations held", NULL, "%.0f");
     table_column(t, "modelled: stage 0's activations held", NULL, "%d");
+    table_column(t, "modelled: spawns", NULL, "%d");
+    table_column(t, "modelled: late beyond 1 ms, summed", "ms", "%.1f"); /* ends and starts */
+    table_column(t, "modelled: bound, (1 + 0.1) formula + late / span", NULL, "%.4f");
     for (int k = 0; k < N_MODELLED_SHAPES; k++) {
         const pipe_result *md = &modelled[k], *r = NULL;
         for (int j = 0; j < 3; j++) /* the real run of the same schedule and shape, if there is one */
             if (real[j].stages == md->stages && real[j].m == md->m && real[j].schedule == md->schedule) r = &real[j];
         table_row(t, SCHEDULE_NAMES[md->schedule], md->stages, md->m, md->formula, r ? r->bubble : NAN, md->bubble,
-                  md->bubble / md->formula - 1, md->span_ms, r ? (double)r->stage0_held : NAN, md->stage0_held);
+                  md->bubble / md->formula - 1, md->span_ms, r ? (double)r->stage0_held : NAN, md->stage0_held,
+                  md->spawns, md->late_ms, modelled_upper(md));
     }
     table_show(t);
 }
@@ -353,30 +406,30 @@ const char *bubble_why(const pipe_result *r, int stages) {
     if (stages > r->cores) /* both ways at once: the wait for a core is idle time, the turns lost inside an
                             * operation count as its work */
         return fabs(off) <= 0.15
-                       ? "within 15% of the formula, though the ranks outnumber the cores: a stage that is ready waits "
+                       ? "Within 15% of the formula, though the ranks outnumber the cores: a stage that is ready waits "
                          "for a core another stage holds (idle time the formula does not have), and an operation's "
-                         "measured time includes the turns its rank lost to others (work it did not do); the two partly "
+                         "recorded time includes the turns its rank lost to others (work it did not do); the two partly "
                          "cancel, on this machine, not by the schedule"
-               : off > 0 ? "larger than the formula: the ranks outnumber the cores, so a stage that is ready to work "
+               : off > 0 ? "Larger than the formula: the ranks outnumber the cores, so a stage that is ready to work "
                            "waits for its turn on a core another stage holds; that wait is this machine's, not the "
                            "schedule's"
-                         : "smaller than the formula: the ranks outnumber the cores, so an operation's measured time "
+                         : "Smaller than the formula: the ranks outnumber the cores, so an operation's recorded time "
                            "includes the turns its rank waited for a core, counted here as work, not idle; that is "
                            "this machine's, not the schedule's";
     int unequal = fabs(r->replayed / r->formula - 1) > 0.05;
     if (fabs(off) <= 0.15)
-        return unequal ? "within 15% of the formula, though the stages ran at unequal speeds, which moves it too: the "
+        return unequal ? "Within 15% of the formula, though the stages ran at unequal speeds, which moves it too: the "
                          "replay below splits the two"
-                       : "within 15% of the formula: what is left over is the time between operations (the "
+                       : "Within 15% of the formula: what is left over is the time between operations (the "
                          "messages, mostly), which the formula leaves out";
     if (off < 0)
-        return "smaller than the formula: the stage that set the pace was the slower, so what it waited through at "
+        return "Smaller than the formula: the stage that set the pace was the slower, so what it waited through at "
                "the start and end was a faster stage's shorter operations (the replay below)";
     if (r->load > r->cores + stages) /* the load average counts this lecture's own ranks too */
-        return "larger than the formula: the machine was busy with other work (a load average above its cores plus "
+        return "Larger than the formula: the machine was busy with other work (a load average above its cores plus "
                "this spawn's ranks), so a stage that was ready waited for a core; the formula assumes every stage has "
                "one";
-    return "larger than the formula by more than the messages would explain: the replay below splits the gap";
+    return "Larger than the formula by more than the messages would explain: the replay below splits the gap";
 }
 
 void note_replay(const pipe_result *r) {

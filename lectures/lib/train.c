@@ -327,9 +327,9 @@ void predict_zero3_bytes(int world_size, const mlp_config *c, double bytes) {
     char question[400];
     snprintf(question, sizeof question,
              "How many bytes does one rank send in one ZeRO-3 step here (%d ranks, %d layers of %d x %d floats)? Each "
-             "all-gather and each reduce-scatter sends (p - 1) / p of a layer. The forward gathers every layer and "
-             "frees it after use; the backward gathers every layer but layer 0 again and reduce-scatters every "
-             "layer's gradient.",
-             world_size, c->layers, c->width, c->width);
+             "all-gather and each reduce-scatter sends (p - 1) / p of a layer. The forward makes %d all-gathers (every "
+             "layer, each freed after use); the backward %d all-gathers (every layer but layer 0, again) and %d "
+             "reduce-scatters (every layer's gradient).",
+             world_size, c->layers, c->width, c->width, c->layers, c->layers - 1, c->layers);
     predict(question, bytes, "bytes");
 }
