@@ -480,14 +480,18 @@ class Numbers:
                     self.assertEqual([row[0] for row in table["rows"]], list(range(p)))
                     for row, want in zip(table["rows"], idle):
                         self.assertAlmostEqual(row[1], want, delta=1e-4)   # float32 stamps
-                    mm = re.search(r"span %s ms, bubble %s of the total \(the busiest stage's idle time; formula %s\), "
-                                   r"idle time averaged over the stages %s$" % (NUM, NUM, NUM, NUM), table["caption"])
+                    mm = re.search(r"span %s ms, bubble %s of the total \(the busiest stage's idle time; formula %s, "
+                                   r"[-+]\d+%%\), idle time averaged over the stages %s; replayed with each stage's own "
+                                   r"operation times and nothing between them: bubble %s \(%s left to the time between "
+                                   r"operations\), averaged %s$" % ((NUM,) * 7), table["caption"])
                     self.assertIsNotNone(mm, table["caption"])
                     # the bubble: the busiest stage's idle fraction, from the stamps (printed to 3 decimals)
                     self.assertAlmostEqual(float(mm.group(2)), 1 - max(busy) / span, delta=0.0005 + 1e-4)
                     self.assertAlmostEqual(float(mm.group(3)), (p - 1) / (m + p - 1), places=3)
                     self.assertAlmostEqual(float(mm.group(4)), sum(idle) / p, delta=0.0005 + 1e-4)
                     self.assertLessEqual(float(mm.group(2)), float(mm.group(4)) + 0.001)
+                    # the replay's share: the bubble less the replayed bubble, each printed to 3 decimals
+                    self.assertAlmostEqual(float(mm.group(6)), float(mm.group(2)) - float(mm.group(5)), delta=0.0016)
                     # activations held at once: all m in GPipe, at most p - r in 1F1B
                     counts = [row[2] for row in table["rows"]]
                     self.assertEqual(counts, [m] * p if schedule == "GPipe" else [min(m, p - r) for r in range(p)])
@@ -1039,8 +1043,7 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
         # The sentence under the tables reports the two measured busbw at the largest size, as the tables hold them.
         said = 0
         for m in self.markdown():
-            r = re.search(r"Measured at ([0-9.]+) MiB: all-reduce (%s) GB/s, reduce-scatter (%s) GB/s\. "
-                          % (NUM, NUM), m)
+            r = re.search(r"Measured at ([0-9.]+) MiB: all-reduce %s GB/s, reduce-scatter %s GB/s\. " % (NUM, NUM), m)
             if r:
                 said += 1
                 size = float(r.group(1))
