@@ -815,8 +815,10 @@ static void zero3_main(int rank, int world_size, void *args) {
         note("The table times the step with every layer already whole (no gathers), gathering each layer when "
              "needed (the code above), and prefetching: the next layer's `dist_all_gather_async` started before the "
              "current layer computes, waited for when that layer is next. Modelled: prefetching hid %.2f of the "
-             "gathers' %.2f ms (all but the first can hide: (2L - 2) / (2L - 1) = %.2f at best). Real (this "
-             "machine's arithmetic): %.2f of %.2f ms.",
+             "gathers' %.2f ms. All but the first of the 2L - 1 gathers can hide, (2L - 2) / (2L - 1) = %.2f of "
+             "them; a figure above that is the steps' noise (each way's time is a median of its own steps, tenths "
+             "of a millisecond apart from run to run), not a gather hidden that cannot be. Real (this machine's "
+             "arithmetic): %.2f of %.2f ms.",
              modelled.hidden, modelled.ms[Z3_GATHER_WHEN_NEEDED] - modelled.ms[Z3_NO_GATHERS],
              (2.0 * MODELLED_LAYERS - 2) / (2.0 * MODELLED_LAYERS - 1), real.hidden,
              real.ms[Z3_GATHER_WHEN_NEEDED] - real.ms[Z3_NO_GATHERS]);

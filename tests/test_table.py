@@ -93,20 +93,20 @@ class TableAndCharts(unittest.TestCase):
         self.assertEqual([v["compute"] for v in only["data"]["values"]], ["modelled"])
 
     def test_modelled_spans_kept_up_to_the_limit(self):
-        # 600 empty spans in the lecture's own process: the first 512 kept
+        # 1200 empty spans in the lecture's own process: the first 1024 kept
         # (runtime/trace/trace.h, LX_MODELLED_PER_SPAWN), the rest counted.
         out = tempfile.mkdtemp(prefix="lectern-table-")
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
         p = subprocess.run([FIXTURE, "--out", out, "--quiet", "--spans"], capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 0, tracecheck.why(p))
         t = tracecheck.validate(os.path.join(out, "table_fixture.json"))
-        self.assertEqual(len(t["modelled"]), 512)
-        self.assertEqual(t["meta"]["modelled_dropped"], 88)
+        self.assertEqual(len(t["modelled"]), 1024)
+        self.assertEqual(t["meta"]["modelled_dropped"], 176)
         self.assertIs(t["meta"]["modelled_compute"], True)
         self.assertEqual({(x["spawn"], x["rank"], x["ms"], x["function"]) for x in t["modelled"]},
                          {(None, None, 0, "body")})
         starts = [x["start"] for x in t["modelled"]]
-        self.assertEqual(starts, sorted(starts))   # the first 512, in order
+        self.assertEqual(starts, sorted(starts))   # the first 1024, in order
         # without it, none
         _, t = self.run_fixture()
         self.assertEqual(t["modelled"], [])

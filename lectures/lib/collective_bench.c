@@ -187,8 +187,8 @@ void note_bandwidths(int world_size, const bench_result *all_reduce, const bench
          "(%.2f GB/s) and is %.2f GB/s at %g MiB. On a real link it rises with size towards the link's limit, as the "
          "fixed cost per operation is spread over more bytes.%s",
          all_reduce[last].bytes / (1 << 20), all_reduce[last].busbw, reduce_scatter[last].busbw,
-         all_reduce[peak].bytes / (1 << 20),
-         all_reduce[peak].busbw, all_reduce[last].busbw, all_reduce[last].bytes / (1 << 20),
+         all_reduce[peak].bytes / (1 << 20), all_reduce[peak].busbw, all_reduce[last].busbw,
+         all_reduce[last].bytes / (1 << 20),
          gpu_count() > 0 ? ""
          : world_size > cores
                  ? " Here (more ranks than CPU cores, so they take turns) larger messages no longer fit in the "

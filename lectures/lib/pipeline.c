@@ -347,9 +347,7 @@ void run_modelled_pipelines(spawn_fn fn, const mlp_config *c, pipe_result twin[N
     }
 }
 
-double modelled_upper(const pipe_result *r) {
-    return (1 + MODELLED_BOUND) * r->formula + r->late_ms / r->span_ms;
-}
+double modelled_upper(const pipe_result *r) { return (1 + MODELLED_BOUND) * r->formula + r->late_ms / r->span_ms; }
 
 void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]) {
     table_t *t = table_new("Pipeline bubbles, real and modelled compute (the quickest pass of each; a modelled shape "

@@ -110,8 +110,8 @@ typedef struct pipe_result {
     double load;                    /* the load average as the run ended (-1: unknown) */
     long cores;                     /* the cores online */
     int stages, m, modelled, schedule;
-    int spawns; /* a modelled run: the spawns it took (run_modelled_pipelines runs a disturbed one again) */
-    double late_ms; /* a modelled run's quickest pass: its operations' lateness beyond LATE_SLACK_MS, summed */
+    int spawns;           /* a modelled run: the spawns it took (run_modelled_pipelines runs a disturbed one again) */
+    double late_ms;       /* a modelled run's quickest pass: its operations' lateness beyond LATE_SLACK_MS, summed */
     int single_copy;      /* Open MPI moved messages by its single-copy path (the pool's choice, cma) */
     int held[MAX_STAGES]; /* each stage's most micro-batches' activations held at once */
     double together_ms;   /* how long stages 0 and 1 computed at the same time, in the quickest pass */

@@ -225,8 +225,9 @@ void lx_modelled_record(double start, double end, double ms, int device);
  * counted in meta.modelled_dropped: a timing loop of thousands of spans
  * would otherwise double a trace's size (lecture_ddp's 91 KB became 1.3 MB)
  * for spans no reader looks at one by one; a pipeline's 2 m p spans a pass
- * fit. Thread-safe. */
-#define LX_MODELLED_PER_SPAWN 512
+ * fit, and so do lecture_scaling's ZeRO-3 prefetch steps (704: 4 ranks of 11
+ * steps of 16 spans). Thread-safe. */
+#define LX_MODELLED_PER_SPAWN 1024
 void lx_trace_modelled_append(cJSON *span);
 
 /* ---------------- options.c (a lecture's own options) ---------------- */

@@ -56,10 +56,10 @@ static void bad(void) {
 static void body(void) {
     good();
     if (lecture_flag("bad")) bad();
-    for (int i = 0; lecture_flag("spans") && i < 600; i++) /* more than the trace keeps of one process */
+    for (int i = 0; lecture_flag("spans") && i < 1200; i++) /* more than the trace keeps of one process */
         model_compute(0.0);
 }
 
-LECTURE_OPTIONS({"bad", NULL, "make the mistakes too"}, {"spans", NULL, "600 empty spans of modelled compute"});
+LECTURE_OPTIONS({"bad", NULL, "make the mistakes too"}, {"spans", NULL, "1200 empty spans of modelled compute"});
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
