@@ -816,9 +816,8 @@ static void zero3_main(int rank, int world_size, void *args) {
              "needed (the code above), and prefetching: the next layer's `dist_all_gather_async` started before the "
              "current layer computes, waited for when that layer is next. Modelled: prefetching hid %.2f of the "
              "gathers' %.2f ms. All but the first of the 2L - 1 gathers can hide, (2L - 2) / (2L - 1) = %.2f of "
-             "them; a figure above that is the steps' noise (each way's time is a median of its own steps, tenths "
-             "of a millisecond apart from run to run), not a gather hidden that cannot be. Real (this machine's "
-             "arithmetic): %.2f of %.2f ms.",
+             "them; above that is noise (each way a median of its own steps). Real (this machine's arithmetic): "
+             "%.2f of %.2f ms.",
              modelled.hidden, modelled.ms[Z3_GATHER_WHEN_NEEDED] - modelled.ms[Z3_NO_GATHERS],
              (2.0 * MODELLED_LAYERS - 2) / (2.0 * MODELLED_LAYERS - 1), real.hidden,
              real.ms[Z3_GATHER_WHEN_NEEDED] - real.ms[Z3_NO_GATHERS]);
@@ -1001,9 +1000,8 @@ static pipe_result say_bubble(int stages, int schedule, int m) {
 /* A modelled run's checks: its bubble against the formula, and 1F1B's activations per stage against p - s. */
 static void check_modelled(const pipe_result *r) {
     check(r->bubble >= (1 - MODELLED_BOUND) * r->formula && r->bubble <= modelled_upper(r),
-          "modelled %s, %d stages, %d micro-batches: measured bubble %.4f within %.0f%% of (p-1)/(m+p-1) = %.4f, "
-          "plus the operations' lateness (%.1f ms late beyond 1 ms each, over a span of %.1f ms: up to %.4f; the "
-          "quickest pass of %d spawn%s)",
+          "modelled %s, %d stages, %d micro-batches: measured bubble %.4f within %.0f%% of (p-1)/(m+p-1) = %.4f "
+          "plus lateness %.1f ms / span %.1f ms: up to %.4f (quickest pass of %d spawn%s)",
           SCHEDULE_NAMES[r->schedule], r->stages, r->m, r->bubble, 100 * MODELLED_BOUND, r->formula, r->late_ms,
           r->span_ms, modelled_upper(r), r->spawns, r->spawns == 1 ? "" : "s");
     int over = 0; /* stages s that held more than p - s */
