@@ -240,13 +240,14 @@ for t in "${TIMED[@]}"; do
     [ "$t" = "${TIMED[0]}" ] && start_builds
 done
 # The lectures whose modelled runs check a speed lesson's bound (a pipeline's
-# bubble, DDP's overlap) run one at a time too, beside the niced builds only:
+# bubble, DDP's overlap; test_nccl_emu.py runs lecture_08 whole on the NCCL
+# emulator) run one at a time too, beside the niced builds only:
 # a second suite beside them (4 more ranks on 2 cores) is the busy machine
 # the bounds allow for only in part (lectures/lib/pipeline.h measures the
 # lateness it causes; a DDP step's all-reduces slow with it). The sanitizer
 # and CPU-only passes' copies of them run alone in the all scope, in one
 # lane; in the quick scope their CPU-only lecture_ddp is in the lanes.
-MODELLED=(tests/test_lecture_08.py tests/test_lecture_ddp.py)
+MODELLED=(tests/test_lecture_08.py tests/test_lecture_ddp.py tests/test_nccl_emu.py)
 for t in "${MODELLED[@]}"; do
     [ -f "$t" ] && run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
 done

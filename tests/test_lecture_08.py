@@ -552,7 +552,7 @@ class Numbers:
             # within 10% of the formula, plus the pass's lateness over its span (lectures/lib/pipeline.h): the bound
             # recomputed here from the row's own figures
             formula, bubble = row["formula (p - 1) / (m + p - 1)"], row["modelled: measured bubble"]
-            late, span = row["modelled: late beyond 1 ms, summed"], row["modelled: span"]
+            late, span = row["modelled: late beyond 0.5 ms, summed"], row["modelled: span"]
             self.assertGreaterEqual(late, 0)
             upper = 1.1 * formula + late / span
             self.assertAlmostEqual(row["modelled: bound, (1 + 0.1) formula + late / span"], upper, delta=1e-9)
@@ -580,7 +580,7 @@ class Numbers:
         self.assertEqual({x["ms"] for x in spans}, {MODELLED_F_MS, 2 * MODELLED_F_MS})
         # a pass's lateness, recomputed from the modelled half of each charted timeline (the quickest pass of the
         # 8-micro-batch twins): each operation's time beyond its asked time, and its start beyond the end of its
-        # stage's previous operation and of the operation it waits for on the neighbouring stage, each beyond 1 ms
+        # stage's previous operation and of the operation it waits for on the neighbouring stage, each beyond 0.5 ms
         for r in self.renderings("plot"):
             spec = r[1]["spec"]
             mm = re.match(r"^(GPipe|1F1B) timeline, (\d) stages, (\d+) micro-batches", spec.get("title", ""))
@@ -603,8 +603,8 @@ class Numbers:
                         ready = max(ready, done[(st - 1, False, k)])
                     if bw and st < p - 1:
                         ready = max(ready, done[(st + 1, True, k)])
-                    late += max(0.0, start - ready - 1.0)
-                    late += max(0.0, end - start - (2 if bw else 1) * MODELLED_F_MS - 1.0)
+                    late += max(0.0, start - ready - 0.5)
+                    late += max(0.0, end - start - (2 if bw else 1) * MODELLED_F_MS - 0.5)
             # the chart's times are the stamps as floats, from each pass's first start: a few ulps of 2 s each
             self.assertAlmostEqual(lateness[(sch, p, m)], late, delta=0.01 + 1e-4 * 4 * m * p, msg=(sch, p, m))
 

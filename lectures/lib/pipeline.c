@@ -364,7 +364,7 @@ void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N
     table_column(t, "real: stage 0's activations held", NULL, "%.0f");
     table_column(t, "modelled: stage 0's activations held", NULL, "%d");
     table_column(t, "modelled: spawns", NULL, "%d");
-    table_column(t, "modelled: late beyond 1 ms, summed", "ms", "%.1f"); /* ends and starts */
+    table_column(t, "modelled: late beyond 0.5 ms, summed", "ms", "%.1f"); /* ends and starts */
     table_column(t, "modelled: bound, (1 + 0.1) formula + late / span", NULL, "%.4f");
     for (int k = 0; k < N_MODELLED_SHAPES; k++) {
         const pipe_result *md = &modelled[k], *r = NULL;
