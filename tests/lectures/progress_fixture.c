@@ -347,7 +347,7 @@ static void body(void) {
         spawn_result(1, &r1, sizeof r1);
         note_verbatim("result recv_after %.6f compute %.6f sum %.1f", r1.a - r0.a, c.compute, r1.b);
     } else if (strcmp(which, "modelled") == 0) {
-        model_compute(5.0); /* LECTURE MODELLED LINE */
+        model_compute(200.0); /* LECTURE MODELLED LINE */
         spawn(modelled_case, world, &c, sizeof c);
         modelled_times r0, r1;
         spawn_result(0, &r0, sizeof r0);
