@@ -489,7 +489,9 @@ static void fresh_state(void) {
         lx_fatal("rank %d cannot enter the lecture's folder %s: %s", pool_rank, my_desc.cwd, strerror(errno));
 }
 
-static void run_spawn(const char *body, size_t size) {
+/* One spawn on this rank (the parent's side is spawn.c's run_spawn): the
+ * description and args from MSG_SPAWN, fn run, "done" sent. */
+static void rank_run_spawn(const char *body, size_t size) {
     if (size < sizeof my_desc) {
         fprintf(stderr, "lectern: rank %d got a malformed spawn\n", pool_rank);
         exit(1);
@@ -696,7 +698,7 @@ static void run_pool_rank(const char *address, const char *board_name, const cha
         char *body;
         size_t size;
         if (lx_wire_recv(parent_fd, &type, &body, &size) != 0) break; /* the pool ends */
-        if (type == MSG_SPAWN) run_spawn(body, size);
+        if (type == MSG_SPAWN) rank_run_spawn(body, size);
         free(body);
     }
 
