@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "ranks/ranks.h" /* lx_rank_comm(): the spawn's ranks, for the bare calls */
+#include "ranks/ranks_mpi.h" /* lx_rank_comm(): the spawn's ranks, for the bare calls */
 
 enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, N_OPS };
 static const char *const OP_NAMES[] = {"all_reduce", "reduce_scatter", "all_gather"};

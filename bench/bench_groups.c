@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "ranks/ranks.h" /* lx_rank_comm(): the spawn's ranks, for the bare calls */
+#include "ranks/ranks_mpi.h" /* lx_rank_comm(): the spawn's ranks, for the bare calls */
 
 static const double MB = 1024.0 * 1024.0;
 static const int SIZES_MB[] = {1, 4, 16, 64};

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "lectern.h"
-#include "ranks/ranks.h" /* lx_rank_comm(): the slowest rank's time */
+#include "ranks/ranks_mpi.h" /* lx_rank_comm(): the slowest rank's time */
 
 enum { RUNS = 7, MATMULS = 40 };
 static const int SIZES_MB[] = {16, 64};

@@ -25,7 +25,7 @@
 
 #include "comm/comm_progress.h" /* lx_progress_set: on and off in one run */
 #include "lectern.h"
-#include "ranks/ranks.h" /* lx_rank_comm(): the slowest rank's time */
+#include "ranks/ranks_mpi.h" /* lx_rank_comm(): the slowest rank's time */
 
 enum { RUNS = 5, LAT_REPS = 2000 };
 

@@ -41,7 +41,7 @@
 #include <time.h>
 
 #include "lectern.h"
-#include "ranks/ranks.h" /* lx_rank_comm(): the bare MPI case */
+#include "ranks/ranks_mpi.h" /* lx_rank_comm(): the bare MPI case */
 
 enum { REPS = 41 };
 static const int SIZES[] = {64 << 10, 256 << 10, 1 << 20}; /* bytes */

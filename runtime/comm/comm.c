@@ -39,9 +39,9 @@ static const lx_comm_ops *ops; /* NULL outside a rank */
  * back to the defaults at lx_comm_stop. */
 lx_world lx_the_world = {.rank = 0, .size = 1, .backend = LX_BACKEND_MPI, .device = -1, .comm = MPI_COMM_NULL};
 
-void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm comm) {
+void lx_comm_start(lx_backend b, int rank, int world_size, int device) {
     lx_backend_error_set_rank_active(lx_comm_active);
-    lx_the_world = (lx_world){.rank = rank, .size = world_size, .backend = b, .device = device, .comm = comm};
+    lx_the_world = (lx_world){.rank = rank, .size = world_size, .backend = b, .device = device, .comm = lx_rank_comm()};
     lx_agree_start();
     if (lx_backend_is_nccl(b)) {
         ops = lx_comm_stats_wrap(lx_comm_nccl_start(b == LX_BACKEND_NCCL_EMULATED));

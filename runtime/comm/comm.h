@@ -24,7 +24,7 @@
 
 #include <mpi.h>
 
-#include "ranks/ranks.h"
+#include "ranks/ranks_mpi.h"
 #include "tensor/tensor.h"
 
 /* ---------------- the rank's world ---------------- */
@@ -64,10 +64,10 @@ struct dist_group {
 /* ---------------- comm.c ---------------- */
 
 /* Starts the collectives of this rank on `backend` (the parent chose it),
- * over `comm`, the spawn's communicator (its world_size ranks), and stops
+ * over lx_rank_comm(), the spawn's communicator (its world_size ranks), and stops
  * them when fn has returned. `device` is the GPU of this rank under NCCL
  * (-1 under Open MPI). */
-void lx_comm_start(lx_backend backend, int rank, int world_size, int device, MPI_Comm comm);
+void lx_comm_start(lx_backend backend, int rank, int world_size, int device);
 /* Requests the function never waited for: an error step each at the line
  * that made it, then completed (before the tensors they use are freed). */
 void lx_comm_finish_requests(void);

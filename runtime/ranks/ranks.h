@@ -20,17 +20,18 @@
  *   spawn_result.c what ranks return (spawn_return) kept for spawn_result
  *   crash.c        signals: an error step at the last lecture line, the pool
  *                  stopped, then exit
+ *   ranks_mpi.h    lx_rank_comm(), the one declaration with an MPI type
  *
  * Who calls it: lecture_main (lx_spawn_child_entry, lx_spawn_shutdown,
  * lx_install_crash_handlers, lx_ranks_set_comm), the comm layer (the board,
- * lx_rank_enter/leave and the counters, lx_rank_comm), tests and benchmarks
- * (lx_rank_comm, lx_pool_*, lx_choose_backend). It starts and stops a
- * rank's communication through lx_comm_hooks, never by name.
+ * lx_rank_enter/leave and the counters), tests and benchmarks (lx_pool_*,
+ * lx_choose_backend). It starts and stops a rank's communication through
+ * lx_comm_hooks, never by name. No MPI type here: lx_rank_comm(), the
+ * spawn's communicator, is in ranks_mpi.h, for the files that call MPI.
  */
 #ifndef LECTERN_RANKS_LAYER_H
 #define LECTERN_RANKS_LAYER_H
 
-#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -385,12 +386,6 @@ void lx_rank_counts_reset(void);
  * "as_rank"; the parent stamps it with that rank. */
 void lx_rank_error_for(int rank, const char *frames_text, const char *message);
 
-/* In a rank: the communicator of the current spawn's ranks (pool ranks
- * 0..world_size-1). MPI_COMM_WORLD is the whole pool, more ranks than the
- * spawn has: code that talks MPI directly (a benchmark comparing with bare
- * MPI calls) uses this. MPI_COMM_NULL outside a rank. */
-MPI_Comm lx_rank_comm(void);
-
 /* ---------------- spawn.c, spawn_rank.c ---------------- */
 
 /* Called first thing by lecture_main: when this process is a pool rank
@@ -422,8 +417,9 @@ typedef struct lx_comm_hooks {
      * level Open MPI gave (the progress thread starts only at MULTIPLE). */
     void (*mpi_ready)(int provided);
     /* A spawn's fn is about to run on this rank: its collectives on
-     * `backend` over `comm`; `device` its GPU under NCCL, else -1. */
-    void (*start)(lx_backend backend, int rank, int world_size, int device, MPI_Comm comm);
+     * `backend` over the spawn's communicator (lx_rank_comm(), ranks_mpi.h);
+     * `device` its GPU under NCCL, else -1. */
+    void (*start)(lx_backend backend, int rank, int world_size, int device);
     /* fn returned: requests never waited for are reported and completed. */
     void (*finish_requests)(void);
     /* After the leaked tensors are freed: the spawn's collectives end. */

@@ -38,7 +38,7 @@
 
 #include "check.h"
 #include "trace/trace.h"
-#include "ranks/ranks.h"
+#include "ranks/ranks_mpi.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <dlfcn.h>
@@ -542,7 +542,7 @@ static void rank_run_spawn(const char *body, size_t size) {
                  : my_desc.backend == LX_BACKEND_SHARED || my_desc.backend == LX_BACKEND_SHARED_CUDA_AWARE
                          ? (gpu_count() > 0 ? pool_rank % gpu_count() : -1)
                          : -1;
-    lx_ranks_comm()->start((lx_backend)my_desc.backend, pool_rank, w, device, comm);
+    lx_ranks_comm()->start((lx_backend)my_desc.backend, pool_rank, w, device);
 
     fn(pool_rank, w, args);
     /* Requests never waited for first: their transfers may still use
