@@ -61,6 +61,15 @@ typedef enum {
     LX_BACKEND_NCCL_EMULATED = 5,
 } lx_backend;
 
+/* ---------------- small helpers of this layer ---------------- */
+
+/* "s" after a count that is not one: "1 rank", "4 ranks". */
+static inline const char *lx_plural(int n) { return n == 1 ? "" : "s"; }
+
+/* Seconds cut to whole microseconds (toward zero), as times and durations
+ * are written into the trace. */
+static inline double lx_round_us(double seconds) { return (double)(long long)(seconds * 1e6) / 1e6; }
+
 /* The NCCL backend, on GPUs or on its emulator. */
 static inline int lx_backend_is_nccl(lx_backend b) { return b == LX_BACKEND_NCCL || b == LX_BACKEND_NCCL_EMULATED; }
 

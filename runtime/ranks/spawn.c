@@ -54,8 +54,6 @@
 #include "trace/trace.h"
 #include "ranks/ranks.h"
 
-static const char *plural(int n) { return n == 1 ? "" : "s"; }
-
 static int used_mpi, used_nccl;
 
 volatile int lx_spawn_waiting, lx_spawn_interrupt;
@@ -168,11 +166,9 @@ static void set_number(cJSON *obj, const char *key, double v) {
  * ("dist_all_reduce_in(group {0,1})"). */
 static const char *call_parens(const char *operation) { return strchr(operation, '(') ? "" : "()"; }
 
-static double rounded(double seconds) { return (double)(long long)(seconds * 1e6) / 1e6; }
-
 static void finish_entry(spawn_run *run, const char *status) {
     cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "status", cJSON_CreateString(status));
-    set_number(run->entry, "seconds", rounded(now_seconds() - run->started));
+    set_number(run->entry, "seconds", lx_round_us(now_seconds() - run->started));
     /* Its checks: a spawn whose ranks ran to the end but failed checks is
      * no all-green "ok" (the viewer's spawn header says so). */
     if (run->checks_passed + run->checks_failed > 0) {
@@ -600,7 +596,7 @@ static void rank_error_step(spawn_run *run, int rank, const char *frames_text, c
     cJSON_AddNumberToObject(step, "rank", rank);
     cJSON_AddNumberToObject(step, "world_size", run->world_size);
     cJSON_AddNumberToObject(step, "spawn", run->id);
-    cJSON_AddNumberToObject(step, "time", rounded(lx_elapsed()));
+    cJSON_AddNumberToObject(step, "time", lx_round_us(lx_elapsed()));
     cJSON *list = cJSON_AddArrayToObject(step, "renderings");
     cJSON_AddItemToArray(list, lx_rendering_error(message));
     if (run->expect_failure) {
@@ -718,9 +714,9 @@ static void fail_rank(spawn_run *run, int rank) {
     finish_entry(run, "failed");
     char *summary =
             at.known ? lx_fmt("spawn of %d rank%s failed: rank %d %s, %s %s:%d", run->world_size,
-                              plural(run->world_size), rank, how, silent ? "last seen at" : "at", at.path, at.line)
-                     : lx_fmt("spawn of %d rank%s failed: rank %d %s", run->world_size, plural(run->world_size), rank,
-                              how);
+                              lx_plural(run->world_size), rank, how, silent ? "last seen at" : "at", at.path, at.line)
+                     : lx_fmt("spawn of %d rank%s failed: rank %d %s", run->world_size, lx_plural(run->world_size),
+                              rank, how);
     free(how);
     run->failure = summary;
 }
@@ -745,7 +741,7 @@ static void fail_deadlock(spawn_run *run, double timeout) {
     lx_pool_kill();
     finish_entry(run, "failed");
     run->failure = lx_fmt("spawn of %d rank%s stopped: %d rank%s made no progress for %g s (%s)", run->world_size,
-                          plural(run->world_size), waiting, plural(waiting), timeout,
+                          lx_plural(run->world_size), waiting, lx_plural(waiting), timeout,
                           run->expect_failure ? "the timeout of spawn_expect_failure" : "LECTERN_TIMEOUT");
 }
 
@@ -838,7 +834,7 @@ static void fail_stragglers(spawn_run *run) {
     lx_pool_kill();
     finish_entry(run, "failed");
     run->failure = lx_fmt("spawn of %d rank%s stopped: rank%s %s returned from the function while %s", run->world_size,
-                          plural(run->world_size), run->n_done > 1 ? "s" : "", returned.s, summary.s);
+                          lx_plural(run->world_size), run->n_done > 1 ? "s" : "", returned.s, summary.s);
     free(returned.s);
     free(summary.s);
 }
@@ -1044,7 +1040,7 @@ static void fail_cycle(spawn_run *run, const wait_view *v, const int *stuck) {
     finish_entry(run, "failed");
     lx_pool_kill();
     run->failure = lx_fmt("spawn of %d rank%s stopped: deadlock, %d rank%s waiting for each other (%s)",
-                          run->world_size, plural(run->world_size), n, plural(n), summary.s);
+                          run->world_size, lx_plural(run->world_size), n, lx_plural(n), summary.s);
     free(summary.s);
 }
 
@@ -1146,8 +1142,8 @@ static void fail_hosts_lost(spawn_run *run) {
     lx_pool_kill();
     finish_entry(run, "failed");
     run->failure = lx_fmt("spawn of %d rank%s failed: host %s lost (rank%s %s silent for %.0f s)", run->world_size,
-                          plural(run->world_size), hosts.s ? hosts.s : "?", n == 1 ? "" : "s", ranks.s ? ranks.s : "",
-                          HOST_SILENCE);
+                          lx_plural(run->world_size), hosts.s ? hosts.s : "?", n == 1 ? "" : "s",
+                          ranks.s ? ranks.s : "", HOST_SILENCE);
     free(hosts.s);
     free(ranks.s);
 }
@@ -1332,7 +1328,7 @@ static void fail_time_limit(spawn_run *run, double now) {
     lx_pool_kill();
     finish_entry(run, "failed");
     run->failure = lx_fmt("spawn of %d rank%s stopped: %s ran past its time limit of %g s (%s)", run->world_size,
-                          plural(run->world_size), what, run->limit, summary.s ? summary.s : "no rank left");
+                          lx_plural(run->world_size), what, run->limit, summary.s ? summary.s : "no rank left");
     free(summary.s);
     free(what);
 }
@@ -1351,7 +1347,7 @@ static void check_arguments(const char *call, spawn_fn fn, int world_size, const
         lx_fatal("%s(): world_size %d is more than the %d task%s of Slurm job %s's allocation "
                  "(SLURM_TASKS_PER_NODE=%s on %s); ask Slurm for at least %d (salloc -n %d, sbatch -n %d) "
                  "or spawn fewer ranks",
-                 call, world_size, slurm.tasks, plural(slurm.tasks), slurm.job, slurm.tasks_per_node, slurm.nodes,
+                 call, world_size, slurm.tasks, lx_plural(slurm.tasks), slurm.job, slurm.tasks_per_node, slurm.nodes,
                  world_size, world_size, world_size);
     if (args_size > LECTERN_MAX_SPAWN_ARGS)
         lx_fatal("%s(): args of %zu bytes exceed the limit of %u bytes (LECTERN_MAX_SPAWN_ARGS); "
@@ -1432,7 +1428,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     if (lx_pool_slurm(&slurm)) { /* where: the allocation's nodes, as mpirun places them */
         char *where = lx_fmt("%s; in Slurm job %s's allocation: %d task%s on %s (SLURM_TASKS_PER_NODE=%s), "
                              "placed by mpirun%s",
-                             reason, slurm.job, slurm.tasks, plural(slurm.tasks), slurm.nodes, slurm.tasks_per_node,
+                             reason, slurm.job, slurm.tasks, lx_plural(slurm.tasks), slurm.nodes, slurm.tasks_per_node,
                              getenv("LECTERN_HOSTFILE") && *getenv("LECTERN_HOSTFILE") ? " within LECTERN_HOSTFILE"
                                                                                        : ", no hostfile");
         free(reason);
@@ -1441,7 +1437,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
 
     /* The trace says which backend and why, before any rank speaks. */
     note("spawn: %s", reason);
-    progress("spawn %d rank%s (%s)", world_size, plural(world_size),
+    progress("spawn %d rank%s (%s)", world_size, lx_plural(world_size),
              lx_backend_is_nccl(run->backend) ? "NCCL" : "Open MPI");
     cJSON *spawns = lx_trace_spawns();
     run->id = cJSON_GetArraySize(spawns);
@@ -1478,7 +1474,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     if (lx_pool_ensure(world_size, start_limit, &started_pool, &error) != 0) {
         finish_entry(run, "failed");
         free_run(run);
-        lx_fatal("spawn of %d rank%s failed: %s", world_size, plural(world_size), error);
+        lx_fatal("spawn of %d rank%s failed: %s", world_size, lx_plural(world_size), error);
     }
     run->board = lx_pool_board();
     hand_out(run, fn, args, args_size);
@@ -1487,7 +1483,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     record_hosts(run);
     /* Start-up: from spawn() until every rank has its work (a pool started
      * on the way included). */
-    set_number(run->entry, "startup_s", rounded(now_seconds() - run->started));
+    set_number(run->entry, "startup_s", lx_round_us(now_seconds() - run->started));
     if (run->backend != LX_BACKEND_NCCL) cJSON_AddStringToObject(run->entry, "single_copy", lx_pool_single_copy());
 
     /* Wait for "done" from every rank, forwarding steps as they come. */
@@ -1586,7 +1582,7 @@ int spawn_expect_failure(spawn_fn fn, int world_size, const void *args, size_t a
         /* The lesson did not happen: the lecture is wrong, say where. */
         lx_error("spawn_expect_failure(): the spawn of %d rank%s succeeded, but it was expected to fail "
                  "(a deadlock, a crash, ranks that disagree)",
-                 world_size, plural(world_size));
+                 world_size, lx_plural(world_size));
         return 0;
     }
     if (!lx_quiet()) fprintf(stderr, "lectern: caught, as expected: %s\n", failure);

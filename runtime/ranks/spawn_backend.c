@@ -36,8 +36,6 @@
 
 enum { MODE_DEFAULT = 0, MODE_PROHIBITED = 2, MODE_EXCLUSIVE_PROCESS = 3 };
 
-static const char *plural(int n) { return n == 1 ? "" : "s"; }
-
 /* "cuda:0" or "cuda:0-1" for the GPUs the ranks share. */
 static char *gpu_list(int gpus) { return gpus == 1 ? lx_fmt("cuda:0") : lx_fmt("cuda:0-%d", gpus - 1); }
 
@@ -49,12 +47,12 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
         if (strcmp(forced, "nccl") == 0 && nccl_emulate) {
             *reason = lx_fmt("LECTERN_BACKEND=nccl, LECTERN_NCCL_EMULATE=1: NCCL's logic (comm_nccl.c) on the NCCL "
                              "emulator, on the CPU with host tensors (%d rank%s)",
-                             world_size, plural(world_size));
+                             world_size, lx_plural(world_size));
             return LX_BACKEND_NCCL_EMULATED;
         }
         if (strcmp(forced, "mpi") == 0) {
             *reason = lx_fmt("LECTERN_BACKEND=mpi: Open MPI on host memory (%d rank%s, %d GPU%s)%s", world_size,
-                             plural(world_size), gpus, plural(gpus),
+                             lx_plural(world_size), gpus, lx_plural(gpus),
                              stage_test ? " (staged in chunks: LECTERN_STAGE_TEST)" : "");
             return stage_test ? LX_BACKEND_STAGED_HOST : LX_BACKEND_MPI;
         }
@@ -67,16 +65,16 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
             if (hostfile) { /* the other hosts' GPUs cannot be counted from here */
                 *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s on the hosts of "
                                  "LECTERN_HOSTFILE)",
-                                 world_size, plural(world_size));
+                                 world_size, lx_plural(world_size));
                 return LX_BACKEND_NCCL;
             }
             if (gpus < world_size)
                 lx_fatal("LECTERN_BACKEND=nccl needs one GPU per rank: %d rank%s, %d GPU%s%s", world_size,
-                         plural(world_size), gpus, plural(gpus),
+                         lx_plural(world_size), gpus, lx_plural(gpus),
                          gpus == 0 ? " (no GPU or no CUDA driver here; LECTERN_BACKEND=mpi runs on the CPU)"
                                    : "; spawn fewer ranks, or leave LECTERN_BACKEND unset to share the GPUs");
             *reason = lx_fmt("LECTERN_BACKEND=nccl: NCCL on device memory (%d rank%s, %d GPU%s)", world_size,
-                             plural(world_size), gpus, plural(gpus));
+                             lx_plural(world_size), gpus, lx_plural(gpus));
             return LX_BACKEND_NCCL;
         }
         lx_fatal("LECTERN_BACKEND='%s': expected 'mpi' or 'nccl'", forced);
@@ -84,19 +82,19 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
     if (gpus > 0 && compute_mode == MODE_PROHIBITED) {
         *reason = lx_fmt("%d rank%s, %d GPU%s in prohibited compute mode (no process may use it; "
                          "nvidia-smi -c DEFAULT allows it): Open MPI on host memory",
-                         world_size, plural(world_size), gpus, plural(gpus));
+                         world_size, lx_plural(world_size), gpus, lx_plural(gpus));
         return LX_BACKEND_MPI;
     }
     int exclusive = gpus > 0 && compute_mode == MODE_EXCLUSIVE_PROCESS;
     if (nccl_built > 0 && gpus > 0 && world_size <= gpus && !(exclusive && parent_on_gpu)) {
-        *reason = lx_fmt("%d rank%s, %d GPU%s: NCCL on device memory", world_size, plural(world_size), gpus,
-                         plural(gpus));
+        *reason = lx_fmt("%d rank%s, %d GPU%s: NCCL on device memory", world_size, lx_plural(world_size), gpus,
+                         lx_plural(gpus));
         return LX_BACKEND_NCCL;
     }
     if (exclusive) {
         *reason = lx_fmt("%d rank%s, %d GPU%s in exclusive-process compute mode (one process per GPU%s; "
                          "nvidia-smi -c DEFAULT allows sharing): Open MPI on host memory",
-                         world_size, plural(world_size), gpus, plural(gpus),
+                         world_size, lx_plural(world_size), gpus, lx_plural(gpus),
                          parent_on_gpu ? ", and the lecture process holds it already" : "");
         return LX_BACKEND_MPI;
     }
@@ -104,8 +102,8 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
     if (gpus > 0 && !hostfile) {
         char *list = gpu_list(gpus);
         /* Without NCCL, ranks that could each have a GPU use Open MPI too. */
-        *reason = lx_fmt("%d rank%s %s %d GPU%s (%s); collectives through %s%s", world_size, plural(world_size),
-                         world_size > gpus ? "share" : "on", gpus, plural(gpus), list,
+        *reason = lx_fmt("%d rank%s %s %d GPU%s (%s); collectives through %s%s", world_size, lx_plural(world_size),
+                         world_size > gpus ? "share" : "on", gpus, lx_plural(gpus), list,
                          mpi_cuda_aware ? "CUDA-aware Open MPI" : "Open MPI via host memory",
                          world_size > gpus ? ""
                          : nccl_built < 0  ? " (NCCL could not be loaded)"
@@ -113,8 +111,8 @@ lx_backend lx_choose_backend(int world_size, int gpus, int compute_mode, int par
         free(list);
         return mpi_cuda_aware ? LX_BACKEND_SHARED_CUDA_AWARE : LX_BACKEND_SHARED;
     }
-    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory%s", world_size, plural(world_size), gpus,
-                     plural(gpus), stage_test ? " (staged in chunks: LECTERN_STAGE_TEST)" : "");
+    *reason = lx_fmt("%d rank%s, %d GPU%s: Open MPI on host memory%s", world_size, lx_plural(world_size), gpus,
+                     lx_plural(gpus), stage_test ? " (staged in chunks: LECTERN_STAGE_TEST)" : "");
     return stage_test ? LX_BACKEND_STAGED_HOST : LX_BACKEND_MPI;
 }
 

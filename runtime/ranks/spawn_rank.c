@@ -123,7 +123,7 @@ static void *relay_board(void *unused) {
  * (CLOCK_MONOTONIC is one clock for all processes of a host). */
 static void rank_sink(cJSON *step) {
     double t = now_seconds() - my_desc.clock_zero;
-    cJSON *time = cJSON_CreateNumber((double)(long long)(t * 1e6) / 1e6);
+    cJSON *time = cJSON_CreateNumber(lx_round_us(t));
     if (cJSON_GetObjectItemCaseSensitive(step, "time")) cJSON_ReplaceItemInObjectCaseSensitive(step, "time", time);
     else cJSON_AddItemToObject(step, "time", time);
 
@@ -196,7 +196,7 @@ void lx_rank_error_for(int rank, const char *frames_text, const char *message) {
     cJSON_AddItemToObject(step, "stack", lx_frames_text_to_json(frames_text));
     cJSON_AddNumberToObject(step, "as_rank", rank);
     double t = now_seconds() - my_desc.clock_zero;
-    cJSON_AddNumberToObject(step, "time", (double)(long long)(t * 1e6) / 1e6);
+    cJSON_AddNumberToObject(step, "time", lx_round_us(t));
     cJSON *list = cJSON_AddArrayToObject(step, "renderings");
     cJSON_AddItemToArray(list, lx_rendering_error(message));
     char *text = cJSON_PrintUnformatted(step);
