@@ -4,8 +4,12 @@
  * below the comm layer (make check-layers).
  *
  *   spawn.c        the parent's spawn(): picks the backend, hands the spawn to
- *                  the pool's first world_size ranks, forwards their steps
- *                  into the trace, explains failures and deadlocks
+ *                  the pool's first world_size ranks, waits for them
+ *   spawn_relay.c  the parent: the ranks' steps and results into the trace
+ *   spawn_watch.c  the parent: what stops a spawn (a rank died, stragglers,
+ *                  a host lost, no progress, a time limit, Ctrl-C), said
+ *   spawn_deadlock.c the parent: ranks waiting for each other, proven
+ *                  from the board (spawn_run.h: what these four share)
  *   spawn_backend.c the parent's choice of backend (MPI, NCCL, shared GPUs)
  *   pool.c         the parent's pool of rank processes: started with mpirun
  *                  at the first spawn, grown or replaced when needed, stopped
@@ -196,7 +200,7 @@ typedef struct board_slot {
     char where[FRAMES_TEXT];    /* lecture stack at the last step or blocking call */
     char failure[160];          /* "died with SIGSEGV", "exited with status 3" */
     char failure_frames[FRAMES_TEXT];
-    /* What the deadlock detector reads (spawn.c), written by the lecture's
+    /* What the deadlock detector reads (spawn_deadlock.c), written by the lecture's
      * thread of the rank only. `version` is a sequence lock: odd while the
      * rank writes the fields below, so the parent can tell a torn read.
      * Counters of this spawn: point-to-point sends started to each rank,
@@ -364,7 +368,7 @@ void lx_rank_where(const char *operation);
  * until lx_rank_leave(): inside a collective (peer -1: it needs every rank)
  * or a receive or send (peer: the other rank). The parent uses this to tell
  * a rank that waits for a rank that has returned (it never will complete)
- * from a rank that computes (spawn.c). Both count as progress. */
+ * from a rank that computes (spawn_watch.c). Both count as progress. */
 void lx_rank_enter(const char *operation, const lx_frame *frames, int n, int peer);
 void lx_rank_leave(void);
 

@@ -277,7 +277,7 @@ void lx_rank_needs(int i, int kind, int peer, int seq) {
     board_write_end();
 }
 
-/* The parent's "progress" (spawn.c's watch), as this rank can see it: the
+/* The parent's "progress" (spawn_watch.c), as this rank can see it: the
  * sum of every slot's progress counter, and whether another rank of the
  * spawn works (runs, and is not inside a waiting call). A backend's own
  * wait that must tell "slow" from "stuck" (comm_nccl.c) stops only when
@@ -369,7 +369,7 @@ static void rank_on_exit(int status, void *arg) {
     __atomic_store_n(&my_slot->state, SLOT_FAILED, __ATOMIC_RELEASE);
 }
 
-/* SIGUSR2 from the lecture (spawn.c, on Ctrl-C): where is this rank now?
+/* SIGUSR2 from the lecture (spawn_watch.c, on Ctrl-C): where is this rank now?
  * The stack of the interrupted code goes to the slot's `sample`; the rank
  * then goes on as if nothing happened. Symbolizing inside a handler is the
  * same accepted risk as in rank_on_signal: the lecture stops it next. */
@@ -561,7 +561,7 @@ static void rank_run_spawn(const char *body, size_t size) {
      * A rank on another host sends its slot a last time first: the parent
      * then has this rank's final counters, which tell whether a rank still
      * waiting waits for a call this one never made or only for data it sent
-     * (spawn.c, waits_on_returned). Only this thread writes the slot. */
+     * (spawn_watch.c, waits_on_returned). Only this thread writes the slot. */
     pthread_mutex_lock(&send_lock);
     int rc = 0;
     if (my_slot == &remote_slot) {
