@@ -20,7 +20,7 @@ extern "C"
                 __attribute__((noreturn));
 
 /* The library's own message reaches the trace: an error step at the lecture
- * line (in the rank where it happened), then exit 1 (check.c). */
+ * line (in the rank where it happened), then exit 1 (trace/backend_error.c). */
 #define LX_DIE(lib, msg, file, line, expr) lx_backend_error(lib, msg, file, line, expr)
 
 /* 1 when LECTERN_CUDA_SYNC=1: every kernel launch is waited for and checked

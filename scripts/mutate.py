@@ -145,7 +145,7 @@ MUTANTS = [
     # ---- checks, tensor tracking ----
     m("check-close-tolerance-ignores-expected", "runtime/tensor/tensor_check.c", "ok = d <= atol + rtol * fabs(y);",
       "ok = d <= atol + rtol;", CHECKS),
-    m("failed-check-does-not-fail-the-run", "runtime/trace/verdict.c", "            failed_count++;\n            lx_mark_failed();",
+    m("failed-check-does-not-fail-the-run", "runtime/trace/check.c", "            failed_count++;\n            lx_mark_failed();",
       "            failed_count++;", CHECKS, HOMEWORK),
     m("check-close-nan-matches", "runtime/tensor/tensor_check.c", "ok = !isnan(x) && !isnan(y) && x == y;", "ok = 1;", CHECKS),
     m("double-free-not-noticed", "runtime/tensor/tensor_track.c", "    rec *r = (rec *)t;\n    if (r->magic == MAGIC_FREED) {",
@@ -251,7 +251,7 @@ MUTANTS = [
       "        if (!run->done[q] || peer < 0 || q != peer) continue;\n        if (!(on_other_host", COMM_CHECKS),
     m("working-rank-called-deadlocked", "runtime/ranks/spawn.c", "        if (working) run->last_progress = now;\n", "",
       COMM_CHECKS),
-    m("backend-error-not-traced", "runtime/trace/check.c", "    if (!dying && traced) {", "    if (0) {", COMM_CHECKS),
+    m("backend-error-not-traced", "runtime/trace/backend_error.c", "    if (!dying && traced) {", "    if (0) {", COMM_CHECKS),
     m("busy-tensor-change-allowed", "runtime/tensor/tensor_track.c", "    if (r->busy > 0) busy_error(r, op, \"changes\");",
       "    (void)r;", COMM_CHECKS + ["-k", "before_wait"]),
     m("isend-hash-not-compared", "runtime/comm/comm.c", "        if (req->hashed[i] && hash_values(req->uses[i]) != req->sum[i]) {",

@@ -1,5 +1,5 @@
 /*
- * tensor_check.c: check_close(), a check step (trace/verdict.c) over two
+ * tensor_check.c: check_close(), a check step (trace/check.c) over two
  * tensors, wherever they live: the numbers that decided it (the largest
  * absolute and relative differences and where they are) go in the step.
  */

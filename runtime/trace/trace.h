@@ -4,9 +4,9 @@
  *
  * The trace layer is the lecture's record: steps and their renderings
  * (trace.c, note.c, markdown.c), the lecture stacks they carry (stack.c),
- * check() and the check tally (verdict.c), --grade's results (grade.c), the
+ * check() and the check tally (check.c), --grade's results (grade.c), the
  * lecture's own options and --quick/--quiet (options.c), what a failing
- * MPI_CHECK/CUDA_CHECK does (check.c, check.h) and strings (strbuf.c).
+ * MPI_CHECK/CUDA_CHECK does (backend_error.c, check.h) and strings (strbuf.c).
  * It calls no other layer of the runtime (make check-layers): every layer
  * above calls it. Where it must hear from above, the layer above registers
  * a function here: the step sink (lx_set_step_sink, set by a rank's
@@ -267,7 +267,7 @@ cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int d
 #define LX_INSPECT_COLLECTIVES "inspect-collectives"
 int lx_inspect_collectives(void);
 
-/* ---------------- verdict.c (check, check_close) ---------------- */
+/* ---------------- check.c (check, check_close) ---------------- */
 
 /* Counts the check renderings of a step that reaches this process's trace
  * (the lecture's own, or one a rank sent); a failed one marks the lecture
@@ -310,7 +310,7 @@ int lx_grade_not_reached(void);
  * so far; nothing without --grade. Called by lx_trace_write and at exit. */
 void lx_grade_write(void);
 
-/* ---------------- check.c (MPI_CHECK and the like, check.h) ---------------- */
+/* ---------------- backend_error.c (MPI_CHECK and the like, check.h) ---------------- */
 
 /* lx_backend_error (check.h) writes an error step where there is a trace to
  * write to: the lecture process, or a rank while it runs a spawned function.
