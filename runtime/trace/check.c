@@ -9,7 +9,7 @@
  * lecture exits 1 at the end, and the console's last line counts the checks.
  *
  * Counting happens where steps are appended to the trace (lx_check_tally,
- * called by trace.c): the lecture's own checks and those its ranks send
+ * a listener of trace.c): the lecture's own checks and those its ranks send
  * arrive there alike, so a check inside a spawned rank counts in the one
  * lecture-wide total. A rank itself counts nothing.
  */
@@ -25,7 +25,6 @@
 static int passed_count, failed_count; /* the lecture process's totals */
 
 void lx_check_tally(const cJSON *step) {
-    lx_grade_step(step);
     const cJSON *r;
     cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "type"));
@@ -39,25 +38,11 @@ void lx_check_tally(const cJSON *step) {
     }
 }
 
+void lx_check_listen(void) { lx_trace_listen(&(lx_trace_listener){.step = lx_check_tally}); }
+
 void lx_check_counts(int *passed, int *failed) {
     *passed = passed_count;
     *failed = failed_count;
-}
-
-/* "checks: 40 passed, 0 failed", with ", 4 not reached" when the lecture
- * declared exercises (grade_exercise): the one line the console, the
- * trace's meta.checks, the viewer's header and --grade's results all give. */
-char *lx_check_summary(void) {
-    int not_reached = lx_grade_not_reached();
-    if (passed_count + failed_count == 0 && not_reached < 0) return NULL;
-    if (not_reached < 0) return lx_fmt("checks: %d passed, %d failed", passed_count, failed_count);
-    return lx_fmt("checks: %d passed, %d failed, %d not reached", passed_count, failed_count, not_reached);
-}
-
-void lx_check_summary_print(void) {
-    char *line = lx_check_summary();
-    if (line) fprintf(stderr, "%s\n", line);
-    free(line);
 }
 
 /* Emits the check step at the lecture's line; a failure is also said on
