@@ -244,7 +244,9 @@ size_t spawn_result(int rank, void *out, size_t cap);
 /* 3. Tensors: small float32 tensors on host or device                 */
 /* ------------------------------------------------------------------ */
 
-#define LECTERN_MAX_DIMS 4
+/* A tensor is a vector (ndim 1) or a matrix (ndim 2): every call takes one
+ * or the other, so two dimensions are all a shape holds. */
+#define LECTERN_MAX_DIMS 2
 
 typedef struct tensor {
     float *data; /* host or device pointer */

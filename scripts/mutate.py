@@ -141,7 +141,7 @@ MUTANTS = [
     m("stack-lines-off-by-one", "runtime/trace/stack.c", "lookup(pc == exact_pc ? pc : pc - 1)", "lookup(pc)",
       FOUNDATION),
     m("quiet-ignored", "runtime/lecture/main.c", "            quiet = 1;", "            quiet = 0;", MISUSE_OPTIONS),
-    m("gpu-count-not-cached", "runtime/tensor/timing.c", "    if (count < 0) {", "    if (1) {", C_GPU_COUNT),
+    m("gpu-count-not-cached", "runtime/tensor/device.c", "    if (count < 0) {", "    if (1) {", C_GPU_COUNT),
     # ---- checks, tensor tracking ----
     m("check-close-tolerance-ignores-expected", "runtime/tensor/tensor_check.c", "ok = d <= atol + rtol * fabs(y);",
       "ok = d <= atol + rtol;", CHECKS),

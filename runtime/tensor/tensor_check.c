@@ -31,11 +31,6 @@ static void index_text(const tensor *t, int64_t i, char buf[64]) {
     else snprintf(buf, 64, "[%" PRId64 "]", i);
 }
 
-static void shape_text(const tensor *t, char buf[64]) {
-    if (t->ndim == 2) snprintf(buf, 64, "%" PRId64 "x%" PRId64, t->shape[0], t->shape[1]);
-    else snprintf(buf, 64, "%" PRId64, t->shape[0]);
-}
-
 /* The factor r when actual is r times expected at every element (and r is
  * not 1), else 0: "4.00x the expected everywhere" names a sum where an
  * average was asked for (or a step taken twice) at once, where the largest
@@ -106,10 +101,7 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
     for (int d = 0; same && d < actual->ndim; d++)
         same = actual->shape[d] == expected->shape[d];
     if (!same) {
-        char sa[64], se[64];
-        shape_text(actual, sa);
-        shape_text(expected, se);
-        char *why = lx_fmt("shapes differ: actual %s, expected %s", sa, se);
+        char *why = lx_fmt("shapes differ: actual %s, expected %s", lx_shape_of(actual).s, lx_shape_of(expected).s);
         int rc = lx_check_refused(name, why);
         free(why);
         return rc;
