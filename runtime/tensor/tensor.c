@@ -223,7 +223,7 @@ tensor *arange(int64_t n, int device) {
  * where the tensor lives, so a large tensor on a GPU costs a kernel launch,
  * not minutes of host work and a copy.
  *
- * The generator is counter-based (runtime/philox.h): normal number i of a
+ * The generator is counter-based (runtime/tensor/philox.h): normal number i of a
  * seed is a pure function of (seed, i), computed by the same code on the host
  * and in the GPU kernel. The state is therefore just the seed and how many
  * normals have been drawn since manual_seed(): randn(3) then randn(3) gives
