@@ -15,6 +15,7 @@
 
 #include "lectern.h"
 #include "tensor/tensor.h"
+#include "trace/trace.h"
 
 /*
  * The GPUs this process can see (CUDA_VISIBLE_DEVICES applies). Asked once
@@ -56,3 +57,11 @@ void device_synchronize(void) {
         CUDA_CHECK(cudaStreamSynchronize(0));
 #endif
 }
+
+#ifndef LECTERN_CUDA
+/* A CPU-only build's answer to every device call (tensor.h's stubs). */
+void lx_tensor_no_cuda(void) {
+    lx_fatal("this lectern was built without CUDA (no nvcc at build time): "
+             "tensors can only live on the CPU (device -1)");
+}
+#endif

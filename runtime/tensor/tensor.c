@@ -34,13 +34,6 @@
 /* Devices and shapes                                                  */
 /* ------------------------------------------------------------------ */
 
-#ifndef LECTERN_CUDA
-void lx_tensor_no_cuda(void) {
-    lx_fatal("this lectern was built without CUDA (no nvcc at build time): "
-             "tensors can only live on the CPU (device -1)");
-}
-#endif
-
 static int on_gpu(const tensor *t) { return t->device >= 0; }
 
 /* Every tensor is made through here, so a device that does not exist is

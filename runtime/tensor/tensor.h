@@ -112,7 +112,7 @@ void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *gr
 
 /* A CPU-only build: tensor.c refuses every device >= 0 when a tensor is made,
  * so none of these is ever reached; they exist so that tensor.c reads the
- * same in both builds. Each stops with the same clear error. */
+ * same in both builds. Each stops with the same clear error (device.c). */
 void lx_tensor_no_cuda(void) __attribute__((noreturn));
 
 static inline int lx_cuda_in_use(void) { return 0; }
