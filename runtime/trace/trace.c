@@ -32,7 +32,7 @@ static char *out_dir;
 static int failed;
 static struct timespec t0;
 static lx_step_sink sink;
-static lx_trace_listener listeners[4];
+static lx_trace_listener listeners[4]; /* check.c's and grade.c's (lx_trace_listen) */
 static int n_listeners;
 
 /* ---- state ---- */
@@ -92,6 +92,7 @@ static void heard(const cJSON *step) {
     for (int i = 0; i < n_listeners; i++)
         if (listeners[i].step) listeners[i].step(step);
 }
+
 void lx_mark_failed(void) { failed = 1; }
 int lx_failed(void) { return failed; }
 int lx_trace_step_count(void) { return steps ? cJSON_GetArraySize(steps) : 0; }
