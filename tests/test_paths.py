@@ -34,9 +34,21 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def repo_root(start=os.path.dirname(os.path.abspath(__file__))):
+    """The folder above this file that holds runtime/lectern.h, wherever in
+    tests/ this file is kept."""
+    d = start
+    while not os.path.exists(os.path.join(d, "runtime", "lectern.h")):
+        if os.path.dirname(d) == d:
+            raise SystemExit("test_paths: no repo root above %s" % start)
+        d = os.path.dirname(d)
+    return d
+
+
+ROOT = repo_root()
 
 TOP = ("runtime", "lectures", "tests", "docs", "viewer", "scripts", "bench", "assets", "traces", ".ci")
 LAYERS = ("trace", "tensor", "ranks", "comm", "lecture")
@@ -176,14 +188,13 @@ class RepoPaths(unittest.TestCase):
         # A doc and a header beside the repo's folders: the doc's good paths
         # pass, then a stale one planted in each: only the doc's is named
         # (outside runtime/, "trace/..." is prose).
-        import tempfile
         with tempfile.TemporaryDirectory() as d:
             for top in TOP:
                 if os.path.isdir(os.path.join(ROOT, top)):
                     os.symlink(os.path.join(ROOT, top), os.path.join(d, top))
             os.mkdir(os.path.join(d, "fake"))
-            good = ("Run lectures/NAME.c (lectures/lecture_00.c, the tests/test_*.py, runtime/{trace,tensor}/,\n"
-                    "runtime/tensor/philox.h, docs/gpu.md:12, traces/<lecture>.json, tests/tools/nccl_probe).\n")
+            good = ("Run lectures/NAME.c (lectures/lecture_00.c, the tests/lib/*.py, runtime/{trace,tensor}/,\n"
+                    "runtime/tensor/philox.h, docs/gpu.md:12, traces/<lecture>.json, bench/bench_alloc).\n")
             with open(os.path.join(d, "fake", "README.md"), "w") as f:
                 f.write(good)
             self.assertEqual(missing_paths(d, ["fake/README.md"]), [])
