@@ -71,6 +71,8 @@ int main(int argc, char **argv) {
 
     printf("note() cost, %d notes, 4 lecture frames deep\n", n_samples);
     lx_trace_init("bench_note", dir);
+    lx_check_listen(); /* as lecture_main: each step counted and graded */
+    lx_grade_listen();
     lx_stack_set_root((const void *)level1);
     level1();
     report("note() total", samples, n_samples);

@@ -11,14 +11,15 @@
  * lecture frames (file, line, function), read from the program's debug info:
  * lecture code needs no macro at each call.
  *
- * Sections:
- *   1. authoring API      (runtime/note.c, runtime/trace.c, runtime/stack.c)
- *   2. spawn              (runtime/spawn.c)
- *   3. tensors            (runtime/tensor.c, runtime/tensor_cuda.cu)
- *   4. collectives        (runtime/comm.c)
- *   5. timing helpers     (runtime/timing.c)
- *   6. checks             (runtime/verdict.c, runtime/grade.c)
- *   7. tables and charts  (runtime/table.c, runtime/charts.c)
+ * Sections, and the runtime's layer folder that holds each (docs/design.md,
+ * "Layers", says what each folder holds):
+ *   1. authoring API      (runtime/trace/; lecture_main: runtime/lecture/)
+ *   2. spawn              (runtime/ranks/)
+ *   3. tensors            (runtime/tensor/)
+ *   4. collectives        (runtime/comm/)
+ *   5. timing helpers     (runtime/tensor/; model_compute, dist_timer: runtime/comm/)
+ *   6. checks             (runtime/trace/; check_close: runtime/tensor/)
+ *   7. tables and charts  (runtime/trace/)
  *
  * Errors in lecture input (a missing image, a bad plot spec, a bad spawn
  * argument) become an error step naming the lecture file and line, and the
@@ -58,7 +59,7 @@ void note(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 /* Monospace text: whitespace and newlines kept as they are. */
 void note_verbatim(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 
-/* An image. `src` is a file under assets/ ("assets/ring.svg"), checked to
+/* An image. `src` is a file under assets/ ("assets/lecture_08_gpu.svg"), checked to
  * exist (a missing file is an error step naming the lecture line), or an
  * http(s) URL, kept as a link and never downloaded. `width` is a fraction of
  * the page in (0, 1]. */
@@ -244,7 +245,9 @@ size_t spawn_result(int rank, void *out, size_t cap);
 /* 3. Tensors: small float32 tensors on host or device                 */
 /* ------------------------------------------------------------------ */
 
-#define LECTERN_MAX_DIMS 4
+/* A tensor is a vector (ndim 1) or a matrix (ndim 2): every call takes one
+ * or the other, so two dimensions are all a shape holds. */
+#define LECTERN_MAX_DIMS 2
 
 typedef struct tensor {
     float *data; /* host or device pointer */
@@ -267,7 +270,7 @@ tensor *empty(int64_t rows, int64_t cols, int device); /* cols 0 => 1-D */
 tensor *zeros(int64_t rows, int64_t cols, int device);
 tensor *arange(int64_t n, int device); /* [0, 1, ..., n-1] */
 /* Standard normal numbers from a seeded, counter-based generator
- * (Philox4x32-10 and Box-Muller, runtime/philox.h) that gives the same floats,
+ * (Philox4x32-10 and Box-Muller, runtime/tensor/) that gives the same floats,
  * bit for bit, on the CPU and on every GPU: made where the tensor lives (a
  * kernel fills a device tensor; nothing is copied). Draws continue one stream:
  * after manual_seed(s), randn(3) then randn(3) gives the numbers of randn(6).
@@ -340,8 +343,8 @@ const char *tensor_str(tensor *t);
 const char *summarize(tensor *t);
 
 /* ------------------------------------------------------------------ */
-/* 3b. inspect(x): a variable's value at this step (runtime/tensor/    */
-/*     tensor_inspect.c, runtime/trace/inspect.c)                      */
+/* 3b. inspect(x): a variable's value at this step (runtime/tensor/,   */
+/*     runtime/trace/)                                                 */
 /* ------------------------------------------------------------------ */
 
 /* inspect(x) records a step holding x's name as written in the source
@@ -497,7 +500,7 @@ int dist_test(dist_request *req);
  * result of that call is recorded (docs/authoring.md). */
 
 /* What this rank communicated, measured where the bytes move, per kind of
- * call and per peer (runtime/comm_stats.c). A homework checks *how* the
+ * call and per peer (runtime/comm/). A homework checks *how* the
  * ranks communicated with it, a lecture shows what a method costs:
  *
  *     dist_traffic before = dist_traffic_now();
@@ -630,7 +633,7 @@ void model_compute(double ms);
  * n < 1 or NULL values is an error step. */
 double median_of(double *values, int n);
 
-/* Times a region of work across the ranks of a spawn (runtime/dist_timer.c):
+/* Times a region of work across the ranks of a spawn (runtime/comm/):
  *
  *     dist_timer t = {0};
  *     dist_timer_start(&t);      // every rank: device work done, a barrier, the clock
@@ -772,7 +775,7 @@ void lecture_fail(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((nore
 void grade_exercise(const char *prefix, double points, int checks);
 
 /* ------------------------------------------------------------------ */
-/* 7. Tables and charts: results as data (runtime/table.c, charts.c)   */
+/* 7. Tables and charts: results as data (runtime/trace/)              */
 /* ------------------------------------------------------------------ */
 
 /* A table of results, recorded as data: the viewer shows it (sortable by

@@ -11,8 +11,11 @@ object belongs to the folder it was built in; a symbol it leaves undefined
 (nm type U) and another object defines is a call (or a use of data) from its
 folder to the defining one. The check fails, naming the files and symbols,
 on a cycle between folders and on a use of a higher layer by a lower one,
-the order given lowest first (the default is LAYERS below). Calls inside a
-folder are free. Exit status: 0 clean, 1 a violation, 2 bad input.
+the order given lowest first (the default is LAYERS below). Inside a folder
+the files may call each other, one way only: over the objects of one folder,
+A -> B when A uses a symbol B defines, and any cycle (a file-level circle)
+fails too, naming its files and one symbol for each arrow. Exit status: 0
+clean, 1 a violation, 2 bad input.
 Run by `make check-layers`, which scripts/test.sh runs as one test.
 """
 import argparse
@@ -71,8 +74,21 @@ def edges_of(defined, undefined):
     return edges
 
 
+def file_edges_of(defined, undefined):
+    """Inside each folder: -> {folder: {(obj, defining_obj): first symbol (by name)}}"""
+    edges = defaultdict(dict)
+    for obj, syms in sorted(undefined.items()):
+        src = folder_of(obj)
+        for sym in sorted(set(syms)):
+            for dobj in defined.get(sym, []):
+                if dobj != obj and folder_of(dobj) == src:
+                    edges[src].setdefault((obj, dobj), sym)
+    return edges
+
+
 def find_cycles(folders, edges):
-    """Strongly connected components of more than one folder (Tarjan)."""
+    """Strongly connected components of more than one node (Tarjan): the
+    nodes are folders, or the objects of one folder."""
     graph = defaultdict(set)
     for a, b in edges:
         graph[a].add(b)
@@ -128,6 +144,12 @@ def check(lines, order):
         inside = [e for e in sorted(edges) if e[0] in comp and e[1] in comp]
         problems.append("cycle between folders %s:\n%s" % (
             ", ".join(comp), "\n".join(describe(e, edges[e]) for e in inside)))
+    for folder, fedges in sorted(file_edges_of(defined, undefined).items()):
+        objs = {o for edge in fedges for o in edge}
+        for comp in find_cycles(objs, fedges):
+            inside = [e for e in sorted(fedges) if e[0] in comp and e[1] in comp]
+            problems.append("cycle between files of folder %s: %s\n%s" % (
+                folder, ", ".join(comp), "\n".join("  %s -> %s: uses %s" % (a, b, fedges[(a, b)]) for a, b in inside)))
     rank = {name: i for i, name in enumerate(order)}
     for f in sorted(folders):
         if f not in rank:

@@ -1,8 +1,9 @@
 """scripts/check_layers.py, the check that runtime/'s layer folders call each
-other one way only (make check-layers): fed synthetic `nm -A` listings, it
-passes a one-way graph and fails, naming files and symbols, on a cycle and
-on a call from a lower layer to a higher one. Then the real build's objects,
-when they are there, pass it."""
+other one way only, and the files inside each folder too (make
+check-layers): fed synthetic `nm -A` listings, it passes a one-way graph and
+fails, naming files and symbols, on a cycle between folders, on a call from
+a lower layer to a higher one, and on a circle of files inside a folder.
+Then the real build's objects, when they are there, pass it."""
 import os
 import subprocess
 import sys
@@ -70,12 +71,55 @@ build/runtime/ranks/spawn.o:0000000000000040 T spawn
         self.assertFalse(ok)
         self.assertIn("folder misc is in no layer", text)
 
-    def test_calls_inside_a_folder_are_free(self):
+    def test_one_way_calls_inside_a_folder_pass(self):
+        # a -> b -> c, and a -> c: a clean folder, however many arrows.
+        listing = """\
+build/runtime/trace/a.o:                 U b_fn
+build/runtime/trace/a.o:                 U c_fn
+build/runtime/trace/a.o:0000000000000001 T a_fn
+build/runtime/trace/b.o:                 U c_fn
+build/runtime/trace/b.o:0000000000000002 T b_fn
+build/runtime/trace/c.o:0000000000000003 T c_fn
+"""
+        ok, text = run_check(listing)
+        self.assertTrue(ok, text)
+
+    def test_a_circle_of_files_inside_a_folder_fails(self):
+        # a -> b -> c -> a inside trace/, beside a clean tensor/: the three
+        # files are named, with one symbol for each arrow, and nothing else.
         listing = """\
 build/runtime/trace/a.o:                 U b_fn
 build/runtime/trace/a.o:0000000000000001 T a_fn
-build/runtime/trace/b.o:                 U a_fn
+build/runtime/trace/b.o:                 U c_fn
+build/runtime/trace/b.o:                 U c_data
 build/runtime/trace/b.o:0000000000000002 T b_fn
+build/runtime/trace/c.o:                 U a_fn
+build/runtime/trace/c.o:0000000000000003 T c_fn
+build/runtime/trace/c.o:0000000000000004 D c_data
+build/runtime/trace/d.o:                 U a_fn
+build/runtime/trace/d.o:0000000000000005 T d_fn
+build/runtime/tensor/x.o:                 U y_fn
+build/runtime/tensor/x.o:                 U a_fn
+build/runtime/tensor/y.o:0000000000000006 T y_fn
+"""
+        ok, text = run_check(listing)
+        self.assertFalse(ok)
+        self.assertIn("cycle between files of folder trace: "
+                      "build/runtime/trace/a.o, build/runtime/trace/b.o, build/runtime/trace/c.o\n", text)
+        self.assertIn("build/runtime/trace/a.o -> build/runtime/trace/b.o: uses b_fn", text)
+        self.assertIn("build/runtime/trace/b.o -> build/runtime/trace/c.o: uses c_data", text)  # one symbol: the first
+        self.assertNotIn("uses c_fn", text)
+        self.assertIn("build/runtime/trace/c.o -> build/runtime/trace/a.o: uses a_fn", text)
+        self.assertNotIn("d.o", text)  # d calls into the circle but is not in it
+        self.assertNotIn("folder tensor", text)
+        self.assertEqual(text.count("cycle"), 1, text)
+
+    def test_a_file_calling_itself_is_no_circle(self):
+        # A symbol an object both leaves undefined and defines (nm lists a
+        # weak or common one so) is no arrow.
+        listing = """\
+build/runtime/trace/a.o:                 U a_fn
+build/runtime/trace/a.o:0000000000000001 T a_fn
 """
         ok, text = run_check(listing)
         self.assertTrue(ok, text)
@@ -83,15 +127,19 @@ build/runtime/trace/b.o:0000000000000002 T b_fn
     def test_the_script_exits_1_on_a_cycle_and_0_without(self):
         script = os.path.join(ROOT, "scripts", "check_layers.py")
         with tempfile.TemporaryDirectory() as d:
-            for listing, want in ((ONE_WAY, 0), (CYCLE, 1)):
+            circle = ONE_WAY + "build/runtime/trace/stack.o:                 U lx_emit\n"
+            for listing, want in ((ONE_WAY, 0), (CYCLE, 1), (circle, 1)):
                 path = os.path.join(d, "nm.txt")
                 with open(path, "w") as f:
                     f.write(listing)
                 p = subprocess.run([sys.executable, script, "--order", ",".join(ORDER), "--nm-listing", path],
                                    capture_output=True, text=True)
                 self.assertEqual(p.returncode, want, p.stdout + p.stderr)
-                if want:
+                if listing is CYCLE:
                     self.assertIn("trace.o uses spawn", p.stderr)
+                if listing is circle:
+                    self.assertIn("cycle between files of folder trace", p.stderr)
+                    self.assertIn("stack.o -> build/runtime/trace/trace.o: uses lx_emit", p.stderr)
 
     def test_the_built_runtime_is_layered(self):
         build = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "runtime")

@@ -2,7 +2,8 @@
  * test_trace.c: unit tests of the trace runtime (cmocka).
  *
  * UTF-8 repair, markdown to HTML, stack capture from plain C code, the step
- * sink, and the atomic writer (a failed run keeps the last good trace).
+ * sink, the atomic writer (a failed run keeps the last good trace), and the
+ * trace's listeners.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -287,6 +288,51 @@ static void unwritable_folder_is_an_error(void **state) {
     lx_trace_free();
 }
 
+/* trace.c's listeners (check.c's and grade.c's, registered by lecture_main):
+ * each hears every step, appended or only tallied, once however often it
+ * was registered, in the order registered; the trace being written asks
+ * them for meta, then says it was written. Registered for good, so this
+ * test runs last. */
+static char heard_log[64];
+static int written_count;
+static void hear(char c) {
+    size_t n = strlen(heard_log);
+    if (n + 1 < sizeof heard_log) heard_log[n] = c;
+}
+static void hear_a(const cJSON *step) { hear(step ? 'a' : '?'); }
+static void hear_b(const cJSON *step) { hear(step ? 'b' : '?'); }
+static void heard_meta(cJSON *meta) { lx_json_set(meta, "heard", cJSON_CreateString(heard_log)); }
+static void heard_written(void) { written_count++; }
+
+static void listeners_hear_each_step_once_in_order(void **state) {
+    (void)state;
+    char dir[] = "/tmp/lectern-unit-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    lx_trace_init("unit", dir);
+    const lx_trace_listener a = {.step = hear_a, .meta = heard_meta, .written = heard_written};
+    lx_trace_listen(&a);
+    lx_trace_listen(&(lx_trace_listener){.step = hear_b});
+    lx_trace_listen(&a); /* again: nothing changes */
+    note("appended");
+    cJSON *folded = cJSON_CreateObject(); /* a step only tallied, as a rank's folded check */
+    lx_trace_tally(folded);
+    cJSON_Delete(folded);
+    assert_string_equal(heard_log, "abab");
+    assert_int_equal(lx_trace_step_count(), 1);
+    assert_int_equal(lx_trace_write(), 0);
+    assert_int_equal(written_count, 1);
+    char *path = lx_fmt("%s/unit.json", dir);
+    char *json = read_all(path);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"heard\":\"abab\""));
+    lx_trace_free();
+    char *rm = lx_fmt("rm -rf %s", dir);
+    assert_int_equal(system(rm), 0);
+    free(rm);
+    free(json);
+    free(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test(utf8_repair_keeps_valid_and_replaces_invalid),
@@ -298,6 +344,7 @@ int main(void) {
             cmocka_unit_test(see_with_and_without_title),
             cmocka_unit_test(write_is_atomic_and_failure_keeps_good_trace),
             cmocka_unit_test(unwritable_folder_is_an_error),
+            cmocka_unit_test(listeners_hear_each_step_once_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,7 +82,7 @@ static void __attribute__((noreturn)) nccl_failed(int rc, const char *file, int 
     const char *said = api->last_error(NULL);
     char *msg = lx_fmt("%s%s%s (NCCL_DEBUG=WARN prints NCCL's own account)", api->error_string(rc),
                        said && *said ? "; NCCL said: " : "", said && *said ? said : "");
-    LX_DIE("NCCL", msg, file, line, expr);
+    lx_backend_error("NCCL", msg, file, line, expr);
 }
 
 #define NCCL_TRY(call)                                                                \
@@ -95,8 +95,8 @@ static void __attribute__((noreturn)) nccl_failed(int rc, const char *file, int 
     do {                                                                                                               \
         int device_rc_ = (call);                                                                                       \
         if (device_rc_ != LX_DEVICE_OK)                                                                                \
-            LX_DIE(api->emulated ? "NCCL emulator" : "CUDA", api->device_error_string(device_rc_), __FILE__, __LINE__, \
-                   #call);                                                                                             \
+            lx_backend_error(api->emulated ? "NCCL emulator" : "CUDA", api->device_error_string(device_rc_), __FILE__, \
+                             __LINE__, #call);                                                                         \
     } while (0)
 
 /* ---- what a world size's first spawn makes, for the next spawns of that size ---- */

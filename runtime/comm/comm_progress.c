@@ -268,7 +268,7 @@ static void __attribute__((noreturn)) die(int rc, const char *call) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    LX_DIE("MPI", msg, __FILE__, __LINE__, call);
+    lx_backend_error("MPI", msg, __FILE__, __LINE__, call);
 }
 
 lx_progress_group *lx_progress_launch(int (*start)(void *ctx), void *ctx, MPI_Request *reqs, int n) {

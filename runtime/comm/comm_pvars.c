@@ -8,7 +8,7 @@
  * "monitoring" pml sits between the MPI layer and the real transport (ob1)
  * and adds up every message it passes on, per destination, collectives'
  * internal messages included; the pool turns it on for its ranks
- * (OMPI_MCA_pml_monitoring_enable=1 in mpirun's environment, runtime/pool.c).
+ * (OMPI_MCA_pml_monitoring_enable=1 in mpirun's environment, runtime/ranks/pool.c).
  * Its MPI_T variable pml_monitoring_messages_size is an array: entry q is
  * the bytes sent so far to rank q of the communicator the handle is bound to.
  * The handle is bound to MPI_COMM_WORLD, the pool: a spawn of w ranks runs

@@ -363,7 +363,7 @@ static char *find_launcher(void) {
  * this host: many containers refuse them and Open MPI then warns on every
  * run. Open MPI's monitoring pml counts the bytes each rank sends to
  * each peer, collectives' own messages included, for dist_traffic_now()
- * (runtime/comm_pvars.c); OMPI_MCA_pml_monitoring_enable=0 turns it off
+ * (runtime/comm/comm_pvars.c); OMPI_MCA_pml_monitoring_enable=0 turns it off
  * (the collectives' bytes are then not measured; docs/benchmarks.md
  * measures what it costs).
  *

@@ -34,13 +34,6 @@
 /* Devices and shapes                                                  */
 /* ------------------------------------------------------------------ */
 
-#ifndef LECTERN_CUDA
-void lx_tensor_no_cuda(void) {
-    lx_fatal("this lectern was built without CUDA (no nvcc at build time): "
-             "tensors can only live on the CPU (device -1)");
-}
-#endif
-
 static int on_gpu(const tensor *t) { return t->device >= 0; }
 
 /* Every tensor is made through here, so a device that does not exist is
@@ -64,13 +57,9 @@ static void check_device(int device) {
 #endif
 }
 
-/* "128x1024" (1-D: "1024"), for messages. */
-typedef struct shape_text {
-    char s[64];
-} shape_text;
-
-static shape_text shape_of(const tensor *t) {
-    shape_text out;
+/* "128x1024" (1-D: "1024"), for messages (tensor.h). */
+lx_shape_text lx_shape_of(const tensor *t) {
+    lx_shape_text out;
     if (t->ndim == 1) snprintf(out.s, sizeof out.s, "%" PRId64, t->shape[0]);
     else snprintf(out.s, sizeof out.s, "%" PRId64 "x%" PRId64, t->shape[0], t->shape[1]);
     return out;
@@ -84,7 +73,7 @@ static int same_shape(const tensor *a, const tensor *b) {
 }
 
 static void check_same_shape(const char *op, const tensor *a, const tensor *b) {
-    if (!same_shape(a, b)) lx_fatal("%s: shapes differ: %s and %s", op, shape_of(a).s, shape_of(b).s);
+    if (!same_shape(a, b)) lx_fatal("%s: shapes differ: %s and %s", op, lx_shape_of(a).s, lx_shape_of(b).s);
 }
 
 const char *lx_device_name(int device, char buf[32]) {
@@ -101,7 +90,7 @@ static void check_same_device(const char *op, const tensor *a, const tensor *b) 
 }
 
 static void check_2d(const char *op, const tensor *t) {
-    if (t->ndim != 2) lx_fatal("%s: needs a 2-D tensor, got shape %s", op, shape_of(t).s);
+    if (t->ndim != 2) lx_fatal("%s: needs a 2-D tensor, got shape %s", op, lx_shape_of(t).s);
 }
 
 /* A NULL where a tensor (or buffer) belongs: named, with the lecture line,
@@ -167,7 +156,7 @@ static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device) {
         /* 64-byte aligned (a cache line, and what AVX-512 loads like best),
          * from the blocks earlier tensors freed where one fits (host_pool.c). */
         t->data = lx_host_alloc(bytes_of(t));
-        if (!t->data) lx_fatal("out of memory for a %s tensor (%zu bytes)", shape_of(t).s, bytes_of(t));
+        if (!t->data) lx_fatal("out of memory for a %s tensor (%zu bytes)", lx_shape_of(t).s, bytes_of(t));
     }
     return t;
 }
@@ -217,17 +206,6 @@ tensor *arange(int64_t n, int device) {
     return t;
 }
 
-void tensor_free(tensor *t) {
-    if (!t) return;
-    lx_tensor_may_free(t); /* a double free or a busy tensor is named before its memory goes */
-    if (t->owns_data && t->data) {
-        if (on_gpu(t)) lx_cuda_free(t->device, t->data);
-        else lx_host_free(t->data, bytes_of(t));
-    }
-    free(t->str);
-    lx_tensor_release(t); /* poisoned and kept a while: a second free is named */
-}
-
 /* ------------------------------------------------------------------ */
 /* Random numbers                                                      */
 /* ------------------------------------------------------------------ */
@@ -238,7 +216,7 @@ void tensor_free(tensor *t) {
  * where the tensor lives, so a large tensor on a GPU costs a kernel launch,
  * not minutes of host work and a copy.
  *
- * The generator is counter-based (runtime/philox.h): normal number i of a
+ * The generator is counter-based (runtime/tensor/philox.h): normal number i of a
  * seed is a pure function of (seed, i), computed by the same code on the host
  * and in the GPU kernel. The state is therefore just the seed and how many
  * normals have been drawn since manual_seed(): randn(3) then randn(3) gives
@@ -304,7 +282,7 @@ tensor *row_slice(tensor *t, int64_t start, int64_t end) {
     NEED_T(t, "row_slice");
     if (start < 0 || end < start || end > t->shape[0])
         lx_fatal("row_slice: rows [%" PRId64 ", %" PRId64 ") are not within the %" PRId64 " rows of a %s tensor", start,
-                 end, t->shape[0], shape_of(t).s);
+                 end, t->shape[0], lx_shape_of(t).s);
     tensor *v = lx_tensor_alloc();
     *v = *t;
     int64_t row = t->ndim == 2 ? t->shape[1] : 1;
@@ -342,7 +320,7 @@ tensor *tensor_view(tensor *t, int64_t offset, int64_t rows, int64_t cols) {
     if (offset < 0 || offset > t->numel || n > t->numel - offset)
         lx_fatal("tensor_view: elements [%" PRId64 ", %" PRId64 ") are not within the %" PRId64
                  " elements of a %s tensor",
-                 offset, offset + n, t->numel, shape_of(t).s);
+                 offset, offset + n, t->numel, lx_shape_of(t).s);
     return view_of(t, offset, cols == 0 ? 1 : 2, rows, cols);
 }
 
@@ -352,7 +330,7 @@ tensor *reshape(tensor *t, int64_t rows, int64_t cols) {
     if (rows < 0 || cols < 0 || n != t->numel)
         lx_fatal("reshape: a %s tensor (%" PRId64 " elements) cannot be %" PRId64 "%s%.0" PRId64 " (%" PRId64
                  " elements)",
-                 shape_of(t).s, t->numel, rows, cols ? "x" : "", cols, n);
+                 lx_shape_of(t).s, t->numel, rows, cols ? "x" : "", cols, n);
     return view_of(t, 0, cols == 0 ? 1 : 2, rows, cols);
 }
 
@@ -377,7 +355,7 @@ tensor *col_slice(const tensor *t, int64_t start, int64_t end) {
     check_2d("col_slice", t);
     if (start < 0 || end < start || end > t->shape[1])
         lx_fatal("col_slice: columns [%" PRId64 ", %" PRId64 ") are not within the %" PRId64 " columns of a %s tensor",
-                 start, end, t->shape[1], shape_of(t).s);
+                 start, end, t->shape[1], lx_shape_of(t).s);
     tensor *out = new_tensor(2, t->shape[0], end - start, t->device);
     if (t->numel) copy_block(t->device, out->data, end - start, t->data + start, t->shape[1], end - start, t->shape[0]);
     return out;
@@ -393,8 +371,8 @@ tensor *cat_cols(tensor *const *parts, int n) {
         check_2d("cat_cols", parts[i]);
         check_same_device("cat_cols", parts[0], parts[i]);
         if (parts[i]->shape[0] != parts[0]->shape[0])
-            lx_fatal("cat_cols: part %d is %s but part 0 is %s: the row counts must match", i, shape_of(parts[i]).s,
-                     shape_of(parts[0]).s);
+            lx_fatal("cat_cols: part %d is %s but part 0 is %s: the row counts must match", i, lx_shape_of(parts[i]).s,
+                     lx_shape_of(parts[0]).s);
         cols += parts[i]->shape[1];
     }
     tensor *out = new_tensor(2, parts[0]->shape[0], cols, parts[0]->device);
@@ -537,8 +515,8 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
     if (k != kb || c->shape[0] != m || c->shape[1] != n)
         lx_fatal("matmul: cannot compute op(a) op(b) into c with a %s%s, b %s%s, c %s "
                  "(op(a) is %" PRId64 "x%" PRId64 ", op(b) is %" PRId64 "x%" PRId64 ")",
-                 shape_of(a).s, trans_a ? " transposed" : "", shape_of(b).s, trans_b ? " transposed" : "",
-                 shape_of(c).s, m, k, kb, n);
+                 lx_shape_of(a).s, trans_a ? " transposed" : "", lx_shape_of(b).s, trans_b ? " transposed" : "",
+                 lx_shape_of(c).s, m, k, kb, n);
     if (c->numel == 0) return;
     /* Leading dimensions are the stored row lengths (at least 1, as BLAS
      * insists even for empty operands). */
@@ -559,8 +537,8 @@ tensor *matmul(const tensor *a, const tensor *b) {
     check_2d("matmul", a);
     check_2d("matmul", b);
     if (a->shape[1] != b->shape[0])
-        lx_fatal("matmul: shapes %s and %s cannot be multiplied (%" PRId64 " != %" PRId64 ")", shape_of(a).s,
-                 shape_of(b).s, a->shape[1], b->shape[0]);
+        lx_fatal("matmul: shapes %s and %s cannot be multiplied (%" PRId64 " != %" PRId64 ")", lx_shape_of(a).s,
+                 lx_shape_of(b).s, a->shape[1], b->shape[0]);
     check_same_device("matmul", a, b);
     tensor *c = new_tensor(2, a->shape[0], b->shape[1], a->device);
     matmul_into(c, a, b, 0, 0, 1.0f, 0.0f);

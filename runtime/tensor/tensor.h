@@ -6,10 +6,10 @@
  * The tensor layer is the public tensor API (tensor.c: host tensors and the
  * checks of every call; tensor_print.c; tensor_check.c: check_close), the
  * device side (tensor_cuda.cu, cublas_lazy.c: cuBLAS loaded on first use),
- * the tracking of every tensor's life (tensor_track.c: leaks, double frees,
- * use after free, tensors a request still uses), randn's generator
- * (philox.h) and timing (timing.c: now_seconds, median, gpu_count,
- * device_synchronize). Callers: lectures (lectern.h), the comm layer (the
+ * the tracking of every tensor's life (tensor_track.c: tensor_free, leaks,
+ * double frees, use after free, tensors a request still uses), randn's
+ * generator (philox.h), timing (timing.c: now_seconds, median_of) and the
+ * device facts (device.c: gpu_count, device_synchronize). Callers: lectures (lectern.h), the comm layer (the
  * staging copier, lx_tensor_busy/idle/read), the ranks layer (leaks at the
  * end of a spawn, the generator's reset), lecture_main (leaks at exit).
  *
@@ -112,7 +112,7 @@ void lx_cuda_adamw(int device, float *param, float *m, float *v, const float *gr
 
 /* A CPU-only build: tensor.c refuses every device >= 0 when a tensor is made,
  * so none of these is ever reached; they exist so that tensor.c reads the
- * same in both builds. Each stops with the same clear error. */
+ * same in both builds. Each stops with the same clear error (device.c). */
 void lx_tensor_no_cuda(void) __attribute__((noreturn));
 
 static inline int lx_cuda_in_use(void) { return 0; }
@@ -194,11 +194,11 @@ int lx_cuda_made(int *stagings);
 
 /* tensor_track.c. Every tensor header is made by lx_tensor_alloc (zeroed,
  * registered as alive, the lecture stack of the making call kept) and given
- * up by lx_tensor_release (from tensor_free, after the data is freed: a
- * second release is a double free, named; the header is poisoned and kept
- * for a while). lx_tensor_may_free comes first, before the data goes: a
- * double free, or a tensor a request still uses (whose memory a progress
- * thread may be reading), is named there and nothing is freed. lx_tensor_check stops the lecture when `t` was freed.
+ * up by tensor_free, also there: a double free, or a tensor a request still
+ * uses (whose memory a progress thread may be reading), is named before
+ * anything is freed; then the data goes, and the header is poisoned and kept
+ * for a while, so a second free is named too. lx_tensor_check stops the
+ * lecture when `t` was freed.
  * lx_tensor_leaks makes a warning step per line whose tensors are still
  * alive at the end of `when` ("the lecture", "rank 2's function ranks()"),
  * frees them when `release`, and returns how many there were. */
@@ -206,8 +206,13 @@ int lx_cuda_made(int *stagings);
     ((uintptr_t)0x3ead00000000ull) /* freed tensors' data: below the 47-bit user space top, far from heap, stacks and libraries */
 #define LX_POISON_SPAN ((uintptr_t)1 << 36) /* faults in [LX_POISON, + 64 GiB) are "use after free" */
 tensor *lx_tensor_alloc(void);
-void lx_tensor_may_free(tensor *t);
-void lx_tensor_release(tensor *t);
+
+/* tensor.c: a shape as text, "128x1024" (1-D: "1024"), for messages:
+ * lx_shape_of(t).s, good until the end of the statement. */
+typedef struct lx_shape_text {
+    char s[64];
+} lx_shape_text;
+lx_shape_text lx_shape_of(const tensor *t);
 void lx_tensor_check(const tensor *t, const char *op);
 /* A request still using a tensor: comm.c marks it at the call (library_writes:
  * the library writes into it, as dist_irecv does) and unmarks it at the wait.

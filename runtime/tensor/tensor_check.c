@@ -1,5 +1,5 @@
 /*
- * tensor_check.c: check_close(), a check step (trace/verdict.c) over two
+ * tensor_check.c: check_close(), a check step (trace/check.c) over two
  * tensors, wherever they live: the numbers that decided it (the largest
  * absolute and relative differences and where they are) go in the step.
  */
@@ -29,11 +29,6 @@ static void index_text(const tensor *t, int64_t i, char buf[64]) {
     if (t->ndim == 2 && t->shape[1] > 0)
         snprintf(buf, 64, "[%" PRId64 ", %" PRId64 "]", i / t->shape[1], i % t->shape[1]);
     else snprintf(buf, 64, "[%" PRId64 "]", i);
-}
-
-static void shape_text(const tensor *t, char buf[64]) {
-    if (t->ndim == 2) snprintf(buf, 64, "%" PRId64 "x%" PRId64, t->shape[0], t->shape[1]);
-    else snprintf(buf, 64, "%" PRId64, t->shape[0]);
 }
 
 /* The factor r when actual is r times expected at every element (and r is
@@ -106,10 +101,7 @@ int check_close(const tensor *actual, const tensor *expected, double rtol, doubl
     for (int d = 0; same && d < actual->ndim; d++)
         same = actual->shape[d] == expected->shape[d];
     if (!same) {
-        char sa[64], se[64];
-        shape_text(actual, sa);
-        shape_text(expected, se);
-        char *why = lx_fmt("shapes differ: actual %s, expected %s", sa, se);
+        char *why = lx_fmt("shapes differ: actual %s, expected %s", lx_shape_of(actual).s, lx_shape_of(expected).s);
         int rc = lx_check_refused(name, why);
         free(why);
         return rc;

@@ -194,7 +194,7 @@ static void destroy(rec *r) {
 
 /* Before any of t's memory goes: a second free, or a tensor a request still
  * uses (a progress thread may be reading it at this moment), stop here. */
-void lx_tensor_may_free(tensor *t) {
+static void may_free(tensor *t) {
     rec *r = (rec *)t;
     if (r->magic == MAGIC_FREED) {
         char *made = site(r->n_made ? &r->made[r->n_made - 1] : NULL, r->n_made > 0);
@@ -207,9 +207,9 @@ void lx_tensor_may_free(tensor *t) {
     lx_tensor_write(t, "tensor_free");
 }
 
-void lx_tensor_release(tensor *t) {
+static void quarantine_header(tensor *t) {
     rec *r = (rec *)t;
-    lx_tensor_may_free(t);
+    may_free(t);
     lx_frame frames[LX_MAX_FRAMES];
     int n = lx_stack_capture(frames, LX_MAX_FRAMES);
     pthread_mutex_lock(&lock);
@@ -224,6 +224,19 @@ void lx_tensor_release(tensor *t) {
     q_next = (q_next + 1) % LX_QUARANTINE;
     pthread_mutex_unlock(&lock);
     if (old) destroy(old);
+}
+
+/* Here, beside lx_tensor_alloc, so a header's life is in one file: its
+ * data goes back at once, the header is kept a while (quarantine_header). */
+void tensor_free(tensor *t) {
+    if (!t) return;
+    may_free(t); /* a double free or a busy tensor is named before its memory goes */
+    if (t->owns_data && t->data) {
+        if (t->device >= 0) lx_cuda_free(t->device, t->data);
+        else lx_host_free(t->data, (size_t)t->numel * sizeof(float));
+    }
+    free(t->str);
+    quarantine_header(t); /* poisoned and kept a while: a second free is named */
 }
 
 /* The bytes of storage a tensor owns: none for a view (row_slice,

@@ -1,22 +1,16 @@
 /*
- * timing.c: a clock, a way to wait for the GPU, and how many GPUs there are.
+ * timing.c: a clock, and the median of what it measured.
  *
- * Timing GPU work needs both halves: kernel launches return at once, so a
- * measurement is now_seconds(), the work, device_synchronize(), now_seconds()
- * (without the synchronize one would time the launch, not the work).
+ * Timing GPU work needs device_synchronize() too (device.c): kernel launches
+ * return at once, so a measurement is now_seconds(), the work,
+ * device_synchronize(), now_seconds() (without the synchronize one would time
+ * the launch, not the work).
  */
 #include <stdlib.h>
 #include <time.h>
 
-#ifdef LECTERN_CUDA
-#include <cuda_runtime_api.h>
-
-#include "check.h"
-#endif
-
 #include "lectern.h"
 #include "trace/trace.h"
-#include "tensor/tensor.h"
 
 static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -36,45 +30,4 @@ double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/*
- * The GPUs this process can see (CUDA_VISIBLE_DEVICES applies). Asked once
- * and remembered. This is the one CUDA call whose failure is an answer, not
- * an error: without a driver (cudaErrorInsufficientDriver) or without a
- * device (cudaErrorNoDevice) the answer is zero GPUs, and the lecture runs on
- * the CPU.
- */
-int gpu_count(void) {
-#ifdef LECTERN_CUDA
-    static int count = -1;
-    if (count < 0) {
-        int n = 0;
-        if (cudaGetDeviceCount(&n) != cudaSuccess) {
-            (void)cudaGetLastError(); /* clear it so no later check trips on it */
-            n = 0;
-        }
-        count = n;
-    }
-    return count;
-#else
-    return 0;
-#endif
-}
-
-/* Waits for the compute stream of the current GPU: CUDA's default stream,
- * where every tensor kernel, cuBLAS call and copy of the runtime is queued.
- * Not cudaDeviceSynchronize: that waits for every stream of the device,
- * NCCL's included, and an NCCL send in flight may wait for a receive its
- * peer posts only after its own device_synchronize (a pipeline's stamp, a
- * timer): each rank would wait for the other (docs/gpu.md). NCCL's work
- * reaches the compute stream through the events dist_wait and the blocking
- * calls wait for, so a timing still covers it. Nothing to wait for on the
- * CPU, or before this process has put anything on a GPU. Compiled only:
- * not yet run on a GPU since the change. */
-void device_synchronize(void) {
-#ifdef LECTERN_CUDA
-    if (lx_cuda_in_use() && gpu_count() > 0) /* no CUDA start-up where none was used */
-        CUDA_CHECK(cudaStreamSynchronize(0));
-#endif
 }

@@ -22,13 +22,13 @@
  * The exercises' counts are kept with or without --grade: the console's
  * last line counts the checks not reached too (lx_grade_not_reached).
  *
- * The file is written whenever the trace is (trace.c calls lx_grade_write
- * from lx_trace_write): at the normal end, at a fatal error, and from the
- * crash handler, so every way a run ends but SIGKILL leaves one. The
- * console's last lines go in its output: with --grade, stderr and stdout
- * (and so the ranks' printf and errors, which reach the lecture's streams)
- * go through pipes that a thread copies to the real streams, keeping the
- * tail.
+ * The file is written whenever the trace is (lx_grade_listen makes
+ * lx_grade_write a listener of lx_trace_write): at the normal end, at a
+ * fatal error, and from the crash handler, so every way a run ends but
+ * SIGKILL leaves one. The console's last lines go in its output: with
+ * --grade, stderr and stdout (and so the ranks' printf and errors, which
+ * reach the lecture's streams) go through pipes that a thread copies to the
+ * real streams, keeping the tail.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -216,6 +216,40 @@ int lx_grade_not_reached(void) {
     for (int i = 0; i < n_exercises; i++)
         if (exercises[i].seen < exercises[i].checks) missing += exercises[i].checks - exercises[i].seen;
     return missing;
+}
+
+/* "checks: 40 passed, 0 failed", with ", 4 not reached" when the lecture
+ * declared exercises (grade_exercise): the one line the console, the
+ * trace's meta.checks, the viewer's header and --grade's results all give. */
+char *lx_check_summary(void) {
+    int not_reached = lx_grade_not_reached(), passed_count, failed_count;
+    lx_check_counts(&passed_count, &failed_count);
+    if (passed_count + failed_count == 0 && not_reached < 0) return NULL;
+    if (not_reached < 0) return lx_fmt("checks: %d passed, %d failed", passed_count, failed_count);
+    return lx_fmt("checks: %d passed, %d failed, %d not reached", passed_count, failed_count, not_reached);
+}
+
+void lx_check_summary_print(void) {
+    char *line = lx_check_summary();
+    if (line) fprintf(stderr, "%s\n", line);
+    free(line);
+}
+
+/* meta.checks of the trace: the counts the verdict line gives. */
+static void checks_meta(cJSON *meta) {
+    int checks_passed, checks_failed;
+    lx_check_counts(&checks_passed, &checks_failed);
+    cJSON *checks = cJSON_CreateObject();
+    cJSON_AddNumberToObject(checks, "passed", checks_passed);
+    cJSON_AddNumberToObject(checks, "failed", checks_failed);
+    int not_reached = lx_grade_not_reached(); /* only where the lecture declared exercises */
+    if (not_reached >= 0) cJSON_AddNumberToObject(checks, "not_reached", not_reached);
+    lx_json_set(meta, "checks", checks);
+}
+
+void lx_grade_listen(void) {
+    lx_trace_listen(&(lx_trace_listener){
+            .step = lx_grade_step, .meta = checks_meta, .written = lx_grade_write, .fatal = lx_check_summary_print});
 }
 
 /* The check's line as the console said it (PASS or FAIL, its name and the

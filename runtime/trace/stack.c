@@ -294,7 +294,7 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
  * further up this thread's stack; a walk that does not reach the root (a
  * frame of code built without frame pointers in between: a library's
  * callback into lecture code) is thrown away and backtrace() runs instead,
- * so the frames are the same either way (tests/test_stack.c). */
+ * so the frames are the same either way (test_trace.c checks that they are). */
 
 static __thread uintptr_t stack_lo, stack_hi; /* this thread's stack, once known */
 

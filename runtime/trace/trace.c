@@ -30,88 +30,10 @@ static int *modelled_kept, n_kept;       /* spans kept per spawn: [0] the lectur
 static char *lecture_name;
 static char *out_dir;
 static int failed;
-static int in_rank, my_rank = -1, my_world = -1;
 static struct timespec t0;
 static lx_step_sink sink;
-
-/* ---- small string helpers ---- */
-
-/* Measured, then allocated here rather than by vasprintf: glibc has no
-   frame pointers, so the sanitizer pass's fast unwinder (scripts/test.sh)
-   would stop inside vasprintf, and a leaked string would not name the code
-   that made it. */
-char *lx_vfmt(const char *fmt, va_list ap) {
-    va_list again;
-    va_copy(again, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    char *s = n < 0 ? NULL : malloc((size_t)n + 1);
-    if (s) vsnprintf(s, (size_t)n + 1, fmt, again);
-    va_end(again);
-    if (!s) {
-        fputs(n < 0 ? "lectern: a note's format could not be applied\n" : "lectern: out of memory formatting a note\n",
-              stderr);
-        abort();
-    }
-    return s;
-}
-
-char *lx_fmt(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = lx_vfmt(fmt, ap);
-    va_end(ap);
-    return s;
-}
-
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static int utf8_len(const unsigned char *s) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int n;
-    unsigned min;
-    if ((c & 0xE0) == 0xC0) {
-        n = 2;
-        min = 0x80;
-        c &= 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-        n = 3;
-        min = 0x800;
-        c &= 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-        n = 4;
-        min = 0x10000;
-        c &= 0x07;
-    } else return 0;
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    return n;
-}
-
-char *lx_utf8_repair(const char *in) {
-    size_t len = strlen(in);
-    /* Worst case every byte becomes U+FFFD (3 bytes). */
-    char *out = malloc(len * 3 + 1);
-    if (!out) abort();
-    const unsigned char *s = (const unsigned char *)in;
-    char *o = out;
-    while (*s) {
-        int n = utf8_len(s);
-        if (n == 0) {
-            memcpy(o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            s++;
-        } else {
-            memcpy(o, s, n);
-            o += n;
-            s += n;
-        }
-    }
-    *o = '\0';
-    return out;
-}
+static lx_trace_listener listeners[4]; /* check.c's and grade.c's (lx_trace_listen) */
+static int n_listeners;
 
 /* ---- state ---- */
 
@@ -145,9 +67,6 @@ void lx_trace_init(const char *name, const char *dir) {
 
 const char *lx_lecture_name(void) { return lecture_name ? lecture_name : "lecture"; }
 const char *lx_out_dir(void) { return out_dir; }
-int lx_in_rank(void) { return in_rank; }
-int lx_rank(void) { return in_rank ? my_rank : -1; }
-int lx_world_size(void) { return in_rank ? my_world : -1; }
 
 void lx_trace_rank_init(const char *name, double clock_zero) {
     free(lecture_name);
@@ -156,19 +75,30 @@ void lx_trace_rank_init(const char *name, double clock_zero) {
     t0.tv_nsec = (long)((clock_zero - (double)t0.tv_sec) * 1e9);
 }
 
-void lx_set_in_rank(int rank, int world_size) {
-    in_rank = 1;
-    my_rank = rank;
-    my_world = world_size;
+void lx_set_step_sink(lx_step_sink s) { sink = s; }
+
+void lx_trace_listen(const lx_trace_listener *l) {
+    for (int i = 0; i < n_listeners; i++)
+        if (!memcmp(&listeners[i], l, sizeof *l)) return; /* once is enough */
+    if (n_listeners == (int)(sizeof listeners / sizeof *listeners)) {
+        fputs("lectern: too many trace listeners\n", stderr);
+        abort();
+    }
+    listeners[n_listeners++] = *l;
 }
 
-void lx_set_step_sink(lx_step_sink s) { sink = s; }
+/* Tells every listener of a step that reached this process's trace. */
+static void heard(const cJSON *step) {
+    for (int i = 0; i < n_listeners; i++)
+        if (listeners[i].step) listeners[i].step(step);
+}
+
 void lx_mark_failed(void) { failed = 1; }
 int lx_failed(void) { return failed; }
 int lx_trace_step_count(void) { return steps ? cJSON_GetArraySize(steps) : 0; }
 
 /* obj[key] = value, replacing what was there. */
-static void set_item(cJSON *obj, const char *key, cJSON *value) {
+void lx_json_set(cJSON *obj, const char *key, cJSON *value) {
     if (cJSON_GetObjectItemCaseSensitive(obj, key)) cJSON_ReplaceItemInObjectCaseSensitive(obj, key, value);
     else cJSON_AddItemToObject(obj, key, value);
 }
@@ -176,7 +106,7 @@ static void set_item(cJSON *obj, const char *key, cJSON *value) {
 void lx_trace_meta(const char *key, cJSON *value) {
     pthread_mutex_lock(&lock);
     if (!trace) lx_trace_init("lecture", ".");
-    set_item(meta, key, value);
+    lx_json_set(meta, key, value);
     pthread_mutex_unlock(&lock);
 }
 
@@ -188,7 +118,7 @@ cJSON *lx_trace_spawns(void) {
 void lx_trace_append(cJSON *step) {
     pthread_mutex_lock(&lock);
     if (!trace) lx_trace_init("lecture", ".");
-    lx_check_tally(step);
+    heard(step);
     cJSON_AddItemToArray(steps, step);
     pthread_mutex_unlock(&lock);
 }
@@ -218,7 +148,7 @@ void lx_trace_modelled_append(cJSON *span) {
 
 void lx_trace_tally(const cJSON *step) {
     pthread_mutex_lock(&lock);
-    lx_check_tally(step);
+    heard(step);
     pthread_mutex_unlock(&lock);
 }
 
@@ -266,9 +196,9 @@ cJSON *lx_rendering_markdown(const char *md) {
 static cJSON *make_step(const lx_frame *frames, int n, cJSON *rendering) {
     cJSON *step = cJSON_CreateObject();
     cJSON_AddItemToObject(step, "stack", lx_stack_to_json(frames, n));
-    if (in_rank) {
-        cJSON_AddNumberToObject(step, "rank", my_rank);
-        cJSON_AddNumberToObject(step, "world_size", my_world);
+    if (lx_in_rank()) {
+        cJSON_AddNumberToObject(step, "rank", lx_rank());
+        cJSON_AddNumberToObject(step, "world_size", lx_world_size());
     } else {
         cJSON_AddNullToObject(step, "rank");
         cJSON_AddNullToObject(step, "world_size");
@@ -313,8 +243,8 @@ static void error_step_at(const lx_frame *at, int n_at, const char *fmt, va_list
     int n = at ? n_at : lx_stack_capture(frames, LX_MAX_FRAMES);
     if (at) memcpy(frames, at, (size_t)n * sizeof *frames);
     char *full = located(frames, n, msg);
-    if (in_rank)
-        fprintf(stderr, "lectern: rank %d: %s: %s\n", my_rank,
+    if (lx_in_rank())
+        fprintf(stderr, "lectern: rank %d: %s: %s\n", lx_rank(),
                 errors_expected ? "error, as the lecture expects (spawn_expect_failure)" : "error", full);
     else fprintf(stderr, "lectern: error: %s\n", full);
     lx_emit_frames(frames, n, lx_rendering_error(full));
@@ -364,11 +294,12 @@ int lx_fatal_frames(lx_frame *frames, int max) {
 static void fatal_end(void) {
     /* A rank's error step has gone to the parent; its exit status tells the
      * parent the rank failed. The parent writes what it has. */
-    if (!in_rank) {
+    if (!lx_in_rank()) {
         lx_trace_write();
-        /* The verdict line a good run ends with: the trace has the counts,
-         * the console says them too. */
-        lx_check_summary_print();
+        /* Then the listeners: grade.c says the verdict line a good run ends
+         * with (the trace has the counts, the console says them too). */
+        for (int i = 0; i < n_listeners; i++)
+            if (listeners[i].fatal) listeners[i].fatal();
     }
     exit(1);
 }
@@ -415,7 +346,7 @@ static void embed_files(void) {
         if (path) embed_file(path, files);
     }
     lx_lecture_sources(embed_file, files); /* the lecture's own library code, too */
-    set_item(trace, "files", files);
+    lx_json_set(trace, "files", files);
 }
 
 /* Writes parts[] to `path` through a temporary file and a rename. */
@@ -463,19 +394,13 @@ int lx_trace_write(void) {
         pthread_mutex_unlock(&lock);
         return -1;
     }
-    set_item(meta, "status", cJSON_CreateString(failed ? "failed" : "ok"));
-    int checks_passed, checks_failed;
-    lx_check_counts(&checks_passed, &checks_failed);
-    cJSON *checks = cJSON_CreateObject();
-    cJSON_AddNumberToObject(checks, "passed", checks_passed);
-    cJSON_AddNumberToObject(checks, "failed", checks_failed);
-    int not_reached = lx_grade_not_reached(); /* only where the lecture declared exercises */
-    if (not_reached >= 0) cJSON_AddNumberToObject(checks, "not_reached", not_reached);
-    set_item(meta, "checks", checks);
+    lx_json_set(meta, "status", cJSON_CreateString(failed ? "failed" : "ok"));
+    for (int i = 0; i < n_listeners; i++) /* grade.c: meta.checks */
+        if (listeners[i].meta) listeners[i].meta(meta);
     /* Whether any figure of this run may rest on modelled compute. */
-    set_item(meta, "modelled_compute", cJSON_CreateBool(n_modelled + modelled_dropped > 0));
-    if (modelled_dropped) set_item(meta, "modelled_dropped", cJSON_CreateNumber(modelled_dropped));
-    set_item(meta, "duration_s", cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3));
+    lx_json_set(meta, "modelled_compute", cJSON_CreateBool(n_modelled + modelled_dropped > 0));
+    if (modelled_dropped) lx_json_set(meta, "modelled_dropped", cJSON_CreateNumber(modelled_dropped));
+    lx_json_set(meta, "duration_s", cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3));
     embed_files();
     char *json = cJSON_PrintUnformatted(trace);
     pthread_mutex_unlock(&lock);
@@ -506,8 +431,11 @@ int lx_trace_write(void) {
     free(json_path);
     free(js_path);
     cJSON_free(json);
-    /* Every way the lecture ends writes the trace: the grade goes with it. */
-    if (!in_rank) lx_grade_write();
+    /* Every way the lecture ends writes the trace: the grade goes with it
+     * (grade.c listens). */
+    if (!lx_in_rank())
+        for (int i = 0; i < n_listeners; i++)
+            if (listeners[i].written) listeners[i].written();
     return rc;
 }
 
@@ -521,6 +449,6 @@ void lx_trace_free(void) {
     free(lecture_name);
     free(out_dir);
     lecture_name = out_dir = NULL;
-    in_rank = 0; /* a new trace starts in the lecture, not in a rank */
+    lx_set_in_lecture(); /* a new trace starts in the lecture, not in a rank */
     pthread_mutex_unlock(&lock);
 }

@@ -4,14 +4,17 @@
  *
  * The trace layer is the lecture's record: steps and their renderings
  * (trace.c, note.c, markdown.c), the lecture stacks they carry (stack.c),
- * check() and the check tally (verdict.c), --grade's results (grade.c), the
+ * check() and the check tally (check.c), --grade's results (grade.c), the
  * lecture's own options and --quick/--quiet (options.c), what a failing
- * MPI_CHECK/CUDA_CHECK does (check.c, check.h) and strings (strbuf.c).
+ * MPI_CHECK/CUDA_CHECK does (backend_error.c, check.h), which rank this
+ * process is (identity.c) and strings (strbuf.c).
  * It calls no other layer of the runtime (make check-layers): every layer
  * above calls it. Where it must hear from above, the layer above registers
  * a function here: the step sink (lx_set_step_sink, set by a rank's
  * spawn_rank.c) and whether a rank runs a spawn (lx_backend_error_set_rank_active,
- * set by the comm layer's lx_comm_start).
+ * set by the comm layer's lx_comm_start). Inside it, files call one way too:
+ * trace.c calls nothing above it (check.c and grade.c listen to its steps,
+ * lx_trace_listen); strbuf.c and identity.c call nothing of the runtime.
  *
  * Flow of one note():
  *   note()  -> lx_emit(rendering)             note.c
@@ -102,6 +105,27 @@ const char *lx_function_name(const void *fn);
 typedef void (*lx_step_sink)(cJSON *step);
 void lx_set_step_sink(lx_step_sink sink);
 
+/* Who hears of the record. trace.c keeps the steps and writes them; what
+ * they mean is judged above it in this folder: check.c counts the checks,
+ * grade.c grades them and writes --grade's file. Each registers a listener
+ * here (lx_check_listen, lx_grade_listen: lecture_main calls both), the way
+ * the step sink inverts a rank's path, so trace.c calls nothing above it.
+ * Registering the same listener again does nothing; any member may be NULL.
+ * Listeners are called in the order registered. */
+typedef struct lx_trace_listener {
+    /* A step reached this process's trace: appended (lx_trace_append) or
+     * only tallied (lx_trace_tally). Under the trace's lock. */
+    void (*step)(const cJSON *step);
+    /* The trace is being written: add to its meta (lx_trace_write, under
+     * the trace's lock, right after meta.status). */
+    void (*meta)(cJSON *meta);
+    /* The lecture process (not a rank) wrote its trace (lx_trace_write). */
+    void (*written)(void);
+    /* lx_fatal ends the lecture process, its trace written: last words. */
+    void (*fatal)(void);
+} lx_trace_listener;
+void lx_trace_listen(const lx_trace_listener *listener);
+
 /* Starts a new, empty trace for lecture `name`, to be written into `dir`. */
 void lx_trace_init(const char *name, const char *dir);
 void lx_trace_free(void);
@@ -114,6 +138,8 @@ char *lx_trace_path(const char *ext);
 
 /* Adds `s` to obj under key, made valid UTF-8 first. */
 void lx_add_text(cJSON *obj, const char *key, const char *s);
+/* obj[key] = value (owned), replacing what was there. */
+void lx_json_set(cJSON *obj, const char *key, cJSON *value);
 
 /* markdown.c: CommonMark + GitHub extensions to HTML (md4c). Caller frees. */
 char *lx_markdown_to_html(const char *md);
@@ -168,10 +194,8 @@ int lx_failed(void);
  * and leaves the last good <name>.json alone. Returns 0 or -1. */
 int lx_trace_write(void);
 
-/* The lecture's name and whether we run in a spawned rank. */
+/* The lecture's name. */
 const char *lx_lecture_name(void);
-int lx_in_rank(void); /* 1 inside a spawned rank */
-void lx_set_in_rank(int rank, int world_size);
 
 /* In a rank: what the parent knows that the rank needs for progress lines,
  * step times and lecture_quick(): the lecture's name, the parent's
@@ -183,17 +207,25 @@ void lx_set_run_flags(int quick, int quiet);
 void lx_rank_errors_expected(int expected);
 int lx_quiet(void);
 void lx_trace_rank_init(const char *lecture, double clock_zero);
-int lx_rank(void);       /* this rank's number, -1 outside ranks */
-int lx_world_size(void); /* its spawn's world size, -1 outside ranks */
 
 /* Seconds since the lecture started (monotonic). */
 double lx_elapsed(void);
 
-/* Strings: a new formatted string (free it); dies cleanly on out-of-memory. */
+/* ---------------- identity.c (the lecture, or a rank) ---------------- */
+
+int lx_in_rank(void);                          /* 1 inside a spawned rank */
+void lx_set_in_rank(int rank, int world_size); /* a rank, once, before its function runs */
+void lx_set_in_lecture(void);                  /* back to the lecture (lx_trace_free) */
+int lx_rank(void);                             /* this rank's number, -1 outside ranks */
+int lx_world_size(void);                       /* its spawn's world size, -1 outside ranks */
+
+/* ---------------- strbuf.c (strings; calls nothing else here) ---------------- */
+
+/* A new formatted string (free it); dies cleanly on out-of-memory. */
 char *lx_vfmt(const char *fmt, va_list ap);
 char *lx_fmt(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 
-/* strbuf.c: a growing string; zero-initialise, add, free(b.s). */
+/* A growing string; zero-initialise, add, free(b.s). */
 typedef struct lx_sb {
     char *s;
     size_t len, cap;
@@ -267,18 +299,15 @@ cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int d
 #define LX_INSPECT_COLLECTIVES "inspect-collectives"
 int lx_inspect_collectives(void);
 
-/* ---------------- verdict.c (check, check_close) ---------------- */
+/* ---------------- check.c (check, check_close) ---------------- */
 
 /* Counts the check renderings of a step that reaches this process's trace
  * (the lecture's own, or one a rank sent); a failed one marks the lecture
- * failed. Called by lx_trace_append. */
+ * failed. lx_check_listen registers it as a step listener of trace.c. */
 void lx_check_tally(const cJSON *step);
+void lx_check_listen(void);
 /* The totals so far. */
 void lx_check_counts(int *passed, int *failed);
-/* "checks: N passed, M failed[, K not reached]" (malloc'd), NULL when no
- * check ran and no exercise was declared; _print says it on stderr. */
-char *lx_check_summary(void);
-void lx_check_summary_print(void);
 /* The pieces of a check step, for check() here and check_close()
  * (tensor/tensor_check.c): a "check" rendering (passed, what); the step
  * emitted at the lecture's line with `summary` as its data, a failure said on
@@ -294,10 +323,18 @@ int lx_check_refused(const char *what, const char *why);
  * and the tail of stdout and stderr is kept for it), -1 when not (errno
  * says why). */
 int lx_grade_open(const char *file);
-/* Called for every step that reaches the lecture's trace (from
- * lx_check_tally): its checks and errors. Without --grade it only counts
- * each exercise's checks. */
+/* Called for every step that reaches the lecture's trace (a listener of
+ * trace.c): its checks and errors. Without --grade it only counts each
+ * exercise's checks. */
 void lx_grade_step(const cJSON *step);
+/* Registers grade.c with trace.c: lx_grade_step for each step, meta.checks
+ * as the trace is written, lx_grade_write after it, the verdict line
+ * (lx_check_summary_print) when lx_fatal ends the lecture. */
+void lx_grade_listen(void);
+/* "checks: N passed, M failed[, K not reached]" (malloc'd), NULL when no
+ * check ran and no exercise was declared; _print says it on stderr. */
+char *lx_check_summary(void);
+void lx_check_summary_print(void);
 /* The exercise `prefix` (declared with grade_exercise) runs from now to
  * lx_grade_end: the errors between are its own reasons (spawn_exercise).
  * -1 when no exercise has that prefix. */
@@ -307,10 +344,11 @@ void lx_grade_end(void);
  * the checks made); -1 when the lecture declared none. */
 int lx_grade_not_reached(void);
 /* Writes the results file (Gradescope's results.json) from what the run did
- * so far; nothing without --grade. Called by lx_trace_write and at exit. */
+ * so far; nothing without --grade. Called after lx_trace_write (a listener)
+ * and at exit. */
 void lx_grade_write(void);
 
-/* ---------------- check.c (MPI_CHECK and the like, check.h) ---------------- */
+/* ---------------- backend_error.c (MPI_CHECK and the like, check.h) ---------------- */
 
 /* lx_backend_error (check.h) writes an error step where there is a trace to
  * write to: the lecture process, or a rank while it runs a spawned function.
