@@ -34,33 +34,30 @@
 #include "comm/comm_agree.h"
 #include "ranks/ranks.h"
 
-static const lx_comm_ops *ops; /* NULL outside a rank */
-/* The one copy of this rank's world (comm.h): what lx_comm_start was given,
- * back to the defaults at lx_comm_stop. */
-lx_world lx_the_world = {.rank = 0, .size = 1, .backend = LX_BACKEND_MPI, .device = -1, .comm = MPI_COMM_NULL};
 
 void lx_comm_start(lx_backend b, int rank, int world_size, int device, MPI_Comm comm) {
     lx_backend_error_set_rank_active(lx_comm_active);
-    lx_the_world = (lx_world){.rank = rank, .size = world_size, .backend = b, .device = device, .comm = comm};
+    lx_world_set((lx_world){.rank = rank, .size = world_size, .backend = b, .device = device, .comm = comm});
     lx_agree_start();
     if (lx_backend_is_nccl(b)) {
-        ops = lx_comm_stats_wrap(lx_comm_nccl_start(b == LX_BACKEND_NCCL_EMULATED));
+        lx_ops = lx_comm_stats_wrap(lx_comm_nccl_start(b == LX_BACKEND_NCCL_EMULATED));
         return;
     }
     if (b == LX_BACKEND_SHARED || b == LX_BACKEND_SHARED_CUDA_AWARE) {
 #ifdef LECTERN_CUDA
         if (device < 0) lx_fatal("rank %d of a spawn on shared GPUs sees no GPU (CUDA_VISIBLE_DEVICES?)", rank);
-        ops = lx_comm_stats_wrap(lx_comm_staged_start(lx_cuda_stage_copier(device), b == LX_BACKEND_SHARED_CUDA_AWARE));
+        lx_ops = lx_comm_stats_wrap(
+                lx_comm_staged_start(lx_cuda_stage_copier(device), b == LX_BACKEND_SHARED_CUDA_AWARE));
         return;
 #else
         lx_fatal("a spawn on shared GPUs reached a rank built without CUDA");
 #endif
     }
     if (b == LX_BACKEND_STAGED_HOST) {
-        ops = lx_comm_stats_wrap(lx_comm_staged_start(lx_stage_host_copier(), 0));
+        lx_ops = lx_comm_stats_wrap(lx_comm_staged_start(lx_stage_host_copier(), 0));
         return;
     }
-    ops = lx_comm_stats_wrap(lx_comm_mpi_start());
+    lx_ops = lx_comm_stats_wrap(lx_comm_mpi_start());
 }
 
 /* 1 when this spawn's tensors live on GPUs (not on the NCCL emulator: host tensors). */
@@ -73,26 +70,23 @@ static int on_device(void) {
 static void finish_forgotten(void);
 
 void lx_comm_finish_requests(void) {
-    if (ops) finish_forgotten();
+    if (lx_ops) finish_forgotten();
 }
 
 static void free_groups(void);
 
 void lx_comm_stop(void) {
     lx_comm_finish_requests();
-    if (ops) free_groups();
-    if (ops) ops->stop();
+    if (lx_ops) free_groups();
+    if (lx_ops) lx_ops->stop();
     lx_agree_stop();
-    ops = NULL;
-    lx_the_world = (lx_world){.rank = 0, .size = 1, .backend = LX_BACKEND_MPI, .device = -1, .comm = MPI_COMM_NULL};
+    lx_world_reset();
 }
-
-int lx_comm_active(void) { return ops != NULL; }
 
 int dist_rank(void) { return lx_the_world.rank; }
 int dist_world_size(void) { return lx_the_world.size; }
 const char *dist_backend(void) {
-    if (!ops) return "none";
+    if (!lx_ops) return "none";
     return lx_backend_is_nccl(lx_the_world.backend) ? "nccl" : "mpi";
 }
 
@@ -103,7 +97,7 @@ const char *dist_backend(void) {
  * dist_backend() says "mpi" on shared GPUs: the collectives are Open MPI's;
  * get_device() says where the tensors live. */
 int get_device(int rank) {
-    if (!ops) return gpu_count() > 0 ? 0 : -1;
+    if (!lx_ops) return gpu_count() > 0 ? 0 : -1;
     if (lx_the_world.backend == LX_BACKEND_SHARED || lx_the_world.backend == LX_BACKEND_SHARED_CUDA_AWARE)
         return rank == lx_the_world.rank ? lx_the_world.device : rank % gpu_count();
     if (lx_the_world.backend != LX_BACKEND_NCCL) return -1;
@@ -113,7 +107,7 @@ int get_device(int rank) {
 /* ---- checks ---- */
 
 static void need_rank(const char *call) {
-    if (!ops) lx_fatal("%s() outside a spawned function: collectives run inside spawn()", call);
+    if (!lx_ops) lx_fatal("%s() outside a spawned function: collectives run inside spawn()", call);
 }
 
 static const char *where_name(int device) {
@@ -199,7 +193,7 @@ void dist_barrier(void) {
     need_rank("dist_barrier");
     call_site site;
     enter_collective(&site, "dist_barrier", 0, -1, -1);
-    ops->barrier();
+    lx_ops->barrier();
     leave();
 }
 
@@ -210,7 +204,7 @@ void dist_all_reduce(tensor *t, dist_op op) {
     show("dist_all_reduce", "t", "before", t);
     call_site site;
     enter_collective(&site, "dist_all_reduce", n, op, -1);
-    ops->all_reduce(t->data, n, op);
+    lx_ops->all_reduce(t->data, n, op);
     leave();
     show("dist_all_reduce", "t", "after", t);
 }
@@ -223,7 +217,7 @@ void dist_reduce(tensor *t, int dst, dist_op op) {
     show("dist_reduce", "t", "before", t);
     call_site site;
     enter_collective(&site, "dist_reduce", n, op, dst);
-    ops->reduce(t->data, n, dst, op);
+    lx_ops->reduce(t->data, n, dst, op);
     leave();
     show("dist_reduce", "t", "after", t);
 }
@@ -235,7 +229,7 @@ void dist_broadcast(tensor *t, int src) {
     show("dist_broadcast", "t", "before", t);
     call_site site;
     enter_collective(&site, "dist_broadcast", n, -1, src);
-    ops->broadcast(t->data, n, src);
+    lx_ops->broadcast(t->data, n, src);
     leave();
     show("dist_broadcast", "t", "after", t);
 }
@@ -307,7 +301,7 @@ void dist_reduce_scatter(tensor *output, const tensor *input, dist_op op) {
     show("dist_reduce_scatter", "input", "before", input);
     call_site site;
     enter_collective(&site, "dist_reduce_scatter", out_n, op, -1);
-    ops->reduce_scatter(output->data, input->data, out_n, op);
+    lx_ops->reduce_scatter(output->data, input->data, out_n, op);
     leave();
     show("dist_reduce_scatter", "output", "after", output);
 }
@@ -318,7 +312,7 @@ void dist_all_gather(tensor *output, const tensor *input) {
     show("dist_all_gather", "input", "before", input);
     call_site site;
     enter_collective(&site, "dist_all_gather", in_n, -1, -1);
-    ops->all_gather(output->data, input->data, in_n);
+    lx_ops->all_gather(output->data, input->data, in_n);
     leave();
     show("dist_all_gather", "output", "after", output);
 }
@@ -339,7 +333,7 @@ void dist_scatter(tensor *output, const tensor *input, int src) {
     show("dist_scatter", "input", "before", lx_the_world.rank == src ? input : NULL);
     call_site site;
     enter_collective(&site, "dist_scatter", out_n, -1, src);
-    ops->scatter(output->data, in, out_n, src);
+    lx_ops->scatter(output->data, in, out_n, src);
     leave();
     show("dist_scatter", "output", "after", output);
 }
@@ -360,7 +354,7 @@ void dist_gather(tensor *output, const tensor *input, int dst) {
     show("dist_gather", "input", "before", input);
     call_site site;
     enter_collective(&site, "dist_gather", in_n, -1, dst);
-    ops->gather(out, input->data, in_n, dst);
+    lx_ops->gather(out, input->data, in_n, dst);
     leave();
     show("dist_gather", "output", "after", lx_the_world.rank == dst ? output : NULL);
 }
@@ -377,7 +371,7 @@ void dist_send(const tensor *t, int dst) {
     /* Not before the receive is posted, whatever the transport buffers. */
     lx_agree_needs(d, NULL);
     lx_agree_send_posted(d);
-    ops->send(t->data, n, dst);
+    lx_ops->send(t->data, n, dst);
     lx_agree_send_done(d);
     leave();
 }
@@ -391,7 +385,7 @@ void dist_recv(tensor *t, int src) {
     lx_agree_recv_desc *d = lx_agree_recv_post(src, (int64_t)n);
     lx_agree_needs(NULL, d);
     lx_agree_recv_check(d, "dist_recv", (int64_t)n, site.frames, site.n);
-    ops->recv(t->data, n, src);
+    lx_ops->recv(t->data, n, src);
     leave();
 }
 
@@ -409,7 +403,7 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
     lx_agree_recv_desc *rd = lx_agree_recv_post(src, (int64_t)rn);
     lx_agree_needs(sd, rd);
     lx_agree_recv_check(rd, "dist_sendrecv", (int64_t)rn, site.frames, site.n);
-    ops->sendrecv(send->data, sn, dst, recv->data, rn, src);
+    lx_ops->sendrecv(send->data, sn, dst, recv->data, rn, src);
     lx_agree_send_done(sd);
     leave();
 }
@@ -536,7 +530,7 @@ dist_request *dist_isend(const tensor *t, int dst) {
     dist_request *req = make_request("dist_isend", dst, (int64_t)n, &site);
     req->send_check = lx_agree_send("dist_isend", (int64_t)n, dst, site.frames, site.n);
     request_uses(req, t, 0);
-    req->backend_request = ops->isend(t->data, n, dst);
+    req->backend_request = lx_ops->isend(t->data, n, dst);
     return req;
 }
 
@@ -549,7 +543,7 @@ dist_request *dist_irecv(tensor *t, int src) {
     dist_request *req = make_request("dist_irecv", src, (int64_t)n, &site);
     req->recv_check = lx_agree_recv_post(src, (int64_t)n);
     request_uses(req, t, 1);
-    req->backend_request = ops->irecv(t->data, n, src);
+    req->backend_request = lx_ops->irecv(t->data, n, src);
     return req;
 }
 
@@ -569,7 +563,7 @@ dist_request *dist_all_reduce_async(tensor *t, dist_op op) {
     call_site site;
     dist_request *req = async_collective(&site, "dist_all_reduce_async", n, op, -1);
     request_uses(req, t, 1);
-    req->backend_request = ops->iall_reduce(t->data, n, op);
+    req->backend_request = lx_ops->iall_reduce(t->data, n, op);
     return req;
 }
 
@@ -580,7 +574,7 @@ dist_request *dist_broadcast_async(tensor *t, int src) {
     call_site site;
     dist_request *req = async_collective(&site, "dist_broadcast_async", n, -1, src);
     request_uses(req, t, 1);
-    req->backend_request = ops->ibroadcast(t->data, n, src);
+    req->backend_request = lx_ops->ibroadcast(t->data, n, src);
     return req;
 }
 
@@ -591,7 +585,7 @@ dist_request *dist_reduce_scatter_async(tensor *output, const tensor *input, dis
     dist_request *req = async_collective(&site, "dist_reduce_scatter_async", out_n, op, -1);
     request_uses(req, output, 1);
     request_uses(req, input, 0);
-    req->backend_request = ops->ireduce_scatter(output->data, input->data, out_n, op);
+    req->backend_request = lx_ops->ireduce_scatter(output->data, input->data, out_n, op);
     return req;
 }
 
@@ -602,7 +596,7 @@ dist_request *dist_all_gather_async(tensor *output, const tensor *input) {
     dist_request *req = async_collective(&site, "dist_all_gather_async", in_n, -1, -1);
     request_uses(req, output, 1);
     request_uses(req, input, 0);
-    req->backend_request = ops->iall_gather(output->data, input->data, in_n);
+    req->backend_request = lx_ops->iall_gather(output->data, input->data, in_n);
     return req;
 }
 
@@ -613,7 +607,7 @@ static void complete(dist_request *req) {
     /* An isend's wait, like a blocking send, returns once its receive is posted. */
     if (req->send_check) lx_agree_send_posted(req->send_check);
     if (req->recv_check) lx_agree_recv_check(req->recv_check, req->call, req->count, req->site.frames, req->site.n);
-    ops->wait(req->backend_request);
+    lx_ops->wait(req->backend_request);
     if (req->send_check) lx_agree_send_done(req->send_check);
     request_done(req);
 }
@@ -639,7 +633,7 @@ int dist_test(dist_request *req) {
     if (!is_outstanding(req))
         lx_fatal("dist_test(): this request is not one this spawn made, or it was waited for already");
     /* An isend is done once its receive is posted, as its wait says. */
-    int done = ops->test(req->backend_request);
+    int done = lx_ops->test(req->backend_request);
     if (req->send_check && !lx_agree_send_test(req->send_check)) done = 0;
     return done;
 }
@@ -695,7 +689,7 @@ static void list_text(char *buf, size_t size, const int *ranks, int n) {
 }
 
 static void free_group(dist_group *g) {
-    ops->group_free(g->backend);
+    lx_ops->group_free(g->backend);
     MPI_CHECK(MPI_Comm_free(&g->comm));
     lx_agree_group_free(g->agreed);
     free(g);
@@ -835,7 +829,7 @@ dist_group *dist_new_group(const int *ranks, int n) {
     MPI_CHECK(MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN));
     g->check_comm = g->comm; /* the checks are the only calls comm.c makes on it */
     g->agreed = lx_agree_group_new();
-    g->backend = ops->group_new(g);
+    g->backend = lx_ops->group_new(g);
     g->next = groups;
     groups = g;
     leave();
@@ -877,11 +871,11 @@ void dist_group_free(dist_group *g) {
  * world's and each group's. Outside a spawn there is nothing to check: both
  * do nothing. */
 void dist_timed_begin(void) {
-    if (ops) lx_agree_timed_begin();
+    if (lx_ops) lx_agree_timed_begin();
 }
 
 void dist_timed_end(void) {
-    if (ops && lx_agree_timed_end()) settle_groups(groups);
+    if (lx_ops && lx_agree_timed_end()) settle_groups(groups);
 }
 
 /* A group call: where it is (the board names the group), and the group's
@@ -912,9 +906,9 @@ void dist_all_reduce_in(dist_group *g, tensor *t, dist_op op) {
     show(call, "t", "before", t);
     call_site site;
     enter_group(&site, g, call, n, op, -1);
-    ops->use_group(g);
-    ops->all_reduce(t->data, n, op);
-    ops->use_group(NULL);
+    lx_use_group(g);
+    lx_ops->all_reduce(t->data, n, op);
+    lx_use_group(NULL);
     leave();
     show(call, "t", "after", t);
 }
@@ -932,9 +926,9 @@ void dist_broadcast_in(dist_group *g, tensor *t, int src) {
     show(call, "t", "before", t);
     call_site site;
     enter_group(&site, g, call, n, -1, src);
-    ops->use_group(g);
-    ops->broadcast(t->data, n, src);
-    ops->use_group(NULL);
+    lx_use_group(g);
+    lx_ops->broadcast(t->data, n, src);
+    lx_use_group(NULL);
     leave();
     show(call, "t", "after", t);
 }
@@ -951,9 +945,9 @@ void dist_reduce_scatter_in(dist_group *g, tensor *output, const tensor *input, 
     show(call, "input", "before", input);
     call_site site;
     enter_group(&site, g, call, out_n, op, -1);
-    ops->use_group(g);
-    ops->reduce_scatter(output->data, input->data, out_n, op);
-    ops->use_group(NULL);
+    lx_use_group(g);
+    lx_ops->reduce_scatter(output->data, input->data, out_n, op);
+    lx_use_group(NULL);
     leave();
     show(call, "output", "after", output);
 }
@@ -970,9 +964,9 @@ void dist_all_gather_in(dist_group *g, tensor *output, const tensor *input) {
     show(call, "input", "before", input);
     call_site site;
     enter_group(&site, g, call, in_n, -1, -1);
-    ops->use_group(g);
-    ops->all_gather(output->data, input->data, in_n);
-    ops->use_group(NULL);
+    lx_use_group(g);
+    lx_ops->all_gather(output->data, input->data, in_n);
+    lx_use_group(NULL);
     leave();
     show(call, "output", "after", output);
 }
@@ -1004,9 +998,9 @@ void dist_all_to_all_in(dist_group *g, tensor *output, const tensor *input) {
     call_site site;
     if (g) enter_group(&site, g, call, piece, -1, -1);
     else enter_collective(&site, call, piece, -1, -1);
-    if (g) ops->use_group(g);
-    ops->all_to_all(output->data, input->data, piece);
-    if (g) ops->use_group(NULL);
+    if (g) lx_use_group(g);
+    lx_ops->all_to_all(output->data, input->data, piece);
+    if (g) lx_use_group(NULL);
     leave();
     show(call, "output", "after", output);
 }
@@ -1033,9 +1027,9 @@ dist_request *dist_all_reduce_in_async(dist_group *g, tensor *t, dist_op op) {
     call_site site;
     dist_request *req = async_group(&site, g, call, n, op, -1);
     request_uses(req, t, 1);
-    ops->use_group(g);
-    req->backend_request = ops->iall_reduce(t->data, n, op);
-    ops->use_group(NULL);
+    lx_use_group(g);
+    req->backend_request = lx_ops->iall_reduce(t->data, n, op);
+    lx_use_group(NULL);
     return req;
 }
 
@@ -1049,9 +1043,9 @@ dist_request *dist_broadcast_in_async(dist_group *g, tensor *t, int src) {
     call_site site;
     dist_request *req = async_group(&site, g, call, n, -1, src);
     request_uses(req, t, 1);
-    ops->use_group(g);
-    req->backend_request = ops->ibroadcast(t->data, n, src);
-    ops->use_group(NULL);
+    lx_use_group(g);
+    req->backend_request = lx_ops->ibroadcast(t->data, n, src);
+    lx_use_group(NULL);
     return req;
 }
 
@@ -1065,9 +1059,9 @@ dist_request *dist_reduce_scatter_in_async(dist_group *g, tensor *output, const 
     dist_request *req = async_group(&site, g, call, out_n, op, -1);
     request_uses(req, output, 1);
     request_uses(req, input, 0);
-    ops->use_group(g);
-    req->backend_request = ops->ireduce_scatter(output->data, input->data, out_n, op);
-    ops->use_group(NULL);
+    lx_use_group(g);
+    req->backend_request = lx_ops->ireduce_scatter(output->data, input->data, out_n, op);
+    lx_use_group(NULL);
     return req;
 }
 
@@ -1081,9 +1075,9 @@ dist_request *dist_all_gather_in_async(dist_group *g, tensor *output, const tens
     dist_request *req = async_group(&site, g, call, in_n, -1, -1);
     request_uses(req, output, 1);
     request_uses(req, input, 0);
-    ops->use_group(g);
-    req->backend_request = ops->iall_gather(output->data, input->data, in_n);
-    ops->use_group(NULL);
+    lx_use_group(g);
+    req->backend_request = lx_ops->iall_gather(output->data, input->data, in_n);
+    lx_use_group(NULL);
     return req;
 }
 
@@ -1096,9 +1090,9 @@ dist_request *dist_all_to_all_in_async(dist_group *g, tensor *output, const tens
     dist_request *req = g ? async_group(&site, g, call, piece, -1, -1) : async_collective(&site, call, piece, -1, -1);
     request_uses(req, output, 1);
     request_uses(req, input, 0);
-    if (g) ops->use_group(g);
-    req->backend_request = ops->iall_to_all(output->data, input->data, piece);
-    if (g) ops->use_group(NULL);
+    if (g) lx_use_group(g);
+    req->backend_request = lx_ops->iall_to_all(output->data, input->data, piece);
+    if (g) lx_use_group(NULL);
     return req;
 }
 

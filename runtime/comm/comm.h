@@ -29,11 +29,11 @@
 
 /* ---------------- the rank's world ---------------- */
 
-/* One struct holds what a rank knows of its spawn's world; comm.c keeps the
- * one instance, lx_the_world, filled by lx_comm_start from what the ranks
- * layer passed and put back to these defaults by lx_comm_stop. Every file
- * of this layer reads it (no file keeps its own copy of the rank or the
- * size); the backends keep only their duplicates of `comm`. */
+/* One struct holds what a rank knows of its spawn's world; comm_world.c
+ * keeps the one instance, lx_the_world, filled by lx_comm_start from what
+ * the ranks layer passed and put back to these defaults by lx_comm_stop.
+ * Every file of this layer reads it (no file keeps its own copy of the rank
+ * or the size); the backends keep only their duplicates of `comm`. */
 typedef struct lx_world {
     int rank;           /* this rank, 0 .. size-1 (0 outside a spawn) */
     int size;           /* the spawn's world size (1 outside a spawn) */
@@ -42,6 +42,28 @@ typedef struct lx_world {
     MPI_Comm comm;      /* the spawn's communicator (pool ranks 0 .. size-1), MPI_COMM_NULL outside */
 } lx_world;
 extern lx_world lx_the_world;
+
+/* The backend's table behind the traffic counters (comm_stats.c), set by
+ * lx_comm_start; NULL outside a spawn. */
+struct lx_comm_ops;
+extern const struct lx_comm_ops *lx_ops;
+
+/* comm_world.c: the world set at a spawn's start (the group back to the
+ * world's), and back to the defaults outside one (lx_ops NULL too). */
+void lx_world_set(lx_world w);
+void lx_world_reset(void);
+/* 1 between lx_comm_start and lx_comm_stop: the rank runs a spawned function. */
+int lx_comm_active(void);
+
+/* The group the calls run over: lx_use_group(g) switches the backend to
+ * g's ranks (lx_comm_ops.use_group) until lx_use_group(NULL) brings back
+ * the world. The front brackets each group call with the two. */
+struct dist_group;
+void lx_use_group(const struct dist_group *g);
+/* The size of what the calls run over now (the world's or the group's),
+ * and this rank's place in it: what the backends and the counters read. */
+int lx_current_size(void);
+int lx_current_rank(void);
 
 /* ---------------- groups (comm.c) ---------------- */
 
@@ -72,8 +94,6 @@ void lx_comm_start(lx_backend backend, int rank, int world_size, int device, MPI
  * that made it, then completed (before the tensors they use are freed). */
 void lx_comm_finish_requests(void);
 void lx_comm_stop(void);
-/* 1 between lx_comm_start and lx_comm_stop: the rank runs a spawned function. */
-int lx_comm_active(void);
 
 /* ---------------- comm_mpi.c / comm_nccl.c ---------------- */
 

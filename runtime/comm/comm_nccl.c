@@ -123,7 +123,6 @@ typedef struct nccl_world {
 static nccl_world worlds[LECTERN_MAX_WORLD + 1];
 static nccl_world *w; /* this spawn's */
 static lane *cur;     /* where the collectives go: &w->world, or a group's (use_group) */
-static int cur_size;  /* its ranks */
 
 /* A group's communicator and stream (dist_new_group), kept in a list so that
  * an abort reaches them too. */
@@ -488,7 +487,7 @@ static int op_test(void *request_) {
 static void queue_all_to_all(float *out, const float *in, size_t count) {
     begin(cur);
     NCCL_TRY(api->group_start());
-    for (int r = 0; r < cur_size; r++) {
+    for (int r = 0; r < lx_current_size(); r++) {
         NCCL_TRY(api->send(in + (size_t)r * count, count, r, cur->comm, cur->stream));
         NCCL_TRY(api->recv(out + (size_t)r * count, count, r, cur->comm, cur->stream));
     }
@@ -536,10 +535,7 @@ static void op_group_free(void *backend_group) {
     free(n);
 }
 
-static void op_use_group(const dist_group *g) {
-    cur = g ? &((nccl_group *)g->backend)->lane : &w->world;
-    cur_size = g ? g->size : lx_the_world.size;
-}
+static void op_use_group(const dist_group *g) { cur = g ? &((nccl_group *)g->backend)->lane : &w->world; }
 
 /* Requests never waited for were completed by comm.c before this; every
  * lane is drained (nothing of this spawn is left in flight), and the
@@ -674,7 +670,6 @@ const lx_comm_ops *lx_comm_nccl_start(int emulated) {
             drain(w->pairs[i], "connecting the ranks' NCCL communicators");
     }
     cur = &w->world;
-    cur_size = size;
     groups = NULL;
     return &nccl_ops;
 }
