@@ -2,8 +2,11 @@
  * comm/comm.h: the comm layer's contract, the highest layer below
  * lecture_main. Not for lectures.
  *
- * The comm layer is the public dist_* calls (comm.c: argument checks, the
- * agreement checks of comm_agree.c, then one backend's table), the backends
+ * The comm layer is the public dist_* calls (comm.c, comm_requests.c,
+ * comm_groups.c over comm_calls.c's descriptors and argument checks, see
+ * comm_calls.h; the agreement checks of comm_agree.c, then one backend's
+ * table), the rank's world (comm_world.c), its start and stop
+ * (comm_layer.c), the backends
  * (comm_mpi.c: Open MPI on host buffers; comm_nccl.c: NCCL, through the
  * table of nccl_api.h, over the real library (nccl_library.c) or the CPU
  * emulator (nccl_emu.c); comm_staged.c: device tensors through pinned host
@@ -65,10 +68,10 @@ void lx_use_group(const struct dist_group *g);
 int lx_current_size(void);
 int lx_current_rank(void);
 
-/* ---------------- groups (comm.c) ---------------- */
+/* ---------------- groups (comm_groups.c) ---------------- */
 
 /* A process group (lectern.h, dist_new_group): made by every rank of the
- * spawn at once, each with the list of its own group. comm.c keeps the
+ * spawn at once, each with the list of its own group. comm_groups.c keeps the
  * groups of this spawn in a list and frees those left when the spawned
  * function returns. */
 struct dist_group {
@@ -83,7 +86,7 @@ struct dist_group {
     struct dist_group *next;
 };
 
-/* ---------------- comm.c ---------------- */
+/* ---------------- comm_layer.c, comm_requests.c ---------------- */
 
 /* Starts the collectives of this rank on `backend` (the parent chose it),
  * over `comm`, the spawn's communicator (its world_size ranks), and stops
@@ -98,7 +101,7 @@ void lx_comm_stop(void);
 /* ---------------- comm_mpi.c / comm_nccl.c ---------------- */
 
 /* One backend's collectives on `count` floats. Arguments were checked by
- * comm.c: counts fit an int, buffers live where the backend wants them,
+ * comm_calls.c: counts fit an int, buffers live where the backend wants them,
  * roots are valid ranks. `out` and `in` may be the same buffer only where
  * noted. AVG is passed down as is: each backend knows how to average. */
 typedef struct lx_comm_ops {
@@ -138,9 +141,11 @@ typedef struct lx_comm_ops {
      * its ranks), called by every rank of the world at once (each for its
      * own group), before g is used; group_free undoes it. use_group: the
      * calls that follow run over g's ranks (ranks, roots and sizes are the
-     * group's), until use_group(NULL) brings back the world. comm.c brackets
-     * each group call with the two; a request started in a group keeps what
-     * it needs of it until its wait. */
+     * group's), until use_group(NULL) brings back the world. The group
+     * calls bracket themselves with the two (lx_use_group, which also tells
+     * lx_current_size); a request started in a group keeps what it needs
+     * of it until its wait. The size and rank a backend counts in are
+     * lx_current_size() and lx_current_rank(). */
     void *(*group_new)(const struct dist_group *g);
     void (*group_free)(void *backend_group);
     void (*use_group)(const struct dist_group *g);

@@ -37,7 +37,7 @@ typedef struct mpi_group {
 } mpi_group;
 
 /* What the calls run over: the world's pair, or a group's between
- * use_group(g) and use_group(NULL) (comm.c brackets each group call). */
+ * use_group(g) and use_group(NULL) (lx_use_group, around each group call). */
 static MPI_Comm mpi_comm = MPI_COMM_NULL;
 static MPI_Comm async_comm = MPI_COMM_NULL;
 
@@ -258,7 +258,7 @@ static void *op_group_new(const dist_group *g) {
 
 static void op_group_free(void *backend_group) {
     mpi_group *m = backend_group;
-    MPI_CHECK(MPI_Comm_free(&m->async)); /* m->comm is the group's, freed by comm.c */
+    MPI_CHECK(MPI_Comm_free(&m->async)); /* m->comm is the group's, freed by comm_groups.c */
     free(m);
 }
 

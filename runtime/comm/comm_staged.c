@@ -59,7 +59,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "comm/comm.h"
+#include "comm/comm_calls.h"
 #include "comm/comm_progress.h"
 #include "trace/trace.h"
 #include "ranks/ranks.h"
@@ -555,7 +555,7 @@ static void *op_isend(const float *buf, size_t count, int peer) {
         return started(r);
     }
     size_t chunks = chunks_for(count, chunk);
-    if (chunks > INT32_MAX) lx_fatal("dist_isend(): too many chunks");
+    if (chunks > INT32_MAX) lx_fatal("%s(): too many chunks", lx_calls[LX_ISEND].name);
     staged_request *r = new_request((int)chunks);
     r->host_in = host_copy(buf, count);
     for (size_t k = 0; k < chunks; k++) {
@@ -573,7 +573,7 @@ static void *op_irecv(float *buf, size_t count, int peer) {
         return started(r);
     }
     size_t chunks = chunks_for(count, chunk);
-    if (chunks > INT32_MAX) lx_fatal("dist_irecv(): too many chunks");
+    if (chunks > INT32_MAX) lx_fatal("%s(): too many chunks", lx_calls[LX_IRECV].name);
     staged_request *r = new_request((int)chunks);
     r->host_out = host_copy(NULL, count);
     r->device_out = buf;

@@ -349,7 +349,7 @@ dist_traffic dist_traffic_now(void) {
 dist_traffic dist_traffic_since(const dist_traffic *start) {
     dist_traffic t = dist_traffic_now();
     if (!start) {
-        lx_error("dist_traffic_since: start is NULL (take it with dist_traffic_now())");
+        lx_error("%s: start is NULL (take it with dist_traffic_now())", __func__);
         return t;
     }
     for (int k = 0; k < DIST_CALL_KINDS; k++) {
@@ -385,11 +385,9 @@ static const dist_traffic *given(const dist_traffic *t, const char *call) {
     return t;
 }
 
-int64_t dist_traffic_sent(const dist_traffic *t) { return given(t, "dist_traffic_sent") ? total(t->bytes_sent) : 0; }
-int64_t dist_traffic_nominal(const dist_traffic *t) {
-    return given(t, "dist_traffic_nominal") ? total(t->nominal_sent) : 0;
-}
-int64_t dist_traffic_calls(const dist_traffic *t) { return given(t, "dist_traffic_calls") ? total(t->calls) : 0; }
+int64_t dist_traffic_sent(const dist_traffic *t) { return given(t, __func__) ? total(t->bytes_sent) : 0; }
+int64_t dist_traffic_nominal(const dist_traffic *t) { return given(t, __func__) ? total(t->nominal_sent) : 0; }
+int64_t dist_traffic_calls(const dist_traffic *t) { return given(t, __func__) ? total(t->calls) : 0; }
 
 int64_t dist_bytes_nominal(void) {
     double s = 0;
