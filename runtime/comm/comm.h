@@ -2,8 +2,11 @@
  * comm/comm.h: the comm layer's contract, the highest layer below
  * lecture_main. Not for lectures.
  *
- * The comm layer is the public dist_* calls (comm.c: argument checks, the
- * agreement checks of comm_agree.c, then one backend's table), the backends
+ * The comm layer is the public dist_* calls (comm.c, comm_requests.c,
+ * comm_groups.c over comm_calls.c's descriptors and argument checks, see
+ * comm_calls.h; the agreement checks of comm_agree.c, then one backend's
+ * table), the rank's world (comm_world.c), its start and stop
+ * (comm_layer.c), the backends
  * (comm_mpi.c: Open MPI on host buffers; comm_nccl.c: NCCL, through the
  * table of nccl_api.h, over the real library (nccl_library.c) or the CPU
  * emulator (nccl_emu.c); comm_staged.c: device tensors through pinned host
@@ -29,11 +32,11 @@
 
 /* ---------------- the rank's world ---------------- */
 
-/* One struct holds what a rank knows of its spawn's world; comm.c keeps the
- * one instance, lx_the_world, filled by lx_comm_start from what the ranks
- * layer passed and put back to these defaults by lx_comm_stop. Every file
- * of this layer reads it (no file keeps its own copy of the rank or the
- * size); the backends keep only their duplicates of `comm`. */
+/* One struct holds what a rank knows of its spawn's world; comm_world.c
+ * keeps the one instance, lx_the_world, filled by lx_comm_start from what
+ * the ranks layer passed and put back to these defaults by lx_comm_stop.
+ * Every file of this layer reads it (no file keeps its own copy of the rank
+ * or the size); the backends keep only their duplicates of `comm`. */
 typedef struct lx_world {
     int rank;           /* this rank, 0 .. size-1 (0 outside a spawn) */
     int size;           /* the spawn's world size (1 outside a spawn) */
@@ -43,10 +46,32 @@ typedef struct lx_world {
 } lx_world;
 extern lx_world lx_the_world;
 
-/* ---------------- groups (comm.c) ---------------- */
+/* The backend's table behind the traffic counters (comm_stats.c), set by
+ * lx_comm_start; NULL outside a spawn. */
+struct lx_comm_ops;
+extern const struct lx_comm_ops *lx_ops;
+
+/* comm_world.c: the world set at a spawn's start (the group back to the
+ * world's), and back to the defaults outside one (lx_ops NULL too). */
+void lx_world_set(lx_world w);
+void lx_world_reset(void);
+/* 1 between lx_comm_start and lx_comm_stop: the rank runs a spawned function. */
+int lx_comm_active(void);
+
+/* The group the calls run over: lx_use_group(g) switches the backend to
+ * g's ranks (lx_comm_ops.use_group) until lx_use_group(NULL) brings back
+ * the world. The front brackets each group call with the two. */
+struct dist_group;
+void lx_use_group(const struct dist_group *g);
+/* The size of what the calls run over now (the world's or the group's),
+ * and this rank's place in it: what the backends and the counters read. */
+int lx_current_size(void);
+int lx_current_rank(void);
+
+/* ---------------- groups (comm_groups.c) ---------------- */
 
 /* A process group (lectern.h, dist_new_group): made by every rank of the
- * spawn at once, each with the list of its own group. comm.c keeps the
+ * spawn at once, each with the list of its own group. comm_groups.c keeps the
  * groups of this spawn in a list and frees those left when the spawned
  * function returns. */
 struct dist_group {
@@ -61,7 +86,7 @@ struct dist_group {
     struct dist_group *next;
 };
 
-/* ---------------- comm.c ---------------- */
+/* ---------------- comm_layer.c, comm_requests.c ---------------- */
 
 /* Starts the collectives of this rank on `backend` (the parent chose it),
  * over lx_rank_comm(), the spawn's communicator (its world_size ranks), and stops
@@ -72,13 +97,11 @@ void lx_comm_start(lx_backend backend, int rank, int world_size, int device);
  * that made it, then completed (before the tensors they use are freed). */
 void lx_comm_finish_requests(void);
 void lx_comm_stop(void);
-/* 1 between lx_comm_start and lx_comm_stop: the rank runs a spawned function. */
-int lx_comm_active(void);
 
 /* ---------------- comm_mpi.c / comm_nccl.c ---------------- */
 
 /* One backend's collectives on `count` floats. Arguments were checked by
- * comm.c: counts fit an int, buffers live where the backend wants them,
+ * comm_calls.c: counts fit an int, buffers live where the backend wants them,
  * roots are valid ranks. `out` and `in` may be the same buffer only where
  * noted. AVG is passed down as is: each backend knows how to average. */
 typedef struct lx_comm_ops {
@@ -118,9 +141,11 @@ typedef struct lx_comm_ops {
      * its ranks), called by every rank of the world at once (each for its
      * own group), before g is used; group_free undoes it. use_group: the
      * calls that follow run over g's ranks (ranks, roots and sizes are the
-     * group's), until use_group(NULL) brings back the world. comm.c brackets
-     * each group call with the two; a request started in a group keeps what
-     * it needs of it until its wait. */
+     * group's), until use_group(NULL) brings back the world. The group
+     * calls bracket themselves with the two (lx_use_group, which also tells
+     * lx_current_size); a request started in a group keeps what it needs
+     * of it until its wait. The size and rank a backend counts in are
+     * lx_current_size() and lx_current_rank(). */
     void *(*group_new)(const struct dist_group *g);
     void (*group_free)(void *backend_group);
     void (*use_group)(const struct dist_group *g);

@@ -50,8 +50,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "comm/comm.h"
-#include "comm/comm_agree.h"
+#include "comm/comm_calls.h"
 #include "ranks/ranks.h"
 
 enum { TAG_DESC = 23, TAG_ACK = 24 };
@@ -159,41 +158,6 @@ typedef struct call_desc {
 /* The bytes of `d` that travel with a send: all but the unused end of frames. */
 static int sent_size(const call_desc *d) { return (int)(offsetof(call_desc, frames) + strlen(d->frames) + 1); }
 
-/* The calls that must match each other, as numbers: a blocking call and
- * its _async twin are different calls (MPI does not match them either). */
-static const char *const KINDS[] = {
-        "dist_barrier",
-        "dist_all_reduce",
-        "dist_reduce",
-        "dist_broadcast",
-        "dist_reduce_scatter",
-        "dist_all_gather",
-        "dist_scatter",
-        "dist_gather",
-        "dist_all_reduce_async",
-        "dist_broadcast_async",
-        "dist_reduce_scatter_async",
-        "dist_all_gather_async",
-        "dist_all_to_all",
-        "dist_all_to_all_async",
-        "dist_all_reduce_in",
-        "dist_reduce_scatter_in",
-        "dist_all_gather_in",
-        "dist_broadcast_in",
-        "dist_all_to_all_in",
-        "dist_all_reduce_in_async",
-        "dist_reduce_scatter_in_async",
-        "dist_all_gather_in_async",
-        "dist_broadcast_in_async",
-        "dist_all_to_all_in_async",
-};
-
-static int64_t kind_of(const char *call) {
-    for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
-        if (strcmp(KINDS[i], call) == 0) return (int64_t)i;
-    return -1;
-}
-
 void lx_agree_start(void) {
     MPI_Comm comm = lx_the_world.comm;
     buffered = 0;
@@ -209,21 +173,23 @@ void lx_agree_stop(void) {
     if (check_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&check_comm));
 }
 
-static void fill(call_desc *d, const char *call, int64_t count, int op, int root, const lx_frame *frames, int n) {
+/* A call as numbers (lx_call.agree): a blocking call and its _async twin
+ * are different calls (MPI does not match them either). */
+static void fill(call_desc *d, const lx_call *call, int64_t count, int op, int root, const lx_frame *frames, int n) {
     memset(d, 0, sizeof *d);
-    d->kind = kind_of(call);
+    d->kind = call->agree;
     d->count = count;
     d->op = op;
     d->root = root;
     d->rank = lx_the_world.rank;
-    snprintf(d->call, sizeof d->call, "%s", call);
+    snprintf(d->call, sizeof d->call, "%s", call->name);
     const lx_frame *at = n > 0 ? &frames[n - 1] : NULL;
     d->line = at ? at->line : 0;
     snprintf(d->path, sizeof d->path, "%s", at && at->path ? at->path : "?");
 }
 
 /* The same, with the stack as text: what a send carries. */
-static void fill_send(call_desc *d, const char *call, int64_t count, int dst, const lx_frame *frames, int n) {
+static void fill_send(call_desc *d, const lx_call *call, int64_t count, int dst, const lx_frame *frames, int n) {
     fill(d, call, count, -1, dst, frames, n);
     lx_frames_to_text(frames, n, d->frames, sizeof d->frames);
 }
@@ -285,11 +251,11 @@ static void __attribute__((noreturn)) disagree(const call_desc *mine, const dist
     exit(1);
 }
 
-void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n) {
+void lx_agree_collective(const lx_call *call, int64_t count, int op, int root, const lx_frame *frames, int n) {
     /* The n-th collective of this rank waits for every rank to enter its
-     * n-th: what the deadlock detector needs to know (spawn.c). */
+     * n-th: what the deadlock detector needs to know (spawn_deadlock.c). */
     lx_rank_needs(0, LX_NEED_COLLECTIVE, -1, lx_rank_count_collective());
-    int64_t kind = kind_of(call);
+    int64_t kind = call->agree;
     agreed a = {kind, count, op, root};
     if (skip_agreed(&world, a)) return;
     checks_made++;
@@ -306,9 +272,9 @@ void lx_agree_collective(const char *call, int64_t count, int op, int root, cons
  * a timed region as the world's is (against the group's own list of agreed
  * calls), and no count for the deadlock detector, whose "every rank has
  * entered its n-th collective" is the world's. */
-void lx_agree_collective_in(const dist_group *g, const char *call, int64_t count, int op, int root,
+void lx_agree_collective_in(const dist_group *g, const lx_call *call, int64_t count, int op, int root,
                             const lx_frame *frames, int n) {
-    int64_t kind = kind_of(call);
+    int64_t kind = call->agree;
     agreed a = {kind, count, op, root};
     struct lx_agree_group *s = g->agreed;
     if (skip_agreed(s, a)) return;
@@ -366,7 +332,7 @@ struct lx_agree_recv_desc {
     int src, seq; /* this rank's seq-th receive from src */
 };
 
-lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n) {
+lx_agree_send_desc *lx_agree_send(const lx_call *call, int64_t count, int dst, const lx_frame *frames, int n) {
     agreed a = {0, count, 0, dst};
     if (timed_depth > 0 && is_agreed(agreed_sends, n_sends, a)) {
         checks_skipped++;
@@ -420,7 +386,7 @@ void lx_agree_needs(const lx_agree_send_desc *s, const lx_agree_recv_desc *r) {
 
 void dist_buffered_sends(int on) {
     if (check_comm == MPI_COMM_NULL)
-        lx_fatal("dist_buffered_sends() outside a spawned function: it sets how this rank's sends behave");
+        lx_fatal("%s() outside a spawned function: it sets how this rank's sends behave", __func__);
     buffered = on != 0;
 }
 
@@ -444,7 +410,7 @@ lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count) {
     return d;
 }
 
-void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n) {
+void lx_agree_recv_check(lx_agree_recv_desc *d, const lx_call *call, int64_t count, const lx_frame *frames, int n) {
     if (!d) return;
     MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));
     d->desc.frames[sizeof d->desc.frames - 1] = '\0';

@@ -10,6 +10,8 @@
 
 #include "trace/trace.h"
 
+struct lx_call; /* comm_calls.h: the call's descriptor (its name, and the number compared) */
+
 /* Over a private copy of the spawn's communicator: checks never match the
  * lecture's own messages. */
 void lx_agree_start(void);
@@ -20,14 +22,14 @@ void lx_agree_stop(void);
  * elements, `op` and `root`, -1 where they do not apply). Otherwise each
  * rank adds an error step naming its own line and another rank's, and the
  * rank exits once all have said so: no result is recorded after it. */
-void lx_agree_collective(const char *call, int64_t count, int op, int root, const lx_frame *frames, int n);
+void lx_agree_collective(const struct lx_call *call, int64_t count, int op, int root, const lx_frame *frames, int n);
 /* The same over the ranks of group g (its check_comm): an error names the
  * group. Not counted as a world collective by the deadlock detector. In a
  * timed region a call the group's ranks agreed on before skips its check,
  * as the world's calls do; the group keeps its own list of agreed calls
  * and digest of skipped ones (lx_agree_group_new, when it is made). */
 struct dist_group;
-void lx_agree_collective_in(const struct dist_group *g, const char *call, int64_t count, int op, int root,
+void lx_agree_collective_in(const struct dist_group *g, const struct lx_call *call, int64_t count, int op, int root,
                             const lx_frame *frames, int n);
 struct lx_agree_group;
 struct lx_agree_group *lx_agree_group_new(void);
@@ -45,7 +47,7 @@ void lx_agree_group_settle(const struct dist_group *g);
  * exits. */
 typedef struct lx_agree_send_desc lx_agree_send_desc;
 typedef struct lx_agree_recv_desc lx_agree_recv_desc;
-lx_agree_send_desc *lx_agree_send(const char *call, int64_t count, int dst, const lx_frame *frames, int n);
+lx_agree_send_desc *lx_agree_send(const struct lx_call *call, int64_t count, int dst, const lx_frame *frames, int n);
 /* Waits until the receiver has posted the matching receive (unless
  * dist_buffered_sends is on): a blocking send calls it before its data.
  * NULL (a send whose check a timed region skipped): returns at once. */
@@ -59,7 +61,8 @@ void lx_agree_send_done(lx_agree_send_desc *d); /* frees d; NULL: nothing */
 void lx_agree_needs(const lx_agree_send_desc *s, const lx_agree_recv_desc *r);
 lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count);
 /* Waits for the sender's descriptor and compares; frees d. */
-void lx_agree_recv_check(lx_agree_recv_desc *d, const char *call, int64_t count, const lx_frame *frames, int n);
+void lx_agree_recv_check(lx_agree_recv_desc *d, const struct lx_call *call, int64_t count, const lx_frame *frames,
+                         int n);
 
 /* In a timed region a call the ranks already agreed on in this spawn skips
  * its check: lx_agree_collective returns at once, lx_agree_send and

@@ -37,10 +37,9 @@ typedef struct mpi_group {
 } mpi_group;
 
 /* What the calls run over: the world's pair, or a group's between
- * use_group(g) and use_group(NULL) (comm.c brackets each group call). */
+ * use_group(g) and use_group(NULL) (lx_use_group, around each group call). */
 static MPI_Comm mpi_comm = MPI_COMM_NULL;
 static MPI_Comm async_comm = MPI_COMM_NULL;
-static int cur_size = 1;
 
 MPI_Op lx_mpi_op(dist_op op) {
     switch (op) {
@@ -58,7 +57,7 @@ void lx_mpi_average(float *x, size_t count, dist_op op, int world_size) {
 
 static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
 
-static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, cur_size); }
+static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, lx_current_size()); }
 
 static void op_barrier(void) { MPI_CHECK(MPI_Barrier(mpi_comm)); }
 
@@ -130,7 +129,7 @@ static mpi_request *new_request(float *average, size_t count) {
     r->req = MPI_REQUEST_NULL;
     r->average = average;
     r->count = count;
-    r->size = cur_size;
+    r->size = lx_current_size();
     r->comm = async_comm;
     return r;
 }
@@ -259,7 +258,7 @@ static void *op_group_new(const dist_group *g) {
 
 static void op_group_free(void *backend_group) {
     mpi_group *m = backend_group;
-    MPI_CHECK(MPI_Comm_free(&m->async)); /* m->comm is the group's, freed by comm.c */
+    MPI_CHECK(MPI_Comm_free(&m->async)); /* m->comm is the group's, freed by comm_groups.c */
     free(m);
 }
 
@@ -267,7 +266,6 @@ static void op_use_group(const dist_group *g) {
     const mpi_group *m = g ? g->backend : NULL;
     mpi_comm = m ? m->comm : world_comm;
     async_comm = m ? m->async : world_async;
-    cur_size = g ? g->size : lx_the_world.size;
 }
 
 static void op_stop(void) {

@@ -52,7 +52,7 @@
  * other ranks (making and destroying a communicator) run on a helper
  * thread the host polls. A wait gives up only when no rank of the spawn
  * has made progress for LECTERN_TIMEOUT seconds, the parent's rule
- * (spawn.c), and one second later than the parent, whose report names
+ * (spawn_watch.c), and one second later than the parent, whose report names
  * every rank's line; the communicators are then aborted (ncclCommAbort),
  * so that no kernel is left spinning, and the rank stops naming whom it
  * waited for.
@@ -68,7 +68,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "comm/comm.h"
+#include "comm/comm_calls.h"
 #include "comm/nccl_api.h"
 #include "trace/trace.h"
 #include "ranks/ranks.h"
@@ -123,7 +123,6 @@ typedef struct nccl_world {
 static nccl_world worlds[LECTERN_MAX_WORLD + 1];
 static nccl_world *w; /* this spawn's */
 static lane *cur;     /* where the collectives go: &w->world, or a group's (use_group) */
-static int cur_size;  /* its ranks */
 
 /* A group's communicator and stream (dist_new_group), kept in a list so that
  * an abort reaches them too. */
@@ -361,37 +360,37 @@ static request *p2p(int is_send, const float *buf, size_t count, int peer) {
 static void op_barrier(void) {
     begin(cur);
     NCCL_TRY(api->all_reduce(w->scratch, w->scratch, 1, DIST_SUM, cur->comm, cur->stream));
-    finish(cur, "dist_barrier", -1);
+    finish(cur, lx_calls[LX_BARRIER].name, -1);
 }
 
 static void op_all_reduce(float *buf, size_t count, dist_op op) {
     begin(cur);
     NCCL_TRY(api->all_reduce(buf, buf, count, op, cur->comm, cur->stream));
-    finish(cur, "dist_all_reduce", -1);
+    finish(cur, lx_calls[LX_ALL_REDUCE].name, -1);
 }
 
 static void op_reduce(float *buf, size_t count, int root, dist_op op) {
     begin(cur);
     NCCL_TRY(api->reduce(buf, buf, count, op, root, cur->comm, cur->stream));
-    finish(cur, "dist_reduce", -1);
+    finish(cur, lx_calls[LX_REDUCE].name, -1);
 }
 
 static void op_broadcast(float *buf, size_t count, int root) {
     begin(cur);
     NCCL_TRY(api->broadcast(buf, buf, count, root, cur->comm, cur->stream));
-    finish(cur, "dist_broadcast", -1);
+    finish(cur, lx_calls[LX_BROADCAST].name, -1);
 }
 
 static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     begin(cur);
     NCCL_TRY(api->reduce_scatter(in, out, count, op, cur->comm, cur->stream));
-    finish(cur, "dist_reduce_scatter", -1);
+    finish(cur, lx_calls[LX_REDUCE_SCATTER].name, -1);
 }
 
 static void op_all_gather(float *out, const float *in, size_t count) {
     begin(cur);
     NCCL_TRY(api->all_gather(in, out, count, cur->comm, cur->stream));
-    finish(cur, "dist_all_gather", -1);
+    finish(cur, lx_calls[LX_ALL_GATHER].name, -1);
 }
 
 /* NCCL has no scatter or gather: the root sends (receives) one chunk per
@@ -408,7 +407,7 @@ static void op_scatter(float *out, const float *in, size_t count, int root) {
     }
     NCCL_TRY(api->group_end());
     if (me == root) DEVICE_TRY(api->copy(out, in + (size_t)root * count, count * sizeof(float), cur->stream));
-    finish(cur, "dist_scatter", -1);
+    finish(cur, lx_calls[LX_SCATTER].name, -1);
 }
 
 static void op_gather(float *out, const float *in, size_t count, int root) {
@@ -423,21 +422,23 @@ static void op_gather(float *out, const float *in, size_t count, int root) {
     }
     NCCL_TRY(api->group_end());
     if (me == root) DEVICE_TRY(api->copy(out + (size_t)root * count, in, count * sizeof(float), cur->stream));
-    finish(cur, "dist_gather", -1);
+    finish(cur, lx_calls[LX_GATHER].name, -1);
 }
 
 /* A blocking send or receive waits for its own operation only. */
-static void op_send(const float *buf, size_t count, int peer) { complete(p2p(1, buf, count, peer), "dist_send"); }
+static void op_send(const float *buf, size_t count, int peer) {
+    complete(p2p(1, buf, count, peer), lx_calls[LX_SEND].name);
+}
 
-static void op_recv(float *buf, size_t count, int peer) { complete(p2p(0, buf, count, peer), "dist_recv"); }
+static void op_recv(float *buf, size_t count, int peer) { complete(p2p(0, buf, count, peer), lx_calls[LX_RECV].name); }
 
 /* Two lanes, both queued before either is waited for: they move together,
  * whatever the ranks' order, with no group needed. */
 static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
     request *s = p2p(1, send, send_count, dst);
     request *r = p2p(0, recv, recv_count, src);
-    complete(s, "dist_sendrecv");
-    complete(r, "dist_sendrecv");
+    complete(s, lx_calls[LX_SENDRECV].name);
+    complete(r, lx_calls[LX_SENDRECV].name);
 }
 
 static void *op_isend(const float *buf, size_t count, int peer) { return p2p(1, buf, count, peer); }
@@ -473,7 +474,7 @@ static void *op_iall_gather(float *out, const float *in, size_t count) {
 }
 
 /* dist_wait returns with the result in place, as on Open MPI. */
-static void op_wait(void *request_) { complete(request_, "dist_wait"); }
+static void op_wait(void *request_) { complete(request_, lx_calls[LX_WAIT].name); }
 
 static int op_test(void *request_) {
     request *r = request_;
@@ -488,7 +489,7 @@ static int op_test(void *request_) {
 static void queue_all_to_all(float *out, const float *in, size_t count) {
     begin(cur);
     NCCL_TRY(api->group_start());
-    for (int r = 0; r < cur_size; r++) {
+    for (int r = 0; r < lx_current_size(); r++) {
         NCCL_TRY(api->send(in + (size_t)r * count, count, r, cur->comm, cur->stream));
         NCCL_TRY(api->recv(out + (size_t)r * count, count, r, cur->comm, cur->stream));
     }
@@ -497,7 +498,7 @@ static void queue_all_to_all(float *out, const float *in, size_t count) {
 
 static void op_all_to_all(float *out, const float *in, size_t count) {
     queue_all_to_all(out, in, count);
-    finish(cur, "dist_all_to_all", -1);
+    finish(cur, lx_calls[LX_ALL_TO_ALL].name, -1);
 }
 
 static void *op_iall_to_all(float *out, const float *in, size_t count) {
@@ -526,7 +527,7 @@ static void *op_group_new(const dist_group *g) {
 static void op_group_free(void *backend_group) {
     nccl_group *n = backend_group;
     own_device();
-    drain(&n->lane, "dist_group_free");
+    drain(&n->lane, lx_calls[LX_GROUP_FREE].name);
     nccl_group **p = &groups;
     while (*p != n)
         p = &(*p)->next;
@@ -536,14 +537,11 @@ static void op_group_free(void *backend_group) {
     free(n);
 }
 
-static void op_use_group(const dist_group *g) {
-    cur = g ? &((nccl_group *)g->backend)->lane : &w->world;
-    cur_size = g ? g->size : lx_the_world.size;
-}
+static void op_use_group(const dist_group *g) { cur = g ? &((nccl_group *)g->backend)->lane : &w->world; }
 
-/* Requests never waited for were completed by comm.c before this; every
- * lane is drained (nothing of this spawn is left in flight), and the
- * communicators stay for the next spawn of this size. */
+/* Requests never waited for were completed by comm_requests.c before
+ * this; every lane is drained (nothing of this spawn is left in flight),
+ * and the communicators stay for the next spawn of this size. */
 static void op_stop(void) {
     own_device();
     drain(&w->world, "the end of the spawned function");
@@ -674,7 +672,6 @@ const lx_comm_ops *lx_comm_nccl_start(int emulated) {
             drain(w->pairs[i], "connecting the ranks' NCCL communicators");
     }
     cur = &w->world;
-    cur_size = size;
     groups = NULL;
     return &nccl_ops;
 }

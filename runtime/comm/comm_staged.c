@@ -59,7 +59,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "comm/comm.h"
+#include "comm/comm_calls.h"
 #include "comm/comm_progress.h"
 #include "trace/trace.h"
 #include "ranks/ranks.h"
@@ -70,7 +70,6 @@ static MPI_Comm world_staged = MPI_COMM_NULL; /* a duplicate of the spawn's (lx_
 /* What the calls run over: the world's, or a group's duplicate (one per
  * group, dist_new_group) between use_group(g) and use_group(NULL). */
 static MPI_Comm staged_comm = MPI_COMM_NULL;
-static int cur_size = 1, cur_rank;
 static const lx_stage_copier *copy;
 static size_t chunk; /* floats per chunk */
 static float *host;  /* SLOTS slots of 2 * area floats */
@@ -106,7 +105,7 @@ static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
 
 /* AVG: the sum divided by the world size, on host memory, by comm_mpi.c's
  * code (so the results are the same floats). */
-static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, cur_size); }
+static void average(float *x, size_t count, dist_op op) { lx_mpi_average(x, count, op, lx_current_size()); }
 
 /* ---- the pipeline ---- */
 
@@ -187,7 +186,7 @@ static pipe make_pipe(size_t count, size_t clen) {
 /* Per-rank chunk for the calls whose buffers hold world_size pieces: a
  * slot half holds world_size of them. */
 static size_t gather_clen(void) {
-    size_t c = chunk / (size_t)cur_size;
+    size_t c = chunk / (size_t)lx_current_size();
     return c ? c : 1;
 }
 
@@ -221,7 +220,7 @@ static void settle(void) {
 }
 
 static void divide(float *x, size_t count, dist_op op) {
-    if (op == DIST_AVG && count) copy->divide(x, count, (float)cur_size);
+    if (op == DIST_AVG && count) copy->divide(x, count, (float)lx_current_size());
 }
 
 static void direct_all_reduce(float *buf, size_t count, dist_op op) {
@@ -232,7 +231,7 @@ static void direct_all_reduce(float *buf, size_t count, dist_op op) {
 
 static void direct_reduce(float *buf, size_t count, int root, dist_op op) {
     settle();
-    if (cur_rank == root) {
+    if (lx_current_rank() == root) {
         MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, mpi_op(op), root, staged_comm));
         divide(buf, count, op);
     } else {
@@ -264,7 +263,7 @@ static void op_all_reduce(float *buf, size_t count, dist_op op) {
 static void step_reduce(const pipe *p, size_t k, float *a, float *b) {
     (void)b;
     size_t n = n_of(p, k, p->count);
-    if (cur_rank == p->root) {
+    if (lx_current_rank() == p->root) {
         MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, a, (int)n, MPI_FLOAT, mpi_op(p->op), p->root, staged_comm));
         average(a, n, p->op);
     } else {
@@ -283,7 +282,7 @@ static void op_reduce(float *buf, size_t count, int root, dist_op op) {
     p.root = root;
     p.down = down_buf;
     p.step = step_reduce;
-    p.up = cur_rank == root ? up_buf_a : nothing_up; /* only the root's tensor changes */
+    p.up = lx_current_rank() == root ? up_buf_a : nothing_up; /* only the root's tensor changes */
     ensure_host(chunk);
     run(&p);
 }
@@ -302,9 +301,9 @@ static void op_broadcast(float *buf, size_t count, int root) {
     pipe p = make_pipe(count, chunk);
     p.buf = buf;
     p.root = root;
-    p.down = cur_rank == root ? down_buf : nothing_down;
+    p.down = lx_current_rank() == root ? down_buf : nothing_down;
     p.step = step_broadcast;
-    p.up = cur_rank == root ? nothing_up : up_buf_a;
+    p.up = lx_current_rank() == root ? nothing_up : up_buf_a;
     ensure_host(chunk);
     run(&p);
 }
@@ -315,7 +314,7 @@ static void op_broadcast(float *buf, size_t count, int root) {
  * r * count), side by side in A. */
 static void down_pieces(const pipe *p, size_t k, float *a) {
     size_t n = n_of(p, k, p->count), lo = lo_of(p, k);
-    for (int r = 0; r < cur_size; r++)
+    for (int r = 0; r < lx_current_size(); r++)
         copy->to_host(a + (size_t)r * n, p->in + (size_t)r * p->count + lo, n);
 }
 static void down_in(const pipe *p, size_t k, float *a) { copy->to_host(a, p->in + lo_of(p, k), n_of(p, k, p->count)); }
@@ -323,7 +322,7 @@ static void down_in(const pipe *p, size_t k, float *a) { copy->to_host(a, p->in 
 static void up_pieces(const pipe *p, size_t k, const float *a, const float *b) {
     (void)a;
     size_t n = n_of(p, k, p->count), lo = lo_of(p, k);
-    for (int r = 0; r < cur_size; r++)
+    for (int r = 0; r < lx_current_size(); r++)
         copy->to_device(p->out + (size_t)r * p->count + lo, b + (size_t)r * n, n);
 }
 static void up_out_b(const pipe *p, size_t k, const float *a, const float *b) {
@@ -349,7 +348,7 @@ static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op
     p.down = down_pieces;
     p.step = step_reduce_scatter;
     p.up = up_out_b;
-    ensure_host(p.clen * (size_t)cur_size);
+    ensure_host(p.clen * (size_t)lx_current_size());
     run(&p);
 }
 
@@ -370,7 +369,7 @@ static void op_all_gather(float *out, const float *in, size_t count) {
     p.down = down_in;
     p.step = step_all_gather;
     p.up = up_pieces;
-    ensure_host(p.clen * (size_t)cur_size);
+    ensure_host(p.clen * (size_t)lx_current_size());
     run(&p);
 }
 
@@ -389,10 +388,10 @@ static void op_scatter(float *out, const float *in, size_t count, int root) {
     p.out = out;
     p.in = in;
     p.root = root;
-    p.down = cur_rank == root ? down_pieces : nothing_down;
+    p.down = lx_current_rank() == root ? down_pieces : nothing_down;
     p.step = step_scatter;
     p.up = up_out_b;
-    ensure_host(p.clen * (size_t)cur_size);
+    ensure_host(p.clen * (size_t)lx_current_size());
     run(&p);
 }
 
@@ -413,8 +412,8 @@ static void op_gather(float *out, const float *in, size_t count, int root) {
     p.root = root;
     p.down = down_in;
     p.step = step_gather;
-    p.up = cur_rank == root ? up_pieces : nothing_up;
-    ensure_host(p.clen * (size_t)cur_size);
+    p.up = lx_current_rank() == root ? up_pieces : nothing_up;
+    ensure_host(p.clen * (size_t)lx_current_size());
     run(&p);
 }
 
@@ -544,7 +543,7 @@ static staged_request *new_request(int n_reqs) {
         reqs[i] = MPI_REQUEST_NULL;
     r->reqs = reqs;
     r->n_reqs = n_reqs;
-    r->size = cur_size;
+    r->size = lx_current_size();
     return r;
 }
 
@@ -556,7 +555,7 @@ static void *op_isend(const float *buf, size_t count, int peer) {
         return started(r);
     }
     size_t chunks = chunks_for(count, chunk);
-    if (chunks > INT32_MAX) lx_fatal("dist_isend(): too many chunks");
+    if (chunks > INT32_MAX) lx_fatal("%s(): too many chunks", lx_calls[LX_ISEND].name);
     staged_request *r = new_request((int)chunks);
     r->host_in = host_copy(buf, count);
     for (size_t k = 0; k < chunks; k++) {
@@ -574,7 +573,7 @@ static void *op_irecv(float *buf, size_t count, int peer) {
         return started(r);
     }
     size_t chunks = chunks_for(count, chunk);
-    if (chunks > INT32_MAX) lx_fatal("dist_irecv(): too many chunks");
+    if (chunks > INT32_MAX) lx_fatal("%s(): too many chunks", lx_calls[LX_IRECV].name);
     staged_request *r = new_request((int)chunks);
     r->host_out = host_copy(NULL, count);
     r->device_out = buf;
@@ -599,8 +598,8 @@ static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
 
 static void *op_ibroadcast(float *buf, size_t count, int root) {
     staged_request *r = new_request(1);
-    r->host_in = r->host_out = host_copy(cur_rank == root ? buf : NULL, count);
-    if (cur_rank != root) {
+    r->host_in = r->host_out = host_copy(lx_current_rank() == root ? buf : NULL, count);
+    if (lx_current_rank() != root) {
         r->device_out = buf;
         r->out_count = count;
     }
@@ -610,7 +609,7 @@ static void *op_ibroadcast(float *buf, size_t count, int root) {
 
 static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     staged_request *r = new_request(1);
-    r->host_in = host_copy(in, count * (size_t)cur_size);
+    r->host_in = host_copy(in, count * (size_t)lx_current_size());
     r->host_out = host_copy(NULL, count);
     r->device_out = out;
     r->out_count = count;
@@ -624,9 +623,9 @@ static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_
 static void *op_iall_gather(float *out, const float *in, size_t count) {
     staged_request *r = new_request(1);
     r->host_in = host_copy(in, count);
-    r->host_out = host_copy(NULL, count * (size_t)cur_size);
+    r->host_out = host_copy(NULL, count * (size_t)lx_current_size());
     r->device_out = out;
-    r->out_count = count * (size_t)cur_size;
+    r->out_count = count * (size_t)lx_current_size();
     MPI_CHECK(MPI_Iallgather(r->host_in, (int)count, MPI_FLOAT, r->host_out, (int)count, MPI_FLOAT, staged_comm,
                              &r->reqs[0]));
     return started(r);
@@ -663,16 +662,16 @@ static void op_all_to_all(float *out, const float *in, size_t count) {
     p.down = down_pieces;
     p.step = step_all_to_all;
     p.up = up_pieces;
-    ensure_host(p.clen * (size_t)cur_size);
+    ensure_host(p.clen * (size_t)lx_current_size());
     run(&p);
 }
 
 static void *op_iall_to_all(float *out, const float *in, size_t count) {
     staged_request *r = new_request(1);
-    r->host_in = host_copy(in, count * (size_t)cur_size);
-    r->host_out = host_copy(NULL, count * (size_t)cur_size);
+    r->host_in = host_copy(in, count * (size_t)lx_current_size());
+    r->host_out = host_copy(NULL, count * (size_t)lx_current_size());
     r->device_out = out;
-    r->out_count = count * (size_t)cur_size;
+    r->out_count = count * (size_t)lx_current_size();
     MPI_CHECK(MPI_Ialltoall(r->host_in, (int)count, MPI_FLOAT, r->host_out, (int)count, MPI_FLOAT, staged_comm,
                             &r->reqs[0]));
     return started(r);
@@ -691,11 +690,7 @@ static void *op_group_new(const dist_group *g) {
 
 static void op_group_free(void *backend_group) { (void)backend_group; }
 
-static void op_use_group(const dist_group *g) {
-    staged_comm = g ? g->comm : world_staged;
-    cur_size = g ? g->size : lx_the_world.size;
-    cur_rank = g ? g->rank : lx_the_world.rank;
-}
+static void op_use_group(const dist_group *g) { staged_comm = g ? g->comm : world_staged; }
 
 static int op_test(void *request) {
     staged_request *r = request;

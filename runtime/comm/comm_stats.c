@@ -72,7 +72,7 @@ static int measure(void) {
          * that is the spawn's rank can they be put down to its peers. */
         int pool_rank = -1;
         MPI_Comm_rank(MPI_COMM_WORLD, &pool_rank);
-        measuring = strcmp(dist_backend(), "nccl") != 0 && pool_rank == lx_the_world.rank && lx_pvars_open() &&
+        measuring = !lx_backend_is_nccl(lx_the_world.backend) && pool_rank == lx_the_world.rank && lx_pvars_open() &&
                     lx_pvars_read(base, lx_the_world.size);
         memset(accounted, 0, sizeof accounted);
     }
@@ -158,14 +158,13 @@ static void *keep_open(void *req, const window *w) {
 }
 
 /* The formulas' p and rank: the world's, or a group's between
- * use_group(g) and use_group(NULL) (a group call counts as its kind). */
-static int cur_size = 1, cur_rank;
-
+ * lx_use_group(g) and lx_use_group(NULL) (a group call counts as its kind). */
 static double share(size_t floats) { /* (p - 1) / p of `floats` floats, in bytes */
-    return (double)floats * sizeof(float) * (cur_size - 1) / cur_size;
+    int p = lx_current_size();
+    return (double)floats * sizeof(float) * (p - 1) / p;
 }
 static double chain(size_t count, int silent_rank) { /* b from every rank but one */
-    return cur_size > 1 && cur_rank != silent_rank ? (double)count * sizeof(float) : 0;
+    return lx_current_size() > 1 && lx_current_rank() != silent_rank ? (double)count * sizeof(float) : 0;
 }
 
 static void c_barrier(void) {
@@ -188,31 +187,32 @@ static void c_reduce(float *buf, size_t count, int root, dist_op op) {
 }
 static void c_broadcast(float *buf, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + cur_size - 1) % cur_size));
+    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + lx_current_size() - 1) % lx_current_size()));
     inner->broadcast(buf, count, root);
     close_window(&w);
 }
 static void c_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     window w;
-    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)cur_size));
+    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)lx_current_size()));
     inner->reduce_scatter(out, in, count, op);
     close_window(&w);
 }
 static void c_all_gather(float *out, const float *in, size_t count) {
     window w;
-    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)cur_size));
+    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)lx_current_size()));
     inner->all_gather(out, in, count);
     close_window(&w);
 }
 static void c_scatter(float *out, const float *in, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_SCATTER, cur_rank == root ? (double)count * sizeof(float) * (cur_size - 1) : 0);
+    open_window(&w, DIST_CALL_SCATTER,
+                lx_current_rank() == root ? (double)count * sizeof(float) * (lx_current_size() - 1) : 0);
     inner->scatter(out, in, count, root);
     close_window(&w);
 }
 static void c_gather(float *out, const float *in, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_GATHER, cur_rank == root ? 0 : (double)count * sizeof(float));
+    open_window(&w, DIST_CALL_GATHER, lx_current_rank() == root ? 0 : (double)count * sizeof(float));
     inner->gather(out, in, count, root);
     close_window(&w);
 }
@@ -245,17 +245,17 @@ static void *c_iall_reduce(float *buf, size_t count, dist_op op) {
 }
 static void *c_ibroadcast(float *buf, size_t count, int root) {
     window w;
-    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + cur_size - 1) % cur_size));
+    open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + lx_current_size() - 1) % lx_current_size()));
     return keep_open(inner->ibroadcast(buf, count, root), &w);
 }
 static void *c_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     window w;
-    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)cur_size));
+    open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)lx_current_size()));
     return keep_open(inner->ireduce_scatter(out, in, count, op), &w);
 }
 static void *c_iall_gather(float *out, const float *in, size_t count) {
     window w;
-    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)cur_size));
+    open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)lx_current_size()));
     return keep_open(inner->iall_gather(out, in, count), &w);
 }
 static void c_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
@@ -266,19 +266,14 @@ static void c_sendrecv(const float *send, size_t send_count, int dst, float *rec
 }
 static void c_all_to_all(float *out, const float *in, size_t count) {
     window w;
-    open_window(&w, DIST_CALL_ALL_TO_ALL, share(count * (size_t)cur_size));
+    open_window(&w, DIST_CALL_ALL_TO_ALL, share(count * (size_t)lx_current_size()));
     inner->all_to_all(out, in, count);
     close_window(&w);
 }
 static void *c_iall_to_all(float *out, const float *in, size_t count) {
     window w;
-    open_window(&w, DIST_CALL_ALL_TO_ALL, share(count * (size_t)cur_size));
+    open_window(&w, DIST_CALL_ALL_TO_ALL, share(count * (size_t)lx_current_size()));
     return keep_open(inner->iall_to_all(out, in, count), &w);
-}
-static void c_use_group(const dist_group *g) {
-    cur_size = g ? g->size : lx_the_world.size;
-    cur_rank = g ? g->rank : lx_the_world.rank;
-    inner->use_group(g);
 }
 /* The wait of a non-blocking collective closes its window. */
 static void c_wait(void *req) {
@@ -317,9 +312,6 @@ const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops) {
     if (ops->wait) counted.wait = c_wait;
     if (ops->all_to_all) counted.all_to_all = c_all_to_all;
     if (ops->iall_to_all) counted.iall_to_all = c_iall_to_all;
-    if (ops->use_group) counted.use_group = c_use_group;
-    cur_size = lx_the_world.size;
-    cur_rank = lx_the_world.rank;
     memset(calls, 0, sizeof calls);
     memset(waited, 0, sizeof waited);
     memset(sent, 0, sizeof sent);
@@ -357,7 +349,7 @@ dist_traffic dist_traffic_now(void) {
 dist_traffic dist_traffic_since(const dist_traffic *start) {
     dist_traffic t = dist_traffic_now();
     if (!start) {
-        lx_error("dist_traffic_since: start is NULL (take it with dist_traffic_now())");
+        lx_error("%s: start is NULL (take it with dist_traffic_now())", __func__);
         return t;
     }
     for (int k = 0; k < DIST_CALL_KINDS; k++) {
@@ -393,11 +385,9 @@ static const dist_traffic *given(const dist_traffic *t, const char *call) {
     return t;
 }
 
-int64_t dist_traffic_sent(const dist_traffic *t) { return given(t, "dist_traffic_sent") ? total(t->bytes_sent) : 0; }
-int64_t dist_traffic_nominal(const dist_traffic *t) {
-    return given(t, "dist_traffic_nominal") ? total(t->nominal_sent) : 0;
-}
-int64_t dist_traffic_calls(const dist_traffic *t) { return given(t, "dist_traffic_calls") ? total(t->calls) : 0; }
+int64_t dist_traffic_sent(const dist_traffic *t) { return given(t, __func__) ? total(t->bytes_sent) : 0; }
+int64_t dist_traffic_nominal(const dist_traffic *t) { return given(t, __func__) ? total(t->nominal_sent) : 0; }
+int64_t dist_traffic_calls(const dist_traffic *t) { return given(t, __func__) ? total(t->calls) : 0; }
 
 int64_t dist_bytes_nominal(void) {
     double s = 0;

@@ -22,7 +22,7 @@
 
 void dist_timer_start(dist_timer *timer) {
     if (!timer) {
-        lx_error("dist_timer_start: timer is NULL");
+        lx_error("%s: timer is NULL", __func__);
         return;
     }
     device_synchronize();
@@ -36,11 +36,11 @@ void dist_timer_start(dist_timer *timer) {
 
 double dist_timer_stop(dist_timer *timer) {
     if (!timer) {
-        lx_error("dist_timer_stop: timer is NULL");
+        lx_error("%s: timer is NULL", __func__);
         return NAN;
     }
     if (!timer->running) {
-        lx_error("dist_timer_stop: the timer was not started (call dist_timer_start first)");
+        lx_error("%s: the timer was not started (call dist_timer_start first)", __func__);
         return NAN;
     }
     device_synchronize();

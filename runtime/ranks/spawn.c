@@ -239,7 +239,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     record_hosts(run);
     /* Start-up: from spawn() until every rank has its work (a pool started
      * on the way included). */
-    lx_spawn_set_number(run->entry, "startup_s", lx_round_us(now_seconds() - run->started));
+    lx_json_set(run->entry, "startup_s", cJSON_CreateNumber(lx_round_us(now_seconds() - run->started)));
     if (run->backend != LX_BACKEND_NCCL) cJSON_AddStringToObject(run->entry, "single_copy", lx_pool_single_copy());
 
     /* Wait for "done" from every rank, forwarding steps as they come. */

@@ -17,15 +17,9 @@
 #include "ranks/ranks.h"
 #include "ranks/spawn_run.h"
 
-void lx_spawn_set_number(cJSON *obj, const char *key, double v) {
-    cJSON *n = cJSON_CreateNumber(v);
-    if (cJSON_GetObjectItemCaseSensitive(obj, key)) cJSON_ReplaceItemInObjectCaseSensitive(obj, key, n);
-    else cJSON_AddItemToObject(obj, key, n);
-}
-
 void lx_spawn_finish_entry(spawn_run *run, const char *status) {
     cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "status", cJSON_CreateString(status));
-    lx_spawn_set_number(run->entry, "seconds", lx_round_us(now_seconds() - run->started));
+    lx_json_set(run->entry, "seconds", cJSON_CreateNumber(lx_round_us(now_seconds() - run->started)));
     /* Its checks: a spawn whose ranks ran to the end but failed checks is
      * no all-green "ok" (the viewer's spawn header says so). */
     if (run->checks_passed + run->checks_failed > 0) {
@@ -276,9 +270,9 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
     cJSON *stack = joined_stack(run, cJSON_GetObjectItemCaseSensitive(step, "stack"));
     if (cJSON_GetObjectItemCaseSensitive(step, "stack")) cJSON_ReplaceItemInObjectCaseSensitive(step, "stack", stack);
     else cJSON_AddItemToObject(step, "stack", stack);
-    lx_spawn_set_number(step, "rank", rank);
-    lx_spawn_set_number(step, "world_size", run->world_size);
-    lx_spawn_set_number(step, "spawn", run->id);
+    lx_json_set(step, "rank", cJSON_CreateNumber(rank));
+    lx_json_set(step, "world_size", cJSON_CreateNumber(run->world_size));
+    lx_json_set(step, "spawn", cJSON_CreateNumber(run->id));
     if (has_error(step)) {
         if (run->expect_failure) mark_expected(step);
         else lx_mark_failed(); /* lx_error in a rank fails the lecture */
@@ -381,8 +375,8 @@ static int take_message(spawn_run *run, int r) {
     } else if (type == MSG_MODELLED) {
         cJSON *span = cJSON_Parse(body);
         if (span) {
-            lx_spawn_set_number(span, "spawn", run->id);
-            lx_spawn_set_number(span, "rank", r);
+            lx_json_set(span, "spawn", cJSON_CreateNumber(run->id));
+            lx_json_set(span, "rank", cJSON_CreateNumber(r));
             lx_trace_modelled_append(span);
         } else {
             fprintf(stderr, "lectern: rank %d sent a modelled span that is not JSON; dropped\n", r);

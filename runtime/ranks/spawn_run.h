@@ -75,8 +75,6 @@ static inline int on_other_host(int r) { return lx_pool_size() > r && lx_pool_pi
 
 /* ---- spawn_relay.c ---- */
 
-/* Sets obj[key] to the number v, replacing what was there. */
-void lx_spawn_set_number(cJSON *obj, const char *key, double v);
 /* Closes the spawn's entry in "spawns": its status, seconds and checks. */
 void lx_spawn_finish_entry(spawn_run *run, const char *status);
 /* Waits up to `wait_ms` for the ranks' messages and takes every one there

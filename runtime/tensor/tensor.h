@@ -214,7 +214,7 @@ typedef struct lx_shape_text {
 } lx_shape_text;
 lx_shape_text lx_shape_of(const tensor *t);
 void lx_tensor_check(const tensor *t, const char *op);
-/* A request still using a tensor: comm.c marks it at the call (library_writes:
+/* A request still using a tensor: comm_requests.c marks it at the call (library_writes:
  * the library writes into it, as dist_irecv does) and unmarks it at the wait.
  * lx_tensor_read stops the lecture when `t` is being written by a request,
  * lx_tensor_write when any request uses it; both also do lx_tensor_check. */

@@ -117,7 +117,7 @@ int tensor_was_freed(const tensor *t) {
  * or an *_async collective it may still be writing it. Until dist_wait, the
  * lecture must not change the first kind nor touch the second: doing so
  * races with the transfer and fails silently (the receiver gets the old
- * value, the new one or a mix). comm.c marks the tensors a request uses and
+ * value, the new one or a mix). comm_requests.c marks the tensors a request uses and
  * unmarks them at its wait; the runtime's tensor operations ask here first
  * (lx_tensor_read / lx_tensor_write), so the mistake is an error at its own
  * line, naming the request's. */

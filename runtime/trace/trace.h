@@ -152,11 +152,11 @@ void lx_emit_frames(const lx_frame *frames, int n, cJSON *rendering);
 void lx_emit(cJSON *rendering);
 
 /* Appends a finished step to this process's trace (takes ownership). Used by
- * spawn.c for steps received from ranks (after it prefixed the parent's
+ * spawn_relay.c for steps received from ranks (after it prefixed the parent's
  * frames and set rank / world_size / spawn). Thread-safe. */
 void lx_trace_append(cJSON *step);
 /* Counts and grades a step's checks without appending it: a rank's passing
- * check folded into an earlier step of its site (ranks/spawn.c). */
+ * check folded into an earlier step of its site (ranks/spawn_relay.c). */
 void lx_trace_tally(const cJSON *step);
 
 /* Trace metadata: lx_trace_meta("backend", cJSON_CreateString("mpi")) sets
@@ -294,7 +294,7 @@ cJSON *lx_inspect_real(const char *name, const char *kind, double v);
 cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device, const float *v, int64_t numel);
 
 /* options.c: 1 when the lecture was started with --inspect-collectives (in
- * its ranks too): the collectives of comm.c then inspect their tensors
+ * its ranks too): the collectives of comm.c and comm_groups.c then inspect their tensors
  * before and after, as "t (before dist_all_reduce)". */
 #define LX_INSPECT_COLLECTIVES "inspect-collectives"
 int lx_inspect_collectives(void);
