@@ -3,16 +3,14 @@ runtime/ranks/pool.c): the settings the pool gives the ranks' transport, the
 thread's priority, async calls in flight together; and timed regions that
 skip the agreement check (runtime/comm/comm_agree.c). Nothing here bounds a
 time, so scripts/test.sh runs it beside other suites; the overlap bounds
-are tests/test_progress.py's, run alone.
+are tests/comm/test_progress.py's, run alone.
 
-    /usr/bin/python3 tests/test_async.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/comm/test_async.py        (LECTERN_BUILD picks the build)
 """
 import os
-import sys
 import unittest
 import unittest.mock
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_progress import NO_CMA, NUM, cma_works, line_of, result, result_text, run  # noqa: E402
 
 

@@ -18,7 +18,7 @@
  * staged through Open MPI), and test_identity checks the pick against that rule with
  * what the ranks report (dist_backend(), get_device()). Where the machine
  * could run both, the world size runs a second time with LECTERN_BACKEND=mpi,
- * so both paths are covered. tests/test_nccl_emu.py runs it all again with
+ * so both paths are covered. tests/comm/test_nccl_emu.py runs it all again with
  * the spawns forced onto the NCCL emulator (host tensors, NCCL's code).
  * Tensors are filled and read through the API
  * (tensor_from, tensor_to_host), never through ->data, so the same code runs
@@ -500,7 +500,7 @@ static void test_barrier_waits(void **state) {
 }
 
 /* 1 when the spawns are forced onto the NCCL emulator (LECTERN_BACKEND=nccl,
- * LECTERN_NCCL_EMULATE=1: tests/test_nccl_emu.py runs this test so): NCCL's
+ * LECTERN_NCCL_EMULATE=1: tests/comm/test_nccl_emu.py runs this test so): NCCL's
  * code on host tensors. */
 static int nccl_emulated(void) {
     const char *b = getenv("LECTERN_BACKEND"), *e = getenv("LECTERN_NCCL_EMULATE");

@@ -1,6 +1,6 @@
 """Collectives the ranks disagree on, requests never waited for, ranks that
 wait for ranks that returned, and a rank that computes for longer than
-LECTERN_TIMEOUT (tests/lectures/comm_checks.c).
+LECTERN_TIMEOUT (tests/fixtures/comm_checks.c).
 
 Each case runs the fixture with COMM_CASE set and reads its trace: the error
 steps must name the right ranks and lecture lines, and no rank may record a
@@ -11,16 +11,15 @@ import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import Base, fixture, line_of, rank_processes  # noqa: E402
+from tracecheck import FixtureTest, fixture, line_of, rank_processes  # noqa: E402
 
-SRC = os.path.join(tracecheck.ROOT, "tests", "lectures", "comm_checks.c")
-WHERE = "tests/lectures/comm_checks.c"
+SRC = os.path.join(tracecheck.ROOT, "tests", "fixtures", "comm_checks.c")
+WHERE = "tests/fixtures/comm_checks.c"
 
 
-class CommChecks(Base):
+class CommChecks(FixtureTest):
     def run_case(self, case, env=None, want_rc=1):
         e = {"COMM_CASE": case}
         e.update(env or {})

@@ -1,4 +1,4 @@
-"""Process groups and all-to-all (tests/lectures/groups_fixture.c).
+"""Process groups and all-to-all (tests/fixtures/groups_fixture.c).
 
 Values: every group collective, blocking and async, on 2 to 8 ranks, over
 groups of 1 to n ranks, disjoint (pairs, singletons) and overlapping (the
@@ -23,13 +23,12 @@ import tempfile
 import shutil
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import Base, line_of  # noqa: E402
+from tracecheck import FixtureTest, line_of  # noqa: E402
 
-SRC = os.path.join(tracecheck.ROOT, "tests", "lectures", "groups_fixture.c")
-WHERE = "tests/lectures/groups_fixture.c"
+SRC = os.path.join(tracecheck.ROOT, "tests", "fixtures", "groups_fixture.c")
+WHERE = "tests/fixtures/groups_fixture.c"
 N = 3
 
 
@@ -76,7 +75,7 @@ CALLS = ["all_reduce_sum", "all_reduce_avg", "all_reduce_max", "all_reduce_min",
          "async_all_gather", "async_broadcast_first", "async_all_to_all"]
 
 
-class Values(Base):
+class Values(FixtureTest):
     def run_values(self, worlds, env=None):
         d = tempfile.mkdtemp(prefix="lectern-test-groups-")
         self.addCleanup(shutil.rmtree, d, True)
@@ -122,7 +121,7 @@ class Values(Base):
         self.run_values([2, 4], {"LECTERN_STAGE_TEST": "1", "LECTERN_STAGE_CHUNK": "2"})
 
 
-class Test(Base):
+class Test(FixtureTest):
     def test_dist_test_says_in_flight_then_done(self):
         rc, out, err = self.run_fixture("groups_fixture", {"GROUPS_CASE": "test"})
         self.assertEqual(rc, 0, err)
@@ -138,7 +137,7 @@ class Test(Base):
             self.assertIn("rank %d: all-reduce 3 20 -2" % rank, texts)
 
 
-class TimedRegion(Base):
+class TimedRegion(FixtureTest):
     def test_group_calls_agreed_before_skip_their_check(self):
         # In the region each rank skips 10 row all-to-alls, 10 column
         # all-reduces, 10 world all-reduces and 5 all-reduces on a pair made
@@ -183,7 +182,7 @@ class TimedRegion(Base):
         self.assertFalse([m for rank, _, m in errs if rank in (1, 3)], errs)
 
 
-class Mistakes(Base):
+class Mistakes(FixtureTest):
     def run_case(self, case, env=None):
         e = {"GROUPS_CASE": case}
         e.update(env or {})

@@ -2,7 +2,7 @@
  * test_nccl_emu.c: the NCCL emulator keeps NCCL's rules at their strictest
  * (runtime/comm/nccl_emu.c, runtime/comm/nccl_api.h).
  *
- * comm_nccl.c is tested on the emulator (tests/test_nccl_emu.py): a program
+ * comm_nccl.c is tested on the emulator (tests/comm/test_nccl_emu.py): a program
  * that completes there must complete on NCCL, so the emulator must never be
  * kinder than NCCL. Each rule is checked here by what two ranks observe
  * through the table itself, in a spawn on Open MPI (the emulator runs over

@@ -5,10 +5,10 @@ with LECTERN_NCCL_EMULATE=1.
 The emulator keeps NCCL's ordering rules at their strictest (a send ends
 only when its receive runs, however small; a stream runs one operation
 after another; a group starts and ends as one; a communicator runs its
-operations in the order they were queued): tests/test_nccl_emu.c checks
+operations in the order they were queued): tests/comm/test_nccl_emu.c checks
 each rule. Here the real backend runs on it:
 
-  - every point-to-point program of tests/test_p2p_order.py, at 1,000 and
+  - every point-to-point program of tests/comm/test_p2p_order.py, at 1,000 and
     4 M floats, with the sums worked out there; the three programs that
     deadlocked the earlier design (a send held across a host wait, a
     request completed only with its group, an acknowledgement waited for
@@ -33,12 +33,11 @@ import tempfile
 import shutil
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import test_groups as groups  # noqa: E402
 import test_p2p_order as p2p  # noqa: E402
 import tracecheck  # noqa: E402
-from test_spawn import Base  # noqa: E402
+from tracecheck import FixtureTest  # noqa: E402
 
 EMULATED = {"LECTERN_BACKEND": "nccl", "LECTERN_NCCL_EMULATE": "1"}
 # The programs that deadlocked the earlier design: each must end long
@@ -65,7 +64,7 @@ class EmulatedP2P(p2p.P2POrder):
 
 
 class EmulatedTestComm(unittest.TestCase):
-    """tests/test_comm.c with every spawn on the emulated NCCL: every
+    """tests/comm/test_comm.c with every spawn on the emulated NCCL: every
     collective and op, blocking and async, sends and receives, a 1 MiB
     all-reduce and the barrier, on 1 to 4 ranks, against sums the test
     computes (its overlap case skips: the emulator shares the CPU's cores)."""
@@ -139,13 +138,13 @@ class LecturesOnTheEmulator(unittest.TestCase):
         self.assertGreaterEqual(len(checks), 40)
 
     def test_homework_08_solution(self):
-        p = self.run_binary(tracecheck.built("tests", "lectures", "homework_08_solution"), "--deadlock")
+        p = self.run_binary(tracecheck.built("tests", "fixtures", "homework_08_solution"), "--deadlock")
         checks = self.all_checks_pass("homework_08", p)
         names = {what.split(":")[0] for _, what, _ in checks}
         self.assertTrue({"exercise 1", "exercise 2", "exercise 3", "exercise 4"} <= names, names)
 
 
-class Release(Base):
+class Release(FixtureTest):
     """The communicators kept for later spawns are destroyed when the pool
     ends, by every rank in the same order: the emulator's destroy waits for
     the communicator's other ranks, as NCCL's may, so ranks that destroy in
@@ -161,7 +160,7 @@ class Release(Base):
         self.assertLess(self.seconds, 8, "the pool took %.1f s to end: ranks waiting in ncclCommDestroy?" % self.seconds)
 
 
-class TheSwitch(Base):
+class TheSwitch(FixtureTest):
     def test_a_bad_value_is_refused(self):
         rc, out, err = self.run_fixture("p2p_order_fixture", {"LECTERN_BACKEND": "nccl", "LECTERN_NCCL_EMULATE": "yes"})
         self.assertNotEqual(rc, 0)

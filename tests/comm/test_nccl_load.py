@@ -21,10 +21,9 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import Base, links  # noqa: E402
+from tracecheck import FixtureTest, links  # noqa: E402
 
 PROBE = tracecheck.built("tests", "tools", "nccl_probe")
 # What nccl_library.c looks up, in its order (a fake lacking one is refused by name).
@@ -82,7 +81,7 @@ class Loading(unittest.TestCase):
 
     def test_no_binary_links_nccl(self):
         for b in (tracecheck.built("lectures", "lecture_00"),
-                  tracecheck.built("tests", "lectures", "p2p_order_fixture"), tracecheck.built("tests", "test_comm")):
+                  tracecheck.built("tests", "fixtures", "p2p_order_fixture"), tracecheck.built("tests", "test_comm")):
             self.assertTrue(links(b, "libmpi"), b)   # the check can see a NEEDED entry
             self.assertFalse(links(b, "libnccl"), b)
 
@@ -118,7 +117,7 @@ class Loading(unittest.TestCase):
         self.assertIn("runtime: NCCL 2.19.0 (%s)" % self.fakes["2.19.0"], out)
 
 
-class Spawns(Base):
+class Spawns(FixtureTest):
     def test_a_lecture_runs_where_no_nccl_loads(self):
         rc, out, err = self.run_fixture("p2p_order_fixture",
                                         {"LECTERN_NCCL_LIBRARY": "/nonexistent/libnccl.so.2", "LECTERN_BACKEND": "",
@@ -135,7 +134,7 @@ class Spawns(Base):
         rc, out, err = self.run_fixture("p2p_order_fixture", {"LECTERN_NCCL_LIBRARY": lib, "LECTERN_BACKEND": "nccl",
                                                               "P2P_CASE": "isend"})
         self.assertNotEqual(rc, 0)
-        line = tracecheck.line_of("tests/lectures/p2p_order_fixture.c", "spawn(isend_across_all_reduce")
+        line = tracecheck.line_of("tests/fixtures/p2p_order_fixture.c", "spawn(isend_across_all_reduce")
         self.assertRegex(err, r"p2p_order_fixture\.c:%d: .*LECTERN_BACKEND=nccl, but NCCL 2\.17\.3 \(%s\) is older "
                          r"than 2\.18\.0" % (line, re.escape(lib)))
 

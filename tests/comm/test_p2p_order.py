@@ -1,6 +1,6 @@
 """Point-to-point programs MPI completes, in the orders that trip a backend
 which holds operations back or makes them wait for each other
-(tests/lectures/p2p_order_fixture.c):
+(tests/fixtures/p2p_order_fixture.c):
 
   isend       rank 0: isend(to 1); all_reduce; wait / rank 1: all_reduce; recv
   mirror      rank 0: isend(to 1); <host wait>; wait / rank 1: recv; <host wait>,
@@ -22,7 +22,7 @@ floats (16 MiB: none does), under LECTERN_TIMEOUT=30 and a hard timeout,
 and must finish with the sums the test works out itself. This file runs
 them on the backend the machine picks: Open MPI here; NCCL where the build
 has NCCL and each rank a GPU (the test checks the spawn's backend).
-tests/test_nccl_emu.py runs the same cases on the NCCL emulator.
+tests/comm/test_nccl_emu.py runs the same cases on the NCCL emulator.
 """
 import os
 import re
@@ -30,10 +30,9 @@ import subprocess
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import Base, machine_gpus  # noqa: E402
+from tracecheck import FixtureTest, machine_gpus  # noqa: E402
 
 SIZES = (1000, 4 * 1024 * 1024)
 
@@ -79,8 +78,8 @@ def nccl_loads():
 MIRROR_WAITS = ("all_reduce", "barrier", "all_reduce_async", "new_group", "timer")
 
 
-class P2POrder(Base):
-    ENV = {}          # what the spawns run on (tests/test_nccl_emu.py sets the emulator)
+class P2POrder(FixtureTest):
+    ENV = {}          # what the spawns run on (tests/comm/test_nccl_emu.py sets the emulator)
     LIMIT = 30        # LECTERN_TIMEOUT: seconds without progress that the parent calls a deadlock
 
     def want_backend(self):

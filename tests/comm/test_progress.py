@@ -2,7 +2,7 @@
 the timing bounds. scripts/test.sh runs this file alone on the machine (the
 bounds are about what the progress thread, at nice 19, gets of a spare
 core); the progress thread's other tests, and timed regions, are in
-tests/test_async.py.
+tests/comm/test_async.py.
 
 Every timing bound is generous and relative to a figure measured in the
 same run, and each is shown to discriminate: the same case run with the
@@ -10,40 +10,36 @@ progress thread off (LECTERN_PROGRESS=0) must break it. "Computing" is a
 sleep, which leaves the core free, so the bounds do not depend on how fast
 this machine is, only on the transfer moving during the sleep.
 
-    /usr/bin/python3 tests/test_progress.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/comm/test_progress.py        (LECTERN_BUILD picks the build)
 """
 import ctypes
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "progress_fixture")
-SOURCE = os.path.join(ROOT, "tests", "lectures", "progress_fixture.c")
+PROGRESS = tracecheck.Fixture("progress_fixture")
+FIXTURE, SOURCE, line_of = PROGRESS.binary, PROGRESS.source, PROGRESS.line_of
 NUM = r"([-0-9.e+]+)"
 
 
 def run(args, progress=True, expect_ok=True, env_extra=None):
-    env = dict(os.environ)
-    env["LECTERN_PROGRESS"] = "1" if progress else "0"
+    env = {"LECTERN_PROGRESS": "1" if progress else "0"}
     env.update(env_extra or {})
     with tempfile.TemporaryDirectory() as out:
-        p = subprocess.run([FIXTURE, "--quiet", "--out", out] + args, capture_output=True, text=True,
-                           timeout=300, env=env)
+        p = PROGRESS.run(out, *args, env=env)
         name = "progress_fixture.json" if p.returncode == 0 else "progress_fixture.failed.json"
         path = os.path.join(out, name)
         trace = tracecheck.validate(path) if os.path.exists(path) else None
     if expect_ok and p.returncode != 0:
         raise AssertionError("%s failed (%d): %s" % (args, p.returncode, p.stderr[-2000:]))
-    texts = [r["data"] for s in (trace or {}).get("steps", []) for r in s["renderings"] if r["type"] == "text"]
-    return p, trace, texts
+    return p, trace, tracecheck.texts(trace)
 
 
 def result_text(texts, pattern):
@@ -60,10 +56,6 @@ def result(texts, pattern):
         if m:
             return [float(g) for g in m.groups()]
     raise AssertionError("no line matching %r in %r" % (pattern, texts))
-
-
-def line_of(marker):
-    return tracecheck.line_of(SOURCE, marker)
 
 
 ISEND = r"result recv_after %s compute %s sum %s" % (NUM, NUM, NUM)
@@ -197,7 +189,7 @@ class Progress(unittest.TestCase):
         for span, marker, function in ((lecture, "LECTURE MODELLED LINE", "body"),
                                        (rank, "RANK MODELLED LINE", "modelled_layer")):
             self.assertEqual((span["path"], span["line"], span["function"], span["device"]),
-                             ("tests/lectures/progress_fixture.c", line_of(marker), function, "cpu"))
+                             ("tests/fixtures/progress_fixture.c", line_of(marker), function, "cpu"))
             # It lasted what was asked (times are kept to the microsecond, so
             # 1 us less at most) and at most a quarter more: room for a loaded
             # machine's late wake-up (a CI run measured 10.5 ms for a 5 ms

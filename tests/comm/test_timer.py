@@ -7,21 +7,20 @@ No assertion depends on how fast this machine is: the ordering checks rest
 on the barrier (a rank cannot start before the late rank 0 arrives) and on
 nanosleep sleeping at least as long as asked.
 
-    /usr/bin/python3 tests/test_timer.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/comm/test_timer.py        (LECTERN_BUILD picks the build)
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "timer_fixture")
+TIMER = tracecheck.Fixture("timer_fixture")
 NUM = r"([-0-9.e+]+)"
 
 
@@ -29,9 +28,9 @@ class Timer(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.p = subprocess.run([FIXTURE, "--quiet", "--out", cls.tmp.name], capture_output=True, text=True, timeout=180)
+        cls.p = TIMER.run(cls.tmp.name, timeout=180)
         cls.t = tracecheck.validate(os.path.join(cls.tmp.name, "timer_fixture.failed.json"))
-        cls.texts = [r["data"] for s in cls.t["steps"] for r in s["renderings"] if r["type"] == "text"]
+        cls.texts = tracecheck.texts(cls.t)
 
     @classmethod
     def tearDownClass(cls):
@@ -83,7 +82,7 @@ class Timer(unittest.TestCase):
         errs = [(s, r["data"]) for s in self.t["steps"] for r in s["renderings"] if r["type"] == "error"]
         self.assertEqual(len(errs), 1, errs)
         self.assertIn("dist_timer_stop: the timer was not started", errs[0][1])
-        src = self.t["files"]["tests/lectures/timer_fixture.c"].split("\n")
+        src = self.t["files"]["tests/fixtures/timer_fixture.c"].split("\n")
         self.assertIn("dist_timer_stop(&never)", src[errs[0][0]["stack"][-1]["line"] - 1])
 
 

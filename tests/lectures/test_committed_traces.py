@@ -9,13 +9,13 @@ trace, in a file of its own: a planted bug in a lecture (scripts/mutate.py)
 makes its trace stale, which says nothing about whether the lecture's own
 checks notice the bug, so the lectures' test files leave this out.
 
-    /usr/bin/python3 tests/test_committed_traces.py
+    /usr/bin/python3 tests/lectures/test_committed_traces.py
 """
 import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 TRACES = os.path.join(tracecheck.ROOT, "traces")

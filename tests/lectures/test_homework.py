@@ -1,8 +1,8 @@
 """lectures/homework_08.c: the starter fails exactly the checks it should
 (every exercise's, on every rank, and nothing else), the instructor's
-solution (tests/lectures/homework_08_solution.c) passes them all, the
+solution (tests/fixtures/homework_08_solution.c) passes them all, the
 deadlock exercise is stopped with each rank's line in exchange(), each
-wrong method (tests/lectures/homework_08_wrong_*.c: right numbers by a way
+wrong method (tests/fixtures/homework_08_wrong_*.c: right numbers by a way
 the exercise does not ask for) fails exactly its method's check on every
 rank, with a message that says what was expected and what was seen, and
 each other method the text allows (homework_08_alt_*.c) passes, or, where
@@ -17,23 +17,21 @@ constant factor named (_ddp_no_world), make run SAN=1 suggested on a
 segfault, where each rank was when an exercise ran past its time limit, and
 a rank's printf is not lost when it is stopped.
 
-    /usr/bin/python3 tests/test_homework.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/lectures/test_homework.py        (LECTERN_BUILD picks the build)
 """
 import os
 import re
 import subprocess
 import sys
-import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
 STARTER = os.path.join(BUILD, "lectures", "homework_08")
-FIXTURES = os.path.join(BUILD, "tests", "lectures")
-SOLUTION = os.path.join(FIXTURES, "homework_08_solution")
+SOLUTION = tracecheck.fixture("homework_08_solution")
 SANITIZED = os.path.basename(BUILD) == "build-asan"
 WORLD = 4
 # Each check's name (check_named's, or check_close's text): the same in every run.
@@ -51,51 +49,13 @@ EXERCISES = EXERCISE[1] + EXERCISE[2] + EXERCISE[3]
 DEADLOCK = "exercise 4: the peer's tensor arrived"
 
 
-def run(binary, out, *args, env=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run([binary, "--quiet", "--out", out] + list(args), env=e, capture_output=True, text=True,
-                          timeout=300)
+NAMES = tracecheck.CheckNames(EXERCISES + [DEADLOCK])
+name, checks, check_texts = NAMES.name, NAMES.checks, NAMES.check_texts
+run, troubles, last_line = tracecheck.run, tracecheck.troubles, tracecheck.last_line
 
 
-def name(what):
-    """The check's name: the longest known name its text starts with (the
-    text goes on with what was seen)."""
-    for known in sorted(EXERCISES + [DEADLOCK], key=len, reverse=True):
-        if what.startswith(known):
-            return known
-    return what
-
-
-def checks(trace):
-    return sorted((rank, name(what), passed) for rank, what, passed in tracecheck.check_passes(trace))
-
-
-def check_texts(trace, named):
-    return [what for _, what, _ in tracecheck.check_passes(trace) if name(what) == named]
-
-
-def troubles(trace):
-    return [r for s in trace["steps"] for r in s["renderings"] if r["type"] in ("error", "warning")]
-
-
-def last_line(p):
-    return p.stderr.rstrip("\n").split("\n")[-1]
-
-
-class Homework(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.out = self.tmp.name
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def outcome(self, fixture, status, *args):
-        binary = fixture if os.path.isabs(fixture) else os.path.join(FIXTURES, "homework_08_" + fixture)
-        p = run(binary, self.out, *args)
-        self.assertEqual(p.returncode, status, tracecheck.why(p))
-        return p, tracecheck.validate(os.path.join(self.out, "homework_08%s.json" % (".failed" if status else "")))
+class Homework(tracecheck.HomeworkTest):
+    HOMEWORK = "homework_08"
 
     def test_starter_fails_exactly_the_exercises(self):
         p, t = self.outcome(STARTER, 1)
@@ -278,7 +238,7 @@ class Homework(unittest.TestCase):
         err = {s["rank"]: (r["data"], s["stack"][-1]) for s in t["steps"] for r in s["renderings"]
                if r["type"] == "error"}
         self.assertEqual(sorted(err), list(range(WORLD)))
-        src = t["files"]["tests/lectures/homework_08_loop.c"].split("\n")
+        src = t["files"]["tests/fixtures/homework_08_loop.c"].split("\n")
         data, frame = err[0]
         self.assertRegex(data, r"exercise 1 ran past its time limit of 4 s: rank 0 of 4 has been working in "
                                r"ring_all_reduce\(\) for [0-9.]+ s: a loop that never ends\?")

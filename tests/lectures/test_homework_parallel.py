@@ -1,7 +1,7 @@
 """lectures/homework_parallel.c: the starter fails exactly its checks (every
 exercise's, on every rank, and nothing else), the instructor's solution
-(tests/lectures/homework_parallel_solution.c) passes them all, each wrong
-method (tests/lectures/homework_parallel_wrong_*.c: right numbers by a way
+(tests/fixtures/homework_parallel_solution.c) passes them all, each wrong
+method (tests/fixtures/homework_parallel_wrong_*.c: right numbers by a way
 the exercise does not ask for) fails exactly its method's check on every
 rank, with a message that says what was seen, and each other method the
 text allows (homework_parallel_alt_*.c) passes, or, where the text forbids
@@ -19,22 +19,19 @@ operation (about 0.7 s); its bounds are in the homework, with their reasons.
 LECTERN_HOMEWORK_REPEAT=N runs each case N times (the timing is meant to hold
 on a loaded 2-core machine, and the ZeRO-3 order of events in every run).
 
-    /usr/bin/python3 tests/test_homework_parallel.py   (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/lectures/test_homework_parallel.py   (LECTERN_BUILD picks the build)
 """
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 BUILD = tracecheck.BUILD
 STARTER = os.path.join(BUILD, "lectures", "homework_parallel")
-FIXTURES = os.path.join(BUILD, "tests", "lectures")
-SOLUTION = os.path.join(FIXTURES, "homework_parallel_solution")
+SOLUTION = tracecheck.fixture("homework_parallel_solution")
 WORLD = 4
 REPEAT = int(os.environ.get("LECTERN_HOMEWORK_REPEAT", "1"))
 
@@ -55,49 +52,13 @@ EXERCISE = {1: [TP_DA, TP_DB, TP_DX, TP_CALLS], 2: [PIPE_ORDER, PIPE_TOGETHER, P
 EXERCISES = EXERCISE[1] + EXERCISE[2] + EXERCISE[3]
 
 
-def run(binary, out):
-    return subprocess.run([binary, "--quiet", "--out", out], capture_output=True, text=True, timeout=300)
+NAMES = tracecheck.CheckNames(EXERCISES)
+name, checks, check_texts = NAMES.name, NAMES.checks, NAMES.check_texts
+run, troubles, last_line = tracecheck.run, tracecheck.troubles, tracecheck.last_line
 
 
-def name(what):
-    """The check's name: the longest known name its text starts with (the
-    rest says what was seen)."""
-    for known in sorted(EXERCISES, key=len, reverse=True):
-        if what.startswith(known):
-            return known
-    return what
-
-
-def checks(trace):
-    return sorted((rank, name(what), passed) for rank, what, passed in tracecheck.check_passes(trace))
-
-
-def check_texts(trace, named):
-    return [what for _, what, _ in tracecheck.check_passes(trace) if name(what) == named]
-
-
-def troubles(trace):
-    return [r for s in trace["steps"] for r in s["renderings"] if r["type"] in ("error", "warning")]
-
-
-def last_line(p):
-    return p.stderr.rstrip("\n").split("\n")[-1]
-
-
-class HomeworkParallel(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.out = self.tmp.name
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def outcome(self, fixture, status):
-        binary = fixture if os.path.isabs(fixture) else os.path.join(FIXTURES, "homework_parallel_" + fixture)
-        p = run(binary, self.out)
-        self.assertEqual(p.returncode, status, tracecheck.why(p))
-        name = "homework_parallel%s.json" % (".failed" if status else "")
-        return p, tracecheck.validate(os.path.join(self.out, name))
+class HomeworkParallel(tracecheck.HomeworkTest):
+    HOMEWORK = "homework_parallel"
 
     def test_starter_fails_exactly_the_exercises(self):
         p, t = self.outcome(STARTER, 1)
@@ -226,7 +187,7 @@ class HomeworkParallel(unittest.TestCase):
         # zero3_layer() (the course's code); the error is at the student's
         # call of it, and names the gather's line and the read's.
         p, t = self.outcome("z3_read_early", 1)
-        fixture = "tests/lectures/homework_parallel_z3_read_early.c"
+        fixture = "tests/fixtures/homework_parallel_z3_read_early.c"
         src = t["files"][fixture].split("\n")
         call = tracecheck.line_of(os.path.join(tracecheck.ROOT, fixture), "zero3_layer(i, full")
         gather = tracecheck.line_of(os.path.join(tracecheck.ROOT, fixture), "dist_all_gather_async(")

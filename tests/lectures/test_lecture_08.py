@@ -5,7 +5,7 @@ the collective examples, the bandwidth arithmetic, and the agreement of DDP,
 ZeRO-3, tensor and pipeline parallelism with the one-device run. The trace
 must also validate against the schema with every stack line accurate.
 
-    /usr/bin/python3 tests/test_lecture_08.py
+    /usr/bin/python3 tests/lectures/test_lecture_08.py
 """
 import json
 import math
@@ -16,10 +16,11 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 from tracecheck import NUM, half_unit  # noqa: E402
+
+ROOT = tracecheck.ROOT
 
 # The pipeline section's model is this many times as deep as the rest of the
 # lecture's (pipeline_layers() in lectures/lecture_08.c): a stage's work long

@@ -15,7 +15,7 @@ Planted bugs, each against the check whose tolerance was derived to catch it
     every layer after the backward loop, so a layer the loop skips is not
     a check skipped).
 
-    /usr/bin/python3 tests/test_lecture_08_planted.py     (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/lectures/test_lecture_08_planted.py     (LECTERN_BUILD picks the build)
 """
 import json
 import os
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT

@@ -7,7 +7,7 @@ reported by the runtime at the lecture's line, as an expected failure
 positive, and the predicted crossover and model times must follow from them.
 The trace must validate against the schema with every stack line accurate.
 
-    /usr/bin/python3 tests/test_lecture_collectives.py
+    /usr/bin/python3 tests/lectures/test_lecture_collectives.py
 """
 import math
 import os
@@ -18,10 +18,11 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import planted  # noqa: E402
 import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
 
 NAME = "lecture_collectives"
 SOURCE = os.path.join(ROOT, "lectures", NAME + ".c")
@@ -47,18 +48,13 @@ ALGORITHMS = ["everyone to everyone", "reduce + broadcast", "ring", "tree"]
 
 
 def binary():
-    path = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "lectures", NAME)
+    path = tracecheck.built("lectures", NAME)
     if not os.path.exists(path):
         raise AssertionError("%s is not built (run make)" % path)
     return path
 
 
-def half_unit(printed):
-    """Half the last printed digit's unit: how far a rounded number may be
-    from the value it stands for ("8.445e-06" -> 0.0005e-06, "12" -> 0.5)."""
-    mantissa, _, exponent = printed.lower().partition("e")
-    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
-    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
+half_unit = tracecheck.half_unit
 
 
 def expected_tally(name, rank, n, d):
@@ -82,33 +78,11 @@ def expected_tally(name, rank, n, d):
 
 def line_of(function, text):
     """The source line inside `function` that holds `text`."""
-    with open(SOURCE) as f:
-        lines = f.read().split("\n")
-    inside = False
-    for i, line in enumerate(lines, 1):
-        if re.match(r"static \w+ \*?%s\(" % function, line) and not line.rstrip().endswith(";"):
-            inside = True
-        elif inside and text in line:
-            return i
-        elif inside and line.startswith("}"):
-            break
-    raise AssertionError("no %r in %s()" % (text, function))
+    return tracecheck.line_of(SOURCE, text, within=function)
 
 
-class LectureCollectives(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.out = tempfile.mkdtemp()
-        cls.run_result, cls.trace = tracecheck.run_quick(binary(), cls.out)
-        cls.path = os.path.join(cls.out, NAME + ".json")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.out, ignore_errors=True)
-
-    def setUp(self):
-        self.assertEqual(self.run_result.returncode, 0, "%s --quick failed: %s" % (NAME, tracecheck.why(self.run_result)))
-        self.assertIsNotNone(self.trace, "no trace written")
+class LectureCollectives(tracecheck.LectureRun, unittest.TestCase):
+    NAME = NAME
 
     def renderings(self, kind):
         """(step, rendering) of every rendering of this kind, in order."""

@@ -8,7 +8,7 @@ the bucket-size sweep and the straggler's skew. The trace must validate
 against the schema with every stack line accurate; so must the committed
 traces/lecture_ddp.json, made from the current source.
 
-    /usr/bin/python3 tests/test_lecture_ddp.py
+    /usr/bin/python3 tests/lectures/test_lecture_ddp.py
 """
 import json
 import math
@@ -18,10 +18,11 @@ import subprocess
 import sys
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 from tracecheck import NUM, U  # noqa: E402
+
+ROOT = tracecheck.ROOT
 
 SECTIONS = [
     "# Distributed data parallel training",

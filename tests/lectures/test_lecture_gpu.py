@@ -11,7 +11,7 @@ where the machine has no GPU, the lecture must say the GPU part did not run and
 show the kernels' source exactly as lectures/lecture_gpu_kernels.cu holds it.
 The trace must validate against the schema with every stack line accurate.
 
-    /usr/bin/python3 tests/test_lecture_gpu.py
+    /usr/bin/python3 tests/lectures/test_lecture_gpu.py
 """
 import json
 import os
@@ -22,9 +22,10 @@ import tempfile
 import unittest
 import xml.dom.minidom
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
 
 NAME = "lecture_gpu"
 KERNELS = os.path.join(ROOT, "lectures", "lecture_gpu_kernels.cu")
@@ -53,12 +54,7 @@ def binary():
     return path
 
 
-def half_unit(printed):
-    """Half the last printed digit's unit: how far a rounded number may be
-    from the value it stands for ("8.445e-06" -> 0.0005e-06, "12" -> 0.5)."""
-    mantissa, _, exponent = printed.lower().partition("e")
-    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
-    return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
+half_unit = tracecheck.half_unit
 
 
 def table_rows(text, cells):
@@ -72,20 +68,8 @@ def table_rows(text, cells):
     return rows[1:]
 
 
-class LectureGpu(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.out = tempfile.mkdtemp()
-        cls.run_result, cls.trace = tracecheck.run_quick(binary(), cls.out)
-        cls.path = os.path.join(cls.out, NAME + ".json")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.out, ignore_errors=True)
-
-    def setUp(self):
-        self.assertEqual(self.run_result.returncode, 0, "%s --quick failed: %s" % (NAME, tracecheck.why(self.run_result)))
-        self.assertIsNotNone(self.trace, "no trace written")
+class LectureGpu(tracecheck.LectureRun, unittest.TestCase):
+    NAME = NAME
 
     def renderings(self, kind):
         return [(s, r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == kind]

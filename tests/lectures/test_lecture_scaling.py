@@ -12,7 +12,7 @@ bytes from the chunk's size. The trace must validate against the schema
 with every stack line accurate; so must the committed traces/
 lecture_scaling.json, made from the current source.
 
-    /usr/bin/python3 tests/test_lecture_scaling.py     (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/lectures/test_lecture_scaling.py     (LECTERN_BUILD picks the build)
 """
 import os
 import re
@@ -20,11 +20,12 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import planted  # noqa: E402
 import tracecheck  # noqa: E402
 from tracecheck import NUM, U, half_unit  # noqa: E402
+
+ROOT = tracecheck.ROOT
 
 WORLD = 4
 

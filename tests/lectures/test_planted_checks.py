@@ -11,10 +11,11 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import planted  # noqa: E402
 import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
 
 
 class Planted(unittest.TestCase):

@@ -14,7 +14,7 @@ committed traces with one thing planted: a quoted number changed, a measured
 number changed, a question's value changed, and lecture_08's ZeRO-3 question
 counting its calls wrongly (the way a hint that misdescribes the code reads).
 
-    /usr/bin/python3 tests/test_sentences.py
+    /usr/bin/python3 tests/lectures/test_sentences.py
 """
 import copy
 import glob
@@ -24,9 +24,11 @@ import re
 import sys
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import sentences  # noqa: E402
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
 
 TRACES = sorted(p for p in glob.glob(os.path.join(ROOT, "traces", "*.json"))
                 if os.path.basename(p) != "index.json")

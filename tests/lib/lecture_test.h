@@ -1,6 +1,6 @@
 /*
  * lecture_test.h: a C test that runs its checks inside a lecture, so they can
- * spawn ranks (tests/test_comm.c, tests/test_comm_stats.c).
+ * spawn ranks (tests/comm/test_comm.c, tests/comm/test_comm_stats.c).
  */
 #ifndef LECTERN_LECTURE_TEST_H
 #define LECTERN_LECTURE_TEST_H

@@ -1,5 +1,5 @@
 """Deadlocks proven from the status board, named within seconds
-(tests/lectures/deadlock_fixture.c).
+(tests/fixtures/deadlock_fixture.c).
 
 Both ranks send first: at 1,000 floats (which the transport would buffer)
 and at 4 M floats the spawn fails within 5 s with both ranks' lines; the
@@ -21,13 +21,12 @@ import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import Base, fixture, line_of, rank_processes  # noqa: E402
+from tracecheck import FixtureTest, fixture, line_of, rank_processes  # noqa: E402
 
-SRC = os.path.join(tracecheck.ROOT, "tests", "lectures", "deadlock_fixture.c")
-WHERE = "tests/lectures/deadlock_fixture.c"
+SRC = os.path.join(tracecheck.ROOT, "tests", "fixtures", "deadlock_fixture.c")
+WHERE = "tests/fixtures/deadlock_fixture.c"
 REPEAT = int(os.environ.get("LECTERN_DEADLOCK_REPEAT", "1"))
 # Slower builds (AddressSanitizer) start the pool more slowly; the deadlock
 # itself is named in well under a second after it forms.
@@ -41,7 +40,7 @@ def errors(t):
     return [(s, r) for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
 
 
-class Deadlock(Base):
+class Deadlock(FixtureTest):
     def case(self, case, floats=None, env=None):
         e = {"DEADLOCK_CASE": case}
         if floats:
@@ -172,7 +171,7 @@ class Deadlock(Base):
         self.assertEqual(got, ["rank 0 done: 5", "rank 1 done: 5"])
 
 
-class Interrupt(Base):
+class Interrupt(FixtureTest):
     def test_ctrl_c_names_each_rank_and_keeps_the_trace(self):
         """SIGINT to the lecture while rank 0 waits for rank 1 and rank 1
         computes: each rank's place is an error step, the trace is written

@@ -1,4 +1,4 @@
-"""A world of 32 ranks (LECTERN_MAX_WORLD is 64): tests/lectures/many_ranks.c.
+"""A world of 32 ranks (LECTERN_MAX_WORLD is 64): tests/fixtures/many_ranks.c.
 
 Every rank all-reduces rank+1 and must get 1 + 2 + ... + 32 = 528, passes its
 rank round a ring with dist_sendrecv and must get its left neighbour's,
@@ -9,7 +9,7 @@ validates (schema, line accuracy).
 32 ranks on the 2-core machine take 15-25 s to start (their MPI_Init on
 shared cores; bench/bench_world.c measures it), so `make test` (the quick
 scope) skips this and `make test-all` runs it. Alone:
-    python3 tests/test_many_ranks.py -v
+    python3 tests/ranks/test_many_ranks.py -v
 """
 import os
 import re
@@ -20,10 +20,10 @@ import shutil
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-FIXTURE = tracecheck.built("tests", "lectures", "many_ranks")
+FIXTURE = tracecheck.built("tests", "fixtures", "many_ranks")
 NOTE = re.compile(r"^rank (\d+)/(\d+): sum (\S+) (\S+) (\S+) (\S+), from the left (\S+), gathered in order (\d), "
                   r"to the right (\d+) bytes$")
 

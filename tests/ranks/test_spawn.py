@@ -1,6 +1,6 @@
 """spawn(): real ranks whose steps land in the trace, and failures that are loud.
 
-Runs the fixture lectures tests/lectures/spawn_basic.c and spawn_fail.c and
+Runs the fixture lectures tests/fixtures/spawn_basic.c and spawn_fail.c and
 checks their traces: rank steps stamped with rank, world size and spawn, their
 stacks starting with the parent's frames down to the spawn() line, in the
 order they happened; a rank that crashes, exits or deadlocks stops the
@@ -20,13 +20,13 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
-FAIL_SRC = os.path.join(ROOT, "tests", "lectures", "spawn_fail.c")
-BASIC_SRC = os.path.join(ROOT, "tests", "lectures", "spawn_basic.c")
+FAIL_SRC = os.path.join(ROOT, "tests", "fixtures", "spawn_fail.c")
+BASIC_SRC = os.path.join(ROOT, "tests", "fixtures", "spawn_basic.c")
 
 # What Open MPI and PMIx print of their own (banners, help texts, notices):
 # none of it may reach a student's console.
@@ -34,70 +34,10 @@ OPEN_MPI_TEXT = re.compile(r"mpirun|ORTE|PMIx|PRTE|noticed that process|Child jo
                            r"^-{20,}|^\[[^\]]+:\d+\]", re.M)
 
 
-def fixture(name):
-    return os.path.join(BUILD, "tests", "lectures", name)
-
-
+fixture = tracecheck.fixture
 line_of = tracecheck.line_of
-
-
-def links(binary, library):
-    """True when `binary` needs a shared library whose name starts with
-    `library` (readelf's NEEDED entries: what the build linked in)."""
-    out = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True).stdout
-    return re.search(r"\(NEEDED\).*\[%s[.-]" % re.escape(library), out) is not None
-
-
-def machine_gpus():
-    """GPUs this process may use, as the driver's nvidia-smi counts them
-    (0 without a driver), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    n = len([l for l in out.stdout.splitlines() if l.startswith("GPU ")]) if out.returncode == 0 else 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        n = min(n, len([d for d in visible.split(",") if d.strip()]))
-    return n
-
-
-def rank_processes(binary):
-    """Pids of ranks of `binary` still alive (their command line names the
-    binary and the rank flag)."""
-    pids = []
-    for d in glob.glob("/proc/[0-9]*"):
-        try:
-            with open(os.path.join(d, "cmdline"), "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].decode(errors="replace") == binary and b"--lectern-rank" in argv:
-            pids.append(int(os.path.basename(d)))
-    return pids
-
-
-class Base(unittest.TestCase):
-    def setUp(self):
-        self.out = tempfile.mkdtemp(prefix="lectern-test-spawn-")
-
-    def tearDown(self):
-        shutil.rmtree(self.out, ignore_errors=True)
-
-    def run_fixture(self, name, env=None, timeout=120):
-        e = dict(os.environ)
-        e.update(env or {})
-        t0 = time.monotonic()
-        p = subprocess.Popen([fixture(name), "--out", self.out, "--quiet"], env=e,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            stdout, stderr = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            raise
-        self.seconds = time.monotonic() - t0
-        self.pid = p.pid
-        return p.returncode, stdout, stderr
+rank_processes = tracecheck.rank_processes
+Base = tracecheck.FixtureTest
 
 
 class SpawnSteps(Base):
@@ -240,7 +180,7 @@ class RankFailures(Base):
         self.assertEqual(step["world_size"], world)
         self.assertEqual(step["spawn"], 0)
         self.assertIn(words, msg)
-        self.assertTrue(msg.startswith("tests/lectures/spawn_fail.c:%d: rank %d of %d" % (line, rank, world)), msg)
+        self.assertTrue(msg.startswith("tests/fixtures/spawn_fail.c:%d: rank %d of %d" % (line, rank, world)), msg)
         self.assertEqual(t["spawns"][0]["status"], "failed")
         # Every rank's first step, made before the failure, is kept.
         starts = {s["rank"] for s in t["steps"] for r in s["renderings"]
@@ -299,7 +239,7 @@ class BadArguments(Base):
         step, msg = errs[-1]
         line = line_of(FAIL_SRC, marker)
         self.assertEqual(step["stack"][-1]["line"], line)
-        self.assertTrue(msg.startswith("tests/lectures/spawn_fail.c:%d: " % line), msg)
+        self.assertTrue(msg.startswith("tests/fixtures/spawn_fail.c:%d: " % line), msg)
         self.assertIn(words, msg)
         return t
 
@@ -356,7 +296,7 @@ def cpu_seconds(pid):
 
 class Pool(Base):
     """The ranks are a pool of processes reused from one spawn to the next
-    (tests/lectures/spawn_pool.c)."""
+    (tests/fixtures/spawn_pool.c)."""
 
     def pool_case(self, case):
         rc, out, err = self.run_fixture("spawn_pool", {"SPAWN_POOL": case})
@@ -507,7 +447,7 @@ class ForcedBackend(Base):
         self.assertIsNone(step["rank"])
         gpus = t["meta"]["gpus"]
         if "build with CUDA" not in msg:   # a CPU-only build says that instead
-            self.assertTrue(msg.startswith("tests/lectures/spawn_basic.c:%d: LECTERN_BACKEND=nccl needs one GPU "
+            self.assertTrue(msg.startswith("tests/fixtures/spawn_basic.c:%d: LECTERN_BACKEND=nccl needs one GPU "
                                            "per rank: 4 ranks, %d GPU%s" % (line, gpus, "" if gpus == 1 else "s")),
                             msg)
         self.assertEqual(t["spawns"], [])   # refused before anything started

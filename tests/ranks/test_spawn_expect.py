@@ -1,5 +1,5 @@
 """spawn_expect_failure(): a spawn whose failure is the lesson
-(tests/lectures/spawn_expect.c).
+(tests/fixtures/spawn_expect.c).
 
 A deadlock, a crash, ranks that disagree: each is recorded with the ranks'
 error steps marked "expected", the lecture goes on, the run exits 0 and the
@@ -13,16 +13,15 @@ import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import Base, fixture, line_of, rank_processes  # noqa: E402
+from tracecheck import FixtureTest, fixture, line_of, rank_processes  # noqa: E402
 
-SRC = os.path.join(tracecheck.ROOT, "tests", "lectures", "spawn_expect.c")
-WHERE = "tests/lectures/spawn_expect.c"
+SRC = os.path.join(tracecheck.ROOT, "tests", "fixtures", "spawn_expect.c")
+WHERE = "tests/fixtures/spawn_expect.c"
 
 
-class ExpectFailure(Base):
+class ExpectFailure(FixtureTest):
     def run_case(self, case, env=None, want_rc=0):
         e = {"SPAWN_EXPECT": case}
         e.update(env or {})

@@ -1,5 +1,5 @@
 """spawn_return() / spawn_result(): values from the ranks to the lecture
-(tests/lectures/spawn_result.c).
+(tests/fixtures/spawn_result.c).
 
 Each rank's bytes must arrive whole (an 8 MB array included, its sum
 checked against the formula), a rank that returned nothing reads as 0
@@ -12,17 +12,16 @@ import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import Base, line_of  # noqa: E402
+from tracecheck import FixtureTest, line_of  # noqa: E402
 
-SRC = os.path.join(tracecheck.ROOT, "tests", "lectures", "spawn_result.c")
-WHERE = "tests/lectures/spawn_result.c"
+SRC = os.path.join(tracecheck.ROOT, "tests", "fixtures", "spawn_result.c")
+WHERE = "tests/fixtures/spawn_result.c"
 BIG = 1000000
 
 
-class SpawnResult(Base):
+class SpawnResult(FixtureTest):
     def run_case(self, case, want_rc):
         rc, out, err = self.run_fixture("spawn_result", {"SPAWN_RESULT": case})
         self.assertEqual(rc, want_rc, err)

@@ -24,7 +24,10 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
 FIND = os.path.join(ROOT, "scripts", "find-nccl.sh")
 
 
@@ -173,7 +176,7 @@ class BuildWithoutNccl(unittest.TestCase):
     def test_a_lecture_and_a_spawn_run(self):
         self.assertEqual(self.rc, 0)
         out = os.path.join(self.tmp, "traces")
-        for binary in ("lectures/lecture_00", "tests/lectures/spawn_basic"):
+        for binary in ("lectures/lecture_00", "tests/fixtures/spawn_basic"):
             p = subprocess.run([os.path.join(self.build, binary), "--out", out, "--quiet"],
                                capture_output=True, text=True, timeout=300)
             self.assertEqual(p.returncode, 0, p.stderr[-3000:])
@@ -185,7 +188,7 @@ class BuildWithoutNccl(unittest.TestCase):
         self.assertEqual(self.rc, 0)
         env = dict(os.environ, LECTERN_BACKEND="nccl", LECTERN_NCCL_EMULATE="1")
         out = os.path.join(self.tmp, "emulated")
-        p = subprocess.run([os.path.join(self.build, "tests", "lectures", "spawn_basic"), "--out", out, "--quiet"],
+        p = subprocess.run([os.path.join(self.build, "tests", "fixtures", "spawn_basic"), "--out", out, "--quiet"],
                            env=env, capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         with open(os.path.join(out, "spawn_basic.json")) as f:
@@ -196,7 +199,7 @@ class BuildWithoutNccl(unittest.TestCase):
     def test_forcing_nccl_is_an_error_naming_it(self):
         self.assertEqual(self.rc, 0)
         env = dict(os.environ, LECTERN_BACKEND="nccl")
-        p = subprocess.run([os.path.join(self.build, "tests", "lectures", "spawn_basic"), "--out",
+        p = subprocess.run([os.path.join(self.build, "tests", "fixtures", "spawn_basic"), "--out",
                             os.path.join(self.tmp, "forced"), "--quiet"],
                            env=env, capture_output=True, text=True, timeout=300)
         self.assertNotEqual(p.returncode, 0)

@@ -9,7 +9,7 @@ nvidia-smi lists a GPU on a machine whose runtime sees none; and one that
 lists nothing gives a skip, not a failure. Runs `gpu-check.sh facts` (the
 machine's facts and the carried libraries: seconds).
 
-    /usr/bin/python3 tests/test_gpu_check.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/system/test_gpu_check.py        (LECTERN_BUILD picks the build)
 """
 import os
 import re
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT

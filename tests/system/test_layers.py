@@ -9,7 +9,10 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import tracecheck  # noqa: E402
+
+ROOT = tracecheck.ROOT
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import check_layers  # noqa: E402
 

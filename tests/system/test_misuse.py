@@ -6,7 +6,7 @@ Every case must end in a clear error that names the call and the lecture
 line that made it (file:line in the message, and that line really holds the
 call), exit status 1 and a written trace; never a crash.
 
-    /usr/bin/python3 tests/test_misuse.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/system/test_misuse.py        (LECTERN_BUILD picks the build)
 """
 import os
 import re
@@ -16,12 +16,12 @@ import tempfile
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
-FIXTURE_SRC = os.path.join(ROOT, "tests", "lectures", "misuse_fixture.c")
+FIXTURE_SRC = os.path.join(ROOT, "tests", "fixtures", "misuse_fixture.c")
 HEADER = os.path.join(ROOT, "runtime", "lectern.h")
 
 # Functions whose NULL is not a mistake: like free(NULL), they do nothing.
@@ -41,19 +41,15 @@ NOT_A_CASE = {"lecture_main"}
 POINTER_TYPEDEFS = {"spawn_fn"}
 
 
-def fixture(name):
-    return os.path.join(BUILD, "tests", "lectures", name)
+fixture = tracecheck.fixture
 
 
 def run(binary, out, env=None, args=()):
     # Each case is a lecture of one spawn of 1 or 2 ranks that ends at its
     # first error: a pool of just those ranks (LECTERN_POOL_MIN=1) rather
     # than the 4 a lecture's spawns share by default (a quarter less CPU for
-    # the suite; the pool's own sizes are tests/test_spawn.py's).
-    e = dict(os.environ, LECTERN_POOL_MIN="1")
-    e.update(env or {})
-    return subprocess.run([binary, "--quiet", "--out", out] + list(args), env=e, capture_output=True,
-                          text=True, timeout=180)
+    # the suite; the pool's own sizes are tests/ranks/test_spawn.py's).
+    return tracecheck.run(binary, out, *args, env=dict({"LECTERN_POOL_MIN": "1"}, **(env or {})), timeout=180)
 
 
 # A case is a process of its own that mostly waits (for its ranks to start
@@ -138,7 +134,7 @@ class Base(unittest.TestCase):
         self.assertEqual(t["meta"]["status"], "failed")
         msgs = [m for _, m in errors(t) if call + "(" in m or call + ":" in m]
         self.assertTrue(msgs, "%s: no error names %s: %s" % (case, call, errors(t)))
-        m = re.match(r"tests/lectures/misuse_fixture\.c:(\d+): ", msgs[0])
+        m = re.match(r"tests/fixtures/misuse_fixture\.c:(\d+): ", msgs[0])
         self.assertTrue(m, "%s: the message names no lecture line: %r" % (case, msgs[0]))
         line = self.src_line(int(m.group(1)))
         # (lx_NAME: the function behind the macro NAME, called by hand with what the macro would pass.)
@@ -187,7 +183,7 @@ class CollectiveMisuse(Base):
         "misuse:gather_to_no_rank": ("dist_gather", "dst -3 is not a rank"),
         "misuse:isend_to_self": ("dist_isend", "cannot send to itself"),
         "misuse:send_recv_one_chunk": ("dist_irecv", "this tensor shares memory with the one dist_isend at "
-                                       "tests/lectures/misuse_fixture.c:"),
+                                       "tests/fixtures/misuse_fixture.c:"),
         "misuse:irecv_from_no_rank": ("dist_irecv", "src 9 is not a rank"),
         "misuse:outside_spawn": ("dist_all_reduce", "outside a spawned function"),
         "misuse:model_compute_nan": ("model_compute", "ms is NaN, not a time"),
@@ -232,7 +228,7 @@ class ForcedBackend(Base):
         (step, msg), = errors(t)
         self.assertIn("LECTERN_BACKEND='gloo'", msg)
         self.assertIn("'mpi' or 'nccl'", msg)
-        src = t["files"]["tests/lectures/spawn_basic.c"].split("\n")
+        src = t["files"]["tests/fixtures/spawn_basic.c"].split("\n")
         self.assertIn("spawn(", src[step["stack"][-1]["line"] - 1])
 
 

@@ -3,7 +3,7 @@ trace goes to traces/local/) and names the trace it really wrote; `make`
 without cmocka builds everything else and says how to get it; build lines
 are short unless V=1; a lecture's printf format mismatch is an error.
 
-    /usr/bin/python3 tests/test_papercuts.py
+    /usr/bin/python3 tests/system/test_papercuts.py
 """
 import os
 import shlex
@@ -12,7 +12,7 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
@@ -48,7 +48,7 @@ class RunLecture(unittest.TestCase):
 
     def test_failed_run_names_the_failed_trace_it_wrote(self):
         with tempfile.TemporaryDirectory() as out:
-            p = subprocess.run(["bash", "scripts/run-lecture.sh", os.path.join(BUILD, "tests", "lectures", "check_fixture"),
+            p = subprocess.run(["bash", "scripts/run-lecture.sh", os.path.join(BUILD, "tests", "fixtures", "check_fixture"),
                                 "--quiet"], cwd=ROOT, env=dict(make_env(), LECTERN_OUT=out), capture_output=True,
                                text=True, timeout=300)
             self.assertEqual(p.returncode, 1)
@@ -65,7 +65,7 @@ class RunLecture(unittest.TestCase):
             # a good trace beside it: now said to be kept
             with open(os.path.join(out, "check_fixture.json"), "w") as f:
                 f.write("{}")
-            p = subprocess.run(["bash", "scripts/run-lecture.sh", os.path.join(BUILD, "tests", "lectures", "check_fixture"),
+            p = subprocess.run(["bash", "scripts/run-lecture.sh", os.path.join(BUILD, "tests", "fixtures", "check_fixture"),
                                 "--quiet"], cwd=ROOT, env=dict(make_env(), LECTERN_OUT=out), capture_output=True,
                                text=True, timeout=300)
             self.assertIn("the last good trace, %s/check_fixture.json, is untouched" % out, p.stdout)
@@ -76,7 +76,7 @@ class RunLecture(unittest.TestCase):
         the ranks check for leaks before MPI_Finalize unloads what no
         suppression could name. A spawning lecture's console then holds no
         leak report of the libraries'."""
-        binary = os.path.join("build-asan", "tests", "lectures", "spawn_basic")
+        binary = os.path.join("build-asan", "tests", "fixtures", "spawn_basic")
         if not os.path.exists(os.path.join(ROOT, binary)):
             self.skipTest("no build-asan/ (make SAN=1)")
         env = {k: v for k, v in make_env().items() if k not in ("LSAN_OPTIONS", "ASAN_OPTIONS")}
@@ -128,9 +128,9 @@ class Build(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn("cmocka is missing, so the C unit tests (tests/test_*.c) are not built", p.stdout)
             self.assertIn("bash scripts/setup.sh test", p.stdout)
-            self.assertNotIn("tests/test_tensor.c", p.stdout.split("cmocka is missing")[1])
+            self.assertNotIn("tests/tensor/test_tensor.c", p.stdout.split("cmocka is missing")[1])
             self.assertIn("lectures/lecture_00.c", p.stdout)
-            self.assertIn("tests/lectures/check_fixture.c", p.stdout)
+            self.assertIn("tests/fixtures/check_fixture.c", p.stdout)
 
     def test_short_lines_and_v1(self):
         short = make("-W", "lectures/lecture_00.c", DEFAULT_LECTURE)

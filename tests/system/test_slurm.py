@@ -9,7 +9,7 @@ NODE_B, whose slurmd runs in a UTS namespace of its own under that host name,
 read or changed: every Slurm command gets SLURM_CONF, and slurm.conf names
 the munge socket.
 
-Checks (tests/lectures/slurm_fixture.c spawns 2 ranks, then
+Checks (tests/fixtures/slurm_fixture.c spawns 2 ranks, then
 SLURM_FIXTURE_WORLD):
 - `salloc -n 4`: 4 ranks all-reduce to the right sum, each in the allocation's
   job (its SLURM_JOB_ID), the spawn's note and its "slurm" entry name the job
@@ -31,7 +31,7 @@ Needs root and Debian's slurmctld, slurmd, slurm-client and munge
 kills every process it started (and any left with its slurm.conf in their
 environment) and removes its temp folder even when a check fails; at its
 start it removes what a crashed earlier run left. Alone:
-    python3 tests/test_slurm.py -v
+    python3 tests/system/test_slurm.py -v
 """
 import glob
 import os
@@ -45,12 +45,12 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURE = tracecheck.built("tests", "lectures", "slurm_fixture")
-FIXTURE_SRC = os.path.join(ROOT, "tests", "lectures", "slurm_fixture.c")
+ROOT = tracecheck.ROOT
+FIXTURE = tracecheck.built("tests", "fixtures", "slurm_fixture")
+FIXTURE_SRC = os.path.join(ROOT, "tests", "fixtures", "slurm_fixture.c")
 PREFIX = "lectern-test-slurm-"
 NODE = socket.gethostname().split(".")[0]
 NODE_B = "lxslurm-b-%d" % os.getpid()   # the second node: this machine under another host name
@@ -319,7 +319,7 @@ class Slurm(unittest.TestCase):
         step, msg = errors[0]
         line = tracecheck.line_of(FIXTURE_SRC, "MARK:second")
         self.assertEqual(step["stack"][-1]["line"], line)
-        self.assertTrue(msg.startswith("tests/lectures/slurm_fixture.c:%d: " % line), msg)
+        self.assertTrue(msg.startswith("tests/fixtures/slurm_fixture.c:%d: " % line), msg)
         self.assertIn("spawn(): world_size 4 is more than the 2 tasks of Slurm job %s's allocation "
                       "(SLURM_TASKS_PER_NODE=2 on %s)" % (job, NODE), msg)
         # The first spawn (2 ranks) ran and is kept; the second never started.

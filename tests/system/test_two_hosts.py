@@ -22,7 +22,7 @@ two hosts; a host whose link goes down while the pool is up is named within
 
 Needs root, `ip netns`, unshare and /usr/sbin/sshd (Debian: openssh-server);
 skips saying which is missing otherwise. Alone:
-    python3 tests/test_two_hosts.py -v
+    python3 tests/system/test_two_hosts.py -v
 """
 import glob
 import json
@@ -36,7 +36,7 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 PREFIX = "lxt2h-"             # every namespace this test makes starts so
@@ -47,7 +47,7 @@ VETH_B = "l2hb%d" % (os.getpid() % 10**7)
 ADDR_A = "10.213.33.1"
 ADDR_B = "10.213.33.2"
 HOST_B = "lectern-b-%d" % os.getpid()
-FIXTURE = tracecheck.built("tests", "lectures", "two_hosts_fixture")
+FIXTURE = tracecheck.built("tests", "fixtures", "two_hosts_fixture")
 NOTE = re.compile(r"rank (\d+)/(\d+) on (\S+): sum (\S+) (\S+) (\S+) (\S+)")
 
 
@@ -253,7 +253,7 @@ class TwoHosts(unittest.TestCase):
         trace = tracecheck.load(failed)
         texts = [r.get("data") or "" for s in trace["steps"] for r in s["renderings"]]
         self.assertIn("before the first spawn", texts, "the steps before the spawn are kept")
-        line = tracecheck.line_of(os.path.join(tracecheck.ROOT, "tests", "lectures", "two_hosts_fixture.c"),
+        line = tracecheck.line_of(os.path.join(tracecheck.ROOT, "tests", "fixtures", "two_hosts_fixture.c"),
                                   "spawn(worker, 8")
         self.assertEqual(trace["steps"][-1]["stack"][-1]["line"], line, "stops at the spawn line")
         self.assertIn(ADDR_B, json.dumps(trace["steps"][-1]), "the error step names the host")
@@ -294,7 +294,7 @@ class TwoHosts(unittest.TestCase):
         self.assertIn("between the spawns", texts, "the steps before the spawn are kept")
         lost = [s for s in trace["steps"] if s.get("rank") is not None and "nothing heard from it" in json.dumps(s)]
         self.assertEqual(sorted(s["rank"] for s in lost), [4, 5, 6, 7], "one step per rank on the lost host")
-        line = tracecheck.line_of(os.path.join(tracecheck.ROOT, "tests", "lectures", "two_hosts_fixture.c"),
+        line = tracecheck.line_of(os.path.join(tracecheck.ROOT, "tests", "fixtures", "two_hosts_fixture.c"),
                                   "spawn(deadlock && ")
         self.assertEqual(trace["steps"][-1]["stack"][-1]["line"], line, "stops at the second spawn's line")
 
@@ -314,7 +314,7 @@ class TwoHosts(unittest.TestCase):
         self.assertNotIn("nothing heard", err, "B's ranks keep reporting while they wait")
         failed = os.path.join(self.out, "two_hosts_fixture.failed.json")
         trace = tracecheck.load(failed)
-        fixture = os.path.join(tracecheck.ROOT, "tests", "lectures", "two_hosts_fixture.c")
+        fixture = os.path.join(tracecheck.ROOT, "tests", "fixtures", "two_hosts_fixture.c")
         errors = {s["rank"]: s for s in trace["steps"] if s.get("rank") is not None and "deadlock" in json.dumps(s)}
         self.assertEqual(sorted(errors), [0, 4], "both waiting ranks named, the one on B too")
         self.assertEqual(errors[0]["stack"][-1]["line"], tracecheck.line_of(fixture, "dist_recv(t, 4)"))
@@ -331,7 +331,7 @@ class TwoHosts(unittest.TestCase):
         hosts = os.path.join(self.out, "hosts2")
         with open(hosts, "w") as f:
             f.write("%s slots=2\n%s slots=2\n" % (ADDR_A, ADDR_B))
-        binary = tracecheck.built("tests", "lectures", "bucket_rounds_fixture")
+        binary = tracecheck.built("tests", "fixtures", "bucket_rounds_fixture")
         env = dict(os.environ, LECTERN_HOSTFILE=hosts, LECTERN_LECTURE_HOST=ADDR_A, LECTERN_TIMEOUT="120",
                    OMPI_MCA_plm_rsh_agent="ssh", OMPI_MCA_plm_rsh_args=self.ssh_args)
         p = subprocess.run(["ip", "netns", "exec", NS_A, binary, "--rounds=2", "--leave-early=2", "--quiet",
@@ -399,7 +399,7 @@ class TwoHosts(unittest.TestCase):
         hosts = os.path.join(self.out, "hosts2")
         with open(hosts, "w") as f:
             f.write("%s slots=2\n%s slots=2\n" % (ADDR_A, ADDR_B))
-        binary = tracecheck.built("tests", "lectures", "bucket_rounds_fixture")
+        binary = tracecheck.built("tests", "fixtures", "bucket_rounds_fixture")
         env = dict(os.environ, LECTERN_HOSTFILE=hosts, LECTERN_LECTURE_HOST=ADDR_A,
                    OMPI_MCA_plm_rsh_agent="ssh", OMPI_MCA_plm_rsh_args=self.ssh_args)
         env.pop("OMPI_MCA_mpi_yield_when_idle", None)   # the pool's own choice is what is tested

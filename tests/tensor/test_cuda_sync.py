@@ -14,10 +14,9 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from test_spawn import fixture, links, machine_gpus  # noqa: E402
+from tracecheck import fixture, links, machine_gpus  # noqa: E402
 
 FIXTURE = "p2p_order_fixture"   # a short run that passes
 

@@ -6,45 +6,43 @@ that line), the run still ok; a pool rank gives them back, so the next spawn
 starts clean. A double free and a use after free are named as such, with
 the lines that made and freed the tensor.
 
-    /usr/bin/python3 tests/test_leaks.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/tensor/test_leaks.py        (LECTERN_BUILD picks the build)
 """
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "leak_fixture")
-SRC = "tests/lectures/leak_fixture.c"
+LEAKS = tracecheck.Fixture("leak_fixture")
+SRC = LEAKS.rel
+line_of = LEAKS.line_of
 
 
-def line_of(snippet):
-    return tracecheck.line_of(SRC, snippet)
+def run(out, case, env=None):
+    return LEAKS.run(out, case=case, env=env, timeout=180)
 
 
-def run(out, case):
-    env = dict(os.environ, LECTERN_FIXTURE_CASE=case)
-    return subprocess.run([FIXTURE, "--quiet", "--out", out], env=env, capture_output=True, text=True, timeout=180)
+def run_with_reports(out, case, logs, env):
+    """The fixture's run of `case` with `env` (sanitizer options that write
+    their reports into the folder `logs`), and the text of every report."""
+    p = run(out, case, env)
+    reports = []
+    for name in sorted(os.listdir(logs)):
+        with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
+            reports.append(f.read())
+    return p, reports
 
 
 def renderings(trace, kind):
     return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == kind]
 
 
-class Leaks(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.out = self.tmp.name
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class Leaks(tracecheck.FixtureTest):
     def test_leaks_are_warnings_at_the_making_line(self):
         p = run(self.out, "leak")
         self.assertEqual(p.returncode, 0, tracecheck.why(p))   # a warning, not a failure
@@ -122,15 +120,9 @@ class Leaks(unittest.TestCase):
         leaves that start out)."""
         logs = os.path.join(self.out, "sanitizer")
         os.makedirs(logs)
-        env = dict(os.environ, LECTERN_FIXTURE_CASE="lost_block",
-                   ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "protect_shadow_gap=0") +
-                   ":detect_leaks=1:log_path=" + os.path.join(logs, "asan"))
-        p = subprocess.run([FIXTURE, "--quiet", "--out", self.out], env=env, capture_output=True, text=True,
-                           timeout=180)
-        reports = []
-        for name in sorted(os.listdir(logs)):
-            with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
-                reports.append(f.read())
+        env = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "protect_shadow_gap=0") +
+               ":detect_leaks=1:log_path=" + os.path.join(logs, "asan")}
+        p, reports = run_with_reports(self.out, "lost_block", logs, env)
         leaks = [r for r in reports if "LeakSanitizer: detected memory leaks" in r]
         lecture = [r for r in leaks if re.search(r"#1 0x[0-9a-f]+ in lecture_loses_a_block ", r)]
         ranks = [r for r in leaks if re.search(r"#1 0x[0-9a-f]+ in rank_loses_a_block ", r)]
@@ -156,16 +148,10 @@ class Leaks(unittest.TestCase):
         logs = os.path.join(self.out, "ubsan")
         os.makedirs(logs)
         options = ":".join(o for o in pass_options.split(":") if not o.startswith("log_path="))
-        env = dict(os.environ, LECTERN_FIXTURE_CASE="rank_overflows",
-                   UBSAN_OPTIONS=options + ":log_path=" + os.path.join(logs, "ubsan"),
-                   ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "protect_shadow_gap=0") +
-                   ":log_path=" + os.path.join(logs, "asan"))
-        p = subprocess.run([FIXTURE, "--quiet", "--out", self.out], env=env, capture_output=True, text=True,
-                           timeout=180)
-        reports = []
-        for name in sorted(os.listdir(logs)):
-            with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
-                reports.append(f.read())
+        env = {"UBSAN_OPTIONS": options + ":log_path=" + os.path.join(logs, "ubsan"),
+               "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "protect_shadow_gap=0") +
+               ":log_path=" + os.path.join(logs, "asan")}
+        p, reports = run_with_reports(self.out, "rank_overflows", logs, env)
         overflow = [r for r in reports if "runtime error: signed integer overflow" in r]
         self.assertEqual(len(overflow), 2, "each rank's overflow, in a file: %s\nstderr: %s" %
                          (reports, p.stderr[-2000:]))

@@ -852,7 +852,7 @@ static void expect_failure(void (*body)(void), int line, const char *message) {
     char err[8192];
     int status = run_lecture(body, err, sizeof err);
     char where[64];
-    snprintf(where, sizeof where, "tests/test_tensor.c:%d: ", line);
+    snprintf(where, sizeof where, "tests/tensor/test_tensor.c:%d: ", line);
     if (status != 1 || !strstr(err, where) || !strstr(err, message))
         print_error("status %d, stderr:\n%s\nexpected '%s%s'\n", status, err, where, message);
     assert_int_equal(status, 1);
@@ -984,7 +984,7 @@ static void test_gpu_matches_cpu(void **state) {
     }
     const int dev = 0;
 
-    /* randn: the same numbers on both, made on each (tests/test_random.c
+    /* randn: the same numbers on both, made on each (tests/tensor/test_random.c
      * checks the generator itself) */
     manual_seed(99);
     tensor *hx = randn(64, 48, -1);

@@ -2,26 +2,22 @@
 it, a failed check fails the run without stopping it, ranks' checks count,
 and the console's last line counts them.
 
-    /usr/bin/python3 tests/test_checks.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/trace/test_checks.py        (LECTERN_BUILD picks the build)
 """
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-ROOT = tracecheck.ROOT
-BUILD = tracecheck.BUILD
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "check_fixture")
-SRC = os.path.join(ROOT, "tests", "lectures", "check_fixture.c")
+CHECKS = tracecheck.Fixture("check_fixture")
+SRC = CHECKS.source
 
 
 def run(out, case):
-    env = dict(os.environ, LECTERN_FIXTURE_CASE=case)
-    return subprocess.run([FIXTURE, "--quiet", "--out", out], env=env, capture_output=True, text=True, timeout=180)
+    return CHECKS.run(out, case=case, timeout=180)
 
 
 def checks(trace):
@@ -80,7 +76,7 @@ class Checks(unittest.TestCase):
         self.assertIn("(actual 5, expected 5.5)", r["data"])
         self.assertIn("wrong elements (flat indices): 5", r["data"])
         self.assertIn("max abs diff 0.5 at [1, 2]", r["data"])
-        self.assertIn("tests/lectures/check_fixture.c:%d: FAIL: one element off" % s["stack"][-1]["line"],
+        self.assertIn("tests/fixtures/check_fixture.c:%d: FAIL: one element off" % s["stack"][-1]["line"],
                       self.p.stderr)
 
     def test_tolerance_is_rtol_times_expected(self):
@@ -112,7 +108,7 @@ class Checks(unittest.TestCase):
         ranked = [(r["what"], r["passed"], sorted(r.get("ranks", [s["rank"]])))
                   for s, r in checks(self.trace) if s["rank"] is not None]
         self.assertCountEqual(ranked, [("all-reduce sum", True, [0, 1]), ("rank 1 is rank 0", False, [1])])
-        self.assertIn("rank 1: check failed: tests/lectures/check_fixture.c:", self.p.stderr)
+        self.assertIn("rank 1: check failed: tests/fixtures/check_fixture.c:", self.p.stderr)
 
     def test_all_passing_is_status_ok(self):
         with tempfile.TemporaryDirectory() as out:

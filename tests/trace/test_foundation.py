@@ -1,33 +1,27 @@
 """The foundation: traces, exact stacks, errors that name the line, nothing lost.
 
-Runs the fixture lectures in tests/lectures/ and lecture_00, and checks their
+Runs the fixture lectures in tests/fixtures/ and lecture_00, and checks their
 traces. LECTERN_BUILD picks the build folder (build, or build-asan).
 """
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
 
 
-def fixture(name):
-    return os.path.join(BUILD, "tests", "lectures", name)
+fixture = tracecheck.fixture
 
 
 def run(binary, out, env=None, args=()):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run([binary, "--out", out, "--quiet", *args], env=e,
-                          capture_output=True, text=True, timeout=300)
+    return tracecheck.run(binary, out, *args, env=env)
 
 
 def texts(trace):
@@ -38,12 +32,7 @@ def errors(trace):
     return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == "error"]
 
 
-class Base(unittest.TestCase):
-    def setUp(self):
-        self.out = tempfile.mkdtemp(prefix="lectern-test-")
-
-    def tearDown(self):
-        shutil.rmtree(self.out, ignore_errors=True)
+Base = tracecheck.FixtureTest
 
 
 class Lecture00(Base):
@@ -100,9 +89,9 @@ class Stacks(Base):
         p = run(fixture("stack_fixture"), self.out)
         self.assertEqual(p.returncode, 0, tracecheck.why(p))
         self.trace = tracecheck.validate(os.path.join(self.out, "stack_fixture.json"))
-        self.src = self.trace["files"]["tests/lectures/stack_fixture.c"].split("\n")
+        self.src = self.trace["files"]["tests/fixtures/stack_fixture.c"].split("\n")
 
-    def line_of(self, text, path="tests/lectures/stack_fixture.c"):
+    def line_of(self, text, path="tests/fixtures/stack_fixture.c"):
         src = self.trace["files"][path].split("\n")
         hits = [i + 1 for i, l in enumerate(src) if text in l]
         self.assertEqual(len(hits), 1, text)
@@ -129,10 +118,10 @@ class Stacks(Base):
     def test_helper_file_is_embedded_and_named(self):
         s = self.step("helper at depth 2")
         inner = s["stack"][-1]
-        self.assertEqual(inner["path"], "tests/lectures/stack_helper.h")
+        self.assertEqual(inner["path"], "tests/fixtures/stack_helper.h")
         self.assertEqual(inner["function"], "helper_note")
-        self.assertEqual(inner["line"], self.line_of('note("helper at depth %d"', "tests/lectures/stack_helper.h"))
-        self.assertIn("tests/lectures/stack_helper.h", self.trace["files"])
+        self.assertEqual(inner["line"], self.line_of('note("helper at depth %d"', "tests/fixtures/stack_helper.h"))
+        self.assertIn("tests/fixtures/stack_helper.h", self.trace["files"])
 
     def test_recursion_has_one_frame_per_call(self):
         leaves = [s for s in self.trace["steps"] if s["renderings"][0].get("data", "").startswith("fib(")]
@@ -226,10 +215,10 @@ class Crashes(Base):
 
     def test_segfault_names_signal_and_line(self):
         t, msg, last, p = self.crash("segv")
-        src = t["files"]["tests/lectures/crash_fixture.c"].split("\n")
+        src = t["files"]["tests/fixtures/crash_fixture.c"].split("\n")
         line = [i + 1 for i, l in enumerate(src) if "*p = 42;" in l][0]
         self.assertIn("SIGSEGV", msg)
-        self.assertIn("tests/lectures/crash_fixture.c:%d in crash()" % line, msg)
+        self.assertIn("tests/fixtures/crash_fixture.c:%d in crash()" % line, msg)
         self.assertEqual([f["function"] for f in last["stack"]], ["body", "crash"])
         self.assertIn("SIGSEGV", p.stderr)
 
@@ -276,14 +265,14 @@ class Input(Base):
         return t, p
 
     def error_line(self, t, code):
-        src = t["files"]["tests/lectures/input_fixture.c"].split("\n")
+        src = t["files"]["tests/fixtures/input_fixture.c"].split("\n")
         return [i + 1 for i, l in enumerate(src) if code in l][0]
 
     def test_missing_image_names_file_and_line(self):
         t, p = self.case("missing_image")
         (_, msg), = errors(t)
         line = self.error_line(t, "assets/no_such_image.png")
-        self.assertEqual(msg, "tests/lectures/input_fixture.c:%d: image: no such file 'assets/no_such_image.png'" % line)
+        self.assertEqual(msg, "tests/fixtures/input_fixture.c:%d: image: no such file 'assets/no_such_image.png'" % line)
         self.assertIn(msg, p.stderr)
 
     def test_bad_width_and_outside_assets(self):

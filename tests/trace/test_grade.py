@@ -17,7 +17,7 @@ LECTERN_GRADE_REPEAT=N repeats the SIGTERM case N times (a race lost the
 report of where each rank was in 4 runs of 5 before the lecture ignored
 GNU timeout's repeated signal).
 
-    /usr/bin/python3 tests/test_grade.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/trace/test_grade.py        (LECTERN_BUILD picks the build)
 """
 import json
 import os
@@ -29,14 +29,14 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
 STARTER = os.path.join(BUILD, "lectures", "homework_08")
-SPIN = os.path.join(BUILD, "tests", "lectures", "homework_08_spin")
-FIXTURES = os.path.join(BUILD, "tests", "lectures")
+SPIN = os.path.join(BUILD, "tests", "fixtures", "homework_08_spin")
+FIXTURES = os.path.join(BUILD, "tests", "fixtures")
 WORLD = 4
 REPEAT = int(os.environ.get("LECTERN_GRADE_REPEAT", "1"))
 SANITIZED = os.path.basename(BUILD) == "build-asan"
@@ -44,11 +44,7 @@ SANITIZED = os.path.basename(BUILD) == "build-asan"
 WEIGHTS = {"exercise 1": (30, 3), "exercise 2": (30, 4), "exercise 3": (30, 3), "exercise 4": (10, 1)}
 
 
-def run(binary, out, *args, env=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run([binary, "--quiet", "--out", out] + list(args), env=e, capture_output=True, text=True,
-                          timeout=300)
+run = tracecheck.run
 
 
 def exercise(name):
@@ -260,7 +256,7 @@ class Grade(unittest.TestCase):
         # Where each rank was: rank 2 working at its loop, the others
         # waiting for it in their all-reduce.
         why = missed[0]["output"]
-        self.assertRegex(why, r"rank 2: tests/lectures/homework_08_spin\.c:\d+: SIGTERM \(terminated\): rank 2 of 4 "
+        self.assertRegex(why, r"rank 2: tests/fixtures/homework_08_spin\.c:\d+: SIGTERM \(terminated\): rank 2 of 4 "
                               r"was working in ring_all_reduce\(\)\n")
         for k in (0, 1, 3):
             self.assertIn("SIGTERM (terminated): rank %d of 4 was waiting in dist_all_reduce() in ring_all_reduce()"
@@ -285,7 +281,7 @@ class Grade(unittest.TestCase):
         p = run(os.path.join(FIXTURES, "grade_misuse"), self.out, "--grade", self.results)
         self.assertEqual(p.returncode, 1, tracecheck.why(p))
         t = tracecheck.validate(os.path.join(self.out, "grade_misuse.failed.json"))
-        src = t["files"]["tests/lectures/grade_misuse.c"].split("\n")
+        src = t["files"]["tests/fixtures/grade_misuse.c"].split("\n")
         bad = sorted(i for i, line in enumerate(src, 1) if "/* BAD" in line)
         errors = sorted(s["stack"][-1]["line"] for s in t["steps"] for r in s["renderings"] if r["type"] == "error")
         self.assertEqual(errors, bad)
@@ -351,7 +347,7 @@ class Grade(unittest.TestCase):
         return self.read()
 
     def solution_exercises(self, homework="homework_08"):
-        with open(os.path.join(ROOT, "tests", "lectures", homework + "_solution.h")) as f:
+        with open(os.path.join(ROOT, "tests", "fixtures", homework + "_solution.h")) as f:
             return "".join(line for line in f if not line.lstrip().startswith("#"))
 
     def test_autograder_solved_submission(self):

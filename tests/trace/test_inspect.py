@@ -1,5 +1,5 @@
 """inspect(x): a variable's name as written and its value, in the trace as
-data. Runs tests/lectures/inspect_fixture.c and checks every value against
+data. Runs tests/fixtures/inspect_fixture.c and checks every value against
 numbers worked out here from what the fixture's source says it puts in
 (arange's i, rank r's tensor filled with r), not against the runtime.
 """
@@ -14,17 +14,12 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-BUILD = os.path.join(tracecheck.ROOT, os.environ.get("LECTERN_BUILD", "build"))
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "inspect_fixture")
-SOURCE = os.path.join(tracecheck.ROOT, "tests", "lectures", "inspect_fixture.c")
-REL = "tests/lectures/inspect_fixture.c"
-
-
-def line_of(snippet, nth=1):
-    return tracecheck.line_of(SOURCE, snippet, nth)
+INSPECT = tracecheck.Fixture("inspect_fixture")
+SOURCE, REL = INSPECT.source, INSPECT.rel
+line_of = INSPECT.line_of
 
 
 def f32(x):
@@ -33,28 +28,13 @@ def f32(x):
 
 
 def run(out, case=None, args=()):
-    env = dict(os.environ)
-    env.pop("LECTERN_FIXTURE_CASE", None)
-    if case:
-        env["LECTERN_FIXTURE_CASE"] = case
-    return subprocess.run([FIXTURE, "--out", out, "--quiet", *args], env=env, capture_output=True, text=True, timeout=180)
+    return INSPECT.run(out, *args, case=case, timeout=180)
 
 
-class Inspect(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.out = tempfile.mkdtemp(prefix="lectern-inspect-")
-        cls.p = run(cls.out)
-        cls.path = os.path.join(cls.out, "inspect_fixture.json")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.out, ignore_errors=True)
-
-    def setUp(self):
-        self.assertEqual(self.p.returncode, 0, tracecheck.why(self.p))
-        # Schema, .js twin and every step's line (tracecheck knows inspect()).
-        self.t = tracecheck.validate(self.path)
+class Inspect(tracecheck.FixtureRun, unittest.TestCase):
+    # Each test: the run passed; schema, .js twin and every step's line
+    # (tracecheck knows inspect()).
+    FIXTURE = INSPECT
 
     def inspected(self, rank=None):
         return [(s, s["renderings"][0]) for s in self.t["steps"]
@@ -185,7 +165,7 @@ class HomeworkFailedCheck(unittest.TestCase):
     with gradients near AdamW's eps), and a passed one shows nothing."""
 
     def test_failed_check_is_followed_by_both_tensors(self):
-        binary = os.path.join(BUILD, "tests", "lectures", "homework_08_wrong_zero1_sum")
+        binary = os.path.join(BUILD, "tests", "fixtures", "homework_08_wrong_zero1_sum")
         out = tempfile.mkdtemp(prefix="lectern-inspect-")
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
         p = subprocess.run([binary, "--quiet", "--out", out], capture_output=True, text=True, timeout=300)

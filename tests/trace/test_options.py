@@ -3,7 +3,7 @@ read with lecture_flag() and lecture_option() in the lecture and its ranks;
 an undeclared option is bad usage; reading an undeclared name is an error
 at its line; `make run ARGS=...` passes them.
 
-    /usr/bin/python3 tests/test_options.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/trace/test_options.py        (LECTERN_BUILD picks the build)
 """
 import os
 import re
@@ -12,16 +12,13 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
-BUILD = tracecheck.BUILD
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "options_fixture")
-
-
-def texts(trace):
-    return [r["data"] for s in trace["steps"] for r in s["renderings"] if r["type"] == "text"]
+OPTIONS = tracecheck.Fixture("options_fixture")
+FIXTURE = OPTIONS.binary
+texts = tracecheck.texts
 
 
 class Options(unittest.TestCase):
@@ -33,9 +30,7 @@ class Options(unittest.TestCase):
         self.tmp.cleanup()
 
     def run_fixture(self, *args, case=""):
-        env = dict(os.environ, LECTERN_FIXTURE_CASE=case)
-        return subprocess.run([FIXTURE, "--quiet", "--out", self.out] + list(args), env=env, capture_output=True,
-                              text=True, timeout=180)
+        return OPTIONS.run(self.out, *args, case=case, timeout=180)
 
     def test_help_lists_declared_options(self):
         p = subprocess.run([FIXTURE, "--help"], capture_output=True, text=True, timeout=60)
@@ -80,11 +75,11 @@ class Options(unittest.TestCase):
         t = tracecheck.validate(os.path.join(self.out, "options_fixture.failed.json"))
         errs = [r["data"] for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
         self.assertEqual(len(errs), 3, errs)
-        src = t["files"]["tests/lectures/options_fixture.c"].split("\n")
+        src = t["files"]["tests/fixtures/options_fixture.c"].split("\n")
         for e, call, words in zip(errs, ("lecture_flag", "lecture_option", "lecture_flag"),
                                   ("--fast is not declared", "--naive is declared as a flag",
                                    "--n is declared with a value")):
-            m = re.match(r"tests/lectures/options_fixture\.c:(\d+): ", e)
+            m = re.match(r"tests/fixtures/options_fixture\.c:(\d+): ", e)
             self.assertTrue(m, e)
             self.assertIn(call + "(", src[int(m.group(1)) - 1])
             self.assertIn(words, e)

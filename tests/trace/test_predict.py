@@ -1,58 +1,35 @@
 """predict(question, measured, unit): one step at the call's line holding the
 question (markdown and its HTML), the measured value and its unit, in the
-lecture and in a spawned rank. Runs tests/lectures/predict_fixture.c and
+lecture and in a spawned rank. Runs tests/fixtures/predict_fixture.c and
 checks each step against what the fixture's source says it asks and
 measured (rank r measured 10 (r + 1) ms), and that a bad question, a NaN
 and an infinite value are errors at their lines. Then lecture_collectives'
 questions in its committed trace: each value is the number the next table
 or note states, and what the formulas give.
 
-    /usr/bin/python3 tests/test_predict.py        (LECTERN_BUILD picks the build)
+    /usr/bin/python3 tests/trace/test_predict.py        (LECTERN_BUILD picks the build)
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-BUILD = os.path.join(tracecheck.ROOT, os.environ.get("LECTERN_BUILD", "build"))
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "predict_fixture")
-SOURCE = os.path.join(tracecheck.ROOT, "tests", "lectures", "predict_fixture.c")
-REL = "tests/lectures/predict_fixture.c"
-
-
-def line_of(snippet, nth=1):
-    return tracecheck.line_of(SOURCE, snippet, nth)
+PREDICT = tracecheck.Fixture("predict_fixture")
+REL = PREDICT.rel
+line_of = PREDICT.line_of
 
 
 def run(out, case=None):
-    env = dict(os.environ)
-    env.pop("LECTERN_FIXTURE_CASE", None)
-    if case:
-        env["LECTERN_FIXTURE_CASE"] = case
-    return subprocess.run([FIXTURE, "--out", out, "--quiet"], env=env, capture_output=True, text=True, timeout=180)
+    return PREDICT.run(out, case=case, timeout=180)
 
 
-class Predict(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.out = tempfile.mkdtemp(prefix="lectern-predict-")
-        cls.p = run(cls.out)
-        cls.path = os.path.join(cls.out, "predict_fixture.json")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.out, ignore_errors=True)
-
-    def setUp(self):
-        self.assertEqual(self.p.returncode, 0, tracecheck.why(self.p))
-        # Schema, .js twin and every step's line (tracecheck knows predict()).
-        self.t = tracecheck.validate(self.path)
+class Predict(tracecheck.FixtureRun, unittest.TestCase):
+    # Each test: the run passed; schema, .js twin and every step's line
+    # (tracecheck knows predict()).
+    FIXTURE = PREDICT
 
     def predicted(self, rank=None):
         return [(s, s["renderings"][0]) for s in self.t["steps"]
@@ -120,12 +97,7 @@ class Predict(unittest.TestCase):
         self.assertIsNotNone(tracecheck.step_problem(t, k))
 
 
-class BadInput(unittest.TestCase):
-    def setUp(self):
-        self.out = tempfile.mkdtemp(prefix="lectern-predict-bad-")
-
-    def tearDown(self):
-        shutil.rmtree(self.out, ignore_errors=True)
+class BadInput(tracecheck.FixtureTest):
 
     def test_errors_at_the_line(self):
         cases = {"empty": ('predict("", 1.0', "predict: the question is empty"),

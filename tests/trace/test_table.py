@@ -1,32 +1,26 @@
 """table() and the chart helpers: what a lecture shows as a table or a chart
 is in the trace as data (numbers as numbers, with their format and unit), so
-the viewer sorts it and a test reads it back. Runs tests/lectures/table_fixture.c.
+the viewer sorts it and a test reads it back. Runs tests/fixtures/table_fixture.c.
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-BUILD = os.path.join(tracecheck.ROOT, os.environ.get("LECTERN_BUILD", "build"))
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "table_fixture")
-SOURCE = os.path.join(tracecheck.ROOT, "tests", "lectures", "table_fixture.c")
-
-
-def line_of(snippet):
-    with open(SOURCE, encoding="utf-8") as f:
-        return next(n for n, text in enumerate(f, 1) if snippet in text)
+TABLES = tracecheck.Fixture("table_fixture")
+SOURCE = TABLES.source
+line_of = TABLES.line_of
 
 
 class TableAndCharts(unittest.TestCase):
     def run_fixture(self, *args):
         out = tempfile.mkdtemp(prefix="lectern-table-")
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
-        p = subprocess.run([FIXTURE, "--out", out, "--quiet", *args], capture_output=True, text=True, timeout=120)
+        p = TABLES.run(out, *args, timeout=120)
         name = "table_fixture.failed.json" if args else "table_fixture.json"
         return p, tracecheck.validate(os.path.join(out, name))
 
@@ -97,7 +91,7 @@ class TableAndCharts(unittest.TestCase):
         # (runtime/trace/trace.h, LX_MODELLED_PER_SPAWN), the rest counted.
         out = tempfile.mkdtemp(prefix="lectern-table-")
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
-        p = subprocess.run([FIXTURE, "--out", out, "--quiet", "--spans"], capture_output=True, text=True, timeout=120)
+        p = TABLES.run(out, "--spans", timeout=120)
         self.assertEqual(p.returncode, 0, tracecheck.why(p))
         t = tracecheck.validate(os.path.join(out, "table_fixture.json"))
         self.assertEqual(len(t["modelled"]), 1024)

@@ -87,8 +87,8 @@ static void stack_capture_names_functions_and_lines(void **state) {
     assert_int_equal(captured[0].line, outer_line);
     assert_string_equal(captured[1].function, "inner_capture");
     assert_int_equal(captured[1].line, captured_line);
-    assert_string_equal(captured[1].path, "tests/test_trace.c");
-    assert_string_equal(lx_function_path((const void *)outer_capture), "tests/test_trace.c");
+    assert_string_equal(captured[1].path, "tests/trace/test_trace.c");
+    assert_string_equal(lx_function_path((const void *)outer_capture), "tests/trace/test_trace.c");
 }
 
 /* The frame-pointer walk and backtrace() name the same frames: from plain

@@ -210,7 +210,7 @@ def tables():
 
 def modelled_chart():
     """What chart_show() writes for a chart with a measured and a modelled
-    span (runtime/trace/charts.c; tests/test_table.py pins it)."""
+    span (runtime/trace/charts.c; tests/trace/test_table.py pins it)."""
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
         "title": "one forward, real and modelled", "width": 480, "height": 120,

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The variables panel (viewer/vars.js) on a real trace: the one
-tests/lectures/inspect_fixture.c writes with --inspect-collectives, so the
+tests/fixtures/inspect_fixture.c writes with --inspect-collectives, so the
 values the panel shows can be checked against what the fixture's source puts
 in (rank r's tensor filled with r, then all-reduced to 0 + 1 + 2 + 3).
 
@@ -24,7 +24,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
 BUILD = os.path.join(harness.REPO, os.environ.get("LECTERN_BUILD", "build"))
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "inspect_fixture")
+FIXTURE = os.path.join(BUILD, "tests", "fixtures", "inspect_fixture")
 WORLD = 4
 
 
@@ -33,7 +33,7 @@ class TestVars(base.ViewerCase):
     def setUpClass(cls):
         super().setUpClass()
         if not os.path.exists(FIXTURE):
-            raise unittest.SkipTest("build the fixture first: make build/tests/lectures/inspect_fixture")
+            raise unittest.SkipTest("build the fixture first: make build/tests/fixtures/inspect_fixture")
         env = dict(os.environ, LECTERN_ROOT_DIR=harness.REPO)
         env.pop("LECTERN_FIXTURE_CASE", None)
         p = subprocess.run([FIXTURE, "--quiet", "--out", cls.traces, "--inspect-collectives"], env=env,
