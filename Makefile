@@ -183,7 +183,7 @@ ifeq ($(CMOCKA),1)
 else
   C_TEST_BINS :=
   ifeq ($(MAKELEVEL),0)
-    $(info lectern: cmocka is missing, so the C unit tests (tests/test_*.c) are not built; everything else is. \
+    $(info lectern: cmocka is missing, so the C unit tests (tests/FOLDER/test_*.c) are not built; everything else is. \
       To get it: bash scripts/setup.sh test (or apt-get install libcmocka-dev))
   endif
 endif

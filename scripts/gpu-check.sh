@@ -300,9 +300,9 @@ fi
 if [ "$PART" != bench ] && [ "$PART" != facts ]; then
 # ---------------------------------------------------------------- 3. tests
 section "tests"
-for t in "$BUILD"/tests/test_*; do
+for t in "$BUILD"/tests/*/test_*; do
     [ -x "$t" ] || continue
-    tests "$(basename "$t")" "$t"
+    tests "${t#"$BUILD"/tests/}" "$t"
 done
 # test_nccl_emu's one-rank cases (the table's plumbing, which make test runs
 # on the emulator) on the real NCCL: the only run nccl_library.c's calls get
@@ -347,7 +347,7 @@ else
         bad "$label" "${why:-exit status $rc}"
     }
     for t in test_random test_tensor; do
-        sanitize "memcheck $t" memcheck -- "$BUILD/tests/$t"
+        sanitize "memcheck $t" memcheck -- "$BUILD/tests/tensor/$t"
     done
     # lecture_gpu's own kernels: races on shared memory (a missing
     # __syncthreads in tiled_matmul) and barriers not every thread reaches;

@@ -29,8 +29,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
-import shutil
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -71,7 +69,7 @@ class EmulatedTestComm(unittest.TestCase):
 
     def test_every_collective_on_1_to_4_ranks(self):
         env = dict(os.environ, **EMULATED)
-        p = subprocess.run([tracecheck.built("tests", "test_comm")], env=env, capture_output=True, text=True,
+        p = subprocess.run([tracecheck.built("tests", "comm", "test_comm")], env=env, capture_output=True, text=True,
                            timeout=600)
         out = p.stdout + p.stderr
         self.assertEqual(p.returncode, 0, out[-3000:])
@@ -100,13 +98,7 @@ class EmulatedDistTest(groups.Test):
         return super().run_fixture(name, dict(env or {}, **EMULATED), timeout)
 
 
-class LecturesOnTheEmulator(unittest.TestCase):
-    def setUp(self):
-        self.out = tempfile.mkdtemp(prefix="lectern-test-nccl-emu-")
-
-    def tearDown(self):
-        shutil.rmtree(self.out, ignore_errors=True)
-
+class LecturesOnTheEmulator(FixtureTest):
     def run_binary(self, binary, *args):
         env = dict(os.environ)
         env.update(EMULATED)

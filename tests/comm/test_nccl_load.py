@@ -81,7 +81,7 @@ class Loading(unittest.TestCase):
 
     def test_no_binary_links_nccl(self):
         for b in (tracecheck.built("lectures", "lecture_00"),
-                  tracecheck.built("tests", "fixtures", "p2p_order_fixture"), tracecheck.built("tests", "test_comm")):
+                  tracecheck.built("tests", "fixtures", "p2p_order_fixture"), tracecheck.built("tests", "comm", "test_comm")):
             self.assertTrue(links(b, "libmpi"), b)   # the check can see a NEEDED entry
             self.assertFalse(links(b, "libnccl"), b)
 

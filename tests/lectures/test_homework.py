@@ -49,13 +49,14 @@ EXERCISES = EXERCISE[1] + EXERCISE[2] + EXERCISE[3]
 DEADLOCK = "exercise 4: the peer's tensor arrived"
 
 
-NAMES = tracecheck.CheckNames(EXERCISES + [DEADLOCK])
+NAMES = tracecheck.CheckNames(EXERCISES, [DEADLOCK])
 name, checks, check_texts = NAMES.name, NAMES.checks, NAMES.check_texts
 run, troubles, last_line = tracecheck.run, tracecheck.troubles, tracecheck.last_line
 
 
 class Homework(tracecheck.HomeworkTest):
     HOMEWORK = "homework_08"
+    NAMES = NAMES
 
     def test_starter_fails_exactly_the_exercises(self):
         p, t = self.outcome(STARTER, 1)
@@ -92,22 +93,6 @@ class Homework(tracecheck.HomeworkTest):
             self.assertEqual({name(e["what"]) for e in r["each"]}, {name(r["what"])})
         # Each folded step is rank 0's (the column it is shown in).
         self.assertEqual({s["rank"] for s in t["steps"] for r in s["renderings"] if r.get("folded")}, {0})
-
-    def wrong(self, fixture, says, status=1):
-        """A method fails exactly the checks named by `says` on every rank,
-        each failed text holding every string listed for it; nothing else
-        fails and nothing goes wrong."""
-        p, t = self.outcome(fixture, status)
-        want = sorted((r, w, w not in says) for r in range(WORLD) for w in EXERCISES)
-        self.assertEqual(checks(t), want)
-        for w in says:
-            texts = check_texts(t, w)
-            self.assertEqual(len(texts), WORLD)
-            for text in texts:
-                for part in says[w]:
-                    self.assertIn(part, text)
-        self.assertFalse(troubles(t))
-        return p, t
 
     def test_ring_that_calls_all_reduce_fails_its_method(self):
         # Right sums, from the library's collective: named, and the bytes

@@ -59,6 +59,8 @@ run, troubles, last_line = tracecheck.run, tracecheck.troubles, tracecheck.last_
 
 class HomeworkParallel(tracecheck.HomeworkTest):
     HOMEWORK = "homework_parallel"
+    NAMES = NAMES
+    REPEAT = REPEAT
 
     def test_starter_fails_exactly_the_exercises(self):
         p, t = self.outcome(STARTER, 1)
@@ -86,23 +88,6 @@ class HomeworkParallel(tracecheck.HomeworkTest):
             for text in check_texts(t, Z3_PREFETCH):
                 self.assertIn("layer 0: 2 started, 1 waited, full[0]; layer 1: 3 started, 2 waited, full[1]; "
                               "layer 2: 4 started, 3 waited, full[0]; layer 3: 4 started, 4 waited, full[1]", text)
-
-    def wrong(self, fixture, says, status=1):
-        """A method fails exactly the checks named by `says` on every rank,
-        each failed text holding every string listed for it; nothing else
-        fails and nothing goes wrong."""
-        for _ in range(REPEAT):
-            p, t = self.outcome(fixture, status)
-            want = sorted((r, w, w not in says) for r in range(WORLD) for w in EXERCISES)
-            self.assertEqual(checks(t), want)
-            for w in says:
-                texts = check_texts(t, w)
-                self.assertEqual(len(texts), WORLD)
-                for text in texts:
-                    for part in says[w]:
-                        self.assertIn(part, text)
-            self.assertFalse(troubles(t))
-        return p, t
 
     def test_dx_by_all_gather_fails_its_method(self):
         # Right gradients; every rank's partial dx gathered and added up

@@ -48,10 +48,7 @@ U = 2.0 ** -24   # float32's unit roundoff
 
 
 def binary():
-    path = tracecheck.built("lectures", NAME)
-    if not os.path.exists(path):
-        raise AssertionError("%s is not built (run make)" % path)
-    return path
+    return tracecheck.lecture(NAME)
 
 
 half_unit = tracecheck.half_unit

@@ -66,6 +66,14 @@ def built(*parts):
     return os.path.join(BUILD, *parts)
 
 
+def lecture(name):
+    """The binary of lectures/NAME.c; AssertionError when it is not built."""
+    path = built("lectures", name)
+    if not os.path.exists(path):
+        raise AssertionError("%s is not built in %s (run make)" % (name, BUILD))
+    return path
+
+
 def fixture(name):
     """The binary of the fixture lecture tests/fixtures/NAME.c."""
     return built("tests", "fixtures", name)
@@ -122,8 +130,11 @@ class CheckNames:
     """A homework's checks by name: a check's text starts with its name (one
     of `names`, the same in every run) and goes on with what was seen."""
 
-    def __init__(self, names):
-        self.names = sorted(names, key=len, reverse=True)
+    def __init__(self, graded, others=()):
+        """graded: the names of the checks every run makes on each rank;
+        others: the names of checks only some runs make."""
+        self.graded = list(graded)
+        self.names = sorted(self.graded + list(others), key=len, reverse=True)
 
     def name(self, what):
         """The check's name: the longest known name its text starts with."""
@@ -192,6 +203,26 @@ class HomeworkTest(FixtureTest):
     """A homework's test: HOMEWORK names it (lectures/HOMEWORK.c, its
     solution and wrong methods tests/fixtures/HOMEWORK_*.c)."""
     HOMEWORK = None
+    NAMES = None      # a CheckNames of every check a run makes on each rank
+    WORLD = 4
+    REPEAT = 1
+
+    def wrong(self, which, says, status=1):
+        """A method fails exactly the checks named by `says` on every rank,
+        each failed text holding every string listed for it; nothing else
+        fails and nothing goes wrong (REPEAT runs); (process, trace)."""
+        for _ in range(self.REPEAT):
+            p, t = self.outcome(which, status)
+            want = sorted((r, w, w not in says) for r in range(self.WORLD) for w in self.NAMES.graded)
+            self.assertEqual(self.NAMES.checks(t), want)
+            for w in says:
+                texts = self.NAMES.check_texts(t, w)
+                self.assertEqual(len(texts), self.WORLD)
+                for text in texts:
+                    for part in says[w]:
+                        self.assertIn(part, text)
+            self.assertFalse(troubles(t))
+        return p, t
 
     def outcome(self, which, status, *args):
         """Runs the fixture HOMEWORK_`which` (or the binary at the absolute
@@ -373,6 +404,24 @@ _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "0": b"\0", "a": b"\a", "b": b"\
             "v": b"\v", "\\": b"\\", "'": b"'", '"': b'"', "?": b"?"}
 
 
+def skip_blank(src, pos):
+    """The position of the first character at or after src[pos] that is not
+    a blank or inside a comment."""
+    n = len(src)
+    while pos < n:
+        if src[pos].isspace():
+            pos += 1
+        elif src.startswith("/*", pos):
+            end = src.find("*/", pos + 2)
+            pos = n if end < 0 else end + 2
+        elif src.startswith("//", pos):
+            end = src.find("\n", pos)
+            pos = n if end < 0 else end
+        else:
+            break
+    return pos
+
+
 def _literal_at(src, pos):
     """The bytes of the string literal(s) starting at src[pos] (after blanks
     and comments; adjacent literals joined, as the compiler does), and the
@@ -381,17 +430,7 @@ def _literal_at(src, pos):
     found = False
     n = len(src)
     while True:
-        while pos < n:
-            if src[pos].isspace():
-                pos += 1
-            elif src.startswith("/*", pos):
-                end = src.find("*/", pos + 2)
-                pos = n if end < 0 else end + 2
-            elif src.startswith("//", pos):
-                end = src.find("\n", pos)
-                pos = n if end < 0 else end
-            else:
-                break
+        pos = skip_blank(src, pos)
         if pos >= n or src[pos] != '"':
             return (out if found else None), pos
         found = True
@@ -719,9 +758,7 @@ class LectureRun:
 
     @classmethod
     def setUpClass(cls):
-        binary = built("lectures", cls.NAME)
-        if not os.path.exists(binary):
-            raise AssertionError("%s is not built in %s (run make)" % (cls.NAME, BUILD))
+        binary = lecture(cls.NAME)
         cls.out = tempfile.TemporaryDirectory()
         env = dict(os.environ)
         env.update(cls.ENV)

@@ -37,6 +37,7 @@ OPEN_MPI_TEXT = re.compile(r"mpirun|ORTE|PMIx|PRTE|noticed that process|Child jo
 fixture = tracecheck.fixture
 line_of = tracecheck.line_of
 rank_processes = tracecheck.rank_processes
+links, machine_gpus = tracecheck.links, tracecheck.machine_gpus
 Base = tracecheck.FixtureTest
 
 

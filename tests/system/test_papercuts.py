@@ -126,7 +126,7 @@ class Build(unittest.TestCase):
         with tempfile.TemporaryDirectory() as b:
             p = make("-n", "CMOCKA=0", "BUILD=" + b, "all")
             self.assertEqual(p.returncode, 0, p.stderr)
-            self.assertIn("cmocka is missing, so the C unit tests (tests/test_*.c) are not built", p.stdout)
+            self.assertIn("cmocka is missing, so the C unit tests (tests/FOLDER/test_*.c) are not built", p.stdout)
             self.assertIn("bash scripts/setup.sh test", p.stdout)
             self.assertNotIn("tests/tensor/test_tensor.c", p.stdout.split("cmocka is missing")[1])
             self.assertIn("lectures/lecture_00.c", p.stdout)

@@ -16,18 +16,12 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from tracecheck import fixture, links, machine_gpus  # noqa: E402
+from tracecheck import FixtureTest, fixture, links, machine_gpus  # noqa: E402
 
 FIXTURE = "p2p_order_fixture"   # a short run that passes
 
 
-class CudaSync(unittest.TestCase):
-    def setUp(self):
-        self.out = tempfile.mkdtemp(prefix="lectern-test-cuda-sync-")
-
-    def tearDown(self):
-        shutil.rmtree(self.out, ignore_errors=True)
-
+class CudaSync(FixtureTest):
     def run_with(self, value, *args):
         env = dict(os.environ)
         env.pop("LECTERN_CUDA_SYNC", None)

@@ -165,7 +165,7 @@ class HomeworkFailedCheck(unittest.TestCase):
     with gradients near AdamW's eps), and a passed one shows nothing."""
 
     def test_failed_check_is_followed_by_both_tensors(self):
-        binary = os.path.join(BUILD, "tests", "fixtures", "homework_08_wrong_zero1_sum")
+        binary = tracecheck.fixture("homework_08_wrong_zero1_sum")
         out = tempfile.mkdtemp(prefix="lectern-inspect-")
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
         p = subprocess.run([binary, "--quiet", "--out", out], capture_output=True, text=True, timeout=300)
