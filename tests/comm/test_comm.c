@@ -188,17 +188,10 @@ static void run_point_to_point(const comm_args *a, int rank, int world) {
     if (world < 2) return;
     int next = (rank + 1) % world, prev = (rank + world - 1) % world;
 
-    /* A ring with blocking calls: even ranks send first, odd ranks receive
-     * first, so no two neighbours both wait to receive. */
+    /* A ring with blocking calls (lecture_test.h). */
     tensor *mine = inputs(rank, N);
     tensor *got = zeros(N, 0, get_device(rank));
-    if (rank % 2 == 0) {
-        dist_send(mine, next);
-        dist_recv(got, prev);
-    } else {
-        dist_recv(got, prev);
-        dist_send(mine, next);
-    }
+    ring_send_recv(mine, got, rank, world);
     save_tensor(a, "send_recv", world, rank, got);
     tensor_free(mine);
     tensor_free(got);
@@ -349,14 +342,18 @@ static void expect_close(const char *what, int rank, int64_t i, double got, doub
                  got, want);
 }
 
-static void check_all_reduce(const char *prefix) {
+/* Every rank's result of each op of `prefix`: the reduced vector whole
+ * (all-reduce), or rank r's chunk r of the reduced (N * group_world) vector
+ * (chunked: reduce-scatter). */
+static void check_reduced(const char *prefix, int chunked) {
     for (int k = 0; k < 4; k++) {
         char name[64];
         snprintf(name, sizeof name, "%s_%s", prefix, OP_NAMES[k]);
         for (int r = 0; r < group_world; r++) {
             float *v = load(name, r, N);
+            int64_t first = chunked ? (int64_t)r * N : 0;
             for (int64_t i = 0; i < N; i++)
-                expect_close(name, r, i, v[i], reduce_expected(k, i), k != 1);
+                expect_close(name, r, i, v[i], reduce_expected(k, first + i), k != 1);
             free(v);
         }
     }
@@ -364,12 +361,12 @@ static void check_all_reduce(const char *prefix) {
 
 static void test_all_reduce(void **state) {
     (void)state;
-    check_all_reduce("all_reduce");
+    check_reduced("all_reduce", 0);
 }
 
 static void test_all_reduce_async(void **state) {
     (void)state;
-    check_all_reduce("all_reduce_async");
+    check_reduced("all_reduce_async", 0);
 }
 
 static void test_reduce(void **state) {
@@ -384,28 +381,14 @@ static void test_reduce(void **state) {
     }
 }
 
-static void check_reduce_scatter(const char *prefix) {
-    for (int k = 0; k < 4; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "%s_%s", prefix, OP_NAMES[k]);
-        for (int r = 0; r < group_world; r++) {
-            float *v = load(name, r, N);
-            /* rank r holds chunk r of the reduced (N * group_world) vector */
-            for (int64_t i = 0; i < N; i++)
-                expect_close(name, r, i, v[i], reduce_expected(k, (int64_t)r * N + i), k != 1);
-            free(v);
-        }
-    }
-}
-
 static void test_reduce_scatter(void **state) {
     (void)state;
-    check_reduce_scatter("reduce_scatter");
+    check_reduced("reduce_scatter", 1);
 }
 
 static void test_reduce_scatter_async(void **state) {
     (void)state;
-    check_reduce_scatter("reduce_scatter_async");
+    check_reduced("reduce_scatter_async", 1);
 }
 
 static void check_broadcast(const char *name) {

@@ -246,16 +246,10 @@ static void one_size(checker *c, int world, int64_t n) {
 
     if (world < 2) return;
     int next = (rank + 1) % world, prev = (rank + world - 1) % world;
-    /* A ring, blocking: even ranks send first. */
+    /* A ring, blocking: even ranks send first (lecture_test.h). */
     tensor *mine = inputs(c, rank, n);
     tensor *got = filled(c, n, -99);
-    if (rank % 2 == 0) {
-        dist_send(mine, next);
-        dist_recv(got, prev);
-    } else {
-        dist_recv(got, prev);
-        dist_send(mine, next);
-    }
+    ring_send_recv(mine, got, rank, world);
     want_ctx from_prev = {.who = prev};
     expect(c, "send/recv", n, got, want_input, &from_prev);
     tensor_free(mine);

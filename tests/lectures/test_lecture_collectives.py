@@ -78,8 +78,9 @@ def line_of(function, text):
     return tracecheck.line_of(SOURCE, text, within=function)
 
 
-class LectureCollectives(tracecheck.LectureRun, unittest.TestCase):
+class LectureCollectives(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
     NAME = NAME
+    SECTIONS = SECTIONS
 
     def renderings(self, kind):
         """(step, rendering) of every rendering of this kind, in order."""
@@ -99,13 +100,6 @@ class LectureCollectives(tracecheck.LectureRun, unittest.TestCase):
             if m:
                 out.append((s, m))
         return out
-
-    def test_schema_and_line_accuracy(self):
-        tracecheck.validate(self.path)
-
-    def test_sections_in_order(self):
-        heads = [r["data"].strip() for _, r in self.renderings("markdown") if r["data"].startswith("#")]
-        self.assertEqual([h for h in heads if h in SECTIONS], SECTIONS)
 
     def test_send_recv(self):
         sent = self.markdown(r"^rank 0 sent tensor\(\[([^\]]*)\]")

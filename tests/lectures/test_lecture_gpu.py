@@ -65,8 +65,9 @@ def table_rows(text, cells):
     return rows[1:]
 
 
-class LectureGpu(tracecheck.LectureRun, unittest.TestCase):
+class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
     NAME = NAME
+    SECTIONS = SECTIONS
 
     def renderings(self, kind):
         return [(s, r) for s in self.trace["steps"] for r in s["renderings"] if r["type"] == kind]
@@ -99,13 +100,6 @@ class LectureGpu(tracecheck.LectureRun, unittest.TestCase):
 
     def gpus(self):
         return self.trace["meta"]["gpus"]
-
-    def test_schema_and_line_accuracy(self):
-        tracecheck.validate(self.path)
-
-    def test_sections_in_order(self):
-        heads = [r["data"].strip() for _, r in self.renderings("markdown") if r["data"].startswith("#")]
-        self.assertEqual([h for h in heads if h in SECTIONS], SECTIONS)
 
     def test_every_check_passed_and_the_expected_ones_ran(self):
         checks = self.checks()

@@ -224,6 +224,17 @@ class HomeworkTest(FixtureTest):
             self.assertFalse(troubles(t))
         return p, t
 
+    def starter_fails_every_check(self):
+        """The starter (lectures/HOMEWORK) fails every graded check on every
+        rank, says so in its last line, and nothing else goes wrong (no
+        error step, no leak warning); (process, trace)."""
+        p, t = self.outcome(lecture(self.HOMEWORK), 1)
+        want = sorted((r, w, False) for r in range(self.WORLD) for w in self.NAMES.graded)
+        self.assertEqual(self.NAMES.checks(t), want)
+        self.assertEqual(last_line(p), "checks: 0 passed, %d failed, 0 not reached" % len(want))
+        self.assertFalse(troubles(t))
+        return p, t
+
     def outcome(self, which, status, *args):
         """Runs the fixture HOMEWORK_`which` (or the binary at the absolute
         path `which`) with `args`; asserts its exit status; (process, trace)."""
@@ -873,6 +884,20 @@ class WholeTrace:
         for section in self.SECTIONS:
             self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
             pos = headings.index(section, pos) + 1
+
+
+class ValidTrace:
+    """A mixin for a LectureRun test whose lecture has spawns meant to fail
+    (WholeTrace's are all ok): the trace passes validate(), and its headings
+    among SECTIONS are SECTIONS, each once and in that order."""
+    SECTIONS = []
+
+    def test_schema_and_line_accuracy(self):
+        validate(self.path)
+
+    def test_sections_in_order(self):
+        heads = [r["data"].strip() for _, r in self.renderings("markdown") if r["data"].startswith("#")]
+        self.assertEqual([h for h in heads if h in self.SECTIONS], self.SECTIONS)
 
 
 class CommittedTrace:

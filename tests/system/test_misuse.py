@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
@@ -111,14 +110,7 @@ def errors(trace):
     return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == "error"]
 
 
-class Base(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.out = self.tmp.name
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class Base(tracecheck.FixtureTest):
     def src_line(self, n):
         with open(FIXTURE_SRC) as f:
             return f.read().split("\n")[n - 1]

@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -21,14 +20,7 @@ FIXTURE = OPTIONS.binary
 texts = tracecheck.texts
 
 
-class Options(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.out = self.tmp.name
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class Options(tracecheck.FixtureTest):
     def run_fixture(self, *args, case=""):
         return OPTIONS.run(self.out, *args, case=case, timeout=180)
 
