@@ -184,38 +184,39 @@ static void run_data_movement(const comm_args *a, int rank, int world) {
     tensor_free(out);
 }
 
-static void run_point_to_point(const comm_args *a, int rank, int world) {
-    if (world < 2) return;
-    int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+/* sendrecv: every rank sends right and receives from the left at once. */
+static void by_sendrecv(tensor *mine, tensor *got, int rank, int world) {
+    dist_sendrecv(mine, (rank + 1) % world, got, (rank + world - 1) % world);
+}
 
-    /* A ring with blocking calls (lecture_test.h). */
-    tensor *mine = inputs(rank, N);
-    tensor *got = zeros(N, 0, get_device(rank));
-    ring_send_recv(mine, got, rank, world);
-    save_tensor(a, "send_recv", world, rank, got);
-    tensor_free(mine);
-    tensor_free(got);
-
-    /* sendrecv: every rank sends right and receives from the left at once,
-     * large enough that blocking sends in that order would deadlock. */
-    mine = inputs(rank, BIG);
-    got = zeros(BIG, 0, get_device(rank));
-    dist_sendrecv(mine, next, got, prev);
-    save_tensor(a, "sendrecv", world, rank, got);
-    tensor_free(mine);
-    tensor_free(got);
-
-    /* Non-blocking: everyone posts both, then waits; large enough that a
-     * blocking pair in this order would deadlock. */
-    mine = inputs(rank, BIG);
-    got = zeros(BIG, 0, get_device(rank));
-    dist_request *s = dist_isend(mine, next);
-    dist_request *r = dist_irecv(got, prev);
+/* Non-blocking: everyone posts both, then waits. */
+static void by_isend_irecv(tensor *mine, tensor *got, int rank, int world) {
+    dist_request *s = dist_isend(mine, (rank + 1) % world);
+    dist_request *r = dist_irecv(got, (rank + world - 1) % world);
     dist_wait(r);
     dist_wait(s);
-    save_tensor(a, "isend_irecv", world, rank, got);
+}
+
+/* Each rank's n inputs sent round the ring by `exchange`; what it got from
+ * the previous rank saved as `name`. */
+static void ring_saved(const comm_args *a, const char *name, int64_t n, int rank, int world,
+                       void (*exchange)(tensor *mine, tensor *got, int rank, int world)) {
+    tensor *mine = inputs(rank, n);
+    tensor *got = zeros(n, 0, get_device(rank));
+    exchange(mine, got, rank, world);
+    save_tensor(a, name, world, rank, got);
     tensor_free(mine);
     tensor_free(got);
+}
+
+static void run_point_to_point(const comm_args *a, int rank, int world) {
+    if (world < 2) return;
+    /* A ring with blocking calls (lecture_test.h), then sendrecv and
+     * isend/irecv at a size large enough that blocking sends in their order
+     * would deadlock. */
+    ring_saved(a, "send_recv", N, rank, world, ring_send_recv);
+    ring_saved(a, "sendrecv", BIG, rank, world, by_sendrecv);
+    ring_saved(a, "isend_irecv", BIG, rank, world, by_isend_irecv);
 }
 
 static void run_misc(const comm_args *a, int rank, int world) {
@@ -342,14 +343,16 @@ static void expect_close(const char *what, int rank, int64_t i, double got, doub
                  got, want);
 }
 
-/* Every rank's result of each op of `prefix`: the reduced vector whole
+/* Each rank's result of each op of `prefix`: the reduced vector whole
  * (all-reduce), or rank r's chunk r of the reduced (N * group_world) vector
- * (chunked: reduce-scatter). */
-static void check_reduced(const char *prefix, int chunked) {
+ * (chunked: reduce-scatter); only rank dst's when dst >= 0 (reduce: the
+ * result lives on dst only). */
+static void check_reduced(const char *prefix, int chunked, int dst) {
     for (int k = 0; k < 4; k++) {
         char name[64];
         snprintf(name, sizeof name, "%s_%s", prefix, OP_NAMES[k]);
         for (int r = 0; r < group_world; r++) {
+            if (dst >= 0 && r != dst) continue;
             float *v = load(name, r, N);
             int64_t first = chunked ? (int64_t)r * N : 0;
             for (int64_t i = 0; i < N; i++)
@@ -359,36 +362,22 @@ static void check_reduced(const char *prefix, int chunked) {
     }
 }
 
+/* blocking and async */
 static void test_all_reduce(void **state) {
     (void)state;
-    check_reduced("all_reduce", 0);
-}
-
-static void test_all_reduce_async(void **state) {
-    (void)state;
-    check_reduced("all_reduce_async", 0);
+    check_reduced("all_reduce", 0, -1);
+    check_reduced("all_reduce_async", 0, -1);
 }
 
 static void test_reduce(void **state) {
     (void)state;
-    for (int k = 0; k < 4; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "reduce_%s", OP_NAMES[k]);
-        float *v = load(name, group_world - 1, N); /* the result lives on dst only */
-        for (int64_t i = 0; i < N; i++)
-            expect_close(name, group_world - 1, i, v[i], reduce_expected(k, i), k != 1);
-        free(v);
-    }
+    check_reduced("reduce", 0, group_world - 1);
 }
 
 static void test_reduce_scatter(void **state) {
     (void)state;
-    check_reduced("reduce_scatter", 1);
-}
-
-static void test_reduce_scatter_async(void **state) {
-    (void)state;
-    check_reduced("reduce_scatter_async", 1);
+    check_reduced("reduce_scatter", 1, -1);
+    check_reduced("reduce_scatter_async", 1, -1);
 }
 
 static void check_broadcast(const char *name) {
@@ -600,19 +589,12 @@ static void run_group(int world, const char *backend, const struct CMUnitTest *t
 
 static void body(void) {
     const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_all_reduce),
-            cmocka_unit_test(test_reduce),
-            cmocka_unit_test(test_reduce_scatter),
-            cmocka_unit_test(test_broadcast),
-            cmocka_unit_test(test_all_gather),
-            cmocka_unit_test(test_scatter),
-            cmocka_unit_test(test_gather),
-            cmocka_unit_test(test_send_recv),
-            cmocka_unit_test(test_big_all_reduce),
-            cmocka_unit_test(test_barrier_waits),
+            cmocka_unit_test(test_all_reduce),     cmocka_unit_test(test_reduce),
+            cmocka_unit_test(test_reduce_scatter), cmocka_unit_test(test_broadcast),
+            cmocka_unit_test(test_all_gather),     cmocka_unit_test(test_scatter),
+            cmocka_unit_test(test_gather),         cmocka_unit_test(test_send_recv),
+            cmocka_unit_test(test_big_all_reduce), cmocka_unit_test(test_barrier_waits),
             cmocka_unit_test(test_identity),
-            cmocka_unit_test(test_all_reduce_async),
-            cmocka_unit_test(test_reduce_scatter_async),
     };
     const struct CMUnitTest outside[] = {cmocka_unit_test(test_outside_spawn)};
     failures += cmocka_run_group_tests_name("outside spawn", outside, NULL, NULL);

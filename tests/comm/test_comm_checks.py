@@ -8,12 +8,11 @@ result after a mismatch. LECTERN_BUILD picks the build folder.
 """
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from tracecheck import FixtureTest, fixture, line_of, rank_processes  # noqa: E402
+from tracecheck import FixtureTest, line_of  # noqa: E402
 
 SRC = os.path.join(tracecheck.ROOT, "tests", "fixtures", "comm_checks.c")
 WHERE = "tests/fixtures/comm_checks.c"
@@ -21,24 +20,10 @@ WHERE = "tests/fixtures/comm_checks.c"
 
 class CommChecks(FixtureTest):
     def run_case(self, case, env=None, want_rc=1):
-        e = {"COMM_CASE": case}
-        e.update(env or {})
-        rc, out, err = self.run_fixture("comm_checks", e)
-        self.assertEqual(rc, want_rc, "case %s: status %d\n%s" % (case, rc, err))
-        name = "comm_checks.failed.json" if want_rc else "comm_checks.json"
-        t = tracecheck.validate(os.path.join(self.out, name))
-        # No rank left running, whichever way the spawn ended (the pool is
-        # killed a moment after the lecture writes its trace).
-        binary = fixture("comm_checks")
-        deadline = time.monotonic() + 5
-        while rank_processes(binary) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.assertEqual(rank_processes(binary), [])
-        return t, err
+        # No rank left running, whichever way the spawn ended.
+        return self.run_traced("comm_checks", dict({"COMM_CASE": case}, **(env or {})), want_rc, ranks_gone=True)
 
-    @staticmethod
-    def errors(t):
-        return [(s, r["data"]) for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
+    errors = staticmethod(tracecheck.errors)
 
     @staticmethod
     def texts(t):
@@ -49,11 +34,8 @@ class CommChecks(FixtureTest):
         four, six = line_of(SRC, "MARK:four"), line_of(SRC, "MARK:six")
         errs = self.errors(t)
         for rank in range(4):
-            mine = [(s, m) for s, m in errs if s.get("rank") == rank and "made different calls" in m]
-            self.assertEqual(len(mine), 1, "rank %d: %s" % (rank, errs))
-            step, msg = mine[0]
             own = six if rank == 2 else four
-            self.assertEqual(step["stack"][-1]["line"], own, msg)
+            msg = self.one_error(errs, rank, "made different calls", own)
             self.assertIn("rank %d: dist_all_reduce of %d floats (sum) at %s:%d"
                           % (rank, 6 if rank == 2 else 4, WHERE, own), msg)
             # The other line named: rank 2's for everyone else, a 4-float rank's for rank 2.
@@ -118,10 +100,7 @@ class CommChecks(FixtureTest):
         t, err = self.run_case("forgotten")
         line = line_of(SRC, "MARK:forgotten")
         for rank in (0, 1):
-            mine = [(s, m) for s, m in self.errors(t) if s.get("rank") == rank]
-            self.assertEqual(len(mine), 1, self.errors(t))
-            step, msg = mine[0]
-            self.assertEqual(step["stack"][-1]["line"], line)
+            msg = self.one_error(self.errors(t), rank, "", line)
             self.assertTrue(msg.startswith("%s:%d: " % (WHERE, line)), msg)
             self.assertIn("dist_all_reduce_async", msg)
             self.assertIn("never waited for", msg)
@@ -137,10 +116,7 @@ class CommChecks(FixtureTest):
         # bound includes starting the pool, which takes seconds on a busy
         # 2-core machine; the report itself comes 1.5 s after the wait.
         self.assertLess(self.seconds, 60)
-        msgs = [(s, m) for s, m in self.errors(t) if s.get("rank") == 0]
-        self.assertEqual(len(msgs), 1, self.errors(t))
-        step, msg = msgs[0]
-        self.assertEqual(step["stack"][-1]["line"], line)
+        msg = self.one_error(self.errors(t), 0, "", line)
         self.assertIn("rank 0 of", msg)
         self.assertIn("waits in %s()" % waiting_in, msg)
         self.assertIn(returned + ", which returned", msg)
@@ -153,12 +129,13 @@ class CommChecks(FixtureTest):
         self.assertEqual(t["spawns"][0]["status"], "failed")
         return t, self.errors(t)
 
+    def error_at(self, errs, rank, words, marker):
+        """The one error of `rank` holding `words`, at the line of `marker`."""
+        return self.one_error(errs, rank, words, line_of(SRC, marker))
+
     def test_changing_an_isends_tensor_before_wait_is_an_error_at_that_line(self):
         t, errs = self.touched("send")
-        mine = [(s, m) for s, m in errs if s.get("rank") == 0 and "add_scalar" in m]
-        self.assertEqual(len(mine), 1, errs)
-        step, msg = mine[0]
-        self.assertEqual(step["stack"][-1]["line"], line_of(SRC, "MARK:touch-send"), msg)
+        msg = self.error_at(errs, 0, "add_scalar", "MARK:touch-send")
         self.assertIn("changes a tensor that dist_isend at %s:%d is still sending"
                       % (WHERE, line_of(SRC, "MARK:touch-isend")), msg)
         self.assertIn("dist_wait", msg)
@@ -166,10 +143,7 @@ class CommChecks(FixtureTest):
 
     def test_a_change_through_data_is_caught_at_the_wait(self):
         t, errs = self.touched("raw")
-        mine = [(s, m) for s, m in errs if s.get("rank") == 0 and "changed before this wait" in m]
-        self.assertEqual(len(mine), 1, errs)
-        step, msg = mine[0]
-        self.assertEqual(step["stack"][-1]["line"], line_of(SRC, "MARK:touch-wait"), msg)
+        msg = self.error_at(errs, 0, "changed before this wait", "MARK:touch-wait")
         self.assertIn("dist_isend at %s:%d" % (WHERE, line_of(SRC, "MARK:touch-isend")), msg)
 
     def test_a_change_through_data_in_a_timed_region_is_not_hashed(self):
@@ -185,10 +159,7 @@ class CommChecks(FixtureTest):
 
     def test_reading_an_irecvs_tensor_before_wait_is_an_error(self):
         t, errs = self.touched("recv")
-        mine = [(s, m) for s, m in errs if s.get("rank") == 1 and "item" in m]
-        self.assertEqual(len(mine), 1, errs)
-        step, msg = mine[0]
-        self.assertEqual(step["stack"][-1]["line"], line_of(SRC, "MARK:touch-recv"), msg)
+        msg = self.error_at(errs, 1, "item", "MARK:touch-recv")
         self.assertIn("reads a tensor that dist_irecv at %s:%d is still writing into"
                       % (WHERE, line_of(SRC, "MARK:touch-irecv")), msg)
         self.assertFalse([x for x in self.texts(t) if "early:" in x])
@@ -196,17 +167,12 @@ class CommChecks(FixtureTest):
     def test_reading_an_async_all_reduces_tensor_before_wait_is_an_error(self):
         t, errs = self.touched("async")
         for rank in (0, 1):
-            mine = [(s, m) for s, m in errs if s.get("rank") == rank and "item" in m]
-            self.assertEqual(len(mine), 1, errs)
-            self.assertEqual(mine[0][0]["stack"][-1]["line"], line_of(SRC, "MARK:touch-async-read"))
-            self.assertIn("dist_all_reduce_async at %s:%d" % (WHERE, line_of(SRC, "MARK:touch-async")),
-                          mine[0][1])
+            msg = self.error_at(errs, rank, "item", "MARK:touch-async-read")
+            self.assertIn("dist_all_reduce_async at %s:%d" % (WHERE, line_of(SRC, "MARK:touch-async")), msg)
 
     def test_freeing_an_isends_tensor_before_wait_is_an_error(self):
         t, errs = self.touched("free")
-        mine = [(s, m) for s, m in errs if s.get("rank") == 0 and "tensor_free" in m]
-        self.assertEqual(len(mine), 1, errs)
-        self.assertEqual(mine[0][0]["stack"][-1]["line"], line_of(SRC, "MARK:touch-free"))
+        self.error_at(errs, 0, "tensor_free", "MARK:touch-free")
 
     def test_the_same_calls_waited_first_run_clean(self):
         # The control: waiting before touching is fine, including two isends
@@ -225,11 +191,7 @@ class CommChecks(FixtureTest):
 
     def test_the_librarys_error_reaches_the_trace(self):
         t, err = self.run_case("mpierror")
-        line = line_of(SRC, "MARK:mpierror")
-        msgs = [(s, m) for s, m in self.errors(t) if "MPI error" in m]
-        self.assertEqual(len(msgs), 1, self.errors(t))
-        step, msg = msgs[0]
-        self.assertEqual(step["stack"][-1]["line"], line)
+        msg = self.error_at(self.errors(t), None, "MPI error", "MARK:mpierror")
         # Open MPI's own words for a negative count, and the call.
         self.assertIn("MPI_ERR_COUNT", msg)
         self.assertIn("MPI_Bcast", msg)

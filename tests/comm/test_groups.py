@@ -170,9 +170,7 @@ class TimedRegion(FixtureTest):
     def named_at(self, case, marker):
         """Ranks 0 and 2 (group {0,2}) each have an error at the marked line,
         ranks 1 and 3 none."""
-        rc, out, err = self.run_fixture("groups_fixture", {"GROUPS_CASE": case})
-        self.assertEqual(rc, 1, err)
-        t = tracecheck.validate(os.path.join(self.out, "groups_fixture.failed.json"))
+        t, err = self.run_traced("groups_fixture", {"GROUPS_CASE": case}, 1)
         line = line_of(SRC, marker)
         errs = [(s.get("rank"), s["stack"][-1]["line"], r["data"]) for s in t["steps"] for r in s["renderings"]
                 if r["type"] == "error"]
@@ -184,24 +182,15 @@ class TimedRegion(FixtureTest):
 
 class Mistakes(FixtureTest):
     def run_case(self, case, env=None):
-        e = {"GROUPS_CASE": case}
-        e.update(env or {})
-        rc, out, err = self.run_fixture("groups_fixture", e)
-        self.assertEqual(rc, 1, "case %s: status %d\n%s" % (case, rc, err))
-        return tracecheck.validate(os.path.join(self.out, "groups_fixture.failed.json")), err
+        return self.run_traced("groups_fixture", dict({"GROUPS_CASE": case}, **(env or {})), 1)
 
-    @staticmethod
-    def errors(t):
-        return [(s, r["data"]) for s in t["steps"] for r in s["renderings"] if r["type"] == "error"]
+    errors = staticmethod(tracecheck.errors)
 
     def at_line(self, t, marker, text, ranks):
         """Each rank of `ranks` has an error step at the marked line containing `text`."""
         line = line_of(SRC, marker)
         for rank in ranks:
-            mine = [(s, m) for s, m in self.errors(t) if s.get("rank") == rank and text in m]
-            self.assertEqual(len(mine), 1, "rank %d: %s" % (rank, self.errors(t)))
-            step, msg = mine[0]
-            self.assertEqual(step["stack"][-1]["line"], line, msg)
+            msg = self.one_error(self.errors(t), rank, text, line)
             self.assertTrue(msg.startswith("%s:%d: " % (WHERE, line)), msg)
         # Nobody went on to use a group after the error.
         self.assertFalse([s for s in t["steps"] for r in s["renderings"] if "made a group" in str(r.get("data"))])
@@ -229,10 +218,7 @@ class Mistakes(FixtureTest):
         six, four = line_of(SRC, "MARK:g6"), line_of(SRC, "MARK:g4")
         errs = self.errors(t)
         for rank, own, other, n_own, n_other in ((0, four, six, 4, 6), (2, six, four, 6, 4)):
-            mine = [(s, m) for s, m in errs if s.get("rank") == rank and "made different calls" in m]
-            self.assertEqual(len(mine), 1, errs)
-            step, msg = mine[0]
-            self.assertEqual(step["stack"][-1]["line"], own)
+            msg = self.one_error(errs, rank, "made different calls", own)
             self.assertIn("the ranks of group {0,2} made different calls", msg)
             self.assertIn("rank %d: dist_all_reduce_in of %d floats (sum) at %s:%d" % (rank, n_own, WHERE, own), msg)
             self.assertIn("rank %d: dist_all_reduce_in of %d floats (sum) at %s:%d"
@@ -253,10 +239,7 @@ class Mistakes(FixtureTest):
         t, err = self.run_case("waits", {"LECTERN_TIMEOUT": "20"})
         line = line_of(SRC, "MARK:waits")
         self.assertLess(self.seconds, 60)
-        msgs = [(s, m) for s, m in self.errors(t) if s.get("rank") == 0]
-        self.assertEqual(len(msgs), 1, self.errors(t))
-        step, msg = msgs[0]
-        self.assertEqual(step["stack"][-1]["line"], line)
+        msg = self.one_error(self.errors(t), 0, "", line)
         self.assertIn("waits in dist_all_reduce_in(group {0,1})", msg)
         self.assertNotIn("{0,1})()", msg)
         self.assertIn("rank 1, which returned", msg)

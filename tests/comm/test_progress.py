@@ -22,8 +22,6 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-ROOT = tracecheck.ROOT
-BUILD = tracecheck.BUILD
 PROGRESS = tracecheck.Fixture("progress_fixture")
 FIXTURE, SOURCE, line_of = PROGRESS.binary, PROGRESS.source, PROGRESS.line_of
 NUM = r"([-0-9.e+]+)"

@@ -18,8 +18,6 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-ROOT = tracecheck.ROOT
-BUILD = tracecheck.BUILD
 TIMER = tracecheck.Fixture("timer_fixture")
 NUM = r"([-0-9.e+]+)"
 

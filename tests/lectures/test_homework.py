@@ -28,7 +28,6 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
 STARTER = os.path.join(BUILD, "lectures", "homework_08")
 SOLUTION = tracecheck.fixture("homework_08_solution")

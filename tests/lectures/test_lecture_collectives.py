@@ -115,15 +115,20 @@ class LectureCollectives(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.
         self.assertEqual(len({m.group(2) for _, m in waited}), 1)
         self.assertEqual([float(v) for v in waited[0][1].group(2).split(",")], [3.0] * 4)
 
+    def expected_errors(self, function, what):
+        """The error steps stamped in `function` (spawn_expect_failure's
+        ranks): there must be some, each marked expected."""
+        errors = [(s, r) for s, r in self.renderings("error") if s["stack"][-1]["function"] == function]
+        self.assertTrue(errors, "the %s's report is not in the trace" % what)
+        self.assertTrue(all(r.get("expected") is True for _, r in errors), errors)
+        return errors
+
     def test_deadlock_reported_at_the_send(self):
         # spawn_expect_failure(): the report is the ranks' error steps, marked
         # as expected, and the run goes on (it exited 0: setUp)
         line = line_of("both_send_first_main", "dist_send(mine, 1 - rank);")
         spawn_line = line_of("mistakes", "spawn_expect_failure(both_send_first_main")
-        errors = [(s, r) for s, r in self.renderings("error")
-                  if s["stack"][-1]["function"] == "both_send_first_main"]
-        self.assertTrue(errors, "the deadlock's report is not in the trace")
-        self.assertTrue(all(r.get("expected") is True for _, r in errors), errors)
+        errors = self.expected_errors("both_send_first_main", "deadlock")
         self.assertEqual(sorted(s["rank"] for s, _ in errors), [0, 1])
         for s, r in errors:
             self.assertEqual((s["stack"][-1]["function"], s["stack"][-1]["line"]), ("both_send_first_main", line))
@@ -142,10 +147,7 @@ class LectureCollectives(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.
         # its add_scalar line and the isend's; nothing else failed
         touch = line_of("touch_then_wait_main", "add_scalar(t, 100.0f);")
         isend = line_of("touch_then_wait_main", "dist_isend(t, 1);")
-        errors = [(s, r) for s, r in self.renderings("error")
-                  if s["stack"][-1]["function"] == "touch_then_wait_main"]
-        self.assertTrue(errors, "the race's report is not in the trace")
-        self.assertTrue(all(r.get("expected") is True for _, r in errors), errors)
+        errors = self.expected_errors("touch_then_wait_main", "race")
         mine = [(s, r) for s, r in errors if "add_scalar" in r["data"]]
         self.assertEqual([(s["rank"], s["stack"][-1]["line"]) for s, _ in mine], [(0, touch)], errors)
         self.assertEqual(len(mine), 1, errors)
@@ -348,10 +350,7 @@ class LectureCollectives(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.
         self.assertIn("four different ways", " ".join(r["data"] for _, r in self.renderings("markdown")))
 
     def test_plot_is_vega_lite_v6_with_four_series(self):
-        plots = self.renderings("plot")
-        self.assertEqual(len(plots), 1)
-        spec = plots[0][1]["spec"]
-        self.assertIn("/v6", spec["$schema"])
+        spec = self.one_plot()
         series = {v["series"] for v in spec["data"]["values"]}
         self.assertEqual(series, {"ring measured", "tree measured", "ring model", "tree model"})
         rows = self.sweep()

@@ -238,10 +238,7 @@ class LectureDDP(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase
         self.assertEqual([r["passed"] for r in checks], [True])
         said = re.search(r"and (\d+) buckets, between the two, are the fastest \(([0-9.]+) ms", self.markdown_text())
         self.assertEqual((int(said.group(1)), said.group(2)), (model[best]["buckets"], "%.2f" % steps[best]))
-        plots = [r["spec"] for _, r in self.renderings("plot")]
-        self.assertEqual(len(plots), 1)
-        spec = plots[0]
-        self.assertIn("vega-lite/v6", spec["$schema"])
+        spec = self.one_plot()
         self.assertEqual((spec["encoding"]["x"]["title"], spec["encoding"]["y"]["title"]), ("buckets", "step (ms)"))
         # the chart plots the table's values
         points = {(p["series"], p["x"]): p["y"] for p in spec["data"]["values"]}

@@ -15,7 +15,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import planted  # noqa: E402
 import tracecheck  # noqa: E402
 
-ROOT = tracecheck.ROOT
 
 
 class Planted(unittest.TestCase):

@@ -111,6 +111,11 @@ class Fixture:
         return run(self.binary, out, *args, **kwargs)
 
 
+def errors(trace):
+    """Every error step of a trace as (step, its message), in order."""
+    return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == "error"]
+
+
 def texts(trace):
     """The data of every text rendering of a trace (None: no trace), in order."""
     return [r["data"] for s in (trace or {}).get("steps", []) for r in s["renderings"] if r["type"] == "text"]
@@ -158,6 +163,31 @@ class FixtureTest(unittest.TestCase):
 
     def tearDown(self):
         shutil.rmtree(self.out, ignore_errors=True)
+
+    def run_traced(self, name, env, want_rc, ranks_gone=False):
+        """Runs the fixture NAME (env added), which must exit want_rc; (its
+        trace, NAME.json or NAME.failed.json as it failed, validated; its
+        stderr). ranks_gone: its ranks must end too, within 5 s (the pool is
+        killed a moment after the lecture writes its trace)."""
+        rc, out, err = self.run_fixture(name, env)
+        self.assertEqual(rc, want_rc, "%s: status %d\n%s" % (env, rc, err))
+        t = validate(os.path.join(self.out, name + (".failed.json" if want_rc else ".json")))
+        if ranks_gone:
+            deadline = time.monotonic() + 5
+            while rank_processes(fixture(name)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(rank_processes(fixture(name)), [], "ranks left running")
+        return t, err
+
+    def one_error(self, errs, rank, words, line):
+        """The message of the one error in `errs` ((step, message) pairs) of
+        `rank` (None: any rank) that holds `words`; its step must be stamped
+        at `line`."""
+        mine = [(s, m) for s, m in errs if rank in (None, s.get("rank")) and words in m]
+        self.assertEqual(len(mine), 1, errs)
+        step, msg = mine[0]
+        self.assertEqual(step["stack"][-1]["line"], line, msg)
+        return msg
 
     def run_fixture(self, name, env=None, timeout=120):
         """Runs tests/fixtures/NAME --quiet into self.out; (exit status,
@@ -849,6 +879,13 @@ class LectureRun:
     def rows_by_first(table):
         """{first cell: the rest of its row}: a table whose rows are named."""
         return {row[0]: row[1:] for row in table["rows"]}
+
+    def one_plot(self):
+        """The spec of the lecture's one plot (Vega-Lite v6)."""
+        plots = [r["spec"] for _, r in self.renderings("plot")]
+        self.assertEqual(len(plots), 1)
+        self.assertIn("vega-lite/v6", plots[0]["$schema"])
+        return plots[0]
 
     # ---- printed numbers ----
 

@@ -62,20 +62,23 @@ class Deadlock(FixtureTest):
         LATENCIES.append(sp["seconds"] - sp.get("startup_s", 0))
         return sp["seconds"] - sp.get("startup_s", 0)
 
+    def ranks_named(self, case, ranks, floats=None):
+        """Runs `case`, which must fail within 5 s of its spawn (the pool's
+        start included); the ranks' error steps, which must be one for each
+        of `ranks`, as (step, rendering); and its stderr."""
+        rc, t, err = self.case(case, floats)
+        self.assertEqual(rc, 1, err)
+        self.assertEqual(t["spawns"][0]["status"], "failed")
+        self.assertLess(self.spawn_seconds(t), 5.0 + SLACK, err)
+        errs = [(s, r) for s, r in errors(t) if s["rank"] is not None]
+        self.assertEqual(sorted(s["rank"] for s, _ in errs), ranks, errs)
+        return errs, err
+
     def assert_swap_deadlock(self, floats):
         line = line_of(SRC, "MARK:send-first")
         for i in range(REPEAT):
-            rc, t, err = self.case("swap", floats)
-            self.assertEqual(rc, 1, err)
-            self.assertEqual(t["spawns"][0]["status"], "failed")
-            # within 5 s of the spawn (pool start included)
-            self.assertLess(self.spawn_seconds(t), 5.0 + SLACK, err)
-            errs = errors(t)
-            ranks = sorted(s["rank"] for s, r in errs if s["rank"] is not None)
-            self.assertEqual(ranks, [0, 1], errs)
+            errs, err = self.ranks_named("swap", [0, 1], floats)
             for s, r in errs:
-                if s["rank"] is None:
-                    continue
                 other = 1 - s["rank"]
                 self.assertEqual(s["stack"][-1]["line"], line)
                 self.assertIn("%s:%d: deadlock: rank %d of 2 waits in dist_send() in swap_send_first() for rank %d "
@@ -116,11 +119,7 @@ class Deadlock(FixtureTest):
     def test_both_receive_first(self):
         line = line_of(SRC, "MARK:recv-first")
         for i in range(REPEAT):
-            rc, t, err = self.case("recv")
-            self.assertEqual(rc, 1, err)
-            self.assertLess(self.spawn_seconds(t), 5.0 + SLACK)
-            errs = [(s, r) for s, r in errors(t) if s["rank"] is not None]
-            self.assertEqual(sorted(s["rank"] for s, _ in errs), [0, 1])
+            errs, _ = self.ranks_named("recv", [0, 1])
             for s, r in errs:
                 self.assertEqual(s["stack"][-1]["line"], line)
                 self.assertIn("waits in dist_recv() in both_receive() for rank %d to send" % (1 - s["rank"]),
@@ -130,11 +129,8 @@ class Deadlock(FixtureTest):
     def test_a_collective_one_rank_never_reaches(self):
         allreduce, recv = line_of(SRC, "MARK:allreduce"), line_of(SRC, "MARK:recv-from-0")
         for i in range(REPEAT):
-            rc, t, err = self.case("collective")
-            self.assertEqual(rc, 1, err)
-            self.assertLess(self.spawn_seconds(t), 5.0 + SLACK)
-            by_rank = {s["rank"]: (s, r) for s, r in errors(t) if s["rank"] is not None}
-            self.assertEqual(sorted(by_rank), [0, 1])
+            errs, _ = self.ranks_named("collective", [0, 1])
+            by_rank = {s["rank"]: (s, r) for s, r in errs}
             s0, r0 = by_rank[0]
             s1, r1 = by_rank[1]
             self.assertEqual((s0["stack"][-1]["line"], s1["stack"][-1]["line"]), (allreduce, recv))
@@ -146,11 +142,7 @@ class Deadlock(FixtureTest):
     def test_ring_of_four_that_all_send_first(self):
         line = line_of(SRC, "MARK:ring-send")
         for i in range(REPEAT):
-            rc, t, err = self.case("ring")
-            self.assertEqual(rc, 1, err)
-            self.assertLess(self.spawn_seconds(t), 5.0 + SLACK)
-            errs = [(s, r) for s, r in errors(t) if s["rank"] is not None]
-            self.assertEqual(sorted(s["rank"] for s, _ in errs), [0, 1, 2, 3])
+            errs, _ = self.ranks_named("ring", [0, 1, 2, 3])
             for s, r in errs:
                 self.assertEqual(s["stack"][-1]["line"], line)
                 self.assertIn("for rank %d to post the receive of this send" % ((s["rank"] + 1) % 4), r["data"])

@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
-BUILD = tracecheck.BUILD
 FAIL_SRC = os.path.join(ROOT, "tests", "fixtures", "spawn_fail.c")
 BASIC_SRC = os.path.join(ROOT, "tests", "fixtures", "spawn_basic.c")
 

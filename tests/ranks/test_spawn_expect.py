@@ -10,12 +10,11 @@ LECTERN_BUILD picks the build folder (build, or build-asan).
 """
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
-from tracecheck import FixtureTest, fixture, line_of, rank_processes  # noqa: E402
+from tracecheck import FixtureTest, line_of  # noqa: E402
 
 SRC = os.path.join(tracecheck.ROOT, "tests", "fixtures", "spawn_expect.c")
 WHERE = "tests/fixtures/spawn_expect.c"
@@ -23,19 +22,11 @@ WHERE = "tests/fixtures/spawn_expect.c"
 
 class ExpectFailure(FixtureTest):
     def run_case(self, case, env=None, want_rc=0):
-        e = {"SPAWN_EXPECT": case}
-        e.update(env or {})
-        rc, out, err = self.run_fixture("spawn_expect", e)
-        self.assertEqual(rc, want_rc, "case %s: status %d\n%s" % (case, rc, err))
-        name = "spawn_expect.failed.json" if want_rc else "spawn_expect.json"
+        t, err = self.run_traced("spawn_expect", dict({"SPAWN_EXPECT": case}, **(env or {})), want_rc,
+                                 ranks_gone=True)
+        # only the trace of how it ended
         self.assertFalse(os.path.exists(os.path.join(self.out, "spawn_expect.json" if want_rc else
                                                      "spawn_expect.failed.json")))
-        t = tracecheck.validate(os.path.join(self.out, name))
-        binary = fixture("spawn_expect")
-        deadline = time.monotonic() + 5
-        while rank_processes(binary) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.assertEqual(rank_processes(binary), [], "ranks left running")
         return t, err
 
     @staticmethod

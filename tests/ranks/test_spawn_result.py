@@ -23,10 +23,7 @@ BIG = 1000000
 
 class SpawnResult(FixtureTest):
     def run_case(self, case, want_rc):
-        rc, out, err = self.run_fixture("spawn_result", {"SPAWN_RESULT": case})
-        self.assertEqual(rc, want_rc, err)
-        name = "spawn_result.failed.json" if want_rc else "spawn_result.json"
-        return tracecheck.validate(os.path.join(self.out, name))
+        return self.run_traced("spawn_result", {"SPAWN_RESULT": case}, want_rc)[0]
 
     @staticmethod
     def notes(t):

@@ -19,7 +19,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tracecheck  # noqa: E402
 
 ROOT = tracecheck.ROOT
-BUILD = tracecheck.BUILD
 FIXTURE_SRC = os.path.join(ROOT, "tests", "fixtures", "misuse_fixture.c")
 HEADER = os.path.join(ROOT, "runtime", "lectern.h")
 
@@ -106,8 +105,7 @@ def fixture_cases():
         set(re.findall(r'strcmp\(c, "(dist_\w+\.\w+)"\)', src))
 
 
-def errors(trace):
-    return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == "error"]
+errors = tracecheck.errors
 
 
 class Base(tracecheck.FixtureTest):

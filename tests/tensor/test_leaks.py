@@ -16,7 +16,6 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import tracecheck  # noqa: E402
 
-ROOT = tracecheck.ROOT
 BUILD = tracecheck.BUILD
 LEAKS = tracecheck.Fixture("leak_fixture")
 SRC = LEAKS.rel

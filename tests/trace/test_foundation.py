@@ -28,8 +28,7 @@ def texts(trace):
     return [r.get("data", "") for s in trace["steps"] for r in s["renderings"]]
 
 
-def errors(trace):
-    return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == "error"]
+errors = tracecheck.errors
 
 
 Base = tracecheck.FixtureTest
