@@ -213,8 +213,7 @@ class MovedBuild(unittest.TestCase):
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="lectern-test-moved-")
-        build = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
-        self.binary = os.path.join(build, "lectures", "lecture_00")
+        self.binary = tracecheck.built("lectures", "lecture_00")
         if not os.path.exists(self.binary):
             self.fail("no %s: build first (make)" % self.binary)
 

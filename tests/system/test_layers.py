@@ -97,7 +97,7 @@ build/runtime/trace/b.o:0000000000000002 T b_fn
                     self.assertIn("trace.o uses spawn", p.stderr)
 
     def test_the_built_runtime_is_layered(self):
-        build = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"), "runtime")
+        build = tracecheck.built("runtime")
         objs = [os.path.join(dp, f) for dp, _, fs in os.walk(build) for f in fs
                 if f.endswith(".o") and os.path.basename(dp) in check_layers.LAYERS]
         if not objs:

@@ -71,7 +71,7 @@ class ViewerCase(unittest.TestCase):
         """Runs the fixture lecture tests/fixtures/NAME, as LECTERN_BUILD's
         build made it, with args, into this class's trace folder; skips the
         class when it is not built."""
-        binary = os.path.join(harness.REPO, os.environ.get("LECTERN_BUILD", "build"), "tests", "fixtures", name)
+        binary = harness.tracecheck.fixture(name)
         if not os.path.exists(binary):
             raise unittest.SkipTest("build the fixture first: make build/tests/fixtures/%s" % name)
         env = dict(os.environ, LECTERN_ROOT_DIR=harness.REPO)
