@@ -179,6 +179,14 @@ class FixtureTest(unittest.TestCase):
             self.assertEqual(rank_processes(fixture(name)), [], "ranks left running")
         return t, err
 
+    def refused(self, name, env, words):
+        """The fixture NAME run with a bad setting in env: it fails (exit
+        status 1) saying `words` on stderr; its stderr."""
+        rc, out, err = self.run_fixture(name, env)
+        self.assertEqual(rc, 1, err)
+        self.assertIn(words, err)
+        return err
+
     def one_error(self, errs, rank, words, line):
         """The message of the one error in `errs` ((step, message) pairs) of
         `rank` (None: any rank) that holds `words`; its step must be stamped

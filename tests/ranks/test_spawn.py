@@ -277,14 +277,10 @@ class BadArguments(Base):
         self.assertEqual([s["status"] for s in t["spawns"]], ["ok"])
 
     def test_bad_pool_size_setting(self):
-        rc, out, err = self.run_fixture("spawn_fail", {"SPAWN_FAIL": "ok", "LECTERN_POOL_MIN": "0"})
-        self.assertEqual(rc, 1)
-        self.assertIn("LECTERN_POOL_MIN='0'", err)
+        self.refused("spawn_fail", {"SPAWN_FAIL": "ok", "LECTERN_POOL_MIN": "0"}, "LECTERN_POOL_MIN='0'")
 
     def test_bad_timeout_setting(self):
-        rc, out, err = self.run_fixture("spawn_fail", {"SPAWN_FAIL": "ok", "LECTERN_TIMEOUT": "soon"})
-        self.assertEqual(rc, 1)
-        self.assertIn("LECTERN_TIMEOUT='soon'", err)
+        self.refused("spawn_fail", {"SPAWN_FAIL": "ok", "LECTERN_TIMEOUT": "soon"}, "LECTERN_TIMEOUT='soon'")
 
 
 def cpu_seconds(pid):
