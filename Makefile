@@ -168,10 +168,12 @@ LECTURE_BINS := $(LECTURES:%=$(BUILD)/lectures/%)
 # out, and the lecture keeps its calls to it inside #ifdef LECTERN_CUDA.
 LECTURE_CU := $(if $(filter 1,$(CUDA)),$(wildcard lectures/*_kernels.cu))
 $(foreach k,$(LECTURE_CU),$(eval $(BUILD)/lectures/$(notdir $(k:_kernels.cu=)): $(BUILD)/$(k:.cu=.cu.o)))
-FIXTURES := $(notdir $(basename $(wildcard tests/lectures/*.c)))
-FIXTURE_BINS := $(FIXTURES:%=$(BUILD)/tests/lectures/%)
-TESTS := $(notdir $(basename $(wildcard tests/test_*.c)))
-TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
+FIXTURES := $(notdir $(basename $(wildcard tests/fixtures/*.c)))
+FIXTURE_BINS := $(FIXTURES:%=$(BUILD)/tests/fixtures/%)
+# The C unit tests, in the folder of what they test (tests/trace/test_trace.c
+# is built as $(BUILD)/tests/trace/test_trace).
+TESTS := $(basename $(wildcard tests/*/test_*.c))
+TEST_BINS := $(TESTS:%=$(BUILD)/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
@@ -181,7 +183,7 @@ ifeq ($(CMOCKA),1)
 else
   C_TEST_BINS :=
   ifeq ($(MAKELEVEL),0)
-    $(info lectern: cmocka is missing, so the C unit tests (tests/test_*.c) are not built; everything else is. \
+    $(info lectern: cmocka is missing, so the C unit tests (tests/FOLDER/test_*.c) are not built; everything else is. \
       To get it: bash scripts/setup.sh test (or apt-get install libcmocka-dev))
   endif
 endif
@@ -192,10 +194,10 @@ all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL
 test-bins: $(LIB) $(LECTURE_LIB) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BUILD)/lectures/lecture_00
 # The code a build setting such as NCCL=0 compiles differently (the runtime,
 # and the C tests, which include its internal headers) and a lecture and a
-# spawning fixture linked against it: tests/test_build.py's build without
+# spawning fixture linked against it: tests/system/test_build.py's build without
 # NCCL in make test's quick scope. The other lectures, fixtures and tools
 # compile the same either way: no header they include tests LECTERN_NCCL.
-runtime-bins: $(LIB) $(LECTURE_LIB) $(C_TEST_BINS) $(BUILD)/lectures/lecture_00 $(BUILD)/tests/lectures/spawn_basic
+runtime-bins: $(LIB) $(LECTURE_LIB) $(C_TEST_BINS) $(BUILD)/lectures/lecture_00 $(BUILD)/tests/fixtures/spawn_basic
 lectures: $(LECTURE_BINS)
 
 $(BUILD)/runtime/%.o: runtime/%.c $(RUNTIME_H)
@@ -235,7 +237,7 @@ $(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/
 
 # (a fixture may include a homework, as the homework's solution and its
 # wrong methods do, and the fixtures' own headers)
-$(BUILD)/tests/lectures/%: tests/lectures/%.c $(LIB) $(wildcard tests/lectures/*.h) $(wildcard lectures/homework_*.c)
+$(BUILD)/tests/fixtures/%: tests/fixtures/%.c $(LIB) $(wildcard tests/fixtures/*.h) $(wildcard lectures/homework_*.c)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)

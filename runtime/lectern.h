@@ -48,7 +48,7 @@ void note(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 
 /* quoted(x) is x. Around a note() argument it says that the number is one
  * the lecture shows in a table or chart of the same section (a figure), so
- * that the sentence guard (tests/test_sentences.py, docs/authoring.md,
+ * that the sentence guard (tests/lectures/test_sentences.py, docs/authoring.md,
  * "Sentences that quote") checks the printed text against those figures:
  *
  *     note("The ring took %.1f us at 4 KiB.", quoted(ring_us[2]));

@@ -16,13 +16,15 @@ make --no-print-directory COV=1 all >/dev/null || { echo "coverage: the build fa
 
 echo "== running the tests"
 status=0
-for t in build-cov/tests/test_*; do
+for t in build-cov/tests/*/test_*; do
     [ -x "$t" ] || continue
-    echo "-- $(basename "$t")"
+    echo "-- ${t#build-cov/tests/}"
     LECTERN_BUILD=build-cov "$t" >/dev/null 2>&1 || { echo "   (failed)"; status=1; }
 done
-for t in tests/test_*.py; do
-    echo "-- $(basename "$t")"
+# the script suites of every folder but the browser's (tests/viewer/)
+for t in tests/{trace,tensor,ranks,comm,lectures,system}/test_*.py tests/test_*.py; do
+    [ -f "$t" ] || continue
+    echo "-- ${t#tests/}"
     LECTERN_BUILD=build-cov LECTERN_OTHER_KERNELS=0 /usr/bin/python3 "$t" >/dev/null 2>&1 || { echo "   (failed)"; status=1; }
 done
 

@@ -14,7 +14,7 @@
 #      the NCCL a spawn would load (tests/tools/nccl_probe: its version and
 #      the build header's), /dev/shm, CUDA_MODULE_LOADING, free GPU memory
 #   3. the tests: every C test (test_comm_staged: every collective on device
-#      tensors of ranks sharing a GPU), tests/test_spawn.py, test_lecture_08.py,
+#      tensors of ranks sharing a GPU), tests/ranks/test_spawn.py, test_lecture_08.py,
 #      test_lecture_gpu.py (its CUDA kernels run and are checked, also at
 #      matrix sizes the tile does not divide), test_foundation.py,
 #      test_p2p_order.py (on NCCL where there are two GPUs), test_cuda_sync.py
@@ -246,7 +246,7 @@ fi
 md "| NCCL used | ${nccl_dir:-from the system folders (ld.so.cache)} | |"
 # Open MPI relocated: a spawn of 4 ranks must load every plugin it tries
 # (a leftover path to /usr would show as "unable to open ... (ignored)").
-if timeout 300 "$BUILD/tests/lectures/spawn_basic" --quiet --out "$WORK/smoke" >"$WORK/smoke.log" 2>&1 &&
+if timeout 300 "$BUILD/tests/fixtures/spawn_basic" --quiet --out "$WORK/smoke" >"$WORK/smoke.log" 2>&1 &&
     ! grep -qE "unable to open|file too short|cannot open shared" "$WORK/smoke.log"; then
     ok "Open MPI spawn of 4 ranks, every plugin loaded"
 else
@@ -300,23 +300,23 @@ fi
 if [ "$PART" != bench ] && [ "$PART" != facts ]; then
 # ---------------------------------------------------------------- 3. tests
 section "tests"
-for t in "$BUILD"/tests/test_*; do
+for t in "$BUILD"/tests/*/test_*; do
     [ -x "$t" ] || continue
-    tests "$(basename "$t")" "$t"
+    tests "${t#"$BUILD"/tests/}" "$t"
 done
 # test_nccl_emu's one-rank cases (the table's plumbing, which make test runs
 # on the emulator) on the real NCCL: the only run nccl_library.c's calls get
 # on one GPU. The suite ran above; this line says whether that case ran.
 if [ "$gpus" -eq 0 ]; then
     skip "NCCL table at one rank on the real NCCL" "no GPU"
-elif grep -q '^\[       OK \] test_library_plumbing' <(timeout 120 "$BUILD/tests/test_nccl_emu" 2>&1); then
+elif grep -q '^\[       OK \] test_library_plumbing' <(timeout 120 "$BUILD/tests/comm/test_nccl_emu" 2>&1); then
     ok "NCCL table at one rank on the real NCCL (test_nccl_emu's plumbing cases)"
 else
     bad "NCCL table at one rank on the real NCCL" "test_nccl_emu's test_library_plumbing did not pass (skipped or failed: see its output above)"
 fi
 # The GPU-specific suites first (a command stopped at the device's limit
 # loses the least), the sanitizers, then the suites that also run on the CPU.
-for t in tests/test_cuda_sync.py tests/test_lecture_gpu.py; do
+for t in tests/tensor/test_cuda_sync.py tests/lectures/test_lecture_gpu.py; do
     tests "$(basename "$t")" env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$t"
 done
 if [ "$gpus" -eq 0 ]; then
@@ -347,7 +347,7 @@ else
         bad "$label" "${why:-exit status $rc}"
     }
     for t in test_random test_tensor; do
-        sanitize "memcheck $t" memcheck -- "$BUILD/tests/$t"
+        sanitize "memcheck $t" memcheck -- "$BUILD/tests/tensor/$t"
     done
     # lecture_gpu's own kernels: races on shared memory (a missing
     # __syncthreads in tiled_matmul) and barriers not every thread reaches;
@@ -361,7 +361,7 @@ else
     if "$cs" --help 2>&1 | grep -q -- '--kernel-name '; then
         sanitize "racecheck lecture_gpu kernels" racecheck --kernel-name kns=tiled_matmul -- \
             "${lecture_gpu[@]}" --out "$WORK/cs-racecheck"
-        sanitize "racecheck test_tensor" racecheck --kernel-name kns=sum_kernel -- "$BUILD/tests/test_tensor"
+        sanitize "racecheck test_tensor" racecheck --kernel-name kns=sum_kernel -- "$BUILD/tests/tensor/test_tensor"
     else
         echo "compute-sanitizer has no --kernel-name: racecheck looks at every kernel (slow)"
         sanitize "racecheck lecture_gpu kernels" racecheck -- "${lecture_gpu[@]}" --out "$WORK/cs-racecheck"
@@ -369,14 +369,14 @@ else
     sanitize "synccheck lecture_gpu kernels" synccheck -- "${lecture_gpu[@]}" --out "$WORK/cs-synccheck"
 fi
 
-for t in tests/test_lecture_08.py tests/test_spawn.py tests/test_groups.py tests/test_foundation.py; do
+for t in tests/lectures/test_lecture_08.py tests/ranks/test_spawn.py tests/comm/test_groups.py tests/trace/test_foundation.py; do
     tests "$(basename "$t")" env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$t"
 done
 # test_p2p_order.py: isend; all_reduce; wait against all_reduce; recv. It
 # shows something about NCCL only where each rank has a GPU of its own; on one
 # GPU its spawns run on Open MPI, as make test's run on the CPU (docs/gpu.md).
 if [ "$gpus" -ge 2 ]; then
-    tests test_p2p_order.py env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" tests/test_p2p_order.py
+    tests test_p2p_order.py env PYTHONPATH="$CARRY_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}" "$PY" tests/comm/test_p2p_order.py
 else
     skip "test_p2p_order.py on NCCL" "$gpus GPU(s): NCCL refuses two ranks on one GPU, so its spawns would run on Open MPI as on the CPU"
 fi

@@ -30,36 +30,36 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = "build-mutate"
 
 # The tests each kind of mutant should trip. Commands run in the copy's root.
-C_TENSOR = ["%s/tests/test_tensor" % BUILD]
-C_MLP = ["%s/tests/test_mlp" % BUILD]
-C_COMM = ["%s/tests/test_comm" % BUILD]
-C_COMM_STATS = ["%s/tests/test_comm_stats" % BUILD]
-C_COMM_STAGED = ["%s/tests/test_comm_staged" % BUILD]
-C_TRACE = ["%s/tests/test_trace" % BUILD]
-C_GPU_COUNT = ["%s/tests/test_gpu_count" % BUILD]
-C_RANDOM = ["%s/tests/test_random" % BUILD]
-C_NCCL_EMU = ["%s/tests/test_nccl_emu" % BUILD]
+C_TENSOR = ["%s/tests/tensor/test_tensor" % BUILD]
+C_MLP = ["%s/tests/lectures/test_mlp" % BUILD]
+C_COMM = ["%s/tests/comm/test_comm" % BUILD]
+C_COMM_STATS = ["%s/tests/comm/test_comm_stats" % BUILD]
+C_COMM_STAGED = ["%s/tests/comm/test_comm_staged" % BUILD]
+C_TRACE = ["%s/tests/trace/test_trace" % BUILD]
+C_GPU_COUNT = ["%s/tests/tensor/test_gpu_count" % BUILD]
+C_RANDOM = ["%s/tests/tensor/test_random" % BUILD]
+C_NCCL_EMU = ["%s/tests/comm/test_nccl_emu" % BUILD]
 PY = "/usr/bin/python3"
 # A planted deadlock costs the suite's LECTERN_TIMEOUT (60 s) per case it
 # hangs: one test, stopped at its first failure.
-NCCL_EMU_RING = [PY, "tests/test_nccl_emu.py", "-f", "EmulatedP2P.test_ring_steps"]
-NCCL_EMU_SENDRECV = [PY, "tests/test_nccl_emu.py", "-f", "EmulatedP2P.test_sendrecv_ring"]
-FOUNDATION = [PY, "tests/test_foundation.py"]
-SPAWN = [PY, "tests/test_spawn.py"]
-MISUSE_OPTIONS = [PY, "tests/test_misuse.py", "OptionsAndReturns"]
-MISUSE_COLLECTIVES = [PY, "tests/test_misuse.py", "CollectiveMisuse"]
-COMM_CHECKS = [PY, "tests/test_comm_checks.py"]
-SPAWN_EXPECT = [PY, "tests/test_spawn_expect.py"]
-LECTURE_08 = [PY, "tests/test_lecture_08.py"]
-LECTURE_COLLECTIVES = [PY, "tests/test_lecture_collectives.py"]
-LECTURE_DDP = [PY, "tests/test_lecture_ddp.py", "LectureDDP"]   # not the committed trace: any edit makes it stale
-LECTURE_GPU = [PY, "tests/test_lecture_gpu.py"]
+NCCL_EMU_RING = [PY, "tests/comm/test_nccl_emu.py", "-f", "EmulatedP2P.test_ring_steps"]
+NCCL_EMU_SENDRECV = [PY, "tests/comm/test_nccl_emu.py", "-f", "EmulatedP2P.test_sendrecv_ring"]
+FOUNDATION = [PY, "tests/trace/test_foundation.py"]
+SPAWN = [PY, "tests/ranks/test_spawn.py"]
+MISUSE_OPTIONS = [PY, "tests/system/test_misuse.py", "OptionsAndReturns"]
+MISUSE_COLLECTIVES = [PY, "tests/system/test_misuse.py", "CollectiveMisuse"]
+COMM_CHECKS = [PY, "tests/comm/test_comm_checks.py"]
+SPAWN_EXPECT = [PY, "tests/ranks/test_spawn_expect.py"]
+LECTURE_08 = [PY, "tests/lectures/test_lecture_08.py"]
+LECTURE_COLLECTIVES = [PY, "tests/lectures/test_lecture_collectives.py"]
+LECTURE_DDP = [PY, "tests/lectures/test_lecture_ddp.py", "LectureDDP"]   # not the committed trace: any edit makes it stale
+LECTURE_GPU = [PY, "tests/lectures/test_lecture_gpu.py"]
 VIEWER = ["bash", "tests/viewer/run.sh"]
-CHECKS = [PY, "tests/test_checks.py"]
-LEAKS = [PY, "tests/test_leaks.py"]
-HOMEWORK = [PY, "tests/test_homework.py"]
-SLURM = [PY, "tests/test_slurm.py"]
-GROUPS = [PY, "tests/test_groups.py"]
+CHECKS = [PY, "tests/trace/test_checks.py"]
+LEAKS = [PY, "tests/tensor/test_leaks.py"]
+HOMEWORK = [PY, "tests/lectures/test_homework.py"]
+SLURM = [PY, "tests/system/test_slurm.py"]
+GROUPS = [PY, "tests/comm/test_groups.py"]
 
 
 def m(name, path, find, replace, *tests):
@@ -241,7 +241,7 @@ MUTANTS = [
     m("expected-error-shown-as-failure", "viewer/render.js", "        if (r.expected === true)\n",
       "        if (false)\n", VIEWER),
     m("spawn-results-not-cleared", "runtime/ranks/spawn.c", "    lx_spawn_results_clear(world_size);\n", "",
-      [PY, "tests/test_spawn_result.py"]),
+      [PY, "tests/ranks/test_spawn_result.py"]),
     m("send-recv-size-unchecked", "runtime/comm/comm_agree.c", "    if (d->desc.count != count) {", "    if (0) {",
       COMM_CHECKS),
     m("forgotten-request-no-error-step", "runtime/comm/comm_requests.c",
@@ -257,8 +257,8 @@ MUTANTS = [
     m("isend-hash-not-compared", "runtime/comm/comm_requests.c", "        if (req->hashed[i] && hash_values(req->uses[i]) != req->sum[i]) {",
       "        if (0) {", COMM_CHECKS + ["-k", "through_data"]),
     # ---- spawn and the pool of ranks ----
-    m("rank-steps-stamped-rank-0", "runtime/ranks/spawn_relay.c", '    lx_spawn_set_number(step, "rank", rank);',
-      '    lx_spawn_set_number(step, "rank", 0);', SPAWN),
+    m("rank-steps-stamped-rank-0", "runtime/ranks/spawn_relay.c", '    lx_json_set(step, "rank", cJSON_CreateNumber(rank));',
+      '    lx_json_set(step, "rank", cJSON_CreateNumber(0));', SPAWN),
     m("rank-steps-newest-first", "runtime/ranks/spawn_relay.c", "if (x->time != y->time) return x->time < y->time ? -1 : 1;",
       "if (x->time != y->time) return x->time > y->time ? -1 : 1;", SPAWN),
     m("globals-not-restored", "runtime/ranks/spawn_rank.c", "    lx_globals_restore();\n    lx_tensor_reset_rng();",

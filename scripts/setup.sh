@@ -19,8 +19,8 @@ PACKAGES=(build-essential pkg-config
           nodejs npm)
 # Tests: cmocka, the schema validator, Chromium, its headless shell (what the
 # viewer's tests drive: it starts and loads pages for less CPU) and its driver,
-# sshd for the second host of tests/test_two_hosts.py, Slurm and munge for
-# the one-node cluster of tests/test_slurm.py (which starts its own daemons
+# sshd for the second host of tests/system/test_two_hosts.py, Slurm and munge for
+# the one-node cluster of tests/system/test_slurm.py (which starts its own daemons
 # with its own config and key; the system's services are not used).
 if [ "$mode" = test ]; then
     PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-headless-shell chromium-driver python3-selenium gcovr clang-format

@@ -3,11 +3,11 @@
 #
 #   1. the script tests that bound a time (progress, deadlock, timer):
 #      progress alone on the machine, the others beside the start of 3.
-#   2. C unit tests (cmocka: build/tests/test_*), the layer check (make
+#   2. C unit tests (cmocka: build/tests/FOLDER/test_*), the layer check (make
 #      check-layers: runtime/'s folders call each other one way only), the
 #      style check (make format-check: .clang-format), that every planted
 #      bug of make mutate still finds its text (mutate.py --check), the other script
-#      tests (tests/test_*.py: unittest, Debian's python3) and the browser
+#      tests (tests/FOLDER/test_*.py: unittest, Debian's python3) and the browser
 #      tests of the viewer (tests/viewer/run.sh, headless Chromium), in two
 #      lanes (see "Lanes" below)
 #   3. meanwhile (from the end of test_progress on), the sanitizer and
@@ -29,7 +29,7 @@
 #      scope beside the sanitizer pass
 #
 # lecture_08's numbers are checked under this CPU's OpenBLAS kernels and,
-# in the first pass, under older ones too (tests/test_lecture_08.py);
+# in the first pass, under older ones too (tests/lectures/test_lecture_08.py);
 # LECTERN_OTHER_KERNELS=0 leaves those out. LECTERN_LANES=0 runs everything
 # one after the other (one core, or to compare).
 #
@@ -118,6 +118,9 @@ run() {   # run <name> <command...>; RUN_LIMIT (seconds, default 900) bounds it
     count "$name" "$rc" $((SECONDS - t0)) "$(cpu_of "$log.times")"
     rm -f "$log.times"
 }
+
+# A suite's name in the listing: its path below tests/ (comm/test_groups.py).
+suite_name() { local t=${1#*tests/}; echo "$t"; }
 
 # Scope: "all" runs every suite in every configuration (make test-all, and
 # CI); "quick" (make test) runs every suite on the normal build and, under
@@ -234,9 +237,9 @@ start_builds() {
 # background builds start after it, beside the others (their bounds are
 # about waits, which builds at nice 10 beside them hardly touch, and they
 # leave most of a core idle).
-TIMED=(tests/test_progress.py tests/test_deadlock.py tests/test_timer.py)
+TIMED=(tests/comm/test_progress.py tests/ranks/test_deadlock.py tests/comm/test_timer.py)
 for t in "${TIMED[@]}"; do
-    [ -f "$t" ] && run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
+    [ -f "$t" ] && run "$(suite_name "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
     [ "$t" = "${TIMED[0]}" ] && start_builds
 done
 # The lectures whose modelled runs check a speed lesson's bound (a pipeline's
@@ -247,9 +250,9 @@ done
 # lateness it causes; a DDP step's all-reduces slow with it). The sanitizer
 # and CPU-only passes' copies of them run alone in the all scope, in one
 # lane; in the quick scope their CPU-only lecture_ddp is in the lanes.
-MODELLED=(tests/test_lecture_08.py tests/test_lecture_ddp.py tests/test_nccl_emu.py)
+MODELLED=(tests/lectures/test_lecture_08.py tests/lectures/test_lecture_ddp.py tests/comm/test_nccl_emu.py)
 for t in "${MODELLED[@]}"; do
-    [ -f "$t" ] && run "$(basename "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
+    [ -f "$t" ] && run "$(suite_name "$t")" env LECTERN_BUILD="$BUILD" $PY "$t"
 done
 TIMED+=("${MODELLED[@]}")
 
@@ -287,7 +290,7 @@ viewer_suite() {
 }
 item() {   # item <how> <arg>: one entry of a lane's list
     case $1 in
-        c) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" "$2" ;;
+        c) run "$(suite_name "$2")" env LECTERN_BUILD="$BUILD" "$2" ;;
         # runtime/'s folders call each other one way only (docs/design.md, "Layers").
         layers) run "check-layers" make --no-print-directory BUILD="$BUILD" check-layers ;;
         # One C style for every C and CUDA file (.clang-format; make format
@@ -296,26 +299,26 @@ item() {   # item <how> <arg>: one entry of a lane's list
         # Every planted bug of make mutate still finds its text, once: an
         # edit that moves or copies it would leave the mutant unplanted.
         mutants) run "mutants-check" $PY scripts/mutate.py --check ;;
-        py) run "$(basename "$2")" env LECTERN_BUILD="$BUILD" $PY "$2" ;;
+        py) run "$(suite_name "$2")" env LECTERN_BUILD="$BUILD" $PY "$2" ;;
         # The sanitizer and CPU-only passes: each waits for its build first.
         asan-*) build_ready asan || return 0 ;;&
         cpu-*) build_ready cpu || return 0 ;;&
-        asan-c) asan_run "asan: $(basename "$2")" "build-asan/tests/$2" ;;
-        asan-py) asan_run "asan: $(basename "$2")" env LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
+        asan-c) asan_run "asan: $(suite_name "$2")" "build-asan/$2" ;;
+        asan-py) asan_run "asan: $(suite_name "$2")" env LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
         # async calls in flight together, and timed regions (test_progress.py's
         # timing bounds are the first pass's)
-        asan-async) asan_run "asan: test_async.py" $PY tests/test_async.py TimedRegion \
+        asan-async) asan_run "asan: comm/test_async.py" $PY tests/comm/test_async.py TimedRegion \
                         Progress.test_async_calls_in_flight_together_give_the_right_sums ;;
         # the NCCL backend on its emulator (lecture_08 is not in make
         # test-bins: its emulated run is the first pass's)
-        asan-nccl-emu) asan_run "asan: test_nccl_emu.py" $PY tests/test_nccl_emu.py EmulatedP2P TheSwitch \
+        asan-nccl-emu) asan_run "asan: comm/test_nccl_emu.py" $PY tests/comm/test_nccl_emu.py EmulatedP2P TheSwitch \
                            LecturesOnTheEmulator.test_homework_08_solution ;;
-        asan-nccl-emu-all) asan_run "asan: test_nccl_emu.py (groups, test_comm)" $PY tests/test_nccl_emu.py \
+        asan-nccl-emu-all) asan_run "asan: comm/test_nccl_emu.py (groups, test_comm)" $PY tests/comm/test_nccl_emu.py \
                                EmulatedGroups EmulatedDistTest EmulatedTestComm ;;
-        cpu-c) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu "build-cpu/tests/$2" ;;
+        cpu-c) run "cpu-only: $(suite_name "$2")" env LECTERN_BUILD=build-cpu "build-cpu/$2" ;;
         cpu-layers) run "cpu-only: check-layers" make --no-print-directory CUDA=0 BUILD=build-cpu check-layers ;;
-        cpu-py) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu $PY "$2" ;;
-        cpu-py-other) run "cpu-only: $(basename "$2")" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
+        cpu-py) run "cpu-only: $(suite_name "$2")" env LECTERN_BUILD=build-cpu $PY "$2" ;;
+        cpu-py-other) run "cpu-only: $(suite_name "$2")" env LECTERN_BUILD=build-cpu LECTERN_OTHER_KERNELS=0 $PY "$2" ;;
     esac
 }
 # The sanitizer pass: the C tests and the runtime's script suites built with
@@ -351,43 +354,53 @@ asan_run() {   # asan_run <name> <command...>: run, under the sanitizer's settin
 pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
     local t
     if [ $want_asan = 1 ]; then
-        local asan_suites=(tests/test_spawn.py tests/test_foundation.py tests/test_checks.py tests/test_leaks.py
-                           tests/test_spawn_result.py tests/test_nccl_load.py)
-        [ "$SCOPE" = all ] && asan_suites+=(tests/test_misuse.py tests/test_lecture_08.py
-                     tests/test_lecture_collectives.py tests/test_lecture_ddp.py tests/test_lecture_gpu.py
-                     tests/test_options.py tests/test_timer.py tests/test_spawn_expect.py tests/test_deadlock.py
-                     tests/test_groups.py)
+        local asan_suites=(tests/ranks/test_spawn.py tests/trace/test_foundation.py tests/trace/test_checks.py tests/tensor/test_leaks.py
+                           tests/ranks/test_spawn_result.py tests/comm/test_nccl_load.py)
+        [ "$SCOPE" = all ] && asan_suites+=(tests/system/test_misuse.py tests/lectures/test_lecture_08.py
+                     tests/lectures/test_lecture_collectives.py tests/lectures/test_lecture_ddp.py tests/lectures/test_lecture_gpu.py
+                     tests/trace/test_options.py tests/comm/test_timer.py tests/ranks/test_spawn_expect.py tests/ranks/test_deadlock.py
+                     tests/comm/test_groups.py)
         for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
         items+=("asan-async -" "asan-nccl-emu -")
         [ "$SCOPE" = all ] && items+=("asan-nccl-emu-all -")
         # the C tests the normal build has: make test-bins builds each of them
-        for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("asan-c $(basename "$t")"); done
+        for t in "$BUILD"/tests/*/test_*; do [ -x "$t" ] && items+=("asan-c ${t#"$BUILD"/}"); done
     fi
     # The build without CUDA is what a machine without nvcc gets: keep it working.
     if [ $want_cpu = 1 ]; then
-        for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("cpu-c $(basename "$t")"); done
+        for t in "$BUILD"/tests/*/test_*; do [ -x "$t" ] && items+=("cpu-c ${t#"$BUILD"/}"); done
         items+=("cpu-layers -")
-        [ "$SCOPE" = all ] && items+=("cpu-py-other tests/test_lecture_08.py" "cpu-py tests/test_nccl_emu.py")
-        items+=("cpu-py tests/test_lecture_ddp.py" "cpu-py tests/test_lecture_gpu.py")
+        [ "$SCOPE" = all ] && items+=("cpu-py-other tests/lectures/test_lecture_08.py" "cpu-py tests/comm/test_nccl_emu.py")
+        items+=("cpu-py tests/lectures/test_lecture_ddp.py" "cpu-py tests/lectures/test_lecture_gpu.py")
     fi
+}
+
+# The script suites by folder, the runtime's layers lowest first
+# (tests/FOLDER/test_*.py; the browser suites of tests/viewer/ are
+# tests/viewer/run.sh's), then any left at the top of tests/.
+script_suites() {
+    local d
+    for d in trace tensor ranks comm lectures system; do ls tests/$d/test_*.py 2>/dev/null; done
+    ls tests/test_*.py 2>/dev/null
+    return 0
 }
 
 # The script suites, the longest first (seconds on a quiet 2-core machine,
 # one at a time: planted checks 61, misuse 147 before its cases ran four at
 # a time, build 36, two hosts 32, comm checks 30, spawn 29, then 25 and
 # less), then the rest by name.
-LONG=(tests/test_planted_checks.py tests/test_misuse.py tests/test_build.py tests/test_two_hosts.py
-      tests/test_comm_checks.py tests/test_spawn.py tests/test_groups.py tests/test_lecture_scaling.py
-      tests/test_spawn_expect.py tests/test_grade.py)
+LONG=(tests/lectures/test_planted_checks.py tests/system/test_misuse.py tests/system/test_build.py tests/system/test_two_hosts.py
+      tests/comm/test_comm_checks.py tests/ranks/test_spawn.py tests/comm/test_groups.py tests/lectures/test_lecture_scaling.py
+      tests/ranks/test_spawn_expect.py tests/trace/test_grade.py)
 items=()
-for t in "${LONG[@]}" tests/test_*.py; do
+for t in "${LONG[@]}" $(script_suites); do
     [ -f "$t" ] || continue
     case " ${TIMED[*]} " in *" $t "*) continue ;; esac
     case " ${items[*]} " in *" py $t "*) continue ;; esac
     items+=("py $t")
 done
 # then the C unit tests, the layer check and the style check
-for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && items+=("c $t"); done
+for t in "$BUILD"/tests/*/test_*; do [ -x "$t" ] && items+=("c $t"); done
 items+=("layers -" "format -" "mutants -")
 # In the quick scope the sanitizer and CPU-only passes follow in the same
 # list, each waiting for its build (made meanwhile in the background): a lane

@@ -37,7 +37,7 @@
  * a collective, a barrier, a timer) can stand between a send and its
  * issue. Every program MPI completes with a send that returns once its
  * receive is posted (lectern's rule on every backend: comm_agree.c)
- * completes here: tests/test_nccl_emu.py runs them on the emulator.
+ * completes here: tests/comm/test_nccl_emu.py runs them on the emulator.
  *
  * Ordering with the tensors. Tensor kernels run on the compute stream
  * (CUDA's default stream). Each call makes its operation's stream wait for

@@ -791,7 +791,7 @@ void lx_comm_staged_release(void) {
  * run Open MPI on host memory runs the staged pipeline above instead, with
  * memcpy as its copies and "device" tensors that are host tensors. Every
  * chunking and ordering decision is the one a GPU spawn makes; only the copy
- * primitive differs. tests/test_comm_staged.c runs it, and with
+ * primitive differs. tests/comm/test_comm_staged.c runs it, and with
  * lx_stage_set_direct(1) the direct path's code as well. */
 static void h_begin(void) {}
 static void h_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }

@@ -383,10 +383,10 @@ static char *find_launcher(void) {
  * Open MPI's hwloc, loading the machine's topology in mpirun and again in
  * every rank, read each PCI device's configuration space through sysfs; in
  * a VM every 4-byte read of it traps to the hypervisor, and those reads were
- * about 9% of the busy CPU time of a run of tests/test_spawn.py (perf,
+ * about 9% of the busy CPU time of a run of tests/ranks/test_spawn.py (perf,
  * system-wide). Nothing here uses the PCI part of the topology (ranks are
  * not bound, the transports are shared memory and TCP, NCCL reads its own),
- * so hwloc's PCI components are left out (tests/lectures/spawn_basic, which starts a pool
+ * so hwloc's PCI components are left out (tests/fixtures/spawn_basic, which starts a pool
  * of 4 and spawns on it: 0.98 s instead of 1.07, median of 8 runs each way,
  * alternated, 2-core VM). The lecture's own `lstopo-no-graphics` keeps them.
  *

@@ -28,7 +28,7 @@
  * __dmul_rn/__dadd_rn, and the host is compiled with -ffp-contract=off), and
  * x87 extended precision (the check below).
  *
- * Tests: tests/test_random.c checks the generator against the published
+ * Tests: tests/tensor/test_random.c checks the generator against the published
  * Random123 known-answer vectors, the series against the C library's log, sin
  * and cos, and, on a GPU, the device kernel against this host code bit for bit.
  */

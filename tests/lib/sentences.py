@@ -71,20 +71,7 @@ _CALL_WORDS = (r"all-gathers?|reduce-scatters?|all-reduces?|all-to-alls?|broadca
 
 # ---- the source of a call ----
 
-def _skip_blank(src, pos):
-    n = len(src)
-    while pos < n:
-        if src[pos].isspace():
-            pos += 1
-        elif src.startswith("/*", pos):
-            end = src.find("*/", pos + 2)
-            pos = n if end < 0 else end + 2
-        elif src.startswith("//", pos):
-            end = src.find("\n", pos)
-            pos = n if end < 0 else end
-        else:
-            break
-    return pos
+_skip_blank = tracecheck.skip_blank
 
 
 def _arguments(src, pos):

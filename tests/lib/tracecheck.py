@@ -1,13 +1,24 @@
 r"""Checks on lectern traces, shared by the script tests.
 
+The one helper library of the script tests: every tests/FOLDER/test_*.py
+finds it with one line and imports it.
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
     import tracecheck
+    tracecheck.ROOT, tracecheck.BUILD      # the repository; the build folder the runner names
+    tracecheck.built("lectures", "x")      # a path inside the build folder
+    tracecheck.line_of(path, "text")       # 1-based line of the first line holding "text"
+    tracecheck.run(binary, out, *args)     # a lecture or fixture run --quiet --out out
+    fx = tracecheck.Fixture("x")           # tests/fixtures/x.c: fx.binary, fx.source, fx.rel,
+                                           #   fx.line_of("text"), fx.run(out, case="name")
+    class T(tracecheck.FixtureTest)        # a TestCase with a temp folder (self.out) and
+                                           #   self.run_fixture(name): rc, stdout, stderr
     trace = tracecheck.load(path)          # the .json, parsed
     tracecheck.validate(path)              # schema + js twin + line accuracy; raises AssertionError
     tracecheck.step_problem(trace, i)      # why step i's stack is wrong, or None
-    tracecheck.BUILD, tracecheck.built("tests", "lectures", "x")   # the build folder the runner names
-    tracecheck.line_of(path, "text")       # 1-based line of the first line holding "text"
+    tracecheck.texts(trace)                # the data of its text renderings, in order
 
-A lecture's own test (tests/test_lecture_*.py) runs it once per class and
+A lecture's own test (tests/lectures/test_lecture_*.py) runs it once per class and
 reads its trace through three mixins for unittest.TestCase:
 
     class Lecture(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase):
@@ -31,11 +42,15 @@ measure that). Comments and the insides of string literals are blanked
 before matching, so `note("call spawn() later")` or a comment naming a
 function cannot make a wrong line pass.
 """
+import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
+import time
+import unittest
 
 import jsonschema
 
@@ -47,8 +62,260 @@ BUILD = os.path.join(ROOT, os.environ.get("LECTERN_BUILD", "build"))
 
 
 def built(*parts):
-    """A path inside the build folder: built("tests", "lectures", "check_fixture")."""
+    """A path inside the build folder: built("lectures", "lecture_00")."""
     return os.path.join(BUILD, *parts)
+
+
+def lecture(name):
+    """The binary of lectures/NAME.c; AssertionError when it is not built."""
+    path = built("lectures", name)
+    if not os.path.exists(path):
+        raise AssertionError("%s is not built in %s (run make)" % (name, BUILD))
+    return path
+
+
+def fixture(name):
+    """The binary of the fixture lecture tests/fixtures/NAME.c."""
+    return built("tests", "fixtures", name)
+
+
+def run(binary, out, *args, env=None, case=None, timeout=300):
+    """Runs a lecture or fixture `binary` --quiet with its trace into `out`
+    (then `args`), `env` added to this environment and LECTERN_FIXTURE_CASE
+    set to `case` (or unset: a case never leaks in from the caller); returns
+    the finished process, its output captured as text."""
+    e = dict(os.environ)
+    e.pop("LECTERN_FIXTURE_CASE", None)
+    if case:
+        e["LECTERN_FIXTURE_CASE"] = case
+    e.update(env or {})
+    return subprocess.run([binary, "--quiet", "--out", out, *args], env=e, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class Fixture:
+    """A fixture lecture, tests/fixtures/NAME.c: its binary, its source (full
+    path, and `rel` as a trace names it), the lines a test expects a step at,
+    and a run."""
+
+    def __init__(self, name):
+        self.name = name
+        self.binary = fixture(name)
+        self.rel = "tests/fixtures/%s.c" % name
+        self.source = os.path.join(ROOT, self.rel)
+
+    def line_of(self, needle, nth=1, within=None):
+        return line_of(self.source, needle, nth, within)
+
+    def run(self, out, *args, **kwargs):
+        return run(self.binary, out, *args, **kwargs)
+
+
+def errors(trace):
+    """Every error step of a trace as (step, its message), in order."""
+    return [(s, r["data"]) for s in trace["steps"] for r in s["renderings"] if r["type"] == "error"]
+
+
+def texts(trace):
+    """The data of every text rendering of a trace (None: no trace), in order."""
+    return [r["data"] for s in (trace or {}).get("steps", []) for r in s["renderings"] if r["type"] == "text"]
+
+
+def troubles(trace):
+    """The error and warning renderings of a trace, in order."""
+    return [r for s in trace["steps"] for r in s["renderings"] if r["type"] in ("error", "warning")]
+
+
+def last_line(p):
+    """The last line a finished process printed on stderr."""
+    return p.stderr.rstrip("\n").split("\n")[-1]
+
+
+class CheckNames:
+    """A homework's checks by name: a check's text starts with its name (one
+    of `names`, the same in every run) and goes on with what was seen."""
+
+    def __init__(self, graded, others=()):
+        """graded: the names of the checks every run makes on each rank;
+        others: the names of checks only some runs make."""
+        self.graded = list(graded)
+        self.names = sorted(self.graded + list(others), key=len, reverse=True)
+
+    def name(self, what):
+        """The check's name: the longest known name its text starts with."""
+        return next((known for known in self.names if what.startswith(known)), what)
+
+    def checks(self, trace):
+        """Every check of the trace as (rank, name, passed), sorted."""
+        return sorted((rank, self.name(what), passed) for rank, what, passed in check_passes(trace))
+
+    def check_texts(self, trace, named):
+        """The whole text of every check called `named`."""
+        return [what for _, what, _ in check_passes(trace) if self.name(what) == named]
+
+
+class FixtureTest(unittest.TestCase):
+    """A TestCase that runs fixture lectures: a temp folder of its own per
+    test (self.out) for their traces, and run_fixture()."""
+
+    def setUp(self):
+        self.out = tempfile.mkdtemp(prefix="lectern-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.out, ignore_errors=True)
+
+    def run_traced(self, name, env, want_rc, ranks_gone=False):
+        """Runs the fixture NAME (env added), which must exit want_rc; (its
+        trace, NAME.json or NAME.failed.json as it failed, validated; its
+        stderr). ranks_gone: its ranks must end too, within 5 s (the pool is
+        killed a moment after the lecture writes its trace)."""
+        rc, out, err = self.run_fixture(name, env)
+        self.assertEqual(rc, want_rc, "%s: status %d\n%s" % (env, rc, err))
+        t = validate(os.path.join(self.out, name + (".failed.json" if want_rc else ".json")))
+        if ranks_gone:
+            deadline = time.monotonic() + 5
+            while rank_processes(fixture(name)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(rank_processes(fixture(name)), [], "ranks left running")
+        return t, err
+
+    def refused(self, name, env, words):
+        """The fixture NAME run with a bad setting in env: it fails (exit
+        status 1) saying `words` on stderr; its stderr."""
+        rc, out, err = self.run_fixture(name, env)
+        self.assertEqual(rc, 1, err)
+        self.assertIn(words, err)
+        return err
+
+    def one_error(self, errs, rank, words, line):
+        """The message of the one error in `errs` ((step, message) pairs) of
+        `rank` (None: any rank) that holds `words`; its step must be stamped
+        at `line`."""
+        mine = [(s, m) for s, m in errs if rank in (None, s.get("rank")) and words in m]
+        self.assertEqual(len(mine), 1, errs)
+        step, msg = mine[0]
+        self.assertEqual(step["stack"][-1]["line"], line, msg)
+        return msg
+
+    def run_fixture(self, name, env=None, timeout=120):
+        """Runs tests/fixtures/NAME --quiet into self.out; (exit status,
+        stdout, stderr), its seconds in self.seconds and its pid in self.pid
+        (the ranks' parent: rank_processes() finds what it left)."""
+        e = dict(os.environ)
+        e.update(env or {})
+        t0 = time.monotonic()
+        p = subprocess.Popen([fixture(name), "--out", self.out, "--quiet"], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+        self.seconds = time.monotonic() - t0
+        self.pid = p.pid
+        return p.returncode, stdout, stderr
+
+
+class FixtureRun:
+    """A mixin for a unittest.TestCase: runs the fixture FIXTURE (a Fixture)
+    once for the class; each test asserts that run passed and reads its
+    trace, validated (self.t: schema, .js twin, every step's line)."""
+    FIXTURE = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp(prefix="lectern-%s-" % cls.FIXTURE.name)
+        cls.p = cls.FIXTURE.run(cls.out, timeout=180)
+        cls.path = os.path.join(cls.out, cls.FIXTURE.name + ".json")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def setUp(self):
+        self.assertEqual(self.p.returncode, 0, why(self.p))
+        self.t = validate(self.path)
+
+
+class HomeworkTest(FixtureTest):
+    """A homework's test: HOMEWORK names it (lectures/HOMEWORK.c, its
+    solution and wrong methods tests/fixtures/HOMEWORK_*.c)."""
+    HOMEWORK = None
+    NAMES = None      # a CheckNames of every check a run makes on each rank
+    WORLD = 4
+    REPEAT = 1
+
+    def wrong(self, which, says, status=1):
+        """A method fails exactly the checks named by `says` on every rank,
+        each failed text holding every string listed for it; nothing else
+        fails and nothing goes wrong (REPEAT runs); (process, trace)."""
+        for _ in range(self.REPEAT):
+            p, t = self.outcome(which, status)
+            want = sorted((r, w, w not in says) for r in range(self.WORLD) for w in self.NAMES.graded)
+            self.assertEqual(self.NAMES.checks(t), want)
+            for w in says:
+                texts = self.NAMES.check_texts(t, w)
+                self.assertEqual(len(texts), self.WORLD)
+                for text in texts:
+                    for part in says[w]:
+                        self.assertIn(part, text)
+            self.assertFalse(troubles(t))
+        return p, t
+
+    def starter_fails_every_check(self):
+        """The starter (lectures/HOMEWORK) fails every graded check on every
+        rank, says so in its last line, and nothing else goes wrong (no
+        error step, no leak warning); (process, trace)."""
+        p, t = self.outcome(lecture(self.HOMEWORK), 1)
+        want = sorted((r, w, False) for r in range(self.WORLD) for w in self.NAMES.graded)
+        self.assertEqual(self.NAMES.checks(t), want)
+        self.assertEqual(last_line(p), "checks: 0 passed, %d failed, 0 not reached" % len(want))
+        self.assertFalse(troubles(t))
+        return p, t
+
+    def outcome(self, which, status, *args):
+        """Runs the fixture HOMEWORK_`which` (or the binary at the absolute
+        path `which`) with `args`; asserts its exit status; (process, trace)."""
+        binary = which if os.path.isabs(which) else fixture(self.HOMEWORK + "_" + which)
+        p = run(binary, self.out, *args)
+        self.assertEqual(p.returncode, status, why(p))
+        return p, validate(os.path.join(self.out, "%s%s.json" % (self.HOMEWORK, ".failed" if status else "")))
+
+
+def rank_processes(binary):
+    """Pids of ranks of `binary` still alive (their command line names the
+    binary and the rank flag)."""
+    pids = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(os.path.join(d, "cmdline"), "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].decode(errors="replace") == binary and b"--lectern-rank" in argv:
+            pids.append(int(os.path.basename(d)))
+    return pids
+
+
+def links(binary, library):
+    """True when `binary` needs a shared library whose name starts with
+    `library` (readelf's NEEDED entries: what the build linked in)."""
+    out = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True).stdout
+    return re.search(r"\(NEEDED\).*\[%s[.-]" % re.escape(library), out) is not None
+
+
+def machine_gpus():
+    """GPUs this process may use, as the driver's nvidia-smi counts them
+    (0 without a driver), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    n = len([l for l in out.stdout.splitlines() if l.startswith("GPU ")]) if out.returncode == 0 else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        n = min(n, len([d for d in visible.split(",") if d.strip()]))
+    return n
 
 
 def line_of(path, needle, nth=1, within=None):
@@ -186,6 +453,24 @@ _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "0": b"\0", "a": b"\a", "b": b"\
             "v": b"\v", "\\": b"\\", "'": b"'", '"': b'"', "?": b"?"}
 
 
+def skip_blank(src, pos):
+    """The position of the first character at or after src[pos] that is not
+    a blank or inside a comment."""
+    n = len(src)
+    while pos < n:
+        if src[pos].isspace():
+            pos += 1
+        elif src.startswith("/*", pos):
+            end = src.find("*/", pos + 2)
+            pos = n if end < 0 else end + 2
+        elif src.startswith("//", pos):
+            end = src.find("\n", pos)
+            pos = n if end < 0 else end
+        else:
+            break
+    return pos
+
+
 def _literal_at(src, pos):
     """The bytes of the string literal(s) starting at src[pos] (after blanks
     and comments; adjacent literals joined, as the compiler does), and the
@@ -194,17 +479,7 @@ def _literal_at(src, pos):
     found = False
     n = len(src)
     while True:
-        while pos < n:
-            if src[pos].isspace():
-                pos += 1
-            elif src.startswith("/*", pos):
-                end = src.find("*/", pos + 2)
-                pos = n if end < 0 else end + 2
-            elif src.startswith("//", pos):
-                end = src.find("\n", pos)
-                pos = n if end < 0 else end
-            else:
-                break
+        pos = skip_blank(src, pos)
         if pos >= n or src[pos] != '"':
             return (out if found else None), pos
         found = True
@@ -532,9 +807,7 @@ class LectureRun:
 
     @classmethod
     def setUpClass(cls):
-        binary = built("lectures", cls.NAME)
-        if not os.path.exists(binary):
-            raise AssertionError("%s is not built in %s (run make)" % (cls.NAME, BUILD))
+        binary = lecture(cls.NAME)
         cls.out = tempfile.TemporaryDirectory()
         env = dict(os.environ)
         env.update(cls.ENV)
@@ -615,6 +888,13 @@ class LectureRun:
         """{first cell: the rest of its row}: a table whose rows are named."""
         return {row[0]: row[1:] for row in table["rows"]}
 
+    def one_plot(self):
+        """The spec of the lecture's one plot (Vega-Lite v6)."""
+        plots = [r["spec"] for _, r in self.renderings("plot")]
+        self.assertEqual(len(plots), 1)
+        self.assertIn("vega-lite/v6", plots[0]["$schema"])
+        return plots[0]
+
     # ---- printed numbers ----
 
     def assert_scaled(self, printed, printed_base, factor, what):
@@ -649,6 +929,20 @@ class WholeTrace:
         for section in self.SECTIONS:
             self.assertIn(section, headings[pos:], "missing or out of order: %r" % section)
             pos = headings.index(section, pos) + 1
+
+
+class ValidTrace:
+    """A mixin for a LectureRun test whose lecture has spawns meant to fail
+    (WholeTrace's are all ok): the trace passes validate(), and its headings
+    among SECTIONS are SECTIONS, each once and in that order."""
+    SECTIONS = []
+
+    def test_schema_and_line_accuracy(self):
+        validate(self.path)
+
+    def test_sections_in_order(self):
+        heads = [r["data"].strip() for _, r in self.renderings("markdown") if r["data"].startswith("#")]
+        self.assertEqual([h for h in heads if h in self.SECTIONS], self.SECTIONS)
 
 
 class CommittedTrace:

@@ -2,7 +2,7 @@
  * nccl_probe: the NCCL this build would load at an NCCL spawn, and whether
  * it may (runtime/comm/nccl_library.c: dlopen, version floor).
  *
- * scripts/gpu-check.sh records its two lines; tests/test_nccl_load.py runs it
+ * scripts/gpu-check.sh records its two lines; tests/comm/test_nccl_load.py runs it
  * against a missing library and a fake one too old. Prints:
  *
  *   build: NCCL header X.Y.Z            (or: build: no NCCL support)

@@ -12,6 +12,7 @@ import functools
 import http.server
 import os
 import shutil
+import sys
 import tempfile
 import threading
 
@@ -20,7 +21,10 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import tracecheck  # noqa: E402
+
+REPO = tracecheck.ROOT
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 # What the tests drive: Chromium's headless shell (Debian's

@@ -14,6 +14,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "fixtures", "src")
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import tracecheck  # noqa: E402
 
 
 def source(path):
@@ -22,14 +24,8 @@ def source(path):
 
 
 def line_of(path, snippet, nth=1):
-    """1-based line of the nth line of `path` containing `snippet`."""
-    seen = 0
-    for n, text in enumerate(source(path).split("\n"), 1):
-        if snippet in text:
-            seen += 1
-            if seen == nth:
-                return n
-    raise SystemExit(f"{path}: no line contains {snippet!r}")
+    """1-based line of the nth line of `path` (below fixtures/src) containing `snippet`."""
+    return tracecheck.line_of(os.path.join(SRC, path), snippet, nth)
 
 
 def frame(path, function, snippet, nth=1):
@@ -210,7 +206,7 @@ def tables():
 
 def modelled_chart():
     """What chart_show() writes for a chart with a measured and a modelled
-    span (runtime/trace/charts.c; tests/test_table.py pins it)."""
+    span (runtime/trace/charts.c; tests/trace/test_table.py pins it)."""
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
         "title": "one forward, real and modelled", "width": 480, "height": 120,

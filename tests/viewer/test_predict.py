@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """predict()'s questions in the viewer (viewer/predict.js), on the trace
-tests/lectures/predict_fixture.c writes: the question with an answer field
+tests/fixtures/predict_fixture.c writes: the question with an answer field
 and a Reveal button, the measured value nowhere in it until revealed, and
 then the value and how close the answer was, in words this test works out
 itself from the fixture's numbers (12.3 GB/s, 25165824 bytes, 0.375,
@@ -10,7 +10,6 @@ mode, answers kept across the two modes, and axe-core on both.
     /usr/bin/python3 tests/viewer/test_predict.py [-v]
 """
 import os
-import subprocess
 import sys
 import unittest
 
@@ -22,8 +21,6 @@ from test_lectures import AXE  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-BUILD = os.path.join(harness.REPO, os.environ.get("LECTERN_BUILD", "build"))
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "predict_fixture")
 
 # What the fixture measured, by question.
 BUSBW = ("What bus bandwidth", 12.3, "GB/s")
@@ -66,13 +63,7 @@ class TestPredict(base.ViewerCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        if not os.path.exists(FIXTURE):
-            raise unittest.SkipTest("build the fixture first: make build/tests/lectures/predict_fixture")
-        env = dict(os.environ, LECTERN_ROOT_DIR=harness.REPO)
-        env.pop("LECTERN_FIXTURE_CASE", None)
-        p = subprocess.run([FIXTURE, "--quiet", "--out", cls.traces], env=env, capture_output=True, text=True,
-                           timeout=180)
-        assert p.returncode == 0, p.stderr
+        cls.add_fixture_trace("predict_fixture")
         cls.d.get(harness.file_url(cls.root, "?trace=predict_fixture"))
         assert harness.wait_ready(cls.d) is None
         cls.steps = cls.d.execute_script("""return window.lectern.T.steps.map(function (s) {

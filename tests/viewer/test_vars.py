@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The variables panel (viewer/vars.js) on a real trace: the one
-tests/lectures/inspect_fixture.c writes with --inspect-collectives, so the
+tests/fixtures/inspect_fixture.c writes with --inspect-collectives, so the
 values the panel shows can be checked against what the fixture's source puts
 in (rank r's tensor filled with r, then all-reduced to 0 + 1 + 2 + 3).
 
@@ -12,7 +12,6 @@ read mode, and axe-core on step and read mode.
     /usr/bin/python3 tests/viewer/test_vars.py [-v]
 """
 import os
-import subprocess
 import sys
 import unittest
 
@@ -23,8 +22,6 @@ import test_viewer as base  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-BUILD = os.path.join(harness.REPO, os.environ.get("LECTERN_BUILD", "build"))
-FIXTURE = os.path.join(BUILD, "tests", "lectures", "inspect_fixture")
 WORLD = 4
 
 
@@ -32,13 +29,7 @@ class TestVars(base.ViewerCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        if not os.path.exists(FIXTURE):
-            raise unittest.SkipTest("build the fixture first: make build/tests/lectures/inspect_fixture")
-        env = dict(os.environ, LECTERN_ROOT_DIR=harness.REPO)
-        env.pop("LECTERN_FIXTURE_CASE", None)
-        p = subprocess.run([FIXTURE, "--quiet", "--out", cls.traces, "--inspect-collectives"], env=env,
-                           capture_output=True, text=True, timeout=180)
-        assert p.returncode == 0, p.stderr
+        cls.add_fixture_trace("inspect_fixture", "--inspect-collectives")
         # The steps in the viewer's order (it puts a line's rank steps in rank order).
         cls.d.get(harness.file_url(cls.root, "?trace=inspect_fixture"))
         assert harness.wait_ready(cls.d) is None

@@ -66,6 +66,20 @@ class ViewerCase(unittest.TestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
         shutil.rmtree(cls.traces, ignore_errors=True)
 
+    @classmethod
+    def add_fixture_trace(cls, name, *args):
+        """Runs the fixture lecture tests/fixtures/NAME, as LECTERN_BUILD's
+        build made it, with args, into this class's trace folder; skips the
+        class when it is not built."""
+        binary = harness.tracecheck.fixture(name)
+        if not os.path.exists(binary):
+            raise unittest.SkipTest("build the fixture first: make build/tests/fixtures/%s" % name)
+        env = dict(os.environ, LECTERN_ROOT_DIR=harness.REPO)
+        env.pop("LECTERN_FIXTURE_CASE", None)
+        p = subprocess.run([binary, "--quiet", "--out", cls.traces, *args], env=env, capture_output=True, text=True,
+                           timeout=180)
+        assert p.returncode == 0, p.stderr
+
     # -- helpers
 
     def open(self, query, root=None):

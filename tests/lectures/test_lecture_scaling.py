@@ -1,0 +1,479 @@
+"""lecture_scaling (expert, tensor, sequence and context parallelism, a 2-D
+mesh): run it with --quick and check its trace, then plant bugs in copies of
+it and see the checks that guard them fail.
+
+Every number the lecture prints is read back from the trace and judged here
+against figures computed here from the printed configuration: each
+strategy's difference from one device against a tolerance recomputed from
+the lecture's stated rule (2 (sum of the sums' lengths) 2^-24 of the largest
+value), the all-to-all's bytes and capacity from the routed counts, the
+tensor- and sequence-parallel bytes from the activation's size, the ring's
+bytes from the chunk's size. The trace must validate against the schema
+with every stack line accurate; so must the committed traces/
+lecture_scaling.json, made from the current source.
+
+    /usr/bin/python3 tests/lectures/test_lecture_scaling.py     (LECTERN_BUILD picks the build)
+"""
+import os
+import re
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import planted  # noqa: E402
+import tracecheck  # noqa: E402
+from tracecheck import NUM, U, half_unit  # noqa: E402
+
+ROOT = tracecheck.ROOT
+
+WORLD = 4
+
+SECTIONS = [
+    "# After DDP, ZeRO, TP and PP",
+    "## The plan",
+    "## The block on one device",
+    "## Expert parallelism",
+    "## Tensor and sequence parallelism",
+    "## Context parallelism: ring attention",
+    "### Does the ring hide its transfers?",
+    "## A 2-D mesh: data x tensor parallelism",
+    "## ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch",
+    "### Does the prefetch hide the gathers?",
+    "## Memory: activations and recomputation",
+    "### Mixed precision: bytes per parameter (accounting)",
+    "## Summary",
+]
+
+
+class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase):
+    NAME = "lecture_scaling"
+    SECTIONS = SECTIONS
+
+    # ---- helpers over the trace ----
+
+    def block_config(self):
+        m = re.search(r"a sequence of (\d+) tokens of width d = (\d+), (\d+) heads of width (\d+), an MLP of "
+                      r"hidden width (\d+)\.", self.markdown_text())
+        return dict(zip(("seq", "d", "heads", "dh", "hidden"), map(int, m.groups())))
+
+    def assert_within(self, m, diff_group, size_group, tol_group, sum_lengths, what):
+        """The printed difference is within the printed tolerance, and that
+        tolerance is 2 sum_lengths u of the printed largest value (both
+        printed with 3 digits: compared as intervals)."""
+        diff, size, tol = m.group(diff_group), m.group(size_group), m.group(tol_group)
+        self.assertLessEqual(float(diff), float(tol), what)
+        self.assert_scaled(tol, size, 2 * sum_lengths * U, what)
+        self.assertGreater(float(size), 0.1, what)   # a real result, not zeros
+
+    # ---- the trace as a whole ----
+
+    def test_diagrams_and_references(self):
+        local = {r["src"] for _, r in self.renderings("image") if not r["remote"]}
+        for name in ("moe", "ring"):
+            src = "assets/lecture_scaling_%s.svg" % name
+            self.assertIn(src, local)
+            self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
+        links = {r["url"] for _, r in self.renderings("link")}
+        for url in ("https://arxiv.org/abs/2101.03961", "https://arxiv.org/abs/1909.08053",
+                    "https://arxiv.org/abs/2205.05198", "https://arxiv.org/abs/2310.01889",
+                    "https://arxiv.org/abs/1910.02054", "https://arxiv.org/abs/1604.06174"):
+            self.assertIn(url, links)
+
+    def test_every_strategy_passes_on_every_rank(self):
+        passes = tracecheck.check_passes(self.trace)
+        self.assertTrue(all(ok for _, _, ok in passes), [p for p in passes if not p[2]])
+        for prefix in ("expert parallelism: the MoE layer's output", "expert parallelism: 3 all-to-alls",
+                       "tensor parallelism: the block's output", "sequence parallelism: the block's output",
+                       "sequence parallelism: the same bytes", "ring attention: this rank's rows",
+                       "ring attention: every chunk", "2-D mesh: the gradients",
+                       "ZeRO-1: the gradient pieces", "ZeRO-1: the weights", "ZeRO-2: the gradient pieces",
+                       "ZeRO-2: the weights", "ZeRO-3, prefetch: the gradient pieces", "ZeRO-3, prefetch: the weights",
+                       "ZeRO-3: each layer's all-gather", "ZeRO-1 and ZeRO-2: the same bytes",
+                       "ZeRO-3 prefetch, modelled compute", "ring attention, modelled compute"):
+            ranks = sorted(r for r, what, ok in passes if what.startswith(prefix) and ok)
+            self.assertEqual(ranks, list(range(WORLD)), prefix)
+        mine = [what for r, what, ok in passes if r is None and ok]
+        self.assertTrue(any(w.startswith("recomputation, modelled compute") for w in mine), mine)
+
+    # ---- expert parallelism ----
+
+    def test_expert_parallel_output_equals_one_device(self):
+        m = re.search(r"(\d+) ranks with (\d+) tokens each, d = (\d+), experts of hidden width (\d+)\.",
+                      self.markdown_text())
+        d, hidden = int(m.group(3)), int(m.group(4))
+        for row in self.per_rank(r"^Rank (\d): expert parallelism: the MoE layer's output: max \|ranks - one "
+                                 r"device\| = %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM), WORLD):
+            # the router (d terms) and the expert's two products (d, hidden)
+            self.assert_within(row, 2, 3, 4, d + d + hidden, "MoE")
+
+    def test_all_to_all_bytes_follow_from_the_routing(self):
+        m = re.search(r"(\d+) ranks with (\d+) tokens each, d = (\d+)", self.markdown_text())
+        tokens, d = int(m.group(2)), int(m.group(3))
+        t = self.table(r"^Expert parallelism")
+        rows = t["rows"]
+        self.assertEqual([r[0] for r in rows], list(range(WORLD)))
+        counts = [[int(c) for c in r[1].split()] for r in rows]
+        capacity = max(max(c) for c in counts)   # the largest piece any rank sends
+        useful_total = nominal_total = 0
+        for rank, (row, c) in enumerate(zip(rows, counts)):
+            self.assertEqual(sum(c), tokens)     # every token goes to exactly one expert
+            self.assertEqual(row[2], capacity)
+            # (p - 1) pieces of each of the three all-to-alls: 1 count, C rows there, C rows back
+            self.assertEqual(row[4], (WORLD - 1) * 4 * (1 + 2 * capacity * d))
+            useful = 2 * 4 * d * sum(n for e, n in enumerate(c) if e != rank)
+            self.assertEqual(row[3], useful)
+            self.assertGreaterEqual(row[5], 0)
+            useful_total += useful
+            nominal_total += row[4]
+        self.assertGreater(max(max(c) - min(c) for c in counts), 0)   # the router is uneven here
+        m = re.search(r"Of the (\d+) bytes the ranks sent by the formula, (\d+) carried tokens \((\d+)%\)",
+                      self.markdown_text())
+        self.assertEqual((int(m.group(1)), int(m.group(2))), (nominal_total, useful_total))
+        self.assertEqual(int(m.group(3)), round(100 * useful_total / nominal_total))
+
+    # ---- tensor and sequence parallelism ----
+
+    def block_sum_lengths(self):
+        c = self.block_config()
+        d = c["d"]
+        return 2 * d + d + c["dh"] + c["seq"] + d + 2 * d + d + c["hidden"]
+
+    def test_tensor_and_sequence_parallel_outputs_equal_one_device(self):
+        n = self.block_sum_lengths()
+        for row in self.per_rank(r"^Rank (\d): tensor parallelism: the block's output: max \|ranks - one device\| "
+                                 r"= %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM), WORLD):
+            self.assert_within(row, 2, 3, 4, n, "TP")
+        for row in self.per_rank(r"^Rank (\d): sequence parallelism: the block's output, this rank's quarter: max "
+                                 r"\|ranks - one device\| = %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM),
+                                 WORLD):
+            self.assert_within(row, 2, 3, 4, n, "SP")
+
+    def test_sequence_parallel_sends_the_same_bytes_in_twice_the_calls(self):
+        c = self.block_config()
+        b = c["seq"] * c["d"] * 4
+        rows = self.table(r"^One block forward")["rows"]
+        self.assertEqual(len(rows), 2)
+        (tp_name, tp_calls, tp_bytes, tp_measured, tp_rows), (sp_name, sp_calls, sp_bytes, sp_measured, sp_rows) = rows
+        self.assertEqual((tp_calls, sp_calls), (2, 4))
+        self.assertEqual(tp_bytes, 2 * 2 * (WORLD - 1) * b // WORLD)   # two all-reduces
+        self.assertEqual(sp_bytes, 4 * (WORLD - 1) * b // WORLD)       # two reduce-scatters, two all-gathers
+        self.assertEqual((tp_rows, sp_rows), (c["seq"], c["seq"] // WORLD))
+        self.assertGreaterEqual(tp_measured, 0)
+        self.assertGreaterEqual(sp_measured, 0)
+
+    # ---- ring attention ----
+
+    def test_ring_attention_equals_one_device_and_passes_every_chunk_once(self):
+        m = re.search(r"One causal head of width (\d+) over (\d+) tokens, (\d+) per rank\.", self.markdown_text())
+        dh, seq, chunk = map(int, m.groups())
+        self.assertEqual(chunk * WORLD, seq)
+        for row in self.per_rank(r"^Rank (\d): ring attention: this rank's rows: max \|ranks - one device\| = %s "
+                                 r"\(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM), WORLD):
+            self.assert_within(row, 2, 3, 4, dh + seq + WORLD, "ring")
+        for row in self.per_rank(r"^Rank (\d): (\d) of (\d) chunks had keys it may see; sent (\d+) bytes to rank (\d) "
+                                 r"in (\d+) isends", WORLD):
+            rank = int(row.group(1))
+            self.assertEqual(int(row.group(2)), rank + 1)   # the causal mask: chunks 0 .. rank
+            self.assertEqual(int(row.group(4)), (WORLD - 1) * 2 * chunk * dh * 4)
+            self.assertEqual(int(row.group(5)), (rank + 1) % WORLD)
+            # keys and values in one message a step, started before the block's compute
+            self.assertEqual(int(row.group(6)), WORLD - 1)
+
+    # ---- the mesh ----
+
+    def test_mesh_gradients_equal_one_device(self):
+        m = re.search(r"with A (\d+) x (\d+) and B \d+ x \d+, loss mean\(y\^2\), a batch of (\d+)",
+                      self.markdown_text())
+        d, hidden, batch = map(int, m.groups())
+        # lib/mlp.h's gradient_tolerance: 2 (layers + 1) max(batch, width) u, width the hidden one
+        factor = 2 * 3 * max(batch, hidden)
+        for row in self.per_rank(r"^Rank (\d) \(dp (\d), tp (\d)\): gradients of A's columns and B's rows (\d+)-(\d+): "
+                                 r"max \|mesh - one device\| = %s \(largest %s, tolerance %s\)$" % (NUM, NUM, NUM),
+                                 WORLD):
+            rank = int(row.group(1))
+            self.assertEqual((int(row.group(2)), int(row.group(3))), (rank // 2, rank % 2))
+            self.assertEqual(int(row.group(4)), (rank % 2) * hidden // 2)
+            diff, size, tol = row.group(6), row.group(7), row.group(8)
+            self.assertLessEqual(float(diff), float(tol))
+            self.assertGreater(float(size), 0)
+            self.assert_scaled(tol, size, factor * U, "mesh")
+
+    # ---- ZeRO ----
+
+    def zero_config(self):
+        m = re.search(r"lecture_08's model \(lib/mlp\.h\) at (\d+) layers of (\d+) x \d+, a batch of (\d+), one AdamW step "
+                      r"\(lr %s\)" % NUM, self.markdown_text())
+        return int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
+
+    def test_zero_stages_equal_ddp(self):
+        layers, width, batch, lr = self.zero_config()
+        tol_factor = 2 * (layers + 1) * max(batch, width) * U   # lib/mlp.h's gradient_tolerance
+        for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3, prefetch"):
+            rows = self.per_rank(r"^Rank (\d): %s: gradient pieces max \|ZeRO - DDP\| = %s \(tolerance %s\); weights "
+                                 r"more than lr/2 from DDP's: %s%% \(at most %s%%\)$" % (re.escape(method), NUM, NUM,
+                                                                                       NUM, NUM), WORLD)
+            for m in rows:
+                self.assertLessEqual(float(m.group(2)), float(m.group(3)), method)
+                self.assertGreater(float(m.group(3)), 0)
+                self.assertLess(float(m.group(3)), tol_factor * 10, method)   # gradients here are under 10
+                self.assertLessEqual(float(m.group(4)), float(m.group(5)), method)
+                self.assertLess(float(m.group(5)), 1.0, method)   # under 1% of weights near a sign flip
+
+    def test_zero_bytes_and_state(self):
+        layers, width, batch, lr = self.zero_config()
+        rows = self.rows_by_first(self.table(r"^One step on"))
+        layer, p = width * width, WORLD
+        ddp = 2 * layers * (p - 1) * layer * 4 // p
+        self.assertEqual(rows["DDP"], [layers * layer, layers * layer, 2 * layers * layer, ddp, layers])
+        self.assertEqual(rows["ZeRO-1"], [layers * layer, layers * layer, 2 * layers * layer // p, ddp, 2 * layers])
+        self.assertEqual(rows["ZeRO-2"], [layers * layer, layer + layers * layer // p, 2 * layers * layer // p, ddp,
+                                          2 * layers])
+        # gathers: every layer forward, all but layer 0 backward; a reduce-scatter per layer
+        z3 = rows["ZeRO-3, prefetch"]
+        self.assertEqual(z3[3], (3 * layers - 1) * (p - 1) * layer * 4 // p)
+        self.assertEqual(z3[4], 3 * layers - 1)
+        self.assertEqual(z3[0], layers * layer // p + 2 * layer)
+        m = self.texts(r"^Rank 0, ZeRO-3 forward, in order: (.*)$")
+        self.assertEqual(len(m), 1)
+        expected = ["gather 0"]
+        for i in range(layers):
+            if i + 1 < layers:
+                expected.append("gather %d" % (i + 1))
+            else:   # the backward's first gather, before the forward's last compute
+                expected.append("gather for the backward %d" % i)
+            expected.append("compute %d" % i)
+        self.assertEqual(m[0][1].group(1).split(", "), expected)
+
+    # ---- memory ----
+
+    def test_activations_measured_against_the_formula(self):
+        t = self.table(r"^One step of")
+        m = re.match(r"One step of (\d+) layers, batch (\d+), width (\d+)", t["caption"])
+        layers, batch, width = map(int, m.groups())
+        act = batch * width * 4
+        (n1, plain, f1, p1), (n2, recomputed, f2, p2) = t["rows"]
+        self.assertEqual((f1, f2), (2 * layers * act, layers * act))
+        # forward L products; backward dW for each layer and dx for all but the first; recomputation L more
+        self.assertEqual((p1, p2), (3 * layers - 1, 4 * layers - 1))
+        # the runtime's count of tensor storage (tensor_bytes_live): no headers, exact
+        self.assertEqual((plain, recomputed), (2 * layers * act, layers * act))
+
+    def test_recomputation_timed_in_turn_real_and_modelled(self):
+        layers = 4
+        t = self.table(r"^The step's time, plain and with recomputation, taken in turn$")
+        (real, r_keep, r_kf, r_ks, r_rec, r_rf, r_rs, r_ratio, r_prod, r_share, r_pred), \
+            (modelled, m_keep, m_kf, m_ks, m_rec, m_rf, m_rs, m_ratio, m_prod, m_share, m_pred) = t["rows"]
+        self.assertTrue(real.startswith("real: this CPU, 5 steps each"), real)
+        m = re.match(r"modelled: each product (\d+) ms, (\d+) steps each$", modelled)
+        product_ms, reps = int(m.group(1)), int(m.group(2))
+        for fastest, median, slowest in ((r_kf, r_keep, r_ks), (r_rf, r_rec, r_rs), (m_kf, m_keep, m_ks),
+                                         (m_rf, m_rec, m_rs)):
+            self.assertTrue(0 < fastest <= median <= slowest, (fastest, median, slowest))
+        self.assertAlmostEqual(r_ratio, r_rf / r_kf, delta=1e-9)   # the fastest of each
+        self.assertAlmostEqual(m_ratio, m_rf / m_kf, delta=1e-9)
+        # what the products alone predict: one product's time, 11 of them in a plain step, 4 more recomputed
+        self.assertEqual(m_prod, product_ms)
+        self.assertGreater(r_prod, 0)
+        for prod, keep, share, pred in ((r_prod, r_kf, r_share, r_pred), (m_prod, m_kf, m_share, m_pred)):
+            self.assertAlmostEqual(share, 100 * (3 * layers - 1) * prod / keep, delta=1e-9 * share)
+            self.assertAlmostEqual(pred, 1 + layers * prod / keep, delta=1e-9)
+        # modelled: sleeps never end early, so each step is at least its products' time ...
+        self.assertGreaterEqual(m_kf, (3 * layers - 1) * product_ms)
+        self.assertGreaterEqual(m_rf, (4 * layers - 1) * product_ms)
+        # ... and the ratio is the products' within the lecture's bound (its comment derives 0.1)
+        self.assertLessEqual(abs(m_ratio - (4 * layers - 1) / (3 * layers - 1)), 0.1)
+        # the modelled spans are the trace's, in the lecture's own process: 11 and 15 per pair of steps
+        spans = [sp for sp in self.trace["modelled"] if sp["rank"] is None]
+        self.assertEqual(len(spans), reps * ((3 * layers - 1) + (4 * layers - 1)))
+        self.assertTrue(all(sp["ms"] == product_ms for sp in spans))
+        self.assertTrue(self.trace["meta"]["modelled_compute"])
+        # the sentences quote the table
+        said = self.one_note(r"the step with recomputation took ([0-9.]+) times as long, its (\d+) products against (\d+)")
+        self.assertEqual(float(said.group(1)), round(m_ratio, 2))
+        self.assertEqual((int(said.group(2)), int(said.group(3))), (4 * layers - 1, 3 * layers - 1))
+        real_said = self.one_note(r"recomputation's step took ([0-9.]+) times as long as keeping everything")
+        self.assertEqual(float(real_said.group(1)), round(r_ratio, 2))
+        self.assertNotIn("0.90 times", real_said.string)
+
+    def one_note(self, pattern):
+        """The match of the one note the regex matches (searched)."""
+        found = [m for m in (re.search(pattern, t, re.S) for t in self.markdown()) if m]
+        self.assertEqual(len(found), 1, pattern)
+        return found[0]
+
+    def hidden_table(self, caption, what):
+        """The rows of a real-against-modelled timing table, each checked: the
+        hidden share is 1 - overlapped / blocking from its own columns."""
+        t = self.table(caption)
+        rows = t["rows"]
+        self.assertEqual(len(rows), 2)
+        self.assertTrue(rows[0][0].startswith("real: this CPU's arithmetic"), rows[0][0])
+        self.assertTrue(rows[1][0].startswith("modelled: "), rows[1][0])
+        for row in rows:
+            as_needed, overlapped, share = row[-3], row[-2], row[-1]
+            self.assertGreater(as_needed, 0, what)
+            self.assertGreaterEqual(overlapped, 0, what)
+            self.assertAlmostEqual(share, 100 * (1 - overlapped / as_needed), delta=1e-9, msg=what)
+        return rows
+
+    def test_prefetch_hides_the_gathers_in_the_modelled_run(self):
+        rows = self.hidden_table(r"^ZeRO-3 on 4 ranks, (\d+) layers of (\d+) x \d+, rank 0: the fastest of (\d+) "
+                                 r"steps each$", "prefetch")
+        m = re.match(r"modelled: ([0-9.]+) ms a layer forward", rows[1][0])
+        self.assertGreaterEqual(float(m.group(1)), 10.0)   # PREFETCH_MIN_MS
+        self.assertGreaterEqual(rows[1][-1], 70)            # the lecture's bound, derived beside it
+        said = self.one_note(r"the prefetch hid (\d+)% of the time rank 0 spent in gathers without it, and its step "
+                        r"took ([0-9.]+) ms against ([0-9.]+)\. At best it hides (\d+) of the (\d+) gathers")
+        self.assertEqual(int(said.group(1)), round(rows[1][-1]))
+        self.assertEqual((float(said.group(2)), float(said.group(3))), (round(rows[1][2], 2), round(rows[1][1], 2)))
+        layers = int(re.search(r"(\d+) layers of", self.table(r"^ZeRO-3 on 4 ranks")["caption"]).group(1))
+        self.assertEqual((int(said.group(4)), int(said.group(5))), (2 * layers - 2, 2 * layers - 1))
+        # the trace's modelled spans of that spawn, per rank: a warm-up and reps of each form, each step a
+        # forward of F per layer and a backward of 2F per layer but layer 0's F
+        reps = int(re.search(r"the fastest of (\d+) steps each", self.table(r"^ZeRO-3 on 4 ranks")["caption"]).group(1))
+        steps = 1 + 2 * reps
+        self.assert_spans(float(m.group(1)), {1: steps * (layers + 1), 2: steps * (layers - 1)})
+
+    def assert_spans(self, ms, per_multiple):
+        """The modelled spans of the one spawn whose spans last ms (printed to
+        0.1) or multiples of it: per rank, how many of each multiple."""
+        spawns = {sp["spawn"] for sp in self.trace["modelled"]
+                  if sp["rank"] is not None and abs(sp["ms"] - ms) <= 0.05}
+        self.assertEqual(len(spawns), 1, spawns)
+        spans = [sp for sp in self.trace["modelled"] if sp["spawn"] in spawns]
+        exact = min(sp["ms"] for sp in spans)   # the unit: ms, unrounded
+        for rank in range(WORLD):
+            mine = [sp for sp in spans if sp["rank"] == rank]
+            got = {}
+            for sp in mine:
+                k = round(sp["ms"] / exact)
+                self.assertAlmostEqual(sp["ms"], k * exact, delta=1e-9)
+                got[k] = got.get(k, 0) + 1
+                self.assertGreaterEqual(sp["end"] - sp["start"], sp["ms"] * 1e-3 - 1e-6)   # a sleep never ends early
+            self.assertEqual(got, per_multiple, rank)
+
+    def test_the_ring_hides_its_transfers_in_the_modelled_run(self):
+        rows = self.hidden_table(r"^Ring attention on 4 ranks, one head of width (\d+), rank 0: the fastest of (\d+) "
+                                 r"rings each$", "ring")
+        self.assertEqual((rows[0][1], rows[1][1]), (256, 4096))   # tokens per chunk, real and modelled
+        self.assertGreaterEqual(float(re.match(r"modelled: ([0-9.]+) ms a block", rows[1][0]).group(1)), 5.0)
+        self.assertGreaterEqual(rows[1][-1], 70)
+        said = self.one_note(r"the overlapped ring hid (\d+)% of the time the blocking ring spent passing chunks on")
+        self.assertEqual(int(said.group(1)), round(rows[1][-1]))
+        # two warm-ups and reps rings of each form, of 4 blocks each, per rank
+        reps = int(re.search(r"the fastest of (\d+) rings each", self.table(r"^Ring attention on")["caption"]).group(1))
+        self.assert_spans(float(re.match(r"modelled: ([0-9.]+) ms a block", rows[1][0]).group(1)),
+                          {1: (2 + 2 * reps) * WORLD})
+
+    def test_mixed_precision_is_accounting(self):
+        rows = self.rows_by_first(self.table(r"^Model state per parameter"))
+        for name, row in rows.items():
+            self.assertEqual(sum(row[:4]), row[4], name)
+            self.assertEqual(row[5], row[4] / WORLD, name)
+        self.assertEqual(rows["bf16 mixed precision"][:5], [2, 2, 4, 8, 16])
+        # fp32 gradient accumulation (Megatron-LM): 18 bytes, not 16
+        self.assertEqual(rows["bf16, fp32 gradients (Megatron-LM)"][:5], [2, 4, 4, 8, 18])
+        self.assertIn("This is accounting", self.markdown_text())
+        self.assertIn("keep 18", self.markdown_text())
+
+
+class PlantedBugs(unittest.TestCase):
+    """Each check can fail: a copy of the lecture with one bug (tests/lib/
+    planted.py) must fail the check that guards it. Each bug moves its result
+    by over 1% of the largest value; the tolerances are under 1e-4 of it."""
+
+    @classmethod
+    def setUpClass(cls):
+        # planted.py reads the compile command from `make -n BUILD=...`; the
+        # sanitizer build's flags come from SAN=1, which make takes from
+        # MAKEFLAGS (a copy built without them would not link against it).
+        cls.makeflags = os.environ.get("MAKEFLAGS")
+        if os.path.basename(tracecheck.BUILD) == "build-asan":
+            os.environ["MAKEFLAGS"] = "-- SAN=1"
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.makeflags is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = cls.makeflags
+
+    def run_planted(self, find, replace):
+        with planted.binary("lecture_scaling", find, replace) as exe, tempfile.TemporaryDirectory() as out:
+            p, trace = tracecheck.run_quick(exe, out)
+            failed = os.path.join(out, "lecture_scaling.failed.json")
+            if trace is None and os.path.exists(failed):
+                trace = tracecheck.load(failed)
+        self.assertIsNotNone(trace, "the planted copy wrote no trace: " + tracecheck.why(p))
+        return p, trace
+
+    def assert_fails(self, find, replace, what_starts):
+        p, trace = self.run_planted(find, replace)
+        failed = planted.failed_checks(trace)
+        self.assertTrue(any(w.startswith(what_starts) for w in failed),
+                        "planting %r: no failed check starts with %r; failed: %r" % (replace, what_starts, failed))
+        self.assertNotEqual(p.returncode, 0, "a failed check must make the run fail")
+
+    def test_unplanted_copy_passes(self):
+        p, trace = self.run_planted("static void mesh_2d(void) {", "static void mesh_2d(void) {")
+        self.assertEqual(planted.failed_checks(trace), [])
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+
+    def test_token_sent_to_the_wrong_expert(self):
+        self.assert_fails("        dest[t] = expert[t]; /* the rank that owns token t's expert */",
+                          "        dest[t] = (expert[t] + 1) % p;",
+                          "expert parallelism: the MoE layer's output")
+
+    def test_tensor_parallel_attention_without_its_all_reduce(self):
+        self.assert_fails("    dist_all_reduce(y, DIST_SUM); /* the heads' partial outputs add up */",
+                          "    (void)0;",
+                          "tensor parallelism: the block's output")
+
+    def test_sequence_parallel_mlp_keeps_its_own_partial(self):
+        # the reduce-scatter's sum replaced by the rank's own rows: a partial, not the sum
+        self.assert_fails("    dist_reduce_scatter(mine, partial, DIST_SUM);",
+                          "    dist_reduce_scatter(mine, partial, DIST_MAX);",
+                          "sequence parallelism: the block's output")
+
+    def test_ring_attention_skips_the_last_chunk(self):
+        self.assert_fails("    for (int step = 0; step < world_size; step++) {",
+                          "    for (int step = 0; step < world_size - 1; step++) {",
+                          "ring attention: this rank's rows")
+
+    def test_mesh_without_the_data_parallel_average(self):
+        self.assert_fails("    dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */",
+                          "    (void)0;",
+                          "2-D mesh: the gradients")
+
+    def test_zero1_without_its_all_gather(self):
+        # the updated band never reaches the weights: every weight stays about lr from DDP's
+        self.assert_fails("        dist_all_gather(w[i], mine); /* every band, updated, to every rank */",
+                          "        (void)0;",
+                          "ZeRO-1: the weights after AdamW equal DDP's")
+
+    def test_prefetch_waited_for_at_once(self):
+        # the "prefetched" steps gather each layer only when it computes: nothing hides
+        self.assert_fails("                step[pf][k] = timed_zero3_step(&c, x, band, gp, pf, ms, &gathers[pf][k]);",
+                          "                step[pf][k] = timed_zero3_step(&c, x, band, gp, 0, ms, &gathers[pf][k]);",
+                          "ZeRO-3 prefetch, modelled compute")
+
+    def test_ring_sent_after_the_block(self):
+        # the "overlapped" rings send after each block, as the blocking form does
+        self.assert_fails("                step[o][r] = timed_ring(q, &kv, &in, o, ms, &transfers[o][r]);",
+                          "                step[o][r] = timed_ring(q, &kv, &in, 0, ms, &transfers[o][r]);",
+                          "ring attention, modelled compute")
+
+    def test_modelled_recomputation_that_recomputes_nothing(self):
+        self.assert_fails("        if (recompute) model_compute(PRODUCT_MS); /* h = x W again */",
+                          "        (void)0;", "recomputation, modelled compute")
+
+    def test_recomputation_that_keeps_h(self):
+        # the checkpointed forward keeps every pre-activation (a leak too): twice the formula's bytes
+        self.assert_fails("        tensor_free(h); /* recomputed in backward */", "        (void)h;",
+                          "activations: the tensors alive hold what the formula says")
+
+
+
+if __name__ == "__main__":
+    unittest.main()
