@@ -1,19 +1,19 @@
 /* lecture_08: distributed training. Part 1: how accelerators talk (hardware, collectives, their speed, streams).
  * Part 2: one model trained every way, each checked against one device. Everything runs for real on CPU ranks (the
- * committed trace); the GPU path is compiled in, unverified across ranks (docs/gpu.md). Plumbing: lectures/lib. */
+ * committed trace); the GPU path is compiled in, unverified across ranks (docs/gpu.md). Plumbing: lecture_08/, lib/. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "lectern.h"
+#include "lecture_08/collective_bench.h"
+#include "lecture_08/pipeline.h"
+#include "lecture_08/streams.h"
+#include "lecture_08/train.h"
+#include "lecture_08/zero3.h"
 #include "lib/buckets.h"
-#include "lib/collective_bench.h"
 #include "lib/mlp.h"
-#include "lib/pipeline.h"
-#include "lib/streams.h"
-#include "lib/train.h"
-#include "lib/zero3.h"
 
 static void introduction(void), hardware(void), collective_operations(void), our_runtime_and_nccl(void),
         benchmarking(void), cuda_streams(void), parallelism_overview(void), one_device(void), ddp(void),
@@ -378,14 +378,14 @@ static void benchmarking(void) {
 static void bench_main(int rank, int world_size, void *args) {
     const bench_args *a = args;
     bench_result all_reduce[MAX_SIZES], reduce_scatter[MAX_SIZES];
-    bench_sweep(a, world_size, all_reduce, reduce_scatter); /* lectures/lib/collective_bench.c */
+    bench_sweep(a, world_size, all_reduce, reduce_scatter); /* lecture_08/collective_bench.c */
     if (rank != 0) return;                                  /* the numbers are the same everywhere: one rank reports */
     int last = a->n_sizes - 1;
-    if (world_size == 2) predict_busbw(&all_reduce[last]); /* lectures/lib/collective_bench.c */
+    if (world_size == 2) predict_busbw(&all_reduce[last]); /* lecture_08/collective_bench.c */
     show_results("all-reduce", world_size, all_reduce, a->n_sizes);
     show_results("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
     plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
-    note_bandwidths(world_size, all_reduce, reduce_scatter, a->n_sizes); /* lectures/lib/collective_bench.c */
+    note_bandwidths(world_size, all_reduce, reduce_scatter, a->n_sizes); /* lecture_08/collective_bench.c */
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
     note_cost_model(world_size, all_reduce, a->n_sizes, &m);
     plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
@@ -416,9 +416,9 @@ static void cuda_streams(void) {
          "The example: two independent jobs, (1) a matrix product and (2) copying a matrix from CPU to GPU, first "
          "one after the other on one stream, then on two streams so that the copy engine works while the arithmetic "
          "units multiply.");
-    if (streams_example()) return; /* lectures/lib/streams.c: cuBLAS, streams, events */
+    if (streams_example()) return; /* lecture_08/streams.c: cuBLAS, streams, events */
 #ifdef LECTERN_CUDA
-    note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code (lectures/lib/streams.c) "
+    note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code (lectures/lecture_08/streams.c) "
          "is compiled into the lecture, and on a GPU it times both versions with CUDA events here; without one there "
          "is no stream and no copy engine, so there are no timings to show.");
 #else
@@ -465,10 +465,10 @@ static void parallelism_overview(void) {
 static void one_device(void) {
     progress("one device");
     note("## One device first\n\n"
-         "Before splitting anything, train on one device (lectures/lib/train.c: forward, backward, AdamW, no "
+         "Before splitting anything, train on one device (lectures/lecture_08/train.c: forward, backward, AdamW, no "
          "communication). Every strategy below must reproduce these numbers.");
     baseline.cfg = training_config();
-    one_device_train(&baseline); /* lectures/lib/train.c: and its table, a row per step */
+    one_device_train(&baseline); /* lecture_08/train.c: and its table, a row per step */
 }
 
 /* DDP as PyTorch runs it: buckets of layers, each rank's slice run as micro-batches. */
@@ -585,7 +585,7 @@ static void ddp_main(int rank, int world_size, void *args) {
     char caption[160], buf[512];
     snprintf(caption, sizeof caption, "DDP on %d %s (gradient tolerance %.3g, AdamW's rounding bound %.3g)", world_size,
              plural(world_size, "rank", "ranks"), gradient_tolerance(c) * size, adamw_rounding_bound(c));
-    rank_table(caption, cols, 5, mine, c->steps); /* lectures/lib/train.c: gathered on rank 0 */
+    rank_table(caption, cols, 5, mine, c->steps); /* lecture_08/train.c: gathered on rank 0 */
     double spread = spread_over_ranks(w, c->layers);
     if (rank == 0)
         note_verbatim("Rank 0: params = %s; across %d %s, max |params(max) - params(min)| = %.3g",
@@ -692,7 +692,7 @@ static void ddp_zero3(void) {
     mlp_config c = training_config();
     int ranks = 4;
     double params = (double)model_floats(&c), layer = (double)c.width * c.width;
-    show_zero_stages(params, ranks); /* lectures/lib/train.c: 16 bytes a parameter, divided as each stage shards */
+    show_zero_stages(params, ranks); /* lecture_08/train.c: 16 bytes a parameter, divided as each stage shards */
     note("That is model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per parameter in DDP; "
          "MB = 10^6 bytes). ZeRO-3 also needs, for a moment, one layer's gathered weights and its full gradient "
          "(%.3f MB) on top of its shards. Below, each rank adds up the tensors it really holds. How FSDP does stage "
@@ -786,7 +786,7 @@ static void zero3_main(int rank, int world_size, void *args) {
             mine[4] = diff_from_one_device(a, STEP0_GRADS, grad_piece, c->layers, "rrrrrrrr", first, last, &size);
             agrees("ZeRO-3: the step-0 gradient pieces", mine[4], gradient_tolerance(c) * size);
         }
-        if (step == 0 && rank == 0) predict_zero3_bytes(world_size, c, mine[2]); /* lectures/lib/train.c */
+        if (step == 0 && rank == 0) predict_zero3_bytes(world_size, c, mine[2]); /* lecture_08/train.c */
         adamw_step_layers(opt, piece, grad_piece, c->layers);
         free_saved(c->layers, acts, pre);
     }
@@ -805,7 +805,7 @@ static void zero3_main(int rank, int world_size, void *args) {
              "rounding bound %.3g)",
              world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
     rank_table(caption, cols, 6, mine, c->steps);
-    z3_times real, modelled; /* lectures/lib/zero3.c times the three ways */
+    z3_times real, modelled; /* lecture_08/zero3.c times the three ways */
     time_zero3_steps(c, piece, x, Z3_TRIALS, &real);
     time_modelled_zero3_steps(512, MODELLED_LAYERS, Z3_TRIALS, &modelled);
     if (rank == 0) {
@@ -993,7 +993,7 @@ static pipe_result say_bubble(int stages, int schedule, int m) {
          r.single_copy ? "by the single-copy path (the receiver reads the sender's memory)"
                        : "without the single-copy path (the sender's progress thread hands them over)",
          r.stage0_held, m, stages, r.load, r.cores);
-    note_replay(&r); /* lectures/lib/pipeline.c: the schedule replayed with the stages' own times */
+    note_replay(&r); /* lecture_08/pipeline.c: the schedule replayed with the stages' own times */
     return r;
 }
 
@@ -1032,7 +1032,7 @@ static void pipeline_parallelism(void) {
          "what a timeline shows and what this lecture measures; and idle time over the *ideal* time (m slots, no "
          "bubble), (p - 1) / m, as the Megatron-LM paper (Narayanan et al. 2021) and the Ultra-Scale Playbook write "
          "it. Same bubble, different denominators:");
-    show_bubble_conventions(m); /* lectures/lib/pipeline.c: (p - 1) / (m + p - 1) and (p - 1) / m */
+    show_bubble_conventions(m); /* lecture_08/pipeline.c: (p - 1) / (m + p - 1) and (p - 1) / m */
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products (less efficient) and more "
          "messages. GPipe keeps every micro-batch's activations until its backward pass: all m of them, the whole "
          "batch's activations. **1F1B** (one forward, one backward) runs the same work in another order: stage *r* "
@@ -1077,10 +1077,10 @@ static void pipeline_parallelism(void) {
     note("### The modelled runs: GPipe and 1F1B on 2 and 4 stages, 8 and 32 micro-batches\n\n"
          "Each is checked: its measured bubble within 10%% of (p - 1) / (m + p - 1), and 1F1B's stage s holding at "
          "most p - s micro-batches' activations.");
-    run_modelled_pipelines(pipeline_main, &pipe.cfg, twin); /* lectures/lib/pipeline.c: GPipe and 1F1B, 6 shapes */
+    run_modelled_pipelines(pipeline_main, &pipe.cfg, twin); /* lecture_08/pipeline.c: GPipe and 1F1B, 6 shapes */
     for (int k = 0; k < N_MODELLED_SHAPES; k++)
         check_modelled(&twin[k]);
-    show_pipeline_pairs(real, twin); /* lectures/lib/pipeline.c: a row per schedule and shape, real beside modelled */
+    show_pipeline_pairs(real, twin); /* lecture_08/pipeline.c: a row per schedule and shape, real beside modelled */
     for (int k = 0; k < 3; k++)
         chart_pipelines(&real[k], &twin[twin_of[k]], SCHEDULE_NAMES[runs[k][1]]);
     baseline_free(&pipe);
@@ -1124,7 +1124,7 @@ static void run_schedule(stage *s) {
 static void pipeline_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
-    stage *s = stage_new(a, rank, world_size); /* this stage's layers (lectures/lib/pipeline.c) */
+    stage *s = stage_new(a, rank, world_size); /* this stage's layers (lecture_08/pipeline.c) */
     for (s->run = 0; s->run < s->runs; s->run++) {
         dist_barrier(); /* every stage ready before the clock matters */
         run_schedule(s);

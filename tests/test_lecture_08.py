@@ -66,7 +66,7 @@ SECTIONS = [
     "## Further reading",
 ]
 
-# lectures/lib/pipeline.c: the modelled runs' shapes, {stages, micro-batches, schedule}, and a forward's ms
+# lectures/lecture_08/pipeline.c: the modelled runs' shapes, {stages, micro-batches, schedule}, and a forward's ms
 MODELLED_SHAPES = [(2, 8, "GPipe"), (2, 8, "1F1B"), (4, 8, "GPipe"), (4, 8, "1F1B"), (4, 32, "GPipe"), (4, 32, "1F1B")]
 MODELLED_F_MS = 20.0
 
@@ -100,7 +100,7 @@ class Run(tracecheck.LectureRun):
 
     def rank_rows(self, spawn_id, caption):
         """The rows of the one table rank 0 of a spawn showed whose caption
-        matches: what every rank reported, gathered (lectures/lib/train.c,
+        matches: what every rank reported, gathered (lectures/lecture_08/train.c,
         rank_table), as {column name: value} per row; and the caption."""
         found = [(s, r) for s, r in self.tables(caption) if s["spawn"] == spawn_id]
         self.assertEqual(len(found), 1, caption)
@@ -549,7 +549,7 @@ class Numbers:
         lateness = {}
         for (schedule, p, m), row in pairs.items():
             self.assertAlmostEqual(row["formula (p - 1) / (m + p - 1)"], (p - 1) / (m + p - 1), delta=1e-12)
-            # within 10% of the formula, plus the pass's lateness over its span (lectures/lib/pipeline.h): the bound
+            # within 10% of the formula, plus the pass's lateness over its span (lectures/lecture_08/pipeline.h): the bound
             # recomputed here from the row's own figures
             formula, bubble = row["formula (p - 1) / (m + p - 1)"], row["modelled: measured bubble"]
             late, span = row["modelled: late beyond 0.5 ms, summed"], row["modelled: span"]
@@ -820,7 +820,7 @@ def note_lines(text):
 class LessonShare(unittest.TestCase):
     """lecture_08.c holds its lesson, not plumbing: at most 1200 lines, at
     least 40% of them the text of notes (timing loops, tables of results and
-    the one-device run live in lectures/lib); and its committed trace stays
+    the one-device run live in lectures/lecture_08 and lectures/lib); and its committed trace stays
     one sitting, at most 350 steps."""
 
     def test_counter_counts_calls_not_mentions(self):
@@ -849,8 +849,10 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
 
     def test_library_sources_shown(self):
         # The model lives in lectures/lib/mlp.c; no stack names it (it never
-        # calls note()), yet the viewer must be able to show it, as it is on disk.
-        for path in ("lectures/lib/mlp.c", "lectures/lib/mlp.h", "lectures/lecture_08.c"):
+        # calls note()), yet the viewer must be able to show it, as it is on disk;
+        # so must the lecture's own folder's code (lectures/lecture_08/).
+        for path in ("lectures/lib/mlp.c", "lectures/lib/mlp.h", "lectures/lecture_08.c",
+                     "lectures/lecture_08/train.c", "lectures/lecture_08/train.h"):
             self.assertIn(path, self.trace["files"])
             with open(os.path.join(ROOT, path)) as f:
                 self.assertEqual(self.trace["files"][path], f.read(), path)

@@ -12,7 +12,7 @@
 #define LECTERN_PIPELINE_H
 
 #include "lectern.h"
-#include "mlp.h"
+#include "lib/mlp.h"
 #include "train.h"
 
 #define MAX_MICRO_BATCHES 32

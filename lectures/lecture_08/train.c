@@ -29,13 +29,6 @@ const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
     return buf;
 }
 
-/* "layer 2" or "layers 0-1": layers first..last, in words. */
-const char *layer_range(int first, int last, char *buf, size_t size) {
-    if (first == last) snprintf(buf, size, "layer %d", first);
-    else snprintf(buf, size, "layers %d-%d", first, last);
-    return buf;
-}
-
 /* "1 rank", "4 ranks". */
 const char *plural(int n, const char *one, const char *many) { return n == 1 ? one : many; }
 
@@ -259,11 +252,6 @@ double output_diff(const train_args *a, const tensor *out, double *tol) {
     *tol = output_tolerance(&a->cfg) * largest(expected);
     tensor_free(expected);
     return diff;
-}
-
-void free_tensors(tensor **ts, int n) {
-    for (int i = 0; i < n; i++)
-        tensor_free(ts[i]);
 }
 
 void adamw_step_layers(adamw *const *opt, tensor *const *w, tensor *const *g, int n) {

@@ -10,7 +10,8 @@
 #include <stdint.h>
 
 #include "lectern.h"
-#include "mlp.h"
+#include "lib/layers.h"
+#include "lib/mlp.h"
 
 /* What one device computed, as host arrays: the parent keeps it and sends
  * it to the ranks inside their arguments. */
@@ -53,8 +54,6 @@ double grad_diff(const train_args *a, const tensor *got, int layer, double *size
 int64_t model_floats(const mlp_config *c);
 /* "[512x512[-0.0279...], ...]": shape and first element of each tensor, in buf. */
 const char *summaries(tensor *const *ts, int n, char *buf, size_t size);
-/* "layer 2" or "layers 0-1", in buf. */
-const char *layer_range(int first, int last, char *buf, size_t size);
 /* one or many, as n is 1 or not. */
 const char *plural(int n, const char *one, const char *many);
 /* "[0.51, 0.49, ...]": a loss at each step, in buf. */
@@ -105,8 +104,6 @@ void show_zero_stages(double params, int ranks);
 /* max |out - one device's step-0 output|; *tol: the output's tolerance
  * (output_tolerance times one device's largest output element). */
 double output_diff(const train_args *a, const tensor *out, double *tol);
-/* tensor_free of ts[0..n-1]. */
-void free_tensors(tensor **ts, int n);
 /* One AdamW step per layer: opt[i] moves w[i] along g[i], for i in 0..n-1. */
 void adamw_step_layers(adamw *const *opt, tensor *const *w, tensor *const *g, int n);
 /* adamw_free of opt[0..n-1]. */

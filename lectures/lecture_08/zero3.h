@@ -11,7 +11,7 @@
 #define LECTERN_ZERO3_H
 
 #include "lectern.h"
-#include "mlp.h"
+#include "lib/mlp.h"
 
 enum { Z3_NO_GATHERS, Z3_GATHER_WHEN_NEEDED, Z3_PREFETCH, Z3_MODES };
 

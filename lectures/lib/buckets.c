@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "buckets.h"
-#include "train.h"
+#include "layers.h"
 
 buckets *buckets_new(const mlp_config *c, int layers_per_bucket, int device) {
     buckets *g = calloc(1, sizeof *g);
