@@ -64,6 +64,21 @@ void stage_free(stage *s) {
     free(s);
 }
 
+mlp_config pipeline_config(const mlp_config *base) {
+    mlp_config c = *base;
+    /* A micro-batch's work must be long against a message's (~0.1 ms): 128 rows (~0.3 ms a micro-batch) measured 4
+     * times the formula's bubble, 1024 (~7 ms) near it; more depth lengthens the work, not the messages (2-core VM). */
+    c.batch = lecture_quick() ? 256 : 1024;
+    c.layers = 2 * base->layers;
+    return c;
+}
+
+void stage_begin_pass(stage *s) {
+    s->n_events = 0;
+    s->backwards_done = 0; /* gradients start again from zero */
+    s->loss = 0;
+}
+
 double ms_since(const stage *s) { return (now_seconds() - s->a->clock_base) * 1e3; }
 
 void stamp(stage *s, int backward, int k, double start) {
@@ -71,16 +86,12 @@ void stamp(stage *s, int backward, int k, double start) {
     s->events[s->run][s->n_events++] = (pipe_event){(float)backward, (float)k, (float)start, (float)ms_since(s)};
 }
 
-/* Forward of micro-batch k through this stage's layers. */
-void stage_forward(stage *s, int k) {
-    tensor *x;
-    if (s->rank == 0) {
-        x = s->modelled ? NULL : row_slice(s->data, k * s->mb, (k + 1) * s->mb);
-    } else {
-        x = s->n_spare > 0 ? s->spare[--s->n_spare] : empty(s->mb, s->a->cfg.width, s->device);
-        dist_recv(x, s->rank - 1);
-    }
-    double start = ms_since(s);
+tensor *stage_input(stage *s, int k) {
+    if (s->rank == 0) return s->modelled ? NULL : row_slice(s->data, k * s->mb, (k + 1) * s->mb);
+    return s->n_spare > 0 ? s->spare[--s->n_spare] : empty(s->mb, s->a->cfg.width, s->device);
+}
+
+tensor *stage_forward(stage *s, int k, tensor *x) {
     if (s->modelled) { /* the layers as a device would take them, and the activation they make */
         for (int j = 0; j < s->per_stage; j++) {
             s->acts[k][j] = j ? NULL : x;
@@ -92,7 +103,10 @@ void stage_forward(stage *s, int k) {
         forward(s->w, s->per_stage, x, s->acts[k], s->pre[k]);
         if (s->rank == s->world - 1) s->loss += mse_loss(s->acts[k][s->per_stage]) / s->m; /* the last's work */
     }
-    stamp(s, 0, k, start); /* the timeline shows it: no note per micro-batch */
+    return s->acts[k][s->per_stage];
+}
+
+void stage_forward_done(stage *s, int k) {
     if (s->rank == s->world - 1 && s->run == 0 && !s->modelled) {
         /* Checked on the first pass only: the later passes compute the same
          * numbers (same weights, data and order), and a check is not the
@@ -102,44 +116,34 @@ void stage_forward(stage *s, int k) {
         s->out_diff = fmax(s->out_diff, max_abs_diff(s->acts[k][s->per_stage], rows));
         tensor_free(rows);
     }
-    s->sent[k] = s->rank < s->world - 1 ? dist_isend(s->acts[k][s->per_stage], s->rank + 1) : NULL;
     if (++s->in_flight > s->most_in_flight) s->most_in_flight = s->in_flight;
 }
 
-/* Backward of micro-batch k; weight gradients add up over micro-batches. */
-void stage_backward(stage *s, int k) {
-    tensor *dy = NULL;
-    if (s->rank < s->world - 1) {
-        dy = s->recv_grad;
-        dist_recv(dy, s->rank + 1);
-    }
-    double start = ms_since(s);
+tensor *stage_backward(stage *s, int k, tensor *dy) {
     if (s->modelled) { /* every layer's gradients as a device would take them, and the input's it sends back */
-        dy = s->rank > 0 ? zeros(s->mb, s->a->cfg.width, s->device) : NULL;
         model_compute(s->a->backward_ms);
-    } else {
-        if (!dy) { /* the last stage starts from the loss: its work, timed with the rest */
-            dy = mse_loss_backward(s->acts[k][s->per_stage]);
-            scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */
-        }
-        /* Every stage computes its input's gradient, stage 0 too, though
-         * nothing uses the data's: the bubble formula assumes stages of
-         * equal work. */
-        for (int j = s->per_stage - 1; j >= 0; j--) {
-            tensor *dx = NULL;
-            layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], &dx,
-                           s->backwards_done == 0 ? 0.0f : 1.0f);
-            if (dy != s->recv_grad) tensor_free(dy);
-            dy = dx;
-        }
+        return s->rank > 0 ? zeros(s->mb, s->a->cfg.width, s->device) : NULL;
     }
-    stamp(s, 1, k, start);
+    if (!dy) { /* the last stage starts from the loss: its work, timed with the rest */
+        dy = mse_loss_backward(s->acts[k][s->per_stage]);
+        scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */
+    }
+    /* Every stage computes its input's gradient, stage 0 too, though
+     * nothing uses the data's: the bubble formula assumes stages of
+     * equal work. */
+    for (int j = s->per_stage - 1; j >= 0; j--) {
+        tensor *dx = NULL;
+        layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], &dx,
+                       s->backwards_done == 0 ? 0.0f : 1.0f);
+        if (dy != s->recv_grad) tensor_free(dy);
+        dy = dx;
+    }
+    return dy;
+}
+
+void stage_backward_done(stage *s, int k, tensor *dx) {
     s->backwards_done++;
-    /* The gradient leaves without waiting: this stage goes on to its next
-     * operation while the runtime delivers it, and waits at the end of the
-     * schedule (dy must live until then). */
-    s->sent_back[k] = s->rank > 0 ? dist_isend(dy, s->rank - 1) : NULL;
-    s->dx_out[k] = dy;
+    s->dx_out[k] = dx;                     /* kept until its send is done (the schedule's end) */
     if (s->sent[k]) dist_wait(s->sent[k]); /* its activation went out long ago */
     free_saved(s->per_stage, s->acts[k], s->pre[k]);
     if (s->rank == 0) tensor_free(s->acts[k][0]); /* its rows of the data: a view */

@@ -2,6 +2,7 @@
  * train.c: what lecture_08's training strategies share (train.h).
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,61 +142,86 @@ void baseline_free(baseline_run *b) {
     free(b->trained);
 }
 
-void gather_to_rank0(const double *mine, int n, double *all) {
-    if (n < 1 || n > GATHER_MAX) lecture_fail("gather_to_rank0: %d numbers a rank, expected 1 to %d", n, GATHER_MAX);
-    int rank = dist_rank(), world = dist_world_size(), device = get_device(rank);
-    float pairs[2 * GATHER_MAX];
-    for (int i = 0; i < n; i++) {
-        pairs[2 * i] = (float)mine[i];
-        pairs[2 * i + 1] = (float)(mine[i] - (double)pairs[2 * i]);
-    }
-    tensor *local = tensor_from(pairs, 2 * n, 0, device);
-    tensor *gathered = rank == 0 ? empty((int64_t)2 * n * world, 0, device) : NULL;
-    dist_gather(gathered, local, 0);
-    tensor_free(local);
-    if (rank != 0) return;
-    float *v = malloc(sizeof(float) * 2 * n * world);
-    tensor_to_host(gathered, v);
-    tensor_free(gathered);
-    for (int i = 0; i < n * world; i++)
-        all[i] = (double)v[2 * i] + (double)v[2 * i + 1];
-    free(v);
+/* Every rank's result of the last spawn, in rank order. */
+static void results_of(int world_size, rank_result *out) {
+    for (int r = 0; r < world_size; r++)
+        if (spawn_result(r, &out[r], sizeof out[r]) != sizeof out[r])
+            lecture_fail("rank %d of the strategy's spawn returned no rank_result", r);
 }
 
-void rank_table(const char *caption, const rank_column *cols, int n, const double *mine, int steps) {
-    double all[LECTERN_MAX_WORLD * GATHER_MAX];
-    int per = n + steps;
-    if (n < 1 || n > 8) lecture_fail("rank_table: %d columns, expected 1 to 8", n);
-    gather_to_rank0(mine, per, all);
-    if (dist_rank() != 0) return;
-    table_t *t = table_new("%s", caption);
+/* The caption, printf-style, of a new table. */
+static table_t *table_from(const char *fmt, va_list ap) {
+    char caption[300];
+    vsnprintf(caption, sizeof caption, fmt, ap);
+    return table_new("%s", caption);
+}
+
+table_t *results_table(int world_size, const char *caption_fmt, ...) {
+    rank_result res[LECTERN_MAX_WORLD];
+    results_of(world_size, res);
+    va_list ap;
+    va_start(ap, caption_fmt);
+    table_t *t = table_from(caption_fmt, ap);
+    va_end(ap);
+    const char *names[] = {"first_row", "rows", "state_bytes", "bytes", "calls"};
     table_column(t, "rank", NULL, "%d");
-    for (int i = 0; i < n; i++)
-        table_column(t, cols[i].name, NULL, cols[i].format);
-    if (steps > 0) table_column(t, "loss by step", NULL, "%s");
-    for (int r = 0; r < dist_world_size(); r++) {
-        double v[8] = {0};
-        float loss[GATHER_MAX];
-        char text[256] = "";
-        for (int i = 0; i < n; i++)
-            v[i] = all[r * per + i];
-        for (int k = 0; k < steps; k++)
-            loss[k] = (float)all[r * per + n + k];
-        if (steps > 0) losses_text(loss, steps, text, sizeof text);
-        /* table_row reads one value per column, in order: the loss text comes right after the n numbers
-         * (and is not read when there is no loss column) */
-        switch (n) {
-        case 1: table_row(t, r, v[0], text); break;
-        case 2: table_row(t, r, v[0], v[1], text); break;
-        case 3: table_row(t, r, v[0], v[1], v[2], text); break;
-        case 4: table_row(t, r, v[0], v[1], v[2], v[3], text); break;
-        case 5: table_row(t, r, v[0], v[1], v[2], v[3], v[4], text); break;
-        case 6: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], text); break;
-        case 7: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], text); break;
-        default: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], text); break;
-        }
+    for (int i = 0; i < 5; i++)
+        table_column(t, names[i], i >= 2 && i <= 3 ? "bytes" : NULL, "%.0f");
+    const char *diffs[] = {"grad_diff", "grad_tol", "trained_diff", "trained_bound"};
+    for (int i = 0; i < 4; i++)
+        table_column(t, diffs[i], NULL, "%.3g");
+    table_column(t, "losses", NULL, "%s");
+    for (int r = 0; r < world_size; r++) {
+        const rank_result *x = &res[r];
+        char losses[400];
+        table_row(t, r, x->first, x->rows, x->state_bytes, x->bytes, x->calls, x->grad_diff, x->grad_tol,
+                  x->trained_diff, x->trained_bound, losses_text(x->loss, x->steps, losses, sizeof losses));
     }
-    table_show(t);
+    return t;
+}
+
+table_t *buckets_table(int world_size, const char *caption_fmt, ...) {
+    rank_result res[LECTERN_MAX_WORLD];
+    results_of(world_size, res);
+    va_list ap;
+    va_start(ap, caption_fmt);
+    table_t *t = table_from(caption_fmt, ap);
+    va_end(ap);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "calls_mb0", NULL, "%.0f");
+    table_column(t, "calls_mb1", NULL, "%.0f");
+    table_column(t, "grad_diff", NULL, "%.3g");
+    table_column(t, "grad_tol", NULL, "%.3g");
+    table_column(t, "losses", NULL, "%s");
+    for (int r = 0; r < world_size; r++) {
+        const rank_result *x = &res[r];
+        char losses[400];
+        table_row(t, r, x->calls_mb[0], x->calls_mb[1], x->grad_diff, x->grad_tol,
+                  losses_text(x->loss, x->steps, losses, sizeof losses));
+    }
+    return t;
+}
+
+table_t *tp_table(int world_size, const char *caption_fmt, ...) {
+    rank_result res[LECTERN_MAX_WORLD];
+    results_of(world_size, res);
+    va_list ap;
+    va_start(ap, caption_fmt);
+    table_t *t = table_from(caption_fmt, ap);
+    va_end(ap);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "first_col", NULL, "%.0f");
+    const char *names[] = {"one_loss", "loss", "out_diff", "out_tol", "grad_diff", "grad_tol"};
+    for (int i = 0; i < 6; i++)
+        table_column(t, names[i], NULL, i < 2 ? "%.9g" : "%.3g");
+    table_column(t, "bytes", "bytes", "%.0f");
+    table_column(t, "calls", NULL, "%.0f");
+    for (int r = 0; r < world_size; r++) {
+        const rank_result *x = &res[r];
+        table_row(t, r, x->first, x->one_loss, x->loss0, x->out_diff, x->out_tol, x->grad_diff, x->grad_tol, x->bytes,
+                  x->calls);
+    }
+    return t;
 }
 
 tensor *layer_part(const mlp_config *c, int layer, char cut, int64_t first, int64_t last, int device) {
@@ -295,20 +321,6 @@ tensor *all_gather_columns(tensor *piece, int world_size) {
         tensor_free(parts[r]);
     tensor_free(stacked);
     return full;
-}
-
-/* Rank 0's table of a tensor-parallel step: every rank's loss, output and gradients against one device's, and what
- * it sent. */
-void show_tp(const char *caption, const char *held, double first, double loss, double out_diff, double grad_diff,
-             int64_t bytes, int64_t calls) {
-    const rank_column cols[] = {{held, "%.0f"},
-                                {"forward: loss", "%.9g"},
-                                {"forward: max |output - one device|", "%.3g"},
-                                {"backward: max |gradients - one device|", "%.3g"},
-                                {"nominal bytes sent in one step", "%.0f"},
-                                {"calls", "%.0f"}};
-    double mine[] = {first, loss, out_diff, grad_diff, (double)bytes, (double)calls};
-    rank_table(caption, cols, 6, mine, 0);
 }
 
 void predict_zero3_bytes(int world_size, const mlp_config *c, double bytes) {
