@@ -377,13 +377,13 @@ static void bench_main(int rank, int world_size, void *args) {
     bench_sweep(a, world_size, all_reduce, reduce_scatter); /* lecture_08/collective_bench.c */
     if (rank != 0) return;                                  /* the numbers are the same everywhere: one rank reports */
     if (world_size == 2) predict_busbw(&all_reduce[a->n_sizes - 1]); /* lecture_08/collective_bench.c */
-    show_results("all-reduce", world_size, all_reduce, a->n_sizes);
-    show_results("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
-    plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
+    table_show(bench_table("all-reduce", world_size, all_reduce, a->n_sizes));
+    table_show(bench_table("reduce-scatter", world_size, reduce_scatter, a->n_sizes));
+    chart_show(busbw_chart(world_size, all_reduce, reduce_scatter, a->n_sizes));
     note_bandwidths(world_size, all_reduce, reduce_scatter, a->n_sizes); /* lecture_08/collective_bench.c */
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
     note_cost_model(world_size, all_reduce, a->n_sizes, &m);
-    plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
+    chart_show(cost_model_chart(world_size, all_reduce, a->n_sizes, &m));
 }
 
 #ifdef LECTERN_CUDA
@@ -487,7 +487,7 @@ static void one_device(void) {
          "Before splitting anything, train on one device (lectures/lecture_08/train.c: forward, backward, AdamW, no "
          "communication). Every strategy below must reproduce these numbers.");
     baseline.cfg = training_config();
-    one_device_train(&baseline); /* lecture_08/train.c: and its table, a row per step */
+    table_show(one_device_train(&baseline)); /* lecture_08/train.c; the table: a row per step */
 }
 
 /* DDP as PyTorch runs it: buckets of layers, each rank's slice run as micro-batches. */
@@ -659,7 +659,7 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, &real);
     time_modelled_ddp_steps(MODELLED_BUCKETS, MODELLED_LAYER_ROWS * MODELLED_LAYER_COLS, OVERLAP_TRIALS, &modelled);
     if (rank == 0) {
-        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled);
+        table_show(overlap_table(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled));
         check(modelled.over_longer <= OVERLAP_OVER_LONGER_MAX,
               "modelled DDP step: the async all-reduces during backward took at most %.2f x the longer of compute "
               "alone and communication alone (%.2f x; round %d of at most %d)",
@@ -693,7 +693,7 @@ static void ddp_zero3(void) {
     mlp_config c = training_config();
     int ranks = 4;
     double params = (double)model_floats(&c), layer = (double)c.width * c.width;
-    show_zero_stages(params, ranks); /* lecture_08/train.c: 16 bytes a parameter, divided as each stage shards */
+    table_show(zero_stages_table(params, ranks)); /* 16 bytes a parameter, divided as each stage shards */
     note("That is model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes a parameter in DDP; "
          "MB = 10^6 bytes); ZeRO-3 also needs, for a moment, one layer's gathered weights and full gradient (%.3f MB). "
          "Below, each rank adds up the tensors it really holds. Stage 3 as FSDP does it, and this section:\n\n"
@@ -801,7 +801,7 @@ static void zero3_main(int rank, int world_size, void *args) {
     time_zero3_steps(c, piece, x, Z3_TRIALS, &real);
     time_modelled_zero3_steps(512, MODELLED_LAYERS, Z3_TRIALS, &modelled);
     if (rank == 0) {
-        show_prefetch(world_size, Z3_TRIALS, c->layers, MODELLED_LAYERS, &real, &modelled);
+        table_show(prefetch_table(world_size, Z3_TRIALS, c->layers, MODELLED_LAYERS, &real, &modelled));
         check(modelled.hidden >= 0.7, "modelled ZeRO-3 step: prefetch hid %.2f of the gathers' time (at least 0.7)",
               modelled.hidden);
         note("The table times the step with every layer already whole (no gathers), gathering each layer when "
@@ -1014,7 +1014,7 @@ static void pipeline_parallelism(void) {
          "what a timeline shows and what this lecture measures; and idle time over the *ideal* time (m slots, no "
          "bubble), (p - 1) / m, as the Megatron-LM paper (Narayanan et al. 2021) and the Ultra-Scale Playbook write "
          "it. Same bubble, different denominators:");
-    show_bubble_conventions(m); /* lecture_08/pipeline.c: (p - 1) / (m + p - 1) and (p - 1) / m */
+    table_show(bubble_conventions_table(m)); /* (p - 1) / (m + p - 1) and (p - 1) / m */
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products (less efficient) and more "
          "messages. GPipe keeps every micro-batch's activations until its backward pass: all m of them, the whole "
          "batch's activations. **1F1B** (one forward, one backward) runs the same work in another order: stage *r* "
@@ -1058,9 +1058,9 @@ static void pipeline_parallelism(void) {
     run_modelled_pipelines(pipeline_main, &pipe.cfg, twin); /* lecture_08/pipeline.c: GPipe and 1F1B, 6 shapes */
     for (int k = 0; k < N_MODELLED_SHAPES; k++)
         check_modelled(&twin[k]);
-    show_pipeline_pairs(real, twin); /* lecture_08/pipeline.c: a row per schedule and shape, real beside modelled */
+    table_show(pipeline_pairs_table(real, twin)); /* a row per schedule and shape, real beside modelled */
     for (int k = 0; k < 3; k++)
-        chart_pipelines(&real[k], &twin[twin_of[k]], SCHEDULE_NAMES[runs[k][1]]);
+        chart_show(pipelines_chart(&real[k], &twin[twin_of[k]], SCHEDULE_NAMES[runs[k][1]]));
     baseline_free(&pipe);
     note("What each run proves. The modelled runs show the schedules' lesson: the bubble is (p - 1) / (m + p - 1) "
          "for GPipe and 1F1B alike, within 10%%, shrinking from %.3f to %.3f as m grows from 8 to 32 on 4 stages; "
@@ -1128,8 +1128,8 @@ static void pipeline_main(int rank, int world_size, void *args) {
         dist_barrier(); /* every stage ready before the clock matters */
         run_schedule(s);
     }
-    if (s->modelled) { /* no arithmetic to check: only the timeline */
-        report_timeline(s, a->schedule, NAN, NAN);
+    if (s->modelled) {                             /* no arithmetic to check: only the timeline */
+        report_timeline(s, a->schedule, NAN, NAN); /* a modelled run: figures only, no table */
         stage_free(s);
         return;
     }
@@ -1145,7 +1145,8 @@ static void pipeline_main(int rank, int world_size, void *args) {
     for (int j = 0; j < s->per_stage; j++)
         diff = fmax(diff, grad_diff(a, s->grads[j], s->first_layer + j, &size));
     agrees("the pipeline's gradients", diff, gradient_tolerance(c) * size);
-    report_timeline(s, a->schedule, diff, gradient_tolerance(c) * size); /* a table and the timeline */
+    table_t *t = report_timeline(s, a->schedule, diff, gradient_tolerance(c) * size); /* and the timeline */
+    if (t) table_show(t);                                                             /* rank 0: a row per stage */
     stage_free(s);
 }
 

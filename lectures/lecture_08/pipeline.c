@@ -226,7 +226,7 @@ static double pass_lateness(const pipe_result *res, double forward_ms, double ba
     return late;
 }
 
-void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) {
+table_t *report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) {
     /* per rank: the runs' events, then the most held, the gradients' difference and tolerance */
     int per_run = 2 * s->m * 4, per_rank = PIPE_RUNS * per_run + 3;
     float mine[PIPE_RUNS * 2 * MAX_MICRO_BATCHES * 4 + 3];
@@ -239,7 +239,7 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     tensor *all = s->rank == 0 ? empty((int64_t)per_rank * s->world, 0, s->device) : NULL;
     dist_gather(all, local, 0);
     tensor_free(local);
-    if (s->rank != 0) return;
+    if (s->rank != 0) return NULL;
     float *v = malloc(sizeof(float) * per_rank * s->world);
     tensor_to_host(all, v);
     tensor_free(all);
@@ -290,15 +290,16 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     const char *copy = getenv("OMPI_MCA_btl_vader_single_copy_mechanism"); /* what the pool told Open MPI */
     res.single_copy = copy && strcmp(copy, "cma") == 0;
     res.replayed = replayed_bubble(v + best * per_run, per_rank, s->world, s->m, &res.replayed_mean);
+    table_t *t = NULL; /* a modelled run shows none */
     if (!s->modelled) {
         /* the caption holds every figure the notes after it state (the sentence guard, docs/authoring.md) */
-        table_t *t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
-                               "busiest stage's idle time; formula %.3f, %+.0f%%), idle time averaged over the stages "
-                               "%.3f; replayed with each stage's own operation times and nothing between them: bubble "
-                               "%.3f (%.3f left to the time between operations), averaged %.3f",
-                               SCHEDULE_NAMES[schedule], s->world, s->runs, res.span_ms, res.bubble, res.formula,
-                               100 * (res.bubble / res.formula - 1), res.mean, res.replayed, res.bubble - res.replayed,
-                               res.replayed_mean);
+        t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
+                      "busiest stage's idle time; formula %.3f, %+.0f%%), idle time averaged over the stages "
+                      "%.3f; replayed with each stage's own operation times and nothing between them: bubble "
+                      "%.3f (%.3f left to the time between operations), averaged %.3f",
+                      SCHEDULE_NAMES[schedule], s->world, s->runs, res.span_ms, res.bubble, res.formula,
+                      100 * (res.bubble / res.formula - 1), res.mean, res.replayed, res.bubble - res.replayed,
+                      res.replayed_mean);
         table_column(t, "stage", NULL, "%d");
         table_column(t, "idle, of the total", NULL, "%.3f");
         table_column(t, "most micro-batches' activations held at once", NULL, "%d");
@@ -311,7 +312,6 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
             layer_range(r * s->per_stage, (r + 1) * s->per_stage - 1, range, sizeof range);
             table_row(t, r, 1 - busy[r] / res.span_ms, (int)tail[0], range, (double)tail[1], (double)tail[2]);
         }
-        table_show(t);
     }
     getloadavg(&res.load, 1);
     for (int k = 0; k < 2; k++) { /* the first stage (k = 0) and the last */
@@ -321,6 +321,7 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     }
     spawn_return(&res, sizeof res);
     free(v);
+    return t;
 }
 
 const int MODELLED_SHAPES[N_MODELLED_SHAPES][3] = {{2, 8, GPIPE},       {2, 8, ONE_F_ONE_B}, {4, 8, GPIPE},
@@ -353,7 +354,7 @@ void run_modelled_pipelines(spawn_fn fn, const mlp_config *c, pipe_result twin[N
 
 double modelled_upper(const pipe_result *r) { return (1 + MODELLED_BOUND) * r->formula + r->late_ms / r->span_ms; }
 
-void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]) {
+table_t *pipeline_pairs_table(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]) {
     table_t *t = table_new("Pipeline bubbles, real and modelled compute (the quickest pass of each; a modelled shape "
                            "whose quickest pass missed its bound spawned again, at most %d times)",
                            MODELLED_SPAWNS);
@@ -378,10 +379,10 @@ void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N
                   md->bubble / md->formula - 1, md->span_ms, r ? (double)r->stage0_held : NAN, md->stage0_held,
                   md->spawns, md->late_ms, modelled_upper(md));
     }
-    table_show(t);
+    return t;
 }
 
-void chart_pipelines(const pipe_result *real, const pipe_result *modelled, const char *schedule) {
+chart_t *pipelines_chart(const pipe_result *real, const pipe_result *modelled, const char *schedule) {
     chart_t *c = chart_new("time (ms, from each pass's first start)", "stage",
                            "%s timeline, %d stages, %d micro-batches: real and modelled compute", schedule,
                            real->stages, real->m);
@@ -397,7 +398,7 @@ void chart_pipelines(const pipe_result *real, const pipe_result *modelled, const
                                                           e->start_ms, e->end_ms);
             }
     }
-    chart_show(c);
+    return c;
 }
 
 /* Why the measured bubble is where it is against the formula, which gives every stage a core, equal work and
@@ -449,7 +450,7 @@ void note_replay(const pipe_result *r) {
          r->stages - 1, r->op_ms[1][0], r->op_ms[1][1], r->stages, r->cores);
 }
 
-void show_bubble_conventions(int m) {
+table_t *bubble_conventions_table(int m) {
     table_t *t = table_new("the bubble two ways");
     table_column(t, "stages p", NULL, "%d");
     table_column(t, "micro-batches m", NULL, "%d");
@@ -459,5 +460,5 @@ void show_bubble_conventions(int m) {
     for (int k = 0; k < 3; k++)
         table_row(t, shapes[k][0], shapes[k][1], bubble_fraction(shapes[k][0], shapes[k][1]),
                   (double)(shapes[k][0] - 1) / shapes[k][1]);
-    table_show(t);
+    return t;
 }

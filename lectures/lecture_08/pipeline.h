@@ -138,10 +138,11 @@ typedef struct pipe_result {
 
 /* Every rank calling it: rank 0 gathers every stage's stamps and its
  * gradients' comparison with one device (diff, tolerance; NAN for a
- * modelled stage), shows a table (a row per stage) of a real run, and
- * returns a pipe_result (the quickest run's figures and timeline) to the
- * lecture. */
-void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
+ * modelled stage), hands a pipe_result (the quickest run's figures and
+ * timeline) to the lecture (spawn_return), and returns, for a real run, a
+ * table (a row per stage) for the caller to show; NULL on other ranks and
+ * for a modelled run. */
+table_t *report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
 
 /* Modelled stages: a micro-batch's forward keeps a stage's device busy for MODELLED_F_MS and its backward twice as
  * long (a real network's ratio; homework_parallel's sizes). The formula's stages are equal and its messages free.
@@ -188,12 +189,12 @@ double modelled_upper(const pipe_result *r);
  * 32), a row per schedule and shape: the formula, each run's measured
  * bubble, stage 0's activations held, the spawns it took, its lateness and
  * its bound. */
-void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]);
+table_t *pipeline_pairs_table(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]);
 
-/* The lecture: one chart of a schedule's real run and its modelled twin,
+/* The lecture: one chart (for it to show) of a schedule's real run and its modelled twin,
  * each stage's operations on a row of its own ("real: stage 0", "modelled:
  * stage 0"), the modelled ones drawn as modelled (chart_span_modelled). */
-void chart_pipelines(const pipe_result *real, const pipe_result *modelled, const char *schedule);
+chart_t *pipelines_chart(const pipe_result *real, const pipe_result *modelled, const char *schedule);
 
 /* Why a spawn's measured bubble is where it is against the formula, which
  * gives every stage a core, equal work and free messages: a clause for the
@@ -206,8 +207,8 @@ const char *bubble_why(const pipe_result *r, int stages);
  * them) and the time between operations, with the stages' mean times. */
 void note_replay(const pipe_result *r);
 
-/* A table of the bubble in both conventions, of the total and of the ideal
+/* A table (for the caller to show) of the bubble in both conventions, of the total and of the ideal
  * time, for 2 and 4 stages with m micro-batches and 4 stages with 32. */
-void show_bubble_conventions(int m);
+table_t *bubble_conventions_table(int m);
 
 #endif

@@ -121,7 +121,7 @@ static void train(baseline_run *b, int steps, float *losses, char (*params)[PARA
     tensor_free(data);
 }
 
-void one_device_train(baseline_run *b) {
+table_t *one_device_train(baseline_run *b) {
     float losses[16]; /* steps: at most 5 (training_config) */
     char params[16][PARAMS_TEXT];
     train(b, b->cfg.steps, losses, params);
@@ -131,7 +131,7 @@ void one_device_train(baseline_run *b) {
     table_column(t, "params after the step", NULL, "%s");
     for (int step = 0; step < b->cfg.steps; step++)
         table_row(t, step, (double)losses[step], params[step]);
-    table_show(t);
+    return t;
 }
 
 void one_device_step0(baseline_run *b) { train(b, 0, NULL, NULL); }
@@ -254,7 +254,7 @@ double diff_from_one_device(const train_args *a, int which, tensor *const *got, 
     return diff;
 }
 
-void show_zero_stages(double params, int ranks) {
+table_t *zero_stages_table(double params, int ranks) {
     /* fp32 with AdamW: weights 4P bytes, gradients 4P, AdamW's two moments 8P; stage s divides the first s of
      * (moments, gradients, weights) by the world size */
     table_t *t = table_new("model state per rank, %d ranks", ranks);
@@ -269,7 +269,7 @@ void show_zero_stages(double params, int ranks) {
         double o = 8 * params / (stage >= 1 ? ranks : 1);
         table_row(t, names[stage], w / 1e6, g / 1e6, o / 1e6, (w + g + o) / 1e6);
     }
-    table_show(t);
+    return t;
 }
 
 double output_diff(const train_args *a, const tensor *out, double *tol) {

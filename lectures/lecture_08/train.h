@@ -63,9 +63,10 @@ const char *losses_text(const float *loss, int steps, char *buf, size_t size);
  * a --batch that is not a number from 1 to 65536 is bad usage (exit 2). */
 mlp_config training_config(void);
 /* One device trains the model for b->cfg.steps steps on the whole batch, filling the rest of *b (malloc'd:
- * baseline_free), and shows a table of each step's loss and summaries() of the weights after it. */
+ * baseline_free), and returns a table (for the caller to show) of each step's loss and summaries() of the weights
+ * after it. */
 enum { PARAMS_TEXT = 512 };
-void one_device_train(baseline_run *b);
+table_t *one_device_train(baseline_run *b);
 /* Step 0 only (its loss, output and gradients): b->trained stays zeros. */
 void one_device_step0(baseline_run *b);
 void baseline_free(baseline_run *b);
@@ -108,9 +109,9 @@ enum { STEP0_GRADS, TRAINED };
 double diff_from_one_device(const train_args *a, int which, tensor *const *got, int layers, const char *cut,
                             int64_t first, int64_t last, double *size);
 
-/* The table of model state per rank, P = params parameters in fp32 with
- * AdamW, for DDP and ZeRO stages 1 to 3 on `ranks` ranks. */
-void show_zero_stages(double params, int ranks);
+/* The table (for the caller to show) of model state per rank, P = params
+ * parameters in fp32 with AdamW, for DDP and ZeRO stages 1 to 3 on `ranks` ranks. */
+table_t *zero_stages_table(double params, int ranks);
 /* max |out - one device's step-0 output|; *tol: the output's tolerance
  * (output_tolerance times one device's largest output element). */
 double output_diff(const train_args *a, const tensor *out, double *tol);
