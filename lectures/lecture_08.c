@@ -561,7 +561,6 @@ static void ddp_main(int rank, int world_size, void *args) {
     tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     adamw *opt[MAX_LAYERS];
     rank_result r = {.rows = c->width, .steps = c->steps}; /* this rank's row of the lecture's table */
-    double size = 0;
     for (int i = 0; i < c->layers; i++) {
         w[i] = layer_part(c, i, 'w', 0, 0, device); /* the whole model, the same on every rank */
         grads[i] = empty(c->width, c->width, device);
@@ -579,8 +578,8 @@ static void ddp_main(int rank, int world_size, void *args) {
         if (step == 0 && world_size == 2) inspect(grads[0]); /* after: the average, the same on every rank */
         if (step == 0) {
             r.bytes = (double)(dist_bytes_nominal() - bytes_before), r.calls = (double)(dist_calls() - calls_before);
-            r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, NULL, 0, 0, &size);
-            r.grad_tol = gradient_tolerance(c) * size;
+            r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, NULL, 0, 0, &r.grad_max);
+            r.grad_tol = gradient_tolerance(c) * r.grad_max;
             agrees("DDP: step-0 gradients", r.grad_diff, r.grad_tol);
         }
         adamw_step_layers(opt, w, grads, c->layers);
@@ -619,7 +618,6 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
     }
     if (rank == 0) note_verbatim("Rank 0: %d buckets, in the order backward fills them: %s", g->n, g->order);
     rank_result r = {.steps = c->steps}; /* this rank's row of the lecture's table */
-    double size = 0;
     for (int step = 0; step < c->steps; step++) {
         for (int k = 0; k < k_micro; k++) {
             int sync = k == k_micro - 1; /* no_sync on all micro-batches but the last */
@@ -647,8 +645,8 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
             if (step == 0) r.calls_mb[k] = (double)(dist_calls() - calls_before);
         }
         if (step == 0) {
-            r.grad_diff = diff_from_one_device(a, STEP0_GRADS, g->grads, c->layers, NULL, 0, 0, &size);
-            r.grad_tol = gradient_tolerance(c) * size;
+            r.grad_diff = diff_from_one_device(a, STEP0_GRADS, g->grads, c->layers, NULL, 0, 0, &r.grad_max);
+            r.grad_tol = gradient_tolerance(c) * r.grad_max;
             agrees("DDP with buckets and accumulation: step-0 gradients", r.grad_diff, r.grad_tol);
         }
         adamw_step_layers(opt, w, g->grads, c->layers);
@@ -750,7 +748,6 @@ static void zero3_main(int rank, int world_size, void *args) {
     tensor *piece[MAX_LAYERS], *grad_piece[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     adamw *opt[MAX_LAYERS];
     rank_result r = {.first = (double)first, .rows = (double)rows, .steps = c->steps}; /* my row of the table */
-    double size = 0;
     for (int i = 0; i < c->layers; i++) {
         piece[i] = layer_part(c, i, 'r', first, last, device);
         grad_piece[i] = empty(rows, c->width, device);
@@ -784,8 +781,9 @@ static void zero3_main(int rank, int world_size, void *args) {
         }
         if (step == 0) { /* checked after the loop, every layer: a layer the loop skipped fails here */
             r.bytes = (double)(dist_bytes_nominal() - bytes_before), r.calls = (double)(dist_calls() - calls_before);
-            r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grad_piece, c->layers, "rrrrrrrr", first, last, &size);
-            r.grad_tol = gradient_tolerance(c) * size;
+            r.grad_diff =
+                    diff_from_one_device(a, STEP0_GRADS, grad_piece, c->layers, "rrrrrrrr", first, last, &r.grad_max);
+            r.grad_tol = gradient_tolerance(c) * r.grad_max;
             agrees("ZeRO-3: the step-0 gradient pieces", r.grad_diff, r.grad_tol);
         }
         if (step == 0 && rank == 0) predict_zero3_bytes(world_size, c, r.bytes); /* lecture_08/train.c */
@@ -899,9 +897,8 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
     }
     r.bytes = (double)(dist_bytes_nominal() - bytes_before), r.calls = (double)(dist_calls() - calls_before);
     r.loss0 = mse_loss(acts[c->layers]);
-    double size = 0;
-    r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "cccccccc", first, last, &size);
-    r.grad_tol = gradient_tolerance(c) * size;
+    r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "cccccccc", first, last, &r.grad_max);
+    r.grad_tol = gradient_tolerance(c) * r.grad_max;
     agrees("column-parallel TP: the gradients", r.grad_diff, r.grad_tol);
     spawn_return(&r, sizeof r);
     free_saved(c->layers, acts, pre);
@@ -946,9 +943,8 @@ static void megatron_main(int rank, int world_size, void *args) {
     }
     r.bytes = (double)(dist_bytes_nominal() - bytes_before), r.calls = (double)(dist_calls() - calls_before);
     r.loss0 = mse_loss(acts[c->layers]);
-    double size = 0;
-    r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "crcrcrcr", first, last, &size);
-    r.grad_tol = gradient_tolerance(c) * size;
+    r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "crcrcrcr", first, last, &r.grad_max);
+    r.grad_tol = gradient_tolerance(c) * r.grad_max;
     agrees("Megatron TP: the gradients", r.grad_diff, r.grad_tol);
     spawn_return(&r, sizeof r);
     free_saved(c->layers, acts, pre);

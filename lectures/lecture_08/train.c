@@ -167,14 +167,14 @@ table_t *results_table(int world_size, const char *caption_fmt, ...) {
     table_column(t, "rank", NULL, "%d");
     for (int i = 0; i < 5; i++)
         table_column(t, names[i], i >= 2 && i <= 3 ? "bytes" : NULL, "%.0f");
-    const char *diffs[] = {"grad_diff", "grad_tol", "trained_diff", "trained_bound"};
-    for (int i = 0; i < 4; i++)
+    const char *diffs[] = {"grad_diff", "grad_tol", "grad_max", "trained_diff", "trained_bound"};
+    for (int i = 0; i < 5; i++)
         table_column(t, diffs[i], NULL, "%.3g");
     table_column(t, "losses", NULL, "%s");
     for (int r = 0; r < world_size; r++) {
         const rank_result *x = &res[r];
         char losses[400];
-        table_row(t, r, x->first, x->rows, x->state_bytes, x->bytes, x->calls, x->grad_diff, x->grad_tol,
+        table_row(t, r, x->first, x->rows, x->state_bytes, x->bytes, x->calls, x->grad_diff, x->grad_tol, x->grad_max,
                   x->trained_diff, x->trained_bound, losses_text(x->loss, x->steps, losses, sizeof losses));
     }
     return t;
@@ -192,11 +192,12 @@ table_t *buckets_table(int world_size, const char *caption_fmt, ...) {
     table_column(t, "calls_mb1", NULL, "%.0f");
     table_column(t, "grad_diff", NULL, "%.3g");
     table_column(t, "grad_tol", NULL, "%.3g");
+    table_column(t, "grad_max", NULL, "%.3g");
     table_column(t, "losses", NULL, "%s");
     for (int r = 0; r < world_size; r++) {
         const rank_result *x = &res[r];
         char losses[400];
-        table_row(t, r, x->calls_mb[0], x->calls_mb[1], x->grad_diff, x->grad_tol,
+        table_row(t, r, x->calls_mb[0], x->calls_mb[1], x->grad_diff, x->grad_tol, x->grad_max,
                   losses_text(x->loss, x->steps, losses, sizeof losses));
     }
     return t;
@@ -211,15 +212,15 @@ table_t *tp_table(int world_size, const char *caption_fmt, ...) {
     va_end(ap);
     table_column(t, "rank", NULL, "%d");
     table_column(t, "first_col", NULL, "%.0f");
-    const char *names[] = {"one_loss", "loss", "out_diff", "out_tol", "grad_diff", "grad_tol"};
-    for (int i = 0; i < 6; i++)
+    const char *names[] = {"one_loss", "loss", "out_diff", "out_tol", "grad_diff", "grad_tol", "grad_max"};
+    for (int i = 0; i < 7; i++)
         table_column(t, names[i], NULL, i < 2 ? "%.9g" : "%.3g");
     table_column(t, "bytes", "bytes", "%.0f");
     table_column(t, "calls", NULL, "%.0f");
     for (int r = 0; r < world_size; r++) {
         const rank_result *x = &res[r];
-        table_row(t, r, x->first, x->one_loss, x->loss0, x->out_diff, x->out_tol, x->grad_diff, x->grad_tol, x->bytes,
-                  x->calls);
+        table_row(t, r, x->first, x->one_loss, x->loss0, x->out_diff, x->out_tol, x->grad_diff, x->grad_tol,
+                  x->grad_max, x->bytes, x->calls);
     }
     return t;
 }

@@ -83,7 +83,8 @@ typedef struct rank_result {
     double calls_mb[2];                 /* with buckets: step 0's calls in micro-batch 0 (no_sync) and 1 */
     double one_loss, loss0;             /* TP: one device's step-0 loss (as the rank got it) and the rank's */
     double out_diff, out_tol;           /* TP: max |output - one device's| and its tolerance */
-    double grad_diff, grad_tol;         /* step 0: max |gradient - one device's| and its tolerance */
+    double grad_diff, grad_tol;         /* step 0: max |gradient - one device's| and its tolerance, */
+    double grad_max;                    /* gradient_tolerance() times this: one device's largest gradient element */
     double trained_diff, trained_bound; /* trained: max |parameter - one device's| and AdamW's rounding bound */
     int steps;                          /* losses in loss[] */
     float loss[MAX_STEPS];              /* the loss of the rank's slice at each step */
@@ -91,9 +92,9 @@ typedef struct rank_result {
 
 /* In the lecture, after a spawn of world_size ranks that each gave spawn_return() a rank_result: a table, a row
  * per rank, for the caller to show (table_show). results_table (DDP, ZeRO-3): rank, first_row, rows, state_bytes,
- * bytes, calls, grad_diff, grad_tol, trained_diff, trained_bound, losses ("[l0, l1, ...]"). buckets_table: rank,
- * calls_mb0, calls_mb1, grad_diff, grad_tol, losses. tp_table: rank, first_col, one_loss, loss, out_diff, out_tol,
- * grad_diff, grad_tol, bytes, calls. A rank that returned no rank_result: lecture_fail. */
+ * bytes, calls, grad_diff, grad_tol, grad_max, trained_diff, trained_bound, losses ("[l0, l1, ...]").
+ * buckets_table: rank, calls_mb0, calls_mb1, grad_diff, grad_tol, grad_max, losses. tp_table: rank, first_col,
+ * one_loss, loss, out_diff, out_tol, grad_diff, grad_tol, grad_max, bytes, calls. A rank that returned no rank_result: lecture_fail. */
 table_t *results_table(int world_size, const char *caption_fmt, ...) LECTERN_PRINTF(2, 3);
 table_t *buckets_table(int world_size, const char *caption_fmt, ...) LECTERN_PRINTF(2, 3);
 table_t *tp_table(int world_size, const char *caption_fmt, ...) LECTERN_PRINTF(2, 3);
