@@ -249,8 +249,7 @@ $(BUILD)/lectures/%_kernels.cu.o: lectures/%_kernels.cu $(wildcard lectures/*.h)
 $(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/*.h) $(wildcard lectures/*.h)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) -Ilectures $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o,$^) \
-	    $(filter $(LECTURE_08_LIB),$^) $(LECTURE_LIB) $(LIB) $(LIBS)
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) -Ilectures $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o $(LECTURE_08_LIB),$^) $(LECTURE_LIB) $(LIB) $(LIBS)
 
 # (a fixture may include a homework, as the homework's solution and its
 # wrong methods do, and the fixtures' own headers)
