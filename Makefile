@@ -152,6 +152,12 @@ LIB := $(BUILD)/liblectern.a
 LECTURE_LIB_SRC := $(wildcard lectures/lib/*.c)
 LECTURE_LIB_OBJ := $(LECTURE_LIB_SRC:%.c=$(BUILD)/%.o)
 LECTURE_LIB := $(BUILD)/liblectures.a
+# lecture_08's own code (lectures/lecture_08/*.c): built the same way, linked
+# into lecture_08 alone. Its objects sit under lectures/own/, beside (not in)
+# build/lectures/lecture_08, the lecture's binary.
+LECTURE_08_SRC := $(wildcard lectures/lecture_08/*.c)
+LECTURE_08_OBJ := $(LECTURE_08_SRC:lectures/%.c=$(BUILD)/lectures/own/%.o)
+LECTURE_08_LIB := $(BUILD)/lectures/own/liblecture_08.a
 
 # Test support (tests/lib/*.c, e.g. the float64 reference model) and test
 # tools (tests/tools/*.c: programs the script tests run).
@@ -225,6 +231,18 @@ $(LECTURE_LIB): $(LECTURE_LIB_OBJ)
 	$(call say,AR,$@)
 	$(Q)ar rcs $@ $^
 
+$(BUILD)/lectures/own/lecture_08/%.o: lectures/lecture_08/%.c $(wildcard lectures/lecture_08/*.h lectures/lib/*.h) $(RUNTIME_H)
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) -Ilectures $(LECTURE_OPT) $(SAN_FLAGS) -c $< -o $@
+
+$(LECTURE_08_LIB): $(LECTURE_08_OBJ)
+	@rm -f $@
+	$(call say,AR,$@)
+	$(Q)ar rcs $@ $^
+
+$(BUILD)/lectures/lecture_08: $(LECTURE_08_LIB) $(wildcard lectures/lecture_08/*.h)
+
 $(BUILD)/lectures/%_kernels.cu.o: lectures/%_kernels.cu $(wildcard lectures/*.h) $(RUNTIME_H)
 	@mkdir -p $(dir $@)
 	$(call say,NVCC,$<)
@@ -233,7 +251,7 @@ $(BUILD)/lectures/%_kernels.cu.o: lectures/%_kernels.cu $(wildcard lectures/*.h)
 $(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/*.h) $(wildcard lectures/*.h)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o,$^) $(LECTURE_LIB) $(LIB) $(LIBS)
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) -Ilectures $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o $(LECTURE_08_LIB),$^) $(LECTURE_LIB) $(LIB) $(LIBS)
 
 # (a fixture may include a homework, as the homework's solution and its
 # wrong methods do, and the fixtures' own headers)

@@ -1,19 +1,19 @@
 /* lecture_08: distributed training. Part 1: how accelerators talk (hardware, collectives, their speed, streams).
  * Part 2: one model trained every way, each checked against one device. Everything runs for real on CPU ranks (the
- * committed trace); the GPU path is compiled in, unverified across ranks (docs/gpu.md). Plumbing: lectures/lib. */
+ * committed trace); the GPU path is compiled in, unverified across ranks (docs/gpu.md). Plumbing: lecture_08/, lib/. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "lectern.h"
+#include "lecture_08/collective_bench.h"
+#include "lecture_08/pipeline.h"
+#include "lecture_08/streams.h"
+#include "lecture_08/train.h"
+#include "lecture_08/zero3.h"
 #include "lib/buckets.h"
-#include "lib/collective_bench.h"
 #include "lib/mlp.h"
-#include "lib/pipeline.h"
-#include "lib/streams.h"
-#include "lib/train.h"
-#include "lib/zero3.h"
 
 static void introduction(void), hardware(void), collective_operations(void), our_runtime_and_nccl(void),
         benchmarking(void), cuda_streams(void), parallelism_overview(void), one_device(void), ddp(void),
@@ -60,10 +60,9 @@ static void introduction(void) {
     else if (gpu_count() < 4)
         note("*This machine has %d GPU%s for spawns of up to 4 ranks.* NCCL wants one GPU per rank, so a spawn with "
              "more ranks than GPUs puts rank r on cuda:(r mod %d): every rank's tensors live there and its matmuls "
-             "run in cuBLAS, but the ranks take turns on the device, so 4 ranks are not 4 times faster than 1. Their "
-             "collectives go through Open MPI via pinned host memory, copied off the GPU and back in chunks that "
-             "overlap with the transfer: the bandwidth you see is host memory's, a few GB/s, not NVLink's. Each "
-             "spawn's note says which way it ran.",
+             "run in cuBLAS, but the ranks take turns on the device. Their collectives go through Open MPI via pinned "
+             "host memory, in chunks that overlap with the transfer: the bandwidth is host memory's, a few GB/s, not "
+             "NVLink's. Each spawn's note says which way it ran.",
              gpu_count(), gpu_count() == 1 ? "" : "s", gpu_count());
     note("Memory comes in a hierarchy, each level larger and slower than the one above:\n\n"
          "- L1 cache and shared memory, next to the arithmetic units (small, fast)\n"
@@ -236,9 +235,8 @@ static void our_runtime_and_nccl(void) {
     note("- **Ring**: the data is cut into N chunks that travel around a ring; N-1 steps of reduce-scatter then N-1 "
          "steps of all-gather. Each rank sends 2(N-1)/N times the data, and when the ranks do the additions "
          "themselves no all-reduce can send less (Patarasuk and Yuan, 2009, prove it; lecture_collectives counts the "
-         "bytes each of four all-reduces built by hand sends). The "
-         "ring meets that bound exactly: it is *bandwidth*-optimal among algorithms that only move data between "
-         "ranks. In-network reduction (SHARP, above) does better, because the switch adds: each GPU sends its data "
+         "bytes of four all-reduces built by hand). The ring meets that bound exactly: it is *bandwidth*-optimal "
+         "among algorithms that only move data between ranks. In-network reduction (SHARP, above) does better, because the switch adds: each GPU sends its data "
          "once and receives the sum once. And 2(N-1) steps in a row means latency grows linearly with N.\n"
          "- **Tree**: reduce up a tree and broadcast back down, in about 2 log2(N) steps, so it is "
          "*latency*-friendly. A single tree leaves the leaves' outgoing links idle, so NCCL uses a *double binary "
@@ -340,19 +338,17 @@ static void benchmarking(void) {
     note("A correction to the lecture this one follows. Its all-reduce estimate, S 2(n-1) / (n t), is exactly busbw. "
          "Its reduce-scatter estimate started from the *output* size S/n: (S/n)(n-1) / (n t), which is busbw / n, so "
          "2 times too low on 2 ranks and 4 times on 4. Counted from the whole input S, reduce-scatter's busbw is on "
-         "the same scale as all-reduce's, and the two can be compared. Each rank times `trials` operations back to "
-         "back after one warm-up; the times are averaged over the ranks with an all-reduce (as nccl-tests does by "
-         "default).");
+         "the same scale as all-reduce's. Each rank times `trials` operations back to back after one warm-up; the "
+         "times are averaged over the ranks with an all-reduce (as nccl-tests does by default).");
     note("A model to read the times with, the alpha-beta model: sending n bytes costs alpha + n beta, a fixed cost "
          "alpha (latency: software, synchronisation, the wire's delay) plus beta, the time per byte, for each byte "
          "(1 / beta is the bandwidth). A ring all-reduce on p ranks takes 2(p-1) steps, each sending n/p bytes, so "
          "it costs **t = 2(p-1) (alpha + n beta / p)**. Each spawn below fits alpha and beta to its own all-reduce "
          "times (least squares on relative errors, so that small messages count as much as large ones) and plots the "
-         "model against the measurements. lecture_collectives fits alpha and beta another way, to a ping-pong of one "
-         "message between two ranks (no reduction, one message at a time), and uses them to predict where its tree "
-         "overtakes its ring: the same letters for another measurement, so expect other values. An all-reduce's "
-         "step also adds what it received, copies, and waits for its partner's turn on a core; this fit folds all "
-         "of that into its alpha and beta.");
+         "model against the measurements. lecture_collectives fits them to a ping-pong of one message between two "
+         "ranks instead (no reduction): the same letters for another measurement, so expect other values. An "
+         "all-reduce's step also adds, copies, and waits for its partner's turn on a core; this fit folds all that "
+         "into its alpha and beta.");
     /* 4 KiB (latency-bound) to 16 MiB (bandwidth-bound): the fit's two regimes, in a few seconds on 2 cores */
     bench_args args = {
             .n_sizes = 7, .bytes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, .trials = 5};
@@ -371,25 +367,48 @@ static void benchmarking(void) {
              "Why reduce-scatter can come out slower than the whole all-reduce here, which a ring could not: the "
              "runtime calls Open MPI's MPI_Reduce_scatter_block, and Open MPI 4.1 has no ring for it (its choices, "
              "`ompi_info --all`: basic_linear, recursive doubling, recursive halving, butterfly). basic_linear "
-             "reduces the whole input to one rank, then scatters it, so that rank alone moves p times the bytes. "
-             "Its busbw is what the algorithm Open MPI picked reached, not a ring's.");
+             "reduces the whole input to one rank, then scatters it, so that rank alone moves p times the bytes: "
+             "what Open MPI's pick reached, not a ring.");
 }
 
 static void bench_main(int rank, int world_size, void *args) {
     const bench_args *a = args;
     bench_result all_reduce[MAX_SIZES], reduce_scatter[MAX_SIZES];
-    bench_sweep(a, world_size, all_reduce, reduce_scatter); /* lectures/lib/collective_bench.c */
+    bench_sweep(a, world_size, all_reduce, reduce_scatter); /* lecture_08/collective_bench.c */
     if (rank != 0) return;                                  /* the numbers are the same everywhere: one rank reports */
-    int last = a->n_sizes - 1;
-    if (world_size == 2) predict_busbw(&all_reduce[last]); /* lectures/lib/collective_bench.c */
-    show_results("all-reduce", world_size, all_reduce, a->n_sizes);
-    show_results("reduce-scatter", world_size, reduce_scatter, a->n_sizes);
-    plot_busbw(world_size, all_reduce, reduce_scatter, a->n_sizes);
-    note_bandwidths(world_size, all_reduce, reduce_scatter, a->n_sizes); /* lectures/lib/collective_bench.c */
+    if (world_size == 2) predict_busbw(&all_reduce[a->n_sizes - 1]); /* lecture_08/collective_bench.c */
+    table_show(bench_table("all-reduce", world_size, all_reduce, a->n_sizes));
+    table_show(bench_table("reduce-scatter", world_size, reduce_scatter, a->n_sizes));
+    chart_show(busbw_chart(world_size, all_reduce, reduce_scatter, a->n_sizes));
+    note_bandwidths(world_size, all_reduce, reduce_scatter, a->n_sizes); /* lecture_08/collective_bench.c */
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
     note_cost_model(world_size, all_reduce, a->n_sizes, &m);
-    plot_cost_model(world_size, all_reduce, a->n_sizes, &m);
+    chart_show(cost_model_chart(world_size, all_reduce, a->n_sizes, &m));
 }
+
+#ifdef LECTERN_CUDA
+/* Both jobs on the default stream (0): the copy waits for the matmul, the add for both. */
+static void run_one_stream(streams_work *w) {
+    multiply_on(w, 0);
+    copy_on(w, 0);
+    add_on(w, 0);
+}
+
+/* The matmul on one stream, the copy on another; both non-blocking (unordered with stream 0), so events alone order
+ * them: both after stream 0's "started", the add on stream 0 after "computed" and "copied". The host never waits. */
+static void run_two_streams(streams_work *w) {
+    event_record(w->started, 0);
+    stream_wait(w->compute, w->started);
+    stream_wait(w->copy, w->started);
+    multiply_on(w, w->compute);
+    event_record(w->computed, w->compute);
+    copy_on(w, w->copy);
+    event_record(w->copied, w->copy);
+    stream_wait(0, w->computed);
+    stream_wait(0, w->copied);
+    add_on(w, 0);
+}
+#endif
 
 static void cuda_streams(void) {
     progress("CUDA streams");
@@ -409,18 +428,19 @@ static void cuda_streams(void) {
          "stream 0 waits for an event recorded at the end of each: the ordering stays on the GPU, and the host is "
          "never blocked. The two should take about the longer of the two times, not their sum (an H200 in docs/gpu.md's "
          "check of 2026-11-28: 27.2 ms on one stream, 21.9 on two; the product alone 21.5 ms).\n"
-         "- **DDP on NCCL** is the same picture. In this runtime `dist_all_reduce_async` puts the all-reduce on a "
-         "communication stream that first waits (an event) for the kernels queued before the call, so the backward "
-         "kernels of the layers below run beside it; `dist_wait` makes the compute stream wait for the all-reduce's "
-         "event (and the host too, so the result is in place when it returns).\n\n"
-         "The example: two independent jobs, (1) a matrix product and (2) copying a matrix from CPU to GPU, first "
-         "one after the other on one stream, then on two streams so that the copy engine works while the arithmetic "
-         "units multiply.");
-    if (streams_example()) return; /* lectures/lib/streams.c: cuBLAS, streams, events */
+         "- **DDP on NCCL** is the same picture: `dist_all_reduce_async` puts the all-reduce on a communication "
+         "stream that first waits (an event) for the kernels queued before it, so the layers below compute beside "
+         "it; `dist_wait` makes the compute stream (and the host) wait for its event.\n\n"
+         "The example: a matrix product and an unrelated copy from CPU to GPU, on one stream, then on two "
+         "(`run_one_stream`, `run_two_streams` above).");
 #ifdef LECTERN_CUDA
-    note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code (lectures/lib/streams.c) "
-         "is compiled into the lecture, and on a GPU it times both versions with CUDA events here; without one there "
-         "is no stream and no copy engine, so there are no timings to show.");
+    if (gpu_count() > 0) {
+        streams_example(run_one_stream, run_two_streams); /* set-up and timing: lecture_08/streams.c */
+        return;
+    }
+    note("*Not run here: this machine has no GPU* (`gpu_count()` is 0). The example's code (above, and "
+         "lectures/lecture_08/streams.c) is compiled into the lecture, and on a GPU it times both versions with CUDA "
+         "events here; without one there is no stream and no copy engine, so there are no timings to show.");
 #else
     note("*Not run here: this build has no CUDA support*, so there is no stream to show. Built with the CUDA toolkit "
          "and run on a GPU, the lecture times both versions here.");
@@ -437,8 +457,7 @@ static void agrees(const char *what, double diff, double tolerance) {
     check(diff <= tolerance, "%s equal to one device's (%.3g <= %.3g)", what, diff, tolerance);
 }
 
-/* Work that does not divide into world-size equal pieces stops the lecture before the spawn() below the call: an
- * error step saying so, the steps so far in lecture_08.failed.json, the last good trace kept. */
+/* Work not in world-size equal pieces stops the lecture before the spawn (an error step; the last good trace kept). */
 static void must_divide(int64_t n, int world_size, const char *what) {
     if (world_size > 0 && n % world_size == 0) return;
     lecture_fail("%s (%lld) do not divide into %d equal parts for the spawn() below", what, (long long)n, world_size);
@@ -465,10 +484,10 @@ static void parallelism_overview(void) {
 static void one_device(void) {
     progress("one device");
     note("## One device first\n\n"
-         "Before splitting anything, train on one device (lectures/lib/train.c: forward, backward, AdamW, no "
+         "Before splitting anything, train on one device (lectures/lecture_08/train.c: forward, backward, AdamW, no "
          "communication). Every strategy below must reproduce these numbers.");
     baseline.cfg = training_config();
-    one_device_train(&baseline); /* lectures/lib/train.c: and its table, a row per step */
+    table_show(one_device_train(&baseline)); /* lecture_08/train.c; the table: a row per step */
 }
 
 /* DDP as PyTorch runs it: buckets of layers, each rank's slice run as micro-batches. */
@@ -478,12 +497,11 @@ enum { MODELLED_BUCKETS = 16, MODELLED_LAYERS = 8 }; /* the modelled DDP step's 
 static void ddp(void) {
     progress("DDP");
     note("## Distributed data parallel (DDP)\n\n"
-         "Every rank holds the whole model and takes 1/world-size of the batch. After its backward pass, the ranks "
-         "average their gradients with one all-reduce per layer; since all start from the same weights and apply the "
-         "same averaged gradient, they stay identical. The average of per-slice mean gradients is the gradient of "
-         "the whole batch, so the result is what one device gets. Each spawn's rank 0 gathers what every rank held, "
-         "sent and computed into one table; on 2 ranks each rank also shows its layer-0 gradient before and after "
-         "the all-reduce. (lecture_ddp builds DDP up step by step from plain SGD.)");
+         "Every rank holds the whole model and takes 1/world-size of the batch. After backward the ranks average "
+         "their gradients, one all-reduce per layer: from the same weights, with the same averaged gradient, they stay "
+         "identical, and the average of per-slice mean gradients is the whole batch's, one device's. Each rank hands "
+         "back what it held, sent and computed (`spawn_return`), shown in one table; on 2 ranks each shows its "
+         "layer-0 gradient before and after the all-reduce. (lecture_ddp builds DDP step by step from plain SGD.)");
     size_t size;
     train_args *args = baseline_args(&baseline, 0, &size);
     int worlds[] = {1, 2, 4};
@@ -491,51 +509,45 @@ static void ddp(void) {
         progress("DDP: spawn %d ranks", worlds[k]);
         must_divide(baseline.cfg.batch, worlds[k], "the batch's examples");
         spawn(ddp_main, worlds[k], args, size);
+        table_show(results_table(worlds[k], "DDP on %d %s", worlds[k], plural(worlds[k], "rank", "ranks")));
     }
     free(args);
     mlp_config c = baseline.cfg;
     note("What to notice:\n\n"
          "- Losses differ between ranks: each is computed on that rank's own slice; their mean is the whole batch's "
          "loss, the one device's.\n"
-         "- The averaged gradient is one device's gradient, up to the order in which float32 sums are added (each "
-         "rank sums its own slice; the BLAS library picks its kernel, and so its order, per CPU). The tolerance, 2 "
-         "(layers + 1) max(batch, width) 2^-24 = %.2g of the largest gradient, is a heuristic, not a bound "
-         "(lectures/lib/mlp.h derives it from float32 sums). Measured differences sit far under it, and a wrong "
-         "method lands far over it: a doubled gradient or a sum in place of an average is off by 100%% or more of "
-         "the largest gradient, a skipped layer by all of it. (tests/test_lecture_08_planted.py plants each of these "
-         "and sees the check fail.)\n"
+         "- The averaged gradient is one device's, up to the order of float32 sums (each rank sums its own slice; "
+         "the BLAS library picks its kernel, and so its order, per CPU). The tolerance, 2 (layers + 1) max(batch, "
+         "width) 2^-24 = %.2g of the largest gradient, is a heuristic, not a bound (lectures/lib/mlp.h derives it). "
+         "Measured differences sit far under it; a wrong method lands far over it: a doubled gradient or a sum for an "
+         "average is off by 100%% or more of the largest gradient, a skipped layer by all of it "
+         "(tests/test_lecture_08_planted.py plants each).\n"
          "- Gradients are averaged, so parameters are *exactly* the same on every rank (max - min over ranks is 0).\n"
-         "- Against one device the parameters differ a little, for a reason worth knowing: AdamW divides each "
-         "gradient by its own running size, so a gradient that rounding tips from +1e-12 to -1e-12 moves its "
-         "parameter the other way, by at most 2 lr R_t in step t (R_t about 1; lectures/lib/mlp.h derives it): %.3g "
-         "over these %d steps, the bound in each table's caption. That check is blind to a gradient's scale, since "
-         "AdamW divides the scale out: a doubled gradient trains the same parameters. Compare gradients, as the "
-         "step-0 checks do, to check a strategy.",
+         "- Against one device the parameters differ a little: AdamW divides each gradient by its own running size, "
+         "so a gradient that rounding tips from +1e-12 to -1e-12 moves its parameter the other way, by at most 2 lr "
+         "R_t in step t (R_t about 1; lectures/lib/mlp.h): %.3g over these %d steps, each table's `trained_bound`. "
+         "That check is blind to scale (AdamW divides it out: a doubled gradient trains the same parameters), so the "
+         "step-0 checks compare gradients.",
          gradient_tolerance(&c), adamw_rounding_bound(&c), c.steps);
     note("### Buckets and gradient accumulation\n\n"
          "PyTorch's `DistributedDataParallel` does two more things. It groups the gradients into **buckets** (25 MB "
-         "by default), each one contiguous tensor, and all-reduces a bucket as soon as the backward pass has filled "
-         "it. Many small all-reduces would each pay the fixed cost alpha; one big one at the end could start only "
-         "when all of backward is done. With an asynchronous all-reduce, a bucket's transfer runs while backward "
-         "computes the layers below it. With **gradient accumulation** (a batch too big for memory, run as k "
-         "micro-batches before one step), it adds up the gradients locally and skips the all-reduce (`no_sync`) on "
-         "all but the last micro-batch: communication once per step, not once per micro-batch. (PyTorch itself gives "
-         "them no name, only `no_sync()`; the Hugging Face Trainer and Accelerate count them as "
-         "`gradient_accumulation_steps`.) lecture_ddp builds both step by step and measures how the bucket size "
-         "trades the two costs.");
-    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d micro-batches. Each bucket's all-reduce "
+         "by default), each one contiguous tensor, all-reduced, asynchronously, as soon as backward has filled it: "
+         "fewer fixed costs alpha than one all-reduce a layer, and the transfer runs while backward computes the "
+         "layers below. With **gradient accumulation** (a batch run as k micro-batches before one step) it adds up "
+         "the gradients locally and skips the all-reduce (`no_sync`) on all but the last micro-batch. lecture_ddp "
+         "builds both step by step and measures how the bucket size trades the two costs.");
+    note("Below, 4 ranks, buckets of %d layers, each rank's slice run as %d micro-batches: each bucket's all-reduce "
          "starts with `dist_all_reduce_async` the moment backward has filled it, and `dist_wait` completes them all "
-         "before the optimizer step. Shown: the calls per micro-batch and that the result is still one device's (the "
-         "step-0 gradient, and the loss over %d steps). Then the ranks measure what overlap buys: the same step "
-         "(forward, backward, the buckets' all-reduce) timed three ways, taking turns: without any all-reduce, with "
-         "each bucket's blocking all-reduce after backward, and with each bucket's async all-reduce started during "
-         "backward. A step costs what its slowest rank costs (`dist_timer`).",
+         "before the optimizer step. Shown: the calls per micro-batch, the result still one device's (the step-0 "
+         "gradient, the loss over %d steps), then the same step timed, the ways taking turns: no all-reduce, "
+         "all-reducing after backward, and during it. A step costs what its slowest rank costs (`dist_timer`).",
          LAYERS_PER_BUCKET, ACCUMULATION_STEPS, BUCKET_STEPS);
     args = baseline_args(&baseline, 0, &size);
     args->cfg.steps = BUCKET_STEPS < args->cfg.steps ? BUCKET_STEPS : args->cfg.steps;
     progress("DDP with buckets: spawn 4 ranks");
     must_divide(baseline.cfg.batch, 4 * ACCUMULATION_STEPS, "the batch's examples");
     spawn(ddp_buckets_main, 4, args, size);
+    table_show(buckets_table(4, "DDP with buckets, %d micro-batches", ACCUMULATION_STEPS));
     free(args);
 }
 
@@ -548,44 +560,37 @@ static void ddp_main(int rank, int world_size, void *args) {
     tensor *x = row_slice(data, rank * local, (rank + 1) * local); /* this rank's slice of the batch */
     tensor *w[MAX_LAYERS], *grads[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     adamw *opt[MAX_LAYERS];
-    /* mine: what this rank's row of the table says (the columns below), then its losses */
-    double mine[GATHER_MAX] = {0}, size = 0;
+    rank_result r = {.rows = c->width, .steps = c->steps}; /* this rank's row of the lecture's table */
     for (int i = 0; i < c->layers; i++) {
         w[i] = layer_part(c, i, 'w', 0, 0, device); /* the whole model, the same on every rank */
         grads[i] = empty(c->width, c->width, device);
         opt[i] = adamw_new(w[i], c->lr);
-        mine[0] += 4.0 * w[i]->numel * sizeof(float); /* weights, gradients, AdamW's two moments */
+        r.state_bytes += 4.0 * w[i]->numel * sizeof(float); /* weights, gradients, AdamW's two moments */
     }
     for (int step = 0; step < c->steps; step++) {
         int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
         forward(w, c->layers, x, acts, pre);
-        mine[5 + step] = mse_loss(acts[c->layers]);
+        r.loss[step] = mse_loss(acts[c->layers]);
         backward(w, c->layers, acts, pre, grads);
         if (step == 0 && world_size == 2) inspect(grads[0]); /* before: each rank's gradient of its own examples */
         for (int i = 0; i < c->layers; i++)
             dist_all_reduce(grads[i], DIST_AVG);             /* the one line that makes it DDP */
         if (step == 0 && world_size == 2) inspect(grads[0]); /* after: the average, the same on every rank */
         if (step == 0) {
-            mine[1] = (double)(dist_bytes_nominal() - bytes_before);
-            mine[2] = (double)(dist_calls() - calls_before);
-            mine[3] = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, NULL, 0, 0, &size);
-            agrees("DDP: step-0 gradients", mine[3], gradient_tolerance(c) * size);
+            r.bytes = (double)(dist_bytes_nominal() - bytes_before), r.calls = (double)(dist_calls() - calls_before);
+            r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, NULL, 0, 0, &r.grad_max);
+            r.grad_tol = gradient_tolerance(c) * r.grad_max;
+            agrees("DDP: step-0 gradients", r.grad_diff, r.grad_tol);
         }
         adamw_step_layers(opt, w, grads, c->layers);
         free_saved(c->layers, acts, pre);
     }
-    mine[4] = diff_from_one_device(a, TRAINED, w, c->layers, NULL, 0, 0, NULL);
-    agrees("DDP: the trained parameters (within AdamW's rounding bound, blind to scale)", mine[4],
-           adamw_rounding_bound(c));
-    const rank_column cols[] = {{"model state held (bytes)", "%.0f"},
-                                {"nominal bytes sent in step 0", "%.0f"},
-                                {"calls in step 0", "%.0f"},
-                                {"step 0: max |averaged gradient - one device|", "%.3g"},
-                                {"trained: max |DDP - one device|", "%.3g"}};
-    char caption[160], buf[512];
-    snprintf(caption, sizeof caption, "DDP on %d %s (gradient tolerance %.3g, AdamW's rounding bound %.3g)", world_size,
-             plural(world_size, "rank", "ranks"), gradient_tolerance(c) * size, adamw_rounding_bound(c));
-    rank_table(caption, cols, 5, mine, c->steps); /* lectures/lib/train.c: gathered on rank 0 */
+    r.trained_diff = diff_from_one_device(a, TRAINED, w, c->layers, NULL, 0, 0, NULL);
+    r.trained_bound = adamw_rounding_bound(c);
+    agrees("DDP: the trained parameters (within AdamW's rounding bound, blind to scale)", r.trained_diff,
+           r.trained_bound);
+    spawn_return(&r, sizeof r); /* the lecture shows every rank's in one table */
+    char buf[512];
     double spread = spread_over_ranks(w, c->layers);
     if (rank == 0)
         note_verbatim("Rank 0: params = %s; across %d %s, max |params(max) - params(min)| = %.3g",
@@ -612,15 +617,14 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
         opt[i] = adamw_new(w[i], c->lr);
     }
     if (rank == 0) note_verbatim("Rank 0: %d buckets, in the order backward fills them: %s", g->n, g->order);
-    /* mine: step 0's calls in each micro-batch, its gradient against one device, then the losses */
-    double mine[GATHER_MAX] = {0}, size = 0;
+    rank_result r = {.steps = c->steps}; /* this rank's row of the lecture's table */
     for (int step = 0; step < c->steps; step++) {
         for (int k = 0; k < k_micro; k++) {
             int sync = k == k_micro - 1; /* no_sync on all micro-batches but the last */
             int64_t calls_before = dist_calls();
             tensor *x = row_slice(data, rank * local + k * mb, rank * local + (k + 1) * mb);
             forward(w, c->layers, x, acts, pre);
-            mine[3 + step] += mse_loss(acts[c->layers]) / k_micro;
+            r.loss[step] += mse_loss(acts[c->layers]) / k_micro;
             tensor *dy = mse_loss_backward(acts[c->layers]);
             scale_(dy, 1.0f / k_micro); /* the slice's mean loss is the mean over micro-batches */
             for (int i = c->layers - 1; i >= 0; i--) {
@@ -638,27 +642,22 @@ static void ddp_buckets_main(int rank, int world_size, void *args) {
                     dist_wait(req[b]);
             free_saved(c->layers, acts, pre);
             tensor_free(x);
-            if (step == 0) mine[k] = (double)(dist_calls() - calls_before);
+            if (step == 0) r.calls_mb[k] = (double)(dist_calls() - calls_before);
         }
         if (step == 0) {
-            mine[2] = diff_from_one_device(a, STEP0_GRADS, g->grads, c->layers, NULL, 0, 0, &size);
-            agrees("DDP with buckets and accumulation: step-0 gradients", mine[2], gradient_tolerance(c) * size);
+            r.grad_diff = diff_from_one_device(a, STEP0_GRADS, g->grads, c->layers, NULL, 0, 0, &r.grad_max);
+            r.grad_tol = gradient_tolerance(c) * r.grad_max;
+            agrees("DDP with buckets and accumulation: step-0 gradients", r.grad_diff, r.grad_tol);
         }
         adamw_step_layers(opt, w, g->grads, c->layers);
     }
-    const rank_column cols[] = {{"step 0: calls, micro-batch 0 (no_sync)", "%.0f"},
-                                {"step 0: calls, micro-batch 1", "%.0f"},
-                                {"step 0: max |averaged gradient - one device|", "%.3g"}};
-    char caption[120];
-    snprintf(caption, sizeof caption, "DDP with buckets, %d micro-batches (gradient tolerance %.3g)", k_micro,
-             gradient_tolerance(c) * size);
-    rank_table(caption, cols, 3, mine, c->steps);
+    spawn_return(&r, sizeof r);
     step_times real, modelled;                                     /* lectures/lib/buckets.c times the four ways */
     tensor *x = row_slice(data, rank * local, (rank + 1) * local); /* the whole slice, one step */
     time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, &real);
     time_modelled_ddp_steps(MODELLED_BUCKETS, MODELLED_LAYER_ROWS * MODELLED_LAYER_COLS, OVERLAP_TRIALS, &modelled);
     if (rank == 0) {
-        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled);
+        table_show(overlap_table(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled));
         check(modelled.over_longer <= OVERLAP_OVER_LONGER_MAX,
               "modelled DDP step: the async all-reduces during backward took at most %.2f x the longer of compute "
               "alone and communication alone (%.2f x; round %d of at most %d)",
@@ -692,13 +691,12 @@ static void ddp_zero3(void) {
     mlp_config c = training_config();
     int ranks = 4;
     double params = (double)model_floats(&c), layer = (double)c.width * c.width;
-    show_zero_stages(params, ranks); /* lectures/lib/train.c: 16 bytes a parameter, divided as each stage shards */
-    note("That is model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes per parameter in DDP; "
-         "MB = 10^6 bytes). ZeRO-3 also needs, for a moment, one layer's gathered weights and its full gradient "
-         "(%.3f MB) on top of its shards. Below, each rank adds up the tensors it really holds. How FSDP does stage "
-         "3, and how this section does it:\n\n"
-         "- Each layer's weights, flattened, are cut into world-size equal pieces: rank *r* keeps piece *r* of every "
-         "layer (here, a band of rows), with AdamW's state for it.\n"
+    table_show(zero_stages_table(params, ranks)); /* 16 bytes a parameter, divided as each stage shards */
+    note("That is model state per rank for this model (%.0f parameters, fp32, AdamW: 16 bytes a parameter in DDP; "
+         "MB = 10^6 bytes); ZeRO-3 also needs, for a moment, one layer's gathered weights and full gradient (%.3f MB). "
+         "Below, each rank adds up the tensors it really holds. Stage 3 as FSDP does it, and this section:\n\n"
+         "- Each layer's weights are cut into world-size equal pieces: rank *r* keeps piece *r* of every layer "
+         "(here, a band of rows), with AdamW's state for it.\n"
          "- Forward, layer by layer: **all-gather** the pieces into the whole layer, use it, free it.\n"
          "- Backward, layer by layer: all-gather the layer again (it was freed), compute the full gradient of this "
          "rank's slice of the batch, then **reduce-scatter**: each rank receives only its piece of the averaged "
@@ -714,6 +712,7 @@ static void ddp_zero3(void) {
     must_divide(c.width, ranks, "the rows of a layer");
     must_divide(c.batch, ranks, "the batch's examples");
     spawn(zero3_main, ranks, args, size);
+    table_show(results_table(ranks, "ZeRO-3 on %d ranks", ranks));
     free(args);
     double p = ranks, ddp_bytes = c.layers * 2 * (p - 1) / p * 4 * layer;
     double zero3_bytes = (2 * c.layers - 1 + c.layers) * (p - 1) / p * 4 * layer;
@@ -748,12 +747,12 @@ static void zero3_main(int rank, int world_size, void *args) {
     /* Only the pieces exist here, each with its gradient piece and AdamW state. */
     tensor *piece[MAX_LAYERS], *grad_piece[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
     adamw *opt[MAX_LAYERS];
-    double mine[GATHER_MAX] = {(double)first}, size = 0; /* this rank's row of the table, then its losses */
+    rank_result r = {.first = (double)first, .rows = (double)rows, .steps = c->steps}; /* my row of the table */
     for (int i = 0; i < c->layers; i++) {
         piece[i] = layer_part(c, i, 'r', first, last, device);
         grad_piece[i] = empty(rows, c->width, device);
         opt[i] = adamw_new(piece[i], c->lr);
-        mine[1] += 4.0 * piece[i]->numel * sizeof(float); /* weights, gradient, AdamW's two moments */
+        r.state_bytes += 4.0 * piece[i]->numel * sizeof(float); /* weights, gradient, AdamW's two moments */
     }
     for (int step = 0; step < c->steps; step++) {
         int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
@@ -764,7 +763,7 @@ static void zero3_main(int rank, int world_size, void *args) {
             acts[i + 1] = layer_forward(acts[i], w, &pre[i]);
             tensor_free(w);
         }
-        mine[6 + step] = mse_loss(acts[c->layers]);
+        r.loss[step] = mse_loss(acts[c->layers]);
         /* Backward: gather again, compute the full gradient of my slice of the batch, keep my piece of the average,
          * free the rest. */
         tensor *dy = mse_loss_backward(acts[c->layers]);
@@ -781,35 +780,26 @@ static void zero3_main(int rank, int world_size, void *args) {
             dy = dx;
         }
         if (step == 0) { /* checked after the loop, every layer: a layer the loop skipped fails here */
-            mine[2] = (double)(dist_bytes_nominal() - bytes_before);
-            mine[3] = (double)(dist_calls() - calls_before);
-            mine[4] = diff_from_one_device(a, STEP0_GRADS, grad_piece, c->layers, "rrrrrrrr", first, last, &size);
-            agrees("ZeRO-3: the step-0 gradient pieces", mine[4], gradient_tolerance(c) * size);
+            r.bytes = (double)(dist_bytes_nominal() - bytes_before), r.calls = (double)(dist_calls() - calls_before);
+            r.grad_diff =
+                    diff_from_one_device(a, STEP0_GRADS, grad_piece, c->layers, "rrrrrrrr", first, last, &r.grad_max);
+            r.grad_tol = gradient_tolerance(c) * r.grad_max;
+            agrees("ZeRO-3: the step-0 gradient pieces", r.grad_diff, r.grad_tol);
         }
-        if (step == 0 && rank == 0) predict_zero3_bytes(world_size, c, mine[2]); /* lectures/lib/train.c */
+        if (step == 0 && rank == 0) predict_zero3_bytes(world_size, c, r.bytes); /* lecture_08/train.c */
         adamw_step_layers(opt, piece, grad_piece, c->layers);
         free_saved(c->layers, acts, pre);
     }
-    mine[5] = diff_from_one_device(a, TRAINED, piece, c->layers, "rrrrrrrr", first, last, NULL);
-    agrees("ZeRO-3: the trained parameter pieces (within AdamW's rounding bound, blind to scale)", mine[5],
-           adamw_rounding_bound(c));
-    const rank_column cols[] = {{"first row held", "%.0f"},
-                                {"model state held (bytes)", "%.0f"},
-                                {"nominal bytes sent in step 0", "%.0f"},
-                                {"calls in step 0", "%.0f"},
-                                {"step 0: all layers: max |averaged gradient piece - one device|", "%.3g"},
-                                {"trained: max |ZeRO-3 piece - one device|", "%.3g"}};
-    char caption[160];
-    snprintf(caption, sizeof caption,
-             "ZeRO-3 on %d ranks, %lld rows each (gradient tolerance %.3g, AdamW's "
-             "rounding bound %.3g)",
-             world_size, (long long)rows, gradient_tolerance(c) * size, adamw_rounding_bound(c));
-    rank_table(caption, cols, 6, mine, c->steps);
-    z3_times real, modelled; /* lectures/lib/zero3.c times the three ways */
+    r.trained_diff = diff_from_one_device(a, TRAINED, piece, c->layers, "rrrrrrrr", first, last, NULL);
+    r.trained_bound = adamw_rounding_bound(c);
+    agrees("ZeRO-3: the trained parameter pieces (within AdamW's rounding bound, blind to scale)", r.trained_diff,
+           r.trained_bound);
+    spawn_return(&r, sizeof r);
+    z3_times real, modelled; /* lecture_08/zero3.c times the three ways */
     time_zero3_steps(c, piece, x, Z3_TRIALS, &real);
     time_modelled_zero3_steps(512, MODELLED_LAYERS, Z3_TRIALS, &modelled);
     if (rank == 0) {
-        show_prefetch(world_size, Z3_TRIALS, c->layers, MODELLED_LAYERS, &real, &modelled);
+        table_show(prefetch_table(world_size, Z3_TRIALS, c->layers, MODELLED_LAYERS, &real, &modelled));
         check(modelled.hidden >= 0.7, "modelled ZeRO-3 step: prefetch hid %.2f of the gathers' time (at least 0.7)",
               modelled.hidden);
         note("The table times the step with every layer already whole (no gathers), gathering each layer when "
@@ -833,9 +823,8 @@ static void tensor_parallelism(void) {
          "Every rank sees the *whole* batch.\n\n"
          "- Forward, per layer: each rank computes its columns of the output, gelu(x W_r); an all-gather and a "
          "column concatenation give every rank the full activation for the next layer.\n"
-         "- Backward, per layer: each rank takes its columns of dy, computes its columns of dW (x^T dh_r, exactly "
-         "its slice of the full gradient) and a *partial* dx = dh_r W_r^T; the full dx is the sum of the partials, "
-         "one all-reduce.\n\n"
+         "- Backward, per layer: each rank takes its columns of dy, computes its columns of dW (x^T dh_r) and a "
+         "*partial* dx = dh_r W_r^T; the full dx is the sum of the partials, one all-reduce.\n\n"
          "Communication happens inside every layer, twice per layer per step (once forward, once backward), so "
          "tensor parallelism wants the fastest links (NVLink, within a node).");
     size_t size;
@@ -843,27 +832,28 @@ static void tensor_parallelism(void) {
     progress("tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.width, 4, "the columns of a layer");
     spawn(tensor_parallel_main, 4, args, size);
+    table_show(tp_table(4, "column-only TP on 4 ranks (first_col: the first column held)"));
     free(args);
     note("Same activations and the same gradients as one device, with each rank holding a quarter of the weights.");
     note("### Megatron: a column-parallel layer, then a row-parallel one\n\n"
          "Cutting every layer by columns gathers the whole activation after every layer. Megatron-LM needs fewer "
          "collectives by taking the layers in pairs, an MLP block y = gelu(gelu(x A) B):\n\n"
-         "- A is cut by **columns**: rank *r* computes z_r = gelu(x A_r), its columns of the hidden activation, with "
-         "no communication (GELU acts elementwise, so its columns need only its columns).\n"
+         "- A is cut by **columns**: rank *r* computes z_r = gelu(x A_r), its columns of the hidden activation, "
+         "without communication (GELU acts elementwise).\n"
          "- B is cut by **rows**: z_r B_r is rank *r*'s *partial* pre-activation, and x A B = sum over r of z_r B_r. "
          "One all-reduce adds the partials; every rank then applies the last GELU to the whole.\n"
          "- Backward mirrors it: the output gradient is whole on every rank, so the gradients of B_r and of z_r need "
          "nothing from other ranks; the input gradient is a sum of partials dh_r A_r^T, one all-reduce.");
     see("https://arxiv.org/abs/1909.08053", "Megatron-LM (Shoeybi et al., 2019)");
     note("One all-reduce forward and one backward per block of two layers (none backward for the first block, whose "
-         "input is the data), against an all-gather per layer forward and an all-reduce per layer backward when "
-         "every layer is cut by columns. Both versions count the bytes each rank sends as the runtime's nominal "
-         "figure (`dist_bytes_nominal()`): what a bandwidth-optimal algorithm sends for each call, whichever "
-         "algorithm Open MPI or NCCL picked.");
+         "input is the data), against an all-gather and an all-reduce per layer when every layer is cut by columns. "
+         "Both count the bytes each rank sends as the runtime's nominal figure (`dist_bytes_nominal()`): what a "
+         "bandwidth-optimal algorithm sends for each call, whichever algorithm Open MPI or NCCL picked.");
     args = baseline_args(&baseline, 0, &size);
     progress("Megatron tensor parallelism: spawn 4 ranks");
     must_divide(baseline.cfg.layers, 2, "the layers (in pairs)");
     spawn(megatron_main, 4, args, size);
+    table_show(tp_table(4, "Megatron TP on 4 ranks (first_col: the first column of the even layers, row of the odd)"));
     free(args);
     mlp_config c = baseline.cfg;
     double b = (double)c.batch * c.width * sizeof(float), p = 4;
@@ -885,17 +875,16 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
     for (int i = 0; i < c->layers; i++)
         w[i] = layer_part(c, i, 'c', first, last, device);
     int64_t bytes_before = dist_bytes_nominal(), calls_before = dist_calls();
-    /* Forward. */
-    acts[0] = data;
+    acts[0] = data; /* forward */
     for (int i = 0; i < c->layers; i++) {
         tensor *mine = layer_forward(acts[i], w[i], &pre[i]); /* batch x shard */
         acts[i + 1] = all_gather_columns(mine, world_size);   /* batch x width */
         tensor_free(mine);
     }
-    double out_tol, out_diff = output_diff(a, acts[c->layers], &out_tol), size = 0;
-    agrees("column-parallel TP: the output", out_diff, out_tol);
-    /* Backward. */
-    tensor *dy = mse_loss_backward(acts[c->layers]); /* full, the same on every rank */
+    rank_result r = {.first = (double)first, .one_loss = a->first_loss}; /* my row of the lecture's table */
+    r.out_diff = output_diff(a, acts[c->layers], &r.out_tol);
+    agrees("column-parallel TP: the output", r.out_diff, r.out_tol);
+    tensor *dy = mse_loss_backward(acts[c->layers]); /* backward: dy is whole, the same on every rank */
     for (int i = c->layers - 1; i >= 0; i--) {
         tensor *dy_mine = col_slice(dy, first, last);
         tensor *dx = NULL;
@@ -906,15 +895,12 @@ static void tensor_parallel_main(int rank, int world_size, void *args) {
         tensor_free(dy);
         dy = dx;
     }
-    int64_t bytes = dist_bytes_nominal() - bytes_before, calls = dist_calls() - calls_before;
-    double diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "cccccccc", first, last, &size);
-    agrees("column-parallel TP: the gradients", diff, gradient_tolerance(c) * size);
-    char caption[200];
-    snprintf(caption, sizeof caption,
-             "column-only TP on %d ranks (one device's loss %.9g, output tolerance %.3g, "
-             "gradient tolerance %.3g)",
-             world_size, (double)a->first_loss, out_tol, gradient_tolerance(c) * size);
-    show_tp(caption, "first column held", (double)first, mse_loss(acts[c->layers]), out_diff, diff, bytes, calls);
+    r.bytes = (double)(dist_bytes_nominal() - bytes_before), r.calls = (double)(dist_calls() - calls_before);
+    r.loss0 = mse_loss(acts[c->layers]);
+    r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "cccccccc", first, last, &r.grad_max);
+    r.grad_tol = gradient_tolerance(c) * r.grad_max;
+    agrees("column-parallel TP: the gradients", r.grad_diff, r.grad_tol);
+    spawn_return(&r, sizeof r);
     free_saved(c->layers, acts, pre);
     free_tensors(w, c->layers), free_tensors(grads, c->layers), tensor_free(data);
 }
@@ -939,8 +925,9 @@ static void megatron_main(int rank, int world_size, void *args) {
         dist_all_reduce(pre[i + 1], DIST_SUM);               /* x A B, whole */
         acts[i + 2] = gelu(pre[i + 1]);
     }
-    double out_tol, out_diff = output_diff(a, acts[c->layers], &out_tol), size = 0;
-    agrees("Megatron TP: the output", out_diff, out_tol);
+    rank_result r = {.first = (double)first, .one_loss = a->first_loss}; /* my row of the lecture's table */
+    r.out_diff = output_diff(a, acts[c->layers], &r.out_tol);
+    agrees("Megatron TP: the output", r.out_diff, r.out_tol);
     /* Backward: one all-reduce per block, none for the first. */
     tensor *dy = mse_loss_backward(acts[c->layers]); /* whole, the same on every rank */
     for (int i = c->layers - 2; i >= 0; i -= 2) {
@@ -954,24 +941,15 @@ static void megatron_main(int rank, int world_size, void *args) {
         tensor_free(dy);
         dy = dx;
     }
-    int64_t bytes = dist_bytes_nominal() - bytes_before, calls = dist_calls() - calls_before;
-    double diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "crcrcrcr", first, last, &size);
-    agrees("Megatron TP: the gradients", diff, gradient_tolerance(c) * size);
-    char caption[200];
-    snprintf(caption, sizeof caption,
-             "Megatron TP on %d ranks (one device's loss %.9g, output tolerance %.3g, "
-             "gradient tolerance %.3g)",
-             world_size, (double)a->first_loss, out_tol, gradient_tolerance(c) * size);
-    show_tp(caption, "first column of the even layers and row of the odd ones held", (double)first,
-            mse_loss(acts[c->layers]), out_diff, diff, bytes, calls);
+    r.bytes = (double)(dist_bytes_nominal() - bytes_before), r.calls = (double)(dist_calls() - calls_before);
+    r.loss0 = mse_loss(acts[c->layers]);
+    r.grad_diff = diff_from_one_device(a, STEP0_GRADS, grads, c->layers, "crcrcrcr", first, last, &r.grad_max);
+    r.grad_tol = gradient_tolerance(c) * r.grad_max;
+    agrees("Megatron TP: the gradients", r.grad_diff, r.grad_tol);
+    spawn_return(&r, sizeof r);
     free_saved(c->layers, acts, pre);
     free_tensors(w, c->layers), free_tensors(grads, c->layers), tensor_free(data);
 }
-
-/* A micro-batch's work must be long against a message's (~0.1 ms): 128 rows (~0.3 ms a micro-batch) measured 4 times
- * the formula's bubble, 1024 (~7 ms) near it; more depth lengthens the work, not the messages (2-core VM). */
-static int pipeline_batch(void) { return lecture_quick() ? 256 : 1024; }
-static int pipeline_layers(void) { return 2 * baseline.cfg.layers; }
 
 /* What the spawn measured, beside the formula, with the load and cores. */
 static pipe_result say_bubble(int stages, int schedule, int m) {
@@ -993,7 +971,7 @@ static pipe_result say_bubble(int stages, int schedule, int m) {
          r.single_copy ? "by the single-copy path (the receiver reads the sender's memory)"
                        : "without the single-copy path (the sender's progress thread hands them over)",
          r.stage0_held, m, stages, r.load, r.cores);
-    note_replay(&r); /* lectures/lib/pipeline.c: the schedule replayed with the stages' own times */
+    note_replay(&r); /* lecture_08/pipeline.c: the schedule replayed with the stages' own times */
     return r;
 }
 
@@ -1032,30 +1010,26 @@ static void pipeline_parallelism(void) {
          "what a timeline shows and what this lecture measures; and idle time over the *ideal* time (m slots, no "
          "bubble), (p - 1) / m, as the Megatron-LM paper (Narayanan et al. 2021) and the Ultra-Scale Playbook write "
          "it. Same bubble, different denominators:");
-    show_bubble_conventions(m); /* lectures/lib/pipeline.c: (p - 1) / (m + p - 1) and (p - 1) / m */
+    table_show(bubble_conventions_table(m)); /* (p - 1) / (m + p - 1) and (p - 1) / m */
     note("More micro-batches shrink the bubble, at the cost of smaller matrix products (less efficient) and more "
          "messages. GPipe keeps every micro-batch's activations until its backward pass: all m of them, the whole "
          "batch's activations. **1F1B** (one forward, one backward) runs the same work in another order: stage *r* "
          "does p - r - 1 forwards to fill the pipe, then alternates one forward and one backward, then drains the "
-         "last backwards. A micro-batch's activations are freed as soon as its backward is done, so stage *r* never "
-         "holds more than p - r micro-batches, instead of all m: on stage 0, p instead of m. The schedule's bubble is "
-         "GPipe's, (p - 1) / (m + p - 1); what it saves is memory. (*Interleaved* 1F1B, not run here, gives each rank "
-         "several non-adjacent groups of layers, v virtual stages, which divides the bubble by v at the cost of v "
-         "times more messages.)");
-    baseline_run pipe = {.cfg = baseline.cfg};
-    pipe.cfg.batch = pipeline_batch();
-    pipe.cfg.layers = pipeline_layers();
+         "last backwards. Activations are freed as soon as their backward is done, so stage *r* holds at most p - r "
+         "micro-batches, not all m. The bubble is GPipe's, (p - 1) / (m + p - 1); what it saves is memory. "
+         "(*Interleaved* 1F1B, not run here, gives each rank v non-adjacent groups of layers, dividing the bubble by "
+         "v at the cost of v times more messages.)");
+    baseline_run pipe = {.cfg = pipeline_config(&baseline.cfg)}; /* twice as deep, a larger batch (pipeline.c) */
     one_device_step0(&pipe);
-    note("Each schedule runs twice. The **real** run computes (the same kind of model, twice as deep: %d layers; a "
-         "batch of %d, %d a micro-batch; its gradients checked against one device's): what this machine's "
-         "arithmetic does to the schedule. The **modelled** run sends the same messages but replaces each stage's "
-         "arithmetic with modelled compute (`model_compute`): its device busy %g ms a forward, %g ms a backward, "
-         "its host and links free, as on a GPU: what the schedule does where every stage has a device of its own. "
-         "Both stamp every forward and backward with the monotonic clock all ranks share. Sends are non-blocking "
-         "(`dist_isend`), so the schedule lets stage 1 start micro-batch 0 while stage 0 computes micro-batch 1; "
-         "each run's note says for how long they did. A stage's idle fraction is 1 - (its busy time) / (first start "
-         "to last end, over all ranks); the bubble is the busiest stage's (the *total* convention). The real stage "
-         "0 also computes its input's gradient, which nothing uses, so that the stages' work is equal.",
+    note("Each schedule runs twice. The **real** run computes (the same model twice as deep: %d layers; a batch of "
+         "%d, %d a micro-batch; its gradients checked against one device's): what this machine's arithmetic does to "
+         "the schedule. The **modelled** run sends the same messages but each stage's arithmetic is modelled compute "
+         "(`model_compute`): its device busy %g ms a forward, %g ms a backward, host and links free, as where every "
+         "stage has a GPU. Both stamp each forward and backward on the clock all ranks share. `forward_step` and "
+         "`backward_step` below receive (`dist_recv`), compute, and send without waiting (`dist_isend`), so stage 1 "
+         "can start micro-batch 0 while stage 0 computes micro-batch 1. A stage's idle fraction is 1 - (its busy "
+         "time) / (first start to last end); the bubble is the busiest stage's (the *total* convention). The real "
+         "stage 0 also computes its input's gradient, which nothing uses, so that the stages' work is equal.",
          pipe.cfg.layers, pipe.cfg.batch, pipe.cfg.batch / m, MODELLED_F_MS, 2 * MODELLED_F_MS);
     size_t size;
     must_divide(pipe.cfg.batch, m, "the batch's examples (in micro-batches)");
@@ -1077,12 +1051,12 @@ static void pipeline_parallelism(void) {
     note("### The modelled runs: GPipe and 1F1B on 2 and 4 stages, 8 and 32 micro-batches\n\n"
          "Each is checked: its measured bubble within 10%% of (p - 1) / (m + p - 1), and 1F1B's stage s holding at "
          "most p - s micro-batches' activations.");
-    run_modelled_pipelines(pipeline_main, &pipe.cfg, twin); /* lectures/lib/pipeline.c: GPipe and 1F1B, 6 shapes */
+    run_modelled_pipelines(pipeline_main, &pipe.cfg, twin); /* lecture_08/pipeline.c: GPipe and 1F1B, 6 shapes */
     for (int k = 0; k < N_MODELLED_SHAPES; k++)
         check_modelled(&twin[k]);
-    show_pipeline_pairs(real, twin); /* lectures/lib/pipeline.c: a row per schedule and shape, real beside modelled */
+    table_show(pipeline_pairs_table(real, twin)); /* a row per schedule and shape, real beside modelled */
     for (int k = 0; k < 3; k++)
-        chart_pipelines(&real[k], &twin[twin_of[k]], SCHEDULE_NAMES[runs[k][1]]);
+        chart_show(pipelines_chart(&real[k], &twin[twin_of[k]], SCHEDULE_NAMES[runs[k][1]]));
     baseline_free(&pipe);
     note("What each run proves. The modelled runs show the schedules' lesson: the bubble is (p - 1) / (m + p - 1) "
          "for GPipe and 1F1B alike, within 10%%, shrinking from %.3f to %.3f as m grows from 8 to 32 on 4 stages; "
@@ -1093,27 +1067,48 @@ static void pipeline_parallelism(void) {
          real[2].bubble, real[0].cores);
 }
 
+/* Forward of micro-batch k: receive from the stage before (stage 0 reads the data), compute, stamp, send on. */
+static void forward_step(stage *s, int k) {
+    tensor *x = stage_input(s, k);
+    if (s->rank > 0) dist_recv(x, s->rank - 1);
+    double start = ms_since(s);
+    tensor *y = stage_forward(s, k, x); /* this stage's layers (lecture_08/pipeline.c) */
+    stamp(s, 0, k, start);              /* the timeline shows it: no note per micro-batch */
+    s->sent[k] = s->rank < s->world - 1 ? dist_isend(y, s->rank + 1) : NULL;
+    stage_forward_done(s, k);
+}
+
+/* Backward, the mirror: receive the output's gradient (the last stage starts from the loss), compute, stamp, send the
+ * input's gradient back. Sends do not wait: the stage goes on while they travel, and waits at the schedule's end. */
+static void backward_step(stage *s, int k) {
+    tensor *dy = s->rank < s->world - 1 ? s->recv_grad : NULL;
+    if (dy) dist_recv(dy, s->rank + 1);
+    double start = ms_since(s);
+    tensor *dx = stage_backward(s, k, dy); /* every layer's gradients, summed over the micro-batches */
+    stamp(s, 1, k, start);
+    s->sent_back[k] = s->rank > 0 ? dist_isend(dx, s->rank - 1) : NULL;
+    stage_backward_done(s, k, dx);
+}
+
 /* One pass of the schedule: every micro-batch forward and backward. */
 static void run_schedule(stage *s) {
     int m = s->m, world_size = s->world, rank = s->rank;
-    s->n_events = 0;
-    s->backwards_done = 0; /* gradients start again from zero */
-    s->loss = 0;
+    stage_begin_pass(s); /* no stamps yet, gradients and loss from zero */
     if (s->a->schedule == GPIPE) {
         for (int k = 0; k < m; k++)
-            stage_forward(s, k);
+            forward_step(s, k);
         for (int k = m - 1; k >= 0; k--)
-            stage_backward(s, k);
+            backward_step(s, k);
     } else {
         int warmup = world_size - rank - 1 < m ? world_size - rank - 1 : m;
         for (int k = 0; k < warmup; k++)
-            stage_forward(s, k);
+            forward_step(s, k);
         for (int k = warmup; k < m; k++) {
-            stage_forward(s, k);
-            stage_backward(s, k - warmup);
+            forward_step(s, k);
+            backward_step(s, k - warmup);
         }
         for (int k = m - warmup; k < m; k++)
-            stage_backward(s, k);
+            backward_step(s, k);
     }
     for (int k = 0; k < m; k++) {
         if (s->sent_back[k]) dist_wait(s->sent_back[k]);
@@ -1124,13 +1119,13 @@ static void run_schedule(stage *s) {
 static void pipeline_main(int rank, int world_size, void *args) {
     const train_args *a = args;
     const mlp_config *c = &a->cfg;
-    stage *s = stage_new(a, rank, world_size); /* this stage's layers (lectures/lib/pipeline.c) */
+    stage *s = stage_new(a, rank, world_size); /* this stage's layers (lecture_08/pipeline.c) */
     for (s->run = 0; s->run < s->runs; s->run++) {
         dist_barrier(); /* every stage ready before the clock matters */
         run_schedule(s);
     }
-    if (s->modelled) { /* no arithmetic to check: only the timeline */
-        report_timeline(s, a->schedule, NAN, NAN);
+    if (s->modelled) {                             /* no arithmetic to check: only the timeline */
+        report_timeline(s, a->schedule, NAN, NAN); /* a modelled run: figures only, no table */
         stage_free(s);
         return;
     }
@@ -1146,7 +1141,8 @@ static void pipeline_main(int rank, int world_size, void *args) {
     for (int j = 0; j < s->per_stage; j++)
         diff = fmax(diff, grad_diff(a, s->grads[j], s->first_layer + j, &size));
     agrees("the pipeline's gradients", diff, gradient_tolerance(c) * size);
-    report_timeline(s, a->schedule, diff, gradient_tolerance(c) * size); /* a table and the timeline */
+    table_t *t = report_timeline(s, a->schedule, diff, gradient_tolerance(c) * size); /* and the timeline */
+    if (t) table_show(t);                                                             /* rank 0: a row per stage */
     stage_free(s);
 }
 

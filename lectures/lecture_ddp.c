@@ -688,7 +688,7 @@ static void overlap_main(int rank, int world_size, void *args) {
     time_ddp_steps(c, w, g, x, OVERLAP_TRIALS, &real);
     time_modelled_ddp_steps(MODELLED_BUCKETS, MODELLED_LAYER_ROWS * MODELLED_LAYER_COLS, OVERLAP_TRIALS, &modelled);
     if (rank == 0) {
-        show_overlap(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled);
+        table_show(overlap_table(world_size, local, OVERLAP_TRIALS, g->n, MODELLED_BUCKETS, &real, &modelled));
         check(modelled.over_longer <= OVERLAP_OVER_LONGER_MAX,
               "modelled DDP step: the async all-reduces during backward took at most %.2f x the longer of compute "
               "alone and communication alone (%.2f x; round %d of at most %d)",

@@ -294,7 +294,7 @@ MUTANTS = [
       "        for (int i = c->layers - 1; i > 0; i--) {\n            tensor *w = i > 0", LECTURE_08),
     m("tp-partial-input-gradients-not-summed", "lectures/lecture_08.c",
       "        if (dx) dist_all_reduce(dx, DIST_SUM); /* partial input gradients add up */", "", LECTURE_08),
-    m("pp-micro-batch-gradient-not-scaled", "lectures/lib/pipeline.c", "        scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */",
+    m("pp-micro-batch-gradient-not-scaled", "lectures/lecture_08/pipeline.c", "        scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */",
       "", LECTURE_08),
     # ---- lecture_collectives' hand-built all-reduces and its model ----
     m("ring-overwrites-the-partial-sum", "lectures/lecture_collectives.c",

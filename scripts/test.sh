@@ -246,7 +246,7 @@ done
 # bubble, DDP's overlap; test_nccl_emu.py runs lecture_08 whole on the NCCL
 # emulator) run one at a time too, beside the niced builds only:
 # a second suite beside them (4 more ranks on 2 cores) is the busy machine
-# the bounds allow for only in part (lectures/lib/pipeline.h measures the
+# the bounds allow for only in part (lectures/lecture_08/pipeline.h measures the
 # lateness it causes; a DDP step's all-reduces slow with it). The sanitizer
 # and CPU-only passes' copies of them run alone in the all scope, in one
 # lane; in the quick scope their CPU-only lecture_ddp is in the lanes.

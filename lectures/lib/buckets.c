@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "buckets.h"
-#include "train.h"
+#include "layers.h"
 
 buckets *buckets_new(const mlp_config *c, int layers_per_bucket, int device) {
     buckets *g = calloc(1, sizeof *g);
@@ -276,8 +276,8 @@ void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per
     free(ms);
 }
 
-void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
-                  const step_times *real, const step_times *modelled) {
+table_t *overlap_table(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
+                       const step_times *real, const step_times *modelled) {
     table_t *t =
             table_new("Overlap: one DDP step on %d ranks (%s), slowest rank, median of %d steps each way (the "
                       "ratios: their median over the steps, each within its step). Real: the model above, %lld "
@@ -303,7 +303,7 @@ void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets
         table_row(t, k ? "modelled" : "real", k ? modelled_buckets : real_buckets, st->ms[NO_ALL_REDUCE],
                   st->ms[COMM_ALONE], st->ms[AFTER_BACKWARD], st->ms[DURING_BACKWARD], st->speedup, st->over_longer);
     }
-    table_show(t);
+    return t;
 }
 
 /* Which way the speed-up went. Within 5% either way is called a tie: a

@@ -92,11 +92,11 @@ typedef struct bucket_sweep {
 void time_modelled_bucket_sweep(int layers, int64_t layer_floats, const int *per_bucket, int n_sizes,
                                 bucket_sweep *out);
 
-/* Rank 0: the real and the modelled step side by side, a row each: the
- * four ways' medians and the two ratios; the caption says what the
- * modelled step is (a layer's modelled times). */
-void show_overlap(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
-                  const step_times *real, const step_times *modelled);
+/* The real and the modelled step side by side, a row each: the four
+ * ways' medians and the two ratios; the caption says what the modelled
+ * step is (a layer's modelled times). A table for the caller to show. */
+table_t *overlap_table(int world_size, int64_t per_rank, int trials, int real_buckets, int modelled_buckets,
+                       const step_times *real, const step_times *modelled);
 
 /* Rank 0: a note on what overlap can hide on the backend this spawn ran on (NCCL's
  * second stream, ranks sharing GPUs staged through the host, or CPU ranks whose

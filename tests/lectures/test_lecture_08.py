@@ -23,7 +23,7 @@ from tracecheck import NUM, half_unit  # noqa: E402
 ROOT = tracecheck.ROOT
 
 # The pipeline section's model is this many times as deep as the rest of the
-# lecture's (pipeline_layers() in lectures/lecture_08.c): a stage's work long
+# lecture's (pipeline_config() in lectures/lecture_08/pipeline.c): a stage's work long
 # against its messages, which stay the same size.
 PIPELINE_DEPTH = 2
 
@@ -67,7 +67,7 @@ SECTIONS = [
     "## Further reading",
 ]
 
-# lectures/lib/pipeline.c: the modelled runs' shapes, {stages, micro-batches, schedule}, and a forward's ms
+# lectures/lecture_08/pipeline.c: the modelled runs' shapes, {stages, micro-batches, schedule}, and a forward's ms
 MODELLED_SHAPES = [(2, 8, "GPipe"), (2, 8, "1F1B"), (4, 8, "GPipe"), (4, 8, "1F1B"), (4, 32, "GPipe"), (4, 32, "1F1B")]
 MODELLED_F_MS = 20.0
 
@@ -99,10 +99,24 @@ class Run(tracecheck.LectureRun):
         return [(step["rank"], m, r["data"]) for step, r in self.renderings("markdown") if step["spawn"] == spawn_id
                 for m in [re.search(pattern, r["data"])] if m]
 
+    def results(self, caption):
+        """What every rank of a strategy's spawn handed back (spawn_return), as
+        the lecture showed it after the spawn (lectures/lecture_08/train.c,
+        results_table and its kin): the one table whose caption matches, as
+        {column key: value} per row, a row per rank in rank order."""
+        rows = self.row_dicts(self.table(caption))
+        self.assertEqual([r["rank"] for r in rows], list(range(len(rows))), caption)
+        return rows
+
+    @staticmethod
+    def losses(row):
+        """A results row's loss at each step: its "losses" cell, "[l0, l1, ...]"."""
+        return [float(v) for v in row["losses"].strip("[]").split(", ")]
+
     def rank_rows(self, spawn_id, caption):
         """The rows of the one table rank 0 of a spawn showed whose caption
-        matches: what every rank reported, gathered (lectures/lib/train.c,
-        rank_table), as {column name: value} per row; and the caption."""
+        matches (a pipeline's, lectures/lecture_08/pipeline.c), as {column
+        name: value} per row; and the caption."""
         found = [(s, r) for s, r in self.tables(caption) if s["spawn"] == spawn_id]
         self.assertEqual(len(found), 1, caption)
         step, r = found[0]
@@ -182,6 +196,14 @@ class Numbers:
         self.assert_scaled(m.group(printed_tol), m.group(scale), tol, what)
         self.assertLessEqual(float(m.group(diff)), float(m.group(printed_tol)), what)
 
+    def assert_grad_tol(self, row):
+        """A results row's recorded gradient tolerance is the float32 rule
+        worked out here (grad_tol) times one device's largest gradient, which
+        the rank recorded beside it (grad_max: positive, and far below 1 for
+        this loss): the same arithmetic, so equal to 12 digits."""
+        self.assertTrue(0 < row["grad_max"] < 1, row)
+        self.assertTrue(math.isclose(row["grad_tol"], self.grad_tol() * row["grad_max"], rel_tol=1e-12), row)
+
     def one_device(self):
         cols = self.columns(self.table(r"^One device: the whole batch, step by step$"))
         self.assertTrue(cols["step"])
@@ -199,10 +221,11 @@ class Numbers:
         self.assertEqual(failed, [])
         self.assertEqual(self.trace["meta"]["checks"], {"passed": len(checks), "failed": 0})
         # every comparison shown: a line "... one device| = ..." or a table cell under a column
-        # "... - one device|" (a row per rank)
+        # "... - one device|" or a strategy's results column *_diff (a row per rank)
         compared = len(self.texts(r"one device\| = "))
         for _, r in self.tables(r""):
-            compared += sum(len(r["rows"]) for c in r["columns"] if c["name"].endswith("one device|"))
+            compared += sum(len(r["rows"]) for c in r["columns"]
+                            if c["name"].endswith("one device|") or c["name"].endswith("_diff"))
         # the modelled runs' checks are of their timing bounds, not against one device (their own tests)
         against_one_device = [c for c in checks if not c[1].startswith("modelled ")]
         self.assertEqual(len(against_one_device), compared,
@@ -221,26 +244,22 @@ class Numbers:
         spawns = self.by_spawn("ddp_main")
         self.assertEqual(len(spawns), 3)
         for sid, world in zip(spawns, [1, 2, 4]):
-            # rank 0's table: a row per rank, its loss at every step among what it reported
-            rows, caption = self.rank_rows(sid, r"^DDP on \d ranks? ")
-            self.assertEqual([r["rank"] for r in rows], list(range(world)))
-            m = re.match(r"^DDP on (\d) ranks? \(gradient tolerance %s, AdamW's rounding bound %s\)$" % (NUM, NUM),
-                         caption)
-            self.assertEqual(int(m.group(1)), world)
-            tol, bound = float(m.group(2)), float(m.group(3))
-            losses = [[float(v) for v in r["loss by step"].strip("[]").split(", ")] for r in rows]
+            # the lecture's table of what each rank handed back: a row per rank, its loss at every step
+            rows = self.results(r"^DDP on %d ranks?$" % world)
+            self.assertEqual(len(rows), world)
+            losses = [self.losses(r) for r in rows]
             for step in range(steps):
                 self.assertTrue(all(len(l) == steps for l in losses))
                 # the mean of the ranks' slice losses is the whole batch's loss
                 mean = sum(l[step] for l in losses) / world
                 self.assert_loss(mean, step, "DDP on %d ranks" % world)
-            # the printed tolerance is grad_tol times the largest gradient: positive, and below grad_tol
-            # (the gradients of this loss are far below 1)
-            self.assertTrue(0 < tol <= self.grad_tol(), (tol, self.grad_tol()))
-            self.assertTrue(math.isclose(bound, self.adamw_bound(), rel_tol=5e-3))
             for r in rows:
-                self.assertLessEqual(r["step 0: max |averaged gradient - one device|"], tol)
-                self.assertLessEqual(r["trained: max |DDP - one device|"], bound)
+                # the recorded tolerance is grad_tol times the largest gradient; the bound AdamW's, worked out here
+                self.assert_grad_tol(r)
+                self.assertTrue(math.isclose(r["trained_bound"], self.adamw_bound(), rel_tol=5e-3), r)
+                self.assertLessEqual(r["grad_diff"], r["grad_tol"])
+                self.assertLessEqual(r["trained_diff"], r["trained_bound"])
+                self.assertEqual((r["first_row"], r["rows"]), (0, self.config()["width"]))   # the whole model
             # every rank holds the same parameters, bit for bit: the spread over ranks is 0
             spread = self.spawn_texts(sid, r"^Rank 0: params = (\[.*\]); across %d ranks?, max \|params\(max\) - "
                                            r"params\(min\)\| = %s$" % (world, NUM))
@@ -273,18 +292,16 @@ class Numbers:
         want = ["layers %d-%d" % (hi - 1, hi) for hi in range(c["layers"] - 1, 0, -2)]
         self.assertEqual(order[0][1].group(2).split(", "), want)
         self.assertEqual(n_buckets, len(want))
-        rows, caption = self.rank_rows(sid, r"^DDP with buckets, 2 micro-batches ")
-        self.assertEqual([r["rank"] for r in rows], list(range(4)))
-        tol = float(re.search(r"gradient tolerance %s\)$" % NUM, caption).group(1))
-        self.assertTrue(0 < tol <= self.grad_tol())
+        rows = self.results(r"^DDP with buckets, 2 micro-batches$")
+        self.assertEqual(len(rows), 4)
         for r in rows:
+            self.assert_grad_tol(r)
             # no communication while accumulating; one all-reduce per bucket at the end
-            self.assertEqual((r["step 0: calls, micro-batch 0 (no_sync)"], r["step 0: calls, micro-batch 1"]),
-                             (0, n_buckets), r)
-            self.assertLessEqual(r["step 0: max |averaged gradient - one device|"], tol)
+            self.assertEqual((r["calls_mb0"], r["calls_mb1"]), (0, n_buckets), r)
+            self.assertLessEqual(r["grad_diff"], r["grad_tol"])
         # the loss at each step it runs (2 at most) is the float64 run's: the
         # averaged, accumulated gradient trained the model as one device does
-        losses = [[float(v) for v in r["loss by step"].strip("[]").split(", ")] for r in rows]
+        losses = [self.losses(r) for r in rows]
         steps = min(2, len(one))
         self.assertTrue(all(len(l) == steps for l in losses))
         for step in range(steps):
@@ -295,22 +312,21 @@ class Numbers:
         c = self.config()
         spawns = self.by_spawn("zero3_main")
         self.assertEqual(len(spawns), 1)
-        rows, caption = self.rank_rows(spawns[0], r"^ZeRO-3 on 4 ranks")
-        self.assertEqual([r["rank"] for r in rows], [0, 1, 2, 3])
+        rows = self.results(r"^ZeRO-3 on 4 ranks$")
+        self.assertEqual(len(rows), 4)
         # rank r holds rows [r w/4, (r+1) w/4) of every layer
-        self.assertEqual([r["first row held"] for r in rows], [k * c["width"] // 4 for k in range(4)])
-        m = re.search(r"(\d+) rows each \(gradient tolerance %s, AdamW's rounding bound %s\)$" % (NUM, NUM), caption)
-        self.assertEqual(int(m.group(1)), c["width"] // 4)
-        tol, bound = float(m.group(2)), float(m.group(3))
-        self.assertTrue(0 < tol <= self.grad_tol())
-        self.assertTrue(math.isclose(bound, self.adamw_bound(), rel_tol=5e-3))
-        losses = [[float(v) for v in r["loss by step"].strip("[]").split(", ")] for r in rows]
+        self.assertEqual([(r["first_row"], r["rows"]) for r in rows],
+                         [(k * c["width"] // 4, c["width"] // 4) for k in range(4)])
+        for r in rows:
+            self.assert_grad_tol(r)
+            self.assertTrue(math.isclose(r["trained_bound"], self.adamw_bound(), rel_tol=5e-3), r)
+        losses = [self.losses(r) for r in rows]
         self.assertTrue(all(len(l) == len(one) for l in losses))
         for step in range(len(one)):
             self.assert_loss(sum(l[step] for l in losses) / 4, step, "ZeRO-3")
         for r in rows:   # every rank checks its piece of every layer, after the backward loop
-            self.assertLessEqual(r["step 0: all layers: max |averaged gradient piece - one device|"], tol)
-            self.assertLessEqual(r["trained: max |ZeRO-3 piece - one device|"], bound)
+            self.assertLessEqual(r["grad_diff"], r["grad_tol"])
+            self.assertLessEqual(r["trained_diff"], r["trained_bound"])
 
     def test_zero_memory_table_and_bytes_held(self):
         c = self.config()
@@ -330,11 +346,11 @@ class Numbers:
             for value, expected in zip(got[name], list(parts) + [sum(parts)]):
                 self.assertTrue(math.isclose(value, expected / 1e6, rel_tol=1e-12), (name, value, expected))
         # what the ranks really hold, added up from their tensors
-        for sid, world in zip(self.by_spawn("ddp_main"), [1, 2, 4]):
-            rows, _ = self.rank_rows(sid, r"^DDP on ")
-            self.assertEqual([r["model state held (bytes)"] for r in rows], [16 * P] * world)
-        rows, _ = self.rank_rows(self.by_spawn("zero3_main")[0], r"^ZeRO-3 on ")
-        self.assertEqual([r["model state held (bytes)"] for r in rows], [4 * P] * 4)
+        for world in [1, 2, 4]:
+            rows = self.results(r"^DDP on %d ranks?$" % world)
+            self.assertEqual([r["state_bytes"] for r in rows], [16 * P] * world)
+        rows = self.results(r"^ZeRO-3 on 4 ranks$")
+        self.assertEqual([r["state_bytes"] for r in rows], [4 * P] * 4)
 
     def test_zero3_communicates_more_than_ddp(self):
         # Bytes each rank sent in one step, counted by the runtime, against the
@@ -344,51 +360,48 @@ class Numbers:
         # reduce-scatters every gradient ((p-1)/p W each).
         c = self.config()
         W, L = 4 * c["width"] ** 2, c["layers"]
-        ddp, _ = self.rank_rows(self.by_spawn("ddp_main")[2], r"^DDP on ")
-        zero3, _ = self.rank_rows(self.by_spawn("zero3_main")[0], r"^ZeRO-3 on ")
+        ddp = self.results(r"^DDP on 4 ranks$")
+        zero3 = self.results(r"^ZeRO-3 on 4 ranks$")
         for r in ddp:
-            self.assertEqual((r["nominal bytes sent in step 0"], r["calls in step 0"]), (L * 3 * W // 2, L))
+            self.assertEqual((r["bytes"], r["calls"]), (L * 3 * W // 2, L))
         for r in zero3:
-            self.assertEqual((r["nominal bytes sent in step 0"], r["calls in step 0"]), ((3 * L - 1) * 3 * W // 4, 3 * L - 1))
-        ratio = zero3[0]["nominal bytes sent in step 0"] / ddp[0]["nominal bytes sent in step 0"]
+            self.assertEqual((r["bytes"], r["calls"]), ((3 * L - 1) * 3 * W // 4, 3 * L - 1))
+        ratio = zero3[0]["bytes"] / ddp[0]["bytes"]
         self.assertAlmostEqual(ratio, (3 * L - 1) / (2 * L))
         self.assertTrue(1.3 <= ratio <= 1.5, ratio)   # about 1.5, as FSDP's 3 against DDP's 2
         # DDP on 1 rank sends nothing
-        one, _ = self.rank_rows(self.by_spawn("ddp_main")[0], r"^DDP on ")
-        self.assertEqual(one[0]["nominal bytes sent in step 0"], 0)
+        one = self.results(r"^DDP on 1 rank$")
+        self.assertEqual(one[0]["bytes"], 0)
         note = [m for m in self.markdown() if m.startswith("The price is communication.")]
         self.assertEqual(len(note), 1)
         self.assertIn("%.3f times DDP's" % ratio, note[0])
 
     def tp_rows(self, function, name):
-        """A tensor-parallel spawn's table: rows, and the tolerances its caption states."""
-        spawns = self.by_spawn(function)
-        self.assertEqual(len(spawns), 1)
-        rows, caption = self.rank_rows(spawns[0], r"^%s on 4 ranks" % re.escape(name))
-        self.assertEqual([r["rank"] for r in rows], [0, 1, 2, 3])
-        m = re.search(r"\(one device's loss %s, output tolerance %s, gradient tolerance %s\)$" % (NUM, NUM, NUM), caption)
+        """A tensor-parallel spawn's table of what its ranks handed back, each
+        comparison with one device beside its recorded tolerance."""
+        self.assertEqual(len(self.by_spawn(function)), 1)
+        rows = self.results(r"^%s on 4 ranks " % re.escape(name))
+        self.assertEqual(len(rows), 4)
         one = self.one_device()
-        self.assertEqual(m.group(1), "%.9g" % one[0][1])   # the same float, printed with 9 digits
-        out_tol, grad_tol = float(m.group(2)), float(m.group(3))
-        self.assertLessEqual(out_tol, self.out_tol() * 10)   # the output's elements are O(1)
-        self.assertTrue(0 < grad_tol <= self.grad_tol())
         for r in rows:
-            self.assert_loss(r["forward: loss"], 0, name + " forward")
-            self.assertLessEqual(r["forward: max |output - one device|"], out_tol)
-            self.assertLessEqual(r["backward: max |gradients - one device|"], grad_tol)
+            self.assertEqual(r["one_loss"], one[0][1])   # the one device's loss the ranks were given
+            self.assertLessEqual(r["out_tol"], self.out_tol() * 10)   # the output's elements are O(1)
+            self.assert_grad_tol(r)
+            self.assert_loss(r["loss"], 0, name + " forward")
+            self.assertLessEqual(r["out_diff"], r["out_tol"])
+            self.assertLessEqual(r["grad_diff"], r["grad_tol"])
         return rows
 
     def test_tensor_parallel_forward_and_backward(self):
         rows = self.tp_rows("tensor_parallel_main", "column-only TP")
         width = self.config()["width"]
-        self.assertEqual([r["first column held"] for r in rows], [k * width // 4 for k in range(4)])
+        self.assertEqual([r["first_col"] for r in rows], [k * width // 4 for k in range(4)])
 
     def test_megatron_matches_one_device_and_sends_less(self):
         c = self.config()
         rows = self.tp_rows("megatron_main", "Megatron TP")
         w = c["width"]
-        self.assertEqual([r["first column of the even layers and row of the odd ones held"] for r in rows],
-                         [k * w // 4 for k in range(4)])
+        self.assertEqual([r["first_col"] for r in rows], [k * w // 4 for k in range(4)])
         # Bytes each rank sent in one step, counted by the runtime, against the
         # ring's count worked out here: an activation is b = batch x width
         # floats; all-gather sends (p-1)/p b, all-reduce 2(p-1)/p b (p = 4).
@@ -396,9 +409,9 @@ class Numbers:
         want = {"column-only TP": ("tensor_parallel_main", L * 3 * b // 4 + (L - 1) * 3 * b // 2, 2 * L - 1),
                 "Megatron TP": ("megatron_main", (L - 1) * 3 * b // 2, L - 1)}
         for name, (function, nbytes, calls) in want.items():
-            got, _ = self.rank_rows(self.by_spawn(function)[0], r"^%s on 4 ranks" % name)
-            for r in got:
-                self.assertEqual((r["nominal bytes sent in one step"], r["calls"]), (nbytes, calls), name)
+            self.assertEqual(len(self.by_spawn(function)), 1)
+            for r in self.results(r"^%s on 4 ranks " % name):
+                self.assertEqual((r["bytes"], r["calls"]), (nbytes, calls), name)
         self.assertLess(want["Megatron TP"][1], want["column-only TP"][1])
 
     def test_pipeline_parallel_forward_backward_and_bubble(self):
@@ -423,7 +436,7 @@ class Numbers:
             self.assertEqual(self.spawn_texts(sid, r"^Rank \d: %s: (forward|backward) of micro-batch" % schedule), [])
             rank, m = loss[0]
             self.assertEqual(int(m.group(1)), world - 1)
-            # the pipeline's own batch (see pipeline_batch()): its loss is the mean over the
+            # the pipeline's own batch (see pipeline_config()): its loss is the mean over the
             # micro-batches, one device's over the whole batch; float32 sums in two orders
             self.assertTrue(math.isclose(float(m.group(2)), float(m.group(3)), rel_tol=1e-5), m.group(0))
             self.assertLessEqual(float(m.group(4)), float(m.group(5)))
@@ -550,7 +563,7 @@ class Numbers:
         lateness = {}
         for (schedule, p, m), row in pairs.items():
             self.assertAlmostEqual(row["formula (p - 1) / (m + p - 1)"], (p - 1) / (m + p - 1), delta=1e-12)
-            # within 10% of the formula, plus the pass's lateness over its span (lectures/lib/pipeline.h): the bound
+            # within 10% of the formula, plus the pass's lateness over its span (lectures/lecture_08/pipeline.h): the bound
             # recomputed here from the row's own figures
             formula, bubble = row["formula (p - 1) / (m + p - 1)"], row["modelled: measured bubble"]
             late, span = row["modelled: late beyond 0.5 ms, summed"], row["modelled: span"]
@@ -821,7 +834,7 @@ def note_lines(text):
 class LessonShare(unittest.TestCase):
     """lecture_08.c holds its lesson, not plumbing: at most 1200 lines, at
     least 40% of them the text of notes (timing loops, tables of results and
-    the one-device run live in lectures/lib); and its committed trace stays
+    the one-device run live in lectures/lecture_08 and lectures/lib); and its committed trace stays
     one sitting, at most 350 steps."""
 
     def test_counter_counts_calls_not_mentions(self):
@@ -850,8 +863,10 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
 
     def test_library_sources_shown(self):
         # The model lives in lectures/lib/mlp.c; no stack names it (it never
-        # calls note()), yet the viewer must be able to show it, as it is on disk.
-        for path in ("lectures/lib/mlp.c", "lectures/lib/mlp.h", "lectures/lecture_08.c"):
+        # calls note()), yet the viewer must be able to show it, as it is on disk;
+        # so must the lecture's own folder's code (lectures/lecture_08/).
+        for path in ("lectures/lib/mlp.c", "lectures/lib/mlp.h", "lectures/lecture_08.c",
+                     "lectures/lecture_08/train.c", "lectures/lecture_08/train.h"):
             self.assertIn(path, self.trace["files"])
             with open(os.path.join(ROOT, path)) as f:
                 self.assertEqual(self.trace["files"][path], f.read(), path)
@@ -986,10 +1001,12 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
         cols = self.columns(self.table(r"^all-reduce on 2 ranks$"))
         self.assertEqual(r["value"], cols["busbw"][-1])
         self.assertIn("%g MiB" % cols["size"][-1], r["question"])
-        # ZeRO-3's bytes: rank 0's count in the note after it; 11 calls of (p - 1) / p of a 1 MiB layer
+        # ZeRO-3's bytes: rank 0's count in the table after its spawn; 11 calls of (p - 1) / p of a 1 MiB layer
         step, r = by_unit["bytes"]
-        rows, _ = self.rank_rows(step["spawn"], r"^ZeRO-3 on ")
-        self.assertEqual(r["value"], rows[0]["nominal bytes sent in step 0"])
+        spawn = [x for x in self.trace["spawns"] if x["id"] == step["spawn"]]
+        self.assertEqual(spawn[0]["stack"][-1]["function"], "ddp_zero3")   # asked inside ZeRO-3's spawn
+        rows = self.results(r"^ZeRO-3 on 4 ranks$")
+        self.assertEqual(r["value"], rows[0]["bytes"])
         p, layers, width = map(int, re.search(r"\((\d) ranks, (\d) layers of (\d+) x \d+ floats\)",
                                               r["question"]).group(1, 2, 3))
         self.assertEqual((p, layers, width), (4, self.config()["layers"], self.config()["width"]))
@@ -1000,7 +1017,7 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
                       "all-gathers (every layer but layer 0, again) and %d reduce-scatters (every layer's gradient)."
                       % (layers, layers - 1, layers), r["question"])
         self.assertEqual(r["value"], (layers + (layers - 1) + layers) * (p - 1) * width * width * 4 // p)
-        self.assertEqual(rows[0]["calls in step 0"], layers + (layers - 1) + layers)
+        self.assertEqual(rows[0]["calls"], layers + (layers - 1) + layers)
         # the bubble: the 2-stage note's measured figure, printed to 3 decimals
         step, r = by_unit[""]
         text = [t for t in self.markdown() if t.startswith("GPipe, 2 stages: measured bubble")][0]

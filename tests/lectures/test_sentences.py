@@ -208,7 +208,7 @@ class PlantedInCommittedTraces(unittest.TestCase):
         r["question"] = base + " It makes 4 all-gathers forward, 2 all-gathers backward and 4 reduce-scatters."
         found = [m for k, m in sentences.problems(trace) if k == i]
         self.assertEqual(found, ["the question counts 4 + 2 + 4 = 10 calls; the row that holds its value says "
-                                 "'calls in step 0' = 11"])
+                                 "'calls' = 11"])
         r["question"] = base + " It makes 4 all-gathers forward, 3 all-gathers backward and 4 reduce-scatters."
         self.assertEqual([m for k, m in sentences.problems(trace) if k == i], [])
 

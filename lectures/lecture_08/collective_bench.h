@@ -63,12 +63,12 @@ typedef struct bench_args {
  * 1 MiB moved in all), since one stall of a busy machine would otherwise
  * dominate a few short ones. */
 void bench_sweep(const bench_args *a, int world_size, bench_result *all_reduce, bench_result *reduce_scatter);
-/* One operation's results as a table: size, time, algbw, busbw. */
-void show_results(const char *op, int world_size, const bench_result *r, int n);
-/* busbw against message size, one line per operation. */
-void plot_busbw(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n);
-/* Measured all-reduce times against the fitted model, log-log. */
-void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m);
+/* One operation's results as a table (for the caller to show): size, time, algbw, busbw. */
+table_t *bench_table(const char *op, int world_size, const bench_result *r, int n);
+/* busbw against message size, one line per operation: a chart for the caller to show. */
+chart_t *busbw_chart(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n);
+/* Measured all-reduce times against the fitted model, log-log: a chart for the caller to show. */
+chart_t *cost_model_chart(int world_size, const bench_result *r, int n, const cost_model *m);
 /* Rank 0's notes on a sweep: busbw of both operations, where all-reduce's
  * peaked, and (on CPUs) the size step where reduce-scatter's time grew
  * most against its bytes when it grew more than twice as fast; and the

@@ -64,6 +64,21 @@ void stage_free(stage *s) {
     free(s);
 }
 
+mlp_config pipeline_config(const mlp_config *base) {
+    mlp_config c = *base;
+    /* A micro-batch's work must be long against a message's (~0.1 ms): 128 rows (~0.3 ms a micro-batch) measured 4
+     * times the formula's bubble, 1024 (~7 ms) near it; more depth lengthens the work, not the messages (2-core VM). */
+    c.batch = lecture_quick() ? 256 : 1024;
+    c.layers = 2 * base->layers;
+    return c;
+}
+
+void stage_begin_pass(stage *s) {
+    s->n_events = 0;
+    s->backwards_done = 0; /* gradients start again from zero */
+    s->loss = 0;
+}
+
 double ms_since(const stage *s) { return (now_seconds() - s->a->clock_base) * 1e3; }
 
 void stamp(stage *s, int backward, int k, double start) {
@@ -71,16 +86,12 @@ void stamp(stage *s, int backward, int k, double start) {
     s->events[s->run][s->n_events++] = (pipe_event){(float)backward, (float)k, (float)start, (float)ms_since(s)};
 }
 
-/* Forward of micro-batch k through this stage's layers. */
-void stage_forward(stage *s, int k) {
-    tensor *x;
-    if (s->rank == 0) {
-        x = s->modelled ? NULL : row_slice(s->data, k * s->mb, (k + 1) * s->mb);
-    } else {
-        x = s->n_spare > 0 ? s->spare[--s->n_spare] : empty(s->mb, s->a->cfg.width, s->device);
-        dist_recv(x, s->rank - 1);
-    }
-    double start = ms_since(s);
+tensor *stage_input(stage *s, int k) {
+    if (s->rank == 0) return s->modelled ? NULL : row_slice(s->data, k * s->mb, (k + 1) * s->mb);
+    return s->n_spare > 0 ? s->spare[--s->n_spare] : empty(s->mb, s->a->cfg.width, s->device);
+}
+
+tensor *stage_forward(stage *s, int k, tensor *x) {
     if (s->modelled) { /* the layers as a device would take them, and the activation they make */
         for (int j = 0; j < s->per_stage; j++) {
             s->acts[k][j] = j ? NULL : x;
@@ -92,7 +103,10 @@ void stage_forward(stage *s, int k) {
         forward(s->w, s->per_stage, x, s->acts[k], s->pre[k]);
         if (s->rank == s->world - 1) s->loss += mse_loss(s->acts[k][s->per_stage]) / s->m; /* the last's work */
     }
-    stamp(s, 0, k, start); /* the timeline shows it: no note per micro-batch */
+    return s->acts[k][s->per_stage];
+}
+
+void stage_forward_done(stage *s, int k) {
     if (s->rank == s->world - 1 && s->run == 0 && !s->modelled) {
         /* Checked on the first pass only: the later passes compute the same
          * numbers (same weights, data and order), and a check is not the
@@ -102,44 +116,34 @@ void stage_forward(stage *s, int k) {
         s->out_diff = fmax(s->out_diff, max_abs_diff(s->acts[k][s->per_stage], rows));
         tensor_free(rows);
     }
-    s->sent[k] = s->rank < s->world - 1 ? dist_isend(s->acts[k][s->per_stage], s->rank + 1) : NULL;
     if (++s->in_flight > s->most_in_flight) s->most_in_flight = s->in_flight;
 }
 
-/* Backward of micro-batch k; weight gradients add up over micro-batches. */
-void stage_backward(stage *s, int k) {
-    tensor *dy = NULL;
-    if (s->rank < s->world - 1) {
-        dy = s->recv_grad;
-        dist_recv(dy, s->rank + 1);
-    }
-    double start = ms_since(s);
+tensor *stage_backward(stage *s, int k, tensor *dy) {
     if (s->modelled) { /* every layer's gradients as a device would take them, and the input's it sends back */
-        dy = s->rank > 0 ? zeros(s->mb, s->a->cfg.width, s->device) : NULL;
         model_compute(s->a->backward_ms);
-    } else {
-        if (!dy) { /* the last stage starts from the loss: its work, timed with the rest */
-            dy = mse_loss_backward(s->acts[k][s->per_stage]);
-            scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */
-        }
-        /* Every stage computes its input's gradient, stage 0 too, though
-         * nothing uses the data's: the bubble formula assumes stages of
-         * equal work. */
-        for (int j = s->per_stage - 1; j >= 0; j--) {
-            tensor *dx = NULL;
-            layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], &dx,
-                           s->backwards_done == 0 ? 0.0f : 1.0f);
-            if (dy != s->recv_grad) tensor_free(dy);
-            dy = dx;
-        }
+        return s->rank > 0 ? zeros(s->mb, s->a->cfg.width, s->device) : NULL;
     }
-    stamp(s, 1, k, start);
+    if (!dy) { /* the last stage starts from the loss: its work, timed with the rest */
+        dy = mse_loss_backward(s->acts[k][s->per_stage]);
+        scale_(dy, 1.0f / s->m); /* d(mean over micro-batches) */
+    }
+    /* Every stage computes its input's gradient, stage 0 too, though
+     * nothing uses the data's: the bubble formula assumes stages of
+     * equal work. */
+    for (int j = s->per_stage - 1; j >= 0; j--) {
+        tensor *dx = NULL;
+        layer_backward(s->acts[k][j], s->pre[k][j], s->w[j], dy, s->grads[j], &dx,
+                       s->backwards_done == 0 ? 0.0f : 1.0f);
+        if (dy != s->recv_grad) tensor_free(dy);
+        dy = dx;
+    }
+    return dy;
+}
+
+void stage_backward_done(stage *s, int k, tensor *dx) {
     s->backwards_done++;
-    /* The gradient leaves without waiting: this stage goes on to its next
-     * operation while the runtime delivers it, and waits at the end of the
-     * schedule (dy must live until then). */
-    s->sent_back[k] = s->rank > 0 ? dist_isend(dy, s->rank - 1) : NULL;
-    s->dx_out[k] = dy;
+    s->dx_out[k] = dx;                     /* kept until its send is done (the schedule's end) */
     if (s->sent[k]) dist_wait(s->sent[k]); /* its activation went out long ago */
     free_saved(s->per_stage, s->acts[k], s->pre[k]);
     if (s->rank == 0) tensor_free(s->acts[k][0]); /* its rows of the data: a view */
@@ -222,7 +226,7 @@ static double pass_lateness(const pipe_result *res, double forward_ms, double ba
     return late;
 }
 
-void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) {
+table_t *report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) {
     /* per rank: the runs' events, then the most held, the gradients' difference and tolerance */
     int per_run = 2 * s->m * 4, per_rank = PIPE_RUNS * per_run + 3;
     float mine[PIPE_RUNS * 2 * MAX_MICRO_BATCHES * 4 + 3];
@@ -235,7 +239,7 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     tensor *all = s->rank == 0 ? empty((int64_t)per_rank * s->world, 0, s->device) : NULL;
     dist_gather(all, local, 0);
     tensor_free(local);
-    if (s->rank != 0) return;
+    if (s->rank != 0) return NULL;
     float *v = malloc(sizeof(float) * per_rank * s->world);
     tensor_to_host(all, v);
     tensor_free(all);
@@ -286,15 +290,16 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     const char *copy = getenv("OMPI_MCA_btl_vader_single_copy_mechanism"); /* what the pool told Open MPI */
     res.single_copy = copy && strcmp(copy, "cma") == 0;
     res.replayed = replayed_bubble(v + best * per_run, per_rank, s->world, s->m, &res.replayed_mean);
+    table_t *t = NULL; /* a modelled run shows none */
     if (!s->modelled) {
         /* the caption holds every figure the notes after it state (the sentence guard, docs/authoring.md) */
-        table_t *t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
-                               "busiest stage's idle time; formula %.3f, %+.0f%%), idle time averaged over the stages "
-                               "%.3f; replayed with each stage's own operation times and nothing between them: bubble "
-                               "%.3f (%.3f left to the time between operations), averaged %.3f",
-                               SCHEDULE_NAMES[schedule], s->world, s->runs, res.span_ms, res.bubble, res.formula,
-                               100 * (res.bubble / res.formula - 1), res.mean, res.replayed, res.bubble - res.replayed,
-                               res.replayed_mean);
+        t = table_new("%s on %d stages (quickest of %d runs): span %.2f ms, bubble %.3f of the total (the "
+                      "busiest stage's idle time; formula %.3f, %+.0f%%), idle time averaged over the stages "
+                      "%.3f; replayed with each stage's own operation times and nothing between them: bubble "
+                      "%.3f (%.3f left to the time between operations), averaged %.3f",
+                      SCHEDULE_NAMES[schedule], s->world, s->runs, res.span_ms, res.bubble, res.formula,
+                      100 * (res.bubble / res.formula - 1), res.mean, res.replayed, res.bubble - res.replayed,
+                      res.replayed_mean);
         table_column(t, "stage", NULL, "%d");
         table_column(t, "idle, of the total", NULL, "%.3f");
         table_column(t, "most micro-batches' activations held at once", NULL, "%d");
@@ -307,7 +312,6 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
             layer_range(r * s->per_stage, (r + 1) * s->per_stage - 1, range, sizeof range);
             table_row(t, r, 1 - busy[r] / res.span_ms, (int)tail[0], range, (double)tail[1], (double)tail[2]);
         }
-        table_show(t);
     }
     getloadavg(&res.load, 1);
     for (int k = 0; k < 2; k++) { /* the first stage (k = 0) and the last */
@@ -317,6 +321,7 @@ void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol) 
     }
     spawn_return(&res, sizeof res);
     free(v);
+    return t;
 }
 
 const int MODELLED_SHAPES[N_MODELLED_SHAPES][3] = {{2, 8, GPIPE},       {2, 8, ONE_F_ONE_B}, {4, 8, GPIPE},
@@ -349,7 +354,7 @@ void run_modelled_pipelines(spawn_fn fn, const mlp_config *c, pipe_result twin[N
 
 double modelled_upper(const pipe_result *r) { return (1 + MODELLED_BOUND) * r->formula + r->late_ms / r->span_ms; }
 
-void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]) {
+table_t *pipeline_pairs_table(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]) {
     table_t *t = table_new("Pipeline bubbles, real and modelled compute (the quickest pass of each; a modelled shape "
                            "whose quickest pass missed its bound spawned again, at most %d times)",
                            MODELLED_SPAWNS);
@@ -374,10 +379,10 @@ void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N
                   md->bubble / md->formula - 1, md->span_ms, r ? (double)r->stage0_held : NAN, md->stage0_held,
                   md->spawns, md->late_ms, modelled_upper(md));
     }
-    table_show(t);
+    return t;
 }
 
-void chart_pipelines(const pipe_result *real, const pipe_result *modelled, const char *schedule) {
+chart_t *pipelines_chart(const pipe_result *real, const pipe_result *modelled, const char *schedule) {
     chart_t *c = chart_new("time (ms, from each pass's first start)", "stage",
                            "%s timeline, %d stages, %d micro-batches: real and modelled compute", schedule,
                            real->stages, real->m);
@@ -393,7 +398,7 @@ void chart_pipelines(const pipe_result *real, const pipe_result *modelled, const
                                                           e->start_ms, e->end_ms);
             }
     }
-    chart_show(c);
+    return c;
 }
 
 /* Why the measured bubble is where it is against the formula, which gives every stage a core, equal work and
@@ -445,7 +450,7 @@ void note_replay(const pipe_result *r) {
          r->stages - 1, r->op_ms[1][0], r->op_ms[1][1], r->stages, r->cores);
 }
 
-void show_bubble_conventions(int m) {
+table_t *bubble_conventions_table(int m) {
     table_t *t = table_new("the bubble two ways");
     table_column(t, "stages p", NULL, "%d");
     table_column(t, "micro-batches m", NULL, "%d");
@@ -455,5 +460,5 @@ void show_bubble_conventions(int m) {
     for (int k = 0; k < 3; k++)
         table_row(t, shapes[k][0], shapes[k][1], bubble_fraction(shapes[k][0], shapes[k][1]),
                   (double)(shapes[k][0] - 1) / shapes[k][1]);
-    table_show(t);
+    return t;
 }

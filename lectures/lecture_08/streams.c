@@ -1,13 +1,9 @@
 /*
- * streams.c: lecture_08's CUDA streams example (streams.h).
- *
- * The two streams are non-blocking (cudaStreamNonBlocking): they are not
- * ordered after the default stream's work, nor it after theirs. So what
- * orders the work is the events alone: the compute and copy streams start
- * after the default stream's "started" event, and the add on the default
- * stream waits for "computed" and "copied". Remove a wait and the add may
- * read z1 or z2 before they are written (a blocking stream would have hidden
- * that, the legacy default stream waiting for it anyway).
+ * streams.c: the plumbing of lecture_08's CUDA streams example
+ * (streams.h): the buffers, cuBLAS handle, streams and events made and
+ * freed, each job queued on a stream with its checks, and the timing with
+ * CUDA events. The two ways of running the jobs, and why the events order
+ * them, are in the lecture (run_one_stream, run_two_streams).
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,66 +18,44 @@
 
 #include "check.h"
 
-typedef struct streams_work {
+struct streams_buffers {
     int n;
     float *x1, *x2, *z1, *z2, *sum; /* device, n x n each */
     float *y_host;                  /* pinned (page-locked) host memory */
     cublasHandle_t blas;
-    cudaStream_t compute, copy;
-    cudaEvent_t started, computed, copied;
-} streams_work;
+};
 
-/* z1 = x1 @ x2 on whatever stream the handle is set to (row-major, so cuBLAS
- * computes the transposed product in its column-major view). */
-static void multiply(streams_work *w) {
+/* z1 = x1 @ x2 on `stream` (row-major, so cuBLAS computes the transposed
+ * product in its column-major view). */
+void multiply_on(streams_work *w, cudaStream_t stream) {
+    const struct streams_buffers *b = w->buffers;
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, w->n, &one, w->x2, w->n, w->x1, w->n, &zero,
-                             w->z1, w->n));
+    CUBLAS_CHECK(cublasSetStream(b->blas, stream));
+    CUBLAS_CHECK(cublasSgemm(b->blas, CUBLAS_OP_N, CUBLAS_OP_N, b->n, b->n, b->n, &one, b->x2, b->n, b->x1, b->n, &zero,
+                             b->z1, b->n));
 }
 
-static void add_results(streams_work *w) {
+void copy_on(streams_work *w, cudaStream_t stream) {
+    const struct streams_buffers *b = w->buffers;
+    CUDA_CHECK(cudaMemcpyAsync(b->z2, b->y_host, (size_t)b->n * b->n * sizeof(float), cudaMemcpyHostToDevice, stream));
+}
+
+void add_on(streams_work *w, cudaStream_t stream) {
+    const struct streams_buffers *b = w->buffers;
     const float one = 1.0f;
-    CUBLAS_CHECK(cublasSgeam(w->blas, CUBLAS_OP_N, CUBLAS_OP_N, w->n, w->n, &one, w->z1, w->n, &one, w->z2, w->n,
-                             w->sum, w->n));
+    CUBLAS_CHECK(cublasSetStream(b->blas, stream));
+    CUBLAS_CHECK(cublasSgeam(b->blas, CUBLAS_OP_N, CUBLAS_OP_N, b->n, b->n, &one, b->z1, b->n, &one, b->z2, b->n,
+                             b->sum, b->n));
 }
 
-/* Both jobs on the default stream: the copy waits for the matmul. */
-static void run_one_stream(streams_work *w) {
-    size_t bytes = (size_t)w->n * w->n * sizeof(float);
-    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
-    multiply(w);
-    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, bytes, cudaMemcpyHostToDevice, 0));
-    add_results(w);
-}
+void event_record(cudaEvent_t event, cudaStream_t stream) { CUDA_CHECK(cudaEventRecord(event, stream)); }
 
-/* The matmul on one stream, the copy on another, both after what the
- * default stream did before (the previous run's add read z1 and z2); the
- * default stream waits for both (through events) before adding. */
-static void run_two_streams(streams_work *w) {
-    size_t bytes = (size_t)w->n * w->n * sizeof(float);
-    CUDA_CHECK(cudaEventRecord(w->started, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(w->compute, w->started, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(w->copy, w->started, 0));
-    CUBLAS_CHECK(cublasSetStream(w->blas, w->compute));
-    multiply(w);
-    CUDA_CHECK(cudaEventRecord(w->computed, w->compute));
-    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, bytes, cudaMemcpyHostToDevice, w->copy));
-    CUDA_CHECK(cudaEventRecord(w->copied, w->copy));
-    CUDA_CHECK(cudaStreamWaitEvent(0, w->computed, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(0, w->copied, 0));
-    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
-    add_results(w);
-}
+void stream_wait(cudaStream_t stream, cudaEvent_t event) { CUDA_CHECK(cudaStreamWaitEvent(stream, event, 0)); }
 
 /* Each job alone on the default stream, to compare the two ways against. */
-static void run_multiply_alone(streams_work *w) {
-    CUBLAS_CHECK(cublasSetStream(w->blas, 0));
-    multiply(w);
-}
+static void run_multiply_alone(streams_work *w) { multiply_on(w, 0); }
 
-static void run_copy_alone(streams_work *w) {
-    CUDA_CHECK(cudaMemcpyAsync(w->z2, w->y_host, (size_t)w->n * w->n * sizeof(float), cudaMemcpyHostToDevice, 0));
-}
+static void run_copy_alone(streams_work *w) { copy_on(w, 0); }
 
 static int compare_floats(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -135,35 +109,36 @@ static void explain_streams(double one, double two, double alone_mm, double alon
              one, alone_mm, alone_copy, two);
 }
 
-static void run_streams_example(void) {
-    streams_work w = {.n = lecture_quick() ? 2048 : 8192};
-    size_t bytes = (size_t)w.n * w.n * sizeof(float);
+void streams_example(void (*one_stream)(streams_work *), void (*two_streams)(streams_work *)) {
+    struct streams_buffers b = {.n = lecture_quick() ? 2048 : 8192};
+    streams_work w = {.buffers = &b};
+    size_t bytes = (size_t)b.n * b.n * sizeof(float);
     /* randn makes its numbers where the tensor lives: on the GPU here. */
-    tensor *x1 = randn(w.n, w.n, 0), *x2 = randn(w.n, w.n, 0);
-    w.x1 = x1->data;
-    w.x2 = x2->data;
-    CUDA_CHECK(cudaMalloc((void **)&w.z1, bytes));
-    CUDA_CHECK(cudaMalloc((void **)&w.z2, bytes));
-    CUDA_CHECK(cudaMalloc((void **)&w.sum, bytes));
+    tensor *x1 = randn(b.n, b.n, 0), *x2 = randn(b.n, b.n, 0);
+    b.x1 = x1->data;
+    b.x2 = x2->data;
+    CUDA_CHECK(cudaMalloc((void **)&b.z1, bytes));
+    CUDA_CHECK(cudaMalloc((void **)&b.z2, bytes));
+    CUDA_CHECK(cudaMalloc((void **)&b.sum, bytes));
     /* Pinned memory: the copy engine reads it directly, so the copy is truly
      * asynchronous (from pageable memory the driver stages it and the host waits).
      * The data to copy in starts on the host: made on the GPU, brought over once. */
-    CUDA_CHECK(cudaMallocHost((void **)&w.y_host, bytes));
-    tensor *y = randn(w.n, w.n, 0);
-    tensor_to_host(y, w.y_host);
+    CUDA_CHECK(cudaMallocHost((void **)&b.y_host, bytes));
+    tensor *y = randn(b.n, b.n, 0);
+    tensor_to_host(y, b.y_host);
     tensor_free(y);
-    CUBLAS_CHECK(cublasCreate(&w.blas));
+    CUBLAS_CHECK(cublasCreate(&b.blas));
     CUDA_CHECK(cudaStreamCreateWithFlags(&w.compute, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&w.copy, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&w.started, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&w.computed, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&w.copied, cudaEventDisableTiming));
 
-    note("Matrices of %d x %d floats (%.0f MB each):", w.n, w.n, bytes / 1e6);
+    note("Matrices of %d x %d floats (%.0f MB each):", b.n, b.n, bytes / 1e6);
     double alone_mm = benchmark("matmul alone", run_multiply_alone, &w, 1, 3);
     double alone_copy = benchmark("copy alone", run_copy_alone, &w, 1, 3);
-    double one = benchmark("one stream", run_one_stream, &w, 1, 3);
-    double two = benchmark("two streams", run_two_streams, &w, 1, 3);
+    double one = benchmark("one stream", one_stream, &w, 1, 3);
+    double two = benchmark("two streams", two_streams, &w, 1, 3);
     explain_streams(one, two, alone_mm, alone_copy);
 
     CUDA_CHECK(cudaEventDestroy(w.started));
@@ -171,22 +146,12 @@ static void run_streams_example(void) {
     CUDA_CHECK(cudaEventDestroy(w.copied));
     CUDA_CHECK(cudaStreamDestroy(w.compute));
     CUDA_CHECK(cudaStreamDestroy(w.copy));
-    CUBLAS_CHECK(cublasDestroy(w.blas));
-    CUDA_CHECK(cudaFreeHost(w.y_host));
-    CUDA_CHECK(cudaFree(w.z1));
-    CUDA_CHECK(cudaFree(w.z2));
-    CUDA_CHECK(cudaFree(w.sum));
+    CUBLAS_CHECK(cublasDestroy(b.blas));
+    CUDA_CHECK(cudaFreeHost(b.y_host));
+    CUDA_CHECK(cudaFree(b.z1));
+    CUDA_CHECK(cudaFree(b.z2));
+    CUDA_CHECK(cudaFree(b.sum));
     tensor_free(x1);
     tensor_free(x2);
 }
 #endif
-
-int streams_example(void) {
-#ifdef LECTERN_CUDA
-    if (gpu_count() > 0) {
-        run_streams_example();
-        return 1;
-    }
-#endif
-    return 0;
-}

@@ -11,7 +11,7 @@
 #define LECTERN_ZERO3_H
 
 #include "lectern.h"
-#include "mlp.h"
+#include "lib/mlp.h"
 
 enum { Z3_NO_GATHERS, Z3_GATHER_WHEN_NEEDED, Z3_PREFETCH, Z3_MODES };
 
@@ -40,8 +40,8 @@ void time_zero3_steps(const mlp_config *c, tensor *const *piece, tensor *x, int 
  * timed first and that trial's compute sized from it. */
 void time_modelled_zero3_steps(int width, int layers, int trials, z3_times *out);
 
-/* Rank 0: the real and the modelled step side by side, a row each. */
-void show_prefetch(int world_size, int trials, int real_layers, int modelled_layers, const z3_times *real,
-                   const z3_times *modelled);
+/* The real and the modelled step side by side, a row each: a table for the caller to show. */
+table_t *prefetch_table(int world_size, int trials, int real_layers, int modelled_layers, const z3_times *real,
+                        const z3_times *modelled);
 
 #endif

@@ -1,18 +1,19 @@
 /*
  * pipeline.h: what lecture_08's pipeline stages keep between their
  * forwards and backwards, their clock stamps, one micro-batch's forward
- * and backward with their messages, and the report rank 0 makes of them (a
- * table per stage, the bubble replayed, the quickest pass's timeline handed
- * to the lecture). A stage computes for real (its layers' arithmetic) or,
- * when the arguments say so, as modelled compute (model_compute: a device
- * busy for a set time, the core free); its messages are real either way.
- * The schedules, the order of those operations, are in the lecture.
+ * and backward computation, and the report rank 0 makes of them (a table
+ * per stage, the bubble replayed, the quickest pass's timeline handed to
+ * the lecture). A stage computes for real (its layers' arithmetic) or, when
+ * the arguments say so, as modelled compute (model_compute: a device busy
+ * for a set time, the core free); its messages are real either way. The
+ * messages (dist_recv, dist_isend) and the schedules, the order of the
+ * operations, are in the lecture.
  */
 #ifndef LECTERN_PIPELINE_H
 #define LECTERN_PIPELINE_H
 
 #include "lectern.h"
-#include "mlp.h"
+#include "lib/mlp.h"
 #include "train.h"
 
 #define MAX_MICRO_BATCHES 32
@@ -75,27 +76,42 @@ typedef struct stage {
     int modelled; /* forward and backward are model_compute() (a->forward_ms, a->backward_ms) */
 } stage;
 
+/* The pipelines' model: the lecture's (base) twice as deep, with a batch of
+ * 1024 (256 with --quick), so that a micro-batch's work is long against a
+ * message's. */
+mlp_config pipeline_config(const mlp_config *base);
+
 /* This stage's layers, its gradients, stage 0's data, the last stage's
  * expected output (none of them for a modelled stage, which only sends
  * tensors of an activation's shape); stage_free frees them. */
 stage *stage_new(const train_args *a, int rank, int world_size);
 void stage_free(stage *s);
+/* Before a pass of the schedule: no stamps yet, gradients and loss from zero. */
+void stage_begin_pass(stage *s);
 
 /* Milliseconds since the spawn began (a->clock_base), on the monotonic clock
  * all ranks share; stamp() records one operation that began at `start`. */
 double ms_since(const stage *s);
 void stamp(stage *s, int backward, int k, double start);
 
-/* Forward of micro-batch k through this stage's layers: receive the
- * activation from the stage before (stage 0 takes its rows of the data),
- * compute, stamp, send on with dist_isend (the last stage keeps the loss).
- * Backward of micro-batch k: receive the output's gradient from the stage
- * after (the last stage starts from the loss), compute every layer's
- * gradients (weight gradients add up over the micro-batches), stamp, send
- * the input's gradient back with dist_isend, free the micro-batch's
- * activations. */
-void stage_forward(stage *s, int k);
-void stage_backward(stage *s, int k);
+/* The lecture's schedule moves the messages (dist_recv, dist_isend); these
+ * keep the rest. stage_input: where micro-batch k's activation comes in
+ * (stage 0: its rows of the data; a later stage: a spare receive buffer, or
+ * a new one). stage_forward: micro-batch k through this stage's layers (the
+ * last stage adds its loss); returns the activation to send on.
+ * stage_forward_done: after the forward's stamp and send (the last stage
+ * compares its output with one device's, first pass only). stage_backward:
+ * micro-batch k's gradients from dy, the output's gradient received (NULL
+ * on the last stage: it starts from the loss); weight gradients add up over
+ * the micro-batches; returns the input's gradient, to send back.
+ * stage_backward_done: after the backward's stamp and send: dx kept until
+ * the schedule's end (its send may still be going), the micro-batch's
+ * activations freed, its receive buffer made spare. */
+tensor *stage_input(stage *s, int k);
+tensor *stage_forward(stage *s, int k, tensor *x);
+void stage_forward_done(stage *s, int k);
+tensor *stage_backward(stage *s, int k, tensor *dy);
+void stage_backward_done(stage *s, int k, tensor *dx);
 
 /* What rank 0 of a pipeline spawn returns to the lecture (spawn_return). */
 typedef struct pipe_result {
@@ -122,10 +138,11 @@ typedef struct pipe_result {
 
 /* Every rank calling it: rank 0 gathers every stage's stamps and its
  * gradients' comparison with one device (diff, tolerance; NAN for a
- * modelled stage), shows a table (a row per stage) of a real run, and
- * returns a pipe_result (the quickest run's figures and timeline) to the
- * lecture. */
-void report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
+ * modelled stage), hands a pipe_result (the quickest run's figures and
+ * timeline) to the lecture (spawn_return), and returns, for a real run, a
+ * table (a row per stage) for the caller to show; NULL on other ranks and
+ * for a modelled run. */
+table_t *report_timeline(stage *s, int schedule, double grad_diff, double grad_tol);
 
 /* Modelled stages: a micro-batch's forward keeps a stage's device busy for MODELLED_F_MS and its backward twice as
  * long (a real network's ratio; homework_parallel's sizes). The formula's stages are equal and its messages free.
@@ -172,12 +189,12 @@ double modelled_upper(const pipe_result *r);
  * 32), a row per schedule and shape: the formula, each run's measured
  * bubble, stage 0's activations held, the spawns it took, its lateness and
  * its bound. */
-void show_pipeline_pairs(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]);
+table_t *pipeline_pairs_table(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]);
 
-/* The lecture: one chart of a schedule's real run and its modelled twin,
+/* The lecture: one chart (for it to show) of a schedule's real run and its modelled twin,
  * each stage's operations on a row of its own ("real: stage 0", "modelled:
  * stage 0"), the modelled ones drawn as modelled (chart_span_modelled). */
-void chart_pipelines(const pipe_result *real, const pipe_result *modelled, const char *schedule);
+chart_t *pipelines_chart(const pipe_result *real, const pipe_result *modelled, const char *schedule);
 
 /* Why a spawn's measured bubble is where it is against the formula, which
  * gives every stage a core, equal work and free messages: a clause for the
@@ -190,8 +207,8 @@ const char *bubble_why(const pipe_result *r, int stages);
  * them) and the time between operations, with the stages' mean times. */
 void note_replay(const pipe_result *r);
 
-/* A table of the bubble in both conventions, of the total and of the ideal
+/* A table (for the caller to show) of the bubble in both conventions, of the total and of the ideal
  * time, for 2 and 4 stages with m micro-batches and 4 stages with 32. */
-void show_bubble_conventions(int m);
+table_t *bubble_conventions_table(int m);
 
 #endif

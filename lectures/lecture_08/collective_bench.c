@@ -121,7 +121,7 @@ void bench_sweep(const bench_args *a, int world_size, bench_result *all_reduce, 
     }
 }
 
-void show_results(const char *op, int world_size, const bench_result *r, int n) {
+table_t *bench_table(const char *op, int world_size, const bench_result *r, int n) {
     table_t *t = table_new("%s on %d ranks", op, world_size);
     table_column(t, "size", "MiB", "%g");
     table_column(t, "time", "ms", "%.3f");
@@ -129,10 +129,10 @@ void show_results(const char *op, int world_size, const bench_result *r, int n) 
     table_column(t, "busbw", "GB/s", "%.2f");
     for (int i = 0; i < n; i++)
         table_row(t, r[i].bytes / (1 << 20), r[i].seconds * 1e3, r[i].algbw, r[i].busbw);
-    table_show(t);
+    return t;
 }
 
-void plot_busbw(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n) {
+chart_t *busbw_chart(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n) {
     double mib[MAX_SIZES], ar[MAX_SIZES], rs[MAX_SIZES];
     for (int i = 0; i < n; i++) {
         mib[i] = all_reduce[i].bytes / (1 << 20);
@@ -143,10 +143,10 @@ void plot_busbw(int world_size, const bench_result *all_reduce, const bench_resu
     chart_log_x(c, 2);
     chart_line(c, "all-reduce", mib, ar, n);
     chart_line(c, "reduce-scatter", mib, rs, n);
-    chart_show(c);
+    return c;
 }
 
-void plot_cost_model(int world_size, const bench_result *r, int n, const cost_model *m) {
+chart_t *cost_model_chart(int world_size, const bench_result *r, int n, const cost_model *m) {
     double mib[MAX_SIZES], measured[MAX_SIZES], model[MAX_SIZES];
     for (int i = 0; i < n; i++) {
         mib[i] = r[i].bytes / (1 << 20);
@@ -159,7 +159,7 @@ void plot_cost_model(int world_size, const bench_result *r, int n, const cost_mo
     chart_log_y(c, 10);
     chart_line(c, "measured", mib, measured, n);
     chart_line(c, "model", mib, model, n);
-    chart_show(c);
+    return c;
 }
 
 /* The size step at which reduce-scatter's time grew most against its bytes: *from, *to (indices). Returns that

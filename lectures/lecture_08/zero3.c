@@ -168,8 +168,8 @@ void time_modelled_zero3_steps(int width, int layers, int trials, z3_times *out)
     free_tensors(piece, layers);
 }
 
-void show_prefetch(int world_size, int trials, int real_layers, int modelled_layers, const z3_times *real,
-                   const z3_times *modelled) {
+table_t *prefetch_table(int world_size, int trials, int real_layers, int modelled_layers, const z3_times *real,
+                        const z3_times *modelled) {
     table_t *t =
             table_new("Prefetch: one ZeRO-3 step on %d ranks (%s), slowest rank, median of %d steps each way (the "
                       "fraction hidden: its median over the steps, each within its step). Real: the model above. "
@@ -190,5 +190,5 @@ void show_prefetch(int world_size, int trials, int real_layers, int modelled_lay
                   z->ms[Z3_GATHER_WHEN_NEEDED], z->ms[Z3_PREFETCH], z->ms[Z3_GATHER_WHEN_NEEDED] - z->ms[Z3_NO_GATHERS],
                   z->hidden);
     }
-    table_show(t);
+    return t;
 }

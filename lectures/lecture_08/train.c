@@ -2,6 +2,7 @@
  * train.c: what lecture_08's training strategies share (train.h).
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,13 +27,6 @@ const char *summaries(tensor *const *ts, int n, char *buf, size_t size) {
     for (int i = 0; i < n && len < size; i++)
         len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", summarize(ts[i]));
     if (len < size) snprintf(buf + len, size - len, "]");
-    return buf;
-}
-
-/* "layer 2" or "layers 0-1": layers first..last, in words. */
-const char *layer_range(int first, int last, char *buf, size_t size) {
-    if (first == last) snprintf(buf, size, "layer %d", first);
-    else snprintf(buf, size, "layers %d-%d", first, last);
     return buf;
 }
 
@@ -127,7 +121,7 @@ static void train(baseline_run *b, int steps, float *losses, char (*params)[PARA
     tensor_free(data);
 }
 
-void one_device_train(baseline_run *b) {
+table_t *one_device_train(baseline_run *b) {
     float losses[16]; /* steps: at most 5 (training_config) */
     char params[16][PARAMS_TEXT];
     train(b, b->cfg.steps, losses, params);
@@ -137,7 +131,7 @@ void one_device_train(baseline_run *b) {
     table_column(t, "params after the step", NULL, "%s");
     for (int step = 0; step < b->cfg.steps; step++)
         table_row(t, step, (double)losses[step], params[step]);
-    table_show(t);
+    return t;
 }
 
 void one_device_step0(baseline_run *b) { train(b, 0, NULL, NULL); }
@@ -148,61 +142,87 @@ void baseline_free(baseline_run *b) {
     free(b->trained);
 }
 
-void gather_to_rank0(const double *mine, int n, double *all) {
-    if (n < 1 || n > GATHER_MAX) lecture_fail("gather_to_rank0: %d numbers a rank, expected 1 to %d", n, GATHER_MAX);
-    int rank = dist_rank(), world = dist_world_size(), device = get_device(rank);
-    float pairs[2 * GATHER_MAX];
-    for (int i = 0; i < n; i++) {
-        pairs[2 * i] = (float)mine[i];
-        pairs[2 * i + 1] = (float)(mine[i] - (double)pairs[2 * i]);
-    }
-    tensor *local = tensor_from(pairs, 2 * n, 0, device);
-    tensor *gathered = rank == 0 ? empty((int64_t)2 * n * world, 0, device) : NULL;
-    dist_gather(gathered, local, 0);
-    tensor_free(local);
-    if (rank != 0) return;
-    float *v = malloc(sizeof(float) * 2 * n * world);
-    tensor_to_host(gathered, v);
-    tensor_free(gathered);
-    for (int i = 0; i < n * world; i++)
-        all[i] = (double)v[2 * i] + (double)v[2 * i + 1];
-    free(v);
+/* Every rank's result of the last spawn, in rank order. */
+static void results_of(int world_size, rank_result *out) {
+    for (int r = 0; r < world_size; r++)
+        if (spawn_result(r, &out[r], sizeof out[r]) != sizeof out[r])
+            lecture_fail("rank %d of the strategy's spawn returned no rank_result", r);
 }
 
-void rank_table(const char *caption, const rank_column *cols, int n, const double *mine, int steps) {
-    double all[LECTERN_MAX_WORLD * GATHER_MAX];
-    int per = n + steps;
-    if (n < 1 || n > 8) lecture_fail("rank_table: %d columns, expected 1 to 8", n);
-    gather_to_rank0(mine, per, all);
-    if (dist_rank() != 0) return;
-    table_t *t = table_new("%s", caption);
+/* The caption, printf-style, of a new table. */
+static table_t *table_from(const char *fmt, va_list ap) {
+    char caption[300];
+    vsnprintf(caption, sizeof caption, fmt, ap);
+    return table_new("%s", caption);
+}
+
+table_t *results_table(int world_size, const char *caption_fmt, ...) {
+    rank_result res[LECTERN_MAX_WORLD];
+    results_of(world_size, res);
+    va_list ap;
+    va_start(ap, caption_fmt);
+    table_t *t = table_from(caption_fmt, ap);
+    va_end(ap);
+    const char *names[] = {"first_row", "rows", "state_bytes", "bytes", "calls"};
     table_column(t, "rank", NULL, "%d");
-    for (int i = 0; i < n; i++)
-        table_column(t, cols[i].name, NULL, cols[i].format);
-    if (steps > 0) table_column(t, "loss by step", NULL, "%s");
-    for (int r = 0; r < dist_world_size(); r++) {
-        double v[8] = {0};
-        float loss[GATHER_MAX];
-        char text[256] = "";
-        for (int i = 0; i < n; i++)
-            v[i] = all[r * per + i];
-        for (int k = 0; k < steps; k++)
-            loss[k] = (float)all[r * per + n + k];
-        if (steps > 0) losses_text(loss, steps, text, sizeof text);
-        /* table_row reads one value per column, in order: the loss text comes right after the n numbers
-         * (and is not read when there is no loss column) */
-        switch (n) {
-        case 1: table_row(t, r, v[0], text); break;
-        case 2: table_row(t, r, v[0], v[1], text); break;
-        case 3: table_row(t, r, v[0], v[1], v[2], text); break;
-        case 4: table_row(t, r, v[0], v[1], v[2], v[3], text); break;
-        case 5: table_row(t, r, v[0], v[1], v[2], v[3], v[4], text); break;
-        case 6: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], text); break;
-        case 7: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], text); break;
-        default: table_row(t, r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], text); break;
-        }
+    for (int i = 0; i < 5; i++)
+        table_column(t, names[i], i >= 2 && i <= 3 ? "bytes" : NULL, "%.0f");
+    const char *diffs[] = {"grad_diff", "grad_tol", "grad_max", "trained_diff", "trained_bound"};
+    for (int i = 0; i < 5; i++)
+        table_column(t, diffs[i], NULL, "%.3g");
+    table_column(t, "losses", NULL, "%s");
+    for (int r = 0; r < world_size; r++) {
+        const rank_result *x = &res[r];
+        char losses[400];
+        table_row(t, r, x->first, x->rows, x->state_bytes, x->bytes, x->calls, x->grad_diff, x->grad_tol, x->grad_max,
+                  x->trained_diff, x->trained_bound, losses_text(x->loss, x->steps, losses, sizeof losses));
     }
-    table_show(t);
+    return t;
+}
+
+table_t *buckets_table(int world_size, const char *caption_fmt, ...) {
+    rank_result res[LECTERN_MAX_WORLD];
+    results_of(world_size, res);
+    va_list ap;
+    va_start(ap, caption_fmt);
+    table_t *t = table_from(caption_fmt, ap);
+    va_end(ap);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "calls_mb0", NULL, "%.0f");
+    table_column(t, "calls_mb1", NULL, "%.0f");
+    table_column(t, "grad_diff", NULL, "%.3g");
+    table_column(t, "grad_tol", NULL, "%.3g");
+    table_column(t, "grad_max", NULL, "%.3g");
+    table_column(t, "losses", NULL, "%s");
+    for (int r = 0; r < world_size; r++) {
+        const rank_result *x = &res[r];
+        char losses[400];
+        table_row(t, r, x->calls_mb[0], x->calls_mb[1], x->grad_diff, x->grad_tol, x->grad_max,
+                  losses_text(x->loss, x->steps, losses, sizeof losses));
+    }
+    return t;
+}
+
+table_t *tp_table(int world_size, const char *caption_fmt, ...) {
+    rank_result res[LECTERN_MAX_WORLD];
+    results_of(world_size, res);
+    va_list ap;
+    va_start(ap, caption_fmt);
+    table_t *t = table_from(caption_fmt, ap);
+    va_end(ap);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "first_col", NULL, "%.0f");
+    const char *names[] = {"one_loss", "loss", "out_diff", "out_tol", "grad_diff", "grad_tol", "grad_max"};
+    for (int i = 0; i < 7; i++)
+        table_column(t, names[i], NULL, i < 2 ? "%.9g" : "%.3g");
+    table_column(t, "bytes", "bytes", "%.0f");
+    table_column(t, "calls", NULL, "%.0f");
+    for (int r = 0; r < world_size; r++) {
+        const rank_result *x = &res[r];
+        table_row(t, r, x->first, x->one_loss, x->loss0, x->out_diff, x->out_tol, x->grad_diff, x->grad_tol,
+                  x->grad_max, x->bytes, x->calls);
+    }
+    return t;
 }
 
 tensor *layer_part(const mlp_config *c, int layer, char cut, int64_t first, int64_t last, int device) {
@@ -235,7 +255,7 @@ double diff_from_one_device(const train_args *a, int which, tensor *const *got, 
     return diff;
 }
 
-void show_zero_stages(double params, int ranks) {
+table_t *zero_stages_table(double params, int ranks) {
     /* fp32 with AdamW: weights 4P bytes, gradients 4P, AdamW's two moments 8P; stage s divides the first s of
      * (moments, gradients, weights) by the world size */
     table_t *t = table_new("model state per rank, %d ranks", ranks);
@@ -250,7 +270,7 @@ void show_zero_stages(double params, int ranks) {
         double o = 8 * params / (stage >= 1 ? ranks : 1);
         table_row(t, names[stage], w / 1e6, g / 1e6, o / 1e6, (w + g + o) / 1e6);
     }
-    table_show(t);
+    return t;
 }
 
 double output_diff(const train_args *a, const tensor *out, double *tol) {
@@ -259,11 +279,6 @@ double output_diff(const train_args *a, const tensor *out, double *tol) {
     *tol = output_tolerance(&a->cfg) * largest(expected);
     tensor_free(expected);
     return diff;
-}
-
-void free_tensors(tensor **ts, int n) {
-    for (int i = 0; i < n; i++)
-        tensor_free(ts[i]);
 }
 
 void adamw_step_layers(adamw *const *opt, tensor *const *w, tensor *const *g, int n) {
@@ -307,20 +322,6 @@ tensor *all_gather_columns(tensor *piece, int world_size) {
         tensor_free(parts[r]);
     tensor_free(stacked);
     return full;
-}
-
-/* Rank 0's table of a tensor-parallel step: every rank's loss, output and gradients against one device's, and what
- * it sent. */
-void show_tp(const char *caption, const char *held, double first, double loss, double out_diff, double grad_diff,
-             int64_t bytes, int64_t calls) {
-    const rank_column cols[] = {{held, "%.0f"},
-                                {"forward: loss", "%.9g"},
-                                {"forward: max |output - one device|", "%.3g"},
-                                {"backward: max |gradients - one device|", "%.3g"},
-                                {"nominal bytes sent in one step", "%.0f"},
-                                {"calls", "%.0f"}};
-    double mine[] = {first, loss, out_diff, grad_diff, (double)bytes, (double)calls};
-    rank_table(caption, cols, 6, mine, 0);
 }
 
 void predict_zero3_bytes(int world_size, const mlp_config *c, double bytes) {

@@ -10,7 +10,8 @@
 #include <stdint.h>
 
 #include "lectern.h"
-#include "mlp.h"
+#include "lib/layers.h"
+#include "lib/mlp.h"
 
 /* What one device computed, as host arrays: the parent keeps it and sends
  * it to the ranks inside their arguments. */
@@ -53,8 +54,6 @@ double grad_diff(const train_args *a, const tensor *got, int layer, double *size
 int64_t model_floats(const mlp_config *c);
 /* "[512x512[-0.0279...], ...]": shape and first element of each tensor, in buf. */
 const char *summaries(tensor *const *ts, int n, char *buf, size_t size);
-/* "layer 2" or "layers 0-1", in buf. */
-const char *layer_range(int first, int last, char *buf, size_t size);
 /* one or many, as n is 1 or not. */
 const char *plural(int n, const char *one, const char *many);
 /* "[0.51, 0.49, ...]": a loss at each step, in buf. */
@@ -64,29 +63,41 @@ const char *losses_text(const float *loss, int steps, char *buf, size_t size);
  * a --batch that is not a number from 1 to 65536 is bad usage (exit 2). */
 mlp_config training_config(void);
 /* One device trains the model for b->cfg.steps steps on the whole batch, filling the rest of *b (malloc'd:
- * baseline_free), and shows a table of each step's loss and summaries() of the weights after it. */
+ * baseline_free), and returns a table (for the caller to show) of each step's loss and summaries() of the weights
+ * after it. */
 enum { PARAMS_TEXT = 512 };
-void one_device_train(baseline_run *b);
+table_t *one_device_train(baseline_run *b);
 /* Step 0 only (its loss, output and gradients): b->trained stays zeros. */
 void one_device_step0(baseline_run *b);
 void baseline_free(baseline_run *b);
 
-/* Inside a spawn, every rank calling it with the same n (at most
- * GATHER_MAX): rank 0's all[r * n + i] becomes rank r's mine[i], exactly
- * (each double travels as two floats, its float and the rest); other ranks'
- * `all` is not touched. A rank tells rank 0 what it computed, so that rank 0
- * can show every rank's numbers in one table. */
-enum { GATHER_MAX = 32 };
-void gather_to_rank0(const double *mine, int n, double *all);
+/* What a rank of a training strategy hands back to the lecture (spawn_return), by name: the lecture makes its
+ * table in the parent from every rank's (results_table, buckets_table, tp_table). A field a strategy does not
+ * measure stays 0. Each comparison with one device comes with its tolerance, so a reader (or a test) judges
+ * the one by the other. */
+enum { MAX_STEPS = 16 };
+typedef struct rank_result {
+    double first, rows;                 /* the rows (ZeRO-3) or columns (TP) of every layer held: first, how many */
+    double state_bytes;                 /* model state held: weights, gradients, AdamW's two moments */
+    double bytes, calls;                /* nominal bytes sent and calls made in step 0 */
+    double calls_mb[2];                 /* with buckets: step 0's calls in micro-batch 0 (no_sync) and 1 */
+    double one_loss, loss0;             /* TP: one device's step-0 loss (as the rank got it) and the rank's */
+    double out_diff, out_tol;           /* TP: max |output - one device's| and its tolerance */
+    double grad_diff, grad_tol;         /* step 0: max |gradient - one device's| and its tolerance, */
+    double grad_max;                    /* gradient_tolerance() times this: one device's largest gradient element */
+    double trained_diff, trained_bound; /* trained: max |parameter - one device's| and AdamW's rounding bound */
+    int steps;                          /* losses in loss[] */
+    float loss[MAX_STEPS];              /* the loss of the rank's slice at each step */
+} rank_result;
 
-/* A column of rank_table(): its name and printf format (of a double). */
-typedef struct rank_column {
-    const char *name, *format;
-} rank_column;
-/* Inside a spawn, every rank calling it: rank 0 shows one table, a row per
- * rank: the rank, its n numbers mine[0..n-1] (n at most 8) under cols, then,
- * when steps > 0, its loss by step from mine[n..n+steps-1]. */
-void rank_table(const char *caption, const rank_column *cols, int n, const double *mine, int steps);
+/* In the lecture, after a spawn of world_size ranks that each gave spawn_return() a rank_result: a table, a row
+ * per rank, for the caller to show (table_show). results_table (DDP, ZeRO-3): rank, first_row, rows, state_bytes,
+ * bytes, calls, grad_diff, grad_tol, grad_max, trained_diff, trained_bound, losses ("[l0, l1, ...]").
+ * buckets_table: rank, calls_mb0, calls_mb1, grad_diff, grad_tol, grad_max, losses. tp_table: rank, first_col,
+ * one_loss, loss, out_diff, out_tol, grad_diff, grad_tol, grad_max, bytes, calls. A rank that returned no rank_result: lecture_fail. */
+table_t *results_table(int world_size, const char *caption_fmt, ...) LECTERN_PRINTF(2, 3);
+table_t *buckets_table(int world_size, const char *caption_fmt, ...) LECTERN_PRINTF(2, 3);
+table_t *tp_table(int world_size, const char *caption_fmt, ...) LECTERN_PRINTF(2, 3);
 
 /* Layer `layer`'s initial weights, whole (cut 'w'), or only rows (cut 'r')
  * or columns ('c') [first, last): what a rank that keeps that part holds. */
@@ -99,14 +110,12 @@ enum { STEP0_GRADS, TRAINED };
 double diff_from_one_device(const train_args *a, int which, tensor *const *got, int layers, const char *cut,
                             int64_t first, int64_t last, double *size);
 
-/* The table of model state per rank, P = params parameters in fp32 with
- * AdamW, for DDP and ZeRO stages 1 to 3 on `ranks` ranks. */
-void show_zero_stages(double params, int ranks);
+/* The table (for the caller to show) of model state per rank, P = params
+ * parameters in fp32 with AdamW, for DDP and ZeRO stages 1 to 3 on `ranks` ranks. */
+table_t *zero_stages_table(double params, int ranks);
 /* max |out - one device's step-0 output|; *tol: the output's tolerance
  * (output_tolerance times one device's largest output element). */
 double output_diff(const train_args *a, const tensor *out, double *tol);
-/* tensor_free of ts[0..n-1]. */
-void free_tensors(tensor **ts, int n);
 /* One AdamW step per layer: opt[i] moves w[i] along g[i], for i in 0..n-1. */
 void adamw_step_layers(adamw *const *opt, tensor *const *w, tensor *const *g, int n);
 /* adamw_free of opt[0..n-1]. */
@@ -118,9 +127,4 @@ void predict_zero3_bytes(int world_size, const mlp_config *c, double bytes);
 
 /* Tensor parallelism's all-gather: every rank's (rows x cols/world) piece, side by side (rows x cols). */
 tensor *all_gather_columns(tensor *piece, int world_size);
-/* Every rank calling it: rank 0's table of a tensor-parallel step, a row per rank (where its part starts, its loss,
- * its output's and its gradients' largest difference from one device's, the bytes and calls it sent). */
-void show_tp(const char *caption, const char *held, double first, double loss, double out_diff, double grad_diff,
-             int64_t bytes, int64_t calls);
-
 #endif
