@@ -15,7 +15,7 @@
  *     make run LECTURE=homework_08 ARGS=--deadlock exercise 4 as well
  *
  * docs/homework.md explains the exercises and how they are checked.
- * (The instructor's solution, tests/lectures/homework_08_solution.c,
+ * (The instructor's solution, tests/fixtures/homework_08_solution.c,
  * defines HOMEWORK_SOLUTION and its own versions of the four functions.)
  */
 #include <math.h>

@@ -16,7 +16,7 @@
  *     make run LECTURE=homework_parallel
  *
  * docs/homework.md explains the exercises and how they are checked.
- * (The instructor's solution, tests/lectures/homework_parallel_solution.c,
+ * (The instructor's solution, tests/fixtures/homework_parallel_solution.c,
  * defines HOMEWORK_SOLUTION and its own versions of the three functions.)
  */
 #include <limits.h>

@@ -521,7 +521,7 @@ static void ddp(void) {
          "width) 2^-24 = %.2g of the largest gradient, is a heuristic, not a bound (lectures/lib/mlp.h derives it). "
          "Measured differences sit far under it; a wrong method lands far over it: a doubled gradient or a sum for an "
          "average is off by 100%% or more of the largest gradient, a skipped layer by all of it "
-         "(tests/test_lecture_08_planted.py plants each).\n"
+         "(tests/lectures/test_lecture_08_planted.py plants each).\n"
          "- Gradients are averaged, so parameters are *exactly* the same on every rank (max - min over ranks is 0).\n"
          "- Against one device the parameters differ a little: AdamW divides each gradient by its own running size, "
          "so a gradient that rounding tips from +1e-12 to -1e-12 moves its parameter the other way, by at most 2 lr "

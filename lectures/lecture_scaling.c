@@ -104,10 +104,10 @@ static tensor *input(int64_t rows, int64_t cols, uint64_t seed, int device) {
  *     2 (sum of the lengths) u max|result|.
  * A heuristic, as lib/mlp.h's gradient_tolerance is (the rigorous bound
  * is relative to the sum of |terms|), with room on both sides: the right
- * answers below sit 20 to 1000 times under it (tests/test_transformer.c
+ * answers below sit 20 to 1000 times under it (tests/lectures/test_transformer.c
  * holds each piece to bounds derived for its exact numbers), and every
  * bug planted in
- * tests/test_lecture_scaling.py (a missing all-reduce, a token sent to the
+ * tests/lectures/test_lecture_scaling.py (a missing all-reduce, a token sent to the
  * wrong expert, a skipped chunk of keys) is off by far more: the test sees
  * each one's check fail. */
 static double rounding_tolerance(int sum_lengths, double size) { return 2.0 * sum_lengths * FLOAT32_UNIT * size; }
@@ -142,7 +142,7 @@ static void introduction(void) {
     note("## The plan");
     note("1. The pieces of a transformer block on one device: LayerNorm, attention, the MLP, "
          "and a mixture of experts (`lectures/lib/transformer.c`, each piece tested against "
-         "float64 in `tests/test_transformer.c`).\n"
+         "float64 in `tests/lectures/test_transformer.c`).\n"
          "2. **Expert parallelism**: each rank owns one expert; tokens travel to their "
          "expert's rank and back with two all-to-alls.\n"
          "3. **Tensor and sequence parallelism** on a whole block: Megatron's column and row "

@@ -9,7 +9,7 @@
  * the same numbers, because each draws from its own fixed seed.
  *
  * Lectures include this header and link lectures/lib/mlp.c (the Makefile
- * does it); tests/test_mlp.c checks it against float64 arithmetic of its
+ * does it); tests/lectures/test_mlp.c checks it against float64 arithmetic of its
  * own and against finite differences.
  */
 #ifndef LECTERN_MLP_H
@@ -82,13 +82,13 @@ double spread_over_ranks(tensor *const *ts, int n);
  * the terms' sizes, which can exceed the largest result, and errors carried
  * down through the layers are scaled by the weights. It is a tolerance with
  * room on both sides:
- *   - right answers: tests/test_mlp.c measures one float32 run against
+ *   - right answers: tests/lectures/test_mlp.c measures one float32 run against
  *     float64 at under 1% of it on every OpenBLAS kernel;
  *   - wrong answers: a doubled gradient, or a sum where an average belongs
  *     (p ranks: p times the average), is off by 100% or more of the largest
  *     gradient, a skipped layer's gradient by all of it: over 6000 times this
  *     tolerance (1.5e-4 at 4 layers, width 512);
- *     tests/test_lecture_08_planted.py plants each and sees the check fail. */
+ *     tests/lectures/test_lecture_08_planted.py plants each and sees the check fail. */
 double gradient_tolerance(const mlp_config *c);
 
 /* The same for the model's output, relative to its largest element

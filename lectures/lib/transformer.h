@@ -10,7 +10,7 @@
  * LayerNorm, the online merge, routing) copy to the host, work there and
  * copy back. On a GPU that is correct but slow, and unverified here.
  *
- * tests/test_transformer.c checks every piece against float64 loops of its
+ * tests/lectures/test_transformer.c checks every piece against float64 loops of its
  * own.
  */
 #ifndef LECTERN_TRANSFORMER_H
