@@ -354,6 +354,8 @@ void run_modelled_pipelines(spawn_fn fn, const mlp_config *c, pipe_result twin[N
 
 double modelled_upper(const pipe_result *r) { return (1 + MODELLED_BOUND) * r->formula + r->late_ms / r->span_ms; }
 
+double modelled_lower(const pipe_result *r) { return (1 - MODELLED_BOUND) * r->formula - r->late_ms / r->span_ms; }
+
 table_t *pipeline_pairs_table(const pipe_result real[3], const pipe_result modelled[N_MODELLED_SHAPES]) {
     table_t *t = table_new("Pipeline bubbles, real and modelled compute (the quickest pass of each; a modelled shape "
                            "whose quickest pass missed its bound spawned again, at most %d times)",
@@ -370,6 +372,7 @@ table_t *pipeline_pairs_table(const pipe_result real[3], const pipe_result model
     table_column(t, "modelled: stage 0's activations held", NULL, "%d");
     table_column(t, "modelled: spawns", NULL, "%d");
     table_column(t, "modelled: late beyond 0.5 ms, summed", "ms", "%.1f"); /* ends and starts */
+    table_column(t, "modelled: lower bound, (1 - 0.1) formula - late / span", NULL, "%.4f");
     table_column(t, "modelled: bound, (1 + 0.1) formula + late / span", NULL, "%.4f");
     for (int k = 0; k < N_MODELLED_SHAPES; k++) {
         const pipe_result *md = &modelled[k], *r = NULL;
@@ -377,7 +380,7 @@ table_t *pipeline_pairs_table(const pipe_result real[3], const pipe_result model
             if (real[j].stages == md->stages && real[j].m == md->m && real[j].schedule == md->schedule) r = &real[j];
         table_row(t, SCHEDULE_NAMES[md->schedule], md->stages, md->m, md->formula, r ? r->bubble : NAN, md->bubble,
                   md->bubble / md->formula - 1, md->span_ms, r ? (double)r->stage0_held : NAN, md->stage0_held,
-                  md->spawns, md->late_ms, modelled_upper(md));
+                  md->spawns, md->late_ms, modelled_lower(md), modelled_upper(md));
     }
     return t;
 }

@@ -182,6 +182,10 @@ void run_modelled_pipelines(spawn_fn fn, const mlp_config *c, pipe_result twin[N
 
 /* A modelled run's highest bubble within the lesson's bound: (1 + MODELLED_BOUND) formula + late_ms / span_ms. */
 double modelled_upper(const pipe_result *r);
+/* Its lowest: (1 - MODELLED_BOUND) formula - late_ms / span_ms. Lateness makes the stages' busy time longer, which
+ * can shrink the bubble as well as grow it (1F1B, 4 stages, 32 micro-batches measured 0.065 against 0.077 beside
+ * other builds, 199 ms late in that pass); a schedule that starts work before its message came is not late. */
+double modelled_lower(const pipe_result *r);
 
 /* The lecture: a table of the real runs (GPIPE 2 and 4 stages, 1F1B 4
  * stages, 8 micro-batches) and the modelled ones (the lecture's

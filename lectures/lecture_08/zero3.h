@@ -24,7 +24,16 @@ typedef struct z3_times {
     double ms[Z3_MODES];
     double hidden;
     double forward_ms, backward_ms;
+    int rounds; /* time_modelled_zero3_steps: the rounds of trials it ran (a disturbed round is run again) */
 } z3_times;
+
+/* What the modelled step's prefetch must hide of the gathers' time: all but
+ * the first of 2L - 1 gathers can hide, 14/15 = 0.93 with 8 layers, and
+ * quiet runs here measured 0.93-0.99; 0.7 leaves room for a wake-up or two
+ * late, while a prefetch that waits for its gather at once hides nothing. */
+#define PREFETCH_HIDDEN_MIN 0.7
+/* The modelled step's rounds of trials at the most. */
+enum { PREFETCH_ROUNDS = 3 };
 
 /* Inside a spawn, every rank calling it: the step's forward and backward
  * on x with this rank's pieces (piece[i]: rows [rank w/p, (rank+1) w/p) of
@@ -37,7 +46,10 @@ void time_zero3_steps(const mlp_config *c, tensor *const *piece, tensor *x, int 
 /* The same step with modelled compute: `layers` layers of width x width
  * floats (real pieces, really gathered and reduce-scattered), each layer's
  * forward and backward modelled; in each trial one layer's gather alone is
- * timed first and that trial's compute sized from it. */
+ * timed first and that trial's compute sized from it. A round of `trials`
+ * whose median hides less than PREFETCH_HIDDEN_MIN is run again, up to
+ * PREFETCH_ROUNDS rounds (out->rounds): every rank holds the same
+ * slowest-rank times, so all decide alike. */
 void time_modelled_zero3_steps(int width, int layers, int trials, z3_times *out);
 
 /* The real and the modelled step side by side, a row each: a table for the caller to show. */

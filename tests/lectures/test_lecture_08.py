@@ -568,9 +568,10 @@ class Numbers:
             formula, bubble = row["formula (p - 1) / (m + p - 1)"], row["modelled: measured bubble"]
             late, span = row["modelled: late beyond 0.5 ms, summed"], row["modelled: span"]
             self.assertGreaterEqual(late, 0)
-            upper = 1.1 * formula + late / span
+            upper, lower = 1.1 * formula + late / span, 0.9 * formula - late / span
             self.assertAlmostEqual(row["modelled: bound, (1 + 0.1) formula + late / span"], upper, delta=1e-9)
-            self.assertGreaterEqual(bubble, 0.9 * formula)
+            self.assertAlmostEqual(row["modelled: lower bound, (1 - 0.1) formula - late / span"], lower, delta=1e-9)
+            self.assertGreaterEqual(bubble, lower)
             self.assertLessEqual(bubble, upper)
             lateness[(schedule, p, m)] = late
             self.assertAlmostEqual(row["modelled / formula - 1"],
