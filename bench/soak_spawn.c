@@ -38,7 +38,7 @@ typedef struct soak_args {
 static void check_sum(int rank, int world_size, void *p) {
     soak_args *a = p;
     tensor *t = zeros(1, 0, get_device(rank));
-    add_scalar(t, (float)(rank + a->spawn_no));
+    add_scalar_(t, (float)(rank + a->spawn_no));
     dist_all_reduce(t, DIST_SUM);
     float want = (float)(world_size * (world_size - 1) / 2 + world_size * a->spawn_no);
     if (tensor_item(t, 0) != want) { /* small integers: exact in float */

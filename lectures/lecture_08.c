@@ -262,7 +262,7 @@ static void ring_all_reduce_by_hand(int rank, int world_size) {
              "non-blocking (`dist_isend`), completed with `dist_wait`.");
     dist_barrier();
     tensor *x = arange(world_size, device);
-    add_scalar(x, (float)rank);
+    add_scalar_(x, (float)rank);
     tensor *incoming = zeros(1, 0, device);
     int right = (rank + 1) % world_size, left = (rank + world_size - 1) % world_size;
     /* Reduce-scatter phase: after step s, chunk (rank - s - 1) holds s + 2 ranks' contributions; after world_size -
@@ -292,7 +292,7 @@ static void collective_examples_main(int rank, int world_size, void *args) {
     if (rank == 0) note("### All-reduce");
     dist_barrier(); /* the heading is sent before any rank prints numbers */
     tensor *t = arange(world_size, device);
-    add_scalar(t, (float)rank); /* [0, 1, 2, 3] + rank */
+    add_scalar_(t, (float)rank); /* [0, 1, 2, 3] + rank */
     note_verbatim("Rank %d [before all-reduce]: %s", rank, tensor_str(t));
     dist_all_reduce(t, DIST_SUM); /* in place: t becomes the sum */
     note_verbatim("Rank %d [after all-reduce]: %s", rank, tensor_str(t));
@@ -300,7 +300,7 @@ static void collective_examples_main(int rank, int world_size, void *args) {
     if (rank == 0) note("### Reduce-scatter");
     dist_barrier();
     tensor *input = arange(world_size, device);
-    add_scalar(input, (float)rank);
+    add_scalar_(input, (float)rank);
     tensor *output = zeros(1, 0, device); /* one element: this rank's piece */
     note_verbatim("Rank %d [before reduce-scatter]: input = %s, output = %s", rank, tensor_str(input),
                   tensor_str(output));

@@ -62,7 +62,7 @@ static void lecture_collectives(void) {
 static void send_recv_main(int rank, int world_size, void *args) {
     tensor *t = zeros(4, 0, get_device(rank));
     if (rank == 0) {
-        add_scalar(t, 7.0f);
+        add_scalar_(t, 7.0f);
         dist_send(t, 1);
         inspect(t);
         note("rank 0 sent %s", tensor_str(t));
@@ -96,7 +96,7 @@ static void isend_irecv_main(int rank, int world_size, void *args) {
     tensor *a = randn(64, 64, dev);
     dist_request *req;
     if (rank == 0) {
-        add_scalar(t, 3.0f);
+        add_scalar_(t, 3.0f);
         req = dist_isend(t, 1);
     } else {
         req = dist_irecv(t, 0);
@@ -142,7 +142,7 @@ static void both_send_first_main(int rank, int world_size, void *args) {
 static void ordered_main(int rank, int world_size, void *args) {
     tensor *mine = zeros(BIG, 0, get_device(rank));
     tensor *theirs = zeros(BIG, 0, get_device(rank));
-    add_scalar(mine, (float)rank + 1);
+    add_scalar_(mine, (float)rank + 1);
     if (rank % 2 == 0) {
         dist_send(mine, 1 - rank);
         dist_recv(theirs, 1 - rank);
@@ -159,7 +159,7 @@ static void ordered_main(int rank, int world_size, void *args) {
 static void sendrecv_main(int rank, int world_size, void *args) {
     tensor *mine = zeros(BIG, 0, get_device(rank));
     tensor *theirs = zeros(BIG, 0, get_device(rank));
-    add_scalar(mine, (float)rank + 1);
+    add_scalar_(mine, (float)rank + 1);
     dist_sendrecv(mine, 1 - rank, theirs, 1 - rank);
     note("sendrecv: rank %d got %s from rank %d", rank, summarize(theirs), 1 - rank);
     tensor_free(theirs);
@@ -168,13 +168,13 @@ static void sendrecv_main(int rank, int world_size, void *args) {
 
 /* Changes the tensor it sent before waiting: a race with the transfer.
  * The runtime knows the request still reads the tensor and stops the rank
- * at the add_scalar line, naming the isend's. */
+ * at the add_scalar_ line, naming the isend's. */
 static void touch_then_wait_main(int rank, int world_size, void *args) {
     tensor *t = zeros(BIG, 0, get_device(rank));
     if (rank == 0) {
-        add_scalar(t, 1.0f);
+        add_scalar_(t, 1.0f);
         dist_request *req = dist_isend(t, 1);
-        add_scalar(t, 100.0f); /* too early: the message may not have left */
+        add_scalar_(t, 100.0f); /* too early: the message may not have left */
         dist_wait(req);
     } else {
         dist_request *req = dist_irecv(t, 0);
@@ -188,10 +188,10 @@ static void touch_then_wait_main(int rank, int world_size, void *args) {
 static void wait_then_touch_main(int rank, int world_size, void *args) {
     tensor *t = zeros(BIG, 0, get_device(rank));
     if (rank == 0) {
-        add_scalar(t, 1.0f);
+        add_scalar_(t, 1.0f);
         dist_request *req = dist_isend(t, 1);
         dist_wait(req);
-        add_scalar(t, 100.0f); /* safe: the message has left */
+        add_scalar_(t, 100.0f); /* safe: the message has left */
     } else {
         dist_request *req = dist_irecv(t, 0);
         dist_wait(req);

@@ -784,8 +784,8 @@ static memory_roof measure_bandwidth(int device, roof_point *pts, int *count) {
     int threads = device >= 0 ? 1 : (int)(cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : cores);
     m.threads = threads;
     stream_work sw = {zeros(n, 0, device), zeros(n, 0, device), zeros(n, 0, device), STREAM_COPY, threads};
-    add_scalar(sw.a, 1.0f); /* STREAM's starting values */
-    add_scalar(sw.b, 2.0f);
+    add_scalar_(sw.a, 1.0f); /* STREAM's starting values */
+    add_scalar_(sw.b, 2.0f);
     double t_copy = time_fastest(run_stream, &sw, STREAM_RUNS);
     sw.kind = STREAM_TRIAD;
     double t_triad = time_fastest(run_stream, &sw, STREAM_RUNS);

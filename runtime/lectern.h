@@ -309,7 +309,7 @@ void tensor_to_host(const tensor *t, float *out); /* numel floats */
  * rounding are not counted: torch.cuda.memory_allocated(device), exact. */
 int64_t tensor_bytes_live(int device);
 
-void add_scalar(tensor *t, float s);              /* in place */
+void add_scalar_(tensor *t, float s);             /* in place */
 void scale_(tensor *t, float s);                  /* in place */
 void add_(tensor *t, const tensor *u);            /* t += u */
 void sub_(tensor *t, const tensor *u);            /* t -= u (same shape and device) */

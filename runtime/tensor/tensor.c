@@ -422,8 +422,8 @@ double max_abs_diff(const tensor *a, const tensor *b) {
 /* Arithmetic                                                          */
 /* ------------------------------------------------------------------ */
 
-void add_scalar(tensor *t, float s) {
-    NEED_W(t, "add_scalar");
+void add_scalar_(tensor *t, float s) {
+    NEED_W(t, "add_scalar_");
     if (on_gpu(t)) {
         lx_cuda_add_scalar(t->device, t->data, t->numel, s);
         return;

@@ -135,7 +135,7 @@ class CommChecks(FixtureTest):
 
     def test_changing_an_isends_tensor_before_wait_is_an_error_at_that_line(self):
         t, errs = self.touched("send")
-        msg = self.error_at(errs, 0, "add_scalar", "MARK:touch-send")
+        msg = self.error_at(errs, 0, "add_scalar_", "MARK:touch-send")
         self.assertIn("changes a tensor that dist_isend at %s:%d is still sending"
                       % (WHERE, line_of(SRC, "MARK:touch-isend")), msg)
         self.assertIn("dist_wait", msg)

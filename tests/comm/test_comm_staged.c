@@ -102,7 +102,7 @@ static tensor *inputs(const checker *c, int who, int64_t n) {
 
 static tensor *filled(const checker *c, int64_t n, float value) {
     tensor *t = zeros(n, 0, c->dev);
-    if (n) add_scalar(t, value);
+    if (n) add_scalar_(t, value);
     return t;
 }
 

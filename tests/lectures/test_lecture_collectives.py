@@ -144,14 +144,14 @@ class LectureCollectives(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.
 
     def test_touching_before_wait_is_caught_at_its_line(self):
         # spawn_expect_failure() of touch_then_wait_main: rank 0's error names
-        # its add_scalar line and the isend's; nothing else failed
-        touch = line_of("touch_then_wait_main", "add_scalar(t, 100.0f);")
+        # its add_scalar_ line and the isend's; nothing else failed
+        touch = line_of("touch_then_wait_main", "add_scalar_(t, 100.0f);")
         isend = line_of("touch_then_wait_main", "dist_isend(t, 1);")
         errors = self.expected_errors("touch_then_wait_main", "race")
-        mine = [(s, r) for s, r in errors if "add_scalar" in r["data"]]
+        mine = [(s, r) for s, r in errors if "add_scalar_" in r["data"]]
         self.assertEqual([(s["rank"], s["stack"][-1]["line"]) for s, _ in mine], [(0, touch)], errors)
         self.assertEqual(len(mine), 1, errors)
-        self.assertIn("add_scalar: changes a tensor that dist_isend at lectures/%s.c:%d is still sending"
+        self.assertIn("add_scalar_: changes a tensor that dist_isend at lectures/%s.c:%d is still sending"
                       % (NAME, isend), mine[0][1]["data"])
         sp = self.trace["spawns"][mine[0][0]["spawn"]]
         self.assertEqual((sp["status"], sp.get("expect_failure")), ("failed", True))

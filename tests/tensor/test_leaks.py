@@ -90,7 +90,7 @@ class Leaks(tracecheck.FixtureTest):
     def test_use_after_free_is_named(self):
         p, t = self.failed("use_after_free")
         (_, m), = renderings(t, "error")
-        self.assertRegex(m, r"^%s:\d+: add_scalar: use after free: this tensor \(made at %s:\d+\) was freed at "
+        self.assertRegex(m, r"^%s:\d+: add_scalar_: use after free: this tensor \(made at %s:\d+\) was freed at "
                             r"%s:\d+$" % (SRC, SRC, SRC))
 
     def test_raw_access_after_free_is_named_by_the_crash(self):
