@@ -237,7 +237,7 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
         bw = max(float(copy_s), float(triad_s))
         bw_err = half_unit(copy_s) if float(copy_s) >= float(triad_s) else half_unit(triad_s)
         peak = float(peak_s)
-        above = 0
+        above = maybe = 0
         for kernel, n_s, i_s, g_s, roof_s, share_s in rows:
             n = int(n_s)
             intensity = self.intensity(kernel, n)
@@ -253,12 +253,21 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
             share = 100 * g / r
             slack = 100 * (half_unit(g_s) / r + g * half_unit(roof_s) / r ** 2) + 0.5
             self.assertAlmostEqual(float(share_s.rstrip("%")), share, delta=slack, msg=(kernel, n))
-            above += g > r
+            # above its roof for sure, or perhaps: the lecture compares the
+            # unrounded numbers, so a point printed equal to its roof (or
+            # within their rounding) may count either way (an ASan run
+            # said "1 of the 8" where the printed numbers were level)
+            room = half_unit(g_s) + half_unit(roof_s)
+            above += g - r > room
+            maybe += g - r >= -room
         named = self.markdown(r"^(\d+) of the (\d+) points came out above their roof")
-        if above:
-            self.assertEqual([(int(m.group(1)), int(m.group(2))) for m in named], [(above, len(rows))])
+        if named:
+            self.assertEqual(len(named), 1, named)
+            n, total = int(named[0].group(1)), int(named[0].group(2))
+            self.assertEqual(total, len(rows))
+            self.assertTrue(max(above, 1) <= n <= maybe, (n, above, maybe))
         else:
-            self.assertEqual(named, [])
+            self.assertEqual(above, 0)
         # the sentence on the adds quotes the table's shares
         m = self.one(r"The vector add reached (\d+)% of the memory roof and `add_\(\)` (\d+)%")
         adds = [r for r in rows if "add" in r[0]]
