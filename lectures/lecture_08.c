@@ -477,7 +477,7 @@ static void parallelism_overview(void) {
          "initial weights come from its own seed, scaled by 1/sqrt(%d), so any rank can make any layer and get the "
          "same numbers. The backward pass is written out by hand: for y = gelu(x W), dh = dy * gelu'(x W), dW = x^T "
          "dh and dx = dh W^T.",
-         c.layers, c.width, c.width, (double)c.lr, c.batch, c.steps, c.width);
+         c.layers, c.width, c.width, c.lr, c.batch, c.steps, c.width);
 }
 
 /* The reference: the whole batch on one device, no communication at all. */

@@ -42,9 +42,15 @@ extern "C" {
 /* 1. Authoring API                                                    */
 /* ------------------------------------------------------------------ */
 
-/* printf-style markdown; rendered to HTML with md4c when recorded (both the
- * markdown and the HTML are kept in the trace). */
-void note(const char *fmt, ...) LECTERN_PRINTF(1, 2);
+/* note(fmt, ...): printf-style markdown; rendered to HTML with md4c when
+ * recorded (both the markdown and the HTML are kept in the trace). The step
+ * also keeps its arguments by name: for each conversion of the format, the
+ * expression that filled it as the lecture wrote it, its value and what it
+ * printed ("args" in docs/trace-format.md), so a test or a reader finds a
+ * number by what it is rather than by the sentence around it. note() is a
+ * macro for that reason: it hands lx_note() its own argument text. */
+void lx_note(const char *args_text, const char *fmt, ...) LECTERN_PRINTF(2, 3);
+#define note(...) lx_note(#__VA_ARGS__, __VA_ARGS__)
 
 /* quoted(x) is x. Around a note() argument it says that the number is one
  * the lecture shows in a table or chart of the same section (a figure), so
@@ -57,7 +63,9 @@ void note(const char *fmt, ...) LECTERN_PRINTF(1, 2);
 #define quoted(x) (x)
 
 /* Monospace text: whitespace and newlines kept as they are. */
-void note_verbatim(const char *fmt, ...) LECTERN_PRINTF(1, 2);
+void lx_note_verbatim(const char *args_text, const char *fmt, ...) LECTERN_PRINTF(2, 3);
+/* A macro, as note() is: its arguments are kept by name ("args"). */
+#define note_verbatim(...) lx_note_verbatim(#__VA_ARGS__, __VA_ARGS__)
 
 /* An image. `src` is a file under assets/ ("assets/lecture_08_gpu.svg"), checked to
  * exist (a missing file is an error step naming the lecture line), or an
@@ -803,7 +811,10 @@ void grade_exercise(const char *prefix, double points, int checks);
  * the calling line (and table_show shows nothing). */
 #define TABLE_MAX_COLUMNS 16
 typedef struct table table_t;
-table_t *table_new(const char *caption_fmt, ...) LECTERN_PRINTF(1, 2);
+table_t *lx_table_new(const char *args_text, const char *caption_fmt, ...) LECTERN_PRINTF(2, 3);
+/* A macro, as note() is: the caption's arguments are kept by name
+ * ("caption_args", docs/trace-format.md). */
+#define table_new(...) lx_table_new(#__VA_ARGS__, __VA_ARGS__)
 void table_column(table_t *t, const char *name, const char *unit, const char *format);
 void table_row(table_t *t, ...);
 void table_show(table_t *t);
@@ -836,7 +847,11 @@ void table_show(table_t *t);
  * what a modelled span is, and the viewer writes it under the chart. One
  * chart may hold both, a real run's timeline beside a modelled one. */
 typedef struct chart chart_t;
-chart_t *chart_new(const char *x_label, const char *y_label, const char *title_fmt, ...) LECTERN_PRINTF(3, 4);
+chart_t *lx_chart_new(const char *args_text, const char *x_label, const char *y_label, const char *title_fmt, ...)
+        LECTERN_PRINTF(4, 5);
+/* A macro, as note() is: the title's arguments are kept by name
+ * ("title_args", docs/trace-format.md). */
+#define chart_new(x_label, y_label, ...) lx_chart_new(#__VA_ARGS__, x_label, y_label, __VA_ARGS__)
 void chart_log_x(chart_t *c, int base);
 void chart_log_y(chart_t *c, int base);
 void chart_line(chart_t *c, const char *series, const double *xs, const double *ys, int n);

@@ -18,20 +18,24 @@
 
 struct chart {
     char *title, *x_label, *y_label;
-    int log_x, log_y; /* base, or 0 for a linear axis */
-    int lines, spans; /* how many of each were added */
-    int modelled;     /* spans added by chart_span_modelled */
-    int dropped;      /* points left out: not finite, or <= 0 on a log axis */
+    cJSON *title_args; /* the title's arguments by name, or NULL */
+    int log_x, log_y;  /* base, or 0 for a linear axis */
+    int lines, spans;  /* how many of each were added */
+    int modelled;      /* spans added by chart_span_modelled */
+    int dropped;       /* points left out: not finite, or <= 0 on a log axis */
     int bad;
     cJSON *values;
 };
 
-chart_t *chart_new(const char *x_label, const char *y_label, const char *title_fmt, ...) {
+/* chart_new(x, y, ...) is lx_chart_new(#__VA_ARGS__, x, y, __VA_ARGS__)
+ * (lectern.h): the title's numbers are kept by name, as a note's are. */
+chart_t *lx_chart_new(const char *args_text, const char *x_label, const char *y_label, const char *title_fmt, ...) {
     chart_t *c = calloc(1, sizeof *c);
     if (!c) lx_fatal("chart_new: out of memory");
     if (title_fmt) {
         va_list ap;
         va_start(ap, title_fmt);
+        c->title_args = lx_note_args(args_text, title_fmt, ap);
         c->title = lx_vfmt(title_fmt, ap);
         va_end(ap);
     }
@@ -196,6 +200,7 @@ static void mark_modelled(cJSON *spec, cJSON *enc, int measured) {
 static void chart_free(chart_t *c) {
     cJSON_Delete(c->values);
     free(c->title);
+    cJSON_Delete(c->title_args);
     free(c->x_label);
     free(c->y_label);
     free(c);
@@ -254,6 +259,10 @@ void chart_show(chart_t *c) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "type", "plot");
     cJSON_AddItemToObject(r, "spec", spec);
+    if (c->title_args) {
+        cJSON_AddItemToObject(r, "title_args", c->title_args);
+        c->title_args = NULL;
+    }
     lx_emit(r);
     chart_free(c);
 }

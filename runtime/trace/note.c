@@ -16,29 +16,38 @@
 
 #include "trace/trace.h"
 
-void note(const char *fmt, ...) {
+/* note(...) is lx_note(#__VA_ARGS__, __VA_ARGS__) (lectern.h): the step
+ * keeps, beside the markdown, which expression printed each number
+ * (note_args.c). */
+void lx_note(const char *args_text, const char *fmt, ...) {
     if (!fmt) {
         lx_error("note: the format is NULL");
         return;
     }
     va_list ap;
     va_start(ap, fmt);
+    cJSON *args = lx_note_args(args_text, fmt, ap);
     char *md = lx_vfmt(fmt, ap);
     va_end(ap);
-    lx_emit(lx_rendering_markdown(md));
+    cJSON *r = lx_rendering_markdown(md);
+    if (args) cJSON_AddItemToObject(r, "args", args);
+    lx_emit(r);
     free(md);
 }
 
-void note_verbatim(const char *fmt, ...) {
+void lx_note_verbatim(const char *args_text, const char *fmt, ...) {
     if (!fmt) {
         lx_error("note_verbatim: the format is NULL");
         return;
     }
     va_list ap;
     va_start(ap, fmt);
+    cJSON *args = lx_note_args(args_text, fmt, ap);
     char *text = lx_vfmt(fmt, ap);
     va_end(ap);
-    lx_emit(lx_rendering_text(text));
+    cJSON *r = lx_rendering_text(text);
+    if (args) cJSON_AddItemToObject(r, "args", args);
+    lx_emit(r);
     free(text);
 }
 

@@ -29,6 +29,7 @@ typedef struct table_col {
 
 struct table {
     char *caption;
+    cJSON *caption_args; /* the caption's arguments by name, or NULL */
     table_col cols[TABLE_MAX_COLUMNS];
     int n_cols;
     cJSON *rows;    /* [[value, ...], ...] */
@@ -76,12 +77,15 @@ static int format_kind(const char *f) {
     return conversions == 1 ? kind : -1;
 }
 
-table_t *table_new(const char *caption_fmt, ...) {
+/* table_new(...) is lx_table_new(#__VA_ARGS__, __VA_ARGS__) (lectern.h):
+ * the caption's numbers are kept by name, as a note's are (note_args.c). */
+table_t *lx_table_new(const char *args_text, const char *caption_fmt, ...) {
     table_t *t = calloc(1, sizeof *t);
     if (!t) lx_fatal("table_new: out of memory");
     if (caption_fmt) {
         va_list ap;
         va_start(ap, caption_fmt);
+        t->caption_args = lx_note_args(args_text, caption_fmt, ap);
         t->caption = lx_vfmt(caption_fmt, ap);
         va_end(ap);
     }
@@ -212,6 +216,7 @@ static void table_free(table_t *t) {
     cJSON_Delete(t->rows);
     cJSON_Delete(t->display);
     free(t->caption);
+    cJSON_Delete(t->caption_args);
     free(t);
 }
 
@@ -228,6 +233,10 @@ void table_show(table_t *t) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "type", "table");
     if (t->caption) lx_add_text(r, "caption", t->caption);
+    if (t->caption_args) {
+        cJSON_AddItemToObject(r, "caption_args", t->caption_args);
+        t->caption_args = NULL;
+    }
     cJSON *cols = cJSON_AddArrayToObject(r, "columns");
     for (int i = 0; i < t->n_cols; i++) {
         const table_col *c = &t->cols[i];

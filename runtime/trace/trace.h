@@ -167,6 +167,11 @@ cJSON *lx_trace_spawns(void);
 
 /* Renderings. */
 cJSON *lx_rendering_markdown(const char *md);
+/* note_args.c: a note's arguments as source text (lectern.h's note() macro)
+ * beside their values: [{"expr", "quoted", "value", "printed"}] in the
+ * format's order, or NULL when the format is not one it reads. ap is
+ * copied, not consumed. */
+cJSON *lx_note_args(const char *args_text, const char *fmt, va_list ap);
 cJSON *lx_rendering_text(const char *text);
 cJSON *lx_rendering_error(const char *message);
 

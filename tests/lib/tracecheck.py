@@ -797,6 +797,28 @@ def half_unit(printed):
     return 0.5 * 10 ** -decimals * 10 ** int(exponent or 0)
 
 
+ARGS_KEY = {"markdown": "args", "text": "args", "table": "caption_args", "plot": "title_args"}
+
+
+def named(rendering):
+    """A note's, a table caption's or a chart title's arguments by name
+    (docs/trace-format.md, "args"): {expression as the lecture wrote it:
+    value}, exact, as the lecture computed it."""
+    return {a["expr"]: a.get("value") for a in rendering.get(ARGS_KEY[rendering["type"]]) or []}
+
+
+def with_args(steps_renderings, *exprs):
+    """(step, rendering, {expr: value}) of each rendering whose arguments
+    include every one of exprs, in order."""
+    found = []
+    for s, r in steps_renderings:
+        if r["type"] in ARGS_KEY:
+            got = named(r)
+            if all(e in got for e in exprs):
+                found.append((s, r, got))
+    return found
+
+
 class LectureRun:
     """A mixin for a unittest.TestCase: runs build/lectures/NAME --quick once
     for the class (ENV added to the environment), fails each test when that
@@ -849,6 +871,20 @@ class LectureRun:
         for s, m in found:
             self.assertEqual(int(m.group(1)), s["rank"])
         return [m for _, m in sorted(found, key=lambda x: x[0]["rank"])]
+
+    def noted(self, *exprs, kind="markdown", spawn=None):
+        """(step, rendering, {expr: value}) of every note (kind "table": table
+        caption, "plot": chart title) whose arguments include all of exprs
+        (the lecture's own expressions, docs/trace-format.md "args"),
+        optionally only a spawn's: figures read by name, not from prose."""
+        return [(s, r, a) for s, r, a in with_args(self.renderings(kind), *exprs) if spawn is None or s["spawn"] == spawn]
+
+    def figures(self, *exprs, kind="markdown", spawn=None):
+        """{expr: value} of the one note (or caption, title) whose arguments
+        include all of exprs."""
+        found = self.noted(*exprs, kind=kind, spawn=spawn)
+        self.assertEqual(len(found), 1, exprs)
+        return found[0][2]
 
     def markdown(self):
         """The text of every markdown rendering (note()), in order."""
