@@ -40,29 +40,32 @@
 /* ---------------- the rank's side ---------------- */
 
 typedef struct event {
-    int op;            /* EV_* below */
-    const char *name;  /* a call's kind as dist_call_name spells it ("all_reduce") */
-    int async;         /* a call that returns a request */
-    int req;           /* its request number; a wait's: the request it completes */
-    int peer, src;     /* dst/src/root as a world rank (-1: none); sendrecv's src */
-    int group;         /* index in groups[], -1 the world */
-    int64_t bytes;     /* the call's size (docs/twin.md); a compute's bytes moved */
+    int op;             /* EV_* below */
+    const char *name;   /* a call's kind as dist_call_name spells it ("all_reduce") */
+    int async;          /* a call that returns a request */
+    int req;            /* its request number; a wait's: the request it completes */
+    int peer, src;      /* dst/src/root as a world rank (-1: none); sendrecv's src */
+    int group;          /* index in groups[], -1 the world */
+    int64_t bytes;      /* the call's size (docs/twin.md); a compute's bytes moved */
     int64_t recv_bytes; /* sendrecv: what it receives */
-    double start, end; /* lx_elapsed() */
-    double flops, ms;  /* a compute's FLOPs; a modelled span's ms */
+    double start, end;  /* lx_elapsed() */
+    double flops, ms;   /* a compute's FLOPs; a modelled span's ms */
 } event;
 
 enum { EV_CALL, EV_COMPUTE, EV_MODELLED, EV_WAIT };
 
 static event *events;
 static int n_events, cap_events, dropped;
-static double last_end;         /* end of the last event: compute runs from here */
+static double last_end; /* end of the last event: compute runs from here */
 static double work_flops, work_bytes;
 static int next_req;
-static struct pending { const void *backend; int req; } *pending; /* async requests not yet waited */
+static struct pending {
+    const void *backend;
+    int req;
+} * pending; /* async requests not yet waited */
 static int n_pending, cap_pending;
 static int *groups, n_groups, cap_groups; /* groups' world ranks, each as size then ranks */
-static int group_at[256];                  /* groups[] offset of group i */
+static int group_at[256];                 /* groups[] offset of group i */
 
 void lx_twin_begin(void) {
     n_events = dropped = n_pending = n_groups = 0;
