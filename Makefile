@@ -7,6 +7,9 @@
 #                             run it as a course's autograder does (--grade) and print the score table
 #   make test                 set up, build, run every test (C, scripts, browser, ASan/UBSan)
 #   make bench                benchmarks into bench/results/ (see docs/benchmarks.md)
+#   make twin [LECTURE=name] [PLATFORM=this-machine]
+#                             run it with --twin-record and replay its ranks on a simulated
+#                             platform (SimGrid); adds each spawn's "twin" to traces/local/NAME.json
 #   make view                 serve the repo on localhost and print the viewer's URL
 #   make coverage             line and branch coverage of the runtime by the tests
 #   make mutate               plant bugs one by one; how many do the tests notice
@@ -40,6 +43,11 @@ PKGS := ompi-c libcjson md4c-html libdw openblas libxxhash
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+# The twin's replay (tools/twin/, docs/twin.md) needs SimGrid (libsimgrid-dev):
+# without it everything else builds and `make twin` says what is missing.
+SIMGRID ?= $(shell pkg-config --exists simgrid 2>/dev/null && echo 1 || echo 0)
+TWIN_SRC := $(wildcard tools/twin/*.cpp)
+TWIN_BIN := $(BUILD)/tools/twin/twin_replay
 # The C unit tests need cmocka (a test package): without it `make` builds
 # everything else and says how to get it. CMOCKA=0 builds as if it were missing.
 CMOCKA ?= $(shell pkg-config --exists cmocka 2>/dev/null && echo 1 || echo 0)
@@ -183,7 +191,7 @@ TEST_BINS := $(TESTS:%=$(BUILD)/%)
 BENCHES := $(notdir $(basename $(wildcard bench/*.c)))
 BENCH_BINS := $(BENCHES:%=$(BUILD)/bench/%)
 
-.PHONY: all test-bins runtime-bins run grade submission test test-all test-asan check-layers bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check
+.PHONY: all test-bins runtime-bins run twin grade submission test test-all test-asan check-layers bench view setup clean lectures print-cuda print-nccl gpu-bundle gpu-check coverage mutate format format-check
 ifeq ($(CMOCKA),1)
   C_TEST_BINS := $(TEST_BINS)
 else
@@ -194,7 +202,8 @@ else
   endif
 endif
 
-all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BENCH_BINS)
+all: $(LIB) $(LECTURE_LIB) $(LECTURE_BINS) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BENCH_BINS) \
+     $(if $(filter 1,$(SIMGRID)),$(TWIN_BIN))
 # What make test's sanitizer pass runs (scripts/test.sh, quick scope): the C
 # tests, the fixtures and tools the runtime's script tests start, lecture_00.
 test-bins: $(LIB) $(LECTURE_LIB) $(FIXTURE_BINS) $(C_TEST_BINS) $(TOOL_BINS) $(BUILD)/lectures/lecture_00
@@ -285,6 +294,12 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(WARN) $(COMMON) $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(LIB) $(LIBS)
 
+$(TWIN_BIN): $(TWIN_SRC) $(wildcard tools/twin/*.hpp)
+	@mkdir -p $(dir $@)
+	$(call say,CXX,$@)
+	$(Q)$(CXX) -std=c++17 -O2 $(WARN) $(SAN_FLAGS) $(shell pkg-config --cflags simgrid libcjson) $(TWIN_SRC) -o $@ \
+	  $(shell pkg-config --libs simgrid libcjson)
+
 # The set-up step installs what is missing (Debian packages, npm packages);
 # it is quick when everything is there.
 setup:
@@ -305,6 +320,14 @@ else
 	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE)
 	@bash scripts/run-lecture.sh $(BUILD)/lectures/$(LECTURE) $(ARGS)
 endif
+
+# The lecture with --twin-record, then its replay on PLATFORM (a file of
+# tools/twin/platforms/), written into the trace as each spawn's "twin"
+# (docs/twin.md). Without SimGrid: a message, exit status 3, nothing run.
+PLATFORM ?= this-machine
+twin:
+	@$(MAKE) --no-print-directory $(BUILD)/lectures/$(LECTURE) $(if $(filter 1,$(SIMGRID)),$(TWIN_BIN))
+	@LECTERN_TWIN_REPLAY=$${LECTERN_TWIN_REPLAY-$(TWIN_BIN)} bash scripts/twin.sh $(BUILD)/lectures/$(LECTURE) "$(PLATFORM)" $(ARGS)
 
 # A student's copy of a homework, built against this lectern from wherever
 # it is (scripts/run_autograder): make submission SRC=dir/homework_08.c OUT=dir/homework_08

@@ -21,10 +21,11 @@ PACKAGES=(build-essential pkg-config
 # viewer's tests drive: it starts and loads pages for less CPU) and its driver,
 # sshd for the second host of tests/system/test_two_hosts.py, Slurm and munge for
 # the one-node cluster of tests/system/test_slurm.py (which starts its own daemons
-# with its own config and key; the system's services are not used).
+# with its own config and key; the system's services are not used), SimGrid for
+# the twin's replay (make twin, tests/twin/; lectern builds without it).
 if [ "$mode" = test ]; then
     PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-headless-shell chromium-driver python3-selenium gcovr clang-format
-               openssh-server slurmctld slurmd slurm-client munge)
+               openssh-server slurmctld slurmd slurm-client munge libsimgrid-dev)
 fi
 
 missing=()

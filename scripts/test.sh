@@ -380,7 +380,7 @@ pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
 # tests/viewer/run.sh's), then any left at the top of tests/.
 script_suites() {
     local d
-    for d in trace tensor ranks comm lectures system; do ls tests/$d/test_*.py 2>/dev/null; done
+    for d in trace tensor ranks comm lectures system twin; do ls tests/$d/test_*.py 2>/dev/null; done
     ls tests/test_*.py 2>/dev/null
     return 0
 }

@@ -67,6 +67,8 @@ void lx_use_group(const struct dist_group *g);
  * and this rank's place in it: what the backends and the counters read. */
 int lx_current_size(void);
 int lx_current_rank(void);
+/* The group the calls run over now, NULL for the world. */
+const struct dist_group *lx_current_group(void);
 
 /* ---------------- groups (comm_groups.c) ---------------- */
 

@@ -167,117 +167,197 @@ static double chain(size_t count, int silent_rank) { /* b from every rank but on
     return lx_current_size() > 1 && lx_current_rank() != silent_rank ? (double)count * sizeof(float) : 0;
 }
 
+/* ---- the twin's record (--twin-record, trace/twin_record.c) ----
+ *
+ * Every call passes here, so here each is described once: its kind (as
+ * dist_call_name spells it), its size in bytes as nccl-tests counts it
+ * (all-gather: the whole output; reduce-scatter, all-to-all, scatter,
+ * gather: the whole input or output, p pieces; the rest: the buffer), its
+ * root or peer as a world rank, its group, and the clock around it. */
+static double twin_clock(void) { return lx_twin_recording() ? lx_elapsed() : 0; }
+
+static void twin(dist_call_kind kind, size_t count, int peer, const void *req, double start) {
+    if (!lx_twin_recording()) return;
+    const dist_group *g = lx_current_group();
+    lx_twin_call_desc d = {.name = dist_call_name(kind),
+                           .bytes = (int64_t)(count * sizeof(float)),
+                           .peer = peer >= 0 && g ? g->ranks[peer] : peer,
+                           .src = -1,
+                           .group_ranks = g ? g->ranks : NULL,
+                           .group_size = g ? g->size : 0,
+                           .backend_request = req,
+                           .start = start,
+                           .end = lx_elapsed()};
+    lx_twin_call(&d);
+}
+
 static void c_barrier(void) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_BARRIER, 0);
     inner->barrier();
     close_window(&w);
+    twin(DIST_CALL_BARRIER, 0, -1, NULL, t);
 }
 static void c_all_reduce(float *buf, size_t count, dist_op op) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_ALL_REDUCE, 2 * share(count));
     inner->all_reduce(buf, count, op);
     close_window(&w);
+    twin(DIST_CALL_ALL_REDUCE, count, -1, NULL, t);
 }
 static void c_reduce(float *buf, size_t count, int root, dist_op op) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_REDUCE, chain(count, root));
     inner->reduce(buf, count, root, op);
     close_window(&w);
+    twin(DIST_CALL_REDUCE, count, root, NULL, t);
 }
 static void c_broadcast(float *buf, size_t count, int root) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + lx_current_size() - 1) % lx_current_size()));
     inner->broadcast(buf, count, root);
     close_window(&w);
+    twin(DIST_CALL_BROADCAST, count, root, NULL, t);
 }
 static void c_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)lx_current_size()));
     inner->reduce_scatter(out, in, count, op);
     close_window(&w);
+    twin(DIST_CALL_REDUCE_SCATTER, count * (size_t)lx_current_size(), -1, NULL, t);
 }
 static void c_all_gather(float *out, const float *in, size_t count) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)lx_current_size()));
     inner->all_gather(out, in, count);
     close_window(&w);
+    twin(DIST_CALL_ALL_GATHER, count * (size_t)lx_current_size(), -1, NULL, t);
 }
 static void c_scatter(float *out, const float *in, size_t count, int root) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_SCATTER,
                 lx_current_rank() == root ? (double)count * sizeof(float) * (lx_current_size() - 1) : 0);
     inner->scatter(out, in, count, root);
     close_window(&w);
+    twin(DIST_CALL_SCATTER, count * (size_t)lx_current_size(), root, NULL, t);
 }
 static void c_gather(float *out, const float *in, size_t count, int root) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_GATHER, lx_current_rank() == root ? 0 : (double)count * sizeof(float));
     inner->gather(out, in, count, root);
     close_window(&w);
+    twin(DIST_CALL_GATHER, count * (size_t)lx_current_size(), root, NULL, t);
 }
 static void c_send(const float *buf, size_t count, int peer) {
+    double t = twin_clock();
     calls[DIST_CALL_SEND]++;
     p2p_sent(DIST_CALL_SEND, count, peer);
     inner->send(buf, count, peer);
+    twin(DIST_CALL_SEND, count, peer, NULL, t);
 }
 static void c_recv(float *buf, size_t count, int peer) {
+    double t = twin_clock();
     calls[DIST_CALL_RECV]++;
     p2p_received(DIST_CALL_RECV, count, peer);
     inner->recv(buf, count, peer);
+    twin(DIST_CALL_RECV, count, peer, NULL, t);
 }
 /* A non-blocking send is counted at its start: the bytes it will hand over
  * are known, whenever they move. */
 static void *c_isend(const float *buf, size_t count, int peer) {
     calls[DIST_CALL_SEND]++;
     p2p_sent(DIST_CALL_SEND, count, peer);
-    return inner->isend(buf, count, peer);
+    double t = twin_clock();
+    void *req = inner->isend(buf, count, peer);
+    twin(DIST_CALL_SEND, count, peer, req, t);
+    return req;
 }
 static void *c_irecv(float *buf, size_t count, int peer) {
     calls[DIST_CALL_RECV]++;
     p2p_received(DIST_CALL_RECV, count, peer);
-    return inner->irecv(buf, count, peer);
+    double t = twin_clock();
+    void *req = inner->irecv(buf, count, peer);
+    twin(DIST_CALL_RECV, count, peer, req, t);
+    return req;
 }
 static void *c_iall_reduce(float *buf, size_t count, dist_op op) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_ALL_REDUCE, 2 * share(count));
-    return keep_open(inner->iall_reduce(buf, count, op), &w);
+    void *req = keep_open(inner->iall_reduce(buf, count, op), &w);
+    twin(DIST_CALL_ALL_REDUCE, count, -1, req, t);
+    return req;
 }
 static void *c_ibroadcast(float *buf, size_t count, int root) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_BROADCAST, chain(count, (root + lx_current_size() - 1) % lx_current_size()));
-    return keep_open(inner->ibroadcast(buf, count, root), &w);
+    void *req = keep_open(inner->ibroadcast(buf, count, root), &w);
+    twin(DIST_CALL_BROADCAST, count, root, req, t);
+    return req;
 }
 static void *c_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_REDUCE_SCATTER, share(count * (size_t)lx_current_size()));
-    return keep_open(inner->ireduce_scatter(out, in, count, op), &w);
+    void *req = keep_open(inner->ireduce_scatter(out, in, count, op), &w);
+    twin(DIST_CALL_REDUCE_SCATTER, count * (size_t)lx_current_size(), -1, req, t);
+    return req;
 }
 static void *c_iall_gather(float *out, const float *in, size_t count) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_ALL_GATHER, share(count * (size_t)lx_current_size()));
-    return keep_open(inner->iall_gather(out, in, count), &w);
+    void *req = keep_open(inner->iall_gather(out, in, count), &w);
+    twin(DIST_CALL_ALL_GATHER, count * (size_t)lx_current_size(), -1, req, t);
+    return req;
 }
 static void c_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
     calls[DIST_CALL_SENDRECV]++;
     p2p_sent(DIST_CALL_SENDRECV, send_count, dst);
     p2p_received(DIST_CALL_SENDRECV, recv_count, src);
+    double t = twin_clock();
     inner->sendrecv(send, send_count, dst, recv, recv_count, src);
+    if (lx_twin_recording()) {
+        lx_twin_call_desc d = {.name = dist_call_name(DIST_CALL_SENDRECV),
+                               .bytes = (int64_t)(send_count * sizeof(float)),
+                               .recv_bytes = (int64_t)(recv_count * sizeof(float)),
+                               .peer = dst,
+                               .src = src,
+                               .start = t,
+                               .end = lx_elapsed()};
+        lx_twin_call(&d);
+    }
 }
 static void c_all_to_all(float *out, const float *in, size_t count) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_ALL_TO_ALL, share(count * (size_t)lx_current_size()));
     inner->all_to_all(out, in, count);
     close_window(&w);
+    twin(DIST_CALL_ALL_TO_ALL, count * (size_t)lx_current_size(), -1, NULL, t);
 }
 static void *c_iall_to_all(float *out, const float *in, size_t count) {
+    double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_ALL_TO_ALL, share(count * (size_t)lx_current_size()));
-    return keep_open(inner->iall_to_all(out, in, count), &w);
+    void *req = keep_open(inner->iall_to_all(out, in, count), &w);
+    twin(DIST_CALL_ALL_TO_ALL, count * (size_t)lx_current_size(), -1, req, t);
+    return req;
 }
 /* The wait of a non-blocking collective closes its window. */
 static void c_wait(void *req) {
+    double t = twin_clock();
     inner->wait(req);
+    if (lx_twin_recording()) lx_twin_wait(req, t, lx_elapsed());
     for (open_request **p = &open_requests; *p; p = &(*p)->next) {
         if ((*p)->req != req) continue;
         open_request *o = *p;

@@ -37,3 +37,4 @@ void lx_use_group(const dist_group *g) {
 
 int lx_current_size(void) { return current ? current->size : lx_the_world.size; }
 int lx_current_rank(void) { return current ? current->rank : lx_the_world.rank; }
+const dist_group *lx_current_group(void) { return current; }

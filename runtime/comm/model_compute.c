@@ -91,4 +91,5 @@ void model_compute(double ms) {
         end = lx_elapsed();
     }
     lx_modelled_record(start, end, ms, device);
+    lx_twin_modelled(start, end, ms); /* --twin-record: the replay computes ms there too */
 }

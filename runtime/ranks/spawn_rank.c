@@ -544,10 +544,13 @@ static void rank_run_spawn(const char *body, size_t size) {
                          : -1;
     lx_ranks_comm()->start((lx_backend)my_desc.backend, pool_rank, w, device);
 
+    lx_twin_begin();
     fn(pool_rank, w, args);
     /* Requests never waited for first: their transfers may still use
      * tensors the next lines free. */
     lx_ranks_comm()->finish_requests();
+    /* --twin-record: what this rank did, for the lecture's NAME.events.json. */
+    char *twin = lx_twin_recording() ? lx_twin_rank_text() : NULL;
     /* Tensors the function left alive: a warning step per line that made
      * them, and freed, as the end of a process would. */
     char *when = lx_fmt("rank %d's function %s()", pool_rank, lx_function_name((const void *)fn));
@@ -572,8 +575,10 @@ static void rank_run_spawn(const char *body, size_t size) {
         rc = lx_wire_send(parent_fd, MSG_BOARD, &id, sizeof id, &last, sizeof last);
     }
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
+    if (rc == 0 && twin) rc = lx_wire_send(parent_fd, MSG_TWIN, twin, strlen(twin), NULL, 0);
     if (rc == 0) rc = lx_wire_send(parent_fd, MSG_DONE, NULL, 0, NULL, 0);
     pthread_mutex_unlock(&send_lock);
+    free(twin);
     if (rc != 0) parent_gone();
 }
 

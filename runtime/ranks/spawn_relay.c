@@ -372,6 +372,8 @@ static int take_message(spawn_run *run, int r) {
     } else if (type == MSG_RESULT) {
         lx_spawn_results_put(r, body, size); /* kept: spawn_result() reads it */
         return 1;
+    } else if (type == MSG_TWIN) {
+        lx_twin_add_rank(run->id, r, run->world_size, body);
     } else if (type == MSG_MODELLED) {
         cJSON *span = cJSON_Parse(body);
         if (span) {

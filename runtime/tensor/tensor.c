@@ -256,6 +256,7 @@ void tensor_copy(tensor *dst, const tensor *src) {
     NEED_R(src, "tensor_copy");
     check_same_shape("tensor_copy", dst, src);
     if (src->numel == 0 || dst->data == src->data) return;
+    lx_twin_work(0, 2.0 * (double)bytes_of(src));
     if (!on_gpu(dst) && !on_gpu(src)) memmove(dst->data, src->data, bytes_of(src));
     else lx_cuda_copy(dst->data, dst->device, src->data, src->device, bytes_of(src));
 }
@@ -424,6 +425,7 @@ double max_abs_diff(const tensor *a, const tensor *b) {
 
 void add_scalar_(tensor *t, float s) {
     NEED_W(t, "add_scalar_");
+    lx_twin_work((double)t->numel, 2.0 * (double)bytes_of(t));
     if (on_gpu(t)) {
         lx_cuda_add_scalar(t->device, t->data, t->numel, s);
         return;
@@ -436,6 +438,7 @@ void scale_(tensor *t, float s) {
     NEED_W(t, "scale_");
     int n = blas_int("scale_", t->numel);
     if (n == 0) return;
+    lx_twin_work((double)n, 2.0 * (double)bytes_of(t));
     if (on_gpu(t)) lx_cuda_scale(t->device, t->data, n, s);
     else cblas_sscal(n, s, t->data, 1);
 }
@@ -447,6 +450,7 @@ void add_(tensor *t, const tensor *u) {
     check_same_device("add_", t, u);
     int n = blas_int("add_", t->numel);
     if (n == 0) return;
+    lx_twin_work((double)n, 3.0 * (double)bytes_of(t));
     if (on_gpu(t)) lx_cuda_axpy(t->device, t->data, u->data, n, 1.0f);
     else cblas_saxpy(n, 1.0f, u->data, 1, t->data, 1);
 }
@@ -458,12 +462,14 @@ void sub_(tensor *t, const tensor *u) {
     check_same_device("sub_", t, u);
     int n = blas_int("sub_", t->numel);
     if (n == 0) return;
+    lx_twin_work((double)n, 3.0 * (double)bytes_of(t));
     if (on_gpu(t)) lx_cuda_axpy(t->device, t->data, u->data, n, -1.0f);
     else cblas_saxpy(n, -1.0f, u->data, 1, t->data, 1);
 }
 
 void fill_(tensor *t, float value) {
     NEED_W(t, "fill_");
+    lx_twin_work(0, (double)bytes_of(t));
     if (on_gpu(t)) {
         lx_cuda_fill(t->device, t->data, t->numel, value);
         return;
@@ -518,6 +524,9 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
                  lx_shape_of(a).s, trans_a ? " transposed" : "", lx_shape_of(b).s, trans_b ? " transposed" : "",
                  lx_shape_of(c).s, m, k, kb, n);
     if (c->numel == 0) return;
+    /* The replay's work (docs/twin.md): 2mnk FLOPs, each operand read or written once. */
+    lx_twin_work(2.0 * (double)m * (double)n * (double)k,
+                 (double)(a->numel + b->numel + c->numel * (beta != 0.0f ? 2 : 1)) * sizeof(float));
     /* Leading dimensions are the stored row lengths (at least 1, as BLAS
      * insists even for empty operands). */
     int lda = blas_int("matmul", a->shape[1] > 0 ? a->shape[1] : 1);
@@ -577,6 +586,8 @@ static inline float gelu_s(float v) { return 1.0f / (1.0f + expf(-2.0f * GELU_C 
 tensor *gelu(const tensor *x) {
     NEED_R(x, "gelu");
     tensor *y = new_like(x);
+    lx_twin_work(12.0 * (double)x->numel,
+                 2.0 * (double)bytes_of(x)); /* about 12 FLOPs an element (exp counted as one) */
     if (on_gpu(x)) {
         lx_cuda_gelu(x->device, y->data, x->data, x->numel);
         return y;
@@ -595,6 +606,7 @@ tensor *gelu_backward(const tensor *x, const tensor *dy) {
     check_same_shape("gelu_backward", x, dy);
     check_same_device("gelu_backward", x, dy);
     tensor *dx = new_like(x);
+    lx_twin_work(20.0 * (double)x->numel, 3.0 * (double)bytes_of(x)); /* about 20 FLOPs an element */
     if (on_gpu(x)) {
         lx_cuda_gelu_backward(x->device, dx->data, x->data, dy->data, x->numel);
         return dx;
@@ -679,6 +691,7 @@ void adamw_step(adamw *opt, tensor *param, const tensor *grad) {
     float step_size = (float)(opt->lr / (1.0 - pow(opt->beta1, opt->step)));
     float bias2_sqrt = (float)sqrt(1.0 - pow(opt->beta2, opt->step));
     float beta1 = opt->beta1, beta2 = opt->beta2, eps = opt->eps;
+    lx_twin_work(16.0 * (double)param->numel, 7.0 * (double)bytes_of(param)); /* reads p, m, v, g; writes p, m, v */
     if (on_gpu(param)) {
         lx_cuda_adamw(param->device, param->data, opt->m->data, opt->v->data, grad->data, param->numel, beta1, beta2,
                       eps, decay, step_size, bias2_sqrt);

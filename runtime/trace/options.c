@@ -76,7 +76,8 @@ char *lx_option_accept(const char *arg) {
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
     /* --inspect-collectives: every lecture takes it (lectern.h, inspect). Kept
      * with the lecture's own options so that the ranks receive it too. */
-    if (!eq && strcmp(name, LX_INSPECT_COLLECTIVES) == 0) {
+    /* --twin-record likewise (docs/twin.md): the ranks record what they do. */
+    if (!eq && (strcmp(name, LX_INSPECT_COLLECTIVES) == 0 || strcmp(name, LX_TWIN_RECORD) == 0)) {
         remember(name, len, NULL);
         return NULL;
     }
@@ -142,6 +143,7 @@ const char *lecture_option(const char *name, const char *fallback) {
 }
 
 int lx_inspect_collectives(void) { return find_given(LX_INSPECT_COLLECTIVES) != NULL; }
+int lx_twin_recording(void) { return find_given(LX_TWIN_RECORD) != NULL; }
 
 /* "naive\nn=8\n": what was given, for the ranks. */
 char *lx_options_text(void) {

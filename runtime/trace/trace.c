@@ -349,8 +349,7 @@ static void embed_files(void) {
     lx_json_set(trace, "files", files);
 }
 
-/* Writes parts[] to `path` through a temporary file and a rename. */
-static int write_atomic(const char *path, const char *const *parts, int nparts) {
+int lx_write_atomic(const char *path, const char *const *parts, int nparts) {
     char *tmp = lx_fmt("%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
@@ -416,8 +415,8 @@ int lx_trace_write(void) {
                            failed ? ".failed" : "");
     const char *json_parts[] = {json, "\n"};
     const char *js_parts[] = {js_head, json, ";\n"};
-    int rc = write_atomic(json_path, json_parts, 2);
-    if (rc == 0) rc = write_atomic(js_path, js_parts, 3);
+    int rc = lx_write_atomic(json_path, json_parts, 2);
+    if (rc == 0) rc = lx_write_atomic(js_path, js_parts, 3);
     if (rc == 0 && !failed) {
         /* A good run makes an older failed trace stale. */
         char *old_json = lx_fmt("%s/%s.failed.json", out_dir, lx_lecture_name());

@@ -201,6 +201,9 @@ int lx_trace_write(void);
 
 /* The lecture's name. */
 const char *lx_lecture_name(void);
+/* Writes parts[] to `path` through a temporary file in its folder and a
+ * rename: a reader never sees half a file. 0, or -1 with a message. */
+int lx_write_atomic(const char *path, const char *const *parts, int nparts);
 
 /* In a rank: what the parent knows that the rank needs for progress lines,
  * step times and lecture_quick(): the lecture's name, the parent's
@@ -303,6 +306,47 @@ cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int d
  * before and after, as "t (before dist_all_reduce)". */
 #define LX_INSPECT_COLLECTIVES "inspect-collectives"
 int lx_inspect_collectives(void);
+/* options.c: 1 when the lecture was started with --twin-record (in its
+ * ranks too): twin_record.c records what each rank does. */
+#define LX_TWIN_RECORD "twin-record"
+int lx_twin_recording(void);
+
+/* ---------------- twin_record.c (what each rank did, for a replay) ---------------- */
+
+/* With --twin-record, each rank of a spawn records in order its compute
+ * (time between calls, and the work the tensor ops counted), its modelled
+ * spans and its calls; the lecture writes them to NAME.events.json beside
+ * the trace (docs/twin.md). Every function is a no-op outside a rank or
+ * without the flag. */
+#define LX_TWIN_MAX_EVENTS (1 << 20) /* per rank and spawn; beyond, counted in "dropped" */
+
+/* A call, described by the comm layer where every call passes (comm_stats.c). */
+typedef struct lx_twin_call_desc {
+    const char *name;       /* dist_call_name's spelling, static: "all_reduce" */
+    int64_t bytes;          /* docs/twin.md: the call's size as nccl-tests counts it */
+    int64_t recv_bytes;     /* sendrecv: what it receives */
+    int peer, src;          /* dst, src or root as a world rank, -1 none; sendrecv's src */
+    const int *group_ranks; /* a group call: its world ranks in group order; NULL the world */
+    int group_size;
+    const void *backend_request; /* an async call's request (its wait names it), else NULL */
+    double start, end;           /* lx_elapsed() around the call */
+} lx_twin_call_desc;
+
+/* A rank's spawn starts: its record emptied, the clock of compute started. */
+void lx_twin_begin(void);
+/* Work a tensor op did on this rank: FLOPs, bytes read and written. */
+void lx_twin_work(double flops, double bytes);
+/* A call (returns its request number for an async one, else 0), the wait
+ * of an async one, a model_compute() span. */
+int lx_twin_call(const lx_twin_call_desc *c);
+void lx_twin_wait(const void *backend_request, double start, double end);
+void lx_twin_modelled(double start, double end, double ms);
+/* The spawn's end: the rank's record as JSON text ({"events": [...], "end"}),
+ * for the lecture (caller frees). */
+char *lx_twin_rank_text(void);
+/* The lecture: rank `rank` of spawn `spawn_id` sent `text`. Kept until the
+ * trace is written; NAME.events.json is written with a good trace. */
+void lx_twin_add_rank(int spawn_id, int rank, int world_size, const char *text);
 
 /* ---------------- check.c (check, check_close) ---------------- */
 

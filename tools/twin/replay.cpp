@@ -1,0 +1,242 @@
+/*
+ * replay.cpp: twin_replay, a run's events replayed on a simulated platform
+ * (docs/twin.md).
+ *
+ *   twin_replay EVENTS.json PLATFORM.xml [--name NAME] [--out FILE]
+ *
+ * SimGrid's S4U API: an actor per rank on the platform's hosts (rank r on
+ * the r-th host, hosts in natural order of their names), replaying its
+ * events in order; the spawns one after another, each from clock zero of
+ * its own. What each event becomes:
+ *
+ *   compute    the platform's root zone says how (its property "compute"):
+ *              "measured": the time it took here (a calibration platform,
+ *              which describes the machine the run was on); "work": the
+ *              work counted, max(FLOPs / host speed, bytes / "memory_bw"),
+ *              the roofline of a device that does nothing else
+ *   modelled   the ms the lecture asked for, on every platform: the lecture
+ *              said the device computes that long
+ *   a call     its messages (collectives.cpp; point to point: a message on
+ *              the mailbox "p2p/SRC/DST", which keeps MPI's order between a
+ *              pair); an async one runs beside the rank (an actor for a
+ *              collective, an async comm for a message) until its wait
+ *
+ * Writes JSON (stdout, or --out): per spawn, the simulated seconds, each
+ * rank's simulated timeline, and the measured seconds beside them.
+ * Exit status: 0, or 2 with a message naming the file and the problem.
+ */
+#include "collectives.hpp"
+#include "events.hpp"
+
+#include <algorithm>
+#include <cjson/cJSON.h>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <simgrid/s4u.hpp>
+#include <stdexcept>
+#include <xbt/log.h>
+
+namespace s4u = simgrid::s4u;
+using namespace twin;
+
+struct Span {
+    std::string op;
+    double start, end;
+};
+
+struct Platform {
+    bool measured = false; /* compute as measured here, else as work */
+    double memory_bw = 0;  /* bytes/s, for compute as work */
+    std::vector<s4u::Host *> hosts;
+};
+
+static Platform platform;
+static std::map<int, double> spawn_seconds;          /* spawn id -> simulated s */
+static std::map<int, std::vector<std::vector<Span>>> timelines; /* spawn id -> rank -> spans */
+
+/* "n1-gpu10" after "n1-gpu9": numbers compared as numbers. */
+static bool natural_less(const std::string &a, const std::string &b) {
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        if (isdigit((unsigned char)a[i]) && isdigit((unsigned char)b[j])) {
+            size_t ei = i, ej = j;
+            while (ei < a.size() && isdigit((unsigned char)a[ei])) ei++;
+            while (ej < b.size() && isdigit((unsigned char)b[ej])) ej++;
+            long x = std::stol(a.substr(i, ei - i)), y = std::stol(b.substr(j, ej - j));
+            if (x != y) return x < y;
+            i = ei, j = ej;
+        } else {
+            if (a[i] != b[j]) return a[i] < b[j];
+            i++, j++;
+        }
+    }
+    return a.size() - i < b.size() - j;
+}
+
+static double compute_seconds(const Event &e, s4u::Host *host) {
+    if (platform.measured) return e.end - e.start;
+    double t = e.flops / host->get_speed();
+    if (platform.memory_bw > 0) t = std::max(t, e.bytes / platform.memory_bw);
+    return t;
+}
+
+static void rank_actor(const Spawn *sp, int rank, std::vector<Span> *out) {
+    double t0 = s4u::Engine::get_clock();
+    s4u::Host *host = s4u::this_actor::get_host();
+    std::map<std::string, int> seq;               /* per group: collectives so far */
+    std::map<int, s4u::CommPtr> comms;            /* async messages by request */
+    std::map<int, s4u::ActorPtr> helpers;          /* async collectives by request */
+    static int payload, *received; /* the messages' contents: only sizes matter */
+    for (const Event &e : sp->ranks[rank].events) {
+        double start = s4u::Engine::get_clock() - t0;
+        if (e.op == "compute") {
+            double t = compute_seconds(e, host);
+            if (platform.measured) s4u::this_actor::sleep_for(t);
+            else s4u::this_actor::execute(t * host->get_speed());
+        } else if (e.op == "modelled") {
+            s4u::this_actor::sleep_for(e.ms * 1e-3);
+        } else if (e.op == "wait") {
+            if (comms.count(e.req)) comms[e.req]->wait(), comms.erase(e.req);
+            else if (helpers.count(e.req)) helpers[e.req]->join(), helpers.erase(e.req);
+        } else if (e.op == "send" || e.op == "recv" || e.op == "sendrecv") {
+            auto to = [&](int src, int dst) {
+                return s4u::Mailbox::by_name("p2p/" + std::to_string(src) + "/" + std::to_string(dst));
+            };
+            if (e.op == "sendrecv") {
+                s4u::CommPtr out_comm = to(rank, e.peer)->put_async(&payload, (uint64_t)e.bytes);
+                to(e.src, rank)->get<int>();
+                out_comm->wait();
+            } else {
+                bool send = e.op == "send";
+                s4u::CommPtr c;
+                if (send) c = to(rank, e.peer)->put_async(&payload, (uint64_t)e.bytes);
+                else c = to(e.peer, rank)->get_async<int>(&received);
+                if (e.req) comms[e.req] = c;
+                else c->wait();
+            }
+        } else {
+            Collective c;
+            c.op = e.op;
+            if (e.group.empty())
+                for (int q = 0; q < sp->world_size; q++) c.ranks.push_back(q);
+            else c.ranks = e.group;
+            auto me = std::find(c.ranks.begin(), c.ranks.end(), rank);
+            if (me == c.ranks.end()) throw std::runtime_error("rank " + std::to_string(rank) + " outside its call's group");
+            c.me = (int)(me - c.ranks.begin());
+            if (e.peer >= 0) {
+                auto root = std::find(c.ranks.begin(), c.ranks.end(), e.peer);
+                c.root = root == c.ranks.end() ? 0 : (int)(root - c.ranks.begin());
+            }
+            c.bytes = e.bytes;
+            std::string g;
+            for (int q : c.ranks) g += std::to_string(q) + ",";
+            c.key = "s" + std::to_string(sp->id) + "/g" + g + "/" + std::to_string(seq[g]++);
+            if (e.req)
+                helpers[e.req] = s4u::Actor::create("async", host, [c]() { play_collective(c); });
+            else play_collective(c);
+        }
+        out->push_back({e.op, start, s4u::Engine::get_clock() - t0});
+    }
+    for (auto &kv : comms) kv.second->wait(); /* never waited for: finish_requests did, at the end */
+    for (auto &kv : helpers) kv.second->join();
+}
+
+/* The spawns one after another: each starts when the last one's ranks have all finished. */
+static void conductor(const Run *run) {
+    for (const Spawn &sp : run->spawns) {
+        if (!sp.complete()) continue;
+        if (sp.world_size > (int)platform.hosts.size())
+            throw std::runtime_error("spawn " + std::to_string(sp.id) + " has " + std::to_string(sp.world_size) +
+                                     " ranks; the platform has " + std::to_string(platform.hosts.size()) + " hosts");
+        double t0 = s4u::Engine::get_clock();
+        auto &tl = timelines[sp.id];
+        tl.assign(sp.world_size, {});
+        std::vector<s4u::ActorPtr> actors;
+        for (int r = 0; r < sp.world_size; r++)
+            actors.push_back(s4u::Actor::create("rank" + std::to_string(r), platform.hosts[r],
+                                                [&sp, r, &tl]() { rank_actor(&sp, r, &tl[r]); }));
+        for (auto &a : actors) a->join();
+        spawn_seconds[sp.id] = s4u::Engine::get_clock() - t0;
+    }
+}
+
+static cJSON *result(const Run &run, const std::string &name) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "lecture", run.lecture.c_str());
+    cJSON_AddStringToObject(root, "platform", name.c_str());
+    cJSON_AddStringToObject(root, "compute", platform.measured ? "measured" : "work");
+    cJSON *list = cJSON_AddArrayToObject(root, "spawns");
+    for (const Spawn &sp : run.spawns) {
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "id", sp.id);
+        cJSON_AddNumberToObject(s, "world_size", sp.world_size);
+        cJSON_AddNumberToObject(s, "measured_s", sp.measured_s());
+        if (!spawn_seconds.count(sp.id)) {
+            cJSON_AddStringToObject(s, "skipped", "a rank sent no events (it failed, or the spawn was meant to fail)");
+        } else {
+            cJSON_AddNumberToObject(s, "simulated_s", spawn_seconds[sp.id]);
+            cJSON *ranks = cJSON_AddArrayToObject(s, "ranks");
+            for (auto &spans : timelines[sp.id]) {
+                cJSON *r = cJSON_CreateArray();
+                for (auto &x : spans) {
+                    cJSON *o = cJSON_CreateObject();
+                    cJSON_AddStringToObject(o, "op", x.op.c_str());
+                    cJSON_AddNumberToObject(o, "start", x.start);
+                    cJSON_AddNumberToObject(o, "end", x.end);
+                    cJSON_AddItemToArray(r, o);
+                }
+                cJSON_AddItemToArray(ranks, r);
+            }
+        }
+        cJSON_AddItemToArray(list, s);
+    }
+    return root;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s EVENTS.json PLATFORM.xml [--name NAME] [--out FILE]\n", argv[0]);
+        return 2;
+    }
+    std::string events = argv[1], xml = argv[2], name, out;
+    for (int i = 3; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--name")) name = argv[i + 1];
+        else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
+    }
+    if (name.empty()) name = xml;
+    try {
+        Run run = read_events(events);
+        /* SimGrid's log and its engine's own arguments: quiet unless asked. */
+        int sg_argc = 1;
+        char *sg_argv[] = {argv[0], nullptr};
+        s4u::Engine e(&sg_argc, sg_argv);
+        xbt_log_control_set("root.thresh:warning"); /* not the configuration's INFO lines */
+        e.set_config("network/crosstraffic:0"); /* a message does not slow its reverse direction */
+        if (!fopen(xml.c_str(), "r")) throw std::runtime_error(xml + ": cannot open the platform");
+        e.load_platform(xml);
+        const char *compute = e.get_netzone_root()->get_property("compute");
+        platform.measured = compute && !strcmp(compute, "measured");
+        const char *mbw = e.get_netzone_root()->get_property("memory_bw");
+        platform.memory_bw = mbw ? atof(mbw) : 0;
+        platform.hosts = e.get_all_hosts();
+        std::sort(platform.hosts.begin(), platform.hosts.end(),
+                  [](s4u::Host *a, s4u::Host *b) { return natural_less(a->get_name(), b->get_name()); });
+        s4u::Actor::create("conductor", platform.hosts[0], [&run]() { conductor(&run); });
+        e.run();
+        cJSON *root = result(run, name);
+        char *text = cJSON_Print(root);
+        cJSON_Delete(root);
+        FILE *f = out.empty() ? stdout : fopen(out.c_str(), "w");
+        if (!f) throw std::runtime_error(out + ": cannot write");
+        fputs(text, f);
+        fputc('\n', f);
+        if (f != stdout) fclose(f);
+        free(text);
+    } catch (const std::exception &ex) {
+        fprintf(stderr, "twin_replay: %s\n", ex.what());
+        return 2;
+    }
+    return 0;
+}
