@@ -469,7 +469,7 @@ static void exercise_4(int rank, int world, void *args) {
 /* Each exercise runs in a spawn of its own (spawn_exercise): a crash, a
  * deadlock or a loop that never ends in one costs that exercise's checks,
  * and the next exercise still runs and is checked. */
-static void body(void) {
+static void homework_08(void) {
     note("# Homework 08: distributed training by hand");
     note("Four exercises, each a function at the top of `lectures/homework_08.c`. Every check below "
          "compares your function with lectern's own collectives on 4 ranks; a failed check shows "
@@ -500,4 +500,4 @@ static void body(void) {
     }
 }
 
-int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
+int main(int argc, char **argv) { return lecture_main(argc, argv, homework_08); }

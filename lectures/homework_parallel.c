@@ -659,7 +659,7 @@ static void exercise_3(int rank, int world, void *args) {
 /* Each exercise runs in a spawn of its own (spawn_exercise): a crash, a
  * deadlock or a loop that never ends in one costs that exercise's checks,
  * and the next exercise still runs and is checked. */
-static void body(void) {
+static void homework_parallel(void) {
     note("# Homework: tensor, pipeline and sharded-data parallelism");
     note("Three exercises, each a function at the top of `lectures/homework_parallel.c`. Every check below "
          "compares your function with one device on 4 ranks, or checks how it communicated; a failed check "
@@ -680,4 +680,4 @@ static void body(void) {
     spawn_exercise("exercise 3:", EXERCISE_SECONDS, exercise_3, WORLD, &unused, sizeof unused);
 }
 
-int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
+int main(int argc, char **argv) { return lecture_main(argc, argv, homework_parallel); }

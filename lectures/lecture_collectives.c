@@ -928,6 +928,4 @@ static void topology(void) {
     }
 }
 
-static void body(void) { lecture_collectives(); }
-
-int main(int argc, char **argv) { return lecture_main(argc, argv, body); }
+int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_collectives); }

@@ -170,9 +170,7 @@ static void take_value(cJSON *o, const conversion *c, va_list *ap) {
         else if (strlen(v) <= STRING_VALUE_MAX) lx_add_text(o, "value", v);
         return;
     }
-    case 'p':
-        (void)va_arg(*ap, void *);
-        return;
+    case 'p': (void)va_arg(*ap, void *); return;
     }
 }
 
