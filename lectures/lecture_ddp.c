@@ -932,9 +932,11 @@ static void straggler_main(int rank, int world_size, void *args) {
         reduce[s] = t2 - t1;
         step[s] = t3 - t0;
     }
-    note_verbatim("Rank %d%s: compute %.2f ms, all-reduce %.2f ms, step %.2f ms", rank,
-                  rank == STRAGGLER ? " (straggler)" : "", median_of(compute, a->steps) * 1e3,
-                  median_of(reduce, a->steps) * 1e3, median_of(step, a->steps) * 1e3);
+    const char *role = rank == STRAGGLER ? " (straggler)" : "";
+    double compute_ms = median_of(compute, a->steps) * 1e3, reduce_ms = median_of(reduce, a->steps) * 1e3,
+           step_ms = median_of(step, a->steps) * 1e3;
+    note_verbatim("Rank %d%s: compute %.2f ms, all-reduce %.2f ms, step %.2f ms", rank, role, compute_ms, reduce_ms,
+                  step_ms);
     free_model(c, w, grads);
     tensor_free(x);
     tensor_free(data);

@@ -301,25 +301,29 @@ class LectureCollectives(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.
         a_s, b_s = self.alpha_beta()
         alpha, beta, n = float(a_s), float(b_s), 4
         rows = self.sweep()
-        why = self.markdown(r"^Why the crossovers differ \((\d+) bytes predicted; measured, (.*?)\)")
+        # the note's figures by name (lecture_collectives.c, note_crossovers)
+        why = self.noted("predicted", "said", "ring_step", "tree_step")
         self.assertEqual(len(why), 1)
-        text = why[0][1].string
-        pred = self.markdown(r"^predicted: on 4 ranks the tree beats the ring below (\d+) bytes")
-        self.assertEqual(why[0][1].group(1), pred[0][1].group(1))
+        _, note, f = why[0]
+        text = note["data"]
+        pred = [p for _, _, p in self.noted("n", "predicted") if "said" not in p]   # the prediction's own note
+        self.assertEqual([p["predicted"] for p in pred], [f["predicted"]])   # the same double
         ring_wins = [r[1] < r[2] for r in rows]
         first = len(rows) - 1
         while first > 0 and ring_wins[first - 1]:
             first -= 1
-        self.assertEqual(why[0][1].group(2), "the tree won at the largest size" if not ring_wins[-1] else
+        self.assertEqual(f["said"], "the tree won at the largest size" if not ring_wins[-1] else
                          "the ring won at every size" if first == 0 else
                          "the ring won for good from %.0f bytes" % rows[first][0])
         # per step on the smallest tensor: the ring's 2(N-1) steps, the tree's
-        # 2 log2 N; printed to 0.1 us
-        m = re.search(r"a ring step took ([0-9.]+) us and a tree step ([0-9.]+) us .*?alpha = ([0-9.]+) us", text)
-        self.assertIsNotNone(m, text)
-        self.assertAlmostEqual(float(m.group(1)), rows[0][1] / (2 * (n - 1)), delta=0.051)
-        self.assertAlmostEqual(float(m.group(2)), rows[0][2] / (2 * math.log2(n)), delta=0.051)
-        self.assertAlmostEqual(float(m.group(3)), alpha * 1e6, delta=0.051 + half_unit(a_s) * 1e6)
+        # 2 log2 N; the lecture's doubles from the seconds the table shows in us
+        # (its us are the seconds times 1e6: a rounding or two, 1e-12 relative)
+        self.assertEqual(f["n"], n)
+        self.assertTrue(math.isclose(f["ring_step"], rows[0][1] / (2 * (n - 1)), rel_tol=1e-12), f)
+        self.assertTrue(math.isclose(f["tree_step"], rows[0][2] / (2 * math.log2(n)), rel_tol=1e-12), f)
+        # alpha: the fit's own double, as its note gave it
+        self.assertTrue(tracecheck.same_double(f["alpha * 1e6"], self.figures("alpha", "beta")["alpha"] * 1e6), f)
+        self.assertLessEqual(abs(f["alpha * 1e6"] - alpha * 1e6), half_unit(a_s) * 1e6)   # alpha_beta's print
         self.assertIn("the ring, whose every step" if rows[0][1] / 6 > rows[0][2] / 4 else "the tree's steps", text)
         # the ping-pong size furthest above the two-point line, and by how much
         ping = self.tables(r"^ping-pong: one-way time")[0][2]["rows"]
@@ -334,12 +338,12 @@ class LectureCollectives(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.
             # table holds (full precision here); 0.05 is the note's rounding
             self.assertAlmostEqual(float(m.group(2)), worst, delta=0.05 + 0.01 * worst)
         # the largest tensor against the models
-        m = re.search(r"At (\d+) bytes the tree took ([0-9.]+) times its model and the ring ([0-9.]+) times", text)
-        self.assertIsNotNone(m, text)
+        # the largest tensor against the models: the table's us over the model's us, the lecture's seconds over
+        # seconds (a rounding or two each side, 1e-12 relative)
         last = rows[-1]
-        self.assertEqual(float(m.group(1)), last[0])
-        self.assertAlmostEqual(float(m.group(2)), last[2] / last[5], delta=0.05 + 1e-3 * last[2] / last[5])
-        self.assertAlmostEqual(float(m.group(3)), last[1] / last[4], delta=0.05 + 1e-3 * last[1] / last[4])
+        self.assertEqual(f["big"], last[0])
+        self.assertTrue(math.isclose(f["tree_over"], last[2] / last[5], rel_tol=1e-12), f)
+        self.assertTrue(math.isclose(f["ring_over"], last[1] / last[4], rel_tol=1e-12), f)
 
     def test_four_ways_are_built_and_said(self):
         with open(os.path.join(ROOT, "lectures", NAME + ".c")) as f:

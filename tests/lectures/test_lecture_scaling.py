@@ -15,7 +15,6 @@ lecture_scaling.json, made from the current source.
     /usr/bin/python3 tests/lectures/test_lecture_scaling.py     (LECTERN_BUILD picks the build)
 """
 import os
-import re
 import sys
 import tempfile
 import unittest
@@ -23,7 +22,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import planted  # noqa: E402
 import tracecheck  # noqa: E402
-from tracecheck import NUM, U, half_unit  # noqa: E402
+from tracecheck import U  # noqa: E402
 
 ROOT = tracecheck.ROOT
 
@@ -53,18 +52,25 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
     # ---- helpers over the trace ----
 
     def block_config(self):
-        m = re.search(r"a sequence of (\d+) tokens of width d = (\d+), (\d+) heads of width (\d+), an MLP of "
-                      r"hidden width (\d+)\.", self.markdown_text())
-        return dict(zip(("seq", "d", "heads", "dh", "hidden"), map(int, m.groups())))
+        # the block note's own arguments (lecture_scaling.c, block_on_one_device), read by name
+        f = self.figures("HEADS", "DIM / HEADS", "HIDDEN")
+        return {"seq": f["SEQ"], "d": f["DIM"], "heads": f["HEADS"], "dh": f["DIM / HEADS"], "hidden": f["HIDDEN"]}
 
-    def assert_within(self, m, diff_group, size_group, tol_group, sum_lengths, what):
-        """The printed difference is within the printed tolerance, and that
-        tolerance is 2 sum_lengths u of the printed largest value (both
-        printed with 3 digits: compared as intervals)."""
-        diff, size, tol = m.group(diff_group), m.group(size_group), m.group(tol_group)
-        self.assertLessEqual(float(diff), float(tol), what)
-        self.assert_scaled(tol, size, 2 * sum_lengths * U, what)
-        self.assertGreater(float(size), 0.1, what)   # a real result, not zeros
+    def compared(self, what):
+        """{expr: value} of each rank's line of compare() (lecture_scaling.c)
+        for `what`, in rank order."""
+        return self.per_rank_noted("rank", "what", "diff", "largest(expected)", "tol", world=WORLD,
+                                   where={"what": what})
+
+    def assert_within(self, f, sum_lengths, what):
+        """The difference is within the tolerance, and that tolerance is
+        2 sum_lengths u of the largest value: the lecture's own doubles, and
+        the same product here (2 sum_lengths u is exact in a double, so only
+        the last product rounds: equal to a trace's writing,
+        tracecheck.same_double)."""
+        self.assertLessEqual(f["diff"], f["tol"], what)
+        self.assertTrue(tracecheck.same_double(f["tol"], 2 * sum_lengths * U * f["largest(expected)"]), (what, f))
+        self.assertGreater(f["largest(expected)"], 0.1, what)   # a real result, not zeros
 
     # ---- the trace as a whole ----
 
@@ -99,17 +105,16 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
     # ---- expert parallelism ----
 
     def test_expert_parallel_output_equals_one_device(self):
-        m = re.search(r"(\d+) ranks with (\d+) tokens each, d = (\d+), experts of hidden width (\d+)\.",
-                      self.markdown_text())
-        d, hidden = int(m.group(3)), int(m.group(4))
-        for row in self.per_rank(r"^Rank (\d): expert parallelism: the MoE layer's output: max \|ranks - one "
-                                 r"device\| = %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM), WORLD):
+        f = self.figures("TOKENS", "EXPERT_HIDDEN")   # lecture_scaling.c, expert_parallelism's note
+        d, hidden = f["DIM"], f["EXPERT_HIDDEN"]
+        for row in self.compared("expert parallelism: the MoE layer's output"):
             # the router (d terms) and the expert's two products (d, hidden)
-            self.assert_within(row, 2, 3, 4, d + d + hidden, "MoE")
+            self.assert_within(row, d + d + hidden, "MoE")
 
     def test_all_to_all_bytes_follow_from_the_routing(self):
-        m = re.search(r"(\d+) ranks with (\d+) tokens each, d = (\d+)", self.markdown_text())
-        tokens, d = int(m.group(2)), int(m.group(3))
+        f = self.figures("TOKENS", "EXPERT_HIDDEN")
+        self.assertEqual(f["WORLD"], WORLD)
+        tokens, d = f["TOKENS"], f["DIM"]
         t = self.table(r"^Expert parallelism")
         rows = t["rows"]
         self.assertEqual([r[0] for r in rows], list(range(WORLD)))
@@ -127,10 +132,13 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
             useful_total += useful
             nominal_total += row[4]
         self.assertGreater(max(max(c) - min(c) for c in counts), 0)   # the router is uneven here
-        m = re.search(r"Of the (\d+) bytes the ranks sent by the formula, (\d+) carried tokens \((\d+)%\)",
-                      self.markdown_text())
-        self.assertEqual((int(m.group(1)), int(m.group(2))), (nominal_total, useful_total))
-        self.assertEqual(int(m.group(3)), round(100 * useful_total / nominal_total))
+        # the note under the table (lecture_scaling.c, expert_table), its figures by name
+        f = self.figures("(long long)nominal", "(long long)useful")
+        self.assertEqual((f["r[0].capacity"], f["(long long)nominal"], f["(long long)useful"]),
+                         (capacity, nominal_total, useful_total))
+        # the same division of the same integers, in doubles, here and there
+        self.assertTrue(tracecheck.same_double(f["100.0 * (double)useful / (double)nominal"],
+                                               100.0 * useful_total / nominal_total), f)
 
     # ---- tensor and sequence parallelism ----
 
@@ -141,13 +149,10 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
 
     def test_tensor_and_sequence_parallel_outputs_equal_one_device(self):
         n = self.block_sum_lengths()
-        for row in self.per_rank(r"^Rank (\d): tensor parallelism: the block's output: max \|ranks - one device\| "
-                                 r"= %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM), WORLD):
-            self.assert_within(row, 2, 3, 4, n, "TP")
-        for row in self.per_rank(r"^Rank (\d): sequence parallelism: the block's output, this rank's quarter: max "
-                                 r"\|ranks - one device\| = %s \(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM),
-                                 WORLD):
-            self.assert_within(row, 2, 3, 4, n, "SP")
+        for row in self.compared("tensor parallelism: the block's output"):
+            self.assert_within(row, n, "TP")
+        for row in self.compared("sequence parallelism: the block's output, this rank's quarter"):
+            self.assert_within(row, n, "SP")
 
     def test_sequence_parallel_sends_the_same_bytes_in_twice_the_calls(self):
         c = self.block_config()
@@ -165,60 +170,57 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
     # ---- ring attention ----
 
     def test_ring_attention_equals_one_device_and_passes_every_chunk_once(self):
-        m = re.search(r"One causal head of width (\d+) over (\d+) tokens, (\d+) per rank\.", self.markdown_text())
-        dh, seq, chunk = map(int, m.groups())
+        f = self.figures("RING_DH", "SEQ / WORLD")   # lecture_scaling.c, ring_attention_section's note
+        dh, seq, chunk = f["RING_DH"], f["SEQ"], f["SEQ / WORLD"]
         self.assertEqual(chunk * WORLD, seq)
-        for row in self.per_rank(r"^Rank (\d): ring attention: this rank's rows: max \|ranks - one device\| = %s "
-                                 r"\(largest value %s, tolerance %s\)$" % (NUM, NUM, NUM), WORLD):
-            self.assert_within(row, 2, 3, 4, dh + seq + WORLD, "ring")
-        for row in self.per_rank(r"^Rank (\d): (\d) of (\d) chunks had keys it may see; sent (\d+) bytes to rank (\d) "
-                                 r"in (\d+) isends", WORLD):
-            rank = int(row.group(1))
-            self.assertEqual(int(row.group(2)), rank + 1)   # the causal mask: chunks 0 .. rank
-            self.assertEqual(int(row.group(4)), (WORLD - 1) * 2 * chunk * dh * 4)
-            self.assertEqual(int(row.group(5)), (rank + 1) % WORLD)
+        for row in self.compared("ring attention: this rank's rows"):
+            self.assert_within(row, dh + seq + WORLD, "ring")
+        # each rank's line (lecture_scaling.c, ring_main), its figures by name
+        for rank, row in enumerate(self.per_rank_noted("rank", "useful", "(long long)d.bytes_sent[DIST_CALL_SEND]",
+                                                       world=WORLD)):
+            self.assertEqual((row["useful"], row["world_size"]), (rank + 1, WORLD))   # the causal mask: chunks 0 .. rank
+            self.assertEqual(row["(long long)d.bytes_sent[DIST_CALL_SEND]"], (WORLD - 1) * 2 * chunk * dh * 4)
+            self.assertEqual(row["(rank + 1) % world_size"], (rank + 1) % WORLD)
             # keys and values in one message a step, started before the block's compute
-            self.assertEqual(int(row.group(6)), WORLD - 1)
+            self.assertEqual(row["(long long)d.calls[DIST_CALL_SEND]"], WORLD - 1)
 
     # ---- the mesh ----
 
     def test_mesh_gradients_equal_one_device(self):
-        m = re.search(r"with A (\d+) x (\d+) and B \d+ x \d+, loss mean\(y\^2\), a batch of (\d+)",
-                      self.markdown_text())
-        d, hidden, batch = map(int, m.groups())
-        # lib/mlp.h's gradient_tolerance: 2 (layers + 1) max(batch, width) u, width the hidden one
+        f = self.figures("MESH_BATCH")   # lecture_scaling.c, mesh_section's note
+        hidden, batch = f["HIDDEN"], f["MESH_BATCH"]
+        # lib/mlp.h's gradient_tolerance: 2 (layers + 1) max(batch, width) u, width the hidden one: exact in a
+        # double, so the tolerance is one rounded product here as there
         factor = 2 * 3 * max(batch, hidden)
-        for row in self.per_rank(r"^Rank (\d) \(dp (\d), tp (\d)\): gradients of A's columns and B's rows (\d+)-(\d+): "
-                                 r"max \|mesh - one device\| = %s \(largest %s, tolerance %s\)$" % (NUM, NUM, NUM),
-                                 WORLD):
-            rank = int(row.group(1))
-            self.assertEqual((int(row.group(2)), int(row.group(3))), (rank // 2, rank % 2))
-            self.assertEqual(int(row.group(4)), (rank % 2) * hidden // 2)
-            diff, size, tol = row.group(6), row.group(7), row.group(8)
-            self.assertLessEqual(float(diff), float(tol))
-            self.assertGreater(float(size), 0)
-            self.assert_scaled(tol, size, factor * U, "mesh")
+        # each rank's line (lecture_scaling.c, mesh_main), its figures by name
+        for rank, row in enumerate(self.per_rank_noted("rank", "dp", "tp_rank", "size", world=WORLD)):
+            self.assertEqual((row["dp"], row["tp_rank"]), (rank // 2, rank % 2))
+            self.assertEqual(row["(long long)(tp_rank * cols)"], (rank % 2) * hidden // 2)
+            self.assertEqual(row["(long long)((tp_rank + 1) * cols - 1)"], (rank % 2 + 1) * hidden // 2 - 1)
+            self.assertLessEqual(row["diff"], row["tol"])
+            self.assertGreater(row["size"], 0)
+            self.assertTrue(tracecheck.same_double(row["tol"], factor * U * row["size"]), ("mesh", row))
 
     # ---- ZeRO ----
 
     def zero_config(self):
-        m = re.search(r"lecture_08's model \(lib/mlp\.h\) at (\d+) layers of (\d+) x \d+, a batch of (\d+), one AdamW step "
-                      r"\(lr %s\)" % NUM, self.markdown_text())
-        return int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
+        # the ZeRO section's note (lecture_scaling.c, zero_section), its figures by name
+        f = self.figures("c.batch", "(double)c.lr")
+        return f["c.layers"], f["c.width"], f["c.batch"], f["(double)c.lr"]
 
     def test_zero_stages_equal_ddp(self):
         layers, width, batch, lr = self.zero_config()
         tol_factor = 2 * (layers + 1) * max(batch, width) * U   # lib/mlp.h's gradient_tolerance
         for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3, prefetch"):
-            rows = self.per_rank(r"^Rank (\d): %s: gradient pieces max \|ZeRO - DDP\| = %s \(tolerance %s\); weights "
-                                 r"more than lr/2 from DDP's: %s%% \(at most %s%%\)$" % (re.escape(method), NUM, NUM,
-                                                                                       NUM, NUM), WORLD)
-            for m in rows:
-                self.assertLessEqual(float(m.group(2)), float(m.group(3)), method)
-                self.assertGreater(float(m.group(3)), 0)
-                self.assertLess(float(m.group(3)), tol_factor * 10, method)   # gradients here are under 10
-                self.assertLessEqual(float(m.group(4)), float(m.group(5)), method)
-                self.assertLess(float(m.group(5)), 1.0, method)   # under 1% of weights near a sign flip
+            # each rank's line (lecture_scaling.c, zero_compare), its figures by name
+            rows = self.per_rank_noted("rank", "METHOD_NAMES[m]", "diff", "tol", world=WORLD,
+                                       where={"METHOD_NAMES[m]": method})
+            for f in rows:
+                self.assertLessEqual(f["diff"], f["tol"], method)
+                self.assertGreater(f["tol"], 0)
+                self.assertLess(f["tol"], tol_factor * 10, method)   # gradients here are under 10
+                self.assertLessEqual(f["100 * off"], f["100 * near_zero"], method)
+                self.assertLess(f["100 * near_zero"], 1.0, method)   # under 1% of weights near a sign flip
 
     def test_zero_bytes_and_state(self):
         layers, width, batch, lr = self.zero_config()
@@ -234,8 +236,9 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         self.assertEqual(z3[3], (3 * layers - 1) * (p - 1) * layer * 4 // p)
         self.assertEqual(z3[4], 3 * layers - 1)
         self.assertEqual(z3[0], layers * layer // p + 2 * layer)
-        m = self.texts(r"^Rank 0, ZeRO-3 forward, in order: (.*)$")
+        m = self.noted("log.text", kind="text")   # rank 0's line (lecture_scaling.c, zero_main)
         self.assertEqual(len(m), 1)
+        self.assertEqual(m[0][0]["rank"], 0)
         expected = ["gather 0"]
         for i in range(layers):
             if i + 1 < layers:
@@ -243,14 +246,14 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
             else:   # the backward's first gather, before the forward's last compute
                 expected.append("gather for the backward %d" % i)
             expected.append("compute %d" % i)
-        self.assertEqual(m[0][1].group(1).split(", "), expected)
+        self.assertEqual(m[0][2]["log.text"].split(", "), expected)
 
     # ---- memory ----
 
     def test_activations_measured_against_the_formula(self):
         t = self.table(r"^One step of")
-        m = re.match(r"One step of (\d+) layers, batch (\d+), width (\d+)", t["caption"])
-        layers, batch, width = map(int, m.groups())
+        f = tracecheck.named(t)   # the caption's own arguments (lecture_scaling.c, memory_section)
+        layers, batch, width = f["c.layers"], f["c.batch"], f["c.width"]
         act = batch * width * 4
         (n1, plain, f1, p1), (n2, recomputed, f2, p2) = t["rows"]
         self.assertEqual((f1, f2), (2 * layers * act, layers * act))
@@ -265,8 +268,9 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         (real, r_keep, r_kf, r_ks, r_rec, r_rf, r_rs, r_ratio, r_prod, r_share, r_pred), \
             (modelled, m_keep, m_kf, m_ks, m_rec, m_rf, m_rs, m_ratio, m_prod, m_share, m_pred) = t["rows"]
         self.assertTrue(real.startswith("real: this CPU, 5 steps each"), real)
-        m = re.match(r"modelled: each product (\d+) ms, (\d+) steps each$", modelled)
-        product_ms, reps = int(m.group(1)), int(m.group(2))
+        # the modelled sentence's figures by name (lecture_scaling.c, memory_section)
+        said = self.figures("PRODUCT_MS", "ratio", "want")
+        product_ms = said["PRODUCT_MS"]
         for fastest, median, slowest in ((r_kf, r_keep, r_ks), (r_rf, r_rec, r_rs), (m_kf, m_keep, m_ks),
                                          (m_rf, m_rec, m_rs)):
             self.assertTrue(0 < fastest <= median <= slowest, (fastest, median, slowest))
@@ -285,22 +289,21 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         self.assertLessEqual(abs(m_ratio - (4 * layers - 1) / (3 * layers - 1)), 0.1)
         # the modelled spans are the trace's, in the lecture's own process: 11 and 15 per pair of steps
         spans = [sp for sp in self.trace["modelled"] if sp["rank"] is None]
+        reps = len(spans) // ((3 * layers - 1) + (4 * layers - 1))
         self.assertEqual(len(spans), reps * ((3 * layers - 1) + (4 * layers - 1)))
+        self.assertEqual(modelled, "modelled: each product %.0f ms, %d steps each" % (product_ms, reps))   # as the row says
         self.assertTrue(all(sp["ms"] == product_ms for sp in spans))
         self.assertTrue(self.trace["meta"]["modelled_compute"])
-        # the sentences quote the table
-        said = self.one_note(r"the step with recomputation took ([0-9.]+) times as long, its (\d+) products against (\d+)")
-        self.assertEqual(float(said.group(1)), round(m_ratio, 2))
-        self.assertEqual((int(said.group(2)), int(said.group(3))), (4 * layers - 1, 3 * layers - 1))
-        real_said = self.one_note(r"recomputation's step took ([0-9.]+) times as long as keeping everything")
-        self.assertEqual(float(real_said.group(1)), round(r_ratio, 2))
-        self.assertNotIn("0.90 times", real_said.string)
-
-    def one_note(self, pattern):
-        """The match of the one note the regex matches (searched)."""
-        found = [m for m in (re.search(pattern, t, re.S) for t in self.markdown()) if m]
-        self.assertEqual(len(found), 1, pattern)
-        return found[0]
+        # the sentences quote the table: the same quotients of the same doubles
+        self.assertEqual(said["ratio"], m_ratio)
+        self.assertEqual((said["products(c.layers, 1)"], said["products(c.layers, 0)"]), (4 * layers - 1, 3 * layers - 1))
+        self.assertTrue(tracecheck.same_double(said["want"], (4 * layers - 1) / (3 * layers - 1)), said)
+        real_said = self.noted("measured", "expected", "verdict")
+        self.assertEqual(len(real_said), 1)
+        _, real_note, real = real_said[0]
+        self.assertEqual(real["measured"], r_ratio)
+        self.assertEqual((real["expected"], real["100 * share[0]"]), (r_pred, r_share))
+        self.assertNotIn("0.90 times", real_note["data"])
 
     def hidden_table(self, caption, what):
         """The rows of a real-against-modelled timing table, each checked: the
@@ -320,29 +323,31 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
     def test_prefetch_hides_the_gathers_in_the_modelled_run(self):
         rows = self.hidden_table(r"^ZeRO-3 on 4 ranks, (\d+) layers of (\d+) x \d+, rank 0: the fastest of (\d+) "
                                  r"steps each$", "prefetch")
-        m = re.match(r"modelled: ([0-9.]+) ms a layer forward", rows[1][0])
-        self.assertGreaterEqual(float(m.group(1)), 10.0)   # PREFETCH_MIN_MS
-        self.assertGreaterEqual(rows[1][-1], 70)            # the lecture's bound, derived beside it
-        said = self.one_note(r"the prefetch hid (\d+)% of the time rank 0 spent in gathers without it, and its step "
-                        r"took ([0-9.]+) ms against ([0-9.]+)\. At best it hides (\d+) of the (\d+) gathers")
-        self.assertEqual(int(said.group(1)), round(rows[1][-1]))
-        self.assertEqual((float(said.group(2)), float(said.group(3))), (round(rows[1][2], 2), round(rows[1][1], 2)))
-        layers = int(re.search(r"(\d+) layers of", self.table(r"^ZeRO-3 on 4 ranks")["caption"]).group(1))
-        self.assertEqual((int(said.group(4)), int(said.group(5))), (2 * layers - 2, 2 * layers - 1))
+        # the sentence under the table (lecture_scaling.c, prefetch_timing), its figures by name
+        said = self.figures("f.forward_ms", "100 * hidden[1]")
+        forward_ms = said["f.forward_ms"]
+        self.assertEqual(rows[1][0], "modelled: %.1f ms a layer forward, per product backward" % forward_ms)
+        self.assertGreaterEqual(forward_ms, 10.0)   # PREFETCH_MIN_MS
+        self.assertGreaterEqual(rows[1][-1], 70)     # the lecture's bound, derived beside it
+        # the sentence quotes the table's own doubles
+        self.assertEqual(said["100 * hidden[1]"], rows[1][-1])
+        self.assertEqual((said["f.step[1][1] * 1e3"], said["f.step[1][0] * 1e3"]), (rows[1][2], rows[1][1]))
+        caption = tracecheck.named(self.table(r"^ZeRO-3 on 4 ranks"))
+        layers = caption["c.layers"]
+        self.assertEqual((said["2 * c.layers - 2"], said["2 * c.layers - 1"]), (2 * layers - 2, 2 * layers - 1))
         # the trace's modelled spans of that spawn, per rank: a warm-up and reps of each form, each step a
         # forward of F per layer and a backward of 2F per layer but layer 0's F
-        reps = int(re.search(r"the fastest of (\d+) steps each", self.table(r"^ZeRO-3 on 4 ranks")["caption"]).group(1))
-        steps = 1 + 2 * reps
-        self.assert_spans(float(m.group(1)), {1: steps * (layers + 1), 2: steps * (layers - 1)})
+        steps = 1 + 2 * caption["PREFETCH_REPS"]
+        self.assert_spans(forward_ms, {1: steps * (layers + 1), 2: steps * (layers - 1)})
 
     def assert_spans(self, ms, per_multiple):
-        """The modelled spans of the one spawn whose spans last ms (printed to
-        0.1) or multiples of it: per rank, how many of each multiple."""
-        spawns = {sp["spawn"] for sp in self.trace["modelled"]
-                  if sp["rank"] is not None and abs(sp["ms"] - ms) <= 0.05}
+        """The modelled spans of the one spawn whose spans last ms (the
+        lecture's own double) or multiples of it: per rank, how many of each
+        multiple."""
+        spawns = {sp["spawn"] for sp in self.trace["modelled"] if sp["rank"] is not None and sp["ms"] == ms}
         self.assertEqual(len(spawns), 1, spawns)
         spans = [sp for sp in self.trace["modelled"] if sp["spawn"] in spawns]
-        exact = min(sp["ms"] for sp in spans)   # the unit: ms, unrounded
+        exact = ms
         for rank in range(WORLD):
             mine = [sp for sp in spans if sp["rank"] == rank]
             got = {}
@@ -357,14 +362,17 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         rows = self.hidden_table(r"^Ring attention on 4 ranks, one head of width (\d+), rank 0: the fastest of (\d+) "
                                  r"rings each$", "ring")
         self.assertEqual((rows[0][1], rows[1][1]), (256, 4096))   # tokens per chunk, real and modelled
-        self.assertGreaterEqual(float(re.match(r"modelled: ([0-9.]+) ms a block", rows[1][0]).group(1)), 5.0)
+        # the sentence under the table (lecture_scaling.c, ring_timing), its figures by name
+        said = self.figures("f.block_ms", "100 * hidden[1]")
+        block_ms = said["f.block_ms"]
+        self.assertEqual(rows[1][0], "modelled: %.1f ms a block" % block_ms)
+        self.assertGreaterEqual(block_ms, 5.0)
         self.assertGreaterEqual(rows[1][-1], 70)
-        said = self.one_note(r"the overlapped ring hid (\d+)% of the time the blocking ring spent passing chunks on")
-        self.assertEqual(int(said.group(1)), round(rows[1][-1]))
+        self.assertEqual(said["100 * hidden[1]"], rows[1][-1])   # the table's own double
+        self.assertEqual((said["f.step[1][1] * 1e3"], said["f.step[1][0] * 1e3"]), (rows[1][3], rows[1][2]))
         # two warm-ups and reps rings of each form, of 4 blocks each, per rank
-        reps = int(re.search(r"the fastest of (\d+) rings each", self.table(r"^Ring attention on")["caption"]).group(1))
-        self.assert_spans(float(re.match(r"modelled: ([0-9.]+) ms a block", rows[1][0]).group(1)),
-                          {1: (2 + 2 * reps) * WORLD})
+        reps = tracecheck.named(self.table(r"^Ring attention on"))["RING_T_REPS"]
+        self.assert_spans(block_ms, {1: (2 + 2 * reps) * WORLD})
 
     def test_mixed_precision_is_accounting(self):
         rows = self.rows_by_first(self.table(r"^Model state per parameter"))

@@ -44,6 +44,7 @@ function cannot make a wrong line pass.
 """
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -800,6 +801,22 @@ def half_unit(printed):
 ARGS_KEY = {"markdown": "args", "text": "args", "table": "caption_args", "plot": "title_args"}
 
 
+# A number in a trace is what cJSON wrote: 15 significant digits where those
+# read back within DBL_EPSILON (2^-52) of the double, relative, else 17. So a
+# figure read from a trace is the lecture's double to 2^-52 relative, not to
+# the bit; one recomputed here from such figures adds that much per figure
+# read and half of it per rounding of its own.
+TRACE_REL = 2.0 ** -52
+
+
+def same_double(a, b):
+    """a and b are the same double as the lecture computed it: one read from
+    a trace, the other from a trace or recomputed here from up to two figures
+    read there in a few roundings (4 x 2^-52 relative covers 2 figures' 2^-52
+    each, the written value's 2^-52 and the roundings' 2^-53 each)."""
+    return math.isclose(a, b, rel_tol=4 * TRACE_REL, abs_tol=0.0)
+
+
 def named(rendering):
     """A note's, a table caption's or a chart title's arguments by name
     (docs/trace-format.md, "args"): {expression as the lecture wrote it:
@@ -878,6 +895,19 @@ class LectureRun:
         (the lecture's own expressions, docs/trace-format.md "args"),
         optionally only a spawn's: figures read by name, not from prose."""
         return [(s, r, a) for s, r, a in with_args(self.renderings(kind), *exprs) if spawn is None or s["spawn"] == spawn]
+
+    def per_rank_noted(self, *exprs, world, where=None, unless=()):
+        """{expr: value} of one rank line (note_verbatim) per rank 0 ..
+        world-1, in rank order: those whose arguments include all of exprs,
+        none of unless and, where given, have where's values ({expr: value}).
+        Each line's "rank" argument, when it has one, is the rank that wrote
+        it."""
+        found = [(s, a) for s, _, a in self.noted(*exprs, kind="text")
+                 if all(a.get(k) == v for k, v in (where or {}).items()) and not any(u in a for u in unless)]
+        self.assertEqual(sorted(s["rank"] for s, _ in found), list(range(world)), (exprs, where))
+        for s, a in found:
+            self.assertEqual(a.get("rank", s["rank"]), s["rank"], (exprs, where))
+        return [a for _, a in sorted(found, key=lambda x: x[0]["rank"])]
 
     def figures(self, *exprs, kind="markdown", spawn=None):
         """{expr: value} of the one note (or caption, title) whose arguments
