@@ -2,8 +2,8 @@
  * note_args.c: what a note's numbers are. note() is a macro (lectern.h)
  * that hands lx_note() its own arguments as source text beside their
  * values, so a note's step can say, for every conversion of its format,
- * which expression of the lecture filled it, the value it had and the
- * characters it printed:
+ * which expression of the lecture filled it, the value it had (cJSON writes
+ * it to 2^-52 relative) and the characters it printed:
  *
  *     note("Speed-up %.2f on %d ranks.", quoted(speedup), world);
  *     -> "args": [{"expr": "speedup", "quoted": true, "value": 1.0312, "printed": "1.03"},

@@ -1007,7 +1007,8 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
         step, r = by_unit[""]
         bubble = [a for _, _, a in self.noted("r.bubble", "r.formula") if a["stages"] == 2]
         self.assertEqual(len(bubble), 1)
-        self.assertEqual(r["value"], bubble[0]["r.bubble"])
+        # predict writes the fewest digits that read back, cJSON 15 when they read back within 2^-52
+        self.assertTrue(tracecheck.same_double(r["value"], bubble[0]["r.bubble"]), (r["value"], bubble))
 
     def test_benchmark_bandwidths(self):
         """The tables' values, as the ranks computed them: algbw = S / t with S
@@ -1231,7 +1232,7 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
         self.assertEqual(f["modelled.hidden"], hidden)
         self.assertTrue(math.isclose(f["modelled.ms[Z3_GATHER_WHEN_NEEDED] - modelled.ms[Z3_NO_GATHERS]"],
                                      rows["modelled"][gathers], rel_tol=1e-12))
-        self.assertEqual(f["(2.0 * MODELLED_LAYERS - 2) / (2.0 * MODELLED_LAYERS - 1)"], 14 / 15)
+        self.assertTrue(tracecheck.same_double(f["(2.0 * MODELLED_LAYERS - 2) / (2.0 * MODELLED_LAYERS - 1)"], 14 / 15))
         self.assertEqual(f["real.hidden"], rows["real"]["hidden by prefetch"])
         self.assertTrue(math.isclose(f["real.ms[Z3_GATHER_WHEN_NEEDED] - real.ms[Z3_NO_GATHERS]"],
                                      rows["real"][gathers], rel_tol=1e-12))
