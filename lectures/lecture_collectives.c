@@ -392,8 +392,8 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int64_t by
     if (rank == 0) {
         float v[3 * LECTERN_MAX_WORLD];
         tensor_to_host(all, v);
-        table_t *t =
-                table_new("%s, D = %lld floats on %d ranks; result %s", name, (long long)x->numel, n, summarize(x));
+        long long d = x->numel;
+        table_t *t = table_new("%s, D = %lld floats on %d ranks; result %s", name, d, n, summarize(x));
         table_column(t, "rank", NULL, "%d");
         table_column(t, "steps", NULL, "%.0f");
         table_column(t, "bytes sent (measured)", "B", "%.0f");
@@ -404,7 +404,7 @@ static void report_tally(const char *name, tensor *x, tensor *expect, int64_t by
         snprintf(question, sizeof question,
                  "**%s** on %d ranks, D = %lld floats of 4 bytes each: how many bytes "
                  "did rank 0 send? (the formulas are in the table at the start of this section)",
-                 name, n, (long long)x->numel);
+                 name, n, d);
         predict(question, (double)v[1], "bytes");
         table_show(t);
         /* Tolerance 0. The inputs are whole numbers from -6 to 6, so every
@@ -723,8 +723,8 @@ static void note_measured_winners(const double *ring_s, const double *tree_s) {
 }
 
 static void note_sweep(const double *ring_s, const double *tree_s, double alpha, double beta, int n) {
-    table_t *t =
-            table_new("all-reduce on %d ranks sharing %ld cores: ring against tree", n, sysconf(_SC_NPROCESSORS_ONLN));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    table_t *t = table_new("all-reduce on %d ranks sharing %ld cores: ring against tree", n, cores);
     table_column(t, "bytes", NULL, "%.0f");
     table_column(t, "ring", "us", "%.1f");
     table_column(t, "tree", "us", "%.1f");
@@ -809,50 +809,47 @@ static void explain_crossover(const timings *t, double alpha, double beta, int n
     double big = 4.0 * (double)SWEEP_SIZES[N_SWEEP - 1];
     double tree_over = t->tree_s[N_SWEEP - 1] / tree_model(alpha, beta, n, big);
     double ring_over = t->ring_s[N_SWEEP - 1] / ring_model(alpha, beta, n, big);
-    char protocols[1600];
-    if (gpu_count() == 0 && off_ratio > 1.5)
-        snprintf(protocols, sizeof protocols,
-                 "- **Two protocols.** Open MPI's shared-memory transport (vader) sends a message of up to "
-                 "4 KiB, header included (its default `btl_vader_eager_limit`), at once (*eager*); a larger "
-                 "one waits until the receiver is ready and is then copied across (*rendezvous*), which "
-                 "costs more than alpha again. The ping-pong's %.0f-byte message took %.1f times what the "
-                 "line through its smallest and largest messages gives. The tree's messages are the whole "
-                 "tensor and the ring's a quarter of it, so for tensors from 4 to 16 KiB only the tree pays it.\n",
-                 off_b, off_ratio);
-    else
-        snprintf(protocols, sizeof protocols,
-                 "- **One line for every size.** The ping-pong's messages stayed within %.1f times the line "
-                 "through its smallest and largest (the worst at %.0f bytes).\n",
-                 off_ratio, off_b);
+    const char *waits = cores < n ? "wait for the operating system to run the rank that should answer"
+                                  : "also wait for the slowest of them at every step";
+    const char *longer = ring_step > tree_step ? "the ring, whose every step needs every rank at once, waits the longer"
+                                               : "here the tree's steps waited the longer";
     note("Why the crossovers differ (%.0f bytes predicted; measured, %s): alpha and beta come from two "
          "ranks bouncing one message, the sweep ran on %d, and the line alpha + beta x bytes leaves out "
          "three things that matter here.\n\n"
          "- **Shared cores.** On the smallest tensor a ring step took %.1f us and a tree step %.1f us "
-         "(the measured time over the steps), against alpha = %.1f us: %d ranks on %ld cores %s, and %s.\n"
-         "%s"
-         "- **Additions and copies.** The model counts neither the addition each step makes of what it "
+         "(the measured time over the steps), against alpha = %.1f us: %d ranks on %ld cores %s, and %s.",
+         quoted(predicted), said, n, ring_step, tree_step, alpha * 1e6, n, cores, waits, longer);
+    if (gpu_count() == 0 && off_ratio > 1.5)
+        note("- **Two protocols.** Open MPI's shared-memory transport (vader) sends a message of up to "
+             "4 KiB, header included (its default `btl_vader_eager_limit`), at once (*eager*); a larger "
+             "one waits until the receiver is ready and is then copied across (*rendezvous*), which "
+             "costs more than alpha again. The ping-pong's %.0f-byte message took %.1f times what the "
+             "line through its smallest and largest messages gives. The tree's messages are the whole "
+             "tensor and the ring's a quarter of it, so for tensors from 4 to 16 KiB only the tree pays it.",
+             off_b, off_ratio);
+    else
+        note("- **One line for every size.** The ping-pong's messages stayed within %.1f times the line "
+             "through its smallest and largest (the worst at %.0f bytes).",
+             off_ratio, off_b);
+    note("- **Additions and copies.** The model counts neither the addition each step makes of what it "
          "received nor, for a rendezvous, the wait for both ranks to be running at once. The tree adds "
          "and copies whole tensors, the ring a quarter at a time. At %.0f bytes the tree took %.1f times "
          "its model and the ring %.1f times.\n\n"
          "So the predicted crossover is the one for a core per rank and one protocol; this machine's is "
          "the measured one.",
-         quoted(predicted), said, n, ring_step, tree_step, alpha * 1e6, n, cores,
-         cores < n ? "wait for the operating system to run the rank that should answer"
-                   : "also wait for the slowest of them at every step",
-         ring_step > tree_step ? "the ring, whose every step needs every rank at once, waits the longer"
-                               : "here the tree's steps waited the longer",
-         protocols, big, tree_over, ring_over);
+         big, tree_over, ring_over);
 }
 
 static void fit_and_compare(const timings *t, int n, int reps) {
     double alpha, beta;
     fit_alpha_beta(t->one_way, &alpha, &beta);
     note_ping_pong(t->one_way, alpha, beta);
-    double check_us = (t->one_way_checked - t->one_way[0]) * 1e6;
+    double checked_us = t->one_way_checked * 1e6, plain_us = t->one_way[0] * 1e6;
+    double check_us = (t->one_way_checked - t->one_way[0]) * 1e6, check_percent = 100 * check_us / checked_us;
     note("The same smallest message with the runtime's check on every send took %.2f us one way, "
          "against %.2f us without: the check costs %.2f us a message here, %.0f%% of such a message's time "
          "through the runtime. The timed loops leave it out, so alpha is Open MPI's price of a message.",
-         t->one_way_checked * 1e6, quoted(t->one_way[0] * 1e6), check_us, 100 * check_us / (t->one_way_checked * 1e6));
+         checked_us, quoted(plain_us), check_us, check_percent);
     note("lecture_08 fits the same two letters to another measurement: whole all-reduces of 2 and 4 ranks over "
          "seven sizes, a least-squares line through all of them, each size timed as one collective. Its alpha and "
          "beta describe that operation and are not these: each of its steps also adds what it received (a cost "
