@@ -14,6 +14,7 @@ The trace must validate against the schema with every stack line accurate.
     /usr/bin/python3 tests/lectures/test_lecture_gpu.py
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -95,6 +96,21 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
         self.assertEqual(len(found), 1, "%r: %d tables match" % (caption, len(found)))
         return found[0]
 
+    def printed(self, *exprs):
+        """{expr: what it printed} of the one note whose arguments include
+        exprs: a figure by name, as the note rounded it (for comparing with
+        a table's display, rounded too)."""
+        found = self.noted(*exprs)
+        self.assertEqual(len(found), 1, exprs)
+        return {a["expr"]: a.get("printed") for a in found[0][1]["args"]}
+
+    def noted_at(self, function, text, *exprs):
+        """{expr: value} of the notes made at the source line in `function`
+        that holds `text`: which of a lecture's sentences was said, read
+        from where it was said."""
+        line = tracecheck.line_of(os.path.join(ROOT, "lectures", NAME + ".c"), text, within=function)
+        return [a for s, _, a in self.noted(*exprs) if s["stack"][-1]["line"] == line]
+
     def checks(self):
         return [r for _, r in self.renderings("check")]
 
@@ -153,13 +169,11 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
                 self.assertEqual((c["rtol"], c["atol"], c["max_abs"]), (0, 0, 0), c["what"])
 
     def test_matmul_tolerance_follows_from_its_formula(self):
-        m = self.one(r"The product of two (\d+) x \d+ matrices.*?at most 2 n u / \(1 - n u\) S = ([0-9.e+-]+), "
-                     r"where u = 2\^-24 and S = ([0-9.e+-]+)")
-        n, tol_s, s_s = int(m.group(1)), m.group(2), m.group(3)
-        s = float(s_s)
+        f = self.figures("n", "CPU_TILE", "tol", "s_max")
+        n, tol, s = f["n"], f["tol"], f["s_max"]
         gamma = n * U / (1 - n * U)
-        # S is printed to 6 digits: the formula may move by what that allows
-        self.assertAlmostEqual(float(tol_s), 2 * gamma * s, delta=2 * gamma * half_unit(s_s) + half_unit(tol_s))
+        # the formula on the lecture's own S: the same double (same_double)
+        self.assertTrue(tracecheck.same_double(tol, 2 * gamma * s), f)
         # S is a sum of n products |a||b| of standard normals, each 2/pi on
         # average; the largest of n^2 such sums lies within a factor 2 of the
         # mean n 2/pi for any seed at n >= 64 (a check whose tolerance were
@@ -169,7 +183,7 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
         self.assertGreaterEqual(len(mm), 2)
         for c in mm:
             self.assertEqual(c["rtol"], 0)
-            self.assertAlmostEqual(c["atol"], float(tol_s), delta=half_unit(tol_s))
+            self.assertTrue(tracecheck.same_double(c["atol"], tol), (c["atol"], tol))   # the check's own tolerance
             self.assertLessEqual(c["max_abs"], c["atol"])
             # a skipped tile or a wrong index is off by a whole product
             # (about 1 here); the tolerance must be far below that
@@ -190,14 +204,14 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
         """(floats per array, copy, triad), (peak, its n), rows: the STREAM
         table's figures (GB/s as STREAM counts), the compute roof as its note
         prints it, and the roofline table's rows as displayed."""
-        stream = self.table(r"^The memory roof: STREAM on .*?, (\d+) MiB per array")
+        (_, stream, caption), = self.noted("mib", "STREAM_RUNS", kind="table")
         copy, triad = stream["rows"]
         self.assertEqual((copy[0], triad[0]), ("copy: c = a", "triad: a = b + s c"))
-        mib = int(re.search(r"(\d+) MiB per array", stream["caption"]).group(1))
-        peak = self.one(r"reached \*\*([0-9.]+) GFLOP/s\*\* \(at n = (\d+)\)")
+        peak = self.printed("peak", "roof_n")
         table = self.table(r"^Every kernel against the roofs")
         rows = [[str(c) for c in row] for row in table["display"]]
-        return (mib * (1 << 20) // 4, stream["display"][0][1], stream["display"][1][1]), peak.groups(), rows
+        return ((round(caption["mib"] * (1 << 20)) // 4, stream["display"][0][1], stream["display"][1][1]),
+                (peak["peak"], peak["roof_n"]), rows)
 
     @staticmethod
     def intensity(kernel, n):
@@ -260,25 +274,28 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
             room = half_unit(g_s) + half_unit(roof_s)
             above += g - r > room
             maybe += g - r >= -room
-        named = self.markdown(r"^(\d+) of the (\d+) points came out above their roof")
+        named = self.noted("over", "count", "100 * most")
         if named:
             self.assertEqual(len(named), 1, named)
-            n, total = int(named[0].group(1)), int(named[0].group(2))
+            n, total = named[0][2]["over"], named[0][2]["count"]
             self.assertEqual(total, len(rows))
             self.assertTrue(max(above, 1) <= n <= maybe, (n, above, maybe))
         else:
             self.assertEqual(above, 0)
         # the sentence on the adds quotes the table's shares
-        m = self.one(r"The vector add reached (\d+)% of the memory roof and `add_\(\)` (\d+)%")
+        # (the shares as the table and the notes print them, both %.0f of
+        # the same double)
+        m = self.printed("100 * v_share", "100 * a_share")
         adds = [r for r in rows if "add" in r[0]]
-        self.assertEqual([int(m.group(1)), int(m.group(2))], [int(r[5].rstrip("%")) for r in adds[:2]])
+        self.assertEqual([m["100 * v_share"], m["100 * a_share"]], [r[5].rstrip("%") for r in adds[:2]])
         # ... and the one on matmul() its lowest and highest
-        m = self.one(r"`matmul\(\)` reached from (\d+)% \(n = (\d+)\) to (\d+)% \(n = (\d+)\)")
-        shares = {int(r[1]): int(r[5].rstrip("%")) for r in rows if r[0] == "matmul()"}
-        self.assertEqual(int(m.group(1)), shares[int(m.group(2))])
-        self.assertEqual(int(m.group(3)), shares[int(m.group(4))])
-        self.assertEqual(int(m.group(1)), min(shares.values()))
-        self.assertEqual(int(m.group(3)), max(shares.values()))
+        f = self.figures("100 * lo", "n_lo", "100 * hi", "n_hi")
+        m = self.printed("100 * lo", "n_lo", "100 * hi", "n_hi")
+        shares = {int(r[1]): r[5].rstrip("%") for r in rows if r[0] == "matmul()"}
+        self.assertEqual(m["100 * lo"], shares[f["n_lo"]])
+        self.assertEqual(m["100 * hi"], shares[f["n_hi"]])
+        self.assertEqual(int(m["100 * lo"]), min(int(v) for v in shares.values()))
+        self.assertEqual(int(m["100 * hi"]), max(int(v) for v in shares.values()))
 
     def test_the_arrays_against_the_cache(self):
         """STREAM's arrays are checked against the last-level cache this
@@ -306,13 +323,17 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
         self.assertAlmostEqual(ratio, n * 4 / size, delta=1e-9)
         # --quick keeps 32 MiB arrays; a full run takes 4 times the cache, 64 to 256 MiB
         self.assertEqual(n, 8 << 20)
-        held = self.markdown(r"^Each array is (only )?([0-9.]+) times the last-level cache the system reports "
-                             r"\(L(\d), ([0-9.]+) MiB\)")
+        held = self.noted("ratio", "m->cache_level", "mib")
         self.assertEqual(len(held), 1)
-        self.assertEqual(held[0].group(1) is None, ratio >= 4)
-        self.assertEqual(float(held[0].group(2)), round(ratio, 2))
+        f = held[0][2]
+        # the table's ratio, level and size are the note's doubles
+        self.assertTrue(tracecheck.same_double(f["ratio"], ratio), (f, ratio))
+        self.assertEqual((f["m->cache_level"], f["mib"]), (cache_level, cache))
+        # which sentence: STREAM's rule kept, or not (and why not)
+        kept = self.noted_at("cache_sentence", "note(\"Each array is %.2f times", "ratio")
+        self.assertEqual(len(kept), 1 if ratio >= 4 else 0)
         if ratio < 4:
-            self.assertIn("--quick keeps the arrays small", held[0].string)
+            self.assertIn("--quick keeps the arrays small", f.values())
 
     def test_an_in_place_update_above_the_roof_is_explained(self):
         """An in-place point above STREAM's roof gets the note on what an
@@ -329,11 +350,15 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
         in_place = {r[0]: r for r in rows if r[0].startswith("add_()") or r[0].startswith("in-place")}
         self.assertEqual(len(in_place), 2)
         above = [r for r in in_place.values() if r[5] > 100]
-        said = self.markdown(r"^An in-place update came out above (even )?")
-        self.assertEqual(len(said), 1 if above else 0)
+        within = self.noted("moved", "add_gbs", "loop_gbs")   # within a tenth of what STREAM moved
+        beyond = self.noted("top", "moved")                   # above even that
+        self.assertEqual(len(within) + len(beyond), 1 if above else 0)
         if above:
             top = max(r[3] / r[2] for r in in_place.values())   # GB/s: GFLOP/s over FLOP/byte
-            self.assertEqual(said[0].group(1) is None, top <= 1.1 * moved)
+            self.assertEqual(len(within), 1 if top <= 1.1 * moved else 0)
+            # the note's "moved" is the table's largest
+            (_, _, f), = within or beyond
+            self.assertTrue(math.isclose(f["moved"], moved, rel_tol=1e-12), (f, moved))
         self.assertNotIn("by how much the roof was", " ".join(r["data"] for _, r in self.renderings("markdown")))
 
     def test_roofline_plot(self):
@@ -364,11 +389,13 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
             self.assertIn("/* lecture: %s */\n%s/* lecture: end */" % (marker, block), source)
             self.assertIn("__global__ void %s(" % marker, block)
         self.assertIn("__shared__", blocks[1])
-        notes = self.markdown(r"\*\*The GPU part did not run on this machine\*\*: ([^.]*)\.")
+        # the two "The GPU part did not run" notes, by their reason (in_place_sentence's
+        # "why", a clause beside "top", is another)
+        notes = [n for n in self.noted("why") if "top" not in n[2]]
         if self.gpus() == 0:
             self.assertEqual(len(notes), 2)
-            for m in notes:
-                self.assertRegex(m.group(1), r"finds no GPU on this machine \(gpu_count\(\) is 0\)|this build has no CUDA")
+            for _, _, f in notes:
+                self.assertRegex(f["why"], r"finds no GPU on this machine \(gpu_count\(\) is 0\)|this build has no CUDA")
         else:
             self.assertEqual(notes, [])
             self.one(r"^\| on the GPU \| time \(ms\) \| GFLOP/s \|")
@@ -395,9 +422,9 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
             self.assertTrue(blocks[0].startswith("```cuda\n" + planted), blocks[0][:200])
 
     def test_ddp_and_fsdp_memory_and_traffic(self):
-        m = self.one(r"P = (\d+) x (\d+) x (\d+) = (\d+) parameters and N = (\d+) ranks")
-        layers, w, w2, p, n = (int(g) for g in m.groups())
-        self.assertEqual((w, p), (w2, layers * w * w))
+        f = self.figures("a.cfg.layers", "a.cfg.width", "a.cfg.layers * a.cfg.width * a.cfg.width", "WORLD")
+        layers, w, p, n = f["a.cfg.layers"], f["a.cfg.width"], f["a.cfg.layers * a.cfg.width * a.cfg.width"], f["WORLD"]
+        self.assertEqual(p, layers * w * w)
         mem = self.table(r"^Memory per rank \(MB\)$")["rows"]
         got = {r[0]: (r[1], r[2]) for r in mem}
         b = 4   # float32
@@ -428,15 +455,19 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
             self.table(r"^One step on (\d+) ranks, per rank")["rows"]
         for v in (d_step, d_alone, d_one, f_step, f_alone, f_one):
             self.assertGreater(v, 0)
-        m = self.one(r"^FSDP's step took ([0-9.]+) times as long as DDP's here .*? of what FSDP's collectives cost "
-                     r"more, ([-0-9.]+) ms is the calls themselves and ([-0-9.]+) ms their bytes")
-        self.assertAlmostEqual(float(m.group(1)), f_step / d_step, delta=0.005 + 1e-9)
+        (_, note, f), = self.noted("fsdp->step / ddp->step", "by_calls", "by_bytes")
+        # the table's ms are the lecture's seconds times 1e3: the ratio is
+        # the same to a few roundings (1e-12 relative); the differences are
+        # of ms-sized numbers, so the same to 1e-12 of the largest of them
+        self.assertTrue(math.isclose(f["fsdp->step / ddp->step"], f_step / d_step, rel_tol=1e-12), f)
         calls, bytes_ = f_one - d_one, (f_alone - d_alone) - (f_one - d_one)
-        self.assertAlmostEqual(float(m.group(2)), calls, delta=0.0005 + 1e-12)
-        self.assertAlmostEqual(float(m.group(3)), bytes_, delta=0.0005 + 1e-12)
-        self.assertIn("Here the calls cost more than the bytes" if calls > bytes_ else
-                      "Here the bytes cost more than the calls", m.string)
-        self.assertNotIn("mostly the cost of each collective call", m.string)
+        room = 1e-12 * max(f_alone, d_alone, f_one, d_one)
+        self.assertLessEqual(abs(f["by_calls"] - calls), room, f)
+        self.assertLessEqual(abs(f["by_bytes"] - bytes_), room, f)
+        (which,) = [v for e, v in f.items() if e.startswith("by_calls > by_bytes ?")]
+        self.assertTrue(which.startswith("Here the calls cost more than the bytes" if f["by_calls"] > f["by_bytes"]
+                                         else "Here the bytes cost more than the calls"), which)
+        self.assertNotIn("mostly the cost of each collective call", note["data"])
 
     def test_hostfile_and_rank_placement(self):
         texts = [r["data"] for _, r in self.renderings("text") if "LECTERN_HOSTFILE" in r["data"]]
