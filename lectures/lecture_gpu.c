@@ -566,13 +566,18 @@ static void intensity_section(void) {
          "additions and moves 3n floats (two in, one out): 1/12 FLOP per byte, whatever n "
          "is. A product of two n x n matrices does 2n^3 FLOPs (a multiply and an add per "
          "term) and moves at least 3n^2 floats: n/6 FLOP per byte, growing with n.");
-    text t = {.n = 0};
-    add_text(&t, "| n | vector add FLOPs | vector add bytes | vector add FLOP/byte | matmul FLOPs | "
-                 "matmul bytes | matmul FLOP/byte |\n|---|---|---|---|---|---|---|\n");
+    table_t *t = table_new("Arithmetic intensity of a vector add of n floats and an n x n matrix product");
+    table_column(t, "n", NULL, "%d");
+    table_column(t, "vector add FLOPs", NULL, "%.0f");
+    table_column(t, "vector add bytes", NULL, "%.0f");
+    table_column(t, "vector add FLOP/byte", NULL, "%.4f");
+    table_column(t, "matmul FLOPs", NULL, "%.0f");
+    table_column(t, "matmul bytes", NULL, "%.0f");
+    table_column(t, "matmul FLOP/byte", NULL, "%.2f");
     for (int n = 64; n <= 4096; n *= 4)
-        add_text(&t, "| %d | %.0f | %.0f | %.4f | %.0f | %.0f | %.2f |\n", n, add_flops(n), add_bytes(n),
-                 add_flops(n) / add_bytes(n), mm_flops(n), mm_bytes(n), mm_flops(n) / mm_bytes(n));
-    note("%s", t.s);
+        table_row(t, n, add_flops(n), add_bytes(n), add_flops(n) / add_bytes(n), mm_flops(n), mm_bytes(n),
+                  mm_flops(n) / mm_bytes(n));
+    table_show(t);
     note("So a vector add can never keep the arithmetic units busy: it waits on memory. "
          "A large matrix product can, provided the kernel really reuses what it loads "
          "(the tiles): a naive kernel that re-reads `a` and `b` from memory for every "
@@ -1419,14 +1424,17 @@ static void many_machines_section(void) {
     note_verbatim("$ cat hosts\nnode1 slots=4\nnode2 slots=4\n\n"
                   "$ LECTERN_BACKEND=nccl LECTERN_HOSTFILE=$PWD/hosts build/lectures/lecture_gpu");
     int machines = 2, per_machine = 4;
-    text t = {.n = 0};
-    add_text(&t, "| rank | machine | GPU on that machine |\n|---|---|---|\n");
-    for (int rank = 0; rank < machines * per_machine; rank++)
-        add_text(&t, "| %d | node%d | cuda:%d |\n", rank, rank / per_machine + 1, rank % per_machine);
     note("Open MPI fills each machine's slots in order, so the world of %d ranks is "
          "numbered machine by machine, and each rank uses the GPU numbered by its "
-         "place on its own machine (`get_device(rank)`):\n\n%s",
-         machines * per_machine, t.s);
+         "place on its own machine (`get_device(rank)`):",
+         machines * per_machine);
+    table_t *t = table_new("Where each rank runs: M = %d machines x N = %d GPUs", machines, per_machine);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "machine", NULL, "node%d");
+    table_column(t, "GPU on that machine", NULL, "cuda:%d");
+    for (int rank = 0; rank < machines * per_machine; rank++)
+        table_row(t, rank, rank / per_machine + 1, rank % per_machine);
+    table_show(t);
     note("DDP's all-reduce then spans all M x N GPUs, and part of it crosses the "
          "network between machines, which is slower than NVLink inside one; FSDP "
          "shards over all M x N GPUs and gathers across machines in the forward and "

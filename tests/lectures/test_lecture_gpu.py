@@ -55,17 +55,6 @@ def binary():
 half_unit = tracecheck.half_unit
 
 
-def table_rows(text, cells):
-    """Rows of a markdown table with `cells` cells, as lists of strings
-    (the header and separator rows are left out)."""
-    rows = []
-    for line in text.split("\n"):
-        parts = [p.strip() for p in line.strip().strip("|").split("|")]
-        if line.startswith("|") and len(parts) == cells and not parts[0].startswith("---"):
-            rows.append(parts)
-    return rows[1:]
-
-
 class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
     NAME = NAME
     SECTIONS = SECTIONS
@@ -190,15 +179,13 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
             self.assertLess(c["atol"], 0.05)
 
     def test_intensity_table_is_the_formulas(self):
-        m = self.one(r"^(\| n \| vector add FLOPs .*)")
-        rows = table_rows(m.group(1), 7)
+        rows = self.table(r"^Arithmetic intensity of a vector add")["rows"]
         self.assertGreaterEqual(len(rows), 3)
-        for n_s, af, ab, ai, mf, mb, mi in rows:
-            n = int(n_s)
-            self.assertEqual((float(af), float(ab)), (n, 12 * n))
-            self.assertAlmostEqual(float(ai), 1 / 12, delta=half_unit(ai))
-            self.assertEqual((float(mf), float(mb)), (2 * n ** 3, 12 * n ** 2))
-            self.assertAlmostEqual(float(mi), n / 6, delta=half_unit(mi))
+        for n, af, ab, ai, mf, mb, mi in rows:
+            self.assertEqual((af, ab), (n, 12 * n))
+            self.assertTrue(tracecheck.same_double(ai, 1 / 12), ai)
+            self.assertEqual((mf, mb), (2 * n ** 3, 12 * n ** 2))
+            self.assertTrue(tracecheck.same_double(mi, n / 6), mi)
 
     def roofline(self):
         """(floats per array, copy, triad), (peak, its n), rows: the STREAM
@@ -475,10 +462,10 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
         hosts = re.findall(r"^(node\d+) slots=(\d+)$", texts[0], re.M)
         self.assertEqual(len(hosts), 2)
         per = int(hosts[0][1])
-        rows = table_rows(self.one(r"(\| rank \| machine \| GPU on that machine \|.*)").group(1), 3)
-        self.assertEqual(len(rows), len(hosts) * per)
-        for rank_s, machine, gpu in rows:
-            rank = int(rank_s)
+        table = self.table(r"^Where each rank runs")
+        self.assertEqual([c["name"] for c in table["columns"]], ["rank", "machine", "GPU on that machine"])
+        self.assertEqual(len(table["rows"]), len(hosts) * per)
+        for (rank, _, _), (_, machine, gpu) in zip(table["rows"], table["display"]):
             self.assertEqual((machine, gpu), (hosts[rank // per][0], "cuda:%d" % (rank % per)))
 
     def test_memory_diagram(self):
