@@ -73,7 +73,7 @@ typedef struct segment {
     size_t floats;
     void *ev;
     lx_ipc_handle wh, eh;
-    int id, busy, announced;
+    int id, busy, announced, settled;
     ctl msg; /* the control message in flight (msg_req) */
     MPI_Request msg_req;
     struct segment *next;
@@ -94,7 +94,7 @@ static struct {
     MPI_Comm world; /* a duplicate of the spawn's: the protocol's own messages */
     int wrank, wsize;
     size_t win_floats, chunk, chunk_asked;
-    float *win[MAXW];                                 /* win[wrank]: mine; the others opened */
+    float *win[MAXW];                                /* win[wrank]: mine; the others opened */
     void *ready[MAXW], *done[MAXW], *consumed[MAXW]; /* the same */
     uint64_t seq;                                    /* my last record */
     uint64_t round_seq[MAXW];                        /* the peers' seq of this round */
@@ -115,9 +115,7 @@ int lx_ipc_active(void) { return S.active; }
 
 static float *W(int q) { return S.win[S.world_of[q]]; }
 
-static void set_chunk(void) {
-    S.chunk = S.chunk_asked && S.chunk_asked < S.win_floats ? S.chunk_asked : S.win_floats;
-}
+static void set_chunk(void) { S.chunk = S.chunk_asked && S.chunk_asked < S.win_floats ? S.chunk_asked : S.win_floats; }
 void lx_ipc_set_chunk(size_t floats) {
     S.chunk_asked = floats;
     set_chunk();
@@ -297,6 +295,11 @@ static void take_ack(int peer, const ack *a) {
     S.dev->wait(S.consumed[peer], a->seq);
     MPI_CHECK(MPI_Wait(&s->msg_req, MPI_STATUS_IGNORE)); /* matched: the receiver has read it */
     s->busy = 0;
+    if (!s->settled) { /* the receiver has opened it */
+        S.dev->opened_by_all(s->mem);
+        S.dev->opened_by_all(s->ev);
+        s->settled = 1;
+    }
     S.acked[peer]++;
 }
 
@@ -495,6 +498,10 @@ int lx_ipc_start(const lx_ipc_dev *dev, MPI_Comm comm, int rank, int size, size_
     int bad = ok ? INT_MAX : rank, first = INT_MAX;
     MPI_CHECK(MPI_Allreduce(&bad, &first, 1, MPI_INT, MPI_MIN, S.world));
     if (first == INT_MAX) {
+        S.dev->opened_by_all(S.win[rank]);
+        S.dev->opened_by_all(S.ready[rank]);
+        S.dev->opened_by_all(S.done[rank]);
+        S.dev->opened_by_all(S.consumed[rank]);
         S.active = 1;
         lx_ipc_use(MPI_COMM_NULL, 0, 0, NULL);
         return 1;

@@ -61,6 +61,9 @@ typedef struct lx_ipc_dev {
     float *(*window_open)(const lx_ipc_handle *h, size_t bytes, char *why, size_t why_size);
     void (*window_close)(float *peer, size_t bytes); /* before the owner frees it */
     void (*window_free)(float *mine, size_t bytes);
+    /* Every peer that will open this window or event of mine has: on the
+     * CPU its name goes now, so a rank that dies leaves nothing behind. */
+    void (*opened_by_all)(void *mine);
     /* An event this process records (its handle in *h), and a peer's. */
     void *(*event_new)(lx_ipc_handle *h, char *why, size_t why_size);
     void *(*event_open)(const lx_ipc_handle *h, char *why, size_t why_size);

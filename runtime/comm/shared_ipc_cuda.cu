@@ -94,6 +94,8 @@ static void window_free(float *p, size_t bytes) {
     CUDA_CHECK(cudaFree(p));
 }
 
+static void opened_by_all(void *mine) { (void)mine; }
+
 static void *event_new(lx_ipc_handle *h, char *why, size_t size) {
     cudaEvent_t ev;
     memset(h, 0, sizeof *h);
@@ -134,8 +136,7 @@ static void copy(float *dst, const float *src, size_t n) {
     if (n) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, 0));
 }
 
-static void reduce(float *const *out, int n_out, const float *const *in, int n_in, size_t n, int op,
-                   float divide_by) {
+static void reduce(float *const *out, int n_out, const float *const *in, int n_in, size_t n, int op, float divide_by) {
     if (n == 0) return;
     if (n_out > MAX_PTRS || n_in > MAX_PTRS)
         lx_backend_error("lectern", "more ranks than the kernel takes (64)", __FILE__, __LINE__, "reduce");
@@ -146,17 +147,16 @@ static void reduce(float *const *out, int n_out, const float *const *in, int n_i
     for (int k = 0; k < n_in; k++)
         p.in[k] = in[k];
     int64_t blocks = ((int64_t)n + THREADS - 1) / THREADS;
-    reduce_kernel<<<blocks > MAX_BLOCKS ? MAX_BLOCKS : (int)blocks, THREADS>>>(p, n_out, n_in, (int64_t)n, op,
-                                                                                divide_by);
+    int grid = blocks > MAX_BLOCKS ? MAX_BLOCKS : (int)blocks;
+    reduce_kernel<<<grid, THREADS>>>(p, n_out, n_in, (int64_t)n, op, divide_by);
     KERNEL_CHECK();
 }
 
 static void finish(void) { CUDA_CHECK(cudaStreamSynchronize(0)); }
 
 static const lx_ipc_dev cuda_dev = {
-        "CUDA IPC", window_new, window_open, window_close, window_free, event_new,
-        event_open, event_close, event_free, record, wait_for, copy,
-        reduce,     finish,
+        "CUDA IPC",  window_new, window_open, window_close, window_free, opened_by_all, event_new, event_open,
+        event_close, event_free, record,      wait_for,     copy,        reduce,        finish,
 };
 
 extern "C" const lx_ipc_dev *lx_ipc_cuda_dev(int device) {

@@ -6,8 +6,9 @@
  *
  *   windows  POSIX shared-memory segments (shm_open + mmap), named
  *            /lectern-ipc-PID-N; the handle is the name. The owner unlinks
- *            the name when it frees the window; a peer's mapping stays
- *            valid until it unmaps it.
+ *            the name as soon as every peer has opened it (or when it frees
+ *            the window), so a rank that dies leaves nothing in /dev/shm;
+ *            the mappings stay valid until unmapped.
  *   events   a 64-bit counter in a segment of its own: record stores the
  *            sequence number (release), and wait checks (acquire) that the
  *            peer has stored at least the number it is told. It does not
@@ -95,17 +96,21 @@ static void *segment_open(const lx_ipc_handle *h, size_t bytes, char *why, size_
     return p;
 }
 
-static void segment_free(void *p, size_t bytes) {
-    if (bytes == 0) bytes = 1;
+/* Unlinks the name of `p` (once): its mappings stay. */
+static void forget(void *p) {
     for (made **at = &mine; *at; at = &(*at)->next)
         if ((*at)->p == p) {
             made *m = *at;
             *at = m->next;
             shm_unlink(m->name);
             free(m);
-            break;
+            return;
         }
-    munmap(p, bytes);
+}
+
+static void segment_free(void *p, size_t bytes) {
+    forget(p);
+    munmap(p, bytes ? bytes : 1);
 }
 
 static float *window_new(size_t bytes, lx_ipc_handle *h, char *why, size_t why_size) {
@@ -144,8 +149,7 @@ static void copy(float *dst, const float *src, size_t n) {
     if (n) memmove(dst, src, n * sizeof(float));
 }
 
-static void reduce(float *const *out, int n_out, const float *const *in, int n_in, size_t n, int op,
-                   float divide_by) {
+static void reduce(float *const *out, int n_out, const float *const *in, int n_in, size_t n, int op, float divide_by) {
     for (size_t i = 0; i < n; i++) {
         float acc = in[0][i];
         for (int k = 1; k < n_in; k++) {
@@ -168,6 +172,7 @@ static const lx_ipc_dev shm_dev = {
         .window_open = window_open,
         .window_close = window_close,
         .window_free = window_free,
+        .opened_by_all = forget,
         .event_new = event_new,
         .event_open = event_open,
         .event_close = event_close,

@@ -43,6 +43,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cmocka.h>
 
 #include "lectern.h"
@@ -525,8 +527,36 @@ static void test_direct_on_host(void **state) {
 /* The shared-GPU protocol (shared_ipc.c) over shared memory, on host
  * tensors: every case again, on 1 to 4 ranks. */
 static int ipc_first_spawn = -1;
+/* Shared-memory segments of this test's processes (the pool ranks run this
+ * binary) still named in /dev/shm after their spawns: the protocol frees or
+ * unlinks every one. */
+static int ipc_segments_left(char *first, size_t size) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    int left = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int pid;
+        if (sscanf(e->d_name, "lectern-ipc-%d-", &pid) != 1) continue;
+        char path[64], cmd[512] = "";
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* a process gone: not this test's */
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[n] = '\0';
+        if (!strstr(cmd, "test_comm_staged")) continue;
+        if (!left++) snprintf(first, size, "%s", e->d_name);
+    }
+    closedir(d);
+    return left;
+}
+
 static void test_protocol_on_host(void **state) {
     (void)state;
+    char first[300] = "";
+    int left = ipc_segments_left(first, sizeof first);
+    if (left) fail_msg("%d shared-memory segments of the protocol left in /dev/shm after the spawns (%s)", left, first);
     for (int w = 1; w <= 4; w++) {
         const char *reason = spawn_reason(ipc_first_spawn + w - 1);
         if (!reason || !strstr(reason, "LECTERN_SHARED_IPC_CPU"))
