@@ -178,6 +178,10 @@ void lx_stage_set_direct(int on);
 /* Frees the staging buffers kept from one spawn to the next (the pool rank leaves). */
 void lx_comm_staged_release(void);
 const lx_stage_copier *lx_stage_host_copier(void);
+/* In a rank of a spawn on shared GPUs: why the shared-GPU protocol's probe
+ * failed ("" when it did not fail, or was not tried). lx_ipc_active()
+ * (comm/shared_ipc.h) says whether it runs. */
+const char *lx_stage_ipc_why_not(void);
 /* Pipeline steps (chunks) this process has run: tests check that the
  * pipeline, not something else, produced a result. */
 int64_t lx_stage_chunks_run(void);

@@ -938,6 +938,9 @@ static size_t window_floats(int on_gpu) {
     return on_gpu ? (size_t)1 << 24 : (size_t)1 << 20;
 }
 
+static char ipc_why_not[300]; /* the probe's failure, this spawn */
+const char *lx_stage_ipc_why_not(void) { return ipc_why_not; }
+
 /* The protocol for this spawn where it is asked for and every rank can map
  * every peer's window (the probe); else the staged host path, and rank 0
  * says why in a step. */
@@ -952,8 +955,10 @@ static void try_ipc(const lx_stage_copier *copier) {
 #endif
     if (!dev) return;
     char why[300] = "";
+    ipc_why_not[0] = '\0';
     ipc = lx_ipc_start(dev, lx_the_world.comm, lx_the_world.rank, lx_the_world.size,
                        window_floats(copier != &host_copier), asked_chunk(), why, sizeof why);
+    if (!ipc) snprintf(ipc_why_not, sizeof ipc_why_not, "%s", why);
     if (!ipc && lx_the_world.rank == 0) {
         char *md = lx_fmt("**note:** the collectives of ranks sharing the GPU cannot run on the device through %s "
                           "(%s): they run through host memory (the staged path); LECTERN_SHARED_IPC=0 chooses "
