@@ -178,7 +178,10 @@ static void check_group(const char *group, int want_path) {
             fclose(f);
             if (on != want_path)
                 fail_msg("%s, world %d, rank %d: the shared-GPU protocol was %s, expected %s", group, w, r,
-                         on == 1 ? "on" : on == 0 ? "off" : "not reported", want_path ? "on" : "off");
+                         on == 1   ? "on"
+                         : on == 0 ? "off"
+                                   : "not reported",
+                         want_path ? "on" : "off");
         }
 }
 
