@@ -9,8 +9,10 @@
  * (comm_layer.c), the backends
  * (comm_mpi.c: Open MPI on host buffers; comm_nccl.c: NCCL, through the
  * table of nccl_api.h, over the real library (nccl_library.c) or the CPU
- * emulator (nccl_emu.c); comm_staged.c: device tensors through pinned host
- * buffers or CUDA-aware Open MPI), the traffic counters (comm_stats.c, comm_pvars.c),
+ * emulator (nccl_emu.c); comm_staged.c: device tensors of ranks sharing a
+ * GPU, on the device through the shared-GPU protocol (shared_ipc.c, over
+ * CUDA IPC or, for tests, shared memory) or through pinned host buffers or
+ * CUDA-aware Open MPI), the traffic counters (comm_stats.c, comm_pvars.c),
  * the progress thread (comm_progress.c) and dist_timer (dist_timer.c).
  *
  * It calls the layers below (ranks/ranks.h for the board and the rank's

@@ -46,6 +46,14 @@
  * whose Open MPI says at run time that it is not CUDA-aware stages instead
  * and says so in a warning step. LECTERN_CUDA_AWARE=0 forces staging.
  *
+ * The shared-GPU protocol (shared_ipc.c) comes first: where the parent
+ * asked for it (the spawn's note) and every rank can map every peer's window
+ * (the probe at the spawn's start), every call below goes to it and the data
+ * stays on the device; otherwise the paths above, and rank 0 says why in a
+ * step. LECTERN_SHARED_IPC=0 keeps them without trying. On the CPU,
+ * LECTERN_SHARED_IPC_CPU=1 with LECTERN_STAGE_TEST=1 runs host tensors
+ * through the protocol over shared memory (the test hook).
+ *
  * The pinned buffer is allocated once per rank process (at its first staged
  * call) and kept from one spawn to the next; it grows only if a later spawn
  * needs bigger slots. lx_comm_staged_release frees it when the pool rank
@@ -861,6 +869,11 @@ static int op_test(void *request) {
 static void op_stop(void) {
     if (ipc) lx_ipc_stop();
     ipc = 0;
+    for (ipc_recv_req *r = ipc_posted, *next; r; r = next) { /* none: every request was waited for */
+        next = r->next;
+        free(r);
+    }
+    ipc_posted = NULL;
     if (world_staged != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_staged));
     staged_comm = MPI_COMM_NULL;
 }
