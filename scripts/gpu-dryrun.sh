@@ -13,7 +13,12 @@
 #   - gpu-check.sh runs there (GPU parts skip, saying why), and its results
 #     are checked: nothing failed, at most 8 files under OUT, 2 folders deep.
 #
-#   scripts/gpu-dryrun.sh [all|tests|bench]   (after scripts/gpu-bundle.sh; PYTHON=... passes on)
+#   scripts/gpu-dryrun.sh [all|tests|bench|device]   (after scripts/gpu-bundle.sh; PYTHON=... passes on)
+#
+# `device` rehearses the one call of a device window: its steps run (their
+# GPU parts skip), within GPU_CHECK_DEADLINE_S, which passes on as do
+# GPU_CHECK_ONLY and the rest of the environment. A step cut by the deadline
+# fails the rehearsal, as it would leave the device run incomplete.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f .carry/libs.tar.xz ] || { echo "gpu-dryrun: no .carry/: run scripts/gpu-bundle.sh first" >&2; exit 1; }
