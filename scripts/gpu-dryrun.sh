@@ -7,7 +7,7 @@
 #   - in a private mount namespace (unshare -m; root needed) every file of the
 #     carried Debian packages installed on this machine is hidden behind an
 #     empty one, except the base libraries any image has (zlib, xz, bzip2,
-#     udev, libatomic): Open MPI, PMIx, cJSON, md4c, libdw, OpenBLAS, cmocka,
+#     udev, libatomic, libtinfo: bash itself needs it): Open MPI, PMIx, cJSON, md4c, libdw, OpenBLAS, cmocka,
 #     jsonschema ... can only come from the carried copies, as on a bare
 #     machine, and Open MPI must run relocated;
 #   - gpu-check.sh runs there (GPU parts skip, saying why), and its results
@@ -32,7 +32,7 @@ cp -a .carry "$dest/repo/.carry"
 rm -rf "$dest/repo/.carry/out"
 
 # What to hide: the files of every carried package installed here.
-BASE=" zlib1g liblzma5 libbz2-1.0 libudev1 libatomic1 "
+BASE=" zlib1g liblzma5 libbz2-1.0 libudev1 libatomic1 libtinfo6 "
 : >"$dest/hide.txt"
 while read -r pkg _; do
     case "$BASE" in *" $pkg "*) continue ;; esac
