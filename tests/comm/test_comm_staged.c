@@ -20,9 +20,15 @@
  *    The same cases run through the direct path's code too (what a
  *    CUDA-aware Open MPI gets), on host memory, where no chunk may go
  *    through the pipeline.
+ *    And through the shared-GPU protocol (runtime/comm/shared_ipc.c) over
+ *    shared memory (LECTERN_SHARED_IPC_CPU=1): no chunk through the
+ *    pipeline, and the protocol's rounds and messages counted against the
+ *    number computed here; no shared-memory segment left after the spawns.
  * 2. The same on shared GPUs, where there is a GPU (skipped otherwise, with
  *    the reason): 2 to 4 ranks on fewer GPUs, device tensors on
- *    cuda:(rank mod GPUs), the spawn's note as the issue words it; each
+ *    cuda:(rank mod GPUs), once through CUDA IPC (the staged path where the
+ *    probe fails, unless LECTERN_TEST_REQUIRE_IPC=1) and once with
+ *    LECTERN_SHARED_IPC=0, the spawn's note as the issue words it; each
  *    pool rank makes its cuBLAS handle and staging streams once for all
  *    spawns; the lecture process holds no CUDA context.
  * 3. lx_choose_backend on facts given here: shared GPUs, NCCL,
