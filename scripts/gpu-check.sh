@@ -44,6 +44,30 @@
 # say why (that is the dry run of scripts/gpu-dryrun.sh).
 #
 #   bash scripts/gpu-check.sh [all|tests|bench|facts]   (OUT=..., PYTHON=..., LECTERN_BUILD=... optional)
+#   bash scripts/gpu-check.sh device [--only STEP,STEP]  (GPU_CHECK_DEADLINE_S=420, GPU_CHECK_ONLY=...)
+#
+# device is the one call of a 15-minute device window (docs/gpu.md): steps
+# 1 and 2, then named steps, GPU work first, each with a cap in seconds:
+#
+#   ipc      30   tests/tools/ipc_probe: do ranks sharing the GPU run the
+#                 shared-GPU protocol (CUDA IPC)? an exact all-reduce, its busbw
+#   cases   150   test_comm_staged (every case, 2-4 ranks, on the protocol
+#                 and on the staged path), test_groups.py
+#   order    45   test_shared_order: the forced-dependency test, both paths
+#   bench   120   bench_shared_gpu: the protocol against the staged path,
+#                 all-reduce, reduce-scatter, all-gather, all-to-all at 1, 16
+#                 and 256 MiB on 2 and 4 ranks, each as a fraction of the
+#                 device-to-device copy rate of the same run
+#   traces  150   lecture_08, lecture_ddp, lecture_scaling on the GPU: their
+#                 traces, as traces/NAME.gpu.json (+ .js), in traces.tar.xz
+#   suites  120   the other GPU C suites (tensor, cuBLAS, NCCL at one rank)
+#   kernels  60   test_cuda_sync.py, test_lecture_gpu.py
+#
+# A step whose cap does not fit in what is left of GPU_CHECK_DEADLINE_S
+# (default 420 s) is written "not run: deadline" and not started; each step
+# that ran has its seconds in summary.md. The summary ends with the command
+# that reruns the failed and not-run steps only (--only), on the warm
+# machine. Exit status 0 when nothing failed and every asked step ran.
 #
 # facts is steps 1 and 2 alone (and the GPU comparison): seconds.
 # all (the default) is steps 1-5, about 10 minutes on a 16-core H100 machine;
@@ -52,7 +76,17 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
-case "$PART" in all|tests|bench|facts) ;; *) echo "usage: $0 [all|tests|bench|facts]" >&2; exit 2 ;; esac
+case "$PART" in all|tests|bench|facts|device) ;; *) echo "usage: $0 [all|tests|bench|facts|device [--only STEP,...]]" >&2; exit 2 ;; esac
+ONLY=${GPU_CHECK_ONLY:-}
+if [ "${2:-}" = --only ]; then ONLY=${3:-}; fi
+case "${2:-}" in ''|--only) ;; *) echo "usage: $0 device [--only STEP,...]" >&2; exit 2 ;; esac
+DEVICE_STEPS="ipc cases order bench traces suites kernels"
+for s in ${ONLY//,/ }; do
+    case " $DEVICE_STEPS " in *" $s "*) ;; *) echo "gpu-check: no step '$s' (steps: $DEVICE_STEPS)" >&2; exit 2 ;; esac
+done
+[ -n "$ONLY" ] && [ "$PART" != device ] && { echo "gpu-check: --only names steps of 'device'" >&2; exit 2; }
+DEADLINE_S=${GPU_CHECK_DEADLINE_S:-420}
+case "$DEADLINE_S" in ''|*[!0-9]*) echo "gpu-check: GPU_CHECK_DEADLINE_S='$DEADLINE_S' is not a number of seconds" >&2; exit 2 ;; esac
 ROOT=$PWD
 START=$(date +%s)
 # No benchmark starts after this many seconds (22 minutes; `bench` alone: 7).
@@ -105,9 +139,12 @@ tests() {
     echo "== $name"
     # Under the device's 10-minute limit a command, so one slow suite cannot
     # take the summary with it.
-    timeout "${GPU_CHECK_TEST_LIMIT_S:-540}" "$@" >"$log" 2>&1
+    # In a device step: what is left of the step's cap.
+    local limit=${GPU_CHECK_TEST_LIMIT_S:-540}
+    if [ -n "${STEP_END:-}" ]; then limit=$((STEP_END - $(date +%s))); [ "$limit" -lt 1 ] && limit=1; fi
+    timeout "$limit" "$@" >"$log" 2>&1
     rc=$?
-    [ "$rc" -eq 124 ] && echo "[timed out] $name: stopped after ${GPU_CHECK_TEST_LIMIT_S:-540} s" >>"$log"
+    [ "$rc" -eq 124 ] && echo "[timed out] $name: stopped after $limit s" >>"$log"
     cat "$log"
     if grep -qE '^\[  PASSED  \] [0-9]+ test' "$log"; then
         p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
@@ -156,7 +193,7 @@ md '```'
     nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
     if [ -x "$nvcc_bin" ]; then echo "nvcc: $("$nvcc_bin" --version | tail -2 | head -1)"; else echo "nvcc: none"; fi
     echo "python: $($PY --version 2>&1) at $(command -v "$PY")"
-    timeout 120 "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
+    timeout "$([ "$PART" = device ] && echo 30 || echo 120)" "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
         "GPUs", torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>&1 | tail -1
     echo "NCCL on the system: $( (/sbin/ldconfig -p 2>/dev/null || ldconfig -p) | grep -m1 'libnccl.so.2 ' | sed 's/.*=> //')"
     # NCCL and Open MPI keep their shared memory here; Docker's default 64 MB
@@ -246,7 +283,7 @@ fi
 md "| NCCL used | ${nccl_dir:-from the system folders (ld.so.cache)} | |"
 # Open MPI relocated: a spawn of 4 ranks must load every plugin it tries
 # (a leftover path to /usr would show as "unable to open ... (ignored)").
-if timeout 300 "$BUILD/tests/fixtures/spawn_basic" --quiet --out "$WORK/smoke" >"$WORK/smoke.log" 2>&1 &&
+if timeout "$([ "$PART" = device ] && echo 60 || echo 300)" "$BUILD/tests/fixtures/spawn_basic" --quiet --out "$WORK/smoke" >"$WORK/smoke.log" 2>&1 &&
     ! grep -qE "unable to open|file too short|cannot open shared" "$WORK/smoke.log"; then
     ok "Open MPI spawn of 4 ranks, every plugin loaded"
 else
@@ -297,7 +334,11 @@ else
     fi
 fi
 
-if [ "$PART" != bench ] && [ "$PART" != facts ]; then
+if [ "$PART" = device ]; then
+    . scripts/gpu-check-device.sh
+fi
+
+if [ "$PART" != bench ] && [ "$PART" != facts ] && [ "$PART" != device ]; then
 # ---------------------------------------------------------------- 3. tests
 section "tests"
 for t in "$BUILD"/tests/*/test_*; do
@@ -448,7 +489,7 @@ fi
 
 fi   # tests and lecture
 
-if [ "$PART" != tests ] && [ "$PART" != facts ]; then
+if [ "$PART" != tests ] && [ "$PART" != facts ] && [ "$PART" != device ]; then
 # ---------------------------------------------------------------- 5. benchmarks
 section "benchmarks"
 # bench NAME TIMEOUT COMMAND...: output into $WORK/NAME.txt and bench.md.
@@ -497,9 +538,14 @@ fi   # benchmarks
 # ---------------------------------------------------------------- the end
 section "done"
 md ""
-md "Total: $(elapsed) s. Files: summary.md, bench.md, gpu-check.log, traces/lecture_08.gpu.json (+ .js)."
+if [ "$PART" = device ]; then
+    md "Total: $(elapsed) s of a $DEADLINE_S s deadline. Files: summary.md, bench.md, gpu-check.log, counts.txt (and traces.tar.xz where the traces step wrote some)."
+    device_summary
+else
+    md "Total: $(elapsed) s. Files: summary.md, bench.md, gpu-check.log, traces/lecture_08.gpu.json (+ .js)."
+fi
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed: ${failures[*]}"
 echo "took $(elapsed) s; results in $OUT"
-echo "$passed passed, $failed failed, $skipped skipped" | tee -a "$SUMMARY"
-[ "$failed" -eq 0 ]
+echo "$passed passed, $failed failed, $skipped skipped${notrun:+, $notrun not run (deadline)}" | tee -a "$SUMMARY"
+[ "$failed" -eq 0 ] && [ "${notrun:-0}" -eq 0 ]

@@ -7,13 +7,18 @@
 #   - in a private mount namespace (unshare -m; root needed) every file of the
 #     carried Debian packages installed on this machine is hidden behind an
 #     empty one, except the base libraries any image has (zlib, xz, bzip2,
-#     udev, libatomic): Open MPI, PMIx, cJSON, md4c, libdw, OpenBLAS, cmocka,
+#     udev, libatomic, libtinfo: bash itself needs it): Open MPI, PMIx, cJSON, md4c, libdw, OpenBLAS, cmocka,
 #     jsonschema ... can only come from the carried copies, as on a bare
 #     machine, and Open MPI must run relocated;
 #   - gpu-check.sh runs there (GPU parts skip, saying why), and its results
 #     are checked: nothing failed, at most 8 files under OUT, 2 folders deep.
 #
-#   scripts/gpu-dryrun.sh [all|tests|bench]   (after scripts/gpu-bundle.sh; PYTHON=... passes on)
+#   scripts/gpu-dryrun.sh [all|tests|bench|device]   (after scripts/gpu-bundle.sh; PYTHON=... passes on)
+#
+# `device` rehearses the one call of a device window: its steps run (their
+# GPU parts skip), within GPU_CHECK_DEADLINE_S, which passes on as do
+# GPU_CHECK_ONLY and the rest of the environment. A step cut by the deadline
+# fails the rehearsal, as it would leave the device run incomplete.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f .carry/libs.tar.xz ] || { echo "gpu-dryrun: no .carry/: run scripts/gpu-bundle.sh first" >&2; exit 1; }
@@ -27,7 +32,7 @@ cp -a .carry "$dest/repo/.carry"
 rm -rf "$dest/repo/.carry/out"
 
 # What to hide: the files of every carried package installed here.
-BASE=" zlib1g liblzma5 libbz2-1.0 libudev1 libatomic1 "
+BASE=" zlib1g liblzma5 libbz2-1.0 libudev1 libatomic1 libtinfo6 "
 : >"$dest/hide.txt"
 while read -r pkg _; do
     case "$BASE" in *" $pkg "*) continue ;; esac

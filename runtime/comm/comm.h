@@ -9,8 +9,10 @@
  * (comm_layer.c), the backends
  * (comm_mpi.c: Open MPI on host buffers; comm_nccl.c: NCCL, through the
  * table of nccl_api.h, over the real library (nccl_library.c) or the CPU
- * emulator (nccl_emu.c); comm_staged.c: device tensors through pinned host
- * buffers or CUDA-aware Open MPI), the traffic counters (comm_stats.c, comm_pvars.c),
+ * emulator (nccl_emu.c); comm_staged.c: device tensors of ranks sharing a
+ * GPU, on the device through the shared-GPU protocol (shared_ipc.c, over
+ * CUDA IPC or, for tests, shared memory) or through pinned host buffers or
+ * CUDA-aware Open MPI), the traffic counters (comm_stats.c, comm_pvars.c),
  * the progress thread (comm_progress.c) and dist_timer (dist_timer.c).
  *
  * It calls the layers below (ranks/ranks.h for the board and the rank's
@@ -180,6 +182,10 @@ void lx_stage_set_direct(int on);
 /* Frees the staging buffers kept from one spawn to the next (the pool rank leaves). */
 void lx_comm_staged_release(void);
 const lx_stage_copier *lx_stage_host_copier(void);
+/* In a rank of a spawn on shared GPUs: why the shared-GPU protocol's probe
+ * failed ("" when it did not fail, or was not tried). lx_ipc_active()
+ * (comm/shared_ipc.h) says whether it runs. */
+const char *lx_stage_ipc_why_not(void);
 /* Pipeline steps (chunks) this process has run: tests check that the
  * pipeline, not something else, produced a result. */
 int64_t lx_stage_chunks_run(void);

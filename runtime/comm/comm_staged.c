@@ -46,6 +46,14 @@
  * whose Open MPI says at run time that it is not CUDA-aware stages instead
  * and says so in a warning step. LECTERN_CUDA_AWARE=0 forces staging.
  *
+ * The shared-GPU protocol (shared_ipc.c) comes first: where the parent
+ * asked for it (the spawn's note) and every rank can map every peer's window
+ * (the probe at the spawn's start), every call below goes to it and the data
+ * stays on the device; otherwise the paths above, and rank 0 says why in a
+ * step. LECTERN_SHARED_IPC=0 keeps them without trying. On the CPU,
+ * LECTERN_SHARED_IPC_CPU=1 with LECTERN_STAGE_TEST=1 runs host tensors
+ * through the protocol over shared memory (the test hook).
+ *
  * The pinned buffer is allocated once per rank process (at its first staged
  * call) and kept from one spawn to the next; it grows only if a later spawn
  * needs bigger slots. lx_comm_staged_release frees it when the pool rank
@@ -61,6 +69,7 @@
 #include "check.h"
 #include "comm/comm_calls.h"
 #include "comm/comm_progress.h"
+#include "comm/shared_ipc.h"
 #include "trace/trace.h"
 #include "ranks/ranks.h"
 
@@ -78,15 +87,56 @@ static const lx_stage_copier *host_owner; /* who allocated `host` (frees it) */
 static size_t area;                       /* floats in each half of a slot */
 static int64_t chunks_run;                /* pipeline steps since the process started (tests) */
 static int direct;                        /* device pointers straight to (CUDA-aware) Open MPI */
+static int ipc;                           /* the shared-GPU protocol (shared_ipc.c) runs the calls */
 
 int64_t lx_stage_chunks_run(void) { return chunks_run; }
 
 static size_t chunk_override; /* lx_stage_set_chunk, for tests */
 static size_t stage_chunk_floats(void);
 
+static size_t asked_chunk(void);
+static const lx_stage_copier host_copier;
+
+/* ---- the shared-GPU protocol's receives (shared_ipc.c) ----
+ *
+ * A send on the protocol never waits for its receiver, so dist_isend is
+ * dist_send, and dist_irecv is a receive done at its dist_wait (or at a
+ * dist_test that finds its message come). Receives from one peer must meet
+ * that peer's messages in the order they were posted, as MPI matches them:
+ * a receive first completes the earlier dist_irecv's from the same peer. */
+typedef struct ipc_recv_req {
+    float *buf;
+    size_t count;
+    int peer, done;
+    struct ipc_recv_req *next; /* posted after this one, not yet done */
+} ipc_recv_req;
+static ipc_recv_req *ipc_posted; /* in the order posted */
+
+/* Completes the posted receives from `peer` up to `upto` (NULL: all of them). */
+static void ipc_complete_posted(int peer, const ipc_recv_req *upto) {
+    for (ipc_recv_req **at = &ipc_posted; *at;) {
+        ipc_recv_req *r = *at;
+        if (r->peer != peer) {
+            if (r == upto) return;
+            at = &r->next;
+            continue;
+        }
+        lx_ipc_recv(r->buf, r->count, r->peer);
+        r->done = 1;
+        *at = r->next;
+        if (r == upto) return;
+    }
+}
+
+static void ipc_recv(float *buf, size_t count, int peer) {
+    ipc_complete_posted(peer, NULL);
+    lx_ipc_recv(buf, count, peer);
+}
+
 void lx_stage_set_chunk(size_t floats) {
     chunk_override = floats;
     if (staged_comm != MPI_COMM_NULL) chunk = floats ? floats : stage_chunk_floats();
+    if (ipc) lx_ipc_set_chunk(asked_chunk());
 }
 
 static size_t stage_chunk_floats(void) {
@@ -246,6 +296,10 @@ static void direct_reduce_scatter(float *out, const float *in, size_t count, dis
 }
 
 static void op_all_reduce(float *buf, size_t count, dist_op op) {
+    if (ipc) {
+        lx_ipc_all_reduce(buf, count, (int)op);
+        return;
+    }
     if (direct) {
         direct_all_reduce(buf, count, op);
         return;
@@ -272,6 +326,10 @@ static void step_reduce(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_reduce(float *buf, size_t count, int root, dist_op op) {
+    if (ipc) {
+        lx_ipc_reduce(buf, count, root, (int)op);
+        return;
+    }
     if (direct) {
         direct_reduce(buf, count, root, op);
         return;
@@ -293,6 +351,10 @@ static void step_broadcast(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_broadcast(float *buf, size_t count, int root) {
+    if (ipc) {
+        lx_ipc_broadcast(buf, count, root);
+        return;
+    }
     if (direct) {
         settle();
         MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, staged_comm));
@@ -337,6 +399,10 @@ static void step_reduce_scatter(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    if (ipc) {
+        lx_ipc_reduce_scatter(out, in, count, (int)op);
+        return;
+    }
     if (direct) {
         direct_reduce_scatter(out, in, count, op);
         return;
@@ -358,6 +424,10 @@ static void step_all_gather(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_all_gather(float *out, const float *in, size_t count) {
+    if (ipc) {
+        lx_ipc_all_gather(out, in, count);
+        return;
+    }
     if (direct) {
         settle();
         MPI_CHECK(MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, staged_comm));
@@ -379,6 +449,10 @@ static void step_scatter(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_scatter(float *out, const float *in, size_t count, int root) {
+    if (ipc) {
+        lx_ipc_scatter(out, in, count, root);
+        return;
+    }
     if (direct) {
         settle();
         MPI_CHECK(MPI_Scatter(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, staged_comm));
@@ -401,6 +475,10 @@ static void step_gather(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_gather(float *out, const float *in, size_t count, int root) {
+    if (ipc) {
+        lx_ipc_gather(out, in, count, root);
+        return;
+    }
     if (direct) {
         settle();
         MPI_CHECK(MPI_Gather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, root, staged_comm));
@@ -427,6 +505,10 @@ static void step_send(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_send(const float *buf, size_t count, int peer) {
+    if (ipc) {
+        lx_ipc_send(buf, count, peer);
+        return;
+    }
     if (direct) { /* one message: the receive is direct too (the same Open MPI in every rank) */
         settle();
         MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, staged_comm));
@@ -448,6 +530,10 @@ static void step_recv(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_recv(float *buf, size_t count, int peer) {
+    if (ipc) {
+        ipc_recv(buf, count, peer);
+        return;
+    }
     if (direct) {
         settle();
         MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, TAG_P2P, staged_comm, MPI_STATUS_IGNORE));
@@ -484,6 +570,11 @@ static void up_recv(const pipe *p, size_t k, const float *a, const float *b) {
 }
 
 static void op_sendrecv(const float *send, size_t send_count, int dst, float *recv, size_t recv_count, int src) {
+    if (ipc) {
+        lx_ipc_send(send, send_count, dst);
+        ipc_recv(recv, recv_count, src);
+        return;
+    }
     if (direct) {
         settle();
         MPI_CHECK(MPI_Sendrecv(send, (int)send_count, MPI_FLOAT, dst, TAG_P2P, recv, (int)recv_count, MPI_FLOAT, src,
@@ -519,7 +610,45 @@ typedef struct staged_request {
     size_t average_count;      /* AVG: floats of host_out to divide at wait */
     int size;                  /* AVG divides by it: the world's or the group's at the call */
     lx_progress_group *moving; /* the progress thread's hold on reqs (comm_progress.c) */
+    int ipc;                   /* the protocol's: done at the call, or ... */
+    ipc_recv_req *recv;        /* ... a receive done at wait */
 } staged_request;
+
+/* A request of the protocol: the call's work is queued already (recv: a
+ * receive to do at the wait). */
+static void *ipc_request(ipc_recv_req *recv) {
+    staged_request *r = calloc(1, sizeof *r);
+    if (!r) lx_fatal("out of memory");
+    r->ipc = 1;
+    r->recv = recv;
+    return r;
+}
+
+static void *ipc_irecv(float *buf, size_t count, int peer) {
+    ipc_recv_req *q = calloc(1, sizeof *q);
+    if (!q) lx_fatal("out of memory");
+    *q = (ipc_recv_req){.buf = buf, .count = count, .peer = peer};
+    ipc_recv_req **at = &ipc_posted;
+    while (*at)
+        at = &(*at)->next;
+    *at = q;
+    return ipc_request(q);
+}
+
+static void ipc_wait(staged_request *r) {
+    if (r->recv && !r->recv->done) ipc_complete_posted(r->recv->peer, r->recv);
+    free(r->recv);
+    free(r);
+}
+
+/* 1 when the wait would not wait: a receive whose message (and those of the
+ * receives posted before it from the same peer) has come is done here. */
+static int ipc_test(staged_request *r) {
+    if (!r->recv || r->recv->done || r->recv->count == 0) return 1;
+    if (!lx_ipc_recv_ready(r->recv->peer)) return 0;
+    ipc_complete_posted(r->recv->peer, r->recv);
+    return r->recv->done;
+}
 
 /* Every request of r has started: from now on they move while the rank
  * computes. */
@@ -548,6 +677,10 @@ static staged_request *new_request(int n_reqs) {
 }
 
 static void *op_isend(const float *buf, size_t count, int peer) {
+    if (ipc) {
+        lx_ipc_send(buf, count, peer);
+        return ipc_request(NULL);
+    }
     if (direct) {
         staged_request *r = new_request(1);
         settle();
@@ -566,6 +699,7 @@ static void *op_isend(const float *buf, size_t count, int peer) {
 }
 
 static void *op_irecv(float *buf, size_t count, int peer) {
+    if (ipc) return ipc_irecv(buf, count, peer);
     if (direct) {
         staged_request *r = new_request(1);
         settle();
@@ -586,6 +720,10 @@ static void *op_irecv(float *buf, size_t count, int peer) {
 }
 
 static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
+    if (ipc) {
+        lx_ipc_all_reduce(buf, count, (int)op);
+        return ipc_request(NULL);
+    }
     staged_request *r = new_request(1);
     r->host_in = r->host_out = host_copy(buf, count);
     r->device_out = buf;
@@ -597,6 +735,10 @@ static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
 }
 
 static void *op_ibroadcast(float *buf, size_t count, int root) {
+    if (ipc) {
+        lx_ipc_broadcast(buf, count, root);
+        return ipc_request(NULL);
+    }
     staged_request *r = new_request(1);
     r->host_in = r->host_out = host_copy(lx_current_rank() == root ? buf : NULL, count);
     if (lx_current_rank() != root) {
@@ -608,6 +750,10 @@ static void *op_ibroadcast(float *buf, size_t count, int root) {
 }
 
 static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
+    if (ipc) {
+        lx_ipc_reduce_scatter(out, in, count, (int)op);
+        return ipc_request(NULL);
+    }
     staged_request *r = new_request(1);
     r->host_in = host_copy(in, count * (size_t)lx_current_size());
     r->host_out = host_copy(NULL, count);
@@ -621,6 +767,10 @@ static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_
 }
 
 static void *op_iall_gather(float *out, const float *in, size_t count) {
+    if (ipc) {
+        lx_ipc_all_gather(out, in, count);
+        return ipc_request(NULL);
+    }
     staged_request *r = new_request(1);
     r->host_in = host_copy(in, count);
     r->host_out = host_copy(NULL, count * (size_t)lx_current_size());
@@ -633,6 +783,10 @@ static void *op_iall_gather(float *out, const float *in, size_t count) {
 
 static void op_wait(void *request) {
     staged_request *r = request;
+    if (r->ipc) {
+        ipc_wait(r);
+        return;
+    }
     lx_progress_claim(r->moving, "MPI_Waitall");
     MPI_CHECK(MPI_Waitall(r->n_reqs, r->reqs, MPI_STATUSES_IGNORE));
     if (r->op == DIST_AVG) lx_mpi_average(r->host_out, r->average_count, DIST_AVG, r->size);
@@ -651,6 +805,10 @@ static void step_all_to_all(const pipe *p, size_t k, float *a, float *b) {
 }
 
 static void op_all_to_all(float *out, const float *in, size_t count) {
+    if (ipc) {
+        lx_ipc_all_to_all(out, in, count);
+        return;
+    }
     if (direct) {
         settle();
         MPI_CHECK(MPI_Alltoall(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, staged_comm));
@@ -667,6 +825,10 @@ static void op_all_to_all(float *out, const float *in, size_t count) {
 }
 
 static void *op_iall_to_all(float *out, const float *in, size_t count) {
+    if (ipc) {
+        lx_ipc_all_to_all(out, in, count);
+        return ipc_request(NULL);
+    }
     staged_request *r = new_request(1);
     r->host_in = host_copy(in, count * (size_t)lx_current_size());
     r->host_out = host_copy(NULL, count * (size_t)lx_current_size());
@@ -690,10 +852,14 @@ static void *op_group_new(const dist_group *g) {
 
 static void op_group_free(void *backend_group) { (void)backend_group; }
 
-static void op_use_group(const dist_group *g) { staged_comm = g ? g->comm : world_staged; }
+static void op_use_group(const dist_group *g) {
+    staged_comm = g ? g->comm : world_staged;
+    if (ipc) lx_ipc_use(g ? g->comm : MPI_COMM_NULL, g ? g->size : 0, g ? g->rank : 0, g ? g->ranks : NULL);
+}
 
 static int op_test(void *request) {
     staged_request *r = request;
+    if (r->ipc) return ipc_test(r);
     if (r->moving) return lx_progress_test(r->moving, "MPI_Testall");
     int done = 0;
     MPI_CHECK(MPI_Testall(r->n_reqs, r->reqs, &done, MPI_STATUSES_IGNORE));
@@ -701,6 +867,13 @@ static int op_test(void *request) {
 }
 
 static void op_stop(void) {
+    if (ipc) lx_ipc_stop();
+    ipc = 0;
+    for (ipc_recv_req *r = ipc_posted, *next; r; r = next) { /* none: every request was waited for */
+        next = r->next;
+        free(r);
+    }
+    ipc_posted = NULL;
     if (world_staged != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&world_staged));
     staged_comm = MPI_COMM_NULL;
 }
@@ -756,6 +929,60 @@ static int cuda_aware_now(void) {
 
 void lx_stage_set_direct(int on) { direct = on; }
 
+/* The floats per round a test or the user asked for (LECTERN_STAGE_CHUNK,
+ * lx_stage_set_chunk); 0: none, the protocol's window size. */
+static size_t asked_chunk(void) {
+    if (chunk_override) return chunk_override;
+    const char *s = getenv("LECTERN_STAGE_CHUNK");
+    return s && *s ? stage_chunk_floats() : 0;
+}
+
+/* LECTERN_SHARED_IPC_WINDOW: floats of each rank's window (the most a
+ * round moves); default 16 Mi floats (64 MiB) on a GPU, 1 Mi (4 MiB) in
+ * shared memory, where /dev/shm may be small. */
+static size_t window_floats(int on_gpu) {
+    const char *s = getenv("LECTERN_SHARED_IPC_WINDOW");
+    if (s && *s) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (*end == '\0' && v > 0 && v <= (1LL << 30)) return (size_t)v;
+        lx_fatal("LECTERN_SHARED_IPC_WINDOW='%s' is not a number of floats between 1 and 1073741824", s);
+    }
+    return on_gpu ? (size_t)1 << 24 : (size_t)1 << 20;
+}
+
+static char ipc_why_not[300]; /* the probe's failure, this spawn */
+const char *lx_stage_ipc_why_not(void) { return ipc_why_not; }
+
+/* The protocol for this spawn where it is asked for and every rank can map
+ * every peer's window (the probe); else the staged host path, and rank 0
+ * says why in a step. */
+static void try_ipc(const lx_stage_copier *copier) {
+    /* The parent decided (ranks.h, lx_shared_ipc_mode): LECTERN_SHARED_IPC=0
+     * keeps the staged host path, LECTERN_SHARED_IPC_CPU=1 is the test hook. */
+    const lx_ipc_dev *dev = NULL;
+    int mode = lx_spawn_shared_ipc();
+    if (mode == LX_SHARED_IPC_SHM && copier == &host_copier) dev = lx_ipc_shm_dev();
+#ifdef LECTERN_CUDA
+    if (mode == LX_SHARED_IPC_DEVICE && copier != &host_copier) dev = lx_ipc_cuda_dev(lx_the_world.device);
+#endif
+    if (!dev) return;
+    char why[300] = "";
+    ipc_why_not[0] = '\0';
+    ipc = lx_ipc_start(dev, lx_the_world.comm, lx_the_world.rank, lx_the_world.size,
+                       window_floats(copier != &host_copier), asked_chunk(), why, sizeof why);
+    if (!ipc) snprintf(ipc_why_not, sizeof ipc_why_not, "%s", why);
+    if (!ipc && lx_the_world.rank == 0) {
+        char *md = lx_fmt("**note:** the collectives of ranks sharing the GPU cannot run on the device through %s "
+                          "(%s): they run through host memory (the staged path); LECTERN_SHARED_IPC=0 chooses "
+                          "that path without trying",
+                          dev->name, why);
+        lx_emit(lx_rendering_markdown(md));
+        free(md);
+    }
+    if (ipc) direct = 0;
+}
+
 const lx_comm_ops *lx_comm_staged_start(const lx_stage_copier *copier, int cuda_aware) {
     MPI_Comm comm = lx_the_world.comm;
     direct = 0;
@@ -775,6 +1002,7 @@ const lx_comm_ops *lx_comm_staged_start(const lx_stage_copier *copier, int cuda_
     chunk = stage_chunk_floats();
     MPI_CHECK(MPI_Comm_dup(comm, &world_staged));
     MPI_CHECK(MPI_Comm_set_errhandler(world_staged, MPI_ERRORS_RETURN));
+    try_ipc(copier);
     op_use_group(NULL);
     return &staged_ops;
 }

@@ -174,12 +174,22 @@ typedef struct spawn_desc {
     int32_t quick;
     int32_t quiet;
     int32_t expect_failure; /* spawn_expect_failure(): a rank's errors are the lesson */
+    int32_t shared_ipc;     /* ranks sharing a GPU: lx_shared_ipc_mode */
     double clock_zero;      /* the parent's monotonic time at lecture start */
     uint64_t args_size;
     char lecture[128];  /* the lecture's name, for a rank's progress lines */
     char cwd[4096];     /* the parent's working directory: ranks start each spawn there */
     char options[2048]; /* the lecture's own options, "name[=value]\n" lines (options.c) */
 } spawn_desc;
+
+/* The shared-GPU protocol (comm/shared_ipc.c), as the parent decides it
+ * for a spawn: OFF (not tried: no shared GPU, or LECTERN_SHARED_IPC=0),
+ * DEVICE (tried on the GPU, the staged host path where its probe fails),
+ * SHM (the test hook LECTERN_SHARED_IPC_CPU=1 under LECTERN_STAGE_TEST=1:
+ * host tensors through the protocol over shared memory). A rank reads its
+ * spawn's with lx_spawn_shared_ipc (spawn_rank.c). */
+enum lx_shared_ipc_mode { LX_SHARED_IPC_OFF = 0, LX_SHARED_IPC_DEVICE = 1, LX_SHARED_IPC_SHM = 2 };
+int lx_spawn_shared_ipc(void);
 
 /* ---------------- spawn_board.c: the status board ---------------- */
 

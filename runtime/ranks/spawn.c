@@ -47,8 +47,45 @@ static int nccl_emulate(void) {
     lx_fatal("LECTERN_NCCL_EMULATE='%s': expected 0 or 1", s);
 }
 
+/* LECTERN_SHARED_IPC is not 0: ranks sharing a GPU try the shared-GPU
+ * protocol on the device (comm/shared_ipc.c), and the note says so and what
+ * runs where its probe fails (a rank's step then says why). Under the test
+ * hooks LECTERN_STAGE_TEST=1 and LECTERN_SHARED_IPC_CPU=1 the protocol runs
+ * over shared memory on host tensors. */
+static int env_switch(const char *name, int unset) {
+    const char *s = getenv(name);
+    if (!s || !*s) return unset;
+    if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0) return s[0] == '1';
+    lx_fatal("%s='%s': expected 0 or 1", name, s);
+}
+
+static int note_shared_ipc(lx_backend b, char **reason) {
+    int cpu = env_switch("LECTERN_SHARED_IPC_CPU", 0);
+    if (!env_switch("LECTERN_SHARED_IPC", 1)) return LX_SHARED_IPC_OFF;
+    char *r = NULL;
+    int mode = LX_SHARED_IPC_OFF;
+    if (b == LX_BACKEND_STAGED_HOST && cpu) {
+        mode = LX_SHARED_IPC_SHM;
+        r = lx_fmt("%s, through the shared-GPU protocol over shared memory (LECTERN_SHARED_IPC_CPU)", *reason);
+    } else if (b == LX_BACKEND_SHARED || b == LX_BACKEND_SHARED_CUDA_AWARE) {
+        const char *at = strstr(*reason, "collectives through ");
+        if (!at) return LX_SHARED_IPC_OFF;
+        mode = LX_SHARED_IPC_DEVICE;
+        const char *path = at + strlen("collectives through ");
+        const char *paths[] = {"Open MPI via host memory", "CUDA-aware Open MPI"};
+        for (int i = 0; i < 2 && !r; i++)
+            if (strncmp(path, paths[i], strlen(paths[i])) == 0)
+                r = lx_fmt("%.*scollectives through CUDA IPC on the device (%s where its probe fails)%s",
+                           (int)(at - *reason), *reason, paths[i], path + strlen(paths[i]));
+    }
+    if (!r) return LX_SHARED_IPC_OFF;
+    free(*reason);
+    *reason = r;
+    return mode;
+}
+
 /* The backend for this spawn, from the machine's facts (spawn_backend.c). */
-static lx_backend choose_backend(int world_size, char **reason) {
+static lx_backend choose_backend(int world_size, char **reason, int *shared_ipc) {
     const char *hostfile = getenv("LECTERN_HOSTFILE");
     const char *stage_test = getenv("LECTERN_STAGE_TEST");
     const char *forced = getenv("LECTERN_BACKEND");
@@ -75,6 +112,7 @@ static lx_backend choose_backend(int world_size, char **reason) {
         free(*reason);
         *reason = r;
     }
+    *shared_ipc = note_shared_ipc(b, reason);
     return b;
 }
 
@@ -119,6 +157,7 @@ static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_
     desc.quick = lecture_quick();
     desc.quiet = lx_quiet();
     desc.expect_failure = run->expect_failure;
+    desc.shared_ipc = run->shared_ipc;
     desc.clock_zero = now_seconds() - lx_elapsed();
     desc.args_size = args_size;
     snprintf(desc.lecture, sizeof desc.lecture, "%s", lx_lecture_name());
@@ -179,7 +218,7 @@ static char *run_spawn(spawn_fn fn, int world_size, const void *args, size_t arg
     run->started = now_seconds();
     run->n_parent = lx_stack_capture(run->parent, LX_MAX_FRAMES);
     char *reason = NULL;
-    run->backend = choose_backend(world_size, &reason);
+    run->backend = choose_backend(world_size, &reason, &run->shared_ipc);
     lx_slurm slurm;
     if (lx_pool_slurm(&slurm)) { /* where: the allocation's nodes, as mpirun places them */
         char *where = lx_fmt("%s; in Slurm job %s's allocation: %d task%s on %s (SLURM_TASKS_PER_NODE=%s), "

@@ -262,6 +262,8 @@ static int count(int *counter, int *on_board) {
     return v;
 }
 
+int lx_spawn_shared_ipc(void) { return my_desc.shared_ipc; }
+
 int lx_rank_count_send(int peer) { return count(&sends_to[peer], my_slot ? &my_slot->sends_to[peer] : NULL); }
 
 int lx_rank_count_recv(int peer) { return count(&recvs_from[peer], my_slot ? &my_slot->recvs_from[peer] : NULL); }

@@ -27,6 +27,7 @@ typedef struct check_site check_site;
 typedef struct spawn_run {
     int id, world_size;
     lx_backend backend;
+    int shared_ipc; /* lx_shared_ipc_mode */
     lx_frame parent[LX_MAX_FRAMES];
     int n_parent;
     cJSON *entry; /* its object in the trace's "spawns" */

@@ -20,9 +20,15 @@
  *    The same cases run through the direct path's code too (what a
  *    CUDA-aware Open MPI gets), on host memory, where no chunk may go
  *    through the pipeline.
+ *    And through the shared-GPU protocol (runtime/comm/shared_ipc.c) over
+ *    shared memory (LECTERN_SHARED_IPC_CPU=1): no chunk through the
+ *    pipeline, and the protocol's rounds and messages counted against the
+ *    number computed here; no shared-memory segment left after the spawns.
  * 2. The same on shared GPUs, where there is a GPU (skipped otherwise, with
  *    the reason): 2 to 4 ranks on fewer GPUs, device tensors on
- *    cuda:(rank mod GPUs), the spawn's note as the issue words it; each
+ *    cuda:(rank mod GPUs), once through CUDA IPC (the staged path where the
+ *    probe fails, unless LECTERN_TEST_REQUIRE_IPC=1) and once with
+ *    LECTERN_SHARED_IPC=0, the spawn's note as the issue words it; each
  *    pool rank makes its cuBLAS handle and staging streams once for all
  *    spawns; the lecture process holds no CUDA context.
  * 3. lx_choose_backend on facts given here: shared GPUs, NCCL,
@@ -43,11 +49,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cmocka.h>
 
 #include "lectern.h"
 #include "lecture_test.h"
 #include "comm/comm.h"
+#include "comm/shared_ipc.h"
 
 enum { CHUNK = 5 };
 static const int64_t SIZES[] = {0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 17, 1000};
@@ -57,7 +66,7 @@ static const char *const OP_NAMES[] = {"sum", "avg", "min", "max"};
 
 typedef struct staged_args {
     char dir[200];
-    char group[16]; /* "host", "direct" or "gpu": names the result files */
+    char group[16]; /* "host", "direct", "ipc", "gpu" or "gpustaged": names the result files */
     int direct;     /* the direct path (CUDA-aware Open MPI's), on host memory */
 } staged_args;
 
@@ -342,10 +351,11 @@ static void exercise(int rank, int world, void *p) {
     }
     checker c = {.f = f, .rank = rank, .dev = get_device(rank)};
     if (a->direct) lx_stage_set_direct(1);
-    int64_t before = lx_stage_chunks_run();
+    int64_t before = lx_stage_chunks_run(), ipc_before = lx_ipc_steps_run();
     for (int s = 0; s < N_SIZES; s++)
         one_size(&c, world, SIZES[s]);
     int64_t chunks = lx_stage_chunks_run() - before;
+    fprintf(f, "ipc %lld path %d\n", (long long)(lx_ipc_steps_run() - ipc_before), lx_ipc_active());
     int small_cases = c.cases;
     big_sizes(&c, world);
     fprintf(f, "big %d\n", c.cases - small_cases);
@@ -393,6 +403,26 @@ static int64_t chunks_expected(int world, int rank) {
     return total;
 }
 
+/* The protocol's steps (shared_ipc.c) rank `rank` of `world` must have run:
+ * one round per chunk of every collective, async ones included (they run
+ * at the call), and one per non-empty message on each side. */
+static int64_t ipc_steps_expected(int world, int rank) {
+    int64_t cg = CHUNK / world ? CHUNK / world : 1;
+    int64_t total = 0;
+    int prev = (rank + world - 1) % world;
+    for (int s = 0; s < N_SIZES; s++) {
+        int64_t n = SIZES[s];
+        total += 4 * 3 * ceil_div(n, CHUNK); /* all_reduce, reduce, all_reduce_async */
+        total += 4 * 2 * ceil_div(n, cg);    /* reduce_scatter, reduce_scatter_async */
+        total += 2 * ceil_div(n, CHUNK);     /* broadcast, broadcast_async */
+        total += 4 * ceil_div(n, cg);        /* all_gather, all_gather_async, scatter, gather */
+        if (world < 2) continue;
+        total += (n + rank > 0) + (n + prev > 0); /* sendrecv: n + rank floats out, n + prev in */
+        if (n > 0) total += 3 * 2;                /* send/recv, isend/irecv, send/irecv: one out, one in */
+    }
+    return total;
+}
+
 static int cases_expected(int world, int rank) {
     int per_size = 4 * 5 + 5 + (rank == world - 1 ? 1 : 0) + (world >= 2 ? 4 : 0);
     return per_size * N_SIZES;
@@ -400,35 +430,49 @@ static int cases_expected(int world, int rank) {
 
 /* Reads rank r's file of world `world`; fails on a FAIL line or counts that
  * are not what they must be. */
-static void check_group(const char *group, int world, int expect_device_mod, int direct) {
+/* want_ipc: 1 the results must have come through the shared-GPU protocol,
+ * 0 through the pipeline (or the direct path), -1 either, as the rank says
+ * (a GPU whose IPC probe fails stages; the rank's note says why). */
+static void check_group(const char *group, int world, int expect_device_mod, int direct, int want_ipc_path) {
     for (int r = 0; r < world; r++) {
         char path[300], line[512];
         snprintf(path, sizeof path, "%s/%s_w%d_r%d.txt", args.dir, group, world, r);
         FILE *f = fopen(path, "r");
         if (!f) fail_msg("%s, world %d: rank %d wrote no results (%s)", group, world, r, path);
         int cases = -1, device = -2, gpus = -1, big = -1, handles = -1, stagings = -1;
-        long long chunks = -1;
+        long long chunks = -1, ipc_steps = -1;
+        int on_path = -1;
         char backend[16] = "";
         char first_fail[512] = "";
         while (fgets(line, sizeof line, f)) {
             if (strncmp(line, "FAIL", 4) == 0 && !first_fail[0]) snprintf(first_fail, sizeof first_fail, "%s", line);
             sscanf(line, "big %d", &big);
+            sscanf(line, "ipc %lld path %d", &ipc_steps, &on_path);
             sscanf(line, "made %d %d", &handles, &stagings);
             sscanf(line, "cases %d chunks %lld device %d backend %15s gpus %d", &cases, &chunks, &device, backend,
                    &gpus);
         }
         fclose(f);
         if (first_fail[0]) fail_msg("%s, world %d, rank %d: %s", group, world, r, first_fail);
+        if (want_ipc_path >= 0 && on_path != want_ipc_path)
+            fail_msg("%s, world %d, rank %d: the shared-GPU protocol was %s", group, world, r,
+                     on_path == 1 ? "on" : "off");
+        int on_ipc = on_path == 1;
         if (cases != cases_expected(world, r))
             fail_msg("%s, world %d, rank %d: %d cases checked, expected %d", group, world, r, cases,
                      cases_expected(world, r));
         if (big != 6) /* 4 all-reduces, a reduce-scatter, an all-gather */
             fail_msg("%s, world %d, rank %d: %d checks of real chunk sizes, expected 6", group, world, r, big);
         /* The direct path hands whole buffers to Open MPI: no pipeline step. */
-        long long want_chunks = direct ? 0 : (long long)chunks_expected(world, r);
+        long long want_chunks = direct || on_ipc ? 0 : (long long)chunks_expected(world, r);
         if (chunks != want_chunks)
             fail_msg("%s, world %d, rank %d: the staging pipeline ran %lld chunks, expected %lld", group, world, r,
                      chunks, want_chunks);
+        /* On the protocol every result came through it; elsewhere it never ran. */
+        long long want_ipc = on_ipc ? (long long)ipc_steps_expected(world, r) : 0;
+        if (ipc_steps != want_ipc)
+            fail_msg("%s, world %d, rank %d: the shared-GPU protocol ran %lld steps, expected %lld", group, world, r,
+                     ipc_steps, want_ipc);
         if (strcmp(backend, "mpi") != 0)
             fail_msg("%s, world %d, rank %d: dist_backend() is '%s'", group, world, r, backend);
         /* On a GPU: the pool rank made one cuBLAS handle and one set of
@@ -474,7 +518,7 @@ static void test_pipeline_on_host(void **state) {
         const char *reason = spawn_reason(host_first_spawn + w - 1);
         if (!reason || !strstr(reason, "staged in chunks: LECTERN_STAGE_TEST"))
             fail_msg("world %d: the spawn's note does not say the test hook ran: %s", w, reason ? reason : "(none)");
-        check_group("host", w, 0, 0);
+        check_group("host", w, 0, 0, 0);
     }
 }
 
@@ -483,7 +527,48 @@ static void test_pipeline_on_host(void **state) {
 static void test_direct_on_host(void **state) {
     (void)state;
     for (int w = 1; w <= 4; w++)
-        check_group("direct", w, 0, 1);
+        check_group("direct", w, 0, 1, 0);
+}
+
+/* The shared-GPU protocol (shared_ipc.c) over shared memory, on host
+ * tensors: every case again, on 1 to 4 ranks. */
+static int ipc_first_spawn = -1;
+/* Shared-memory segments of this test's processes (the pool ranks run this
+ * binary) still named in /dev/shm after their spawns: the protocol frees or
+ * unlinks every one. */
+static int ipc_segments_left(char *first, size_t size) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    int left = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int pid;
+        if (sscanf(e->d_name, "lectern-ipc-%d-", &pid) != 1) continue;
+        char path[64], cmd[512] = "";
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* a process gone: not this test's */
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[n] = '\0';
+        if (!strstr(cmd, "test_comm_staged")) continue;
+        if (!left++) snprintf(first, size, "%s", e->d_name);
+    }
+    closedir(d);
+    return left;
+}
+
+static void test_protocol_on_host(void **state) {
+    (void)state;
+    char first[300] = "";
+    int left = ipc_segments_left(first, sizeof first);
+    if (left) fail_msg("%d shared-memory segments of the protocol left in /dev/shm after the spawns (%s)", left, first);
+    for (int w = 1; w <= 4; w++) {
+        const char *reason = spawn_reason(ipc_first_spawn + w - 1);
+        if (!reason || !strstr(reason, "LECTERN_SHARED_IPC_CPU"))
+            fail_msg("world %d: the spawn's note does not say the protocol ran: %s", w, reason ? reason : "(none)");
+        check_group("ipc", w, 0, 0, 1);
+    }
 }
 
 static void test_shared_gpu(void **state) {
@@ -497,20 +582,29 @@ static void test_shared_gpu(void **state) {
         printf("skipped: %d GPUs: no spawn of up to 4 ranks shares one\n", gpus);
         skip();
     }
-    /* Where Open MPI is CUDA-aware the device pointers go straight to it. */
+    /* Where Open MPI is CUDA-aware the device pointers go straight to it.
+     * The first round tries the shared-GPU protocol (CUDA IPC), the second
+     * forces the staged path (LECTERN_SHARED_IPC=0). Where the probe fails
+     * the first round stages too; LECTERN_TEST_REQUIRE_IPC=1 (gpu-check)
+     * makes that a failure. */
     int aware = lx_mpi_cuda_aware_built();
     const char *path = aware ? "CUDA-aware Open MPI" : "Open MPI via host memory";
-    for (int w = gpus + 1; w <= 4 && w > gpus; w++) {
-        const char *reason = spawn_reason(gpu_first_spawn + w - (gpus + 1));
-        char want[200];
-        if (gpus == 1) snprintf(want, sizeof want, "%d ranks share 1 GPU (cuda:0); collectives through %s", w, path);
-        else
-            snprintf(want, sizeof want, "%d ranks share %d GPUs (cuda:0-%d); collectives through %s", w, gpus, gpus - 1,
-                     path);
-        if (!reason || strcmp(reason, want) != 0)
-            fail_msg("world %d: the spawn's note is '%s', expected '%s'", w, reason ? reason : "(none)", want);
-        check_group("gpu", w, gpus, aware);
-    }
+    const char *require = getenv("LECTERN_TEST_REQUIRE_IPC");
+    int want_ipc = require && strcmp(require, "1") == 0 ? 1 : -1;
+    int per_round = 4 - gpus;
+    for (int round = 0; round < 2; round++)
+        for (int w = gpus + 1; w <= 4 && w > gpus; w++) {
+            const char *reason = spawn_reason(gpu_first_spawn + round * per_round + w - (gpus + 1));
+            char list[64], via[200], want[400];
+            if (gpus == 1) snprintf(list, sizeof list, "1 GPU (cuda:0)");
+            else snprintf(list, sizeof list, "%d GPUs (cuda:0-%d)", gpus, gpus - 1);
+            if (round == 0) snprintf(via, sizeof via, "CUDA IPC on the device (%s where its probe fails)", path);
+            else snprintf(via, sizeof via, "%s", path);
+            snprintf(want, sizeof want, "%d ranks share %s; collectives through %s", w, list, via);
+            if (!reason || strcmp(reason, want) != 0)
+                fail_msg("world %d: the spawn's note is '%s', expected '%s'", w, reason ? reason : "(none)", want);
+            check_group(round == 0 ? "gpu" : "gpustaged", w, gpus, aware, round == 0 ? want_ipc : 0);
+        }
     if (parent_listed < 0)
         printf("(nvidia-smi could not list the processes on the GPU: the parent's context not checked)\n");
     else if (parent_listed) fail_msg("the lecture process holds a CUDA context after choosing the backend");
@@ -594,6 +688,12 @@ static void body(void) {
     for (int w = 1; w <= 4; w++)
         spawn(exercise, w, &args, sizeof args);
     args.direct = 0;
+    ipc_first_spawn = cJSON_GetArraySize(lx_trace_spawns());
+    snprintf(args.group, sizeof args.group, "ipc");
+    setenv("LECTERN_SHARED_IPC_CPU", "1", 1);
+    for (int w = 1; w <= 4; w++)
+        spawn(exercise, w, &args, sizeof args);
+    unsetenv("LECTERN_SHARED_IPC_CPU");
     unsetenv("LECTERN_STAGE_TEST");
     unsetenv("LECTERN_BACKEND");
     int gpus = gpu_count();
@@ -602,12 +702,16 @@ static void body(void) {
         snprintf(args.group, sizeof args.group, "gpu");
         for (int w = gpus + 1; w <= 4; w++)
             spawn(exercise, w, &args, sizeof args);
+        snprintf(args.group, sizeof args.group, "gpustaged");
+        setenv("LECTERN_SHARED_IPC", "0", 1);
+        for (int w = gpus + 1; w <= 4; w++)
+            spawn(exercise, w, &args, sizeof args);
+        unsetenv("LECTERN_SHARED_IPC");
         ask_nvidia_smi(); /* while the pool ranks still hold theirs */
     }
     const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_pipeline_on_host),
-            cmocka_unit_test(test_direct_on_host),
-            cmocka_unit_test(test_shared_gpu),
+            cmocka_unit_test(test_pipeline_on_host), cmocka_unit_test(test_direct_on_host),
+            cmocka_unit_test(test_protocol_on_host), cmocka_unit_test(test_shared_gpu),
             cmocka_unit_test(test_choice),
     };
     failures += cmocka_run_group_tests_name("comm staged", tests, NULL, NULL);

@@ -7,7 +7,8 @@ compared with what this test computes from the fixture's inputs (the same
 formula, written again here); all-to-all against a transpose computed here.
 Once on Open MPI, once on the staged pipeline (LECTERN_STAGE_TEST=1, the
 code path of ranks sharing a GPU, with memcpy for the copies) in chunks of
-2 floats.
+2 floats, and once through the shared-GPU protocol over shared memory
+(LECTERN_SHARED_IPC_CPU=1, runtime/comm/shared_ipc.c) in chunks of 2.
 
 Mistakes: lists that disagree, a list without the caller, a rank listed
 twice or out of range, the ranks of a group making different calls, a freed
@@ -119,6 +120,17 @@ class Values(FixtureTest):
         # The pipeline ranks sharing a GPU use, with memcpy for copies:
         # chunks of 2 floats cut every piece of 3.
         self.run_values([2, 4], {"LECTERN_STAGE_TEST": "1", "LECTERN_STAGE_CHUNK": "2"})
+
+    def test_the_shared_gpu_protocol_in_small_chunks(self):
+        # The protocol of ranks sharing a GPU (runtime/comm/shared_ipc.c) over
+        # shared memory, on 2 to 4 ranks: group calls map group ranks to the
+        # world's windows; chunks of 2 floats cut every piece of 3.
+        self.run_values([2, 3, 4], {"LECTERN_STAGE_TEST": "1", "LECTERN_SHARED_IPC_CPU": "1", "LECTERN_STAGE_CHUNK": "2"})
+        t = tracecheck.validate(os.path.join(self.out, "groups_fixture.json"))
+        reasons = [s.get("reason", "") for s in t["spawns"]]
+        self.assertTrue(reasons and all("shared-GPU protocol over shared memory" in r for r in reasons), reasons)
+        texts = [r["data"] for s in t["steps"] for r in s["renderings"] if isinstance(r.get("data"), str)]
+        self.assertFalse([x for x in texts if "cannot run on the device" in x], "the protocol's probe failed")
 
 
 class Test(FixtureTest):

@@ -120,6 +120,73 @@ class NcclFacts(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
 
 
+class DeviceCall(unittest.TestCase):
+    """`gpu-check.sh device`, the one call of a 15-minute device window, run
+    here without a GPU (the dry run of its logic): a step whose cap does not
+    fit in GPU_CHECK_DEADLINE_S is written "not run: deadline" and not
+    started, and the summary ends with the command that reruns exactly those
+    steps; --only runs the named steps alone, each with its seconds; a step
+    name that does not exist is refused before anything runs."""
+
+    def setUp(self):
+        if self.seen() > 0:
+            self.skipTest("this machine has GPUs: the stand-in nvidia-smi would contradict them")
+
+    @staticmethod
+    def seen():
+        return int(subprocess.run([PROBE], capture_output=True, text=True).stdout.split("\n")[0].split(": ")[1])
+
+    def device(self, folder, *args, **extra):
+        stand_in(folder, "")
+        out = os.path.join(folder, "out")
+        env = dict(os.environ, PATH=folder + os.pathsep + os.environ["PATH"], OUT=out,
+                   LECTERN_BUILD=os.path.relpath(tracecheck.BUILD, ROOT), **extra)
+        p = subprocess.run(["bash", "scripts/gpu-check.sh", "device"] + list(args), cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+        summary = ""
+        if os.path.exists(os.path.join(out, "summary.md")):
+            with open(os.path.join(out, "summary.md")) as f:
+                summary = f.read()
+        return p, summary
+
+    def test_a_step_past_the_deadline_is_not_run_and_named_for_the_rerun(self):
+        steps = ["ipc", "cases", "order", "bench", "traces", "suites", "kernels"]
+        with tempfile.TemporaryDirectory() as d:
+            p, summary = self.device(d, GPU_CHECK_DEADLINE_S="1")
+        # The machine's facts come first, whatever the deadline.
+        self.assertIn("/dev/shm: ", summary)
+        self.assertIn("| NCCL loads", summary)
+        for s in steps:
+            self.assertRegex(summary, r"\| step %s \| not run: deadline \| needs up to \d+ s, -?\d+ s left of "
+                             r"GPU_CHECK_DEADLINE_S=1 \|" % s)
+            self.assertIn("== step %s: not run: deadline" % s, p.stdout)
+        self.assertIn("Rerun: bash scripts/gpu-check.sh device --only " + ",".join(steps), summary)
+        self.assertIn("No step ran.", summary)
+        self.assertTrue(p.stdout.strip().endswith("0 failed, 1 skipped, 7 not run (deadline)"), p.stdout[-300:])
+        self.assertEqual(p.returncode, 1, "a run cut by its deadline is not a green run")
+
+    def test_only_the_named_steps_run_each_with_its_seconds(self):
+        with tempfile.TemporaryDirectory() as d:
+            p, summary = self.device(d, "--only", "ipc,order")
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:])
+        self.assertRegex(summary, r"\| step ipc \| done \| \d+ s \(cap 30 s\) \|")
+        self.assertRegex(summary, r"\| step order \| done \| \d+ s \(cap 45 s\) \|")
+        self.assertRegex(summary, r"Steps: ipc \d+ s, order \d+ s\.")
+        # The probe says there is no GPU; the forced-dependency test ran (on the CPU backend).
+        self.assertIn("| cudaIpc works | not asked: no GPU |", summary)
+        self.assertRegex(summary, r"\| test_shared_order \| 1 passed, 0 failed, 1 skipped \|")
+        for s in ("cases", "bench", "traces", "suites", "kernels"):
+            self.assertNotIn("step " + s, summary)
+        self.assertNotIn("Rerun:", summary)
+
+    def test_an_unknown_step_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            p, summary = self.device(d, "--only", "ipc,nosuch")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("gpu-check: no step 'nosuch' (steps: ipc cases order bench traces suites kernels)", p.stderr)
+        self.assertEqual(summary, "")
+
+
 class AnchorReadsTheBenchmarkTables(unittest.TestCase):
     """bench/torch_anchor.py sets lectern's all-reduce beside PyTorch's from
     bench_allreduce's table; it must take the busbw columns by name. (It once
