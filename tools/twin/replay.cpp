@@ -79,6 +79,7 @@ struct CallSpan {
 
 static Platform platform;
 static const int CALLS_IN_FLIGHT = 1024;
+static int playing = -1; /* the spawn being replayed; -2 once all are done */
 static std::map<int, std::map<std::string, CallSpan>> calls; /* spawn id -> call key -> span */
 static std::map<int, std::string> rules, refused;            /* --ranks: spawn id -> rule, or why none */
 static std::map<int, double> spawn_seconds;          /* spawn id -> simulated s */
@@ -190,6 +191,7 @@ static void conductor(const Run *run) {
         if (sp.world_size > (int)platform.hosts.size())
             throw std::runtime_error("spawn " + std::to_string(sp.id) + " has " + std::to_string(sp.world_size) +
                                      " ranks; the platform has " + std::to_string(platform.hosts.size()) + " hosts");
+        playing = sp.id;
         double t0 = s4u::Engine::get_clock();
         auto &tl = timelines[sp.id];
         tl.assign(sp.world_size, {});
@@ -200,6 +202,7 @@ static void conductor(const Run *run) {
         for (auto &a : actors) a->join();
         spawn_seconds[sp.id] = s4u::Engine::get_clock() - t0;
     }
+    playing = -2;
 }
 
 /* nccl-tests' bus bandwidth factor: what each rank's link carries over
@@ -349,6 +352,13 @@ int main(int argc, char **argv) {
                   [](s4u::Host *a, s4u::Host *b) { return natural_less(a->get_name(), b->get_name()); });
         s4u::Actor::create("conductor", platform.hosts[0], [&replayed]() { conductor(&replayed); });
         e.run();
+        /* SimGrid ends the run when no actor can move: a rank waiting for a
+         * message no one sends. Then the events do not describe a run that
+         * finished, and no figure is written. */
+        if (playing != -2)
+            throw std::runtime_error(events + ": spawn " + std::to_string(playing) +
+                                     " never finishes in the replay: a rank waits for a message or a call "
+                                     "its peers never make");
         cJSON *root = result(run, name);
         char *text = cJSON_Print(root);
         cJSON_Delete(root);
