@@ -336,8 +336,17 @@ int main(int argc, char **argv) {
             }
         }
         /* SimGrid's log and its engine's own arguments: quiet unless asked. */
+#ifdef __SANITIZE_ADDRESS__
+        /* AddressSanitizer cannot follow SimGrid's own stack switching (its
+         * "raw" contexts): under it, each actor is a thread instead. Chosen
+         * as the engine starts, so on its command line. */
+        char quiet[] = "--log=xbt_cfg.thresh:warning", factory[] = "--cfg=contexts/factory:thread";
+        int sg_argc = 3;
+        char *sg_argv[] = {argv[0], quiet, factory, nullptr};
+#else
         int sg_argc = 1;
         char *sg_argv[] = {argv[0], nullptr};
+#endif
         s4u::Engine e(&sg_argc, sg_argv);
         xbt_log_control_set("root.thresh:warning"); /* not the configuration's INFO lines */
         e.set_config("network/crosstraffic:0"); /* a message does not slow its reverse direction */
