@@ -324,6 +324,30 @@ class TwinPlatforms(unittest.TestCase):
         self.assertEqual([x["op"] for x in s["ranks"][4] if x["op"] in ("send", "recv")],
                          [x["op"] for x in self.recorded[2]["ranks"][1]["events"] if x["op"] in ("send", "recv")])
 
+    def test_make_twin_attaches(self):
+        # scripts/twin.sh (make twin's recipe) with a plain and an extended
+        # platform: each spawn of the trace gets both, the trace stays valid
+        # (schema, .js twin, lines), the refused spawn says why.
+        out = os.path.join(self.tmp.name, "make-twin")
+        env = dict(os.environ, LECTERN_TWIN_REPLAY=REPLAY, LECTERN_OUT=out)
+        fx = tracecheck.Fixture("twin_fixture")
+        r = subprocess.run(["bash", TWIN_SH, fx.binary, "h100-node,scaled@8", "--quiet"], env=env, capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = tracecheck.validate(os.path.join(out, "twin_fixture.json"))
+        twins = [s["twin"] for s in trace["spawns"]]
+        self.assertEqual([t["h100-node"]["label"] for t in twins], ["simulated on h100-node"] * 4)
+        self.assertEqual([t["scaled@8"].get("rule") for t in twins], ["ddp", "ddp", "pipeline", None])
+        self.assertEqual(twins[1]["scaled@8"]["world_size"], 8)
+        self.assertIn("mixes collectives and messages", twins[3]["scaled@8"]["refused"])
+        self.assertEqual(twins[3]["scaled@8"]["label"], "not simulated on scaled@8")
+        bench = twins[0]["h100-node"]["collectives"]
+        self.assertEqual([c["bytes"] for c in bench], [1 << 20, 4 << 20, 16 << 20])
+        bad = subprocess.run(["bash", TWIN_SH, fx.binary, "scaled@x"], env=env, capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("'scaled@x': the ranks after @ must be a positive number", bad.stderr)
+
     def test_refused(self):
         p = self.replay("scaled", "--spawn", "3", "--ranks", "8", rc=2)
         self.assertIn("spawn 3 (2 ranks): no rule extends it to 8 ranks: it mixes collectives and messages", p.stderr)
