@@ -20,7 +20,7 @@ missing-SimGrid path.
   roofline of its counted work) plus 2 (P - 1) ring steps of the slowest
   hop's latency and b / P bytes, so its bandwidth share grows as
   (P - 1) / P; a pipeline extended to 8 stages computes 3/8 of a recorded
-  stage's work per stage; a spawn that mixes collectives and messages is
+  stage's work per stage; a spawn whose first rank sends to its last is
   refused, naming the spawn and why.
 - make twin without the replay (LECTERN_TWIN_REPLAY pointing nowhere, as
   when SimGrid is missing) names what is missing, exits 3, and leaves the
@@ -321,6 +321,7 @@ class TwinPlatforms(unittest.TestCase):
         for r in range(1, 7):
             got = sum(x["end"] - x["start"] for x in s["ranks"][r] if x["op"] == "compute")
             self.assertAlmostEqual(got, want, delta=1e-9 * 20)  # 20 compute events, each rounded once
+        self.assertTrue(all("barrier" in [x["op"] for x in r] for r in s["ranks"]), "the barrier is not over all 8")
         self.assertEqual([x["op"] for x in s["ranks"][4] if x["op"] in ("send", "recv")],
                          [x["op"] for x in self.recorded[2]["ranks"][1]["events"] if x["op"] in ("send", "recv")])
 
@@ -339,7 +340,7 @@ class TwinPlatforms(unittest.TestCase):
         self.assertEqual([t["h100-node"]["label"] for t in twins], ["simulated on h100-node"] * 4)
         self.assertEqual([t["scaled@8"].get("rule") for t in twins], ["ddp", "ddp", "pipeline", None])
         self.assertEqual(twins[1]["scaled@8"]["world_size"], 8)
-        self.assertIn("mixes collectives and messages", twins[3]["scaled@8"]["refused"])
+        self.assertIn("not a neighbour", twins[3]["scaled@8"]["refused"])
         self.assertEqual(twins[3]["scaled@8"]["label"], "not simulated on scaled@8")
         bench = twins[0]["h100-node"]["collectives"]
         self.assertEqual([c["bytes"] for c in bench], [1 << 20, 4 << 20, 16 << 20])
@@ -349,11 +350,12 @@ class TwinPlatforms(unittest.TestCase):
         self.assertIn("'scaled@x': the ranks after @ must be a positive number", bad.stderr)
 
     def test_refused(self):
+        why = "spawn 3 (3 ranks): no rule extends it to 8 ranks: rank 0's send with rank 2, not a neighbour"
         p = self.replay("scaled", "--spawn", "3", "--ranks", "8", rc=2)
-        self.assertIn("spawn 3 (2 ranks): no rule extends it to 8 ranks: it mixes collectives and messages", p.stderr)
+        self.assertIn(why, p.stderr)
         # Without --spawn the others replay and the refused one says why.
         got = self.replay("h100-node", "--ranks", "8")
-        self.assertIn("mixes collectives and messages", got[3]["refused"])
+        self.assertIn(why, got[3]["refused"])
         self.assertEqual([got[i]["rule"] for i in (0, 1, 2)], ["ddp", "ddp", "pipeline"])
 
 

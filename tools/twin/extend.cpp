@@ -12,9 +12,11 @@
  *              2 (P - 1) / P * b per rank: its bandwidth term grows by
  *              (P - 1) / P over (p - 1) / p, its latency term by the
  *              2 (P - 1) steps.
- *   pipeline   a spawn whose calls are all messages between neighbours
- *              (rank r with r - 1 and r + 1): the same schedule over P
- *              stages. The first stage replays recorded rank 0, the last
+ *   pipeline   a spawn whose messages are all between neighbours (rank r
+ *              with r - 1 and r + 1), and whose collectives, if any, are
+ *              over the world (a barrier before a timed pass, the
+ *              timings gathered at its end; replayed over all P ranks, as
+ *              DDP's): the same schedule over P stages. The first stage replays recorded rank 0, the last
  *              recorded rank p - 1, every stage between them recorded rank 1
  *              (p >= 3: a middle stage to repeat), its peers moved with it.
  *              The model is the same, split finer: each stage's compute
@@ -25,9 +27,9 @@
  *              model P / p times larger. The activations sent between stages
  *              keep their size (the micro-batch is the same).
  *
- * Anything else (collectives over groups, messages beyond neighbours,
- * collectives and messages mixed: tensor parallelism, ZeRO's groups, a
- * benchmark of messages) has no rule here and is refused, with why.
+ * Anything else (collectives over groups, messages beyond neighbours:
+ * tensor parallelism, ZeRO's groups, a ring of messages closed from the
+ * last rank to the first) has no rule here and is refused, with why.
  */
 #include "extend.hpp"
 
@@ -42,7 +44,7 @@ static std::runtime_error refuse(const Spawn &sp, int P, const std::string &why)
     return std::runtime_error("spawn " + std::to_string(sp.id) + " (" + std::to_string(sp.world_size) +
                               " ranks): no rule extends it to " + std::to_string(P) + " ranks: " + why +
                               " (DDP's rule needs collectives over the world only, a pipeline's messages "
-                              "between neighbouring ranks only)");
+                              "between neighbouring ranks, beside collectives over the world)");
 }
 
 /* "ddp", "pipeline", or throws naming the first event no rule covers. */
@@ -62,11 +64,10 @@ static std::string strategy(const Spawn &sp, int P) {
                 collectives = true;
                 if (!e.group.empty()) throw refuse(sp, P, who + " is over a group, not the world");
             }
-            if (collectives && messages) throw refuse(sp, P, "it mixes collectives and messages");
         }
     }
-    if (collectives) return "ddp";
     if (messages) return "pipeline";
+    if (collectives) return "ddp";
     throw refuse(sp, P, "it makes no calls, so nothing says which strategy it follows");
 }
 
@@ -98,6 +99,7 @@ Extended extend(const Spawn &sp, int P) {
         Rank rank = sp.ranks[t];
         for (Event &e : rank.events) {
             if (e.op == "compute" || e.op == "modelled") e = scaled(e, f);
+            if (!is_message(e.op)) continue; /* a collective's root stays where it was */
             if (e.peer >= 0) e.peer = s + (e.peer - t);
             if (e.src >= 0) e.src = s + (e.src - t);
         }
