@@ -19,9 +19,11 @@ missing-SimGrid path.
   step replayed at 8, 64 and 512 ranks on scaled takes its compute (the
   roofline of its counted work) plus 2 (P - 1) ring steps of the slowest
   hop's latency and b / P bytes, so its bandwidth share grows as
-  (P - 1) / P; a pipeline extended to 8 stages computes 3/8 of a recorded
-  stage's work per stage; a spawn whose first rank sends to its last is
-  refused, naming the spawn and why.
+  (P - 1) / P, and rings beyond a node played in steady state take what
+  every step played message by message takes; a pipeline extended to 8 stages computes 3/8 of a recorded
+  stage's work per stage; a spawn whose first rank sends to its last, and
+  a 1F1B-like pipeline (its stages' warm-ups differ), are refused, naming
+  the spawn and why.
 - make twin without the replay (LECTERN_TWIN_REPLAY pointing nowhere, as
   when SimGrid is missing) names what is missing, exits 3, and leaves the
   trace untouched.
@@ -312,6 +314,24 @@ class TwinPlatforms(unittest.TestCase):
             carried = (s["simulated_s"] - compute - 2 * (P - 1) * lat) * bw / b
             self.assertAlmostEqual(carried, 2 * (P - 1) / P, delta=1e-4)
 
+    def test_steady_state_ring(self):
+        # Rings beyond one node are played in steady state (one step, then
+        # the rest as long: the slowest hop's time per step). Played step by
+        # step in lockstep (--full-rings 1) each step also waits for the
+        # ranks' faster hops, so per call: steady <= lockstep <= steady plus
+        # one fast (NVLink) hop's time, latency and piece, per step.
+        fab = Fabric("scaled")
+        nvl_lat, nvl_bw = fab.hop(0, 1)
+        for spawn in ("0", "1"):
+            fast = self.replay("scaled", "--spawn", spawn, "--ranks", "64")[int(spawn)]
+            full = self.replay("scaled", "--spawn", spawn, "--ranks", "64", "--full-rings", "1")[int(spawn)]
+            self.assertEqual([c["bytes"] for c in fast["collectives"]], [c["bytes"] for c in full["collectives"]])
+            for a, b in zip(fast["collectives"], full["collectives"]):
+                self.assertAlmostEqual(a["time_s"], fab.ring(64, a["bytes"])[0], delta=RING_ATOL)
+                slack = 2 * 63 * (nvl_lat + a["bytes"] / 64 / nvl_bw)
+                self.assertGreaterEqual(b["time_s"], a["time_s"] - RING_ATOL)
+                self.assertLessEqual(b["time_s"], a["time_s"] + slack, (a["bytes"], b["time_s"] / a["time_s"]))
+
     def test_pipeline_more_stages(self):
         fab = Fabric("scaled")
         s = self.replay("scaled", "--spawn", "2", "--ranks", "8")[2]
@@ -348,6 +368,25 @@ class TwinPlatforms(unittest.TestCase):
                              timeout=60)
         self.assertEqual(bad.returncode, 2)
         self.assertIn("'scaled@x': the ranks after @ must be a positive number", bad.stderr)
+
+    def test_1f1b_refused(self):
+        # Three 1F1B-like stages: stage 0 sends 2 micro-batches on before its
+        # first gradient, stage 1 one. No one stage repeats at 8 stages.
+        def ev(op, peer):
+            return {"op": op, "start": 0, "end": 0, "bytes": 64, "peer": peer}
+        ranks = [[ev("send", 1), ev("send", 1), ev("recv", 1), ev("recv", 1)],
+                 [ev("recv", 0), ev("send", 2), ev("recv", 0), ev("recv", 2), ev("send", 0), ev("send", 2),
+                  ev("recv", 2), ev("send", 0)],
+                 [ev("recv", 1), ev("send", 1), ev("recv", 1), ev("send", 1)]]
+        path = os.path.join(self.tmp.name, "1f1b.json")
+        with open(path, "w") as f:
+            json.dump({"version": 1, "lecture": "hand", "spawns": [{"id": 0, "world_size": 3, "ranks": [
+                {"events": r, "end": 0} for r in ranks]}]}, f)
+        p = subprocess.run([REPLAY, path, os.path.join(PLATFORMS, "scaled.xml"), "--spawn", "0", "--ranks", "8"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("its stages warm up differently (rank 0 sends 2 micro-batches on before its first gradient, "
+                      "rank 1 1)", p.stderr)
 
     def test_refused(self):
         why = "spawn 3 (3 ranks): no rule extends it to 8 ranks: rank 0's send with rank 2, not a neighbour"

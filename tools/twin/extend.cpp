@@ -19,6 +19,10 @@
  *              DDP's): the same schedule over P stages. The first stage replays recorded rank 0, the last
  *              recorded rank p - 1, every stage between them recorded rank 1
  *              (p >= 3: a middle stage to repeat), its peers moved with it.
+ *              That needs a schedule every stage runs alike (GPipe: all
+ *              forwards, then all backwards); 1F1B's warm-up, p - s
+ *              micro-batches on stage s, depends on the stage's place, and
+ *              is refused (check_one_schedule).
  *              The model is the same, split finer: each stage's compute
  *              (measured, counted and modelled) is scaled by p / P. The
  *              lesson of more stages is the bubble, (P - 1) / (m + P - 1) of
@@ -47,6 +51,32 @@ static std::runtime_error refuse(const Spawn &sp, int P, const std::string &why)
                               "between neighbouring ranks, beside collectives over the world)");
 }
 
+/* A stage's warm-up: the micro-batches it sends on before it first hears
+ * back from the next stage. GPipe's is m on every stage; 1F1B's is p - s on
+ * stage s, a schedule that depends on the stage's place and the number of
+ * stages, so repeating recorded stage 1 would not be 1F1B at P stages. */
+static int warm_up(const Rank &rank, int r) {
+    int sent = 0;
+    for (const Event &e : rank.events) {
+        if ((e.op == "recv" && e.peer == r + 1) || (e.op == "sendrecv" && e.src == r + 1)) break;
+        if ((e.op == "send" || e.op == "sendrecv") && e.peer == r + 1) sent++;
+    }
+    return sent;
+}
+
+static void check_one_schedule(const Spawn &sp, int P) {
+    for (int r = 1; r + 1 < sp.world_size; r++) {
+        int w0 = warm_up(sp.ranks[0], 0), w = warm_up(sp.ranks[r], r);
+        if (w != w0)
+            throw refuse(sp, P,
+                         "its stages warm up differently (rank 0 sends " + std::to_string(w0) +
+                             " micro-batches on before its first gradient, rank " + std::to_string(r) + " " +
+                             std::to_string(w) +
+                             "): a schedule such as 1F1B, whose warm-up depends on the stage's place, has no one "
+                             "stage to repeat");
+    }
+}
+
 /* "ddp", "pipeline", or throws naming the first event no rule covers. */
 static std::string strategy(const Spawn &sp, int P) {
     bool collectives = false, messages = false;
@@ -66,7 +96,10 @@ static std::string strategy(const Spawn &sp, int P) {
             }
         }
     }
-    if (messages) return "pipeline";
+    if (messages) {
+        check_one_schedule(sp, P);
+        return "pipeline";
+    }
     if (collectives) return "ddp";
     throw refuse(sp, P, "it makes no calls, so nothing says which strategy it follows");
 }

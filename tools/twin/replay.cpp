@@ -3,11 +3,12 @@
  * (docs/twin.md).
  *
  *   twin_replay EVENTS.json PLATFORM.xml [--name NAME] [--out FILE]
- *               [--ranks P] [--spawn ID]
+ *               [--ranks P] [--spawn ID] [--full-rings 1]
  *
  * --ranks P replays each spawn at P ranks by its strategy's extension rule
  * (extend.cpp); a spawn no rule covers is left out, with why. --spawn ID
  * replays that spawn only; then a refused extension is an error (exit 2).
+ * --full-rings 1 plays every step of rings beyond one node (collectives.cpp).
  *
  * SimGrid's S4U API: an actor per rank on the platform's hosts (rank r on
  * the r-th host, hosts in natural order of their names), replaying its
@@ -299,6 +300,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
         else if (!strcmp(argv[i], "--ranks")) ranks = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--spawn")) only = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--full-rings")) play_full_rings(!strcmp(argv[i + 1], "1"));
         else {
             fprintf(stderr, "twin_replay: unknown option %s\n", argv[i]);
             return 2;
