@@ -169,6 +169,18 @@ class TwinReplay(unittest.TestCase):
             self.assertAlmostEqual(t, want, delta=CLOCK_ATOL)
             self.assertAlmostEqual(t - base, delta / BANDWIDTH, delta=CLOCK_ATOL)
 
+    def test_many_calls_each_counted(self):
+        # More calls on one group than the replay's mailboxes cycle through
+        # (1024): each still its own in the busbw rows. 2 ranks on the one
+        # shared link: each of the ring's 2 steps sends b / 2 both ways at
+        # half the rate, latency + b / bandwidth a step.
+        n, b = 1100, 4096
+        ev = {"version": 1, "lecture": "hand", "spawns": [{"id": 0, "world_size": 2, "ranks": [
+            {"events": [{"op": "all_reduce", "start": 0, "end": 0, "bytes": b}] * n, "end": 0}] * 2}]}
+        (row,) = self.replay(ev)["spawns"][0]["collectives"]
+        self.assertEqual((row["op"], row["bytes"], row["calls"]), ("all_reduce", b, n))
+        self.assertAlmostEqual(row["time_s"], 2 * (LATENCY + b / BANDWIDTH), delta=CLOCK_ATOL)
+
     def test_deadlock_is_an_error(self):
         # Both ranks receive first: the replay cannot finish that spawn.
         ev = messages([4])

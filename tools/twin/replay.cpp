@@ -167,8 +167,9 @@ static void rank_actor(const Spawn *sp, int rank, std::vector<Span> *out) {
              * lecture has in flight at once), so mailboxes are reused. */
             static std::map<std::string, int> group_ids;
             int gid = group_ids.emplace(g, (int)group_ids.size()).first->second;
-            c.key = "g" + std::to_string(gid) + "/" + std::to_string(seq[g]++ % CALLS_IN_FLIGHT);
-            CallSpan *span = &calls[sp->id][c.key];
+            int n = seq[g]++;
+            c.key = "g" + std::to_string(gid) + "/" + std::to_string(n % CALLS_IN_FLIGHT);
+            CallSpan *span = &calls[sp->id]["g" + std::to_string(gid) + "/" + std::to_string(n)]; /* this call's own */
             auto timed = [c, span]() {
                 double t = s4u::Engine::get_clock();
                 span->op = c.op, span->bytes = c.bytes, span->ranks = (int)c.ranks.size();
