@@ -125,7 +125,7 @@ Extended extend(const Spawn &sp, int P) {
             x.spawn.ranks.push_back(sp.ranks[r % p]);
         return x;
     }
-    if (P > 2 && p < 3) throw refuse(sp, P, "a 2-stage pipeline has no middle stage to repeat");
+    if (P > 2 && p < 3) throw refuse(sp, P, "its messages pass between 2 ranks only: as a pipeline, it has no middle stage to repeat");
     double f = (double)p / P;
     for (int s = 0; s < P; s++) {
         int t = s == 0 ? 0 : s == P - 1 ? p - 1 : 1; /* the recorded stage this one repeats */
