@@ -5,7 +5,8 @@
  * ranks' events are repeated by the rule the strategy follows.
  *
  *   DDP        a spawn whose calls are all collectives over the world (no
- *              group, no message). Every rank runs the same step on its own
+ *              group, no message): DDP, and as much of ZeRO and tensor
+ *              parallelism as runs over the whole world. Every rank runs the same step on its own
  *              batch, so rank r at P replays recorded rank r mod p: the same
  *              compute, the same collectives with the same bytes per rank,
  *              now over P ranks. A ring all-reduce of b bytes then moves
@@ -16,20 +17,21 @@
  *              with r - 1 and r + 1), and whose collectives, if any, are
  *              over the world (a barrier before a timed pass, the
  *              timings gathered at its end; replayed over all P ranks, as
- *              DDP's): the same schedule over P stages. The first stage replays recorded rank 0, the last
- *              recorded rank p - 1, every stage between them recorded rank 1
- *              (p >= 3: a middle stage to repeat), its peers moved with it.
- *              That needs a schedule every stage runs alike (GPipe: all
- *              forwards, then all backwards); 1F1B's warm-up, p - s
- *              micro-batches on stage s, depends on the stage's place, and
- *              is refused (check_one_schedule).
- *              The model is the same, split finer: each stage's compute
- *              (measured, counted and modelled) is scaled by p / P. The
- *              lesson of more stages is the bubble, (P - 1) / (m + P - 1) of
- *              the time for m micro-batches, which only shows if the work to
- *              share stays fixed; the same compute per stage would be a
- *              model P / p times larger. The activations sent between stages
- *              keep their size (the micro-batch is the same).
+ *              DDP's): the same schedule over P stages. The first stage
+ *              replays recorded rank 0, the last recorded rank p - 1, every
+ *              stage between them recorded rank 1 (p >= 3: a middle stage
+ *              to repeat), its peers moved with it. That needs a schedule
+ *              every stage runs alike (GPipe: all forwards, then all
+ *              backwards); 1F1B's warm-up, p - s micro-batches on stage s,
+ *              depends on the stage's place, and is refused
+ *              (check_one_schedule). The model is the same, split finer:
+ *              each stage's compute (measured, counted and modelled) is
+ *              scaled by p / P. The lesson of more stages is the bubble,
+ *              (P - 1) / (m + P - 1) of the time for m micro-batches, which
+ *              only shows if the work to share stays fixed; the same
+ *              compute per stage would be a model P / p times larger. The
+ *              activations sent between stages keep their size (the
+ *              micro-batch is the same).
  *
  * Anything else (collectives over groups, messages beyond neighbours:
  * tensor parallelism, ZeRO's groups, a ring of messages closed from the
