@@ -23,6 +23,11 @@ struct Collective {
  * Throws std::runtime_error for an op it does not know. */
 void play_collective(const Collective &c);
 
+/* Rings of more ranks than this are played in steady state (collectives.cpp);
+ * play_full_rings(true) plays every step of every ring, message by message. */
+constexpr int FULL_RING_RANKS = 8;
+void play_full_rings(bool on);
+
 /* The chunk a pipelined chain (broadcast, reduce) moves at a time. */
 constexpr double CHAIN_CHUNK_BYTES = 512.0 * 1024;
 
