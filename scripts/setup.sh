@@ -16,16 +16,18 @@ case "$mode" in run|test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
 PACKAGES=(build-essential pkg-config
           libopenmpi-dev openmpi-bin libcjson-dev libmd4c-dev libmd4c-html0-dev
           libdw-dev libelf-dev libopenblas-dev libxxhash-dev hwloc python3
-          nodejs npm)
+          nodejs npm libsimgrid-dev)
 # Tests: cmocka, the schema validator, Chromium, its headless shell (what the
 # viewer's tests drive: it starts and loads pages for less CPU) and its driver,
 # sshd for the second host of tests/system/test_two_hosts.py, Slurm and munge for
 # the one-node cluster of tests/system/test_slurm.py (which starts its own daemons
-# with its own config and key; the system's services are not used), SimGrid for
-# the twin's replay (make twin, tests/twin/; lectern builds without it).
+# with its own config and key; the system's services are not used). SimGrid (the
+# twin's replay: make twin, the lectures' simulated figures, tests/twin/) is in
+# the base list: a lecture run without it says its simulated figures are missing
+# and lectern still builds.
 if [ "$mode" = test ]; then
     PACKAGES+=(libcmocka-dev python3-jsonschema chromium chromium-headless-shell chromium-driver python3-selenium gcovr clang-format
-               openssh-server slurmctld slurmd slurm-client munge libsimgrid-dev)
+               openssh-server slurmctld slurmd slurm-client munge)
 fi
 
 missing=()
