@@ -204,6 +204,27 @@ class TestTwin(base.ViewerCase):
         self.assertEqual(self.axe(), [])
         self.shot("twin-read")
 
+    def test_twin_is_data(self):
+        # A twin's names and reasons are text, whatever they hold.
+        self.assertIsNone(self.open("?trace=%s&step=%d" % (NAME, spawn_note_step(0))))
+        bad = '"><img id="pwn" src="x" onerror="top.__pwned = 1">'
+        got = self.js("""var L = window.lectern, t = L.T.spawns[0].twin, name = arguments[0];
+            t[name] = JSON.parse(JSON.stringify(t['h100-node']));
+            t[name].ranks[0][1].op = name;
+            t[name].collectives[0].op = name;
+            t[name + ' refused'] = {label: 'x', refused: name};
+            var box = document.createElement('div');
+            document.getElementById('source').appendChild(box);
+            box.innerHTML = L.twinHTML(0, 'test');
+            L.toggleTwin(box.querySelector('.twin-toggle'));
+            return [box.querySelectorAll('.twin-plat').length, box.querySelector('.twin-refused:last-child').textContent];""",
+                      bad)
+        self.assertEqual(got[0], 3)
+        self.assertIn("not simulated on " + bad + " refused: " + bad, got[1])
+        WebDriverWait(self.d, 20).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".twin-chart svg.marks")) >= 3)
+        self.assertEqual(self.d.find_elements(By.ID, "pwn"), [])
+        self.assertIsNone(self.js("return window.__pwned"))
+
     def test_a_trace_without_twins_draws_none(self):
         self.assertIsNone(self.open("?trace=expected"))
         self.assertEqual(self.d.find_elements(By.CSS_SELECTOR, ".twin, .twin-toggle"), [])
