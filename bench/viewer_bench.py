@@ -17,6 +17,12 @@ opens it from file:// the way a student does, and measures
          counts those whose input-to-next-paint took 16 ms or more.
 
     /usr/bin/python3 bench/viewer_bench.py [--steps N] [--loads K] [--out FILE]
+                                           [--trace FILE.json] [--viewer DIR]
+
+--trace measures a real trace instead (traces/lecture_08.json, say);
+--viewer serves another copy of viewer/ (an older commit's, from
+`git archive REV viewer | tar -x -C DIR`), so two versions can be compared
+on the same trace in runs taken turn about.
 
 Prints medians (and p95, max); writes the figures as JSON to --out
 (default bench/results/viewer.json).
@@ -176,18 +182,28 @@ def main():
     ap.add_argument("--steps", type=int, default=100000)
     ap.add_argument("--loads", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "viewer.json"))
+    ap.add_argument("--trace", help="a trace's .json to measure instead of the synthetic one")
+    ap.add_argument("--viewer", help="a folder holding viewer/ to serve instead of the repository's")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="lectern-bench-")
     root = None
     drv = None
     try:
-        t = synthetic_trace(a.steps)
+        if a.trace:
+            with open(a.trace, encoding="utf-8") as f:
+                t = json.load(f)
+        else:
+            t = synthetic_trace(a.steps)
         size = write_trace(t, tmp)
         root = harness.make_root(tmp)
+        if a.viewer:
+            os.remove(os.path.join(root, "viewer"))
+            os.symlink(os.path.abspath(os.path.join(a.viewer, "viewer")), os.path.join(root, "viewer"))
         url = harness.file_url(root, "?trace=" + NAME)
-        print(f"viewer bench: {len(t['steps'])} steps, {len(t['spawns'])} spawns, "
-              f"{t['files'][PATH].count(chr(10))} source lines, trace {size / 1e6:.1f} MB")
+        lines = sum(str(x).count(chr(10)) for x in t["files"].values())
+        print(f"viewer bench: {a.trace or 'synthetic'}: {len(t['steps'])} steps, {len(t['spawns'])} spawns, "
+              f"{lines} source lines, trace {size / 1e6:.1f} MB" + (f", viewer from {a.viewer}" if a.viewer else ""))
         drv = harness.browser(1280, 800, binary=harness.CHROMIUM)   # what a reader runs
         loads, walls, parts = [], [], []
         for _ in range(a.loads):
@@ -212,7 +228,7 @@ def main():
         print(f"  of which script load+parse {parts[-1].get('load_ms', 0):.0f} ms, "
               f"check+index {parts[-1].get('index_ms', 0):.0f} ms")
 
-        drv.execute_script("window.lecternViewer.go(1000)")
+        drv.execute_script("window.lecternViewer.go(Math.min(1000, window.lecternViewer.total() / 10 | 0))")
         every = []
         for kind, n in [("next", 2000), ("prev", 1000), ("over", 500), ("out", 300), ("jump", 500)]:
             ts = drv.execute_script(MEASURE, kind, n, 12345, NAME)
@@ -230,7 +246,7 @@ def main():
             new PerformanceObserver(function (l) { l.getEntries().forEach(function (e) {
               if (e.name === 'keydown') window.__slow.push(e.duration); }); })
             .observe({type: 'event', durationThreshold: 16, buffered: false});""")
-        drv.execute_script("window.lecternViewer.go(5000)")
+        drv.execute_script("window.lecternViewer.go(Math.min(5000, window.lecternViewer.total() / 4 | 0))")
         presses = 200
         for _ in range(presses):
             ActionChains(drv).send_keys(Keys.ARROW_RIGHT).perform()

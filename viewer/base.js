@@ -14,6 +14,8 @@
  *   source.js   the source view: lines drawn in chunks, notes in place of
  *               the statement that made them
  *   ranks.js    a spawn's output: its ranks side by side, by line or in time
+ *   twin.js     a spawn replayed on simulated platforms (make twin), apart from
+ *               what was measured
  *   nav.js      the current step: moving, marking, scrolling, keys, history
  *   panels.js   header, call stack, outline, spawns, run facts
  *   read.js     read mode: the lecture as one document

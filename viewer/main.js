@@ -213,6 +213,7 @@
       return S.mode === 'read' ? L.readMark(false) : L.applyMarks();
     }
     if (c.contains('tsort')) return L.sortTable(b);
+    if (c.contains('twin-toggle')) return L.toggleTwin(b);
     if (c.contains('zoom')) return L.zoom(b.querySelector('img'));
     if (c.contains('load-img')) {
       var img = document.createElement('img');

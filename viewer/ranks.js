@@ -197,7 +197,7 @@
     h += '</th></tr>';
     if (!any) {
       return h + '</thead></table><p class="spawn-empty">' + (S.rank != null ? 'Rank ' + S.rank + ' wrote nothing here.' :
-        'The ranks wrote nothing.') + '</p></section>';
+        'The ranks wrote nothing.') + '</p>' + twinHTML(k, ctx) + '</section>';
     }
     h += '<tr class="sp-cols"><th scope="col" class="rl-h">' + (view === 'time' ? 'time · line' : 'line') + '</th>';
     // Ranks over more than one host (the spawn's "hosts"): each header
@@ -210,9 +210,13 @@
         (host ? '<span class="rank-host" title="' + esc(host) + '">' + esc(host.replace(/ \(.*\)$/, '')) + '</span>' : '') +
         '</th>';
     });
-    h += '</tr></thead><tbody>' + bodyHTML(k, ctx, view, cols) + '</tbody></table></section>';
+    h += '</tr></thead><tbody>' + bodyHTML(k, ctx, view, cols) + '</tbody></table>' + twinHTML(k, ctx) + '</section>';
     return h;
   };
+
+  // The spawn replayed on simulated platforms (twin.js), under its output,
+  // never among it.
+  function twinHTML(k, ctx) { return L.twinHTML && L.T.spawns[k].twin ? L.twinHTML(k, ctx) : ''; }
 
   function bodyHTML(k, ctx, view, cols) {
     var rows = shownRows(k, view), key = ctx + '|' + k;

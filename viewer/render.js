@@ -251,6 +251,7 @@
     for (k = 0; k < imgs.length; k++) sizeFigure(imgs[k]);
     var plots = root.querySelectorAll('.r-plot:not([data-drawn])');
     for (k = 0; k < plots.length; k++) drawPlot(plots[k]);
+    if (L.hydrateTwins) L.hydrateTwins(root);   // twin.js: an open twin's charts
   };
 
   function sizeFigure(img) {
@@ -302,6 +303,8 @@
     }
   }
 
+  L.withVega = withVega;   // twin.js draws its simulated timelines with the same Vega
+
   // A plot spec is data too. vega-embed lets a spec's usermeta.embedOptions
   // override the page's options (turning on "view source" with HTML of its
   // own, or the expression compiler): the spec goes in without it. With
@@ -319,6 +322,7 @@
     return { actions: { export: true, source: false, compiled: false, editor: false }, renderer: 'svg',
              ast: true, loader: noLoader };
   }
+  L.plotOptions = plotOptions;
 
   // The spec without usermeta; a Vega-Lite spec of an older major version
   // (lectures written for v5) is drawn by the Vega-Lite the page has, which

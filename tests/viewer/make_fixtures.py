@@ -10,6 +10,7 @@ fixtures stay true to their sources when these are edited.
 import copy
 import json
 import os
+import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -434,6 +435,22 @@ def expected():
     return tr.t
 
 
+# Traces a real run wrote, committed as they came (not made here): copied
+# into OUT_DIR beside the others. twin_view_fixture: the fixture lecture
+# tests/fixtures/twin_view_fixture.c run by make twin's recipe with its
+# twins on two platforms, one refusing a spawn (the command is in its source).
+RECORDED = ["twin_view_fixture"]
+
+
+def copy_recorded(out):
+    here = os.path.join(HERE, "fixtures")
+    if os.path.abspath(out) == os.path.abspath(here):
+        return
+    for key in RECORDED:
+        for ext in (".json", ".js"):
+            shutil.copyfile(os.path.join(here, key + ext), os.path.join(out, key + ext))
+
+
 def write(out, key, t):
     os.makedirs(out, exist_ok=True)
     body = json.dumps(t, ensure_ascii=False, separators=(",", ":"))
@@ -466,6 +483,7 @@ def main():
     write(out, "broken_version", newer)
     with open(os.path.join(out, "broken_empty.js"), "w") as f:
         f.write("/* a trace file that defines nothing */\nvar nothing = 1;\n")
+    copy_recorded(out)
 
 
 if __name__ == "__main__":
