@@ -369,9 +369,14 @@ tensor *to_dtype_scaled(const tensor *t, dtype d, double scale);
  *     cublasGemmEx with CUBLAS_COMPUTE_32F, fp8 is refused.
  *   - gelu, gelu_backward: refused (an error at the line naming the
  *     conversion: to_dtype(x, DTYPE_F32) first).
- *   - collectives and point to point (section 4): dtype_size(dt) bytes per
- *     element on the wire; sums of bf16 and fp16 are added in fp32 and
- *     rounded once per step of the algorithm; fp8 is refused.
+ *   - collectives and point to point (section 4), on Open MPI: bf16 and
+ *     fp16 move 2 bytes per element (dist_traffic counts them); a sum adds
+ *     two buffers in fp32 and rounds once to the dtype at each step of Open
+ *     MPI's algorithm (an MPI user op: a sum over p ranks rounds p - 1
+ *     times); AVG divides the sum in fp32 and rounds once more. All tensors
+ *     of a call, and the sender's and receiver's, have one dtype (checked,
+ *     named at both lines). fp8 is refused, and so are 16-bit tensors on
+ *     NCCL, its emulator and shared GPUs (not carried there yet).
  */
 
 void add_scalar_(tensor *t, float s);             /* in place */

@@ -30,19 +30,19 @@
 
 typedef struct format {
     int ebits, mbits, bias;
-    double max;      /* largest finite value */
-    int has_inf;     /* all-ones exponent, mantissa 0: infinity (else numbers, E4M3) */
-    int saturates;   /* conversion beyond max gives max, not infinity */
-    uint32_t nan;    /* the NaN this encoder writes (positive) */
+    double max;    /* largest finite value */
+    int has_inf;   /* all-ones exponent, mantissa 0: infinity (else numbers, E4M3) */
+    int saturates; /* conversion beyond max gives max, not infinity */
+    uint32_t nan;  /* the NaN this encoder writes (positive) */
     const char *name;
 } format;
 
 static const format formats[] = {
-    [DTYPE_F32] = {8, 23, 127, 0x1.fffffep127, 1, 0, 0x7fc00000u, "float32"},
-    [DTYPE_BF16] = {8, 7, 127, 0x1.fep127, 1, 0, 0x7fc0u, "bfloat16"},
-    [DTYPE_F16] = {5, 10, 15, 65504.0, 1, 0, 0x7e00u, "float16"},
-    [DTYPE_F8_E4M3] = {4, 3, 7, 448.0, 0, 1, 0x7fu, "float8_e4m3fn"},
-    [DTYPE_F8_E5M2] = {5, 2, 15, 57344.0, 1, 1, 0x7fu, "float8_e5m2"},
+        [DTYPE_F32] = {8, 23, 127, 0x1.fffffep127, 1, 0, 0x7fc00000u, "float32"},
+        [DTYPE_BF16] = {8, 7, 127, 0x1.fep127, 1, 0, 0x7fc0u, "bfloat16"},
+        [DTYPE_F16] = {5, 10, 15, 65504.0, 1, 0, 0x7e00u, "float16"},
+        [DTYPE_F8_E4M3] = {4, 3, 7, 448.0, 0, 1, 0x7fu, "float8_e4m3fn"},
+        [DTYPE_F8_E5M2] = {5, 2, 15, 57344.0, 1, 1, 0x7fu, "float8_e5m2"},
 };
 
 static const format *format_of(dtype d) {
