@@ -250,7 +250,7 @@ void spawn_return(const void *data, size_t size);
 size_t spawn_result(int rank, void *out, size_t cap);
 
 /* ------------------------------------------------------------------ */
-/* 3. Tensors: small float32 tensors on host or device                 */
+/* 3. Tensors: small tensors on host or device, fp32 unless to_dtype()  */
 /* ------------------------------------------------------------------ */
 
 /* A tensor is a vector (ndim 1) or a matrix (ndim 2): every call takes one

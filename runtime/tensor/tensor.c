@@ -1,5 +1,6 @@
 /*
- * tensor.c: small float32 tensors on the host or on a GPU.
+ * tensor.c: small tensors on the host or on a GPU: float32, or bf16, fp16,
+ * fp8 made by to_dtype (their conversions: dtype.c).
  *
  * A tensor is 1-D or 2-D, row-major, float32. Its data lives on the host
  * (device -1) or on cuda:N. This file owns the structs, checks shapes and
