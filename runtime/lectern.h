@@ -250,21 +250,36 @@ void spawn_return(const void *data, size_t size);
 size_t spawn_result(int rank, void *out, size_t cap);
 
 /* ------------------------------------------------------------------ */
-/* 3. Tensors: small float32 tensors on host or device                 */
+/* 3. Tensors: small tensors on host or device, fp32 unless to_dtype()  */
 /* ------------------------------------------------------------------ */
 
 /* A tensor is a vector (ndim 1) or a matrix (ndim 2): every call takes one
  * or the other, so two dimensions are all a shape holds. */
 #define LECTERN_MAX_DIMS 2
 
+/* The element type. DTYPE_F32 (IEEE binary32) is every tensor's unless
+ * to_dtype made it otherwise. The others hold their raw bits:
+ *   DTYPE_BF16     bfloat16: 8 exponent bits, 7 mantissa bits (fp32's range)
+ *   DTYPE_F16      IEEE binary16: 5 exponent bits, 10 mantissa bits, max 65504
+ *   DTYPE_F8_E4M3  OCP FP8 E4M3 ("fn"): bias 7, no infinity, max 448
+ *   DTYPE_F8_E5M2  OCP FP8 E5M2: bias 15, infinities, max 57344 */
+typedef enum { DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_F8_E4M3, DTYPE_F8_E5M2 } dtype;
+
 typedef struct tensor {
-    float *data; /* host or device pointer */
+    /* fp32 tensors: the host or device pointer to the numel floats. Any
+     * other dtype: NULL, so that code reading a bf16 tensor as floats
+     * stops at once instead of reading half-floats as garbage; its bytes
+     * are at `raw`. Lecture code reads values through tensor_item,
+     * tensor_to_host or to_dtype(t, DTYPE_F32), which work for every dtype. */
+    float *data;
     int ndim;
     int64_t shape[LECTERN_MAX_DIMS];
     int64_t numel;
     int device;    /* -1: cpu, N >= 0: cuda:N */
     int owns_data; /* 0 for views */
     char *str;     /* buffer behind tensor_str()/summarize() */
+    dtype dt;      /* read it with tensor_dtype(t) */
+    void *raw;     /* the storage, numel * dtype_size(dt) bytes, whatever the dtype (== data for fp32) */
 } tensor;
 
 /* The device a lecture should put rank `rank`'s tensors on: cuda:rank when
@@ -309,13 +324,60 @@ void tensor_free(tensor *t);
  * frees of the process; a pointer that was never a tensor is an error
  * step, and 0. */
 int tensor_was_freed(const tensor *t);
-void tensor_to_host(const tensor *t, float *out); /* numel floats */
+void tensor_to_host(const tensor *t, float *out); /* numel floats, exactly, whatever the dtype */
 /* Bytes of tensor storage this process holds on `device` (-1: the CPU, N:
- * cuda:N): numel * 4 of every tensor made and not yet freed that owns its
+ * cuda:N): numel * dtype_size of every tensor made and not yet freed that owns its
  * storage. A view (row_slice, tensor_view, reshape) owns none: its bytes are
  * its original's, counted once. Headers, recorded stacks and the allocator's
  * rounding are not counted: torch.cuda.memory_allocated(device), exact. */
 int64_t tensor_bytes_live(int device);
+
+/* ---- Precision (runtime/tensor/dtype.c; docs/authoring.md, "Precision") ----
+ *
+ * Every tensor is made fp32 (empty, zeros, randn, ...); to_dtype makes a
+ * copy in another dtype. Conversion rounds to nearest, ties to even, once:
+ *   bf16, fp16: as IEEE does, with subnormals; beyond the largest finite
+ *     value the result is +-inf; NaN stays NaN.
+ *   fp8 (both): saturating, as the OCP FP8 spec's saturation mode and
+ *     CUDA's __NV_SATFINITE: anything beyond +-max (inf included) becomes
+ *     +-max (448 for E4M3, 57344 for E5M2); NaN becomes NaN; subnormals kept.
+ * Back to fp32 is exact for every dtype (each value is an fp32 value). */
+dtype tensor_dtype(const tensor *t);
+size_t dtype_size(dtype d);      /* bytes per element: 4, 2, 2, 1, 1 */
+const char *dtype_name(dtype d); /* "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2" (torch's) */
+tensor *to_dtype(const tensor *t, dtype d); /* a copy in dtype d, same device */
+/* A copy in dtype d of t * scale: each element x becomes round_d(x * scale),
+ * the product taken in double and rounded once. FP8's per-tensor scaling:
+ * q = to_dtype_scaled(x, DTYPE_F8_E4M3, 448 / amax) uses the format's whole
+ * range; to_dtype_scaled(q, DTYPE_F32, amax / 448) reads it back. */
+tensor *to_dtype_scaled(const tensor *t, dtype d, double scale);
+/*
+ * What the operations below do with dtypes other than fp32:
+ *   - tensor_copy between dtypes converts (rounding as to_dtype); views
+ *     (row_slice, tensor_view, reshape) and col_slice, cat_cols keep the dtype.
+ *   - add_, sub_, scale_, add_scalar_, fill_, adamw_step (param and grad;
+ *     its m and v are always fp32): computed in fp32, the result rounded once
+ *     when stored into the low-precision tensor; the other operand of add_ or
+ *     sub_ may be any dtype.
+ *   - tensor_sum, tensor_norm, mse_loss, max_abs_diff, tensor_item,
+ *     tensor_to_host, check_close, inspect: read the values exactly as fp32.
+ *     mse_loss_backward gives x's dtype.
+ *   - matmul(a, b): a and b of one dtype, any; the products are exact in
+ *     fp32 and summed in fp32 (as tensor cores do) and the result is fp32,
+ *     always. matmul_into's c must be fp32. On the CPU the inputs are
+ *     widened to fp32 and OpenBLAS's sgemm runs; on a GPU bf16 and fp16 go to
+ *     cublasGemmEx with CUBLAS_COMPUTE_32F, fp8 is refused.
+ *   - gelu, gelu_backward: refused (an error at the line naming the
+ *     conversion: to_dtype(x, DTYPE_F32) first).
+ *   - collectives and point to point (section 4), on Open MPI: bf16 and
+ *     fp16 move 2 bytes per element (dist_traffic counts them); a sum adds
+ *     two buffers in fp32 and rounds once to the dtype at each step of Open
+ *     MPI's algorithm (an MPI user op: a sum over p ranks rounds p - 1
+ *     times); AVG divides the sum in fp32 and rounds once more. All tensors
+ *     of a call, and the sender's and receiver's, have one dtype (checked,
+ *     named at both lines). fp8 is refused, and so are 16-bit tensors on
+ *     NCCL, its emulator and shared GPUs (not carried there yet).
+ */
 
 void add_scalar_(tensor *t, float s);             /* in place */
 void scale_(tensor *t, float s);                  /* in place */
@@ -347,7 +409,9 @@ void adamw_free(adamw *opt);
 /* "tensor([ 6., 10., 14., 18.], device='cuda:0')" in torch's format; the
  * string lives in t->str until the next call on t. */
 const char *tensor_str(tensor *t);
-/* "1024x1024[-0.0239...]": shape and first element (4 decimals). */
+/* "1024x1024[-0.0239...]": shape and first element (4 decimals); a dtype
+ * other than fp32 follows the shape: "1024x1024 bfloat16[-0.0239...]".
+ * tensor_str adds torch's suffix: ", dtype=torch.bfloat16". */
 const char *summarize(tensor *t);
 
 /* ------------------------------------------------------------------ */

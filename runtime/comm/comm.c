@@ -56,7 +56,7 @@ void dist_all_reduce(tensor *t, dist_op op) {
     lx_call_show(c->name, "t", "before", t);
     call_site site;
     lx_call_enter_collective(&site, c, n, op, -1);
-    lx_ops->all_reduce(t->data, n, op);
+    lx_ops->all_reduce(t->raw, n, op);
     lx_call_leave();
     lx_call_show(c->name, "t", "after", t);
 }
@@ -68,7 +68,7 @@ void dist_reduce(tensor *t, int dst, dist_op op) {
     lx_call_show(c->name, "t", "before", t);
     call_site site;
     lx_call_enter_collective(&site, c, n, op, dst);
-    lx_ops->reduce(t->data, n, dst, op);
+    lx_ops->reduce(t->raw, n, dst, op);
     lx_call_leave();
     lx_call_show(c->name, "t", "after", t);
 }
@@ -80,7 +80,7 @@ void dist_broadcast(tensor *t, int src) {
     lx_call_show(c->name, "t", "before", t);
     call_site site;
     lx_call_enter_collective(&site, c, n, -1, src);
-    lx_ops->broadcast(t->data, n, src);
+    lx_ops->broadcast(t->raw, n, src);
     lx_call_leave();
     lx_call_show(c->name, "t", "after", t);
 }
@@ -92,7 +92,7 @@ void dist_reduce_scatter(tensor *output, const tensor *input, dist_op op) {
     lx_call_show(c->name, "input", "before", input);
     call_site site;
     lx_call_enter_collective(&site, c, out_n, op, -1);
-    lx_ops->reduce_scatter(output->data, input->data, out_n, op);
+    lx_ops->reduce_scatter(output->raw, input->raw, out_n, op);
     lx_call_leave();
     lx_call_show(c->name, "output", "after", output);
 }
@@ -104,7 +104,7 @@ void dist_all_gather(tensor *output, const tensor *input) {
     lx_call_show(c->name, "input", "before", input);
     call_site site;
     lx_call_enter_collective(&site, c, in_n, -1, -1);
-    lx_ops->all_gather(output->data, input->data, in_n);
+    lx_ops->all_gather(output->raw, input->raw, in_n);
     lx_call_leave();
     lx_call_show(c->name, "output", "after", output);
 }
@@ -117,15 +117,16 @@ void dist_scatter(tensor *output, const tensor *input, int src) {
     const float *in = NULL;
     if (lx_the_world.rank == src) { /* only the source's input matters, as in torch */
         size_t in_n = lx_check_tensor(c->name, "input (on the src rank)", input);
+        lx_check_same_dtype(c->name, "output", output, "input", input);
         if (in_n != out_n * (size_t)lx_the_world.size)
             lx_fatal("%s(): input has %zu elements, output %zu: input must be world_size (%d) times output", c->name,
                      in_n, out_n, lx_the_world.size);
-        in = input->data;
+        in = input->raw;
     }
     lx_call_show(c->name, "input", "before", lx_the_world.rank == src ? input : NULL);
     call_site site;
     lx_call_enter_collective(&site, c, out_n, -1, src);
-    lx_ops->scatter(output->data, in, out_n, src);
+    lx_ops->scatter(output->raw, in, out_n, src);
     lx_call_leave();
     lx_call_show(c->name, "output", "after", output);
 }
@@ -138,15 +139,16 @@ void dist_gather(tensor *output, const tensor *input, int dst) {
     float *out = NULL;
     if (lx_the_world.rank == dst) {
         size_t out_n = lx_check_tensor(c->name, "output (on the dst rank)", output);
+        lx_check_same_dtype(c->name, "input", input, "output", output);
         if (out_n != in_n * (size_t)lx_the_world.size)
             lx_fatal("%s(): output has %zu elements, input %zu: output must be world_size (%d) times input", c->name,
                      out_n, in_n, lx_the_world.size);
-        out = output->data;
+        out = output->raw;
     }
     lx_call_show(c->name, "input", "before", input);
     call_site site;
     lx_call_enter_collective(&site, c, in_n, -1, dst);
-    lx_ops->gather(out, input->data, in_n, dst);
+    lx_ops->gather(out, input->raw, in_n, dst);
     lx_call_leave();
     lx_call_show(c->name, "output", "after", lx_the_world.rank == dst ? output : NULL);
 }
@@ -163,7 +165,7 @@ void dist_send(const tensor *t, int dst) {
     /* Not before the receive is posted, whatever the transport buffers. */
     lx_agree_needs(d, NULL);
     lx_agree_send_posted(d);
-    lx_ops->send(t->data, n, dst);
+    lx_ops->send(t->raw, n, dst);
     lx_agree_send_done(d);
     lx_call_leave();
 }
@@ -177,7 +179,7 @@ void dist_recv(tensor *t, int src) {
     lx_agree_recv_desc *d = lx_agree_recv_post(src, (int64_t)n);
     lx_agree_needs(NULL, d);
     lx_agree_recv_check(d, c, (int64_t)n, site.frames, site.n);
-    lx_ops->recv(t->data, n, src);
+    lx_ops->recv(t->raw, n, src);
     lx_call_leave();
 }
 
@@ -186,17 +188,17 @@ void dist_sendrecv(const tensor *send, int dst, tensor *recv, int src) {
     lx_need_rank(c);
     size_t sn = lx_check_tensor(c->name, "send", send);
     size_t rn = lx_check_tensor(c->name, "recv", recv);
+    lx_check_same_dtype(c->name, "send", send, "recv", recv);
     lx_check_peer(c->name, "dst", dst, 0);
     lx_check_peer(c->name, "src", src, 0);
-    if ((const float *)send->data == recv->data && sn > 0 && rn > 0)
-        lx_fatal("%s(): send and recv are the same memory", c->name);
+    if (send->raw == recv->raw && sn > 0 && rn > 0) lx_fatal("%s(): send and recv are the same memory", c->name);
     call_site site;
     lx_call_enter(&site, c->name, src);
     lx_agree_send_desc *sd = lx_agree_send(c, (int64_t)sn, dst, site.frames, site.n);
     lx_agree_recv_desc *rd = lx_agree_recv_post(src, (int64_t)rn);
     lx_agree_needs(sd, rd);
     lx_agree_recv_check(rd, c, (int64_t)rn, site.frames, site.n);
-    lx_ops->sendrecv(send->data, sn, dst, recv->data, rn, src);
+    lx_ops->sendrecv(send->raw, sn, dst, recv->raw, rn, src);
     lx_agree_send_done(sd);
     lx_call_leave();
 }

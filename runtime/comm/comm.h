@@ -71,6 +71,13 @@ int lx_current_size(void);
 int lx_current_rank(void);
 /* The group the calls run over now, NULL for the world. */
 const struct dist_group *lx_current_group(void);
+/* The element type of the call being made: lx_check_tensor (comm_calls.c)
+ * sets it from the call's tensors, which all have one dtype, before the
+ * backend is reached; the backends and the counters read it (the buffers
+ * they are given are `count` elements of it, whatever their C type says).
+ * A request keeps what it needs of it until its wait. */
+void lx_use_dtype(dtype d);
+dtype lx_current_dtype(void);
 
 /* ---------------- groups (comm_groups.c) ---------------- */
 
@@ -104,7 +111,8 @@ void lx_comm_stop(void);
 
 /* ---------------- comm_mpi.c / comm_nccl.c ---------------- */
 
-/* One backend's collectives on `count` floats. Arguments were checked by
+/* One backend's collectives on `count` elements of lx_current_dtype() (the
+ * float pointers hold bf16 or fp16 bits when it is not DTYPE_F32). Arguments were checked by
  * comm_calls.c: counts fit an int, buffers live where the backend wants them,
  * roots are valid ranks. `out` and `in` may be the same buffer only where
  * noted. AVG is passed down as is: each backend knows how to average. */
@@ -158,9 +166,12 @@ typedef struct lx_comm_ops {
 
 const lx_comm_ops *lx_comm_mpi_start(void);
 /* comm_mpi.c's pieces that the staged backend (comm_staged.c) shares: the
- * MPI_Op of a dist_op (AVG sums), and AVG's division on host memory. */
+ * MPI_Op of a dist_op (AVG sums), and AVG's division on host memory, for
+ * fp32; lx_mpi_average_as divides count elements of dtype d (bf16, fp16:
+ * widened, divided in fp32, rounded once). */
 MPI_Op lx_mpi_op(dist_op op);
 void lx_mpi_average(float *x, size_t count, dist_op op, int world_size);
+void lx_mpi_average_as(dtype d, void *x, size_t count, dist_op op, int world_size);
 /* comm_stats.c: a table in front of `ops` that counts this rank's calls and
  * bytes (dist_traffic_now) and passes every call on; resets the counters. */
 const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops);

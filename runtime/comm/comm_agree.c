@@ -70,6 +70,7 @@ static int ack_in;
 enum { AGREED_MAX = 32 };
 typedef struct agreed {
     int64_t kind, count, op, root;
+    int64_t dt; /* the call's dtype (lx_current_dtype): a bf16 call and an fp32 one differ */
 } agreed;
 
 /* The collectives one set of ranks (the world, or a group) agreed on, and
@@ -89,7 +90,8 @@ static int64_t checks_made, checks_skipped;
 
 static int is_agreed(const agreed *list, int n, agreed a) {
     for (int i = 0; i < n; i++)
-        if (list[i].kind == a.kind && list[i].count == a.count && list[i].op == a.op && list[i].root == a.root)
+        if (list[i].kind == a.kind && list[i].count == a.count && list[i].op == a.op && list[i].root == a.root &&
+            list[i].dt == a.dt)
             return 1;
     return 0;
 }
@@ -116,8 +118,8 @@ static void reset(struct lx_agree_group *s) {
  * what the region skipped, and 1 (no check). */
 static int skip_agreed(struct lx_agree_group *s, agreed a) {
     if (timed_depth == 0 || !is_agreed(s->calls, s->n, a)) return 0;
-    const int64_t v[4] = {a.kind, a.count, a.op, a.root};
-    for (int i = 0; i < 4; i++)
+    const int64_t v[5] = {a.kind, a.count, a.op, a.root, a.dt};
+    for (int i = 0; i < 5; i++)
         s->digest = (s->digest ^ (uint64_t)v[i]) * 1099511628211ull;
     s->skipped++;
     checks_skipped++;
@@ -128,9 +130,11 @@ static int skip_agreed(struct lx_agree_group *s, agreed a) {
  * and its negation, so each field's minimum and maximum come back together,
  * and they are equal only where every rank passed the same value. */
 static int made_alike(agreed a, MPI_Comm c) {
-    int64_t v[8] = {a.kind, a.count, a.op, a.root, -a.kind, -a.count, -a.op, -a.root};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MIN, c));
-    return v[0] == -v[4] && v[1] == -v[5] && v[2] == -v[6] && v[3] == -v[7];
+    int64_t v[10] = {a.kind, a.count, a.op, a.root, a.dt, -a.kind, -a.count, -a.op, -a.root, -a.dt};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 10, MPI_INT64_T, MPI_MIN, c));
+    for (int i = 0; i < 5; i++)
+        if (v[i] != -v[i + 5]) return 0;
+    return 1;
 }
 
 /* Whether s's ranks skipped the same calls since the last time (one small
@@ -148,7 +152,7 @@ static int skipped_alike(struct lx_agree_group *s, MPI_Comm c) {
 
 /* One call, as it travels in the slow path and with a send. */
 typedef struct call_desc {
-    int64_t kind, count, op, root;
+    int64_t kind, count, op, root, dt;
     int32_t rank, line;
     char call[40];
     char path[200];
@@ -181,6 +185,7 @@ static void fill(call_desc *d, const lx_call *call, int64_t count, int op, int r
     d->count = count;
     d->op = op;
     d->root = root;
+    d->dt = lx_current_dtype();
     d->rank = lx_the_world.rank;
     snprintf(d->call, sizeof d->call, "%s", call->name);
     const lx_frame *at = n > 0 ? &frames[n - 1] : NULL;
@@ -207,7 +212,10 @@ static const char *op_name(int64_t op) {
 /* "dist_all_reduce of 4 floats (sum) at lectures/hw.c:14" */
 static void describe(lx_sb *b, const call_desc *d, const char *peer_word) {
     lx_sb_printf(b, "rank %d: %s", (int)d->rank, d->call);
-    if (d->kind != 0) lx_sb_printf(b, " of %lld float%s", (long long)d->count, d->count == 1 ? "" : "s");
+    if (d->kind != 0 || d->dt != DTYPE_F32) {
+        if (d->dt == DTYPE_F32) lx_sb_printf(b, " of %lld float%s", (long long)d->count, d->count == 1 ? "" : "s");
+        else lx_sb_printf(b, " of %lld %s", (long long)d->count, dtype_name((dtype)d->dt));
+    }
     if (op_name(d->op)) lx_sb_printf(b, " (%s)", op_name(d->op));
     if (d->root >= 0) lx_sb_printf(b, " %s rank %lld", peer_word, (long long)d->root);
     lx_sb_printf(b, " at %s:%d", d->path, (int)d->line);
@@ -219,7 +227,7 @@ static const char *root_word(const char *call) {
 }
 
 static int same(const call_desc *a, const call_desc *b) {
-    return a->kind == b->kind && a->count == b->count && a->op == b->op && a->root == b->root;
+    return a->kind == b->kind && a->count == b->count && a->op == b->op && a->root == b->root && a->dt == b->dt;
 }
 
 /* The slow path: everyone (of the world, or of group g) learns everyone's
@@ -256,7 +264,7 @@ void lx_agree_collective(const lx_call *call, int64_t count, int op, int root, c
      * n-th: what the deadlock detector needs to know (spawn_deadlock.c). */
     lx_rank_needs(0, LX_NEED_COLLECTIVE, -1, lx_rank_count_collective());
     int64_t kind = call->agree;
-    agreed a = {kind, count, op, root};
+    agreed a = {kind, count, op, root, lx_current_dtype()};
     if (skip_agreed(&world, a)) return;
     checks_made++;
     if (made_alike(a, check_comm)) {
@@ -275,7 +283,7 @@ void lx_agree_collective(const lx_call *call, int64_t count, int op, int root, c
 void lx_agree_collective_in(const dist_group *g, const lx_call *call, int64_t count, int op, int root,
                             const lx_frame *frames, int n) {
     int64_t kind = call->agree;
-    agreed a = {kind, count, op, root};
+    agreed a = {kind, count, op, root, lx_current_dtype()};
     struct lx_agree_group *s = g->agreed;
     if (skip_agreed(s, a)) return;
     checks_made++;
@@ -333,7 +341,7 @@ struct lx_agree_recv_desc {
 };
 
 lx_agree_send_desc *lx_agree_send(const lx_call *call, int64_t count, int dst, const lx_frame *frames, int n) {
-    agreed a = {0, count, 0, dst};
+    agreed a = {0, count, 0, dst, lx_current_dtype()};
     if (timed_depth > 0 && is_agreed(agreed_sends, n_sends, a)) {
         checks_skipped++;
         return NULL;
@@ -391,7 +399,7 @@ void dist_buffered_sends(int on) {
 }
 
 lx_agree_recv_desc *lx_agree_recv_post(int src, int64_t count) {
-    agreed a = {0, count, 0, src};
+    agreed a = {0, count, 0, src, lx_current_dtype()};
     if (timed_depth > 0 && is_agreed(agreed_recvs, n_recvs, a)) {
         checks_skipped++;
         return NULL;
@@ -414,7 +422,7 @@ void lx_agree_recv_check(lx_agree_recv_desc *d, const lx_call *call, int64_t cou
     if (!d) return;
     MPI_CHECK(MPI_Wait(&d->req, MPI_STATUS_IGNORE));
     d->desc.frames[sizeof d->desc.frames - 1] = '\0';
-    if (d->desc.count != count) {
+    if (d->desc.count != count || d->desc.dt != lx_current_dtype()) {
         call_desc mine;
         fill(&mine, call, count, -1, d->src, frames, n);
         /* The sender's step first, at its own line: "rank 0: dist_send of 6
@@ -424,7 +432,7 @@ void lx_agree_recv_check(lx_agree_recv_desc *d, const lx_call *call, int64_t cou
         describe(&s, &d->desc, "to");
         lx_sb_str(&s, "; ");
         describe(&s, &mine, "from");
-        lx_sb_str(&s, " (a send gives exactly as many floats as its receive takes)");
+        lx_sb_str(&s, " (a send gives exactly as many elements, of the same dtype, as its receive takes)");
         place at = lx_innermost(d->desc.frames);
         char *located = at.known ? lx_fmt("%s:%d: %s", at.path, at.line, s.s) : strdup(s.s);
         lx_rank_error_for(d->src, d->desc.frames, located);
@@ -435,11 +443,11 @@ void lx_agree_recv_check(lx_agree_recv_desc *d, const lx_call *call, int64_t cou
         describe(&b, &mine, "from");
         lx_sb_str(&b, "; ");
         describe(&b, &d->desc, "to");
-        lx_sb_str(&b, " (a receive takes exactly as many floats as its send gives)");
+        lx_sb_str(&b, " (a receive takes exactly as many elements, of the same dtype, as its send gives)");
         free(d);
         lx_fatal("%s", b.s);
     }
-    agreed a = {0, count, 0, d->src};
+    agreed a = {0, count, 0, d->src, lx_current_dtype()};
     remember(agreed_recvs, &n_recvs, a);
     free(d);
 }

@@ -91,6 +91,26 @@ static const char *where_name(int device) {
     return buf;
 }
 
+/* What the backends carry: fp32 everywhere; bf16 and fp16 on Open MPI
+ * (host memory: an MPI user op adds them in fp32, comm_mpi.c); fp8 nowhere
+ * (no backend here sums it). NCCL (ncclBfloat16, ncclFloat16), its emulator
+ * and the shared-GPU paths do not carry 16-bit tensors yet: refused. */
+static void check_dtype(const char *call, const char *what, const tensor *t) {
+    if (t->dt == DTYPE_F32) return;
+    if (t->dt != DTYPE_BF16 && t->dt != DTYPE_F16)
+        lx_fatal("%s(): %s is %s, which no collective here carries: to_dtype(%s, DTYPE_BF16) first (or DTYPE_F32)",
+                 call, what, dtype_name(t->dt), what);
+    lx_backend b = lx_the_world.backend;
+    if (b != LX_BACKEND_MPI)
+        lx_fatal("%s(): %s is %s; on this spawn's backend (%s) the collectives carry fp32 only: "
+                 "to_dtype(%s, DTYPE_F32) first",
+                 call, what, dtype_name(t->dt),
+                 b == LX_BACKEND_NCCL            ? "NCCL"
+                 : b == LX_BACKEND_NCCL_EMULATED ? "the NCCL emulator"
+                                                 : "ranks sharing GPUs",
+                 what);
+}
+
 size_t lx_check_tensor(const char *call, const char *what, const tensor *t) {
     if (!t) lx_fatal("%s(): %s is NULL", call, what);
     /* A freed tensor, or one a request is still writing into: named, before
@@ -111,7 +131,15 @@ size_t lx_check_tensor(const char *call, const char *what, const tensor *t) {
                  lx_the_world.device);
     if (t->numel < 0 || t->numel > INT_MAX)
         lx_fatal("%s(): %s has %lld elements; at most %d per call", call, what, (long long)t->numel, INT_MAX);
+    check_dtype(call, what, t);
+    lx_use_dtype(t->dt);
     return (size_t)t->numel;
+}
+
+void lx_check_same_dtype(const char *call, const char *a_name, const tensor *a, const char *b_name, const tensor *b) {
+    if (a->dt != b->dt)
+        lx_fatal("%s(): %s is %s but %s is %s: one dtype per call (convert one with to_dtype())", call, a_name,
+                 dtype_name(a->dt), b_name, dtype_name(b->dt));
 }
 
 void lx_check_peer(const char *call, const char *what, int peer, int allow_self) {
@@ -146,8 +174,8 @@ size_t lx_check_args(const lx_call *c, const dist_group *g, const tensor *t, int
 }
 
 int lx_overlap(const tensor *a, const tensor *b) {
-    const float *a0 = a->data, *b0 = b->data;
-    return a0 < b0 + b->numel && b0 < a0 + a->numel;
+    const char *a0 = a->raw, *b0 = b->raw;
+    return a0 < b0 + b->numel * (int64_t)dtype_size(b->dt) && b0 < a0 + a->numel * (int64_t)dtype_size(a->dt);
 }
 
 /* Says which elements `inner` shares with `outer`, and the fix: the call
@@ -155,7 +183,8 @@ int lx_overlap(const tensor *a, const tensor *b) {
  * is copied out first; a reduce-scatter's output inside its input gets
  * memory of its own. */
 static void __attribute__((noreturn)) same_memory(const char *call, const tensor *inner, const tensor *outer) {
-    long long first = (long long)(inner->data - outer->data), last = first + (long long)inner->numel - 1;
+    long long first = (long long)(((const char *)inner->raw - (const char *)outer->raw) / (long)dtype_size(inner->dt)),
+              last = first + (long long)inner->numel - 1;
     int gather = strstr(call, "gather") != NULL;
     lx_fatal("%s(): output and input are the same memory (%s is elements %lld to %lld of %s): the %s writes output "
              "while it still reads input. %s: tensor *mine = zeros(%lld, 0, get_device(rank)); %s",
@@ -173,6 +202,7 @@ static const char *size_word(const dist_group *g) { return g ? "the group's size
 size_t lx_check_reduce_scatter(const char *call, const dist_group *g, tensor *output, const tensor *input, dist_op op) {
     size_t out_n = lx_check_tensor(call, "output", output);
     size_t in_n = lx_check_tensor(call, "input", input);
+    lx_check_same_dtype(call, "output", output, "input", input);
     lx_check_op(call, op);
     int p = size_of(g);
     if (in_n != out_n * (size_t)p)
@@ -186,6 +216,7 @@ size_t lx_check_reduce_scatter(const char *call, const dist_group *g, tensor *ou
 size_t lx_check_all_gather(const char *call, const dist_group *g, tensor *output, const tensor *input) {
     size_t out_n = lx_check_tensor(call, "output", output);
     size_t in_n = lx_check_tensor(call, "input", input);
+    lx_check_same_dtype(call, "output", output, "input", input);
     int p = size_of(g);
     if (out_n != in_n * (size_t)p)
         lx_fatal("%s(): output has %zu elements, input %zu: output must be %s (%d) times input", call, out_n, in_n,
@@ -197,6 +228,7 @@ size_t lx_check_all_gather(const char *call, const dist_group *g, tensor *output
 size_t lx_check_all_to_all(const char *call, const dist_group *g, tensor *output, const tensor *input) {
     size_t out_n = lx_check_tensor(call, "output", output);
     size_t in_n = lx_check_tensor(call, "input", input);
+    lx_check_same_dtype(call, "output", output, "input", input);
     int p = size_of(g);
     if (out_n != in_n)
         lx_fatal("%s(): output has %zu elements, input %zu: they have the same size (%s pieces each)", call, out_n,

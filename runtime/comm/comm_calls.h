@@ -111,6 +111,8 @@ size_t lx_check_args(const lx_call *c, const dist_group *g, const tensor *t, int
 /* The tensor exists and lives where this spawn's backend works (`what`
  * names it). Returns its element count. */
 size_t lx_check_tensor(const char *call, const char *what, const tensor *t);
+/* Both tensors of one call have one dtype, or the lecture stops, naming both. */
+void lx_check_same_dtype(const char *call, const char *a_name, const tensor *a, const char *b_name, const tensor *b);
 void lx_check_peer(const char *call, const char *what, int peer, int allow_self);
 void lx_check_op(const char *call, dist_op op);
 /* The two tensors share memory (one a view into the other). */

@@ -244,7 +244,7 @@ void dist_all_reduce_in(dist_group *g, tensor *t, dist_op op) {
     call_site site;
     enter_group(&site, g, c, n, op, -1);
     lx_use_group(g);
-    lx_ops->all_reduce(t->data, n, op);
+    lx_ops->all_reduce(t->raw, n, op);
     lx_use_group(NULL);
     lx_call_leave();
     lx_call_show(c->name, "t", "after", t);
@@ -263,7 +263,7 @@ void dist_broadcast_in(dist_group *g, tensor *t, int src) {
     call_site site;
     enter_group(&site, g, c, n, -1, src);
     lx_use_group(g);
-    lx_ops->broadcast(t->data, n, src);
+    lx_ops->broadcast(t->raw, n, src);
     lx_use_group(NULL);
     lx_call_leave();
     lx_call_show(c->name, "t", "after", t);
@@ -282,7 +282,7 @@ void dist_reduce_scatter_in(dist_group *g, tensor *output, const tensor *input, 
     call_site site;
     enter_group(&site, g, c, out_n, op, -1);
     lx_use_group(g);
-    lx_ops->reduce_scatter(output->data, input->data, out_n, op);
+    lx_ops->reduce_scatter(output->raw, input->raw, out_n, op);
     lx_use_group(NULL);
     lx_call_leave();
     lx_call_show(c->name, "output", "after", output);
@@ -301,7 +301,7 @@ void dist_all_gather_in(dist_group *g, tensor *output, const tensor *input) {
     call_site site;
     enter_group(&site, g, c, in_n, -1, -1);
     lx_use_group(g);
-    lx_ops->all_gather(output->data, input->data, in_n);
+    lx_ops->all_gather(output->raw, input->raw, in_n);
     lx_use_group(NULL);
     lx_call_leave();
     lx_call_show(c->name, "output", "after", output);
@@ -317,7 +317,7 @@ void dist_all_to_all_in(dist_group *g, tensor *output, const tensor *input) {
     if (g) enter_group(&site, g, c, piece, -1, -1);
     else lx_call_enter_collective(&site, c, piece, -1, -1);
     if (g) lx_use_group(g);
-    lx_ops->all_to_all(output->data, input->data, piece);
+    lx_ops->all_to_all(output->raw, input->raw, piece);
     if (g) lx_use_group(NULL);
     lx_call_leave();
     lx_call_show(c->name, "output", "after", output);
@@ -345,7 +345,7 @@ dist_request *dist_all_reduce_in_async(dist_group *g, tensor *t, dist_op op) {
     dist_request *req = async_group(&site, g, c, n, op, -1);
     lx_request_uses(req, t, 1);
     lx_use_group(g);
-    req->backend_request = lx_ops->iall_reduce(t->data, n, op);
+    req->backend_request = lx_ops->iall_reduce(t->raw, n, op);
     lx_use_group(NULL);
     return req;
 }
@@ -360,7 +360,7 @@ dist_request *dist_broadcast_in_async(dist_group *g, tensor *t, int src) {
     dist_request *req = async_group(&site, g, c, n, -1, src);
     lx_request_uses(req, t, 1);
     lx_use_group(g);
-    req->backend_request = lx_ops->ibroadcast(t->data, n, src);
+    req->backend_request = lx_ops->ibroadcast(t->raw, n, src);
     lx_use_group(NULL);
     return req;
 }
@@ -376,7 +376,7 @@ dist_request *dist_reduce_scatter_in_async(dist_group *g, tensor *output, const 
     lx_request_uses(req, output, 1);
     lx_request_uses(req, input, 0);
     lx_use_group(g);
-    req->backend_request = lx_ops->ireduce_scatter(output->data, input->data, out_n, op);
+    req->backend_request = lx_ops->ireduce_scatter(output->raw, input->raw, out_n, op);
     lx_use_group(NULL);
     return req;
 }
@@ -392,7 +392,7 @@ dist_request *dist_all_gather_in_async(dist_group *g, tensor *output, const tens
     lx_request_uses(req, output, 1);
     lx_request_uses(req, input, 0);
     lx_use_group(g);
-    req->backend_request = lx_ops->iall_gather(output->data, input->data, in_n);
+    req->backend_request = lx_ops->iall_gather(output->raw, input->raw, in_n);
     lx_use_group(NULL);
     return req;
 }
@@ -407,7 +407,7 @@ dist_request *dist_all_to_all_in_async(dist_group *g, tensor *output, const tens
     lx_request_uses(req, output, 1);
     lx_request_uses(req, input, 0);
     if (g) lx_use_group(g);
-    req->backend_request = lx_ops->iall_to_all(output->data, input->data, piece);
+    req->backend_request = lx_ops->iall_to_all(output->raw, input->raw, piece);
     if (g) lx_use_group(NULL);
     return req;
 }

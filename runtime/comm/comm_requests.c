@@ -40,7 +40,7 @@ dist_request *lx_request_new(const lx_call *c, int peer, int64_t count, const ca
  * (one multiply's latency per 8 bytes), twice per message; XXH3 reads it at
  * memory speed (bench/bench_stage_msg.c). A change to the values goes
  * unnoticed but for 1 in 2^64. */
-static uint64_t hash_values(const tensor *t) { return XXH3_64bits(t->data, (size_t)t->numel * sizeof(float)); }
+static uint64_t hash_values(const tensor *t) { return XXH3_64bits(t->raw, (size_t)t->numel * dtype_size(t->dt)); }
 
 /* The request uses `t` until its wait: the tensor operations refuse to
  * change it (and, when the library writes into it, to read it) meanwhile
@@ -119,7 +119,7 @@ dist_request *dist_isend(const tensor *t, int dst) {
     dist_request *req = lx_request_new(c, dst, (int64_t)n, &site);
     req->send_check = lx_agree_send(c, (int64_t)n, dst, site.frames, site.n);
     lx_request_uses(req, t, 0);
-    req->backend_request = lx_ops->isend(t->data, n, dst);
+    req->backend_request = lx_ops->isend(t->raw, n, dst);
     return req;
 }
 
@@ -132,7 +132,7 @@ dist_request *dist_irecv(tensor *t, int src) {
     dist_request *req = lx_request_new(c, src, (int64_t)n, &site);
     req->recv_check = lx_agree_recv_post(src, (int64_t)n);
     lx_request_uses(req, t, 1);
-    req->backend_request = lx_ops->irecv(t->data, n, src);
+    req->backend_request = lx_ops->irecv(t->raw, n, src);
     return req;
 }
 
@@ -152,7 +152,7 @@ dist_request *dist_all_reduce_async(tensor *t, dist_op op) {
     call_site site;
     dist_request *req = lx_request_collective(&site, c, n, op, -1);
     lx_request_uses(req, t, 1);
-    req->backend_request = lx_ops->iall_reduce(t->data, n, op);
+    req->backend_request = lx_ops->iall_reduce(t->raw, n, op);
     return req;
 }
 
@@ -163,7 +163,7 @@ dist_request *dist_broadcast_async(tensor *t, int src) {
     call_site site;
     dist_request *req = lx_request_collective(&site, c, n, -1, src);
     lx_request_uses(req, t, 1);
-    req->backend_request = lx_ops->ibroadcast(t->data, n, src);
+    req->backend_request = lx_ops->ibroadcast(t->raw, n, src);
     return req;
 }
 
@@ -175,7 +175,7 @@ dist_request *dist_reduce_scatter_async(tensor *output, const tensor *input, dis
     dist_request *req = lx_request_collective(&site, c, out_n, op, -1);
     lx_request_uses(req, output, 1);
     lx_request_uses(req, input, 0);
-    req->backend_request = lx_ops->ireduce_scatter(output->data, input->data, out_n, op);
+    req->backend_request = lx_ops->ireduce_scatter(output->raw, input->raw, out_n, op);
     return req;
 }
 
@@ -187,7 +187,7 @@ dist_request *dist_all_gather_async(tensor *output, const tensor *input) {
     dist_request *req = lx_request_collective(&site, c, in_n, -1, -1);
     lx_request_uses(req, output, 1);
     lx_request_uses(req, input, 0);
-    req->backend_request = lx_ops->iall_gather(output->data, input->data, in_n);
+    req->backend_request = lx_ops->iall_gather(output->raw, input->raw, in_n);
     return req;
 }
 

@@ -92,8 +92,12 @@ static void library_sent(int64_t *out) {
 
 /* ---- point to point: exact here ---- */
 
+/* Bytes per element of the call being made: 4 for fp32, 2 for bf16 and
+ * fp16 (counted at the call, where the dtype is the call's). */
+static size_t elem_size(void) { return dtype_size(lx_current_dtype()); }
+
 static void p2p_sent(dist_call_kind kind, size_t count, int peer) {
-    int64_t b = (int64_t)(count * sizeof(float));
+    int64_t b = (int64_t)(count * elem_size());
     sent[kind] += b;
     sent_to[peer] += b;
     accounted[peer] += b; /* Open MPI counts it too: not a collective's */
@@ -101,7 +105,7 @@ static void p2p_sent(dist_call_kind kind, size_t count, int peer) {
 }
 
 static void p2p_received(dist_call_kind kind, size_t count, int peer) {
-    int64_t b = (int64_t)(count * sizeof(float));
+    int64_t b = (int64_t)(count * elem_size());
     received[kind] += b;
     received_from[peer] += b;
 }
@@ -161,10 +165,10 @@ static void *keep_open(void *req, const window *w) {
  * lx_use_group(g) and lx_use_group(NULL) (a group call counts as its kind). */
 static double share(size_t floats) { /* (p - 1) / p of `floats` floats, in bytes */
     int p = lx_current_size();
-    return (double)floats * sizeof(float) * (p - 1) / p;
+    return (double)floats * elem_size() * (p - 1) / p;
 }
 static double chain(size_t count, int silent_rank) { /* b from every rank but one */
-    return lx_current_size() > 1 && lx_current_rank() != silent_rank ? (double)count * sizeof(float) : 0;
+    return lx_current_size() > 1 && lx_current_rank() != silent_rank ? (double)count * elem_size() : 0;
 }
 
 /* ---- the twin's record (--twin-record, trace/twin_record.c) ----
@@ -180,7 +184,7 @@ static void twin(dist_call_kind kind, size_t count, int peer, const void *req, d
     if (!lx_twin_recording()) return;
     const dist_group *g = lx_current_group();
     lx_twin_call_desc d = {.name = dist_call_name(kind),
-                           .bytes = (int64_t)(count * sizeof(float)),
+                           .bytes = (int64_t)(count * elem_size()),
                            .peer = peer >= 0 && g ? g->ranks[peer] : peer,
                            .src = -1,
                            .group_ranks = g ? g->ranks : NULL,
@@ -243,7 +247,7 @@ static void c_scatter(float *out, const float *in, size_t count, int root) {
     double t = twin_clock();
     window w;
     open_window(&w, DIST_CALL_SCATTER,
-                lx_current_rank() == root ? (double)count * sizeof(float) * (lx_current_size() - 1) : 0);
+                lx_current_rank() == root ? (double)count * elem_size() * (lx_current_size() - 1) : 0);
     inner->scatter(out, in, count, root);
     close_window(&w);
     twin(DIST_CALL_SCATTER, count * (size_t)lx_current_size(), root, NULL, t);
@@ -251,7 +255,7 @@ static void c_scatter(float *out, const float *in, size_t count, int root) {
 static void c_gather(float *out, const float *in, size_t count, int root) {
     double t = twin_clock();
     window w;
-    open_window(&w, DIST_CALL_GATHER, lx_current_rank() == root ? 0 : (double)count * sizeof(float));
+    open_window(&w, DIST_CALL_GATHER, lx_current_rank() == root ? 0 : (double)count * elem_size());
     inner->gather(out, in, count, root);
     close_window(&w);
     twin(DIST_CALL_GATHER, count * (size_t)lx_current_size(), root, NULL, t);
@@ -328,8 +332,8 @@ static void c_sendrecv(const float *send, size_t send_count, int dst, float *rec
     inner->sendrecv(send, send_count, dst, recv, recv_count, src);
     if (lx_twin_recording()) {
         lx_twin_call_desc d = {.name = dist_call_name(DIST_CALL_SENDRECV),
-                               .bytes = (int64_t)(send_count * sizeof(float)),
-                               .recv_bytes = (int64_t)(recv_count * sizeof(float)),
+                               .bytes = (int64_t)(send_count * elem_size()),
+                               .recv_bytes = (int64_t)(recv_count * elem_size()),
                                .peer = dst,
                                .src = src,
                                .start = t,

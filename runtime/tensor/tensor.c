@@ -1,5 +1,6 @@
 /*
- * tensor.c: small float32 tensors on the host or on a GPU.
+ * tensor.c: small tensors on the host or on a GPU: float32, or bf16, fp16,
+ * fp8 made by to_dtype (their conversions: dtype.c).
  *
  * A tensor is 1-D or 2-D, row-major, float32. Its data lives on the host
  * (device -1) or on cuda:N. This file owns the structs, checks shapes and
@@ -128,15 +129,35 @@ static int blas_int(const char *op, int64_t n) {
     return (int)n;
 }
 
-static size_t bytes_of(const tensor *t) { return (size_t)t->numel * sizeof(float); }
+static size_t bytes_of(const tensor *t) { return (size_t)t->numel * dtype_size(t->dt); }
+
+dtype tensor_dtype(const tensor *t) {
+    NEED_T(t, "tensor_dtype");
+    return t->dt;
+}
+
+/* The short names the messages use: "bf16", "fp8 e4m3". */
+static const char *short_name(dtype d) {
+    static const char *names[] = {"fp32", "bf16", "fp16", "fp8 e4m3", "fp8 e5m2"};
+    return names[d];
+}
+
+/* An operation that computes on fp32 alone (gelu): any other dtype is
+ * refused at the lecture's line, naming the conversion that makes it work. */
+static void need_f32(const char *op, const char *name, const tensor *t) {
+    if (t->dt != DTYPE_F32)
+        lx_fatal("%s: %s is %s; to_dtype(%s, DTYPE_F32) first (%s computes in fp32 only)", op, name, short_name(t->dt),
+                 name, op);
+}
 
 /* ------------------------------------------------------------------ */
 /* Making and freeing                                                  */
 /* ------------------------------------------------------------------ */
 
-/* A new tensor of the given shape with uninitialised data. ndim is 1
- * (rows elements) or 2 (rows x cols). */
-static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device) {
+/* A new tensor of the given shape and dtype with uninitialised data. ndim
+ * is 1 (rows elements) or 2 (rows x cols). Its storage is at t->raw; t->data
+ * points there too for fp32 and is NULL otherwise (lectern.h says why). */
+static tensor *new_tensor_of(int ndim, int64_t rows, int64_t cols, int device, dtype d) {
     if (rows < 0 || cols < 0) lx_fatal("a tensor cannot have a negative size (%" PRId64 ", %" PRId64 ")", rows, cols);
     if (ndim == 2 && cols > 0 && rows > INT64_MAX / 4 / cols)
         lx_fatal("a %" PRId64 "x%" PRId64 " tensor is too large", rows, cols);
@@ -149,27 +170,36 @@ static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device) {
     t->numel = ndim == 2 ? rows * cols : rows;
     t->device = device;
     t->owns_data = 1;
+    t->dt = d;
     if (t->numel == 0) return t; /* data stays NULL: nothing to point at */
+    float *p;
     if (on_gpu(t)) {
-        t->data = lx_cuda_alloc(device, bytes_of(t));
+        p = lx_cuda_alloc(device, bytes_of(t));
     } else {
         /* 64-byte aligned (a cache line, and what AVX-512 loads like best),
          * from the blocks earlier tensors freed where one fits (host_pool.c). */
-        t->data = lx_host_alloc(bytes_of(t));
-        if (!t->data) lx_fatal("out of memory for a %s tensor (%zu bytes)", lx_shape_of(t).s, bytes_of(t));
+        p = lx_host_alloc(bytes_of(t));
+        if (!p) lx_fatal("out of memory for a %s tensor (%zu bytes)", lx_shape_of(t).s, bytes_of(t));
     }
+    t->raw = p;
+    t->data = d == DTYPE_F32 ? p : NULL;
     return t;
 }
 
-static tensor *new_like(const tensor *t) { return new_tensor(t->ndim, t->shape[0], t->shape[1], t->device); }
+static tensor *new_tensor(int ndim, int64_t rows, int64_t cols, int device) {
+    return new_tensor_of(ndim, rows, cols, device, DTYPE_F32);
+}
+
+/* Same shape, device and dtype. */
+static tensor *new_like(const tensor *t) { return new_tensor_of(t->ndim, t->shape[0], t->shape[1], t->device, t->dt); }
 
 tensor *empty(int64_t rows, int64_t cols, int device) { return new_tensor(cols == 0 ? 1 : 2, rows, cols, device); }
 
 tensor *zeros(int64_t rows, int64_t cols, int device) {
     tensor *t = empty(rows, cols, device);
     if (t->numel == 0) return t;
-    if (on_gpu(t)) lx_cuda_zero(t->device, t->data, bytes_of(t));
-    else memset(t->data, 0, bytes_of(t));
+    if (on_gpu(t)) lx_cuda_zero(t->device, t->raw, bytes_of(t));
+    else memset(t->raw, 0, bytes_of(t));
     return t;
 }
 
@@ -251,29 +281,84 @@ tensor *randn(int64_t rows, int64_t cols, int device) {
 /* Copies and views                                                    */
 /* ------------------------------------------------------------------ */
 
+/* A tensor's bytes, wherever it lives, into host memory (bytes_of(t)). */
+static void raw_to_host(const tensor *t, void *out) {
+    if (on_gpu(t)) lx_cuda_copy(out, -1, t->raw, t->device, bytes_of(t));
+    else memcpy(out, t->raw, bytes_of(t));
+}
+
+static void *host_bytes(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) lx_fatal("out of memory for %zu bytes", n);
+    return p;
+}
+
+/* A host copy of t's bytes (to free). */
+static void *raw_on_host(const tensor *t) {
+    void *p = host_bytes(bytes_of(t));
+    raw_to_host(t, p);
+    return p;
+}
+
+/* Between dtypes the values are converted on the host (the source widened
+ * exactly to fp32, then each times scale rounded once into dst's dtype)
+ * and the result copied to dst's device. */
+static void convert_into(tensor *dst, const tensor *src, double scale) {
+    float *wide = lx_host_buffer(src->numel);
+    void *bytes = raw_on_host(src);
+    lx_dtype_widen(src->dt, wide, bytes, src->numel, 1.0);
+    free(bytes);
+    void *narrow = host_bytes(bytes_of(dst));
+    lx_dtype_narrow(dst->dt, narrow, wide, dst->numel, scale);
+    free(wide);
+    if (on_gpu(dst)) lx_cuda_copy(dst->raw, dst->device, narrow, -1, bytes_of(dst));
+    else memcpy(dst->raw, narrow, bytes_of(dst));
+    free(narrow);
+}
+
 void tensor_copy(tensor *dst, const tensor *src) {
     NEED_W(dst, "tensor_copy");
     NEED_R(src, "tensor_copy");
     check_same_shape("tensor_copy", dst, src);
-    if (src->numel == 0 || dst->data == src->data) return;
-    lx_twin_work(0, 2.0 * (double)bytes_of(src));
-    if (!on_gpu(dst) && !on_gpu(src)) memmove(dst->data, src->data, bytes_of(src));
-    else lx_cuda_copy(dst->data, dst->device, src->data, src->device, bytes_of(src));
+    if (src->numel == 0 || (dst->raw == src->raw && dst->dt == src->dt)) return;
+    lx_twin_work(0, (double)bytes_of(src) + (double)bytes_of(dst));
+    if (dst->dt != src->dt) convert_into(dst, src, 1.0);
+    else if (!on_gpu(dst) && !on_gpu(src)) memmove(dst->raw, src->raw, bytes_of(src));
+    else lx_cuda_copy(dst->raw, dst->device, src->raw, src->device, bytes_of(src));
 }
 
 tensor *to_device(const tensor *t, int device) {
     NEED_R(t, "to_device");
-    tensor *out = new_tensor(t->ndim, t->shape[0], t->shape[1], device);
+    tensor *out = new_tensor_of(t->ndim, t->shape[0], t->shape[1], device, t->dt);
     tensor_copy(out, t);
     return out;
 }
+
+tensor *to_dtype_scaled(const tensor *t, dtype d, double scale) {
+    NEED_R(t, "to_dtype");
+    dtype_size(d); /* a dtype that does not exist stops here, named */
+    if (!isfinite(scale) || scale == 0.0) lx_fatal("to_dtype_scaled: scale is %g; it must be finite and not 0", scale);
+    tensor *out = new_tensor_of(t->ndim, t->shape[0], t->shape[1], t->device, d);
+    if (t->numel) {
+        lx_twin_work((double)t->numel, (double)bytes_of(t) + (double)bytes_of(out));
+        convert_into(out, t, scale);
+    }
+    return out;
+}
+
+tensor *to_dtype(const tensor *t, dtype d) { return to_dtype_scaled(t, d, 1.0); }
 
 void tensor_to_host(const tensor *t, float *out) {
     NEED_R(t, "tensor_to_host");
     if (t->numel > 0) NEED(out, "tensor_to_host");
     if (t->numel == 0) return;
-    if (on_gpu(t)) lx_cuda_copy(out, -1, t->data, t->device, bytes_of(t));
-    else memcpy(out, t->data, bytes_of(t));
+    if (t->dt == DTYPE_F32) {
+        raw_to_host(t, out);
+        return;
+    }
+    void *bytes = raw_on_host(t);
+    lx_dtype_widen(t->dt, out, bytes, t->numel, 1.0);
+    free(bytes);
 }
 
 /* Row-major, so rows [start, end) are one contiguous run: the view is just a
@@ -289,7 +374,8 @@ tensor *row_slice(tensor *t, int64_t start, int64_t end) {
     int64_t row = t->ndim == 2 ? t->shape[1] : 1;
     v->shape[0] = end - start;
     v->numel = (end - start) * row;
-    v->data = v->numel ? t->data + start * row : NULL;
+    v->raw = v->numel ? (char *)t->raw + start * row * (int64_t)dtype_size(t->dt) : NULL;
+    v->data = t->dt == DTYPE_F32 ? v->raw : NULL;
     v->owns_data = 0;
     v->str = NULL;
     return v;
@@ -304,7 +390,8 @@ static tensor *view_of(tensor *t, int64_t offset, int ndim, int64_t rows, int64_
     v->shape[0] = rows;
     v->shape[1] = ndim == 2 ? cols : 0;
     v->numel = ndim == 2 ? rows * cols : rows;
-    v->data = v->numel ? t->data + offset : NULL;
+    v->raw = v->numel ? (char *)t->raw + offset * (int64_t)dtype_size(t->dt) : NULL;
+    v->data = t->dt == DTYPE_F32 ? v->raw : NULL;
     v->owns_data = 0;
     v->str = NULL;
     return v;
@@ -335,20 +422,22 @@ tensor *reshape(tensor *t, int64_t rows, int64_t cols) {
     return view_of(t, 0, cols == 0 ? 1 : 2, rows, cols);
 }
 
-/* height rows of width floats between two row-major matrices on one device;
- * the pitches are the full row lengths of each. */
-static void copy_block(int device, float *dst, int64_t dst_row, const float *src, int64_t src_row, int64_t width,
-                       int64_t height) {
+/* height rows of width elements of `size` bytes between two row-major
+ * matrices on one device; the pitches are the full row lengths of each. */
+static void copy_block(int device, size_t size, void *dst, int64_t dst_row, const void *src, int64_t src_row,
+                       int64_t width, int64_t height) {
     if (width == 0 || height == 0) return;
-    size_t w = (size_t)width * sizeof(float);
+    size_t w = (size_t)width * size;
     if (device >= 0) {
-        lx_cuda_copy_2d(device, dst, (size_t)dst_row * sizeof(float), src, (size_t)src_row * sizeof(float), w,
-                        (size_t)height);
+        lx_cuda_copy_2d(device, dst, (size_t)dst_row * size, src, (size_t)src_row * size, w, (size_t)height);
         return;
     }
     for (int64_t r = 0; r < height; r++)
-        memcpy(dst + r * dst_row, src + r * src_row, w);
+        memcpy((char *)dst + (size_t)(r * dst_row) * size, (const char *)src + (size_t)(r * src_row) * size, w);
 }
+
+/* The address of element i of t's storage. */
+static void *element(const tensor *t, int64_t i) { return (char *)t->raw + (size_t)i * dtype_size(t->dt); }
 
 /* Columns are not contiguous in row-major storage, so this is a copy. */
 tensor *col_slice(const tensor *t, int64_t start, int64_t end) {
@@ -357,8 +446,10 @@ tensor *col_slice(const tensor *t, int64_t start, int64_t end) {
     if (start < 0 || end < start || end > t->shape[1])
         lx_fatal("col_slice: columns [%" PRId64 ", %" PRId64 ") are not within the %" PRId64 " columns of a %s tensor",
                  start, end, t->shape[1], lx_shape_of(t).s);
-    tensor *out = new_tensor(2, t->shape[0], end - start, t->device);
-    if (t->numel) copy_block(t->device, out->data, end - start, t->data + start, t->shape[1], end - start, t->shape[0]);
+    tensor *out = new_tensor_of(2, t->shape[0], end - start, t->device, t->dt);
+    if (t->numel)
+        copy_block(t->device, dtype_size(t->dt), out->raw, end - start, element(t, start), t->shape[1], end - start,
+                   t->shape[0]);
     return out;
 }
 
@@ -371,17 +462,20 @@ tensor *cat_cols(tensor *const *parts, int n) {
         lx_tensor_read(parts[i], "cat_cols");
         check_2d("cat_cols", parts[i]);
         check_same_device("cat_cols", parts[0], parts[i]);
+        if (parts[i]->dt != parts[0]->dt)
+            lx_fatal("cat_cols: part %d is %s but part 0 is %s: convert one with to_dtype()", i,
+                     short_name(parts[i]->dt), short_name(parts[0]->dt));
         if (parts[i]->shape[0] != parts[0]->shape[0])
             lx_fatal("cat_cols: part %d is %s but part 0 is %s: the row counts must match", i, lx_shape_of(parts[i]).s,
                      lx_shape_of(parts[0]).s);
         cols += parts[i]->shape[1];
     }
-    tensor *out = new_tensor(2, parts[0]->shape[0], cols, parts[0]->device);
+    tensor *out = new_tensor_of(2, parts[0]->shape[0], cols, parts[0]->device, parts[0]->dt);
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
         if (parts[i]->numel)
-            copy_block(out->device, out->data + at, cols, parts[i]->data, parts[i]->shape[1], parts[i]->shape[1],
-                       out->shape[0]);
+            copy_block(out->device, dtype_size(out->dt), element(out, at), cols, parts[i]->raw, parts[i]->shape[1],
+                       parts[i]->shape[1], out->shape[0]);
         at += parts[i]->shape[1];
     }
     return out;
@@ -391,9 +485,11 @@ float tensor_item(const tensor *t, int64_t i) {
     NEED_R(t, "tensor_item");
     if (i < 0 || i >= t->numel)
         lx_fatal("item: index %" PRId64 " is outside a tensor of %" PRId64 " elements", i, t->numel);
-    if (!on_gpu(t)) return t->data[i];
+    unsigned char bits[4];
+    if (on_gpu(t)) lx_cuda_copy((float *)bits, -1, element(t, i), t->device, dtype_size(t->dt));
+    else memcpy(bits, element(t, i), dtype_size(t->dt));
     float v;
-    lx_cuda_copy(&v, -1, t->data + i, t->device, sizeof v);
+    lx_dtype_widen(t->dt, &v, bits, 1, 1.0);
     return v;
 }
 
@@ -423,8 +519,28 @@ double max_abs_diff(const tensor *a, const tensor *b) {
 /* Arithmetic                                                          */
 /* ------------------------------------------------------------------ */
 
+/*
+ * Low precision: an operation on a bf16, fp16 or fp8 tensor runs on an fp32
+ * copy of it (exact: every value of those dtypes is an fp32 value), through
+ * the fp32 code below, and the result is rounded once, on the way back
+ * (tensor_copy between dtypes). What an fp32 result would be, rounded: the
+ * rule of mixed-precision arithmetic, and one code path for every device.
+ */
+static tensor *widened(const tensor *t) { return t->dt == DTYPE_F32 ? NULL : to_dtype(t, DTYPE_F32); }
+
+static void store_rounded(tensor *t, tensor *wide) {
+    tensor_copy(t, wide);
+    tensor_free(wide);
+}
+
 void add_scalar_(tensor *t, float s) {
     NEED_W(t, "add_scalar_");
+    tensor *w = widened(t);
+    if (w) {
+        add_scalar_(w, s);
+        store_rounded(t, w);
+        return;
+    }
     lx_twin_work((double)t->numel, 2.0 * (double)bytes_of(t));
     if (on_gpu(t)) {
         lx_cuda_add_scalar(t->device, t->data, t->numel, s);
@@ -436,6 +552,12 @@ void add_scalar_(tensor *t, float s) {
 
 void scale_(tensor *t, float s) {
     NEED_W(t, "scale_");
+    tensor *w = widened(t);
+    if (w) {
+        scale_(w, s);
+        store_rounded(t, w);
+        return;
+    }
     int n = blas_int("scale_", t->numel);
     if (n == 0) return;
     lx_twin_work((double)n, 2.0 * (double)bytes_of(t));
@@ -448,6 +570,13 @@ void add_(tensor *t, const tensor *u) {
     NEED_R(u, "add_");
     check_same_shape("add_", t, u);
     check_same_device("add_", t, u);
+    if (t->dt != DTYPE_F32 || u->dt != DTYPE_F32) {
+        tensor *tw = widened(t), *uw = widened(u);
+        add_(tw ? tw : t, uw ? uw : u);
+        tensor_free(uw);
+        if (tw) store_rounded(t, tw);
+        return;
+    }
     int n = blas_int("add_", t->numel);
     if (n == 0) return;
     lx_twin_work((double)n, 3.0 * (double)bytes_of(t));
@@ -460,6 +589,13 @@ void sub_(tensor *t, const tensor *u) {
     NEED_R(u, "sub_");
     check_same_shape("sub_", t, u);
     check_same_device("sub_", t, u);
+    if (t->dt != DTYPE_F32 || u->dt != DTYPE_F32) {
+        tensor *tw = widened(t), *uw = widened(u);
+        sub_(tw ? tw : t, uw ? uw : u);
+        tensor_free(uw);
+        if (tw) store_rounded(t, tw);
+        return;
+    }
     int n = blas_int("sub_", t->numel);
     if (n == 0) return;
     lx_twin_work((double)n, 3.0 * (double)bytes_of(t));
@@ -469,6 +605,12 @@ void sub_(tensor *t, const tensor *u) {
 
 void fill_(tensor *t, float value) {
     NEED_W(t, "fill_");
+    tensor *w = widened(t);
+    if (w) {
+        fill_(w, value);
+        store_rounded(t, w);
+        return;
+    }
     lx_twin_work(0, (double)bytes_of(t));
     if (on_gpu(t)) {
         lx_cuda_fill(t->device, t->data, t->numel, value);
@@ -482,6 +624,12 @@ void fill_(tensor *t, float value) {
  * float's precision instead of losing digits to the running total. */
 double tensor_sum(const tensor *t) {
     NEED_R(t, "tensor_sum");
+    tensor *w = widened(t);
+    if (w) {
+        double sum = tensor_sum(w);
+        tensor_free(w);
+        return sum;
+    }
     if (on_gpu(t)) return lx_cuda_sum(t->device, t->data, t->numel);
     double acc = 0.0;
     for (int64_t i = 0; i < t->numel; i++)
@@ -493,6 +641,12 @@ double tensor_sum(const tensor *t) {
  * (dsdot); on a GPU cublasSdot adds them in float. */
 double tensor_norm(const tensor *t) {
     NEED_R(t, "tensor_norm");
+    tensor *w = widened(t);
+    if (w) {
+        double norm = tensor_norm(w);
+        tensor_free(w);
+        return norm;
+    }
     int n = blas_int("tensor_norm", t->numel);
     if (n == 0) return 0.0;
     double sq = on_gpu(t) ? (double)lx_cuda_sumsq(t->device, t->data, n) : cblas_dsdot(n, t->data, 1, t->data, 1);
@@ -505,6 +659,32 @@ double tensor_norm(const tensor *t) {
  * same storage the other way round. The backward pass of y = x W uses both:
  * dW = x^T dy (trans_a) and dx = dy W^T (trans_b).
  */
+/*
+ * bf16, fp16 and fp8 inputs: each product of two such values is exact in fp32
+ * (8 + 8 significant bits at most need 16; fp32 has 24), so an fp32 GEMM of
+ * the widened inputs computes the exact products and sums them in fp32, as
+ * tensor cores do. On the CPU: widen and call sgemm (Debian's OpenBLAS has no
+ * bf16 kernels). On a GPU, bf16 and fp16 go to cublasGemmEx with fp32
+ * accumulation; FP8 needs cublasLt's scaled GEMM, which lectern does not
+ * call: refused. sizes: m, n, k, lda, ldb, ldc, checked by the caller.
+ */
+static void matmul_low(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b, float alpha, float beta,
+                       const int *sizes) {
+    if (on_gpu(c)) {
+        if (a->dt != DTYPE_BF16 && a->dt != DTYPE_F16)
+            lx_fatal("matmul: a and b are %s, which a GPU matmul here does not take: to_dtype(a, DTYPE_BF16) "
+                     "(or DTYPE_F32) first",
+                     short_name(a->dt));
+        lx_cuda_gemm_16(c->device, a->dt == DTYPE_F16, trans_a, trans_b, sizes[0], sizes[1], sizes[2], alpha, a->raw,
+                        sizes[3], b->raw, sizes[4], beta, c->data, sizes[5]);
+        return;
+    }
+    tensor *wa = to_dtype(a, DTYPE_F32), *wb = to_dtype(b, DTYPE_F32);
+    matmul_into(c, wa, wb, trans_a, trans_b, alpha, beta);
+    tensor_free(wa);
+    tensor_free(wb);
+}
+
 void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int trans_b, float alpha, float beta) {
     NEED_W(c, "matmul_into");
     NEED_R(a, "matmul_into");
@@ -514,6 +694,12 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
     check_2d("matmul", c);
     check_same_device("matmul", a, b);
     check_same_device("matmul", a, c);
+    if (a->dt != b->dt)
+        lx_fatal("matmul: a is %s but b is %s: convert one with to_dtype() so both are the same", short_name(a->dt),
+                 short_name(b->dt));
+    if (c->dt != DTYPE_F32)
+        lx_fatal("matmul_into: c is %s; a matmul's output is fp32 (to_dtype(c, %s) afterwards, if needed)",
+                 short_name(c->dt), c->dt == DTYPE_BF16 ? "DTYPE_BF16" : "its dtype");
     int64_t m = trans_a ? a->shape[1] : a->shape[0];
     int64_t k = trans_a ? a->shape[0] : a->shape[1];
     int64_t kb = trans_b ? b->shape[1] : b->shape[0];
@@ -533,6 +719,10 @@ void matmul_into(tensor *c, const tensor *a, const tensor *b, int trans_a, int t
     int ldb = blas_int("matmul", b->shape[1] > 0 ? b->shape[1] : 1);
     int ldc = blas_int("matmul", n);
     int im = blas_int("matmul", m), in = blas_int("matmul", n), ik = blas_int("matmul", k);
+    if (a->dt != DTYPE_F32) {
+        matmul_low(c, a, b, trans_a, trans_b, alpha, beta, (int[]){im, in, ik, lda, ldb, ldc});
+        return;
+    }
     if (on_gpu(c))
         lx_cuda_sgemm(c->device, trans_a, trans_b, im, in, ik, alpha, a->data, lda, b->data, ldb, beta, c->data, ldc);
     else
@@ -549,6 +739,9 @@ tensor *matmul(const tensor *a, const tensor *b) {
         lx_fatal("matmul: shapes %s and %s cannot be multiplied (%" PRId64 " != %" PRId64 ")", lx_shape_of(a).s,
                  lx_shape_of(b).s, a->shape[1], b->shape[0]);
     check_same_device("matmul", a, b);
+    if (a->dt != b->dt)
+        lx_fatal("matmul: a is %s but b is %s: convert one with to_dtype() so both are the same", short_name(a->dt),
+                 short_name(b->dt));
     tensor *c = new_tensor(2, a->shape[0], b->shape[1], a->device);
     matmul_into(c, a, b, 0, 0, 1.0f, 0.0f);
     return c;
@@ -585,6 +778,7 @@ static inline float gelu_s(float v) { return 1.0f / (1.0f + expf(-2.0f * GELU_C 
 
 tensor *gelu(const tensor *x) {
     NEED_R(x, "gelu");
+    need_f32("gelu", "x", x);
     tensor *y = new_like(x);
     lx_twin_work(12.0 * (double)x->numel,
                  2.0 * (double)bytes_of(x)); /* about 12 FLOPs an element (exp counted as one) */
@@ -603,6 +797,8 @@ tensor *gelu(const tensor *x) {
 tensor *gelu_backward(const tensor *x, const tensor *dy) {
     NEED_R(x, "gelu_backward");
     NEED_R(dy, "gelu_backward");
+    need_f32("gelu_backward", "x", x);
+    need_f32("gelu_backward", "dy", dy);
     check_same_shape("gelu_backward", x, dy);
     check_same_device("gelu_backward", x, dy);
     tensor *dx = new_like(x);
@@ -625,6 +821,12 @@ tensor *gelu_backward(const tensor *x, const tensor *dy) {
  * in double, so the sum does not drift over 10^5 terms. */
 float mse_loss(const tensor *x) {
     NEED_R(x, "mse_loss");
+    tensor *w = widened(x);
+    if (w) {
+        float loss = mse_loss(w);
+        tensor_free(w);
+        return loss;
+    }
     int n = blas_int("mse_loss", x->numel);
     if (n == 0) return NAN; /* the mean of nothing, as torch says too */
     double sum = on_gpu(x) ? (double)lx_cuda_sumsq(x->device, x->data, n) : cblas_dsdot(n, x->data, 1, x->data, 1);
@@ -655,8 +857,10 @@ adamw *adamw_new(const tensor *param, float lr) {
     opt->eps = 1e-8f;
     opt->weight_decay = 0.01f;
     opt->step = 0;
-    opt->m = new_like(param);
-    opt->v = new_like(param);
+    /* The moments are fp32 whatever param's dtype: their updates are far
+     * below bf16's spacing (v moves by 0.001 g^2 a step). */
+    opt->m = new_tensor(param->ndim, param->shape[0], param->shape[1], param->device);
+    opt->v = new_tensor(param->ndim, param->shape[0], param->shape[1], param->device);
     tensor *zero[2] = {opt->m, opt->v};
     for (int i = 0; i < 2; i++) {
         if (zero[i]->numel == 0) continue;
@@ -686,6 +890,15 @@ void adamw_step(adamw *opt, tensor *param, const tensor *grad) {
     check_same_shape("adamw_step", param, opt->m);
     check_same_device("adamw_step", param, grad);
     check_same_device("adamw_step", param, opt->m);
+    if (param->dt != DTYPE_F32 || grad->dt != DTYPE_F32) {
+        /* The step computed in fp32 and param rounded once: without fp32
+         * master weights, an update below half of param's spacing is lost. */
+        tensor *pw = widened(param), *gw = widened(grad);
+        adamw_step(opt, pw ? pw : param, gw ? gw : grad);
+        tensor_free(gw);
+        if (pw) store_rounded(param, pw);
+        return;
+    }
     opt->step++;
     float decay = (float)(1.0 - (double)opt->lr * opt->weight_decay);
     float step_size = (float)(opt->lr / (1.0 - pow(opt->beta1, opt->step)));

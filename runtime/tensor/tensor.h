@@ -90,6 +90,11 @@ double lx_cuda_sum(int device, const float *x, int64_t n);
 void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
 
+/* The same with bf16 (half16 0) or fp16 (half16 1) inputs a and b, fp32 c,
+ * fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F). */
+void lx_cuda_gemm_16(int device, int half16, int trans_a, int trans_b, int m, int n, int k, float alpha, const void *a,
+                     int lda, const void *b, int ldb, float beta, float *c, int ldc);
+
 /* Normals number first .. first + n - 1 of `seed` (philox.h) into x[0 .. n),
  * made on the GPU: the same floats as lx_normals() on the host. */
 void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first);
@@ -135,6 +140,10 @@ static inline void lx_cuda_fill(int device, float *x, int64_t n, float v) { lx_t
 static inline double lx_cuda_sum(int device, const float *x, int64_t n) { lx_tensor_no_cuda(); }
 static inline void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                                  int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    lx_tensor_no_cuda();
+}
+static inline void lx_cuda_gemm_16(int device, int half16, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                                   const void *a, int lda, const void *b, int ldb, float beta, float *c, int ldc) {
     lx_tensor_no_cuda();
 }
 static inline void lx_cuda_randn(int device, float *x, int64_t n, uint64_t seed, uint64_t first) {
@@ -189,6 +198,12 @@ int lx_cuda_made(int *stagings);
 
 #ifndef __cplusplus
 #include "trace/trace.h"
+
+/* dtype.c: n values converted on the host. narrow: fp32 values, each times
+ * scale (in double), rounded once into dtype d (lectern.h says how); widen:
+ * dtype d's values into fp32, each times scale (1: exact). */
+void lx_dtype_narrow(dtype d, void *dst, const float *src, int64_t n, double scale);
+void lx_dtype_widen(dtype d, float *dst, const void *src, int64_t n, double scale);
 
 /* ---------------- tensor_track.c, tensor.c (C only: the .cu file does not need them) ---------------- */
 

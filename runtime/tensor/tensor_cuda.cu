@@ -201,6 +201,18 @@ extern "C" void lx_cuda_sgemm(int device, int trans_a, int trans_b, int m, int n
     CUBLAS_CHECK(cublasSgemm(cublas_for(device), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
 }
 
+/* bf16 or fp16 inputs (half16: 1 for fp16), fp32 output, products summed
+ * in fp32 (CUBLAS_COMPUTE_32F: tensor cores, fp32 accumulation). The same
+ * row-major trick as lx_cuda_sgemm: C^T = B^T A^T in column-major terms. */
+extern "C" void lx_cuda_gemm_16(int device, int half16, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                                const void *a, int lda, const void *b, int ldb, float beta, float *c, int ldc) {
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cudaDataType_t in = half16 ? CUDA_R_16F : CUDA_R_16BF;
+    CUBLAS_CHECK(cublasGemmEx(cublas_for(device), op_b, op_a, n, m, k, &alpha, b, in, ldb, a, in, lda, &beta, c,
+                              CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 /* ---------------- element-wise kernels ---------------- */
 
 static __global__ void add_scalar_kernel(float *x, int64_t n, float s) { GRID_STRIDE_LOOP(i, n) x[i] += s; }

@@ -31,6 +31,6 @@ void lx_inspect(const char *name, lx_inspect_kind kind, const tensor *t, int64_t
     float *host = malloc((size_t)(t->numel > 0 ? t->numel : 1) * sizeof *host);
     if (!host) lx_fatal("inspect: out of memory for %s's %lld values", name, (long long)t->numel);
     tensor_to_host(t, host);
-    lx_emit(lx_inspect_floats(name, t->shape, t->ndim, t->device, host, t->numel));
+    lx_emit(lx_inspect_floats(name, t->shape, t->ndim, t->device, dtype_name(t->dt), host, t->numel));
     free(host);
 }

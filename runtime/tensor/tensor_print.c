@@ -246,10 +246,11 @@ const char *tensor_str(tensor *t) {
 
     /* Suffixes, wrapped onto their own line the way torch decides it (its
      * estimate of the last line's length included). */
-    char suffixes[2][64];
+    char suffixes[3][64];
     int nsuffix = 0;
     char dev[32];
     snprintf(suffixes[nsuffix++], 64, "device='%s'", lx_device_name(t->device, dev));
+    if (t->dt != DTYPE_F32) snprintf(suffixes[nsuffix++], 64, "dtype=torch.%s", dtype_name(t->dt));
     if (t->numel == 0 && t->ndim == 2)
         snprintf(suffixes[nsuffix++], 64, "size=(%" PRId64 ", %" PRId64 ")", t->shape[0], t->shape[1]);
     const char *nl = strrchr(b.s, '\n');
@@ -271,7 +272,8 @@ const char *tensor_str(tensor *t) {
     return t->str;
 }
 
-/* "1024x1024[-0.0239...]": the shape, then the first element rounded to 4
+/* "1024x1024[-0.0239...]": the shape (then the dtype, when not fp32:
+ * "1024x1024 bfloat16[...]"), then the first element rounded to 4
  * decimals and spelled as Python would (round(x, 4), then str()). */
 const char *summarize(tensor *t) {
     if (!t) lx_fatal("summarize: t is NULL");
@@ -279,6 +281,7 @@ const char *summarize(tensor *t) {
     lx_sb b = {0};
     lx_sb_printf(&b, "%" PRId64, t->shape[0]);
     if (t->ndim == 2) lx_sb_printf(&b, "x%" PRId64, t->shape[1]);
+    if (t->dt != DTYPE_F32) lx_sb_printf(&b, " %s", dtype_name(t->dt));
     if (t->numel == 0) {
         lx_sb_str(&b, "[]");
     } else {

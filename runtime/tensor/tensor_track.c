@@ -217,6 +217,7 @@ static void quarantine_header(tensor *t) {
     r->magic = MAGIC_FREED;
     if (n > 0) r->freed = frames[n - 1];
     t->data = (float *)LX_POISON;
+    t->raw = (void *)LX_POISON;
     t->str = NULL;
     t->owns_data = 0;
     rec *old = quarantine[q_next];
@@ -231,9 +232,9 @@ static void quarantine_header(tensor *t) {
 void tensor_free(tensor *t) {
     if (!t) return;
     may_free(t); /* a double free or a busy tensor is named before its memory goes */
-    if (t->owns_data && t->data) {
-        if (t->device >= 0) lx_cuda_free(t->device, t->data);
-        else lx_host_free(t->data, (size_t)t->numel * sizeof(float));
+    if (t->owns_data && t->raw) {
+        if (t->device >= 0) lx_cuda_free(t->device, t->raw);
+        else lx_host_free(t->raw, (size_t)t->numel * dtype_size(t->dt));
     }
     free(t->str);
     quarantine_header(t); /* poisoned and kept a while: a second free is named */
@@ -241,7 +242,7 @@ void tensor_free(tensor *t) {
 
 /* The bytes of storage a tensor owns: none for a view (row_slice,
  * tensor_view, reshape), whose storage is its original's. */
-static int64_t storage_bytes(const rec *r) { return r->t.owns_data ? r->t.numel * (int64_t)sizeof(float) : 0; }
+static int64_t storage_bytes(const rec *r) { return r->t.owns_data ? r->t.numel * (int64_t)dtype_size(r->t.dt) : 0; }
 
 int64_t tensor_bytes_live(int device) {
     if (device < -1) lx_fatal("tensor_bytes_live: device %d is neither the CPU (-1) nor a GPU (0, 1, ...)", device);

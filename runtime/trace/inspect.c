@@ -120,7 +120,8 @@ static cJSON *picture(const float *v, int64_t rows, int64_t cols, int64_t pr, in
     return vals;
 }
 
-cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device, const float *v, int64_t numel) {
+cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device, const char *dtype,
+                         const float *v, int64_t numel) {
     cJSON *r = start(name, "tensor");
     cJSON *sh = cJSON_CreateArray();
     char shape_txt[128] = "";
@@ -131,11 +132,17 @@ cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int d
         if (w > 0 && (size_t)w < sizeof shape_txt - used) used += (size_t)w;
     }
     cJSON_AddItemToObject(r, "shape", sh);
-    char dev[32];
+    char dev[64];
     if (device < 0) snprintf(dev, sizeof dev, "cpu");
     else snprintf(dev, sizeof dev, "cuda:%d", device);
     cJSON_AddStringToObject(r, "device", dev);
+    cJSON_AddStringToObject(r, "dtype", dtype);
     cJSON_AddNumberToObject(r, "numel", (double)numel);
+    /* "on cpu" or "on cpu, bfloat16": the dtype is said where it is not fp32. */
+    if (strcmp(dtype, "float32") != 0) {
+        size_t len = strlen(dev);
+        snprintf(dev + len, sizeof dev - len, ", %s", dtype);
+    }
 
     if (numel <= LX_INSPECT_WHOLE) {
         cJSON *vals = cJSON_CreateArray();

@@ -296,10 +296,12 @@ void lx_options_free(void);
 /* The "inspect" renderings (docs/trace-format.md), to give to lx_emit: an
  * integer (kind "int" or "int64"), a float or double (kind "float" or
  * "double"), and a tensor's host copy (numel floats, row-major; device -1
- * for the CPU), made by tensor/tensor_inspect.c. */
+ * for the CPU; dtype: the tensor's, dtype_name's spelling, its values widened
+ * exactly to fp32), made by tensor/tensor_inspect.c. */
 cJSON *lx_inspect_integer(const char *name, const char *kind, int64_t v);
 cJSON *lx_inspect_real(const char *name, const char *kind, double v);
-cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device, const float *v, int64_t numel);
+cJSON *lx_inspect_floats(const char *name, const int64_t *shape, int ndim, int device, const char *dtype,
+                         const float *v, int64_t numel);
 
 /* options.c: 1 when the lecture was started with --inspect-collectives (in
  * its ranks too): the collectives of comm.c and comm_groups.c then inspect their tensors
