@@ -189,13 +189,15 @@ class Progress(unittest.TestCase):
             self.assertEqual((span["path"], span["line"], span["function"], span["device"]),
                              ("tests/fixtures/progress_fixture.c", line_of(marker), function, "cpu"))
             # It lasted what was asked (times are kept to the microsecond, so
-            # 1 us less at most) and at most a quarter more: room for a loaded
-            # machine's late wake-up (a CI run measured 10.5 ms for a 5 ms
-            # span, so both spans here are long: 200 and 1000 ms), yet a span
-            # slept twice, or ms taken for seconds, still fails.
+            # 1 us less at most) and less than twice that: a span slept twice,
+            # or ms taken for seconds, fails; a late wake-up on a loaded machine
+            # does not (a CI run measured 10.5 ms for a 5 ms span, so both spans
+            # here are long: 200 and 1000 ms; a clean-clone run beside other
+            # builds measured 343 ms for the 200 ms one, taken while the pool of
+            # rank processes was starting).
             seconds = span["ms"] * 1e-3
             self.assertGreaterEqual(span["end"] - span["start"], seconds - 1e-6, span)
-            self.assertLessEqual(span["end"] - span["start"], 1.25 * seconds, span)
+            self.assertLess(span["end"] - span["start"], 1.9 * seconds, span)
         self.assertLess(lecture["end"], rank["start"])
 
     def check_overlap(self, progress):

@@ -102,8 +102,8 @@ class LectureCollectives(Planted):
     NAME = "lecture_collectives"
 
     def test_unplanted_copy_passes(self):
-        p, trace = self.run_planted(self.NAME, "static void body(void) { lecture_collectives(); }",
-                                    "static void body(void) { lecture_collectives(); }")
+        entry = "return lecture_main(argc, argv, lecture_collectives);"   # found once, left as it is
+        p, trace = self.run_planted(self.NAME, entry, entry)
         self.assertEqual(planted.failed_checks(trace), [])
         self.assertEqual(len(planted.checks(trace)), 4)   # one per hand-built all-reduce
         self.assertEqual(p.returncode, 0, tracecheck.why(p))

@@ -333,6 +333,31 @@ static void listeners_hear_each_step_once_in_order(void **state) {
     free(path);
 }
 
+/* lx_note_args: the names come from the macro's text of the arguments; without
+ * that text (NULL, or a text that does not hold one name per conversion)
+ * there are no names rather than wrong ones. */
+static cJSON *args_of(const char *text, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    cJSON *a = lx_note_args(text, fmt, ap);
+    va_end(ap);
+    return a;
+}
+
+static void note_args_need_their_text(void **state) {
+    (void)state;
+    assert_null(args_of(NULL, "x %d", 3));
+    assert_null(args_of("\"x %d %d\", n", "x %d %d", 3, 4)); /* one name for two conversions */
+    assert_null(args_of("\"x %d\", n, m", "x %d", 3));       /* a name no conversion takes */
+    assert_null(args_of("\"x %1$d\", n", "x %1$d", 3));      /* positional: not read */
+    cJSON *a = args_of("\"x %d\", n", "x %d", 3);
+    assert_non_null(a);
+    assert_int_equal(cJSON_GetArraySize(a), 1);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "expr")->valuestring, "n");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "printed")->valuestring, "3");
+    cJSON_Delete(a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test(utf8_repair_keeps_valid_and_replaces_invalid),
@@ -345,6 +370,7 @@ int main(void) {
             cmocka_unit_test(write_is_atomic_and_failure_keeps_good_trace),
             cmocka_unit_test(unwritable_folder_is_an_error),
             cmocka_unit_test(listeners_hear_each_step_once_in_order),
+            cmocka_unit_test(note_args_need_their_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
