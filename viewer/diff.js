@@ -302,6 +302,7 @@
   // difference (an index into D.res.diffs, -1 none); D.byStep: A step ->
   // the entries of its pairs.
   var D = null;
+  var PANEL_MAX = 30;        // differences listed at once in the side panel
   var DEFAULT_RTOL = 1e-6;
 
   L.diffActive = function () { return !!(D && D.res); };
@@ -442,7 +443,8 @@
     var ds = D.res.diffs, es = D.res.entries, k;
     var at = D.pos >= 0 && stepOf(es[ds[D.pos]]) === S.cur ? D.pos : -1;
     if (at >= 0) k = at + dir;
-    else if (dir > 0) { k = 0; while (k < ds.length && stepOf(es[ds[k]]) <= S.cur) k++; }
+    // From no difference: the first one at this step or after it.
+    else if (dir > 0) { k = 0; while (k < ds.length && stepOf(es[ds[k]]) < S.cur) k++; }
     else { k = ds.length - 1; while (k >= 0 && stepOf(es[ds[k]]) >= S.cur) k--; }
     while (k >= 0 && k < ds.length && !entryVisible(es[ds[k]])) k += dir;
     if (k < 0 || k >= ds.length) {
@@ -557,7 +559,15 @@
     if (!shown.length) {
       var paired = ks.some(function (k) { return D.res.entries[k].a === S.cur; });
       h = '<p class="diff-none">' + (paired ? 'The same in B.' : 'Not compared.') + '</p>';
-    } else h = '<ul class="diff-list">' + shown.map(entryHTML).join('') + '</ul>';
+    } else {
+      // Every difference at this step, up to PANEL_MAX (B's steps with no
+      // partner can gather at one step of A).
+      var cur = D.pos >= 0 ? D.res.entries[D.res.diffs[D.pos]] : null, at = shown.indexOf(cur);
+      var from = at >= PANEL_MAX ? at - PANEL_MAX + 1 : 0;
+      h = '<ul class="diff-list">' + shown.slice(from, from + PANEL_MAX).map(entryHTML).join('') + '</ul>' +
+        (shown.length > PANEL_MAX ? '<p class="diff-none">' + (shown.length - PANEL_MAX) + ' more differences here: ' +
+        'd and Shift+d show each.</p>' : '');
+    }
     $('diff-info').innerHTML = h;
   };
 
