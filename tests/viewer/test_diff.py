@@ -198,6 +198,26 @@ def compare(A, B, rtol):
     return c, kinds, [i for _, i in diff_steps_a]
 
 
+def rank_ordered(t):
+    """The trace with its steps in the viewer's order (docs/trace-format.md,
+    "How the viewer places steps"): a run of consecutive steps of one
+    spawn's ranks at one line, each rank once, is put in rank order. The
+    page's step numbers count in this order."""
+    steps, i = list(t["steps"]), 0
+    while i < len(steps):
+        s, j = steps[i], i + 1
+        if s["rank"] is not None:
+            where, seen = s["stack"][-1], {s["rank"]}
+            while (j < len(steps) and steps[j]["rank"] is not None and steps[j]["spawn"] == s["spawn"]
+                   and steps[j]["rank"] not in seen and (steps[j]["stack"][-1]["path"], steps[j]["stack"][-1]["line"])
+                   == (where["path"], where["line"])):
+                seen.add(steps[j]["rank"])
+                j += 1
+            steps[i:j] = sorted(steps[i:j], key=lambda x: x["rank"])
+        i = j
+    return dict(t, steps=steps)
+
+
 def js_trace(path, name, out_dir):
     """Copies the trace JSON at path to out_dir as NAME.json and NAME.js (the
     key NAME), as `make run` would have written it under that name."""
@@ -237,7 +257,7 @@ class TestDiff(base.ViewerCase):
                 ("coll_2", harness.tracecheck.built("lectures", "lecture_collectives"), ["--quick"])]:
             out, path = run_into(binary, *args)
             cls.tmp.append(out)
-            made[name] = js_trace(path, name, cls.traces)
+            made[name] = rank_ordered(js_trace(path, name, cls.traces))
         cls.T = made
 
     @classmethod
@@ -304,6 +324,26 @@ class TestDiff(base.ViewerCase):
         # The panel says what differs at this step, with both runs' sides.
         panel = self.d.find_element(By.ID, "diff-panel")
         self.assertTrue(panel.is_displayed())
+        self.assertEqual(self.axe(), [])
+
+    def test_keyboard_with_one_rank_shown(self):
+        # With rank 2 alone shown (the key 2), d stops only at steps of rank
+        # 2 (or of no rank: the lecture's own), in order.
+        A = self.T["hw_starter"]
+        self.open_diff("hw_starter", "hw_solution", "&rank=2")
+        _, _, steps = compare(A, self.T["hw_solution"], 1e-6)
+
+        def shown(i):
+            s = A["steps"][i]
+            return s["rank"] in (None, 2) or any(2 in (r.get("ranks") or []) for r in s["renderings"]
+                                                 if r.get("type") == "check")
+        want = [i for i in steps if shown(i)]
+        self.assertLess(len(want), len(steps))
+        seen = []
+        for _ in want:
+            self.keys("d")
+            seen.append(self.cur_step() - 1)
+        self.assertEqual(seen, want)
         self.assertEqual(self.axe(), [])
 
     def test_flipped_check_panel(self):
