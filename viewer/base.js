@@ -21,6 +21,7 @@
  *   read.js     read mode: the lecture as one document
  *   vars.js     inspect(x)'s values, and the variables panel beside the call stack
  *   predict.js  predict()'s questions: an answer field, the value on Reveal
+ *   diff.js     two runs compared (?trace=A&diff=B): steps paired, what differs
  *   lectures.js the index page: every lecture with a trace, when none is named
  *   main.js     starting: the trace the address names, or one opened by hand
  *

@@ -55,10 +55,16 @@
     if (errs.length) return L.fail(file, 'The file is not a lectern trace the viewer can read:', errs);
     if (!trace.steps.length) return L.fail(file, 'The trace holds no steps' +
       (trace.meta && trace.meta.status === 'failed' ? ' (the run failed before its first note).' : '.'));
+    if (p.diffFile != null) {
+      if (!p.diffTrace) return L.fail(p.diffFile, 'The trace to compare with cannot be shown: ' + p.diffProblem);
+      var derrs = L.diffProblems();
+      if (derrs) return L.fail(p.diffFile, 'The trace to compare with is not a lectern trace the viewer can read:', derrs);
+    }
     try {
       L.T = trace;
       L.IX = L.buildIndex(trace);
       L.api.timings.index_ms = performance.now() - t1;
+      L.diffInit();   // diff.js: only with a trace to compare with
       L.api.via = S.via;
       document.body.classList.remove('loading');
       L.drawHeader();
@@ -91,6 +97,7 @@
     L.resetRanks();
     L.resetOutline();
     L.resetHistory();
+    L.resetDiff();
     L.clearMarks();
     L.T = null;
     L.IX = null;
@@ -128,6 +135,31 @@
     L.readTraceFile(f, function (trace, file, problem) {
       L.api.timings.load_ms = performance.now() - t0;
       L.show(trace, file, problem, {});
+    });
+  }
+
+  // Two .json files from the "Compare…" dialog: A shown, compared with B.
+  function compareFiles(fa, fb) {
+    reset();
+    var t0 = performance.now();
+    L.readTraceFile(fb, function (tb, fileB, problemB) {
+      L.readTraceFile(fa, function (ta, fileA, problemA) {
+        L.api.timings.load_ms = performance.now() - t0;
+        L.diffPrepare(tb, fileB);
+        L.show(ta, fileA, problemA, { diffTrace: tb, diffFile: fileB, diffProblem: problemB });
+      });
+    });
+  }
+
+  function bindCompare() {
+    $('compare-go').addEventListener('click', function (e) {
+      var fa = $('compare-a').files[0], fb = $('compare-b').files[0];
+      if (!fa || !fb) {
+        e.preventDefault();
+        $('compare-msg').textContent = 'Choose two .json traces: run A and run B.';
+        return;
+      }
+      compareFiles(fa, fb);
     });
   }
 
@@ -276,6 +308,8 @@
     $('btn-live').onclick = function () { L.setLive(!S.live); };
     $('btn-help').onclick = L.openHelp;
     $('btn-open').onclick = L.pickFile;
+    $('btn-compare').onclick = L.openCompare;
+    bindCompare();
     $('open-file').addEventListener('change', function () { if (this.files && this.files[0]) openFile(this.files[0]); });
     bindDrop();
     $('btn-mode-step').onclick = function () { if (S.mode !== 'step') L.setMode('step'); };
@@ -323,8 +357,17 @@
       });
     }
     L.loadTrace(p.trace, function (trace, file, problem) {
-      L.api.timings.load_ms = performance.now() - t0;
-      L.show(trace, file, problem, p);
+      if (!p.diff) {
+        L.api.timings.load_ms = performance.now() - t0;
+        return L.show(trace, file, problem, p);
+      }
+      // ?diff=B: read like ?trace=, then A is shown compared with it.
+      L.loadDiffTrace(p.diff, function (tb, fileB, problemB) {
+        L.api.timings.load_ms = performance.now() - t0;
+        p.diffTrace = tb; p.diffFile = fileB; p.diffProblem = problemB;
+        if (tb) L.diffPrepare(tb, fileB, p.rtol != null ? Number(p.rtol) : undefined);
+        L.show(trace, file, problem, p);
+      });
     });
   }
 

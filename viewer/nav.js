@@ -140,7 +140,7 @@
     if (!L.T) return;
     var p = new URLSearchParams(location.search);
     // A trace opened from a file has no address: the bar keeps only the step.
-    if (S.via === 'file') p.delete('trace');
+    if (S.via === 'file') { p.delete('trace'); p.delete('diff'); }
     p.set('step', S.cur + 1);
     if (S.rank != null) p.set('rank', S.rank); else p.delete('rank');
     if (S.mode === 'read') p.set('mode', 'read'); else p.delete('mode');
@@ -245,6 +245,7 @@
     else if (k === 'c') L.setRaw(!S.raw);
     else if (k === 'm') L.setMode(S.mode === 'read' ? 'step' : 'read');
     else if (k === 't') L.setLive(!S.live);
+    else if ((k === 'd' || k === 'D') && L.diffActive()) L.diffMove(k === 'd' ? 1 : -1);
     else if (k === '?') L.openHelp();
     else if (k === 'a' && S.rank != null) L.setRank(null);
     else if (/^[0-9]$/.test(k) && L.T.spawns.length) L.setRank(+k);

@@ -161,6 +161,7 @@
     $('time').textContent = typeof s.time === 'number' ? 't = ' + L.fmtSeconds(s.time) : '';
     drawStack();
     if (L.drawVars) L.drawVars();   // vars.js: the frame's inspected variables
+    if (L.diffActive()) L.drawDiffPanel();   // diff.js: what differs from the other run here
     markSpawns();
     markOutline();
     $('btn-prev').disabled = $('btn-first').disabled = L.navTarget('prev') < 0;

@@ -232,8 +232,10 @@
     for (var j = 0; j < rs.length; j++) h += L.renderingHTML(rs[j], i, j);
     var err = L.IX.errors.length && rs.some(function (r) { return r && r.type === 'error' && r.expected !== true; });
     var style = s.rank != null ? ' style="--rc:' + L.rankColor(s.rank) + '"' : '';
+    // Compared with another run (diff.js): what differs here, said first.
+    var tag = L.diffActive() ? L.diffTag(i) : '';
     return '<div class="item' + (cls ? ' ' + cls : '') + (err ? ' has-error' : '') + (i === L.S.cur ? ' cur-item' : '') +
-      '" data-step="' + i + '"' + style + '>' + h + '</div>';
+      (tag ? ' diff-differs' : '') + '" data-step="' + i + '"' + style + '>' + tag + h + '</div>';
   };
 
   // After HTML is in the page: relative addresses in notes are relative to

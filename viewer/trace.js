@@ -20,7 +20,8 @@
   L.params = function () {
     var p = new URLSearchParams(location.search);
     return { trace: p.get('trace'), step: p.get('step'), rank: p.get('rank'), mode: p.get('mode'),
-             code: p.get('code'), live: p.get('live') };
+             code: p.get('code'), live: p.get('live'),
+             diff: p.get('diff'), rtol: p.get('rtol') };
   };
 
   var SCHEME = /^[a-z][a-z0-9+.\-]*:/i;

@@ -286,6 +286,42 @@ class TestOpeningTraces(HostileCase):
         WebDriverWait(self.d, 10).until(lambda d: "A .js trace is a script" in self.error_text())
         self.assert_clean("dropped .js")
 
+    def test_compared_runs(self):
+        # Two runs compared (diff.js): the hostile trace against itself with
+        # every text changed, so every pair differs and the side panel shows
+        # both runs' payloads; then against demo, so every step of it is
+        # "only in B" and shown from B alone. Both read with Compare….
+        other = json.loads(self.text)
+        for st in other["steps"]:
+            for r in st["renderings"]:
+                for k in ("data", "src", "url", "question"):
+                    if isinstance(r.get(k), str):
+                        r[k] += " (B)"
+        with open(os.path.join(self.traces, "hostile_b.json"), "w", encoding="utf-8") as f:
+            json.dump(other, f)
+        for a, b in [("hostile.json", "hostile_b.json"), ("demo.json", "hostile.json")]:
+            how = "compared: %s with %s" % (a, b)
+            self.open("?trace=demo")
+            self.d.find_element(By.ID, "btn-compare").click()
+            self.d.find_element(By.ID, "compare-a").send_keys(os.path.join(self.traces, a))
+            self.d.find_element(By.ID, "compare-b").send_keys(os.path.join(self.traces, b))
+            self.d.find_element(By.ID, "compare-go").click()
+            self.assertIsNone(harness.wait_ready(self.d))
+            title0 = self.d.title
+            n = int(self.js("return document.querySelector('#diff-bar .diff-sum').getAttribute('data-differ')")) + \
+                int(self.js("return document.querySelector('#diff-bar .diff-sum').getAttribute('data-only-b')"))
+            self.assertGreater(n, 5, how)
+            shown = ""
+            for k in range(n):
+                self.js("window.lectern.diffMove(1)")
+                self.assertEqual(self.pwned(), [title0, 0, 0], "%s: difference %d" % (how, k + 1))
+                self.assert_page_shows("%s: difference %d" % (how, k + 1))
+                shown += self.d.find_element(By.ID, "diff-info").text
+            # B's payloads were on screen, as text.
+            self.assertIn("SAFE-text (B)" if b == "hostile_b.json" else "SAFE-text", shown, how)
+            self.title0 = title0
+            self.assert_clean(how)
+
 
 class TestLectureNotesUnchanged(base.ViewerCase):
     """Nothing of the look changes for a trace lectern wrote: the sanitizer

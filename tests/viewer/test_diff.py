@@ -1,0 +1,435 @@
+#!/usr/bin/python3
+"""Two runs side by side in the viewer (viewer/diff.js): ?trace=A&diff=B and
+the Compare… dialog.
+
+The traces are real runs made here, in setUpClass: homework_08's starter
+(lectures/homework_08.c) against its solution (tests/fixtures/
+homework_08_solution.c), and lecture_collectives --quick run twice (the same
+code: only timings differ). What the page counts is checked against a
+comparison computed here from the two JSON files (compare() below, written
+from the rules in diff.js's header, not from its code), and against what is
+known without either: the starter fails each of its 40 checks and the
+solution passes them all, so 40 checks flip.
+
+    /usr/bin/python3 tests/viewer/test_diff.py [-v]
+"""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import test_viewer as base  # noqa: E402
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+# ------------------------------------------------------- the comparison, here
+
+def norm(path):
+    out = []
+    for x in path.split("/"):
+        if x in (".", ""):
+            continue
+        if x == ".." and out and out[-1] != "..":
+            out.pop()
+        else:
+            out.append(x)
+    return "/".join(out)
+
+
+def stack_key(rank, stack):
+    return (rank, tuple((norm(f["path"]), f["line"], f.get("function") or "") for f in stack))
+
+
+def units(t):
+    """(step, rank, key) per step; a folded PASS once per rank it stands for."""
+    out = []
+    for i, s in enumerate(t["steps"]):
+        folded = next((r for r in s["renderings"] if r.get("type") == "check" and r.get("ranks")), None) \
+            if s["rank"] is not None else None
+        ranks = folded["ranks"] if folded else [s["rank"]]
+        for r in ranks:
+            out.append((i, r, stack_key(r, s["stack"])))
+    return out
+
+
+def named_check_key(step, rank):
+    r = step["renderings"][0]
+    if r.get("type") != "check" or not isinstance(r.get("name"), str):
+        return None
+    inner = step["stack"][-1]
+    return (stack_key(rank, step["stack"][:-1]), norm(inner["path"]), inner.get("function") or "", r["name"])
+
+
+def pair(ua, ub, key_a, key_b, done_a, done_b):
+    queues = {}
+    for j, u in enumerate(ub):
+        if j not in done_b and key_b(u) is not None:
+            queues.setdefault(key_b(u), []).append(j)
+    got = {}
+    for k, u in enumerate(ua):
+        q = queues.get(key_a(u)) if k not in done_a and key_a(u) is not None else None
+        if q:
+            got[k] = q.pop(0)
+    return got
+
+
+def close(a, b, rtol):
+    if a == b:
+        return True
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in (a, b)):
+        return False
+    return abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+def text_of(r):
+    t = r.get("type")
+    if t in ("markdown", "text", "error", "warning", "inspect"):
+        return r.get("data") or ""
+    if t == "predict":
+        return r.get("question") or ""
+    if t == "image":
+        return r.get("src") or ""
+    if t == "link":
+        return "%s %s" % (r.get("url"), r.get("title") or "")
+    if t == "check":
+        return r.get("name") or r.get("what") or ""
+    if t == "table":
+        return (r.get("caption") or "") + " | " + " | ".join(c.get("name") for c in r.get("columns") or [])
+    return ""
+
+
+def numbers_beyond(ra, rb, rtol):
+    if ra["type"] in ("inspect", "predict"):
+        n = 0 if close(ra.get("value"), rb.get("value"), rtol) else 1
+        va, vb = ra.get("values") or [], rb.get("values") or []
+        return n + sum(1 for x, y in zip(va, vb) if not close(x, y, rtol))
+    if isinstance(ra.get("args"), list) and isinstance(rb.get("args"), list):
+        ma = {a["expr"]: a["value"] for a in ra["args"] if isinstance(a.get("value"), (int, float))}
+        mb = {a["expr"]: a["value"] for a in rb["args"] if isinstance(a.get("value"), (int, float))}
+        return sum(1 for e in ma if e in mb and not close(ma[e], mb[e], rtol))
+    na = [float(x) for x in NUM.findall(text_of(ra))]
+    nb = [float(x) for x in NUM.findall(text_of(rb))]
+    return sum(1 for x, y in zip(na, nb) if not close(x, y, rtol))
+
+
+def passed(r, rank):
+    if r.get("ranks") and rank is not None:
+        return r.get("passed") is True and rank in r["ranks"]
+    return r.get("passed") is True
+
+
+def compare_pair(sa, sb, rank, rtol):
+    """(kinds, check flips, numbers beyond, cells beyond) of one pair."""
+    kinds, flips, nums, cells = set(), 0, 0, 0
+    A, B = sa["renderings"], sb["renderings"]
+    if len(A) != len(B):
+        kinds.add("note")
+    for ra, rb in zip(A, B):
+        if ra.get("type") != rb.get("type"):
+            kinds.add("note")
+            continue
+        if ra["type"] == "check":
+            if passed(ra, rank) != passed(rb, rank):
+                kinds.add("check")
+                flips = 1
+            continue
+        if ra["type"] == "plot":
+            continue
+        if NUM.sub("#", text_of(ra)) != NUM.sub("#", text_of(rb)):
+            kinds.add("note")
+        else:
+            n = numbers_beyond(ra, rb, rtol)
+            if n:
+                kinds.add("number")
+                nums += n
+        if ra["type"] == "table":
+            rows_a, rows_b = ra.get("rows") or [], rb.get("rows") or []
+            if len(rows_a) != len(rows_b) or any(len(x) != len(y) for x, y in zip(rows_a, rows_b)):
+                kinds.add("table")
+                continue
+            bad = sum(1 for x, y in zip(rows_a, rows_b) for p, q in zip(x, y)
+                      if (not close(p, q, rtol) if isinstance(p, (int, float)) or isinstance(q, (int, float))
+                          else p != q))
+            if bad:
+                kinds.add("table")
+                cells += bad
+    return kinds, flips, nums, cells
+
+
+def compare(A, B, rtol):
+    """The counts the page shows, and the A step of each difference in order."""
+    ua, ub = units(A), units(B)
+    first = pair(ua, ub, lambda u: u[2], lambda u: u[2], set(), set())
+    second = pair(ua, ub, lambda u: named_check_key(A["steps"][u[0]], u[1]),
+                  lambda u: named_check_key(B["steps"][u[0]], u[1]), set(first), set(first.values()))
+    pairs = {**first, **second}
+    c = dict(same=0, differ=0, onlyA=0, onlyB=0, flips=0, numbers=0, cells=0)
+    kinds = {"note": 0, "number": 0, "check": 0, "table": 0}
+    diff_steps_a = []
+    for k, (i, rank, _) in enumerate(ua):
+        if k not in pairs:
+            c["onlyA"] += 1
+            diff_steps_a.append((k, i))
+            continue
+        ks, f, n, cl = compare_pair(A["steps"][i], B["steps"][ub[pairs[k]][0]], rank, rtol)
+        if ks:
+            c["differ"] += 1
+            diff_steps_a.append((k, i))
+            for x in ks:
+                kinds[x] += 1
+        else:
+            c["same"] += 1
+        c["flips"] += f
+        c["numbers"] += n
+        c["cells"] += cl
+    c["onlyB"] = len(ub) - len(pairs)
+    return c, kinds, [i for _, i in diff_steps_a]
+
+
+def rank_ordered(t):
+    """The trace with its steps in the viewer's order (docs/trace-format.md,
+    "How the viewer places steps"): a run of consecutive steps of one
+    spawn's ranks at one line, each rank once, is put in rank order. The
+    page's step numbers count in this order."""
+    steps, i = list(t["steps"]), 0
+    while i < len(steps):
+        s, j = steps[i], i + 1
+        if s["rank"] is not None:
+            where, seen = s["stack"][-1], {s["rank"]}
+            while (j < len(steps) and steps[j]["rank"] is not None and steps[j]["spawn"] == s["spawn"]
+                   and steps[j]["rank"] not in seen and (steps[j]["stack"][-1]["path"], steps[j]["stack"][-1]["line"])
+                   == (where["path"], where["line"])):
+                seen.add(steps[j]["rank"])
+                j += 1
+            steps[i:j] = sorted(steps[i:j], key=lambda x: x["rank"])
+        i = j
+    return dict(t, steps=steps)
+
+
+def js_trace(path, name, out_dir):
+    """Copies the trace JSON at path to out_dir as NAME.json and NAME.js (the
+    key NAME), as `make run` would have written it under that name."""
+    with open(path, encoding="utf-8") as f:
+        t = json.load(f)
+    body = json.dumps(t, ensure_ascii=False, separators=(",", ":"))
+    with open(os.path.join(out_dir, name + ".json"), "w", encoding="utf-8") as f:
+        f.write(body)
+    with open(os.path.join(out_dir, name + ".js"), "w", encoding="utf-8") as f:
+        f.write('(window.lecternTraces = window.lecternTraces || {})["%s"] = %s;\n' % (name, body))
+    return t
+
+
+def run_into(binary, *args):
+    """Runs a lecture binary into a fresh folder; its one trace's path."""
+    if not os.path.exists(binary):
+        raise unittest.SkipTest("build it first: make (%s is missing)" % binary)
+    out = tempfile.mkdtemp(prefix="lectern-diff-")
+    env = dict(os.environ, LECTERN_ROOT_DIR=harness.REPO)
+    env.pop("LECTERN_FIXTURE_CASE", None)
+    subprocess.run([binary, "--quiet", "--out", out, *args], env=env, capture_output=True, text=True, timeout=300)
+    found = [f for f in os.listdir(out) if f.endswith(".json")]
+    assert len(found) == 1, "%s wrote %s" % (binary, found)
+    return out, os.path.join(out, found[0])
+
+
+class TestDiff(base.ViewerCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.tmp = []
+        made = {}
+        for name, binary, args in [
+                ("hw_starter", harness.tracecheck.built("lectures", "homework_08"), []),
+                ("hw_solution", harness.tracecheck.fixture("homework_08_solution"), []),
+                ("coll_1", harness.tracecheck.built("lectures", "lecture_collectives"), ["--quick"]),
+                ("coll_2", harness.tracecheck.built("lectures", "lecture_collectives"), ["--quick"])]:
+            out, path = run_into(binary, *args)
+            cls.tmp.append(out)
+            made[name] = rank_ordered(js_trace(path, name, cls.traces))
+        cls.T = made
+
+    @classmethod
+    def tearDownClass(cls):
+        for d in cls.tmp:
+            shutil.rmtree(d, ignore_errors=True)
+        super().tearDownClass()
+
+    def page_counts(self):
+        el = self.d.find_element(By.CSS_SELECTOR, "#diff-bar .diff-sum")
+        got = {k: int(el.get_attribute("data-" + a)) for k, a in
+               [("same", "same"), ("differ", "differ"), ("onlyA", "only-a"), ("onlyB", "only-b"),
+                ("flips", "flips"), ("numbers", "numbers"), ("cells", "cells")]}
+        kinds = {k: 0 for k in ("note", "number", "check", "table")}
+        for k in self.d.find_elements(By.CSS_SELECTOR, "#diff-bar .diff-k"):
+            kinds[k.get_attribute("data-kind")] = int(k.text.split()[0])
+        return got, kinds
+
+    def open_diff(self, a, b, extra=""):
+        self.assertIsNone(self.open("?trace=%s&diff=%s%s" % (a, b, extra)))
+
+    # -- homework: the student's trace against the solution's
+
+    def test_homework_starter_against_solution(self):
+        self.open_diff("hw_starter", "hw_solution")
+        A, B = self.T["hw_starter"], self.T["hw_solution"]
+        want, kinds, _ = compare(A, B, 1e-6)
+        got, got_kinds = self.page_counts()
+        self.assertEqual(got, want)
+        self.assertEqual(got_kinds, kinds)
+        # Known without either comparison: each of the starter's failed
+        # checks passes in the solution.
+        self.assertEqual(A["meta"]["checks"]["failed"], 40)
+        self.assertEqual(B["meta"]["checks"], {"passed": 40, "failed": 0, "not_reached": 0})
+        self.assertEqual(got["flips"], 40)
+        # Every step of A is in one pair or is A's alone.
+        self.assertEqual(got["same"] + got["differ"] + got["onlyA"], len(units(A)))
+        self.assertEqual(self.d.find_element(By.CSS_SELECTOR, "#diff-bar .diff-name").text, "hw_solution")
+        self.assertEqual(self.axe(), [])
+        self.shot("diff-homework")
+        # Read mode, the diff still open: the marks are there, axe clean.
+        self.keys("m")
+        WebDriverWait(self.d, 5).until(lambda d: self.js("return window.lecternViewer.state.mode") == "read")
+        self.assertGreater(len(self.d.find_elements(By.CSS_SELECTOR, "#read .item.diff-differs")), 0)
+        self.assertEqual(self.axe(), [])
+
+    def test_keyboard_walks_the_differences(self):
+        self.open_diff("hw_starter", "hw_solution")
+        _, _, steps = compare(self.T["hw_starter"], self.T["hw_solution"], 1e-6)
+        seen = []
+        for k in range(len(steps)):
+            self.keys("d")
+            seen.append(self.cur_step() - 1)
+            WebDriverWait(self.d, 3).until(
+                lambda d: self.js("return document.getElementById('diff-live').textContent")
+                .startswith("Difference %d of %d:" % (k + 1, len(steps))))
+        self.assertEqual(seen, steps)
+        self.keys("d")
+        WebDriverWait(self.d, 3).until(
+            lambda d: self.js("return document.getElementById('diff-live').textContent") ==
+            "No difference after this step.")
+        self.keys("D")
+        self.assertEqual(self.cur_step() - 1, steps[-2])
+        # The panel says what differs at this step, with both runs' sides.
+        panel = self.d.find_element(By.ID, "diff-panel")
+        self.assertTrue(panel.is_displayed())
+        self.assertEqual(self.axe(), [])
+
+    def test_keyboard_with_one_rank_shown(self):
+        # With rank 2 alone shown (the key 2), d stops only at steps of rank
+        # 2 (or of no rank: the lecture's own), in order.
+        A = self.T["hw_starter"]
+        self.open_diff("hw_starter", "hw_solution", "&rank=2")
+        _, _, steps = compare(A, self.T["hw_solution"], 1e-6)
+
+        def shown(i):
+            s = A["steps"][i]
+            return s["rank"] in (None, 2) or any(2 in (r.get("ranks") or []) for r in s["renderings"]
+                                                 if r.get("type") == "check")
+        want = [i for i in steps if shown(i)]
+        self.assertLess(len(want), len(steps))
+        seen = []
+        for _ in want:
+            self.keys("d")
+            seen.append(self.cur_step() - 1)
+        self.assertEqual(seen, want)
+        self.assertEqual(self.axe(), [])
+
+    def test_flipped_check_panel(self):
+        self.open_diff("hw_starter", "hw_solution")
+        A = self.T["hw_starter"]
+        fail = next(i for i, s in enumerate(A["steps"])
+                    if s["renderings"][0].get("type") == "check" and not s["renderings"][0]["passed"])
+        self.js("window.lecternViewer.go(arguments[0])", fail)
+        txt = self.d.find_element(By.ID, "diff-info").text
+        self.assertIn("the check fails in A and passes in B", txt)
+        item = self.d.find_element(By.CSS_SELECTOR, '#source .item[data-step="%d"]' % fail)
+        self.assertIn("differs from B: check", item.text)
+
+    # -- the same lecture twice: timings only
+
+    def test_collectives_twice_with_a_tolerance(self):
+        A, B = self.T["coll_1"], self.T["coll_2"]
+        want, kinds, _ = compare(A, B, 1e-6)
+        self.open_diff("coll_1", "coll_2")
+        got, got_kinds = self.page_counts()
+        self.assertEqual(got, want)
+        self.assertEqual(got_kinds, kinds)
+        # The same code: no check flips. (The lecture words some sentences
+        # by what it measured: "the tree was faster at every swept size" is
+        # a note at another line in another run, so a few steps can be one
+        # run's alone.)
+        self.assertEqual(got["flips"], 0)
+        self.assertEqual(got["same"] + got["differ"] + got["onlyA"], len(units(A)))
+        self.assertGreater(got["numbers"] + got["cells"], 0, "two runs' timings never agree to 1e-6")
+        # A looser tolerance, typed in the page: the counts follow it.
+        loose, loose_kinds, _ = compare(A, B, 0.5)
+        self.assertNotEqual(loose, want, "the runs should differ by less than 50% somewhere")
+        inp = self.d.find_element(By.ID, "diff-rtol")
+        inp.clear()
+        inp.send_keys("0.5", Keys.ENTER)
+        WebDriverWait(self.d, 5).until(lambda d: self.page_counts()[0] != got)
+        self.assertEqual(self.page_counts(), (loose, loose_kinds))
+        # ...and in the address.
+        self.open_diff("coll_1", "coll_2", "&rtol=0.5")
+        self.assertEqual(self.page_counts(), (loose, loose_kinds))
+
+    def test_same_trace_is_all_the_same(self):
+        self.open_diff("coll_1", "coll_1")
+        got, _ = self.page_counts()
+        n = len(units(self.T["coll_1"]))
+        self.assertEqual(got, dict(same=n, differ=0, onlyA=0, onlyB=0, flips=0, numbers=0, cells=0))
+
+    def test_local_run_against_the_shipped_trace(self):
+        # ?trace=NAME opens traces/local/NAME (this machine's run) and
+        # ?diff=../traces/NAME.js the shipped one: two scripts defining the
+        # same name, each read as its own trace.
+        local = os.path.join(self.traces, "local")
+        os.makedirs(local, exist_ok=True)
+        with open(os.path.join(self.traces, "coll_2.json"), encoding="utf-8") as f:
+            body = f.read()
+        with open(os.path.join(local, "coll_1.js"), "w", encoding="utf-8") as f:
+            f.write('(window.lecternTraces = window.lecternTraces || {})["coll_1"] = %s;\n' % body)
+        try:
+            self.open_diff("coll_1", "../traces/coll_1.js")
+            want, kinds, _ = compare(self.T["coll_2"], self.T["coll_1"], 1e-6)
+            self.assertEqual(self.page_counts(), (want, kinds))
+            self.assertGreater(want["numbers"] + want["cells"], 0)
+        finally:
+            shutil.rmtree(local)
+
+    # -- the picker, and a B that cannot be read
+
+    def test_compare_dialog_reads_two_json_files(self):
+        self.assertIsNone(self.open("?trace=coll_1"))
+        self.d.find_element(By.ID, "btn-compare").click()
+        self.d.find_element(By.ID, "compare-a").send_keys(os.path.join(self.traces, "hw_starter.json"))
+        self.d.find_element(By.ID, "compare-b").send_keys(os.path.join(self.traces, "hw_solution.json"))
+        self.assertEqual(self.axe(), [])
+        self.d.find_element(By.ID, "compare-go").click()
+        self.assertIsNone(harness.wait_ready(self.d))
+        self.assertEqual(self.js("return window.lecternViewer.via"), "file")
+        want, kinds, _ = compare(self.T["hw_starter"], self.T["hw_solution"], 1e-6)
+        self.assertEqual(self.page_counts(), (want, kinds))
+        self.assertNotIn("diff=", self.d.current_url)
+
+    def test_missing_b_says_which_file(self):
+        err = self.open("?trace=coll_1&diff=no_such_trace")
+        self.assertIsNotNone(err)
+        self.assertIn("no_such_trace", err)
+        self.assertIn("compare with", self.d.find_element(By.ID, "error-box").text)
+
+
+if __name__ == "__main__":
+    unittest.main()
