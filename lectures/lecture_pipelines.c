@@ -1,0 +1,673 @@
+/*
+ * lecture_pipelines: pipeline schedules as they are run today. Interleaved 1F1B (each stage holds v model chunks)
+ * and zero-bubble (ZB-H1: the backward split into B, the input's gradient, and W, the weights'), each order made
+ * by a function, checked by rules and by a simulation that must complete, run on 4 real ranks (the MLP's layers
+ * cut into chunks; gradients against one device's) and with modelled compute (bubble against its formula).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lectern.h"
+#include "lib/mlp.h"
+
+enum { P = 4, V = 2, M = 8, LAYERS = 8 };          /* stages, chunks a stage (interleaved), micro-batches, layers */
+enum { MAX_OPS = 3 * V * M, PASSES = 3, SPAWNS = 3 }; /* a stage's ops; passes a spawn; spawns a modelled shape */
+enum { OP_F, OP_B, OP_W, OP_BW };                     /* forward, input gradient, weight gradient, whole backward */
+static const char *const KIND[4] = {"F", "B", "W", "BW"};
+enum { ONE_F_ONE_B, INTERLEAVED, ZB_H1, N_SCHEDULES };
+static const char *const NAME[N_SCHEDULES] = {"1F1B", "interleaved 1F1B", "ZB-H1"};
+
+typedef struct op {
+    int kind, chunk, micro;
+} op;
+
+/* A schedule: every stage's ops in the order it runs them. Model part q = chunk * P + stage: chunk c of stage s
+ * holds layers q * LAYERS / (v P) onward, so a micro-batch visits stage 0, 1, .., P-1, then 0 again for chunk 1. */
+typedef struct schedule {
+    int which, v, split; /* split: the backward is B then W (zero-bubble), not one BW */
+    int n[P];
+    op ops[P][MAX_OPS];
+} schedule;
+
+/* What the simulation of an order found. */
+typedef struct sim {
+    int ok;
+    char why[200];
+    double bubble, span, busy[P];
+    int held[P]; /* most micro-batches' activations a stage held at once (F done, its W or BW not yet) */
+} sim;
+
+static void push(schedule *s, int stage, int kind, int chunk, int micro) {
+    s->ops[stage][s->n[stage]++] = (op){kind, chunk, micro};
+}
+
+/* ---- the orders ---- */
+
+/* 1F1B (v = 1) and interleaved 1F1B (v > 1), as Megatron-LM orders them. A stage's i-th forward is chunk
+ * (i / P) % v of micro-batch (i / (P v)) P + i % P: P micro-batches through chunk 0, the same P through chunk 1,
+ * then the next P. Backwards go through the chunks in reverse. Stage s first runs `warmup` forwards, then
+ * alternates one forward and one backward, then drains the backwards. */
+static void push_nth(schedule *s, int st, int kind, int i) {
+    int chunk = (i / P) % s->v, micro = (i / (P * s->v)) * P + i % P;
+    push(s, st, kind, kind == OP_F ? chunk : s->v - 1 - chunk, micro);
+}
+
+static void megatron_order(schedule *s, int v) {
+    *s = (schedule){.which = v == 1 ? ONE_F_ONE_B : INTERLEAVED, .v = v};
+    int total = v * M;
+    for (int st = 0; st < P; st++) {
+        int warmup = v == 1 ? P - st - 1 : (P - st - 1) * 2 + (v - 1) * P;
+        if (warmup > total) warmup = total;
+        int f = 0, b = 0;
+        while (f < warmup)
+            push_nth(s, st, OP_F, f++);
+        while (f < total) {
+            push_nth(s, st, OP_F, f++);
+            push_nth(s, st, OP_BW, b++);
+        }
+        while (b < total)
+            push_nth(s, st, OP_BW, b++);
+    }
+}
+
+/* ZB-H1 (Qi et al. 2023), made by list scheduling on unit times F = B = W = 1: whenever a stage is free it runs
+ * a ready B (it is on the critical path: the stage before waits for it), else a forward if it holds fewer than
+ * P - s micro-batches' activations (1F1B's most, so the memory stays 1F1B's), else a pending W (it waits for
+ * nothing: it fills what would be bubble). */
+static void zb_h1_order(schedule *s) {
+    *s = (schedule){.which = ZB_H1, .v = 1, .split = 1};
+    int done[P][3][M]; /* the time each F, B, W of each micro-batch ended; -1 not yet */
+    memset(done, -1, sizeof done);
+    int nf[P] = {0}, nb[P] = {0}, nw[P] = {0}, left = P * 3 * M;
+    for (int t = 0; left > 0; t++)
+        for (int st = 0; st < P; st++) {
+            /* free at t: its previous op ended by t (unit ops, one a slot) */
+            int b_ready = nb[st] < nf[st] && (st == P - 1 ? done[st][OP_F][nb[st]] >= 0 && done[st][OP_F][nb[st]] <= t
+                                                          : done[st + 1][OP_B][nb[st]] >= 0 &&
+                                                                    done[st + 1][OP_B][nb[st]] <= t);
+            int f_ready = nf[st] < M && nf[st] - nw[st] < P - st &&
+                          (st == 0 || (done[st - 1][OP_F][nf[st]] >= 0 && done[st - 1][OP_F][nf[st]] <= t));
+            int kind = b_ready ? OP_B : f_ready ? OP_F : nw[st] < nb[st] ? OP_W : -1;
+            if (kind < 0) continue; /* idle this slot */
+            int k = kind == OP_B ? nb[st]++ : kind == OP_F ? nf[st]++ : nw[st]++;
+            done[st][kind][k] = t + 1;
+            push(s, st, kind, 0, k);
+            left--;
+        }
+}
+
+/* ---- the rules ---- */
+
+/* Where chunk c's neighbours are: the part before and after it, as (stage, chunk); -1 at the model's ends. */
+static int prev_part(int st, int c, int *pc) {
+    if (st > 0) return *pc = c, st - 1;
+    return c > 0 ? (*pc = c - 1, P - 1) : -1;
+}
+static int next_part(int st, int c, int v, int *nc) {
+    if (st < P - 1) return *nc = c, st + 1;
+    return c < v - 1 ? (*nc = c + 1, 0) : -1;
+}
+
+/* Checks an order: every op exactly once on its stage; then replays it with durations dur[kind] (ms), each
+ * stage running its ops in its order, each op starting when its stage is free and its input has come: a forward
+ * the part before's forward of that micro-batch (a message), a B or BW the part after's (a message; the model's
+ * last part starts from its own loss, after its forward), a W its own B. Messages between two stages arrive in the
+ * order they were sent (MPI's rule for a pair of ranks, and no tags here), so a stage must receive them in that
+ * order. An order that leaves some stage waiting for what never comes, or for another message than the one that
+ * arrives, fails. */
+static sim check_order(const schedule *s, const double dur[4]) {
+    sim r = {.ok = 1};
+    int backward = s->split ? OP_B : OP_BW;
+    for (int st = 0; st < P; st++) {
+        int count[4][V][M] = {{{0}}};
+        for (int i = 0; i < s->n[st]; i++) {
+            const op *o = &s->ops[st][i];
+            if (o->chunk < 0 || o->chunk >= s->v || o->micro < 0 || o->micro >= M) {
+                snprintf(r.why, sizeof r.why, "stage %d: op %d names chunk %d, micro-batch %d", st, i, o->chunk,
+                         o->micro);
+                return r.ok = 0, r;
+            }
+            count[o->kind][o->chunk][o->micro]++;
+        }
+        for (int kind = 0; kind < 4; kind++)
+            for (int c = 0; c < s->v; c++)
+                for (int k = 0; k < M; k++) {
+                    int want = kind == OP_F || kind == backward || (s->split && kind == OP_W);
+                    if (count[kind][c][k] != want) {
+                        snprintf(r.why, sizeof r.why, "stage %d: %s of chunk %d, micro-batch %d appears %d times", st,
+                                 KIND[kind], c, k, count[kind][c][k]);
+                        return r.ok = 0, r;
+                    }
+                }
+    }
+    double end[P][4][V][M], free_at[P] = {0};
+    int next[P] = {0}, left = 0, in_flight[P] = {0};
+    /* messages from stage a to stage b, in the order sent: queue[a][b][head..tail) */
+    static op queue[P][P][2 * MAX_OPS];
+    int head[P][P] = {{0}}, tail[P][P] = {{0}};
+    for (int st = 0; st < P; st++)
+        left += s->n[st];
+    for (int a = 0; a < P; a++)
+        for (int k = 0; k < 4; k++)
+            for (int c = 0; c < V; c++)
+                for (int m = 0; m < M; m++)
+                    end[a][k][c][m] = -1;
+    while (left > 0) {
+        int moved = 0;
+        for (int st = 0; st < P; st++)
+            while (next[st] < s->n[st]) {
+                const op *o = &s->ops[st][next[st]];
+                double ready = free_at[st];
+                int from = -1, fc = 0, ok = 1;
+                if (o->kind == OP_F) from = prev_part(st, o->chunk, &fc);
+                else if (o->kind != OP_W) from = next_part(st, o->chunk, s->v, &fc);
+                if (o->kind == OP_W) { /* its own B, earlier on this stage */
+                    ok = end[st][OP_B][o->chunk][o->micro] >= 0;
+                    if (ok) ready = fmax(ready, end[st][OP_B][o->chunk][o->micro]);
+                } else if (o->kind != OP_F) { /* a backward needs this stage's forward of it */
+                    ok = end[st][OP_F][o->chunk][o->micro] >= 0;
+                    if (ok) ready = fmax(ready, end[st][OP_F][o->chunk][o->micro]);
+                }
+                if (ok && from >= 0) {
+                    if (head[from][st] == tail[from][st]) ok = 0; /* not sent yet */
+                    else {
+                        const op *msg = &queue[from][st][head[from][st]];
+                        int want = o->kind == OP_F ? OP_F : backward;
+                        if (msg->kind != want || msg->chunk != fc || msg->micro != o->micro) {
+                            snprintf(r.why, sizeof r.why,
+                                     "stage %d waits for %s of chunk %d, micro-batch %d from stage %d, but the next "
+                                     "message from it is %s of chunk %d, micro-batch %d",
+                                     st, KIND[want], fc, o->micro, from, KIND[msg->kind], msg->chunk, msg->micro);
+                            return r.ok = 0, r;
+                        }
+                        ready = fmax(ready, end[from][want][fc][o->micro]);
+                    }
+                }
+                if (!ok) break; /* this stage waits; another may move */
+                if (from >= 0) head[from][st]++;
+                double e = ready + dur[o->kind];
+                end[st][o->kind][o->chunk][o->micro] = free_at[st] = e;
+                r.busy[st] += dur[o->kind];
+                if (o->kind == OP_F) in_flight[st]++;
+                if (o->kind == OP_W || o->kind == OP_BW) in_flight[st]--;
+                if (in_flight[st] > r.held[st]) r.held[st] = in_flight[st];
+                int to = -1, tc = 0;
+                if (o->kind == OP_F) to = next_part(st, o->chunk, s->v, &tc);
+                else if (o->kind != OP_W) to = prev_part(st, o->chunk, &tc);
+                if (to >= 0) queue[st][to][tail[st][to]++] = *o;
+                next[st]++, left--, moved = 1;
+            }
+        if (!moved) {
+            int st = 0;
+            while (next[st] >= s->n[st])
+                st++;
+            const op *o = &s->ops[st][next[st]];
+            snprintf(r.why, sizeof r.why, "deadlock: stage %d waits forever at %s of chunk %d, micro-batch %d", st,
+                     KIND[o->kind], o->chunk, o->micro);
+            return r.ok = 0, r;
+        }
+    }
+    for (int st = 0; st < P; st++)
+        r.span = fmax(r.span, free_at[st]);
+    double most = 0;
+    for (int st = 0; st < P; st++)
+        most = fmax(most, r.busy[st]);
+    r.bubble = 1 - most / r.span;
+    snprintf(r.why, sizeof r.why, "each op once, every wait met, completes");
+    return r;
+}
+
+/* The bubble's formula, of the total time: 1F1B (p - 1) / (m + p - 1); interleaved with v chunks, each 1/v of a
+ * stage's work, (p - 1) / (v m + p - 1); ZB-H1 with F = B = W, (p - 1) F idle against 3 m F of work: (p - 1) /
+ * (3 m + p - 1). */
+static double formula(int which) {
+    return which == ONE_F_ONE_B   ? (double)(P - 1) / (M + P - 1)
+           : which == INTERLEAVED ? (double)(P - 1) / (V * M + P - 1)
+                                  : (double)(P - 1) / (3 * M + P - 1);
+}
+
+/* Modelled times of one op (ms): a stage's forward of a micro-batch F = 20 ms, its backward 2F (B = W = F when
+ * split); an interleaved chunk is half a stage's layers, so half of each. */
+static void op_times(const schedule *s, double dur[4]) {
+    double f = 20.0 / s->v;
+    dur[OP_F] = f, dur[OP_B] = f, dur[OP_W] = f, dur[OP_BW] = 2 * f;
+}
+
+/* ---- the ranks ---- */
+
+typedef struct run_args {
+    schedule sched;
+    mlp_config cfg;
+    int modelled;
+    double clock_base, dur[4];
+    float expected[]; /* one device's gradient of every layer, LAYERS x width x width */
+} run_args;
+
+/* What a rank hands back: each pass's op stamps (ms from the spawn's clock), the sends it made, its most
+ * activations held, its gradients against one device's. */
+typedef struct rank_out {
+    int n, sends, held;
+    float start[PASSES][MAX_OPS], end[PASSES][MAX_OPS];
+    double diff, size;
+} rank_out;
+
+/* One rank's chunks: their layers, gradients, and what a micro-batch keeps between its ops. */
+typedef struct chunks {
+    const run_args *a;
+    int rank, per, mb, width, first_grad[V][LAYERS];
+    tensor *w[V][LAYERS], *g[V][LAYERS], *data;
+    tensor *acts[V][M][LAYERS + 1], *pre[V][M][LAYERS], *dh[V][M][LAYERS], *dy[V][M];
+    dist_request *req[2 * MAX_OPS];
+    tensor *sent[2 * MAX_OPS];
+    int n_req, in_flight, held, sends;
+    double started; /* when the op being run began computing: after its message came (ms from the clock base) */
+} chunks;
+
+static double ms_now(const chunks *k) { return (now_seconds() - k->a->clock_base) * 1e3; }
+
+static int first_layer(const chunks *k, int c) { return (c * P + k->rank) * k->per; }
+
+static void send_to(chunks *k, tensor *t, int to) {
+    k->sent[k->n_req] = t;
+    k->req[k->n_req++] = dist_isend(t, to);
+    k->sends++;
+}
+
+/* Forward of chunk c, micro-batch m: receive (the model's first part reads the data), its layers, send on. */
+static void run_forward(chunks *k, int c, int m) {
+    int pc, from = prev_part(k->rank, c, &pc), nc, to = next_part(k->rank, c, k->a->sched.v, &nc);
+    tensor *x = from < 0 && !k->a->modelled ? row_slice(k->data, m * k->mb, (m + 1) * k->mb)
+                                            : empty(k->mb, k->width, get_device(k->rank));
+    if (from >= 0) dist_recv(x, from);
+    k->started = ms_now(k); /* the wait for the message is idle time, not the op's */
+    tensor *y;
+    if (k->a->modelled) {
+        model_compute(k->a->dur[OP_F]);
+        k->acts[c][m][0] = x;
+        y = zeros(k->mb, k->width, get_device(k->rank));
+    } else {
+        forward(k->w[c], k->per, x, k->acts[c][m], k->pre[c][m]);
+        y = k->acts[c][m][k->per];
+    }
+    if (to >= 0 && !k->a->modelled) { /* a copy: the activation itself is freed at W, maybe before it has gone */
+        tensor *copy = empty(k->mb, k->width, get_device(k->rank));
+        tensor_copy(copy, y);
+        send_to(k, copy, to);
+    } else if (to >= 0) send_to(k, y, to);
+    else if (!k->a->modelled) { /* the model's end: d(mean of the micro-batches' losses) */
+        k->dy[c][m] = mse_loss_backward(y);
+        scale_(k->dy[c][m], 1.0f / M);
+    }
+    if (k->a->modelled && to < 0) tensor_free(y);
+    if (++k->in_flight > k->held) k->held = k->in_flight;
+}
+
+/* The input's gradient of chunk c, micro-batch m (B), and, when `whole`, the weights' too (BW): through the
+ * layers backwards, dh = dy gelu'(h), dx = dh w^T; dw += x^T dh now (BW) or kept for W. */
+static void run_backward(chunks *k, int c, int m, int whole) {
+    int nc, from = next_part(k->rank, c, k->a->sched.v, &nc), pc, to = prev_part(k->rank, c, &pc);
+    int device = get_device(k->rank);
+    tensor *dy = from >= 0 ? empty(k->mb, k->width, device) : k->dy[c][m];
+    if (from >= 0) dist_recv(dy, from);
+    k->started = ms_now(k);
+    if (k->a->modelled) {
+        model_compute(k->a->dur[whole ? OP_BW : OP_B]);
+        tensor_free(dy);
+        if (to >= 0) send_to(k, zeros(k->mb, k->width, device), to);
+    } else {
+        for (int j = k->per - 1; j >= 0; j--) {
+            tensor *dh = gelu_backward(k->pre[c][m][j], dy);
+            tensor_free(dy);
+            dy = empty(k->mb, k->width, device);
+            matmul_into(dy, dh, k->w[c][j], 0, 1, 1.0f, 0.0f); /* dx = dh w^T */
+            k->dh[c][m][j] = dh;
+        }
+        if (to >= 0) send_to(k, dy, to);
+        else tensor_free(dy);
+    }
+    k->dy[c][m] = NULL;
+}
+
+/* The weights' gradients of chunk c, micro-batch m (W): dw += x^T dh, layer by layer; then its activations go. */
+static void run_weights(chunks *k, int c, int m, int alone) {
+    if (k->a->modelled) {
+        if (alone) model_compute(k->a->dur[OP_W]); /* within a BW, its time is the BW's */
+    } else
+        for (int j = 0; j < k->per; j++) {
+            matmul_into(k->g[c][j], k->acts[c][m][j], k->dh[c][m][j], 1, 0, 1.0f, k->first_grad[c][j] ? 0.0f : 1.0f);
+            k->first_grad[c][j] = 0;
+            tensor_free(k->dh[c][m][j]);
+        }
+    if (!k->a->modelled) free_saved(k->per, k->acts[c][m], k->pre[c][m]);
+    tensor_free(k->acts[c][m][0]);
+    k->in_flight--;
+}
+
+static void run_op(chunks *k, const op *o) {
+    k->started = ms_now(k); /* a W waits for nothing; F and B restamp after their receive */
+    if (o->kind == OP_F) run_forward(k, o->chunk, o->micro);
+    else if (o->kind == OP_B) run_backward(k, o->chunk, o->micro, 0);
+    else if (o->kind == OP_W) run_weights(k, o->chunk, o->micro, 1);
+    else {
+        run_backward(k, o->chunk, o->micro, 1);
+        run_weights(k, o->chunk, o->micro, 0); /* BW: both at once, timed as one op */
+    }
+}
+
+static void pipeline_main(int rank, int world_size, void *args) {
+    const run_args *a = args;
+    const schedule *s = &a->sched;
+    chunks *k = calloc(1, sizeof *k);
+    k->a = a, k->rank = rank, k->width = a->cfg.width, k->mb = a->cfg.batch / M, k->per = LAYERS / (s->v * P);
+    int device = get_device(rank);
+    if (!a->modelled) {
+        for (int c = 0; c < s->v; c++)
+            for (int j = 0; j < k->per; j++) {
+                k->w[c][j] = init_layer(&a->cfg, first_layer(k, c) + j, device);
+                k->g[c][j] = zeros(k->width, k->width, device);
+            }
+        if (rank == 0) k->data = make_data(&a->cfg, device);
+    }
+    rank_out *out = calloc(1, sizeof *out);
+    out->n = s->n[rank];
+    for (int pass = 0; pass < PASSES; pass++) {
+        for (int c = 0; c < s->v; c++)
+            for (int j = 0; j < k->per; j++)
+                k->first_grad[c][j] = 1; /* each pass sums its micro-batches from zero */
+        k->sends = 0;
+        dist_barrier(); /* every stage ready before the clock matters */
+        for (int i = 0; i < s->n[rank]; i++) {
+            run_op(k, &s->ops[rank][i]);
+            device_synchronize(); /* on a GPU, the work has really ended */
+            out->start[pass][i] = (float)k->started;
+            out->end[pass][i] = (float)ms_now(k);
+        }
+        for (int i = 0; i < k->n_req; i++) {
+            dist_wait(k->req[i]);
+            tensor_free(k->sent[i]);
+        }
+        k->n_req = 0;
+    }
+    out->sends = k->sends, out->held = k->held;
+    for (int c = 0; c < s->v && !a->modelled; c++)
+        for (int j = 0; j < k->per; j++) {
+            size_t n = (size_t)k->width * k->width;
+            tensor *want = tensor_from(a->expected + (first_layer(k, c) + j) * n, k->width, k->width, device);
+            out->diff = fmax(out->diff, max_abs_diff(k->g[c][j], want));
+            out->size = fmax(out->size, largest(want));
+            tensor_free(want);
+            tensor_free(k->w[c][j]);
+            tensor_free(k->g[c][j]);
+        }
+    if (k->data) tensor_free(k->data);
+    spawn_return(out, sizeof *out);
+    free(out);
+    free(k);
+}
+
+/* ---- the lecture ---- */
+
+/* A spawn's figures, from every rank's stamps: the quickest pass (the one the machine's other work disturbed
+ * least), its bubble (1 - the busiest stage's busy time / span), the most activations held, the sends. */
+typedef struct result {
+    int which, modelled, spawns, held[P], sends;
+    double bubble, span, diff, tol;
+    float start[P][MAX_OPS], end[P][MAX_OPS];
+    int n[P];
+} result;
+
+static result gather(const schedule *s, int modelled, double tol) {
+    result r = {.which = s->which, .modelled = modelled, .span = 1e30};
+    rank_out *o = malloc(sizeof *o);
+    static rank_out all[P];
+    for (int st = 0; st < P; st++) {
+        if (spawn_result(st, o, sizeof *o) != sizeof *o) lecture_fail("rank %d of the pipeline returned nothing", st);
+        all[st] = *o;
+    }
+    free(o);
+    for (int pass = 0; pass < PASSES; pass++) {
+        double first = 1e30, last = -1e30, most = 0;
+        for (int st = 0; st < P; st++) {
+            double busy = 0;
+            for (int i = 0; i < all[st].n; i++) {
+                first = fmin(first, all[st].start[pass][i]);
+                last = fmax(last, all[st].end[pass][i]);
+                busy += all[st].end[pass][i] - all[st].start[pass][i];
+            }
+            most = fmax(most, busy);
+        }
+        if (last - first >= r.span) continue;
+        r.span = last - first, r.bubble = 1 - most / r.span;
+        for (int st = 0; st < P; st++) {
+            r.n[st] = all[st].n;
+            for (int i = 0; i < all[st].n; i++) {
+                r.start[st][i] = (float)(all[st].start[pass][i] - first);
+                r.end[st][i] = (float)(all[st].end[pass][i] - first);
+            }
+        }
+    }
+    r.diff = 0, r.tol = tol, r.sends = 0;
+    for (int st = 0; st < P; st++) {
+        r.held[st] = all[st].held;
+        r.sends += all[st].sends;
+        r.diff = fmax(r.diff, all[st].diff);
+        if (!modelled) r.tol = fmax(r.tol, tol * all[st].size);
+    }
+    return r;
+}
+
+static run_args *new_args(const schedule *s, const mlp_config *c, const float *expected, size_t *size) {
+    *size = sizeof(run_args) + sizeof(float) * (size_t)LAYERS * c->width * c->width;
+    run_args *a = calloc(1, *size);
+    a->sched = *s, a->cfg = *c;
+    op_times(s, a->dur);
+    memcpy(a->expected, expected, *size - sizeof(run_args));
+    return a;
+}
+
+/* The real run: this machine's arithmetic; the gradients against one device's (gradient_tolerance in
+ * lib/mlp.h: two float32 orders of the same sums differ by about 2 (layers + 1) max(batch, width) 2^-24 of the
+ * largest gradient; a missing micro-batch or a doubled one is off by a whole gradient, thousands of times that). */
+static result run_real(const schedule *s, const mlp_config *c, const float *expected) {
+    size_t size;
+    run_args *a = new_args(s, c, expected, &size);
+    a->clock_base = now_seconds();
+    progress("%s: real compute, spawn %d ranks", NAME[s->which], P);
+    spawn(pipeline_main, P, a, size);
+    free(a);
+    result r = gather(s, 0, gradient_tolerance(c));
+    check(r.diff <= r.tol, "%s: every weight gradient equal to one device's (%.3g <= %.3g)", NAME[s->which], r.diff,
+          r.tol);
+    return r;
+}
+
+/* The modelled run: the same order and messages, each op model_compute (a device busy for its time, the cores
+ * free). Its bubble must be within 10% of the formula; a spawn the machine disturbed (late wake-ups on a loaded
+ * machine add to every op on the critical path) is run again, up to SPAWNS times. */
+static result run_modelled(const schedule *s, const mlp_config *c, const float *expected) {
+    size_t size;
+    run_args *a = new_args(s, c, expected, &size);
+    a->modelled = 1;
+    result r = {0};
+    for (int k = 1; k <= SPAWNS; k++) {
+        progress("%s: modelled compute, spawn %d ranks (%d)", NAME[s->which], P, k);
+        a->clock_base = now_seconds();
+        spawn(pipeline_main, P, a, size);
+        r = gather(s, 1, NAN);
+        r.spawns = k;
+        if (fabs(r.bubble - formula(s->which)) <= 0.10 * formula(s->which)) break;
+    }
+    free(a);
+    check(fabs(r.bubble - formula(s->which)) <= 0.10 * formula(s->which),
+          "%s, modelled: bubble %.4f within 10%% of the formula %.4f (quickest pass of %d spawn%s)", NAME[s->which],
+          r.bubble, formula(s->which), r.spawns, r.spawns == 1 ? "" : "s");
+    return r;
+}
+
+/* The order as text, "F0.0 F0.1 BW1.0 ..." (kind, chunk.micro-batch), for a table a reader (or a test) checks. */
+static const char *order_text(const schedule *s, int st, char *buf, size_t size) {
+    size_t at = 0;
+    for (int i = 0; i < s->n[st] && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%s%d.%d", i ? " " : "", KIND[s->ops[st][i].kind],
+                               s->ops[st][i].chunk, s->ops[st][i].micro);
+    return buf;
+}
+
+static sim show_order(const schedule *s) {
+    double dur[4];
+    op_times(s, dur);
+    sim r = check_order(s, dur);
+    check(r.ok, "the %s order: %s", NAME[s->which], r.why);
+    table_t *t = table_new("the %s order on %d stages, %d micro-batches (op chunk.micro-batch): simulated with the "
+                           "modelled times, bubble %.4f (formula %.4f)",
+                           NAME[s->which], P, M, r.bubble, formula(s->which));
+    table_column(t, "stage", NULL, "%d");
+    table_column(t, "order", NULL, "%s");
+    table_column(t, "most activations held", NULL, "%d");
+    static char buf[MAX_OPS * 10];
+    for (int st = 0; st < P; st++)
+        table_row(t, st, order_text(s, st, buf, sizeof buf), r.held[st]);
+    table_show(t);
+    return r;
+}
+
+static float *one_device_grads(const mlp_config *c) {
+    tensor *w[LAYERS], *acts[LAYERS + 1], *pre[LAYERS], *g[LAYERS];
+    size_t n = (size_t)c->width * c->width;
+    float *host = malloc(sizeof(float) * n * LAYERS);
+    tensor *x = make_data(c, get_device(0));
+    for (int j = 0; j < LAYERS; j++) {
+        w[j] = init_layer(c, j, get_device(0));
+        g[j] = empty(c->width, c->width, get_device(0));
+    }
+    forward(w, LAYERS, x, acts, pre);
+    backward(w, LAYERS, acts, pre, g);
+    for (int j = 0; j < LAYERS; j++) {
+        tensor_to_host(g[j], host + j * n);
+        tensor_free(w[j]);
+        tensor_free(g[j]);
+    }
+    free_saved(LAYERS, acts, pre);
+    tensor_free(x);
+    return host;
+}
+
+static void chart_result(chart_t *ch, const schedule *s, const result *r) {
+    char row[64], label[48];
+    for (int st = 0; st < P; st++)
+        for (int i = 0; i < r->n[st]; i++) {
+            const op *o = &s->ops[st][i];
+            snprintf(row, sizeof row, "%s %s: stage %d", NAME[s->which], r->modelled ? "modelled" : "real", st);
+            snprintf(label, sizeof label, "chunk %d micro-batch %d", o->chunk, o->micro);
+            if (r->modelled) chart_span_modelled(ch, row, KIND[o->kind], label, r->start[st][i], r->end[st][i]);
+            else chart_span(ch, row, KIND[o->kind], label, r->start[st][i], r->end[st][i]);
+        }
+}
+
+static void lecture_pipelines(void) {
+    note("# Pipeline schedules today\n\n"
+         "lecture_08 runs GPipe and 1F1B: with p stages and m micro-batches a stage idles (p - 1) / (m + p - 1) of "
+         "the time. Two schedules used in training now cut that *bubble* further: interleaved 1F1B (Narayanan et "
+         "al. 2021, Megatron-LM) and zero-bubble (Qi et al. 2023). Here each order is made by a function, checked "
+         "by rules, and run on %d ranks, with this machine's arithmetic and with modelled compute.",
+         P);
+    mlp_config c = {.batch = lecture_quick() ? 256 : 512, .width = lecture_quick() ? 128 : 256, .layers = LAYERS};
+    note("The model: lecture_08's MLP, %d layers %d wide, a batch of %d cut into %d micro-batches; the loss is the "
+         "mean of the output's squares. One device computes its gradients first; every schedule's must equal them.",
+         c.layers, c.width, c.batch, M);
+    float *expected = one_device_grads(&c);
+    schedule s[N_SCHEDULES];
+    sim sims[N_SCHEDULES];
+    result real[N_SCHEDULES], modelled[N_SCHEDULES];
+
+    note("## Interleaved 1F1B\n\n"
+         "Give each stage v = %d chunks of layers that are not adjacent: stage s holds parts s and s + p of the "
+         "model, so a micro-batch goes round the %d stages twice. Each chunk is 1/v of a stage's work, so the fill "
+         "and drain shrink v times: the bubble is (p - 1) / (v m + p - 1) of the total time (the convention "
+         "lecture_08 measures; of the ideal time it is (p - 1) / (v m)). The price: a micro-batch crosses v p - 1 "
+         "stage boundaries each way, not p - 1.",
+         V, P);
+    megatron_order(&s[ONE_F_ONE_B], 1);
+    megatron_order(&s[INTERLEAVED], V);
+    note("`megatron_order` makes both: stage s runs (p - s - 1) 2 + (v - 1) p forwards to fill the pipe (1F1B: p - "
+         "s - 1), then one forward and one backward in turn, then drains. `check_order` checks every op once and "
+         "replays the order with the modelled times, each message received in the order it was sent; an order "
+         "that leaves a stage waiting for what never comes fails.");
+    sims[ONE_F_ONE_B] = show_order(&s[ONE_F_ONE_B]);
+    sims[INTERLEAVED] = show_order(&s[INTERLEAVED]);
+
+    note("## Zero-bubble: B and W\n\n"
+         "A layer's backward is two products: the input's gradient dx = dh w^T (**B**), which the stage before "
+         "waits for, and the weights' gradient dw = x^T dh (**W**), which nothing waits for. ZB-H1 runs B as soon as "
+         "it can and puts W into what would be bubble, holding no more activations than 1F1B (a micro-batch's are "
+         "kept until its W). With F = B = W the bubble is (p - 1) F against 3 m F of work: (p - 1) / (3 m + p - 1) "
+         "of the total, a third of 1F1B's idle time.");
+    zb_h1_order(&s[ZB_H1]);
+    sims[ZB_H1] = show_order(&s[ZB_H1]);
+    check(sims[ZB_H1].held[0] == sims[ONE_F_ONE_B].held[0],
+          "ZB-H1's stage 0 holds %d micro-batches' activations at most, as 1F1B's (%d)", sims[ZB_H1].held[0],
+          sims[ONE_F_ONE_B].held[0]);
+
+    note("## Run on %d ranks\n\n"
+         "Each schedule runs twice. The **real** run computes the layers (the MLP's %d layers cut into p v chunks "
+         "or p stages) and compares every weight gradient with one device's. The **modelled** run sends the same "
+         "messages but each op is modelled compute (`model_compute`), as where every stage has a GPU: a stage's "
+         "forward 20 ms, its backward 40 ms (B 20, W 20); an interleaved chunk half of each. Each spawn makes %d "
+         "passes; the quickest is shown.",
+         P, LAYERS, PASSES);
+    for (int w = 0; w < N_SCHEDULES; w++) {
+        real[w] = run_real(&s[w], &c, expected);
+        modelled[w] = run_modelled(&s[w], &c, expected);
+    }
+    predict("What fraction of the time will ZB-H1's busiest stage idle, with modelled compute on 4 stages and 8 "
+            "micro-batches?",
+            modelled[ZB_H1].bubble, "");
+    free(expected);
+    check(modelled[ZB_H1].bubble < modelled[ONE_F_ONE_B].bubble,
+          "ZB-H1's modelled bubble %.4f below 1F1B's %.4f", modelled[ZB_H1].bubble, modelled[ONE_F_ONE_B].bubble);
+    check(real[ZB_H1].held[0] == real[ONE_F_ONE_B].held[0],
+          "ZB-H1's stage 0 held %d activations, as 1F1B's %d (measured)", real[ZB_H1].held[0], real[ONE_F_ONE_B].held[0]);
+    check(real[INTERLEAVED].sends == 2 * M * (V * P - 1) && real[ONE_F_ONE_B].sends == 2 * M * (P - 1),
+          "messages counted: interleaved %d = 2 m (v p - 1), 1F1B %d = 2 m (p - 1)", real[INTERLEAVED].sends,
+          real[ONE_F_ONE_B].sends);
+
+    table_t *t = table_new("bubbles on %d stages, %d micro-batches, of the total time (1 - the busiest stage's busy "
+                           "time / span); modelled compute: F 20 ms a stage, B = W = F",
+                           P, M);
+    table_column(t, "schedule", NULL, "%s");
+    table_column(t, "run", NULL, "%s");
+    table_column(t, "formula", NULL, "%.4f");
+    table_column(t, "simulated", NULL, "%.4f");
+    table_column(t, "bubble", NULL, "%.4f");
+    table_column(t, "span", "ms", "%.1f");
+    table_column(t, "activations held, stage 0", NULL, "%d");
+    table_column(t, "messages", NULL, "%d");
+    table_column(t, "spawns", NULL, "%d");
+    table_column(t, "max |gradient - one device|", NULL, "%.3g");
+    table_column(t, "tolerance", NULL, "%.3g");
+    for (int w = 0; w < N_SCHEDULES; w++)
+        for (int mod = 0; mod < 2; mod++) {
+            const result *r = mod ? &modelled[w] : &real[w];
+            table_row(t, NAME[w], mod ? "modelled" : "real", formula(w), sims[w].bubble, r->bubble, r->span,
+                      r->held[0], r->sends, mod ? r->spawns : 1, mod ? NAN : r->diff, mod ? NAN : r->tol);
+        }
+    table_show(t);
+    chart_t *ch = chart_new("time (ms, from each pass's first start)", "stage",
+                            "timelines on %d stages, %d micro-batches: real and modelled compute", P, M);
+    for (int w = 0; w < N_SCHEDULES; w++) {
+        chart_result(ch, &s[w], &real[w]);
+        chart_result(ch, &s[w], &modelled[w]);
+    }
+    chart_show(ch);
+    note("With modelled compute the bubbles follow their formulas: 1F1B %.3f, interleaved %.3f, ZB-H1 %.3f, ZB-H1 "
+         "holding %d activations on stage 0 as 1F1B does (%d). The interleaved run sent %d messages to 1F1B's %d. "
+         "The real runs (%.3f, %.3f, %.3f) also carry %d ranks' turns on this machine's cores; every gradient "
+         "matched one device's.",
+         modelled[ONE_F_ONE_B].bubble, modelled[INTERLEAVED].bubble, modelled[ZB_H1].bubble, real[ZB_H1].held[0],
+         real[ONE_F_ONE_B].held[0], real[INTERLEAVED].sends, real[ONE_F_ONE_B].sends, real[ONE_F_ONE_B].bubble,
+         real[INTERLEAVED].bubble, real[ZB_H1].bubble, P);
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_pipelines); }
