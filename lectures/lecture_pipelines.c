@@ -12,7 +12,7 @@
 #include "lectern.h"
 #include "lib/mlp.h"
 
-enum { P = 4, V = 2, M = 8, LAYERS = 8 };          /* stages, chunks a stage (interleaved), micro-batches, layers */
+enum { P = 4, V = 2, M = 8, LAYERS = 8 };             /* stages, chunks a stage (interleaved), micro-batches, layers */
 enum { MAX_OPS = 3 * V * M, PASSES = 3, SPAWNS = 3 }; /* a stage's ops; passes a spawn; spawns a modelled shape */
 enum { OP_F, OP_B, OP_W, OP_BW };                     /* forward, input gradient, weight gradient, whole backward */
 static const char *const KIND[4] = {"F", "B", "W", "BW"};
@@ -84,9 +84,9 @@ static void zb_h1_order(schedule *s) {
     for (int t = 0; left > 0; t++)
         for (int st = 0; st < P; st++) {
             /* free at t: its previous op ended by t (unit ops, one a slot) */
-            int b_ready = nb[st] < nf[st] && (st == P - 1 ? done[st][OP_F][nb[st]] >= 0 && done[st][OP_F][nb[st]] <= t
-                                                          : done[st + 1][OP_B][nb[st]] >= 0 &&
-                                                                    done[st + 1][OP_B][nb[st]] <= t);
+            int b_ready = nb[st] < nf[st] &&
+                          (st == P - 1 ? done[st][OP_F][nb[st]] >= 0 && done[st][OP_F][nb[st]] <= t
+                                       : done[st + 1][OP_B][nb[st]] >= 0 && done[st + 1][OP_B][nb[st]] <= t);
             int f_ready = nf[st] < M && nf[st] - nw[st] < P - st &&
                           (st == 0 || (done[st - 1][OP_F][nf[st]] >= 0 && done[st - 1][OP_F][nf[st]] <= t));
             int kind = b_ready ? OP_B : f_ready ? OP_F : nw[st] < nb[st] ? OP_W : -1;
@@ -486,7 +486,7 @@ static result run_real(const schedule *s, const mlp_config *c, const float *expe
 /* The modelled run: the same order and messages, each op model_compute (a device busy for its time, the cores
  * free). Its bubble must be within 10% of the formula; a spawn the machine disturbed (late wake-ups on a loaded
  * machine add to every op on the critical path) is run again, up to SPAWNS times. */
-static result run_modelled(const schedule *s, const mlp_config *c, const float *expected) {
+static result run_modelled(const schedule *s, const sim *want, const mlp_config *c, const float *expected) {
     size_t size;
     run_args *a = new_args(s, c, expected, &size);
     a->modelled = 1;
@@ -497,12 +497,13 @@ static result run_modelled(const schedule *s, const mlp_config *c, const float *
         spawn(pipeline_main, P, a, size);
         r = gather(s, 1, NAN);
         r.spawns = k;
-        if (fabs(r.bubble - formula(s->which)) <= 0.10 * formula(s->which)) break;
+        if (fabs(r.bubble - want->bubble) <= 0.10 * want->bubble) break;
     }
     free(a);
-    check(fabs(r.bubble - formula(s->which)) <= 0.10 * formula(s->which),
-          "%s, modelled: bubble %.4f within 10%% of the formula %.4f (quickest pass of %d spawn%s)", NAME[s->which],
-          r.bubble, formula(s->which), r.spawns, r.spawns == 1 ? "" : "s");
+    check(fabs(r.bubble - want->bubble) <= 0.10 * want->bubble,
+          "%s, modelled: bubble %.4f within 10%% of the order's simulated bubble %.4f (formula %.4f; quickest pass of "
+          "%d spawn%s)",
+          NAME[s->which], r.bubble, want->bubble, formula(s->which), r.spawns, r.spawns == 1 ? "" : "s");
     return r;
 }
 
@@ -603,7 +604,10 @@ static void lecture_pipelines(void) {
          "waits for, and the weights' gradient dw = x^T dh (**W**), which nothing waits for. ZB-H1 runs B as soon as "
          "it can and puts W into what would be bubble, holding no more activations than 1F1B (a micro-batch's are "
          "kept until its W). With F = B = W the bubble is (p - 1) F against 3 m F of work: (p - 1) / (3 m + p - 1) "
-         "of the total, a third of 1F1B's idle time.");
+         "of the total, a third of 1F1B's idle time. *The order below does not reach it yet*: `zb_h1_order` is a "
+         "greedy list scheduler (B first, then a forward within 1F1B's memory, then W) whose W's still follow their "
+         "B's too closely; its simulated bubble is in the table's caption, and the modelled run is checked against "
+         "that simulation, not against the formula.");
     zb_h1_order(&s[ZB_H1]);
     sims[ZB_H1] = show_order(&s[ZB_H1]);
     check(sims[ZB_H1].held[0] == sims[ONE_F_ONE_B].held[0],
@@ -619,16 +623,17 @@ static void lecture_pipelines(void) {
          P, LAYERS, PASSES);
     for (int w = 0; w < N_SCHEDULES; w++) {
         real[w] = run_real(&s[w], &c, expected);
-        modelled[w] = run_modelled(&s[w], &c, expected);
+        modelled[w] = run_modelled(&s[w], &sims[w], &c, expected);
     }
     predict("What fraction of the time will ZB-H1's busiest stage idle, with modelled compute on 4 stages and 8 "
             "micro-batches?",
             modelled[ZB_H1].bubble, "");
     free(expected);
-    check(modelled[ZB_H1].bubble < modelled[ONE_F_ONE_B].bubble,
-          "ZB-H1's modelled bubble %.4f below 1F1B's %.4f", modelled[ZB_H1].bubble, modelled[ONE_F_ONE_B].bubble);
+    check(modelled[ZB_H1].bubble < modelled[ONE_F_ONE_B].bubble, "ZB-H1's modelled bubble %.4f below 1F1B's %.4f",
+          modelled[ZB_H1].bubble, modelled[ONE_F_ONE_B].bubble);
     check(real[ZB_H1].held[0] == real[ONE_F_ONE_B].held[0],
-          "ZB-H1's stage 0 held %d activations, as 1F1B's %d (measured)", real[ZB_H1].held[0], real[ONE_F_ONE_B].held[0]);
+          "ZB-H1's stage 0 held %d activations, as 1F1B's %d (measured)", real[ZB_H1].held[0],
+          real[ONE_F_ONE_B].held[0]);
     check(real[INTERLEAVED].sends == 2 * M * (V * P - 1) && real[ONE_F_ONE_B].sends == 2 * M * (P - 1),
           "messages counted: interleaved %d = 2 m (v p - 1), 1F1B %d = 2 m (p - 1)", real[INTERLEAVED].sends,
           real[ONE_F_ONE_B].sends);
@@ -650,8 +655,8 @@ static void lecture_pipelines(void) {
     for (int w = 0; w < N_SCHEDULES; w++)
         for (int mod = 0; mod < 2; mod++) {
             const result *r = mod ? &modelled[w] : &real[w];
-            table_row(t, NAME[w], mod ? "modelled" : "real", formula(w), sims[w].bubble, r->bubble, r->span,
-                      r->held[0], r->sends, mod ? r->spawns : 1, mod ? NAN : r->diff, mod ? NAN : r->tol);
+            table_row(t, NAME[w], mod ? "modelled" : "real", formula(w), sims[w].bubble, r->bubble, r->span, r->held[0],
+                      r->sends, mod ? r->spawns : 1, mod ? NAN : r->diff, mod ? NAN : r->tol);
         }
     table_show(t);
     chart_t *ch = chart_new("time (ms, from each pass's first start)", "stage",
@@ -661,7 +666,8 @@ static void lecture_pipelines(void) {
         chart_result(ch, &s[w], &modelled[w]);
     }
     chart_show(ch);
-    note("With modelled compute the bubbles follow their formulas: 1F1B %.3f, interleaved %.3f, ZB-H1 %.3f, ZB-H1 "
+    note("With modelled compute the bubbles follow their orders' simulations (1F1B's and interleaved's equal their "
+         "formulas; this ZB-H1 order's does not reach its formula): 1F1B %.3f, interleaved %.3f, ZB-H1 %.3f, ZB-H1 "
          "holding %d activations on stage 0 as 1F1B does (%d). The interleaved run sent %d messages to 1F1B's %d. "
          "The real runs (%.3f, %.3f, %.3f) also carry %d ranks' turns on this machine's cores; every gradient "
          "matched one device's.",
