@@ -90,6 +90,20 @@ window.lecternIndex = {
    "has_good": true,
    "state": "ok",
    "order": 6
+  },
+  {
+   "name": "lecture_pipelines",
+   "title": "Pipeline schedules today",
+   "summary": "The model: lecture_08's MLP, 8 layers 256 wide, a batch of 512 cut into 8 micro-batches; the loss is the mean of the output's squares. One device computes its gradients first; every schedule's must equal them.",
+   "start_time": "2026-11-29T11:08:05Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "mpi",
+   "duration_s": 7.645,
+   "steps": 32,
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok"
   }
  ]
 };
