@@ -520,7 +520,8 @@ static sim show_order(const schedule *s) {
     double dur[4];
     op_times(s, dur);
     sim r = check_order(s, dur);
-    check(r.ok, "the %s order: %s", NAME[s->which], r.why);
+    if (!check(r.ok, "the %s order: %s", NAME[s->which], r.why))
+        lecture_fail("the %s order cannot run (%s): its ranks are not started", NAME[s->which], r.why);
     table_t *t = table_new("the %s order on %d stages, %d micro-batches (op chunk.micro-batch): simulated with the "
                            "modelled times, bubble %.4f (formula %.4f)",
                            NAME[s->which], P, M, r.bubble, formula(s->which));
