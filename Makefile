@@ -47,7 +47,8 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 # without it everything else builds and `make twin` says what is missing.
 SIMGRID ?= $(shell pkg-config --exists simgrid 2>/dev/null && echo 1 || echo 0)
 TWIN_SRC := $(wildcard tools/twin/*.cpp)
-TWIN_BIN := $(BUILD)/tools/twin/twin_replay
+# TWIN_BIN is deferred (=): SAN=1 moves BUILD to build-asan further down.
+TWIN_BIN = $(BUILD)/tools/twin/twin_replay
 # The C unit tests need cmocka (a test package): without it `make` builds
 # everything else and says how to get it. CMOCKA=0 builds as if it were missing.
 CMOCKA ?= $(shell pkg-config --exists cmocka 2>/dev/null && echo 1 || echo 0)

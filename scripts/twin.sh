@@ -5,6 +5,10 @@
 #
 #   scripts/twin.sh build/lectures/NAME PLATFORM[,PLATFORM...] [lecture options...]
 #
+# A platform may be NAME@P: each spawn replayed at P ranks by its strategy's
+# extension rule (docs/twin.md), e.g. h100-node,scaled@64,scaled@512; a spawn
+# no rule covers is left out of that platform's twin, with why.
+#
 # The replay is $LECTERN_TWIN_REPLAY (make twin sets build/tools/twin/twin_replay).
 # Without it (SimGrid missing) this says so and exits 3 before running
 # anything: the trace is left as it was. Traces go to $LECTERN_OUT
@@ -24,9 +28,13 @@ if [ ! -x "$replay" ]; then
 fi
 files=()
 for p in ${platforms//,/ }; do
-    f=$root/tools/twin/platforms/$p.xml
+    f=$root/tools/twin/platforms/${p%@*}.xml
     if [ ! -f "$f" ]; then
-        echo "make twin: no platform '$p' (tools/twin/platforms/ has: $(cd "$root/tools/twin/platforms" && ls *.xml | sed 's/\.xml$//' | tr '\n' ' '))" >&2
+        echo "make twin: no platform '${p%@*}' (tools/twin/platforms/ has: $(cd "$root/tools/twin/platforms" && ls *.xml | sed 's/\.xml$//' | tr '\n' ' '))" >&2
+        exit 2
+    fi
+    if [[ $p == *@* && ! ${p#*@} =~ ^[1-9][0-9]*$ ]]; then
+        echo "make twin: '$p': the ranks after @ must be a positive number" >&2
         exit 2
     fi
     files+=("$p=$f")
@@ -40,7 +48,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for pf in "${files[@]}"; do
     p=${pf%%=*}
-    "$replay" "$events" "${pf#*=}" --name "$p" --out "$tmp/$p.json"
+    extra=()
+    [[ $p == *@* ]] && extra=(--ranks "${p#*@}")
+    "$replay" "$events" "${pf#*=}" --name "$p" --out "$tmp/$p.json" "${extra[@]}"
     results+=("$tmp/$p.json")
 done
 python3 "$root/tools/twin/attach.py" "$out/$name.json" "${results[@]}"

@@ -8,8 +8,20 @@ missing-SimGrid path.
 - A hand-written 2-rank event file replayed on a one-link platform takes
   what the closed form says: latency + bytes / bandwidth per message, one
   after another.
-- A planted change in the recorded bytes changes the simulated time by
-  the change over the link's bandwidth, in the change's direction.
+- A planted change in the recorded bytes gives the simulated time the
+  closed form of the planted sizes (latency + bytes / bandwidth each), so
+  a replay that added or dropped bytes of its own would fail it, and moves
+  it by the change over the link's bandwidth.
+- The H100 platforms: the committed files are what fabric.py writes; the
+  h100-node replay of a recorded 4-rank all-reduce benchmark gives the
+  ring's closed-form busbw (derived here from the platform file's NVLink
+  numbers), within a stated band of the link rate; a recorded 2-rank DDP
+  step replayed at 8, 64 and 512 ranks on scaled takes its compute (the
+  roofline of its counted work) plus 2 (P - 1) ring steps of the slowest
+  hop's latency and b / P bytes, so its bandwidth share grows as
+  (P - 1) / P; a pipeline extended to 8 stages computes 3/8 of a recorded
+  stage's work per stage; a spawn that mixes collectives and messages is
+  refused, naming the spawn and why.
 - make twin without the replay (LECTERN_TWIN_REPLAY pointing nowhere, as
   when SimGrid is missing) names what is missing, exits 3, and leaves the
   trace untouched.
@@ -19,6 +31,8 @@ The replay's cases are skipped, saying why, where the replay is not built
 """
 import json
 import os
+import re
+import xml.etree.ElementTree as ET
 import subprocess
 import sys
 import tempfile
@@ -30,6 +44,7 @@ import tracecheck  # noqa: E402
 ROOT = tracecheck.ROOT
 REPLAY = tracecheck.built("tools", "twin", "twin_replay")
 TWIN_SH = os.path.join(ROOT, "scripts", "twin.sh")
+PLATFORMS = os.path.join(ROOT, "tools", "twin", "platforms")
 
 # One link between two hosts: 10 us, 1 GB/s (SimGrid's GBps is 1e9 bytes/s).
 LATENCY, BANDWIDTH = 10e-6, 1e9
@@ -144,7 +159,202 @@ class TwinReplay(unittest.TestCase):
             for r in planted["spawns"][0]["ranks"]:
                 r["events"][1]["bytes"] += delta
             t = self.replay(planted)["spawns"][0]["simulated_s"]
+            # Against the bandwidth-implied time of the planted sizes, not
+            # only the base run's: bytes the replay itself added to (or took
+            # from) every message would cancel out of the difference alone.
+            want = sum(LATENCY + b / BANDWIDTH for b in (sizes[0], sizes[1] + delta))
+            self.assertAlmostEqual(t, want, delta=CLOCK_ATOL)
             self.assertAlmostEqual(t - base, delta / BANDWIDTH, delta=CLOCK_ATOL)
+
+    def test_deadlock_is_an_error(self):
+        # Both ranks receive first: the replay cannot finish that spawn.
+        ev = messages([4])
+        for r in ev["spawns"][0]["ranks"]:
+            r["events"][0]["op"] = "recv"
+        with tempfile.TemporaryDirectory() as d:
+            path, xml = os.path.join(d, "e.json"), os.path.join(d, "p.xml")
+            with open(path, "w") as f:
+                json.dump(ev, f)
+            with open(xml, "w") as f:
+                f.write(ONE_LINK)
+            p = subprocess.run([REPLAY, path, xml, "--out", os.path.join(d, "o.json")], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("spawn 0 never finishes in the replay", p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(d, "o.json")), "figures written for a replay that hung")
+
+
+UNITS = {"GBps": 1e9, "Tf": 1e12, "us": 1e-6, "s": 1.0}
+
+
+def quantity(text):
+    """SimGrid's "450GBps", "0.5us", "989Tf" as a number in SI units."""
+    m = re.fullmatch(r"([0-9.eE+-]+)([A-Za-z]*)", text)
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+class Fabric:
+    """A platform file read with ElementTree: its links, host speed and
+    memory bandwidth, for closed forms independent of the replay."""
+
+    def __init__(self, name):
+        self.path = os.path.join(PLATFORMS, name + ".xml")
+        zone = ET.parse(self.path).getroot().find("zone")
+        self.links = {l.get("id"): (quantity(l.get("bandwidth")), quantity(l.get("latency")))
+                      for l in zone.iter("link")}
+        self.speed = quantity(zone.find("host").get("speed"))
+        self.memory_bw = float({p.get("id"): p.get("value") for p in zone.findall("prop")}["memory_bw"])
+
+    def path_of(self, links):
+        """(latency, bandwidth) of a route through these links: latencies
+        add, the slowest link sets the rate (CM02)."""
+        return sum(self.links[l][1] for l in links), min(self.links[l][0] for l in links)
+
+    def hop(self, a, b):
+        """GPU a to GPU b: the same node through NVLink; the same leaf (32
+        GPUs) through PCIe, InfiniBand and the leaf; else over a spine."""
+        if a // 8 == b // 8:
+            return self.path_of(["nvl%d" % a, "nvl%d" % b])
+        ends = ["pcie%d" % a, "ib%d" % a, "ib%d" % b, "pcie%d" % b]
+        if a // 32 == b // 32:
+            return self.path_of(ends)
+        return self.path_of(ends + ["up%d-0" % (a // 32), "up%d-0" % (b // 32)])
+
+    def ring(self, p, nbytes):
+        """A ring all-reduce of nbytes over GPUs 0..p-1: 2 (p - 1) steps,
+        each as long as the ring's slowest hop takes for nbytes / p (every
+        hop moves its piece at once, on links of its own)."""
+        step = max(lat + nbytes / p / bw for lat, bw in (self.hop(r, (r + 1) % p) for r in range(p)))
+        return 2 * (p - 1) * step, step
+
+    def work(self, e):
+        """A compute event as work: the roofline, max(FLOPs / speed, bytes / memory bandwidth)."""
+        return max(e.get("flops", 0) / self.speed, e.get("bytes", 0) / self.memory_bw)
+
+
+# The replay's clock against the closed forms: SimGrid sums in doubles and
+# rounds completion dates to its precision (1e-9 s, surf/precision) once
+# per event; a 512-rank ring has 1022 steps in sequence, so 1022 roundings:
+# 2e-6 s absolute covers them with room, 1e-6 relative the rest.
+RING_ATOL, REL = 2e-6, 1e-6
+
+
+@unittest.skipUnless(os.path.exists(REPLAY), "the twin's replay is not built (SimGrid missing: libsimgrid-dev)")
+class TwinPlatforms(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        p = tracecheck.Fixture("twin_fixture").run(cls.tmp.name, "--twin-record")
+        assert p.returncode == 0, p.stderr
+        cls.events = os.path.join(cls.tmp.name, "twin_fixture.events.json")
+        with open(cls.events) as f:
+            cls.recorded = {s["id"]: s for s in json.load(f)["spawns"]}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def replay(self, platform, *args, rc=0):
+        out = os.path.join(self.tmp.name, "out.json")
+        p = subprocess.run([REPLAY, self.events, os.path.join(PLATFORMS, platform + ".xml"), "--name", platform,
+                            "--out", out, *args], capture_output=True, text=True, timeout=600)
+        self.assertEqual(p.returncode, rc, p.stderr)
+        if rc:
+            return p
+        with open(out) as f:
+            return {s["id"]: s for s in json.load(f)["spawns"]}
+
+    def test_files_are_what_fabric_writes(self):
+        sys.path.insert(0, PLATFORMS)
+        import fabric
+        for name, (what, nodes) in fabric.PLATFORMS.items():
+            with open(os.path.join(PLATFORMS, name + ".xml")) as f:
+                self.assertEqual(f.read(), fabric.platform(name, what, nodes),
+                                 "%s.xml is not what fabric.py writes: python3 tools/twin/platforms/fabric.py" % name)
+
+    def test_busbw_on_h100_node(self):
+        fab = Fabric("h100-node")
+        got = self.replay("h100-node")[0]["collectives"]
+        recorded = sorted({e["bytes"] for e in self.recorded[0]["ranks"][0]["events"] if e["op"] == "all_reduce"})
+        self.assertEqual([c["bytes"] for c in got], recorded)
+        link_bw = fab.links["nvl0"][0]
+        for c in got:
+            p, b = c["ranks"], c["bytes"]
+            self.assertEqual((c["op"], p), ("all_reduce", 4))
+            t, _ = fab.ring(p, b)
+            busbw = b / t * 2 * (p - 1) / p
+            self.assertAlmostEqual(c["time_s"], t, delta=RING_ATOL)
+            self.assertAlmostEqual(c["busbw_GBps"] * 1e9 / busbw, 1, delta=REL)
+            self.assertLess(c["busbw_GBps"] * 1e9, link_bw)
+        # The band: a ring's busbw is the link rate less each step's latency
+        # share, b/p / (b/p + latency * rate). 16 MiB over 4 ranks: 4 MiB
+        # pieces against 1 us * 450 GB/s = 450 KB, so within 10% of 450 GB/s.
+        big = got[-1]
+        self.assertEqual(big["bytes"], 16 << 20)
+        self.assertGreater(big["busbw_GBps"] * 1e9, 0.9 * link_bw)
+        self.assertEqual([c["busbw_GBps"] for c in got], sorted(c["busbw_GBps"] for c in got), "busbw falls with size")
+
+    def test_ddp_at_scale(self):
+        fab = Fabric("scaled")
+        rec = self.recorded[1]
+        self.assertEqual(rec["world_size"], 2)
+        ev = rec["ranks"][0]["events"]
+        compute = sum(fab.work(e) for e in ev if e["op"] == "compute")
+        (b,) = [e["bytes"] for e in ev if e["op"] == "all_reduce"]
+        for P in (8, 64, 512):
+            s = self.replay("scaled", "--spawn", "1", "--ranks", str(P))[1]
+            self.assertEqual((s["world_size"], s["rule"], s["recorded_ranks"]), (P, "ddp", 2))
+            ring, step = fab.ring(P, b)
+            self.assertAlmostEqual(s["simulated_s"], compute + ring, delta=RING_ATOL + REL * ring)
+            # The rule itself: less the 2 (P - 1) latencies, each rank's link
+            # carries 2 (P - 1) / P of the gradient: the (P - 1) / P growth.
+            lat, bw = max((fab.hop(r, (r + 1) % P) for r in range(P)), key=lambda h: h[0] + b / P / h[1])
+            carried = (s["simulated_s"] - compute - 2 * (P - 1) * lat) * bw / b
+            self.assertAlmostEqual(carried, 2 * (P - 1) / P, delta=1e-4)
+
+    def test_pipeline_more_stages(self):
+        fab = Fabric("scaled")
+        s = self.replay("scaled", "--spawn", "2", "--ranks", "8")[2]
+        self.assertEqual((s["world_size"], s["rule"], s["recorded_ranks"]), (8, "pipeline", 3))
+        # A middle stage repeats recorded rank 1 with its compute scaled by 3/8.
+        want = 3 / 8 * sum(fab.work(e) for e in self.recorded[2]["ranks"][1]["events"] if e["op"] == "compute")
+        for r in range(1, 7):
+            got = sum(x["end"] - x["start"] for x in s["ranks"][r] if x["op"] == "compute")
+            self.assertAlmostEqual(got, want, delta=1e-9 * 20)  # 20 compute events, each rounded once
+        self.assertEqual([x["op"] for x in s["ranks"][4] if x["op"] in ("send", "recv")],
+                         [x["op"] for x in self.recorded[2]["ranks"][1]["events"] if x["op"] in ("send", "recv")])
+
+    def test_make_twin_attaches(self):
+        # scripts/twin.sh (make twin's recipe) with a plain and an extended
+        # platform: each spawn of the trace gets both, the trace stays valid
+        # (schema, .js twin, lines), the refused spawn says why.
+        out = os.path.join(self.tmp.name, "make-twin")
+        env = dict(os.environ, LECTERN_TWIN_REPLAY=REPLAY, LECTERN_OUT=out)
+        fx = tracecheck.Fixture("twin_fixture")
+        r = subprocess.run(["bash", TWIN_SH, fx.binary, "h100-node,scaled@8", "--quiet"], env=env, capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = tracecheck.validate(os.path.join(out, "twin_fixture.json"))
+        twins = [s["twin"] for s in trace["spawns"]]
+        self.assertEqual([t["h100-node"]["label"] for t in twins], ["simulated on h100-node"] * 4)
+        self.assertEqual([t["scaled@8"].get("rule") for t in twins], ["ddp", "ddp", "pipeline", None])
+        self.assertEqual(twins[1]["scaled@8"]["world_size"], 8)
+        self.assertIn("mixes collectives and messages", twins[3]["scaled@8"]["refused"])
+        self.assertEqual(twins[3]["scaled@8"]["label"], "not simulated on scaled@8")
+        bench = twins[0]["h100-node"]["collectives"]
+        self.assertEqual([c["bytes"] for c in bench], [1 << 20, 4 << 20, 16 << 20])
+        bad = subprocess.run(["bash", TWIN_SH, fx.binary, "scaled@x"], env=env, capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("'scaled@x': the ranks after @ must be a positive number", bad.stderr)
+
+    def test_refused(self):
+        p = self.replay("scaled", "--spawn", "3", "--ranks", "8", rc=2)
+        self.assertIn("spawn 3 (2 ranks): no rule extends it to 8 ranks: it mixes collectives and messages", p.stderr)
+        # Without --spawn the others replay and the refused one says why.
+        got = self.replay("h100-node", "--ranks", "8")
+        self.assertIn("mixes collectives and messages", got[3]["refused"])
+        self.assertEqual([got[i]["rule"] for i in (0, 1, 2)], ["ddp", "ddp", "pipeline"])
 
 
 class TwinMissing(unittest.TestCase):

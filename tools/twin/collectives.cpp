@@ -19,9 +19,13 @@
  *   barrier         a SimGrid barrier over the group: no bytes
  *
  * The reduction's arithmetic is not timed (NCCL's kernels reduce as the
- * data arrives; at these sizes the link sets the time). Each step's message
- * goes to a mailbox named for the call (its key), the step and the
- * receiver: a rank's steps meet the right partner whatever the others do.
+ * data arrives; at these sizes the link sets the time). Each message goes
+ * to a mailbox named for the call (its key), the pattern and the receiver.
+ * Within one call a ring's or a chain's receiver hears from one sender, in
+ * step order, so SimGrid's first-come matching pairs each step right; the
+ * direct patterns' pieces are all the same size. One mailbox per call and
+ * receiver, not per step: SimGrid keeps every mailbox to the end, and a
+ * 512-rank ring has 1022 steps.
  */
 #include "collectives.hpp"
 
@@ -35,23 +39,22 @@ namespace twin {
 
 static int payload; /* what the messages carry: only their size matters */
 
-static s4u::Mailbox *box(const Collective &c, const std::string &step, int to_world_rank) {
-    return s4u::Mailbox::by_name(c.key + "/" + step + "/" + std::to_string(to_world_rank));
+static s4u::Mailbox *box(const Collective &c, const std::string &pattern, int to_world_rank) {
+    return s4u::Mailbox::by_name(c.key + "/" + pattern + "/" + std::to_string(to_world_rank));
 }
 
 /* One ring step: send `bytes` to the next rank, receive as much from the previous. */
-static void ring_step(const Collective &c, int step, double bytes) {
+static void ring_step(const Collective &c, double bytes) {
     int p = (int)c.ranks.size();
     int next = c.ranks[(c.me + 1) % p];
-    std::string s = "r" + std::to_string(step);
-    s4u::CommPtr out = box(c, s, next)->put_async(&payload, (uint64_t)bytes);
-    box(c, s, c.ranks[c.me])->get<int>();
+    s4u::CommPtr out = box(c, "r", next)->put_async(&payload, (uint64_t)bytes);
+    box(c, "r", c.ranks[c.me])->get<int>();
     out->wait();
 }
 
 static void ring(const Collective &c, int steps, double bytes_per_step) {
     for (int s = 0; s < steps; s++)
-        ring_step(c, s, bytes_per_step);
+        ring_step(c, bytes_per_step);
 }
 
 /* A chain through the ring starting at `first`, pipelined by chunks:
@@ -64,9 +67,8 @@ static void chain(const Collective &c, int first, int direction) {
     int next = c.ranks[((c.me + direction) % p + p) % p];
     std::vector<s4u::CommPtr> sent;
     for (int k = 0; k < chunks; k++) {
-        std::string s = "k" + std::to_string(k);
-        if (pos > 0) box(c, s, c.ranks[c.me])->get<int>();
-        if (pos < p - 1) sent.push_back(box(c, s, next)->put_async(&payload, (uint64_t)chunk));
+        if (pos > 0) box(c, "k", c.ranks[c.me])->get<int>();
+        if (pos < p - 1) sent.push_back(box(c, "k", next)->put_async(&payload, (uint64_t)chunk));
     }
     for (auto &comm : sent)
         comm->wait();

@@ -3,6 +3,11 @@
  * (docs/twin.md).
  *
  *   twin_replay EVENTS.json PLATFORM.xml [--name NAME] [--out FILE]
+ *               [--ranks P] [--spawn ID]
+ *
+ * --ranks P replays each spawn at P ranks by its strategy's extension rule
+ * (extend.cpp); a spawn no rule covers is left out, with why. --spawn ID
+ * replays that spawn only; then a refused extension is an error (exit 2).
  *
  * SimGrid's S4U API: an actor per rank on the platform's hosts (rank r on
  * the r-th host, hosts in natural order of their names), replaying its
@@ -13,20 +18,31 @@
  *              "measured": the time it took here (a calibration platform,
  *              which describes the machine the run was on); "work": the
  *              work counted, max(FLOPs / host speed, bytes / "memory_bw"),
- *              the roofline of a device that does nothing else
+ *              the roofline of a device that does nothing else; the
+ *              platform's speed is the one rate every counted FLOP runs
+ *              at (the H100 platforms: dense BF16, which only matmuls
+ *              reach; element-wise ops are bound by memory_bw at any
+ *              rate, tools/twin/platforms/fabric.py says why)
  *   modelled   the ms the lecture asked for, on every platform: the lecture
- *              said the device computes that long
+ *              said the device computes that long. Not scaled to the
+ *              platform: the output labels it so ("modelled")
  *   a call     its messages (collectives.cpp; point to point: a message on
  *              the mailbox "p2p/SRC/DST", which keeps MPI's order between a
  *              pair); an async one runs beside the rank (an actor for a
  *              collective, an async comm for a message) until its wait
  *
  * Writes JSON (stdout, or --out): per spawn, the simulated seconds, each
- * rank's simulated timeline, and the measured seconds beside them.
+ * rank's simulated timeline, the measured seconds beside them, and per
+ * collective size its simulated algbw and busbw (nccl-tests' definitions:
+ * algbw = bytes / time; busbw = algbw * 2 (n - 1) / n for all-reduce,
+ * (n - 1) / n for reduce-scatter, all-gather and all-to-all, 1 for
+ * broadcast and reduce; time from the first rank's start of the call to the
+ * last rank's end, the median over the calls of one size).
  * Exit status: 0, or 2 with a message naming the file and the problem.
  */
 #include "collectives.hpp"
 #include "events.hpp"
+#include "extend.hpp"
 
 #include <algorithm>
 #include <cjson/cJSON.h>
@@ -36,6 +52,7 @@
 #include <memory>
 #include <simgrid/s4u.hpp>
 #include <stdexcept>
+#include <tuple>
 #include <xbt/log.h>
 
 namespace s4u = simgrid::s4u;
@@ -52,7 +69,19 @@ struct Platform {
     std::vector<s4u::Host *> hosts;
 };
 
+/* One collective call as all its ranks played it. */
+struct CallSpan {
+    std::string op;
+    double bytes = 0;
+    int ranks = 0;
+    double start = 1e300, end = -1e300;
+};
+
 static Platform platform;
+static const int CALLS_IN_FLIGHT = 1024;
+static int playing = -1; /* the spawn being replayed; -2 once all are done */
+static std::map<int, std::map<std::string, CallSpan>> calls; /* spawn id -> call key -> span */
+static std::map<int, std::string> rules, refused;            /* --ranks: spawn id -> rule, or why none */
 static std::map<int, double> spawn_seconds;          /* spawn id -> simulated s */
 static std::map<int, std::vector<std::vector<Span>>> timelines; /* spawn id -> rank -> spans */
 
@@ -132,10 +161,22 @@ static void rank_actor(const Spawn *sp, int rank, std::vector<Span> *out) {
             c.bytes = e.bytes;
             std::string g;
             for (int q : c.ranks) g += std::to_string(q) + ",";
-            c.key = "s" + std::to_string(sp->id) + "/g" + g + "/" + std::to_string(seq[g]++);
-            if (e.req)
-                helpers[e.req] = s4u::Actor::create("async", host, [c]() { play_collective(c); });
-            else play_collective(c);
+            /* The same on every rank of the call: its group and its number
+             * among the group's calls, modulo CALLS_IN_FLIGHT (more than any
+             * lecture has in flight at once), so mailboxes are reused. */
+            static std::map<std::string, int> group_ids;
+            int gid = group_ids.emplace(g, (int)group_ids.size()).first->second;
+            c.key = "g" + std::to_string(gid) + "/" + std::to_string(seq[g]++ % CALLS_IN_FLIGHT);
+            CallSpan *span = &calls[sp->id][c.key];
+            auto timed = [c, span]() {
+                double t = s4u::Engine::get_clock();
+                span->op = c.op, span->bytes = c.bytes, span->ranks = (int)c.ranks.size();
+                span->start = std::min(span->start, t);
+                play_collective(c);
+                span->end = std::max(span->end, s4u::Engine::get_clock());
+            };
+            if (e.req) helpers[e.req] = s4u::Actor::create("async", host, timed);
+            else timed();
         }
         out->push_back({e.op, start, s4u::Engine::get_clock() - t0});
     }
@@ -150,6 +191,7 @@ static void conductor(const Run *run) {
         if (sp.world_size > (int)platform.hosts.size())
             throw std::runtime_error("spawn " + std::to_string(sp.id) + " has " + std::to_string(sp.world_size) +
                                      " ranks; the platform has " + std::to_string(platform.hosts.size()) + " hosts");
+        playing = sp.id;
         double t0 = s4u::Engine::get_clock();
         auto &tl = timelines[sp.id];
         tl.assign(sp.world_size, {});
@@ -160,6 +202,44 @@ static void conductor(const Run *run) {
         for (auto &a : actors) a->join();
         spawn_seconds[sp.id] = s4u::Engine::get_clock() - t0;
     }
+    playing = -2;
+}
+
+/* nccl-tests' bus bandwidth factor: what each rank's link carries over
+ * what the call moves (its PERFORMANCE.md). 0: no bandwidth to speak of. */
+static double busbw_factor(const std::string &op, int n) {
+    if (op == "all_reduce") return 2.0 * (n - 1) / n;
+    if (op == "reduce_scatter" || op == "all_gather" || op == "all_to_all") return (double)(n - 1) / n;
+    if (op == "broadcast" || op == "reduce") return 1;
+    return 0;
+}
+
+/* Per (op, bytes, ranks): the calls' median simulated time, algbw, busbw. */
+static cJSON *bandwidths(int spawn) {
+    std::map<std::tuple<std::string, double, int>, std::vector<double>> times;
+    for (auto &kv : calls[spawn]) {
+        const CallSpan &c = kv.second;
+        if (busbw_factor(c.op, c.ranks) > 0 && c.bytes > 0 && c.end > c.start)
+            times[{c.op, c.bytes, c.ranks}].push_back(c.end - c.start);
+    }
+    cJSON *list = cJSON_CreateArray();
+    for (auto &kv : times) {
+        auto &[op, bytes, n] = kv.first;
+        std::vector<double> t = kv.second;
+        std::sort(t.begin(), t.end());
+        size_t k = t.size();
+        double median = k % 2 ? t[k / 2] : (t[k / 2 - 1] + t[k / 2]) / 2;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "op", op.c_str());
+        cJSON_AddNumberToObject(o, "bytes", bytes);
+        cJSON_AddNumberToObject(o, "ranks", n);
+        cJSON_AddNumberToObject(o, "calls", (double)k);
+        cJSON_AddNumberToObject(o, "time_s", median);
+        cJSON_AddNumberToObject(o, "algbw_GBps", bytes / median / 1e9);
+        cJSON_AddNumberToObject(o, "busbw_GBps", bytes / median / 1e9 * busbw_factor(op, n));
+        cJSON_AddItemToArray(list, o);
+    }
+    return list;
 }
 
 static cJSON *result(const Run &run, const std::string &name) {
@@ -167,15 +247,23 @@ static cJSON *result(const Run &run, const std::string &name) {
     cJSON_AddStringToObject(root, "lecture", run.lecture.c_str());
     cJSON_AddStringToObject(root, "platform", name.c_str());
     cJSON_AddStringToObject(root, "compute", platform.measured ? "measured" : "work");
+    cJSON_AddStringToObject(root, "modelled", "model_compute spans replayed as the lecture's ms, unchanged");
     cJSON *list = cJSON_AddArrayToObject(root, "spawns");
     for (const Spawn &sp : run.spawns) {
         cJSON *s = cJSON_CreateObject();
         cJSON_AddNumberToObject(s, "id", sp.id);
-        cJSON_AddNumberToObject(s, "world_size", sp.world_size);
+        cJSON_AddNumberToObject(s, "world_size", timelines.count(sp.id) ? (int)timelines[sp.id].size() : sp.world_size);
         cJSON_AddNumberToObject(s, "measured_s", sp.measured_s());
-        if (!spawn_seconds.count(sp.id)) {
+        if (refused.count(sp.id)) {
+            cJSON_AddStringToObject(s, "refused", refused[sp.id].c_str());
+        } else if (!spawn_seconds.count(sp.id)) {
             cJSON_AddStringToObject(s, "skipped", "a rank sent no events (it failed, or the spawn was meant to fail)");
         } else {
+            if (rules.count(sp.id)) {
+                cJSON_AddNumberToObject(s, "recorded_ranks", sp.world_size);
+                cJSON_AddStringToObject(s, "rule", rules[sp.id].c_str());
+            }
+            cJSON_AddItemToObject(s, "collectives", bandwidths(sp.id));
             cJSON_AddNumberToObject(s, "simulated_s", spawn_seconds[sp.id]);
             cJSON *ranks = cJSON_AddArrayToObject(s, "ranks");
             for (auto &spans : timelines[sp.id]) {
@@ -201,16 +289,64 @@ int main(int argc, char **argv) {
         return 2;
     }
     std::string events = argv[1], xml = argv[2], name, out;
-    for (int i = 3; i + 1 < argc; i += 2) {
+    int ranks = -1, only = -1; /* -1: not given */
+    for (int i = 3; i < argc; i += 2) {
+        if (i + 1 >= argc) {
+            fprintf(stderr, "twin_replay: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--name")) name = argv[i + 1];
         else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
+        else if (!strcmp(argv[i], "--ranks")) ranks = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--spawn")) only = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "twin_replay: unknown option %s\n", argv[i]);
+            return 2;
+        }
     }
     if (name.empty()) name = xml;
+    if (ranks == 0 || ranks < -1) {
+        fprintf(stderr, "twin_replay: --ranks must be a positive number of ranks\n");
+        return 2;
+    }
     try {
         Run run = read_events(events);
+        if (only >= 0) {
+            std::vector<Spawn> keep;
+            for (const Spawn &sp : run.spawns)
+                if (sp.id == only) keep.push_back(sp);
+            if (keep.empty()) throw std::runtime_error(events + ": no spawn " + std::to_string(only));
+            run.spawns = keep;
+        }
+        /* What is replayed: the run's spawns, or each extended to --ranks. */
+        Run replayed = run;
+        if (ranks > 0) {
+            replayed.spawns.clear();
+            for (const Spawn &sp : run.spawns) {
+                if (!sp.complete()) continue;
+                try {
+                    Extended x = extend(sp, ranks);
+                    rules[sp.id] = x.rule;
+                    replayed.spawns.push_back(x.spawn);
+                } catch (const std::runtime_error &why) {
+                    if (only >= 0) throw;
+                    refused[sp.id] = why.what();
+                    fprintf(stderr, "twin_replay: %s\n", why.what());
+                }
+            }
+        }
         /* SimGrid's log and its engine's own arguments: quiet unless asked. */
+#ifdef __SANITIZE_ADDRESS__
+        /* AddressSanitizer cannot follow SimGrid's own stack switching (its
+         * "raw" contexts): under it, each actor is a thread instead. Chosen
+         * as the engine starts, so on its command line. */
+        char quiet[] = "--log=xbt_cfg.thresh:warning", factory[] = "--cfg=contexts/factory:thread";
+        int sg_argc = 3;
+        char *sg_argv[] = {argv[0], quiet, factory, nullptr};
+#else
         int sg_argc = 1;
         char *sg_argv[] = {argv[0], nullptr};
+#endif
         s4u::Engine e(&sg_argc, sg_argv);
         xbt_log_control_set("root.thresh:warning"); /* not the configuration's INFO lines */
         e.set_config("network/crosstraffic:0"); /* a message does not slow its reverse direction */
@@ -223,8 +359,15 @@ int main(int argc, char **argv) {
         platform.hosts = e.get_all_hosts();
         std::sort(platform.hosts.begin(), platform.hosts.end(),
                   [](s4u::Host *a, s4u::Host *b) { return natural_less(a->get_name(), b->get_name()); });
-        s4u::Actor::create("conductor", platform.hosts[0], [&run]() { conductor(&run); });
+        s4u::Actor::create("conductor", platform.hosts[0], [&replayed]() { conductor(&replayed); });
         e.run();
+        /* SimGrid ends the run when no actor can move: a rank waiting for a
+         * message no one sends. Then the events do not describe a run that
+         * finished, and no figure is written. */
+        if (playing != -2)
+            throw std::runtime_error(events + ": spawn " + std::to_string(playing) +
+                                     " never finishes in the replay: a rank waits for a message or a call "
+                                     "its peers never make");
         cJSON *root = result(run, name);
         char *text = cJSON_Print(root);
         cJSON_Delete(root);

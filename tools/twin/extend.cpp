@@ -1,0 +1,109 @@
+/*
+ * extend.cpp: the extension rule. A lecture runs a strategy on the few
+ * ranks this machine has (2 to 4); the scaled platform asks what the same
+ * program would take on P ranks (8 to 512). Nothing is re-run: the recorded
+ * ranks' events are repeated by the rule the strategy follows.
+ *
+ *   DDP        a spawn whose calls are all collectives over the world (no
+ *              group, no message). Every rank runs the same step on its own
+ *              batch, so rank r at P replays recorded rank r mod p: the same
+ *              compute, the same collectives with the same bytes per rank,
+ *              now over P ranks. A ring all-reduce of b bytes then moves
+ *              2 (P - 1) / P * b per rank: its bandwidth term grows by
+ *              (P - 1) / P over (p - 1) / p, its latency term by the
+ *              2 (P - 1) steps.
+ *   pipeline   a spawn whose calls are all messages between neighbours
+ *              (rank r with r - 1 and r + 1): the same schedule over P
+ *              stages. The first stage replays recorded rank 0, the last
+ *              recorded rank p - 1, every stage between them recorded rank 1
+ *              (p >= 3: a middle stage to repeat), its peers moved with it.
+ *              The model is the same, split finer: each stage's compute
+ *              (measured, counted and modelled) is scaled by p / P. The
+ *              lesson of more stages is the bubble, (P - 1) / (m + P - 1) of
+ *              the time for m micro-batches, which only shows if the work to
+ *              share stays fixed; the same compute per stage would be a
+ *              model P / p times larger. The activations sent between stages
+ *              keep their size (the micro-batch is the same).
+ *
+ * Anything else (collectives over groups, messages beyond neighbours,
+ * collectives and messages mixed: tensor parallelism, ZeRO's groups, a
+ * benchmark of messages) has no rule here and is refused, with why.
+ */
+#include "extend.hpp"
+
+#include <stdexcept>
+
+namespace twin {
+
+static bool is_message(const std::string &op) { return op == "send" || op == "recv" || op == "sendrecv"; }
+static bool is_local(const std::string &op) { return op == "compute" || op == "modelled" || op == "wait"; }
+
+static std::runtime_error refuse(const Spawn &sp, int P, const std::string &why) {
+    return std::runtime_error("spawn " + std::to_string(sp.id) + " (" + std::to_string(sp.world_size) +
+                              " ranks): no rule extends it to " + std::to_string(P) + " ranks: " + why +
+                              " (DDP's rule needs collectives over the world only, a pipeline's messages "
+                              "between neighbouring ranks only)");
+}
+
+/* "ddp", "pipeline", or throws naming the first event no rule covers. */
+static std::string strategy(const Spawn &sp, int P) {
+    bool collectives = false, messages = false;
+    for (int r = 0; r < sp.world_size; r++) {
+        for (const Event &e : sp.ranks[r].events) {
+            if (is_local(e.op)) continue;
+            std::string who = "rank " + std::to_string(r) + "'s " + e.op;
+            if (is_message(e.op)) {
+                messages = true;
+                int peers[2] = {e.peer, e.op == "sendrecv" ? e.src : e.peer};
+                for (int q : peers)
+                    if (q != r - 1 && q != r + 1)
+                        throw refuse(sp, P, who + " with rank " + std::to_string(q) + ", not a neighbour");
+            } else {
+                collectives = true;
+                if (!e.group.empty()) throw refuse(sp, P, who + " is over a group, not the world");
+            }
+            if (collectives && messages) throw refuse(sp, P, "it mixes collectives and messages");
+        }
+    }
+    if (collectives) return "ddp";
+    if (messages) return "pipeline";
+    throw refuse(sp, P, "it makes no calls, so nothing says which strategy it follows");
+}
+
+static Event scaled(Event e, double f) {
+    e.end = e.start + (e.end - e.start) * f;
+    e.flops *= f, e.bytes *= f, e.ms *= f;
+    return e;
+}
+
+Extended extend(const Spawn &sp, int P) {
+    Extended x;
+    x.rule = strategy(sp, P);
+    x.spawn.id = sp.id;
+    x.spawn.world_size = P;
+    int p = sp.world_size;
+    if (P == p) { /* the run itself */
+        x.spawn = sp;
+        return x;
+    }
+    if (x.rule == "ddp") {
+        for (int r = 0; r < P; r++)
+            x.spawn.ranks.push_back(sp.ranks[r % p]);
+        return x;
+    }
+    if (P > 2 && p < 3) throw refuse(sp, P, "a 2-stage pipeline has no middle stage to repeat");
+    double f = (double)p / P;
+    for (int s = 0; s < P; s++) {
+        int t = s == 0 ? 0 : s == P - 1 ? p - 1 : 1; /* the recorded stage this one repeats */
+        Rank rank = sp.ranks[t];
+        for (Event &e : rank.events) {
+            if (e.op == "compute" || e.op == "modelled") e = scaled(e, f);
+            if (e.peer >= 0) e.peer = s + (e.peer - t);
+            if (e.src >= 0) e.src = s + (e.src - t);
+        }
+        x.spawn.ranks.push_back(rank);
+    }
+    return x;
+}
+
+} // namespace twin
