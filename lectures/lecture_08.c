@@ -23,7 +23,8 @@ static void show_busbw(int world_size, const twin_result *node), ddp_at_scale(vo
         pipeline_at_scale(const mlp_config *cfg);
 static void collective_examples_main(int, int, void *), bench_main(int, int, void *), ddp_main(int, int, void *),
         ddp_buckets_main(int, int, void *), zero3_main(int, int, void *), tensor_parallel_main(int, int, void *),
-        megatron_main(int, int, void *), pipeline_main(int, int, void *); /* what the ranks run: (rank, world, args) */
+        megatron_main(int, int, void *), pipeline_main(int, int, void *),
+        pipeline_schedule_main(int, int, void *); /* what the ranks run: (rank, world, args) */
 
 LECTURE_OPTIONS({"batch", "N",
                  "examples per training step in Part 2 (default 128); every strategy cuts them "
@@ -395,7 +396,8 @@ static void bench_main(int rank, int world_size, void *args) {
     chart_show(cost_model_chart(world_size, all_reduce, a->n_sizes, &m));
     bench_report r = {.n = a->n_sizes}; /* for the lecture's busbw chart, after the spawn */
     snprintf(r.backend, sizeof r.backend, "%s", dist_backend());
-    memcpy(r.all_reduce, all_reduce, sizeof all_reduce), memcpy(r.reduce_scatter, reduce_scatter, sizeof reduce_scatter);
+    memcpy(r.all_reduce, all_reduce, sizeof all_reduce),
+            memcpy(r.reduce_scatter, reduce_scatter, sizeof reduce_scatter);
     spawn_return(&r, sizeof r);
 }
 
@@ -1198,12 +1200,15 @@ static void pipeline_at_scale(const mlp_config *cfg) {
          "stage 3, every stage between as stage 1, each stage's modelled compute times 4 / P, so that the model stays "
          "the same, split finer. At a fixed m the formula says the bubble grows with the stages: (P - 1) / (m + P - "
          "1).");
-    train_args a = {.cfg = *cfg, .micro_batches = 8, .schedule = GPIPE, .forward_ms = MODELLED_F_MS,
+    train_args a = {.cfg = *cfg,
+                    .micro_batches = 8,
+                    .schedule = GPIPE,
+                    .forward_ms = MODELLED_F_MS,
                     .backward_ms = 2 * MODELLED_F_MS};
     progress("pipeline parallelism: modelled GPipe, 4 stages, recorded for the replay");
     twin_record(1);
     a.clock_base = now_seconds();
-    spawn(pipeline_main, 4, &a, sizeof a);
+    spawn(pipeline_schedule_main, 4, &a, sizeof a);
     twin_record(0);
     static const int stages[] = {4, 8, 16};
     twin_result t[3];
@@ -1217,8 +1222,8 @@ static void pipeline_at_scale(const mlp_config *cfg) {
     predict("Simulated on scaled@16: with the same 8 micro-batches on 16 stages, what fraction of the time will the "
             "busiest stage idle?",
             simulated_bubble(&t[2]), "");
-    table_t *tab = table_new("GPipe, %d micro-batches, simulated on scaled at P stages (modelled compute)",
-                             a.micro_batches);
+    table_t *tab =
+            table_new("GPipe, %d micro-batches, simulated on scaled at P stages (modelled compute)", a.micro_batches);
     table_column(tab, "stages P", NULL, "%d");
     table_column(tab, "formula (P - 1) / (m + P - 1)", NULL, "%.4f");
     table_column(tab, "simulated bubble", NULL, "%.4f");
@@ -1233,8 +1238,8 @@ static void pipeline_at_scale(const mlp_config *cfg) {
          "the time falls only from %.0f ms to %.0f ms for 4 times the devices. More micro-batches per batch (m) are "
          "what shrink it again.",
          quoted(simulated_bubble(&t[0])), quoted(simulated_bubble(&t[1])), quoted(simulated_bubble(&t[2])),
-         bubble_fraction(4, a.micro_batches), bubble_fraction(8, a.micro_batches),
-         bubble_fraction(16, a.micro_batches), quoted(t[0].simulated_s * 1e3), quoted(t[2].simulated_s * 1e3));
+         bubble_fraction(4, a.micro_batches), bubble_fraction(8, a.micro_batches), bubble_fraction(16, a.micro_batches),
+         quoted(t[0].simulated_s * 1e3), quoted(t[2].simulated_s * 1e3));
 }
 
 /* Forward of micro-batch k: receive from the stage before (stage 0 reads the data), compute, stamp, send on. */
@@ -1284,6 +1289,15 @@ static void run_schedule(stage *s) {
         if (s->sent_back[k]) dist_wait(s->sent_back[k]);
         tensor_free(s->dx_out[k]);
     }
+}
+
+/* The schedule once, for the replay: no timeline gathered to rank 0 afterwards (a gather is no part of the
+ * schedule, and the pipeline's extension rule takes messages between neighbouring stages only). */
+static void pipeline_schedule_main(int rank, int world_size, void *args) {
+    stage *s = stage_new(args, rank, world_size);
+    dist_barrier(); /* every stage ready before the clock matters */
+    run_schedule(s);
+    stage_free(s);
 }
 
 static void pipeline_main(int rank, int world_size, void *args) {

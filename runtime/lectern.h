@@ -285,27 +285,27 @@ void twin_record(int on);
 #define TWIN_MAX_COLLECTIVES 64
 
 typedef struct twin_collective {
-    char op[24];         /* "all_reduce", as dist_call_name spells it */
-    double bytes;        /* the call's size (docs/twin.md, as nccl-tests counts it) */
-    int ranks;           /* the ranks it spanned */
-    int calls;           /* calls of this op and size in the spawn */
-    double time_s;       /* their median simulated time */
-    double algbw_GBps;   /* bytes / time_s, GB = 1e9 bytes */
-    double busbw_GBps;   /* algbw times nccl-tests' bus factor */
+    char op[24];       /* "all_reduce", as dist_call_name spells it */
+    double bytes;      /* the call's size (docs/twin.md, as nccl-tests counts it) */
+    int ranks;         /* the ranks it spanned */
+    int calls;         /* calls of this op and size in the spawn */
+    double time_s;     /* their median simulated time */
+    double algbw_GBps; /* bytes / time_s, GB = 1e9 bytes */
+    double busbw_GBps; /* algbw times nccl-tests' bus factor */
 } twin_collective;
 
 typedef struct twin_result {
-    int ran;             /* 1: the figures below are the replay's */
-    char why[512];       /* ran 0: why not ("SimGrid's replay is not built: ...") */
-    char platform[64];   /* "h100-node", or "scaled@512" for ranks > 0 */
-    char label[96];      /* "simulated on scaled@512": every figure's caption carries it */
-    int ranks;           /* ranks simulated */
-    int recorded_ranks;  /* ranks that ran here */
-    char rule[16];       /* "ddp" or "pipeline" when extended; "" when not */
-    double simulated_s;  /* the spawn on the platform, simulated */
-    double measured_s;   /* the same spawn here, measured */
-    double busy_max_s;   /* the most simulated time any rank spent computing (compute and modelled spans) */
-    int n_collectives;   /* per collective op and size (at most TWIN_MAX_COLLECTIVES, smallest first) */
+    int ran;            /* 1: the figures below are the replay's */
+    char why[512];      /* ran 0: why not ("SimGrid's replay is not built: ...") */
+    char platform[64];  /* "h100-node", or "scaled@512" for ranks > 0 */
+    char label[96];     /* "simulated on scaled@512": every figure's caption carries it */
+    int ranks;          /* ranks simulated */
+    int recorded_ranks; /* ranks that ran here */
+    char rule[16];      /* "ddp" or "pipeline" when extended; "" when not */
+    double simulated_s; /* the spawn on the platform, simulated */
+    double measured_s;  /* the same spawn here, measured */
+    double busy_max_s;  /* the most simulated time any rank spent computing (compute and modelled spans) */
+    int n_collectives;  /* per collective op and size (at most TWIN_MAX_COLLECTIVES, smallest first) */
     twin_collective collectives[TWIN_MAX_COLLECTIVES];
 } twin_result;
 

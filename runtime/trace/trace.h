@@ -310,8 +310,8 @@ int lx_inspect_collectives(void);
  * ranks too): twin_record.c records what each rank does. */
 #define LX_TWIN_RECORD "twin-record"
 int lx_twin_recording(void);
-int lx_twin_record_given(void);  /* --twin-record itself, not twin_record(1) */
-void lx_twin_request(int on);    /* twin_record(on): record without the option */
+int lx_twin_record_given(void); /* --twin-record itself, not twin_record(1) */
+void lx_twin_request(int on);   /* twin_record(on): record without the option */
 
 /* ---------------- twin_record.c (what each rank did, for a replay) ---------------- */
 

@@ -163,8 +163,7 @@ static void attach(int id, const cJSON *replay, const cJSON *s, const char *name
     cJSON_AddNumberToObject(t, "world_size", number(s, "world_size"));
     cJSON_AddStringToObject(t, "compute", string(replay, "compute"));
     cJSON_AddStringToObject(t, "modelled", string(replay, "modelled"));
-    cJSON_AddItemToObject(t, "collectives",
-                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(s, "collectives"), 1));
+    cJSON_AddItemToObject(t, "collectives", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(s, "collectives"), 1));
     cJSON *ranks = cJSON_AddArrayToObject(t, "ranks");
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "ranks"), *rank, *span;
     int kept = 0;
@@ -257,8 +256,10 @@ int twin_last_spawn(const char *platform, int ranks, twin_result *out) {
     if (off && !strcmp(off, "0")) {
         snprintf(out->why, sizeof out->why, "LECTERN_TWIN=0 turns the simulation off");
     } else if (!replay || access(replay, X_OK) != 0) {
-        snprintf(out->why, sizeof out->why, "SimGrid's replay is not built (%s): install libsimgrid-dev (make setup "
-                 "does) and build again", replay ? replay : "build/tools/twin/twin_replay");
+        snprintf(out->why, sizeof out->why,
+                 "SimGrid's replay is not built (%s): install libsimgrid-dev (make setup "
+                 "does) and build again",
+                 replay ? replay : "build/tools/twin/twin_replay");
     }
     if (out->why[0]) {
         free(replay), free(xml);
@@ -283,8 +284,8 @@ int twin_last_spawn(const char *platform, int ranks, twin_result *out) {
     char id_text[16], ranks_text[16];
     snprintf(id_text, sizeof id_text, "%d", id);
     snprintf(ranks_text, sizeof ranks_text, "%d", ranks);
-    char *argv[] = {replay,   in,      xml,         "--name", out->platform, "--out", res, "--spawn", id_text,
-                    "--ranks", ranks_text, NULL};
+    char *argv[] = {replay, in,        xml,     "--name",  out->platform, "--out",
+                    res,    "--spawn", id_text, "--ranks", ranks_text,    NULL};
     if (ranks == 0) argv[9] = NULL;
     int rc = ok ? run_replay(argv, err) : -1;
     char *text = rc == 0 ? read_file(res) : NULL;
