@@ -4,10 +4,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "lectern.h"
+#include "lecture_08/at_scale.h"
 #include "lecture_08/collective_bench.h"
 #include "lecture_08/pipeline.h"
 #include "lecture_08/streams.h"
@@ -19,12 +19,9 @@
 static void introduction(void), hardware(void), collective_operations(void), our_runtime_and_nccl(void),
         benchmarking(void), cuda_streams(void), parallelism_overview(void), one_device(void), ddp(void),
         ddp_zero3(void), tensor_parallelism(void), pipeline_parallelism(void), summary(void);
-static void show_busbw(int world_size, const twin_result *node), ddp_at_scale(void),
-        pipeline_at_scale(const mlp_config *cfg);
 static void collective_examples_main(int, int, void *), bench_main(int, int, void *), ddp_main(int, int, void *),
         ddp_buckets_main(int, int, void *), zero3_main(int, int, void *), tensor_parallel_main(int, int, void *),
-        megatron_main(int, int, void *), pipeline_main(int, int, void *),
-        pipeline_schedule_main(int, int, void *); /* what the ranks run: (rank, world, args) */
+        megatron_main(int, int, void *), pipeline_main(int, int, void *), pipeline_schedule_main(int, int, void *);
 
 LECTURE_OPTIONS({"batch", "N",
                  "examples per training step in Part 2 (default 128); every strategy cuts them "
@@ -370,7 +367,7 @@ static void benchmarking(void) {
     progress("benchmarking: the 4-rank sweep replayed on h100-node (simulated)");
     twin_result node;
     twin_last_spawn("h100-node", 8, &node); /* DDP's rule: the same calls on 8 ranks (docs/twin.md) */
-    show_busbw(4, &node);
+    show_busbw(4, &node);                   /* lecture_08/collective_bench.c: the chart, with the twin beside it */
     if (gpu_count() == 0)
         note("On this machine the ranks are processes sharing a few CPU cores, and every transfer is a copy through "
              "shared memory: busbw is a few GB/s at best, against hundreds of GB/s for NVLink. What carries over is "
@@ -394,41 +391,9 @@ static void bench_main(int rank, int world_size, void *args) {
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
     note_cost_model(world_size, all_reduce, a->n_sizes, &m);
     chart_show(cost_model_chart(world_size, all_reduce, a->n_sizes, &m));
-    bench_report r = {.n = a->n_sizes}; /* for the lecture's busbw chart, after the spawn */
-    snprintf(r.backend, sizeof r.backend, "%s", dist_backend());
-    memcpy(r.all_reduce, all_reduce, sizeof all_reduce),
-            memcpy(r.reduce_scatter, reduce_scatter, sizeof reduce_scatter);
-    spawn_return(&r, sizeof r);
+    return_report(all_reduce, reduce_scatter, a->n_sizes); /* for the lecture's busbw chart, after the spawn */
 }
 
-/* The sweep's busbw chart, and beside it what the same calls take on a simulated 8-GPU H100 node (node: the
- * 4-rank sweep's twin, NULL for none). */
-static void show_busbw(int world_size, const twin_result *node) {
-    bench_report r;
-    if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("the benchmark's rank 0 returned no results");
-    const bench_result *last = &r.all_reduce[r.n - 1];
-    const twin_collective *sim = twin_all_reduce(node, last->bytes);
-    if (node && !sim) {
-        note("Not simulated on h100-node: %s.", node->why[0] ? node->why : "the replay has no such all-reduce");
-        node = NULL;
-    }
-    if (sim)
-        predict("The same calls replayed on a simulated 8-GPU H100 node (h100-node: each GPU with 450 GB/s each way "
-                "into one NVSwitch): what busbw will the largest all-reduce reach there, simulated?",
-                sim->busbw_GBps, "GB/s");
-    chart_show(busbw_chart(world_size, &r, node));
-    if (!sim) return;
-    note("Simulated on h100-node, %d GPUs: the %g MiB all-reduce reaches busbw %.0f GB/s (simulated), %.0f times "
-         "the %.2f GB/s measured here on %d ranks. Its ring takes 2(p - 1) = %d steps of %g MiB / p, each through the "
-         "NVSwitch at 450 GB/s plus 1 us of latency (the platform's assumption), so small messages fall far below "
-         "the link rate. The lecture this one follows measured, on H100s, a 4 GiB all-reduce at busbw 320 (2 GPUs) "
-         "and 335 (4 GPUs) in its unit of 2^30 bytes a second, about 344 and 360 GB/s: NCCL's measurement there, "
-         "one call timed with a barrier; the replay plays one ring where NCCL runs several channels "
-         "(docs/twin.md), so compare the order of magnitude, not the digits.",
-         quoted(node->ranks), quoted(last->bytes / (1 << 20)), quoted(sim->busbw_GBps),
-         quoted(sim->busbw_GBps / last->busbw), quoted(last->busbw), world_size, 2 * (node->ranks - 1),
-         last->bytes / (1 << 20));
-}
 
 #ifdef LECTERN_CUDA
 /* Both jobs on the default stream (0): the copy waits for the matmul, the add for both. */
@@ -593,82 +558,7 @@ static void ddp(void) {
     spawn(ddp_buckets_main, 4, args, size);
     table_show(buckets_table(4, "DDP with buckets, %d micro-batches", ACCUMULATION_STEPS));
     free(args);
-    ddp_at_scale();
-}
-
-/* One DDP step at the scale this machine cannot run: a step with modelled compute recorded here on 4 ranks, then
- * replayed on the simulated cluster at 8, 64 and 512 GPUs, its all-reduces after backward or during it. */
-#define SCALE_BUCKETS 2
-#define SCALE_BUCKET_FLOATS (4 << 20) /* 16 MiB of gradient a bucket */
-#define SCALE_FORWARD_MS 2.0          /* modelled: a forward, and a bucket's share of backward */
-#define SCALE_BACKWARD_MS 2.0
-
-static void ddp_scale_main(int rank, int world_size, void *args) {
-    int overlap = *(const int *)args;
-    tensor *grad[SCALE_BUCKETS];
-    dist_request *req[SCALE_BUCKETS];
-    for (int b = 0; b < SCALE_BUCKETS; b++)
-        grad[b] = zeros(SCALE_BUCKET_FLOATS, 0, get_device(rank));
-    model_compute(SCALE_FORWARD_MS);
-    for (int b = SCALE_BUCKETS - 1; b >= 0; b--) { /* backward: the last layers' bucket fills first */
-        model_compute(SCALE_BACKWARD_MS);
-        if (overlap) req[b] = dist_all_reduce_async(grad[b], DIST_SUM); /* while backward goes on */
-    }
-    for (int b = SCALE_BUCKETS - 1; b >= 0; b--) {
-        if (overlap) dist_wait(req[b]);
-        else dist_all_reduce(grad[b], DIST_SUM); /* after backward */
-    }
-    free_tensors(grad, SCALE_BUCKETS);
-    (void)world_size;
-}
-
-static void ddp_at_scale(void) {
-    note("### DDP on 8 to 512 GPUs, simulated\n\n"
-         "This machine runs 4 ranks. To see DDP where it is used, one step is recorded here and replayed on the "
-         "simulated cluster `scaled` (H100s, 8 to a node on NVLink, nodes over InfiniBand; docs/twin.md) by DDP's "
-         "rule: every GPU runs the same step, so the replay repeats it on P GPUs and only the ring grows. The step's "
-         "compute is modelled (%g ms forward, %g ms of backward per bucket, replayed unchanged), its %d buckets of "
-         "%d MiB all-reduced for real here. Twice: all-reduces after backward (blocking), and each bucket's started "
-         "the moment backward filled it (`dist_all_reduce_async`), waited for before the optimizer step.",
-         SCALE_FORWARD_MS, SCALE_BACKWARD_MS, SCALE_BUCKETS, SCALE_BUCKET_FLOATS * 4 >> 20);
-    static const int gpus[] = {8, 64, 512};
-    twin_result t[2][3]; /* [blocking, overlapped][P] */
-    for (int overlap = 0; overlap < 2; overlap++) {
-        progress("DDP at scale: spawn 4 ranks, %s", overlap ? "overlapped" : "blocking");
-        twin_record(1);
-        spawn(ddp_scale_main, 4, &overlap, sizeof overlap);
-        twin_record(0);
-        for (int k = 0; k < 3; k++) {
-            progress("DDP at scale: replay on scaled@%d (simulated)", gpus[k]);
-            if (!twin_last_spawn("scaled", gpus[k], &t[overlap][k])) {
-                note("Not simulated on scaled: %s.", t[overlap][k].why);
-                return;
-            }
-        }
-    }
-    predict("On 512 GPUs (simulated on scaled@512), how many ms will the blocking step take, all-reduces after "
-            "backward?",
-            t[0][2].simulated_s * 1e3, "ms");
-    table_t *tab = table_new("One DDP step, simulated on scaled at P GPUs (modelled compute %g ms)",
-                             SCALE_FORWARD_MS + SCALE_BUCKETS * SCALE_BACKWARD_MS);
-    table_column(tab, "GPUs P", NULL, "%d");
-    table_column(tab, "blocking: simulated step", "ms", "%.3f");
-    table_column(tab, "overlapped: simulated step", "ms", "%.3f");
-    table_column(tab, "overlap saves", "ms", "%.3f");
-    table_column(tab, "platform", NULL, "%s");
-    for (int k = 0; k < 3; k++)
-        table_row(tab, gpus[k], t[0][k].simulated_s * 1e3, t[1][k].simulated_s * 1e3,
-                  (t[0][k].simulated_s - t[1][k].simulated_s) * 1e3, t[0][k].label);
-    table_show(tab);
-    note("Simulated on scaled: the blocking step takes %.3f ms on 8 GPUs and %.3f ms on 512; overlapped, %.3f and "
-         "%.3f. A ring all-reduce carries 2(P - 1)/P of a bucket per GPU, nearly twice the bucket whatever P, but "
-         "takes 2(P - 1) steps, each with its latency: on one node the buckets cross NVLink in microseconds, beyond "
-         "it the ring's slowest hop is one 50 GB/s InfiniBand port and at 512 GPUs its 1022 latencies dominate. "
-         "Overlapping hides each bucket's all-reduce behind the backward still to run: all but the last one's, while "
-         "an all-reduce is shorter than a bucket's backward (%g ms). The replay plays one ring where NCCL would run "
-         "several channels and switch to trees at this scale (docs/twin.md): the shape, not NCCL's figures.",
-         quoted(t[0][0].simulated_s * 1e3), quoted(t[0][2].simulated_s * 1e3), quoted(t[1][0].simulated_s * 1e3),
-         quoted(t[1][2].simulated_s * 1e3), SCALE_BACKWARD_MS);
+    ddp_at_scale(); /* lecture_08/at_scale.c: 8 to 512 GPUs, simulated */
 }
 
 static void ddp_main(int rank, int world_size, void *args) {
@@ -1096,23 +986,6 @@ static pipe_result say_bubble(int stages, int schedule, int m) {
     return r;
 }
 
-/* A modelled run's checks: its bubble against the formula, and 1F1B's activations per stage against p - s. */
-static void check_modelled(const pipe_result *r) {
-    check(r->bubble >= modelled_lower(r) && r->bubble <= modelled_upper(r),
-          "modelled %s, %d stages, %d micro-batches: measured bubble %.4f within %.0f%% of (p-1)/(m+p-1) = %.4f "
-          "give or take lateness %.1f ms / span %.1f ms: %.4f to %.4f (quickest pass of %d spawn%s)",
-          SCHEDULE_NAMES[r->schedule], r->stages, r->m, r->bubble, 100 * MODELLED_BOUND, r->formula, r->late_ms,
-          r->span_ms, modelled_lower(r), modelled_upper(r), r->spawns, r->spawns == 1 ? "" : "s");
-    int over = 0; /* stages s that held more than p - s */
-    for (int s = 0; s < r->stages; s++)
-        over += r->held[s] > r->stages - s;
-    if (r->schedule == ONE_F_ONE_B)
-        check(over == 0,
-              "modelled 1F1B, %d stages, %d micro-batches: stage s held at most p - s micro-batches' "
-              "activations (stage 0: %d, stage %d: %d)",
-              r->stages, r->m, r->held[0], r->stages - 1, r->held[r->stages - 1]);
-}
-
 static void pipeline_parallelism(void) {
     progress("pipeline parallelism");
     note("## Pipeline parallelism\n\n"
@@ -1185,62 +1058,10 @@ static void pipeline_parallelism(void) {
          "device in both schedules.",
          twin[2].bubble, twin[4].bubble, twin[3].held[0], twin[2].held[0], real[0].bubble, real[1].bubble,
          real[2].bubble, real[0].cores);
-    pipeline_at_scale(&pipe.cfg);
+    pipeline_at_scale(pipeline_schedule_main, &pipe.cfg); /* lecture_08/at_scale.c: 4, 8, 16 stages, simulated */
     baseline_free(&pipe);
 }
 
-/* 1 - the busiest stage's computing time over the whole, as the lecture measures the bubble. */
-static double simulated_bubble(const twin_result *t) { return 1 - t->busy_max_s / t->simulated_s; }
-
-static void pipeline_at_scale(const mlp_config *cfg) {
-    note("### More stages, simulated\n\n"
-         "This machine has cores for 4 stages. The replay (docs/twin.md) takes the modelled GPipe run on 4 stages "
-         "with 8 micro-batches, recorded below, and plays the same schedule over P stages on the simulated cluster "
-         "`scaled` (H100s, NVLink in a node, InfiniBand between): the first stage as recorded stage 0, the last as "
-         "stage 3, every stage between as stage 1, each stage's modelled compute times 4 / P, so that the model stays "
-         "the same, split finer. At a fixed m the formula says the bubble grows with the stages: (P - 1) / (m + P - "
-         "1).");
-    train_args a = {.cfg = *cfg,
-                    .micro_batches = 8,
-                    .schedule = GPIPE,
-                    .forward_ms = MODELLED_F_MS,
-                    .backward_ms = 2 * MODELLED_F_MS};
-    progress("pipeline parallelism: modelled GPipe, 4 stages, recorded for the replay");
-    twin_record(1);
-    a.clock_base = now_seconds();
-    spawn(pipeline_schedule_main, 4, &a, sizeof a);
-    twin_record(0);
-    static const int stages[] = {4, 8, 16};
-    twin_result t[3];
-    for (int k = 0; k < 3; k++) {
-        progress("pipeline parallelism: replay on scaled@%d (simulated)", stages[k]);
-        if (!twin_last_spawn("scaled", stages[k], &t[k])) {
-            note("Not simulated on scaled: %s.", t[k].why);
-            return;
-        }
-    }
-    predict("Simulated on scaled@16: with the same 8 micro-batches on 16 stages, what fraction of the time will the "
-            "busiest stage idle?",
-            simulated_bubble(&t[2]), "");
-    table_t *tab =
-            table_new("GPipe, %d micro-batches, simulated on scaled at P stages (modelled compute)", a.micro_batches);
-    table_column(tab, "stages P", NULL, "%d");
-    table_column(tab, "formula (P - 1) / (m + P - 1)", NULL, "%.4f");
-    table_column(tab, "simulated bubble", NULL, "%.4f");
-    table_column(tab, "simulated time", "ms", "%.1f");
-    table_column(tab, "platform", NULL, "%s");
-    for (int k = 0; k < 3; k++)
-        table_row(tab, stages[k], bubble_fraction(stages[k], a.micro_batches), simulated_bubble(&t[k]),
-                  t[k].simulated_s * 1e3, t[k].label);
-    table_show(tab);
-    note("Simulated on scaled: the bubble grows from %.3f on 4 stages to %.3f on 8 and %.3f on 16, the formula's "
-         "%.3f, %.3f and %.3f: the same work split over more stages waits longer to fill and drain the pipe, and "
-         "the time falls only from %.0f ms to %.0f ms for 4 times the devices. More micro-batches per batch (m) are "
-         "what shrink it again.",
-         quoted(simulated_bubble(&t[0])), quoted(simulated_bubble(&t[1])), quoted(simulated_bubble(&t[2])),
-         bubble_fraction(4, a.micro_batches), bubble_fraction(8, a.micro_batches), bubble_fraction(16, a.micro_batches),
-         quoted(t[0].simulated_s * 1e3), quoted(t[2].simulated_s * 1e3));
-}
 
 /* Forward of micro-batch k: receive from the stage before (stage 0 reads the data), compute, stamp, send on. */
 static void forward_step(stage *s, int k) {
@@ -1291,8 +1112,7 @@ static void run_schedule(stage *s) {
     }
 }
 
-/* The schedule once, for the replay: no timeline gathered to rank 0 afterwards (a gather is no part of the
- * schedule, and the pipeline's extension rule takes messages between neighbouring stages only). */
+/* The schedule once, for the replay: no timeline gathered (the pipeline rule takes neighbours' messages only). */
 static void pipeline_schedule_main(int rank, int world_size, void *args) {
     stage *s = stage_new(args, rank, world_size);
     dist_barrier(); /* every stage ready before the clock matters */
