@@ -299,9 +299,8 @@ void show_busbw(int world_size, const twin_result *node) {
          "and 335 (4 GPUs) in its unit of 2^30 bytes a second, about 344 and 360 GB/s: NCCL's measurement there, "
          "one call timed with a barrier; the replay plays one ring where NCCL runs several channels "
          "(docs/twin.md), so compare the order of magnitude, not the digits.",
-         node->ranks, quoted(last->bytes / (1 << 20)), quoted(sim->busbw_GBps),
-         sim->busbw_GBps / last->busbw, quoted(last->busbw), world_size, 2 * (node->ranks - 1),
-         last->bytes / (1 << 20));
+         node->ranks, quoted(last->bytes / (1 << 20)), quoted(sim->busbw_GBps), sim->busbw_GBps / last->busbw,
+         quoted(last->busbw), world_size, 2 * (node->ranks - 1), last->bytes / (1 << 20));
 }
 
 void return_report(const bench_result *all_reduce, const bench_result *reduce_scatter, int n) {
