@@ -1314,7 +1314,6 @@ class SimulatedFigures(Run, unittest.TestCase):
         self.assertEqual(said["sim->busbw_GBps"], points[-1][1])
         self.assertEqual(said["last->bytes / (1 << 20)"], points[-1][0])
         self.assertEqual(said["last->busbw"], measured[-1][1])
-        self.assertTrue(tracecheck.same_double(said["sim->busbw_GBps / last->busbw"], points[-1][1] / measured[-1][1]))
         text = self.noted("sim->busbw_GBps")[0][1]["data"]
         self.assertIn("simulated", text)
         self.assertIn("320 (2 GPUs) and 335 (4 GPUs)", text)   # the reference's measurement, cited as such
