@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "lectern.h"
+#include "lecture_08/at_scale.h"
 #include "lecture_08/collective_bench.h"
 #include "lecture_08/pipeline.h"
 #include "lecture_08/streams.h"
@@ -20,7 +21,7 @@ static void introduction(void), hardware(void), collective_operations(void), our
         ddp_zero3(void), tensor_parallelism(void), pipeline_parallelism(void), summary(void);
 static void collective_examples_main(int, int, void *), bench_main(int, int, void *), ddp_main(int, int, void *),
         ddp_buckets_main(int, int, void *), zero3_main(int, int, void *), tensor_parallel_main(int, int, void *),
-        megatron_main(int, int, void *), pipeline_main(int, int, void *); /* what the ranks run: (rank, world, args) */
+        megatron_main(int, int, void *), pipeline_main(int, int, void *), pipeline_schedule_main(int, int, void *);
 
 LECTURE_OPTIONS({"batch", "N",
                  "examples per training step in Part 2 (default 128); every strategy cuts them "
@@ -357,9 +358,16 @@ static void benchmarking(void) {
     note("### 2 ranks");
     progress("benchmarking: spawn 2 ranks");
     spawn(bench_main, 2, &args, sizeof args);
+    show_busbw(2, NULL);
     note("### 4 ranks");
     progress("benchmarking: spawn 4 ranks");
+    twin_record(1); /* its calls, replayed below on a simulated 8-GPU node */
     spawn(bench_main, 4, &args, sizeof args);
+    twin_record(0);
+    progress("benchmarking: the 4-rank sweep replayed on h100-node (simulated)");
+    twin_result node;
+    twin_last_spawn("h100-node", 8, &node); /* DDP's rule: the same calls on 8 ranks (docs/twin.md) */
+    show_busbw(4, &node);                   /* lecture_08/collective_bench.c: the chart, with the twin beside it */
     if (gpu_count() == 0)
         note("On this machine the ranks are processes sharing a few CPU cores, and every transfer is a copy through "
              "shared memory: busbw is a few GB/s at best, against hundreds of GB/s for NVLink. What carries over is "
@@ -379,12 +387,13 @@ static void bench_main(int rank, int world_size, void *args) {
     if (world_size == 2) predict_busbw(&all_reduce[a->n_sizes - 1]); /* lecture_08/collective_bench.c */
     table_show(bench_table("all-reduce", world_size, all_reduce, a->n_sizes));
     table_show(bench_table("reduce-scatter", world_size, reduce_scatter, a->n_sizes));
-    chart_show(busbw_chart(world_size, all_reduce, reduce_scatter, a->n_sizes));
     note_bandwidths(world_size, all_reduce, reduce_scatter, a->n_sizes); /* lecture_08/collective_bench.c */
     cost_model m = fit_cost_model(all_reduce, a->n_sizes, world_size);
     note_cost_model(world_size, all_reduce, a->n_sizes, &m);
     chart_show(cost_model_chart(world_size, all_reduce, a->n_sizes, &m));
+    return_report(all_reduce, reduce_scatter, a->n_sizes); /* for the lecture's busbw chart, after the spawn */
 }
+
 
 #ifdef LECTERN_CUDA
 /* Both jobs on the default stream (0): the copy waits for the matmul, the add for both. */
@@ -549,6 +558,7 @@ static void ddp(void) {
     spawn(ddp_buckets_main, 4, args, size);
     table_show(buckets_table(4, "DDP with buckets, %d micro-batches", ACCUMULATION_STEPS));
     free(args);
+    ddp_at_scale(); /* lecture_08/at_scale.c: 8 to 512 GPUs, simulated */
 }
 
 static void ddp_main(int rank, int world_size, void *args) {
@@ -976,23 +986,6 @@ static pipe_result say_bubble(int stages, int schedule, int m) {
     return r;
 }
 
-/* A modelled run's checks: its bubble against the formula, and 1F1B's activations per stage against p - s. */
-static void check_modelled(const pipe_result *r) {
-    check(r->bubble >= modelled_lower(r) && r->bubble <= modelled_upper(r),
-          "modelled %s, %d stages, %d micro-batches: measured bubble %.4f within %.0f%% of (p-1)/(m+p-1) = %.4f "
-          "give or take lateness %.1f ms / span %.1f ms: %.4f to %.4f (quickest pass of %d spawn%s)",
-          SCHEDULE_NAMES[r->schedule], r->stages, r->m, r->bubble, 100 * MODELLED_BOUND, r->formula, r->late_ms,
-          r->span_ms, modelled_lower(r), modelled_upper(r), r->spawns, r->spawns == 1 ? "" : "s");
-    int over = 0; /* stages s that held more than p - s */
-    for (int s = 0; s < r->stages; s++)
-        over += r->held[s] > r->stages - s;
-    if (r->schedule == ONE_F_ONE_B)
-        check(over == 0,
-              "modelled 1F1B, %d stages, %d micro-batches: stage s held at most p - s micro-batches' "
-              "activations (stage 0: %d, stage %d: %d)",
-              r->stages, r->m, r->held[0], r->stages - 1, r->held[r->stages - 1]);
-}
-
 static void pipeline_parallelism(void) {
     progress("pipeline parallelism");
     note("## Pipeline parallelism\n\n"
@@ -1058,7 +1051,6 @@ static void pipeline_parallelism(void) {
     table_show(pipeline_pairs_table(real, twin)); /* a row per schedule and shape, real beside modelled */
     for (int k = 0; k < 3; k++)
         chart_show(pipelines_chart(&real[k], &twin[twin_of[k]], SCHEDULE_NAMES[runs[k][1]]));
-    baseline_free(&pipe);
     note("What each run proves. The modelled runs show the schedules' lesson: the bubble is (p - 1) / (m + p - 1) "
          "for GPipe and 1F1B alike, within 10%%, shrinking from %.3f to %.3f as m grows from 8 to 32 on 4 stages; "
          "1F1B's stage 0 held %d activations where GPipe's held %d. The real runs show what this machine does to it: "
@@ -1066,7 +1058,10 @@ static void pipeline_parallelism(void) {
          "device in both schedules.",
          twin[2].bubble, twin[4].bubble, twin[3].held[0], twin[2].held[0], real[0].bubble, real[1].bubble,
          real[2].bubble, real[0].cores);
+    pipeline_at_scale(pipeline_schedule_main, &pipe.cfg); /* lecture_08/at_scale.c: 4, 8, 16 stages, simulated */
+    baseline_free(&pipe);
 }
+
 
 /* Forward of micro-batch k: receive from the stage before (stage 0 reads the data), compute, stamp, send on. */
 static void forward_step(stage *s, int k) {
@@ -1115,6 +1110,14 @@ static void run_schedule(stage *s) {
         if (s->sent_back[k]) dist_wait(s->sent_back[k]);
         tensor_free(s->dx_out[k]);
     }
+}
+
+/* The schedule once, for the replay: no timeline gathered (the pipeline rule takes neighbours' messages only). */
+static void pipeline_schedule_main(int rank, int world_size, void *args) {
+    stage *s = stage_new(args, rank, world_size);
+    dist_barrier(); /* every stage ready before the clock matters */
+    run_schedule(s);
+    stage_free(s);
 }
 
 static void pipeline_main(int rank, int world_size, void *args) {

@@ -249,6 +249,68 @@ void spawn_return(const void *data, size_t size);
  * it failed keeps its value. */
 size_t spawn_result(int rank, void *out, size_t cap);
 
+/* The run's twin at run time (docs/twin.md): the last spawn's calls replayed
+ * on a simulated platform (tools/twin/platforms/), for a lecture that
+ * teaches with a simulated figure: to predict() it, chart it, say it.
+ *
+ *     twin_record(1);                        // record the spawns that follow
+ *     spawn(ddp_step, 4, &args, sizeof args);
+ *     twin_record(0);
+ *     twin_result t;
+ *     if (twin_last_spawn("scaled", 512, &t))  // DDP's rule: the same step on 512 ranks
+ *         note("%s: a step takes %.2f ms", t.label, quoted(t.simulated_s * 1e3));
+ *     else
+ *         note("Not simulated: %s.", t.why);
+ *
+ * twin_record(on): each rank of the spawns that follow records what it did,
+ * as --twin-record makes every spawn do (a run with --twin-record records
+ * them all whatever this says; only --twin-record writes NAME.events.json).
+ *
+ * twin_last_spawn(platform, ranks, out): replays the last spawn on
+ * `platform` (a file tools/twin/platforms/PLATFORM.xml) with SimGrid's
+ * replay (build/tools/twin/twin_replay beside the lecture's build, or
+ * $LECTERN_TWIN_REPLAY); `ranks` 0 replays it at its own world size, P > 0
+ * at P ranks by its strategy's extension rule (DDP: the same step on a
+ * bigger ring; pipeline: the same schedule over more stages). Returns 1 and
+ * fills *out; the trace's spawn gets the same "twin" entry `make twin`
+ * writes (docs/trace-format.md), named as out->platform ("scaled@512").
+ * Returns 0 with out->why when it could not simulate: SimGrid's replay not
+ * built, or LECTERN_TWIN=0 in the environment (a lecture says so in a note
+ * and goes on; the run does not fail and the trace gets no twin); or bad
+ * input, which is also an error step at this line naming the problem: an
+ * unknown platform, no spawn yet, a last spawn that was not recorded, a
+ * spawn its rule cannot extend to `ranks`, a replay that fails. */
+void twin_record(int on);
+
+#define TWIN_MAX_COLLECTIVES 64
+
+typedef struct twin_collective {
+    char op[24];       /* "all_reduce", as dist_call_name spells it */
+    double bytes;      /* the call's size (docs/twin.md, as nccl-tests counts it) */
+    int ranks;         /* the ranks it spanned */
+    int calls;         /* calls of this op and size in the spawn */
+    double time_s;     /* their median simulated time */
+    double algbw_GBps; /* bytes / time_s, GB = 1e9 bytes */
+    double busbw_GBps; /* algbw times nccl-tests' bus factor */
+} twin_collective;
+
+typedef struct twin_result {
+    int ran;            /* 1: the figures below are the replay's */
+    char why[512];      /* ran 0: why not ("SimGrid's replay is not built: ...") */
+    char platform[64];  /* "h100-node", or "scaled@512" for ranks > 0 */
+    char label[96];     /* "simulated on scaled@512": every figure's caption carries it */
+    int ranks;          /* ranks simulated */
+    int recorded_ranks; /* ranks that ran here */
+    char rule[16];      /* "ddp" or "pipeline" when extended; "" when not */
+    double simulated_s; /* the spawn on the platform, simulated */
+    double measured_s;  /* the same spawn here, measured */
+    double busy_max_s;  /* the most simulated time any rank spent computing (compute and modelled spans) */
+    int n_collectives;  /* per collective op and size (at most TWIN_MAX_COLLECTIVES, smallest first) */
+    twin_collective collectives[TWIN_MAX_COLLECTIVES];
+} twin_result;
+
+int twin_last_spawn(const char *platform, int ranks, twin_result *out);
+
 /* ------------------------------------------------------------------ */
 /* 3. Tensors: small tensors on host or device, fp32 unless to_dtype()  */
 /* ------------------------------------------------------------------ */

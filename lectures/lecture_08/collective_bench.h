@@ -65,8 +65,23 @@ typedef struct bench_args {
 void bench_sweep(const bench_args *a, int world_size, bench_result *all_reduce, bench_result *reduce_scatter);
 /* One operation's results as a table (for the caller to show): size, time, algbw, busbw. */
 table_t *bench_table(const char *op, int world_size, const bench_result *r, int n);
-/* busbw against message size, one line per operation: a chart for the caller to show. */
-chart_t *busbw_chart(int world_size, const bench_result *all_reduce, const bench_result *reduce_scatter, int n);
+/* What rank 0 of a sweep hands back (spawn_return) for the lecture's chart. */
+typedef struct bench_report {
+    int n;
+    char backend[32]; /* dist_backend() in the ranks */
+    bench_result all_reduce[MAX_SIZES], reduce_scatter[MAX_SIZES];
+} bench_report;
+/* busbw against message size, one line per operation, and the twin's
+ * all-reduce beside them when it ran (NULL: none): a chart for the caller to show. */
+chart_t *busbw_chart(int world_size, const bench_report *r, const twin_result *twin);
+/* Rank 0 of a sweep: its results and backend handed to the lecture (spawn_return) as a bench_report. */
+void return_report(const bench_result *all_reduce, const bench_result *reduce_scatter, int n);
+/* In the lecture after a sweep's spawn: its busbw chart from rank 0's
+ * bench_report, with `node` (the sweep replayed on h100-node; NULL: none)
+ * beside it: a predict() before, a note after, or a note why not. */
+void show_busbw(int world_size, const twin_result *node);
+/* The twin's simulated all-reduce of `bytes` (NULL when it has none). */
+const twin_collective *twin_all_reduce(const twin_result *t, double bytes);
 /* Measured all-reduce times against the fitted model, log-log: a chart for the caller to show. */
 chart_t *cost_model_chart(int world_size, const bench_result *r, int n, const cost_model *m);
 /* Rank 0's notes on a sweep: busbw of both operations, where all-reduce's

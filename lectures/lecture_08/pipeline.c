@@ -465,3 +465,20 @@ table_t *bubble_conventions_table(int m) {
                   (double)(shapes[k][0] - 1) / shapes[k][1]);
     return t;
 }
+
+/* A modelled run's checks: its bubble against the formula, and 1F1B's activations per stage against p - s. */
+void check_modelled(const pipe_result *r) {
+    check(r->bubble >= modelled_lower(r) && r->bubble <= modelled_upper(r),
+          "modelled %s, %d stages, %d micro-batches: measured bubble %.4f within %.0f%% of (p-1)/(m+p-1) = %.4f "
+          "give or take lateness %.1f ms / span %.1f ms: %.4f to %.4f (quickest pass of %d spawn%s)",
+          SCHEDULE_NAMES[r->schedule], r->stages, r->m, r->bubble, 100 * MODELLED_BOUND, r->formula, r->late_ms,
+          r->span_ms, modelled_lower(r), modelled_upper(r), r->spawns, r->spawns == 1 ? "" : "s");
+    int over = 0; /* stages s that held more than p - s */
+    for (int s = 0; s < r->stages; s++)
+        over += r->held[s] > r->stages - s;
+    if (r->schedule == ONE_F_ONE_B)
+        check(over == 0,
+              "modelled 1F1B, %d stages, %d micro-batches: stage s held at most p - s micro-batches' "
+              "activations (stage 0: %d, stage %d: %d)",
+              r->stages, r->m, r->held[0], r->stages - 1, r->held[r->stages - 1]);
+}

@@ -215,4 +215,8 @@ void note_replay(const pipe_result *r);
  * time, for 2 and 4 stages with m micro-batches and 4 stages with 32. */
 table_t *bubble_conventions_table(int m);
 
+/* A modelled run's checks (in the lecture): its bubble within MODELLED_BOUND of the formula, give or take
+ * lateness, and 1F1B's stage s holding at most p - s micro-batches' activations. */
+void check_modelled(const pipe_result *r);
+
 #endif

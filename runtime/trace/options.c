@@ -143,7 +143,14 @@ const char *lecture_option(const char *name, const char *fallback) {
 }
 
 int lx_inspect_collectives(void) { return find_given(LX_INSPECT_COLLECTIVES) != NULL; }
-int lx_twin_recording(void) { return find_given(LX_TWIN_RECORD) != NULL; }
+/* twin_record(1) (twin_run.c) asks for the record without the option: the
+ * lecture then records as if it were given, and so do its ranks, which get
+ * it in the options text below (a rank's own copy is never set). */
+static int twin_requested;
+
+void lx_twin_request(int on) { twin_requested = on != 0; }
+int lx_twin_record_given(void) { return find_given(LX_TWIN_RECORD) != NULL; }
+int lx_twin_recording(void) { return twin_requested || lx_twin_record_given(); }
 
 /* "naive\nn=8\n": what was given, for the ranks. */
 char *lx_options_text(void) {
@@ -152,6 +159,7 @@ char *lx_options_text(void) {
     for (int i = 0; i < n_given; i++)
         lx_sb_printf(&sb, "%s%s%s\n", given_list[i].name, given_list[i].value ? "=" : "",
                      given_list[i].value ? given_list[i].value : "");
+    if (twin_requested && !lx_twin_record_given()) lx_sb_printf(&sb, "%s\n", LX_TWIN_RECORD);
     return sb.s;
 }
 

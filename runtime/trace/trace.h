@@ -312,6 +312,8 @@ int lx_inspect_collectives(void);
  * ranks too): twin_record.c records what each rank does. */
 #define LX_TWIN_RECORD "twin-record"
 int lx_twin_recording(void);
+int lx_twin_record_given(void); /* --twin-record itself, not twin_record(1) */
+void lx_twin_request(int on);   /* twin_record(on): record without the option */
 
 /* ---------------- twin_record.c (what each rank did, for a replay) ---------------- */
 
@@ -349,6 +351,9 @@ char *lx_twin_rank_text(void);
 /* The lecture: rank `rank` of spawn `spawn_id` sent `text`. Kept until the
  * trace is written; NAME.events.json is written with a good trace. */
 void lx_twin_add_rank(int spawn_id, int rank, int world_size, const char *text);
+/* The recorded events of spawn `id` ({"id", "world_size", "ranks"}), or NULL
+ * when none were recorded; owned by twin_record.c. */
+cJSON *lx_twin_spawn_events(int id);
 
 /* ---------------- check.c (check, check_close) ---------------- */
 

@@ -291,9 +291,19 @@ void lx_twin_add_rank(int spawn_id, int rank, int world_size, const char *text) 
     else cJSON_Delete(got);
 }
 
-/* NAME.events.json beside the trace, when the trace written was a good one. */
+cJSON *lx_twin_spawn_events(int id) {
+    cJSON *it;
+    cJSON_ArrayForEach(it, spawns) {
+        if (cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(it, "id")) == id) return it;
+    }
+    return NULL;
+}
+
+/* NAME.events.json beside the trace, when the trace written was a good one
+ * and the run was asked for it (--twin-record; twin_record(1) alone keeps the
+ * events for twin_last_spawn and writes no file). */
 static void write_events(void) {
-    if (!spawns || lx_failed()) return;
+    if (!spawns || lx_failed() || !lx_twin_record_given()) return;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "version", 1);
     cJSON_AddStringToObject(root, "lecture", lx_lecture_name());

@@ -581,7 +581,11 @@ class Numbers:
         self.assertTrue(all(r["passed"] for r in checks), [r["data"] for r in checks if not r["passed"]])
         self.assertIs(self.trace["meta"]["modelled_compute"], True)
         # each modelled run's spans are in the trace: 2 m operations a stage, the asked times
-        spans = [x for x in self.trace["modelled"] if x.get("function") in ("stage_forward", "stage_backward")]
+        # (not the run recorded for the replay at more stages, lecture_08/at_scale.c: its spawn has a pipeline twin)
+        replayed = {sp["id"] for sp in self.trace["spawns"]
+                    if any(t.get("rule") == "pipeline" for t in sp.get("twin", {}).values())}
+        spans = [x for x in self.trace["modelled"]
+                 if x.get("function") in ("stage_forward", "stage_backward") and x["spawn"] not in replayed]
         pairs = self.pipeline_pairs()
         per_pass = sum(2 * m * p * pairs[(sch, p, m)]["modelled: spawns"] for p, m, sch in MODELLED_SHAPES)
         passes = len(spans) // per_pass
@@ -976,7 +980,7 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
     def test_predictions_hold_what_follows(self):
         """Three questions (predict()): each one's hidden value is the number the
         table or note after it states, read from there, not from the question."""
-        asked = self.renderings("predict")
+        asked = [(s, r) for s, r in self.renderings("predict") if "simulated" not in r["question"].lower()]
         self.assertEqual(len(asked), 3, [r["question"][:60] for _, r in asked])
         by_unit = {r["unit"]: (s, r) for s, r in asked}
         self.assertEqual(sorted(by_unit), ["", "GB/s", "bytes"])
@@ -1031,7 +1035,7 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
             busbw[(op, n)] = [(row[0], row[3]) for row in r["rows"]]
         self.assertEqual(seen, {("all-reduce", 2), ("all-reduce", 4), ("reduce-scatter", 2),
                                 ("reduce-scatter", 4)})
-        plots = [(r["spec"], f["world_size"]) for _, r, f in self.noted("world_size", "dist_backend()", kind="plot")]
+        plots = [(r["spec"], f["world_size"]) for _, r, f in self.noted("world_size", "r->backend", kind="plot")]
         self.assertEqual(len(plots), 2)
         for spec, n in plots:
             self.assertEqual(spec["encoding"]["y"]["title"], "busbw (GB/s)")
@@ -1265,6 +1269,136 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
             self.assertTrue(any(m.startswith("*Not run here: this machine has no GPU*")
                                 or m.startswith("*Not run here: this build has no CUDA support*") for m in section))
             self.assertTrue(any(m.startswith("On a CPU rank an Open MPI transfer's copies and sums") for m in section))
+
+
+# The twin's closed forms (tests/twin/test_twin.py): a platform file read
+# independently of the replay, and the tolerances of its clock.
+sys.path.insert(0, os.path.join(ROOT, "tests", "twin"))
+from test_twin import REL, REPLAY, RING_ATOL, Fabric  # noqa: E402
+
+
+@unittest.skipUnless(os.path.exists(REPLAY), "the twin's replay is not built (SimGrid missing: libsimgrid-dev)")
+class SimulatedFigures(Run, unittest.TestCase):
+    """The figures lecture_08 quotes from its twin (twin_last_spawn), each
+    against a closed form derived here from the platform file."""
+
+    def twins(self, platform, rule):
+        """(spawn, its twin on platform) for every spawn replayed there by `rule`, in order."""
+        return [(sp, sp["twin"][platform]) for sp in self.trace["spawns"]
+                if sp.get("twin", {}).get(platform, {}).get("rule") == rule]
+
+    def test_busbw_on_h100_node(self):
+        fab = Fabric("h100-node")
+        (sp, twin), = self.twins("h100-node@8", "ddp")
+        self.assertEqual((twin["world_size"], twin["rule"], twin["recorded_ranks"], sp["world_size"]),
+                         (8, "ddp", 4, 4))
+        simulated = {c["bytes"]: c for c in twin["collectives"] if c["op"] == "all_reduce" and c["ranks"] == 8}
+        (spec,) = [r["spec"] for _, r, f in self.noted("world_size", "r->backend", kind="plot") if f["world_size"] == 4]
+        series = [v["series"] for v in spec["data"]["values"] if v["series"].startswith("simulated on h100-node")]
+        self.assertTrue(series, "the 4-rank busbw chart has no simulated series")
+        points = [(v["x"], v["y"]) for v in spec["data"]["values"] if v["series"] == series[0]]
+        measured = [(v["x"], v["y"]) for v in spec["data"]["values"] if v["series"] == "all-reduce"]
+        self.assertEqual([x for x, _ in points], [x for x, _ in measured], "a simulated point per measured size")
+        for mib, busbw in points:
+            b = mib * 2 ** 20
+            self.assertEqual(busbw, simulated[b]["busbw_GBps"], "the chart plots the trace's twin")
+            # the ring on NVLink: 2 (p - 1) steps of latency + b / p / bandwidth (test_twin's closed form)
+            t, _ = fab.ring(8, b)
+            self.assertAlmostEqual(simulated[b]["time_s"], t, delta=RING_ATOL)
+            self.assertAlmostEqual(busbw * 1e9 / (b / t * 2 * 7 / 8), 1, delta=REL)
+            self.assertLess(busbw * 1e9, fab.links["nvl0"][0], "busbw above the link rate")
+        # the question's hidden value and the sentence's figures are the largest size's
+        (_, asked), = [(s, r) for s, r in self.renderings("predict") if "h100-node" in r["question"]]
+        self.assertEqual(asked["value"], points[-1][1])
+        said = self.figures("sim->busbw_GBps", "last->busbw")
+        self.assertEqual(said["sim->busbw_GBps"], points[-1][1])
+        self.assertEqual(said["last->bytes / (1 << 20)"], points[-1][0])
+        self.assertEqual(said["last->busbw"], measured[-1][1])
+        text = self.noted("sim->busbw_GBps")[0][1]["data"]
+        self.assertIn("simulated", text)
+        self.assertIn("320 (2 GPUs) and 335 (4 GPUs)", text)   # the reference's measurement, cited as such
+
+    def test_pipeline_bubble_at_more_stages(self):
+        rows = self.columns(self.table(r"^GPipe, 8 micro-batches, simulated on scaled at P stages"))
+        self.assertEqual(rows["stages P"], [4, 8, 16])
+        m = 8
+        for k, P in enumerate(rows["stages P"]):
+            formula = (P - 1) / (m + P - 1)
+            self.assertAlmostEqual(rows["formula (P - 1) / (m + P - 1)"][k], formula, places=12)
+            self.assertEqual(rows["platform"][k], "simulated on scaled@%d" % P)
+            (sp, twin), = self.twins("scaled@%d" % P, "pipeline")
+            self.assertEqual((twin["world_size"], twin["rule"], twin["recorded_ranks"]), (P, "pipeline", 4))
+            # the bubble recomputed from the trace's timelines: 1 - the busiest stage's computing time / the whole
+            self.assertEqual(len(twin["ranks"]), P)
+            busy = max(sum(x["end"] - x["start"] for x in r if x["op"] in ("compute", "modelled"))
+                       for r in twin["ranks"])
+            bubble = 1 - busy / twin["simulated_s"]
+            # timelines are rounded to 1e-9 s in the trace, 2 (m) spans a stage each way: 1e-6 covers the sum
+            self.assertAlmostEqual(rows["simulated bubble"][k], bubble, delta=1e-6)
+            self.assertAlmostEqual(rows["simulated time"][k], twin["simulated_s"] * 1e3, places=9)
+            # against the formula: what the formula leaves out is the messages between stages (an activation,
+            # microseconds over NVLink or InfiniBand) and the replayed work between spans, against slots of
+            # 60 ms x 4 / P of modelled compute: 2% of the formula is far above them (measured: 0.01%), and far
+            # below stages of unequal work (the end stages left unsplit: the busiest stage's idle is then another)
+            self.assertAlmostEqual(bubble / formula, 1, delta=0.02, msg=(P, bubble, formula))
+        self.assertEqual(rows["simulated bubble"], sorted(rows["simulated bubble"]), "the bubble grows with P")
+        (_, asked), = [(s, r) for s, r in self.renderings("predict") if "scaled@16" in r["question"]]
+        self.assertEqual(asked["value"], rows["simulated bubble"][2])
+        said = self.figures("simulated_bubble(&t[0])")
+        self.assertEqual([said["simulated_bubble(&t[%d])" % k] for k in range(3)], rows["simulated bubble"])
+
+    def test_ddp_step_from_8_to_512_gpus(self):
+        fab = Fabric("scaled")
+        rows = self.columns(self.table(r"^One DDP step, simulated on scaled at P GPUs"))
+        self.assertEqual(rows["GPUs P"], [8, 64, 512])
+        bucket = 16 * 2 ** 20   # lecture_08.c: SCALE_BUCKET_FLOATS floats
+        for k, P in enumerate(rows["GPUs P"]):
+            (blocking, b_twin), (overlapped, o_twin) = self.twins("scaled@%d" % P, "ddp")
+            self.assertEqual((b_twin["rule"], o_twin["rule"], b_twin["world_size"]), ("ddp", "ddp", P))
+            self.assertEqual(rows["platform"][k], "simulated on scaled@%d" % P)
+            self.assertAlmostEqual(rows["blocking: simulated step"][k], b_twin["simulated_s"] * 1e3, places=9)
+            self.assertAlmostEqual(rows["overlapped: simulated step"][k], o_twin["simulated_s"] * 1e3, places=9)
+            # each blocking all-reduce on rank 0's timeline is the ring's closed form on P GPUs
+            spans = [x["end"] - x["start"] for x in b_twin["ranks"][0] if x["op"] == "all_reduce"]
+            self.assertEqual(len(spans), 2)
+            ring, _ = fab.ring(P, bucket)
+            for t in spans:
+                self.assertAlmostEqual(t, ring, delta=RING_ATOL + REL * ring)
+                # the rule: less its 2 (P - 1) latencies, each GPU's link carries 2 (P - 1) / P of the bucket
+                lat, bw = max((fab.hop(r, (r + 1) % P) for r in range(P)), key=lambda h: h[0] + bucket / P / h[1])
+                self.assertAlmostEqual((t - 2 * (P - 1) * lat) * bw / bucket, 2 * (P - 1) / P, delta=1e-4)
+            # the blocking step is its compute, then the two rings, one after the other
+            compute = sum(x["end"] - x["start"] for x in b_twin["ranks"][0] if x["op"] in ("compute", "modelled"))
+            self.assertAlmostEqual(b_twin["simulated_s"], compute + 2 * ring, delta=2 * RING_ATOL + 1e-6)
+            self.assertLessEqual(o_twin["simulated_s"], b_twin["simulated_s"], "overlap made the step slower")
+        blocking = rows["blocking: simulated step"]
+        self.assertEqual(blocking, sorted(blocking), "the step does not grow with P")
+        self.assertGreater(blocking[2], blocking[0])
+        (_, asked), = [(s, r) for s, r in self.renderings("predict") if "scaled@512" in r["question"]]
+        self.assertAlmostEqual(asked["value"], blocking[2], places=9)
+        said = self.figures("t[0][0].simulated_s * 1e3")
+        self.assertAlmostEqual(said["t[0][2].simulated_s * 1e3"], blocking[2], places=9)
+        self.assertAlmostEqual(said["t[1][2].simulated_s * 1e3"], rows["overlapped: simulated step"][2], places=9)
+
+
+class WithoutTheReplay(Run, unittest.TestCase):
+    """The replay hidden (as in a build without SimGrid): the lecture runs and
+    passes, says for each simulated figure why there is none, and its trace
+    holds no twin and no simulated figure."""
+    ENV = {"LECTERN_TWIN_REPLAY": "/nonexistent/twin_replay"}
+
+    def test_not_simulated_and_says_why(self):
+        self.assertFalse([sp["id"] for sp in self.trace["spawns"] if "twin" in sp])
+        why = [m for m in (r["data"] for _, r in self.renderings("markdown")) if m.startswith("Not simulated on")]
+        self.assertEqual(len(why), 3, why)   # the busbw chart, the DDP step, the pipeline's stages
+        for m in why:
+            self.assertIn("SimGrid's replay is not built (/nonexistent/twin_replay): install libsimgrid-dev", m)
+        self.assertFalse([r["question"] for _, r in self.renderings("predict") if "simulated" in r["question"]])
+        self.assertFalse([t for t in self.markdown() if t.startswith("Simulated on")])
+        self.assertFalse([r for _, r in self.renderings("table") if "simulated on" in (r.get("caption") or "")])
+        for _, r in self.renderings("plot"):
+            self.assertFalse([v for v in r["spec"].get("data", {}).get("values", [])
+                              if str(v.get("series", "")).startswith("simulated")])
 
 
 class WorkThatDoesNotDivide(unittest.TestCase):

@@ -33,6 +33,9 @@
  *              activations sent between stages keep their size (the
  *              micro-batch is the same).
  *
+ * Either rule keeps a barrier over the world (it lines the ranks up and
+ * moves nothing): at P ranks it is a barrier over the P.
+ *
  * Anything else (collectives over groups, messages beyond neighbours:
  * tensor parallelism, ZeRO's groups, a ring of messages closed from the
  * last rank to the first) has no rule here and is refused, with why.
@@ -85,6 +88,10 @@ static std::string strategy(const Spawn &sp, int P) {
     for (int r = 0; r < sp.world_size; r++) {
         for (const Event &e : sp.ranks[r].events) {
             if (is_local(e.op)) continue;
+            /* A barrier over the world only lines the ranks up (a pipeline's
+             * stages before the clock matters): either rule keeps it, over
+             * the P ranks. Over a group it is refused below like any call. */
+            if (e.op == "barrier" && e.group.empty()) continue;
             std::string who = "rank " + std::to_string(r) + "'s " + e.op;
             if (is_message(e.op)) {
                 messages = true;
