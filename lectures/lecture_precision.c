@@ -183,7 +183,7 @@ static void formats(void) {
 
 /* The model of every training run below: lectures/lib/mlp.h's stack. */
 static mlp_config model_config(void) {
-    mlp_config c = {.batch = 64, .width = 64, .layers = 4, .steps = 60, .lr = 1e-3f};
+    mlp_config c = {.batch = 64, .width = 64, .layers = 4, .steps = 60, .lr = 1e-4f};
     return c;
 }
 
@@ -348,7 +348,279 @@ static void memory_per_parameter(void) {
 /* 3. bf16 training, with and without fp32 master weights              */
 /* ------------------------------------------------------------------ */
 
-static void bf16_training(void) {}
+/* One training run of the MLP. What the products read is w: fp32, or bf16.
+ * With master weights, AdamW updates the fp32 master and w is its bf16
+ * copy; without, AdamW updates the bf16 w itself. */
+typedef enum { RUN_FP32, RUN_MIXED, RUN_BF16_ONLY, N_RUNS } run_kind;
+static const char *const RUN_NAMES[N_RUNS] = {"fp32", "bf16, fp32 master weights", "bf16, no master weights"};
+
+typedef struct run {
+    run_kind kind;
+    int layers;
+    tensor *w[MAX_LAYERS], *master[MAX_LAYERS], *grad[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+} run;
+
+static run run_new(const mlp_config *c, run_kind kind) {
+    run r = {.kind = kind, .layers = c->layers};
+    for (int i = 0; i < c->layers; i++) {
+        tensor *w = init_layer(c, i, -1);
+        r.master[i] = kind == RUN_MIXED ? w : NULL;
+        r.w[i] = kind == RUN_FP32 ? w : to_dtype(w, DTYPE_BF16);
+        if (kind == RUN_BF16_ONLY) tensor_free(w);
+        r.grad[i] = zeros(c->width, c->width, -1); /* fp32: the products accumulate in fp32 */
+        r.opt[i] = adamw_new(kind == RUN_MIXED ? r.master[i] : r.w[i], c->lr);
+    }
+    return r;
+}
+
+static void run_free(run *r) {
+    for (int i = 0; i < r->layers; i++) {
+        tensor_free(r->w[i]);
+        if (r->master[i]) tensor_free(r->master[i]);
+        tensor_free(r->grad[i]);
+        adamw_free(r->opt[i]);
+    }
+}
+
+/* The product's input in the dtype of the weights: bf16 runs round each
+ * layer's input to bf16 (and keep it so for backward: half the bytes). */
+static tensor *as_weights(const run *r, const tensor *x) {
+    return r->kind == RUN_FP32 ? to_device(x, x->device) : to_dtype(x, DTYPE_BF16);
+}
+
+/* Forward and backward: r->grad[i] = d mean(out^2) / d w[i], in fp32
+ * accumulators; the loss is returned. Every product reads inputs of the
+ * weights' dtype and sums in fp32, as a tensor core does. The loss is
+ * multiplied by loss_scale before backward (1: none), so the gradients are
+ * too. */
+static double forward_backward(run *r, const tensor *x, float loss_scale) {
+    tensor *in[MAX_LAYERS], *pre[MAX_LAYERS], *out = to_device(x, x->device);
+    for (int i = 0; i < r->layers; i++) {
+        in[i] = as_weights(r, out);
+        tensor_free(out);
+        pre[i] = matmul(in[i], r->w[i]);
+        out = gelu(pre[i]);
+    }
+    double loss = mse_loss(out);
+    tensor *dy = mse_loss_backward(out);
+    if (loss_scale != 1.0f) scale_(dy, loss_scale);
+    tensor_free(out);
+    for (int i = r->layers - 1; i >= 0; i--) {
+        tensor *dh32 = gelu_backward(pre[i], dy), *dh = as_weights(r, dh32);
+        tensor_free(dh32);
+        tensor_free(dy);
+        matmul_into(r->grad[i], in[i], dh, 1, 0, 1.0f, 0.0f);
+        dy = NULL;
+        if (i > 0) {
+            dy = zeros(x->shape[0], x->shape[1], -1);
+            matmul_into(dy, dh, r->w[i], 0, 1, 1.0f, 0.0f);
+        }
+        tensor_free(dh);
+        tensor_free(in[i]);
+        tensor_free(pre[i]);
+    }
+    return loss;
+}
+
+/* The update: bf16 runs keep bf16 gradients (rounded once from the fp32
+ * accumulator); mixed precision steps the fp32 master and copies it into
+ * the bf16 weights, the bf16-only run steps the bf16 weights themselves. */
+static void update(run *r, int i) {
+    if (r->kind == RUN_FP32) {
+        adamw_step(r->opt[i], r->w[i], r->grad[i]);
+        return;
+    }
+    tensor *g16 = to_dtype(r->grad[i], DTYPE_BF16);
+    if (r->kind == RUN_MIXED) {
+        adamw_step(r->opt[i], r->master[i], g16);
+        tensor_copy(r->w[i], r->master[i]); /* rounds to bf16 */
+    } else {
+        adamw_step(r->opt[i], r->w[i], g16);
+    }
+    tensor_free(g16);
+}
+
+static double train_step(run *r, const tensor *x) {
+    double loss = forward_backward(r, x, 1.0f);
+    for (int i = 0; i < r->layers; i++)
+        update(r, i);
+    return loss;
+}
+
+/* What AdamW meant to do to a bf16-only layer at its next step, and what
+ * the bf16 weights kept. The update is computed in fp32 on a copy of the
+ * weights with a copy of the optimizer's state (the same arithmetic
+ * adamw_step does before it rounds). */
+typedef struct vanishing {
+    int64_t params, moved_in_fp32, unchanged_in_bf16, vanished, below_half_gap;
+    float before[8], update[8], half_gap[8], after[8];
+} vanishing;
+
+/* Half the distance from w to its bf16 neighbour in the direction of d:
+ * the largest update that rounds back to w. bf16 has 8 significant bits,
+ * so in the binade [2^(e-1), 2^e) the gap is 2^(e-8); moving towards zero
+ * from a power of two, the gap below is half that. */
+static double half_gap_towards(float w, float d) {
+    int e;
+    double m = frexp(fabs((double)w), &e); /* |w| = m 2^e, m in [0.5, 1) */
+    double gap = ldexp(1.0, e - 8);
+    if (m == 0.5 && (d < 0) != (w < 0)) gap /= 2;
+    return gap / 2;
+}
+
+static void count_vanishing(vanishing *v, const float *before, const float *intended, const float *after, int64_t n) {
+    for (int64_t k = 0; k < n; k++) {
+        float d = intended[k] - before[k]; /* exact: the two are within a factor of 2 */
+        v->params++;
+        v->moved_in_fp32 += d != 0;
+        v->unchanged_in_bf16 += after[k] == before[k];
+        v->vanished += d != 0 && after[k] == before[k];
+        v->below_half_gap += d != 0 && fabs((double)d) < half_gap_towards(before[k], d);
+        if (v->params <= 8) {
+            int j = (int)v->params - 1;
+            v->before[j] = before[k];
+            v->update[j] = d;
+            v->half_gap[j] = (float)half_gap_towards(before[k], d);
+            v->after[j] = after[k];
+        }
+    }
+}
+
+/* The bf16-only run's next step, layer by layer, watched. */
+static vanishing watched_step(run *r, const tensor *x, double *loss) {
+    vanishing v = {0};
+    *loss = forward_backward(r, x, 1.0f);
+    for (int i = 0; i < r->layers; i++) {
+        tensor *fp32 = to_dtype(r->w[i], DTYPE_F32), *g16 = to_dtype(r->grad[i], DTYPE_BF16);
+        adamw *twin = adamw_new(fp32, r->opt[i]->lr);
+        tensor_copy(twin->m, r->opt[i]->m);
+        tensor_copy(twin->v, r->opt[i]->v);
+        twin->step = r->opt[i]->step;
+        float *before = host_values(fp32);
+        adamw_step(twin, fp32, g16);
+        update(r, i);
+        float *intended = host_values(fp32), *after = host_values(r->w[i]);
+        count_vanishing(&v, before, intended, after, fp32->numel);
+        free(before);
+        free(intended);
+        free(after);
+        adamw_free(twin);
+        tensor_free(g16);
+        tensor_free(fp32);
+    }
+    return v;
+}
+
+static double largest_difference(const run *a, const run *b) {
+    double worst = 0;
+    for (int i = 0; i < a->layers; i++) {
+        const tensor *wa = a->master[i] ? a->master[i] : a->w[i], *wb = b->master[i] ? b->master[i] : b->w[i];
+        worst = fmax(worst, max_abs_diff(wa, wb));
+    }
+    return worst;
+}
+
+/* The bf16-only run's last step, shown: what AdamW meant and what stuck. */
+static void vanished_updates(const vanishing *v, float lr) {
+    note("### Updates that vanish");
+    note("AdamW moves each weight by about lr = %g a step. bf16's gap between neighbours near a "
+         "weight of 0.1 is 2^-11 = 0.00049: an update under half the gap rounds back to the "
+         "weight it started from. The last step of the bf16-only run, watched: each layer's "
+         "update computed in fp32 (a copy of the optimizer's state, the same arithmetic), then "
+         "the bf16 weights after the real step.",
+         lr);
+    table_t *t = table_new("The first 8 weights of layer 0 in the bf16-only run's last step");
+    table_column(t, "weight before", NULL, "%.8g");
+    table_column(t, "update, fp32", NULL, "%.4g");
+    table_column(t, "half the gap to the next bf16", NULL, "%.4g");
+    table_column(t, "weight after", NULL, "%.8g");
+    table_column(t, "the update", NULL, "%s");
+    for (int j = 0; j < 8; j++)
+        table_row(t, (double)v->before[j], (double)v->update[j], (double)v->half_gap[j], (double)v->after[j],
+                  v->after[j] == v->before[j] ? "vanished" : "kept");
+    table_show(t);
+    table_t *all = table_new("Every weight of the bf16-only run's last step");
+    table_column(all, "weights", NULL, "%lld");
+    table_column(all, "moved by the fp32 update", NULL, "%lld");
+    table_column(all, "unchanged in bf16", NULL, "%lld");
+    table_column(all, "update vanished", NULL, "%lld");
+    table_column(all, "update below half the gap", NULL, "%lld");
+    table_row(all, (long long)v->params, (long long)v->moved_in_fp32, (long long)v->unchanged_in_bf16,
+              (long long)v->vanished, (long long)v->below_half_gap);
+    table_show(all);
+    /* Rounding to nearest keeps w exactly when |update| is under half the
+     * gap towards the update's side (a tie, exactly half, is not met here):
+     * the two counts are the same weights, or the rounding is not to
+     * nearest (truncation loses more, rounding up fewer). */
+    check(v->vanished == v->below_half_gap && v->vanished > 0,
+          "the updates that vanished are those under half of bf16's gap: %lld and %lld", (long long)v->vanished,
+          (long long)v->below_half_gap);
+    double lost = (double)v->vanished / (double)v->moved_in_fp32;
+    note("Of %lld weights the fp32 update moved, %lld came out of the step unchanged in bf16: %.0f%% "
+         "of the updates vanished, each one smaller than half the gap to its neighbour. fp32 master "
+         "weights keep them: 2^-24 of a weight is far below any update.",
+         quoted((long long)v->moved_in_fp32), quoted((long long)v->vanished), 100 * lost);
+}
+
+static void bf16_training(void) {
+    progress("bf16 training");
+    note("## bf16 training and fp32 master weights");
+    note("Three runs of the same model from the same weights: fp32 throughout; bf16 products "
+         "(each layer's input and weights rounded to bf16, the products summed in fp32, as a "
+         "tensor core does) with bf16 gradients and fp32 master weights; and the same without "
+         "master weights, AdamW updating the bf16 weights directly.");
+    mlp_config c = model_config();
+    tensor *x = make_data(&c, -1);
+    run r[N_RUNS];
+    static double steps[256], loss[N_RUNS][256];
+    vanishing v = {0};
+    for (int k = 0; k < N_RUNS; k++) {
+        r[k] = run_new(&c, k);
+        for (int s = 0; s < c.steps; s++) {
+            steps[s] = s;
+            if (k == RUN_BF16_ONLY && s == c.steps - 1) v = watched_step(&r[k], x, &loss[k][s]);
+            else loss[k][s] = train_step(&r[k], x);
+        }
+    }
+    chart_t *ch = chart_new("step", "loss", "The loss of %d steps, fp32 and bf16, AdamW lr %g", c.steps, c.lr);
+    chart_log_y(ch, 10);
+    for (int k = 0; k < N_RUNS; k++)
+        chart_line(ch, RUN_NAMES[k], steps, loss[k], c.steps);
+    chart_show(ch);
+    int last = c.steps - 1;
+    double drop[N_RUNS];
+    table_t *t = table_new("After %d steps", c.steps);
+    table_column(t, "run", NULL, "%s");
+    table_column(t, "first loss", NULL, "%.5g");
+    table_column(t, "last loss", NULL, "%.5g");
+    table_column(t, "loss drop", NULL, "%.5g");
+    table_column(t, "largest |weight - fp32 run's|", NULL, "%.3g");
+    for (int k = 0; k < N_RUNS; k++) {
+        drop[k] = loss[k][0] - loss[k][last];
+        table_row(t, RUN_NAMES[k], loss[k][0], loss[k][last], drop[k], largest_difference(&r[k], &r[RUN_FP32]));
+    }
+    table_show(t);
+    /* bf16 perturbs each product's inputs by at most 2^-9 of their size, so
+     * the mixed run's gradients are the fp32 run's within about a percent
+     * and its loss falls as far, within a few percent (0.1% here). 90% of the
+     * fp32 run's drop leaves room for that and for another model size; a run
+     * that loses most of its updates falls short of it (the bf16-only run:
+     * under half). */
+    check(drop[RUN_MIXED] >= 0.9 * drop[RUN_FP32], "bf16 with master weights trains as fp32 does: loss drop %.4g >= 0.9 x %.4g",
+          drop[RUN_MIXED], drop[RUN_FP32]);
+    check(drop[RUN_BF16_ONLY] < 0.9 * drop[RUN_FP32],
+          "bf16 without master weights falls short: loss drop %.4g < 0.9 x %.4g", drop[RUN_BF16_ONLY], drop[RUN_FP32]);
+    double share = drop[RUN_BF16_ONLY] / drop[RUN_FP32];
+    note("With fp32 master weights the bf16 run's loss fell as far as fp32's (%.5g against %.5g). "
+         "Without them it fell %.5g, %.0f%% of that: most of its updates were lost.",
+         quoted(drop[RUN_MIXED]), quoted(drop[RUN_FP32]), quoted(drop[RUN_BF16_ONLY]), 100 * share);
+    vanished_updates(&v, c.lr);
+    for (int k = 0; k < N_RUNS; k++)
+        run_free(&r[k]);
+    tensor_free(x);
+}
+
 static void fp16_loss_scaling(void) {}
 static void bf16_all_reduce(void) {}
 static void fp8_scaling(void) {}
