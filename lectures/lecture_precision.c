@@ -621,7 +621,221 @@ static void bf16_training(void) {
     tensor_free(x);
 }
 
-static void fp16_loss_scaling(void) {}
+/* ------------------------------------------------------------------ */
+/* 4. fp16 and loss scaling                                            */
+/* ------------------------------------------------------------------ */
+
+/* The deepest stack mlp.h allows: GELU roughly halves a small signal on
+ * the way down and again on the way back, so the first layers' gradients
+ * are the smallest numbers of the step. */
+static mlp_config deep_config(void) {
+    mlp_config c = {.batch = 64, .width = 64, .layers = MAX_LAYERS, .steps = 60, .lr = 1e-3f};
+    return c;
+}
+
+/* What fp16 does to the gradients r->grad holds (backward ran with the
+ * loss times some scale), each multiplied by `back` first (1 / that scale:
+ * the true gradient; 1: the scaled one): how many nonzero values become 0,
+ * and whether any becomes infinite. */
+typedef struct fp16_fate {
+    int64_t underflowed, nonzero;
+    int overflowed;
+    double largest;
+} fp16_fate;
+
+static fp16_fate fate_in_fp16(const run *r, double back) {
+    fp16_fate f = {0};
+    for (int i = 0; i < r->layers; i++) {
+        tensor *g16 = to_dtype_scaled(r->grad[i], DTYPE_F16, back);
+        float *g = host_values(r->grad[i]), *h = host_values(g16);
+        for (int64_t k = 0; k < g16->numel; k++) {
+            f.nonzero += g[k] != 0;
+            f.underflowed += g[k] != 0 && h[k] == 0;
+            f.overflowed |= isinf(h[k]);
+            f.largest = fmax(f.largest, fabs((double)g[k]) * back);
+        }
+        free(g);
+        free(h);
+        tensor_free(g16);
+    }
+    return f;
+}
+
+/* torch.amp.GradScaler's rule: halve the scale and skip the step on an
+ * overflow, double it after `interval` steps without one (0: never). */
+typedef struct scaler {
+    double scale;
+    int interval, good_steps;
+} scaler;
+
+/* One step of a run that keeps its gradients in fp16: backward with the
+ * loss times the scale, the gradients rounded to fp16; an infinity skips
+ * the update and halves the scale; otherwise they are unscaled in fp32 and
+ * AdamW steps the fp32 weights. Returns 1 when the update was made. */
+static int fp16_step(run *r, const tensor *x, scaler *s, double *loss) {
+    *loss = forward_backward(r, x, (float)s->scale);
+    tensor *g16[MAX_LAYERS];
+    int finite = 1;
+    for (int i = 0; i < r->layers; i++) {
+        g16[i] = to_dtype(r->grad[i], DTYPE_F16);
+        finite &= isfinite(tensor_sum(g16[i]));
+    }
+    for (int i = 0; i < r->layers; i++) {
+        if (finite) {
+            tensor *g = to_dtype_scaled(g16[i], DTYPE_F32, 1.0 / s->scale);
+            adamw_step(r->opt[i], r->w[i], g);
+            tensor_free(g);
+        }
+        tensor_free(g16[i]);
+    }
+    if (!finite) {
+        s->scale /= 2;
+        s->good_steps = 0;
+    } else if (s->interval > 0 && ++s->good_steps == s->interval) {
+        s->scale *= 2;
+        s->good_steps = 0;
+    }
+    return finite;
+}
+
+enum { FP16_STEPS = 60, SCALE_INTERVAL = 3 };
+static const double INITIAL_SCALE = 0x1p24;
+
+typedef struct fp16_history {
+    double step[FP16_STEPS], loss[3][FP16_STEPS], log2_scale[FP16_STEPS];
+    double lost_unscaled[FP16_STEPS], lost_scaled[FP16_STEPS], nonzero[FP16_STEPS], largest[FP16_STEPS];
+    int applied[FP16_STEPS];
+    double moved[3];     /* the largest |weight - its start| after the run */
+    double off_fp32[3];  /* the largest |weight - fp32 run's| after the run */
+} fp16_history;
+
+enum { FP16_RUN_FP32, FP16_RUN_UNSCALED, FP16_RUN_SCALED };
+static const char *const FP16_RUN_NAMES[3] = {"fp32", "fp16 gradients, no loss scale", "fp16 gradients, dynamic loss scale"};
+
+/* The three runs, step by step; the scaled one's gradients are watched. */
+static void fp16_runs(const mlp_config *c, const tensor *x, fp16_history *h) {
+    run fp32 = run_new(c, RUN_FP32), unscaled = run_new(c, RUN_FP32), scaled = run_new(c, RUN_FP32);
+    scaler none = {.scale = 1, .interval = 0}, dynamic = {.scale = INITIAL_SCALE, .interval = SCALE_INTERVAL};
+    for (int s = 0; s < FP16_STEPS; s++) {
+        h->step[s] = s;
+        h->loss[FP16_RUN_FP32][s] = train_step(&fp32, x);
+        fp16_step(&unscaled, x, &none, &h->loss[FP16_RUN_UNSCALED][s]);
+        h->log2_scale[s] = log2(dynamic.scale);
+        double scale = dynamic.scale;
+        h->applied[s] = fp16_step(&scaled, x, &dynamic, &h->loss[FP16_RUN_SCALED][s]);
+        fp16_fate bare = fate_in_fp16(&scaled, 1.0 / scale), kept = fate_in_fp16(&scaled, 1.0);
+        h->lost_unscaled[s] = (double)bare.underflowed;
+        h->lost_scaled[s] = (double)kept.underflowed;
+        h->nonzero[s] = (double)bare.nonzero;
+        h->largest[s] = bare.largest;
+    }
+    const run *runs[3] = {&fp32, &unscaled, &scaled};
+    run start = run_new(c, RUN_FP32);
+    for (int k = 0; k < 3; k++) {
+        h->moved[k] = largest_difference(runs[k], &start);
+        h->off_fp32[k] = largest_difference(runs[k], &fp32);
+    }
+    run_free(&start);
+    run_free(&fp32);
+    run_free(&unscaled);
+    run_free(&scaled);
+}
+
+static void fp16_tables(const fp16_history *h, int half) {
+    table_t *t = table_new("fp16 gradients, step by step, in the dynamically scaled run");
+    table_column(t, "step", NULL, "%d");
+    table_column(t, "loss scale, log2", NULL, "%.0f");
+    table_column(t, "update", NULL, "%s");
+    table_column(t, "largest gradient", NULL, "%.3g");
+    table_column(t, "nonzero gradients", NULL, "%.0f");
+    table_column(t, "0 in fp16, unscaled", NULL, "%.0f");
+    table_column(t, "0 in fp16, scaled", NULL, "%.0f");
+    int skipped = 0;
+    double lost_unscaled = 0, lost_scaled = 0;
+    for (int s = 0; s < FP16_STEPS; s++) {
+        table_row(t, s, h->log2_scale[s], h->applied[s] ? "made" : "skipped: overflow", h->largest[s], h->nonzero[s],
+                  h->lost_unscaled[s], h->lost_scaled[s]);
+        skipped += !h->applied[s];
+        if (h->applied[s]) {
+            lost_unscaled += h->lost_unscaled[s];
+            lost_scaled += h->lost_scaled[s];
+        }
+    }
+    table_show(t);
+    chart_t *sc = chart_new("step", "log2 of the loss scale", "The dynamic loss scale finding its level");
+    chart_line(sc, "loss scale", h->step, h->log2_scale, FP16_STEPS);
+    chart_show(sc);
+    chart_t *lc = chart_new("step", "loss", "The loss, fp32 and fp16 gradients");
+    chart_log_y(lc, 10);
+    for (int k = 0; k < 3; k++)
+        chart_line(lc, FP16_RUN_NAMES[k], h->step, h->loss[k], FP16_STEPS);
+    chart_show(lc);
+    int last = FP16_STEPS - 1;
+    table_t *w = table_new("After %d steps", FP16_STEPS);
+    table_column(w, "run", NULL, "%s");
+    table_column(w, "loss drop", NULL, "%.4g");
+    table_column(w, "largest |weight - its start|", NULL, "%.3g");
+    table_column(w, "largest |weight - fp32 run's|", NULL, "%.3g");
+    for (int k = 0; k < 3; k++)
+        table_row(w, FP16_RUN_NAMES[k], h->loss[k][0] - h->loss[k][last], h->moved[k], h->off_fp32[k]);
+    table_show(w);
+    note("Unscaled, fp16 turned more than half of the gradients into 0 from step %d on. The "
+         "scale doubled every %d good steps, following the gradients down, until the largest "
+         "gradient times the scale passed fp16's largest value: that step was skipped and the "
+         "scale halved (%d skipped in all). Over the steps it made, scaled fp16 lost %.0f "
+         "gradients to 0 against %.0f for the same gradients unscaled.",
+         quoted(half), SCALE_INTERVAL, skipped, quoted(lost_scaled), quoted(lost_unscaled));
+    check(skipped > 0 && lost_scaled < 0.01 * lost_unscaled,
+          "the scale overflowed and backed off (%d skipped) and kept the gradients out of fp16's underflow (%.0f lost "
+          "against %.0f)",
+          skipped, lost_scaled, lost_unscaled);
+    /* A weight whose gradients are lost stays where it started while the
+     * fp32 run's moves: the unscaled run ends about as far from fp32 as
+     * fp32 moved. The scaled run differs by fp16's rounding of each
+     * gradient (2^-11 of it) and a few skipped steps of 60: a few percent
+     * of the movement. A quarter of it separates the two. */
+    double bar = 0.25 * h->moved[FP16_RUN_FP32];
+    check(h->off_fp32[FP16_RUN_SCALED] < bar && h->off_fp32[FP16_RUN_UNSCALED] > bar,
+          "scaled fp16 ends near fp32 (%.3g < %.3g), unscaled does not (%.3g)", h->off_fp32[FP16_RUN_SCALED], bar,
+          h->off_fp32[FP16_RUN_UNSCALED]);
+    note("The loss barely tells them apart: the last layers, whose gradients fp16 holds, do most of "
+         "its work. The weights do: fp32 moved a weight by up to %.3g; the scaled run ended %.3g "
+         "from fp32's weights, the unscaled one %.3g.",
+         quoted(h->moved[FP16_RUN_FP32]), quoted(h->off_fp32[FP16_RUN_SCALED]), quoted(h->off_fp32[FP16_RUN_UNSCALED]));
+}
+
+static void fp16_loss_scaling(void) {
+    progress("fp16 loss scaling");
+    note("## fp16 and loss scaling");
+    mlp_config c = deep_config();
+    note("fp16 has 3 more mantissa bits than bf16 but 3 fewer exponent bits: below 2^-25 a "
+         "number rounds to 0. Gradients are small numbers. The model here has %d layers (the "
+         "deepest `lectures/lib/mlp.h` allows: GELU shrinks a small signal on the way down and "
+         "again on the way back), AdamW lr %g. Three runs: fp32; gradients kept in fp16 as they "
+         "are; and gradients kept in fp16 behind a **dynamic loss scale**, torch's GradScaler "
+         "rule: multiply the loss by S before backward (so every gradient is S times larger), "
+         "divide the fp16 gradients by S in fp32 before the update; on an infinity, skip the "
+         "step and halve S; after %d steps without one, double it. S starts at 2^%.0f (torch "
+         "starts at 2^16 and waits 2000 steps before doubling; a run of 60 steps needs less). "
+         "(Forward and backward compute in fp32 here and the gradients are rounded to fp16 as "
+         "an fp16 run keeps them: what fp16's range does to gradients, not to activations.)",
+         c.layers, c.lr, SCALE_INTERVAL, log2(INITIAL_SCALE));
+    tensor *x = make_data(&c, -1);
+    static fp16_history h;
+    fp16_runs(&c, x, &h);
+    tensor_free(x);
+    int half = -1;
+    for (int s = 0; s < FP16_STEPS && half < 0; s++)
+        if (2 * h.lost_unscaled[s] > h.nonzero[s]) half = s;
+    char question[320];
+    snprintf(question, sizeof question,
+             "The largest gradient at step 0 is %.2g, fp16's smallest subnormal 6e-8, and the "
+             "gradients shrink as the loss falls. At which step does fp16, unscaled, first turn "
+             "more than half of the nonzero gradients into 0?",
+             h.largest[0]);
+    predict(question, half, "");
+    fp16_tables(&h, half);
+}
 static void bf16_all_reduce(void) {}
 static void fp8_scaling(void) {}
 static void summary(void) {}
