@@ -312,17 +312,22 @@ static void memory_per_parameter(void) {
     zero_bytes z[WORLD];
     for (int r = 0; r < WORLD; r++)
         if (spawn_result(r, &z[r], sizeof z[r]) != sizeof z[r]) lecture_fail("rank %d returned no byte counts", r);
-    table_t *t = table_new("Model state per parameter, measured with tensor_bytes_live, %d layers of %d x %d",
-                           c.layers, c.width, c.width);
+    table_t *t = table_new("Model state per parameter, measured with tensor_bytes_live, %d layers of %d x %d", c.layers,
+                           c.width, c.width);
     table_column(t, "training", NULL, "%s");
     table_column(t, "measured", "bytes", "%.2f");
     table_column(t, "formula", "bytes", "%.2f");
+    table_column(t, "saved against bf16 + fp32 master", "bytes", "%.2f");
     double formula[N_RECIPES] = {4 + 4 + 8, 2 + 4 + 8 + 2, 2 + 4 + 8 + 4};
     for (int r = 0; r < N_RECIPES; r++)
-        table_row(t, RECIPE_NAMES[r], per[r], formula[r]);
-    double zero1 = 2 + 2 + 12.0 / WORLD, zero3 = 16.0 / WORLD;
-    table_row(t, "bf16 + fp32 master, ZeRO-1 on 4 ranks (rank 0)", z[0].zero1, zero1);
-    table_row(t, "bf16 + fp32 master, ZeRO-3 on 4 ranks (rank 0)", z[0].zero3, zero3);
+        table_row(t, RECIPE_NAMES[r], per[r], formula[r], per[RECIPE_BF16] - per[r]);
+    double zero1 = 2 + 2 + 12.0 / WORLD, zero3 = 16.0 / WORLD, saved = per[RECIPE_BF16] - z[0].zero3;
+    table_row(t, "bf16 + fp32 master, ZeRO-1 on 4 ranks (rank 0)", z[0].zero1, zero1, per[RECIPE_BF16] - z[0].zero1);
+    table_row(t, "bf16 + fp32 master, ZeRO-3 on 4 ranks (rank 0)", z[0].zero3, zero3, saved);
+    predict("Mixed precision holds 16 bytes a parameter. How many bytes a parameter does each of "
+            "4 ranks save when ZeRO-3 shards all of it (bf16 weights and gradients, fp32 master "
+            "weights and moments)?",
+            saved, "bytes");
     table_show(t);
     int exact = 1;
     for (int r = 0; r < N_RECIPES; r++)
@@ -334,11 +339,6 @@ static void memory_per_parameter(void) {
      * is at least 64 x 64 x 2 bytes off, 0.5 bytes a parameter. */
     check(exact, "every recipe holds what its formula says, on every rank (fp32 %.2f, bf16 %.2f, fp32 grads %.2f)",
           per[0], per[1], per[2]);
-    double saved = per[RECIPE_BF16] - z[0].zero3;
-    predict("Mixed precision holds 16 bytes a parameter. How many bytes a parameter does each of "
-            "4 ranks save when ZeRO-3 shards all of it (bf16 weights and gradients, fp32 master "
-            "weights and moments)?",
-            saved, "bytes");
     note("ZeRO-1 shards only the fp32 state: each rank keeps %.2f bytes a parameter. ZeRO-3 "
          "shards everything: %.2f, saving %.2f of the 16.",
          quoted(z[0].zero1), quoted(z[0].zero3), quoted(saved));
@@ -607,8 +607,9 @@ static void bf16_training(void) {
      * fp32 run's drop leaves room for that and for another model size; a run
      * that loses most of its updates falls short of it (the bf16-only run:
      * under half). */
-    check(drop[RUN_MIXED] >= 0.9 * drop[RUN_FP32], "bf16 with master weights trains as fp32 does: loss drop %.4g >= 0.9 x %.4g",
-          drop[RUN_MIXED], drop[RUN_FP32]);
+    check(drop[RUN_MIXED] >= 0.9 * drop[RUN_FP32],
+          "bf16 with master weights trains as fp32 does: loss drop %.4g >= 0.9 x %.4g", drop[RUN_MIXED],
+          drop[RUN_FP32]);
     check(drop[RUN_BF16_ONLY] < 0.9 * drop[RUN_FP32],
           "bf16 without master weights falls short: loss drop %.4g < 0.9 x %.4g", drop[RUN_BF16_ONLY], drop[RUN_FP32]);
     double share = drop[RUN_BF16_ONLY] / drop[RUN_FP32];
@@ -705,12 +706,13 @@ typedef struct fp16_history {
     double step[FP16_STEPS], loss[3][FP16_STEPS], log2_scale[FP16_STEPS];
     double lost_unscaled[FP16_STEPS], lost_scaled[FP16_STEPS], nonzero[FP16_STEPS], largest[FP16_STEPS];
     int applied[FP16_STEPS];
-    double moved[3];     /* the largest |weight - its start| after the run */
-    double off_fp32[3];  /* the largest |weight - fp32 run's| after the run */
+    double moved[3];    /* the largest |weight - its start| after the run */
+    double off_fp32[3]; /* the largest |weight - fp32 run's| after the run */
 } fp16_history;
 
 enum { FP16_RUN_FP32, FP16_RUN_UNSCALED, FP16_RUN_SCALED };
-static const char *const FP16_RUN_NAMES[3] = {"fp32", "fp16 gradients, no loss scale", "fp16 gradients, dynamic loss scale"};
+static const char *const FP16_RUN_NAMES[3] = {"fp32", "fp16 gradients, no loss scale",
+                                              "fp16 gradients, dynamic loss scale"};
 
 /* The three runs, step by step; the scaled one's gradients are watched. */
 static void fp16_runs(const mlp_config *c, const tensor *x, fp16_history *h) {
@@ -756,10 +758,8 @@ static void fp16_tables(const fp16_history *h, int half) {
         table_row(t, s, h->log2_scale[s], h->applied[s] ? "made" : "skipped: overflow", h->largest[s], h->nonzero[s],
                   h->lost_unscaled[s], h->lost_scaled[s]);
         skipped += !h->applied[s];
-        if (h->applied[s]) {
-            lost_unscaled += h->lost_unscaled[s];
-            lost_scaled += h->lost_scaled[s];
-        }
+        lost_unscaled += h->lost_unscaled[s];
+        lost_scaled += h->lost_scaled[s];
     }
     table_show(t);
     chart_t *sc = chart_new("step", "log2 of the loss scale", "The dynamic loss scale finding its level");
@@ -782,9 +782,9 @@ static void fp16_tables(const fp16_history *h, int half) {
     note("Unscaled, fp16 turned more than half of the gradients into 0 from step %d on. The "
          "scale doubled every %d good steps, following the gradients down, until the largest "
          "gradient times the scale passed fp16's largest value: that step was skipped and the "
-         "scale halved (%d skipped in all). Over the steps it made, scaled fp16 lost %.0f "
+         "scale halved (%d skipped in all). Over the %d steps, scaled fp16 lost %.0f "
          "gradients to 0 against %.0f for the same gradients unscaled.",
-         quoted(half), SCALE_INTERVAL, skipped, quoted(lost_scaled), quoted(lost_unscaled));
+         quoted(half), SCALE_INTERVAL, skipped, FP16_STEPS, quoted(lost_scaled), quoted(lost_unscaled));
     check(skipped > 0 && lost_scaled < 0.01 * lost_unscaled,
           "the scale overflowed and backed off (%d skipped) and kept the gradients out of fp16's underflow (%.0f lost "
           "against %.0f)",
@@ -836,8 +836,428 @@ static void fp16_loss_scaling(void) {
     predict(question, half, "");
     fp16_tables(&h, half);
 }
-static void bf16_all_reduce(void) {}
-static void fp8_scaling(void) {}
-static void summary(void) {}
+/* ------------------------------------------------------------------ */
+/* 5. A bf16 all-reduce                                                */
+/* ------------------------------------------------------------------ */
+
+enum { GRAD_ELEMENTS = 1 << 16, GRAD_SEED = 100 };
+static const double BF16_UNIT = 0x1p-8; /* half of bf16's spacing at 1: its relative rounding error */
+
+/* Rank r's gradient: the same numbers in the ranks and in the lecture. */
+static tensor *rank_gradient(int r) {
+    manual_seed(GRAD_SEED + (uint64_t)r);
+    return randn(GRAD_ELEMENTS, 0, -1);
+}
+
+/* |t|, elementwise, as a new fp32 tensor. */
+static tensor *magnitudes(const tensor *t) {
+    float *v = host_values(t);
+    for (int64_t k = 0; k < t->numel; k++)
+        v[k] = fabsf(v[k]);
+    tensor *m = tensor_from(v, t->numel, 0, t->device);
+    free(v);
+    return m;
+}
+
+typedef struct allreduce_result {
+    int64_t sent[2], nominal[2]; /* fp32, bf16: bytes this rank sent, measured and nominal */
+    int measured;                /* Open MPI's counters backed the measured figure */
+    double largest_error;        /* max |bf16 sum - fp32 sum| */
+    double worst_of_bound;       /* max over elements of |error| / (p u sum |g|) */
+    double largest_sum;          /* max |fp32 sum| */
+} allreduce_result;
+
+static void all_reduce_main(int rank, int world_size, void *args) {
+    (void)args;
+    allreduce_result r = {0};
+    tensor *g = rank_gradient(rank), *g16 = to_dtype(g, DTYPE_BF16), *size = magnitudes(g);
+    dist_traffic before = dist_traffic_now();
+    dist_all_reduce(g, DIST_SUM);
+    dist_traffic d32 = dist_traffic_since(&before);
+    before = dist_traffic_now();
+    dist_all_reduce(g16, DIST_SUM);
+    dist_traffic d16 = dist_traffic_since(&before);
+    dist_all_reduce(size, DIST_SUM); /* sum over the ranks of |g|: what the rounding errors scale with */
+    r.sent[0] = d32.bytes_sent[DIST_CALL_ALL_REDUCE];
+    r.sent[1] = d16.bytes_sent[DIST_CALL_ALL_REDUCE];
+    r.nominal[0] = d32.nominal_sent[DIST_CALL_ALL_REDUCE];
+    r.nominal[1] = d16.nominal_sent[DIST_CALL_ALL_REDUCE];
+    r.measured = d32.measured_collectives && d16.measured_collectives;
+    float *exact = host_values(g), *got = host_values(g16), *sizes = host_values(size);
+    for (int64_t k = 0; k < g->numel; k++) {
+        double err = fabs((double)got[k] - exact[k]);
+        r.largest_error = fmax(r.largest_error, err);
+        r.worst_of_bound = fmax(r.worst_of_bound, err / (world_size * BF16_UNIT * sizes[k]));
+        r.largest_sum = fmax(r.largest_sum, fabs((double)exact[k]));
+    }
+    free(exact);
+    free(got);
+    free(sizes);
+    tensor_free(g);
+    tensor_free(g16);
+    tensor_free(size);
+    spawn_return(&r, sizeof r);
+}
+
+/* The four ranks' gradients added one after another in `order`, in dtype d:
+ * each add_ computes in fp32 and rounds once into the accumulator. */
+static tensor *sum_in_order(dtype d, const int *order, int n) {
+    tensor *acc = NULL;
+    for (int i = 0; i < n; i++) {
+        tensor *g = rank_gradient(order[i]), *gd = to_dtype(g, d);
+        if (acc) add_(acc, gd);
+        else acc = to_dtype(gd, d);
+        tensor_free(gd);
+        tensor_free(g);
+    }
+    return acc;
+}
+
+static void two_orders(void) {
+    static const int forward_order[WORLD] = {0, 1, 2, 3}, backward_order[WORLD] = {3, 2, 1, 0};
+    const dtype ds[2] = {DTYPE_F32, DTYPE_BF16};
+    table_t *t = table_new("The four gradients summed in two orders, %d elements", GRAD_ELEMENTS);
+    table_column(t, "dtype", NULL, "%s");
+    table_column(t, "elements that differ", NULL, "%lld");
+    table_column(t, "largest difference", NULL, "%.3g");
+    double diff[2];
+    long long differ[2];
+    for (int i = 0; i < 2; i++) {
+        tensor *a = sum_in_order(ds[i], forward_order, WORLD), *b = sum_in_order(ds[i], backward_order, WORLD);
+        float *va = host_values(a), *vb = host_values(b);
+        differ[i] = 0;
+        for (int64_t k = 0; k < a->numel; k++)
+            differ[i] += va[k] != vb[k];
+        diff[i] = max_abs_diff(a, b);
+        table_row(t, dtype_name(ds[i]), differ[i], diff[i]);
+        free(va);
+        free(vb);
+        tensor_free(a);
+        tensor_free(b);
+    }
+    table_show(t);
+    note("Summed 0 + 1 + 2 + 3 and 3 + 2 + 1 + 0, %lld of the fp32 sums differ, by at most %.3g; "
+         "in bf16, %lld differ, by up to %.3g. Each addition rounds to the format's spacing at "
+         "the partial sum, 2^16 times coarser in bf16, so which rank's gradient is added last "
+         "shows in the result: a bf16 all-reduce is not reproducible across algorithms, and "
+         "ranks that reduce in different orders (a tree here, a ring there) disagree.",
+         quoted(differ[0]), quoted(diff[0]), quoted(differ[1]), quoted(diff[1]));
+}
+
+/* One large value and three small ones: the textbook case. */
+static void one_large_three_small(void) {
+    const float values[WORLD] = {1.0f, 0x1p-8f, 0x1p-8f, 0x1p-8f};
+    table_t *t = table_new("1 and three times 2^-8, summed in bf16 in two orders");
+    table_column(t, "order", NULL, "%s");
+    table_column(t, "bf16 sum", NULL, "%.8g");
+    table_column(t, "exact sum", NULL, "%.8g");
+    const char *names[2] = {"large first", "small first"};
+    double got[2];
+    for (int o = 0; o < 2; o++) {
+        tensor *acc = NULL;
+        for (int i = 0; i < WORLD; i++) {
+            float v = values[o == 0 ? i : WORLD - 1 - i];
+            tensor *one = tensor_from(&v, 1, 0, -1), *b = to_dtype(one, DTYPE_BF16);
+            if (acc) add_(acc, b);
+            else acc = to_dtype(b, DTYPE_BF16);
+            tensor_free(b);
+            tensor_free(one);
+        }
+        got[o] = tensor_item(acc, 0);
+        table_row(t, names[o], got[o], 1.0 + 3 * 0x1p-8);
+        tensor_free(acc);
+    }
+    table_show(t);
+    note("Large first, each 2^-8 is half of bf16's gap above 1, a tie that rounds to the even "
+         "1: the sum stays %.8g. Small first, they add up before meeting the 1: %.8g. fp32 "
+         "gives the exact 1.01171875 either way.",
+         quoted(got[0]), quoted(got[1]));
+}
+
+static void bf16_all_reduce(void) {
+    progress("bf16 all-reduce");
+    note("## A bf16 gradient all-reduce");
+    note("DDP and ZeRO all-reduce or reduce-scatter the gradients every step. In bf16 the bytes "
+         "halve. Each rank holds %d gradients (rank r's from seed %d + r); the same tensor is "
+         "all-reduced in fp32 and, rounded to bf16, in bf16 (Open MPI's algorithm; the sum adds "
+         "two buffers in fp32 and rounds to bf16 at each step: over %d ranks, %d roundings).",
+         GRAD_ELEMENTS, GRAD_SEED, WORLD, WORLD - 1);
+    spawn(all_reduce_main, WORLD, NULL, 0);
+    allreduce_result r[WORLD];
+    for (int k = 0; k < WORLD; k++)
+        if (spawn_result(k, &r[k], sizeof r[k]) != sizeof r[k]) lecture_fail("rank %d returned nothing", k);
+    table_t *t = table_new("All-reduce of %d gradients on %d ranks: bytes each rank sent", GRAD_ELEMENTS, WORLD);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "fp32, measured", "bytes", "%lld");
+    table_column(t, "bf16, measured", "bytes", "%lld");
+    table_column(t, "bf16 / fp32", NULL, "%.3f");
+    table_column(t, "fp32, nominal", "bytes", "%lld");
+    table_column(t, "bf16, nominal", "bytes", "%lld");
+    int halved = 1;
+    for (int k = 0; k < WORLD; k++) {
+        double ratio = (double)r[k].sent[1] / (double)r[k].sent[0];
+        table_row(t, k, (long long)r[k].sent[0], (long long)r[k].sent[1], ratio, (long long)r[k].nominal[0],
+                  (long long)r[k].nominal[1]);
+        halved &= r[k].measured && r[k].sent[0] > 0 && 2 * r[k].sent[1] == r[k].sent[0] &&
+                  2 * r[k].nominal[1] == r[k].nominal[0];
+    }
+    table_show(t);
+    /* The same algorithm on the same element count: every message half as
+     * long, to the byte. A bf16 tensor sent as 4-byte elements, or a
+     * collective counted twice, is off by a factor. */
+    check(halved, "bf16 sends half the bytes of fp32 on every rank, measured and nominal (rank 0: %lld of %lld)",
+          (long long)r[0].sent[1], (long long)r[0].sent[0]);
+    note("Measured with Open MPI's own counters (`dist_traffic_since`): rank 0 sent %lld bytes "
+         "for the fp32 all-reduce and %lld for the bf16 one.",
+         quoted((long long)r[0].sent[0]), quoted((long long)r[0].sent[1]));
+    table_t *e = table_new("The bf16 all-reduce against the fp32 one");
+    table_column(e, "rank", NULL, "%d");
+    table_column(e, "largest |bf16 - fp32|", NULL, "%.3g");
+    table_column(e, "largest |sum|", NULL, "%.3g");
+    table_column(e, "largest error / (p u sum |g|)", NULL, "%.3f");
+    double worst = 0;
+    for (int k = 0; k < WORLD; k++) {
+        table_row(e, k, r[k].largest_error, r[k].largest_sum, r[k].worst_of_bound);
+        worst = fmax(worst, r[k].worst_of_bound);
+    }
+    table_show(e);
+    /* Each gradient is rounded to bf16 once (at most u |g_r|, u = 2^-8),
+     * and each of the p - 1 additions rounds once (at most u times a
+     * partial sum, itself at most sum |g_r|): p u sum_r |g_r| per element,
+     * to first order (the u^2 terms are 2^-16 of it: the 1 + p u below).
+     * A sum that dropped a rank, or added one twice, is off by a whole
+     * gradient, hundreds of times the bound. */
+    check(worst <= 1 + WORLD * BF16_UNIT,
+          "every element of the bf16 all-reduce is within p u sum |g| of the fp32 one (worst %.3f of it)", worst);
+    note("The largest error, %.3g against sums up to %.3g, is %.2f of the bound p u sum |g| that "
+         "the roundings allow (u = 2^-8).",
+         quoted(r[0].largest_error), quoted(r[0].largest_sum), quoted(r[0].worst_of_bound));
+    note("### Why the order of the sum matters more in bf16");
+    two_orders();
+    one_large_three_small();
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. FP8 with per-tensor scales                                       */
+/* ------------------------------------------------------------------ */
+
+enum { FP8_ROWS = 64, FP8_INNER = 256, FP8_COLS = 64, AMAX_HISTORY = 4, FP8_STEPS = 8 };
+static const double E4M3_MAX = 448, E5M2_MAX = 57344;
+
+/* A format's relative rounding error (half its spacing at 1) and the
+ * absolute one below its smallest normal (half its smallest subnormal),
+ * both in the scaled units the format holds. */
+typedef struct rounding {
+    double unit, floor;
+} rounding;
+static const rounding E4M3_ROUNDING = {0x1p-4, 0x1p-10}, E5M2_ROUNDING = {0x1p-3, 0x1p-17},
+                      BF16_ROUNDING = {0x1p-8, 0x1p-134};
+
+/* How far a product of a (rows x inner) and b (inner x cols), each
+ * rounded to its format after scaling by sa and sb, may be from the fp32
+ * product, element by element: with |a~ - a| <= ua |a| + fa / sa (the same
+ * for b),
+ *     |a~ b~ - a b| <= (ua |a| + fa/sa)|b~| + |a|(ub |b| + fb/sb) ...
+ * summed over the inner index, plus the fp32 sums' own 2 inner 2^-24 of
+ * sum |a||b|. Returns the worst |error| / bound over the elements. */
+static double worst_of_bound(const tensor *got, const tensor *ref, const tensor *a, const tensor *b, rounding ra,
+                             double sa, rounding rb, double sb) {
+    int64_t n = a->shape[0], k = a->shape[1], m = b->shape[1];
+    float *va = host_values(a), *vb = host_values(b), *vg = host_values(got), *vr = host_values(ref);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double bound = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double x = fabs((double)va[i * k + p]), y = fabs((double)vb[p * m + j]);
+                double ex = ra.unit * x + ra.floor / sa, ey = rb.unit * y + rb.floor / sb;
+                bound += ex * y + x * ey + ex * ey + 2.0 * k * 0x1p-24 * x * y;
+            }
+            worst = fmax(worst, fabs((double)vg[i * m + j] - vr[i * m + j]) / bound);
+        }
+    free(va);
+    free(vb);
+    free(vg);
+    free(vr);
+    return worst;
+}
+
+static double amax_of(const tensor *t) { return largest(t); }
+
+/* a @ b with each operand rounded to its format at its per-tensor scale,
+ * the products of the rounded values summed in fp32 (exact products, as
+ * an FP8 tensor core makes them) and the result scaled back once. */
+static tensor *scaled_matmul(const tensor *a, dtype da, double sa, const tensor *b, dtype db, double sb) {
+    tensor *qa = to_dtype_scaled(a, da, sa), *qb = to_dtype_scaled(b, db, sb);
+    tensor *wa = to_dtype(qa, DTYPE_F32), *wb = to_dtype(qb, DTYPE_F32); /* exact */
+    tensor *y = matmul(wa, wb);
+    scale_(y, (float)(1.0 / (sa * sb)));
+    tensor_free(qa);
+    tensor_free(qb);
+    tensor_free(wa);
+    tensor_free(wb);
+    return y;
+}
+
+static tensor *transposed(const tensor *t) {
+    int64_t r = t->shape[0], c = t->shape[1];
+    float *v = host_values(t), *w = malloc(sizeof(float) * (size_t)(r * c));
+    if (!w) lecture_fail("out of memory");
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++)
+            w[j * r + i] = v[i * c + j];
+    tensor *out = tensor_from(w, c, r, t->device);
+    free(v);
+    free(w);
+    return out;
+}
+
+static void fp8_products(void) {
+    manual_seed(200);
+    tensor *x = randn(FP8_ROWS, FP8_INNER, -1), *w = randn(FP8_INNER, FP8_COLS, -1),
+           *dy = randn(FP8_ROWS, FP8_COLS, -1);
+    scale_(w, 1.0f / 16); /* 1 / sqrt(inner), as init_layer scales */
+    scale_(dy, 1e-6f);    /* a gradient's size */
+    tensor *xt = transposed(x);
+    tensor *ref = matmul(x, w), *dref = matmul(xt, dy);
+    tensor *xb = to_dtype(x, DTYPE_BF16), *wb = to_dtype(w, DTYPE_BF16);
+    tensor *yb = matmul(xb, wb);
+    double sx = E4M3_MAX / amax_of(x), sw = E4M3_MAX / amax_of(w), sdy = E5M2_MAX / amax_of(dy);
+    tensor *y8 = scaled_matmul(x, DTYPE_F8_E4M3, sx, w, DTYPE_F8_E4M3, sw);
+    tensor *d8 = scaled_matmul(xt, DTYPE_F8_E4M3, sx, dy, DTYPE_F8_E5M2, sdy);
+    table_t *t = table_new("y = x w (%d x %d times %d x %d) and dW = x^T dy against fp32", FP8_ROWS, FP8_INNER,
+                           FP8_INNER, FP8_COLS);
+    table_column(t, "product", NULL, "%s");
+    table_column(t, "largest |error| / largest |fp32 result|", NULL, "%.3g");
+    table_column(t, "worst error / its bound", NULL, "%.3f");
+    double rel[3] = {max_abs_diff(yb, ref) / largest(ref), max_abs_diff(y8, ref) / largest(ref),
+                     max_abs_diff(d8, dref) / largest(dref)};
+    double of_bound[3] = {worst_of_bound(yb, ref, x, w, BF16_ROUNDING, 1, BF16_ROUNDING, 1),
+                          worst_of_bound(y8, ref, x, w, E4M3_ROUNDING, sx, E4M3_ROUNDING, sw),
+                          worst_of_bound(d8, dref, xt, dy, E4M3_ROUNDING, sx, E5M2_ROUNDING, sdy)};
+    const char *names[3] = {"y, bf16 x bf16", "y, E4M3 x E4M3, per-tensor scales",
+                            "dW, E4M3 x E5M2 (gradient), per-tensor scales"};
+    for (int i = 0; i < 3; i++)
+        table_row(t, names[i], rel[i], of_bound[i]);
+    table_show(t);
+    /* Each bound is the first-order sum of the inputs' roundings derived
+     * above worst_of_bound, per element; an operand scaled with the wrong
+     * factor, or rounded to the wrong format, breaks it by far. */
+    check(of_bound[0] <= 1 && of_bound[1] <= 1 && of_bound[2] <= 1,
+          "every product within its rounding bound (%.3f, %.3f, %.3f of it)", of_bound[0], of_bound[1], of_bound[2]);
+    note("E4M3 keeps 3 mantissa bits against bf16's 7: its product is off by %.3g of the largest "
+         "result, against %.3g for bf16. The gradient's product, E5M2 (2 bits) against E4M3, "
+         "by %.3g. Scaled by 448 / amax (E4M3) and 57344 / amax (E5M2), a tensor of size 1e-6 "
+         "uses the format's whole range: unscaled, that gradient would be below E5M2's smallest "
+         "subnormal and vanish.",
+         quoted(rel[1]), quoted(rel[0]), quoted(rel[2]));
+    tensor *ts[] = {x, w, dy, xt, ref, dref, xb, wb, yb, y8, d8};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        tensor_free(ts[i]);
+}
+
+/* Delayed scaling: the scale for step t comes from the largest amax of the
+ * steps before it (Transformer Engine's amax history), so it is known
+ * before the step's tensor is; a tensor that grows past that history
+ * saturates at 448 until the history catches up. */
+static void delayed_scaling(void) {
+    manual_seed(300);
+    tensor *base = randn(FP8_ROWS, FP8_INNER, -1), *w = randn(FP8_INNER, FP8_COLS, -1);
+    scale_(w, 1.0f / 16);
+    double history[FP8_STEPS], sw = E4M3_MAX / amax_of(w);
+    table_t *t = table_new("Delayed scaling: activations growing 1.5x a step, amax history of %d steps", AMAX_HISTORY);
+    table_column(t, "step", NULL, "%d");
+    table_column(t, "amax now", NULL, "%.4g");
+    table_column(t, "amax of the history", NULL, "%.4g");
+    table_column(t, "scale", NULL, "%.4g");
+    table_column(t, "elements saturated", NULL, "%lld");
+    table_column(t, "largest |error| / largest |fp32|, delayed", NULL, "%.3g");
+    table_column(t, "the same, scale from amax now", NULL, "%.3g");
+    long long saturated_total = 0;
+    double worst_delayed = 0, worst_current = 0;
+    for (int s = 0; s < FP8_STEPS; s++) {
+        tensor *x = to_device(base, -1);
+        scale_(x, (float)pow(s < 4 ? 1.0 : 1.5, s < 4 ? 0 : s - 3));
+        double now = amax_of(x), past = 0;
+        for (int h = s - AMAX_HISTORY; h < s; h++)
+            if (h >= 0) past = fmax(past, history[h]);
+        if (s == 0) past = now; /* the first step calibrates on itself */
+        history[s] = now;
+        double sx = E4M3_MAX / past;
+        float *v = host_values(x);
+        long long saturated = 0;
+        for (int64_t k = 0; k < x->numel; k++)
+            saturated += fabs((double)v[k]) * sx > E4M3_MAX;
+        free(v);
+        tensor *ref = matmul(x, w), *late = scaled_matmul(x, DTYPE_F8_E4M3, sx, w, DTYPE_F8_E4M3, sw);
+        tensor *fresh = scaled_matmul(x, DTYPE_F8_E4M3, E4M3_MAX / now, w, DTYPE_F8_E4M3, sw);
+        double e_late = max_abs_diff(late, ref) / largest(ref), e_fresh = max_abs_diff(fresh, ref) / largest(ref);
+        table_row(t, s, now, past, sx, saturated, e_late, e_fresh);
+        saturated_total += saturated;
+        worst_delayed = fmax(worst_delayed, e_late);
+        worst_current = fmax(worst_current, e_fresh);
+        tensor_free(x);
+        tensor_free(ref);
+        tensor_free(late);
+        tensor_free(fresh);
+    }
+    table_show(t);
+    /* Steps 4 to 7 grow the tensor past every amax before them: its largest
+     * elements must saturate there and only there, and clipping them costs
+     * more than rounding does. */
+    check(saturated_total > 0 && worst_delayed > worst_current,
+          "delayed scaling saturated %lld elements once the activations outgrew the history (error %.3g against "
+          "%.3g with the current amax)",
+          saturated_total, worst_delayed, worst_current);
+    note("While the activations are steady the history's scale is as good as the current one. "
+         "Once they grow, the scale lags: %lld elements saturated at 448 over the growing steps, "
+         "and the product's error rose to %.3g against %.3g with a scale from the current amax, "
+         "which a GPU cannot know before it has computed the tensor.",
+         quoted(saturated_total), quoted(worst_delayed), quoted(worst_current));
+    tensor_free(base);
+    tensor_free(w);
+}
+
+static void fp8_scaling(void) {
+    progress("fp8");
+    note("## FP8: per-tensor scales");
+    note("FP8 training rounds the inputs of each large matrix product to 8 bits: E4M3 for "
+         "weights and activations, E5M2 for gradients. Their range is small (448 and 57344), so "
+         "each tensor is multiplied by a **scale** before rounding, 448 / amax for E4M3, and the "
+         "product is divided by both scales after. The products here run on the CPU as an "
+         "emulation: the fp8 values widened to fp32 (exactly), multiplied and summed in fp32, as "
+         "an FP8 tensor core does. On an H100 or H200 the same product is an FP8 GEMM through "
+         "cublasLt with the scales passed to it: expected, not run here (unverified).");
+    fp8_products();
+    note("### Delayed scaling: an amax history");
+    delayed_scaling();
+}
+
+/* ------------------------------------------------------------------ */
+/* Summary                                                             */
+/* ------------------------------------------------------------------ */
+
+static void summary(void) {
+    note("## Summary");
+    note("| choice | what it keeps | what it loses |\n"
+         "|---|---|---|\n"
+         "| bf16 products, fp32 master weights | fp32's range, fp32's training curve | nothing measurable here; 16 bytes a parameter as fp32 |\n"
+         "| bf16 weights without a master copy | 2 bytes a parameter less | every update under half of bf16's gap |\n"
+         "| fp16 gradients, no scale | 3 more mantissa bits than bf16 | every gradient under 2^-25 |\n"
+         "| fp16 gradients, dynamic loss scale | the gradients | a skipped step at each overflow |\n"
+         "| bf16 all-reduce | half the bytes | p roundings per element; the result depends on the order |\n"
+         "| FP8 products, per-tensor scales | half of bf16's bytes per input | a few percent per product; saturation when amax outruns its history |");
+    if (gpu_count() == 0)
+        note("Everything above ran on this machine's CPU and its Open MPI ranks. On a GPU the bf16 "
+             "products go to cublasGemmEx with fp32 accumulation: compiled only, unverified; the "
+             "16-bit collectives are refused on NCCL for now, and FP8 products through cublasLt "
+             "are not written yet.");
+    else
+        note("This run had %d GPU(s), but the lecture's tensors stay on the CPU: bf16 products "
+             "through cublasGemmEx, 16-bit collectives on NCCL and FP8 GEMMs through cublasLt "
+             "are not what this trace shows.",
+             gpu_count());
+}
+
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_precision); }
