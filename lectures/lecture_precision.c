@@ -590,7 +590,7 @@ static void bf16_training(void) {
     chart_show(ch);
     int last = c.steps - 1;
     double drop[N_RUNS];
-    table_t *t = table_new("After %d steps", c.steps);
+    table_t *t = table_new("fp32 and bf16 after %d steps", c.steps);
     table_column(t, "run", NULL, "%s");
     table_column(t, "first loss", NULL, "%.5g");
     table_column(t, "last loss", NULL, "%.5g");
@@ -771,7 +771,7 @@ static void fp16_tables(const fp16_history *h, int half) {
         chart_line(lc, FP16_RUN_NAMES[k], h->step, h->loss[k], FP16_STEPS);
     chart_show(lc);
     int last = FP16_STEPS - 1;
-    table_t *w = table_new("After %d steps", FP16_STEPS);
+    table_t *w = table_new("fp32 and fp16 gradients after %d steps", FP16_STEPS);
     table_column(w, "run", NULL, "%s");
     table_column(w, "loss drop", NULL, "%.4g");
     table_column(w, "largest |weight - its start|", NULL, "%.3g");

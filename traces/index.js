@@ -90,6 +90,21 @@ window.lecternIndex = {
    "has_good": true,
    "state": "ok",
    "order": 6
+  },
+  {
+   "name": "lecture_precision",
+   "title": "Mixed precision",
+   "summary": "A model trained today computes in bf16, keeps fp32 master weights, may keep fp16 gradients behind a loss scale, runs its matrix products in FP8 on the newest GPUs and all-reduces its gradients in bf16. Each of those is a choice about where rounding happens. This lecture makes …",
+   "start_time": "2026-11-29T10:53:04Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "mpi",
+   "duration_s": 4.64,
+   "steps": 66,
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok",
+   "order": 7
   }
  ]
 };
