@@ -95,9 +95,38 @@ static float decode(const format *f, uint32_t bits) {
     return (float)(negative ? -v : v);
 }
 
+/* bf16 is fp32's top 16 bits, so on the bits rounding to nearest even is
+ * one add: 0x7fff, plus 1 when the kept part is odd, carries into bit 16
+ * exactly when the dropped half is above the midpoint, or at it with an odd
+ * kept part (a carry out of the mantissa is the next binade, or infinity:
+ * right either way). Widening is a shift. The same bits as encode() and
+ * decode() give (tests/tensor/test_dtype.py's rounding tests go through
+ * here), at a few nanoseconds an element instead of about a hundred: a
+ * bf16 all-reduce widens and narrows every element at every step. */
+static uint16_t bf16_bits(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)formats[DTYPE_BF16].nan;
+    b += 0x7fffu + ((b >> 16) & 1u);
+    return (uint16_t)(b >> 16);
+}
+
+static float bf16_value(uint16_t bits) {
+    uint32_t b = (uint32_t)bits << 16;
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
 /* n values of src (fp32), each times scale, into dst in dtype d. */
 void lx_dtype_narrow(dtype d, void *dst, const float *src, int64_t n, double scale) {
     const format *f = format_of(d);
+    if (d == DTYPE_BF16 && scale == 1.0) {
+        uint16_t *out = dst;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = bf16_bits(src[i]);
+        return;
+    }
     if (d == DTYPE_F32) {
         float *out = dst;
         for (int64_t i = 0; i < n; i++)
@@ -118,6 +147,11 @@ void lx_dtype_narrow(dtype d, void *dst, const float *src, int64_t n, double sca
 /* n values of src in dtype d into dst as fp32, each times scale (1: exact). */
 void lx_dtype_widen(dtype d, float *dst, const void *src, int64_t n, double scale) {
     const format *f = format_of(d);
+    if (d == DTYPE_BF16 && scale == 1.0) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = bf16_value(((const uint16_t *)src)[i]);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         float v;
         if (d == DTYPE_F32) v = ((const float *)src)[i];
