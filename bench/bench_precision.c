@@ -108,16 +108,29 @@ static void all_reduce_main(int rank, int world_size, void *args) {
     tensor_free(h);
 }
 
+/* The machine's load when the run started: these figures are ratios of two
+ * things timed in turn, but a loaded 2-core machine still moves them. */
+static void print_load(void) {
+    char text[128] = "unknown\n";
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(text, sizeof text, f)) snprintf(text, sizeof text, "unknown\n");
+        fclose(f);
+    }
+    printf("load average at the start (1, 5, 15 min, ...): %s\n", text);
+}
+
 static void body(void) {
-    int quick = lecture_quick(), runs = quick ? 3 : 7;
+    int quick = lecture_quick(), runs = quick ? 3 : 11;
     manual_seed(0);
+    print_load();
     printf("matmul: bf16 against fp32 through matmul_into, median of runs, ms\n\n");
     printf("| shape | runs | fp32 ms | bf16, converting ms | bf16 inputs ms | converting / fp32 | inputs / fp32 |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|\n");
     const int sizes[] = {256, 512, 1024};
     for (int i = 0; i < (quick ? 2 : 3); i++)
         bench_matmul(sizes[i], runs);
-    allreduce_args a = {.elements = (int64_t)(quick ? 4 : 64) << 18, .runs = quick ? 3 : 7};
+    allreduce_args a = {.elements = (int64_t)(quick ? 4 : 64) << 18, .runs = quick ? 3 : 11};
     printf("\nall-reduce (sum) of the same element count, fp32 and bf16, slowest rank's time, median of runs\n\n");
     printf("| ranks | fp32 MiB | runs | fp32 ms | bf16 ms | bf16 / fp32 |\n");
     printf("|---:|---:|---:|---:|---:|---:|\n");
