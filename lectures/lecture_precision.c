@@ -202,9 +202,9 @@ static const char *const RECIPE_NAMES[N_RECIPES] = {"fp32", "bf16 + fp32 master"
 
 /* Makes one layer's state in recipe r, over `rows` rows of the layer (all
  * of it, or a ZeRO shard). */
-static layer_state make_state(int r, const tensor *w, int64_t rows, int64_t offset) {
+static layer_state make_state(int r, tensor *w, int64_t rows, int64_t offset) {
     layer_state s = {0};
-    tensor *mine = tensor_view((tensor *)w, offset, rows, w->shape[1]);
+    tensor *mine = tensor_view(w, offset, rows, w->shape[1]);
     tensor *fp32 = to_device(mine, -1);
     tensor_free(mine);
     if (r == RECIPE_FP32) {
@@ -254,7 +254,7 @@ typedef struct zero_bytes {
 
 /* ZeRO-1: every rank keeps the whole bf16 weights and gradients and its
  * shard of the fp32 master weights and moments. ZeRO-3: a shard of all. */
-static layer_state zero_state(int stage, const tensor *w, int rank, int world_size) {
+static layer_state zero_state(int stage, tensor *w, int rank, int world_size) {
     int64_t rows = w->shape[0] / world_size;
     layer_state s = make_state(RECIPE_BF16, w, rows, rank * rows * w->shape[1]);
     if (stage == 1) { /* the whole bf16 weights and gradients in place of their shards */
@@ -1099,6 +1099,19 @@ static tensor *scaled_matmul(const tensor *a, dtype da, double sa, const tensor 
     return y;
 }
 
+/* How many nonzero elements of t become 0 in dtype d, unscaled. */
+static long long zeros_in(const tensor *t, dtype d) {
+    tensor *q = to_dtype(t, d);
+    float *v = host_values(t), *r = host_values(q);
+    long long n = 0;
+    for (int64_t k = 0; k < t->numel; k++)
+        n += v[k] != 0 && r[k] == 0;
+    free(v);
+    free(r);
+    tensor_free(q);
+    return n;
+}
+
 static tensor *transposed(const tensor *t) {
     int64_t r = t->shape[0], c = t->shape[1];
     float *v = host_values(t), *w = malloc(sizeof(float) * (size_t)(r * c));
@@ -1135,6 +1148,7 @@ static void fp8_products(void) {
     double of_bound[3] = {worst_of_bound(yb, ref, x, w, BF16_ROUNDING, 1, BF16_ROUNDING, 1),
                           worst_of_bound(y8, ref, x, w, E4M3_ROUNDING, sx, E4M3_ROUNDING, sw),
                           worst_of_bound(d8, dref, xt, dy, E4M3_ROUNDING, sx, E5M2_ROUNDING, sdy)};
+    long long vanish = zeros_in(dy, DTYPE_F8_E5M2);
     const char *names[3] = {"y, bf16 x bf16", "y, E4M3 x E4M3, per-tensor scales",
                             "dW, E4M3 x E5M2 (gradient), per-tensor scales"};
     for (int i = 0; i < 3; i++)
@@ -1148,9 +1162,9 @@ static void fp8_products(void) {
     note("E4M3 keeps 3 mantissa bits against bf16's 7: its product is off by %.3g of the largest "
          "result, against %.3g for bf16. The gradient's product, E5M2 (2 bits) against E4M3, "
          "by %.3g. Scaled by 448 / amax (E4M3) and 57344 / amax (E5M2), a tensor of size 1e-6 "
-         "uses the format's whole range: unscaled, that gradient would be below E5M2's smallest "
-         "subnormal and vanish.",
-         quoted(rel[1]), quoted(rel[0]), quoted(rel[2]));
+         "uses the format's whole range: unscaled, %lld of the gradient's %lld elements round to "
+         "0 in E5M2.",
+         quoted(rel[1]), quoted(rel[0]), quoted(rel[2]), vanish, (long long)dy->numel);
     tensor *ts[] = {x, w, dy, xt, ref, dref, xb, wb, yb, y8, d8};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         tensor_free(ts[i]);
@@ -1165,7 +1179,10 @@ static void delayed_scaling(void) {
     tensor *base = randn(FP8_ROWS, FP8_INNER, -1), *w = randn(FP8_INNER, FP8_COLS, -1);
     scale_(w, 1.0f / 16);
     double history[FP8_STEPS], sw = E4M3_MAX / amax_of(w);
-    table_t *t = table_new("Delayed scaling: activations growing 1.5x a step, amax history of %d steps", AMAX_HISTORY);
+    table_t *t =
+            table_new("Delayed scaling: activations steady for 4 steps, then growing 1.5x a step; amax history of %d "
+                      "steps",
+                      AMAX_HISTORY);
     table_column(t, "step", NULL, "%d");
     table_column(t, "amax now", NULL, "%.4g");
     table_column(t, "amax of the history", NULL, "%.4g");
@@ -1177,7 +1194,7 @@ static void delayed_scaling(void) {
     double worst_delayed = 0, worst_current = 0;
     for (int s = 0; s < FP8_STEPS; s++) {
         tensor *x = to_device(base, -1);
-        scale_(x, (float)pow(s < 4 ? 1.0 : 1.5, s < 4 ? 0 : s - 3));
+        scale_(x, (float)(s < 4 ? 1.0 : pow(1.5, s - 3)));
         double now = amax_of(x), past = 0;
         for (int h = s - AMAX_HISTORY; h < s; h++)
             if (h >= 0) past = fmax(past, history[h]);

@@ -271,6 +271,11 @@ class LecturePrecision(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Te
         # fewer mantissa bits, more error: 7 (bf16), 3 (E4M3), 2 and 3 (E5M2 x E4M3)
         self.assertLess(bf16[0] * 4, e4m3[0])
         self.assertLess(e4m3[0], 2 ** -3)
+        # unscaled, a gradient of size 1e-6 is under half of E5M2's smallest
+        # subnormal (2^-16 / 2 = 7.6e-6) everywhere: every element is lost
+        lost = self.figures("vanish", "(long long)dy->numel")
+        self.assertEqual(lost["vanish"], lost["(long long)dy->numel"])
+        self.assertEqual(lost["vanish"], 64 * 64)
         delayed = self.row_dicts(self.table("^Delayed scaling"))
         depth = self.figures("AMAX_HISTORY", kind="table")["AMAX_HISTORY"]
         amax = [r["amax now"] for r in delayed]
