@@ -58,6 +58,22 @@ static void through(dtype d, const float *xs, int n, float *out) {
     tensor_free(t);
 }
 
+/* This lecture's tensors are on the CPU, and its 16-bit collectives run on
+ * Open MPI over host memory (NCCL, its emulator and ranks sharing a GPU do
+ * not carry them yet: lectern.h). On a machine with a GPU, or with
+ * LECTERN_BACKEND=nccl set, a spawn would choose those; this one asks for
+ * Open MPI, as LECTERN_BACKEND=mpi does, and puts the variable back after.
+ * (Run with the NCCL emulator asked for; unverified on a GPU machine.) */
+static void spawn_on_open_mpi(void (*fn)(int, int, void *), int world_size) {
+    const char *was = getenv("LECTERN_BACKEND");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("LECTERN_BACKEND", "mpi", 1);
+    spawn(fn, world_size, NULL, 0);
+    if (saved) setenv("LECTERN_BACKEND", saved, 1);
+    else unsetenv("LECTERN_BACKEND");
+    free(saved);
+}
+
 /* A tensor's values on the host (the caller frees them). */
 static float *host_values(const tensor *t) {
     float *v = malloc(sizeof(float) * (size_t)t->numel);
@@ -308,7 +324,7 @@ static void memory_per_parameter(void) {
     double per[N_RECIPES];
     for (int r = 0; r < N_RECIPES; r++)
         per[r] = state_bytes(&c, r) / n;
-    spawn(zero_main, WORLD, NULL, 0);
+    spawn_on_open_mpi(zero_main, WORLD);
     zero_bytes z[WORLD];
     for (int r = 0; r < WORLD; r++)
         if (spawn_result(r, &z[r], sizeof z[r]) != sizeof z[r]) lecture_fail("rank %d returned no byte counts", r);
@@ -982,7 +998,7 @@ static void bf16_all_reduce(void) {
          "all-reduced in fp32 and, rounded to bf16, in bf16 (Open MPI's algorithm; the sum adds "
          "two buffers in fp32 and rounds to bf16 at each step: over %d ranks, %d roundings).",
          GRAD_ELEMENTS, GRAD_SEED, WORLD, WORLD - 1);
-    spawn(all_reduce_main, WORLD, NULL, 0);
+    spawn_on_open_mpi(all_reduce_main, WORLD);
     allreduce_result r[WORLD];
     for (int k = 0; k < WORLD; k++)
         if (spawn_result(k, &r[k], sizeof r[k]) != sizeof r[k]) lecture_fail("rank %d returned nothing", k);
