@@ -824,7 +824,7 @@ static void fp16_loss_scaling(void) {
     progress("fp16 loss scaling");
     note("## fp16 and loss scaling");
     mlp_config c = deep_config();
-    note("fp16 has 3 more mantissa bits than bf16 but 3 fewer exponent bits: below 2^-25 a "
+    note("fp16 has 3 more mantissa bits than bf16 but 3 fewer exponent bits: at 2^-25 or below a "
          "number rounds to 0. Gradients are small numbers. The model here has %d layers (the "
          "deepest `lectures/lib/mlp.h` allows: GELU shrinks a small signal on the way down and "
          "again on the way back), AdamW lr %g. Three runs: fp32; gradients kept in fp16 as they "
