@@ -1940,7 +1940,7 @@ static void mixed_precision(void) {
          "the activations (2 bytes each instead of 4) and in the speed of bf16 matrix products, "
          "not in model state; FP8 training, on recent GPUs, takes the products' inputs down to 1 "
          "byte and, in the common recipes, keeps the same fp32 master weights and moments. This is "
-         "accounting: this runtime's tensors are fp32 only, nothing here is measured.");
+         "accounting, nothing here is measured: lecture_precision measures these bytes on the heap.");
     table_t *t = table_new("Model state per parameter, bytes");
     table_column(t, "training", NULL, "%s");
     table_column(t, "weights", "bytes", "%d");

@@ -391,6 +391,7 @@ script_suites() {
 # less), then the rest by name.
 LONG=(tests/lectures/test_planted_checks.py tests/system/test_misuse.py tests/system/test_build.py tests/system/test_two_hosts.py
       tests/comm/test_comm_checks.py tests/ranks/test_spawn.py tests/comm/test_groups.py tests/lectures/test_lecture_scaling.py
+      tests/lectures/test_lecture_precision.py
       tests/ranks/test_spawn_expect.py tests/trace/test_grade.py)
 items=()
 for t in "${LONG[@]}" $(script_suites); do

@@ -304,6 +304,14 @@ static void *raw_on_host(const tensor *t) {
  * exactly to fp32, then each times scale rounded once into dst's dtype)
  * and the result copied to dst's device. */
 static void convert_into(tensor *dst, const tensor *src, double scale) {
+    if (!on_gpu(src) && !on_gpu(dst) && (src->dt == DTYPE_F32 || dst->dt == DTYPE_F32)) {
+        /* Both on the host, one of them fp32: one pass from one storage into
+         * the other, no copies in between (the same roundings: widening is
+         * exact, then each value times scale is rounded once). */
+        if (src->dt == DTYPE_F32) lx_dtype_narrow(dst->dt, dst->raw, src->data, dst->numel, scale);
+        else lx_dtype_widen(src->dt, dst->data, src->raw, dst->numel, scale);
+        return;
+    }
     float *wide = lx_host_buffer(src->numel);
     void *bytes = raw_on_host(src);
     lx_dtype_widen(src->dt, wide, bytes, src->numel, 1.0);

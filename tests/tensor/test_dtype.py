@@ -126,10 +126,24 @@ def run_tool(d, xs, scale=None):
     out = []
     for line in p.stdout.split("\n"):
         if line:
-            bits, back = line.split()
-            out.append((int(bits, 16), float.fromhex(back) if "nan" not in back and "inf" not in back
-                        else float(back)))
+            bits, back = line.split()[:2]
+            out.append((int(bits, 16), hex_or_special(back)))
     return out
+
+
+def hex_or_special(text):
+    return float.fromhex(text) if "nan" not in text and "inf" not in text else float(text)
+
+
+def run_tool_unscaled(d, xs, scale):
+    """The tool's third column: each value rounded at `scale`, then read
+    back with to_dtype_scaled(q, DTYPE_F32, 1 / scale)."""
+    args = [TOOL, str(d), repr(scale)]
+    text = "".join(x.hex() + "\n" for x in xs)
+    p = subprocess.run(args, input=text, capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        raise AssertionError(p.stderr)
+    return [hex_or_special(line.split()[2]) for line in p.stdout.split("\n") if line]
 
 
 class Rounding(unittest.TestCase):
@@ -180,6 +194,17 @@ class Rounding(unittest.TestCase):
     def test_scaled_fp8(self):
         # x * scale in double, rounded once: probes scaled by 1/64 land on the same points
         self.check_format("e4m3", scale=64.0)
+
+    def test_scale_undone_on_the_way_back(self):
+        # to_dtype_scaled(q, DTYPE_F32, 1 / scale): each stored value times
+        # 1 / scale in double, rounded once to fp32. A scale of 3 is not a
+        # power of two, so the rounding shows.
+        d, eb, mb, has_inf, _ = FORMATS["e4m3"]
+        xs = [f32(v / 3.0) for v, _ in finite_values(eb, mb, has_inf)[1:200:7]]
+        got = run_tool(d, xs, 3.0)
+        back = run_tool_unscaled(d, xs, 3.0)
+        for x, (bits, stored), unscaled in zip(xs, got, back):
+            self.assertEqual(unscaled, f32(stored * (1.0 / 3.0)), (x, hex(bits)))
 
     def test_ties_to_even_by_hand(self):
         # 1 + 2^-8 is halfway between bf16's 1 and 1 + 2^-7: even (1) wins;

@@ -9,7 +9,9 @@
  * (or "nan", "inf", "-inf"); each output line is the stored bits in hex,
  * then the value read back to fp32 (to_dtype(q, DTYPE_F32)) in hex float:
  * the conversion goes through to_dtype_scaled(t, d, SCALE) on one tensor
- * of all the values, as a lecture would call it.
+ * of all the values, as a lecture would call it. Given a SCALE, a third
+ * column: the value read back scaled by 1 / SCALE
+ * (to_dtype_scaled(q, DTYPE_F32, 1 / SCALE), how FP8's scale is undone).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,12 +37,16 @@ int main(int argc, char **argv) {
     tensor *t = tensor_from(v, (int64_t)n, 0, -1);
     tensor *q = to_dtype_scaled(t, d, scale);
     tensor *back = to_dtype(q, DTYPE_F32);
+    tensor *unscaled = argc > 2 ? to_dtype_scaled(q, DTYPE_F32, 1.0 / scale) : NULL;
     size_t size = dtype_size(d);
     for (size_t i = 0; i < n; i++) {
         unsigned bits = 0;
         memcpy(&bits, (const char *)q->raw + i * size, size); /* little-endian x86-64 */
-        printf("%x %a\n", bits, (double)tensor_item(back, (int64_t)i));
+        printf("%x %a", bits, (double)tensor_item(back, (int64_t)i));
+        if (unscaled) printf(" %a", (double)tensor_item(unscaled, (int64_t)i));
+        printf("\n");
     }
+    if (unscaled) tensor_free(unscaled);
     tensor_free(t);
     tensor_free(q);
     tensor_free(back);

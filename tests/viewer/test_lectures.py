@@ -166,7 +166,8 @@ def shared_levels(a, b):
 class LectureCase(base.ViewerCase):
     width, height = 1400, 900
     script_timeout = 60
-    lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_gpu", "lecture_scaling")
+    lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_gpu", "lecture_scaling",
+                "lecture_precision")
 
     @classmethod
     def setUpClass(cls):
