@@ -413,8 +413,8 @@ static void run_folder(char *out, const char *name) {
 static double straight_loss[STEPS];
 
 static void sharded_checkpoint(const mlp_config *c) {
-    note("## A sharded checkpoint\n\n"
-         "ZeRO-3 leaves each rank only its rows of every layer, with AdamW's two moments for them. So each rank "
+    note("## A sharded checkpoint");
+    note("ZeRO-3 leaves each rank only its rows of every layer, with AdamW's two moments for them. So each rank "
          "saves what it holds, and nobody gathers the model: %d ranks write %d files at once. A checkpoint is "
          "complete only when every shard is, so one more file, the *manifest*, is written last by rank 0, after "
          "it has every shard's size and xxh64 checksum (a gather that only completes once each rank has renamed "
@@ -448,8 +448,8 @@ static void sharded_checkpoint(const mlp_config *c) {
 }
 
 static void crash_and_resume(const mlp_config *c) {
-    note("## A rank dies; the run resumes\n\n"
-         "The same training again, but rank %d dies (`abort()`) half-way through writing its shard of the step-%d "
+    note("## A rank dies; the run resumes");
+    note("The same training again, but rank %d dies (`abort()`) half-way through writing its shard of the step-%d "
          "checkpoint: half a temporary file, no rename. The other ranks wait in the gather for its checksum; "
          "the runtime names the dead rank and stops them.",
          CRASH_RANK, CRASH_STEP);
@@ -474,8 +474,8 @@ static void crash_and_resume(const mlp_config *c) {
     progress("resumed run from step %d", resume);
     spawn(train_main, WORLD, &a, sizeof a);
     collect(WORLD);
-    table_t *t = table_new("The loss, uninterrupted and interrupted at step %d then resumed from step %d",
-                           CRASH_STEP, resume);
+    table_t *t = table_new("The loss, uninterrupted and interrupted at step %d then resumed from step %d", CRASH_STEP,
+                           resume);
     table_column(t, "step", NULL, "%d");
     table_column(t, "uninterrupted", NULL, "%.9g");
     table_column(t, "interrupted, resumed", NULL, "%.9g");
@@ -520,12 +520,12 @@ static void one_device(const mlp_config *c, tensor **w) {
 
 static void reshard(const mlp_config *c) {
     int from = CRASH_STEP;
-    note("## Resharding: %d ranks load a %d-rank checkpoint\n\n"
-         "A restarted job may not get the same number of GPUs. The manifest says how many shards there are, so "
+    note("## Resharding: %d ranks load a %d-rank checkpoint", RESHARD, WORLD);
+    note("A restarted job may not get the same number of GPUs. The manifest says how many shards there are, so "
          "each shard's rows are known: rank r of %d needs rows [%d r, %d (r + 1)) of every layer, and reads "
          "them (weights and moments) from the shards that hold them. The uninterrupted run's step-%d checkpoint, "
          "loaded by %d ranks, trains on to step %d; one device trains the whole batch from the start.",
-         RESHARD, WORLD, RESHARD, c->width / RESHARD, c->width / RESHARD, from, RESHARD, c->steps);
+         RESHARD, c->width / RESHARD, c->width / RESHARD, from, RESHARD, c->steps);
     run_args a = {.cfg = *c, .resume = from};
     run_folder(a.run, "uninterrupted");
     progress("resharded run: %d ranks from step %d", RESHARD, from);
@@ -545,8 +545,8 @@ static void reshard(const mlp_config *c) {
             tensor_free(mine);
         }
     double bound = adamw_rounding_bound(c);
-    table_t *t = table_new("Trained weights: %d ranks resumed from a %d-rank checkpoint, against one device",
-                           RESHARD, WORLD);
+    table_t *t = table_new("Trained weights: %d ranks resumed from a %d-rank checkpoint, against one device", RESHARD,
+                           WORLD);
     table_column(t, "largest difference", NULL, "%.3g");
     table_column(t, "AdamW rounding bound", NULL, "%.3g");
     table_row(t, diff, bound);
@@ -586,8 +586,8 @@ static int refused_with(const char *run, int k, int cut, char *why, size_t cap) 
 }
 
 static void damaged(void) {
-    note("## Damaged shards are refused\n\n"
-         "A disk or a copy can damage a file after it was written. The loader checks each shard's size and "
+    note("## Damaged shards are refused");
+    note("A disk or a copy can damage a file after it was written. The loader checks each shard's size and "
          "xxh64 against the manifest before it trusts it, and falls back to the previous checkpoint when one "
          "fails. The uninterrupted run's step-%d checkpoint, damaged two ways:",
          CRASH_STEP);
