@@ -40,7 +40,8 @@ SUMMARY_CHARS = 280
 # distributed-training overview, then the lectures that take two of its
 # sections in depth. An entry of this list gets "order" (1, 2, ...); the
 # index lists those first, in that order, then any other lecture by name.
-READING_ORDER = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_scaling"]
+READING_ORDER = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_scaling",
+                 "lecture_checkpoints"]
 
 
 def plain(markdown):
