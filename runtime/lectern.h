@@ -156,6 +156,13 @@ const char *lecture_option(const char *name, const char *fallback);
  * built in, else ".". Never NULL; lives until the program ends. */
 const char *lecture_root(void);
 
+/* The folder the trace is written to (--out, else $LECTERN_OUT, else
+ * traces/local/), as given: the one place a lecture may write files of its
+ * own (a checkpoint, a log), in a folder named after itself that it removes
+ * when done. In the lecture only: a rank gets the path through spawn's args
+ * (called in a rank it is an error step at the line, and NULL). */
+const char *lecture_out_dir(void);
+
 /* Progress on stderr ("[lecture_08 12.3s] DDP: spawn 4 ranks"); never in the
  * trace. Silent with --quiet. */
 void progress(const char *fmt, ...) LECTERN_PRINTF(1, 2);

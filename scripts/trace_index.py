@@ -38,11 +38,12 @@ SUMMARY_CHARS = 280
 
 # The order in which to read the series: one device first, then the
 # distributed-training overview, then the lectures that take two of its
-# sections in depth, then mixed precision. An entry of this list gets
-# "order" (1, 2, ...); the index lists those first, in that order, then any
-# other lecture by name.
+# sections in depth, then pipeline schedules, mixed precision, checkpoints. An
+# entry of this list gets "order" (1, 2, ...); the index lists those first, in
+# that order, then any other lecture by name.
 READING_ORDER = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_scaling",
-                 "lecture_precision"]
+                 "lecture_pipelines",
+                 "lecture_precision", "lecture_checkpoints"]
 
 
 def plain(markdown):

@@ -92,6 +92,21 @@ window.lecternIndex = {
    "order": 6
   },
   {
+   "name": "lecture_checkpoints",
+   "title": "Checkpoints and failures",
+   "summary": "A job on thousands of GPUs loses one every few hours. It survives by saving its state often, in pieces, so that a restart loses only the steps since the last save; and a restart may come back with fewer or more GPUs. This lecture trains lecture_08's MLP with ZeRO-3 on 4 ranks, …",
+   "start_time": "2026-11-29T11:21:06Z",
+   "host": "vm",
+   "gpus": 0,
+   "backend": "mpi",
+   "duration_s": 1.006,
+   "steps": 34,
+   "failed_run": false,
+   "has_good": true,
+   "state": "ok",
+   "order": 7
+  },
+  {
    "name": "lecture_pipelines",
    "title": "Pipeline schedules today",
    "summary": "The model: lecture_08's MLP, 8 layers 256 wide, a batch of 512 cut into 8 micro-batches; the loss is the mean of the output's squares. One device computes its gradients first; every schedule's must equal them.",

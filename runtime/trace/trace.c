@@ -68,6 +68,14 @@ void lx_trace_init(const char *name, const char *dir) {
 const char *lx_lecture_name(void) { return lecture_name ? lecture_name : "lecture"; }
 const char *lx_out_dir(void) { return out_dir; }
 
+const char *lecture_out_dir(void) {
+    if (lx_in_rank() || !out_dir) {
+        lx_error("lecture_out_dir() is the lecture's own: a rank is given the folder through spawn's args");
+        return NULL;
+    }
+    return out_dir;
+}
+
 void lx_trace_rank_init(const char *name, double clock_zero) {
     free(lecture_name);
     lecture_name = strdup(name);

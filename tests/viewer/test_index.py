@@ -147,7 +147,7 @@ class IndexPage(unittest.TestCase):
         self.assertEqual(len(rows), len(self.expected))
         # the series' reading order first (one device, the overview, then its depth), then by name
         order = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_scaling",
-                 "lecture_precision"]
+                 "lecture_pipelines", "lecture_precision", "lecture_checkpoints"]
         key = lambda item: (order.index(item[0]), "") if item[0] in order else (len(order), item[0])
         self.assertEqual([n for n, _ in sorted(self.expected.items(), key=key)][:len(order)],
                          [n for n in order if n in self.expected])

@@ -167,7 +167,7 @@ class LectureCase(base.ViewerCase):
     width, height = 1400, 900
     script_timeout = 60
     lectures = ("lecture_00", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_gpu", "lecture_scaling",
-                "lecture_precision")
+                "lecture_pipelines", "lecture_precision", "lecture_checkpoints")
 
     @classmethod
     def setUpClass(cls):

@@ -1,0 +1,646 @@
+/*
+ * lecture_checkpoints: a sharded checkpoint of ZeRO-3 training, a rank that
+ * dies while writing one, a restart from the last complete checkpoint, the
+ * checkpoint loaded by another number of ranks, and damaged shards refused.
+ *
+ *     make run LECTURE=lecture_checkpoints
+ *
+ * Every checkpoint is real files under the lecture's output folder
+ * (lecture_out_dir(), in lecture_checkpoints.tmp.files/), removed when the
+ * lecture ends.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "lib/mlp.h"
+
+/* 4 ranks, a checkpoint every 2 steps; rank 2 dies writing the one at step 4. */
+enum { WORLD = 4, RESHARD = 2, STEPS = 6, EVERY = 2, CRASH_RANK = 2, CRASH_STEP = 4 };
+enum { BATCH = 64, WIDTH = 64, LAYERS = 3, PATH_LEN = 512 };
+
+static mlp_config config(void) {
+    return (mlp_config){.batch = BATCH, .width = WIDTH, .layers = LAYERS, .steps = STEPS, .lr = 1e-2f};
+}
+
+/* ------------------------------------------------------------------ */
+/* The training state and one ZeRO-3 step                              */
+/* ------------------------------------------------------------------ */
+
+/* A rank's shard: rows [first, first + rows) of every layer, with AdamW's
+ * two moments for those rows and its step count. */
+typedef struct shard {
+    int64_t first, rows;
+    tensor *piece[MAX_LAYERS], *grad[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+} shard;
+
+static shard shard_new(const mlp_config *c, int rank, int world, int device) {
+    shard s = {.rows = c->width / world, .first = rank * (c->width / world)};
+    for (int i = 0; i < c->layers; i++) {
+        tensor *w = init_layer(c, i, device);
+        tensor *band = row_slice(w, s.first, s.first + s.rows);
+        s.piece[i] = to_device(band, device);
+        tensor_free(band);
+        tensor_free(w);
+        s.grad[i] = empty(s.rows, c->width, device);
+        s.opt[i] = adamw_new(s.piece[i], c->lr);
+    }
+    return s;
+}
+
+static void shard_free(shard *s, const mlp_config *c) {
+    for (int i = 0; i < c->layers; i++) {
+        tensor_free(s->piece[i]);
+        tensor_free(s->grad[i]);
+        adamw_free(s->opt[i]);
+    }
+}
+
+static tensor *gather_layer(const tensor *piece, const mlp_config *c) {
+    tensor *w = empty(c->width, c->width, piece->device);
+    dist_all_gather(w, piece); /* the pieces are bands of rows, in rank order */
+    return w;
+}
+
+/* One step of ZeRO-3 on this rank's slice of the batch; returns the loss of
+ * the whole batch (every rank's mean, averaged: the slices are equal). */
+static float zero3_step(const mlp_config *c, shard *s, tensor *x) {
+    tensor *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    acts[0] = x;
+    for (int i = 0; i < c->layers; i++) {
+        tensor *w = gather_layer(s->piece[i], c);
+        acts[i + 1] = layer_forward(acts[i], w, &pre[i]);
+        tensor_free(w);
+    }
+    float mine = mse_loss(acts[c->layers]);
+    tensor *loss = tensor_from(&mine, 1, 0, x->device);
+    dist_all_reduce(loss, DIST_AVG);
+    float whole = tensor_item(loss, 0);
+    tensor_free(loss);
+    tensor *dy = mse_loss_backward(acts[c->layers]);
+    for (int i = c->layers - 1; i >= 0; i--) {
+        tensor *w = gather_layer(s->piece[i], c);
+        tensor *grad = empty(c->width, c->width, x->device), *dx = NULL;
+        layer_backward(acts[i], pre[i], w, dy, grad, i > 0 ? &dx : NULL, 0.0f);
+        dist_reduce_scatter(s->grad[i], grad, DIST_AVG); /* my rows of the average */
+        tensor_free(w);
+        tensor_free(grad);
+        tensor_free(dy);
+        dy = dx;
+    }
+    for (int i = 0; i < c->layers; i++)
+        adamw_step(s->opt[i], s->piece[i], s->grad[i]);
+    free_saved(c->layers, acts, pre);
+    return whole;
+}
+
+/* ------------------------------------------------------------------ */
+/* The checkpoint on disk                                              */
+/* ------------------------------------------------------------------ */
+
+/* A shard file: this header, then for each layer its rows of the weights,
+ * of AdamW's first moment and of its second, float32, row by row. */
+typedef struct shard_header {
+    char magic[8]; /* "LXSHARD1" */
+    int32_t rank, world, layers, width, rows, step;
+} shard_header;
+
+static int64_t shard_bytes(const mlp_config *c, int world) {
+    return (int64_t)sizeof(shard_header) + 3LL * c->layers * (c->width / world) * c->width * (int64_t)sizeof(float);
+}
+
+/* What a manifest says: the step the checkpoint holds, the loss of every
+ * step before it (the run's log), and each shard's file size and xxh64. */
+typedef struct manifest {
+    int step, world;
+    double loss[STEPS];
+    int64_t bytes[LECTERN_MAX_WORLD];
+    uint64_t hash[LECTERN_MAX_WORLD];
+} manifest;
+
+static void step_dir(char *out, const char *run, int step) { snprintf(out, PATH_LEN, "%s/step-%d", run, step); }
+static void shard_path(char *out, const char *dir, int k) { snprintf(out, PATH_LEN, "%s/rank-%d.shard", dir, k); }
+
+/* Write `n` bytes to `path` so that `path` is either its old self or all of
+ * them: into path.tmp, flushed to the disk, then renamed over path (a rename
+ * within one folder is atomic). `die_after` >= 0: abort() after that many
+ * bytes, as a machine that dies mid-write. */
+static void write_atomically(const char *path, const void *data, size_t n, long die_after) {
+    char tmp[PATH_LEN + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) lecture_fail("cannot create %s: %s", tmp, strerror(errno));
+    if (die_after >= 0) {
+        fwrite(data, 1, (size_t)die_after, f);
+        fflush(f);
+        abort(); /* the rank dies here: half a temporary file, no rename */
+    }
+    if (fwrite(data, 1, n, f) != n || fflush(f) != 0 || fsync(fileno(f)) != 0)
+        lecture_fail("cannot write %s: %s", tmp, strerror(errno));
+    if (fclose(f) != 0) lecture_fail("cannot close %s: %s", tmp, strerror(errno));
+    if (rename(tmp, path) != 0) lecture_fail("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+}
+
+static void make_dir(const char *path) {
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) lecture_fail("cannot create %s: %s", path, strerror(errno));
+}
+
+/* This rank's shard as bytes: header, then weights, m, v of each layer. */
+static unsigned char *shard_to_bytes(const mlp_config *c, const shard *s, int rank, int world, int64_t *n) {
+    *n = shard_bytes(c, world);
+    unsigned char *buf = malloc((size_t)*n);
+    if (!buf) lecture_fail("out of memory for a shard of %lld bytes", (long long)*n);
+    shard_header h = {.magic = "LXSHARD1", rank, world, c->layers, c->width, (int32_t)s->rows, s->opt[0]->step};
+    memcpy(buf, &h, sizeof h);
+    float *at = (float *)(buf + sizeof h);
+    for (int i = 0; i < c->layers; i++) {
+        const tensor *parts[3] = {s->piece[i], s->opt[i]->m, s->opt[i]->v};
+        for (int j = 0; j < 3; j++, at += s->rows * c->width)
+            tensor_to_host(parts[j], at);
+    }
+    return buf;
+}
+
+typedef struct write_figures {
+    int64_t bytes;
+    double seconds;
+} write_figures;
+
+/* Every rank writes its shard; then rank 0, having every shard's size and
+ * hash (which it can only have once every rank has renamed its file),
+ * writes the manifest: last, so a manifest names only complete shards. */
+static write_figures save_checkpoint(const mlp_config *c, const shard *s, const char *run, const double *loss,
+                                     int crash) {
+    int rank = dist_rank(), world = dist_world_size(), step = s->opt[0]->step;
+    char dir[PATH_LEN], path[PATH_LEN];
+    step_dir(dir, run, step);
+    make_dir(dir);
+    shard_path(path, dir, rank);
+    double t0 = now_seconds();
+    int64_t n;
+    unsigned char *bytes = shard_to_bytes(c, s, rank, world, &n);
+    uint64_t hash = XXH64(bytes, (size_t)n, 0);
+    write_atomically(path, bytes, (size_t)n, crash && rank == CRASH_RANK && step == CRASH_STEP ? n / 2 : -1);
+    write_figures f = {n, now_seconds() - t0};
+    free(bytes);
+    /* size and hash to rank 0, the hash as four exact 16-bit pieces */
+    float mine[5] = {(float)n};
+    for (int k = 0; k < 4; k++)
+        mine[1 + k] = (float)((hash >> (16 * k)) & 0xffff);
+    tensor *in = tensor_from(mine, 1, 5, get_device(rank)), *all = zeros(world, 5, get_device(rank));
+    dist_gather(all, in, 0);
+    if (rank == 0) {
+        char text[8192];
+        int len = snprintf(text, sizeof text, "lectern checkpoint 1\nstep %d\nworld %d\n", step, world);
+        for (int t = 0; t < step; t++)
+            len += snprintf(text + len, sizeof text - (size_t)len, "loss %d %a\n", t, loss[t]);
+        for (int k = 0; k < world; k++) {
+            uint64_t h = 0;
+            for (int j = 0; j < 4; j++)
+                h |= (uint64_t)tensor_item(all, k * 5 + 1 + j) << (16 * j);
+            len += snprintf(text + len, sizeof text - (size_t)len, "shard %d %lld %016llx\n", k,
+                            (long long)tensor_item(all, k * 5), (unsigned long long)h);
+        }
+        char manifest_path[PATH_LEN + 16];
+        snprintf(manifest_path, sizeof manifest_path, "%s/manifest", dir);
+        write_atomically(manifest_path, text, (size_t)len, -1);
+    }
+    tensor_free(in);
+    tensor_free(all);
+    return f;
+}
+
+/* The whole of a file, or NULL (errno set). */
+static unsigned char *read_file(const char *path, int64_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)*n + 1);
+    if (buf && fread(buf, 1, (size_t)*n, f) != (size_t)*n) free(buf), buf = NULL;
+    fclose(f);
+    if (buf) buf[*n] = 0;
+    return buf;
+}
+
+/* Reads dir's manifest into *m: 0, or 1 with why it cannot. */
+static int read_manifest(const char *dir, manifest *m, char *why, size_t cap) {
+    char path[PATH_LEN + 16];
+    snprintf(path, sizeof path, "%s/manifest", dir);
+    int64_t n;
+    char *text = (char *)read_file(path, &n);
+    if (!text) return snprintf(why, cap, "%s: no manifest (%s)", path, strerror(errno)), 1;
+    memset(m, 0, sizeof *m);
+    int ok = sscanf(text, "lectern checkpoint 1\nstep %d\nworld %d\n", &m->step, &m->world) == 2 && m->step >= 0 &&
+             m->step <= STEPS && m->world >= 1 && m->world <= LECTERN_MAX_WORLD;
+    int losses = 0, shards = 0;
+    for (char *line = strtok(text, "\n"); ok && line; line = strtok(NULL, "\n")) {
+        int k;
+        double v;
+        long long bytes;
+        unsigned long long h;
+        if (sscanf(line, "loss %d %la", &k, &v) == 2 && k >= 0 && k < m->step) m->loss[k] = v, losses++;
+        else if (sscanf(line, "shard %d %lld %llx", &k, &bytes, &h) == 3 && k >= 0 && k < m->world)
+            m->bytes[k] = bytes, m->hash[k] = h, shards++;
+    }
+    free(text);
+    if (!ok || losses != m->step || shards != m->world)
+        return snprintf(why, cap, "%s: not a complete manifest", path), 1;
+    return 0;
+}
+
+/* Shard k of the checkpoint in dir, checked against its manifest: its
+ * bytes, or NULL with why (the file and the shard named). */
+static unsigned char *read_shard(const char *dir, const manifest *m, int k, char *why, size_t cap) {
+    char path[PATH_LEN];
+    shard_path(path, dir, k);
+    int64_t n;
+    unsigned char *bytes = read_file(path, &n);
+    if (!bytes) return snprintf(why, cap, "%s (shard %d of %d): %s", path, k, m->world, strerror(errno)), NULL;
+    if (n != m->bytes[k])
+        snprintf(why, cap, "%s (shard %d of %d): %lld bytes, the manifest says %lld: truncated", path, k, m->world,
+                 (long long)n, (long long)m->bytes[k]);
+    else if (XXH64(bytes, (size_t)n, 0) != m->hash[k])
+        snprintf(why, cap, "%s (shard %d of %d): xxh64 %016llx, the manifest says %016llx: corrupted", path, k,
+                 m->world, (unsigned long long)XXH64(bytes, (size_t)n, 0), (unsigned long long)m->hash[k]);
+    else return bytes;
+    free(bytes);
+    return NULL;
+}
+
+/* The newest checkpoint of `run` whose manifest and every shard check out
+ * (its step; 0: none, start from scratch). The first refusal met on the
+ * way, if any, goes to `refused`. */
+static int latest_good(const char *run, char *refused, size_t cap) {
+    refused[0] = 0;
+    for (int step = STEPS; step > 0; step -= EVERY) {
+        char dir[PATH_LEN], why[1024];
+        step_dir(dir, run, step);
+        struct stat st;
+        if (stat(dir, &st) != 0) continue;
+        manifest m;
+        int bad = read_manifest(dir, &m, why, sizeof why);
+        for (int k = 0; !bad && k < m.world; k++) {
+            unsigned char *b = read_shard(dir, &m, k, why, sizeof why);
+            bad = b == NULL;
+            free(b);
+        }
+        if (!bad) return step;
+        if (!refused[0]) snprintf(refused, cap, "%s", why);
+    }
+    return 0;
+}
+
+/* Loads this rank's rows from the checkpoint at dir, whatever the world
+ * that wrote it: each old shard holds a band of rows; copy the overlap. */
+static void load_checkpoint(const mlp_config *c, shard *s, const char *dir, manifest *m) {
+    char why[1024];
+    if (read_manifest(dir, m, why, sizeof why)) lecture_fail("%s", why);
+    int64_t old_rows = c->width / m->world, n = s->rows * c->width;
+    float *host = malloc(3 * (size_t)c->layers * (size_t)n * sizeof(float));
+    if (!host) lecture_fail("out of memory loading a checkpoint");
+    int step = -1;
+    for (int k = 0; k < m->world; k++) {
+        int64_t lo = k * old_rows > s->first ? k * old_rows : s->first;
+        int64_t hi = (k + 1) * old_rows < s->first + s->rows ? (k + 1) * old_rows : s->first + s->rows;
+        if (lo >= hi) continue;
+        unsigned char *bytes = read_shard(dir, m, k, why, sizeof why);
+        if (!bytes) lecture_fail("refusing the checkpoint: %s", why);
+        shard_header h;
+        memcpy(&h, bytes, sizeof h);
+        if (memcmp(h.magic, "LXSHARD1", 8) != 0 || h.layers != c->layers || h.width != c->width || h.rows != old_rows)
+            lecture_fail("%s/rank-%d.shard (shard %d): a shard of another model", dir, k, k);
+        step = h.step;
+        const float *from = (const float *)(bytes + sizeof h);
+        for (int i = 0; i < c->layers; i++)
+            for (int j = 0; j < 3; j++)
+                memcpy(host + ((size_t)i * 3 + (size_t)j) * (size_t)n + (size_t)(lo - s->first) * (size_t)c->width,
+                       from + ((size_t)i * 3 + (size_t)j) * (size_t)(old_rows * c->width) +
+                               (size_t)(lo - k * old_rows) * (size_t)c->width,
+                       (size_t)(hi - lo) * (size_t)c->width * sizeof(float));
+        free(bytes);
+    }
+    for (int i = 0; i < c->layers; i++) {
+        tensor *dst[3] = {s->piece[i], s->opt[i]->m, s->opt[i]->v};
+        for (int j = 0; j < 3; j++) {
+            tensor *t = tensor_from(host + ((size_t)i * 3 + (size_t)j) * (size_t)n, s->rows, c->width, dst[j]->device);
+            tensor_copy(dst[j], t);
+            tensor_free(t);
+        }
+        s->opt[i]->step = step; /* AdamW's bias correction depends on it */
+    }
+    free(host);
+}
+
+/* ------------------------------------------------------------------ */
+/* A training run on ranks                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct run_args {
+    mlp_config cfg;
+    char run[PATH_LEN]; /* this run's checkpoint folder */
+    int resume;         /* the checkpoint step to start from (0: from scratch) */
+    int crash;          /* 1: CRASH_RANK dies writing the CRASH_STEP checkpoint */
+} run_args;
+
+typedef struct run_result {
+    double loss[STEPS]; /* the steps this run made: resume .. STEPS - 1 */
+    write_figures first_write;
+    float piece[LAYERS * WIDTH * WIDTH]; /* this rank's trained rows, layer by layer */
+    int64_t rows;
+} run_result;
+
+static void train_main(int rank, int world, void *args) {
+    const run_args *a = args;
+    const mlp_config *c = &a->cfg;
+    int device = get_device(rank);
+    tensor *data = make_data(c, device);
+    int64_t local = c->batch / world;
+    tensor *x = row_slice(data, rank * local, (rank + 1) * local);
+    shard s = shard_new(c, rank, world, device);
+    static run_result r; /* large: not on the stack */
+    memset(&r, 0, sizeof r);
+    if (a->resume) {
+        char dir[PATH_LEN];
+        step_dir(dir, a->run, a->resume);
+        manifest m;
+        load_checkpoint(c, &s, dir, &m);
+        memcpy(r.loss, m.loss, sizeof m.loss); /* the log up to the checkpoint */
+    }
+    for (int step = a->resume; step < c->steps; step++) {
+        r.loss[step] = zero3_step(c, &s, x);
+        int done = step + 1;
+        if (done % EVERY == 0 && done < c->steps) {
+            write_figures f = save_checkpoint(c, &s, a->run, r.loss, a->crash);
+            if (done == EVERY) r.first_write = f;
+        }
+    }
+    r.rows = s.rows;
+    for (int i = 0; i < c->layers; i++)
+        tensor_to_host(s.piece[i], r.piece + (size_t)i * (size_t)(s.rows * c->width));
+    spawn_return(&r, sizeof r);
+    shard_free(&s, c);
+    tensor_free(x);
+    tensor_free(data);
+}
+
+static run_result results[WORLD];
+
+static void collect(int world) {
+    for (int k = 0; k < world; k++)
+        if (spawn_result(k, &results[k], sizeof results[k]) != sizeof results[k])
+            lecture_fail("rank %d returned no result", k);
+}
+
+/* ------------------------------------------------------------------ */
+/* The lecture                                                         */
+/* ------------------------------------------------------------------ */
+
+static char files[PATH_LEN - 64];
+
+static void run_folder(char *out, const char *name) {
+    snprintf(out, PATH_LEN, "%s/%s", files, name);
+    make_dir(out);
+}
+
+static double straight_loss[STEPS];
+
+static void sharded_checkpoint(const mlp_config *c) {
+    note("## A sharded checkpoint");
+    note("ZeRO-3 leaves each rank only its rows of every layer, with AdamW's two moments for them. So each rank "
+         "saves what it holds, and nobody gathers the model: %d ranks write %d files at once. A checkpoint is "
+         "complete only when every shard is, so one more file, the *manifest*, is written last by rank 0, after "
+         "it has every shard's size and xxh64 checksum (a gather that only completes once each rank has renamed "
+         "its file). Each file is written to a temporary name, flushed to the disk (`fsync`), then renamed: a "
+         "rename within one folder is atomic, so a reader sees the old file or the whole new one, never half.",
+         WORLD, WORLD);
+    run_args a = {.cfg = *c};
+    run_folder(a.run, "uninterrupted");
+    progress("uninterrupted run: %d ranks", WORLD);
+    spawn(train_main, WORLD, &a, sizeof a);
+    collect(WORLD);
+    memcpy(straight_loss, results[0].loss, sizeof straight_loss);
+    int64_t header = (int64_t)sizeof(shard_header), formula = shard_bytes(c, WORLD);
+    table_t *t = table_new("The step-%d checkpoint, rank by rank", EVERY);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "shard", "bytes", "%lld");
+    table_column(t, "write", "ms", "%.3f");
+    int all_match = 1;
+    for (int k = 0; k < WORLD; k++) {
+        table_row(t, k, (long long)results[k].first_write.bytes, results[k].first_write.seconds * 1e3);
+        all_match &= results[k].first_write.bytes == formula;
+    }
+    table_show(t);
+    note("A shard is a %lld-byte header and, for each of the %d layers, its %d rows of %d floats three times "
+         "(weights, first moment, second moment): %lld + 3 x %d x %d x %d x 4 = %lld bytes. The write time is one "
+         "rank's, temporary file to rename, `fsync` included, on this machine's disk, while the other ranks write "
+         "theirs.",
+         (long long)header, c->layers, c->width / WORLD, c->width, (long long)header, c->layers, c->width / WORLD,
+         c->width, (long long)formula);
+    check(all_match, "every shard is %lld bytes, the formula's", (long long)formula);
+}
+
+static void crash_and_resume(const mlp_config *c) {
+    note("## A rank dies; the run resumes");
+    note("The same training again, but rank %d dies (`abort()`) half-way through writing its shard of the step-%d "
+         "checkpoint: half a temporary file, no rename. The other ranks wait in the gather for its checksum; "
+         "the runtime names the dead rank and stops them.",
+         CRASH_RANK, CRASH_STEP);
+    run_args a = {.cfg = *c, .crash = 1};
+    run_folder(a.run, "interrupted");
+    progress("interrupted run: rank %d dies at step %d", CRASH_RANK, CRASH_STEP);
+    spawn_expect_failure(train_main, WORLD, &a, sizeof a);
+    char dir[PATH_LEN], manifest_path[PATH_LEN + 16], refused[1024];
+    step_dir(dir, a.run, CRASH_STEP);
+    snprintf(manifest_path, sizeof manifest_path, "%s/manifest", dir);
+    check(access(manifest_path, F_OK) != 0,
+          "the crash left no manifest for step %d: the incomplete checkpoint is invisible to a loader", CRASH_STEP);
+    int resume = latest_good(a.run, refused, sizeof refused);
+    check(resume == CRASH_STEP - EVERY, "the newest complete checkpoint is step %d (expected %d)", resume,
+          CRASH_STEP - EVERY);
+    note("A fresh spawn of %d ranks finds the newest checkpoint whose manifest and shards check out: step %d. "
+         "Each rank loads its rows, AdamW's moments and step count, and the run goes on from there; the steps "
+         "between that checkpoint and the crash are done again.",
+         WORLD, resume);
+    a.crash = 0;
+    a.resume = resume;
+    progress("resumed run from step %d", resume);
+    spawn(train_main, WORLD, &a, sizeof a);
+    collect(WORLD);
+    table_t *t = table_new("The loss, uninterrupted and interrupted at step %d then resumed from step %d", CRASH_STEP,
+                           resume);
+    table_column(t, "step", NULL, "%d");
+    table_column(t, "uninterrupted", NULL, "%.9g");
+    table_column(t, "interrupted, resumed", NULL, "%.9g");
+    table_column(t, "from", NULL, "%s");
+    int equal = 1;
+    for (int s = 0; s < c->steps; s++) {
+        table_row(t, s, straight_loss[s], results[0].loss[s], s < resume ? "the checkpoint's log" : "the resumed run");
+        equal &= straight_loss[s] == results[0].loss[s];
+    }
+    table_show(t);
+    check(equal, "the resumed run's loss equals the uninterrupted run's at every step, bit for bit");
+    note("Bit for bit, not merely close: the resumed ranks hold the same bytes the uninterrupted ranks held at "
+         "step %d (weights, moments and AdamW's step count, saved as float32 bytes, not printed), see the same "
+         "data, and do the same arithmetic in the same order: the same %d ranks, so the same slices of the batch, "
+         "and collectives that Open MPI runs by the same algorithm for the same sizes and ranks. Restore "
+         "the weights but not the moments, or not the step count, and the next step differs.",
+         resume, WORLD);
+}
+
+/* One device, the whole batch, all the steps: the reference for resharding. */
+static void one_device(const mlp_config *c, tensor **w) {
+    tensor *x = make_data(c, -1), *grads[MAX_LAYERS], *acts[MAX_LAYERS + 1], *pre[MAX_LAYERS];
+    adamw *opt[MAX_LAYERS];
+    for (int i = 0; i < c->layers; i++) {
+        w[i] = init_layer(c, i, -1);
+        grads[i] = empty(c->width, c->width, -1);
+        opt[i] = adamw_new(w[i], c->lr);
+    }
+    for (int s = 0; s < c->steps; s++) {
+        forward(w, c->layers, x, acts, pre);
+        backward(w, c->layers, acts, pre, grads);
+        for (int i = 0; i < c->layers; i++)
+            adamw_step(opt[i], w[i], grads[i]);
+        free_saved(c->layers, acts, pre);
+    }
+    for (int i = 0; i < c->layers; i++) {
+        tensor_free(grads[i]);
+        adamw_free(opt[i]);
+    }
+    tensor_free(x);
+}
+
+static void reshard(const mlp_config *c) {
+    int from = CRASH_STEP;
+    note("## Resharding: %d ranks load a %d-rank checkpoint", RESHARD, WORLD);
+    note("A restarted job may not get the same number of GPUs. The manifest says how many shards there are, so "
+         "each shard's rows are known: rank r of %d needs rows [%d r, %d (r + 1)) of every layer, and reads "
+         "them (weights and moments) from the shards that hold them. The uninterrupted run's step-%d checkpoint, "
+         "loaded by %d ranks, trains on to step %d; one device trains the whole batch from the start.",
+         RESHARD, c->width / RESHARD, c->width / RESHARD, from, RESHARD, c->steps);
+    run_args a = {.cfg = *c, .resume = from};
+    run_folder(a.run, "uninterrupted");
+    progress("resharded run: %d ranks from step %d", RESHARD, from);
+    spawn(train_main, RESHARD, &a, sizeof a);
+    collect(RESHARD);
+    tensor *w[MAX_LAYERS];
+    one_device(c, w);
+    double diff = 0;
+    for (int k = 0; k < RESHARD; k++)
+        for (int i = 0; i < c->layers; i++) {
+            int64_t rows = results[k].rows;
+            tensor *mine = tensor_from(results[k].piece + (size_t)i * (size_t)(rows * c->width), rows, c->width, -1);
+            tensor *ref = row_slice(w[i], k * rows, (k + 1) * rows);
+            double d = max_abs_diff(mine, ref);
+            diff = d > diff ? d : diff;
+            tensor_free(ref);
+            tensor_free(mine);
+        }
+    double bound = adamw_rounding_bound(c);
+    table_t *t = table_new("Trained weights: %d ranks resumed from a %d-rank checkpoint, against one device", RESHARD,
+                           WORLD);
+    table_column(t, "largest difference", NULL, "%.3g");
+    table_column(t, "AdamW rounding bound", NULL, "%.3g");
+    table_row(t, diff, bound);
+    table_show(t);
+    check(diff <= bound, "resharded weights within AdamW's rounding bound of one device: %.3g <= %.3g", diff, bound);
+    note("Not bit for bit this time: %d ranks sum gradients over other slices of the batch than %d ranks or one "
+         "device do, so the sums round differently. AdamW can carry a rounding-level difference in a gradient "
+         "to at most %.3g in a weight over %d steps (lib/mlp.h derives it); the largest difference is %.3g.",
+         RESHARD, WORLD, quoted(bound), c->steps, quoted(diff));
+    for (int i = 0; i < c->layers; i++)
+        tensor_free(w[i]);
+}
+
+/* Damages one shard of `run`'s newest checkpoint, asks for the newest good
+ * checkpoint, and puts the shard back. */
+static int refused_with(const char *run, int k, int cut, char *why, size_t cap) {
+    char dir[PATH_LEN], path[PATH_LEN];
+    step_dir(dir, run, CRASH_STEP);
+    shard_path(path, dir, k);
+    int64_t n;
+    unsigned char *keep = read_file(path, &n);
+    if (!keep) lecture_fail("cannot read %s: %s", path, strerror(errno));
+    if (cut) {
+        if (truncate(path, n / 2) != 0) lecture_fail("cannot truncate %s: %s", path, strerror(errno));
+    } else {
+        FILE *f = fopen(path, "r+b");
+        if (!f) lecture_fail("cannot open %s: %s", path, strerror(errno));
+        long at = (long)(n * 3 / 4);
+        fseek(f, at, SEEK_SET);
+        fputc(keep[at] ^ 0x01, f); /* one bit of one float */
+        fclose(f);
+    }
+    int step = latest_good(run, why, cap);
+    write_atomically(path, keep, (size_t)n, -1);
+    free(keep);
+    return step;
+}
+
+static void damaged(void) {
+    note("## Damaged shards are refused");
+    note("A disk or a copy can damage a file after it was written. The loader checks each shard's size and "
+         "xxh64 against the manifest before it trusts it, and falls back to the previous checkpoint when one "
+         "fails. The uninterrupted run's step-%d checkpoint, damaged two ways:",
+         CRASH_STEP);
+    char run[PATH_LEN], why[1024];
+    run_folder(run, "uninterrupted");
+    int truncated = refused_with(run, 1, 1, why, sizeof why);
+    note_verbatim("%s", why);
+    check(truncated == CRASH_STEP - EVERY && strstr(why, "rank-1.shard (shard 1 of 4)") && strstr(why, "truncated"),
+          "a truncated shard 1 is refused, named, and step %d used instead (got step %d)", CRASH_STEP - EVERY,
+          truncated);
+    int flipped = refused_with(run, 3, 0, why, sizeof why);
+    note_verbatim("%s", why);
+    check(flipped == CRASH_STEP - EVERY && strstr(why, "rank-3.shard (shard 3 of 4)") && strstr(why, "corrupted"),
+          "a shard 3 with one flipped bit is refused, named, and step %d used instead (got step %d)",
+          CRASH_STEP - EVERY, flipped);
+    int intact = latest_good(run, why, sizeof why);
+    check(intact == CRASH_STEP, "put back, the step-%d checkpoint loads again (got step %d)", CRASH_STEP, intact);
+    note("A flipped bit in a float changes no size, so only the checksum sees it; a truncated file the size "
+         "alone would catch. With the shards put back, the step-%d checkpoint loads again: the refusals were the "
+         "damage, nothing else.",
+         CRASH_STEP);
+}
+
+static void remove_files(void) {
+    char command[PATH_LEN + 32];
+    snprintf(command, sizeof command, "rm -rf '%s'", files);
+    if (system(command) != 0) lecture_fail("cannot remove %s", files);
+}
+
+static void lecture_checkpoints(void) {
+    note("# Checkpoints and failures");
+    note("A job on thousands of GPUs loses one every few hours. It survives by saving its state often, in "
+         "pieces, so that a restart loses only the steps since the last save; and a restart may come back with "
+         "fewer or more GPUs. This lecture trains lecture_08's MLP with ZeRO-3 on %d ranks, saves sharded "
+         "checkpoints to real files, kills a rank in the middle of one, resumes, loads the checkpoint on %d "
+         "ranks, and damages shards to see them refused.",
+         WORLD, RESHARD);
+    const char *out = lecture_out_dir();
+    char *abs = out ? realpath(out, NULL) : NULL;
+    if (!abs) lecture_fail("cannot resolve the output folder %s", out ? out : "(none)");
+    snprintf(files, sizeof files, "%s/lecture_checkpoints.tmp.files", abs);
+    free(abs);
+    remove_files();
+    make_dir(files);
+    mlp_config c = config();
+    note("The model: %d layers of %d x %d, a batch of %d (%d examples a rank), AdamW at lr %g, %d steps, a "
+         "checkpoint every %d steps.",
+         c.layers, c.width, c.width, c.batch, c.batch / WORLD, c.lr, c.steps, EVERY);
+    sharded_checkpoint(&c);
+    crash_and_resume(&c);
+    reshard(&c);
+    damaged();
+    remove_files();
+}
+
+int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_checkpoints); }
