@@ -343,7 +343,7 @@ tensor *to_device(const tensor *t, int device) {
 }
 
 tensor *to_dtype_scaled(const tensor *t, dtype d, double scale) {
-    NEED_R(t, "to_dtype");
+    NEED_R(t, "to_dtype_scaled");
     dtype_size(d); /* a dtype that does not exist stops here, named */
     if (!isfinite(scale) || scale == 0.0) lx_fatal("to_dtype_scaled: scale is %g; it must be finite and not 0", scale);
     tensor *out = new_tensor_of(t->ndim, t->shape[0], t->shape[1], t->device, d);
@@ -354,7 +354,10 @@ tensor *to_dtype_scaled(const tensor *t, dtype d, double scale) {
     return out;
 }
 
-tensor *to_dtype(const tensor *t, dtype d) { return to_dtype_scaled(t, d, 1.0); }
+tensor *to_dtype(const tensor *t, dtype d) {
+    NEED_R(t, "to_dtype");
+    return to_dtype_scaled(t, d, 1.0);
+}
 
 void tensor_to_host(const tensor *t, float *out) {
     NEED_R(t, "tensor_to_host");

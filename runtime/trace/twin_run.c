@@ -224,7 +224,8 @@ int twin_last_spawn(const char *platform, int ranks, twin_result *out) {
     }
     memset(out, 0, sizeof *out);
     if (lx_in_rank()) return refuse(out, "call it in the lecture after spawn(), not in a rank");
-    if (!platform || !*platform || strchr(platform, '/') || strchr(platform, '@'))
+    if (!platform) return refuse(out, "platform is NULL");
+    if (!*platform || strchr(platform, '/') || strchr(platform, '@'))
         return refuse(out,
                       "platform '%s' is not a name of tools/twin/platforms/ (e.g. \"h100-node\"; ranks go in the "
                       "second argument)",
