@@ -569,8 +569,8 @@ static void chart_result(chart_t *ch, const schedule *s, const result *r) {
 }
 
 static void lecture_pipelines(void) {
-    note("# Pipeline schedules today\n\n"
-         "lecture_08 runs GPipe and 1F1B: with p stages and m micro-batches a stage idles (p - 1) / (m + p - 1) of "
+    note("# Pipeline schedules today");
+    note("lecture_08 runs GPipe and 1F1B: with p stages and m micro-batches a stage idles (p - 1) / (m + p - 1) of "
          "the time. Two schedules used in training now cut that *bubble* further: interleaved 1F1B (Narayanan et "
          "al. 2021, Megatron-LM) and zero-bubble (Qi et al. 2023). Here each order is made by a function, checked "
          "by rules, and run on %d ranks, with this machine's arithmetic and with modelled compute.",
