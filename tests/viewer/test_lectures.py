@@ -289,6 +289,10 @@ class TestNotesAndSpawns(LectureCase):
                 top = t["spawns"][k]["stack"][-1]
                 todo.append((i, [top["path"], top["line"], k]))
         self.open_lecture("lecture_08")
+        # still: a spawn's grid and the chunks around it are drawn after the
+        # move and the viewer brings the step back to its place as they take
+        # their height; on a loaded machine that is later than two frames, so
+        # the check reads the place the reader is left with.
         got = self.visit_all(todo, """
                 var sec = document.querySelector('#source .file[data-path="' + args[0] + '"] .ln[data-line="' +
                   args[1] + '"] .spawn[data-spawn="' + args[2] + '"]');
@@ -305,7 +309,7 @@ class TestNotesAndSpawns(LectureCase):
                 if (!cur) return 'the step is not marked';
                 var q = cur.getBoundingClientRect(), h = document.elementFromPoint(q.left + 4, q.top + Math.min(q.height, 30) / 2);
                 if (q.top < box.top || q.top > box.bottom - 10 || !h || !cur.contains(h)) return 'the step is not in view';
-                return '';""")
+                return '';""", still=True)
         bad = [(i + 1, t["steps"][i]["rank"], r) for (i, _), r in zip(todo, got) if r]
         self.assertEqual(bad, [])
 
