@@ -44,7 +44,10 @@ void twin_record(int on) {
     lx_twin_request(on);
 }
 
-/* build/lectures/NAME -> build/tools/twin/twin_replay, or $LECTERN_TWIN_REPLAY. */
+/* $LECTERN_TWIN_REPLAY, or tools/twin/twin_replay in the build folder the
+ * binary lives under: build/lectures/NAME and build/tests/fixtures/NAME
+ * both find build/tools/twin/twin_replay, the nearest folder up that has
+ * one. NULL when no folder up to the root has it. */
 static char *replay_path(void) {
     const char *env = getenv("LECTERN_TWIN_REPLAY");
     if (env && *env) return lx_fmt("%s", env);
@@ -52,12 +55,13 @@ static char *replay_path(void) {
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return NULL;
     exe[n] = '\0';
-    for (int up = 0; up < 2; up++) { /* the binary's folder, then its parent */
-        char *slash = strrchr(exe, '/');
-        if (!slash) return NULL;
-        *slash = '\0';
+    for (char *slash; (slash = strrchr(exe, '/')) != NULL;) {
+        *slash = '\0'; /* the binary's folder, then each one up */
+        char *path = lx_fmt("%s/tools/twin/twin_replay", exe);
+        if (access(path, X_OK) == 0) return path;
+        free(path);
     }
-    return lx_fmt("%s/tools/twin/twin_replay", exe);
+    return NULL;
 }
 
 static char *read_file(const char *path) {

@@ -412,6 +412,88 @@ class TwinPlatforms(unittest.TestCase):
         self.assertEqual([got[i]["rule"] for i in (0, 1, 2)], ["ddp", "ddp", "pipeline"])
 
 
+class TwinAtRunTime(unittest.TestCase):
+    """twin_last_spawn() from a lecture (tests/fixtures/twin_run_fixture.c):
+    each bad input an error step at its own line with the words the result's
+    why carries, the run going on; a recorded spawn replayed as it ran and at
+    8 ranks, the figures equal to the standalone replay of the same spawn's
+    recorded events; a spawn no rule extends refused at its line; with
+    LECTERN_TWIN=0 no error, no simulation, and the reason given."""
+
+    FX = tracecheck.Fixture("twin_run_fixture")
+
+    def results(self, trace):
+        """{what: the note's named values} of each twin_last_spawn call."""
+        return {a["what"]: a for _, _, a in tracecheck.with_args(
+            [(s, r) for s in trace["steps"] for r in s["renderings"]], "what", "ran", "t->why")}
+
+    def run_fixture(self, out, env=None, *args, case=None):
+        p = self.FX.run(out, *args, env=env, case=case)
+        failed = os.path.join(out, "twin_run_fixture.failed.json")
+        return p, tracecheck.validate(failed if os.path.exists(failed) else os.path.join(out, "twin_run_fixture.json"))
+
+    def test_bad_input_named_at_its_line(self):
+        with tempfile.TemporaryDirectory() as out:
+            p, t = self.run_fixture(out, {"LECTERN_TWIN": "0"})
+            self.assertEqual(p.returncode, 1, p.stderr)      # its error steps fail the run
+            got = self.results(t)
+            bad = {"before any spawn": ("/* no spawn yet */", "no spawn yet: call it after the spawn()"),
+                   "unrecorded": ("/* not recorded */", "the last spawn (spawn 0) was not recorded: call "
+                                                        "twin_record(1) before it"),
+                   "unknown platform": ('"no-such-platform"', "no platform 'no-such-platform' "
+                                                              "(tools/twin/platforms/no-such-platform.xml does not exist)"),
+                   "ranks in the name": ('"h100-node@8"', "ranks go in the second argument"),
+                   "negative ranks": ('"h100-node", -1', "ranks is -1")}
+            errors = {s["stack"][-1]["line"]: msg for s, msg in tracecheck.errors(t)}
+            for what, (needle, words) in bad.items():
+                line = self.FX.line_of(needle)
+                self.assertEqual(got[what]["ran"], 0, what)
+                self.assertIn(words, got[what]["t->why"], what)
+                self.assertIn(line, errors, "%s: no error step at line %d" % (what, line))
+                self.assertEqual(errors[line], "%s:%d: twin_last_spawn: %s" % (self.FX.rel, line, got[what]["t->why"]))
+            # LECTERN_TWIN=0: the good calls return 0, say why, and are no error.
+            self.assertEqual(sorted(errors), sorted(self.FX.line_of(n) for n, _ in bad.values()))
+            for what in ("as it ran", "at 8 ranks", "not extendable"):
+                self.assertEqual((got[what]["ran"], got[what]["t->why"]), (0, "LECTERN_TWIN=0 turns the simulation off"))
+            self.assertTrue(all("twin" not in s for s in t["spawns"]), "a twin in the trace with LECTERN_TWIN=0")
+
+    @unittest.skipUnless(os.path.exists(REPLAY), "the twin's replay is not built (SimGrid missing: libsimgrid-dev)")
+    def test_replayed_as_the_standalone_replay_does(self):
+        with tempfile.TemporaryDirectory() as out:
+            p, t = self.run_fixture(out, None, "--twin-record", case="good")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = self.results(t)
+            self.assertEqual((got["as it ran"]["ran"], got["as it ran"]["t->ranks"]), (1, 2))
+            self.assertEqual((got["at 8 ranks"]["ran"], got["at 8 ranks"]["t->ranks"]), (1, 8))
+            self.assertEqual(sorted(t["spawns"][0]["twin"]), ["h100-node", "scaled@8"])
+            # The same spawn's recorded events through the replay's own command line.
+            events = os.path.join(out, "twin_run_fixture.events.json")
+            for what, platform, extra in (("as it ran", "h100-node", []), ("at 8 ranks", "scaled", ["--ranks", "8"])):
+                res = os.path.join(out, platform + ".json")
+                r = subprocess.run([REPLAY, events, os.path.join(PLATFORMS, platform + ".xml"), "--name", platform,
+                                    "--out", res, "--spawn", "0", *extra], capture_output=True, text=True, timeout=120)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(res) as f:
+                    want = json.load(f)["spawns"][0]["simulated_s"]
+                self.assertGreater(want, 0)
+                self.assertTrue(tracecheck.same_double(got[what]["t->simulated_s"], want), (what, want))
+                self.assertEqual(t["spawns"][0]["twin"][platform if not extra else "scaled@8"]["simulated_s"],
+                                 got[what]["t->simulated_s"])
+
+    @unittest.skipUnless(os.path.exists(REPLAY), "the twin's replay is not built (SimGrid missing: libsimgrid-dev)")
+    def test_spawn_no_rule_extends_refused_at_its_line(self):
+        with tempfile.TemporaryDirectory() as out:
+            p, t = self.run_fixture(out)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            got = self.results(t)
+            self.assertEqual(got["at 8 ranks"]["ran"], 1)
+            line = self.FX.line_of("/* no rule */")
+            self.assertEqual(got["not extendable"]["ran"], 0)
+            self.assertIn("no rule extends it to 8 ranks: rank 0's send with rank 2, not a neighbour",
+                          got["not extendable"]["t->why"])
+            self.assertIn((line, "%s:%d: twin_last_spawn: %s" % (self.FX.rel, line, got["not extendable"]["t->why"])),
+                          [(s["stack"][-1]["line"], msg) for s, msg in tracecheck.errors(t)])
+
 class TwinMissing(unittest.TestCase):
     def test_missing_simgrid(self):
         fx = tracecheck.Fixture("spawn_basic")
