@@ -14,6 +14,13 @@ written here, independent of the runtime's code:
   values that adding the inputs pairwise in fp32 and rounding after every
   addition gives, over every order Open MPI's algorithm could use; bytes are
   2 per element (nominal all-reduce 2 (p - 1) / p * 2n; a send 2n).
+- the other collective paths on bf16 and fp16 (2-4 ranks): AVG is one of
+  the step-rounded sums divided by the world size in fp32 and rounded once
+  more; MIN and MAX are the exact minimum and maximum (no rounding: every
+  input is a value of the format); reduce-scatter gives each rank its piece
+  of an allowed sum, all-gather every rank's inputs bit for bit, in rank
+  order; an async all-reduce and one over a group (the ranks of one parity)
+  an allowed sum of their ranks' inputs.
 - refusals at their lines: gelu on bf16, fp8 all-reduce, bf16 sent to an
   fp32 receive (named at both ranks' lines).
 
@@ -273,6 +280,38 @@ class Collectives(tracecheck.FixtureTest):
             p2p = {d.split(":")[0]: d for d in texts if d.startswith("p2p")}
             self.assertIn("sent %d received 0" % (2 * n), p2p["p2p 0"])
             self.assertIn("sent 0 received %d" % (2 * n), p2p["p2p 1"])
+
+    def test_every_other_path_rounds_as_the_model(self):
+        for p in (2, 3, 4):
+            out = os.path.join(self.out, "more%d" % p)
+            os.makedirs(out)
+            r = FX.run(out, case="more", env={"LECTERN_FIXTURE_WORLD": str(p)}, timeout=180)
+            self.assertEqual(r.returncode, 0, tracecheck.why(r))
+            texts = [d for _, d in notes(tracecheck.validate(os.path.join(out, "dtype_fixture.json")))]
+
+            def got(label):
+                return values(next(x for x in texts if x.startswith(label + ":")))
+            for name in ("bf16", "fp16"):
+                ins = {q: got("%s in %d" % (name, q)) for q in range(p)}
+                n = len(ins[0])
+                sums = [step_sums([ins[q][i] for q in range(p)], name) for i in range(n)]
+                for q in range(p):
+                    where = (p, name, q)
+                    # The world size divides in fp32: Python's correctly rounded double quotient, rounded to fp32,
+                    # is fp32's correctly rounded quotient (53 >= 2 x 24 + 2 bits), then the format's rounding.
+                    for i, v in enumerate(got("%s avg out %d" % (name, q))):
+                        self.assertIn(v, {to16(f32(s / p), name) for s in sums[i]}, where + ("avg", i))
+                    self.assertEqual(got("%s min out %d" % (name, q)), [min(ins[k][i] for k in range(p)) for i in range(n)])
+                    self.assertEqual(got("%s max out %d" % (name, q)), [max(ins[k][i] for k in range(p)) for i in range(n)])
+                    piece = n // p
+                    for j, v in enumerate(got("%s rs out %d" % (name, q))):
+                        self.assertIn(v, sums[q * piece + j], where + ("rs", j))
+                    self.assertEqual(got("%s ag out %d" % (name, q)), [v for k in range(p) for v in ins[k]], where)
+                    for i, v in enumerate(got("%s async out %d" % (name, q))):
+                        self.assertIn(v, sums[i], where + ("async", i))
+                    group = list(range(q % 2, p, 2))
+                    for i, v in enumerate(got("%s group out %d" % (name, q))):
+                        self.assertIn(v, step_sums([ins[k][i] for k in group], name), where + ("group", i))
 
 
 class Matmul(tracecheck.FixtureTest):
