@@ -348,14 +348,26 @@ typedef struct run_args {
     char run[PATH_LEN]; /* this run's checkpoint folder */
     int resume;         /* the checkpoint step to start from (0: from scratch) */
     int crash;          /* 1: CRASH_RANK dies writing the CRASH_STEP checkpoint */
+    int keep;           /* the step whose state the result keeps (at): after that many steps, or as loaded */
 } run_args;
 
 typedef struct run_result {
     double loss[STEPS]; /* the steps this run made: resume .. STEPS - 1 */
     write_figures first_write;
-    float piece[LAYERS * WIDTH * WIDTH]; /* this rank's trained rows, layer by layer */
+    float piece[LAYERS * WIDTH * WIDTH];  /* this rank's trained rows, layer by layer */
+    float at[3 * LAYERS * WIDTH * WIDTH]; /* its rows, first and second moments at step `keep`, layer by layer */
     int64_t rows;
 } run_result;
+
+/* This rank's state (rows, AdamW's two moments, layer by layer) into r->at. */
+static void keep_state(const mlp_config *c, const shard *s, run_result *r) {
+    size_t n = (size_t)(s->rows * c->width);
+    for (int i = 0; i < c->layers; i++) {
+        const tensor *what[3] = {s->piece[i], s->opt[i]->m, s->opt[i]->v};
+        for (int j = 0; j < 3; j++)
+            tensor_to_host(what[j], r->at + ((size_t)i * 3 + (size_t)j) * n);
+    }
+}
 
 static void train_main(int rank, int world, void *args) {
     const run_args *a = args;
@@ -374,9 +386,11 @@ static void train_main(int rank, int world, void *args) {
         load_checkpoint(c, &s, dir, &m);
         memcpy(r.loss, m.loss, sizeof m.loss); /* the log up to the checkpoint */
     }
+    if (a->keep && a->keep == a->resume) keep_state(c, &s, &r);
     for (int step = a->resume; step < c->steps; step++) {
         r.loss[step] = zero3_step(c, &s, x);
         int done = step + 1;
+        if (done == a->keep) keep_state(c, &s, &r);
         if (done % EVERY == 0 && done < c->steps) {
             write_figures f = save_checkpoint(c, &s, a->run, r.loss, a->crash);
             if (done == EVERY) r.first_write = f;
@@ -411,6 +425,7 @@ static void run_folder(char *out, const char *name) {
 }
 
 static double straight_loss[STEPS];
+static float straight_state[WORLD][3 * LAYERS * WIDTH * WIDTH]; /* each rank's at step CRASH_STEP */
 
 static void sharded_checkpoint(const mlp_config *c) {
     note("## A sharded checkpoint");
@@ -421,12 +436,14 @@ static void sharded_checkpoint(const mlp_config *c) {
          "its file). Each file is written to a temporary name, flushed to the disk (`fsync`), then renamed: a "
          "rename within one folder is atomic, so a reader sees the old file or the whole new one, never half.",
          WORLD, WORLD);
-    run_args a = {.cfg = *c};
+    run_args a = {.cfg = *c, .keep = CRASH_STEP};
     run_folder(a.run, "uninterrupted");
     progress("uninterrupted run: %d ranks", WORLD);
     spawn(train_main, WORLD, &a, sizeof a);
     collect(WORLD);
     memcpy(straight_loss, results[0].loss, sizeof straight_loss);
+    for (int k = 0; k < WORLD; k++)
+        memcpy(straight_state[k], results[k].at, sizeof straight_state[k]);
     int64_t header = (int64_t)sizeof(shard_header), formula = shard_bytes(c, WORLD);
     table_t *t = table_new("The step-%d checkpoint, rank by rank", EVERY);
     table_column(t, "rank", NULL, "%d");
@@ -518,6 +535,36 @@ static void one_device(const mlp_config *c, tensor **w) {
     tensor_free(x);
 }
 
+/* The 2 ranks' state as loaded, row by row, against the 4 ranks' state as it
+ * was in memory at that step (kept by the uninterrupted run, never read from a
+ * file): a row taken from the wrong shard or the wrong place in one, or a
+ * moment from the wrong band, is a difference. */
+static void loaded_as_trained(const mlp_config *c, int step) {
+    int64_t old_rows = c->width / WORLD, new_rows = c->width / RESHARD;
+    int64_t differ = 0, compared = 0;
+    for (int i = 0; i < c->layers; i++)
+        for (int j = 0; j < 3; j++)
+            for (int64_t row = 0; row < c->width; row++) {
+                int old_k = (int)(row / old_rows), new_k = (int)(row / new_rows);
+                const float *was =
+                        straight_state[old_k] +
+                        (((size_t)i * 3 + (size_t)j) * (size_t)old_rows + (size_t)(row % old_rows)) * (size_t)c->width;
+                const float *got =
+                        results[new_k].at +
+                        (((size_t)i * 3 + (size_t)j) * (size_t)new_rows + (size_t)(row % new_rows)) * (size_t)c->width;
+                differ += memcmp(was, got, (size_t)c->width * sizeof(float)) != 0;
+                compared++;
+            }
+    note("First, what was loaded: before their first step, each of the %d ranks' rows and AdamW moments, row by "
+         "row, against what the %d ranks held in memory at step %d (kept by the uninterrupted run, not read back "
+         "from its files). %lld of %lld rows differ.",
+         RESHARD, WORLD, step, quoted((long long)differ), quoted((long long)compared));
+    check(differ == 0,
+          "the %d ranks loaded, bit for bit, the rows and moments the %d ranks held at step %d: %lld of %lld rows "
+          "differ",
+          RESHARD, WORLD, step, (long long)differ, (long long)compared);
+}
+
 static void reshard(const mlp_config *c) {
     int from = CRASH_STEP;
     note("## Resharding: %d ranks load a %d-rank checkpoint", RESHARD, WORLD);
@@ -526,11 +573,12 @@ static void reshard(const mlp_config *c) {
          "them (weights and moments) from the shards that hold them. The uninterrupted run's step-%d checkpoint, "
          "loaded by %d ranks, trains on to step %d; one device trains the whole batch from the start.",
          RESHARD, c->width / RESHARD, c->width / RESHARD, from, RESHARD, c->steps);
-    run_args a = {.cfg = *c, .resume = from};
+    run_args a = {.cfg = *c, .resume = from, .keep = from};
     run_folder(a.run, "uninterrupted");
     progress("resharded run: %d ranks from step %d", RESHARD, from);
     spawn(train_main, RESHARD, &a, sizeof a);
     collect(RESHARD);
+    loaded_as_trained(c, from);
     tensor *w[MAX_LAYERS];
     one_device(c, w);
     double diff = 0;

@@ -2,9 +2,11 @@
 
 Every figure is read from the trace's structured values (tables, note arguments): the shard's bytes against the
 formula recomputed here from the model's sizes and the header's layout; the interrupted-and-resumed loss equal to the
-uninterrupted one at every step; the crash named at its rank; the resharded weights within AdamW's rounding bound,
-recomputed here; both damaged shards refused, each named; nothing left in the output folder. Three planted bugs (the
-manifest written before the shards, the checksum not checked, AdamW's moments not restored) each fail their check.
+uninterrupted one at every step; the crash named at its rank; the 2 resharded ranks' loaded state bit for bit the 4
+ranks' state in memory at that step, every row of every layer compared; the resharded weights within AdamW's rounding
+bound, recomputed here; both damaged shards refused, each named; nothing left in the output folder. Four planted bugs
+(the manifest written before the shards, the checksum not checked, AdamW's moments not restored, a resharded band's
+shards loaded in reverse order) each fail their check.
 
     /usr/bin/python3 tests/lectures/test_lecture_checkpoints.py
 """
@@ -43,7 +45,7 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
 
     def test_every_check_passed(self):
         checks = planted.checks(self.trace)
-        self.assertEqual(len(checks), 8)
+        self.assertEqual(len(checks), 9)
         self.assertEqual(planted.failed_checks(self.trace), [])
 
     def test_bytes_per_rank_is_the_formula(self):
@@ -84,6 +86,13 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
         self.assertAlmostEqual(row["AdamW rounding bound"], bound, delta=1e-9 * bound)  # the same formula, in double
         self.assertLessEqual(row["largest difference"], bound)
         self.assertGreater(row["largest difference"], 0)  # 2 ranks do sum in another order: not the same run
+
+    def test_reshard_loads_every_row_bit_for_bit(self):
+        m = self.model()
+        f = self.figures("(long long)differ", "(long long)compared")
+        # every row of the rows, first and second moments of every layer
+        self.assertEqual(f["(long long)compared"], 3 * m["c.layers"] * m["c.width"])
+        self.assertEqual(f["(long long)differ"], 0)
 
     def test_damaged_shards_refused_and_named(self):
         whys = [a["why"] for _, _, a in self.noted("why", kind="text")]
@@ -133,6 +142,14 @@ class Planted(unittest.TestCase):
         got = self.failed("        for (int j = 0; j < 3; j++) {\n            tensor *t = tensor_from(",
                           "        for (int j = 0; j < 1; j++) {\n            tensor *t = tensor_from(")
         self.assertIn("the resumed run's loss equals the uninterrupted run's at every step, bit for bit", got)
+
+    def test_reshard_band_reversed(self):
+        # each 2-rank band takes its two 4-rank shards in reverse order: the loss table is not touched (the
+        # resumed run there has 4 ranks), the load-time comparison sees every row moved
+        got = self.failed("(size_t)(lo - s->first) * (size_t)c->width,",
+                          "(size_t)(s->first + s->rows - hi) * (size_t)c->width,")
+        self.assertIn("the 2 ranks loaded, bit for bit, the rows and moments the 4 ranks held at step 4: 576 of 576 "
+                      "rows differ", got)
 
 
 if __name__ == "__main__":
