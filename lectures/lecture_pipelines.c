@@ -11,37 +11,18 @@
 
 #include "lectern.h"
 #include "lib/mlp.h"
+#include "lib/schedule.h"
 
 enum { P = 4, V = 2, M = 8, LAYERS = 8 };             /* stages, chunks a stage (interleaved), micro-batches, layers */
 enum { MAX_OPS = 3 * V * M, PASSES = 3, SPAWNS = 3 }; /* a stage's ops; passes a spawn; spawns a modelled shape */
-enum { OP_F, OP_B, OP_W, OP_BW };                     /* forward, input gradient, weight gradient, whole backward */
-static const char *const KIND[4] = {"F", "B", "W", "BW"};
 enum { GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, N_SCHEDULES };
 static const char *const NAME[N_SCHEDULES] = {"GPipe", "1F1B", "interleaved 1F1B", "ZB-H1"};
 
-typedef struct op {
-    int kind, chunk, micro;
-} op;
-
-/* A schedule: every stage's ops in the order it runs them. Model part q = chunk * P + stage: chunk c of stage s
- * holds layers q * LAYERS / (v P) onward, so a micro-batch visits stage 0, 1, .., P-1, then 0 again for chunk 1. */
-typedef struct schedule {
-    int which, v, split; /* split: the backward is B then W (zero-bubble), not one BW */
-    int n[P];
-    op ops[P][MAX_OPS];
-} schedule;
-
-/* What the simulation of an order found. */
-typedef struct sim {
-    int ok;
-    char why[200];
-    double bubble, span, busy[P];
-    int held[P]; /* most micro-batches' activations a stage held at once (F done, its W or BW not yet) */
-} sim;
-
-static void push(schedule *s, int stage, int kind, int chunk, int micro) {
-    s->ops[stage][s->n[stage]++] = (op){kind, chunk, micro};
-}
+/* A schedule (lib/schedule.h): every stage's ops in the order it runs them. Model part q = chunk * P + stage:
+ * chunk c of stage s holds layers q * LAYERS / (v P) onward, so a micro-batch visits stage 0, 1, .., P-1, then 0
+ * again for chunk 1. check_order (lib/schedule.c) proves an order keeps the rules and replays it. */
+_Static_assert((int)P <= (int)SCHED_MAX_STAGES && (int)V <= (int)SCHED_MAX_CHUNKS && (int)M <= (int)SCHED_MAX_MICRO,
+               "a schedule holds the shape");
 
 /* ---- the orders ---- */
 
@@ -51,11 +32,11 @@ static void push(schedule *s, int stage, int kind, int chunk, int micro) {
  * alternates one forward and one backward, then drains the backwards. */
 static void push_nth(schedule *s, int st, int kind, int i) {
     int chunk = (i / P) % s->v, micro = (i / (P * s->v)) * P + i % P;
-    push(s, st, kind, kind == OP_F ? chunk : s->v - 1 - chunk, micro);
+    schedule_push(s, st, kind, kind == OP_F ? chunk : s->v - 1 - chunk, micro);
 }
 
 static void megatron_order(schedule *s, int v) {
-    *s = (schedule){.which = v == 1 ? ONE_F_ONE_B : INTERLEAVED, .v = v};
+    *s = (schedule){.which = v == 1 ? ONE_F_ONE_B : INTERLEAVED, .p = P, .v = v, .m = M};
     int total = v * M;
     for (int st = 0; st < P; st++) {
         int warmup = v == 1 ? P - st - 1 : (P - st - 1) * 2 + (v - 1) * P;
@@ -74,12 +55,12 @@ static void megatron_order(schedule *s, int v) {
 
 /* GPipe (Huang et al. 2019): every forward, then every backward; a stage holds all m micro-batches at once. */
 static void gpipe_order(schedule *s) {
-    *s = (schedule){.which = GPIPE, .v = 1};
+    *s = (schedule){.which = GPIPE, .p = P, .v = 1, .m = M};
     for (int st = 0; st < P; st++) {
         for (int k = 0; k < M; k++)
-            push(s, st, OP_F, 0, k);
+            schedule_push(s, st, OP_F, 0, k);
         for (int k = 0; k < M; k++)
-            push(s, st, OP_BW, 0, k);
+            schedule_push(s, st, OP_BW, 0, k);
     }
 }
 
@@ -98,140 +79,19 @@ static int b_slot(int st, int k) {
  * back, else nothing. W waits for nothing, so holding it back costs nothing: the W's left when the forwards run
  * out fill the cool-down, where 1F1B's stages wait for their backwards. */
 static void zb_h1_order(schedule *s) {
-    *s = (schedule){.which = ZB_H1, .v = 1, .split = 1};
+    *s = (schedule){.which = ZB_H1, .p = P, .v = 1, .m = M, .split = 1};
     int f_end[P][M]; /* the slot each forward ended */
     for (int st = 0; st < P; st++) {
         int f = 0, b = 0, w = 0;
         for (int t = st; s->n[st] < 3 * M && t < 4 * (3 * M + P); t++) {
             int fits = b == M || t + 1 <= b_slot(st, b); /* an op started now ends before the next B is due */
-            if (b < M && t == b_slot(st, b)) push(s, st, OP_B, 0, b++);
+            if (b < M && t == b_slot(st, b)) schedule_push(s, st, OP_B, 0, b++);
             else if (fits && f < M && f - w < P && (st == 0 || f_end[st - 1][f] <= t)) {
                 f_end[st][f] = t + 1;
-                push(s, st, OP_F, 0, f++);
-            } else if (fits && w < b) push(s, st, OP_W, 0, w++);
+                schedule_push(s, st, OP_F, 0, f++);
+            } else if (fits && w < b) schedule_push(s, st, OP_W, 0, w++);
         }
     }
-}
-
-/* ---- the rules ---- */
-
-/* Where chunk c's neighbours are: the part before and after it, as (stage, chunk); -1 at the model's ends. */
-static int prev_part(int st, int c, int *pc) {
-    if (st > 0) return *pc = c, st - 1;
-    return c > 0 ? (*pc = c - 1, P - 1) : -1;
-}
-static int next_part(int st, int c, int v, int *nc) {
-    if (st < P - 1) return *nc = c, st + 1;
-    return c < v - 1 ? (*nc = c + 1, 0) : -1;
-}
-
-/* Checks an order: every op exactly once on its stage; then replays it with durations dur[kind] (ms), each
- * stage running its ops in its order, each op starting when its stage is free and its input has come: a forward
- * the part before's forward of that micro-batch (a message), a B or BW the part after's (a message; the model's
- * last part starts from its own loss, after its forward), a W its own B. Messages between two stages arrive in the
- * order they were sent (MPI's rule for a pair of ranks, and no tags here), so a stage must receive them in that
- * order. An order that leaves some stage waiting for what never comes, or for another message than the one that
- * arrives, fails. */
-static sim check_order(const schedule *s, const double dur[4]) {
-    sim r = {.ok = 1};
-    int backward = s->split ? OP_B : OP_BW;
-    for (int st = 0; st < P; st++) {
-        int count[4][V][M] = {{{0}}};
-        for (int i = 0; i < s->n[st]; i++) {
-            const op *o = &s->ops[st][i];
-            if (o->chunk < 0 || o->chunk >= s->v || o->micro < 0 || o->micro >= M) {
-                snprintf(r.why, sizeof r.why, "stage %d: op %d names chunk %d, micro-batch %d", st, i, o->chunk,
-                         o->micro);
-                return r.ok = 0, r;
-            }
-            count[o->kind][o->chunk][o->micro]++;
-        }
-        for (int kind = 0; kind < 4; kind++)
-            for (int c = 0; c < s->v; c++)
-                for (int k = 0; k < M; k++) {
-                    int want = kind == OP_F || kind == backward || (s->split && kind == OP_W);
-                    if (count[kind][c][k] != want) {
-                        snprintf(r.why, sizeof r.why, "stage %d: %s of chunk %d, micro-batch %d appears %d times", st,
-                                 KIND[kind], c, k, count[kind][c][k]);
-                        return r.ok = 0, r;
-                    }
-                }
-    }
-    double end[P][4][V][M], free_at[P] = {0};
-    int next[P] = {0}, left = 0, in_flight[P] = {0};
-    /* messages from stage a to stage b, in the order sent: queue[a][b][head..tail) */
-    static op queue[P][P][2 * MAX_OPS];
-    int head[P][P] = {{0}}, tail[P][P] = {{0}};
-    for (int st = 0; st < P; st++)
-        left += s->n[st];
-    for (int a = 0; a < P; a++)
-        for (int k = 0; k < 4; k++)
-            for (int c = 0; c < V; c++)
-                for (int m = 0; m < M; m++)
-                    end[a][k][c][m] = -1;
-    while (left > 0) {
-        int moved = 0;
-        for (int st = 0; st < P; st++)
-            while (next[st] < s->n[st]) {
-                const op *o = &s->ops[st][next[st]];
-                double ready = free_at[st];
-                int from = -1, fc = 0, ok = 1;
-                if (o->kind == OP_F) from = prev_part(st, o->chunk, &fc);
-                else if (o->kind != OP_W) from = next_part(st, o->chunk, s->v, &fc);
-                if (o->kind == OP_W) { /* its own B, earlier on this stage */
-                    ok = end[st][OP_B][o->chunk][o->micro] >= 0;
-                    if (ok) ready = fmax(ready, end[st][OP_B][o->chunk][o->micro]);
-                } else if (o->kind != OP_F) { /* a backward needs this stage's forward of it */
-                    ok = end[st][OP_F][o->chunk][o->micro] >= 0;
-                    if (ok) ready = fmax(ready, end[st][OP_F][o->chunk][o->micro]);
-                }
-                if (ok && from >= 0) {
-                    if (head[from][st] == tail[from][st]) ok = 0; /* not sent yet */
-                    else {
-                        const op *msg = &queue[from][st][head[from][st]];
-                        int want = o->kind == OP_F ? OP_F : backward;
-                        if (msg->kind != want || msg->chunk != fc || msg->micro != o->micro) {
-                            snprintf(r.why, sizeof r.why,
-                                     "stage %d waits for %s of chunk %d, micro-batch %d from stage %d, but the next "
-                                     "message from it is %s of chunk %d, micro-batch %d",
-                                     st, KIND[want], fc, o->micro, from, KIND[msg->kind], msg->chunk, msg->micro);
-                            return r.ok = 0, r;
-                        }
-                        ready = fmax(ready, end[from][want][fc][o->micro]);
-                    }
-                }
-                if (!ok) break; /* this stage waits; another may move */
-                if (from >= 0) head[from][st]++;
-                double e = ready + dur[o->kind];
-                end[st][o->kind][o->chunk][o->micro] = free_at[st] = e;
-                r.busy[st] += dur[o->kind];
-                if (o->kind == OP_F) in_flight[st]++;
-                if (o->kind == OP_W || o->kind == OP_BW) in_flight[st]--;
-                if (in_flight[st] > r.held[st]) r.held[st] = in_flight[st];
-                int to = -1, tc = 0;
-                if (o->kind == OP_F) to = next_part(st, o->chunk, s->v, &tc);
-                else if (o->kind != OP_W) to = prev_part(st, o->chunk, &tc);
-                if (to >= 0) queue[st][to][tail[st][to]++] = *o;
-                next[st]++, left--, moved = 1;
-            }
-        if (!moved) {
-            int st = 0;
-            while (next[st] >= s->n[st])
-                st++;
-            const op *o = &s->ops[st][next[st]];
-            snprintf(r.why, sizeof r.why, "deadlock: stage %d waits forever at %s of chunk %d, micro-batch %d", st,
-                     KIND[o->kind], o->chunk, o->micro);
-            return r.ok = 0, r;
-        }
-    }
-    for (int st = 0; st < P; st++)
-        r.span = fmax(r.span, free_at[st]);
-    double most = 0;
-    for (int st = 0; st < P; st++)
-        most = fmax(most, r.busy[st]);
-    r.bubble = 1 - most / r.span;
-    snprintf(r.why, sizeof r.why, "each op once, every wait met, completes");
-    return r;
 }
 
 /* The bubble's formula, of the total time: GPipe and 1F1B (p - 1) / (m + p - 1); interleaved with v chunks, each
@@ -292,7 +152,7 @@ static void send_to(chunks *k, tensor *t, int to) {
 
 /* Forward of chunk c, micro-batch m: receive (the model's first part reads the data), its layers, send on. */
 static void run_forward(chunks *k, int c, int m) {
-    int pc, from = prev_part(k->rank, c, &pc), nc, to = next_part(k->rank, c, k->a->sched.v, &nc);
+    int pc, from = prev_part(&k->a->sched, k->rank, c, &pc), nc, to = next_part(&k->a->sched, k->rank, c, &nc);
     tensor *x = from < 0 && !k->a->modelled ? row_slice(k->data, m * k->mb, (m + 1) * k->mb)
                                             : empty(k->mb, k->width, get_device(k->rank));
     if (from >= 0) dist_recv(x, from);
@@ -322,7 +182,7 @@ static void run_forward(chunks *k, int c, int m) {
 /* The input's gradient of chunk c, micro-batch m (B), and, when `whole`, the weights' too (BW): through the
  * layers backwards, dh = dy gelu'(h), dx = dh w^T; dw += x^T dh now (BW) or kept for W. */
 static void run_backward(chunks *k, int c, int m, int whole) {
-    int nc, from = next_part(k->rank, c, k->a->sched.v, &nc), pc, to = prev_part(k->rank, c, &pc);
+    int nc, from = next_part(&k->a->sched, k->rank, c, &nc), pc, to = prev_part(&k->a->sched, k->rank, c, &pc);
     int device = get_device(k->rank);
     tensor *dy = from >= 0 ? empty(k->mb, k->width, device) : k->dy[c][m];
     if (from >= 0) dist_recv(dy, from);
@@ -526,15 +386,15 @@ static result run_modelled(const schedule *s, const mlp_config *c, const float *
 static const char *order_text(const schedule *s, int st, char *buf, size_t size) {
     size_t at = 0;
     for (int i = 0; i < s->n[st] && at < size; i++)
-        at += (size_t)snprintf(buf + at, size - at, "%s%s%d.%d", i ? " " : "", KIND[s->ops[st][i].kind],
+        at += (size_t)snprintf(buf + at, size - at, "%s%s%d.%d", i ? " " : "", OP_NAME[s->ops[st][i].kind],
                                s->ops[st][i].chunk, s->ops[st][i].micro);
     return buf;
 }
 
-static sim show_order(const schedule *s) {
+static order_sim show_order(const schedule *s) {
     double dur[4];
     op_times(s, dur);
-    sim r = check_order(s, dur);
+    order_sim r = check_order(s, dur);
     if (!check(r.ok, "the %s order: %s", NAME[s->which], r.why))
         lecture_fail("the %s order cannot run (%s): its ranks are not started", NAME[s->which], r.why);
     /* The times are whole multiples of 10 ms, so span and busy time are exact; the bubble is one division and one
@@ -583,8 +443,8 @@ static void chart_result(chart_t *ch, const schedule *s, const result *r) {
             const op *o = &s->ops[st][i];
             snprintf(row, sizeof row, "%s %s: stage %d", NAME[s->which], r->modelled ? "modelled" : "real", st);
             snprintf(label, sizeof label, "chunk %d micro-batch %d", o->chunk, o->micro);
-            if (r->modelled) chart_span_modelled(ch, row, KIND[o->kind], label, r->start[st][i], r->end[st][i]);
-            else chart_span(ch, row, KIND[o->kind], label, r->start[st][i], r->end[st][i]);
+            if (r->modelled) chart_span_modelled(ch, row, OP_NAME[o->kind], label, r->start[st][i], r->end[st][i]);
+            else chart_span(ch, row, OP_NAME[o->kind], label, r->start[st][i], r->end[st][i]);
         }
 }
 
@@ -608,7 +468,7 @@ static void lecture_pipelines(void) {
          c.layers, c.width, c.batch, M);
     float *expected = one_device_grads(&c);
     schedule s[N_SCHEDULES];
-    sim sims[N_SCHEDULES];
+    order_sim sims[N_SCHEDULES];
     result real[N_SCHEDULES], modelled[N_SCHEDULES];
 
     note("## Interleaved 1F1B\n\n"

@@ -168,8 +168,8 @@ class Planted(unittest.TestCase):
         self.assertTrue(any(w.startswith("the 1F1B order") for w in got), got)
 
     def test_missing_w(self):  # the last micro-batch's W never pushed
-        got = self.failed("} else if (fits && w < b) push(s, st, OP_W, 0, w++);",
-                          "} else if (fits && w < b) if (w++ != M - 1) push(s, st, OP_W, 0, w - 1);")
+        got = self.failed("} else if (fits && w < b) schedule_push(s, st, OP_W, 0, w++);",
+                          "} else if (fits && w < b) if (w++ != M - 1) schedule_push(s, st, OP_W, 0, w - 1);")
         self.assertTrue(any(w.startswith("the ZB-H1 order:") for w in got), got)
 
     def test_b_pushed_as_w(self):
