@@ -30,8 +30,8 @@ order_sim check_order(const schedule *s, const double dur[OP_KINDS]) {
     order_sim r = {.ok = 1};
     const int P = s->p, V = s->v, M = s->m;
     if (P < 1 || P > SCHED_MAX_STAGES || V < 1 || V > SCHED_MAX_CHUNKS || M < 1 || M > SCHED_MAX_MICRO) {
-        snprintf(r.why, sizeof r.why, "%d stages, %d chunks, %d micro-batches: past this checker's %d, %d, %d", P, V,
-                 M, SCHED_MAX_STAGES, SCHED_MAX_CHUNKS, SCHED_MAX_MICRO);
+        snprintf(r.why, sizeof r.why, "%d stages, %d chunks, %d micro-batches: past this checker's %d, %d, %d", P, V, M,
+                 SCHED_MAX_STAGES, SCHED_MAX_CHUNKS, SCHED_MAX_MICRO);
         return r.ok = 0, r;
     }
     int backward = s->split ? OP_B : OP_BW;
@@ -44,8 +44,8 @@ order_sim check_order(const schedule *s, const double dur[OP_KINDS]) {
         for (int i = 0; i < s->n[st]; i++) {
             const op *o = &s->ops[st][i];
             if (o->kind < 0 || o->kind >= OP_KINDS || o->chunk < 0 || o->chunk >= V || o->micro < 0 || o->micro >= M) {
-                snprintf(r.why, sizeof r.why, "stage %d: op %d names kind %d, chunk %d, micro-batch %d", st, i, o->kind, o->chunk,
-                         o->micro);
+                snprintf(r.why, sizeof r.why, "stage %d: op %d names kind %d, chunk %d, micro-batch %d", st, i, o->kind,
+                         o->chunk, o->micro);
                 return r.ok = 0, r;
             }
             count[o->kind][o->chunk][o->micro]++;
