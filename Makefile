@@ -161,12 +161,13 @@ LIB := $(BUILD)/liblectern.a
 LECTURE_LIB_SRC := $(wildcard lectures/lib/*.c)
 LECTURE_LIB_OBJ := $(LECTURE_LIB_SRC:%.c=$(BUILD)/%.o)
 LECTURE_LIB := $(BUILD)/liblectures.a
-# lecture_08's own code (lectures/lecture_08/*.c): built the same way, linked
-# into lecture_08 alone. Its objects sit under lectures/own/, beside (not in)
-# build/lectures/lecture_08, the lecture's binary.
-LECTURE_08_SRC := $(wildcard lectures/lecture_08/*.c)
-LECTURE_08_OBJ := $(LECTURE_08_SRC:lectures/%.c=$(BUILD)/lectures/own/%.o)
-LECTURE_08_LIB := $(BUILD)/lectures/own/liblecture_08.a
+# A lecture's own code (lectures/NAME/*.c, as lecture_08/ and
+# lecture_pipelines/ have): built the same way, linked into that lecture
+# alone. Its objects sit under lectures/own/NAME/, beside (not in)
+# build/lectures/NAME, the lecture's binary; its library is
+# lectures/own/libNAME.a.
+OWN_LECTURES := $(sort $(filter-out lib,$(notdir $(patsubst %/,%,$(dir $(wildcard lectures/*/*.c))))))
+OWN_LIBS := $(OWN_LECTURES:%=$(BUILD)/lectures/own/lib%.a)
 
 # Test support (tests/lib/*.c, e.g. the float64 reference model) and test
 # tools (tests/tools/*.c: programs the script tests run).
@@ -241,17 +242,22 @@ $(LECTURE_LIB): $(LECTURE_LIB_OBJ)
 	$(call say,AR,$@)
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/lectures/own/lecture_08/%.o: lectures/lecture_08/%.c $(wildcard lectures/lecture_08/*.h lectures/lib/*.h) $(RUNTIME_H)
+$(BUILD)/lectures/own/%.o: lectures/%.c $(wildcard lectures/*/*.h) $(RUNTIME_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) -Ilectures $(LECTURE_OPT) $(SAN_FLAGS) -c $< -o $@
 
-$(LECTURE_08_LIB): $(LECTURE_08_OBJ)
-	@rm -f $@
-	$(call say,AR,$@)
-	$(Q)ar rcs $@ $^
+# own_lecture NAME: lectures/NAME/*.c into lectures/own/libNAME.a, linked
+# into build/lectures/NAME.
+define own_lecture
+$$(BUILD)/lectures/own/lib$(1).a: $$(patsubst lectures/%.c,$$(BUILD)/lectures/own/%.o,$$(wildcard lectures/$(1)/*.c))
+	@rm -f $$@
+	$$(call say,AR,$$@)
+	$$(Q)ar rcs $$@ $$^
 
-$(BUILD)/lectures/lecture_08: $(LECTURE_08_LIB) $(wildcard lectures/lecture_08/*.h)
+$$(BUILD)/lectures/$(1): $$(BUILD)/lectures/own/lib$(1).a $$(wildcard lectures/$(1)/*.h)
+endef
+$(foreach n,$(OWN_LECTURES),$(eval $(call own_lecture,$(n))))
 
 $(BUILD)/lectures/%_kernels.cu.o: lectures/%_kernels.cu $(wildcard lectures/*.h) $(RUNTIME_H)
 	@mkdir -p $(dir $@)
@@ -261,7 +267,7 @@ $(BUILD)/lectures/%_kernels.cu.o: lectures/%_kernels.cu $(wildcard lectures/*.h)
 $(BUILD)/lectures/%: lectures/%.c $(LIB) $(LECTURE_LIB) $(wildcard lectures/lib/*.h) $(wildcard lectures/*.h)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) -Ilectures $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o $(LECTURE_08_LIB),$^) $(LECTURE_LIB) $(LIB) $(LIBS)
+	$(Q)$(CC) $(LECTURE_WARN) $(COMMON) -Ilectures $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter %.cu.o $(OWN_LIBS),$^) $(LECTURE_LIB) $(LIB) $(LIBS)
 
 # (a fixture may include a homework, as the homework's solution and its
 # wrong methods do, and the fixtures' own headers)

@@ -11,16 +11,16 @@
 
 #include "lectern.h"
 #include "lib/mlp.h"
-#include "lib/schedule.h"
+#include "lecture_pipelines/schedule.h"
 
 enum { P = 4, V = 2, M = 8, LAYERS = 8 };             /* stages, chunks a stage (interleaved), micro-batches, layers */
 enum { MAX_OPS = 3 * V * M, PASSES = 3, SPAWNS = 3 }; /* a stage's ops; passes a spawn; spawns a modelled shape */
 enum { GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, N_SCHEDULES };
 static const char *const NAME[N_SCHEDULES] = {"GPipe", "1F1B", "interleaved 1F1B", "ZB-H1"};
 
-/* A schedule (lib/schedule.h): every stage's ops in the order it runs them. Model part q = chunk * P + stage:
+/* A schedule (lecture_pipelines/schedule.h): every stage's ops in the order it runs them. Model part q = chunk * P + stage:
  * chunk c of stage s holds layers q * LAYERS / (v P) onward, so a micro-batch visits stage 0, 1, .., P-1, then 0
- * again for chunk 1. check_order (lib/schedule.c) proves an order keeps the rules and replays it. */
+ * again for chunk 1. check_order (lecture_pipelines/schedule.c) proves an order keeps the rules and replays it. */
 _Static_assert((int)P <= (int)SCHED_MAX_STAGES && (int)V <= (int)SCHED_MAX_CHUNKS && (int)M <= (int)SCHED_MAX_MICRO,
                "a schedule holds the shape");
 
