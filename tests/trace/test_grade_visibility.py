@@ -19,6 +19,11 @@ here is worked out from that source, not read from the file under test:
   (each rank enters 0.25 + rank), and the lecture's, in order of arrival;
 - bad calls (tests/fixtures/grade_visibility_misuse.c, lines marked BAD)
   are error steps at their lines with messages naming the problem.
+The homeworks' own: homework_08's after-due ZeRO-1 check and
+homework_parallel's hidden db check carry their visibility in results.json,
+the solutions still score 90 (homework_08 without --deadlock) and 100 and
+enter one leaderboard number each, and the starter's after-due check fails
+on the console by name only while results.json keeps its numbers.
 
     /usr/bin/python3 tests/trace/test_grade_visibility.py      (LECTERN_BUILD picks the build)
 """
@@ -169,6 +174,71 @@ class Misuse(unittest.TestCase):
                          {"part A: one": "hidden", "rank 0: part A: the ranks' check": "visible",
                           "rank 1: part A: the ranks' check": "visible"})
         self.assertNotIn("leaderboard", r)
+
+
+class Homeworks(unittest.TestCase):
+    """The two homeworks' own visibilities and leaderboard entries: the
+    instructor's solutions still score everything and enter one number
+    each; the starter's after-due check fails saying nothing of what it saw
+    where the student reads, and everything in results.json."""
+    ZERO1_TINY = "exercise 3: parameters after a ZeRO-1 step with gradients near AdamW's eps"
+    TP_DB = "exercise 1: db, this rank's rows of dL/dB"
+
+    def grade(self, binary, *args):
+        with tempfile.TemporaryDirectory() as out:
+            results = os.path.join(out, "results.json")
+            p = tracecheck.run(binary, out, "--grade", results, *args)
+            with open(results) as f:
+                r = json.load(f)
+            name = os.path.basename(binary).replace("_solution", "")
+            t = tracecheck.validate(os.path.join(out, name + (".failed" if p.returncode else "") + ".json"))
+        return p, r, t
+
+    def withheld(self, r, prefix, visibility):
+        tests = [x for x in r["tests"] if x["name"].split(": ", 1)[1].startswith(prefix)]
+        self.assertEqual(len(tests), 4)
+        self.assertEqual({x["visibility"] for x in tests}, {visibility})
+        self.assertEqual({x["visibility"] for x in r["tests"] if x not in tests}, {"visible"})
+        return tests
+
+    def test_homework_08(self):
+        p, r, _ = self.grade(os.path.join(FIXTURES, "homework_08_solution"))
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        self.assertEqual((r["score"], r["max_score"]), (90, 90))
+        self.withheld(r, self.ZERO1_TINY, "after_due_date")
+        [entry] = r["leaderboard"]
+        self.assertEqual((entry["name"], entry["order"]), ("exercise 1: ring all-reduce bus bandwidth (GB/s)", "desc"))
+        self.assertGreater(entry["value"], 0)
+
+    def test_homework_08_starter_withholds_the_after_due_check(self):
+        p, r, t = self.grade(os.path.join(tracecheck.BUILD, "lectures", "homework_08"))
+        self.assertEqual(p.returncode, 1, tracecheck.why(p))
+        tests = self.withheld(r, self.ZERO1_TINY, "after_due_date")
+        for x in tests:   # the grader reads the numbers
+            self.assertEqual(x["status"], "failed")
+            self.assertIn("elements outside the tolerance", x["output"])
+        said = [line for line in p.stderr.split("\n") if self.ZERO1_TINY in line]
+        self.assertEqual(len(said), 4, p.stderr[-3000:])
+        for line in said:
+            self.assertTrue(line.endswith("(a check shown after the due date: what it saw is for the grader only)"), line)
+        steps = [r for s in t["steps"] for r in s["renderings"] if r["type"] == "check" and
+                 r["what"].startswith(self.ZERO1_TINY)]
+        self.assertEqual(len(steps), 4)
+        self.assertTrue(all(set(x) == {"type", "passed", "what", "visibility", "data"} for x in steps), steps)
+        # Its visible twin still shows its numbers (and inspects its tensors).
+        self.assertRegex(p.stderr, r"FAIL: exercise 3: parameters after a ZeRO-1 step: max abs diff")
+        self.assertNotIn("leaderboard", r)   # the starter's ring sums nothing
+
+    def test_homework_parallel(self):
+        p, r, _ = self.grade(os.path.join(FIXTURES, "homework_parallel_solution"))
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        self.assertEqual((r["score"], r["max_score"]), (100, 100))
+        self.withheld(r, self.TP_DB, "hidden")
+        [entry] = r["leaderboard"]
+        self.assertEqual((entry["name"], entry["order"]), ("exercise 2: 1F1B bubble, measured", "asc"))
+        # Entered only when the bubble check accepts it: within -0.05 and
+        # +0.35 of (p-1)/(m+p-1) = 3/11 (homework_parallel.c's bounds).
+        self.assertTrue(3 / 11 - 0.05 <= entry["value"] <= 3 / 11 + 0.35, entry)
 
 
 if __name__ == "__main__":
