@@ -44,6 +44,22 @@ typedef struct rule {
 static const char *const VISIBILITIES[] = {"visible", "hidden", "after_due_date", "after_published"};
 static rule rules[MAX_RULES];
 static int n_rules;
+static char **exercises; /* grade_exercise's prefixes, as it declared them */
+static int n_exercises;
+
+void lx_grade_visibility_exercise(const char *prefix) {
+    char **grown = realloc(exercises, (size_t)(n_exercises + 1) * sizeof *grown);
+    if (!grown) lx_fatal("out of memory");
+    exercises = grown;
+    exercises[n_exercises++] = strdup(prefix);
+}
+
+/* 1 when an exercise declared so far has a prefix that `prefix` starts with. */
+static int declared(const char *prefix) {
+    for (int i = 0; i < n_exercises; i++)
+        if (strncmp(prefix, exercises[i], strlen(exercises[i])) == 0) return 1;
+    return 0;
+}
 
 static const char *known_visibility(const char *v) {
     for (size_t i = 0; v && i < sizeof VISIBILITIES / sizeof *VISIBILITIES; i++)
@@ -74,7 +90,7 @@ void grade_visibility(const char *prefix, const char *visibility) {
                  prefix);
         return;
     }
-    if (!lx_grade_declared(prefix)) {
+    if (!declared(prefix)) {
         lx_error("grade_visibility(\"%s\"): it does not start with the prefix of an exercise declared so "
                  "far; declare the exercise with grade_exercise() first, and give its prefix or a longer one (a "
                  "check's name)",

@@ -404,15 +404,14 @@ int lx_grade_not_reached(void);
  * and at exit. */
 void lx_grade_write(void);
 
-/* 1 when an exercise declared so far (grade_exercise) has a prefix that
- * `prefix` starts with. */
-int lx_grade_declared(const char *prefix);
-
 /* ---------------- grade_visibility.c (grade_visibility) ---------------- */
 
 /* The visibility of the check named `name`: the longest grade_visibility
  * prefix it starts with decides; "visible" when none does. */
 const char *lx_grade_visibility_of(const char *name);
+/* grade_exercise declared an exercise: a grade_visibility prefix may
+ * start with its prefix from now on. */
+void lx_grade_visibility_exercise(const char *prefix);
 /* The table as text for a spawn's ranks (caller frees), and loaded there. */
 char *lx_grade_visibility_text(void);
 void lx_grade_visibility_load(const char *text);
