@@ -41,7 +41,8 @@ WORLD = 2
 
 # From the fixture's source: prefix -> visibility, and each check's name
 # with the marker its message carries on each rank (None: the lecture's).
-PREFIXES = {"part A: hidden": "hidden", "part A: after": "after_due_date", "part B:": "after_published"}
+PREFIXES = {"part A: hidden": "hidden", "part A: after": "after_due_date", "part B:": "after_published",
+            "part B: the lecture's own": "visible"}
 RANK_CHECKS = {"part A: seen": lambda r: "SHOWN-%d" % (100 + r),
                "part A: hidden count": lambda r: "SECRET-COUNT-%d" % (4242 + r),
                "part A: hidden close": None,
