@@ -915,6 +915,38 @@ void lecture_fail(const char *fmt, ...) LECTERN_PRINTF(1, 2) __attribute__((nore
  * reached (the console's last line, meta.checks). */
 void grade_exercise(const char *prefix, double points, int checks);
 
+/* When the student sees a check: Gradescope's test visibility, "visible"
+ * (the default), "hidden" (never), "after_due_date" or "after_published",
+ * for the checks whose name starts with `prefix`; the longest prefix set
+ * decides. Call it in the lecture (not in a rank), before the spawns, after
+ * the grade_exercise() whose prefix `prefix` starts with: the exercise's
+ * prefix sets all its checks, a longer one (a check's name) one check.
+ *
+ *     grade_exercise("exercise 2:", 30, 5 * world);
+ *     grade_visibility("exercise 2: at another size", "after_due_date");
+ *
+ * --grade's results.json gives each test its "visibility". A check that is
+ * not visible keeps what it saw for the grader: its test's output in
+ * results.json has the whole verdict, while the console's FAIL line and
+ * the trace give its name, its line and whether it passed, nothing else
+ * (the trace's check rendering carries "visibility"; docs/homework.md).
+ * Give such a check a name (check_named) that holds no measured value: its
+ * name is shown. A NULL or empty prefix, a visibility other than the four,
+ * a prefix no declared exercise's prefix starts, the same prefix twice, or
+ * a call in a rank is an error step at the call's line. */
+void grade_visibility(const char *prefix, const char *visibility);
+
+/* A number for the course's leaderboard: results.json's top-level
+ * "leaderboard" list gets {"name", "value", "order"}, order "asc" (smaller
+ * ranks first) or "desc" (larger first), as Gradescope reads it. Call it in
+ * the lecture or in a rank: in a rank only rank 0's call makes the entry
+ * (so all ranks can run the same code). The entry is also a note step
+ * ("Leaderboard: NAME = VALUE, smaller ranks first"). The same name again
+ * replaces the value; up to 64 names. A NULL or empty name, a NaN or
+ * infinite value, or an order other than "asc" and "desc" is an error step
+ * at the call's line. */
+void grade_leaderboard(const char *name, double value, const char *order);
+
 /* ------------------------------------------------------------------ */
 /* 7. Tables and charts: results as data (runtime/trace/)              */
 /* ------------------------------------------------------------------ */

@@ -355,7 +355,8 @@ pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
     local t
     if [ $want_asan = 1 ]; then
         local asan_suites=(tests/ranks/test_spawn.py tests/trace/test_foundation.py tests/trace/test_checks.py tests/tensor/test_leaks.py
-                           tests/ranks/test_spawn_result.py tests/comm/test_nccl_load.py tests/twin/test_twin.py)
+                           tests/ranks/test_spawn_result.py tests/comm/test_nccl_load.py tests/twin/test_twin.py
+                           tests/trace/test_grade_visibility.py)
         [ "$SCOPE" = all ] && asan_suites+=(tests/system/test_misuse.py tests/lectures/test_lecture_08.py
                      tests/lectures/test_lecture_collectives.py tests/lectures/test_lecture_ddp.py tests/lectures/test_lecture_gpu.py
                      tests/trace/test_options.py tests/comm/test_timer.py tests/ranks/test_spawn_expect.py tests/ranks/test_deadlock.py

@@ -177,9 +177,10 @@ typedef struct spawn_desc {
     int32_t shared_ipc;     /* ranks sharing a GPU: lx_shared_ipc_mode */
     double clock_zero;      /* the parent's monotonic time at lecture start */
     uint64_t args_size;
-    char lecture[128];  /* the lecture's name, for a rank's progress lines */
-    char cwd[4096];     /* the parent's working directory: ranks start each spawn there */
-    char options[2048]; /* the lecture's own options, "name[=value]\n" lines (options.c) */
+    char lecture[128];     /* the lecture's name, for a rank's progress lines */
+    char cwd[4096];        /* the parent's working directory: ranks start each spawn there */
+    char options[2048];    /* the lecture's own options, "name[=value]\n" lines (options.c) */
+    char visibility[2048]; /* grade_visibility's prefixes, "visibility\tprefix\n" lines (grade_visibility.c) */
 } spawn_desc;
 
 /* The shared-GPU protocol (comm/shared_ipc.c), as the parent decides it

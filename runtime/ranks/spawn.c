@@ -168,6 +168,13 @@ static void hand_out(spawn_run *run, spawn_fn fn, const void *args, size_t args_
                  strlen(options), sizeof desc.options - 1);
     snprintf(desc.options, sizeof desc.options, "%s", options);
     free(options);
+    char *visibility = lx_grade_visibility_text();
+    if (strlen(visibility) >= sizeof desc.visibility)
+        lx_fatal("spawn(): the lecture's grade_visibility prefixes take %zu bytes, more than the %zu its ranks can "
+                 "be sent",
+                 strlen(visibility), sizeof desc.visibility - 1);
+    snprintf(desc.visibility, sizeof desc.visibility, "%s", visibility);
+    free(visibility);
     for (int r = 0; r < run->world_size; r++) {
         if (run->board) lx_board_slot_reset(&run->board->slot[r]);
         if (lx_wire_send(lx_pool_fd(r), MSG_SPAWN, &desc, sizeof desc, args, args_size) != 0) {

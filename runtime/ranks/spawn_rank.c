@@ -524,6 +524,8 @@ static void rank_run_spawn(const char *body, size_t size) {
     lx_rank_errors_expected(my_desc.expect_failure);
     my_desc.options[sizeof my_desc.options - 1] = '\0';
     lx_options_load(my_desc.options); /* lecture_flag() and lecture_option() as in the lecture */
+    my_desc.visibility[sizeof my_desc.visibility - 1] = '\0';
+    lx_grade_visibility_load(my_desc.visibility); /* which checks say what they saw */
     lx_set_step_sink(rank_sink);
     lx_set_modelled_sink(rank_modelled_sink);
     output_to_console(1);

@@ -48,6 +48,10 @@ void lx_check_counts(int *passed, int *failed) {
 /* Emits the check step at the lecture's line; a failure is also said on
  * stderr with that line, so a student sees it without opening the viewer. */
 int lx_check_emit(cJSON *r, int ok, const char *summary) {
+    /* A check the student does not see yet (grade_visibility) says its
+     * name and verdict only; what it saw goes to the grader. */
+    char *shown = lx_check_withhold(r, ok, summary);
+    if (shown) summary = shown;
     lx_frame frames[LX_MAX_FRAMES];
     int n = lx_stack_capture(frames, LX_MAX_FRAMES);
     if (!ok) {
@@ -58,6 +62,7 @@ int lx_check_emit(cJSON *r, int ok, const char *summary) {
     }
     lx_add_text(r, "data", summary);
     lx_emit_frames(frames, n, r);
+    free(shown);
     return ok;
 }
 

@@ -60,7 +60,8 @@ typedef struct record {
     int passed;
     char *what;
     char *output;
-    int exercise; /* index into exercises, -1 none */
+    int exercise;           /* index into exercises, -1 none */
+    const char *visibility; /* grade_visibility's, for results.json */
 } record;
 
 static char *path; /* NULL: no --grade */
@@ -199,6 +200,7 @@ void grade_exercise(const char *prefix, double points, int checks) {
     if (!e) lx_fatal("out of memory");
     exercises = e;
     exercises[n_exercises++] = (exercise){.prefix = strdup(prefix), .points = points, .checks = checks};
+    lx_grade_visibility_exercise(prefix); /* grade_visibility's prefixes start with one */
 }
 
 int lx_grade_begin(const char *prefix) {
@@ -256,6 +258,9 @@ void lx_grade_listen(void) {
  * numbers of this run), check_close's count of elements outside the
  * tolerance or why nothing could be compared, and the lecture line. */
 static char *check_output(const cJSON *step, const cJSON *r, int passed) {
+    /* A check the student does not see: its whole rendering is here. */
+    const cJSON *withheld = cJSON_GetObjectItemCaseSensitive(r, "withheld");
+    if (cJSON_IsObject(withheld)) r = withheld;
     lx_sb sb = {0};
     const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "data"));
     const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "what"));
@@ -299,6 +304,7 @@ static const char *check_name(const cJSON *r) {
 }
 
 void lx_grade_step(const cJSON *step) {
+    lx_leaderboard_step(step);
     const cJSON *rank = cJSON_GetObjectItemCaseSensitive(step, "rank");
     const cJSON *r;
     cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
@@ -328,6 +334,7 @@ void lx_grade_step(const cJSON *step) {
         rec->what = strdup(name);
         rec->output = check_output(step, r, rec->passed);
         rec->exercise = ex;
+        rec->visibility = lx_grade_visibility_of(name);
     }
 }
 
@@ -339,13 +346,14 @@ static double round3(double x) { return round(x * 1000) / 1000; }
  * sum within a thousandth of the total for up to a thousand tests. */
 static double round6(double x) { return round(x * 1e6) / 1e6; }
 
-static cJSON *test(const char *name, double score, double max, const char *output, int passed) {
+static cJSON *test(const char *name, double score, double max, const char *output, int passed, const char *visibility) {
     cJSON *t = cJSON_CreateObject();
     lx_add_text(t, "name", name);
     cJSON_AddNumberToObject(t, "score", round6(score));
     cJSON_AddNumberToObject(t, "max_score", round6(max));
     cJSON_AddStringToObject(t, "status", passed ? "passed" : "failed");
     lx_add_text(t, "output", output);
+    cJSON_AddStringToObject(t, "visibility", visibility);
     return t;
 }
 
@@ -362,7 +370,7 @@ static void add_records(cJSON *tests, int ex, double weight, double *total) {
             char *name = rank >= 0 ? lx_fmt("rank %d: %s", rank, rec->what) : strdup(rec->what);
             double score = rec->passed ? weight : 0;
             *total += score;
-            cJSON_AddItemToArray(tests, test(name, score, weight, rec->output, rec->passed));
+            cJSON_AddItemToArray(tests, test(name, score, weight, rec->output, rec->passed, rec->visibility));
             free(name);
         }
     }
@@ -418,7 +426,7 @@ void lx_grade_write(void) {
             const char *because = *own ? own : why;
             char *out = lx_fmt("%d of %d checks not reached: the run of %.*s ended before them, score 0.%s%s", missing,
                                e->checks, len, e->prefix, *because ? "\n" : "", because);
-            cJSON_AddItemToArray(tests, test(name, 0, weight * missing, out, 0));
+            cJSON_AddItemToArray(tests, test(name, 0, weight * missing, out, 0, lx_grade_visibility_of(e->prefix)));
             free(own);
             free(name);
             free(out);
@@ -450,6 +458,8 @@ void lx_grade_write(void) {
     cJSON_AddStringToObject(root, "visibility", "visible");
     cJSON_AddStringToObject(root, "stdout_visibility", "visible");
     cJSON_AddItemToObject(root, "tests", tests);
+    cJSON *leaderboard = lx_leaderboard_json();
+    if (leaderboard) cJSON_AddItemToObject(root, "leaderboard", leaderboard);
     char *json = cJSON_Print(root);
     cJSON_Delete(root);
     free(out.s);

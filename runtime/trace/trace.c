@@ -395,6 +395,21 @@ char *lx_trace_path(const char *ext) {
     return lx_fmt("%s/%s%s.%s", out_dir ? out_dir : ".", lx_lecture_name(), failed ? ".failed" : "", ext);
 }
 
+/* A check's "withheld" member (grade_visibility.c) is for the listeners,
+ * who heard it as the step came: what a check the student does not see
+ * measured never reaches the trace the student reads. A step can gain one
+ * after it was appended (a folded pass takes its worst numbers), so every
+ * write looks again. Under the trace's lock. */
+static void drop_withheld(void) {
+    const cJSON *step;
+    cJSON_ArrayForEach(step, steps) {
+        cJSON *r;
+        cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(step, "renderings")) {
+            cJSON_DeleteItemFromObjectCaseSensitive(r, "withheld");
+        }
+    }
+}
+
 int lx_trace_write(void) {
     pthread_mutex_lock(&lock);
     if (!trace) {
@@ -409,6 +424,7 @@ int lx_trace_write(void) {
     if (modelled_dropped) lx_json_set(meta, "modelled_dropped", cJSON_CreateNumber(modelled_dropped));
     lx_json_set(meta, "duration_s", cJSON_CreateNumber((double)(long long)(lx_elapsed() * 1e3) / 1e3));
     embed_files();
+    drop_withheld();
     char *json = cJSON_PrintUnformatted(trace);
     pthread_mutex_unlock(&lock);
     if (!json) {

@@ -404,6 +404,34 @@ int lx_grade_not_reached(void);
  * and at exit. */
 void lx_grade_write(void);
 
+/* ---------------- grade_visibility.c (grade_visibility) ---------------- */
+
+/* The visibility of the check named `name`: the longest grade_visibility
+ * prefix it starts with decides; "visible" when none does. */
+const char *lx_grade_visibility_of(const char *name);
+/* grade_exercise declared an exercise: a grade_visibility prefix may
+ * start with its prefix from now on. */
+void lx_grade_visibility_exercise(const char *prefix);
+/* The table as text for a spawn's ranks (caller frees), and loaded there. */
+char *lx_grade_visibility_text(void);
+void lx_grade_visibility_load(const char *text);
+/* For a check rendering `r` about to be emitted: NULL when its check is
+ * visible (nothing changes); else `r` keeps its type, passed, name and
+ * `what` (the name alone), gains "visibility" and "withheld" (the whole
+ * rendering with `summary` as its data, heard by the listeners, never
+ * written to the trace), and the line to show in place of `summary` is
+ * returned (caller frees). */
+char *lx_check_withhold(cJSON *r, int ok, const char *summary);
+
+/* ---------------- leaderboard.c (grade_leaderboard) ---------------- */
+
+/* Called for every step that reaches the lecture's trace (by grade.c): a
+ * leaderboard note's entry is kept, the last of one name replacing an
+ * earlier one. */
+void lx_leaderboard_step(const cJSON *step);
+/* results.json's "leaderboard" list, NULL when there is no entry. */
+cJSON *lx_leaderboard_json(void);
+
 /* ---------------- backend_error.c (MPI_CHECK and the like, check.h) ---------------- */
 
 /* lx_backend_error (check.h) writes an error step where there is a trace to

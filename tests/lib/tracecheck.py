@@ -343,7 +343,7 @@ def line_of(path, needle, nth=1, within=None):
 
 # Calls of the runtime that make a step directly.
 STEP_CALLS = ("note", "note_verbatim", "image", "see", "note_system", "plot", "check", "check_named", "check_close",
-              "table_show", "chart_show", "inspect", "predict")
+              "table_show", "chart_show", "inspect", "predict", "grade_leaderboard")
 # spawn() (and spawn_expect_failure(), spawn_exercise()) notes which backend it chose, at its line.
 SPAWN_CALLS = ("spawn", "spawn_expect_failure", "spawn_exercise")
 RUNTIME_CALLS = STEP_CALLS + SPAWN_CALLS
@@ -550,7 +550,7 @@ def format_regex(fmt):
 _RENDERING_TYPE = {"note": "markdown", "note_verbatim": "text", "image": "image", "see": "link",
                    "note_system": "text", "plot": "plot", "spawn": "markdown", "spawn_expect_failure": "markdown",
                    "spawn_exercise": "markdown", "check": "check", "check_named": "check", "check_close": "check", "table_show": "table", "chart_show": "plot",
-                   "inspect": "inspect", "predict": "predict"}
+                   "inspect": "inspect", "predict": "predict", "grade_leaderboard": "markdown"}
 
 # What each step-making call's first argument must match in its rendering.
 _FIRST_ARG_FIELD = {"note": ("data", True), "note_verbatim": ("data", True), "image": ("src", False),
