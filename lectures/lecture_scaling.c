@@ -843,11 +843,9 @@ static void moe_main(int rank, int world_size, void *args) {
     /* Expert parallel: one expert a rank, every capacity factor, then padding. */
     ep_layer L = {.group = NULL, .data = NULL, .p = world_size, .m = 1, .first = rank, .s = *s, .router = router};
     expert_weights(rank, s, device, &L.w1[0], &L.w2[0]);
+    const char *how[CAPACITIES + 1] = {"factor 1.0, forward", "expert parallel", "factor 2.0, forward", "padded"};
     for (int c = 0; c <= CAPACITIES; c++)
-        moe_pass_run(&L, x, dy, c < CAPACITIES ? CAPACITY_FACTOR[c] : 0.0, c == CHECKED ? &ref : NULL,
-                     c == CHECKED     ? "expert parallel"
-                     : c < CAPACITIES ? "expert parallel, forward"
-                                      : "padded",
+        moe_pass_run(&L, x, dy, c < CAPACITIES ? CAPACITY_FACTOR[c] : 0.0, c == CHECKED ? &ref : NULL, how[c],
                      &res.pass[c], &res.measured);
     moe_routing *r = moe_route_top2(x, router);
     for (int e = 0; e < EXPERTS; e++)
