@@ -999,10 +999,18 @@ static void moe_load_balancing(const moe_sizes *s, const moe_result *r) {
         dropped_before += r[i].pass[0].dropped;
     double rate_before = 100.0 * dropped_before / assignments, rate_after = 100.0 * dropped_after / assignments;
     int padded_before = r[0].pass[CAPACITIES].capacity, padded_after = r[0].padded_after;
+    t = table_new("The load-balancing loss: before and after its %d steps", AUX_STEPS);
+    table_column(t, "router", NULL, "%s");
+    table_column(t, "auxiliary loss", NULL, "%.3f");
+    table_column(t, "drop rate at factor 1.0", "%", "%.1f");
+    table_column(t, "padded capacity", "rows", "%d");
+    table_row(t, "before", (double)r[0].aux_loss[0], rate_before, padded_before);
+    table_row(t, "after", (double)r[0].aux_loss[AUX_STEPS], rate_after, padded_after);
+    table_show(t);
     note("The loss went from %.3f to %.3f. At factor 1.0 the drop rate fell from %.1f%% to %.1f%%, and "
          "the padded capacity (the largest count on any rank) from %d to %d rows.",
-         r[0].aux_loss[0], r[0].aux_loss[AUX_STEPS], quoted(rate_before), rate_after, quoted(padded_before),
-         padded_after);
+         quoted(r[0].aux_loss[0]), quoted(r[0].aux_loss[AUX_STEPS]), quoted(rate_before), quoted(rate_after),
+         quoted(padded_before), quoted(padded_after));
     check(r[0].aux_loss[AUX_STEPS] < r[0].aux_loss[0] && dropped_after < dropped_before && padded_after < padded_before,
           "load-balancing loss: the loss (%.3f -> %.3f), drops (%d -> %d) and padded capacity (%d -> %d) fall",
           r[0].aux_loss[0], r[0].aux_loss[AUX_STEPS], dropped_before, dropped_after, padded_before, padded_after);

@@ -223,6 +223,13 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         self.assertTrue(tracecheck.same_double(f["rate_before"], table["1.0"][2]))
         self.assertEqual(f["padded_before"], table["none: pad to the largest count"][0])
         self.assertLess(f["padded_after"], f["padded_before"])
+        # the before/after table holds the note's figures
+        ends = self.rows_by_first(self.table(r"^The load-balancing loss: before and after"))
+        for row, which in ((ends["before"], "before"), (ends["after"], "after")):
+            loss = f["r[0].aux_loss[0]"] if which == "before" else f["r[0].aux_loss[AUX_STEPS]"]
+            self.assertTrue(tracecheck.same_double(row[0], loss), which)
+            self.assertTrue(tracecheck.same_double(row[1], f["rate_" + which]), which)
+            self.assertEqual(row[2], f["padded_" + which], which)
 
     # ---- tensor and sequence parallelism ----
 
