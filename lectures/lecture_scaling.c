@@ -245,238 +245,777 @@ static void one_device(void) {
 /* Expert parallelism                                                  */
 /* ------------------------------------------------------------------ */
 
-static void ep_main(int rank, int world_size, void *args);
+/* The mixture of experts runs at two sizes: a sequence of 1,024 tokens
+ * (256 a rank) of width 256 with experts of hidden width 512 for the
+ * lecture, where the drop rates mean something; 32 tokens a rank of width
+ * 32 (hidden 64) for the tests. */
+typedef struct moe_sizes {
+    int tokens; /* per rank */
+    int dim, hidden;
+} moe_sizes;
 
-/* What each rank of the expert-parallel spawn hands back. */
-typedef struct ep_result {
-    int to_expert[EXPERTS]; /* of this rank's tokens, how many each expert got */
-    int capacity;           /* rows per piece of the all-to-all */
-    int64_t useful_bytes;   /* token rows that left this rank, both ways */
-    int64_t nominal_bytes;  /* the all-to-alls' bytes by the formula */
-    int64_t measured_bytes; /* by Open MPI's counters (0 when not available) */
+enum {
+    TOP_K = 2,      /* experts per token */
+    CAPACITIES = 3, /* capacity factors tried, then padding to the largest count */
+    CHECKED = 1,    /* the factor whose backward is compared with one device: 1.25 */
+    AUX_STEPS = 20, /* SGD steps of the load-balancing loss */
+    SEED_MOE_DY = 70,
+    SEED_MOE_SHIFT,
+};
+static const double CAPACITY_FACTOR[CAPACITIES] = {1.0, 1.25, 2.0};
+/* Every token carries the same offset of this size (a shared direction, as
+ * real activations have): the router's logits lean the same way for every
+ * token and the load is uneven, the case the auxiliary loss is for. */
+static const float MOE_SHIFT = 0.5f;
+/* The auxiliary loss's SGD step: a step of lr in the router moves a
+ * token's logits by about lr |x|^2 times the gradient (a mean over the
+ * tokens), and |x|^2 grows as d: lr = 16 / d moves them the same at every
+ * width (0.5 at d = 32; 4 times that overshoots, all the load swinging to
+ * the other experts). */
+static float aux_lr(int dim) { return 16.0f / (float)dim; }
+
+/* The all-to-alls of one pass, forward and backward: calls and bytes (the
+ * runtime's nominal figure and Open MPI's measured one). */
+typedef struct moe_pass {
+    int capacity, dropped;
+    int64_t calls[2], nominal[2], measured[2]; /* [0] forward, [1] backward */
+    int64_t useful;                            /* token rows that left this rank, forward */
+} moe_pass;
+
+/* What each rank of the MoE spawn hands back. */
+typedef struct moe_result {
+    int demand[EXPERTS];             /* this rank's assignments to each expert */
+    moe_pass pass[CAPACITIES + 1];   /* per capacity factor, then padded */
+    int demand_after[EXPERTS];       /* after the load-balancing loss */
+    int dropped_after, padded_after; /* at factor 1.0; the padded capacity */
+    float aux_loss[AUX_STEPS + 1];
     int measured;
-} ep_result;
+} moe_result;
 
-static void expert_table(void);
+/* A rank's share of the layer: its group of expert-parallel ranks, and the
+ * m experts it owns (group rank q owns experts q m .. q m + m - 1). */
+typedef struct ep_layer {
+    dist_group *group; /* NULL: every rank */
+    dist_group *data;  /* the replicas of my experts (expert x data), or NULL */
+    int p, m, first;   /* ranks in the group, experts per rank, my first expert */
+    moe_sizes s;
+    const tensor *router;
+    tensor *w1[EXPERTS], *w2[EXPERTS];
+} ep_layer;
+
+/* What the forward keeps for the backward. */
+typedef struct ep_saved {
+    moe_routing *r;
+    int from[EXPERTS];   /* rows group rank q sent my expert j: from[q m + j] */
+    int *rows[EXPERTS];  /* where those rows sit in the received buffer */
+    int n[EXPERTS];      /* how many */
+    tensor *in[EXPERTS]; /* my expert j's input rows */
+    tensor *back;        /* the experts' outputs, home again */
+} ep_saved;
+
+static void moe_main(int rank, int world_size, void *args);
+static void moe_tables(const moe_sizes *s);
+static void moe_load_balancing(const moe_sizes *s, const moe_result *r);
 
 static void expert_parallelism(void) {
     progress("expert parallelism");
+    moe_sizes s = lecture_quick() ? (moe_sizes){32, 32, 64} : (moe_sizes){256, 256, 512};
     note("## Expert parallelism");
     note("A mixture-of-experts (MoE) layer replaces the block's one MLP by E of them, the "
-         "experts, and a router: a d x E matrix whose largest logit picks each token's "
-         "expert (top-1, as in the Switch Transformer). The token's output is that expert's "
-         "MLP, scaled by the router's softmax probability for it. Parameters grow E times; "
-         "the work per token does not.");
+         "experts, and a router: a d x E matrix whose softmax gives each token a probability "
+         "for each expert. With **top-2 routing** (GShard, Mixtral) a token goes to its two "
+         "likeliest experts and its output is their MLPs' outputs weighted by the two "
+         "probabilities renormalised to sum to 1. Parameters grow E times; the work per token "
+         "only twice.");
+    see("https://arxiv.org/abs/2006.16668", "Lepikhin et al.: GShard (2020)");
     see("https://arxiv.org/abs/2101.03961", "Fedus et al.: Switch Transformers (2021)");
-    note("Expert parallelism puts expert e on rank e. Every rank routes its own tokens, "
-         "then:\n"
-         "1. an all-to-all of the counts: how many tokens each rank will send each expert;\n"
-         "2. a *capacity* C, the largest of those counts (an all-reduce of the maximum): the "
-         "all-to-all moves equal pieces, so each piece is C rows, padded with zeros;\n"
-         "3. **dispatch**: an all-to-all of the tokens, sorted by expert, piece e to rank e;\n"
-         "4. each rank runs its expert on the rows it received (padding left out);\n"
-         "5. **combine**: an all-to-all back, the same pieces in reverse, and each token's "
-         "output scaled by its gate.");
+    note("Expert parallelism puts expert e on rank e. An all-to-all moves equal pieces, so "
+         "each expert takes at most a **capacity** of C rows from each rank, "
+         "C = ceil(cf tokens k / E), the even share of a rank's k assignments times a "
+         "*capacity factor* cf. It is per rank (GShard's per-group capacity): each rank "
+         "decides alone which of its tokens to keep, with no extra round of communication. "
+         "First choices are seated before second choices; an assignment past C is "
+         "**dropped**: it adds nothing to the token's output (in a block, the residual "
+         "carries the token past the layer). Then:\n"
+         "1. an all-to-all of the counts: how many rows each rank will send each expert;\n"
+         "2. **dispatch**: an all-to-all of the tokens, C rows per expert, piece e to rank e;\n"
+         "3. each rank runs its expert on the rows it received (padding left out);\n"
+         "4. **combine**: an all-to-all back, the same pieces in reverse, each token's outputs "
+         "weighted by its gates.\n\n"
+         "The backward runs the two big all-to-alls in reverse: the output's gradient goes "
+         "to the experts as the combine came back, and the inputs' gradients come home as the "
+         "dispatch went out.");
     image("assets/lecture_scaling_moe.svg", 0.8);
-    note("%d ranks with %d tokens each, d = %d, experts of hidden width %d.", WORLD, TOKENS, DIM, EXPERT_HIDDEN);
-    spawn(ep_main, WORLD, NULL, 0);
-    expert_table();
+    note("%d ranks with %d tokens each (%d in all), d = %d, %d experts of hidden width %d, "
+         "top-%d; every token has a shared offset of size %.1f, so the router leans.",
+         WORLD, s.tokens, WORLD * s.tokens, s.dim, EXPERTS, s.hidden, TOP_K, MOE_SHIFT);
+    spawn(moe_main, WORLD, &s, sizeof s);
+    moe_tables(&s);
 }
 
 /* The expert weights of expert e: the same numbers on every rank. */
-static void expert_weights(int e, int device, tensor **w1, tensor **w2) {
-    *w1 = init_weight(DIM, EXPERT_HIDDEN, SEED_EXPERT_W1 + (uint64_t)e, device);
-    *w2 = init_weight(EXPERT_HIDDEN, DIM, SEED_EXPERT_W2 + (uint64_t)e, device);
+static void expert_weights(int e, const moe_sizes *s, int device, tensor **w1, tensor **w2) {
+    *w1 = init_weight(s->dim, s->hidden, SEED_EXPERT_W1 + (uint64_t)e, device);
+    *w2 = init_weight(s->hidden, s->dim, SEED_EXPERT_W2 + (uint64_t)e, device);
 }
 
-/* The tokens sorted by destination into world_size pieces of `capacity`
- * rows (zeros after each piece's tokens); slot[t] is token t's row. */
-static tensor *pack_by_expert(const tensor *x, const int *dest, int world_size, int capacity, int *slot) {
-    int filled[LECTERN_MAX_WORLD] = {0};
-    int64_t tokens = x->shape[0];
-    float *xs = malloc((size_t)(tokens * DIM) * sizeof(float));
-    float *buf = calloc((size_t)world_size * capacity * DIM, sizeof(float));
-    if (!xs || !buf) lecture_fail("out of memory packing %lld tokens", (long long)tokens);
-    tensor_to_host(x, xs);
-    for (int64_t t = 0; t < tokens; t++) {
-        slot[t] = dest[t] * capacity + filled[dest[t]]++;
-        memcpy(buf + (int64_t)slot[t] * DIM, xs + t * DIM, DIM * sizeof(float));
-    }
-    tensor *packed = tensor_from(buf, (int64_t)world_size * capacity, DIM, x->device);
-    free(buf);
-    free(xs);
-    return packed;
+/* All tokens of the sequence, every rank's: standard normal plus the
+ * shared offset. */
+static tensor *moe_tokens(const moe_sizes *s, int device) {
+    tensor *x = input((int64_t)WORLD * s->tokens, s->dim, SEED_TOKENS, device);
+    tensor *shift = input(1, s->dim, SEED_MOE_SHIFT, device);
+    float *h = malloc((size_t)WORLD * s->tokens * s->dim * sizeof(float)), *o = malloc((size_t)s->dim * sizeof(float));
+    if (!h || !o) lecture_fail("out of memory for %d tokens", WORLD * s->tokens);
+    tensor_to_host(x, h);
+    tensor_to_host(shift, o);
+    for (int64_t i = 0; i < (int64_t)WORLD * s->tokens * s->dim; i++)
+        h[i] += MOE_SHIFT * o[i % s->dim];
+    tensor *all = tensor_from(h, (int64_t)WORLD * s->tokens, s->dim, device);
+    free(h);
+    free(o);
+    tensor_free(x);
+    tensor_free(shift);
+    return all;
 }
 
-/* Steps 1 and 2: how many rows come from each rank (into from[]), and the
- * capacity every piece is padded to. */
-static int exchange_counts(const int *to_expert, int world_size, int device, int *from) {
-    float sent[LECTERN_MAX_WORLD] = {0}, got[LECTERN_MAX_WORLD], most = 0;
-    for (int e = 0; e < world_size; e++)
-        most = fmaxf(most, sent[e] = (float)to_expert[e]);
-    tensor *send = tensor_from(sent, world_size, 0, device), *recv = empty(world_size, 0, device);
-    dist_all_to_all(recv, send); /* recv[s]: rows rank s will send me */
+static float *host_of(const tensor *t) {
+    float *h = malloc((size_t)(t->numel > 0 ? t->numel : 1) * sizeof(float));
+    if (!h) lecture_fail("out of memory copying %lld floats", (long long)t->numel);
+    tensor_to_host(t, h);
+    return h;
+}
+
+/* Step 1: the counts. Every rank tells every other how many rows it will
+ * send each of its experts; from[q m + j] is what group rank q sends my
+ * expert j. */
+static void exchange_counts(ep_layer *L, const int *kept, int *from) {
+    int experts = L->p * L->m;
+    float sent[EXPERTS] = {0}, got[EXPERTS] = {0};
+    for (int e = 0; e < experts; e++)
+        sent[e] = (float)kept[e];
+    tensor *send = tensor_from(sent, experts, 0, L->router->device), *recv = empty(experts, 0, L->router->device);
+    dist_all_to_all_in(L->group, recv, send);
     tensor_to_host(recv, got);
-    for (int s = 0; s < world_size; s++)
-        from[s] = (int)got[s];
-    tensor *cap = tensor_from(&most, 1, 0, device);
-    dist_all_reduce(cap, DIST_MAX);
-    int capacity = (int)tensor_item(cap, 0);
-    tensor_free(cap);
+    for (int e = 0; e < experts; e++)
+        from[e] = (int)got[e];
     tensor_free(send);
     tensor_free(recv);
-    return capacity;
 }
 
-/* Step 4: this rank's expert on the real rows of what it received; the
- * outputs go back to the same rows (padding stays zero). */
-static tensor *run_my_expert(const tensor *received, const int *from, int world_size, int capacity, const tensor *w1,
-                             const tensor *w2) {
-    int rows[LECTERN_MAX_WORLD * TOKENS], n = 0;
-    float ones[LECTERN_MAX_WORLD * TOKENS];
-    for (int s = 0; s < world_size; s++)
-        for (int i = 0; i < from[s]; i++) {
-            ones[n] = 1.0f;
-            rows[n++] = s * capacity + i;
-        }
-    tensor *out = zeros(received->shape[0], DIM, received->device);
-    if (n == 0) return out; /* no token chose this expert */
-    tensor *mine = gather_rows(received, rows, n), *y = mlp_forward(mine, w1, w2);
-    scatter_rows(out, y, rows, ones, n);
-    tensor_free(mine);
-    tensor_free(y);
-    return out;
-}
-
-/* Step 5: token t's output is row slot[t] of what came back, times its gate. */
-static tensor *combine(const tensor *back, const int *slot, const float *gate, int tokens) {
-    int order[TOKENS];
-    for (int t = 0; t < tokens; t++)
-        order[t] = t;
-    tensor *rows = gather_rows(back, slot, tokens), *out = zeros(tokens, DIM, back->device);
-    scatter_rows(out, rows, order, gate, tokens);
-    tensor_free(rows);
-    return out;
-}
-
-/* The MoE layer, expert parallel: this rank's tokens x in, their outputs out. */
-static tensor *moe_expert_parallel(const tensor *x, const tensor *router, const tensor *w1, const tensor *w2,
-                                   ep_result *r) {
-    int p = dist_world_size(), expert[TOKENS], dest[TOKENS], slot[TOKENS], from[LECTERN_MAX_WORLD];
-    float gate[TOKENS];
-    moe_route(x, router, expert, gate);
-    for (int t = 0; t < TOKENS; t++) {
-        dest[t] = expert[t]; /* the rank that owns token t's expert */
-        r->to_expert[expert[t]]++;
+/* Rows of the routing's layout (experts x capacity) filled from `rows`
+ * (tokens x d, host): row slot[t k] = scale(t, k) rows[t], zeros elsewhere.
+ * With `gated`, scale is the gate (the backward's dy); else 1 (dispatch). */
+static tensor *pack(const moe_routing *r, const float *rows, int d, int gated, int device) {
+    float *buf = calloc((size_t)r->experts * r->capacity * d, sizeof(float));
+    if (!buf) lecture_fail("out of memory packing %d tokens", r->tokens);
+    for (int i = 0; i < 2 * r->tokens; i++) {
+        if (r->slot[i] < 0) continue; /* dropped */
+        float g = gated ? r->gate[i] : 1.0f;
+        for (int c = 0; c < d; c++)
+            buf[(int64_t)r->slot[i] * d + c] = g * rows[(int64_t)(i / 2) * d + c];
     }
-    r->capacity = exchange_counts(r->to_expert, p, x->device, from);
-    tensor *send = pack_by_expert(x, dest, p, r->capacity, slot), *recv = empty(send->shape[0], DIM, x->device);
-    dist_all_to_all(recv, send); /* dispatch: piece e to rank e */
-    tensor *done = run_my_expert(recv, from, p, r->capacity, w1, w2), *back = empty(send->shape[0], DIM, x->device);
-    dist_all_to_all(back, done); /* combine: each piece home again */
-    tensor *out = combine(back, slot, gate, TOKENS);
+    tensor *t = tensor_from(buf, (int64_t)r->experts * r->capacity, d, device);
+    free(buf);
+    return t;
+}
+
+/* Step 3: my experts on the rows they received; their outputs in the same
+ * rows of a buffer of the received one's shape (padding stays zero). */
+static tensor *run_my_experts(ep_layer *L, const tensor *recv, ep_saved *st) {
+    int C = st->r->capacity;
+    tensor *done = zeros(recv->shape[0], L->s.dim, recv->device);
+    for (int j = 0; j < L->m; j++) {
+        st->rows[j] = malloc((size_t)(L->p * C + 1) * sizeof(int));
+        float *ones = malloc((size_t)(L->p * C + 1) * sizeof(float));
+        if (!st->rows[j] || !ones) lecture_fail("out of memory for an expert's rows");
+        st->n[j] = 0;
+        for (int q = 0; q < L->p; q++)
+            for (int i = 0; i < st->from[q * L->m + j]; i++) {
+                ones[st->n[j]] = 1.0f;
+                st->rows[j][st->n[j]++] = (q * L->m + j) * C + i;
+            }
+        st->in[j] = gather_rows(recv, st->rows[j], st->n[j]);
+        if (st->n[j] > 0) {
+            tensor *y = mlp_forward(st->in[j], L->w1[j], L->w2[j]);
+            scatter_rows(done, y, st->rows[j], ones, st->n[j]);
+            tensor_free(y);
+        }
+        free(ones);
+    }
+    return done;
+}
+
+/* The layer forward, expert parallel: this rank's tokens x in, their
+ * outputs out; `capacity` 0 pads every piece to the group's largest count. */
+static tensor *ep_forward(ep_layer *L, const tensor *x, double cf, ep_saved *st) {
+    int d = L->s.dim, experts = L->p * L->m, T = (int)x->shape[0];
+    st->r = moe_route_top2(x, L->router);
+    int capacity = moe_capacity(cf, T, TOP_K, experts);
+    if (cf <= 0) { /* no factor: the largest count anywhere, so nothing drops */
+        float most = 0;
+        for (int e = 0; e < experts; e++)
+            most = fmaxf(most, (float)st->r->demand[e]);
+        tensor *m = tensor_from(&most, 1, 0, x->device);
+        dist_all_reduce_in(L->group, m, DIST_MAX);
+        capacity = (int)tensor_item(m, 0);
+        tensor_free(m);
+    }
+    moe_assign(st->r, capacity);
+    exchange_counts(L, st->r->kept, st->from);
+    float *xh = host_of(x);
+    tensor *send = pack(st->r, xh, d, 0, x->device), *recv = empty(send->shape[0], d, x->device);
+    dist_all_to_all_in(L->group, recv, send); /* dispatch: expert e's rows to its rank */
+    tensor *done = run_my_experts(L, recv, st);
+    st->back = empty(send->shape[0], d, x->device);
+    dist_all_to_all_in(L->group, st->back, done); /* combine: each piece home again */
+    float *back = host_of(st->back), *y = calloc((size_t)T * d, sizeof(float));
+    if (!y) lecture_fail("out of memory for %d outputs", T);
+    for (int i = 0; i < 2 * T; i++) /* y_t = sum over kept k of g_k expert_k(x_t) */
+        if (st->r->slot[i] >= 0)
+            for (int c = 0; c < d; c++)
+                y[(int64_t)(i / 2) * d + c] += st->r->gate[i] * back[(int64_t)st->r->slot[i] * d + c];
+    tensor *out = tensor_from(y, T, d, x->device);
+    free(y);
+    free(back);
+    free(xh);
     tensor_free(send);
     tensor_free(recv);
     tensor_free(done);
-    tensor_free(back);
     return out;
 }
 
-/* The same layer on one device, all ranks' tokens: this rank's rows. */
-static tensor *moe_one_device(const tensor *all_tokens, const tensor *router, int rank, int device) {
-    tensor *w1[EXPERTS], *w2[EXPERTS];
-    for (int e = 0; e < EXPERTS; e++)
-        expert_weights(e, device, &w1[e], &w2[e]);
-    tensor *all = moe_forward(all_tokens, router, w1, w2, EXPERTS);
-    tensor *mine = row_slice(all, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS),
-           *copy = to_device(mine, device);
-    tensor_free(mine);
-    tensor_free(all);
-    for (int e = 0; e < EXPERTS; e++) {
-        tensor_free(w1[e]);
-        tensor_free(w2[e]);
+/* The router's share of the backward, the same on one device and on the
+ * ranks: a gate g_k = softmax over the two chosen logits, so with
+ * dg_k = <dy_t, expert_k(x_t)> (0 when dropped), the chosen logit's
+ * gradient is g_k (dg_k - sum_j g_j dg_j); the other logits get none. */
+static void logit_gradients(const moe_routing *r, const float *dg, float *dlogits) {
+    memset(dlogits, 0, (size_t)r->tokens * r->experts * sizeof(float));
+    for (int t = 0; t < r->tokens; t++) {
+        const float *g = r->gate + 2 * t, *dgt = dg + 2 * t;
+        float mean = g[0] * dgt[0] + g[1] * dgt[1];
+        for (int k = 0; k < 2; k++)
+            dlogits[(int64_t)t * r->experts + r->choice[2 * t + k]] = g[k] * (dgt[k] - mean);
     }
-    return copy;
 }
 
-/* The all-to-alls' bytes by the formula: each sends (p - 1) of its p
- * pieces: the counts (1 float each), the tokens and their way back (C rows
- * of d floats each). */
-static int64_t ep_formula_bytes(int p, int capacity) {
-    return (int64_t)(p - 1) * (int64_t)sizeof(float) * (1 + 2 * (int64_t)capacity * DIM);
+/* dx += dlogits router^T and drouter = x^T dlogits: the router's product backward. */
+static tensor *router_backward(const tensor *x, const tensor *router, const float *dlogits, tensor *dx) {
+    tensor *dl = tensor_from(dlogits, x->shape[0], router->shape[1], x->device);
+    matmul_into(dx, dl, router, 0, 1, 1.0f, 1.0f);
+    tensor *drouter = empty(router->shape[0], router->shape[1], x->device);
+    matmul_into(drouter, x, dl, 1, 0, 1.0f, 0.0f);
+    tensor_free(dl);
+    return drouter;
 }
 
-static void ep_main(int rank, int world_size, void *args) {
-    if (world_size != EXPERTS) lecture_fail("expert parallelism needs one rank per expert (%d)", EXPERTS);
-    int device = get_device(rank);
-    tensor *all_tokens = input((int64_t)world_size * TOKENS, DIM, SEED_TOKENS, device);
-    tensor *x = row_slice(all_tokens, (int64_t)rank * TOKENS, (int64_t)(rank + 1) * TOKENS);
-    tensor *router = init_weight(DIM, EXPERTS, SEED_ROUTER, device), *w1, *w2;
-    expert_weights(rank, device, &w1, &w2); /* only my expert */
-    ep_result r = {0};
+/* The layer backward for an upstream gradient dy: this rank's dx, its
+ * experts' weight gradients (from this group's tokens) and the router's
+ * (all-reduced: every rank holds the router). */
+static tensor *ep_backward(ep_layer *L, const tensor *x, const tensor *dy, ep_saved *st, tensor **dw1, tensor **dw2,
+                           tensor **drouter) {
+    const moe_routing *r = st->r;
+    int d = L->s.dim, T = r->tokens;
+    float *dyh = host_of(dy), *back = host_of(st->back), *dg = calloc((size_t)2 * T, sizeof(float));
+    if (!dg) lecture_fail("out of memory for %d gate gradients", T);
+    for (int i = 0; i < 2 * T; i++)
+        if (r->slot[i] >= 0)
+            for (int c = 0; c < d; c++)
+                dg[i] += dyh[(int64_t)(i / 2) * d + c] * back[(int64_t)r->slot[i] * d + c];
+    tensor *send = pack(r, dyh, d, 1, x->device), *recv = empty(send->shape[0], d, x->device);
+    dist_all_to_all_in(L->group, recv, send); /* the combine's reverse: g_k dy_t to expert k */
+    tensor *dxbuf = zeros(send->shape[0], d, x->device);
+    for (int j = 0; j < L->m; j++) {
+        if (st->n[j] == 0) { /* no row reached expert j: no gradient */
+            dw1[j] = zeros(d, L->s.hidden, x->device);
+            dw2[j] = zeros(L->s.hidden, d, x->device);
+            continue;
+        }
+        float *ones = malloc((size_t)st->n[j] * sizeof(float));
+        if (!ones) lecture_fail("out of memory for an expert's rows");
+        for (int i = 0; i < st->n[j]; i++)
+            ones[i] = 1.0f;
+        tensor *dyj = gather_rows(recv, st->rows[j], st->n[j]), *dxj;
+        mlp_backward(st->in[j], L->w1[j], L->w2[j], dyj, &dxj, &dw1[j], &dw2[j]);
+        scatter_rows(dxbuf, dxj, st->rows[j], ones, st->n[j]);
+        tensor_free(dyj);
+        tensor_free(dxj);
+        free(ones);
+    }
+    tensor *home = empty(send->shape[0], d, x->device);
+    dist_all_to_all_in(L->group, home, dxbuf); /* the dispatch's reverse: dx rows home */
+    float *homeh = host_of(home), *dxh = calloc((size_t)T * d, sizeof(float)),
+          *dl = malloc((size_t)T * r->experts * sizeof(float));
+    if (!dxh || !dl) lecture_fail("out of memory for %d input gradients", T);
+    for (int i = 0; i < 2 * T; i++)
+        if (r->slot[i] >= 0)
+            for (int c = 0; c < d; c++)
+                dxh[(int64_t)(i / 2) * d + c] += homeh[(int64_t)r->slot[i] * d + c];
+    logit_gradients(r, dg, dl);
+    tensor *dx = tensor_from(dxh, T, d, x->device);
+    *drouter = router_backward(x, L->router, dl, dx);
+    dist_all_reduce(*drouter, DIST_SUM); /* the router is replicated: its gradient summed */
+    free(dyh);
+    free(back);
+    free(dg);
+    free(homeh);
+    free(dxh);
+    free(dl);
+    tensor_free(send);
+    tensor_free(recv);
+    tensor_free(dxbuf);
+    tensor_free(home);
+    return dx;
+}
+
+static void ep_saved_free(ep_saved *st, int m) {
+    for (int j = 0; j < m; j++) {
+        free(st->rows[j]);
+        tensor_free(st->in[j]);
+    }
+    tensor_free(st->back);
+    moe_routing_free(st->r);
+    memset(st, 0, sizeof *st);
+}
+
+/* One device, every token: the same routing (each rank's tokens routed and
+ * seated with the same capacity, as the ranks do), every expert on its
+ * kept rows in one product, and the backward. */
+typedef struct moe_grads {
+    tensor *out, *dx, *dw1[EXPERTS], *dw2[EXPERTS], *drouter;
+} moe_grads;
+
+static moe_grads moe_one_device(const tensor *all_x, const tensor *all_dy, const tensor *router, double cf,
+                                const moe_sizes *s) {
+    int T = s->tokens, G = WORLD * T, d = s->dim, dev = all_x->device;
+    moe_routing *r[WORLD];
+    moe_grads g = {0};
+    float *dyh = host_of(all_dy), *out = calloc((size_t)G * d, sizeof(float)),
+          *dx = calloc((size_t)G * d, sizeof(float)), *dg = calloc((size_t)2 * G, sizeof(float)),
+          *dl = malloc((size_t)G * EXPERTS * sizeof(float));
+    int *rows = malloc((size_t)2 * G * sizeof(int)), *which = malloc((size_t)2 * G * sizeof(int));
+    float *dyrows = malloc((size_t)2 * G * d * sizeof(float));
+    if (!out || !dx || !dg || !dl || !rows || !which || !dyrows) lecture_fail("out of memory for one device's MoE");
+    for (int b = 0; b < WORLD; b++) {
+        tensor *xb = row_slice((tensor *)all_x, (int64_t)b * T, (int64_t)(b + 1) * T);
+        r[b] = moe_route_top2(xb, router);
+        moe_assign(r[b], moe_capacity(cf, T, TOP_K, EXPERTS));
+        tensor_free(xb);
+    }
+    for (int e = 0; e < EXPERTS; e++) {
+        int n = 0; /* expert e's kept rows, every rank's */
+        for (int b = 0; b < WORLD; b++)
+            for (int i = 0; i < 2 * T; i++)
+                if (r[b]->slot[i] >= 0 && r[b]->choice[i] == e) {
+                    rows[n] = b * T + i / 2;
+                    which[n] = b * 2 * T + i;
+                    for (int c = 0; c < d; c++)
+                        dyrows[(int64_t)n * d + c] = r[b]->gate[i] * dyh[(int64_t)rows[n] * d + c];
+                    n++;
+                }
+        if (n == 0) { /* no token kept for expert e: no gradient */
+            g.dw1[e] = zeros(d, s->hidden, dev);
+            g.dw2[e] = zeros(s->hidden, d, dev);
+            continue;
+        }
+        tensor *w1, *w2, *xe = gather_rows(all_x, rows, n), *dye = tensor_from(dyrows, n, d, dev), *dxe;
+        expert_weights(e, s, dev, &w1, &w2);
+        tensor *ye = mlp_forward(xe, w1, w2);
+        mlp_backward(xe, w1, w2, dye, &dxe, &g.dw1[e], &g.dw2[e]);
+        float *yh = host_of(ye), *dxeh = host_of(dxe);
+        for (int i = 0; i < n; i++) {
+            int b = which[i] / (2 * T), k = which[i] % (2 * T);
+            for (int c = 0; c < d; c++) {
+                out[(int64_t)rows[i] * d + c] += r[b]->gate[k] * yh[(int64_t)i * d + c];
+                dg[which[i]] += dyh[(int64_t)rows[i] * d + c] * yh[(int64_t)i * d + c];
+                dx[(int64_t)rows[i] * d + c] += dxeh[(int64_t)i * d + c];
+            }
+        }
+        free(yh);
+        free(dxeh);
+        tensor_free(ye);
+        tensor_free(dxe);
+        tensor_free(xe);
+        tensor_free(dye);
+        tensor_free(w1);
+        tensor_free(w2);
+    }
+    for (int b = 0; b < WORLD; b++)
+        logit_gradients(r[b], dg + (int64_t)b * 2 * T, dl + (int64_t)b * T * EXPERTS);
+    g.out = tensor_from(out, G, d, dev);
+    g.dx = tensor_from(dx, G, d, dev);
+    g.drouter = router_backward(all_x, router, dl, g.dx);
+    for (int b = 0; b < WORLD; b++)
+        moe_routing_free(r[b]);
+    free(dyh);
+    free(out);
+    free(dx);
+    free(dg);
+    free(dl);
+    free(rows);
+    free(which);
+    free(dyrows);
+    return g;
+}
+
+static void moe_grads_free(moe_grads *g) {
+    tensor_free(g->out);
+    tensor_free(g->dx);
+    tensor_free(g->drouter);
+    for (int e = 0; e < EXPERTS; e++) {
+        tensor_free(g->dw1[e]);
+        tensor_free(g->dw2[e]);
+    }
+}
+
+/* The all-to-alls' bytes by the formula, for a group of p ranks with m
+ * experts each and capacity C: each rank sends (p - 1) of its p pieces; the
+ * forward's counts (m floats a piece) and its two token exchanges (m C rows
+ * of d floats a piece, there and back); the backward's two of the same size. */
+static int64_t moe_formula_bytes(int p, int m, int capacity, int d, int backward) {
+    int64_t rows = (int64_t)(p - 1) * m * capacity * d * (int64_t)sizeof(float);
+    return backward ? 2 * rows : (int64_t)(p - 1) * m * (int64_t)sizeof(float) + 2 * rows;
+}
+
+/* The tolerances' sums (rounding_tolerance): a token's output goes through
+ * the router (d terms) and the expert's two products (d and hidden); the
+ * backward adds the gate's dot product (d) and dy w2^T (d), then dh w1^T
+ * (hidden) for dx, or a sum over tokens for a weight (at most all of them). */
+static int moe_forward_sums(const moe_sizes *s) { return s->dim + s->dim + s->hidden; }
+static int moe_backward_sums(const moe_sizes *s) {
+    return moe_forward_sums(s) + 2 * s->dim + (s->hidden > WORLD * s->tokens ? s->hidden : WORLD * s->tokens);
+}
+
+/* Compares my tokens' output and input gradient, my experts' weight
+ * gradients and the router's with one device's. */
+static void compare_moe(const char *how, int rank, const ep_layer *L, const tensor *out, const tensor *dx,
+                        tensor *const *dw1, tensor *const *dw2, const tensor *drouter, const moe_grads *ref) {
+    char what[160];
+    int T = L->s.tokens;
+    tensor *ref_out = row_slice(ref->out, (int64_t)rank * T, (int64_t)(rank + 1) * T),
+           *ref_dx = row_slice(ref->dx, (int64_t)rank * T, (int64_t)(rank + 1) * T);
+    snprintf(what, sizeof what, "%s: the kept tokens' output", how);
+    compare(what, rank, out, ref_out, moe_forward_sums(&L->s));
+    snprintf(what, sizeof what, "%s: the input's gradient", how);
+    compare(what, rank, dx, ref_dx, moe_backward_sums(&L->s));
+    for (int j = 0; j < L->m; j++) {
+        snprintf(what, sizeof what, "%s: expert %d's gradients (w1)", how, L->first + j);
+        compare(what, rank, dw1[j], ref->dw1[L->first + j], moe_backward_sums(&L->s));
+        snprintf(what, sizeof what, "%s: expert %d's gradients (w2)", how, L->first + j);
+        compare(what, rank, dw2[j], ref->dw2[L->first + j], moe_backward_sums(&L->s));
+    }
+    snprintf(what, sizeof what, "%s: the router's gradient", how);
+    compare(what, rank, drouter, ref->drouter, moe_backward_sums(&L->s));
+    tensor_free(ref_out);
+    tensor_free(ref_dx);
+}
+
+/* One pass of the layer, forward (and, with `ref`, backward, compared with
+ * one device), its all-to-alls counted. */
+static void moe_pass_run(ep_layer *L, const tensor *x, const tensor *dy, double cf, const moe_grads *ref,
+                         const char *how, moe_pass *p, int *measured) {
+    ep_saved st = {0};
+    int rank = dist_rank(), d = L->s.dim;
     dist_traffic before = dist_traffic_now();
-    tensor *out = moe_expert_parallel(x, router, w1, w2, &r);
-    dist_traffic d = dist_traffic_since(&before);
-
-    tensor *expected = moe_one_device(all_tokens, router, rank, device);
-    /* A token's output: the router (d terms), the expert's two products
-     * (d and its hidden width). */
-    compare("expert parallelism: the MoE layer's output", rank, out, expected, DIM + DIM + EXPERT_HIDDEN);
-    r.nominal_bytes = d.nominal_sent[DIST_CALL_ALL_TO_ALL];
-    r.measured_bytes = d.bytes_sent[DIST_CALL_ALL_TO_ALL];
-    r.measured = d.measured_collectives;
-    for (int e = 0; e < world_size; e++)
-        if (e != rank) r.useful_bytes += 2 * (int64_t)r.to_expert[e] * DIM * (int64_t)sizeof(float);
-    check(d.calls[DIST_CALL_ALL_TO_ALL] == 3 && r.nominal_bytes == ep_formula_bytes(world_size, r.capacity),
-          "expert parallelism: 3 all-to-alls of (p - 1) pieces, %lld bytes (formula %lld)", (long long)r.nominal_bytes,
-          (long long)ep_formula_bytes(world_size, r.capacity));
-    spawn_return(&r, sizeof r);
-    tensor_free(expected);
+    tensor *out = ep_forward(L, x, cf, &st);
+    dist_traffic f = dist_traffic_since(&before);
+    p->capacity = st.r->capacity;
+    p->dropped = moe_dropped(st.r);
+    p->calls[0] = f.calls[DIST_CALL_ALL_TO_ALL];
+    p->nominal[0] = f.nominal_sent[DIST_CALL_ALL_TO_ALL];
+    p->measured[0] = f.bytes_sent[DIST_CALL_ALL_TO_ALL];
+    *measured = f.measured_collectives;
+    int me = L->group ? dist_group_rank(L->group) : rank;
+    for (int e = 0; e < L->p * L->m; e++)
+        if (e / L->m != me) p->useful += 2 * (int64_t)st.r->kept[e] * d * (int64_t)sizeof(float);
+    check(p->calls[0] == 3 && p->nominal[0] == moe_formula_bytes(L->p, L->m, p->capacity, d, 0),
+          "%s: 3 all-to-alls forward, %lld bytes (formula %lld)", how, (long long)p->nominal[0],
+          (long long)moe_formula_bytes(L->p, L->m, p->capacity, d, 0));
+    if (ref) {
+        tensor *dw1[EXPERTS], *dw2[EXPERTS], *drouter;
+        before = dist_traffic_now();
+        tensor *dx = ep_backward(L, x, dy, &st, dw1, dw2, &drouter);
+        dist_traffic b = dist_traffic_since(&before);
+        p->calls[1] = b.calls[DIST_CALL_ALL_TO_ALL];
+        p->nominal[1] = b.nominal_sent[DIST_CALL_ALL_TO_ALL];
+        p->measured[1] = b.bytes_sent[DIST_CALL_ALL_TO_ALL];
+        check(p->calls[1] == 2 && p->nominal[1] == moe_formula_bytes(L->p, L->m, p->capacity, d, 1),
+              "%s: 2 all-to-alls backward, %lld bytes (formula %lld)", how, (long long)p->nominal[1],
+              (long long)moe_formula_bytes(L->p, L->m, p->capacity, d, 1));
+        for (int j = 0; L->data && j < L->m; j++) { /* expert x data: the replicas' tokens summed */
+            dist_all_reduce_in(L->data, dw1[j], DIST_SUM);
+            dist_all_reduce_in(L->data, dw2[j], DIST_SUM);
+        }
+        compare_moe(how, rank, L, out, dx, dw1, dw2, drouter, ref);
+        for (int j = 0; j < L->m; j++) {
+            tensor_free(dw1[j]);
+            tensor_free(dw2[j]);
+        }
+        tensor_free(drouter);
+        tensor_free(dx);
+    }
     tensor_free(out);
-    tensor_free(w1);
-    tensor_free(w2);
+    ep_saved_free(&st, L->m);
+}
+
+/* ---- the load-balancing loss ---- */
+
+/* One step of the auxiliary loss on the router alone (Switch's form):
+ *     L = E sum_e f_e P_e,
+ * f_e the share of the sequence's k-assignments expert e was chosen for
+ * (not differentiable: a count), P_e the router's mean probability for e.
+ * Uniform routing gives L = 1. dL/dp_te = E f_e / G, through the softmax
+ * dL/dlogit_tj = (E / G) p_tj (f_j - sum_e f_e p_te). The counts and
+ * probability sums are all-reduced (the loss is the sequence's), then the
+ * router's gradient: every rank takes the same step. Returns L before the
+ * step; lr 0 takes none. */
+static float aux_loss_step(const tensor *x, tensor *router, int all_tokens, float lr) {
+    moe_routing *r = moe_route_top2(x, router);
+    int E = r->experts;
+    float sums[2 * EXPERTS] = {0}, f[EXPERTS], loss = 0;
+    for (int e = 0; e < E; e++) {
+        sums[e] = (float)r->demand[e];
+        for (int t = 0; t < r->tokens; t++)
+            sums[E + e] += r->prob[(int64_t)t * E + e];
+    }
+    tensor *s = tensor_from(sums, 2 * E, 0, x->device);
+    dist_all_reduce(s, DIST_SUM);
+    tensor_to_host(s, sums);
+    tensor_free(s);
+    for (int e = 0; e < E; e++) {
+        f[e] = sums[e] / (float)(TOP_K * all_tokens);
+        loss += (float)E * f[e] * sums[E + e] / (float)all_tokens;
+    }
+    float *dl = malloc((size_t)r->tokens * E * sizeof(float));
+    if (!dl) lecture_fail("out of memory for the router's gradient");
+    for (int t = 0; t < r->tokens; t++) {
+        const float *p = r->prob + (int64_t)t * E;
+        float fp = 0;
+        for (int e = 0; e < E; e++)
+            fp += f[e] * p[e];
+        for (int j = 0; j < E; j++)
+            dl[(int64_t)t * E + j] = (float)E / (float)all_tokens * p[j] * (f[j] - fp);
+    }
+    tensor *g = tensor_from(dl, r->tokens, E, x->device), *drouter = empty(router->shape[0], E, x->device);
+    matmul_into(drouter, x, g, 1, 0, 1.0f, 0.0f);
+    dist_all_reduce(drouter, DIST_SUM);
+    scale_(drouter, -lr);
+    add_(router, drouter); /* SGD: router -= lr dL/drouter */
+    tensor_free(g);
+    tensor_free(drouter);
+    free(dl);
+    moe_routing_free(r);
+    return loss;
+}
+
+/* The router trained on the auxiliary loss alone for AUX_STEPS steps; the
+ * load afterwards. */
+static void train_balance(const moe_sizes *s, const tensor *x, const tensor *router0, moe_result *res) {
+    tensor *router = to_device(router0, x->device);
+    for (int step = 0; step <= AUX_STEPS; step++)
+        res->aux_loss[step] = aux_loss_step(x, router, WORLD * s->tokens, step < AUX_STEPS ? aux_lr(s->dim) : 0.0f);
+    moe_routing *r = moe_route_top2(x, router);
+    for (int e = 0; e < EXPERTS; e++)
+        res->demand_after[e] = r->demand[e];
+    moe_assign(r, moe_capacity(CAPACITY_FACTOR[0], s->tokens, TOP_K, EXPERTS));
+    res->dropped_after = moe_dropped(r);
+    float most = 0;
+    for (int e = 0; e < EXPERTS; e++)
+        most = fmaxf(most, (float)r->demand[e]);
+    tensor *m = tensor_from(&most, 1, 0, x->device);
+    dist_all_reduce(m, DIST_MAX);
+    res->padded_after = (int)tensor_item(m, 0);
+    tensor_free(m);
+    moe_routing_free(r);
+    tensor_free(router);
+}
+
+static void moe_main(int rank, int world_size, void *args) {
+    const moe_sizes *s = args;
+    if (world_size != EXPERTS) lecture_fail("expert parallelism needs one rank per expert (%d)", EXPERTS);
+    int device = get_device(rank), T = s->tokens;
+    tensor *all_x = moe_tokens(s, device), *all_dy = input((int64_t)world_size * T, s->dim, SEED_MOE_DY, device);
+    tensor *x = row_slice(all_x, (int64_t)rank * T, (int64_t)(rank + 1) * T),
+           *dy = row_slice(all_dy, (int64_t)rank * T, (int64_t)(rank + 1) * T);
+    tensor *router = init_weight(s->dim, EXPERTS, SEED_ROUTER, device);
+    moe_result res = {0};
+    moe_grads ref = moe_one_device(all_x, all_dy, router, CAPACITY_FACTOR[CHECKED], s);
+
+    /* Expert parallel: one expert a rank, every capacity factor, then padding. */
+    ep_layer L = {.group = NULL, .data = NULL, .p = world_size, .m = 1, .first = rank, .s = *s, .router = router};
+    expert_weights(rank, s, device, &L.w1[0], &L.w2[0]);
+    const char *how[CAPACITIES + 1] = {"factor 1.0, forward", "expert parallel", "factor 2.0, forward", "padded"};
+    for (int c = 0; c <= CAPACITIES; c++)
+        moe_pass_run(&L, x, dy, c < CAPACITIES ? CAPACITY_FACTOR[c] : 0.0, c == CHECKED ? &ref : NULL, how[c],
+                     &res.pass[c], &res.measured);
+    moe_routing *r = moe_route_top2(x, router);
+    for (int e = 0; e < EXPERTS; e++)
+        res.demand[e] = r->demand[e];
+    moe_routing_free(r);
+    tensor_free(L.w1[0]);
+    tensor_free(L.w2[0]);
+
+    /* Expert x data: 2 groups of 2 expert-parallel ranks ({0, 1}, {2, 3}),
+     * two experts a rank; rank r and r + 2 hold the same experts. */
+    int ep_ranks[2][2] = {{0, 1}, {2, 3}}, dp_ranks[2][2] = {{0, 2}, {1, 3}};
+    ep_layer M = {.p = 2, .m = 2, .s = *s, .router = router};
+    M.group = dist_new_group(ep_ranks[rank / 2], 2);
+    M.data = dist_new_group(dp_ranks[rank % 2], 2);
+    M.first = dist_group_rank(M.group) * M.m;
+    for (int j = 0; j < M.m; j++)
+        expert_weights(M.first + j, s, device, &M.w1[j], &M.w2[j]);
+    moe_pass ed = {0};
+    moe_pass_run(&M, x, dy, CAPACITY_FACTOR[CHECKED], &ref, "expert x data", &ed, &res.measured);
+    for (int j = 0; j < M.m; j++) {
+        tensor_free(M.w1[j]);
+        tensor_free(M.w2[j]);
+    }
+    dist_group_free(M.group);
+    dist_group_free(M.data);
+
+    train_balance(s, x, router, &res);
+    spawn_return(&res, sizeof res);
+    moe_grads_free(&ref);
     tensor_free(router);
     tensor_free(x);
-    tensor_free(all_tokens);
+    tensor_free(dy);
+    tensor_free(all_x);
+    tensor_free(all_dy);
 }
 
-static void expert_table(void) {
-    ep_result r[WORLD];
+/* ---- what the ranks found ---- */
+
+static void moe_tables(const moe_sizes *s) {
+    moe_result r[WORLD];
     for (int i = 0; i < WORLD; i++)
         if (spawn_result(i, &r[i], sizeof r[i]) != sizeof r[i]) lecture_fail("rank %d returned no result", i);
-    table_t *t = table_new("Expert parallelism: each rank's tokens and all-to-all bytes sent");
+    int assignments = WORLD * s->tokens * TOP_K, dropped[CAPACITIES + 1] = {0};
+    int64_t nominal[CAPACITIES + 1] = {0}, useful[CAPACITIES + 1] = {0}, measured[CAPACITIES + 1] = {0};
+    for (int c = 0; c <= CAPACITIES; c++)
+        for (int i = 0; i < WORLD; i++) {
+            dropped[c] += r[i].pass[c].dropped;
+            nominal[c] += r[i].pass[c].nominal[0];
+            useful[c] += r[i].pass[c].useful;
+            measured[c] += r[i].pass[c].measured[0];
+        }
+
+    table_t *t = table_new("Top-2 routing: each rank's assignments to each expert");
     table_column(t, "rank", NULL, "%d");
-    table_column(t, "tokens to experts 0-3", NULL, "%s");
-    table_column(t, "capacity", "rows", "%d");
-    table_column(t, "token rows out and back", "bytes", "%lld");
-    table_column(t, "all-to-all, formula", "bytes", "%lld");
-    table_column(t, "all-to-all, measured", "bytes", "%lld");
+    table_column(t, "assignments to experts 0-3", NULL, "%s");
     char text[WORLD][64];
-    int64_t useful = 0, nominal = 0, measured = 0;
     for (int i = 0; i < WORLD; i++) {
-        snprintf(text[i], sizeof text[i], "%d %d %d %d", r[i].to_expert[0], r[i].to_expert[1], r[i].to_expert[2],
-                 r[i].to_expert[3]);
-        table_row(t, i, text[i], r[i].capacity, (long long)r[i].useful_bytes, (long long)r[i].nominal_bytes,
-                  (long long)r[i].measured_bytes);
-        useful += r[i].useful_bytes;
-        nominal += r[i].nominal_bytes;
-        measured += r[i].measured_bytes;
+        snprintf(text[i], sizeof text[i], "%d %d %d %d", r[i].demand[0], r[i].demand[1], r[i].demand[2],
+                 r[i].demand[3]);
+        table_row(t, i, text[i]);
     }
     table_show(t);
-    note("Equal outputs on every rank. The router is not balanced: the counts above are "
-         "uneven, and the all-to-all pads every piece to the largest count, C = %d rows. Of "
-         "the %lld bytes the ranks sent by the formula, %lld carried tokens (%.0f%%); the rest "
-         "was padding, and the counts. Real systems cap C (a *capacity factor* of 1 to 1.25 times the even "
-         "share, dropping the overflow) and add a load-balancing loss to the router.",
-         r[0].capacity, (long long)nominal, (long long)useful, 100.0 * (double)useful / (double)nominal);
+    double rate1 = 100.0 * dropped[0] / assignments;
+    predict("The router leans: the counts above are uneven. With a capacity factor of 1.0 (each expert takes "
+            "exactly the even share of each rank's assignments), what percentage of the sequence's "
+            "assignments is dropped?",
+            rate1, "%");
+    t = table_new("Capacity factor: drops and the forward all-to-alls' bytes (all ranks)");
+    table_column(t, "capacity factor", NULL, "%s");
+    table_column(t, "capacity C", "rows", "%d");
+    table_column(t, "assignments dropped", NULL, "%d");
+    table_column(t, "drop rate", "%", "%.1f");
+    table_column(t, "all-to-all, formula", "bytes", "%lld");
+    table_column(t, "token rows in it", "%", "%.1f");
+    table_column(t, "all-to-all, measured", "bytes", "%lld");
+    const char *names[CAPACITIES + 1] = {"1.0", "1.25", "2.0", "none: pad to the largest count"};
+    for (int c = 0; c <= CAPACITIES; c++)
+        table_row(t, names[c], r[0].pass[c].capacity, dropped[c], 100.0 * dropped[c] / assignments,
+                  (long long)nominal[c], 100.0 * (double)useful[c] / (double)nominal[c], (long long)measured[c]);
+    table_show(t);
+    note("A capacity factor of 1.0 dropped %.1f%% of the %d assignments; 2.0 dropped %.1f%%. Padding every "
+         "piece to the largest count (C = %d rows) drops nothing, but its all-to-alls sent %lld bytes, "
+         "%.2f times the %lld of factor 1.25, and only %.1f%% of them carried tokens.",
+         quoted(rate1), assignments, quoted(100.0 * dropped[2] / assignments), r[0].pass[CAPACITIES].capacity,
+         (long long)nominal[CAPACITIES], (double)nominal[CAPACITIES] / (double)nominal[CHECKED],
+         (long long)nominal[CHECKED], quoted(100.0 * (double)useful[CAPACITIES] / (double)nominal[CAPACITIES]));
+
+    t = table_new("Factor 1.25, forward and backward: each rank's all-to-alls");
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "forward calls", NULL, "%lld");
+    table_column(t, "forward, formula", "bytes", "%lld");
+    table_column(t, "backward calls", NULL, "%lld");
+    table_column(t, "backward, formula", "bytes", "%lld");
+    table_column(t, "backward, measured", "bytes", "%lld");
+    for (int i = 0; i < WORLD; i++) {
+        const moe_pass *p = &r[i].pass[CHECKED];
+        table_row(t, i, (long long)p->calls[0], (long long)p->nominal[0], (long long)p->calls[1],
+                  (long long)p->nominal[1], (long long)p->measured[1]);
+    }
+    table_show(t);
+    note("Every rank's output, input gradient, its expert's weight gradients and the router's gradient "
+         "equal one device's for the kept tokens (the comparisons above, one per rank). The backward "
+         "sends what the forward's two token all-to-alls sent, in reverse, and no counts: the "
+         "forward's are still known.");
     if (r[0].measured)
-        note("The measured column is what Open MPI's own all-to-all sent (its MPI_T counters), "
-             "%lld bytes in all against the formula's %lld: the two may differ by the "
-             "algorithm Open MPI picks.",
-             (long long)measured, (long long)nominal);
-    else
-        note("Open MPI's counters are not available in this run, so the measured column is 0: "
-             "only the formula's figure is shown.");
+        note("The measured columns are what Open MPI's own all-to-all sent (its MPI_T counters); they "
+             "may differ from the formula by the algorithm Open MPI picks.");
+    else note("Open MPI's counters are not available in this run, so the measured columns are 0.");
+    note("### Expert x data parallelism");
+    note("With more ranks than experts, each expert has replicas: here 2 groups of 2 ranks "
+         "({0, 1} and {2, 3}, `dist_new_group`), two experts a rank, each group's "
+         "all-to-alls inside it, and the two replicas of an expert (ranks r and r + 2) "
+         "summing their weight gradients with an all-reduce in their data group. The "
+         "comparisons above labelled *expert x data* hold the result to one device's too.");
+    moe_load_balancing(s, r);
+}
+
+static void moe_load_balancing(const moe_sizes *s, const moe_result *r) {
+    note("### The load-balancing loss");
+    note("The router leans because nothing asks it not to. Switch adds E sum_e f_e P_e to the loss: "
+         "f_e the share of the assignments expert e got (a count), P_e the router's mean probability "
+         "for e (differentiable). It is 1 when the load is even and larger when the probability is "
+         "high where the load is. Here the router alone takes %d SGD steps of it (learning rate %.3g), "
+         "the expert weights left alone.",
+         AUX_STEPS, aux_lr(s->dim));
+    double steps[AUX_STEPS + 1], loss[AUX_STEPS + 1];
+    for (int i = 0; i <= AUX_STEPS; i++) {
+        steps[i] = i;
+        loss[i] = r[0].aux_loss[i];
+    }
+    chart_t *c = chart_new("SGD step", "auxiliary loss", "The load-balancing loss, %d ranks", WORLD);
+    chart_line(c, "E sum f_e P_e", steps, loss, AUX_STEPS + 1);
+    chart_show(c);
+    int before[EXPERTS] = {0}, after[EXPERTS] = {0}, dropped_after = 0;
+    for (int i = 0; i < WORLD; i++) {
+        dropped_after += r[i].dropped_after;
+        for (int e = 0; e < EXPERTS; e++) {
+            before[e] += r[i].demand[e];
+            after[e] += r[i].demand_after[e];
+        }
+    }
+    table_t *t = table_new("Expert load before and after the load-balancing loss (assignments, all ranks)");
+    table_column(t, "expert", NULL, "%d");
+    table_column(t, "before", NULL, "%d");
+    table_column(t, "after", NULL, "%d");
+    for (int e = 0; e < EXPERTS; e++)
+        table_row(t, e, before[e], after[e]);
+    table_show(t);
+    int assignments = WORLD * s->tokens * TOP_K, dropped_before = 0;
+    for (int i = 0; i < WORLD; i++)
+        dropped_before += r[i].pass[0].dropped;
+    double rate_before = 100.0 * dropped_before / assignments, rate_after = 100.0 * dropped_after / assignments;
+    int padded_before = r[0].pass[CAPACITIES].capacity, padded_after = r[0].padded_after;
+    t = table_new("The load-balancing loss: before and after its %d steps", AUX_STEPS);
+    table_column(t, "router", NULL, "%s");
+    table_column(t, "auxiliary loss", NULL, "%.3f");
+    table_column(t, "drop rate at factor 1.0", "%", "%.1f");
+    table_column(t, "padded capacity", "rows", "%d");
+    table_row(t, "before", (double)r[0].aux_loss[0], rate_before, padded_before);
+    table_row(t, "after", (double)r[0].aux_loss[AUX_STEPS], rate_after, padded_after);
+    table_show(t);
+    note("The loss went from %.3f to %.3f. At factor 1.0 the drop rate fell from %.1f%% to %.1f%%, and "
+         "the padded capacity (the largest count on any rank) from %d to %d rows.",
+         quoted(r[0].aux_loss[0]), quoted(r[0].aux_loss[AUX_STEPS]), quoted(rate_before), quoted(rate_after),
+         quoted(padded_before), quoted(padded_after));
+    check(r[0].aux_loss[AUX_STEPS] < r[0].aux_loss[0] && dropped_after < dropped_before && padded_after < padded_before,
+          "load-balancing loss: the loss (%.3f -> %.3f), drops (%d -> %d) and padded capacity (%d -> %d) fall",
+          r[0].aux_loss[0], r[0].aux_loss[AUX_STEPS], dropped_before, dropped_after, padded_before, padded_after);
+    note("In training the loss is added, scaled by a small factor (0.01 in Switch), to the model's own: "
+         "the router learns its task and to spread the load at once.");
 }
 
 /* ------------------------------------------------------------------ */

@@ -267,3 +267,96 @@ tensor *moe_forward(const tensor *x, const tensor *router, tensor *const *w1, te
     free(scale);
     return out;
 }
+
+void mlp_backward(const tensor *x, const tensor *w1, const tensor *w2, const tensor *dy, tensor **dx, tensor **dw1,
+                  tensor **dw2) {
+    tensor *h = matmul(x, w1), *a = gelu(h), *da = empty(dy->shape[0], w2->shape[0], dy->device);
+    *dw2 = empty(w2->shape[0], w2->shape[1], dy->device);
+    matmul_into(*dw2, a, dy, 1, 0, 1.0f, 0.0f); /* a^T dy */
+    matmul_into(da, dy, w2, 0, 1, 1.0f, 0.0f);  /* dy w2^T */
+    tensor *dh = gelu_backward(h, da);
+    *dw1 = empty(w1->shape[0], w1->shape[1], dy->device);
+    matmul_into(*dw1, x, dh, 1, 0, 1.0f, 0.0f); /* x^T dh */
+    *dx = empty(x->shape[0], x->shape[1], dy->device);
+    matmul_into(*dx, dh, w1, 0, 1, 1.0f, 0.0f); /* dh w1^T */
+    tensor_free(h);
+    tensor_free(a);
+    tensor_free(da);
+    tensor_free(dh);
+}
+
+/* ---- top-2 routing with a capacity ---- */
+
+static void *alloc_or_fail(size_t n, size_t size) {
+    void *p = calloc(n > 0 ? n : 1, size);
+    if (!p) lecture_fail("out of memory routing tokens");
+    return p;
+}
+
+moe_routing *moe_route_top2(const tensor *x, const tensor *router) {
+    tensor *logits = matmul(x, router);
+    int tokens = (int)logits->shape[0], experts = (int)logits->shape[1];
+    if (experts < 2) lecture_fail("moe_route_top2: %d experts; top-2 needs at least 2", experts);
+    moe_routing *r = alloc_or_fail(1, sizeof *r);
+    r->tokens = tokens;
+    r->experts = experts;
+    r->choice = alloc_or_fail((size_t)tokens * 2, sizeof(int));
+    r->gate = alloc_or_fail((size_t)tokens * 2, sizeof(float));
+    r->slot = alloc_or_fail((size_t)tokens * 2, sizeof(int));
+    r->prob = host_copy(logits);
+    r->demand = alloc_or_fail((size_t)experts, sizeof(int));
+    r->kept = alloc_or_fail((size_t)experts, sizeof(int));
+    tensor_free(logits);
+    for (int t = 0; t < tokens; t++) {
+        float *p = r->prob + (int64_t)t * experts, max = -INFINITY, sum = 0;
+        int first = 0, second = -1;
+        for (int e = 0; e < experts; e++)
+            max = fmaxf(max, p[e]);
+        for (int e = 0; e < experts; e++)
+            sum += p[e] = expf(p[e] - max);
+        for (int e = 0; e < experts; e++)
+            p[e] /= sum;
+        for (int e = 1; e < experts; e++)
+            if (p[e] > p[first]) first = e;
+        for (int e = 0; e < experts; e++)
+            if (e != first && (second < 0 || p[e] > p[second])) second = e;
+        r->choice[2 * t] = first;
+        r->choice[2 * t + 1] = second;
+        r->gate[2 * t] = p[first] / (p[first] + p[second]);
+        r->gate[2 * t + 1] = p[second] / (p[first] + p[second]);
+        r->demand[first]++;
+        r->demand[second]++;
+    }
+    return r;
+}
+
+void moe_assign(moe_routing *r, int capacity) {
+    if (capacity < 1) lecture_fail("moe_assign: capacity %d; an expert takes at least 1 row", capacity);
+    r->capacity = capacity;
+    memset(r->kept, 0, (size_t)r->experts * sizeof(int));
+    for (int k = 0; k < 2; k++) /* every first choice before any second */
+        for (int t = 0; t < r->tokens; t++) {
+            int e = r->choice[2 * t + k];
+            r->slot[2 * t + k] = r->kept[e] < capacity ? e * capacity + r->kept[e]++ : -1;
+        }
+}
+
+int moe_dropped(const moe_routing *r) {
+    int n = 0;
+    for (int i = 0; i < 2 * r->tokens; i++)
+        n += r->slot[i] < 0;
+    return n;
+}
+
+void moe_routing_free(moe_routing *r) {
+    if (!r) return;
+    free(r->choice);
+    free(r->gate);
+    free(r->prob);
+    free(r->slot);
+    free(r->demand);
+    free(r->kept);
+    free(r);
+}
+
+int moe_capacity(double cf, int tokens, int k, int experts) { return (int)ceil(cf * tokens * k / experts); }

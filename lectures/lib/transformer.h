@@ -3,7 +3,8 @@
  * out so a lecture can cut each one across ranks: softmax over rows,
  * LayerNorm, scaled dot-product attention (one head, several heads side by
  * side, and the online-softmax form that takes the keys a chunk at a time),
- * a GELU MLP and a top-1 mixture of experts.
+ * a GELU MLP (forward and backward), a top-1 mixture of experts, and the
+ * routing of a top-2 one with a capacity.
  *
  * Tensors may live on the host or a device: the matrix products run where
  * the tensors are (cuBLAS or OpenBLAS); the row-wise steps (softmax,
@@ -83,5 +84,42 @@ void scatter_rows(tensor *out, const tensor *y, const int *rows, const float *sc
 /* The whole layer on one device: every token through its expert,
  * mlp_forward(x_t, w1[e], w2[e]) scaled by its gate. A new T x d tensor. */
 tensor *moe_forward(const tensor *x, const tensor *router, tensor *const *w1, tensor *const *w2, int experts);
+
+/* The MLP's backward for an upstream gradient dy (rows x d): the weight
+ * gradients dw1 = x^T dh, dw2 = a^T dy (a = gelu(x w1), dh = gelu'(x w1) *
+ * dy w2^T) and the input's gradient dx = dh w1^T. Three new tensors. */
+void mlp_backward(const tensor *x, const tensor *w1, const tensor *w2, const tensor *dy, tensor **dx, tensor **dw1,
+                  tensor **dw2);
+
+/* ---- mixture of experts, top-2 with a capacity ---- */
+
+/* Top-2 routing (GShard, Mixtral): the router's softmax over the E logits
+ * of x router; each token goes to its two likeliest experts (the first on a
+ * tie), with gates renormalised over the two: g_k = p_k / (p_0 + p_1), a
+ * softmax over the two chosen logits. Every expert takes at most `capacity`
+ * rows (moe_assign): first choices are seated before second choices, each
+ * in token order, so a token loses its second expert before any token
+ * loses its first; a dropped assignment adds nothing to the token's output
+ * (in a block the residual carries the token past the layer). Host arrays. */
+typedef struct moe_routing {
+    int tokens, experts, capacity;
+    int *choice; /* tokens x 2: the two experts, the likelier first */
+    float *gate; /* tokens x 2: renormalised, g_0 + g_1 = 1 */
+    float *prob; /* tokens x experts: the router's softmax */
+    int *slot;   /* tokens x 2: row in the experts x capacity layout (expert e's
+                     rows are [e capacity, (e + 1) capacity)), -1 dropped */
+    int *demand; /* experts: how many assignments chose it */
+    int *kept;   /* experts: how many of those it took (min(demand, capacity)) */
+} moe_routing;
+moe_routing *moe_route_top2(const tensor *x, const tensor *router);
+/* Seats the assignments in experts x capacity rows (slot, kept); may be
+ * called again with another capacity. */
+void moe_assign(moe_routing *r, int capacity);
+int moe_dropped(const moe_routing *r); /* assignments past the capacity */
+void moe_routing_free(moe_routing *r);
+
+/* The capacity of a factor cf: ceil(cf tokens k / experts) rows, the even
+ * share of the tokens' k assignments, times cf. */
+int moe_capacity(double cf, int tokens, int k, int experts);
 
 #endif /* LECTERN_TRANSFORMER_H */

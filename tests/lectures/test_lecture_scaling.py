@@ -14,6 +14,7 @@ lecture_scaling.json, made from the current source.
 
     /usr/bin/python3 tests/lectures/test_lecture_scaling.py     (LECTERN_BUILD picks the build)
 """
+import math
 import os
 import sys
 import tempfile
@@ -81,7 +82,7 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
             self.assertIn(src, local)
             self.assertTrue(os.path.exists(os.path.join(ROOT, src)), src)
         links = {r["url"] for _, r in self.renderings("link")}
-        for url in ("https://arxiv.org/abs/2101.03961", "https://arxiv.org/abs/1909.08053",
+        for url in ("https://arxiv.org/abs/2101.03961", "https://arxiv.org/abs/2006.16668", "https://arxiv.org/abs/1909.08053",
                     "https://arxiv.org/abs/2205.05198", "https://arxiv.org/abs/2310.01889",
                     "https://arxiv.org/abs/1910.02054", "https://arxiv.org/abs/1604.06174"):
             self.assertIn(url, links)
@@ -89,7 +90,12 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
     def test_every_strategy_passes_on_every_rank(self):
         passes = tracecheck.check_passes(self.trace)
         self.assertTrue(all(ok for _, _, ok in passes), [p for p in passes if not p[2]])
-        for prefix in ("expert parallelism: the MoE layer's output", "expert parallelism: 3 all-to-alls",
+        for prefix in ("expert parallel: the kept tokens' output", "expert parallel: the input's gradient",
+                       "expert parallel: the router's gradient", "expert parallel: 3 all-to-alls forward",
+                       "expert parallel: 2 all-to-alls backward", "factor 1.0, forward: 3 all-to-alls",
+                       "factor 2.0, forward: 3 all-to-alls",
+                       "padded: 3 all-to-alls", "expert x data: the kept tokens' output",
+                       "expert x data: 2 all-to-alls backward", "expert x data: the router's gradient",
                        "tensor parallelism: the block's output", "sequence parallelism: the block's output",
                        "sequence parallelism: the same bytes", "ring attention: this rank's rows",
                        "ring attention: every chunk", "2-D mesh: the gradients",
@@ -100,45 +106,130 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
             ranks = sorted(r for r, what, ok in passes if what.startswith(prefix) and ok)
             self.assertEqual(ranks, list(range(WORLD)), prefix)
         mine = [what for r, what, ok in passes if r is None and ok]
+        self.assertTrue(any(w.startswith("load-balancing loss: the loss") for w in mine), mine)
         self.assertTrue(any(w.startswith("recomputation, modelled compute") for w in mine), mine)
 
     # ---- expert parallelism ----
 
-    def test_expert_parallel_output_equals_one_device(self):
-        f = self.figures("TOKENS", "EXPERT_HIDDEN")   # lecture_scaling.c, expert_parallelism's note
-        d, hidden = f["DIM"], f["EXPERT_HIDDEN"]
-        for row in self.compared("expert parallelism: the MoE layer's output"):
-            # the router (d terms) and the expert's two products (d, hidden)
-            self.assert_within(row, d + d + hidden, "MoE")
+    def moe_config(self):
+        # the sizes note's own arguments (lecture_scaling.c, expert_parallelism), read by name
+        f = self.figures("s.tokens", "s.dim", "s.hidden", "TOP_K")
+        self.assertEqual((f["WORLD"], f["EXPERTS"], f["TOP_K"]), (WORLD, WORLD, 2))
+        return {"tokens": f["s.tokens"], "d": f["s.dim"], "hidden": f["s.hidden"], "k": f["TOP_K"]}
 
-    def test_all_to_all_bytes_follow_from_the_routing(self):
-        f = self.figures("TOKENS", "EXPERT_HIDDEN")
-        self.assertEqual(f["WORLD"], WORLD)
-        tokens, d = f["TOKENS"], f["DIM"]
-        t = self.table(r"^Expert parallelism")
-        rows = t["rows"]
+    def moe_demand(self):
+        """Each rank's assignments to each expert (the routing table)."""
+        rows = self.table(r"^Top-2 routing: each rank's assignments")["rows"]
         self.assertEqual([r[0] for r in rows], list(range(WORLD)))
-        counts = [[int(c) for c in r[1].split()] for r in rows]
-        capacity = max(max(c) for c in counts)   # the largest piece any rank sends
-        useful_total = nominal_total = 0
-        for rank, (row, c) in enumerate(zip(rows, counts)):
-            self.assertEqual(sum(c), tokens)     # every token goes to exactly one expert
-            self.assertEqual(row[2], capacity)
-            # (p - 1) pieces of each of the three all-to-alls: 1 count, C rows there, C rows back
-            self.assertEqual(row[4], (WORLD - 1) * 4 * (1 + 2 * capacity * d))
-            useful = 2 * 4 * d * sum(n for e, n in enumerate(c) if e != rank)
-            self.assertEqual(row[3], useful)
+        return [[int(c) for c in r[1].split()] for r in rows]
+
+    def moe_compared(self, how):
+        """{what: [rank lines]} of compare() for the labels starting with `how: `."""
+        found = {}
+        for s, _, a in self.noted("rank", "what", "diff", "largest(expected)", "tol", kind="text"):
+            if a["what"].startswith(how + ": "):
+                self.assertEqual(a["rank"], s["rank"])
+                found.setdefault(a["what"][len(how) + 2:], []).append(a)
+        return found
+
+    def test_kept_tokens_forward_and_backward_equal_one_device(self):
+        c = self.moe_config()
+        d, hidden, tokens = c["d"], c["hidden"], c["tokens"]
+        forward = d + d + hidden   # the router, the expert's two products
+        # + the gate's dot product and dy w2^T (d each), + a sum over at most every token, or dh w1^T
+        backward = forward + 2 * d + max(hidden, WORLD * tokens)
+        for how, experts_per_rank in (("expert parallel", 1), ("expert x data", 2)):
+            found = self.moe_compared(how)
+            for what, sums in (("the kept tokens' output", forward), ("the input's gradient", backward),
+                               ("the router's gradient", backward)):
+                self.assertEqual(sorted(a["rank"] for a in found[what]), list(range(WORLD)), (how, what))
+                for a in found[what]:
+                    self.assert_within(a, sums, (how, what))
+            # every expert's gradients, each on the ranks that own it: expert e on rank e, or
+            # (2 x 2) experts 2q, 2q + 1 on group rank q of both groups
+            for e in range(WORLD):
+                for w in ("w1", "w2"):
+                    lines = found["expert %d's gradients (%s)" % (e, w)]
+                    owners = [e] if experts_per_rank == 1 else [e // 2, e // 2 + 2]
+                    self.assertEqual(sorted(a["rank"] for a in lines), owners, (how, e, w))
+                    for a in lines:
+                        self.assert_within(a, backward, (how, e, w))
+
+    def test_drops_and_bytes_follow_from_the_routing(self):
+        c = self.moe_config()
+        tokens, d, k = c["tokens"], c["d"], c["k"]
+        demand = self.moe_demand()
+        for rank, row in enumerate(demand):
+            self.assertEqual(sum(row), tokens * k, rank)   # every token goes to exactly two experts
+        self.assertGreater(max(max(r) for r in demand) - min(min(r) for r in demand), tokens // 8)  # it leans
+        t = self.table(r"^Capacity factor: drops")
+        rows = self.rows_by_first(t)
+        assignments = WORLD * tokens * k
+        for name, cf in (("1.0", 1.0), ("1.25", 1.25), ("2.0", 2.0), ("none: pad to the largest count", None)):
+            row = rows[name]
+            # the capacity: ceil(cf tokens k / E) a rank, or the largest count anywhere
+            cap = max(max(r) for r in demand) if cf is None else math.ceil(cf * tokens * k / WORLD)
+            self.assertEqual(row[0], cap, name)
+            # an independent count: an expert chosen n times keeps min(n, C), whatever the order
+            dropped = sum(max(0, n - cap) for r in demand for n in r)
+            self.assertEqual(row[1], dropped, name)
+            self.assertTrue(tracecheck.same_double(row[2], 100.0 * dropped / assignments), (name, row))
+            # (p - 1) pieces of the three all-to-alls: 1 count, C rows there, C rows back
+            self.assertEqual(row[3], WORLD * (WORLD - 1) * 4 * (1 + 2 * cap * d), name)
+            useful = sum(2 * 4 * d * min(n, cap) for rank, r in enumerate(demand) for e, n in enumerate(r)
+                         if e != rank)
+            self.assertTrue(tracecheck.same_double(row[4], 100.0 * useful / row[3]), (name, row))
             self.assertGreaterEqual(row[5], 0)
-            useful_total += useful
-            nominal_total += row[4]
-        self.assertGreater(max(max(c) - min(c) for c in counts), 0)   # the router is uneven here
-        # the note under the table (lecture_scaling.c, expert_table), its figures by name
-        f = self.figures("(long long)nominal", "(long long)useful")
-        self.assertEqual((f["r[0].capacity"], f["(long long)nominal"], f["(long long)useful"]),
-                         (capacity, nominal_total, useful_total))
-        # the same division of the same integers, in doubles, here and there
-        self.assertTrue(tracecheck.same_double(f["100.0 * (double)useful / (double)nominal"],
-                                               100.0 * useful_total / nominal_total), f)
+        self.assertGreater(rows["1.0"][1], rows["1.25"][1])   # a larger factor drops less
+        self.assertGreater(rows["1.0"][1], 0)
+
+    def test_prediction_is_the_drop_rate_shown(self):
+        asked = [r for _, r in self.renderings("predict") if "capacity factor of 1.0" in r["question"]]
+        self.assertEqual(len(asked), 1)
+        rate = self.rows_by_first(self.table(r"^Capacity factor: drops"))["1.0"][2]
+        self.assertTrue(tracecheck.same_double(asked[0]["value"], rate), (asked[0]["value"], rate))
+        self.assertEqual(asked[0]["unit"], "%")
+
+    def test_backward_all_to_alls_reverse_the_forward(self):
+        c = self.moe_config()
+        cap = math.ceil(1.25 * c["tokens"] * c["k"] / WORLD)
+        rows = self.table(r"^Factor 1.25, forward and backward")["rows"]
+        self.assertEqual([r[0] for r in rows], list(range(WORLD)))
+        for r in rows:
+            # forward: the counts and two token exchanges; backward: the two exchanges again
+            self.assertEqual(r[1:5], [3, (WORLD - 1) * 4 * (1 + 2 * cap * c["d"]), 2,
+                                      (WORLD - 1) * 4 * 2 * cap * c["d"]], r)
+            self.assertGreaterEqual(r[5], 0)
+
+    def test_load_balancing_loss_evens_the_load(self):
+        c = self.moe_config()
+        demand = self.moe_demand()
+        rows = self.table(r"^Expert load before and after")["rows"]
+        self.assertEqual([r[0] for r in rows], list(range(WORLD)))
+        before, after = [r[1] for r in rows], [r[2] for r in rows]
+        self.assertEqual(before, [sum(r[e] for r in demand) for e in range(WORLD)])
+        self.assertEqual(sum(after), WORLD * c["tokens"] * c["k"])
+        self.assertLess(max(after) - min(after), (max(before) - min(before)) / 2)
+        # the chart is the loss per step; the note quotes its ends
+        f = self.figures("r[0].aux_loss[0]", "r[0].aux_loss[AUX_STEPS]")
+        losses = [v["y"] for v in self.one_plot()["data"]["values"] if v["series"] == "E sum f_e P_e"]
+        self.assertTrue(tracecheck.same_double(losses[0], f["r[0].aux_loss[0]"]))
+        self.assertTrue(tracecheck.same_double(losses[-1], f["r[0].aux_loss[AUX_STEPS]"]))
+        self.assertGreater(losses[0], 1.05)          # the leaning router: above the even load's 1
+        self.assertLess(losses[-1], losses[0] - 0.05)
+        self.assertLess(losses[-1], 1.05)            # near the even load's 1
+        self.assertLess(f["rate_after"], f["rate_before"])
+        table = self.rows_by_first(self.table(r"^Capacity factor: drops"))
+        self.assertTrue(tracecheck.same_double(f["rate_before"], table["1.0"][2]))
+        self.assertEqual(f["padded_before"], table["none: pad to the largest count"][0])
+        self.assertLess(f["padded_after"], f["padded_before"])
+        # the before/after table holds the note's figures
+        ends = self.rows_by_first(self.table(r"^The load-balancing loss: before and after"))
+        for row, which in ((ends["before"], "before"), (ends["after"], "after")):
+            loss = f["r[0].aux_loss[0]"] if which == "before" else f["r[0].aux_loss[AUX_STEPS]"]
+            self.assertTrue(tracecheck.same_double(row[0], loss), which)
+            self.assertTrue(tracecheck.same_double(row[1], f["rate_" + which]), which)
+            self.assertEqual(row[2], f["padded_" + which], which)
 
     # ---- tensor and sequence parallelism ----
 
@@ -430,10 +521,24 @@ class PlantedBugs(unittest.TestCase):
         self.assertEqual(planted.failed_checks(trace), [])
         self.assertEqual(p.returncode, 0, tracecheck.why(p))
 
-    def test_token_sent_to_the_wrong_expert(self):
-        self.assert_fails("        dest[t] = expert[t]; /* the rank that owns token t's expert */",
-                          "        dest[t] = (expert[t] + 1) % p;",
-                          "expert parallelism: the MoE layer's output")
+    def test_moe_without_the_capacity(self):
+        # every expert seated twice the capacity: tokens one device drops reach their experts
+        self.assert_fails("    moe_assign(st->r, capacity);", "    moe_assign(st->r, 2 * capacity);",
+                          "expert parallel: the kept tokens' output")
+
+    def test_moe_backward_skips_its_first_all_to_all(self):
+        # each rank keeps its own tokens' output gradients: the experts learn from the wrong rows
+        self.assert_fails("    dist_all_to_all_in(L->group, recv, send); /* the combine's reverse: g_k dy_t to expert k */",
+                          "    tensor_copy(recv, send);",
+                          "expert parallel: expert")
+
+    def test_expert_x_data_without_the_replicas_sum(self):
+        self.assert_fails("            dist_all_reduce_in(L->data, dw1[j], DIST_SUM);", "            (void)0;",
+                          "expert x data: expert")
+
+    def test_load_balancing_without_the_step(self):
+        self.assert_fails("    add_(router, drouter); /* SGD: router -= lr dL/drouter */", "    (void)0;",
+                          "load-balancing loss")
 
     def test_tensor_parallel_attention_without_its_all_reduce(self):
         self.assert_fails("    dist_all_reduce(y, DIST_SUM); /* the heads' partial outputs add up */",

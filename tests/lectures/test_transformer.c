@@ -474,6 +474,168 @@ static void moe_matches_float64(void **state) {
     tensor_free(x);
 }
 
+/* ---------------- the MLP's backward, top-2 routing ---------------- */
+
+static double gelu_grad64(double x) {
+    const double s = sqrt(2 / M_PI), t = tanh(s * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * s * (1 + 3 * 0.044715 * x * x);
+}
+
+/* c (n x m) = sum_j a(i, j) b(j, l) with a and b read through strides, so
+ * that a transpose is a swap of strides; size the same over |a| |b|. */
+static void product64(const double *a, int ar, int ac, const double *b, int br, int bc, double *c, double *size, int n,
+                      int k, int m) {
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < m; l++) {
+            double v = 0, sz = 0;
+            for (int j = 0; j < k; j++) {
+                v += a[i * ar + j * ac] * b[j * br + l * bc];
+                sz += fabs(a[i * ar + j * ac]) * fabs(b[j * br + l * bc]);
+            }
+            c[i * m + l] = v;
+            size[i * m + l] = sz;
+        }
+}
+
+/* Each gradient is a chain of three sums at most (x w1, dy w2^T, then one
+ * over the tokens, the hidden units or the width): in float32 it is exact to
+ * the chain's summed lengths times u times the float64 sum of |terms| along
+ * it (first order; + 16 for the elementwise gelu and its derivative, a few
+ * u each). gelu' moves by at most |gelu''| <= 0.8 times its argument's
+ * error, d u |x| |w1|: that is added to dh's size. */
+static void mlp_backward_matches_float64(void **state) {
+    (void)state;
+    enum { N = 12, D = 16, H = 48 };
+    tensor *x = random_tensor(N, D, 1.0f, 61), *w1 = init_weight(D, H, 62, -1), *w2 = init_weight(H, D, 63, -1),
+           *dy = random_tensor(N, D, 1.0f, 64), *dx, *dw1, *dw2;
+    mlp_backward(x, w1, w2, dy, &dx, &dw1, &dw2);
+    double *x64 = values(x), *w164 = values(w1), *w264 = values(w2), *dy64 = values(dy);
+    static double h[N * H], hs[N * H], a[N * H], as[N * H], da[N * H], das[N * H], dh[N * H], dhs[N * H];
+    static double ex[N * D], exs[N * D], e1[D * H], e1s[D * H], e2[H * D], e2s[H * D];
+    product64(x64, D, 1, w164, H, 1, h, hs, N, D, H);    /* h = x w1 */
+    product64(dy64, D, 1, w264, 1, D, da, das, N, D, H); /* da = dy w2^T */
+    for (int i = 0; i < N * H; i++) {
+        a[i] = gelu64(h[i]);
+        as[i] = 1.13 * hs[i]; /* |gelu(x)| <= 1.13 |x| */
+        dh[i] = da[i] * gelu_grad64(h[i]);
+        dhs[i] = das[i] * (1.13 + 0.8 * D * U * hs[i]); /* |gelu'| <= 1.13; gelu'' times h's error */
+    }
+    product64(dh, H, 1, w164, 1, H, ex, exs, N, H, D); /* dx = dh w1^T */
+    product64(x64, 1, D, dh, H, 1, e1, e1s, D, N, H);  /* dw1 = x^T dh */
+    product64(a, 1, H, dy64, D, 1, e2, e2s, H, N, D);  /* dw2 = a^T dy */
+    /* the sizes along the chain: the same products over the sizes of dh and a */
+    static double ax[N * D], aw1[D * H], ady[N * D], scratch[D * H];
+    for (int i = 0; i < N * D; i++) {
+        ax[i] = fabs(x64[i]);
+        ady[i] = fabs(dy64[i]);
+    }
+    for (int i = 0; i < D * H; i++)
+        aw1[i] = fabs(w164[i]);
+    product64(dhs, H, 1, aw1, 1, H, exs, scratch, N, H, D);
+    product64(ax, 1, D, dhs, H, 1, e1s, scratch, D, N, H);
+    product64(as, 1, H, ady, D, 1, e2s, scratch, H, N, D);
+    double chain = (D + H + N + 16) * U, worst = 0;
+    struct {
+        const char *name;
+        tensor *got;
+        double *want, *size;
+        int n;
+    } parts[] = {{"dx", dx, ex, exs, N * D}, {"dw1", dw1, e1, e1s, D * H}, {"dw2", dw2, e2, e2s, H * D}};
+    for (int p = 0; p < 3; p++) {
+        double *got = values(parts[p].got), part_worst = 0;
+        for (int i = 0; i < parts[p].n; i++) {
+            double allowed = chain * parts[p].size[i] + U;
+            assert_true(fabs(got[i] - parts[p].want[i]) <= allowed);
+            part_worst = fmax(part_worst, fabs(got[i] - parts[p].want[i]) / allowed);
+        }
+        /* the results stand far above the tolerance: a wrong formula cannot hide in it */
+        assert_true(largest64(parts[p].want, parts[p].n) > 100 * chain * largest64(parts[p].size, parts[p].n));
+        print_message("mlp backward: %s worst error %.3g of its tolerance\n", parts[p].name, part_worst);
+        worst = fmax(worst, part_worst);
+        free(got);
+    }
+    (void)worst;
+    free(x64);
+    free(w164);
+    free(w264);
+    free(dy64);
+    tensor_free(dx);
+    tensor_free(dw1);
+    tensor_free(dw2);
+    tensor_free(x);
+    tensor_free(w1);
+    tensor_free(w2);
+    tensor_free(dy);
+}
+
+/* Top-2 routing against float64: the two likeliest experts (every token's
+ * first, second and third logits further apart than twice the float32
+ * logits' error, so the choice is certain), the renormalised gates
+ * g_0 = 1 / (1 + exp(l_1 - l_0)) (its derivative is at most 1/4, so 2 ltol
+ * of logit error moves it by ltol / 2, plus the softmax's and the ratio's
+ * own (E + 6) u), and the seating: an independent count per expert, first
+ * choices before second, in token order. */
+static void top2_routing_and_capacity(void **state) {
+    (void)state;
+    enum { N = 24, D = 16, E = 4, C = 7 };
+    tensor *x = random_tensor(N, D, 1.0f, 81), *router = init_weight(D, E, 82, -1);
+    double *x64 = values(x), *r64 = values(router), logits[N * E], lsize[N * E];
+    matmul64(x64, r64, logits, lsize, N, D, E);
+    moe_routing *r = moe_route_top2(x, router);
+    int demand[E] = {0};
+    for (int t = 0; t < N; t++) {
+        int order[E] = {0, 1, 2, 3};
+        for (int i = 0; i < E; i++) /* sort the experts by logit, largest first */
+            for (int j = i + 1; j < E; j++)
+                if (logits[t * E + order[j]] > logits[t * E + order[i]]) {
+                    int o = order[i];
+                    order[i] = order[j];
+                    order[j] = o;
+                }
+        double ltol = 0;
+        for (int e = 0; e < E; e++)
+            ltol = fmax(ltol, D * U * lsize[t * E + e]);
+        assert_true(logits[t * E + order[0]] - logits[t * E + order[1]] > 2 * ltol);
+        assert_true(logits[t * E + order[1]] - logits[t * E + order[2]] > 2 * ltol);
+        assert_int_equal(r->choice[2 * t], order[0]);
+        assert_int_equal(r->choice[2 * t + 1], order[1]);
+        double g0 = 1 / (1 + exp(logits[t * E + order[1]] - logits[t * E + order[0]]));
+        assert_true(fabs(r->gate[2 * t] - g0) <= ltol / 2 + (E + 6) * U);
+        assert_true(fabs(r->gate[2 * t + 1] - (1 - g0)) <= ltol / 2 + (E + 6) * U);
+        demand[order[0]]++;
+        demand[order[1]]++;
+    }
+    moe_assign(r, C);
+    int seated[E] = {0}, dropped = 0, second_seated_before_first_dropped = 0;
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < N; t++) {
+            int e = r->choice[2 * t + k], want = seated[e] < C ? e * C + seated[e]++ : -1;
+            assert_int_equal(r->slot[2 * t + k], want);
+            dropped += want < 0;
+            second_seated_before_first_dropped += k == 0 && want < 0 && seated[e] < C;
+        }
+    int expected_drops = 0;
+    for (int e = 0; e < E; e++) {
+        assert_int_equal(r->demand[e], demand[e]);
+        assert_int_equal(r->kept[e], demand[e] < C ? demand[e] : C);
+        expected_drops += demand[e] > C ? demand[e] - C : 0;
+    }
+    assert_int_equal(moe_dropped(r), expected_drops);
+    assert_int_equal(dropped, expected_drops);
+    assert_int_equal(second_seated_before_first_dropped, 0);
+    assert_true(expected_drops > 0); /* the capacity binds: the test exercises the drops */
+    assert_int_equal(moe_capacity(1.25, 256, 2, 4), 160);
+    assert_int_equal(moe_capacity(1.0, 30, 2, 4), 15);
+    assert_int_equal(moe_capacity(1.1, 10, 2, 4), 6); /* ceil(5.5) */
+    print_message("top-2: %d tokens, demand %d %d %d %d, %d dropped at capacity %d\n", N, demand[0], demand[1],
+                  demand[2], demand[3], expected_drops, C);
+    moe_routing_free(r);
+    free(x64);
+    free(r64);
+    tensor_free(x);
+    tensor_free(router);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test(softmax_matches_float64),
@@ -485,6 +647,8 @@ int main(void) {
             cmocka_unit_test(mlp_matches_float64),
             cmocka_unit_test(gather_and_scatter_rows_are_exact),
             cmocka_unit_test(moe_matches_float64),
+            cmocka_unit_test(mlp_backward_matches_float64),
+            cmocka_unit_test(top2_routing_and_capacity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
