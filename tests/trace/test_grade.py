@@ -494,6 +494,20 @@ class Grade(unittest.TestCase):
                 self.assertRegex(r["output"], r"\nThe variant's seed: the fixed seed 0: \S+/submission_metadata\.json "
                                               r"could not be read \(%s" % re.escape(why))
 
+    def test_autograder_variant_set_or_off(self):
+        # VARIANT=SEED wins over the metadata; VARIANT=none runs the defaults.
+        r = self.autograder(self.solution_exercises(), env={"HOMEWORK_ARGS": "", "VARIANT": "42"})
+        self.assertAlmostEqual(r["score"], 90)
+        self.assertEqual(r["extra_data"]["variant"]["seed"], 42)
+        self.assertEqual(r["output"].split("\n")[2], "The variant's seed: the seed VARIANT gave.")
+        shutil.rmtree(os.path.join(self.out, "autograder"))
+        r = self.autograder(self.solution_exercises(), env={"HOMEWORK_ARGS": "", "VARIANT": "none"})
+        self.assertAlmostEqual(r["score"], 90)
+        self.assertNotIn("extra_data", r)
+        self.assertNotIn("Variant", r["output"])
+        ring = [t for t in r["tests"] if t["name"].endswith("one chunk a step to the next rank")]
+        self.assertTrue(all("chunks of 1000 bytes" in t["output"] for t in ring))   # the default 250 floats
+
     def test_autograder_wrong_numbers(self):
         # ddp_sync divides by the micro-batches but not by the ranks: exercise
         # 2's three gradients are 4 times too large on every rank, which each
