@@ -93,8 +93,9 @@ tensor *zero3_forward(tensor *const *pieces, int layers, const tensor *x, tensor
 
 #define WORLD 4
 
-/* Exercise 1's sizes: a batch of 8 rows, d = 32, h = 64 (16 columns a rank). */
-enum { TP_BATCH = 8, TP_D = 32, TP_H = 64 };
+/* Exercise 1's sizes: a batch of 8 rows (4 to 16 in a variant), d = 32,
+ * h = 64 (16 columns a rank). */
+enum { TP_D = 32, TP_H = 64 };
 /* Every gradient here is a float32 dot product of at most 64 terms (dx's:
  * over h, which the ranks cut in 4 and the all-reduce adds up in another
  * order than one device does). Two orders of such a sum differ by at most
@@ -104,9 +105,10 @@ enum { TP_BATCH = 8, TP_D = 32, TP_H = 64 };
  * off by about the gradient's own size (0.1 to 1), three orders more. */
 #define TP_ATOL 1e-4
 
-/* Exercise 2: 8 micro-batches on the 4 ranks; the schedule's rules are also
- * checked with 2 (fewer micro-batches than stages). */
-enum { PIPE_M = 8 };
+/* Exercise 2: 8 micro-batches on the 4 ranks (6 to PIPE_M_MAX in a
+ * variant); the schedule's rules are also checked with 2 (fewer
+ * micro-batches than stages). */
+enum { PIPE_M_MAX = 9 };
 /* Each forward "computes" for FWD_MS and each backward for BWD_MS (twice the
  * forward, as in a real network) by sleeping: four ranks on a machine of
  * two cores would otherwise slow each other down and measure the machine,
@@ -114,20 +116,30 @@ enum { PIPE_M = 8 };
 #define FWD_MS 20.0
 #define BWD_MS 40.0
 /* The measured bubble is 1 - m (f + b) / span. Sleeps never end early, so
- * it is not below the formula (p-1)/(m+p-1) = 0.273 by more than the
- * clocks' noise: 0.05. It is above it by what waking up and passing a
- * message cost on the 22 operations of the longest path (ideally 11 slots
- * of 60 ms, 660 ms). On a loaded machine (other processes, and ranks that
- * spin while they wait for a message) that was seen to reach 8 ms an
- * operation; +0.35 allows a span of 1270 ms, 28 ms an operation. A schedule
- * that runs one micro-batch at a time through all the stages leaves a
- * bubble of 1 - 1/p = 0.75 at best (any delay only adds to it): it cannot
- * pass. */
+ * it is not below the formula (p-1)/(m+p-1) = 0.273 (m = 8) by more than
+ * the clocks' noise: 0.05. It is above it by what waking up and passing a
+ * message cost on the 2(m+p-1) = 22 operations of the longest path (ideally
+ * 11 slots of 60 ms, 660 ms). On a loaded machine (other processes, and
+ * ranks that spin while they wait for a message) that was seen to reach
+ * 8 ms an operation; +0.35 allows a span of 1270 ms, 28 ms an operation
+ * (for the variants' m = 6 to 9: 33 to 26 ms). A schedule that runs one
+ * micro-batch at a time through all the stages leaves a bubble of 1 - 1/p =
+ * 0.75 at best (any delay only adds to it): above the formula plus 0.35 for
+ * every m from 6 (0.333 + 0.35), it cannot pass. */
 #define BUBBLE_BELOW 0.05
 #define BUBBLE_ABOVE 0.35
 
-/* Exercise 3's sizes: 4 layers of 64 x 64, a batch of 8. */
-enum { Z3_LAYERS = 4, Z3_D = 64, Z3_BATCH = 8 };
+/* Exercise 3's sizes: 4 layers of 64 x 64, a batch of 8 (4 to 16 in a
+ * variant). */
+enum { Z3_LAYERS = 4, Z3_D = 64 };
+
+/* The sizes a variant picks (--variant SEED: variant_int), given to each
+ * exercise's ranks. */
+typedef struct config {
+    int tp_batch; /* exercise 1's rows */
+    int pipe_m;   /* exercise 2's micro-batches, at most PIPE_M_MAX */
+    int z3_batch; /* exercise 3's rows */
+} config;
 /* The gathered weights are the floats one device holds and the same matmul
  * runs on them, so the output is the same bits but for OpenBLAS choosing
  * another kernel for a buffer of another alignment: a few ulps of values
@@ -170,22 +182,22 @@ static tensor *scaled_randn(int64_t rows, int64_t cols, float s, int device) {
 }
 
 static void exercise_1(int rank, int world, void *args) {
-    (void)args;
+    int tp_batch = ((const config *)args)->tp_batch;
     int device = get_device(rank);
     int64_t cols = TP_H / world, first = rank * cols;
     manual_seed(100); /* the same x, A, B and dy on every rank */
-    tensor *x = randn(TP_BATCH, TP_D, device);
+    tensor *x = randn(tp_batch, TP_D, device);
     tensor *A = scaled_randn(TP_D, TP_H, 1.0f / sqrtf(TP_D), device);
     tensor *B = scaled_randn(TP_H, TP_D, 1.0f / sqrtf(TP_H), device);
-    tensor *dy = randn(TP_BATCH, TP_D, device);
+    tensor *dy = randn(tp_batch, TP_D, device);
 
     /* One device: h = x A, z = gelu(h), y = z B, and back. */
     tensor *h = matmul(x, A), *z = gelu(h);
-    tensor *dB = zeros(TP_H, TP_D, device), *dz = zeros(TP_BATCH, TP_H, device);
+    tensor *dB = zeros(TP_H, TP_D, device), *dz = zeros(tp_batch, TP_H, device);
     matmul_into(dB, z, dy, 1, 0, 1.0f, 0.0f);
     matmul_into(dz, dy, B, 0, 1, 1.0f, 0.0f);
     tensor *dh = gelu_backward(h, dz);
-    tensor *dA = zeros(TP_D, TP_H, device), *dx_ref = zeros(TP_BATCH, TP_D, device);
+    tensor *dA = zeros(TP_D, TP_H, device), *dx_ref = zeros(tp_batch, TP_D, device);
     matmul_into(dA, x, dh, 1, 0, 1.0f, 0.0f);
     matmul_into(dx_ref, dh, A, 0, 1, 1.0f, 0.0f);
 
@@ -193,7 +205,7 @@ static void exercise_1(int rank, int world, void *args) {
     tensor *a = col_slice(A, first, first + cols);
     tensor *band = row_slice(B, first, first + cols), *b = to_device(band, device);
     tensor *hpre = matmul(x, a);
-    tensor *da = zeros(TP_D, cols, device), *db = zeros(cols, TP_D, device), *dx = zeros(TP_BATCH, TP_D, device);
+    tensor *da = zeros(TP_D, cols, device), *db = zeros(cols, TP_D, device), *dx = zeros(tp_batch, TP_D, device);
 
     dist_traffic before = dist_traffic_now();
     megatron_backward(x, a, b, hpre, dy, da, db, dx);
@@ -208,7 +220,7 @@ static void exercise_1(int rank, int world, void *args) {
     /* The method: one all-reduce, of dx's size (its nominal bytes are
      * 2 (w-1)/w of what it reduced), and no other call. */
     char calls[256];
-    int64_t want = TP_BATCH * TP_D;
+    int64_t want = tp_batch * TP_D;
     int64_t reduced = d.nominal_sent[DIST_CALL_ALL_REDUCE] * world / (2 * (world - 1)) / (int64_t)sizeof(float);
     int one = d.calls[DIST_CALL_ALL_REDUCE] == 1 && collective_calls(&d) == 1 && p2p_calls(&d) == 0;
     char size[64] = "";
@@ -311,7 +323,7 @@ static int most_in_flight(const int *ops, int m) {
  * of 2; returns 0 when some stage would wait forever (writing which), else
  * 1 with the span in units. */
 static int orders_run_together(int p, int m, int *const *orders, double *span, char *why, size_t size) {
-    double f_end[WORLD][PIPE_M], b_end[WORLD][PIPE_M], clock[WORLD] = {0};
+    double f_end[WORLD][PIPE_M_MAX], b_end[WORLD][PIPE_M_MAX], clock[WORLD] = {0};
     int at[WORLD] = {0}, left = 2 * m * p;
     for (int s = 0; s < p; s++)
         for (int k = 0; k < m; k++)
@@ -362,8 +374,8 @@ static void sleep_ms(double ms) {
  * sleeping. Returns the slowest rank's time for the whole order. */
 static double run_order(int rank, int p, int m, const int *ops, double fwd_ms, double bwd_ms) {
     int device = get_device(rank);
-    tensor *msg[2 * PIPE_M];
-    dist_request *sent[2 * PIPE_M];
+    tensor *msg[2 * PIPE_M_MAX];
+    dist_request *sent[2 * PIPE_M_MAX];
     int n_sent = 0;
     dist_timer t = {0};
     dist_timer_start(&t);
@@ -391,10 +403,10 @@ static double run_order(int rank, int p, int m, const int *ops, double fwd_ms, d
 static double bubble_formula(int p, int m) { return (double)(p - 1) / (m + p - 1); }
 
 static void exercise_2(int rank, int world, void *args) {
-    (void)args;
+    int pipe_m = ((const config *)args)->pipe_m;
     int p = world, s = rank;
-    int store[2][WORLD][2 * PIPE_M + OPS_SLACK];
-    int ms[2] = {PIPE_M, 2};
+    int store[2][WORLD][2 * PIPE_M_MAX + OPS_SLACK];
+    int ms[2] = {pipe_m, 2};
     int valid_mine = 1, valid_all = 1, together = 1;
     char why_mine[384] = "", why_all[384] = "",
          why_together[256] = ""; /* room for a why of 256 and the words around it */
@@ -462,7 +474,7 @@ static void exercise_2(int rank, int world, void *args) {
                         s, held[0], ms[0], allowed[0], held[1], ms[1], allowed[1]);
     }
 
-    double formula = bubble_formula(p, PIPE_M);
+    double formula = bubble_formula(p, pipe_m);
     if (!valid_all || !together) {
         check_named(0, "exercise 2: the measured bubble",
                     "within [-%.2f, +%.2f] of (p-1)/(m+p-1) = %.3f: not run, the orders break a rule above",
@@ -470,15 +482,15 @@ static void exercise_2(int rank, int world, void *args) {
         return;
     }
     /* Every rank decided the same (the orders are the same everywhere): run. */
-    run_order(rank, p, PIPE_M, store[0][s], 0, 0); /* warm-up: the sends' first checks */
-    double seconds = run_order(rank, p, PIPE_M, store[0][s], FWD_MS, BWD_MS);
-    double bubble = 1 - PIPE_M * (FWD_MS + BWD_MS) * 1e-3 / seconds;
-    double simulated = 1 - PIPE_M * 3.0 / span;
+    run_order(rank, p, pipe_m, store[0][s], 0, 0); /* warm-up: the sends' first checks */
+    double seconds = run_order(rank, p, pipe_m, store[0][s], FWD_MS, BWD_MS);
+    double bubble = 1 - pipe_m * (FWD_MS + BWD_MS) * 1e-3 / seconds;
+    double simulated = 1 - pipe_m * 3.0 / span;
     int in_bounds = bubble >= formula - BUBBLE_BELOW && bubble <= formula + BUBBLE_ABOVE;
     check_named(in_bounds, "exercise 2: the measured bubble",
                 "within [-%.2f, +%.2f] of (p-1)/(m+p-1) = %.3f: %.3f (%.0f ms for %d forwards of %.0f ms and "
                 "backwards of %.0f ms per stage; %.3f with no cost to pass a message)",
-                BUBBLE_BELOW, BUBBLE_ABOVE, formula, bubble, seconds * 1e3, PIPE_M, FWD_MS, BWD_MS, simulated);
+                BUBBLE_BELOW, BUBBLE_ABOVE, formula, bubble, seconds * 1e3, pipe_m, FWD_MS, BWD_MS, simulated);
     /* The course's leaderboard (--grade's results.json): rank 0's measured
      * bubble, smaller first, for a schedule the check accepts. */
     if (in_bounds) grade_leaderboard("exercise 2: 1F1B bubble, measured", bubble, "asc");
@@ -578,7 +590,7 @@ static int freed_not_its_own(tensor *const *pieces, const tensor *x, tensor *con
 }
 
 static void exercise_3(int rank, int world, void *args) {
-    (void)args;
+    int z3_batch = ((const config *)args)->z3_batch;
     int device = get_device(rank);
     int64_t rows = Z3_D / world;
     tensor *pieces[Z3_LAYERS], *whole[Z3_LAYERS];
@@ -590,7 +602,7 @@ static void exercise_3(int rank, int world, void *args) {
         tensor_free(band);
     }
     manual_seed(400);
-    tensor *x = randn(Z3_BATCH, Z3_D, device);
+    tensor *x = randn(z3_batch, Z3_D, device);
     tensor *expected = to_device(x, device);
     for (int i = 0; i < Z3_LAYERS; i++) { /* one device */
         tensor *pre = matmul(expected, whole[i]);
@@ -680,13 +692,18 @@ static void homework_parallel(void) {
      * keeps that for the grader). da's check, computed the same way,
      * shows its numbers. */
     grade_visibility("exercise 1: db", "hidden");
-    int unused = 0;
+    /* The sizes, from the student's variant (--variant SEED, which the
+     * autograder gives each submission): what the checks expect is
+     * computed from them, so every variant checks the same things. Without
+     * a seed, the defaults. */
+    config c = {variant_int("rows of exercise 1's batch", 4, 16, 8), variant_int("micro-batches", 6, PIPE_M_MAX, 8),
+                variant_int("rows of exercise 3's batch", 4, 16, 8)};
     note("## Exercise 1: Megatron's MLP, backward");
-    spawn_exercise("exercise 1:", EXERCISE_SECONDS, exercise_1, WORLD, &unused, sizeof unused);
+    spawn_exercise("exercise 1:", EXERCISE_SECONDS, exercise_1, WORLD, &c, sizeof c);
     note("## Exercise 2: a 1F1B schedule");
-    spawn_exercise("exercise 2:", EXERCISE_SECONDS, exercise_2, WORLD, &unused, sizeof unused);
+    spawn_exercise("exercise 2:", EXERCISE_SECONDS, exercise_2, WORLD, &c, sizeof c);
     note("## Exercise 3: ZeRO-3 with prefetch");
-    spawn_exercise("exercise 3:", EXERCISE_SECONDS, exercise_3, WORLD, &unused, sizeof unused);
+    spawn_exercise("exercise 3:", EXERCISE_SECONDS, exercise_3, WORLD, &c, sizeof c);
 }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, homework_parallel); }

@@ -111,7 +111,8 @@ void predict(const char *question, double measured, const char *unit);
 
 /* The whole main of a lecture. The lecture's name is its source file's name
  * (lectures/lecture_00.c -> lecture_00). Options: --out DIR, --grade FILE
- * (the checks as an autograder's score: grade_exercise()), --quick (reduced
+ * (the checks as an autograder's score: grade_exercise()), --variant SEED
+ * (a homework's values for that seed: variant_int()), --quick (reduced
  * sizes for tests; see lecture_quick()), --quiet, --help. Returns the exit
  * status: 0 ok, 1 the lecture failed (error steps, crash), 2 bad usage or
  * an unwritable --out. */
@@ -946,6 +947,31 @@ void grade_visibility(const char *prefix, const char *visibility);
  * infinite value, or an order other than "asc" and "desc" is an error step
  * at the call's line. */
 void grade_leaderboard(const char *name, double value, const char *order);
+
+/* A value of a homework that differs from student to student: an integer
+ * from lo to hi (inclusive) named `name` ("micro-batches"), picked from
+ * `--variant SEED` (every lecture takes it; SEED a whole number from 0 to
+ * 4294967295, anything else bad usage, exit 2). Without --variant it is
+ * `fallback`, the homework's usual value, so runs without a seed keep
+ * their numbers.
+ *
+ * The value is a hash of the seed and the name: the same seed gives the
+ * same value in every run and in every rank (they receive the seed), and
+ * values of different names are unrelated. The homework computes what its
+ * checks expect from the values it is given, so the checks test the same
+ * in every variant and no answer key is needed.
+ *
+ *     int m = variant_int("micro-batches", 6, 10, 8);
+ *
+ * Call it in the lecture before the spawns and pass the values to the
+ * ranks in the spawn's arguments: the lecture's calls are recorded, in the
+ * trace (meta.variant: {"seed": S, "values": {name: value}}) and in
+ * --grade's results (extra_data.variant, and a line "Variant S: name =
+ * value, ..." under the counts in the output); a rank's call returns the
+ * same value but records nothing. A NULL or empty name, lo > hi or a
+ * fallback outside lo..hi is an error step at the calling line (and
+ * returns fallback); one name asked again with another range is one too. */
+int variant_int(const char *name, int lo, int hi, int fallback);
 
 /* ------------------------------------------------------------------ */
 /* 7. Tables and charts: results as data (runtime/trace/)              */

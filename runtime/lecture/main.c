@@ -44,7 +44,7 @@ static int is_benchmark(void) {
 
 static void usage(FILE *f, const char *prog, const char *name) {
     fprintf(f,
-            "usage: %s [--out DIR] [--grade FILE] [--quick] [--quiet] [--help] [lecture options]\n"
+            "usage: %s [--out DIR] [--grade FILE] [--variant SEED] [--quick] [--quiet] [--help] [lecture options]\n"
             "\n"
             "Runs the lecture %s and writes its trace: DIR/%s.json and DIR/%s.js\n"
             "(the twin the viewer loads from file://). A run that fails writes\n"
@@ -54,6 +54,8 @@ static void usage(FILE *f, const char *prog, const char *name) {
             "              %s/%s)\n"
             "  --grade FILE  also write the checks as a course autograder's score:\n"
             "              Gradescope's results.json format (docs/homework.md)\n"
+            "  --variant SEED  a homework's values for this seed (variant_int;\n"
+            "              a whole number, 0 to 4294967295)\n"
             "  --quick     reduced sizes, for tests\n"
             "  --quiet     no progress lines on stderr\n"
             "  --inspect-collectives  every blocking collective inspects its tensors\n"
@@ -137,6 +139,8 @@ static void add_meta(int argc, char **argv) {
     lx_trace_meta("command", cJSON_CreateString(cmd));
     free(cmd);
     lx_trace_meta("quick", cJSON_CreateBool(quick));
+    cJSON *variant = lx_variant_record(); /* the seed, before any value is picked */
+    if (variant) lx_trace_meta("variant", variant);
     /* Read here, so a bad value is an error before any kernel runs. */
     lx_trace_meta("cuda_sync", cJSON_CreateBool(lx_cuda_sync()));
 }
@@ -204,7 +208,16 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
         } else {
             /* The lecture's own options (LECTURE_OPTIONS); anything else is
              * said at once, with what the lecture does read. */
-            char *why = lx_option_accept(argv[i]);
+            char *why = NULL, *joined = NULL;
+            if (strcmp(argv[i], "--variant") == 0 || strncmp(argv[i], "--variant=", 10) == 0) {
+                /* --variant SEED or --variant=SEED, checked here; options.c
+                 * keeps it with the options the ranks receive (variant_int). */
+                const char *seed = argv[i][9] == '=' ? argv[i] + 10 : i + 1 < argc ? argv[++i] : "";
+                why = lx_variant_parse(seed, NULL);
+                if (!why) joined = lx_fmt("--%s=%s", LX_VARIANT, seed);
+            }
+            if (!why) why = lx_option_accept(joined ? joined : argv[i]);
+            free(joined);
             if (why) {
                 fprintf(stderr, "%s: %s\n", argv[0], why);
                 fprintf(stderr, "(run %s --help for every option)\n", argv[0]);
@@ -267,6 +280,7 @@ int lecture_main(int argc, char **argv, void (*body)(void)) {
     lx_check_summary_print();
     lx_grade_write(); /* again, with the console's last line in its tail */
     lx_trace_free();
+    lx_variant_free();
     lx_options_free();
     free(dir);
     free(name);

@@ -385,6 +385,22 @@ static char *reason(char *const *list, int n) {
     return sb.s;
 }
 
+/* The variant this run was given (--variant SEED, variant.c): the line
+ * under the counts in the output, which the student sees, and
+ * Gradescope's free-form top-level extra_data, which the instructor's
+ * export keeps: {"variant": {"seed": S, "values": {name: value}}}. */
+static void add_variant(cJSON *root, lx_sb *out) {
+    cJSON *record = lx_variant_record();
+    char *text = lx_variant_text();
+    if (text) lx_sb_printf(out, "%s\n", text);
+    if (record) {
+        cJSON *extra = cJSON_CreateObject();
+        cJSON_AddItemToObject(extra, "variant", record);
+        cJSON_AddItemToObject(root, "extra_data", extra);
+    }
+    free(text);
+}
+
 void lx_grade_write(void) {
     if (!path) return;
     /* What is still in the pipe belongs to the tail: the copier may be
@@ -449,6 +465,7 @@ void lx_grade_write(void) {
     lx_sb_printf(&out, "%s: %.3g of %.3g points; %s%s\n", lx_lecture_name(), round3(total), round3(max_total),
                  counts ? counts : "checks: none", lx_failed() ? "; the run failed" : "");
     free(counts);
+    add_variant(root, &out);
     if (*why) lx_sb_printf(&out, "\nWhy the run failed:\n%s\n", why);
     if (tail_len) {
         lx_sb_str(&out, "\nConsole (last lines):\n");

@@ -81,6 +81,12 @@ char *lx_option_accept(const char *arg) {
         remember(name, len, NULL);
         return NULL;
     }
+    /* --variant=SEED likewise (variant.c reads it): every rank picks the
+     * same values. lecture_main has checked the seed. */
+    if (eq && len == strlen(LX_VARIANT) && strncmp(name, LX_VARIANT, len) == 0) {
+        remember(name, len, eq + 1);
+        return NULL;
+    }
     const lecture_opt *o = declared(name, len);
     if (!o) {
         char *list = declared_list();
@@ -140,6 +146,11 @@ const char *lecture_option(const char *name, const char *fallback) {
     }
     const given *g = find_given(name);
     return g ? g->value : fallback;
+}
+
+const char *lx_option_given(const char *name) {
+    const given *g = find_given(name);
+    return g ? g->value : NULL;
 }
 
 int lx_inspect_collectives(void) { return find_given(LX_INSPECT_COLLECTIVES) != NULL; }

@@ -313,7 +313,26 @@ int lx_inspect_collectives(void);
 #define LX_TWIN_RECORD "twin-record"
 int lx_twin_recording(void);
 int lx_twin_record_given(void); /* --twin-record itself, not twin_record(1) */
-void lx_twin_request(int on);   /* twin_record(on): record without the option */
+/* options.c: the value of a built-in option given as --name=VALUE (the
+ * last one), NULL when it was not given; lives until lx_options_free. */
+const char *lx_option_given(const char *name);
+
+/* ---------------- variant.c (--variant SEED: variant_int) ---------------- */
+
+/* --variant=SEED travels to the ranks with the lecture's options. */
+#define LX_VARIANT "variant"
+#define LX_VARIANT_MAX 4294967295u
+/* NULL when `text` is a seed (0 to LX_VARIANT_MAX, digits only; stored in
+ * *seed when seed is not NULL), else what is wrong (caller frees). */
+char *lx_variant_parse(const char *text, uint64_t *seed);
+/* {"seed": S, "values": {name: value}} of the lecture's variant_int calls,
+ * NULL without --variant (caller deletes). */
+cJSON *lx_variant_record(void);
+/* "Variant 7: ring chunk = 312, micro-batches = 3" for --grade's output,
+ * NULL without --variant (caller frees). */
+char *lx_variant_text(void);
+void lx_variant_free(void);
+void lx_twin_request(int on); /* twin_record(on): record without the option */
 
 /* ---------------- twin_record.c (what each rank did, for a replay) ---------------- */
 

@@ -19,6 +19,7 @@ GNU timeout's repeated signal).
 
     /usr/bin/python3 tests/trace/test_grade.py        (LECTERN_BUILD picks the build)
 """
+import hashlib
 import json
 import os
 import re
@@ -42,6 +43,25 @@ REPEAT = int(os.environ.get("LECTERN_GRADE_REPEAT", "1"))
 SANITIZED = os.path.basename(BUILD) == "build-asan"
 # exercise -> (points, checks per rank)
 WEIGHTS = {"exercise 1": (30, 3), "exercise 2": (30, 4), "exercise 3": (30, 3), "exercise 4": (10, 1)}
+# Gradescope's /autograder/submission_metadata.json, the fields its
+# documentation lists (gradescope-autograders.readthedocs.io,
+# "Submission Metadata"), for a group of two.
+METADATA = {"id": 123456, "created_at": "2026-11-29T14:22:32.365935-07:00",
+            "assignment": {"id": 25828, "course_id": 1234, "title": "Homework 08", "group_size": 2,
+                           "group_submission": True, "due_date": "2026-12-06T23:00:00.000000-07:00",
+                           "late_due_date": None, "release_date": "2026-11-29T00:00:00.000000-07:00",
+                           "total_points": "100.0"},
+            "submission_method": "upload",
+            "users": [{"email": "b@example.com", "id": 5678, "name": "B"},
+                      {"email": "a@example.com", "id": 1234, "name": "A"}],
+            "previous_submissions": []}
+
+
+def metadata_seed(assignment, users):
+    """The seed docs/homework.md says run_autograder derives: SHA-256's first
+    32 bits of "lectern variant|ASSIGNMENT|ID,ID" (ids sorted as text)."""
+    text = "lectern variant|%s|%s" % (assignment, ",".join(sorted(str(u) for u in users)))
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
 
 run = tracecheck.run
@@ -307,14 +327,19 @@ class Grade(unittest.TestCase):
 
     # ---- scripts/run_autograder, in Gradescope's layout under a temporary root ----
 
-    def autograder(self, exercises, edit_outside=None, homework="homework_08", env=None):
+    def autograder(self, exercises, edit_outside=None, homework="homework_08", env=None, metadata=METADATA):
         """Runs scripts/run_autograder on the course's `homework`.c with its
         exercise part replaced by `exercises` (and `edit_outside` applied to
-        the rest); returns the results and the course copy's text after."""
+        the rest), with Gradescope's submission_metadata.json holding
+        `metadata` (a dict, or a string written as it is; None: no file);
+        returns the results and the course copy's text after."""
         root = os.path.join(self.out, "autograder")
         source = os.path.join(root, "source")
         os.makedirs(os.path.join(source, "lectures"))
         os.makedirs(os.path.join(root, "submission"))
+        if metadata is not None:
+            with open(os.path.join(root, "submission_metadata.json"), "w") as f:
+                f.write(metadata if isinstance(metadata, str) else json.dumps(metadata))
         for name in ("Makefile", "runtime", "scripts", os.path.basename(BUILD)):   # lectern, built
             os.symlink(os.path.join(ROOT, name), os.path.join(source, name))
         os.symlink(os.path.join(ROOT, "lectures", "lib"), os.path.join(source, "lectures", "lib"))
@@ -412,6 +437,148 @@ class Grade(unittest.TestCase):
         self.assertEqual((r["score"], r["tests"]), (0, []))
         self.assertIn("does not compile", r["output"])
         self.assertIn("nonsense", r["output"])
+
+    # ---- run_autograder end to end: the variant from the metadata, and each kind of submission ----
+    # (a passing and an over-time one are above: test_autograder_solved_submission, _time_limit)
+
+    @staticmethod
+    def with_function(solved, signature, function):
+        """The solved exercises with the function that starts at `signature` replaced."""
+        start = solved.index(signature)
+        end = solved.index("\n}\n", start) + 3
+        return solved[:start] + function + solved[end:]
+
+    def test_autograder_variant_from_the_metadata(self):
+        # The seed is the group's (ids sorted: the order Gradescope lists
+        # them in does not matter), and the sizes it picked reach the ranks:
+        # the ring check's bytes and the ZeRO-1 check's element count are
+        # the variant's.
+        r = self.autograder(self.solution_exercises())
+        self.assertAlmostEqual((r["score"], r["max_score"]), (90, 90))
+        seed = metadata_seed(25828, [5678, 1234])
+        v = r["extra_data"]["variant"]
+        self.assertEqual(v["seed"], seed)
+        chunk, shard = v["values"]["floats per ring chunk"], v["values"]["floats per ZeRO-1 shard"]
+        self.assertEqual(sorted(v["values"]), ["floats per ZeRO-1 shard", "floats per ring chunk",
+                                               "micro-batches accumulated"])
+        lines = r["output"].split("\n")
+        self.assertEqual(lines[1], "Variant %d: floats per ring chunk = %d, micro-batches accumulated = %d, floats per "
+                                   "ZeRO-1 shard = %d" % (seed, chunk, v["values"]["micro-batches accumulated"], shard))
+        self.assertEqual(lines[2], "The variant's seed: the seed of assignment 25828 and users 1234, 5678 "
+                                   "(submission_metadata.json).")
+        ring = [t for t in r["tests"] if t["name"].endswith(": exercise 1: a ring's traffic, one chunk a step to the "
+                                                             "next rank")]
+        self.assertEqual(len(ring), WORLD)
+        self.assertTrue(all("chunks of %d bytes" % (4 * chunk) in t["output"] for t in ring), ring[0]["output"])
+        zero1 = [t for t in r["tests"] if t["name"].endswith(": exercise 3: parameters after a ZeRO-1 step")]
+        self.assertTrue(all("0 of %d elements outside" % (WORLD * shard) in t["output"] for t in zero1),
+                        zero1[0]["output"])
+        # Another student of the same assignment: another seed, other sizes.
+        shutil.rmtree(os.path.join(self.out, "autograder"))
+        other = dict(METADATA, users=[{"email": "c@example.com", "id": 91011, "name": "C"}])
+        r2 = self.autograder(self.solution_exercises(), metadata=other)
+        self.assertAlmostEqual(r2["score"], 90)
+        self.assertEqual(r2["extra_data"]["variant"]["seed"], metadata_seed(25828, [91011]))
+        self.assertNotEqual(r2["extra_data"]["variant"]["values"], v["values"])
+
+    def test_autograder_variant_without_metadata(self):
+        # A missing file, and one that is not JSON: the fixed seed 0, said so.
+        for metadata, why in ((None, "no such file"), ("{not json", "JSONDecodeError"),
+                              (json.dumps(dict(METADATA, users=[])), "ValueError: no users")):
+            with self.subTest(why=why):
+                if os.path.exists(os.path.join(self.out, "autograder")):
+                    shutil.rmtree(os.path.join(self.out, "autograder"))
+                r = self.autograder(self.solution_exercises(), metadata=metadata)
+                self.assertAlmostEqual(r["score"], 90)
+                self.assertEqual(r["extra_data"]["variant"]["seed"], 0)
+                self.assertRegex(r["output"], r"\nThe variant's seed: the fixed seed 0: \S+/submission_metadata\.json "
+                                              r"could not be read \(%s" % re.escape(why))
+
+    def test_autograder_variant_set_or_off(self):
+        # VARIANT=SEED wins over the metadata; VARIANT=none runs the defaults.
+        r = self.autograder(self.solution_exercises(), env={"HOMEWORK_ARGS": "", "VARIANT": "42"})
+        self.assertAlmostEqual(r["score"], 90)
+        self.assertEqual(r["extra_data"]["variant"]["seed"], 42)
+        self.assertEqual(r["output"].split("\n")[2], "The variant's seed: the seed VARIANT gave.")
+        shutil.rmtree(os.path.join(self.out, "autograder"))
+        r = self.autograder(self.solution_exercises(), env={"HOMEWORK_ARGS": "", "VARIANT": "none"})
+        self.assertAlmostEqual(r["score"], 90)
+        self.assertNotIn("extra_data", r)
+        self.assertNotIn("Variant", r["output"])
+        ring = [t for t in r["tests"] if t["name"].endswith("one chunk a step to the next rank")]
+        self.assertTrue(all("chunks of 1000 bytes" in t["output"] for t in ring))   # the default 250 floats
+
+    def test_autograder_wrong_numbers(self):
+        # ddp_sync divides by the micro-batches but not by the ranks: exercise
+        # 2's three gradients are 4 times too large on every rank, which each
+        # failed test says; its one-all-reduce check passes.
+        solved = self.solution_exercises()
+        wrong = ("void ddp_sync(tensor **grads, int n, tensor *bucket, int accum) {\n"
+                 "    bucket_copy(grads, n, bucket, 1);\n    dist_all_reduce(bucket, DIST_SUM);\n"
+                 "    scale_(bucket, 1.0f / (float)accum);\n    bucket_copy(grads, n, bucket, 0);\n}\n")
+        r = self.autograder(self.with_function(solved, "void ddp_sync(", wrong))
+        self.assertAlmostEqual(r["score"], 90 - 3 * WORLD * 30 / 16, places=2)
+        failed = [t for t in r["tests"] if t["status"] == "failed"]
+        self.assertEqual(sorted(t["name"] for t in failed),
+                         sorted("rank %d: exercise 2: gradient %s" % (k, g) for k in range(WORLD)
+                                for g in ("0 (3x4)", "1 (5)", "2 (2x6)")))
+        for t in failed:
+            self.assertEqual(t["score"], 0)
+            self.assertIn("FAIL", t["output"])
+            self.assertIn("4.00x the expected at every element: the world size?", t["output"])
+            self.assertIn("at lectures/homework_08.c:", t["output"])
+        self.assertRegex(r["output"], r"^homework_08: 67\.5 of 90 points; checks: 28 passed, 12 failed, 0 not reached")
+
+    def test_autograder_crashing_submission(self):
+        # Rank 2 writes through NULL in exercise 1: that exercise's 30 points
+        # are lost, saying where; exercises 2 and 3 score.
+        solved = self.solution_exercises()
+        crash = ("void ring_all_reduce(tensor *t) {\n    if (dist_rank() == 2) *(volatile float *)NULL = 1;\n"
+                 "    dist_all_reduce(t, DIST_SUM);\n}\n")
+        r = self.autograder(self.with_function(solved, "void ring_all_reduce(", crash))
+        self.assertAlmostEqual((r["score"], r["max_score"]), (60, 90))
+        died = "rank 2 of 4 was stopped by a sanitizer's report" if SANITIZED else "rank 2 of 4 died with SIGSEGV"
+        missed = [t for t in r["tests"] if "not reached" in t["name"]]
+        self.assertEqual([t["name"] for t in missed], ["exercise 1: checks not reached"])
+        self.assertIn("12 of 12 checks not reached", missed[0]["output"])
+        self.assertIn(died, missed[0]["output"])
+        self.assertRegex(missed[0]["output"], r"lectures/homework_08\.c:\d+: ")
+        self.assertTrue(all(t["status"] == "passed" for t in r["tests"] if t not in missed))
+        self.assertRegex(r["output"], r"^homework_08: 60 of 90 points; checks: 28 passed, 0 failed, 12 not reached; "
+                                      r"the run failed\n")
+
+    def test_autograder_deadlocking_submission(self):
+        # A ring whose ranks all receive first: no send ever meets its
+        # receive. The runtime proves it (long before LECTERN_TIMEOUT's 20 s)
+        # and names each rank's dist_recv line; exercises 2 and 3 score.
+        solved = self.solution_exercises()
+        ring = ("void ring_all_reduce(tensor *t) {\n    int rank = dist_rank(), w = dist_world_size();\n"
+                "    tensor *in = empty(t->numel, 0, t->device);\n"
+                "    dist_recv(in, (rank + w - 1) % w); /* every rank waits here */\n"
+                "    dist_send(t, (rank + 1) % w);\n    tensor_free(in);\n}\n")
+        started = time.monotonic()
+        r = self.autograder(self.with_function(solved, "void ring_all_reduce(", ring))
+        self.assertAlmostEqual((r["score"], r["max_score"]), (60, 90))
+        missed = [t for t in r["tests"] if "not reached" in t["name"]]
+        self.assertEqual([t["name"] for t in missed], ["exercise 1: checks not reached"])
+        self.assertIn("deadlock", missed[0]["output"])
+        with open(os.path.join(ROOT, "lectures", "homework_08.c")) as f:
+            course = f.read()
+        start = course.index("#ifndef HOMEWORK_SOLUTION\n") + len("#ifndef HOMEWORK_SOLUTION\n")
+        text = course[:start] + self.with_function(solved, "void ring_all_reduce(", ring)
+        line = text[:text.index("dist_recv(in,")].count("\n") + 1
+        for k in range(WORLD):
+            self.assertRegex(missed[0]["output"], r"rank %d: lectures/homework_08\.c:%d: " % (k, line))
+        self.assertLess(time.monotonic() - started, 20 + 60)   # not the exercise's 30 s: LECTERN_TIMEOUT at most
+
+    def test_autograder_refuses_a_deleted_check(self):
+        # The course's lines, one check call deleted (exercise 1's method
+        # check): refused, the deleted line shown.
+        call = "    check_ring_method(&d, rank, world, t->numel);\n"
+        r = self.autograder(self.solution_exercises(), lambda text: text.replace(call, "", 1) if call in text else None)
+        self.assertEqual((r["score"], r["tests"]), (0, []))
+        self.assertIn("Only the exercise functions may change", r["output"])
+        self.assertRegex(r["output"], r"\n\d+d\d+\n<\s+" + re.escape(call.strip()) + "\n")
 
 
 if __name__ == "__main__":
