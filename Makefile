@@ -294,7 +294,10 @@ $(BUILD)/tests/tools/%: tests/tools/%.c $(LIB) $(LECTURE_LIB) $(TEST_LIB)
 $(BUILD)/tests/%: tests/%.c $(LIB) $(LECTURE_LIB) $(TEST_LIB)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(TEST_LIB) $(LECTURE_LIB) $(LIB) $(LIBS) $(CMOCKA_LIBS)
+	$(Q)$(CC) $(WARN) $(COMMON) -Ilectures -Itests/lib $(LECTURE_OPT) $(SAN_FLAGS) $< -o $@ $(filter $(OWN_LIBS),$^) $(TEST_LIB) $(LECTURE_LIB) $(LIB) $(LIBS) $(CMOCKA_LIBS)
+
+# A C test of a lecture's own code links that lecture's library.
+$(BUILD)/tests/lectures/test_transformer: $(BUILD)/lectures/own/liblecture_scaling.a
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)

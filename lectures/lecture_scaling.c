@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "lib/mlp.h"
-#include "lib/transformer.h"
+#include "lecture_scaling/transformer.h"
 
 static void introduction(void);
 static void one_device(void);
@@ -141,7 +141,7 @@ static double fastest_of(const double *t, int n) {
 static void introduction(void) {
     note("## The plan");
     note("1. The pieces of a transformer block on one device: LayerNorm, attention, the MLP, "
-         "and a mixture of experts (`lectures/lib/transformer.c`, each piece tested against "
+         "and a mixture of experts (`lectures/lecture_scaling/transformer.c`, each piece tested against "
          "float64 in `tests/lectures/test_transformer.c`).\n"
          "2. **Expert parallelism**: each rank owns one expert; tokens travel to their "
          "expert's rank and back with two all-to-alls.\n"
@@ -1218,7 +1218,7 @@ static void context_parallelism(void) {
          "exp(score - m) and the weighted sum of values; a chunk with a larger maximum "
          "rescales both by exp(m_old - m_new). After the last chunk, the weighted sum over l "
          "is the attention, whatever order the chunks came in (`online_attention_add` in "
-         "`lectures/lib/transformer.c`; flash attention does the same inside one GPU).");
+         "`lectures/lecture_scaling/transformer.c`; flash attention does the same inside one GPU).");
     note("One causal head of width %d over %d tokens, %d per rank.", RING_DH, SEQ, SEQ / WORLD);
     spawn(ring_main, WORLD, NULL, 0);
     note("Equal to one device on every rank. The ring itself needs no more than a rank's "
@@ -2514,11 +2514,11 @@ static void summary(void) {
     if (gpu_count() == 0)
         note("Each strategy ran on 4 CPU ranks here, over Open MPI. On GPUs the same calls go "
              "to NCCL; that path compiles but has not been run for this lecture, and the "
-             "row-wise steps of `lectures/lib/transformer.c` copy to the host there.");
+             "row-wise steps of `lectures/lecture_scaling/transformer.c` copy to the host there.");
     else
         note("This run had %d GPU(s). The GPU path of this lecture had not been run before it "
              "was written: the results above say whether it agrees, and the row-wise steps of "
-             "`lectures/lib/transformer.c` copy to the host, so no timing here speaks for a GPU.",
+             "`lectures/lecture_scaling/transformer.c` copy to the host, so no timing here speaks for a GPU.",
              gpu_count());
 }
 

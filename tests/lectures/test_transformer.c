@@ -1,6 +1,6 @@
 /*
  * test_transformer.c: the transformer pieces lectures share
- * (lectures/lib/transformer.c), checked against float64 loops written here
+ * (lectures/lecture_scaling/transformer.c), checked against float64 loops written here
  * from the formulas, sharing none of its code (cmocka).
  *
  * Every tolerance is derived from float32 rounding, u = 2^-24 (half the
@@ -29,7 +29,7 @@
 #include <cmocka.h>
 
 #include "lectern.h"
-#include "lib/transformer.h"
+#include "lecture_scaling/transformer.h"
 
 static const double U = 1.0 / 16777216.0; /* 2^-24 */
 
