@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make coverage: builds with gcov counters (build-cov/), runs the C tests and
 # the script tests against that build, and prints the line and branch
-# coverage of runtime/ and lectures/lib/ (and lecture_08's own lectures/lecture_08/) with every line no test reaches.
+# coverage of runtime/ and lectures/lib/ (and the lectures' own folders, lectures/NAME/) with every line no test reaches.
 # The browser tests are left out: they exercise the viewer, not this C.
 # Results: build-cov/coverage.txt (summary and missing lines),
 # build-cov/coverage.html (line by line).
@@ -28,8 +28,8 @@ for t in tests/{trace,tensor,ranks,comm,lectures,system}/test_*.py tests/test_*.
     LECTERN_BUILD=build-cov LECTERN_OTHER_KERNELS=0 /usr/bin/python3 "$t" >/dev/null 2>&1 || { echo "   (failed)"; status=1; }
 done
 
-echo "== coverage of runtime/, lectures/lib/ and lectures/lecture_08/"
-filters=(--root . --filter 'runtime/' --filter 'lectures/lib/' --filter 'lectures/lecture_08/' --object-directory build-cov)
+echo "== coverage of runtime/, lectures/lib/ and the lectures' own folders (lectures/NAME/)"
+filters=(--root . --filter 'runtime/' --filter 'lectures/[^/]+/' --object-directory build-cov)
 gcovr "${filters[@]}" --txt build-cov/coverage.txt --html-details build-cov/coverage.html \
       --print-summary >/dev/null 2>build-cov/gcovr.log
 gcovr "${filters[@]}" --branches --txt build-cov/coverage-branches.txt >/dev/null 2>>build-cov/gcovr.log
