@@ -33,13 +33,13 @@ static void lecture_08(void) {
     training_config(); /* a bad --batch stops the lecture before anything runs */
     note("# Distributed training");
     introduction();
-    note("## Part 1: the building blocks of distributed communication");
+    note("## Part 1 (first sitting): the building blocks of distributed communication");
     hardware();              /* how accelerators are wired to each other */
     collective_operations(); /* the programming model: a handful of patterns */
     our_runtime_and_nccl();  /* how those patterns are carried out */
     benchmarking();          /* how fast they are */
     cuda_streams();          /* overlapping communication with computation */
-    note("## Part 2: distributed training");
+    note("## Part 2 (second sitting): distributed training");
     parallelism_overview();
     one_device();           /* the answer every strategy must reproduce */
     ddp();                  /* split the batch */
@@ -75,7 +75,9 @@ static void introduction(void) {
     note("The previous lecture cut DRAM traffic inside one GPU (fusion, tiling). This one cuts traffic between GPUs "
          "and nodes, by choosing what to keep a copy of everywhere (replicate) and what to cut into pieces (shard). "
          "The game throughout: arrange the computation so that as little data as possible has to cross the slow "
-         "links.");
+         "links.\n\n**Two sittings.** Part 1 is how accelerators talk (hardware, collectives, their speed, streams); "
+         "Part 2 trains one model every way, each checked against one device. Between them a class reads "
+         "lecture_collectives and lecture_ddp (docs/course.md).");
 }
 
 static void hardware(void) {
@@ -88,8 +90,7 @@ static void hardware(void) {
     see("https://miro.medium.com/v2/resize:fit:2000/format:webp/1*6xoBKi5kL2dZpivFe1-zgw.jpeg",
         "the H100 chip's block diagram");
     note("## Many GPUs, many nodes: PCIe and Ethernet\n\n"
-         "The classic layout: GPUs hang off the CPU, and the CPU and network card sit in the middle of every "
-         "transfer.");
+         "The classic layout: GPUs hang off the CPU, and the CPU and network card sit in the middle of each transfer.");
     image("assets/lecture_08_pcie_ethernet.svg", 0.65);
     see("https://media.springernature.com/lw685/springer-static/image/art%3A10.1186%2Fs42774-021-00098-3/MediaObjects/42774_2021_98_Fig1_HTML.png?as=webp",
         "a multi-GPU cluster's node layout");
@@ -423,10 +424,9 @@ static void cuda_streams(void) {
     progress("CUDA streams");
     note("## CUDA streams\n\n"
          "How a GPU runs work: a kernel launch (a matmul, say) spreads over a grid of blocks of threads. Launches "
-         "return at once; the host queues kernels while the GPU works through them asynchronously. The host waits "
-         "only at synchronisation points: `cudaDeviceSynchronize()` (in PyTorch `torch.cuda.synchronize()`), or "
-         "copying a result back to the CPU. Those stop the whole pipeline; we want finer-grained ordering that stays "
-         "on the GPU.");
+         "return at once; the host queues kernels while the GPU works through them asynchronously. The host waits only "
+         "at synchronisation points: `cudaDeviceSynchronize()` (in PyTorch `torch.cuda.synchronize()`), or copying a "
+         "result back to the CPU. Those stop the whole pipeline; we want a finer ordering that stays on the GPU.");
     note("A **CUDA stream** is a queue of operations that run in order. Operations in *different* streams may run at "
          "the same time; events (`cudaEventRecord`, `cudaStreamWaitEvent`) order one stream after another without "
          "the host waiting.");

@@ -305,6 +305,9 @@ static void average_gradients(int rank, const dp_args *a, tensor *x) {
     note_verbatim("Rank %d: shard loss = %.6g; averaged gradients: max |rank - one device| = %.3g "
                   "(largest gradient %.3g, tolerance %.3g)",
                   rank, loss, diff, size, gradient_tolerance(c) * size);
+    check(diff <= gradient_tolerance(c) * size,
+          "averaged gradients equal the one-device gradient of the whole batch (%.3g <= %.3g)", diff,
+          gradient_tolerance(c) * size);
     free_model(c, w, grads);
 }
 
@@ -320,10 +323,12 @@ static void average_parameters_one_step(int rank, const dp_args *a, tensor *x) {
     average_all(w, c->layers);           /* then the weights are averaged */
     double wsize, diff = diff_to(w, a, REF_SGD1, &wsize);
     double tol = sgd_tolerance(c, dist_world_size(), max_over_ranks(gsize, x->device), wsize);
-    if (rank == 0)
+    if (rank == 0) {
         note_verbatim("SGD, 1 step, averaged parameters: max |rank 0 - one device| = %.3g "
                       "(tolerance %.3g)",
                       diff, tol);
+        check(diff <= tol, "SGD, 1 step: averaged parameters equal one device's step (%.3g <= %.3g)", diff, tol);
+    }
     free_model(c, w, grads);
 }
 
@@ -362,12 +367,24 @@ static void local_sgd(int rank, const dp_args *a, tensor *x) {
         note_verbatim("SGD, %d local steps, parameters averaged at the end: max |rank 0 - one device| "
                       "= %.3g (%.0f times the tolerance)",
                       LOCAL_STEPS, by_params, by_params / tol);
+        check(by_grads <= tol, "SGD, %d steps: gradients averaged every step equal one device's steps (%.3g <= %.3g)",
+              LOCAL_STEPS, by_grads, tol);
+        /* local SGD is another algorithm: its drift is thousands of tolerances, rounding alone is under one */
+        check(by_params > 10 * tol,
+              "SGD, %d local steps: averaging parameters at the end is not one device's steps "
+              "(%.3g > 10 x %.3g)",
+              LOCAL_STEPS, by_params, tol);
     }
 }
 
 /* One AdamW step: on the averaged gradient, or on this rank's own gradient
- * followed by averaging the parameters. */
-static void adam_one_step(int rank, const dp_args *a, tensor *x, int average_grads) {
+ * followed by averaging the parameters; how far rank 0 lands from one device. */
+typedef struct adam_result {
+    double diff;  /* max |rank - one device| */
+    double share; /* of the parameters, the share more than lr/2 away */
+} adam_result;
+
+static adam_result adam_one_step(const dp_args *a, tensor *x, int average_grads) {
     const mlp_config *c = &a->cfg;
     tensor *w[MAX_LAYERS], *grads[MAX_LAYERS];
     make_model(c, x->device, w, grads);
@@ -379,13 +396,36 @@ static void adam_one_step(int rank, const dp_args *a, tensor *x, int average_gra
         adamw_free(opt);
     }
     if (!average_grads) average_all(w, c->layers);
-    double wsize, diff = diff_to(w, a, REF_ADAM1, &wsize);
-    double share = share_off(w, a, REF_ADAM1, a->adam_lr / 2);
-    if (rank == 0)
-        note_verbatim("AdamW, 1 step, %s averaged: max |rank 0 - one device| = %.3g; "
-                      "share of parameters more than lr/2 away: %.4f",
-                      average_grads ? "gradients" : "parameters", diff, share);
+    double wsize;
+    adam_result r = {diff_to(w, a, REF_ADAM1, &wsize), share_off(w, a, REF_ADAM1, a->adam_lr / 2)};
     free_model(c, w, grads);
+    return r;
+}
+
+/* Rank 0's two AdamW steps against one device: the question, the table, the checks. */
+static void adam_table(const dp_args *a, adam_result by_grads, adam_result by_params) {
+    predict("Now each rank makes its own AdamW step on its own shard's gradient, and the 4 ranks then average "
+            "their weights. What share of the parameters (0 to 1) ends up more than lr/2 away from one "
+            "device's step on the whole batch?",
+            by_params.share, "");
+    table_t *t = table_new("AdamW, one step on %d ranks: rank 0 against one device on the whole batch", WORLD);
+    table_column(t, "averaged", NULL, "%s");
+    table_column(t, "max |rank 0 - one device|", NULL, "%.3g");
+    table_column(t, "share of parameters more than lr/2 away", NULL, "%.4f");
+    table_row(t, "gradients", by_grads.diff, by_grads.share);
+    table_row(t, "parameters", by_params.diff, by_params.share);
+    table_show(t);
+    /* averaged gradients: only a gradient within rounding of zero flips sign, moving its parameter by at most
+     * 2 lr (1% more for the weights' own float32 rounding), and such gradients are rare (none of the 16384 in
+     * the committed run; 0.001 allows 16); averaged parameters: a sign step cancels wherever the shards
+     * disagree, a large share of the parameters */
+    check(by_grads.share < 0.001 && by_grads.diff <= 2.02 * a->adam_lr,
+          "AdamW, 1 step: averaged gradients give one device's step, to a rounding sign flip (%.4f of the "
+          "parameters more than lr/2 away; %.3g <= 2 lr)",
+          by_grads.share, by_grads.diff);
+    check(by_params.share > 0.05,
+          "AdamW, 1 step: averaging parameters is not one device's step (%.4f of them more than lr/2 away > 0.05)",
+          by_params.share);
 }
 
 static void average_main(int rank, int world_size, void *args) {
@@ -403,8 +443,8 @@ static void average_main(int rank, int world_size, void *args) {
              "averaged gradient does not. Averaging gradients leaves only rounding: a "
              "gradient within rounding of zero can flip sign, so a few parameters may land "
              "up to 2 lr away.");
-    adam_one_step(rank, a, x, 1);
-    adam_one_step(rank, a, x, 0);
+    adam_result by_grads = adam_one_step(a, x, 1), by_params = adam_one_step(a, x, 0);
+    if (rank == 0) adam_table(a, by_grads, by_params);
     tensor_free(x);
     tensor_free(data);
 }
@@ -551,6 +591,9 @@ static void ddp_design(void) {
     size_t size = reference.size;
     args->per_bucket = 2; /* 4 layers in 2 buckets */
     spawn(ddp_main, WORLD, args, size);
+    note("Buckets change how many all-reduces carry the gradients, not how many bytes: every gradient byte is "
+         "all-reduced once either way. What fewer, larger calls save is each call's fixed cost; what buckets filled "
+         "in reverse order keep is the chance to start while backward is still running.");
     image("assets/lecture_ddp_overlap.svg", 0.8);
 }
 
@@ -577,6 +620,10 @@ static void broadcast_initial_parameters(ddp_model *m, int rank) {
     if (rank == 0)
         note_verbatim("Initial parameters: max spread over ranks before broadcast = %.3g, after = %.3g", before, after);
     note_verbatim("Rank %d: after broadcast, max |weights - rank 0's initial weights| = %.3g", rank, from_rank0);
+    check(after == 0 && from_rank0 == 0,
+          "broadcast: every rank holds rank 0's initial weights, bit for bit "
+          "(spread %.3g, off by %.3g)",
+          after, from_rank0);
 }
 
 static void bucketed_step(ddp_model *m, int rank, const dp_args *a, tensor *x) {
@@ -589,6 +636,9 @@ static void bucketed_step(ddp_model *m, int rank, const dp_args *a, tensor *x) {
     double size, diff = diff_to(m->grads, a, REF_GRAD, &size);
     note_verbatim("Rank %d: bucketed DDP gradients: max |rank - one device| = %.3g (tolerance %.3g)", rank, diff,
                   gradient_tolerance(c) * size);
+    check(diff <= gradient_tolerance(c) * size,
+          "bucketed DDP: the gradients equal the one-device gradient of the whole batch (%.3g <= %.3g)", diff,
+          gradient_tolerance(c) * size);
     for (int step = 0; step < c->steps; step++) {
         if (step > 0) ddp_forward_backward(m, x, 0.0f);
         for (int i = 0; i < c->layers; i++)
@@ -596,6 +646,67 @@ static void bucketed_step(ddp_model *m, int rank, const dp_args *a, tensor *x) {
     }
     double spread = spread_over_ranks(m->w, c->layers);
     if (rank == 0) note_verbatim("After %d DDP steps: max spread of the weights over ranks = %.3g", c->steps, spread);
+    check(spread == 0, "bucketed DDP: after %d steps every rank holds the same weights, bit for bit (spread %.3g)",
+          c->steps, spread);
+}
+
+/* Cut the same flat gradient buffer into buckets of another size (the layout of the gradients stays the same). */
+static void rebucket(ddp_model *m, int per_bucket) {
+    for (int i = 0; i < m->cfg.layers; i++)
+        tensor_free(m->grads[i]);
+    for (int b = 0; b < m->buckets; b++)
+        tensor_free(m->bucket[b]);
+    tensor_free(m->flat);
+    make_buckets(m, per_bucket);
+}
+
+/* One forward and backward with the model's buckets: a copy of the averaged gradients, and what it sent. */
+static tensor *averaged_gradients(ddp_model *m, tensor *x, dist_traffic *sent) {
+    dist_traffic before = dist_traffic_now();
+    ddp_forward_backward(m, x, 0.0f);
+    *sent = dist_traffic_since(&before);
+    return to_device(m->flat, m->device);
+}
+
+/* The same step with DDP's buckets and with one all-reduce per parameter (per layer), from the same weights. */
+static void buckets_against_per_parameter(ddp_model *m, int rank, int per_bucket, tensor *x) {
+    const mlp_config *c = &m->cfg;
+    int p = dist_world_size(), buckets = m->buckets;
+    dist_traffic in_buckets, per_parameter;
+    tensor *bucketed = averaged_gradients(m, x, &in_buckets);
+    rebucket(m, 1);
+    tensor *one_each = averaged_gradients(m, x, &per_parameter);
+    rebucket(m, per_bucket);
+    /* The two add the same 4 gradients, possibly in another order (Open MPI picks its algorithm by message size):
+     * a few roundings, far under the tolerance used against one device. */
+    check_close(bucketed, one_each, 0, gradient_tolerance(c) * largest(one_each),
+                "bucketed DDP against one all-reduce per parameter: the averaged gradients");
+    /* the ring all-reduce's 2 (p - 1) / p of every gradient byte, counted by the runtime from the calls made */
+    double gradient_bytes = (double)c->layers * c->width * c->width * sizeof(float);
+    double formula = 2.0 * (p - 1) / p * gradient_bytes;
+    int64_t bk = in_buckets.nominal_sent[DIST_CALL_ALL_REDUCE], pp = per_parameter.nominal_sent[DIST_CALL_ALL_REDUCE];
+    check(bk == pp && (double)bk == formula,
+          "buckets: %d layers' gradients sent once, in %d buckets as one per parameter (%lld = %lld = 2 (p-1)/p "
+          "x %.0f bytes)",
+          c->layers, buckets, (long long)bk, (long long)pp, gradient_bytes);
+    if (rank == 0) {
+        char question[400];
+        snprintf(question, sizeof question,
+                 "Without buckets, one all-reduce per parameter sends %lld bytes a step, by the ring's formula "
+                 "(2(p-1)/p of the bytes all-reduced). DDP's %d buckets make %d all-reduces of the same gradients: "
+                 "how many bytes do they send?",
+                 (long long)pp, buckets, buckets);
+        predict(question, (double)bk, "bytes");
+        table_t *t = table_new("One DDP step of %d layers on %d ranks: rank 0's gradient all-reduces", c->layers, p);
+        table_column(t, "gradients", NULL, "%s");
+        table_column(t, "all-reduce calls", NULL, "%lld");
+        table_column(t, "bytes sent, formula", "bytes", "%lld");
+        table_row(t, "in buckets", (long long)in_buckets.calls[DIST_CALL_ALL_REDUCE], (long long)bk);
+        table_row(t, "one per parameter", (long long)per_parameter.calls[DIST_CALL_ALL_REDUCE], (long long)pp);
+        table_show(t);
+    }
+    tensor_free(one_each);
+    tensor_free(bucketed);
 }
 
 /* no_sync: micro-batches 0 .. n-2 only accumulate; the last one averages. */
@@ -616,6 +727,10 @@ static void accumulate(ddp_model *m, int rank, const dp_args *a, tensor *x) {
     note_verbatim("Rank %d: %d micro-batches with no_sync, %d all-reduces (%d buckets): max |rank - one "
                   "device| = %.3g (tolerance %.3g)",
                   rank, MICRO_BATCHES, m->all_reduces - before, m->buckets, diff, gradient_tolerance(c) * size);
+    check(m->all_reduces - before == m->buckets && diff <= gradient_tolerance(c) * size,
+          "no_sync: %d micro-batches made one all-reduce per bucket (%d of %d) and one device's gradient "
+          "(%.3g <= %.3g)",
+          MICRO_BATCHES, m->all_reduces - before, m->buckets, diff, gradient_tolerance(c) * size);
 }
 
 static void ddp_main(int rank, int world_size, void *args) {
@@ -627,6 +742,7 @@ static void ddp_main(int rank, int world_size, void *args) {
     int64_t local = m.cfg.batch / world_size;
     tensor *x = row_slice(data, rank * local, (rank + 1) * local);
     bucketed_step(&m, rank, a, x);
+    buckets_against_per_parameter(&m, rank, a->per_bucket, x);
     /* Back to the initial weights for the accumulation run. */
     for (int i = 0; i < m.cfg.layers; i++) {
         tensor *w0 = init_layer(&m.cfg, i, m.device);

@@ -201,13 +201,24 @@ static void latency_and_throughput(void) {
     add_work many = {zeros(big, 0, device), zeros(big, 0, device)};
     double t1 = time_median(add_in_place, &one, 51, 1);
     double tn = time_median(add_in_place, &many, 7, 1);
-    note("| elements | time (us) | ns per element |\n|---|---|---|\n"
-         "| 1 | %.2f | %.2f |\n| %lld | %.1f | %.4f |",
-         t1 * 1e6, t1 * 1e9, (long long)big, tn * 1e6, tn * 1e9 / (double)big);
+    char question[300];
+    snprintf(question, sizeof question,
+             "`add_()` on 1 element and on %lld elements, on %s: how many times as long as the 1-element call "
+             "does the %lld-element call take?",
+             (long long)big, device_name(device), (long long)big);
+    predict(question, tn / t1, "");
+    table_t *t = table_new("add_() on one element and on many, on %s", device_name(device));
+    table_column(t, "elements", NULL, "%lld");
+    table_column(t, "time", "us", "%.2f");
+    table_column(t, "per element", "ns", "%.4f");
+    table_column(t, "time / time of 1 element", NULL, "%.1f");
+    table_row(t, 1LL, t1 * 1e6, t1 * 1e9, t1 / t1);
+    table_row(t, (long long)big, tn * 1e6, tn * 1e9 / (double)big, tn / t1);
+    table_show(t);
     note("One element costs %.2f us, almost all of it fixed cost; %lld elements cost %.0f times "
          "as much, not %lld times. A GPU is the extreme of this trade: give it large "
          "batches of the same work, or its fixed costs dominate.",
-         t1 * 1e6, (long long)big, tn / t1, (long long)big);
+         quoted(t1 * 1e6), (long long)big, quoted(tn / t1), (long long)big);
     tensor_free(many.y);
     tensor_free(many.x);
     tensor_free(one.y);
@@ -1036,6 +1047,12 @@ static void roofline_section(void) {
          "The ridge, where the two roofs meet, is at %.1f FLOP/byte: a matrix product is "
          "compute-bound from about n = 6 x %.1f = %.0f on, if its kernel reuses what it loads.",
          device >= 0 ? "cuBLAS" : "OpenBLAS", PEAK_RUNS, peak, roof_n, peak / bw, peak / bw, 6 * peak / bw);
+    char question[400];
+    snprintf(question, sizeof question,
+             "The memory moves %.1f GB/s and %s's product reaches %.1f GFLOP/s. A vector add does 1/12 FLOP per "
+             "byte it moves: at most how many GFLOP/s can it reach on this machine (its roof)?",
+             bw, device >= 0 ? "cuBLAS" : "OpenBLAS", peak);
+    predict(question, roof(peak, bw, pts[0].intensity), "GFLOP/s");
     for (int i = 0; i < n_earlier && count < MAX_POINTS; i++)
         pts[count++] = earlier[i];
     measure_matmuls(device, pts, &count);

@@ -1172,6 +1172,14 @@ static void tp_table(void) {
     table_column(t, "bytes sent, measured", "bytes", "%lld");
     table_column(t, "rows per LayerNorm", NULL, "%lld");
     const char *names[2] = {"tensor parallel (all-reduce)", "sequence parallel (reduce-scatter + all-gather)"};
+    char question[400];
+    snprintf(question, sizeof question,
+             "An activation here is %d x %d floats, b = %.0f bytes, on p = %d ranks. Tensor parallelism makes "
+             "%lld all-reduces of an activation per block forward, 2 (p-1)/p b each by the ring's formula. Sequence "
+             "parallelism cuts each all-reduce into a reduce-scatter and an all-gather. How many bytes does rank 0 "
+             "send with sequence parallelism, by the formula?",
+             SEQ, DIM, (double)SEQ * DIM * sizeof(float), WORLD, (long long)r.calls[0]);
+    predict(question, (double)r.nominal[1], "bytes");
     for (int i = 0; i < 2; i++)
         table_row(t, names[i], (long long)r.calls[i], (long long)r.nominal[i], (long long)r.measured[i],
                   (long long)r.norm_rows[i]);
@@ -1410,8 +1418,16 @@ static void ring_timing(void) {
     snprintf(modelled, sizeof modelled, "modelled: %.1f ms a block", f.block_ms);
     const char *names[2] = {"real: this CPU's arithmetic", modelled};
     double hidden[2];
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 2; m++)
         hidden[m] = 1 - f.transfers[m][1] / f.transfers[m][0];
+    char question[400];
+    snprintf(question, sizeof question,
+             "With each block's attention modelled at %.1f ms, %.1f times a pass of its keys and values on to the "
+             "next rank (%.2f ms), what percentage of the time the blocking ring spends in its transfers does the "
+             "overlapped ring hide?",
+             f.block_ms, f.block_ms / (f.pass_alone * 1e3), f.pass_alone * 1e3);
+    predict(question, 100 * hidden[1], "%");
+    for (int m = 0; m < 2; m++) {
         table_row(t, names[m], m ? RING_T_ROWS_MODELLED : RING_T_ROWS, f.step[m][0] * 1e3, f.step[m][1] * 1e3,
                   f.transfers[m][0] * 1e3, f.transfers[m][1] * 1e3, 100 * hidden[m]);
     }

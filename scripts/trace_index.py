@@ -12,11 +12,14 @@ a file). Each entry:
      "summary": "the first lines of the lecture",
      "start_time": "...", "host": "...", "gpus": 0, "backend": "mpi",
      "duration_s": 13.5, "steps": 355, "failed_run": false,
-     "state": "ok", "has_good": true, "order": 3}
+     "state": "ok", "has_good": true, "order": 3,
+     "sittings": [{"n": 3, "part": "Part 1"}, {"n": 6, "part": "Part 2"}]}
 
 `order` is the lecture's place in the series' reading order (READING_ORDER
 below), absent for a lecture outside it; the index lists entries in that
-order, then the others by name.
+order, then the others by name. `sittings` are the course's classes that
+read it (SITTINGS below, docs/course.md), numbered from 1; lecture_08 takes
+two, each with its part.
 
 The title is the lecture's first heading, the summary the text of the
 markdown that follows it, both as plain text: the viewer shows them as text,
@@ -36,14 +39,28 @@ import tempfile
 
 SUMMARY_CHARS = 280
 
-# The order in which to read the series: one device first, then the
-# distributed-training overview, then the lectures that take two of its
-# sections in depth, then pipeline schedules, mixed precision, checkpoints. An
-# entry of this list gets "order" (1, 2, ...); the index lists those first, in
-# that order, then any other lecture by name.
-READING_ORDER = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_scaling",
-                 "lecture_pipelines",
-                 "lecture_precision", "lecture_checkpoints"]
+# The course, one class (sitting) at a time, as docs/course.md lays it out:
+# one device first; the first half of lecture_08 (how accelerators talk);
+# collectives and DDP in depth, which its second half builds on; that second
+# half (one model trained every way); then what comes after DDP, pipeline
+# schedules, mixed precision, checkpoints. lecture_08 is two sittings, named
+# by its parts' headings.
+SITTINGS = [("lecture_00", None), ("lecture_gpu", None), ("lecture_08", "Part 1"), ("lecture_collectives", None),
+            ("lecture_ddp", None), ("lecture_08", "Part 2"), ("lecture_scaling", None), ("lecture_pipelines", None),
+            ("lecture_precision", None), ("lecture_checkpoints", None)]
+
+# The order in which to read the series: each lecture at its first sitting.
+# An entry of this list gets "order" (1, 2, ...) and "sittings" (the classes
+# that read it: [{"n": 3, "part": "Part 1"}, ...], "part" only where a
+# lecture takes more than one); the index lists those first, in that order,
+# then any other lecture by name.
+READING_ORDER = [name for i, (name, _) in enumerate(SITTINGS) if name not in [n for n, _ in SITTINGS[:i]]]
+
+
+def sittings_of(name):
+    """The sittings of the course that read lecture `name`, in order."""
+    return [dict({"n": i + 1}, **({"part": part} if part else {})) for i, (n, part) in enumerate(SITTINGS)
+            if n == name]
 
 
 def plain(markdown):
@@ -122,6 +139,7 @@ def build(folder):
         entry["state"] = "failed" if newer_failed or not has_good else "ok"
         if name in READING_ORDER:
             entry["order"] = READING_ORDER.index(name) + 1
+            entry["sittings"] = sittings_of(name)
         entries.append(entry)
     entries.sort(key=reading_key)
     return {"version": 1, "lectures": entries}

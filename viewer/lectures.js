@@ -28,6 +28,20 @@
     return d.toISOString().slice(0, 16).replace('T', ' ') + ' UTC';
   }
 
+  // "Sitting 5", or "Sittings 3 (Part 1) and 6 (Part 2)": the classes of
+  // the course that read it (scripts/trace_index.py, docs/course.md).
+  function sittings(e) {
+    var list = Array.isArray(e.sittings) ? e.sittings.filter(function (s) {
+      return s && typeof s.n === 'number' && isFinite(s.n);
+    }) : [];
+    if (!list.length) return '';
+    var each = list.map(function (s) {
+      return String(s.n) + (typeof s.part === 'string' && s.part ? ' (' + s.part + ')' : '');
+    });
+    return (list.length === 1 ? 'Sitting ' : 'Sittings ') +
+      (each.length > 1 ? each.slice(0, -1).join(', ') + ' and ' + each[each.length - 1] : each[0]) + ' of the course';
+  }
+
   function entryHtml(e) {
     var name = String(e.name);
     var facts = [when(e.start_time), machine(e),
@@ -35,6 +49,7 @@
                  typeof e.steps === 'number' ? e.steps + ' steps' : ''].filter(Boolean);
     return '<li class="lecture-entry">' +
       '<h2><a href="index.html?trace=' + encodeURIComponent(name) + '">' + esc(e.title || name) + '</a></h2>' +
+      (sittings(e) ? '<p class="lecture-sitting">' + esc(sittings(e)) + '</p>' : '') +
       '<p class="lecture-file"><code>lectures/' + esc(name) + '.c</code></p>' +
       (e.summary ? '<p class="lecture-summary">' + esc(e.summary) + '</p>' : '') +
       '<p class="lecture-facts">' + (e.local ? 'Your run: ' : 'Trace of ') + esc(facts.join(' · ')) + '</p>' +
@@ -76,7 +91,9 @@
     $('title').textContent = 'Lectures';
     var box = $('lecture-index');
     box.innerHTML = '<p class="index-intro">Each lecture is a C program in <code>lectures/</code>; running it ' +
-      '(<code>make run LECTURE=name</code>, or <code>make run LECTURE=all</code>) writes the trace opened here.</p>' +
+      '(<code>make run LECTURE=name</code>, or <code>make run LECTURE=all</code>) writes the trace opened here. ' +
+      'They are listed in the order a course reads them, one sitting (class) each, lecture_08 in two ' +
+      '(<code>docs/course.md</code>).</p>' +
       '<ol class="lecture-list">' + list.map(entryHtml).join('') + '</ol>';
     box.hidden = false;
     $('step-view').hidden = true;

@@ -32,7 +32,7 @@ COLLECTIVES = ["broadcast", "scatter", "gather", "reduce", "all_gather", "reduce
 # Headings in the order the lecture must give them.
 SECTIONS = [
     "# Distributed training",
-    "## Part 1: the building blocks of distributed communication",
+    "## Part 1 (first sitting): the building blocks of distributed communication",
     "## One GPU",
     "## Many GPUs, many nodes: PCIe and Ethernet",
     "## InfiniBand and RDMA",
@@ -57,7 +57,7 @@ SECTIONS = [
     "### 2 ranks",
     "### 4 ranks",
     "## CUDA streams",
-    "## Part 2: distributed training",
+    "## Part 2 (second sitting): distributed training",
     "## One device first",
     "## Distributed data parallel (DDP)",
     "## Distributed data parallel with ZeRO stage 3",
@@ -1245,7 +1245,7 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
         md = self.markdown()
         # the heading opens the section's first note
         streams = [i for i, m in enumerate(md) if m.split("\n", 1)[0] == "## CUDA streams"][0]
-        part2 = md.index("## Part 2: distributed training")
+        part2 = md.index("## Part 2 (second sitting): distributed training")
         section = md[streams:part2]
         self.assertTrue(any("**DDP on NCCL** is the same picture" in m for m in section))
         if self.trace["meta"]["gpus"] > 0:

@@ -4,7 +4,9 @@ Every number the lecture claims is read back from the trace and judged here:
 the data-parallel gradients against one device (and one device against a
 float64 run), averaging parameters against averaging gradients, the initial
 broadcast, the order of the bucketed all-reduces, accumulation with no_sync,
-the bucket-size sweep and the straggler's skew. The trace must validate
+the bucket-size sweep and the straggler's skew; the lecture's own checks
+and predictions, and a planted bug for each check (a copy of the lecture,
+tests/lib/planted.py). The trace must validate
 against the schema with every stack line accurate; so must the committed
 traces/lecture_ddp.json, made from the current source.
 
@@ -15,9 +17,11 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import planted  # noqa: E402
 import tracecheck  # noqa: E402
 from tracecheck import U  # noqa: E402
 
@@ -132,21 +136,25 @@ class LectureDDP(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase
         self.assertGreater(local["by_params / tol"], 10)
         self.assertGreater(c["lr"], 0)
 
+    def adam_rows(self):
+        """rank 0's AdamW table (lecture_ddp.c, adam_table): {averaged: row}."""
+        table = self.table(r"^AdamW, one step on 4 ranks: rank 0 against one device")
+        return {r["averaged"]: r for r in self.row_dicts(table)}
+
     def test_adamw_needs_averaged_gradients(self):
         c = self.config()
-        # rank 0's two lines (lecture_ddp.c, adam_one_step), their figures by name
-        averaged = 'average_grads ? "gradients" : "parameters"'
-        rows = {f[averaged]: f for _, _, f in self.noted(averaged, "diff", "share", kind="text")}
+        rows = self.adam_rows()
         self.assertEqual(sorted(rows), ["gradients", "parameters"])
+        share, diff = "share of parameters more than lr/2 away", "max |rank 0 - one device|"
         # Averaged gradients: only a gradient within rounding of zero can flip
         # sign and move its parameter (by up to 2 lr); that is a tiny share.
-        self.assertLess(rows["gradients"]["share"], 0.001)
+        self.assertLess(rows["gradients"][share], 0.001)
         # the weights are float32: 2 lr, and 1% for their rounding near a weight of about 1
-        self.assertLessEqual(rows["gradients"]["diff"], 2 * c["adam_lr"] * 1.01)
+        self.assertLessEqual(rows["gradients"][diff], 2 * c["adam_lr"] * 1.01)
         # Averaged parameters: wherever the 4 shards' gradients disagree in
         # sign, the ~lr sign steps cancel: a large share is off by over lr/2.
-        self.assertGreater(rows["parameters"]["share"], 0.05)
-        self.assertGreater(rows["parameters"]["diff"], c["adam_lr"] / 2)
+        self.assertGreater(rows["parameters"][share], 0.05)
+        self.assertGreater(rows["parameters"][diff], c["adam_lr"] / 2)
 
     # ---- DDP's design ----
 
@@ -197,6 +205,66 @@ class LectureDDP(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase
             self.assertEqual(m["m->all_reduces - before"], buckets)   # only the last micro-batch communicates
             self.assertGreater(m[tol], 0)
             self.assertLessEqual(m["diff"], m[tol])
+
+    # ---- the lecture's own checks and questions ----
+
+    # Every check the lecture makes of its own results, by the start of its
+    # text, and on how many ranks (the sweep's and overlap's checks are the
+    # lecture's, counted once). Each is shown failing on a plant below.
+    OWN_CHECKS = {
+        "averaged gradients equal the one-device gradient of the whole batch": 4,
+        "SGD, 1 step: averaged parameters equal one device's step": 1,
+        "SGD, 4 steps: gradients averaged every step equal one device's steps": 1,
+        "SGD, 4 local steps: averaging parameters at the end is not one device's steps": 1,
+        "AdamW, 1 step: averaged gradients give one device's step": 1,
+        "AdamW, 1 step: averaging parameters is not one device's step": 1,
+        "broadcast: every rank holds rank 0's initial weights": 4,
+        "bucketed DDP: the gradients equal the one-device gradient": 4,
+        "bucketed DDP: after 4 steps every rank holds the same weights": 4,
+        "bucketed DDP against one all-reduce per parameter": 4,
+        "buckets: 4 layers' gradients sent once": 4,
+        "no_sync: 4 micro-batches made one all-reduce per bucket": 4,
+    }
+
+    def test_own_checks_all_made_and_passed(self):
+        passes = tracecheck.check_passes(self.trace)
+        for start, ranks in self.OWN_CHECKS.items():
+            made = [(rank, ok) for rank, what, ok in passes if what.startswith(start)]
+            self.assertEqual(sorted(r for r, _ in made), list(range(ranks)), start)
+            self.assertTrue(all(ok for _, ok in made), start)
+        self.assertEqual(self.trace["meta"]["checks"]["failed"], 0)
+
+    def test_predictions_hold_what_follows(self):
+        """Two questions (predict()): each hidden value is a number of the
+        table right after it, and each follows from what the test computes
+        on its own."""
+        asked = self.renderings("predict")
+        self.assertEqual(len(asked), 2, [r["question"] for _, r in asked])
+        steps = self.trace["steps"]
+        (s_adam, adam), = [(s, r) for s, r in asked if "AdamW" in r["question"]]
+        (s_bytes, by), = [(s, r) for s, r in asked if "buckets" in r["question"]]
+        # AdamW with averaged parameters: the share rank 0's table gives next (lecture_ddp.c, adam_table)
+        (s_table, _), = self.tables(r"^AdamW, one step on 4 ranks")
+        self.assertEqual(adam["value"], self.adam_rows()["parameters"]["share of parameters more than lr/2 away"])
+        self.assertEqual(adam["unit"], "")
+        self.assertLess(steps.index(s_adam), steps.index(s_table))
+        self.assertTrue(0.05 < adam["value"] < 1, adam)   # the shards disagree in sign on a large share
+        # bytes: buckets send what one all-reduce per parameter sends, the
+        # ring's formula 2 (p - 1) / p of the float32 gradients, from the
+        # model's size; in fewer calls (lecture_ddp.c, buckets_against_per_parameter)
+        (s_table, table), = self.tables(r"^One DDP step of 4 layers on 4 ranks: rank 0's gradient all-reduces")
+        rows = {r["gradients"]: r for r in self.row_dicts(table)}
+        c = self.config()
+        formula = 2 * (4 - 1) / 4 * c["layers"] * c["width"] * c["width"] * 4
+        self.assertEqual([rows[k]["bytes sent, formula"] for k in ("in buckets", "one per parameter")],
+                         [formula, formula])
+        self.assertEqual(rows["one per parameter"]["all-reduce calls"], c["layers"])
+        self.assertLess(rows["in buckets"]["all-reduce calls"], c["layers"])
+        self.assertGreater(rows["in buckets"]["all-reduce calls"], 1)
+        self.assertEqual((by["value"], by["unit"]), (formula, "bytes"))
+        self.assertIn("per parameter sends %d bytes" % formula, by["question"])   # the question gives the other row
+        self.assertLess(steps.index(s_bytes), steps.index(s_table))
+        self.assertEqual(s_bytes["rank"], 0)
 
     # ---- measurements ----
 
@@ -294,6 +362,80 @@ class LectureDDP(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase
                 # The fast ranks spend the difference inside the all-reduce.
                 self.assertGreaterEqual(reduce, 0.5 * delay, m)
 
+
+
+class PlantedDDP(unittest.TestCase):
+    """Each of lecture_ddp's own checks fails on the bug it is there for,
+    planted in a copy of the lecture (tests/lib/planted.py) run with --quick;
+    the run fails. The copies skip the bucket sweep and the stragglers (no
+    check there is planted against here: they are timed sections, checked by
+    the tests above), to keep each run short."""
+    SKIP_TIMED = [("    bucket_size();\n    stragglers();\n", "    if (0) bucket_size();\n    if (0) stragglers();\n")]
+
+    def failed(self, find, replace, count=1):
+        with planted.binary("lecture_ddp", find, replace, count, also=self.SKIP_TIMED) as exe, \
+                tempfile.TemporaryDirectory() as out:
+            p, trace = tracecheck.run_quick(exe, out)
+            path = os.path.join(out, "lecture_ddp.failed.json")
+            if trace is None and os.path.exists(path):
+                trace = tracecheck.load(path)   # a failed run writes NAME.failed.json
+        self.assertIsNotNone(trace, "the planted copy wrote no trace: %s" % tracecheck.why(p))
+        return p, {what for _, what, ok in tracecheck.check_passes(trace) if not ok}
+
+    def assert_fail(self, find, replace, starts, count=1):
+        p, failed = self.failed(find, replace, count)
+        for start in starts:
+            self.assertTrue(any(w.startswith(start) for w in failed), "%r -> %r: %r did not fail; failed: %r" %
+                            (find, replace, start, sorted(failed)))
+        self.assertNotEqual(p.returncode, 0, "a failed check must fail the run")
+
+    def test_unplanted_copy_passes(self):
+        # the skip alone: every check the copy makes passes, and the run passes
+        p, failed = self.failed("    bucket_size();\n", "    bucket_size();\n")
+        self.assertEqual(failed, set())
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+
+    def test_summed_not_averaged(self):
+        # the all-reduce sums the ranks' gradients (and weights) without dividing by the world size
+        self.assert_fail("        dist_all_reduce(ts[i], DIST_AVG);", "        dist_all_reduce(ts[i], DIST_SUM);",
+                         ["averaged gradients equal the one-device gradient",
+                          "SGD, 1 step: averaged parameters equal one device's step",
+                          "SGD, 4 steps: gradients averaged every step equal one device's steps"])
+
+    def test_gradients_averaged_where_parameters_should_be(self):
+        # local SGD and AdamW averaging parameters made to average gradients too: the lessons' contrasts vanish
+        self.assert_fail("if (average_grads) average_all(grads, c->layers);",
+                         "if (1) average_all(grads, c->layers);",
+                         ["SGD, 4 local steps: averaging parameters at the end is not one device's steps",
+                          "AdamW, 1 step: averaging parameters is not one device's step"], count=2)
+
+    def test_adamw_on_a_rank_gradient(self):
+        # the AdamW step on averaged gradients takes rank 0's own gradient instead
+        self.assert_fail("    if (average_grads) average_all(grads, c->layers);\n    for (int i = 0; i < c->layers; i++) {\n"
+                         "        adamw *opt",
+                         "    if (0) average_all(grads, c->layers);\n    for (int i = 0; i < c->layers; i++) {\n"
+                         "        adamw *opt",
+                         ["AdamW, 1 step: averaged gradients give one device's step"])
+
+    def test_bucket_misses_a_row(self):
+        # every bucket one row short: that row is never all-reduced
+        self.assert_fail("m->bucket[b] = row_slice(m->flat, (int64_t)first * c->width, (int64_t)end * c->width);",
+                         "m->bucket[b] = row_slice(m->flat, (int64_t)first * c->width, (int64_t)end * c->width - 1);",
+                         ["bucketed DDP: the gradients equal the one-device gradient",
+                          "bucketed DDP: after 4 steps every rank holds the same weights",
+                          "bucketed DDP against one all-reduce per parameter",
+                          "buckets: 4 layers' gradients sent once",
+                          "no_sync: 4 micro-batches made one all-reduce per bucket"])
+
+    def test_broadcast_from_the_wrong_rank(self):
+        # layer 0 broadcast from rank 1: the ranks agree, but not on rank 0's weights
+        self.assert_fail("        dist_broadcast(m->w[i], 0);", "        dist_broadcast(m->w[i], i == 0);",
+                         ["broadcast: every rank holds rank 0's initial weights"])
+
+    def test_no_sync_ignored(self):
+        # every micro-batch all-reduces: the gradient is still right, the calls are not
+        self.assert_fail("        m->sync = k == MICRO_BATCHES - 1;", "        m->sync = 1;",
+                         ["no_sync: 4 micro-batches made one all-reduce per bucket"])
 
 
 if __name__ == "__main__":

@@ -284,6 +284,37 @@ class LectureGpu(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase
         self.assertEqual(int(m["100 * lo"]), min(int(v) for v in shares.values()))
         self.assertEqual(int(m["100 * hi"]), max(int(v) for v in shares.values()))
 
+    def test_predictions_hold_what_follows(self):
+        """Two questions (predict()), each asked before the table that holds
+        its value: how much longer add_() takes on many elements than on one
+        (the latency table's own ratio), and the vector add's roof (the
+        roofline table's, and bandwidth x 1/12 recomputed here from the
+        roofs the lecture stated, when memory is the lower roof)."""
+        asked = self.renderings("predict")
+        self.assertEqual(len(asked), 2, [r["question"] for _, r in asked])
+        steps = self.trace["steps"]
+        (s_add, add), (s_roof, roof) = asked
+        placed = lambda caption: [(s, r) for s, r in self.renderings("table") if re.search(caption, r["caption"])]
+        (s_table, table), = placed(r"^add_\(\) on one element and on many")
+        one, many = self.row_dicts(table)
+        self.assertEqual(one["elements"], 1)
+        self.assertGreater(many["elements"], 1)
+        self.assertEqual((add["value"], add["unit"]), (many["time / time of 1 element"], ""))
+        # the ratio of the two times in the table (each printed from the same two medians)
+        self.assertTrue(math.isclose(add["value"], many["time"] / one["time"], rel_tol=1e-12), add)
+        self.assertIn("%d elements" % many["elements"], add["question"])
+        self.assertLess(steps.index(s_add), steps.index(s_table))
+        (s_table, table), = placed(r"^Every kernel against the roofs")
+        vadd = self.row_dicts(table)[0]
+        self.assertIn("vector add", vadd["kernel"])
+        self.assertEqual((roof["value"], roof["unit"]), (vadd["roof"], "GFLOP/s"))
+        # the question gives the two roofs as printed; memory x 1/12 from them, to their rounding (0.05 each)
+        bw, peak = [float(x) for x in re.findall(r"moves ([0-9.]+) GB/s and \w+'s product reaches ([0-9.]+) GFLOP/s",
+                                                  roof["question"])[0]]
+        expected = min(peak, bw / 12)
+        self.assertLessEqual(abs(roof["value"] - expected), 0.05 / 12 + 1e-12, (roof["value"], bw, peak))
+        self.assertLess(steps.index(s_roof), steps.index(s_table))
+
     def test_the_arrays_against_the_cache(self):
         """STREAM's arrays are checked against the last-level cache this
         machine's system reports (read here from sysfs, apart from the

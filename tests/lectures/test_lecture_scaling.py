@@ -467,6 +467,29 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         self.assertTrue(1 <= rounds <= caption["RING_T_ROUNDS"], caption)
         self.assert_spans(block_ms, {1: rounds * (2 + 2 * reps) * WORLD})
 
+    def test_predictions_hold_what_follows(self):
+        """Two questions (predict()), each asked before the table that holds
+        its value: sequence parallelism's bytes (the formula's, recomputed
+        here from the block's sizes) and the share of the transfers the
+        modelled ring hides (the table's own double)."""
+        asked = self.renderings("predict")
+        steps = self.trace["steps"]
+        (s_sp, sp), = [(s, r) for s, r in asked if "sequence parallelism" in r["question"]]
+        (s_ring, ring), = [(s, r) for s, r in asked if "overlapped ring" in r["question"]]
+        c = self.block_config()
+        b = c["seq"] * c["d"] * 4
+        (s_table, table), = self.tables(r"^One block forward")
+        sp_row = table["rows"][1]
+        self.assertEqual((sp["value"], sp["unit"]), (4 * (WORLD - 1) * b // WORLD, "bytes"))   # 2 RS + 2 AG
+        self.assertEqual(sp["value"], sp_row[2])
+        self.assertIn("b = %d bytes, on p = %d ranks" % (b, WORLD), sp["question"])   # what it needs is said
+        self.assertLess(steps.index(s_sp), steps.index(s_table))
+        (s_table, table), = self.tables(r"^Ring attention on")
+        self.assertEqual((ring["value"], ring["unit"]), (table["rows"][1][-1], "%"))
+        self.assertIn("modelled at %.1f ms" % self.figures("f.block_ms", "100 * hidden[1]")["f.block_ms"],
+                      ring["question"])   # modelled compute, said so
+        self.assertLess(steps.index(s_ring), steps.index(s_table))
+
     def test_mixed_precision_is_accounting(self):
         rows = self.rows_by_first(self.table(r"^Model state per parameter"))
         for name, row in rows.items():

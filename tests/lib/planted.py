@@ -49,24 +49,28 @@ def compile_command(name):
 
 
 @contextlib.contextmanager
-def binary(name, find, replace, count=1):
+def binary(name, find, replace, count=1, also=()):
     """The lecture NAME built from its source with `find` replaced by
-    `replace` (`find` must occur exactly `count` times, all replaced); the
-    path of the built program, removed on leaving the block."""
+    `replace` (`find` must occur exactly `count` times, all replaced), and
+    each (find, replace) of `also` (each once: a second edit that is not the
+    bug, such as skipping sections the plant does not reach, to keep the run
+    short); the path of the built program, removed on leaving the block."""
     with open(os.path.join(ROOT, "lectures", name + ".c"), encoding="utf-8") as f:
         src = f.read()
-    found = src.count(find)
-    if found != count:
-        raise AssertionError("lectures/%s.c holds %r %d times, not %d: the plant no longer fits" %
-                             (name, find, found, count))
-    if find.count("\n") != replace.count("\n"):
-        raise AssertionError("a plant must keep the line count (the trace's lines must stay the lecture's)")
+    for f_, r_, n_ in [(find, replace, count)] + [(f_, r_, 1) for f_, r_ in also]:
+        found = src.count(f_)
+        if found != n_:
+            raise AssertionError("lectures/%s.c holds %r %d times, not %d: the plant no longer fits" %
+                                 (name, f_, found, n_))
+        if f_.count("\n") != r_.count("\n"):
+            raise AssertionError("a plant must keep the line count (the trace's lines must stay the lecture's)")
+        src = src.replace(f_, r_)
     tmp = tempfile.mkdtemp(prefix="planted-")
     try:
         os.makedirs(os.path.join(tmp, "lectures"))
         copy = os.path.join(tmp, "lectures", name + ".c")
         with open(copy, "w", encoding="utf-8") as f:
-            f.write(src.replace(find, replace))
+            f.write(src)
         exe = os.path.join(tmp, name)
         args = compile_command(name)
         args[args.index("lectures/%s.c" % name)] = copy

@@ -145,9 +145,11 @@ class IndexPage(unittest.TestCase):
         self.assertGreaterEqual(len(self.expected), 3, "the repository's traces/ holds no lecture trace")
         rows = self.entries()
         self.assertEqual(len(rows), len(self.expected))
-        # the series' reading order first (one device, the overview, then its depth), then by name
-        order = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_scaling",
-                 "lecture_pipelines", "lecture_precision", "lecture_checkpoints"]
+        # the course's order first (docs/course.md: one device; lecture_08's first half; collectives and DDP in
+        # depth; its second half; after DDP), each lecture at its first sitting, then by name
+        sittings = ["lecture_00", "lecture_gpu", "lecture_08", "lecture_collectives", "lecture_ddp", "lecture_08",
+                    "lecture_scaling", "lecture_pipelines", "lecture_precision", "lecture_checkpoints"]
+        order = [n for i, n in enumerate(sittings) if n not in sittings[:i]]
         key = lambda item: (order.index(item[0]), "") if item[0] in order else (len(order), item[0])
         self.assertEqual([n for n, _ in sorted(self.expected.items(), key=key)][:len(order)],
                          [n for n in order if n in self.expected])
@@ -156,6 +158,13 @@ class IndexPage(unittest.TestCase):
                 self.assertEqual(row.find_element(By.CSS_SELECTOR, "h2").text, title)
                 self.assertIn(host, row.find_element(By.CSS_SELECTOR, ".lecture-facts").text)
                 self.assertIn("lectures/%s.c" % name, row.text)
+                # its sittings, numbered as the course's classes; lecture_08's two by their parts
+                mark = [m.text for m in row.find_elements(By.CSS_SELECTOR, ".lecture-sitting")]
+                at = [i + 1 for i, n in enumerate(sittings) if n == name]
+                if name == "lecture_08":
+                    self.assertEqual(mark, ["Sittings 3 (Part 1) and 6 (Part 2) of the course"])
+                else:
+                    self.assertEqual(mark, ["Sitting %d of the course" % at[0]] if at else [])
                 facts = row.find_element(By.CSS_SELECTOR, ".lecture-facts").text
                 self.assertEqual(facts.startswith("Your run: "), name in (self.local_name, "zz_failed_only"), facts)
                 failed = row.find_elements(By.CSS_SELECTOR, ".lecture-failed")
