@@ -60,8 +60,6 @@ enum {
     HEADS = 4,    /* attention heads, DIM / HEADS = 8 wide each */
     HIDDEN = 128, /* the MLP's hidden width, 4 d */
     EXPERTS = 4,  /* one per rank */
-    TOKENS = 16,  /* tokens per rank for the mixture of experts */
-    EXPERT_HIDDEN = 64,
     RING_DH = 16, /* the head width of the ring attention */
     MESH_BATCH = 32,
 };
@@ -107,9 +105,9 @@ static tensor *input(int64_t rows, int64_t cols, uint64_t seed, int device) {
  * answers below sit 20 to 1000 times under it (tests/lectures/test_transformer.c
  * holds each piece to bounds derived for its exact numbers), and every
  * bug planted in
- * tests/lectures/test_lecture_scaling.py (a missing all-reduce, a token sent to the
- * wrong expert, a skipped chunk of keys) is off by far more: the test sees
- * each one's check fail. */
+ * tests/lectures/test_lecture_scaling.py (a missing all-reduce, experts
+ * seated at twice their capacity, a skipped chunk of keys) is off by far
+ * more: the test sees each one's check fail. */
 static double rounding_tolerance(int sum_lengths, double size) { return 2.0 * sum_lengths * FLOAT32_UNIT * size; }
 
 /* The sums on the way through a transformer block: LayerNorm's mean and
