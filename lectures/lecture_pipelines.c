@@ -11,6 +11,8 @@
 
 #include "lectern.h"
 #include "lib/mlp.h"
+#include "lecture_pipelines/configure.h"
+#include "lecture_pipelines/mesh.h"
 #include "lecture_pipelines/schedule.h"
 
 enum { P = 4, V = 2, M = 8, LAYERS = 8 };             /* stages, chunks a stage (interleaved), micro-batches, layers */
@@ -580,6 +582,8 @@ static void lecture_pipelines(void) {
          formula(INTERLEAVED), modelled[ZB_H1].bubble, formula(ZB_H1), real[ZB_H1].held[0], real[ONE_F_ONE_B].held[0],
          real[GPIPE].held[0], real[INTERLEAVED].sends, real[ONE_F_ONE_B].sends, real[GPIPE].bubble,
          real[ONE_F_ONE_B].bubble, real[INTERLEAVED].bubble, real[ZB_H1].bubble, P);
+    mesh_section();          /* lecture_pipelines/mesh.c */
+    configuration_section(); /* lecture_pipelines/configure.c */
 }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_pipelines); }
