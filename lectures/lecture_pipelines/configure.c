@@ -24,7 +24,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "configure.h"
+#include "lecture_pipelines/configure.h"
 #include "lectern.h"
 
 #define GB 1e9
@@ -45,10 +45,10 @@ typedef struct model {
  * step at most, 2048 H800s, NVLink 160 GB/s, InfiniBand 50 GB/s, ZeRO-1. Peak: the H100 SXM datasheet's 989
  * TFLOP/s dense BF16 (the H800 has its compute) and 900 GB/s NVLink both ways (450 one way). */
 static const model MODELS[] = {
-    {"Llama 3 405B", "The Llama 3 Herd of Models, 2024", 405e9, 405e9, 126, 16384, 8192, 16384, 128 * 16, 0, 0, 0,
-     80, 989, 450, 50, 1},
-    {"DeepSeek-V3", "DeepSeek-V3 Technical Report, 2024", 671e9, 37e9, 61, 7168, 4096, 2048, 15360, 256, 2048, 61 - 3,
-     80, 989, 160, 50, 0},
+        {"Llama 3 405B", "The Llama 3 Herd of Models, 2024", 405e9, 405e9, 126, 16384, 8192, 16384, 128 * 16, 0, 0, 0,
+         80, 989, 450, 50, 1},
+        {"DeepSeek-V3", "DeepSeek-V3 Technical Report, 2024", 671e9, 37e9, 61, 7168, 4096, 2048, 15360, 256, 2048,
+         61 - 3, 80, 989, 160, 50, 0},
 };
 enum { LLAMA, DEEPSEEK, N_MODELS };
 
@@ -58,8 +58,8 @@ typedef struct config {
 } config;
 
 static const config CONFIGS[] = {
-    {LLAMA, 1, 1, 1, 0},    {LLAMA, 8, 1, 1, 0},     {LLAMA, 8, 8, 1, 0},     {LLAMA, 8, 16, 1, 1},
-    {DEEPSEEK, 1, 1, 1, 0}, {DEEPSEEK, 1, 16, 1, 0}, {DEEPSEEK, 1, 16, 8, 0}, {DEEPSEEK, 1, 16, 64, 1},
+        {LLAMA, 1, 1, 1, 0},    {LLAMA, 8, 1, 1, 0},     {LLAMA, 8, 8, 1, 0},     {LLAMA, 8, 16, 1, 1},
+        {DEEPSEEK, 1, 1, 1, 0}, {DEEPSEEK, 1, 16, 1, 0}, {DEEPSEEK, 1, 16, 8, 0}, {DEEPSEEK, 1, 16, 64, 1},
 };
 enum { N_CONFIGS = sizeof CONFIGS / sizeof CONFIGS[0] };
 
@@ -90,7 +90,9 @@ static figures work_out(const config *c) {
     f.acts_recomputed = m->layers * 2 * sbh / t;
     f.total = f.weights + f.gradients + f.optimizer + f.acts;
     f.total_recomputed = f.weights + f.gradients + f.optimizer + f.acts_recomputed;
-    f.fit = f.total <= m->memory_gb * GB ? FITS : f.total_recomputed <= m->memory_gb * GB ? FITS_RECOMPUTED : DOES_NOT_FIT;
+    f.fit = f.total <= m->memory_gb * GB              ? FITS
+            : f.total_recomputed <= m->memory_gb * GB ? FITS_RECOMPUTED
+                                                      : DOES_NOT_FIT;
 
     f.micro = m->sequences / (f.dp * b);
     f.tokens = m->sequences * m->seq;
@@ -209,8 +211,8 @@ void configuration_section(void) {
          "TP with full recomputation (only each layer's input kept). 1F1B's first stage holds PP micro-batches of "
          "L / PP layers: L layers' worth, whatever PP. A dense block's count: DeepSeek's attention (MLA) and MoE "
          "layers keep other tensors, so its activations are an estimate.");
-    predict("Of these 8 configurations, how many fit in an 80 GB GPU **without** recomputing activations?",
-            fit_plain, "");
+    predict("Of these 8 configurations, how many fit in an 80 GB GPU **without** recomputing activations?", fit_plain,
+            "");
 
     char name[64];
     table_t *t = table_new("step 1, fit in memory: GB a rank (modelled), GPU memory 80 GB");
@@ -231,8 +233,8 @@ void configuration_section(void) {
     for (int i = 0; i < N_CONFIGS; i++) {
         const config *c = &CONFIGS[i];
         table_row(t, label(c, name, sizeof name), c->tp, c->pp, f[i].dp, c->ep, f[i].params, f[i].weights / GB,
-                  f[i].gradients / GB, f[i].optimizer / GB, f[i].acts / GB, f[i].acts_recomputed / GB,
-                  f[i].total / GB, f[i].total_recomputed / GB, FIT[f[i].fit]);
+                  f[i].gradients / GB, f[i].optimizer / GB, f[i].acts / GB, f[i].acts_recomputed / GB, f[i].total / GB,
+                  f[i].total_recomputed / GB, FIT[f[i].fit]);
     }
     table_show(t);
 
@@ -246,8 +248,8 @@ void configuration_section(void) {
     table_column(t, "bubble", NULL, "%.4f");
     table_column(t, "reached", NULL, "%s");
     for (int i = 0; i < N_CONFIGS; i++)
-        table_row(t, label(&CONFIGS[i], name, sizeof name), f[i].dp, MODELS[CONFIGS[i].model].sequences,
-                  f[i].tokens, f[i].micro, f[i].bubble, f[i].micro >= 1 ? "yes" : "no: more replicas than sequences");
+        table_row(t, label(&CONFIGS[i], name, sizeof name), f[i].dp, MODELS[CONFIGS[i].model].sequences, f[i].tokens,
+                  f[i].micro, f[i].bubble, f[i].micro >= 1 ? "yes" : "no: more replicas than sequences");
     table_show(t);
 
     t = table_new("step 3, maximise throughput: the configurations that fit and reach the batch, bytes a rank "
@@ -269,8 +271,10 @@ void configuration_section(void) {
         if (f[i].fit == DOES_NOT_FIT || f[i].micro < 1) continue;
         table_row(t, label(&CONFIGS[i], name, sizeof name), f[i].fit == FITS_RECOMPUTED ? "yes" : "no",
                   f[i].tensor / GB, f[i].pipeline / GB, f[i].data / GB, f[i].expert / GB,
-                  CONFIGS[i].ep == 1 ? "-" : f[i].expert_on_nvlink ? "NVLink" : "network", f[i].compute, f[i].step,
-                  f[i].mfu, CONFIGS[i].published ? "yes" : "no");
+                  CONFIGS[i].ep == 1      ? "-"
+                  : f[i].expert_on_nvlink ? "NVLink"
+                                          : "network",
+                  f[i].compute, f[i].step, f[i].mfu, CONFIGS[i].published ? "yes" : "no");
     }
     table_show(t);
     verdicts(f);
@@ -282,8 +286,9 @@ void configuration_section(void) {
             if (CONFIGS[i].model == k && f[i].fit != DOES_NOT_FIT && f[i].micro >= 1 &&
                 (best < 0 || f[i].mfu > f[best].mfu))
                 best = i;
-        check(best >= 0 && CONFIGS[best].published, "%s: the published configuration has the highest modelled MFU "
-                                                     "of the candidates (best: %s)",
+        check(best >= 0 && CONFIGS[best].published,
+              "%s: the published configuration has the highest modelled MFU "
+              "of the candidates (best: %s)",
               MODELS[k].name, best >= 0 ? label(&CONFIGS[best], name, sizeof name) : "none");
     }
 }

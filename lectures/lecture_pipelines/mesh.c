@@ -18,13 +18,13 @@
 
 #include "lectern.h"
 #include "lib/mlp.h"
-#include "mesh.h"
+#include "lecture_pipelines/mesh.h"
 
 enum { DP = 2, PP = 2, TP = 2, WORLD = DP * PP * TP };
 enum { MESH_LAYERS = 8, PER_STAGE = MESH_LAYERS / PP, PAIRS = PER_STAGE / 2, MICRO = 4, STEPS = 3 };
 enum { AX_TP, AX_PP, AX_DP, AXES };
 static const char *const AXIS[AXES] = {"tensor", "pipeline", "data"};
-static const int STRIDE[AXES] = {1, TP, TP * PP}; /* rank = dp * 4 + pp * 2 + tp */
+static const int STRIDE[AXES] = {1, TP, TP *PP}; /* rank = dp * 4 + pp * 2 + tp */
 static const int SIZE[AXES] = {TP, PP, DP};
 _Static_assert(MESH_LAYERS <= MAX_LAYERS && PER_STAGE % 2 == 0, "each stage holds whole layer pairs");
 
@@ -118,8 +118,7 @@ static void mesh_forward(mesh_rank *k, int m) {
         x = gelu(k->pre[m][i]);
     }
     if (k->stage < PP - 1) pp_send(k, x);
-    else { /* the model's end: d(the mean of the micro-batches' losses) */
-        k->dy[m] = mse_loss_backward(x);
+    else { /* the model's end: d(the mean of the micro-batches' losses) */ k->dy[m] = mse_loss_backward(x);
         scale_(k->dy[m], 1.0f / MICRO);
         tensor_free(x);
     }
@@ -281,8 +280,11 @@ static const char *const LINK[AXES] = {"NVLink, inside a node", "InfiniBand or R
 
 void mesh_section(void) {
     progress("3-D mesh");
-    mlp_config c = {.batch = lecture_quick() ? 64 : 128, .width = lecture_quick() ? 64 : 128, .layers = MESH_LAYERS,
-                    .steps = STEPS, .lr = 1e-3f};
+    mlp_config c = {.batch = lecture_quick() ? 64 : 128,
+                    .width = lecture_quick() ? 64 : 128,
+                    .layers = MESH_LAYERS,
+                    .steps = STEPS,
+                    .lr = 1e-3f};
     note("## A 3-D mesh: data x pipeline x tensor\n\n"
          "Large runs use all three at once. %d ranks as a %d x %d x %d mesh, rank = 4 dp + 2 pp + tp:\n\n"
          "- **tensor** groups {0, 1}, {2, 3}, ..: each pair of layers cut Megatron's way (the first by columns, "
@@ -314,8 +316,8 @@ void mesh_section(void) {
      * 2 (layers + 1) max(batch, width) 2^-24 covers. A group built on the wrong axis sums the wrong halves, a
      * missing average leaves each replica its own half batch's gradient: off by about the gradient itself. */
     double grad_tol = gradient_tolerance(&c), bound = adamw_rounding_bound(&c);
-    table_t *t = table_new("the %d x %d x %d mesh after %d steps: every rank's slices against one device's", DP, PP,
-                           TP, c.steps);
+    table_t *t = table_new("the %d x %d x %d mesh after %d steps: every rank's slices against one device's", DP, PP, TP,
+                           c.steps);
     table_column(t, "rank", NULL, "%d");
     table_column(t, "dp", NULL, "%d");
     table_column(t, "pp", NULL, "%d");
@@ -337,8 +339,9 @@ void mesh_section(void) {
     table_show(t);
     check(grads_ok, "3-D mesh: every rank's step-0 gradients equal one device's (within gradient_tolerance)");
     /* AdamW divides a gradient by its own running size: blind to scale, so this check follows the gradients'. */
-    check(params_ok, "3-D mesh: every rank's weights after %d steps equal one device's (within %.3g, AdamW's "
-                     "rounding bound)",
+    check(params_ok,
+          "3-D mesh: every rank's weights after %d steps equal one device's (within %.3g, AdamW's "
+          "rounding bound)",
           c.steps, bound);
     check(same, "3-D mesh: the two data-parallel replicas hold the same weights, to the bit");
 
@@ -378,4 +381,3 @@ void mesh_section(void) {
          quoted(r[0].calls[AX_PP]),
          r[0].measured_collectives ? "which this run had" : "not available in this run: 0, never a guess", seconds);
 }
-
