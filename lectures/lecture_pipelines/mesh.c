@@ -375,8 +375,8 @@ void mesh_section(void) {
     long long tp0 = r[0].nominal[AX_TP], pp0 = r[0].nominal[AX_PP], dp0 = r[0].nominal[AX_DP];
     note("Every rank's gradients and weights equal one device's, and the replicas' weights are the same floats. Rank "
          "0 sends %lld bytes a step to its tensor peer, %lld to the next stage and %lld to its data peer: the tensor "
-         "axis carries %.1f times the pipeline's, in %lld calls a step against %lld. (Measured bytes come from Open "
-         "MPI's counters, %s.) The spawn took %.1f s on this machine.",
+         "axis carries %.1f times the pipeline's, in %lld calls a step against %lld. The collectives' bytes come from Open "
+         "MPI's counters, %s. The spawn took %.1f s on this machine.",
          quoted(tp0), quoted(pp0), quoted(dp0), (double)tp0 / (double)pp0, quoted(r[0].calls[AX_TP]),
          quoted(r[0].calls[AX_PP]),
          r[0].measured_collectives ? "which this run had" : "not available in this run: 0, never a guess", seconds);
