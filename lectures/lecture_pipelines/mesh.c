@@ -92,11 +92,11 @@ static void pp_send(mesh_rank *k, tensor *t) {
     count(k, AX_PP, &before);
 }
 
-/* Layer l's slice on this rank: columns tp of an even layer of the pair, rows tp of an odd one. */
-static tensor *slice(const mesh_rank *k, const tensor *full, int j) {
+/* This rank's slice of its stage's layer j: columns tp of a pair's first layer, rows tp of its second. */
+static tensor *slice(const mesh_rank *k, tensor *full, int j) {
     int tp = coord(k->rank, AX_TP), part = k->width / TP;
     if (j % 2 == 0) return col_slice(full, tp * part, (tp + 1) * part);
-    tensor *rows = row_slice((tensor *)full, tp * part, (tp + 1) * part), *copy = to_device(rows, full->device);
+    tensor *rows = row_slice(full, tp * part, (tp + 1) * part), *copy = to_device(rows, full->device);
     tensor_free(rows);
     return copy;
 }
@@ -118,7 +118,8 @@ static void mesh_forward(mesh_rank *k, int m) {
         x = gelu(k->pre[m][i]);
     }
     if (k->stage < PP - 1) pp_send(k, x);
-    else { /* the model's end: d(the mean of the micro-batches' losses) */ k->dy[m] = mse_loss_backward(x);
+    else {
+        k->dy[m] = mse_loss_backward(x); /* the model's end: d(the mean of the micro-batches' losses) */
         scale_(k->dy[m], 1.0f / MICRO);
         tensor_free(x);
     }
