@@ -201,8 +201,9 @@ void configuration_section(void) {
     for (int i = 0; i < N_CONFIGS; i++)
         f[i] = work_out(&CONFIGS[i]);
     note("Memory per rank, in bytes: a parameter's 16-bit weight and gradient and AdamW's fp32 master copy and two "
-         "moments (2 + 2 + 12); FSDP (Llama) shards the gradients and the optimizer state over the replicas, ZeRO-1 "
-         "(DeepSeek) the optimizer state; an expert's state over its own replicas (DP / EP). Activations: 34 s b h / "
+         "moments (2 + 2 + 12); Llama 3's FSDP shards the gradients and the optimizer state over the "
+         "replicas and keeps the weights whole through a step (it does not reshard them after the forward), "
+         "DeepSeek-V3's ZeRO-1 shards the optimizer state; an expert's state over its own replicas (DP / EP). Activations: 34 s b h / "
          "TP bytes a layer a micro-batch of b = 1 sequence (assumed: the papers do not give it), the count of "
          "Korthikanti et al. (2022) for a block with sequence parallelism and no attention scores kept; 2 s b h / "
          "TP with full recomputation (only each layer's input kept). 1F1B's first stage holds PP micro-batches of "
