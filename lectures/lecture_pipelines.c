@@ -3,6 +3,8 @@
  * and zero-bubble (ZB-H1: the backward split into B, the input's gradient, and W, the weights'), each order made
  * by a function, checked by rules and by a simulation that must complete, run on 4 real ranks (the MLP's layers
  * cut into chunks; gradients against one device's) and with modelled compute (bubble against its formula).
+ * Then a data x pipeline x tensor mesh on 8 ranks (lecture_pipelines/mesh.c) and the choice of a configuration for
+ * two published runs (lecture_pipelines/configure.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +13,8 @@
 
 #include "lectern.h"
 #include "lib/mlp.h"
+#include "lecture_pipelines/configure.h"
+#include "lecture_pipelines/mesh.h"
 #include "lecture_pipelines/schedule.h"
 
 enum { P = 4, V = 2, M = 8, LAYERS = 8 };             /* stages, chunks a stage (interleaved), micro-batches, layers */
@@ -460,7 +464,9 @@ static void lecture_pipelines(void) {
     note("lecture_08 runs GPipe and 1F1B: with p stages and m micro-batches a stage idles (p - 1) / (m + p - 1) of "
          "the time. Two schedules used in training now cut that *bubble* further: interleaved 1F1B (Narayanan et "
          "al. 2021, Megatron-LM) and zero-bubble (Qi et al. 2023). Here each order is made by a function, checked "
-         "by rules, and run on %d ranks, with this machine's arithmetic and with modelled compute.",
+         "by rules, and run on %d ranks, with this machine's arithmetic and with modelled compute. Then the "
+         "pipeline joins data and tensor parallelism on a 2 x 2 x 2 mesh of 8 ranks, and the same formulas choose a "
+         "configuration for two published runs, Llama 3 405B and DeepSeek-V3.",
          P);
     mlp_config c = {.batch = lecture_quick() ? 256 : 512, .width = lecture_quick() ? 128 : 256, .layers = LAYERS};
     note("The model: lecture_08's MLP, %d layers %d wide, a batch of %d cut into %d micro-batches; the loss is the "
@@ -580,6 +586,8 @@ static void lecture_pipelines(void) {
          formula(INTERLEAVED), modelled[ZB_H1].bubble, formula(ZB_H1), real[ZB_H1].held[0], real[ONE_F_ONE_B].held[0],
          real[GPIPE].held[0], real[INTERLEAVED].sends, real[ONE_F_ONE_B].sends, real[GPIPE].bubble,
          real[ONE_F_ONE_B].bubble, real[INTERLEAVED].bubble, real[ZB_H1].bubble, P);
+    mesh_section();          /* lecture_pipelines/mesh.c */
+    configuration_section(); /* lecture_pipelines/configure.c */
 }
 
 int main(int argc, char **argv) { return lecture_main(argc, argv, lecture_pipelines); }

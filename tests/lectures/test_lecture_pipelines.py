@@ -10,6 +10,7 @@ lecture's check.
     /usr/bin/python3 tests/lectures/test_lecture_pipelines.py
 """
 import json
+import math
 import os
 import sys
 import tempfile
@@ -97,7 +98,8 @@ def replay(orders, v, split):
 
 class Lecture(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase):
     NAME = "lecture_pipelines"
-    SECTIONS = ["# Pipeline schedules today", "## Interleaved 1F1B", "## Zero-bubble: B and W", "## Run on 4 ranks"]
+    SECTIONS = ["# Pipeline schedules today", "## Interleaved 1F1B", "## Zero-bubble: B and W", "## Run on 4 ranks",
+                "## A 3-D mesh: data x pipeline x tensor", "## Choosing a configuration"]
 
     def bubbles(self):
         return self.row_dicts(self.table(r"^bubbles on 4 stages"))
@@ -152,11 +154,166 @@ class Lecture(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.TestCase):
             self.assertAlmostEqual(1 - max(busy) / span, r["bubble"], delta=1e-4, msg=(name, run))
 
 
+MESH = {"dp": 4, "pp": 2, "tp": 1}  # rank = 4 dp + 2 pp + tp: the stride of each axis
+AXIS = {"tensor": "tp", "pipeline": "pp", "data": "dp"}
+MESH_LAYERS, MICRO, PAIRS = 8, 4, 2  # 2 stages of 4 layers, 2 column/row pairs each
+
+
+def adamw_rounding_bound(lr, steps, beta1=0.9, beta2=0.999):
+    """lib/mlp.h's bound, written again: the sum over steps of 2 lr R_t."""
+    bound = 0.0
+    for t in range(1, steps + 1):
+        a = [(1 - beta1) * beta1 ** (t - i) for i in range(1, t + 1)]
+        b = [(1 - beta2) * beta2 ** (t - i) for i in range(1, t + 1)]
+        bound += 2 * lr * math.sqrt(sum(x * x / y for x, y in zip(a, b))) * math.sqrt(sum(b)) / sum(a)
+    return bound
+
+
+def configuration_figures(m, tp, pp, ep):
+    """configure.c's formulas, written again from the inputs table's row m (a dict): bytes and seconds."""
+    GB, b = 1e9, 1
+    sbh = m["sequence"] * b * m["hidden"]
+    dp = m["GPUs"] / (tp * pp)
+    experts_all = m["MoE layers"] * m["routed experts a layer"] * 3 * m["hidden"] * m["expert hidden"]
+    dense, experts = (m["parameters"] - experts_all) / (tp * pp), experts_all / (tp * pp * ep)
+    fsdp = m["model"].startswith("Llama")  # FSDP shards the gradients too; DeepSeek-V3's ZeRO-1 does not
+    f = {"DP": dp, "parameters a rank": dense + experts, "weights": 2 * (dense + experts) / GB,
+         "gradients": 2 * (dense + experts) / (dp if fsdp else 1) / GB,
+         "optimizer": 12 * (dense / dp + experts / (dp / ep)) / GB,
+         "activations": m["layers"] * 34 * sbh / tp / GB, "activations, recomputed": m["layers"] * 2 * sbh / tp / GB}
+    f["total"] = f["weights"] + f["gradients"] + f["optimizer"] + f["activations"]
+    f["total, recomputed"] = f["total"] - f["activations"] + f["activations, recomputed"]
+    memory = m["GPU memory"]
+    f["fits"] = "yes" if f["total"] <= memory else "with recomputation" if f["total, recomputed"] <= memory else "no"
+    micro = m["sequences a step"] / (dp * b)
+    f["micro-batches a replica"], f["tokens a step"] = micro, m["sequences a step"] * m["sequence"]
+    f["bubble"] = (pp - 1) / (micro + pp - 1)
+    calls = 4 * m["layers"] / pp * micro
+    f["tensor (NVLink)"] = calls * 2 * (tp - 1) / tp * sbh * 2 / GB if tp > 1 else 0
+    f["pipeline (network)"] = 2 * micro * sbh * 2 / tp / GB if pp > 1 else 0
+    de = dp / ep
+    f["data (network)"] = (2 * (dp - 1) / dp * 2 * dense + (2 * (de - 1) / de * 2 * experts if de > 1 else 0)) / GB
+    f["expert"] = (m["MoE layers"] / pp * micro * m["sequence"] * b * (4 if ep > 8 else 8) * m["hidden"] * 3 * 2 / GB
+                   if ep > 1 else 0)
+    on_nvlink = 1 < ep <= 8
+    flops, peak = 6 * m["active parameters"] * f["tokens a step"], m["peak BF16"] * 1e12
+    f["compute"] = flops / (m["GPUs"] * peak) * (8 / 6 if f["fits"] == "with recomputation" else 1)
+    critical = f["tensor (NVLink)"] / m["NVLink"] + (calls * 10e-6 if tp > 1 else 0)
+    hidden = (f["pipeline (network)"] + f["data (network)"] + (0 if on_nvlink else f["expert"])) / m["network"] + \
+        (f["expert"] / m["NVLink"] if on_nvlink else 0)
+    f["step (modelled)"] = f["compute"] / (1 - f["bubble"]) + critical + max(0.0, hidden - f["compute"])
+    f["MFU (modelled)"] = flops / (f["step (modelled)"] * m["GPUs"] * peak)
+    return f
+
+
+class Mesh(tracecheck.LectureRun, unittest.TestCase):
+    """The 3-D mesh against one device, and its bytes per axis against the formula; the configuration tables
+    recomputed from the papers' figures."""
+    NAME = "lecture_pipelines"
+
+    def sizes(self):
+        return self.figures("c.lr", "c.steps", "c.batch", "c.width")
+
+    def test_every_rank_equals_one_device(self):
+        rows = self.row_dicts(self.table(r"^the 2 x 2 x 2 mesh after"))
+        c = self.sizes()
+        self.assertEqual([r["rank"] for r in rows], list(range(8)))
+        bound = adamw_rounding_bound(c["c.lr"], c["c.steps"])
+        for r in rows:
+            self.assertEqual(r["rank"], sum(r[a] * stride for a, stride in MESH.items()), r)
+            self.assertLessEqual(r["max |step-0 gradient - one device|"], r["gradient tolerance"], r)
+            # the tolerance is 2 (layers + 1) max(batch, width) 2^-24 of the largest gradient (lib/mlp.h): that
+            # factor alone is ~1e-4 here; a gradient a million times larger than the tolerance would hide nothing
+            factor = 2 * (MESH_LAYERS + 1) * max(c["c.batch"], c["c.width"]) * 2.0 ** -24
+            self.assertGreater(r["gradient tolerance"], 0)
+            self.assertLess(r["gradient tolerance"], factor, r)
+            self.assertLessEqual(r["max |weights - one device|"], r["AdamW rounding bound"], r)
+            # the bound recomputed here; 1e-12 relative: a dozen double roundings apart at most
+            self.assertAlmostEqual(r["AdamW rounding bound"], bound, delta=1e-12 * bound)
+            self.assertEqual(r["max |weights - other replica|"], 0, r)  # averaged: the same floats
+
+    def test_bytes_per_axis(self):
+        c = self.sizes()
+        act = c["c.batch"] // (2 * MICRO) * c["c.width"] * 4  # one micro-batch's activation, float32
+        rows = self.row_dicts(self.table(r"^bytes one rank sends in one step, along each axis"))
+        self.assertEqual(sorted({(r["axis"], r["rank"]) for r in rows}),
+                         sorted((a, q) for a in AXIS for q in (0, 2, 4, 6)))
+        for r in rows:
+            stage = (r["rank"] // 2) % 2
+            self.assertEqual(r["stage"], stage)
+            # the peer differs from the rank along this axis only
+            self.assertEqual(r["peer"], r["rank"] ^ MESH[AXIS[r["axis"]]], r)
+            want = {"tensor": MICRO * (2 * PAIRS - (stage == 0)) * act,  # all-reduce of 2: 2 (2 - 1) / 2 x buffer
+                    "pipeline": MICRO * act,                          # one activation or gradient a micro-batch
+                    "data": MESH_LAYERS // 2 * c["c.width"] // 2 * c["c.width"] * 4}[r["axis"]]
+            self.assertEqual(r["nominal"], want, r)
+            self.assertEqual(r["formula"], want, r)
+            self.assertEqual(r["measured to the peer"], r["measured"], r)
+            if r["axis"] == "pipeline":  # point to point: measured exactly, as handed to the transport
+                self.assertEqual(r["measured"], want, r)
+
+    def inputs(self):
+        return {r["model"]: r for r in self.row_dicts(self.table(r"^the two published runs"))}
+
+    def configurations(self):
+        rows = self.row_dicts(self.table(r"^step 1, fit in memory"))
+        models = self.inputs()
+        return [(r, models[next(m for m in models if r["configuration"].startswith(m))]) for r in rows]
+
+    def test_configuration_tables_recomputed(self):
+        step2 = {r["configuration"]: r for r in self.row_dicts(self.table(r"^step 2, reach the global batch"))}
+        step3 = {r["configuration"]: r for r in self.row_dicts(self.table(r"^step 3, maximise throughput"))}
+        models = self.inputs()
+        self.assertEqual(models["Llama 3 405B"]["GPUs"], 16384)  # the papers' own figures
+        self.assertEqual(models["DeepSeek-V3"]["GPUs"], 2048)
+        published = []
+        for r, m in self.configurations():
+            f = configuration_figures(m, r["TP"], r["PP"], r["EP"])
+            # the same double arithmetic in another order: 1e-9 relative is far above its rounding (1e-15) and far
+            # below any formula's slip (a factor, a term)
+            close = lambda a, b: self.assertTrue(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (r, a, b))  # noqa
+            for k in ("DP", "parameters a rank", "weights", "gradients", "optimizer", "activations",
+                      "activations, recomputed", "total", "total, recomputed"):
+                close(r[k], f[k])
+            self.assertEqual(r["fits"], f["fits"], r)
+            s2 = step2[r["configuration"]]
+            for k in ("micro-batches a replica", "tokens a step", "bubble"):
+                close(s2[k], f[k])
+            candidate = f["fits"] != "no" and f["micro-batches a replica"] >= 1
+            self.assertEqual(r["configuration"] in step3, candidate, r)
+            if candidate:
+                s3 = step3[r["configuration"]]
+                for k in ("tensor (NVLink)", "pipeline (network)", "data (network)", "expert", "compute",
+                          "step (modelled)", "MFU (modelled)"):
+                    close(s3[k], f[k])
+                if s3["published"] == "yes":
+                    published.append(r["configuration"])
+        self.assertEqual(published, ["Llama 3 405B TP 8 PP 16", "DeepSeek-V3 TP 1 PP 16 EP 64"])
+        # the memory of the published runs, by hand: Llama's 405e9 / (8 x 16) parameters a rank, 16-bit weights
+        llama = [r for r, _ in self.configurations() if r["configuration"] == "Llama 3 405B TP 8 PP 16"][0]
+        self.assertAlmostEqual(llama["weights"], 2 * 405e9 / 128 / 1e9, delta=1e-9)
+
+    def test_prediction_is_the_tables_figure(self):
+        steps = self.trace["steps"]
+        where = {}
+        for i, s in enumerate(steps):
+            for r in s["renderings"]:
+                if r["type"] == "predict" and "published configuration (TP 8 x PP 16" in r["question"]:
+                    where["predict"], value = i, r["value"]
+                if r["type"] == "table" and (r.get("caption") or "").startswith("step 1, fit in memory"):
+                    where["table"] = i
+        self.assertLess(where["predict"], where["table"])  # asked before the verdicts are shown
+        row = [r for r, _ in self.configurations() if r["configuration"] == "Llama 3 405B TP 8 PP 16"][0]
+        self.assertEqual(value, row["total"])  # the same double, written twice by the same code
+        self.assertEqual(row["fits"], "yes" if value <= 80 else "with recomputation")
+
+
 class Planted(unittest.TestCase):
     """Each planted bug fails the lecture's order check."""
 
-    def failed(self, find, replace):
-        with planted.binary("lecture_pipelines", find, replace) as exe, tempfile.TemporaryDirectory() as out:
+    def failed(self, find, replace, source=None):
+        with planted.binary("lecture_pipelines", find, replace, source=source) as exe, \
+                tempfile.TemporaryDirectory() as out:
             p, _ = tracecheck.run_quick(exe, out)
             self.assertNotEqual(p.returncode, 0)
             with open(os.path.join(out, "lecture_pipelines.failed.json")) as f:
@@ -186,6 +343,22 @@ class Planted(unittest.TestCase):
         # a valid order (each op once, every wait met), but its bubble misses the formula
         self.assertFalse(any(w.startswith("the ZB-H1 order:") for w in got), got)
         self.assertTrue(any(w.startswith("the ZB-H1 order's simulated bubble") for w in got), got)
+
+    def test_tensor_group_on_the_data_axis(self):  # the TP all-reduces sum the two replicas' same halves
+        got = self.failed("k.tp = axis_group(rank, AX_TP);", "k.tp = axis_group(rank, AX_DP);",
+                          "lecture_pipelines/mesh.c")
+        self.assertTrue(any(w.startswith("3-D mesh: every rank's step-0 gradients") for w in got), got)
+        self.assertTrue(any(w.startswith("3-D mesh: each axis's measured bytes") for w in got), got)
+
+    def test_missing_data_parallel_average(self):  # each replica steps with its own half batch's gradient
+        got = self.failed("dist_all_reduce_in(k.dp, k.g[j], DIST_AVG);", "(void)k.dp;", "lecture_pipelines/mesh.c")
+        self.assertTrue(any(w.startswith("3-D mesh: every rank's step-0 gradients") for w in got), got)
+        self.assertTrue(any(w.startswith("3-D mesh: the two data-parallel replicas") for w in got), got)
+
+    def test_recomputation_for_free(self):  # no second forward: Llama's PP 8, with the smaller bubble, ranks first
+        got = self.failed("(f.fit == FITS_RECOMPUTED ? 8.0 / 6 : 1)", "(f.fit == FITS_RECOMPUTED ? 1.0 : 1)",
+                          "lecture_pipelines/configure.c")
+        self.assertTrue(any(w.startswith("Llama 3 405B: the published configuration") for w in got), got)
 
     def test_more_memory_than_1f1b(self):  # a stage may hold p + 1 micro-batches
         got = self.failed("else if (fits && f < M && f - w < P &&", "else if (fits && f < M && f - w < P + 1 &&")

@@ -49,31 +49,41 @@ def compile_command(name):
 
 
 @contextlib.contextmanager
-def binary(name, find, replace, count=1, also=()):
+def binary(name, find, replace, count=1, also=(), source=None):
     """The lecture NAME built from its source with `find` replaced by
     `replace` (`find` must occur exactly `count` times, all replaced), and
-    each (find, replace) of `also` (each once: a second edit that is not the
-    bug, such as skipping sections the plant does not reach, to keep the run
-    short); the path of the built program, removed on leaving the block."""
-    with open(os.path.join(ROOT, "lectures", name + ".c"), encoding="utf-8") as f:
+    each (find, replace) of `also` (each once, in the same file: a second
+    edit that is not the bug, such as skipping sections the plant does not
+    reach, to keep the run short); the path of the built program, removed on
+    leaving the block. `source`: the file under lectures/ that holds `find`
+    when it is one of the lecture's own files ("lecture_pipelines/mesh.c");
+    its planted copy is compiled with the lecture and linked before the
+    lecture's own library, so the copy's definitions are the ones used (that
+    file must include its headers by their path under lectures/)."""
+    source = source or name + ".c"
+    with open(os.path.join(ROOT, "lectures", source), encoding="utf-8") as f:
         src = f.read()
     for f_, r_, n_ in [(find, replace, count)] + [(f_, r_, 1) for f_, r_ in also]:
         found = src.count(f_)
         if found != n_:
-            raise AssertionError("lectures/%s.c holds %r %d times, not %d: the plant no longer fits" %
-                                 (name, f_, found, n_))
+            raise AssertionError("lectures/%s holds %r %d times, not %d: the plant no longer fits" %
+                                 (source, f_, found, n_))
         if f_.count("\n") != r_.count("\n"):
             raise AssertionError("a plant must keep the line count (the trace's lines must stay the lecture's)")
         src = src.replace(f_, r_)
     tmp = tempfile.mkdtemp(prefix="planted-")
     try:
-        os.makedirs(os.path.join(tmp, "lectures"))
-        copy = os.path.join(tmp, "lectures", name + ".c")
+        copy = os.path.join(tmp, "lectures", source)
+        os.makedirs(os.path.dirname(copy))
         with open(copy, "w", encoding="utf-8") as f:
             f.write(src)
         exe = os.path.join(tmp, name)
         args = compile_command(name)
-        args[args.index("lectures/%s.c" % name)] = copy
+        main = args.index("lectures/%s.c" % name)
+        if source == name + ".c":
+            args[main] = copy
+        else:
+            args.insert(main + 1, copy)
         args[args.index("-o") + 1] = exe
         # quoted includes ("lib/mlp.h") resolve from the real lectures/;
         # the copy's frames are named as the real file's
