@@ -558,7 +558,7 @@ static void loaded_as_trained(const mlp_config *c, int step) {
     note("First, what was loaded: before their first step, each of the %d ranks' rows and AdamW moments, row by "
          "row, against what the %d ranks held in memory at step %d (kept by the uninterrupted run, not read back "
          "from its files). %lld of %lld rows differ.",
-         RESHARD, WORLD, step, quoted((long long)differ), quoted((long long)compared));
+         RESHARD, WORLD, step, (long long)differ, (long long)compared);
     check(differ == 0,
           "the %d ranks loaded, bit for bit, the rows and moments the %d ranks held at step %d: %lld of %lld rows "
           "differ",
