@@ -137,19 +137,20 @@ static int calls_matched(const spawn_run *run, int r, int q, int peer) {
     return a->recvs_from[q] <= b->sends_to[r] && a->sends_to[q] <= b->recvs_from[r];
 }
 
-/* Waiting rank r waits for a rank that returned. On one host every such
- * wait counts (STRAGGLER_GRACE covers a rank just leaving its last call).
- * Between hosts a returned rank that matched all of r's calls is not what
- * r waits for: r waits for data that rank sent, still on the wire (seconds,
- * on a busy machine), which only LECTERN_TIMEOUT may call a hang. A rank
- * that did not match them never will: that wait is reported as on one
- * host. */
+/* Waiting rank r waits for a rank that returned and never will be met: that
+ * rank did not match all of r's calls (a receive it never sent for, a
+ * collective it never entered). A returned rank that matched them all is
+ * not what r waits for: r waits for data that rank already sent, on the
+ * wire between hosts or, on one host, for r's own turn on a core (seen:
+ * a rank of a 1F1B pipeline starved for over STRAGGLER_GRACE at load 10 on
+ * 2 cores, its peer's last gradient already sent); only LECTERN_TIMEOUT
+ * may call that a hang. */
 static int waits_on_returned(const spawn_run *run, int r) {
     int peer = run->board->slot[r].peer;
     if (peer >= run->world_size) return 0;
     for (int q = 0; q < run->world_size; q++) {
         if (!run->done[q] || (peer >= 0 && q != peer)) continue;
-        if (!(on_other_host(r) || on_other_host(q)) || !calls_matched(run, r, q, peer)) return 1;
+        if (!calls_matched(run, r, q, peer)) return 1;
     }
     return 0;
 }
