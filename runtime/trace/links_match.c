@@ -266,12 +266,14 @@ static cJSON *match_collectives(matcher *m) {
                 for (int j = 0; j < size; j++) {
                     int q = members[j];
                     if (q < 0 || q >= m->world_size || kth_on(&m->ranks[q], c, k_on_group)) continue;
-                    unmatched(m, r, c,
-                              m->ranks[q].root
-                                  ? lx_fmt("collective number %d on its group: rank %d made no such call", k_on_group + 1, q)
-                                  : lx_fmt("collective number %d on its group: rank %d's calls were not recorded: it "
-                                           "did not finish",
-                                           k_on_group + 1, q));
+                    unmatched(
+                            m, r, c,
+                            m->ranks[q].root
+                                    ? lx_fmt("collective number %d on its group: rank %d made no such call",
+                                             k_on_group + 1, q)
+                                    : lx_fmt("collective number %d on its group: rank %d's calls were not recorded: it "
+                                             "did not finish",
+                                             k_on_group + 1, q));
                 }
             }
             grow(&list, &n, &cap);
@@ -299,10 +301,10 @@ static cJSON *match_collectives(matcher *m) {
             if (kth_on(&m->ranks[lowest], c, k)) continue;
             unmatched(m, q, c,
                       m->ranks[lowest].root
-                          ? lx_fmt("collective number %d on its group: rank %d made no such call", k + 1, lowest)
-                          : lx_fmt("collective number %d on its group: rank %d's calls were not recorded: it did "
-                                   "not finish",
-                                   k + 1, lowest));
+                              ? lx_fmt("collective number %d on its group: rank %d made no such call", k + 1, lowest)
+                              : lx_fmt("collective number %d on its group: rank %d's calls were not recorded: it did "
+                                       "not finish",
+                                       k + 1, lowest));
         }
     }
     cJSON *out = cJSON_CreateArray();
