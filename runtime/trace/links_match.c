@@ -25,11 +25,16 @@
 
 enum { SEND, RECV, COLLECTIVE };
 
-/* A rank's calls, parsed. */
+/* A rank's calls, parsed, and indexed: by the peer they send to or receive
+ * from, and by the group of a collective, each list in call order (a
+ * compressed row: list[off[p]] .. list[off[p + 1] - 1]). */
 typedef struct rank_calls {
     cJSON *root;  /* the parsed record, NULL when none came */
     cJSON **call; /* its calls in order */
     int n;
+    int *to, *to_off;     /* sends, by peer */
+    int *from, *from_off; /* receives, by peer */
+    int *coll, *coll_off; /* collectives, by group (matcher.groups) */
 } rank_calls;
 
 static const char *call_name(const cJSON *c) {
@@ -70,15 +75,66 @@ static int receives_from(const cJSON *c) {
 typedef struct matcher {
     rank_calls *ranks;
     int world_size;
+    char **group_key; /* the groups collectives ran on: "world" or "[0,1,2]" */
+    int n_groups;
     int (*step_of)(void *ctx, int rank, int k);
     void *ctx;
     cJSON *unmatched;
+    cJSON *sites; /* link_sites */
 } matcher;
 
-/* One side of a link: the rank, its call, its line and step, its clock.
- * `t0`/`t1` name the clock: start/end for a message, arrive/leave for a
- * collective. */
-static cJSON *side(const matcher *m, int rank, const cJSON *c, const char *t0, const char *t1) {
+/* The call sites of the spawn's links, each once: {"call", "path", "line",
+ * "function"}. A link's side names its site by index (a lecture makes
+ * thousands of calls from a few dozen lines: the trace stays small). */
+static int site_of(matcher *m, const cJSON *c) {
+    const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "path"));
+    if (!path) return -1;
+    const char *fn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "function"));
+    const char *call = call_name(c);
+    int line = num(c, "line", 0);
+    int i = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, m->sites) {
+        const char *sf = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "function"));
+        if (num(s, "line", 0) == line &&
+            strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "path")), path) == 0 &&
+            strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "call")), call) == 0 &&
+            (sf && fn ? strcmp(sf, fn) == 0 : sf == fn))
+            return i;
+        i++;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "call", call);
+    cJSON_AddStringToObject(o, "path", path);
+    cJSON_AddNumberToObject(o, "line", line);
+    if (fn) cJSON_AddStringToObject(o, "function", fn);
+    cJSON_AddItemToArray(m->sites, o);
+    return i;
+}
+
+/* The trace's index of the rank's last step before the call, -1 none. */
+static int step_at(const matcher *m, int rank, const cJSON *c) {
+    int k = num(c, "step", -1);
+    return k >= 0 ? m->step_of(m->ctx, rank, k) : -1;
+}
+
+static cJSON *int_or_null(int v) { return v >= 0 ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+/* One side of a link, compact: [rank, site, step, start, end] (a
+ * collective's: [rank, site, step, arrive, leave]). */
+static cJSON *side(matcher *m, int rank, const cJSON *c) {
+    cJSON *o = cJSON_CreateArray();
+    cJSON_AddItemToArray(o, cJSON_CreateNumber(rank));
+    cJSON_AddItemToArray(o, int_or_null(site_of(m, c)));
+    cJSON_AddItemToArray(o, int_or_null(step_at(m, rank, c)));
+    cJSON_AddItemToArray(o, cJSON_CreateNumber(real(c, "start")));
+    cJSON_AddItemToArray(o, cJSON_CreateNumber(real(c, "end")));
+    return o;
+}
+
+/* A call left over, spelled out (they are few): its rank, call, line and
+ * step, its clock and why. */
+static cJSON *described(const matcher *m, int rank, const cJSON *c) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "rank", rank);
     cJSON_AddStringToObject(o, "call", call_name(c));
@@ -89,33 +145,20 @@ static cJSON *side(const matcher *m, int rank, const cJSON *c, const char *t0, c
         const char *fn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "function"));
         if (fn) cJSON_AddStringToObject(o, "function", fn);
     }
-    int k = num(c, "step", -1);
-    int step = k >= 0 ? m->step_of(m->ctx, rank, k) : -1;
-    if (step >= 0) cJSON_AddNumberToObject(o, "step", step);
-    else cJSON_AddNullToObject(o, "step");
-    cJSON_AddNumberToObject(o, t0, real(c, "start"));
-    cJSON_AddNumberToObject(o, t1, real(c, "end"));
+    cJSON_AddItemToObject(o, "step", int_or_null(step_at(m, rank, c)));
+    cJSON_AddNumberToObject(o, "start", real(c, "start"));
+    cJSON_AddNumberToObject(o, "end", real(c, "end"));
     return o;
 }
 
 static void unmatched(matcher *m, int rank, const cJSON *c, char *why) {
-    cJSON *o = side(m, rank, c, "start", "end");
+    cJSON *o = described(m, rank, c);
     cJSON_AddStringToObject(o, "why", why);
     cJSON_AddItemToArray(m->unmatched, o);
     free(why);
 }
 
 /* ---- point to point ---- */
-
-/* Rank a's calls that send to b (or receive from b): their indices, in order. */
-static int *calls_with(const rank_calls *r, int peer, int sending, int *n) {
-    int *out = malloc(sizeof *out * (size_t)(r->n + 1));
-    if (!out) lx_fatal("out of memory matching messages");
-    *n = 0;
-    for (int i = 0; i < r->n; i++)
-        if ((sending ? sends_to(r->call[i]) : receives_from(r->call[i])) == peer) out[(*n)++] = i;
-    return out;
-}
 
 typedef struct timed {
     double t;
@@ -149,17 +192,16 @@ static cJSON *match_messages(matcher *m) {
     for (int a = 0; a < m->world_size; a++)
         for (int b = 0; b < m->world_size; b++) {
             const rank_calls *ra = &m->ranks[a], *rb = &m->ranks[b];
-            int ns = 0, nr = 0;
-            int *s = calls_with(ra, b, 1, &ns);
-            int *r = calls_with(rb, a, 0, &nr);
+            const int *s = ra->to + ra->to_off[b], *r = rb->from + rb->from_off[a];
+            int ns = ra->to_off[b + 1] - ra->to_off[b], nr = rb->from_off[a + 1] - rb->from_off[a];
             int both = ns < nr ? ns : nr;
             for (int k = 0; k < both; k++) {
                 const cJSON *sc = ra->call[s[k]], *rc = rb->call[r[k]];
                 cJSON *msg = cJSON_CreateObject();
                 cJSON_AddStringToObject(msg, "kind", call_name(sc));
                 cJSON_AddNumberToObject(msg, "bytes", real(sc, "bytes"));
-                cJSON_AddItemToObject(msg, "from", side(m, a, sc, "start", "end"));
-                cJSON_AddItemToObject(msg, "to", side(m, b, rc, "start", "end"));
+                cJSON_AddItemToObject(msg, "from", side(m, a, sc));
+                cJSON_AddItemToObject(msg, "to", side(m, b, rc));
                 grow(&list, &n, &cap);
                 list[n++] = (timed){real(sc, "start"), msg};
             }
@@ -177,8 +219,6 @@ static cJSON *match_messages(matcher *m) {
                                             "message%s to rank %d",
                                             k + 1, a, a, ns, ns == 1 ? "" : "s", b)
                                    : lx_fmt("rank %d's calls were not recorded: it did not finish", a));
-            free(s);
-            free(r);
         }
     cJSON *out = cJSON_CreateArray();
     add_sorted(out, list, n);
@@ -187,124 +227,99 @@ static cJSON *match_messages(matcher *m) {
 
 /* ---- collectives ---- */
 
-/* The group a collective ran on: its ranks, or the world's. */
-static int group_of(const matcher *m, const cJSON *c, int *ranks) {
+/* A group's members, from its key's call (the world's: every rank). */
+static int members_of(const matcher *m, const cJSON *c, int *ranks) {
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(c, "group");
+    int n = 0;
     if (!cJSON_IsArray(g)) {
         for (int r = 0; r < m->world_size; r++)
-            ranks[r] = r;
-        return m->world_size;
+            ranks[n++] = r;
+        return n;
     }
-    int n = 0;
     const cJSON *x;
     cJSON_ArrayForEach(x, g) if (n < LECTERN_MAX_WORLD) ranks[n++] = x->valueint;
     return n;
 }
 
-static int same_group(const cJSON *a, const cJSON *b) {
-    const cJSON *ga = cJSON_GetObjectItemCaseSensitive(a, "group"), *gb = cJSON_GetObjectItemCaseSensitive(b, "group");
-    if (!ga || !gb) return !ga && !gb;
-    return cJSON_Compare(ga, gb, 1);
+static int lowest(const int *ranks, int n) {
+    int low = ranks[0];
+    for (int j = 1; j < n; j++)
+        if (ranks[j] < low) low = ranks[j];
+    return low;
 }
 
-/* The k-th collective rank r made on the group of `like` (NULL: none). */
-static const cJSON *kth_on(const rank_calls *r, const cJSON *like, int k) {
-    for (int i = 0; i < r->n; i++) {
-        const cJSON *c = r->call[i];
-        if (kind_of(c) != COLLECTIVE || is(c, "sendrecv", "sendrecv") || !same_group(c, like)) continue;
-        if (k-- == 0) return c;
+/* Rank q's k-th collective on group g, or NULL. */
+static const cJSON *kth_on(const matcher *m, int q, int g, int k) {
+    if (q < 0 || q >= m->world_size) return NULL;
+    const rank_calls *rq = &m->ranks[q];
+    if (k >= rq->coll_off[g + 1] - rq->coll_off[g]) return NULL;
+    return rq->call[rq->coll[rq->coll_off[g] + k]];
+}
+
+static char *missing_call(const matcher *m, int q, int k) {
+    return m->ranks[q].root ? lx_fmt("collective number %d on its group: rank %d made no such call", k + 1, q)
+                            : lx_fmt("collective number %d on its group: rank %d's calls were not recorded: it did "
+                                     "not finish",
+                                     k + 1, q);
+}
+
+/* The k-th collective on group g, opened by its lowest member `low`. */
+static cJSON *collective(matcher *m, int g, int low, int k, double *first) {
+    const cJSON *c = kth_on(m, low, g, k);
+    int members[LECTERN_MAX_WORLD];
+    int size = members_of(m, c, members);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "op", call_name(c));
+    cJSON_AddItemToObject(e, "group", cJSON_CreateIntArray(members, size));
+    if (!cJSON_GetObjectItemCaseSensitive(c, "group")) cJSON_AddTrueToObject(e, "world");
+    cJSON_AddNumberToObject(e, "bytes", real(c, "bytes"));
+    cJSON *calls = cJSON_AddArrayToObject(e, "calls");
+    double last = 0;
+    int last_rank = -1, got = 0;
+    for (int j = 0; j < size; j++) {
+        const cJSON *qc = kth_on(m, members[j], g, k);
+        if (!qc) continue;
+        cJSON_AddItemToArray(calls, side(m, members[j], qc));
+        double t = real(qc, "start");
+        if (!got || t < *first) *first = t;
+        if (!got || t > last) last = t, last_rank = members[j];
+        got++;
     }
-    return NULL;
+    if (got == size) {
+        cJSON_AddNumberToObject(e, "last", last_rank);
+        return e;
+    }
+    cJSON_AddTrueToObject(e, "incomplete");
+    for (int j = 0; j < size; j++)
+        if (members[j] >= 0 && members[j] < m->world_size && !kth_on(m, members[j], g, k))
+            unmatched(m, low, c, missing_call(m, members[j], k));
+    return e;
 }
 
 static cJSON *match_collectives(matcher *m) {
     timed *list = NULL;
     int n = 0, cap = 0;
-    /* Each collective is taken up from its lowest member: rank r's k-th call
-     * on a group whose lowest member is r opens the entry. */
-    for (int r = 0; r < m->world_size; r++) {
-        const rank_calls *rr = &m->ranks[r];
-        int k_on_group = 0;
-        for (int i = 0; i < rr->n; i++) {
-            const cJSON *c = rr->call[i];
-            if (kind_of(c) != COLLECTIVE || is(c, "sendrecv", "sendrecv")) continue;
-            int members[LECTERN_MAX_WORLD];
-            int size = group_of(m, c, members);
-            int lowest = members[0];
-            for (int j = 1; j < size; j++)
-                if (members[j] < lowest) lowest = members[j];
-            if (lowest != r) continue;
-            /* Its number among r's calls on this group. */
-            k_on_group = 0;
-            for (int j = 0; j < i; j++) {
-                const cJSON *d = rr->call[j];
-                if (kind_of(d) == COLLECTIVE && !is(d, "sendrecv", "sendrecv") && same_group(d, c)) k_on_group++;
-            }
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "op", call_name(c));
-            cJSON_AddItemToObject(e, "group", cJSON_CreateIntArray(members, size));
-            if (!cJSON_GetObjectItemCaseSensitive(c, "group")) cJSON_AddTrueToObject(e, "world");
-            cJSON_AddNumberToObject(e, "bytes", real(c, "bytes"));
-            cJSON *calls = cJSON_AddArrayToObject(e, "calls");
-            double first = 0, last = 0;
-            int last_rank = -1, got = 0;
-            for (int j = 0; j < size; j++) {
-                int q = members[j];
-                const cJSON *qc = q >= 0 && q < m->world_size ? kth_on(&m->ranks[q], c, k_on_group) : NULL;
-                if (!qc) continue;
-                cJSON_AddItemToArray(calls, side(m, q, qc, "arrive", "leave"));
-                double t = real(qc, "start");
-                if (!got || t < first) first = t;
-                if (!got || t > last) last = t, last_rank = q;
-                got++;
-            }
-            if (got == size) {
-                cJSON_AddNumberToObject(e, "last", last_rank);
-                cJSON_AddNumberToObject(e, "spread_s", (double)(long long)((last - first) * 1e6 + 0.5) / 1e6);
-            } else {
-                cJSON_AddTrueToObject(e, "incomplete");
-                for (int j = 0; j < size; j++) {
-                    int q = members[j];
-                    if (q < 0 || q >= m->world_size || kth_on(&m->ranks[q], c, k_on_group)) continue;
-                    unmatched(
-                            m, r, c,
-                            m->ranks[q].root
-                                    ? lx_fmt("collective number %d on its group: rank %d made no such call",
-                                             k_on_group + 1, q)
-                                    : lx_fmt("collective number %d on its group: rank %d's calls were not recorded: it "
-                                             "did not finish",
-                                             k_on_group + 1, q));
-                }
-            }
+    for (int g = 0; g < m->n_groups; g++) {
+        /* The group's members, from any call on it. */
+        const cJSON *any = NULL;
+        for (int q = 0; q < m->world_size && !any; q++)
+            any = kth_on(m, q, g, 0);
+        int members[LECTERN_MAX_WORLD];
+        int size = members_of(m, any, members);
+        int low = lowest(members, size);
+        /* Each call is opened by the group's lowest member: its k-th. */
+        int made = low >= 0 && low < m->world_size ? m->ranks[low].coll_off[g + 1] - m->ranks[low].coll_off[g] : 0;
+        for (int k = 0; k < made; k++) {
+            double first = 0;
+            cJSON *e = collective(m, g, low, k, &first);
             grow(&list, &n, &cap);
             list[n++] = (timed){first, e};
         }
-    }
-    /* A member that made more calls on a group than its lowest member: no
-     * entry opened them (the lowest member's record is what numbers them). */
-    for (int q = 0; q < m->world_size; q++) {
-        const rank_calls *rq = &m->ranks[q];
-        for (int i = 0; i < rq->n; i++) {
-            const cJSON *c = rq->call[i];
-            if (kind_of(c) != COLLECTIVE || is(c, "sendrecv", "sendrecv")) continue;
-            int members[LECTERN_MAX_WORLD];
-            int size = group_of(m, c, members);
-            int lowest = members[0];
-            for (int j = 1; j < size; j++)
-                if (members[j] < lowest) lowest = members[j];
-            if (lowest == q || lowest < 0 || lowest >= m->world_size) continue;
-            int k = 0;
-            for (int j = 0; j < i; j++) {
-                const cJSON *d = rq->call[j];
-                if (kind_of(d) == COLLECTIVE && !is(d, "sendrecv", "sendrecv") && same_group(d, c)) k++;
-            }
-            if (kth_on(&m->ranks[lowest], c, k)) continue;
-            unmatched(m, q, c,
-                      m->ranks[lowest].root
-                              ? lx_fmt("collective number %d on its group: rank %d made no such call", k + 1, lowest)
-                              : lx_fmt("collective number %d on its group: rank %d's calls were not recorded: it did "
-                                       "not finish",
-                                       k + 1, lowest));
+        /* Calls past the lowest member's: nobody opened them. */
+        for (int j = 0; j < size; j++) {
+            int q = members[j];
+            for (int k = made; q != low && kth_on(m, q, g, k); k++)
+                unmatched(m, q, kth_on(m, q, g, k), missing_call(m, low, k));
         }
     }
     cJSON *out = cJSON_CreateArray();
@@ -312,10 +327,59 @@ static cJSON *match_collectives(matcher *m) {
     return out;
 }
 
+/* ---- indexing a rank's calls ---- */
+
+static int group_id(matcher *m, const cJSON *c) {
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(c, "group");
+    char *key = g ? cJSON_PrintUnformatted(g) : strdup("world");
+    if (!key) lx_fatal("out of memory matching messages");
+    for (int i = 0; i < m->n_groups; i++)
+        if (strcmp(m->group_key[i], key) == 0) {
+            free(key);
+            return i;
+        }
+    char **more = realloc(m->group_key, sizeof *more * (size_t)(m->n_groups + 1));
+    if (!more) lx_fatal("out of memory matching messages");
+    m->group_key = more;
+    m->group_key[m->n_groups] = key;
+    return m->n_groups++;
+}
+
+/* A compressed row of `n` calls keyed 0..keys-1 (-1: none): off[keys + 1], list. */
+static void index_by(const int *key, int n, int keys, int **list, int **off) {
+    *off = calloc((size_t)keys + 2, sizeof **off);
+    *list = malloc(sizeof **list * (size_t)(n + 1));
+    if (!*off || !*list) lx_fatal("out of memory matching messages");
+    for (int i = 0; i < n; i++)
+        if (key[i] >= 0) (*off)[key[i] + 2]++;
+    for (int p = 2; p <= keys + 1; p++)
+        (*off)[p] += (*off)[p - 1];
+    for (int i = 0; i < n; i++) /* off[p + 1] runs as the fill cursor of key p */
+        if (key[i] >= 0) (*list)[(*off)[key[i] + 1]++] = i;
+}
+
+static void index_rank(matcher *m, rank_calls *r, int *group_of_call) {
+    int *to = malloc(sizeof *to * (size_t)(r->n + 1)), *from = malloc(sizeof *from * (size_t)(r->n + 1));
+    if (!to || !from) lx_fatal("out of memory matching messages");
+    for (int i = 0; i < r->n; i++) {
+        const cJSON *c = r->call[i];
+        int t = sends_to(c), f = receives_from(c);
+        to[i] = t < m->world_size ? t : -1;
+        from[i] = f < m->world_size ? f : -1;
+        group_of_call[i] = kind_of(c) == COLLECTIVE && !is(c, "sendrecv", "sendrecv") ? group_id(m, c) : -1;
+    }
+    index_by(to, r->n, m->world_size, &r->to, &r->to_off);
+    index_by(from, r->n, m->world_size, &r->from, &r->from_off);
+    free(to);
+    free(from);
+}
+
 void lx_links_match(cJSON *entry, char *const *texts, int world_size, int (*step_of)(void *ctx, int rank, int k),
                     void *ctx) {
     rank_calls *ranks = calloc((size_t)world_size, sizeof *ranks);
-    if (!ranks) lx_fatal("out of memory matching messages");
+    int **group_of_call = calloc((size_t)world_size, sizeof *group_of_call);
+    if (!ranks || !group_of_call) lx_fatal("out of memory matching messages");
+    matcher m = {ranks, world_size, NULL, 0, step_of, ctx, cJSON_CreateArray(), cJSON_CreateArray()};
     cJSON *missing = cJSON_CreateArray(), *dropped = cJSON_CreateArray();
     int any_dropped = 0;
     for (int r = 0; r < world_size; r++) {
@@ -323,17 +387,22 @@ void lx_links_match(cJSON *entry, char *const *texts, int world_size, int (*step
         cJSON *list = cJSON_GetObjectItemCaseSensitive(ranks[r].root, "calls");
         int n = cJSON_GetArraySize(list);
         ranks[r].call = malloc(sizeof(cJSON *) * (size_t)(n + 1));
-        if (!ranks[r].call) lx_fatal("out of memory matching messages");
+        group_of_call[r] = malloc(sizeof(int) * (size_t)(n + 1));
+        if (!ranks[r].call || !group_of_call[r]) lx_fatal("out of memory matching messages");
         cJSON *c;
         cJSON_ArrayForEach(c, list) ranks[r].call[ranks[r].n++] = c;
+        index_rank(&m, &ranks[r], group_of_call[r]);
         int d = num(ranks[r].root, "dropped", 0);
         any_dropped |= d > 0;
         cJSON_AddItemToArray(dropped, cJSON_CreateNumber(d));
         if (!ranks[r].root) cJSON_AddItemToArray(missing, cJSON_CreateNumber(r));
     }
-    matcher m = {ranks, world_size, step_of, ctx, cJSON_CreateArray()};
+    /* The groups are known once every rank is read. */
+    for (int r = 0; r < world_size; r++)
+        index_by(group_of_call[r], ranks[r].n, m.n_groups, &ranks[r].coll, &ranks[r].coll_off);
     lx_json_set(entry, "messages", match_messages(&m));
     lx_json_set(entry, "collectives", match_collectives(&m));
+    lx_json_set(entry, "link_sites", m.sites);
     if (cJSON_GetArraySize(m.unmatched) > 0) lx_json_set(entry, "links_unmatched", m.unmatched);
     else cJSON_Delete(m.unmatched);
     if (any_dropped) lx_json_set(entry, "links_dropped", dropped);
@@ -343,6 +412,17 @@ void lx_links_match(cJSON *entry, char *const *texts, int world_size, int (*step
     for (int r = 0; r < world_size; r++) {
         cJSON_Delete(ranks[r].root);
         free(ranks[r].call);
+        free(ranks[r].to);
+        free(ranks[r].to_off);
+        free(ranks[r].from);
+        free(ranks[r].from_off);
+        free(ranks[r].coll);
+        free(ranks[r].coll_off);
+        free(group_of_call[r]);
     }
+    for (int g = 0; g < m.n_groups; g++)
+        free(m.group_key[g]);
+    free(m.group_key);
+    free(group_of_call);
     free(ranks);
 }

@@ -72,11 +72,11 @@ CLOCK_ATOL = 1e-9
 def normalised(trace):
     """The trace without what differs between two runs of the same lecture:
     times, the command line, the host's load."""
-    drop = {"time", "seconds", "startup_s", "start_time", "duration_s", "command", "start", "end", "arrive", "leave",
-            "spread_s", "last"}
+    drop = {"time", "seconds", "startup_s", "start_time", "duration_s", "command", "start", "end", "last"}
     # A message link names the trace's step index, which the ranks'
     # interleaving moves: name it as (spawn/rank, its place among that
-    # rank's steps) instead, and its lists, ordered by time, sorted.
+    # rank's steps) instead; its times zeroed, its lists (ordered by time)
+    # sorted, and its sites (numbered as first met) named.
     place = {}
     seen = {}
     for i, step in enumerate(trace["steps"]):
@@ -86,9 +86,9 @@ def normalised(trace):
     for sp in trace["spawns"]:
         sides = [m[k] for m in sp.get("messages", []) for k in ("from", "to")]
         sides += [c for col in sp.get("collectives", []) for c in col["calls"]]
-        for side in sides:
-            if side.get("step") is not None:
-                side["step"] = list(place[side["step"]])
+        for side in sides:  # [rank, site, step, start, end]
+            side[2] = list(place[side[2]]) if side[2] is not None else None
+            side[3] = side[4] = 0
 
     def walk(x):
         if isinstance(x, dict):
@@ -98,6 +98,10 @@ def normalised(trace):
         return x
     t = walk(trace)
     for sp in t["spawns"]:
+        sites = sp.pop("link_sites", [])
+        for side in [m[k] for m in sp.get("messages", []) for k in ("from", "to")] + \
+                [c for col in sp.get("collectives", []) for c in col["calls"]]:
+            side[1] = sites[side[1]] if side[1] is not None else None
         for k in ("messages", "collectives"):
             if k in sp:
                 sp[k] = sorted(sp[k], key=lambda x: json.dumps(x, sort_keys=True))
