@@ -172,7 +172,7 @@ static int by_t(const void *a, const void *b) {
 
 /* Appends `list` to `out` ordered by time (and frees it). */
 static void add_sorted(cJSON *out, timed *list, int n) {
-    qsort(list, (size_t)n, sizeof *list, by_t);
+    if (n > 1) qsort(list, (size_t)n, sizeof *list, by_t); /* list is NULL when n is 0 */
     for (int i = 0; i < n; i++)
         cJSON_AddItemToArray(out, list[i].item);
     free(list);
