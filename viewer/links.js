@@ -137,6 +137,8 @@
       if (!x || x.step == null) return L.tell('Its partner made no step to go to.');
       to = x.step;
     }
+    // A rank filter that hides the partner is lifted: the jump shows it.
+    if (S.rank != null && L.T.steps[to] && L.T.steps[to].rank !== S.rank) L.setRank(null);
     L.go(to);
     back = { from: from, to: to };
     L.drawLinks();

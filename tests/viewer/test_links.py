@@ -114,6 +114,16 @@ class TestLinks(base.ViewerCase):
         self.assertEqual(self.js("return document.querySelectorAll('.item.linked').length"), 0)
         self.assertEqual(self.axe(), [])
 
+    def test_rank_filter_lifted_to_show_the_partner(self):
+        m = self.pipe_message()
+        self.open("?trace=%s&step=%d" % (NAME, m["to"][2] + 1))
+        self.keys("1")  # rank 1 only: the sender, rank 0, is hidden
+        self.assertEqual(self.js("return document.getElementById('rank-filter').value"), "1")
+        self.keys("f")
+        self.assertEqual(self.cur_step(), m["from"][2] + 1)
+        self.assertEqual(self.js("return document.getElementById('rank-filter').value"), "")
+        self.assertEqual(self.axe(), [])
+
     def test_a_step_without_links_has_no_panel(self):
         self.open("?trace=%s&step=1" % NAME)
         self.assertTrue(self.js("return document.getElementById('links-panel').hidden"))
