@@ -19,6 +19,10 @@
   var at = null;     // step index -> [{kind, me, other(s), ...}]
   var back = null;   // {from, to}: the jump to undo with "back"
   var linked = [];   // cells marked as the current step's partners
+  // A step followed by a loop of calls (a bucket's all-reduce per
+  // parameter) has thousands: the first few are listed and marked, the rest
+  // counted (drawing 3,000 took 0.6 s a step in bench/viewer_bench.py).
+  var SHOWN = 8;
 
   // A side [rank, site, step, start, end], spelled out.
   function side(sp, x) {
@@ -117,12 +121,14 @@
     var panel = $('links-panel');
     if (!panel || !L.T) return;
     index();
-    var items = S.mode === 'read' ? [] : L.linksAt(S.cur);
+    var all = S.mode === 'read' ? [] : L.linksAt(S.cur), items = all.slice(0, SHOWN);
     markPartners(items);
     var hasBack = back && back.to === S.cur;
     if (!items.length && !hasBack) { panel.hidden = true; return; }
     panel.hidden = false;
     var h = items.length ? '<ul class="links">' + items.map(itemHTML).join('') + '</ul>' : '';
+    if (all.length > items.length)
+      h += '<p class="links-more">and ' + (all.length - items.length) + ' more calls before this rank\'s next step.</p>';
     if (hasBack) h += '<p><button type="button" class="link-back" aria-label="Back to step ' + (back.from + 1) + ' (b)">' +
       '&larr; back to step ' + (back.from + 1) + '</button></p>';
     $('links-info').innerHTML = h;
