@@ -16,7 +16,7 @@ import tracecheck  # noqa: E402
 F = tracecheck.Fixture("links_fixture")
 N = 8  # the fixture's N floats
 FLOAT = 4
-ENV = {"LECTERN_TIMEOUT": "30"}
+ENV = {"LECTERN_TIMEOUT": "30", "LECTERN_BACKEND": "", "LECTERN_NCCL_EMULATE": ""}
 
 
 def line(mark):
@@ -42,18 +42,24 @@ def expand(spawn):
 
 
 class Talk(tracecheck.FixtureTest):
+    ENV = ENV
+    BACKEND = "mpi"
+
     @classmethod
     def setUpClass(cls):
         import tempfile
         import shutil
         out = tempfile.mkdtemp(prefix="lectern-links-")
         try:
-            p = F.run(out, env=ENV, timeout=180)
+            p = F.run(out, env=cls.ENV, timeout=180)
             assert p.returncode == 0, p.stderr
             cls.trace = tracecheck.validate(os.path.join(out, "links_fixture.json"))
         finally:
             shutil.rmtree(out, ignore_errors=True)
         cls.spawn = expand(cls.trace["spawns"][0])
+
+    def test_backend(self):
+        self.assertEqual(self.spawn["backend"], self.BACKEND)
 
     def step_line(self, side):
         """The line of the step a link side names (its rank's last step before the call)."""
@@ -156,6 +162,13 @@ class Talk(tracecheck.FixtureTest):
             self.assertEqual(self.step_line(x), line("note broadcast"))
             self.assertLessEqual(x["arrive"], x["leave"])
         self.assertEqual(c["last"], max(c["calls"], key=lambda x: x["arrive"])["rank"])
+
+
+class TalkOnNcclEmulator(Talk):
+    """The same calls through NCCL's logic (comm_nccl.c) on the CPU emulator:
+    the links are recorded where every backend's calls pass."""
+    ENV = dict(ENV, LECTERN_BACKEND="nccl", LECTERN_NCCL_EMULATE="1")
+    BACKEND = "nccl"
 
 
 class Unmatched(tracecheck.FixtureTest):
