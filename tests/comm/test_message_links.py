@@ -192,6 +192,21 @@ class Unmatched(tracecheck.FixtureTest):
         self.assertEqual(len(t["spawns"][1]["messages"]), 0)
         self.assertNotIn("links_unmatched", t["spawns"][0])
 
+    def test_past_the_cap_calls_are_counted_and_the_rest_matched(self):
+        """4,100 messages: each rank keeps its first 4,096 calls, drops 4 and
+        says so; the kept ones all match (both ranks drop the same tail)."""
+        env = dict(ENV, LINKS_CASE="many")
+        rc, _, err = self.run_fixture("links_fixture", env, timeout=180)
+        self.assertEqual(rc, 0, err)
+        t = tracecheck.validate(os.path.join(self.out, "links_fixture.json"))
+        s = t["spawns"][1]
+        self.assertEqual(s["links_dropped"], [4100 - 4096, 4100 - 4096])
+        self.assertEqual(len(s["messages"]), 4096)
+        self.assertNotIn("links_unmatched", s)
+        self.assertNotIn("links_dropped", t["spawns"][0])
+        sites = s["link_sites"]
+        self.assertEqual({sites[m["from"][1]]["line"] for m in s["messages"]}, {line("many send")})
+
 
 if __name__ == "__main__":
     unittest.main()
