@@ -22,6 +22,8 @@
  *   vars.js     inspect(x)'s values, and the variables panel beside the call stack
  *   predict.js  predict()'s questions: an answer field, the value on Reveal
  *   diff.js     two runs compared (?trace=A&diff=B): steps paired, what differs
+ *   links.js    who talked to whom: a step's messages and collectives, their
+ *               partners' steps (f follows, b comes back)
  *   lectures.js the index page: every lecture with a trace, when none is named
  *   main.js     starting: the trace the address names, or one opened by hand
  *

@@ -246,6 +246,8 @@
     else if (k === 'm') L.setMode(S.mode === 'read' ? 'step' : 'read');
     else if (k === 't') L.setLive(!S.live);
     else if ((k === 'd' || k === 'D') && L.diffActive()) L.diffMove(k === 'd' ? 1 : -1);
+    else if (k === 'f' && L.followLink) L.followLink();
+    else if (k === 'b' && L.linkBack) L.linkBack();
     else if (k === '?') L.openHelp();
     else if (k === 'a' && S.rank != null) L.setRank(null);
     else if (/^[0-9]$/.test(k) && L.T.spawns.length) L.setRank(+k);

@@ -161,6 +161,7 @@
     $('time').textContent = typeof s.time === 'number' ? 't = ' + L.fmtSeconds(s.time) : '';
     drawStack();
     if (L.drawVars) L.drawVars();   // vars.js: the frame's inspected variables
+    if (L.drawLinks) L.drawLinks();   // links.js: the messages and collectives after this step
     if (L.diffActive()) L.drawDiffPanel();   // diff.js: what differs from the other run here
     markSpawns();
     markOutline();

@@ -245,8 +245,24 @@ size_t lx_check_all_to_all(const char *call, const dist_group *g, tensor *output
 
 /* ---- around each call that waits ---- */
 
+/* The last call's line and when it was entered, for its message link
+ * (comm_stats.c reads them once the backend returns). */
+static lx_frame last_site;
+static double last_enter;
+
+void lx_call_mark(const call_site *site) {
+    last_site = site->n > 0 ? site->frames[site->n - 1] : (lx_frame){0};
+    last_enter = lx_elapsed();
+}
+
+const lx_frame *lx_call_marked(double *enter) {
+    *enter = last_enter;
+    return last_site.path ? &last_site : NULL;
+}
+
 void lx_call_enter(call_site *site, const char *board, int peer) {
     site->n = lx_stack_capture(site->frames, LX_MAX_FRAMES);
+    lx_call_mark(site);
     lx_rank_enter(board, site->frames, site->n, peer);
 }
 

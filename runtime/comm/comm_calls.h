@@ -134,6 +134,11 @@ typedef struct call_site {
 } call_site;
 
 void lx_call_enter(call_site *site, const char *board, int peer);
+/* The call about to be made is at `site` (lx_call_enter does it): its top
+ * frame and the time, which lx_call_marked returns (NULL: no lecture frame)
+ * for the call's message link (trace.h, lx_links_call). */
+void lx_call_mark(const call_site *site);
+const lx_frame *lx_call_marked(double *enter);
 /* A collective: every rank must make the same call (comm_agree.c). */
 void lx_call_enter_collective(call_site *site, const lx_call *c, size_t count, int op, int root);
 void lx_call_leave(void);

@@ -116,6 +116,7 @@ dist_request *dist_isend(const tensor *t, int dst) {
     size_t n = lx_check_args(c, NULL, t, dst, DIST_SUM);
     call_site site;
     site.n = lx_stack_capture(site.frames, LX_MAX_FRAMES);
+    lx_call_mark(&site);
     dist_request *req = lx_request_new(c, dst, (int64_t)n, &site);
     req->send_check = lx_agree_send(c, (int64_t)n, dst, site.frames, site.n);
     lx_request_uses(req, t, 0);
@@ -129,6 +130,7 @@ dist_request *dist_irecv(tensor *t, int src) {
     size_t n = lx_check_args(c, NULL, t, src, DIST_SUM);
     call_site site;
     site.n = lx_stack_capture(site.frames, LX_MAX_FRAMES);
+    lx_call_mark(&site);
     dist_request *req = lx_request_new(c, src, (int64_t)n, &site);
     req->recv_check = lx_agree_recv_post(src, (int64_t)n);
     lx_request_uses(req, t, 1);

@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/comm_calls.h"
 #include "trace/trace.h"
 #include "ranks/ranks.h"
 
@@ -171,17 +172,28 @@ static double chain(size_t count, int silent_rank) { /* b from every rank but on
     return lx_current_size() > 1 && lx_current_rank() != silent_rank ? (double)count * elem_size() : 0;
 }
 
-/* ---- the twin's record (--twin-record, trace/twin_record.c) ----
+/* ---- the twin's record (--twin-record, trace/twin_record.c) and the
+ * message links (always, trace/links_record.c) ----
  *
  * Every call passes here, so here each is described once: its kind (as
  * dist_call_name spells it), its size in bytes as nccl-tests counts it
  * (all-gather: the whole output; reduce-scatter, all-to-all, scatter,
  * gather: the whole input or output, p pieces; the rest: the buffer), its
- * root or peer as a world rank, its group, and the clock around it. */
-static double twin_clock(void) { return lx_twin_recording() ? lx_elapsed() : 0; }
+ * root or peer as a world rank, its group, and the clock around it. The
+ * link also takes the line that made the call and when it was entered
+ * (comm_calls.c marks both before any waiting: a collective's agreement
+ * check waits for every rank, and its arrival is before that). */
+static double twin_clock(void) { return lx_elapsed(); }
+
+static void record(const lx_twin_call_desc *d) {
+    double enter;
+    const lx_frame *site = lx_call_marked(&enter);
+    if (enter > d->start) enter = d->start; /* a call the comm layer did not mark */
+    lx_links_call(d, site, enter);
+    if (lx_twin_recording()) lx_twin_call(d);
+}
 
 static void twin(dist_call_kind kind, size_t count, int peer, const void *req, double start) {
-    if (!lx_twin_recording()) return;
     const dist_group *g = lx_current_group();
     lx_twin_call_desc d = {.name = dist_call_name(kind),
                            .bytes = (int64_t)(count * elem_size()),
@@ -192,7 +204,7 @@ static void twin(dist_call_kind kind, size_t count, int peer, const void *req, d
                            .backend_request = req,
                            .start = start,
                            .end = lx_elapsed()};
-    lx_twin_call(&d);
+    record(&d);
 }
 
 static void c_barrier(void) {
@@ -330,16 +342,14 @@ static void c_sendrecv(const float *send, size_t send_count, int dst, float *rec
     p2p_received(DIST_CALL_SENDRECV, recv_count, src);
     double t = twin_clock();
     inner->sendrecv(send, send_count, dst, recv, recv_count, src);
-    if (lx_twin_recording()) {
-        lx_twin_call_desc d = {.name = dist_call_name(DIST_CALL_SENDRECV),
-                               .bytes = (int64_t)(send_count * elem_size()),
-                               .recv_bytes = (int64_t)(recv_count * elem_size()),
-                               .peer = dst,
-                               .src = src,
-                               .start = t,
-                               .end = lx_elapsed()};
-        lx_twin_call(&d);
-    }
+    lx_twin_call_desc d = {.name = dist_call_name(DIST_CALL_SENDRECV),
+                           .bytes = (int64_t)(send_count * elem_size()),
+                           .recv_bytes = (int64_t)(recv_count * elem_size()),
+                           .peer = dst,
+                           .src = src,
+                           .start = t,
+                           .end = lx_elapsed()};
+    record(&d);
 }
 static void c_all_to_all(float *out, const float *in, size_t count) {
     double t = twin_clock();
@@ -361,7 +371,9 @@ static void *c_iall_to_all(float *out, const float *in, size_t count) {
 static void c_wait(void *req) {
     double t = twin_clock();
     inner->wait(req);
-    if (lx_twin_recording()) lx_twin_wait(req, t, lx_elapsed());
+    double end = lx_elapsed();
+    lx_links_wait(req, end);
+    if (lx_twin_recording()) lx_twin_wait(req, t, end);
     for (open_request **p = &open_requests; *p; p = &(*p)->next) {
         if ((*p)->req != req) continue;
         open_request *o = *p;

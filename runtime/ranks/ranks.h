@@ -125,6 +125,7 @@ enum {
     MSG_BOARD,     /* rank on another host -> parent: int32 spawn id, then its board_slot */
     MSG_MODELLED,  /* rank -> parent: one span of model_compute() as JSON text (trace.h) */
     MSG_TWIN,      /* rank -> parent: --twin-record's events of the spawn as JSON text, before MSG_DONE */
+    MSG_LINKS,     /* rank -> parent: the spawn's calls for the message links as JSON text (trace.h), before MSG_DONE */
 };
 
 /* A rank on another host has no board to write to: it keeps its slot in its

@@ -147,6 +147,7 @@ static void rank_sink(cJSON *step) {
     char *text = cJSON_PrintUnformatted(step);
     cJSON_Delete(step);
     send_parent(MSG_STEP, text, strlen(text), NULL, 0);
+    lx_links_step_sent(); /* the parent counts the same steps: a call names its rank's last */
     free(text);
 }
 
@@ -202,6 +203,7 @@ void lx_rank_error_for(int rank, const char *frames_text, const char *message) {
     char *text = cJSON_PrintUnformatted(step);
     cJSON_Delete(step);
     send_parent(MSG_STEP, text, strlen(text), NULL, 0);
+    lx_links_step_sent(); /* the parent counts the same steps: a call names its rank's last */
     free(text);
 }
 
@@ -549,12 +551,15 @@ static void rank_run_spawn(const char *body, size_t size) {
     lx_ranks_comm()->start((lx_backend)my_desc.backend, pool_rank, w, device);
 
     lx_twin_begin();
+    lx_links_begin();
     fn(pool_rank, w, args);
     /* Requests never waited for first: their transfers may still use
      * tensors the next lines free. */
     lx_ranks_comm()->finish_requests();
     /* --twin-record: what this rank did, for the lecture's NAME.events.json. */
     char *twin = lx_twin_recording() ? lx_twin_rank_text() : NULL;
+    /* Every call it made, for the trace's message links. */
+    char *links = lx_links_rank_text();
     /* Tensors the function left alive: a warning step per line that made
      * them, and freed, as the end of a process would. */
     char *when = lx_fmt("rank %d's function %s()", pool_rank, lx_function_name((const void *)fn));
@@ -580,9 +585,11 @@ static void rank_run_spawn(const char *body, size_t size) {
     }
     if (my_slot) __atomic_store_n(&my_slot->state, SLOT_IDLE, __ATOMIC_RELEASE);
     if (rc == 0 && twin) rc = lx_wire_send(parent_fd, MSG_TWIN, twin, strlen(twin), NULL, 0);
+    if (rc == 0) rc = lx_wire_send(parent_fd, MSG_LINKS, links, strlen(links), NULL, 0);
     if (rc == 0) rc = lx_wire_send(parent_fd, MSG_DONE, NULL, 0, NULL, 0);
     pthread_mutex_unlock(&send_lock);
     free(twin);
+    free(links);
     if (rc != 0) parent_gone();
 }
 

@@ -17,6 +17,8 @@
 #include "ranks/ranks.h"
 #include "ranks/spawn_run.h"
 
+static int step_of(void *ctx, int rank, int k);
+
 void lx_spawn_finish_entry(spawn_run *run, const char *status) {
     cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "status", cJSON_CreateString(status));
     lx_json_set(run->entry, "seconds", cJSON_CreateNumber(lx_round_us(now_seconds() - run->started)));
@@ -30,6 +32,8 @@ void lx_spawn_finish_entry(spawn_run *run, const char *status) {
             cJSON_ReplaceItemInObjectCaseSensitive(run->entry, "checks", checks);
         else cJSON_AddItemToObject(run->entry, "checks", checks);
     }
+    /* Who talked to whom: what the ranks that finished sent, matched. */
+    lx_links_match(run->entry, run->links, run->world_size, step_of, run);
 }
 
 /* Counts the checks of a rank's step for its spawn's entry. */
@@ -197,7 +201,7 @@ static cJSON *one_pass(int rank, cJSON *r) {
 /* Folds `step` (rank `rank`) into its site's PASS step: 1 when it did (the
  * step is then the caller's to delete), 0 when it is the first at its site
  * or is no passing check. */
-static int fold_pass(spawn_run *run, int rank, cJSON *step, int turn) {
+static int fold_pass(spawn_run *run, int rank, cJSON *step, int turn, int *into_index) {
     cJSON *r = passing_check(step);
     if (!r) return 0;
     for (int i = 0; i < run->n_folds; i++) {
@@ -235,6 +239,7 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step, int turn) {
         }
         fold_label(into, run->fold_lines[i], run->fold_rank[i]);
         lx_trace_tally(step); /* counted and graded, not shown */
+        *into_index = run->fold_index[i];
         return 1;
     }
     cJSON *ranks = cJSON_AddArrayToObject(r, "ranks");
@@ -257,16 +262,22 @@ static int fold_pass(spawn_run *run, int rank, cJSON *step, int turn) {
         int *t = realloc(run->fold_turn, (size_t)cap * sizeof *t);
         if (!t) lx_fatal("out of memory folding checks");
         run->fold_turn = t;
+        int *x = realloc(run->fold_index, (size_t)cap * sizeof *x);
+        if (!x) lx_fatal("out of memory folding checks");
+        run->fold_index = x;
         run->cap_folds = cap;
     }
     run->fold_lines[run->n_folds] = pass_line(r);
     run->fold_rank[run->n_folds] = -1;
     run->fold_turn[run->n_folds] = turn;
+    run->fold_index[run->n_folds] = -1; /* set once appended */
     run->folds[run->n_folds++] = step;
     return 0;
 }
 
-static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
+/* Appends a rank's step; returns its index in the trace's steps (a passing
+ * check folded into its site's step: that step's). */
+static int append_rank_step(spawn_run *run, int rank, cJSON *step) {
     cJSON *stack = joined_stack(run, cJSON_GetObjectItemCaseSensitive(step, "stack"));
     if (cJSON_GetObjectItemCaseSensitive(step, "stack")) cJSON_ReplaceItemInObjectCaseSensitive(step, "stack", stack);
     else cJSON_AddItemToObject(step, "stack", stack);
@@ -278,11 +289,36 @@ static void append_rank_step(spawn_run *run, int rank, cJSON *step) {
         else lx_mark_failed(); /* lx_error in a rank fails the lecture */
     }
     count_checks(run, step);
-    if (has_check(step) && fold_pass(run, rank, step, check_turn(run, rank, step))) {
+    int into = -1;
+    if (has_check(step) && fold_pass(run, rank, step, check_turn(run, rank, step), &into)) {
         cJSON_Delete(step);
-        return;
+        return into;
     }
-    lx_trace_append(step);
+    int index = lx_trace_append(step);
+    if (run->n_folds > 0 && run->folds[run->n_folds - 1] == step) run->fold_index[run->n_folds - 1] = index;
+    return index;
+}
+
+/* Rank `sender`'s k-th step of the spawn is the trace's step `index`. */
+static void note_step(spawn_run *run, int sender, int k, int index) {
+    if (sender < 0 || sender >= LECTERN_MAX_WORLD || k < 0) return;
+    while (k >= run->cap_step_at[sender]) {
+        int cap = run->cap_step_at[sender] ? 2 * run->cap_step_at[sender] : 64;
+        int *more = realloc(run->step_at[sender], (size_t)cap * sizeof *more);
+        if (!more) lx_fatal("out of memory numbering steps");
+        for (int i = run->cap_step_at[sender]; i < cap; i++)
+            more[i] = -1;
+        run->step_at[sender] = more;
+        run->cap_step_at[sender] = cap;
+    }
+    run->step_at[sender][k] = index;
+    if (k >= run->n_step_at[sender]) run->n_step_at[sender] = k + 1;
+}
+
+static int step_of(void *ctx, int rank, int k) {
+    const spawn_run *run = ctx;
+    if (rank < 0 || rank >= LECTERN_MAX_WORLD || k < 0 || k >= run->n_step_at[rank]) return -1;
+    return run->step_at[rank][k];
 }
 
 /* A step waiting to be appended. Steps from different ranks can arrive out
@@ -295,6 +331,7 @@ struct held_step {
     double time;
     unsigned long seq; /* arrival order: breaks ties, keeps one rank's steps in order */
     int rank;
+    int sender, k; /* the socket it came from and its number there (note_step) */
     cJSON *step;
 };
 
@@ -312,14 +349,15 @@ void lx_spawn_release(spawn_run *run, int all) {
     double cutoff = lx_elapsed() - HOLD_SECONDS;
     int n = 0;
     while (n < run->n_held && (all || run->held[n].time <= cutoff)) {
-        append_rank_step(run, run->held[n].rank, run->held[n].step);
+        int index = append_rank_step(run, run->held[n].rank, run->held[n].step);
+        note_step(run, run->held[n].sender, run->held[n].k, index);
         n++;
     }
     memmove(run->held, run->held + n, (size_t)(run->n_held - n) * sizeof run->held[0]);
     run->n_held -= n;
 }
 
-static void hold(spawn_run *run, int rank, cJSON *step) {
+static void hold(spawn_run *run, int rank, cJSON *step, int sender, int k) {
     if (run->n_held == run->cap_held) {
         int cap = run->cap_held ? 2 * run->cap_held : 64;
         held_step *h = realloc(run->held, (size_t)cap * sizeof *h);
@@ -332,6 +370,8 @@ static void hold(spawn_run *run, int rank, cJSON *step) {
     h->time = cJSON_IsNumber(t) ? t->valuedouble : 0.0;
     h->seq = run->seq++;
     h->rank = rank;
+    h->sender = sender;
+    h->k = k;
     h->step = step;
 }
 
@@ -374,6 +414,10 @@ static int take_message(spawn_run *run, int r) {
         return 1;
     } else if (type == MSG_TWIN) {
         lx_twin_add_rank(run->id, r, run->world_size, body);
+    } else if (type == MSG_LINKS) {
+        free(run->links[r]);
+        run->links[r] = body; /* matched at the spawn's end (lx_spawn_finish_entry) */
+        return 1;
     } else if (type == MSG_MODELLED) {
         cJSON *span = cJSON_Parse(body);
         if (span) {
@@ -384,6 +428,7 @@ static int take_message(spawn_run *run, int r) {
             fprintf(stderr, "lectern: rank %d sent a modelled span that is not JSON; dropped\n", r);
         }
     } else if (type == MSG_STEP) {
+        int k = run->steps_from[r]++; /* the rank counts it too (lx_links_step_sent) */
         cJSON *step = cJSON_Parse(body);
         /* A step one rank writes for another (lx_rank_error_for). */
         cJSON *as = step ? cJSON_GetObjectItemCaseSensitive(step, "as_rank") : NULL;
@@ -392,7 +437,7 @@ static int take_message(spawn_run *run, int r) {
             if (cJSON_IsNumber(as) && as->valueint >= 0 && as->valueint < run->world_size) rank = as->valueint;
             cJSON_DeleteItemFromObjectCaseSensitive(step, "as_rank");
         }
-        if (step) hold(run, rank, step);
+        if (step) hold(run, rank, step, r, k);
         else fprintf(stderr, "lectern: rank %d sent a step that is not JSON; dropped\n", r);
     }
     free(body);
@@ -481,7 +526,12 @@ void lx_spawn_free_run(spawn_run *run) {
     free(run->fold_lines);
     free(run->fold_rank);
     free(run->fold_turn);
+    free(run->fold_index);
     free(run->folds);
+    for (int r = 0; r < LECTERN_MAX_WORLD; r++) {
+        free(run->step_at[r]);
+        free(run->links[r]);
+    }
     for (int i = 0; i < run->n_sites; i++)
         cJSON_Delete(run->sites[i].stack);
     free(run->sites);

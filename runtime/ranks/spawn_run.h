@@ -64,6 +64,13 @@ typedef struct spawn_run {
     unsigned moved_progress[LECTERN_MAX_WORLD]; /* each rank's board progress at the last look ... */
     double moved_at[LECTERN_MAX_WORLD];         /* ... and when it last changed: how long it has been where it is */
     int checks_passed, checks_failed;           /* the checks its ranks made */
+    /* Message links (trace.h, lx_links_match): rank r's k-th step of this
+     * spawn is the trace's step step_at[r][k]; links[r] its calls' record. */
+    int *step_at[LECTERN_MAX_WORLD];
+    int n_step_at[LECTERN_MAX_WORLD], cap_step_at[LECTERN_MAX_WORLD];
+    int steps_from[LECTERN_MAX_WORLD]; /* MSG_STEPs received from rank r's socket */
+    char *links[LECTERN_MAX_WORLD];
+    int *fold_index; /* the trace index of folds[i] */
 } spawn_run;
 
 /* "()" after a call's name on the board, unless it carries its own

@@ -25,6 +25,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static cJSON *trace; /* {version, lecture, meta, files, spawns, modelled, steps} */
 static cJSON *steps, *spawns, *modelled, *meta;
+static int n_steps;                      /* cJSON_GetArraySize walks the list: counted here */
 static int n_modelled, modelled_dropped; /* spans kept, and left out beyond LX_MODELLED_PER_SPAWN */
 static int *modelled_kept, n_kept;       /* spans kept per spawn: [0] the lecture's own, [1 + id] spawn id's */
 static char *lecture_name;
@@ -58,6 +59,7 @@ void lx_trace_init(const char *name, const char *dir) {
     spawns = cJSON_AddArrayToObject(trace, "spawns");
     modelled = cJSON_AddArrayToObject(trace, "modelled");
     steps = cJSON_AddArrayToObject(trace, "steps");
+    n_steps = 0;
     n_modelled = modelled_dropped = 0;
     free(modelled_kept);
     modelled_kept = NULL;
@@ -103,7 +105,7 @@ static void heard(const cJSON *step) {
 
 void lx_mark_failed(void) { failed = 1; }
 int lx_failed(void) { return failed; }
-int lx_trace_step_count(void) { return steps ? cJSON_GetArraySize(steps) : 0; }
+int lx_trace_step_count(void) { return steps ? n_steps : 0; }
 
 /* obj[key] = value, replacing what was there. */
 void lx_json_set(cJSON *obj, const char *key, cJSON *value) {
@@ -123,12 +125,14 @@ cJSON *lx_trace_spawns(void) {
     return spawns;
 }
 
-void lx_trace_append(cJSON *step) {
+int lx_trace_append(cJSON *step) {
     pthread_mutex_lock(&lock);
     if (!trace) lx_trace_init("lecture", ".");
     heard(step);
     cJSON_AddItemToArray(steps, step);
+    int index = n_steps++;
     pthread_mutex_unlock(&lock);
+    return index;
 }
 
 void lx_trace_modelled_append(cJSON *span) {
@@ -466,6 +470,7 @@ void lx_trace_free(void) {
     pthread_mutex_lock(&lock);
     cJSON_Delete(trace);
     trace = steps = spawns = modelled = meta = NULL;
+    n_steps = 0;
     free(modelled_kept);
     modelled_kept = NULL;
     n_kept = 0;

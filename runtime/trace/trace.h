@@ -153,8 +153,9 @@ void lx_emit(cJSON *rendering);
 
 /* Appends a finished step to this process's trace (takes ownership). Used by
  * spawn_relay.c for steps received from ranks (after it prefixed the parent's
- * frames and set rank / world_size / spawn). Thread-safe. */
-void lx_trace_append(cJSON *step);
+ * frames and set rank / world_size / spawn). Thread-safe. Returns the step's
+ * index in the trace's steps (what message links name, links_match.c). */
+int lx_trace_append(cJSON *step);
 /* Counts and grades a step's checks without appending it: a rank's passing
  * check folded into an earlier step of its site (ranks/spawn_relay.c). */
 void lx_trace_tally(const cJSON *step);
@@ -373,6 +374,43 @@ void lx_twin_add_rank(int spawn_id, int rank, int world_size, const char *text);
 /* The recorded events of spawn `id` ({"id", "world_size", "ranks"}), or NULL
  * when none were recorded; owned by twin_record.c. */
 cJSON *lx_twin_spawn_events(int id);
+
+/* ---------------- links_record.c, links_match.c (who talked to whom) ---------------- */
+
+/* Always on: each rank records every point-to-point call and collective
+ * (the description the comm layer gives the twin, plus the lecture line
+ * that made it and the rank's step at that moment), and sends the record to
+ * the lecture at its function's end. The lecture matches them: the k-th
+ * send from A to B with the k-th receive at B from A (MPI's non-overtaking
+ * order; the runtime has no tags), a collective's k-th call on a group
+ * across its members; spawns[i].messages and .collectives in the trace
+ * (docs/trace-format.md). Cost: one fixed-size record per call, no
+ * allocation after the first; at most LX_LINKS_MAX_CALLS per rank and
+ * spawn, the rest counted as dropped. */
+#define LX_LINKS_MAX_CALLS 4096
+
+/* A rank's spawn starts: its record and its count of steps emptied. */
+void lx_links_begin(void);
+/* The rank sent a step to the lecture (spawn_rank.c): its steps are
+ * numbered 0, 1, ... per spawn; a call names the last one before it. */
+void lx_links_step_sent(void);
+/* A call, made at `site` (the lecture frame the call's step would have at
+ * its top; NULL unknown), entered at `enter` (lx_elapsed(): before any
+ * waiting, the agreement check's included). An async call's end is set by
+ * lx_links_wait when its request completes. */
+void lx_links_call(const lx_twin_call_desc *c, const lx_frame *site, double enter);
+void lx_links_wait(const void *backend_request, double end);
+/* The spawn's end: the rank's record as JSON text (caller frees). */
+char *lx_links_rank_text(void);
+
+/* The lecture, at a spawn's end: matches the ranks' records (`texts[r]`,
+ * NULL for a rank that sent none: it died or was stopped) and writes
+ * "messages" and "collectives" into `entry` (the spawn's object in the
+ * trace), with "links_unmatched" and "links_dropped" when some calls found
+ * no partner or were not recorded. step_of(ctx, rank, k) gives the trace's
+ * index of rank's k-th step of the spawn (-1 unknown). */
+void lx_links_match(cJSON *entry, char *const *texts, int world_size, int (*step_of)(void *ctx, int rank, int k),
+                    void *ctx);
 
 /* ---------------- check.c (check, check_close) ---------------- */
 

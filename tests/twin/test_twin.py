@@ -72,7 +72,23 @@ CLOCK_ATOL = 1e-9
 def normalised(trace):
     """The trace without what differs between two runs of the same lecture:
     times, the command line, the host's load."""
-    drop = {"time", "seconds", "startup_s", "start_time", "duration_s", "command", "start", "end"}
+    drop = {"time", "seconds", "startup_s", "start_time", "duration_s", "command", "start", "end", "last"}
+    # A message link names the trace's step index, which the ranks'
+    # interleaving moves: name it as (spawn/rank, its place among that
+    # rank's steps) instead; its times zeroed, its lists (ordered by time)
+    # sorted, and its sites (numbered as first met) named.
+    place = {}
+    seen = {}
+    for i, step in enumerate(trace["steps"]):
+        key = "%s/%s" % (step["spawn"], step["rank"])
+        place[i] = (key, seen.get(key, 0))
+        seen[key] = seen.get(key, 0) + 1
+    for sp in trace["spawns"]:
+        sides = [m[k] for m in sp.get("messages", []) for k in ("from", "to")]
+        sides += [c for col in sp.get("collectives", []) for c in col["calls"]]
+        for side in sides:  # [rank, site, step, start, end]
+            side[2] = list(place[side[2]]) if side[2] is not None else None
+            side[3] = side[4] = 0
 
     def walk(x):
         if isinstance(x, dict):
@@ -81,6 +97,14 @@ def normalised(trace):
             return [walk(v) for v in x]
         return x
     t = walk(trace)
+    for sp in t["spawns"]:
+        sites = sp.pop("link_sites", [])
+        for side in [m[k] for m in sp.get("messages", []) for k in ("from", "to")] + \
+                [c for col in sp.get("collectives", []) for c in col["calls"]]:
+            side[1] = sites[side[1]] if side[1] is not None else None
+        for k in ("messages", "collectives"):
+            if k in sp:
+                sp[k] = sorted(sp[k], key=lambda x: json.dumps(x, sort_keys=True))
     # Ranks' steps reach the trace in any order between ranks: each rank's
     # (and the lecture's) steps in their order, apart.
     by = {}
