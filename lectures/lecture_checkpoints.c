@@ -11,6 +11,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +22,9 @@
 
 #include "lib/mlp.h"
 
-/* 4 ranks, a checkpoint every 2 steps; rank 2 dies writing the one at step 4. */
-enum { WORLD = 4, RESHARD = 2, STEPS = 6, EVERY = 2, CRASH_RANK = 2, CRASH_STEP = 4 };
+/* 4 ranks, a checkpoint every 2 steps; rank 2 dies writing the one at step 4.
+ * The blocking and asynchronous checkpoints are timed over TIMED steps. */
+enum { WORLD = 4, RESHARD = 2, STEPS = 6, EVERY = 2, CRASH_RANK = 2, CRASH_STEP = 4, TIMED = 24 };
 enum { BATCH = 64, WIDTH = 64, LAYERS = 3, PATH_LEN = 512 };
 
 static mlp_config config(void) {
@@ -119,7 +122,7 @@ static int64_t shard_bytes(const mlp_config *c, int world) {
  * step before it (the run's log), and each shard's file size and xxh64. */
 typedef struct manifest {
     int step, world;
-    double loss[STEPS];
+    double loss[TIMED];
     int64_t bytes[LECTERN_MAX_WORLD];
     uint64_t hash[LECTERN_MAX_WORLD];
 } manifest;
@@ -152,11 +155,12 @@ static void make_dir(const char *path) {
 }
 
 /* This rank's shard as bytes: header, then weights, m, v of each layer. */
-static unsigned char *shard_to_bytes(const mlp_config *c, const shard *s, int rank, int world, int64_t *n) {
+static unsigned char *shard_to_bytes(const mlp_config *c, const shard *s, int rank, int world, int step,
+                                     int64_t *n) {
     *n = shard_bytes(c, world);
     unsigned char *buf = malloc((size_t)*n);
     if (!buf) lecture_fail("out of memory for a shard of %lld bytes", (long long)*n);
-    shard_header h = {.magic = "LXSHARD1", rank, world, c->layers, c->width, (int32_t)s->rows, s->opt[0]->step};
+    shard_header h = {.magic = "LXSHARD1", rank, world, c->layers, c->width, (int32_t)s->rows, step};
     memcpy(buf, &h, sizeof h);
     float *at = (float *)(buf + sizeof h);
     for (int i = 0; i < c->layers; i++) {
@@ -172,48 +176,167 @@ typedef struct write_figures {
     double seconds;
 } write_figures;
 
-/* Every rank writes its shard; then rank 0, having every shard's size and
- * hash (which it can only have once every rank has renamed its file),
- * writes the manifest: last, so a manifest names only complete shards. */
-static write_figures save_checkpoint(const mlp_config *c, const shard *s, const char *run, const double *loss,
-                                     int crash) {
-    int rank = dist_rank(), world = dist_world_size(), step = s->opt[0]->step;
-    char dir[PATH_LEN], path[PATH_LEN];
-    step_dir(dir, run, step);
-    make_dir(dir);
-    shard_path(path, dir, rank);
-    double t0 = now_seconds();
-    int64_t n;
-    unsigned char *bytes = shard_to_bytes(c, s, rank, world, &n);
-    uint64_t hash = XXH64(bytes, (size_t)n, 0);
-    write_atomically(path, bytes, (size_t)n, crash && rank == CRASH_RANK && step == CRASH_STEP ? n / 2 : -1);
-    write_figures f = {n, now_seconds() - t0};
-    free(bytes);
+static void manifest_path(char *out, const char *dir) { snprintf(out, PATH_LEN + 16, "%s/manifest", dir); }
+
+/* The manifest of the checkpoint at `step`, agreed by every rank: each hands
+ * rank 0 its shard's size and xxh64 in a gather, which completes only once
+ * every rank has come to it, and each comes only when its shard's file is
+ * renamed into place. Rank 0 gets the manifest's text (*len bytes, the
+ * caller writes and frees it); the other ranks get NULL. */
+static char *manifest_text(int step, const double *loss, int64_t n, uint64_t hash, int *len) {
+    int rank = dist_rank(), world = dist_world_size();
     /* size and hash to rank 0, the hash as four exact 16-bit pieces */
     float mine[5] = {(float)n};
     for (int k = 0; k < 4; k++)
         mine[1 + k] = (float)((hash >> (16 * k)) & 0xffff);
     tensor *in = tensor_from(mine, 1, 5, get_device(rank)), *all = zeros(world, 5, get_device(rank));
     dist_gather(all, in, 0);
+    char *text = NULL;
     if (rank == 0) {
-        char text[8192];
-        int len = snprintf(text, sizeof text, "lectern checkpoint 1\nstep %d\nworld %d\n", step, world);
+        enum { CAP = 8192 };
+        text = malloc(CAP);
+        if (!text) lecture_fail("out of memory for a manifest");
+        *len = snprintf(text, CAP, "lectern checkpoint 1\nstep %d\nworld %d\n", step, world);
         for (int t = 0; t < step; t++)
-            len += snprintf(text + len, sizeof text - (size_t)len, "loss %d %a\n", t, loss[t]);
+            *len += snprintf(text + *len, CAP - (size_t)*len, "loss %d %a\n", t, loss[t]);
         for (int k = 0; k < world; k++) {
             uint64_t h = 0;
             for (int j = 0; j < 4; j++)
                 h |= (uint64_t)tensor_item(all, k * 5 + 1 + j) << (16 * j);
-            len += snprintf(text + len, sizeof text - (size_t)len, "shard %d %lld %016llx\n", k,
-                            (long long)tensor_item(all, k * 5), (unsigned long long)h);
+            *len += snprintf(text + *len, CAP - (size_t)*len, "shard %d %lld %016llx\n", k,
+                             (long long)tensor_item(all, k * 5), (unsigned long long)h);
         }
-        char manifest_path[PATH_LEN + 16];
-        snprintf(manifest_path, sizeof manifest_path, "%s/manifest", dir);
-        write_atomically(manifest_path, text, (size_t)len, -1);
     }
     tensor_free(in);
     tensor_free(all);
+    return text;
+}
+
+/* Every rank writes its shard; then rank 0, having every shard's size and
+ * hash (which it can only have once every rank has renamed its file),
+ * writes the manifest: last, so a manifest names only complete shards. */
+static write_figures save_checkpoint(const mlp_config *c, const shard *s, const char *run, int step,
+                                     const double *loss, int crash) {
+    int rank = dist_rank(), world = dist_world_size();
+    char dir[PATH_LEN], path[PATH_LEN], manifest_at[PATH_LEN + 16];
+    step_dir(dir, run, step);
+    make_dir(dir);
+    shard_path(path, dir, rank);
+    manifest_path(manifest_at, dir);
+    double t0 = now_seconds();
+    int64_t n;
+    unsigned char *bytes = shard_to_bytes(c, s, rank, world, step, &n);
+    uint64_t hash = XXH64(bytes, (size_t)n, 0);
+    write_atomically(path, bytes, (size_t)n, crash && rank == CRASH_RANK && step == CRASH_STEP ? n / 2 : -1);
+    write_figures f = {n, now_seconds() - t0};
+    free(bytes);
+    int len;
+    char *text = manifest_text(step, loss, n, hash, &len);
+    if (text) write_atomically(manifest_at, text, (size_t)len, -1);
+    free(text);
     return f;
+}
+
+/* ------------------------------------------------------------------ */
+/* The asynchronous checkpoint                                          */
+/* ------------------------------------------------------------------ */
+
+/* A file written on a thread of its own, from a buffer that thread owns
+ * until it is joined, while the rank's training goes on. */
+typedef struct writer {
+    pthread_t thread;
+    int running;
+    char path[PATH_LEN + 16];
+    unsigned char *bytes;
+    int64_t n;
+    long die_after;          /* >= 0: die after that many bytes (as write_atomically) */
+    const atomic_int *steps; /* the training steps made, which a dying write waits on */
+    int steps_at_start;
+    double seconds; /* the write, on the writer's thread */
+} writer;
+
+static void *write_in_background(void *arg) {
+    writer *w = arg;
+    /* A write that dies, dies while training goes on: after the rank has
+     * made one more step than when the write began. */
+    while (w->die_after >= 0 && atomic_load(w->steps) == w->steps_at_start)
+        usleep(1000);
+    double t0 = now_seconds();
+    write_atomically(w->path, w->bytes, (size_t)w->n, w->die_after);
+    w->seconds = now_seconds() - t0;
+    return NULL;
+}
+
+static void writer_start(writer *w, const char *path, unsigned char *bytes, int64_t n, long die_after,
+                         const atomic_int *steps) {
+    snprintf(w->path, sizeof w->path, "%s", path);
+    w->bytes = bytes, w->n = n, w->die_after = die_after, w->steps = steps;
+    w->steps_at_start = atomic_load(steps);
+    int rc = pthread_create(&w->thread, NULL, write_in_background, w);
+    if (rc != 0) lecture_fail("cannot start a thread to write %s: %s", path, strerror(rc));
+    w->running = 1;
+}
+
+/* Waits until the writer's file is renamed into place and frees its buffer;
+ * the seconds the write took on its thread (0: none was running). */
+static double writer_join(writer *w) {
+    if (!w->running) return 0;
+    int rc = pthread_join(w->thread, NULL);
+    if (rc != 0) lecture_fail("cannot join the thread writing %s: %s", w->path, strerror(rc));
+    w->running = 0;
+    free(w->bytes);
+    w->bytes = NULL;
+    return w->seconds;
+}
+
+/* A rank's checkpoint in the background: its shard being written, and (on
+ * rank 0) the manifest of the checkpoint before being written. */
+typedef struct background {
+    writer shard, manifest;
+    int step; /* the checkpoint whose shard is being written (0: none) */
+    char dir[PATH_LEN];
+    uint64_t hash;
+    atomic_int steps; /* the training steps this rank made */
+} background;
+
+/* Finishes the checkpoint begun last: this rank's shard on the disk (the
+ * join), then the agreement (the gather: every rank's shard is on the disk)
+ * and rank 0's manifest, handed to a thread as well. The seconds the shard's
+ * write took on its thread. */
+static double finish_async(background *bg, const double *loss) {
+    if (!bg->step) return 0;
+    double seconds = writer_join(&bg->shard);
+    int len;
+    char *text = manifest_text(bg->step, loss, bg->shard.n, bg->hash, &len);
+    if (text) {
+        char path[PATH_LEN + 16];
+        manifest_path(path, bg->dir);
+        writer_join(&bg->manifest); /* the manifest before, long written */
+        writer_start(&bg->manifest, path, (unsigned char *)text, len, -1, &bg->steps);
+    }
+    bg->step = 0;
+    return seconds;
+}
+
+/* Begins the checkpoint at `step`: finishes the one before, copies this
+ * rank's shard to host memory and hashes the copy (the stall: training
+ * waits for this copy alone), and hands the copy to a writer thread.
+ * Returns the seconds the previous shard's write took on its thread. */
+static double save_async(background *bg, const mlp_config *c, const shard *s, const char *run, int step,
+                         const double *loss, int crash) {
+    double previous = finish_async(bg, loss);
+    int rank = dist_rank(), world = dist_world_size();
+    char path[PATH_LEN];
+    step_dir(bg->dir, run, step);
+    make_dir(bg->dir);
+    shard_path(path, bg->dir, rank);
+    int64_t n;
+    unsigned char *snapshot = shard_to_bytes(c, s, rank, world, step, &n);
+    bg->hash = XXH64(snapshot, (size_t)n, 0);
+    bg->step = step;
+    writer_start(&bg->shard, path, snapshot, n, crash && rank == CRASH_RANK && step == CRASH_STEP ? n / 2 : -1,
+                 &bg->steps);
+    return previous;
 }
 
 /* The whole of a file, or NULL (errno set). */
@@ -239,7 +362,7 @@ static int read_manifest(const char *dir, manifest *m, char *why, size_t cap) {
     if (!text) return snprintf(why, cap, "%s: no manifest (%s)", path, strerror(errno)), 1;
     memset(m, 0, sizeof *m);
     int ok = sscanf(text, "lectern checkpoint 1\nstep %d\nworld %d\n", &m->step, &m->world) == 2 && m->step >= 0 &&
-             m->step <= STEPS && m->world >= 1 && m->world <= LECTERN_MAX_WORLD;
+             m->step <= TIMED && m->world >= 1 && m->world <= LECTERN_MAX_WORLD;
     int losses = 0, shards = 0;
     for (char *line = strtok(text, "\n"); ok && line; line = strtok(NULL, "\n")) {
         int k;
@@ -349,10 +472,15 @@ typedef struct run_args {
     int resume;         /* the checkpoint step to start from (0: from scratch) */
     int crash;          /* 1: CRASH_RANK dies writing the CRASH_STEP checkpoint */
     int keep;           /* the step whose state the result keeps (at): after that many steps, or as loaded */
+    int every;          /* a checkpoint every that many steps (0: EVERY) */
+    int async;          /* 1: checkpoints written in the background */
 } run_args;
 
 typedef struct run_result {
-    double loss[STEPS]; /* the steps this run made: resume .. STEPS - 1 */
+    double loss[TIMED]; /* the steps this run made: resume .. steps - 1 */
+    double step_s[TIMED];  /* each step's seconds on the training thread, its checkpoint's work included */
+    double write_s[TIMED]; /* each checkpoint's shard write, on whichever thread wrote it */
+    int writes;
     write_figures first_write;
     float piece[LAYERS * WIDTH * WIDTH];  /* this rank's trained rows, layer by layer */
     float at[3 * LAYERS * WIDTH * WIDTH]; /* its rows, first and second moments at step `keep`, layer by layer */
@@ -387,15 +515,28 @@ static void train_main(int rank, int world, void *args) {
         memcpy(r.loss, m.loss, sizeof m.loss); /* the log up to the checkpoint */
     }
     if (a->keep && a->keep == a->resume) keep_state(c, &s, &r);
+    int every = a->every ? a->every : EVERY;
+    background bg = {0};
     for (int step = a->resume; step < c->steps; step++) {
+        double t0 = now_seconds();
         r.loss[step] = zero3_step(c, &s, x);
+        atomic_fetch_add(&bg.steps, 1);
         int done = step + 1;
         if (done == a->keep) keep_state(c, &s, &r);
-        if (done % EVERY == 0 && done < c->steps) {
-            write_figures f = save_checkpoint(c, &s, a->run, r.loss, a->crash);
-            if (done == EVERY) r.first_write = f;
+        if (done % every == 0 && done < c->steps) {
+            if (a->async) {
+                if (bg.step) r.write_s[r.writes++] = save_async(&bg, c, &s, a->run, done, r.loss, a->crash);
+                else save_async(&bg, c, &s, a->run, done, r.loss, a->crash);
+            } else {
+                write_figures f = save_checkpoint(c, &s, a->run, done, r.loss, a->crash);
+                if (done == EVERY) r.first_write = f;
+                r.write_s[r.writes++] = f.seconds;
+            }
         }
+        r.step_s[step] = now_seconds() - t0;
     }
+    if (bg.step) r.write_s[r.writes++] = finish_async(&bg, r.loss); /* the last checkpoint's manifest */
+    writer_join(&bg.manifest);
     r.rows = s.rows;
     for (int i = 0; i < c->layers; i++)
         tensor_to_host(s.piece[i], r.piece + (size_t)i * (size_t)(s.rows * c->width));
@@ -608,25 +749,33 @@ static void reshard(const mlp_config *c) {
         tensor_free(w[i]);
 }
 
-/* Damages one shard of `run`'s newest checkpoint, asks for the newest good
- * checkpoint, and puts the shard back. */
-static int refused_with(const char *run, int k, int cut, char *why, size_t cap) {
-    char dir[PATH_LEN], path[PATH_LEN];
+/* Damages shard k of `run`'s newest checkpoint (in path): cut to half, or
+ * one bit flipped. Returns the shard's bytes as they were (*n of them). */
+static unsigned char *damage(const char *run, int k, int cut, char *path, int64_t *n) {
+    char dir[PATH_LEN];
     step_dir(dir, run, CRASH_STEP);
     shard_path(path, dir, k);
-    int64_t n;
-    unsigned char *keep = read_file(path, &n);
+    unsigned char *keep = read_file(path, n);
     if (!keep) lecture_fail("cannot read %s: %s", path, strerror(errno));
     if (cut) {
-        if (truncate(path, n / 2) != 0) lecture_fail("cannot truncate %s: %s", path, strerror(errno));
+        if (truncate(path, *n / 2) != 0) lecture_fail("cannot truncate %s: %s", path, strerror(errno));
     } else {
         FILE *f = fopen(path, "r+b");
         if (!f) lecture_fail("cannot open %s: %s", path, strerror(errno));
-        long at = (long)(n * 3 / 4);
+        long at = (long)(*n * 3 / 4);
         fseek(f, at, SEEK_SET);
         fputc(keep[at] ^ 0x01, f); /* one bit of one float */
         fclose(f);
     }
+    return keep;
+}
+
+/* Damages one shard of `run`'s newest checkpoint, asks for the newest good
+ * checkpoint, and puts the shard back. */
+static int refused_with(const char *run, int k, int cut, char *why, size_t cap) {
+    char path[PATH_LEN];
+    int64_t n;
+    unsigned char *keep = damage(run, k, cut, path, &n);
     int step = latest_good(run, why, cap);
     write_atomically(path, keep, (size_t)n, -1);
     free(keep);
@@ -659,6 +808,55 @@ static void damaged(void) {
          CRASH_STEP);
 }
 
+/* The newest checkpoint damaged and left so: a spawn resumes from the one
+ * before and trains to the end, writing the newest checkpoint anew. */
+static void train_on_after_damage(const mlp_config *c) {
+    note("## Training on from the previous checkpoint");
+    note("Refusing a damaged checkpoint is half of it; the run must go on from the one before. Shard 3 of the "
+         "step-%d checkpoint gets one flipped bit again, and this time stays so: a fresh spawn of %d ranks asks "
+         "for the newest good checkpoint, resumes from it and trains to step %d, writing the step-%d checkpoint "
+         "again on its way.",
+         CRASH_STEP, WORLD, c->steps, CRASH_STEP);
+    run_args a = {.cfg = *c};
+    run_folder(a.run, "uninterrupted");
+    char path[PATH_LEN], why[1024];
+    int64_t n;
+    unsigned char *was = damage(a.run, 3, 0, path, &n);
+    a.resume = latest_good(a.run, why, sizeof why);
+    check(a.resume == CRASH_STEP - EVERY, "with shard 3 damaged, the newest good checkpoint is step %d (expected %d)",
+          a.resume, CRASH_STEP - EVERY);
+    progress("resumed from step %d after damage", a.resume);
+    spawn(train_main, WORLD, &a, sizeof a);
+    collect(WORLD);
+    table_t *t = table_new("The loss, uninterrupted and resumed from step %d after step %d was refused", a.resume,
+                           CRASH_STEP);
+    table_column(t, "step", NULL, "%d");
+    table_column(t, "uninterrupted", NULL, "%.9g");
+    table_column(t, "resumed after damage", NULL, "%.9g");
+    int equal = 1;
+    for (int s = 0; s < c->steps; s++) {
+        table_row(t, s, straight_loss[s], results[0].loss[s]);
+        equal &= straight_loss[s] == results[0].loss[s];
+    }
+    table_show(t);
+    check(equal, "the run resumed from the fallback checkpoint has the uninterrupted run's loss at every step, bit "
+                 "for bit");
+    int64_t m;
+    unsigned char *now = read_file(path, &m);
+    if (!now) lecture_fail("cannot read %s: %s", path, strerror(errno));
+    unsigned long long before = XXH64(was, (size_t)n, 0), after = XXH64(now, (size_t)m, 0);
+    note("The step-%d shard 3 it wrote again has xxh64 %016llx; the one the uninterrupted run wrote, before the "
+         "damage, had %016llx.",
+         CRASH_STEP, quoted(after), quoted(before));
+    check(m == n && before == after && memcmp(was, now, (size_t)n) == 0,
+          "the rewritten step-%d shard 3 is the uninterrupted run's, byte for byte", CRASH_STEP);
+    free(was);
+    free(now);
+    note("Steps %d to %d were done twice, and the same arithmetic on the same bytes gave the same bytes: the "
+         "damage cost those %d steps, nothing else.",
+         CRASH_STEP - EVERY, CRASH_STEP - 1, EVERY);
+}
+
 static void remove_files(void) {
     char command[PATH_LEN + 32];
     snprintf(command, sizeof command, "rm -rf '%s'", files);
@@ -688,6 +886,7 @@ static void lecture_checkpoints(void) {
     crash_and_resume(&c);
     reshard(&c);
     damaged();
+    train_on_after_damage(&c);
     remove_files();
 }
 
