@@ -24,7 +24,7 @@
 
 /* 4 ranks, a checkpoint every 2 steps; rank 2 dies writing the one at step 4.
  * The blocking and asynchronous checkpoints are timed over TIMED steps. */
-enum { WORLD = 4, RESHARD = 2, STEPS = 6, EVERY = 2, CRASH_RANK = 2, CRASH_STEP = 4, TIMED = 24 };
+enum { WORLD = 4, RESHARD = 2, STEPS = 6, EVERY = 2, CRASH_RANK = 2, CRASH_STEP = 4, TIMED = 40 };
 enum { BATCH = 64, WIDTH = 64, LAYERS = 3, PATH_LEN = 512 };
 
 static mlp_config config(void) {
@@ -155,8 +155,7 @@ static void make_dir(const char *path) {
 }
 
 /* This rank's shard as bytes: header, then weights, m, v of each layer. */
-static unsigned char *shard_to_bytes(const mlp_config *c, const shard *s, int rank, int world, int step,
-                                     int64_t *n) {
+static unsigned char *shard_to_bytes(const mlp_config *c, const shard *s, int rank, int world, int step, int64_t *n) {
     *n = shard_bytes(c, world);
     unsigned char *buf = malloc((size_t)*n);
     if (!buf) lecture_fail("out of memory for a shard of %lld bytes", (long long)*n);
@@ -215,8 +214,8 @@ static char *manifest_text(int step, const double *loss, int64_t n, uint64_t has
 /* Every rank writes its shard; then rank 0, having every shard's size and
  * hash (which it can only have once every rank has renamed its file),
  * writes the manifest: last, so a manifest names only complete shards. */
-static write_figures save_checkpoint(const mlp_config *c, const shard *s, const char *run, int step,
-                                     const double *loss, int crash) {
+static write_figures save_checkpoint(const mlp_config *c, const shard *s, const char *run, int step, const double *loss,
+                                     int crash) {
     int rank = dist_rank(), world = dist_world_size();
     char dir[PATH_LEN], path[PATH_LEN], manifest_at[PATH_LEN + 16];
     step_dir(dir, run, step);
@@ -477,7 +476,7 @@ typedef struct run_args {
 } run_args;
 
 typedef struct run_result {
-    double loss[TIMED]; /* the steps this run made: resume .. steps - 1 */
+    double loss[TIMED];    /* the steps this run made: resume .. steps - 1 */
     double step_s[TIMED];  /* each step's seconds on the training thread, its checkpoint's work included */
     double write_s[TIMED]; /* each checkpoint's shard write, on whichever thread wrote it */
     int writes;
@@ -857,6 +856,120 @@ static void train_on_after_damage(const mlp_config *c) {
          CRASH_STEP - EVERY, CRASH_STEP - 1, EVERY);
 }
 
+/* The median, over a run's checkpoints, of the seconds of the step that
+ * made one and the step after it: a blocking checkpoint's cost lands in
+ * both (rank 0's manifest is written after the others have gone on, to wait
+ * for it in the next step's first collective). */
+static double checkpoint_median(const run_result *r, int steps) {
+    double v[TIMED];
+    int n = 0;
+    for (int s = EVERY - 1; s + 1 < steps; s += EVERY)
+        v[n++] = r->step_s[s] + r->step_s[s + 1];
+    return median_of(v, n);
+}
+
+/* Every shard of every checkpoint of two runs: checked against its own
+ * manifest, then compared, xxh64 and bytes. The number alike. */
+static int same_shards(const char *one, const char *two, int steps, int *compared) {
+    int same = 0;
+    *compared = 0;
+    for (int step = EVERY; step < steps; step += EVERY) {
+        char dir[2][PATH_LEN], why[1024];
+        manifest m[2];
+        step_dir(dir[0], one, step);
+        step_dir(dir[1], two, step);
+        for (int j = 0; j < 2; j++)
+            if (read_manifest(dir[j], &m[j], why, sizeof why)) lecture_fail("%s", why);
+        for (int k = 0; k < WORLD; k++, (*compared)++) {
+            unsigned char *a = read_shard(dir[0], &m[0], k, why, sizeof why);
+            if (!a) lecture_fail("%s", why);
+            unsigned char *b = read_shard(dir[1], &m[1], k, why, sizeof why);
+            if (!b) lecture_fail("%s", why);
+            same += m[0].hash[k] == m[1].hash[k] && m[0].bytes[k] == m[1].bytes[k] &&
+                    memcmp(a, b, (size_t)m[0].bytes[k]) == 0;
+            free(a);
+            free(b);
+        }
+    }
+    return same;
+}
+
+static void async_checkpoint(const mlp_config *c) {
+    note("## An asynchronous checkpoint");
+    note("A blocking checkpoint stops training while every rank writes and `fsync`s its shard. An asynchronous "
+         "one stops it only to copy the shard to host memory (a *snapshot*, hashed there), then hands the copy "
+         "to a thread of the rank's own, which writes it as before (temporary file, `fsync`, rename) while the "
+         "next steps run. The manifest still comes last: at the next checkpoint (or the end of training) each "
+         "rank joins its writer thread, and only then joins the gather that gives rank 0 every shard's size and "
+         "checksum; rank 0 writes the manifest on a thread too. A snapshot must be taken before the next step "
+         "changes the weights, and a manifest only once every write finished.");
+    run_args a = {.cfg = *c, .async = 1, .crash = 1};
+    run_folder(a.run, "async-interrupted");
+    progress("asynchronous run: rank %d's writer dies at step %d", CRASH_RANK, CRASH_STEP);
+    note("First a crash while a background write runs: rank %d's writer thread dies half-way through its shard "
+         "of the step-%d checkpoint, once the rank has trained one more step.",
+         CRASH_RANK, CRASH_STEP);
+    spawn_expect_failure(train_main, WORLD, &a, sizeof a);
+    char dir[PATH_LEN], manifest_at[PATH_LEN + 16], why[1024];
+    step_dir(dir, a.run, CRASH_STEP);
+    manifest_path(manifest_at, dir);
+    check(access(manifest_at, F_OK) != 0, "the crash during the background write left no manifest for step %d",
+          CRASH_STEP);
+    int resume = latest_good(a.run, why, sizeof why);
+    check(resume == CRASH_STEP - EVERY,
+          "after the background crash the newest complete checkpoint is step %d "
+          "(expected %d)",
+          resume, CRASH_STEP - EVERY);
+
+    mlp_config timed = *c;
+    timed.steps = TIMED;
+    run_args blocking = {.cfg = timed}, async = {.cfg = timed, .async = 1};
+    run_folder(blocking.run, "blocking");
+    run_folder(async.run, "async");
+    progress("timing: %d steps, blocking checkpoints", TIMED);
+    spawn(train_main, WORLD, &blocking, sizeof blocking);
+    collect(WORLD);
+    static run_result kept[WORLD];
+    memcpy(kept, results, sizeof kept);
+    progress("timing: %d steps, asynchronous checkpoints", TIMED);
+    spawn(train_main, WORLD, &async, sizeof async);
+    collect(WORLD);
+    table_t *t = table_new("A checkpoint every %d steps, blocking and asynchronous: the step that makes one and "
+                           "the step after it (medians over %d checkpoints)",
+                           EVERY, (TIMED - 1) / EVERY);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "blocking", "ms", "%.3f");
+    table_column(t, "async", "ms", "%.3f");
+    table_column(t, "hidden", "ms", "%.3f");
+    table_column(t, "shard write, on its thread", "ms", "%.3f");
+    double blocked[WORLD], stalled[WORLD], hidden[WORLD], written[WORLD];
+    for (int k = 0; k < WORLD; k++) {
+        blocked[k] = checkpoint_median(&kept[k], TIMED);
+        stalled[k] = checkpoint_median(&results[k], TIMED);
+        hidden[k] = blocked[k] - stalled[k];
+        written[k] = median_of(results[k].write_s, results[k].writes);
+        table_row(t, k, blocked[k] * 1e3, stalled[k] * 1e3, hidden[k] * 1e3, written[k] * 1e3);
+    }
+    table_show(t);
+    double blocked_ms = median_of(blocked, WORLD) * 1e3, stalled_ms = median_of(stalled, WORLD) * 1e3;
+    double hidden_ms = median_of(hidden, WORLD) * 1e3, written_ms = median_of(written, WORLD) * 1e3;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    note("Over the %d ranks (medians): a step that checkpoints and the step after it took %.3f ms blocking and "
+         "%.3f ms asynchronous, %.3f ms %s; a shard's write took %.3f ms on its thread. Measured on the machine "
+         "that ran this lecture, %ld cores shared by %d ranks, their writer threads and whatever else it runs. "
+         "An `fsync` waits for the disk without holding a core: that wait is what a writer thread hides. Copying "
+         "the bytes into the file does hold a core, and where ranks outnumber cores it is taken from some rank's "
+         "training.",
+         WORLD, quoted(blocked_ms), quoted(stalled_ms), quoted(hidden_ms > 0 ? hidden_ms : -hidden_ms),
+         hidden_ms > 0 ? "hidden" : "lost", quoted(written_ms), quoted(cores), WORLD);
+    int compared, same = same_shards(blocking.run, async.run, TIMED, &compared);
+    note("Both runs trained the same steps from the same start, so their checkpoints should be the same bytes: "
+         "%d of the %d shards (every rank's, every checkpoint's) have equal xxh64 and equal bytes.",
+         quoted(same), quoted(compared));
+    check(same == compared, "every asynchronous checkpoint's shard equals the blocking one's: %d of %d", same,
+          compared);
+}
+
 static void remove_files(void) {
     char command[PATH_LEN + 32];
     snprintf(command, sizeof command, "rm -rf '%s'", files);
@@ -887,6 +1000,7 @@ static void lecture_checkpoints(void) {
     reshard(&c);
     damaged();
     train_on_after_damage(&c);
+    async_checkpoint(&c);
     remove_files();
 }
 
