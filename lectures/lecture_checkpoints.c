@@ -522,15 +522,16 @@ static void train_main(int rank, int world, void *args) {
         atomic_fetch_add(&bg.steps, 1);
         int done = step + 1;
         if (done == a->keep) keep_state(c, &s, &r);
-        if (done % every == 0 && done < c->steps) {
-            if (a->async) {
-                if (bg.step) r.write_s[r.writes++] = save_async(&bg, c, &s, a->run, done, r.loss, a->crash);
-                else save_async(&bg, c, &s, a->run, done, r.loss, a->crash);
-            } else {
-                write_figures f = save_checkpoint(c, &s, a->run, done, r.loss, a->crash);
-                if (done == EVERY) r.first_write = f;
-                r.write_s[r.writes++] = f.seconds;
-            }
+        int due = done % every == 0 && done < c->steps;
+        if (due && !a->async) {
+            write_figures f = save_checkpoint(c, &s, a->run, done, r.loss, a->crash);
+            if (done == EVERY) r.first_write = f;
+            r.write_s[r.writes++] = f.seconds;
+        }
+        if (due && a->async) { /* the snapshot now, before the next step changes the shard */
+            int writing = bg.step != 0;
+            double previous = save_async(&bg, c, &s, a->run, done, r.loss, a->crash);
+            if (writing) r.write_s[r.writes++] = previous;
         }
         r.step_s[step] = now_seconds() - t0;
     }
@@ -843,11 +844,13 @@ static void train_on_after_damage(const mlp_config *c) {
     int64_t m;
     unsigned char *now = read_file(path, &m);
     if (!now) lecture_fail("cannot read %s: %s", path, strerror(errno));
-    unsigned long long before = XXH64(was, (size_t)n, 0), after = XXH64(now, (size_t)m, 0);
-    note("The step-%d shard 3 it wrote again has xxh64 %016llx; the one the uninterrupted run wrote, before the "
-         "damage, had %016llx.",
-         CRASH_STEP, quoted(after), quoted(before));
-    check(m == n && before == after && memcmp(was, now, (size_t)n) == 0,
+    char before[17], after[17];
+    snprintf(before, sizeof before, "%016llx", (unsigned long long)XXH64(was, (size_t)n, 0));
+    snprintf(after, sizeof after, "%016llx", (unsigned long long)XXH64(now, (size_t)m, 0));
+    note("The step-%d shard 3 it wrote again has xxh64 %s; the one the uninterrupted run wrote, before the "
+         "damage, had %s.",
+         CRASH_STEP, after, before);
+    check(m == n && strcmp(before, after) == 0 && memcmp(was, now, (size_t)n) == 0,
           "the rewritten step-%d shard 3 is the uninterrupted run's, byte for byte", CRASH_STEP);
     free(was);
     free(now);
@@ -954,14 +957,15 @@ static void async_checkpoint(const mlp_config *c) {
     double blocked_ms = median_of(blocked, WORLD) * 1e3, stalled_ms = median_of(stalled, WORLD) * 1e3;
     double hidden_ms = median_of(hidden, WORLD) * 1e3, written_ms = median_of(written, WORLD) * 1e3;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double gap_ms = hidden_ms > 0 ? hidden_ms : -hidden_ms;
     note("Over the %d ranks (medians): a step that checkpoints and the step after it took %.3f ms blocking and "
          "%.3f ms asynchronous, %.3f ms %s; a shard's write took %.3f ms on its thread. Measured on the machine "
          "that ran this lecture, %ld cores shared by %d ranks, their writer threads and whatever else it runs. "
          "An `fsync` waits for the disk without holding a core: that wait is what a writer thread hides. Copying "
          "the bytes into the file does hold a core, and where ranks outnumber cores it is taken from some rank's "
          "training.",
-         WORLD, quoted(blocked_ms), quoted(stalled_ms), quoted(hidden_ms > 0 ? hidden_ms : -hidden_ms),
-         hidden_ms > 0 ? "hidden" : "lost", quoted(written_ms), quoted(cores), WORLD);
+         WORLD, quoted(blocked_ms), quoted(stalled_ms), quoted(gap_ms), hidden_ms > 0 ? "hidden" : "lost",
+         quoted(written_ms), quoted(cores), WORLD);
     int compared, same = same_shards(blocking.run, async.run, TIMED, &compared);
     note("Both runs trained the same steps from the same start, so their checkpoints should be the same bytes: "
          "%d of the %d shards (every rank's, every checkpoint's) have equal xxh64 and equal bytes.",
