@@ -1,7 +1,9 @@
 /*
  * lecture_checkpoints: a sharded checkpoint of ZeRO-3 training, a rank that
  * dies while writing one, a restart from the last complete checkpoint, the
- * checkpoint loaded by another number of ranks, and damaged shards refused.
+ * checkpoint loaded by fewer and by more ranks, damaged shards refused and
+ * training resumed from the checkpoint before, and a checkpoint written in
+ * the background (a thread per rank) while training goes on.
  *
  *     make run LECTURE=lecture_checkpoints
  *
@@ -24,7 +26,7 @@
 
 /* 4 ranks, a checkpoint every 2 steps; rank 2 dies writing the one at step 4.
  * The blocking and asynchronous checkpoints are timed over TIMED steps. */
-enum { WORLD = 4, RESHARD = 2, STEPS = 6, EVERY = 2, CRASH_RANK = 2, CRASH_STEP = 4, TIMED = 40 };
+enum { WORLD = 4, RESHARD = 2, STEPS = 6, EVERY = 2, CRASH_RANK = 2, CRASH_STEP = 4, TIMED = 40, GROW = 8 };
 enum { BATCH = 64, WIDTH = 64, LAYERS = 3, PATH_LEN = 512 };
 
 static mlp_config config(void) {
@@ -546,7 +548,7 @@ static void train_main(int rank, int world, void *args) {
     tensor_free(data);
 }
 
-static run_result results[WORLD];
+static run_result results[GROW];
 
 static void collect(int world) {
     for (int k = 0; k < world; k++)
@@ -676,12 +678,12 @@ static void one_device(const mlp_config *c, tensor **w) {
     tensor_free(x);
 }
 
-/* The 2 ranks' state as loaded, row by row, against the 4 ranks' state as it
- * was in memory at that step (kept by the uninterrupted run, never read from a
- * file): a row taken from the wrong shard or the wrong place in one, or a
- * moment from the wrong band, is a difference. */
-static void loaded_as_trained(const mlp_config *c, int step) {
-    int64_t old_rows = c->width / WORLD, new_rows = c->width / RESHARD;
+/* The `world` ranks' state as loaded, row by row, against the 4 ranks' state
+ * as it was in memory at that step (kept by the uninterrupted run, never read
+ * from a file): a row taken from the wrong shard or the wrong place in one,
+ * or a moment from the wrong band, is a difference. */
+static void loaded_as_trained(const mlp_config *c, int step, int world) {
+    int64_t old_rows = c->width / WORLD, new_rows = c->width / world;
     int64_t differ = 0, compared = 0;
     for (int i = 0; i < c->layers; i++)
         for (int j = 0; j < 3; j++)
@@ -699,11 +701,41 @@ static void loaded_as_trained(const mlp_config *c, int step) {
     note("First, what was loaded: before their first step, each of the %d ranks' rows and AdamW moments, row by "
          "row, against what the %d ranks held in memory at step %d (kept by the uninterrupted run, not read back "
          "from its files). %lld of %lld rows differ.",
-         RESHARD, WORLD, step, quoted((long long)differ), quoted((long long)compared));
+         world, WORLD, step, quoted((long long)differ), quoted((long long)compared));
     check(differ == 0,
           "the %d ranks loaded, bit for bit, the rows and moments the %d ranks held at step %d: %lld of %lld rows "
           "differ",
-          RESHARD, WORLD, step, (long long)differ, (long long)compared);
+          world, WORLD, step, (long long)differ, (long long)compared);
+}
+
+/* The `world` ranks' trained weights (results) against one device's, in a
+ * table and a check; the largest difference, and the bound in *bound. */
+static double trained_against_one_device(const mlp_config *c, int world, double *bound) {
+    tensor *w[MAX_LAYERS];
+    one_device(c, w);
+    double diff = 0;
+    for (int k = 0; k < world; k++)
+        for (int i = 0; i < c->layers; i++) {
+            int64_t rows = results[k].rows;
+            tensor *mine = tensor_from(results[k].piece + (size_t)i * (size_t)(rows * c->width), rows, c->width, -1);
+            tensor *ref = row_slice(w[i], k * rows, (k + 1) * rows);
+            double d = max_abs_diff(mine, ref);
+            diff = d > diff ? d : diff;
+            tensor_free(ref);
+            tensor_free(mine);
+        }
+    *bound = adamw_rounding_bound(c);
+    table_t *t =
+            table_new("Trained weights: %d ranks resumed from a %d-rank checkpoint, against one device", world, WORLD);
+    table_column(t, "largest difference", NULL, "%.3g");
+    table_column(t, "AdamW rounding bound", NULL, "%.3g");
+    table_row(t, diff, *bound);
+    table_show(t);
+    check(diff <= *bound, "%d ranks' resharded weights within AdamW's rounding bound of one device: %.3g <= %.3g",
+          world, diff, *bound);
+    for (int i = 0; i < c->layers; i++)
+        tensor_free(w[i]);
+    return diff;
 }
 
 static void reshard(const mlp_config *c) {
@@ -719,34 +751,31 @@ static void reshard(const mlp_config *c) {
     progress("resharded run: %d ranks from step %d", RESHARD, from);
     spawn(train_main, RESHARD, &a, sizeof a);
     collect(RESHARD);
-    loaded_as_trained(c, from);
-    tensor *w[MAX_LAYERS];
-    one_device(c, w);
-    double diff = 0;
-    for (int k = 0; k < RESHARD; k++)
-        for (int i = 0; i < c->layers; i++) {
-            int64_t rows = results[k].rows;
-            tensor *mine = tensor_from(results[k].piece + (size_t)i * (size_t)(rows * c->width), rows, c->width, -1);
-            tensor *ref = row_slice(w[i], k * rows, (k + 1) * rows);
-            double d = max_abs_diff(mine, ref);
-            diff = d > diff ? d : diff;
-            tensor_free(ref);
-            tensor_free(mine);
-        }
-    double bound = adamw_rounding_bound(c);
-    table_t *t = table_new("Trained weights: %d ranks resumed from a %d-rank checkpoint, against one device", RESHARD,
-                           WORLD);
-    table_column(t, "largest difference", NULL, "%.3g");
-    table_column(t, "AdamW rounding bound", NULL, "%.3g");
-    table_row(t, diff, bound);
-    table_show(t);
-    check(diff <= bound, "resharded weights within AdamW's rounding bound of one device: %.3g <= %.3g", diff, bound);
+    loaded_as_trained(c, from, RESHARD);
+    double bound, diff = trained_against_one_device(c, RESHARD, &bound);
     note("Not bit for bit this time: %d ranks sum gradients over other slices of the batch than %d ranks or one "
          "device do, so the sums round differently. AdamW can carry a rounding-level difference in a gradient "
          "to at most %.3g in a weight over %d steps (lib/mlp.h derives it); the largest difference is %.3g.",
          RESHARD, WORLD, quoted(bound), c->steps, quoted(diff));
-    for (int i = 0; i < c->layers; i++)
-        tensor_free(w[i]);
+}
+
+/* The 4-rank checkpoint loaded by GROW ranks: each new band lies inside one
+ * old shard. */
+static void grow(const mlp_config *c) {
+    int from = CRASH_STEP;
+    note("## And on %d ranks", GROW);
+    note("A job may come back with more GPUs, too. On %d ranks each rank's %d rows lie inside one shard of the "
+         "%d-rank checkpoint: the same load, each rank reading one shard where the %d ranks read two. Checked as "
+         "before: the loaded state row by row, then %d ranks training on to step %d against one device.",
+         GROW, c->width / GROW, WORLD, RESHARD, GROW, c->steps);
+    run_args a = {.cfg = *c, .resume = from, .keep = from};
+    run_folder(a.run, "uninterrupted");
+    progress("resharded run: %d ranks from step %d", GROW, from);
+    spawn(train_main, GROW, &a, sizeof a);
+    collect(GROW);
+    loaded_as_trained(c, from, GROW);
+    double bound, diff = trained_against_one_device(c, GROW, &bound);
+    note("The largest difference from one device is %.3g, within the same bound, %.3g.", quoted(diff), quoted(bound));
 }
 
 /* Damages shard k of `run`'s newest checkpoint (in path): cut to half, or
@@ -986,8 +1015,9 @@ static void lecture_checkpoints(void) {
          "pieces, so that a restart loses only the steps since the last save; and a restart may come back with "
          "fewer or more GPUs. This lecture trains lecture_08's MLP with ZeRO-3 on %d ranks, saves sharded "
          "checkpoints to real files, kills a rank in the middle of one, resumes, loads the checkpoint on %d "
-         "ranks, and damages shards to see them refused.",
-         WORLD, RESHARD);
+         "and on %d ranks, damages shards to see them refused and trains on from the checkpoint before, and "
+         "writes checkpoints in the background while training goes on.",
+         WORLD, RESHARD, GROW);
     const char *out = lecture_out_dir();
     char *abs = out ? realpath(out, NULL) : NULL;
     if (!abs) lecture_fail("cannot resolve the output folder %s", out ? out : "(none)");
@@ -1002,6 +1032,7 @@ static void lecture_checkpoints(void) {
     sharded_checkpoint(&c);
     crash_and_resume(&c);
     reshard(&c);
+    grow(&c);
     damaged();
     train_on_after_damage(&c);
     async_checkpoint(&c);

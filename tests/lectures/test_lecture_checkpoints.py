@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import planted  # noqa: E402
 import tracecheck  # noqa: E402
 
-WORLD, RESHARD, STEPS, EVERY, CRASH_RANK, CRASH_STEP, TIMED = 4, 2, 6, 2, 2, 4, 40
+WORLD, RESHARD, STEPS, EVERY, CRASH_RANK, CRASH_STEP, TIMED, GROW = 4, 2, 6, 2, 2, 4, 40, 8
 HEADER = 8 + 6 * 4  # the shard header: 8 magic bytes, six int32 (rank, world, layers, width, rows, step)
 
 
@@ -42,7 +42,7 @@ def adamw_bound(lr, steps, beta1=0.9, beta2=0.999):
 class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
     NAME = "lecture_checkpoints"
     SECTIONS = ["# Checkpoints and failures", "## A sharded checkpoint", "## A rank dies; the run resumes",
-                "## Resharding: 2 ranks load a 4-rank checkpoint", "## Damaged shards are refused",
+                "## Resharding: 2 ranks load a 4-rank checkpoint", "## And on 8 ranks", "## Damaged shards are refused",
                 "## Training on from the previous checkpoint", "## An asynchronous checkpoint"]
 
     def model(self):
@@ -50,7 +50,7 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
 
     def test_every_check_passed(self):
         checks = planted.checks(self.trace)
-        self.assertEqual(len(checks), 15)
+        self.assertEqual(len(checks), 17)
         self.assertEqual(planted.failed_checks(self.trace), [])
 
     def test_bytes_per_rank_is_the_formula(self):
@@ -67,7 +67,7 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
     def test_crash_named_and_caught(self):
         spawns = self.trace["spawns"]
         self.assertEqual([(s["world_size"], s["status"], s.get("expect_failure", False)) for s in spawns],
-                         [(4, "ok", False), (4, "failed", True), (4, "ok", False), (2, "ok", False), (4, "ok", False),
+                         [(4, "ok", False), (4, "failed", True), (4, "ok", False), (2, "ok", False), (8, "ok", False), (4, "ok", False),
                           (4, "failed", True), (4, "ok", False), (4, "ok", False)])
         errs = tracecheck.errors(self.trace)
         self.assertEqual(len(errs), 2)
@@ -88,18 +88,22 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
 
     def test_reshard_equals_one_device(self):
         m = self.model()
-        row = self.row_dicts(self.table(r"^Trained weights: 2 ranks resumed from a 4-rank checkpoint"))[0]
         bound = adamw_bound(m["c.lr"], m["c.steps"])
-        self.assertAlmostEqual(row["AdamW rounding bound"], bound, delta=1e-9 * bound)  # the same formula, in double
-        self.assertLessEqual(row["largest difference"], bound)
-        self.assertGreater(row["largest difference"], 0)  # 2 ranks do sum in another order: not the same run
+        for world in (RESHARD, GROW):
+            row = self.row_dicts(self.table(r"^Trained weights: %d ranks resumed from a 4-rank checkpoint" % world))[0]
+            # the same formula, in double
+            self.assertAlmostEqual(row["AdamW rounding bound"], bound, delta=1e-9 * bound)
+            self.assertLessEqual(row["largest difference"], bound)
+            self.assertGreater(row["largest difference"], 0)  # other ranks sum in another order: not the same run
 
     def test_reshard_loads_every_row_bit_for_bit(self):
         m = self.model()
-        f = self.figures("(long long)differ", "(long long)compared")
-        # every row of the rows, first and second moments of every layer
-        self.assertEqual(f["(long long)compared"], 3 * m["c.layers"] * m["c.width"])
-        self.assertEqual(f["(long long)differ"], 0)
+        found = [a for _, _, a in self.noted("(long long)differ", "(long long)compared", "world")]
+        self.assertEqual([a["world"] for a in found], [RESHARD, GROW])
+        for f in found:
+            # every row of the rows, first and second moments of every layer
+            self.assertEqual(f["(long long)compared"], 3 * m["c.layers"] * m["c.width"])
+            self.assertEqual(f["(long long)differ"], 0)
 
     def test_damaged_shards_refused_and_named(self):
         whys = [a["why"] for _, _, a in self.noted("why", kind="text")]
@@ -176,6 +180,14 @@ class Planted(unittest.TestCase):
         got = self.failed(block, block[len(shard_lines):] + shard_lines)
         self.assertEqual(len(got), 1, got)
         self.assertIn("the crash left no manifest for step 4", got[0])
+
+    def test_grow_offset_in_shard_ignored(self):
+        # each new band read from the start of its old shard: no matter for 2 ranks (their bands are whole old
+        # shards), half of the 8 ranks (the odd ones, their band the second half of an old shard) load wrong rows
+        got = self.failed("(size_t)(lo - k * old_rows) * (size_t)c->width,", "(size_t)0 * (size_t)c->width,")
+        self.assertIn("the 8 ranks loaded, bit for bit, the rows and moments the 4 ranks held at step 4: 288 of 576 "
+                      "rows differ", got)
+        self.assertEqual([g for g in got if g.startswith("the 2 ranks loaded")], [])
 
     def test_async_manifest_before_the_writes_finished(self):
         # the checkpoint finished (agreed, its manifest written) as soon as its writer thread started, unjoined
