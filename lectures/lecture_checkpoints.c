@@ -701,7 +701,7 @@ static void loaded_as_trained(const mlp_config *c, int step, int world) {
     note("First, what was loaded: before their first step, each of the %d ranks' rows and AdamW moments, row by "
          "row, against what the %d ranks held in memory at step %d (kept by the uninterrupted run, not read back "
          "from its files). %lld of %lld rows differ.",
-         world, WORLD, step, quoted((long long)differ), quoted((long long)compared));
+         world, WORLD, step, (long long)differ, (long long)compared);
     check(differ == 0,
           "the %d ranks loaded, bit for bit, the rows and moments the %d ranks held at step %d: %lld of %lld rows "
           "differ",
@@ -985,20 +985,28 @@ static void async_checkpoint(const mlp_config *c) {
     table_show(t);
     double blocked_ms = median_of(blocked, WORLD) * 1e3, stalled_ms = median_of(stalled, WORLD) * 1e3;
     double hidden_ms = median_of(hidden, WORLD) * 1e3, written_ms = median_of(written, WORLD) * 1e3;
+    table_t *m = table_new("The same, medians over the %d ranks", WORLD);
+    table_column(m, "blocking", "ms", "%.3f");
+    table_column(m, "async", "ms", "%.3f");
+    table_column(m, "hidden", "ms", "%.3f");
+    table_column(m, "shard write, on its thread", "ms", "%.3f");
+    table_row(m, blocked_ms, stalled_ms, hidden_ms, written_ms);
+    table_show(m);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    double gap_ms = hidden_ms > 0 ? hidden_ms : -hidden_ms;
-    note("Over the %d ranks (medians): a step that checkpoints and the step after it took %.3f ms blocking and "
-         "%.3f ms asynchronous, %.3f ms %s; a shard's write took %.3f ms on its thread. Measured on the machine "
-         "that ran this lecture, %ld cores shared by %d ranks, their writer threads and whatever else it runs. "
-         "An `fsync` waits for the disk without holding a core: that wait is what a writer thread hides. Copying "
-         "the bytes into the file does hold a core, and where ranks outnumber cores it is taken from some rank's "
-         "training.",
-         WORLD, quoted(blocked_ms), quoted(stalled_ms), quoted(gap_ms), hidden_ms > 0 ? "hidden" : "lost",
-         quoted(written_ms), quoted(cores), WORLD);
+    note("A step that checkpoints and the step after it took %.3f ms blocking and %.3f ms asynchronous; "
+         "blocking minus asynchronous, rank by rank, is %.3f ms, %s. A shard's write took %.3f ms on its thread "
+         "(each a median over the ranks). The machine "
+         "that ran this lecture has %ld cores, shared by %d ranks, their writer threads and whatever else it "
+         "runs. An `fsync` waits for the disk without holding a core: that wait is what a writer thread hides. "
+         "Copying the bytes into the file does hold a core, and where ranks outnumber cores it is taken from "
+         "some rank's training.",
+         quoted(blocked_ms), quoted(stalled_ms), quoted(hidden_ms),
+         hidden_ms > 0 ? "time the asynchronous checkpoint hid" : "no time hidden here", quoted(written_ms), cores,
+         WORLD);
     int compared, same = same_shards(blocking.run, async.run, TIMED, &compared);
     note("Both runs trained the same steps from the same start, so their checkpoints should be the same bytes: "
          "%d of the %d shards (every rank's, every checkpoint's) have equal xxh64 and equal bytes.",
-         quoted(same), quoted(compared));
+         same, compared);
     check(same == compared, "every asynchronous checkpoint's shard equals the blocking one's: %d of %d", same,
           compared);
 }

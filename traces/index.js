@@ -14,37 +14,57 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 1
+   "order": 1,
+   "sittings": [
+    {
+     "n": 1
+    }
+   ]
   },
   {
    "name": "lecture_gpu",
    "title": "GPUs: one, then many",
    "summary": "A GPU is a processor built for throughput: tens of thousands of threads running the same small program on different data. This lecture looks at what that buys and what it costs: the chip and its memory, two kernels written by hand (a vector add and a tiled matrix multiply), the …",
-   "start_time": "2026-11-29T11:21:23Z",
+   "start_time": "2026-11-29T13:20:07Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 5.264,
+   "duration_s": 11.499,
    "steps": 74,
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 2
+   "order": 2,
+   "sittings": [
+    {
+     "n": 2
+    }
+   ]
   },
   {
    "name": "lecture_08",
    "title": "Distributed training",
    "summary": "This lecture: training one model on many accelerators at once. The setting: arithmetic is spread over many devices, and moving data between them is slow compared with computing on it. This run found no GPU. Every example still runs for real: each rank is a CPU process, tensors …",
-   "start_time": "2026-11-29T11:22:11Z",
+   "start_time": "2026-11-29T13:20:35Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 37.617,
-   "steps": 284,
+   "duration_s": 102.228,
+   "steps": 287,
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 3
+   "order": 3,
+   "sittings": [
+    {
+     "n": 3,
+     "part": "Part 1"
+    },
+    {
+     "n": 6,
+     "part": "Part 2"
+    }
+   ]
   },
   {
    "name": "lecture_collectives",
@@ -59,22 +79,32 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 4
+   "order": 4,
+   "sittings": [
+    {
+     "n": 4
+    }
+   ]
   },
   {
    "name": "lecture_ddp",
    "title": "Distributed data parallel training",
    "summary": "Data parallelism is the most common way to train on many devices: every rank keeps a whole copy of the model and works on its own part of each batch. This lecture builds it up from plain SGD to the design of PyTorch's DistributedDataParallel (DDP), and runs every piece on real …",
-   "start_time": "2026-11-29T11:21:29Z",
+   "start_time": "2026-11-29T13:19:13Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 25.046,
-   "steps": 77,
+   "duration_s": 54.209,
+   "steps": 92,
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 5
+   "order": 5,
+   "sittings": [
+    {
+     "n": 5
+    }
+   ]
   },
   {
    "name": "lecture_scaling",
@@ -89,7 +119,12 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 6
+   "order": 6,
+   "sittings": [
+    {
+     "n": 7
+    }
+   ]
   },
   {
    "name": "lecture_pipelines",
@@ -104,7 +139,12 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 7
+   "order": 7,
+   "sittings": [
+    {
+     "n": 8
+    }
+   ]
   },
   {
    "name": "lecture_precision",
@@ -119,22 +159,32 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 8
+   "order": 8,
+   "sittings": [
+    {
+     "n": 9
+    }
+   ]
   },
   {
    "name": "lecture_checkpoints",
    "title": "Checkpoints and failures",
    "summary": "A job on thousands of GPUs loses one every few hours. It survives by saving its state often, in pieces, so that a restart loses only the steps since the last save; and a restart may come back with fewer or more GPUs. This lecture trains lecture_08's MLP with ZeRO-3 on 4 ranks, …",
-   "start_time": "2026-11-29T13:08:34Z",
+   "start_time": "2026-11-29T14:12:09Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 3.347,
-   "steps": 36,
+   "duration_s": 3.972,
+   "steps": 67,
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 9
+   "order": 9,
+   "sittings": [
+    {
+     "n": 10
+    }
+   ]
   }
  ]
 };
