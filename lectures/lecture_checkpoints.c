@@ -26,7 +26,17 @@
 
 /* 4 ranks, a checkpoint every 2 steps; rank 2 dies writing the one at step 4.
  * The blocking and asynchronous checkpoints are timed over TIMED steps. */
-enum { WORLD = 4, RESHARD = 2, STEPS = 6, EVERY = 2, CRASH_RANK = 2, CRASH_STEP = 4, TIMED = 40, GROW = 8 };
+enum {
+    WORLD = 4,
+    RESHARD = 2,
+    STEPS = 6,
+    EVERY = 2,
+    CRASH_RANK = 2,
+    CRASH_STEP = 4,
+    TIMED = 40,
+    GROW = 8,
+    SLOW_RANK = 3
+};
 enum { BATCH = 64, WIDTH = 64, LAYERS = 3, PATH_LEN = 512 };
 
 static mlp_config config(void) {
@@ -475,6 +485,7 @@ typedef struct run_args {
     int keep;           /* the step whose state the result keeps (at): after that many steps, or as loaded */
     int every;          /* a checkpoint every that many steps (0: EVERY) */
     int async;          /* 1: checkpoints written in the background */
+    double slow_ms;     /* > 0: rank SLOW_RANK's device takes that much longer each step (modelled compute) */
 } run_args;
 
 typedef struct run_result {
@@ -518,8 +529,10 @@ static void train_main(int rank, int world, void *args) {
     if (a->keep && a->keep == a->resume) keep_state(c, &s, &r);
     int every = a->every ? a->every : EVERY;
     background bg = {0};
+    dist_barrier(); /* every rank's clock starts together, to a barrier's skew */
     for (int step = a->resume; step < c->steps; step++) {
         double t0 = now_seconds();
+        if (a->slow_ms > 0 && rank == SLOW_RANK) model_compute(a->slow_ms); /* a slow device */
         r.loss[step] = zero3_step(c, &s, x);
         atomic_fetch_add(&bg.steps, 1);
         int done = step + 1;
@@ -1011,6 +1024,64 @@ static void async_checkpoint(const mlp_config *c) {
           compared);
 }
 
+/* Rank SLOW_RANK's device slower by slow_ms a step (modelled): every rank's
+ * steps, with and without it. */
+static void straggler(const mlp_config *c) {
+    enum { SLOW_STEPS = 12 };
+    const double slow_ms = 20.0;
+    note("## A straggler");
+    note("A synchronous job moves at the pace of its slowest rank: every step's collectives wait for every rank. "
+         "Here rank %d's device is made %.0f ms slower each step, *modelled* (`model_compute`: the device kept "
+         "busy for a set time, no arithmetic), and every rank's %d steps are timed, from a barrier, with and "
+         "without it. No checkpoints are written.",
+         SLOW_RANK, slow_ms, SLOW_STEPS);
+    mlp_config short_run = *c;
+    short_run.steps = SLOW_STEPS;
+    run_args plain = {.cfg = short_run, .every = TIMED}, slow = {.cfg = short_run, .every = TIMED, .slow_ms = slow_ms};
+    run_folder(plain.run, "straggler");
+    snprintf(slow.run, sizeof slow.run, "%s", plain.run);
+    progress("straggler: %d steps, then rank %d slower by %.0f ms (modelled)", SLOW_STEPS, SLOW_RANK, slow_ms);
+    spawn(train_main, WORLD, &plain, sizeof plain);
+    collect(WORLD);
+    double before[WORLD];
+    for (int k = 0; k < WORLD; k++) {
+        before[k] = 0;
+        for (int s = 0; s < SLOW_STEPS; s++)
+            before[k] += results[k].step_s[s];
+    }
+    spawn(train_main, WORLD, &slow, sizeof slow);
+    collect(WORLD);
+    table_t *t = table_new("%d steps on every rank, without and with rank %d's device %.0f ms slower a step "
+                           "(modelled)",
+                           SLOW_STEPS, SLOW_RANK, slow_ms);
+    table_column(t, "rank", NULL, "%d");
+    table_column(t, "no straggler", "ms", "%.1f");
+    table_column(t, "rank 3 slower (modelled)", "ms", "%.1f");
+    int all_wait = 1;
+    double least = 1e30;
+    for (int k = 0; k < WORLD; k++) {
+        double after = 0;
+        for (int s = 0; s < SLOW_STEPS; s++)
+            after += results[k].step_s[s];
+        table_row(t, k, before[k] * 1e3, after * 1e3);
+        least = after < least ? after : least;
+        all_wait &= after * 1e3 >= (SLOW_STEPS - 1) * slow_ms;
+    }
+    table_show(t);
+    check(all_wait, "every rank's %d steps took at least %d x %.0f ms with rank %d slow (the least: %.1f ms)",
+          SLOW_STEPS, SLOW_STEPS - 1, slow_ms, SLOW_RANK, least * 1e3);
+    note("Every rank, not only rank %d, pays the modelled %.0f ms a step: the others wait for it in each step's "
+         "first all-gather. (The check allows one step less than %d x %.0f ms: the ranks leave the starting "
+         "barrier a little apart.) The runtime calls none of this a deadlock: rank %d's device is working, and a "
+         "rank that works is progress. A rank that dies is named at once (as above); ranks that all wait and "
+         "never move are stopped after `LECTERN_TIMEOUT` seconds; a rank stuck in its own code counts as working "
+         "and is not stopped. A real job's watchdog does the same thing at scale: PyTorch's NCCL "
+         "process group, for one, aborts a collective that has not finished within its timeout (10 minutes by "
+         "default), which ends the job; the job is then restarted from its last checkpoint, as above. This "
+         "paragraph describes; only the straggler's table was run.",
+         SLOW_RANK, slow_ms, SLOW_STEPS, slow_ms, SLOW_RANK);
+}
+
 static void remove_files(void) {
     char command[PATH_LEN + 32];
     snprintf(command, sizeof command, "rm -rf '%s'", files);
@@ -1024,7 +1095,7 @@ static void lecture_checkpoints(void) {
          "fewer or more GPUs. This lecture trains lecture_08's MLP with ZeRO-3 on %d ranks, saves sharded "
          "checkpoints to real files, kills a rank in the middle of one, resumes, loads the checkpoint on %d "
          "and on %d ranks, damages shards to see them refused and trains on from the checkpoint before, and "
-         "writes checkpoints in the background while training goes on.",
+         "writes checkpoints in the background while training goes on; last, a straggler.",
          WORLD, RESHARD, GROW);
     const char *out = lecture_out_dir();
     char *abs = out ? realpath(out, NULL) : NULL;
@@ -1044,6 +1115,7 @@ static void lecture_checkpoints(void) {
     damaged();
     train_on_after_damage(&c);
     async_checkpoint(&c);
+    straggler(&c);
     remove_files();
 }
 

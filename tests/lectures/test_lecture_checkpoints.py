@@ -7,10 +7,11 @@ ranks' state in memory at that step, every row of every layer compared; the resh
 bound, recomputed here; both damaged shards refused, each named; the run resumed from the fallback checkpoint after
 the newest was damaged equal to the uninterrupted one, and the shard it wrote again the same bytes; the asynchronous
 checkpoint: a crash of the background writer named in that writer's frames and leaving no manifest, the timing
-table's figures consistent with the sentence beside it, every shard equal to the blocking run's; nothing left in the
-output folder. Six planted bugs (the manifest written before the shards, the checksum not checked, AdamW's moments
-not restored, a resharded band's shards loaded in reverse order, the asynchronous manifest written before the
-background writes finished, the asynchronous snapshot taken after the next step) each fail their check.
+table's figures consistent with the sentence beside it, every shard equal to the blocking run's; the 8-rank load row
+by row; a straggler (modelled) slowing every rank; nothing left in the output folder. Nine planted bugs (the manifest
+written before the shards, the checksum not checked, AdamW's moments not restored, a resharded band's shards loaded in
+reverse order, the offset inside an old shard ignored, the asynchronous manifest written before the background writes
+finished, the asynchronous snapshot taken after the next step, the straggler not slowed) each fail their check.
 
     /usr/bin/python3 tests/lectures/test_lecture_checkpoints.py
 """
@@ -43,14 +44,14 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
     NAME = "lecture_checkpoints"
     SECTIONS = ["# Checkpoints and failures", "## A sharded checkpoint", "## A rank dies; the run resumes",
                 "## Resharding: 2 ranks load a 4-rank checkpoint", "## And on 8 ranks", "## Damaged shards are refused",
-                "## Training on from the previous checkpoint", "## An asynchronous checkpoint"]
+                "## Training on from the previous checkpoint", "## An asynchronous checkpoint", "## A straggler"]
 
     def model(self):
         return self.figures("c.layers", "c.width", "c.batch", "c.lr", "c.steps")
 
     def test_every_check_passed(self):
         checks = planted.checks(self.trace)
-        self.assertEqual(len(checks), 17)
+        self.assertEqual(len(checks), 18)
         self.assertEqual(planted.failed_checks(self.trace), [])
 
     def test_bytes_per_rank_is_the_formula(self):
@@ -68,7 +69,7 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
         spawns = self.trace["spawns"]
         self.assertEqual([(s["world_size"], s["status"], s.get("expect_failure", False)) for s in spawns],
                          [(4, "ok", False), (4, "failed", True), (4, "ok", False), (2, "ok", False), (8, "ok", False), (4, "ok", False),
-                          (4, "failed", True), (4, "ok", False), (4, "ok", False)])
+                          (4, "failed", True), (4, "ok", False), (4, "ok", False), (4, "ok", False), (4, "ok", False)])
         errs = tracecheck.errors(self.trace)
         self.assertEqual(len(errs), 2)
         for (step, message), writer in zip(errs, ["save_checkpoint", "write_in_background"]):
@@ -157,6 +158,20 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
         self.assertEqual(f["compared"], WORLD * ((TIMED - 1) // EVERY))  # every rank's shard of every checkpoint
         self.assertEqual(f["same"], f["compared"])
 
+    def test_straggler_slows_every_rank(self):
+        slow_steps, slow_ms = 12, 20
+        rows = self.row_dicts(self.table(r"^12 steps on every rank, without and with rank 3's device 20 ms slower"))
+        self.assertEqual([r["rank"] for r in rows], list(range(WORLD)))
+        for r in rows:
+            # every step waits for rank 3's modelled 20 ms; one step's worth spared for the ranks leaving the
+            # starting barrier apart
+            self.assertGreaterEqual(r["rank 3 slower (modelled)"], (slow_steps - 1) * slow_ms)
+        # the delay is modelled, on rank 3 alone, once a step, and the trace says so
+        spans = self.trace["modelled"]
+        self.assertEqual([(m["rank"], m["ms"]) for m in spans], [(3, slow_ms)] * slow_steps)
+        self.assertTrue(all(m["end"] - m["start"] >= slow_ms / 1e3 for m in spans))
+        self.assertTrue(self.trace["meta"]["modelled_compute"])
+
     def test_nothing_left_in_the_output_folder(self):
         self.assertEqual(sorted(os.listdir(self.out.name)), ["lecture_checkpoints.js", "lecture_checkpoints.json"])
 
@@ -190,6 +205,11 @@ class Planted(unittest.TestCase):
         self.assertIn("the 8 ranks loaded, bit for bit, the rows and moments the 4 ranks held at step 4: 288 of 576 "
                       "rows differ", got)
         self.assertEqual([g for g in got if g.startswith("the 2 ranks loaded")], [])
+
+    def test_straggler_not_slowed(self):
+        got = self.failed("if (a->slow_ms > 0 && rank == SLOW_RANK)", "if (a->slow_ms < 0 && rank == SLOW_RANK)")
+        self.assertEqual(len(got), 1, got)
+        self.assertIn("every rank's 12 steps took at least 11 x 20 ms with rank 3 slow", got[0])
 
     def test_async_manifest_before_the_writes_finished(self):
         # the checkpoint finished (agreed, its manifest written) as soon as its writer thread started, unjoined
