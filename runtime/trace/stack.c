@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -248,7 +249,8 @@ void lx_stack_set_root(const void *fn) { root_fn = (uintptr_t)fn; }
 /* Turns raw pcs (innermost first) into lecture frames (outermost first).
  * `exact_pc` is a pc that is not a return address (the faulting instruction
  * in a signal handler), looked up as is. */
-static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *out, int max, int *reached) {
+static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *out, int max, int *reached,
+                           int own_thread) {
     lx_frame tmp[LX_MAX_FRAMES];
     int n = 0, found_root = 0, found_main = 0;
     pthread_mutex_lock(&lock);
@@ -274,8 +276,10 @@ static int frames_from_pcs(void **pcs, int npcs, uintptr_t exact_pc, lx_frame *o
     if (reached) *reached = found_root || found_main;
     /* A rank's lecture code is its spawned function: outside it (setting up
      * a spawn, tearing one down) no lecture line is running, whatever
-     * main() the walk would reach. */
-    if (lx_in_rank() && !found_root) n = 0;
+     * main() the walk would reach. A thread the lecture's code started
+     * (own_thread) is the exception: its outermost lecture frame is its
+     * thread function, which no root is above. */
+    if (lx_in_rank() && !found_root && !own_thread) n = 0;
     if (n > max) n = max;
     for (int i = 0; i < n; i++)
         out[i] = tmp[n - 1 - i]; /* outermost first */
@@ -334,12 +338,12 @@ int lx_stack_capture_by(lx_stack_walk how, lx_frame *frames, int max) {
     if (how != LX_WALK_BACKTRACE) {
         int reached = 0;
         int npcs = frame_pointer_walk(pcs, 128);
-        int n = frames_from_pcs(pcs, npcs, 0, frames, max, &reached);
+        int n = frames_from_pcs(pcs, npcs, 0, frames, max, &reached, 0);
         if (reached) return n;
         if (how == LX_WALK_FRAME_POINTERS) return -1;
     }
     int npcs = backtrace(pcs, 128);
-    return frames_from_pcs(pcs, npcs, 0, frames, max, NULL);
+    return frames_from_pcs(pcs, npcs, 0, frames, max, NULL, 0);
 }
 
 int lx_stack_capture(lx_frame *frames, int max) { return lx_stack_capture_by(LX_WALK_ANY, frames, max); }
@@ -353,7 +357,11 @@ int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext) {
 #elif defined(__aarch64__)
     if (ucontext) fault_pc = (uintptr_t)((ucontext_t *)ucontext)->uc_mcontext.pc;
 #endif
-    return frames_from_pcs(pcs, npcs, fault_pc, frames, max, NULL);
+    /* A signal on a thread other than the process's first (a thread a
+     * rank's code started, writing a file beside its training, say): the
+     * frames of that thread, which is where the fault is. */
+    int own_thread = (pid_t)syscall(SYS_gettid) != getpid();
+    return frames_from_pcs(pcs, npcs, fault_pc, frames, max, NULL, own_thread);
 }
 
 /* The source file that defines `fn` (repo-relative), or NULL. Used to name a

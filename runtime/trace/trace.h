@@ -67,7 +67,9 @@ typedef enum { LX_WALK_ANY, LX_WALK_FRAME_POINTERS, LX_WALK_BACKTRACE } lx_stack
 int lx_stack_capture_by(lx_stack_walk how, lx_frame *frames, int max);
 
 /* As lx_stack_capture, from a signal handler's context (the faulting pc
- * included). */
+ * included). On a thread other than the process's first (one a rank's code
+ * started), that thread's lecture frames, outermost its thread function,
+ * though no spawned function is above them. */
 int lx_stack_capture_signal(lx_frame *frames, int max, void *ucontext);
 
 /* The repo root the paths are relative to (where lectures/ and runtime/ are),
