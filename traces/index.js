@@ -14,37 +14,57 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 1
+   "order": 1,
+   "sittings": [
+    {
+     "n": 1
+    }
+   ]
   },
   {
    "name": "lecture_gpu",
    "title": "GPUs: one, then many",
    "summary": "A GPU is a processor built for throughput: tens of thousands of threads running the same small program on different data. This lecture looks at what that buys and what it costs: the chip and its memory, two kernels written by hand (a vector add and a tiled matrix multiply), the …",
-   "start_time": "2026-11-29T11:21:23Z",
+   "start_time": "2026-11-29T13:20:07Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 5.264,
+   "duration_s": 11.499,
    "steps": 74,
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 2
+   "order": 2,
+   "sittings": [
+    {
+     "n": 2
+    }
+   ]
   },
   {
    "name": "lecture_08",
    "title": "Distributed training",
    "summary": "This lecture: training one model on many accelerators at once. The setting: arithmetic is spread over many devices, and moving data between them is slow compared with computing on it. This run found no GPU. Every example still runs for real: each rank is a CPU process, tensors …",
-   "start_time": "2026-11-29T11:22:11Z",
+   "start_time": "2026-11-29T13:20:35Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 37.617,
-   "steps": 284,
+   "duration_s": 102.228,
+   "steps": 287,
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 3
+   "order": 3,
+   "sittings": [
+    {
+     "n": 3,
+     "part": "Part 1"
+    },
+    {
+     "n": 6,
+     "part": "Part 2"
+    }
+   ]
   },
   {
    "name": "lecture_collectives",
@@ -59,37 +79,52 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 4
+   "order": 4,
+   "sittings": [
+    {
+     "n": 4
+    }
+   ]
   },
   {
    "name": "lecture_ddp",
    "title": "Distributed data parallel training",
    "summary": "Data parallelism is the most common way to train on many devices: every rank keeps a whole copy of the model and works on its own part of each batch. This lecture builds it up from plain SGD to the design of PyTorch's DistributedDataParallel (DDP), and runs every piece on real …",
-   "start_time": "2026-11-29T11:21:29Z",
+   "start_time": "2026-11-29T13:19:13Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 25.046,
-   "steps": 77,
+   "duration_s": 54.209,
+   "steps": 92,
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 5
+   "order": 5,
+   "sittings": [
+    {
+     "n": 5
+    }
+   ]
   },
   {
    "name": "lecture_scaling",
    "title": "After DDP, ZeRO, TP and PP",
    "summary": "lecture_08 split a stack of matrices four ways: the batch (DDP), the optimizer state, gradients and weights (ZeRO), each matrix (tensor parallelism) and the layers (pipelines). A transformer has more to cut: experts that each see only some tokens, a sequence whose positions are …",
-   "start_time": "2026-11-29T13:30:18Z",
+   "start_time": "2026-11-29T14:01:46Z",
    "host": "vm",
    "gpus": 0,
    "backend": "mpi",
-   "duration_s": 56.646,
-   "steps": 206,
+   "duration_s": 19.78,
+   "steps": 300,
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 6
+   "order": 6,
+   "sittings": [
+    {
+     "n": 7
+    }
+   ]
   },
   {
    "name": "lecture_pipelines",
@@ -104,7 +139,12 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 7
+   "order": 7,
+   "sittings": [
+    {
+     "n": 8
+    }
+   ]
   },
   {
    "name": "lecture_precision",
@@ -119,7 +159,12 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 8
+   "order": 8,
+   "sittings": [
+    {
+     "n": 9
+    }
+   ]
   },
   {
    "name": "lecture_checkpoints",
@@ -134,7 +179,12 @@ window.lecternIndex = {
    "failed_run": false,
    "has_good": true,
    "state": "ok",
-   "order": 9
+   "order": 9,
+   "sittings": [
+    {
+     "n": 10
+    }
+   ]
   }
  ]
 };
