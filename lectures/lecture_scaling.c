@@ -1505,9 +1505,9 @@ static void tpb_table(void) {
     char question[600];
     snprintf(question, sizeof question,
              "Sequence parallelism's forward all-gathers LayerNorm's output: each of the p = %d ranks holds %d of "
-             "the %d tokens, and the whole sequence is %d x %d floats, b = %.0f bytes. In the backward pass, which "
-             "collective carries the gradient back through that all-gather, and how many bytes does rank 0 send "
-             "in it, by the ring's formula?",
+             "the %d tokens, and the whole sequence is %d x %d floats, b = %.0f bytes. In the backward pass 1 "
+             "collective call carries the gradient back through that all-gather. Which collective is it, and how "
+             "many bytes does each rank send in it, by the ring's formula?",
              WORLD, SEQ / WORLD, SEQ, SEQ, DIM, b);
     predict(question, (double)r.formula[1][1][K_REDUCE_SCATTER], "bytes");
     table_t *t = table_new("Attention forward and backward on %d ranks, rank 0's collectives", WORLD);
