@@ -1518,10 +1518,12 @@ static void tpb_table(void) {
     table_column(t, "bytes sent, formula", "bytes", "%lld");
     table_column(t, "bytes sent, the runtime's nominal", "bytes", "%lld");
     table_column(t, "bytes sent, measured", "bytes", "%lld");
+    const int issued[KINDS] = {K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_REDUCE}; /* the order the code calls them */
     for (int s = 0; s < 2; s++)
         for (int dir = 0; dir < 2; dir++)
-            for (int k = 0; k < KINDS; k++) {
+            for (int i = 0; i < KINDS; i++) {
                 const pass_traffic *p = &r.pass[s][dir];
+                int k = issued[i];
                 if (p->calls[k] == 0) continue;
                 table_row(t, STRATEGY[s], DIRECTION[dir], KIND_NAME[k], (long long)p->calls[k],
                           (long long)r.formula[s][dir][k], (long long)p->nominal[k], (long long)p->measured[k]);
