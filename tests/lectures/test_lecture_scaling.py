@@ -670,6 +670,12 @@ class PlantedBugs(unittest.TestCase):
                           "    (void)0;",
                           "tensor parallel attention backward: dx")
 
+    def test_sequence_parallel_layer_norm_without_its_all_reduce(self):
+        # each rank keeps its quarter's share of LayerNorm's gain and bias gradients
+        self.assert_fails("    dist_all_reduce(both, DIST_SUM); /* LayerNorm's gain and bias: every quarter's share added */",
+                          "    (void)both;",
+                          "sequence parallel attention backward: LayerNorm's dgain")
+
     def test_ring_attention_skips_the_last_chunk(self):
         self.assert_fails("    for (int step = 0; step < world_size; step++) {",
                           "    for (int step = 0; step < world_size - 1; step++) {",
