@@ -85,6 +85,9 @@ enum {
     SEED_MESH_X = 60,
     SEED_MESH_A,
     SEED_MESH_B,
+    SEED_GAIN = 70,
+    SEED_BIAS,
+    SEED_DY,
 };
 
 static tensor *input(int64_t rows, int64_t cols, uint64_t seed, int device) {
@@ -146,7 +149,8 @@ static void introduction(void) {
          "3. **Tensor and sequence parallelism** on a whole block: Megatron's column and row "
          "split with one all-reduce per sub-block, then the same all-reduce cut into a "
          "reduce-scatter and an all-gather so LayerNorm and the residual work on a quarter of "
-         "the sequence.\n"
+         "the sequence; then attention's backward under both, each forward collective's conjugate "
+         "carrying the gradient back.\n"
          "4. **Context parallelism**: ring attention, keys and values passed round a ring while "
          "each block computes, merged with an online softmax; the overlap timed.\n"
          "5. **A 2-D mesh**: data parallelism across one axis of 4 ranks, tensor "
@@ -1029,6 +1033,7 @@ typedef struct tp_result {
 } tp_result;
 
 static void tp_table(void);
+static void attention_backward(void);
 
 static void tensor_and_sequence_parallelism(void) {
     progress("tensor and sequence parallelism");
@@ -1054,6 +1059,7 @@ static void tensor_and_sequence_parallelism(void) {
          "of the activations kept between the sub-blocks.");
     spawn(tp_main, WORLD, NULL, 0);
     tp_table();
+    attention_backward();
 }
 
 /* Rank r's part of the block: heads [r h/p, (r+1) h/p) (columns of wq, wk,
@@ -1195,6 +1201,347 @@ static void tp_table(void) {
              "message size, and for messages this small it may pick one that sends more "
              "bytes in fewer rounds.",
              (long long)r.measured[0], (long long)r.measured[1]);
+}
+
+/* ---- backward: the conjugate collectives ---- */
+
+/* The attention sub-block alone, y = x + Attention(gain LN(x) + bias) W_o,
+ * its LayerNorm with a learned gain and bias so the backward has weight
+ * gradients outside the tensor-parallel region too. Forward and backward
+ * on one device, then with tensor parallelism, then with sequence
+ * parallelism; every gradient compared with one device's. */
+
+static void tpb_main(int rank, int world_size, void *args);
+static void tpb_table(void);
+
+/* Collectives of one pass, by kind: the three SP and TP use. */
+enum { K_ALL_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, KINDS };
+static const dist_call_kind KIND_OF[KINDS] = {DIST_CALL_ALL_REDUCE, DIST_CALL_ALL_GATHER, DIST_CALL_REDUCE_SCATTER};
+static const char *const KIND_NAME[KINDS] = {"all-reduce", "all-gather", "reduce-scatter"};
+
+typedef struct pass_traffic {
+    int64_t calls[KINDS], nominal[KINDS], measured[KINDS];
+} pass_traffic;
+
+typedef struct tpb_result {
+    pass_traffic pass[2][2]; /* [tensor parallel, sequence parallel][forward, backward] */
+    int64_t formula[2][2][KINDS];
+    int measured_ok;
+} tpb_result;
+
+/* The gradients of the sub-block's weights and input. */
+typedef struct attn_grads {
+    tensor *dx, *dwq, *dwk, *dwv, *dwo, *dgain, *dbias;
+} attn_grads;
+
+static void attention_backward(void) {
+    note("### Backward: the conjugate collectives");
+    note("Training needs the backward pass, and each collective of the forward has a *conjugate* in the "
+         "backward: the collective that moves the gradient back the way the activation came. Megatron names "
+         "the two for tensor parallelism f and g: f is the identity forward (every rank takes the whole "
+         "input) and an all-reduce backward (each rank's heads give a *partial* gradient of the input, and "
+         "they add up); g is an all-reduce forward (the partial outputs) and the identity backward (every "
+         "rank needs the whole output gradient, and has it). Sequence parallelism cuts each all-reduce in "
+         "two, and the duality turns them round: the backward of an all-gather is a reduce-scatter (every "
+         "rank used the whole sequence, so every rank holds a partial gradient of every row; each row's "
+         "owner needs their sum), and the backward of a reduce-scatter is an all-gather (each rank kept the "
+         "sum of its rows; the gradient of that sum is the same for every partial, so every rank needs "
+         "every row's gradient). LayerNorm now works on a quarter of the sequence on each rank, so its gain "
+         "and bias gradients, sums over the tokens, are partial too: one all-reduce adds them.");
+    note("Here the attention sub-block alone, y = x + Attention(gain LN(x) + bias) W_o, forward and "
+         "backward for an output gradient dy drawn from its own seed: `attention_heads_backward` and "
+         "`layer_norm_affine_backward` in `lectures/lecture_scaling/transformer.c`, each tested against "
+         "float64 central differences in `tests/lectures/test_transformer.c`.");
+    spawn(tpb_main, WORLD, NULL, 0);
+    tpb_table();
+}
+
+/* The sums on the way to a gradient of the sub-block: the forward to the
+ * heads (LayerNorm 2 d, the projections d, a score d / heads, the weighted
+ * values SEQ); the backward: dy W_o^T (d) and dW_o (SEQ), dP and dS
+ * (2 d / heads), the row sum and dq, dk, dv (2 SEQ), the weight gradients
+ * (SEQ), dx through three projections (3 d), LayerNorm's two means (2 d),
+ * its gain's gradient (SEQ). */
+static int attention_backward_sum_lengths(void) {
+    return 2 * DIM + DIM + DIM / HEADS + SEQ + DIM + SEQ + 2 * DIM / HEADS + 2 * SEQ + SEQ + 3 * DIM + 2 * DIM + SEQ;
+}
+
+static tensor *ln_param(uint64_t seed, float base, int device) {
+    tensor *p = input(1, DIM, seed, device);
+    scale_(p, 0.2f);
+    add_scalar_(p, base); /* a gain near 1, a bias near 0: not the identity */
+    return p;
+}
+
+/* Between the collectives: the heads of a (the whole sequence, normalised)
+ * and this rank's rows of W_o; backward for the output gradient dy (the
+ * whole sequence) it sets dW_q, dW_k, dW_v, dW_o and returns da, this
+ * rank's heads' part of the input's gradient. */
+static tensor *heads_backward(const tensor *a, const block *w, const tensor *dy, attn_grads *g) {
+    tensor *heads = attention_heads(a, w->wq, w->wk, w->wv, w->heads, 1);
+    tensor *dheads = empty(dy->shape[0], w->wo->shape[0], dy->device);
+    g->dwo = empty(w->wo->shape[0], w->wo->shape[1], dy->device);
+    matmul_into(g->dwo, heads, dy, 1, 0, 1.0f, 0.0f); /* heads^T dy */
+    matmul_into(dheads, dy, w->wo, 0, 1, 1.0f, 0.0f); /* dy W_o^T */
+    tensor *da = attention_heads_backward(a, w->wq, w->wk, w->wv, w->heads, 1, dheads, &g->dwq, &g->dwk, &g->dwv);
+    tensor_free(heads);
+    tensor_free(dheads);
+    return da;
+}
+
+/* LayerNorm's backward and the residual's: dx = LN'(da) + dy. */
+static void norm_backward(const tensor *x, const tensor *gain, const tensor *da, const tensor *dy, attn_grads *g) {
+    g->dx = layer_norm_affine_backward(x, gain, da, LN_EPS, &g->dgain, &g->dbias);
+    add_(g->dx, dy);
+}
+
+static attn_grads attention_one_device(const tensor *x, const tensor *dy, const block *w, const tensor *gain,
+                                       const tensor *bias, tensor **y) {
+    attn_grads g;
+    tensor *a = layer_norm_affine(x, gain, bias, LN_EPS);
+    *y = attention_part(a, w);
+    add_(*y, x);
+    tensor *da = heads_backward(a, w, dy, &g);
+    norm_backward(x, gain, da, dy, &g);
+    tensor_free(a);
+    tensor_free(da);
+    return g;
+}
+
+/* Tensor parallel: the whole sequence on every rank. Forward, g: the
+ * partial outputs all-reduced. a is kept for the backward. */
+static tensor *tp_attention_forward(const tensor *x, const block *w, const tensor *gain, const tensor *bias,
+                                    tensor **a) {
+    *a = layer_norm_affine(x, gain, bias, LN_EPS);
+    tensor *y = attention_part(*a, w);
+    dist_all_reduce(y, DIST_SUM); /* g forward: the heads' partial outputs add up */
+    add_(y, x);
+    return y;
+}
+
+/* Backward, g is the identity (dy is whole on every rank); f's conjugate:
+ * the heads' partial input gradients all-reduced. */
+static attn_grads tp_attention_backward(const tensor *x, const tensor *dy, const block *w, const tensor *gain,
+                                        const tensor *a) {
+    attn_grads g;
+    tensor *da = heads_backward(a, w, dy, &g);
+    dist_all_reduce(da, DIST_SUM); /* f backward: the heads' partial input gradients add up */
+    norm_backward(x, gain, da, dy, &g);
+    tensor_free(da);
+    return g;
+}
+
+/* Sequence parallel: x_mine is this rank's quarter. Forward: all-gather
+ * before the heads, reduce-scatter after. a (gathered) kept. */
+static tensor *sp_attention_forward(const tensor *x_mine, const block *w, const tensor *gain, const tensor *bias,
+                                    tensor **a) {
+    tensor *a_mine = layer_norm_affine(x_mine, gain, bias, LN_EPS);
+    *a = gather_sequence(a_mine); /* all-gather: every rank's heads need every token */
+    tensor *partial = attention_part(*a, w), *y = reduce_scatter_sequence(partial); /* the sum of my rows */
+    add_(y, x_mine);
+    tensor_free(a_mine);
+    tensor_free(partial);
+    return y;
+}
+
+/* Backward, the conjugates in reverse order: an all-gather of the output
+ * gradient (where the forward reduce-scattered), a reduce-scatter of the
+ * input gradient (where it all-gathered), and LayerNorm's weight gradients,
+ * sums over this rank's rows only, all-reduced. */
+static attn_grads sp_attention_backward(const tensor *x_mine, const tensor *dy_mine, const block *w, const tensor *gain,
+                                        const tensor *a) {
+    attn_grads g;
+    tensor *dy = gather_sequence(dy_mine); /* the reduce-scatter's conjugate */
+    tensor *da = heads_backward(a, w, dy, &g);
+    tensor *da_mine = reduce_scatter_sequence(da); /* the all-gather's conjugate */
+    norm_backward(x_mine, gain, da_mine, dy_mine, &g);
+    tensor *parts[2] = {g.dgain, g.dbias}, *both = cat_cols(parts, 2);
+    dist_all_reduce(both, DIST_SUM); /* LayerNorm's gain and bias: every quarter's share added */
+    tensor_free(g.dgain);
+    tensor_free(g.dbias);
+    g.dgain = col_slice(both, 0, DIM);
+    g.dbias = col_slice(both, DIM, 2 * DIM);
+    tensor_free(both);
+    tensor_free(dy);
+    tensor_free(da);
+    tensor_free(da_mine);
+    return g;
+}
+
+static void attn_grads_free(attn_grads *g) {
+    tensor *all[] = {g->dx, g->dwq, g->dwk, g->dwv, g->dwo, g->dgain, g->dbias};
+    for (int i = 0; i < 7; i++)
+        tensor_free(all[i]);
+}
+
+/* This rank's gradients against its share of one device's: rows
+ * [row0, row0 + rows) of dx, its columns of dW_q, dW_k, dW_v, its rows of
+ * dW_o, all of dgain and dbias. */
+static void compare_grads(const char *how, int rank, int world_size, const attn_grads *g, const attn_grads *ref,
+                          int64_t row0, int64_t rows) {
+    int64_t c = DIM / world_size;
+    int n = attention_backward_sum_lengths();
+    tensor *expected[7] = {row_slice(ref->dx, row0, row0 + rows),
+                           col_slice(ref->dwq, rank * c, (rank + 1) * c),
+                           col_slice(ref->dwk, rank * c, (rank + 1) * c),
+                           col_slice(ref->dwv, rank * c, (rank + 1) * c),
+                           row_slice(ref->dwo, rank * c, (rank + 1) * c),
+                           ref->dgain,
+                           ref->dbias};
+    const tensor *got[7] = {g->dx, g->dwq, g->dwk, g->dwv, g->dwo, g->dgain, g->dbias};
+    const char *names[7] = {"dx, this rank's rows",      "dW_q, this rank's columns", "dW_k, this rank's columns",
+                            "dW_v, this rank's columns", "dW_o, this rank's rows",    "LayerNorm's dgain",
+                            "LayerNorm's dbias"};
+    for (int i = 0; i < 7; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "%s backward: %s", how, names[i]);
+        compare(what, rank, got[i], expected[i], n);
+    }
+    for (int i = 0; i < 5; i++)
+        tensor_free(expected[i]);
+}
+
+/* The collectives of one pass, by kind, and the formula's bytes for them. */
+static void pass_of(pass_traffic *p, const dist_traffic *before) {
+    dist_traffic d = dist_traffic_since(before);
+    for (int k = 0; k < KINDS; k++) {
+        p->calls[k] = d.calls[KIND_OF[k]];
+        p->nominal[k] = d.nominal_sent[KIND_OF[k]];
+        p->measured[k] = d.bytes_sent[KIND_OF[k]];
+    }
+}
+
+/* What each pass must call, and the ring's bytes for it: an activation is
+ * b = SEQ DIM 4 bytes; an all-reduce sends 2 (p-1)/p of its tensor, an
+ * all-gather or reduce-scatter (p-1)/p of the whole sequence. SP's backward
+ * all-reduce is of LayerNorm's gain and bias, 2 DIM floats. */
+static void expected_passes(int p, int64_t calls[2][2][KINDS], int64_t bytes[2][2][KINDS]) {
+    int64_t b = (int64_t)SEQ * DIM * sizeof(float), ln = 2 * DIM * (int64_t)sizeof(float);
+    int64_t want[2][2][KINDS] = {{{1, 0, 0}, {1, 0, 0}}, {{0, 1, 1}, {1, 1, 1}}};
+    memcpy(calls, want, sizeof want);
+    for (int s = 0; s < 2; s++)
+        for (int dir = 0; dir < 2; dir++) {
+            bytes[s][dir][K_ALL_REDUCE] = want[s][dir][K_ALL_REDUCE] * 2 * (p - 1) * (s == 0 ? b : ln) / p;
+            bytes[s][dir][K_ALL_GATHER] = want[s][dir][K_ALL_GATHER] * (p - 1) * b / p;
+            bytes[s][dir][K_REDUCE_SCATTER] = want[s][dir][K_REDUCE_SCATTER] * (p - 1) * b / p;
+        }
+}
+
+static const char *const STRATEGY[2] = {"tensor parallel", "sequence parallel"};
+static const char *const DIRECTION[2] = {"forward", "backward"};
+
+/* Each pass made exactly its collectives, each moving the formula's bytes. */
+static void check_passes(tpb_result *r) {
+    int64_t calls[2][2][KINDS];
+    expected_passes(dist_world_size(), calls, r->formula);
+    for (int s = 0; s < 2; s++)
+        for (int dir = 0; dir < 2; dir++) {
+            const pass_traffic *p = &r->pass[s][dir];
+            int ok = 1;
+            for (int k = 0; k < KINDS; k++)
+                ok = ok && p->calls[k] == calls[s][dir][k] && p->nominal[k] == r->formula[s][dir][k];
+            check(ok,
+                  "%s %s: %lld all-reduce, %lld all-gather, %lld reduce-scatter, each of the formula's bytes "
+                  "(made %lld, %lld, %lld)",
+                  STRATEGY[s], DIRECTION[dir], (long long)calls[s][dir][0], (long long)calls[s][dir][1],
+                  (long long)calls[s][dir][2], (long long)p->calls[0], (long long)p->calls[1], (long long)p->calls[2]);
+        }
+}
+
+static void tpb_main(int rank, int world_size, void *args) {
+    (void)args;
+    int device = get_device(rank);
+    int64_t quarter = SEQ / world_size;
+    tensor *x = input(SEQ, DIM, SEED_X, device), *dy = input(SEQ, DIM, SEED_DY, device);
+    tensor *gain = ln_param(SEED_GAIN, 1.0f, device), *bias = ln_param(SEED_BIAS, 0.0f, device);
+    block full = block_full(device), mine = block_shard(rank, world_size, device);
+    tensor *y_ref;
+    attn_grads ref = attention_one_device(x, dy, &full, gain, bias, &y_ref);
+    tpb_result r;
+    memset(&r, 0, sizeof r);
+
+    tensor *a;
+    dist_traffic before = dist_traffic_now();
+    tensor *y = tp_attention_forward(x, &mine, gain, bias, &a);
+    pass_of(&r.pass[0][0], &before);
+    before = dist_traffic_now();
+    attn_grads g = tp_attention_backward(x, dy, &mine, gain, a);
+    pass_of(&r.pass[0][1], &before);
+    compare("tensor parallel attention forward: the output", rank, y, y_ref, attention_backward_sum_lengths());
+    compare_grads("tensor parallel attention", rank, world_size, &g, &ref, 0, SEQ);
+    attn_grads_free(&g);
+    tensor_free(y);
+    tensor_free(a);
+
+    tensor *x_mine = row_slice(x, rank * quarter, (rank + 1) * quarter);
+    tensor *dy_mine = row_slice(dy, rank * quarter, (rank + 1) * quarter);
+    before = dist_traffic_now();
+    y = sp_attention_forward(x_mine, &mine, gain, bias, &a);
+    pass_of(&r.pass[1][0], &before);
+    before = dist_traffic_now();
+    g = sp_attention_backward(x_mine, dy_mine, &mine, gain, a);
+    pass_of(&r.pass[1][1], &before);
+    tensor *y_ref_mine = row_slice(y_ref, rank * quarter, (rank + 1) * quarter);
+    compare("sequence parallel attention forward: the output, this rank's rows", rank, y, y_ref_mine,
+            attention_backward_sum_lengths());
+    compare_grads("sequence parallel attention", rank, world_size, &g, &ref, rank * quarter, quarter);
+    r.measured_ok = dist_traffic_now().measured_collectives;
+    check_passes(&r);
+    if (rank == 0) spawn_return(&r, sizeof r);
+
+    attn_grads_free(&g);
+    attn_grads_free(&ref);
+    tensor *all[] = {y_ref_mine, y, a, dy_mine, x_mine, y_ref, gain, bias, dy, x};
+    for (int i = 0; i < 10; i++)
+        tensor_free(all[i]);
+    block_free(&full);
+    block_free(&mine);
+}
+
+static void tpb_table(void) {
+    tpb_result r;
+    if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("rank 0 returned no result");
+    double b = (double)SEQ * DIM * sizeof(float);
+    char question[600];
+    snprintf(question, sizeof question,
+             "Sequence parallelism's forward all-gathers LayerNorm's output: each of the p = %d ranks holds %d of "
+             "the %d tokens, and the whole sequence is %d x %d floats, b = %.0f bytes. In the backward pass 1 "
+             "collective call carries the gradient back through that all-gather. Which collective is it, and how "
+             "many bytes does each rank send in it, by the ring's formula?",
+             WORLD, SEQ / WORLD, SEQ, SEQ, DIM, b);
+    predict(question, (double)r.formula[1][1][K_REDUCE_SCATTER], "bytes");
+    table_t *t = table_new("Attention forward and backward on %d ranks, rank 0's collectives", WORLD);
+    table_column(t, "strategy", NULL, "%s");
+    table_column(t, "pass", NULL, "%s");
+    table_column(t, "collective", NULL, "%s");
+    table_column(t, "calls", NULL, "%lld");
+    table_column(t, "bytes sent, formula", "bytes", "%lld");
+    table_column(t, "bytes sent, the runtime's nominal", "bytes", "%lld");
+    table_column(t, "bytes sent, measured", "bytes", "%lld");
+    const int issued[KINDS] = {K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_REDUCE}; /* the order the code calls them */
+    for (int s = 0; s < 2; s++)
+        for (int dir = 0; dir < 2; dir++)
+            for (int i = 0; i < KINDS; i++) {
+                const pass_traffic *p = &r.pass[s][dir];
+                int k = issued[i];
+                if (p->calls[k] == 0) continue;
+                table_row(t, STRATEGY[s], DIRECTION[dir], KIND_NAME[k], (long long)p->calls[k],
+                          (long long)r.formula[s][dir][k], (long long)p->nominal[k], (long long)p->measured[k]);
+            }
+    table_show(t);
+    note("Read the sequence-parallel rows in pairs: the forward's all-gather (%lld bytes) comes back as the "
+         "backward's reduce-scatter (%lld bytes), the forward's reduce-scatter (%lld) as the backward's "
+         "all-gather (%lld): the same (p-1)/p b = %.0f bytes each way, for b = %.0f. The one call more, "
+         "the backward's all-reduce of %lld bytes, adds LayerNorm's gain and bias gradients (2 x %d floats) "
+         "over the quarters. Tensor parallelism's two all-reduces, f's and g's, send %lld bytes each: the "
+         "sum of a reduce-scatter and an all-gather. Every gradient above equals one device's within its "
+         "rounding tolerance, on every rank.",
+         (long long)r.formula[1][0][K_ALL_GATHER], (long long)r.formula[1][1][K_REDUCE_SCATTER],
+         (long long)r.formula[1][0][K_REDUCE_SCATTER], (long long)r.formula[1][1][K_ALL_GATHER], 0.75 * b, b,
+         (long long)r.formula[1][1][K_ALL_REDUCE], DIM, (long long)r.formula[0][0][K_ALL_REDUCE]);
+    if (r.measured_ok)
+        note("The measured column is Open MPI's own count; for messages this small its algorithm may send more "
+             "or fewer bytes than the ring's formula (see the forward's table above).");
 }
 
 /* ------------------------------------------------------------------ */

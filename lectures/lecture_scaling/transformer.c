@@ -110,6 +110,143 @@ tensor *attention_heads(const tensor *x, const tensor *wq, const tensor *wk, con
     return all;
 }
 
+/* ---- backward of the heads ---- */
+
+/* One head's backward, query row i: the weights p over the visible keys
+ * (recomputed as the forward made them), then dS, and its share of dq,
+ * dk, dv. q, k, v, dq, dk, dv are T x ld host arrays, this head's columns
+ * at offset `col`; p and dp hold T floats. */
+static void head_row_backward(const float *q, const float *k, const float *v, const float *dout, float *dq, float *dk,
+                              float *dv, int64_t i, int64_t T, int64_t ld, int64_t col, int64_t dh, int causal,
+                              float *p, float *dp) {
+    const float scale = 1.0f / sqrtf((float)dh);
+    const float *qi = q + i * ld + col, *doi = dout + i * ld + col;
+    float max = -INFINITY, sum = 0, r = 0;
+    int64_t seen = 0;
+    for (int64_t j = 0; j < T && visible(causal, 0, i, 0, j); j++, seen++) {
+        float dot = 0;
+        for (int64_t c = 0; c < dh; c++)
+            dot += qi[c] * k[j * ld + col + c];
+        p[j] = dot * scale;
+        max = fmaxf(max, p[j]);
+    }
+    for (int64_t j = 0; j < seen; j++)
+        sum += p[j] = expf(p[j] - max);
+    for (int64_t j = 0; j < seen; j++) {
+        p[j] /= sum;
+        float dot = 0; /* dP_ij = dO_i . V_j */
+        for (int64_t c = 0; c < dh; c++)
+            dot += doi[c] * v[j * ld + col + c];
+        dp[j] = dot;
+        r += p[j] * dot;
+    }
+    for (int64_t j = 0; j < seen; j++) {
+        float ds = p[j] * (dp[j] - r) * scale; /* dS_ij / sqrt(dh) */
+        for (int64_t c = 0; c < dh; c++) {
+            dq[i * ld + col + c] += ds * k[j * ld + col + c];
+            dk[j * ld + col + c] += ds * qi[c];
+            dv[j * ld + col + c] += p[j] * doi[c];
+        }
+    }
+}
+
+tensor *attention_heads_backward(const tensor *x, const tensor *wq, const tensor *wk, const tensor *wv, int heads,
+                                 int causal, const tensor *dout, tensor **dwq, tensor **dwk, tensor **dwv) {
+    int64_t T = x->shape[0], ld = wq->shape[1], dh = ld / heads;
+    if (dout->shape[0] != T || cols_of(dout) != ld)
+        lecture_fail("attention_heads_backward: dout %lld x %lld, the heads' output is %lld x %lld",
+                     (long long)dout->shape[0], (long long)cols_of(dout), (long long)T, (long long)ld);
+    tensor *qt = matmul(x, wq), *kt = matmul(x, wk), *vt = matmul(x, wv);
+    float *q = host_copy(qt), *k = host_copy(kt), *v = host_copy(vt), *d = host_copy(dout);
+    float *dq = calloc((size_t)(T * ld), sizeof(float)), *dk = calloc((size_t)(T * ld), sizeof(float)),
+          *dv = calloc((size_t)(T * ld), sizeof(float)), *p = malloc((size_t)T * sizeof(float)),
+          *dp = malloc((size_t)T * sizeof(float));
+    if (!dq || !dk || !dv || !p || !dp) lecture_fail("out of memory for attention's backward");
+    for (int h = 0; h < heads; h++)
+        for (int64_t i = 0; i < T; i++)
+            head_row_backward(q, k, v, d, dq, dk, dv, i, T, ld, h * dh, dh, causal, p, dp);
+    tensor *grads[3], *const w[3] = {(tensor *)wq, (tensor *)wk, (tensor *)wv};
+    float *host[3] = {dq, dk, dv};
+    tensor **dw[3] = {dwq, dwk, dwv};
+    tensor *dx = empty(T, x->shape[1], x->device);
+    for (int n = 0; n < 3; n++) {
+        grads[n] = tensor_from(host[n], T, ld, x->device);
+        *dw[n] = empty(x->shape[1], ld, x->device);
+        matmul_into(*dw[n], x, grads[n], 1, 0, 1.0f, 0.0f);                /* x^T dQ */
+        matmul_into(dx, grads[n], w[n], 0, 1, 1.0f, n == 0 ? 0.0f : 1.0f); /* += dQ wq^T */
+        tensor_free(grads[n]);
+        free(host[n]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(d);
+    free(p);
+    free(dp);
+    tensor_free(qt);
+    tensor_free(kt);
+    tensor_free(vt);
+    return dx;
+}
+
+/* ---- LayerNorm with a gain and a bias ---- */
+
+tensor *layer_norm_affine(const tensor *x, const tensor *gain, const tensor *bias, float eps) {
+    int64_t rows = x->shape[0], cols = cols_of(x);
+    if (gain->numel != cols || bias->numel != cols)
+        lecture_fail("layer_norm_affine: gain of %lld and bias of %lld for rows of %lld", (long long)gain->numel,
+                     (long long)bias->numel, (long long)cols);
+    tensor *n = layer_norm(x, eps);
+    float *h = host_copy(n), *g = host_copy(gain), *b = host_copy(bias);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            h[i * cols + j] = h[i * cols + j] * g[j] + b[j];
+    put_back(n, h);
+    free(g);
+    free(b);
+    return n;
+}
+
+tensor *layer_norm_affine_backward(const tensor *x, const tensor *gain, const tensor *dy, float eps, tensor **dgain,
+                                   tensor **dbias) {
+    int64_t rows = x->shape[0], cols = cols_of(x);
+    float *h = host_copy(x), *g = host_copy(gain), *d = host_copy(dy);
+    float *dg = calloc((size_t)cols, sizeof(float)), *db = calloc((size_t)cols, sizeof(float));
+    if (!dg || !db) lecture_fail("out of memory for LayerNorm's backward");
+    for (int64_t i = 0; i < rows; i++) {
+        float *row = h + i * cols, *dyi = d + i * cols, mean = 0, var = 0, mg = 0, mgx = 0;
+        for (int64_t j = 0; j < cols; j++)
+            mean += row[j];
+        mean /= (float)cols;
+        for (int64_t j = 0; j < cols; j++)
+            var += (row[j] - mean) * (row[j] - mean);
+        var /= (float)cols;
+        float inv = 1.0f / sqrtf(var + eps);
+        for (int64_t j = 0; j < cols; j++) {
+            float xh = (row[j] - mean) * inv, gj = dyi[j] * g[j];
+            dg[j] += dyi[j] * xh;
+            db[j] += dyi[j];
+            mg += gj;
+            mgx += gj * xh;
+        }
+        mg /= (float)cols;
+        mgx /= (float)cols;
+        for (int64_t j = 0; j < cols; j++) {
+            float xh = (row[j] - mean) * inv;
+            row[j] = inv * (dyi[j] * g[j] - mg - xh * mgx); /* dx, over x's own row */
+        }
+    }
+    *dgain = tensor_from(dg, 1, cols, x->device);
+    *dbias = tensor_from(db, 1, cols, x->device);
+    tensor *dx = empty(rows, x->ndim == 2 ? cols : 0, x->device);
+    put_back(dx, h);
+    free(g);
+    free(d);
+    free(dg);
+    free(db);
+    return dx;
+}
+
 /* ---- the online softmax ---- */
 
 online_attention *online_attention_new(int64_t rows, int64_t dv) {

@@ -1,10 +1,11 @@
 /*
- * transformer.h: the pieces of a transformer block, forward only, written
- * out so a lecture can cut each one across ranks: softmax over rows,
- * LayerNorm, scaled dot-product attention (one head, several heads side by
- * side, and the online-softmax form that takes the keys a chunk at a time),
- * a GELU MLP (forward and backward), a top-1 mixture of experts, and the
- * routing of a top-2 one with a capacity.
+ * transformer.h: the pieces of a transformer block, written out so a
+ * lecture can cut each one across ranks: softmax over rows, LayerNorm
+ * (plain, and with a learned gain and bias, forward and backward), scaled
+ * dot-product attention (one head, several heads side by side, forward and
+ * backward, and the online-softmax form that takes the keys a chunk at a
+ * time), a GELU MLP (forward and backward), a top-1 mixture of experts, and
+ * the routing of a top-2 one with a capacity.
  *
  * Tensors may live on the host or a device: the matrix products run where
  * the tensors are (cuBLAS or OpenBLAS); the row-wise steps (softmax,
@@ -48,6 +49,30 @@ tensor *attention(const tensor *q, const tensor *k, const tensor *v, int causal,
  * heads' outputs concatenated (T x heads dh). Multiplying it by the output
  * projection wo gives multi-head attention. */
 tensor *attention_heads(const tensor *x, const tensor *wq, const tensor *wk, const tensor *wv, int heads, int causal);
+
+/* The backward of attention_heads for an upstream gradient dout (T x heads
+ * dh): returns dx (T x d) and sets dwq, dwk, dwv (d x heads dh, new). Per
+ * head, with P the causal softmax weights of the forward (recomputed):
+ *     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)),
+ *     dQ = dS K / sqrt(dh),  dK = dS^T Q / sqrt(dh);
+ * then dwq = x^T dQ (likewise k, v) and dx = dQ wq^T + dK wk^T + dV wv^T.
+ * Given a rank's columns of wq, wk, wv (its heads), dx is that rank's
+ * part of the input's gradient: the parts of all ranks add up to it. */
+tensor *attention_heads_backward(const tensor *x, const tensor *wq, const tensor *wk, const tensor *wv, int heads,
+                                 int causal, const tensor *dout, tensor **dwq, tensor **dwk, tensor **dwv);
+
+/* LayerNorm with a learned gain and bias (1 x d each): gain * LN(x) + bias,
+ * row by row. A new tensor. */
+tensor *layer_norm_affine(const tensor *x, const tensor *gain, const tensor *bias, float eps);
+
+/* Its backward for dy (rows x d): returns dx and sets dgain = sum over the
+ * rows of dy * LN(x) and dbias = sum over the rows of dy (1 x d, new).
+ * With xh = LN(x), g = dy * gain and s = 1 / sqrt(var + eps):
+ *     dx = s (g - mean(g) - xh mean(g * xh)), the means over the row.
+ * The weight gradients are sums over the rows: given some of a sequence's
+ * rows, they are those rows' share of the whole sequence's. */
+tensor *layer_norm_affine_backward(const tensor *x, const tensor *gain, const tensor *dy, float eps, tensor **dgain,
+                                   tensor **dbias);
 
 /* Attention over keys that arrive a chunk at a time (the online softmax):
  * for each query row, the running maximum score m, the running sum of

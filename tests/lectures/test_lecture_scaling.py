@@ -35,6 +35,7 @@ SECTIONS = [
     "## The block on one device",
     "## Expert parallelism",
     "## Tensor and sequence parallelism",
+    "### Backward: the conjugate collectives",
     "## Context parallelism: ring attention",
     "### Does the ring hide its transfers?",
     "## A 2-D mesh: data x tensor parallelism",
@@ -257,6 +258,84 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         self.assertEqual((tp_rows, sp_rows), (c["seq"], c["seq"] // WORLD))
         self.assertGreaterEqual(tp_measured, 0)
         self.assertGreaterEqual(sp_measured, 0)
+
+    # ---- attention's backward: the conjugate collectives ----
+
+    GRADS = ["dx, this rank's rows", "dW_q, this rank's columns", "dW_k, this rank's columns",
+             "dW_v, this rank's columns", "dW_o, this rank's rows", "LayerNorm's dgain", "LayerNorm's dbias"]
+
+    def attention_backward_sum_lengths(self):
+        # lecture_scaling.c, attention_backward_sum_lengths, from the block's sizes
+        c = self.block_config()
+        d, dh, seq = c["d"], c["dh"], c["seq"]
+        return 2 * d + d + dh + seq + d + seq + 2 * dh + 2 * seq + seq + 3 * d + 2 * d + seq
+
+    def test_attention_backward_equals_one_device(self):
+        """Every rank's gradient of every weight and of its input, under
+        tensor and under sequence parallelism, within the stated tolerance
+        of one device's; so are the forward outputs."""
+        n = self.attention_backward_sum_lengths()
+        for how in ("tensor parallel attention", "sequence parallel attention"):
+            for g in self.GRADS:
+                what = "%s backward: %s" % (how, g)
+                rows = self.compared(what)
+                self.assertEqual(len(rows), WORLD, what)
+                for row in rows:
+                    self.assert_within(row, n, what)
+        for what in ("tensor parallel attention forward: the output",
+                     "sequence parallel attention forward: the output, this rank's rows"):
+            for row in self.compared(what):
+                self.assert_within(row, n, what)
+
+    def conjugate_rows(self):
+        rows = self.table(r"^Attention forward and backward on")["rows"]
+        return {(r[0], r[1], r[2]): r[3:] for r in rows}
+
+    def test_conjugate_collectives_per_pass(self):
+        """Each pass's collectives, calls and bytes, against the ring's
+        formula recomputed here from the block's sizes: TP one all-reduce of
+        an activation each way (f and g); SP an all-gather and a
+        reduce-scatter forward, the same two backward (each the other's
+        conjugate), and one all-reduce of LayerNorm's 2 d weight gradients."""
+        c = self.block_config()
+        b, p = c["seq"] * c["d"] * 4, WORLD
+        ag = (p - 1) * b // p
+        want = {
+            ("tensor parallel", "forward", "all-reduce"): 2 * (p - 1) * b // p,
+            ("tensor parallel", "backward", "all-reduce"): 2 * (p - 1) * b // p,
+            ("sequence parallel", "forward", "all-gather"): ag,
+            ("sequence parallel", "forward", "reduce-scatter"): ag,
+            ("sequence parallel", "backward", "all-gather"): ag,
+            ("sequence parallel", "backward", "reduce-scatter"): ag,
+            ("sequence parallel", "backward", "all-reduce"): 2 * (p - 1) * (2 * c["d"] * 4) // p,
+        }
+        got = self.conjugate_rows()
+        self.assertEqual(sorted(got), sorted(want))   # no other collective in any pass
+        for key, nbytes in want.items():
+            calls, formula, nominal, measured = got[key]
+            self.assertEqual((calls, formula, nominal), (1, nbytes, nbytes), key)
+            self.assertGreaterEqual(measured, 0, key)
+        # the duality: each SP forward collective comes back as the other, the same bytes
+        fwd = {k[2]: v for k, v in got.items() if k[:2] == ("sequence parallel", "forward")}
+        bwd = {k[2]: v for k, v in got.items() if k[:2] == ("sequence parallel", "backward")}
+        self.assertEqual(fwd["all-gather"][1], bwd["reduce-scatter"][1])
+        self.assertEqual(fwd["reduce-scatter"][1], bwd["all-gather"][1])
+        # a TP all-reduce is an SP reduce-scatter plus an all-gather
+        self.assertEqual(got[("tensor parallel", "backward", "all-reduce")][1],
+                         bwd["all-gather"][1] + bwd["reduce-scatter"][1])
+
+    def test_prediction_is_the_all_gathers_backward(self):
+        asked = self.renderings("predict")
+        steps = self.trace["steps"]
+        (s_q, q), = [(s, r) for s, r in asked if "back through that all-gather" in r["question"]]
+        (s_t, t), = self.tables(r"^Attention forward and backward on")
+        c = self.block_config()
+        b = c["seq"] * c["d"] * 4
+        rs = {(r[0], r[1], r[2]): r for r in t["rows"]}[("sequence parallel", "backward", "reduce-scatter")]
+        self.assertEqual((q["value"], q["unit"]), (rs[4], "bytes"))
+        self.assertEqual(q["value"], (WORLD - 1) * b // WORLD)
+        self.assertIn("b = %d bytes" % b, q["question"])   # what it needs is said
+        self.assertLess(steps.index(s_q), steps.index(s_t))
 
     # ---- ring attention ----
 
@@ -485,7 +564,9 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         self.assertIn("b = %d bytes, on p = %d ranks" % (b, WORLD), sp["question"])   # what it needs is said
         self.assertLess(steps.index(s_sp), steps.index(s_table))
         (s_table, table), = self.tables(r"^Ring attention on")
-        self.assertEqual((ring["value"], ring["unit"]), (table["rows"][1][-1], "%"))
+        # the same double, written twice (a trace keeps 2^-52 of it: tracecheck.same_double)
+        self.assertTrue(tracecheck.same_double(ring["value"], table["rows"][1][-1]), (ring["value"], table["rows"][1]))
+        self.assertEqual(ring["unit"], "%")
         self.assertIn("modelled at %.1f ms" % self.figures("f.block_ms", "100 * hidden[1]")["f.block_ms"],
                       ring["question"])   # modelled compute, said so
         self.assertLess(steps.index(s_ring), steps.index(s_table))
@@ -573,6 +654,27 @@ class PlantedBugs(unittest.TestCase):
         self.assert_fails("    dist_reduce_scatter(mine, partial, DIST_SUM);",
                           "    dist_reduce_scatter(mine, partial, DIST_MAX);",
                           "sequence parallelism: the block's output")
+
+    def test_sequence_parallel_backward_all_reduces_instead_of_reduce_scattering(self):
+        # the input gradient all-reduced and this rank's rows kept: the right numbers by the wrong
+        # collective (4/3 the bytes); only the per-pass check of the conjugates catches it
+        self.assert_fails("    tensor *da_mine = reduce_scatter_sequence(da); /* the all-gather's conjugate */",
+                          "    dist_all_reduce(da, DIST_SUM); tensor *da_mine = empty(x_mine->shape[0], DIM, da->device), *v = "
+                          "row_slice(da, dist_rank() * x_mine->shape[0], (dist_rank() + 1) * x_mine->shape[0]); "
+                          "tensor_copy(da_mine, v); tensor_free(v);",
+                          "sequence parallel backward: 1 all-reduce, 1 all-gather, 1 reduce-scatter")
+
+    def test_tensor_parallel_backward_without_the_input_gradient_all_reduce(self):
+        # each rank keeps its own heads' part of dx: f's conjugate missing
+        self.assert_fails("    dist_all_reduce(da, DIST_SUM); /* f backward: the heads' partial input gradients add up */",
+                          "    (void)0;",
+                          "tensor parallel attention backward: dx")
+
+    def test_sequence_parallel_layer_norm_without_its_all_reduce(self):
+        # each rank keeps its quarter's share of LayerNorm's gain and bias gradients
+        self.assert_fails("    dist_all_reduce(both, DIST_SUM); /* LayerNorm's gain and bias: every quarter's share added */",
+                          "    (void)both;",
+                          "sequence parallel attention backward: LayerNorm's dgain")
 
     def test_ring_attention_skips_the_last_chunk(self):
         self.assert_fails("    for (int step = 0; step < world_size; step++) {",

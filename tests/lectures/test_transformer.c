@@ -332,6 +332,167 @@ static void attention_heads_match_float64(void **state) {
     tensor_free(wv);
 }
 
+/* ---------------- backward passes, against float64 finite differences ---------------- */
+
+/* The gradients are checked against central differences of a float64
+ * forward, (L(w + h) - L(w - h)) / 2h with L = sum(dout * forward): an
+ * independent route to the same derivative (no backward formula in it).
+ * With h = 1e-6 and values of size 1, the difference's own error is about
+ * h^2 times L's third derivative (1e-12) plus 2^-53 |L| / h (1e-10):
+ * nothing beside float32's. The float32 gradient's error: each is a chain
+ * of sums, and a sum of n terms is exact to n u of its terms' size; the
+ * chains' lengths add up. As lecture_scaling's rounding_tolerance does,
+ * the largest gradient stands for the terms' size and the bound is doubled:
+ *     2 (sum of the lengths) u max|gradient|,
+ * a heuristic with room (the errors sit far under it, printed below); a
+ * gradient with a term left out is off by a share of the gradient itself,
+ * and the gradient is over 100 times the tolerance (asserted). */
+static double fd_tol(int sum_lengths, const double *g, int n) { return 2.0 * sum_lengths * U * largest64(g, n); }
+
+/* L = sum(dout * attention_heads(x)), causal, in float64. */
+static double heads_loss64(const double *x, const double *wq, const double *wk, const double *wv, const double *dout,
+                           int T, int d, int heads) {
+    int dh = d / heads;
+    double *q = malloc(sizeof(double) * T * d), *k = malloc(sizeof(double) * T * d),
+           *v = malloc(sizeof(double) * T * d);
+    double *qh = malloc(sizeof(double) * T * dh), *kh = malloc(sizeof(double) * T * dh),
+           *vh = malloc(sizeof(double) * T * dh), *o = malloc(sizeof(double) * T * dh), term, score, L = 0;
+    matmul64(x, wq, q, NULL, T, d, d);
+    matmul64(x, wk, k, NULL, T, d, d);
+    matmul64(x, wv, v, NULL, T, d, d);
+    for (int h = 0; h < heads; h++) {
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < dh; c++) {
+                qh[t * dh + c] = q[t * d + h * dh + c];
+                kh[t * dh + c] = k[t * d + h * dh + c];
+                vh[t * dh + c] = v[t * d + h * dh + c];
+            }
+        attention64(qh, kh, vh, T, T, dh, dh, 1, 0, 0, o, &term, &score);
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < dh; c++)
+                L += dout[t * d + h * dh + c] * o[t * dh + c];
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(qh);
+    free(kh);
+    free(vh);
+    free(o);
+    return L;
+}
+
+/* got (n floats) against the central difference of `loss` in each element
+ * of params[which]; returns the worst error as a share of the tolerance. */
+typedef double (*loss64)(double *const *params, const void *ctx);
+static double against_differences(const char *name, const tensor *got, double **params, int which, int n,
+                                  int sum_lengths, loss64 loss, const void *ctx) {
+    const double h = 1e-6;
+    double *g = values(got), *fd = malloc(sizeof(double) * n), *p = params[which];
+    assert_non_null(fd);
+    for (int i = 0; i < n; i++) {
+        double keep = p[i];
+        p[i] = keep + h;
+        double up = loss(params, ctx);
+        p[i] = keep - h;
+        double down = loss(params, ctx);
+        p[i] = keep;
+        fd[i] = (up - down) / (2 * h);
+    }
+    double tol = fd_tol(sum_lengths, fd, n), worst = 0;
+    for (int i = 0; i < n; i++) {
+        assert_true(fabs(g[i] - fd[i]) <= tol);
+        worst = fmax(worst, fabs(g[i] - fd[i]) / tol);
+    }
+    assert_true(largest64(fd, n) > 100 * tol); /* a real gradient, not rounding */
+    print_message("%s: worst error %.3g of its tolerance %.3g\n", name, worst, tol);
+    free(g);
+    free(fd);
+    return worst;
+}
+
+typedef struct heads_ctx {
+    int T, d, heads;
+} heads_ctx;
+
+static double heads_loss(double *const *p, const void *ctx) {
+    const heads_ctx *c = ctx;
+    return heads_loss64(p[0], p[1], p[2], p[3], p[4], c->T, c->d, c->heads);
+}
+
+/* The sums on attention's backward: the q, k, v projections (d), a score
+ * and dP (dh each), the row sum r and dq, dk, dv over the keys (T each),
+ * the weight gradients over the rows (T), dx over three projections (3 d). */
+static void attention_heads_backward_matches_differences(void **state) {
+    (void)state;
+    const int T = 7, d = 8, heads = 2;
+    heads_ctx ctx = {T, d, heads};
+    tensor *x = random_tensor(T, d, 1.0f, 61), *dout = random_tensor(T, d, 1.0f, 62);
+    tensor *wq = init_weight(d, d, 63, -1), *wk = init_weight(d, d, 64, -1), *wv = init_weight(d, d, 65, -1);
+    double *p[5] = {values(x), values(wq), values(wk), values(wv), values(dout)};
+    tensor *dwq, *dwk, *dwv, *dx = attention_heads_backward(x, wq, wk, wv, heads, 1, dout, &dwq, &dwk, &dwv);
+    int lengths = d + 2 * (d / heads) + 3 * T + 3 * d;
+    against_differences("attention_heads_backward dx", dx, p, 0, T * d, lengths, heads_loss, &ctx);
+    against_differences("attention_heads_backward dwq", dwq, p, 1, d * d, lengths, heads_loss, &ctx);
+    against_differences("attention_heads_backward dwk", dwk, p, 2, d * d, lengths, heads_loss, &ctx);
+    against_differences("attention_heads_backward dwv", dwv, p, 3, d * d, lengths, heads_loss, &ctx);
+    for (int i = 0; i < 5; i++)
+        free(p[i]);
+    tensor *all[] = {x, dout, wq, wk, wv, dx, dwq, dwk, dwv};
+    for (int i = 0; i < 9; i++)
+        tensor_free(all[i]);
+}
+
+typedef struct ln_ctx {
+    int rows, cols;
+    double eps;
+} ln_ctx;
+
+/* L = sum(dy * (gain LN(x) + bias)), float64. p: x, gain, bias, dy. */
+static double ln_loss(double *const *p, const void *ctx) {
+    const ln_ctx *c = ctx;
+    double L = 0;
+    for (int i = 0; i < c->rows; i++) {
+        const double *row = p[0] + i * c->cols;
+        double mean = 0, var = 0;
+        for (int j = 0; j < c->cols; j++)
+            mean += row[j] / c->cols;
+        for (int j = 0; j < c->cols; j++)
+            var += (row[j] - mean) * (row[j] - mean) / c->cols;
+        for (int j = 0; j < c->cols; j++)
+            L += p[3][i * c->cols + j] * (p[1][j] * (row[j] - mean) / sqrt(var + c->eps) + p[2][j]);
+    }
+    return L;
+}
+
+/* The sums on LayerNorm's backward: the mean and the variance (d each),
+ * the two means of the backward (d each), the weight gradients over the
+ * rows (rows). The forward is checked the same way: L's gradient in dy is
+ * the forward's output, its sums the mean and the variance. */
+static void layer_norm_affine_backward_matches_differences(void **state) {
+    (void)state;
+    const int rows = 6, cols = 16;
+    const float eps = 1e-5f;
+    ln_ctx ctx = {rows, cols, eps};
+    tensor *x = random_tensor(rows, cols, 2.0f, 71), *dy = random_tensor(rows, cols, 1.0f, 72);
+    add_scalar_(x, 0.5f); /* a mean away from 0 */
+    tensor *gain = random_tensor(1, cols, 0.5f, 73), *bias = random_tensor(1, cols, 0.5f, 74);
+    add_scalar_(gain, 1.0f);
+    double *p[4] = {values(x), values(gain), values(bias), values(dy)};
+    tensor *dgain, *dbias, *dx = layer_norm_affine_backward(x, gain, dy, eps, &dgain, &dbias);
+    int lengths = 4 * cols + rows;
+    against_differences("layer_norm_affine_backward dx", dx, p, 0, rows * cols, lengths, ln_loss, &ctx);
+    against_differences("layer_norm_affine_backward dgain", dgain, p, 1, cols, lengths, ln_loss, &ctx);
+    against_differences("layer_norm_affine_backward dbias", dbias, p, 2, cols, lengths, ln_loss, &ctx);
+    tensor *y = layer_norm_affine(x, gain, bias, eps);
+    against_differences("layer_norm_affine", y, p, 3, rows * cols, 2 * cols, ln_loss, &ctx);
+    for (int i = 0; i < 4; i++)
+        free(p[i]);
+    tensor *all[] = {x, dy, gain, bias, dx, dgain, dbias, y};
+    for (int i = 0; i < 8; i++)
+        tensor_free(all[i]);
+}
+
 /* ---------------- the MLP and the mixture of experts ---------------- */
 
 /* y = gelu(x w1) w2. h = x w1 is off by d u A (A its terms' size); GELU's
@@ -644,6 +805,8 @@ int main(void) {
             cmocka_unit_test(online_attention_in_chunks_matches_float64),
             cmocka_unit_test(query_seeing_no_key_gives_zeros),
             cmocka_unit_test(attention_heads_match_float64),
+            cmocka_unit_test(attention_heads_backward_matches_differences),
+            cmocka_unit_test(layer_norm_affine_backward_matches_differences),
             cmocka_unit_test(mlp_matches_float64),
             cmocka_unit_test(gather_and_scatter_rows_are_exact),
             cmocka_unit_test(moe_matches_float64),
