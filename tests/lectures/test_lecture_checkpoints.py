@@ -16,7 +16,6 @@ finished, the asynchronous snapshot taken after the next step, the straggler not
     /usr/bin/python3 tests/lectures/test_lecture_checkpoints.py
 """
 import json
-import math
 import os
 import sys
 import tempfile
@@ -30,14 +29,6 @@ WORLD, RESHARD, STEPS, EVERY, CRASH_RANK, CRASH_STEP, TIMED, GROW = 4, 2, 6, 2, 
 HEADER = 8 + 6 * 4  # the shard header: 8 magic bytes, six int32 (rank, world, layers, width, rows, step)
 
 
-def adamw_bound(lr, steps, beta1=0.9, beta2=0.999):
-    """lib/mlp.h's adamw_rounding_bound, written again: sum over steps of 2 lr R_t."""
-    total = 0.0
-    for t in range(1, steps + 1):
-        a = [(1 - beta1) * beta1 ** (t - i) for i in range(1, t + 1)]
-        b = [(1 - beta2) * beta2 ** (t - i) for i in range(1, t + 1)]
-        total += 2 * lr * math.sqrt(sum(x * x / y for x, y in zip(a, b))) * math.sqrt(sum(b)) / sum(a)
-    return total
 
 
 class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
@@ -89,7 +80,7 @@ class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
 
     def test_reshard_equals_one_device(self):
         m = self.model()
-        bound = adamw_bound(m["c.lr"], m["c.steps"])
+        bound = tracecheck.adamw_rounding_bound(m["c.lr"], m["c.steps"])
         for world in (RESHARD, GROW):
             row = self.row_dicts(self.table(r"^Trained weights: %d ranks resumed from a 4-rank checkpoint" % world))[0]
             # the same formula, in double

@@ -159,14 +159,6 @@ AXIS = {"tensor": "tp", "pipeline": "pp", "data": "dp"}
 MESH_LAYERS, MICRO, PAIRS = 8, 4, 2  # 2 stages of 4 layers, 2 column/row pairs each
 
 
-def adamw_rounding_bound(lr, steps, beta1=0.9, beta2=0.999):
-    """lib/mlp.h's bound, written again: the sum over steps of 2 lr R_t."""
-    bound = 0.0
-    for t in range(1, steps + 1):
-        a = [(1 - beta1) * beta1 ** (t - i) for i in range(1, t + 1)]
-        b = [(1 - beta2) * beta2 ** (t - i) for i in range(1, t + 1)]
-        bound += 2 * lr * math.sqrt(sum(x * x / y for x, y in zip(a, b))) * math.sqrt(sum(b)) / sum(a)
-    return bound
 
 
 def configuration_figures(m, tp, pp, ep):
@@ -218,7 +210,7 @@ class Mesh(tracecheck.LectureRun, unittest.TestCase):
         rows = self.row_dicts(self.table(r"^the 2 x 2 x 2 mesh after"))
         c = self.sizes()
         self.assertEqual([r["rank"] for r in rows], list(range(8)))
-        bound = adamw_rounding_bound(c["c.lr"], c["c.steps"])
+        bound = tracecheck.adamw_rounding_bound(c["c.lr"], c["c.steps"])
         for r in rows:
             self.assertEqual(r["rank"], sum(r[a] * stride for a, stride in MESH.items()), r)
             self.assertLessEqual(r["max |step-0 gradient - one device|"], r["gradient tolerance"], r)

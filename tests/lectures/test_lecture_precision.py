@@ -294,39 +294,12 @@ class LecturePrecision(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Te
         self.assertIn("emulation", self.markdown_text())
 
 
-class PlantedBugs(unittest.TestCase):
+class PlantedBugs(planted.PlantedCase):
     """Each lesson's check can fail: a copy of the lecture with one bug
     (tests/lib/planted.py) must fail the check that guards it, and the run
     with it."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.makeflags = os.environ.get("MAKEFLAGS")
-        if os.path.basename(tracecheck.BUILD) == "build-asan":
-            os.environ["MAKEFLAGS"] = "-- SAN=1"
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.makeflags is None:
-            os.environ.pop("MAKEFLAGS", None)
-        else:
-            os.environ["MAKEFLAGS"] = cls.makeflags
-
-    def run_planted(self, find, replace):
-        with planted.binary("lecture_precision", find, replace) as exe, tempfile.TemporaryDirectory() as out:
-            p, trace = tracecheck.run_quick(exe, out)
-            failed = os.path.join(out, "lecture_precision.failed.json")
-            if trace is None and os.path.exists(failed):
-                trace = tracecheck.load(failed)
-        self.assertIsNotNone(trace, "the planted copy wrote no trace: " + tracecheck.why(p))
-        return p, trace
-
-    def assert_fails(self, find, replace, what_starts):
-        p, trace = self.run_planted(find, replace)
-        failed = planted.failed_checks(trace)
-        self.assertTrue(any(w.startswith(what_starts) for w in failed),
-                        "planting %r: no failed check starts with %r; failed: %r" % (replace, what_starts, failed))
-        self.assertNotEqual(p.returncode, 0, "a failed check must make the run fail")
+    LECTURE = "lecture_precision"
 
     def test_unplanted_copy_passes(self):
         p, trace = self.run_planted("static void summary(void) {", "static void summary(void) {")

@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import unittest
 
 import tracecheck
 
@@ -104,3 +105,44 @@ def checks(trace):
 def failed_checks(trace):
     """The `what` of every check that failed."""
     return [c["what"] for c in checks(trace) if not c["passed"]]
+
+
+class PlantedCase(unittest.TestCase):
+    """A TestCase whose tests each build a copy of the lecture LECTURE with
+    one bug planted (binary()) and run it --quick: run_planted() gives its
+    process and trace (the failed one when it failed), assert_fails() that a
+    check whose text starts as given failed and the run with it. Under the
+    sanitizer build (LECTERN_BUILD=build-asan) the copy is built with SAN=1,
+    which make takes from MAKEFLAGS: a copy built without the sanitizer's
+    flags would not link against that build's library."""
+
+    LECTURE = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.makeflags = os.environ.get("MAKEFLAGS")
+        if os.path.basename(tracecheck.BUILD) == "build-asan":
+            os.environ["MAKEFLAGS"] = "-- SAN=1"
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.makeflags is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = cls.makeflags
+
+    def run_planted(self, find, replace, **kwargs):
+        with binary(self.LECTURE, find, replace, **kwargs) as exe, tempfile.TemporaryDirectory() as out:
+            p, trace = tracecheck.run_quick(exe, out)
+            failed = os.path.join(out, self.LECTURE + ".failed.json")
+            if trace is None and os.path.exists(failed):
+                trace = tracecheck.load(failed)
+        self.assertIsNotNone(trace, "the planted copy wrote no trace: " + tracecheck.why(p))
+        return p, trace
+
+    def assert_fails(self, find, replace, what_starts, **kwargs):
+        p, trace = self.run_planted(find, replace, **kwargs)
+        failed = failed_checks(trace)
+        self.assertTrue(any(w.startswith(what_starts) for w in failed),
+                        "planting %r: no failed check starts with %r; failed: %r" % (replace, what_starts, failed))
+        self.assertNotEqual(p.returncode, 0, "a failed check must make the run fail")

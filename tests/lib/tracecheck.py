@@ -809,6 +809,18 @@ ARGS_KEY = {"markdown": "args", "text": "args", "table": "caption_args", "plot":
 TRACE_REL = 2.0 ** -52
 
 
+def adamw_rounding_bound(lr, steps, beta1=0.9, beta2=0.999):
+    """lectures/lib/mlp.h's adamw_rounding_bound, written again here: the
+    sum over the steps t = 1 .. steps of 2 lr R_t, R_t the Cauchy-Schwarz
+    bound on AdamW's update ratio (mlp.h derives it)."""
+    total = 0.0
+    for t in range(1, steps + 1):
+        a = [(1 - beta1) * beta1 ** (t - i) for i in range(1, t + 1)]
+        b = [(1 - beta2) * beta2 ** (t - i) for i in range(1, t + 1)]
+        total += 2 * lr * math.sqrt(sum(x * x / y for x, y in zip(a, b))) * math.sqrt(sum(b)) / sum(a)
+    return total
+
+
 def same_double(a, b):
     """a and b are the same double as the lecture computed it: one read from
     a trace, the other from a trace or recomputed here from up to two figures
