@@ -791,6 +791,25 @@ static void grow(const mlp_config *c) {
     note("The largest difference from one device is %.3g, within the same bound, %.3g.", quoted(diff), quoted(bound));
 }
 
+/* Elastic training, told and not run: what the resharded resumes above
+ * already are, and what a launcher adds. */
+static void elastic(const mlp_config *c) {
+    note("## When a rank does not come back: elastic training (described, not run)");
+    note("The resumes on %d and %d ranks above are what elastic training does after a loss: the run goes on with "
+         "the ranks it has, from the newest good checkpoint, each rank reading the rows it now owns. The global "
+         "batch stayed %d examples: each of %d ranks took %d, each of %d took %d.",
+         RESHARD, GROW, c->batch, RESHARD, c->batch / RESHARD, GROW, c->batch / GROW);
+    note("What this lecture does not run is the restart itself. An elastic launcher (PyTorch's `torchrun "
+         "--nnodes=MIN:MAX`, with its rendezvous) notices a lost node, waits for the ones left, and starts the "
+         "training script again with the new world size; the script finds the newest good checkpoint and "
+         "reshards it, as above. Survivors whose memory cannot hold the larger share of the batch keep the global "
+         "batch by gradient accumulation instead: %d micro-batches of %d examples a step on each of %d ranks, "
+         "gradients summed before the reduce-scatter. The same sums in another order, so equal to one device "
+         "within the same rounding bound (lecture_08 accumulates this way with DDP's `no_sync`). Here a "
+         "lecture's next `spawn()` is the restart: the runtime restarts nothing by itself.",
+         WORLD / RESHARD, c->batch / WORLD, RESHARD);
+}
+
 /* Damages shard k of `run`'s newest checkpoint (in path): cut to half, or
  * one bit flipped. Returns the shard's bytes as they were (*n of them). */
 static unsigned char *damage(const char *run, int k, int cut, char *path, int64_t *n) {
@@ -1112,6 +1131,7 @@ static void lecture_checkpoints(void) {
     crash_and_resume(&c);
     reshard(&c);
     grow(&c);
+    elastic(&c);
     damaged();
     train_on_after_damage(&c);
     async_checkpoint(&c);

@@ -34,7 +34,8 @@ HEADER = 8 + 6 * 4  # the shard header: 8 magic bytes, six int32 (rank, world, l
 class Lecture(tracecheck.LectureRun, tracecheck.ValidTrace, unittest.TestCase):
     NAME = "lecture_checkpoints"
     SECTIONS = ["# Checkpoints and failures", "## A sharded checkpoint", "## A rank dies; the run resumes",
-                "## Resharding: 2 ranks load a 4-rank checkpoint", "## And on 8 ranks", "## Damaged shards are refused",
+                "## Resharding: 2 ranks load a 4-rank checkpoint", "## And on 8 ranks",
+                "## When a rank does not come back: elastic training (described, not run)", "## Damaged shards are refused",
                 "## Training on from the previous checkpoint", "## An asynchronous checkpoint", "## A straggler"]
 
     def model(self):
