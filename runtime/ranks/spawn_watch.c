@@ -137,20 +137,29 @@ static int calls_matched(const spawn_run *run, int r, int q, int peer) {
     return a->recvs_from[q] <= b->sends_to[r] && a->sends_to[q] <= b->recvs_from[r];
 }
 
-/* Waiting rank r waits for a rank that returned and never will be met: that
- * rank did not match all of r's calls (a receive it never sent for, a
- * collective it never entered). A returned rank that matched them all is
- * not what r waits for: r waits for data that rank already sent, on the
- * wire between hosts or, on one host, for r's own turn on a core (seen:
- * a rank of a 1F1B pipeline starved for over STRAGGLER_GRACE at load 10 on
- * 2 cores, its peer's last gradient already sent); only LECTERN_TIMEOUT
- * may call that a hang. */
+/* Waiting rank r waits for a rank that returned and never will be met.
+ *
+ * A send or receive: the returned rank did not match all of r's messages
+ * with it (the board counts them per peer). One that did is not what r
+ * waits for: r waits for data that rank already sent, on the wire between
+ * hosts or, on one host, for r's own turn on a core (seen: a rank of a 1F1B
+ * pipeline starved for over STRAGGLER_GRACE at load 10 on 2 cores, its
+ * peer's last gradient already sent); only LECTERN_TIMEOUT may call that a
+ * hang.
+ *
+ * A collective: on one host every such wait counts (a rank cannot leave a
+ * collective before the others enter it, and STRAGGLER_GRACE covers one just
+ * leaving its last); the board counts collectives of every group together,
+ * so equal counts do not say the returned rank entered this one. Between
+ * hosts a returned rank that entered as many is taken to be sending r's
+ * data, as above; one that entered fewer never will. */
 static int waits_on_returned(const spawn_run *run, int r) {
     int peer = run->board->slot[r].peer;
     if (peer >= run->world_size) return 0;
     for (int q = 0; q < run->world_size; q++) {
         if (!run->done[q] || (peer >= 0 && q != peer)) continue;
-        if (!calls_matched(run, r, q, peer)) return 1;
+        int one_host = !(on_other_host(r) || on_other_host(q));
+        if ((peer < 0 && one_host) || !calls_matched(run, r, q, peer)) return 1;
     }
     return 0;
 }

@@ -161,11 +161,12 @@ class InspectCollectives(unittest.TestCase):
 
 class HomeworkFailedCheck(unittest.TestCase):
     """homework_08: a failed check_close shows the student's tensor beside the
-    expected one (here a ZeRO-1 that sums where it should average: wrong only
-    with gradients near AdamW's eps), and a passed one shows nothing."""
+    expected one (here a ZeRO-1 that steps on a zeroed gradient), and a passed
+    one shows nothing; nor does a failed check withheld until the due date
+    (grade_visibility: what it saw is the grader's)."""
 
     def test_failed_check_is_followed_by_both_tensors(self):
-        binary = tracecheck.fixture("homework_08_wrong_zero1_sum")
+        binary = tracecheck.fixture("homework_08_zero1_zero_grad")
         out = tempfile.mkdtemp(prefix="lectern-inspect-")
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
         p = subprocess.run([binary, "--quiet", "--out", out], capture_output=True, text=True, timeout=300)
@@ -187,6 +188,13 @@ class HomeworkFailedCheck(unittest.TestCase):
                 failed = [k for k, x in enumerate(steps) if x["renderings"][0]["type"] == "check"
                           and not x["renderings"][0]["passed"] and "max_abs" in x["renderings"][0]]
                 self.assertEqual(len(failed), 1, kinds)
+                # The near-eps check fails too, withheld: no figures, no tensors after it.
+                withheld = [k for k, x in enumerate(steps) if x["renderings"][0]["type"] == "check"
+                            and not x["renderings"][0]["passed"]
+                            and x["renderings"][0].get("visibility") == "after_due_date"]
+                self.assertEqual(len(withheld), 1, kinds)
+                self.assertNotIn("max_abs", steps[withheld[0]]["renderings"][0])
+                self.assertNotIn("inspect", [x["renderings"][0]["type"] for x in steps[withheld[0] + 1:withheld[0] + 2]])
                 k = failed[0]
                 self.assertEqual(kinds[k + 1:k + 3], [("inspect", "param"), ("inspect", "ref")])
                 self.assertEqual(tuple(x["stack"][-1]["line"] for x in steps[k + 1:k + 3]), lines)
