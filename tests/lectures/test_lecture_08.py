@@ -988,7 +988,7 @@ class Lecture08(Run, tracecheck.WholeTrace, Numbers, unittest.TestCase):
         step, r = by_unit["GB/s"]
         self.assertEqual((step["rank"], step["world_size"]), (0, 2))
         cols = self.columns(self.table(r"^all-reduce on 2 ranks$"))
-        self.assertEqual(r["value"], cols["busbw"][-1])
+        self.assertTrue(tracecheck.same_double(r["value"], cols["busbw"][-1]), (r["value"], cols["busbw"][-1]))
         self.assertIn("%g MiB" % cols["size"][-1], r["question"])
         # ZeRO-3's bytes: rank 0's count in the table after its spawn; 11 calls of (p - 1) / p of a 1 MiB layer
         step, r = by_unit["bytes"]
@@ -1309,7 +1309,7 @@ class SimulatedFigures(Run, unittest.TestCase):
             self.assertLess(busbw * 1e9, fab.links["nvl0"][0], "busbw above the link rate")
         # the question's hidden value and the sentence's figures are the largest size's
         (_, asked), = [(s, r) for s, r in self.renderings("predict") if "h100-node" in r["question"]]
-        self.assertEqual(asked["value"], points[-1][1])
+        self.assertTrue(tracecheck.same_double(asked["value"], points[-1][1]), (asked["value"], points[-1][1]))
         said = self.figures("sim->busbw_GBps", "last->busbw")
         self.assertEqual(said["sim->busbw_GBps"], points[-1][1])
         self.assertEqual(said["last->bytes / (1 << 20)"], points[-1][0])
@@ -1343,7 +1343,8 @@ class SimulatedFigures(Run, unittest.TestCase):
             self.assertAlmostEqual(bubble / formula, 1, delta=0.02, msg=(P, bubble, formula))
         self.assertEqual(rows["simulated bubble"], sorted(rows["simulated bubble"]), "the bubble grows with P")
         (_, asked), = [(s, r) for s, r in self.renderings("predict") if "scaled@16" in r["question"]]
-        self.assertEqual(asked["value"], rows["simulated bubble"][2])
+        self.assertTrue(tracecheck.same_double(asked["value"], rows["simulated bubble"][2]),
+                        (asked["value"], rows["simulated bubble"][2]))
         said = self.figures("simulated_bubble(&t[0])")
         self.assertEqual([said["simulated_bubble(&t[%d])" % k] for k in range(3)], rows["simulated bubble"])
 
