@@ -119,8 +119,8 @@ static figures work_out(const config *c) {
 }
 
 static const char *label(const config *c, char *buf, size_t size) {
-    snprintf(buf, size, "%s TP %d PP %d%s%s", MODELS[c->model].name, c->tp, c->pp, c->ep > 1 ? " EP " : "",
-             c->ep > 1 ? (c->ep == 8 ? "8" : "64") : "");
+    int n = snprintf(buf, size, "%s TP %d PP %d", MODELS[c->model].name, c->tp, c->pp);
+    if (c->ep > 1 && n >= 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, " EP %d", c->ep);
     return buf;
 }
 
