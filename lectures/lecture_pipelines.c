@@ -293,12 +293,21 @@ static void pipeline_main(int rank, int world_size, void *args) {
 typedef struct result {
     int which, modelled, spawns, held[P], sends;
     double bubble, span, diff, tol;
+    double overrun; /* modelled: the busiest stage's busy time beyond the time its ops asked for (ms) */
     float start[P][MAX_OPS], end[P][MAX_OPS];
     int n[P];
 } result;
 
 static result gather(const schedule *s, int modelled, double tol) {
     result r = {.which = s->which, .modelled = modelled, .span = 1e30};
+    double dur[4], asked = 0; /* a stage's ops' asked time: the same on every stage, m (F + B + W) of work */
+    op_times(s, dur);
+    for (int st = 0; st < P; st++) {
+        double a = 0;
+        for (int i = 0; i < s->n[st]; i++)
+            a += dur[s->ops[st][i].kind];
+        asked = fmax(asked, a);
+    }
     rank_out *o = malloc(sizeof *o);
     static rank_out all[P];
     for (int st = 0; st < P; st++) {
@@ -318,7 +327,7 @@ static result gather(const schedule *s, int modelled, double tol) {
             most = fmax(most, busy);
         }
         if (last - first >= r.span) continue;
-        r.span = last - first, r.bubble = 1 - most / r.span;
+        r.span = last - first, r.bubble = 1 - most / r.span, r.overrun = fmax(0, most - asked);
         for (int st = 0; st < P; st++) {
             r.n[st] = all[st].n;
             for (int i = 0; i < all[st].n; i++) {
@@ -364,26 +373,40 @@ static result run_real(const schedule *s, const mlp_config *c, const float *expe
 
 /* The modelled run: the same order and messages, each op model_compute (a device busy for its time, the cores
  * free). Its bubble must be within 10% of the formula; a spawn the machine disturbed (late wake-ups on a loaded
- * machine add to every op on the critical path) is run again, up to SPAWNS times. */
+ * machine add to every op on the critical path) is run again, up to SPAWNS times, and the quickest pass counts.
+ *
+ * On a loaded machine a model_compute can also end late: its op then takes longer than it asked, and the bubble,
+ * 1 - busy / span, reads low. With B the asked busy time, S the span the order gives, f = 1 - B / S its formula,
+ * and a pass that ran o longer busy and d longer span: bubble - f = (B d - S o) / (S (S + d)) >= -o / span. So the
+ * lowest bubble a right order can show is (1 - 10%) f - o / span, o measured (the busiest stage's busy time beyond
+ * what its ops asked; on a quiet machine well under a millisecond a pass). The upper bound is not widened: a late
+ * start lengthens the span, and the quickest of SPAWNS x PASSES passes is the one least late. A wrong order's ops
+ * still take their asked time: its bubble misses the bound by the order's own error, not the machine's. */
+static double modelled_lower(const result *r, double want) { return 0.90 * want - r->overrun / r->span; }
+static double modelled_upper(double want) { return 1.10 * want; }
+
 static result run_modelled(const schedule *s, const mlp_config *c, const float *expected) {
     double want = formula(s->which);
     size_t size;
     run_args *a = new_args(s, c, expected, &size);
     a->modelled = 1;
-    result r = {0};
+    result best = {0};
     for (int k = 1; k <= SPAWNS; k++) {
         progress("%s: modelled compute, spawn %d ranks (%d)", NAME[s->which], P, k);
         a->clock_base = now_seconds();
         spawn(pipeline_main, P, a, size);
-        r = gather(s, 1, NAN);
-        r.spawns = k;
-        if (fabs(r.bubble - want) <= 0.10 * want) break;
+        result r = gather(s, 1, NAN);
+        if (k == 1 || r.span < best.span) best = r;
+        best.spawns = k;
+        if (fabs(best.bubble - want) <= 0.10 * want) break; /* within the bound without the overrun */
     }
     free(a);
-    check(fabs(r.bubble - want) <= 0.10 * want,
-          "%s, modelled: bubble %.4f within 10%% of the formula's %.4f (quickest pass of %d spawn%s)", NAME[s->which],
-          r.bubble, want, r.spawns, r.spawns == 1 ? "" : "s");
-    return r;
+    check(best.bubble >= modelled_lower(&best, want) && best.bubble <= modelled_upper(want),
+          "%s, modelled: bubble %.4f within 10%% of the formula's %.4f, give or take an overrun of %.1f ms / span "
+          "%.1f ms: %.4f to %.4f (quickest pass of %d spawn%s)",
+          NAME[s->which], best.bubble, want, best.overrun, best.span, modelled_lower(&best, want), modelled_upper(want),
+          best.spawns, best.spawns == 1 ? "" : "s");
+    return best;
 }
 
 /* The order as text, "F0.0 F0.1 BW1.0 ..." (kind, chunk.micro-batch), for a table a reader (or a test) checks. */
@@ -560,14 +583,16 @@ static void lecture_pipelines(void) {
     table_column(t, "activations held, stage 3", NULL, "%d");
     table_column(t, "messages", NULL, "%d");
     table_column(t, "spawns", NULL, "%d");
+    table_column(t, "modelled: busiest stage beyond its asked time", "ms", "%.2f");
+    table_column(t, "modelled: lower bound, (1 - 0.1) formula - overrun / span", NULL, "%.4f");
     table_column(t, "max |gradient - one device|", NULL, "%.3g");
     table_column(t, "tolerance", NULL, "%.3g");
     for (int w = 0; w < N_SCHEDULES; w++)
         for (int mod = 0; mod < 2; mod++) {
             const result *r = mod ? &modelled[w] : &real[w];
             table_row(t, NAME[w], mod ? "modelled" : "real", formula(w), sims[w].bubble, r->bubble, r->span, r->held[0],
-                      r->held[1], r->held[2], r->held[3], r->sends, mod ? r->spawns : 1, mod ? NAN : r->diff,
-                      mod ? NAN : r->tol);
+                      r->held[1], r->held[2], r->held[3], r->sends, mod ? r->spawns : 1, mod ? r->overrun : NAN,
+                      mod ? modelled_lower(r, formula(w)) : NAN, mod ? NAN : r->diff, mod ? NAN : r->tol);
         }
     table_show(t);
     chart_t *ch = chart_new("time (ms, from each pass's first start)", "stage",
