@@ -294,9 +294,38 @@ typedef struct result {
     int which, modelled, spawns, held[P], sends;
     double bubble, span, diff, tol;
     double overrun; /* modelled: the busiest stage's busy time beyond the time its ops asked for (ms) */
+    double late;    /* modelled: every op's start beyond its readiness and time beyond its asked time (ms, summed) */
     float start[P][MAX_OPS], end[P][MAX_OPS];
     int n[P];
 } result;
+
+/* A late wake-up on a loaded machine: how long a modelled pass's ops ran behind what the order allowed. Each op
+ * could start when its stage's previous op ended and its input had come (a forward: the part before's forward of
+ * that micro-batch; a B or BW: the part after's; a W: its own B, earlier on the stage); its start beyond that, and
+ * its time beyond what it asked, each past LATE_SLACK_MS (a message and a wake-up cost 0.1-0.5 ms here), summed
+ * over every op of every stage. A wrong order is not late: its ops start when they can and take their time. */
+#define LATE_SLACK_MS 0.5
+static double pass_lateness(const schedule *s, const double dur[4], const float *start[P], const float *end[P]) {
+    double done[P][2][V][M] = {{{{0}}}}; /* [stage][backward][chunk][micro-batch]: when it ended */
+    for (int st = 0; st < P; st++)
+        for (int i = 0; i < s->n[st]; i++) {
+            const op *o = &s->ops[st][i];
+            if (o->kind != OP_W) done[st][o->kind != OP_F][o->chunk][o->micro] = end[st][i];
+        }
+    double late = 0;
+    for (int st = 0; st < P; st++)
+        for (int i = 0; i < s->n[st]; i++) {
+            const op *o = &s->ops[st][i];
+            double ready = i > 0 ? end[st][i - 1] : start[st][i];
+            int c, from = o->kind == OP_F                       ? prev_part(s, st, o->chunk, &c)
+                          : o->kind == OP_B || o->kind == OP_BW ? next_part(s, st, o->chunk, &c)
+                                                                : -1;
+            if (from >= 0) ready = fmax(ready, done[from][o->kind != OP_F][c][o->micro]);
+            late += fmax(0, start[st][i] - ready - LATE_SLACK_MS);
+            late += fmax(0, end[st][i] - start[st][i] - dur[o->kind] - LATE_SLACK_MS);
+        }
+    return late;
+}
 
 static result gather(const schedule *s, int modelled, double tol) {
     result r = {.which = s->which, .modelled = modelled, .span = 1e30};
@@ -328,6 +357,10 @@ static result gather(const schedule *s, int modelled, double tol) {
         }
         if (last - first >= r.span) continue;
         r.span = last - first, r.bubble = 1 - most / r.span, r.overrun = fmax(0, most - asked);
+        const float *st_start[P], *st_end[P];
+        for (int st = 0; st < P; st++)
+            st_start[st] = all[st].start[pass], st_end[st] = all[st].end[pass];
+        r.late = modelled ? pass_lateness(s, dur, st_start, st_end) : 0;
         for (int st = 0; st < P; st++) {
             r.n[st] = all[st].n;
             for (int i = 0; i < all[st].n; i++) {
@@ -372,18 +405,19 @@ static result run_real(const schedule *s, const mlp_config *c, const float *expe
 }
 
 /* The modelled run: the same order and messages, each op model_compute (a device busy for its time, the cores
- * free). Its bubble must be within 10% of the formula; a spawn the machine disturbed (late wake-ups on a loaded
- * machine add to every op on the critical path) is run again, up to SPAWNS times, and the quickest pass counts.
+ * free). Its bubble must be within 10% of the formula; a spawn the machine disturbed is run again, up to SPAWNS
+ * times, and the quickest pass of all counts.
  *
- * On a loaded machine a model_compute can also end late: its op then takes longer than it asked, and the bubble,
- * 1 - busy / span, reads low. With B the asked busy time, S the span the order gives, f = 1 - B / S its formula,
- * and a pass that ran o longer busy and d longer span: bubble - f = (B d - S o) / (S (S + d)) >= -o / span. So the
- * lowest bubble a right order can show is (1 - 10%) f - o / span, o measured (the busiest stage's busy time beyond
- * what its ops asked; on a quiet machine well under a millisecond a pass). The upper bound is not widened: a late
- * start lengthens the span, and the quickest of SPAWNS x PASSES passes is the one least late. A wrong order's ops
- * still take their asked time: its bubble misses the bound by the order's own error, not the machine's. */
+ * On a loaded machine a pass can still be disturbed, both ways. With B the asked busy time, S the span the order
+ * gives, f = 1 - B / S its formula, and a pass whose busiest stage ran o longer and whose span ran d longer:
+ * bubble - f = (B d - S o) / (S (S + d)), between -o / span and d / span. o is measured exactly (the busiest
+ * stage's busy time beyond what its ops asked). d is at most the lateness L (pass_lateness: every late start and
+ * overlong op, summed): the span grows only by ops that ran behind what the order allowed. So the bound is
+ * (1 - 10%) f - o / span to (1 + 10%) f + L / span, as lecture_08 bounds its own; on a quiet machine o and L are
+ * under a millisecond a pass and the bound is the 10%. A wrong order's ops start when they can and take their
+ * time: its bubble misses the bound by the order's own error, not the machine's. */
 static double modelled_lower(const result *r, double want) { return 0.90 * want - r->overrun / r->span; }
-static double modelled_upper(double want) { return 1.10 * want; }
+static double modelled_upper(const result *r, double want) { return 1.10 * want + r->late / r->span; }
 
 static result run_modelled(const schedule *s, const mlp_config *c, const float *expected) {
     double want = formula(s->which);
@@ -398,14 +432,14 @@ static result run_modelled(const schedule *s, const mlp_config *c, const float *
         result r = gather(s, 1, NAN);
         if (k == 1 || r.span < best.span) best = r;
         best.spawns = k;
-        if (fabs(best.bubble - want) <= 0.10 * want) break; /* within the bound without the overrun */
+        if (fabs(best.bubble - want) <= 0.10 * want) break; /* within the bound, undisturbed */
     }
     free(a);
-    check(best.bubble >= modelled_lower(&best, want) && best.bubble <= modelled_upper(want),
-          "%s, modelled: bubble %.4f within 10%% of the formula's %.4f, give or take an overrun of %.1f ms / span "
-          "%.1f ms: %.4f to %.4f (quickest pass of %d spawn%s)",
-          NAME[s->which], best.bubble, want, best.overrun, best.span, modelled_lower(&best, want), modelled_upper(want),
-          best.spawns, best.spawns == 1 ? "" : "s");
+    check(best.bubble >= modelled_lower(&best, want) && best.bubble <= modelled_upper(&best, want),
+          "%s, modelled: bubble %.4f within 10%% of the formula's %.4f, give or take an overrun of %.1f ms and a "
+          "lateness of %.1f ms over the span of %.1f ms: %.4f to %.4f (quickest pass of %d spawn%s)",
+          NAME[s->which], best.bubble, want, best.overrun, best.late, best.span, modelled_lower(&best, want),
+          modelled_upper(&best, want), best.spawns, best.spawns == 1 ? "" : "s");
     return best;
 }
 
@@ -583,18 +617,34 @@ static void lecture_pipelines(void) {
     table_column(t, "activations held, stage 3", NULL, "%d");
     table_column(t, "messages", NULL, "%d");
     table_column(t, "spawns", NULL, "%d");
-    table_column(t, "modelled: busiest stage beyond its asked time", "ms", "%.2f");
-    table_column(t, "modelled: lower bound, (1 - 0.1) formula - overrun / span", NULL, "%.4f");
     table_column(t, "max |gradient - one device|", NULL, "%.3g");
     table_column(t, "tolerance", NULL, "%.3g");
     for (int w = 0; w < N_SCHEDULES; w++)
         for (int mod = 0; mod < 2; mod++) {
             const result *r = mod ? &modelled[w] : &real[w];
             table_row(t, NAME[w], mod ? "modelled" : "real", formula(w), sims[w].bubble, r->bubble, r->span, r->held[0],
-                      r->held[1], r->held[2], r->held[3], r->sends, mod ? r->spawns : 1, mod ? r->overrun : NAN,
-                      mod ? modelled_lower(r, formula(w)) : NAN, mod ? NAN : r->diff, mod ? NAN : r->tol);
+                      r->held[1], r->held[2], r->held[3], r->sends, mod ? r->spawns : 1, mod ? NAN : r->diff,
+                      mod ? NAN : r->tol);
         }
     table_show(t);
+    table_t *b = table_new("modelled runs against the formula's bound, (1 - 0.1) formula - overrun / span to (1 + "
+                           "0.1) formula + lateness / span (the machine's disturbance of the quickest pass; see "
+                           "run_modelled)");
+    table_column(b, "schedule", NULL, "%s");
+    table_column(b, "formula", NULL, "%.4f");
+    table_column(b, "bubble", NULL, "%.4f");
+    table_column(b, "span", "ms", "%.1f");
+    table_column(b, "overrun: busiest stage beyond its asked time", "ms", "%.2f");
+    table_column(b, "lateness beyond 0.5 ms, summed", "ms", "%.2f");
+    table_column(b, "lower bound", NULL, "%.4f");
+    table_column(b, "upper bound", NULL, "%.4f");
+    table_column(b, "spawns", NULL, "%d");
+    for (int w = 0; w < N_SCHEDULES; w++) {
+        const result *r = &modelled[w];
+        table_row(b, NAME[w], formula(w), r->bubble, r->span, r->overrun, r->late, modelled_lower(r, formula(w)),
+                  modelled_upper(r, formula(w)), r->spawns);
+    }
+    table_show(b);
     chart_t *ch = chart_new("time (ms, from each pass's first start)", "stage",
                             "timelines on %d stages, %d micro-batches: real and modelled compute", P, M);
     for (int w = 0; w < N_SCHEDULES; w++) {
