@@ -53,8 +53,7 @@ class LectureGpu(planted.PlantedCase):
     def test_fsdp_gathers_once(self):
         # the backward reuses nothing: an empty tensor instead of the second
         # gather changes both the bytes sent and the gradients
-        self.assert_fails(self.NAME,
-                          "    for (int i = c->layers - 1; i >= 0; i--) {\n        tensor *full = gather_layer(c, ws[i]);",
+        self.assert_fails("    for (int i = c->layers - 1; i >= 0; i--) {\n        tensor *full = gather_layer(c, ws[i]);",
                           "    for (int i = c->layers - 1; i >= 0; i--) {\n        tensor *full = "
                           "empty(c->width, c->width, x->device);",
                           "FSDP sent 3(N-1)/N")
@@ -78,8 +77,7 @@ class LectureCollectives(planted.PlantedCase):
         self.assertEqual(len(checks), 4)   # one per hand-built all-reduce
 
     def test_ring_overwrites_the_partial_sum(self):
-        self.assert_fails(self.NAME,
-                          "    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);\n    add_(in, got);",
+        self.assert_fails("    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);\n    add_(in, got);",
                           "    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);\n    tensor_copy(in, got);",
                           "ring: every rank's result equals dist_all_reduce's")
 

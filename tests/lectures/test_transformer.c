@@ -277,6 +277,18 @@ static void query_seeing_no_key_gives_zeros(void **state) {
     tensor_free(v);
 }
 
+/* Head h's columns [h dh, (h + 1) dh) of the T x d projections q, k, v,
+ * as T x dh matrices. */
+static void head_columns(const double *q, const double *k, const double *v, int T, int d, int h, int dh, double *qh,
+                         double *kh, double *vh) {
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < dh; c++) {
+            qh[t * dh + c] = q[t * d + h * dh + c];
+            kh[t * dh + c] = k[t * d + h * dh + c];
+            vh[t * dh + c] = v[t * d + h * dh + c];
+        }
+}
+
 /* Several heads: q, k, v are x @ w (d-term sums, d u of their terms' size
  * P, relatively to it), which moves a score by up to 2 d u P Q / sqrt(dh)
  * (Q the largest |q| or |k|) and v by d u P. On top of attention_tol for
@@ -297,12 +309,7 @@ static void attention_heads_match_float64(void **state) {
     double *got = values(out), worst = 0, slack = 0, smallest_tol = INFINITY, out_size = 0;
     for (int h = 0; h < heads; h++) {
         double qh[T * dh], kh[T * dh], vh[T * dh], ref[T * dh], term, score;
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < dh; c++) {
-                qh[t * dh + c] = q[t * d + h * dh + c];
-                kh[t * dh + c] = k[t * d + h * dh + c];
-                vh[t * dh + c] = v[t * d + h * dh + c];
-            }
+        head_columns(q, k, v, T, d, h, dh, qh, kh, vh);
         attention64(qh, kh, vh, T, T, dh, dh, 1, 0, 0, ref, &term, &score);
         double vmax = largest64(vh, T * dh);
         double tol = attention_tol(term, score, dh, T, 1, vmax) + 2 * (2 * d * U * p * qk * dh / sqrt(dh)) * vmax +
@@ -361,12 +368,7 @@ static double heads_loss64(const double *x, const double *wq, const double *wk, 
     matmul64(x, wk, k, NULL, T, d, d);
     matmul64(x, wv, v, NULL, T, d, d);
     for (int h = 0; h < heads; h++) {
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < dh; c++) {
-                qh[t * dh + c] = q[t * d + h * dh + c];
-                kh[t * dh + c] = k[t * d + h * dh + c];
-                vh[t * dh + c] = v[t * d + h * dh + c];
-            }
+        head_columns(q, k, v, T, d, h, dh, qh, kh, vh);
         attention64(qh, kh, vh, T, T, dh, dh, 1, 0, 0, o, &term, &score);
         for (int t = 0; t < T; t++)
             for (int c = 0; c < dh; c++)
