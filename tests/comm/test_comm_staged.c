@@ -512,14 +512,21 @@ static void ask_nvidia_smi(void) {
     if (pclose(p) == 0 && lines > 0) parent_listed = listed; /* the ranks hold contexts: some lines */
 }
 
+/* The spawns of worlds 1 to 4 from `first_spawn` on: each spawn's note
+ * says `hook` (the path under test ran), and every case of the group `name`
+ * (run with the direct path's code or the protocol's) is right. */
+static void check_host_worlds(int first_spawn, const char *hook, const char *name, int direct, int ipc) {
+    for (int w = 1; w <= 4; w++) {
+        const char *reason = spawn_reason(first_spawn + w - 1);
+        if (!reason || !strstr(reason, hook))
+            fail_msg("world %d: the spawn's note does not say %s ran: %s", w, hook, reason ? reason : "(none)");
+        check_group(name, w, 0, direct, ipc);
+    }
+}
+
 static void test_pipeline_on_host(void **state) {
     (void)state;
-    for (int w = 1; w <= 4; w++) {
-        const char *reason = spawn_reason(host_first_spawn + w - 1);
-        if (!reason || !strstr(reason, "staged in chunks: LECTERN_STAGE_TEST"))
-            fail_msg("world %d: the spawn's note does not say the test hook ran: %s", w, reason ? reason : "(none)");
-        check_group("host", w, 0, 0, 0);
-    }
+    check_host_worlds(host_first_spawn, "staged in chunks: LECTERN_STAGE_TEST", "host", 0, 0);
 }
 
 /* The direct path's code (device pointers straight to CUDA-aware Open MPI,
@@ -563,12 +570,7 @@ static void test_protocol_on_host(void **state) {
     char first[300] = "";
     int left = ipc_segments_left(first, sizeof first);
     if (left) fail_msg("%d shared-memory segments of the protocol left in /dev/shm after the spawns (%s)", left, first);
-    for (int w = 1; w <= 4; w++) {
-        const char *reason = spawn_reason(ipc_first_spawn + w - 1);
-        if (!reason || !strstr(reason, "LECTERN_SHARED_IPC_CPU"))
-            fail_msg("world %d: the spawn's note does not say the protocol ran: %s", w, reason ? reason : "(none)");
-        check_group("ipc", w, 0, 0, 1);
-    }
+    check_host_worlds(ipc_first_spawn, "LECTERN_SHARED_IPC_CPU", "ipc", 0, 1);
 }
 
 static void test_shared_gpu(void **state) {

@@ -198,9 +198,11 @@ class Mistakes(FixtureTest):
 
     errors = staticmethod(tracecheck.errors)
 
-    def at_line(self, t, marker, text, ranks):
-        """Each rank of `ranks` has an error step at the marked line containing `text`."""
-        line = line_of(SRC, marker)
+    def at_line(self, case, text, ranks):
+        """Run `case`: each rank of `ranks` has an error step containing `text`
+        at the line marked MARK:case."""
+        t, _ = self.run_case(case)
+        line = line_of(SRC, "MARK:" + case)
         for rank in ranks:
             msg = self.one_error(self.errors(t), rank, text, line)
             self.assertTrue(msg.startswith("%s:%d: " % (WHERE, line)), msg)
@@ -208,21 +210,17 @@ class Mistakes(FixtureTest):
         self.assertFalse([s for s in t["steps"] for r in s["renderings"] if "made a group" in str(r.get("data"))])
 
     def test_lists_that_disagree_name_both_ranks(self):
-        t, _ = self.run_case("disagree")
-        self.at_line(t, "MARK:disagree", "dist_new_group(): ranks 1 and 0 disagree: rank 1 says its group is "
+        self.at_line("disagree", "dist_new_group(): ranks 1 and 0 disagree: rank 1 says its group is "
                      "{0, 1}, rank 0 says {0, 2}", range(4))
 
     def test_a_list_without_the_caller(self):
-        t, _ = self.run_case("without")
-        self.at_line(t, "MARK:without", "dist_new_group(): rank 1's list {0} does not hold rank 1", range(2))
+        self.at_line("without", "dist_new_group(): rank 1's list {0} does not hold rank 1", range(2))
 
     def test_a_rank_listed_twice(self):
-        t, _ = self.run_case("twice")
-        self.at_line(t, "MARK:twice", "dist_new_group(): rank 1's list {0, 1, 1} holds rank 1 twice", range(3))
+        self.at_line("twice", "dist_new_group(): rank 1's list {0, 1, 1} holds rank 1 twice", range(3))
 
     def test_a_rank_out_of_range(self):
-        t, _ = self.run_case("range")
-        self.at_line(t, "MARK:range", "dist_new_group(): rank 0's list {0, 5} holds 5, which is not a rank of "
+        self.at_line("range", "dist_new_group(): rank 0's list {0, 5} holds 5, which is not a rank of "
                      "this world (0 to 1)", range(2))
 
     def test_a_group_whose_ranks_make_different_calls(self):
@@ -239,12 +237,10 @@ class Mistakes(FixtureTest):
         self.assertFalse([m for s, m in errs if s.get("rank") in (1, 3) and "different calls" in m])
 
     def test_a_freed_group(self):
-        t, _ = self.run_case("freed")
-        self.at_line(t, "MARK:freed", "dist_all_reduce_in(): this group is not one of this spawn's", [0])
+        self.at_line("freed", "dist_all_reduce_in(): this group is not one of this spawn's", [0])
 
     def test_a_request_tested_after_its_wait(self):
-        t, _ = self.run_case("tested")
-        self.at_line(t, "MARK:tested", "dist_test(): this request is not one this spawn made, or it was waited "
+        self.at_line("tested", "dist_test(): this request is not one this spawn made, or it was waited "
                      "for already", [0, 1])
 
     def test_a_rank_waiting_in_a_group_call_names_the_group(self):

@@ -74,8 +74,10 @@ static tensor *produced(int round, int rank, int slow_rank, int64_t n, int64_t l
     return t;
 }
 
-static void expect(FILE *f, const char *what, int round, const tensor *t, float (*want)(int64_t, const int *),
-                   const int *ctx) {
+/* Writes a FAIL line to f at t's first element that is not want(i, ctx),
+ * then frees t and the call's input `in` (NULL when t was both). */
+static void expect_then_free(FILE *f, const char *what, int round, tensor *t, tensor *in,
+                             float (*want)(int64_t, const int *), const int *ctx) {
     float *v = malloc((size_t)t->numel * sizeof(float));
     if (!v) exit(1);
     tensor_to_host(t, v);
@@ -86,6 +88,8 @@ static void expect(FILE *f, const char *what, int round, const tensor *t, float 
             break;
         }
     free(v);
+    tensor_free(t);
+    if (in) tensor_free(in);
 }
 
 /* ctx: {round, world, rank, piece} */
@@ -112,48 +116,35 @@ static void rounds(int rank, int world, void *p) {
     int64_t piece = N / world;
     for (int k = 0; k < ROUNDS; k++) {
         int s = k % world, round = k + 1;
-        int c[4] = {round, world, rank, 0};
+        /* each call's expectation: ctx = {round, world, rank, piece} */
         tensor *t = produced(round, rank, s, N, 0, dev);
         dist_all_reduce(t, DIST_SUM);
-        expect(f, "all_reduce", round, t, want_sum, c);
-        tensor_free(t);
+        expect_then_free(f, "all_reduce", round, t, NULL, want_sum, (int[]){round, world, rank, 0});
 
         tensor *in = produced(round, rank, s, piece * world, 0, dev), *out = zeros(piece, 0, dev);
         dist_reduce_scatter(out, in, DIST_SUM);
-        int cp[4] = {round, world, rank, (int)(rank * piece)};
-        expect(f, "reduce_scatter", round, out, want_sum, cp);
-        tensor_free(in);
-        tensor_free(out);
+        expect_then_free(f, "reduce_scatter", round, out, in, want_sum,
+                         (int[]){round, world, rank, (int)(rank * piece)});
 
         in = produced(round, rank, s, piece, 0, dev);
         out = zeros(piece * world, 0, dev);
         dist_all_gather(out, in);
-        int cg[4] = {round, world, rank, (int)piece};
-        expect(f, "all_gather", round, out, want_gathered, cg);
-        tensor_free(in);
-        tensor_free(out);
+        expect_then_free(f, "all_gather", round, out, in, want_gathered, (int[]){round, world, rank, (int)piece});
 
         t = produced(round, rank, s, N, 0, dev);
         dist_broadcast(t, s); /* from the slow rank */
-        int cb[4] = {round, world, s, 0};
-        expect(f, "broadcast", round, t, want_from, cb);
-        tensor_free(t);
+        expect_then_free(f, "broadcast", round, t, NULL, want_from, (int[]){round, world, s, 0});
 
         in = produced(round, rank, s, piece * world, 0, dev);
         out = zeros(piece * world, 0, dev);
         dist_all_to_all(out, in);
-        int ca[4] = {round, world, rank, (int)piece};
-        expect(f, "all_to_all", round, out, want_a2a, ca);
-        tensor_free(in);
-        tensor_free(out);
+        expect_then_free(f, "all_to_all", round, out, in, want_a2a, (int[]){round, world, rank, (int)piece});
 
         if (world >= 2) {
             tensor *mine = produced(round, rank, s, N, 0, dev), *got = zeros(N, 0, dev);
             ring_send_recv(mine, got, rank, world);
-            int cr[4] = {round, world, (rank + world - 1) % world, 0};
-            expect(f, "send/recv", round, got, want_from, cr);
-            tensor_free(mine);
-            tensor_free(got);
+            expect_then_free(f, "send/recv", round, got, mine, want_from,
+                             (int[]){round, world, (rank + world - 1) % world, 0});
         }
     }
     fprintf(f, "done path %d\n", lx_ipc_active());

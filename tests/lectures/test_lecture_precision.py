@@ -302,9 +302,7 @@ class PlantedBugs(planted.PlantedCase):
     LECTURE = "lecture_precision"
 
     def test_unplanted_copy_passes(self):
-        p, trace = self.run_planted("static void summary(void) {", "static void summary(void) {")
-        self.assertEqual(planted.failed_checks(trace), [])
-        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        self.assert_unplanted_passes("static void summary(void) {")
 
     def test_formats_spacing_measured_wrong(self):
         self.assert_fails("spacing = ldexp(1.0, -(k + 1));", "spacing = ldexp(1.0, -(k + 2));",

@@ -29,14 +29,20 @@
 #include "lib/mlp.h"
 #include "model64.h"
 
+/* The reference model of `c`, run forward and backward: its gradients set. */
+static model64 reference_with_gradients(const mlp_config *c) {
+    model64 m = model64_of(c);
+    model64_forward(&m);
+    model64_backward(&m);
+    return m;
+}
+
 /* ---------------- the reference against finite differences ---------------- */
 
 static void reference_gradients_match_finite_differences(void **state) {
     (void)state;
     mlp_config c = {.batch = 5, .width = 6, .layers = 3, .steps = 1, .lr = 1e-3f};
-    model64 m = model64_of(&c);
-    model64_forward(&m);
-    model64_backward(&m);
+    model64 m = reference_with_gradients(&c);
     /* Central differences: error O(h^2) from the step, O(eps / h) from
      * rounding; h = 1e-5 balances them near 1e-10 for these O(1) values. */
     const double h = 1e-5;
@@ -130,9 +136,7 @@ static void float32_model_matches_float64_on_gpu(void **state) {
 static void accumulation_adds_micro_batches(void **state) {
     (void)state;
     mlp_config c = {.batch = 8, .width = 16, .layers = 1, .steps = 1, .lr = 1e-3f};
-    model64 ref = model64_of(&c);
-    model64_forward(&ref);
-    model64_backward(&ref);
+    model64 ref = reference_with_gradients(&c);
 
     tensor *data = make_data(&c, -1), *w = init_layer(&c, 0, -1);
     tensor *dw = empty(c.width, c.width, -1);

@@ -8,122 +8,89 @@ the build's).
 """
 import os
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import planted  # noqa: E402
-import tracecheck  # noqa: E402
 
 
-
-class Planted(unittest.TestCase):
-    def run_planted(self, name, find, replace):
-        """The copy of NAME with the plant, run --quick: (process, trace)."""
-        with planted.binary(name, find, replace) as exe, tempfile.TemporaryDirectory() as out:
-            p, trace = tracecheck.run_quick(exe, out)
-            failed = os.path.join(out, name + ".failed.json")
-            if trace is None and os.path.exists(failed):
-                trace = tracecheck.load(failed)   # a failed run writes NAME.failed.json instead
-        self.assertIsNotNone(trace, "the planted %s wrote no trace: %s" % (name, tracecheck.why(p)))
-        return p, trace
-
-    def assert_fails(self, name, find, replace, what_starts):
-        """The plant makes a check whose `what` starts with what_starts fail,
-        and the run says so in its exit status."""
-        p, trace = self.run_planted(name, find, replace)
-        failed = planted.failed_checks(trace)
-        self.assertTrue(any(w.startswith(what_starts) for w in failed),
-                        "planting %r -> %r: no failed check starts with %r; failed: %r" %
-                        (find, replace, what_starts, failed))
-        self.assertNotEqual(p.returncode, 0, "a failed check must make the run fail")
-
-
-class LectureGpu(Planted):
-    NAME = "lecture_gpu"
+class LectureGpu(planted.PlantedCase):
+    LECTURE = "lecture_gpu"
 
     def test_unplanted_copy_passes(self):
         # a plant that changes nothing: the helper's build alone
-        p, trace = self.run_planted(self.NAME, "static double add_flops(double n) { return n; }",
-                                    "static double add_flops(double n) { return n; }")
-        self.assertEqual(planted.failed_checks(trace), [])
-        self.assertGreater(len(planted.checks(trace)), 5)
-        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        checks = self.assert_unplanted_passes("static double add_flops(double n) { return n; }")
+        self.assertGreater(len(checks), 5)
 
     def test_vector_add_max_instead_of_sum(self):
-        self.assert_fails(self.NAME, "        out[i] = x[i] + y[i];", "        out[i] = fmaxf(x[i], y[i]);",
+        self.assert_fails("        out[i] = x[i] + y[i];", "        out[i] = fmaxf(x[i], y[i]);",
                           "the CPU loop vs the runtime's add_()")
 
     def test_naive_matmul_drops_the_last_term(self):
         # one product of two standard normals missing: about 1 off, against a
         # tolerance of 2 gamma_n S (about 0.002 at n = 128)
-        self.assert_fails(self.NAME, "            for (int k = 0; k < n; k++)\n                acc +=",
+        self.assert_fails("            for (int k = 0; k < n; k++)\n                acc +=",
                           "            for (int k = 1; k < n; k++)\n                acc +=",
                           "the naive loop vs matmul() (OpenBLAS)")
 
     def test_tiled_matmul_skips_the_last_k_tile(self):
-        self.assert_fails(self.NAME, "        for (int k0 = 0; k0 < n; k0 += CPU_TILE)",
+        self.assert_fails("        for (int k0 = 0; k0 < n; k0 += CPU_TILE)",
                           "        for (int k0 = 0; k0 < n - CPU_TILE; k0 += CPU_TILE)",
                           "the tiled loop vs matmul() (OpenBLAS)")
 
     def test_fsdp_sums_instead_of_averaging(self):
         # AdamW's first step divides the gradient's scale away, so the weights
         # agree; the gradient check is the one that must see the factor N
-        self.assert_fails(self.NAME, "dist_reduce_scatter(gs[i], dw, DIST_AVG);",
+        self.assert_fails("dist_reduce_scatter(gs[i], dw, DIST_AVG);",
                           "dist_reduce_scatter(gs[i], dw, DIST_SUM);",
                           "rank 0: FSDP's gradient shards equal DDP's")
 
     def test_fsdp_skips_a_layers_update(self):
-        self.assert_fails(self.NAME, "    for (int i = 0; i < c->layers; i++)\n        adamw_step(opt[i], ws[i], gs[i]);",
+        self.assert_fails("    for (int i = 0; i < c->layers; i++)\n        adamw_step(opt[i], ws[i], gs[i]);",
                           "    for (int i = 1; i < c->layers; i++)\n        adamw_step(opt[i], ws[i], gs[i]);",
                           "rank 0: FSDP's weight shards equal DDP's")
 
     def test_fsdp_gathers_once(self):
         # the backward reuses nothing: an empty tensor instead of the second
         # gather changes both the bytes sent and the gradients
-        self.assert_fails(self.NAME,
-                          "    for (int i = c->layers - 1; i >= 0; i--) {\n        tensor *full = gather_layer(c, ws[i]);",
+        self.assert_fails("    for (int i = c->layers - 1; i >= 0; i--) {\n        tensor *full = gather_layer(c, ws[i]);",
                           "    for (int i = c->layers - 1; i >= 0; i--) {\n        tensor *full = "
                           "empty(c->width, c->width, x->device);",
                           "FSDP sent 3(N-1)/N")
 
     def test_ddp_skips_layer_0s_all_reduce(self):
-        self.assert_fails(self.NAME, "        dist_all_reduce(g[i], DIST_AVG);\n        adamw_step(opt[i], w[i], g[i]);",
+        self.assert_fails("        dist_all_reduce(g[i], DIST_AVG);\n        adamw_step(opt[i], w[i], g[i]);",
                           "        if (i) dist_all_reduce(g[i], DIST_AVG);\n        adamw_step(opt[i], w[i], g[i]);",
                           "DDP sent 2(N-1)/N")
 
     def test_kernel_markers_not_found(self):
-        self.assert_fails(self.NAME, '    snprintf(start, sizeof start, "/* lecture: %s */\\n", name);',
+        self.assert_fails('    snprintf(start, sizeof start, "/* lecture: %s */\\n", name);',
                           '    snprintf(start, sizeof start, "/* lecture %s */\\n", name);',
                           "the kernel `vector_add` is in")
 
 
-class LectureCollectives(Planted):
-    NAME = "lecture_collectives"
+class LectureCollectives(planted.PlantedCase):
+    LECTURE = "lecture_collectives"
 
     def test_unplanted_copy_passes(self):
-        entry = "return lecture_main(argc, argv, lecture_collectives);"   # found once, left as it is
-        p, trace = self.run_planted(self.NAME, entry, entry)
-        self.assertEqual(planted.failed_checks(trace), [])
-        self.assertEqual(len(planted.checks(trace)), 4)   # one per hand-built all-reduce
-        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        checks = self.assert_unplanted_passes("return lecture_main(argc, argv, lecture_collectives);")
+        self.assertEqual(len(checks), 4)   # one per hand-built all-reduce
 
     def test_ring_overwrites_the_partial_sum(self):
-        self.assert_fails(self.NAME,
-                          "    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);\n    add_(in, got);",
+        self.assert_fails("    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);\n    add_(in, got);",
                           "    counted_sendrecv(out, (rank + 1) % n, got, (rank - 1 + n) % n);\n    tensor_copy(in, got);",
                           "ring: every rank's result equals dist_all_reduce's")
 
     def test_tree_skips_a_child(self):
-        self.assert_fails(self.NAME, "    for (mask = 1; mask < n; mask <<= 1) {",
+        self.assert_fails("    for (mask = 1; mask < n; mask <<= 1) {",
                           "    for (mask = 2; mask < n; mask <<= 1) {", "tree: every rank's result")
 
     def test_everyone_to_everyone_keeps_the_last_tensor(self):
-        self.assert_fails(self.NAME, "        add_(sum, got);\n", "        tensor_copy(sum, got);\n",
+        self.assert_fails("        add_(sum, got);\n", "        tensor_copy(sum, got);\n",
                           "everyone to everyone: every rank's result")
 
     def test_root_keeps_the_last_tensor_instead_of_the_sum(self):
-        self.assert_fails(self.NAME, "            counted_recv(got, src);\n            add_(x, got);",
+        self.assert_fails("            counted_recv(got, src);\n            add_(x, got);",
                           "            counted_recv(got, src);\n            tensor_copy(x, got);",
                           "reduce + broadcast: every rank's result")
 

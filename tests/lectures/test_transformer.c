@@ -277,6 +277,18 @@ static void query_seeing_no_key_gives_zeros(void **state) {
     tensor_free(v);
 }
 
+/* Head h's columns [h dh, (h + 1) dh) of the T x d projections q, k, v,
+ * as T x dh matrices. */
+static void head_columns(const double *q, const double *k, const double *v, int T, int d, int h, int dh, double *qh,
+                         double *kh, double *vh) {
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < dh; c++) {
+            qh[t * dh + c] = q[t * d + h * dh + c];
+            kh[t * dh + c] = k[t * d + h * dh + c];
+            vh[t * dh + c] = v[t * d + h * dh + c];
+        }
+}
+
 /* Several heads: q, k, v are x @ w (d-term sums, d u of their terms' size
  * P, relatively to it), which moves a score by up to 2 d u P Q / sqrt(dh)
  * (Q the largest |q| or |k|) and v by d u P. On top of attention_tol for
@@ -297,12 +309,7 @@ static void attention_heads_match_float64(void **state) {
     double *got = values(out), worst = 0, slack = 0, smallest_tol = INFINITY, out_size = 0;
     for (int h = 0; h < heads; h++) {
         double qh[T * dh], kh[T * dh], vh[T * dh], ref[T * dh], term, score;
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < dh; c++) {
-                qh[t * dh + c] = q[t * d + h * dh + c];
-                kh[t * dh + c] = k[t * d + h * dh + c];
-                vh[t * dh + c] = v[t * d + h * dh + c];
-            }
+        head_columns(q, k, v, T, d, h, dh, qh, kh, vh);
         attention64(qh, kh, vh, T, T, dh, dh, 1, 0, 0, ref, &term, &score);
         double vmax = largest64(vh, T * dh);
         double tol = attention_tol(term, score, dh, T, 1, vmax) + 2 * (2 * d * U * p * qk * dh / sqrt(dh)) * vmax +
@@ -361,12 +368,7 @@ static double heads_loss64(const double *x, const double *wq, const double *wk, 
     matmul64(x, wk, k, NULL, T, d, d);
     matmul64(x, wv, v, NULL, T, d, d);
     for (int h = 0; h < heads; h++) {
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < dh; c++) {
-                qh[t * dh + c] = q[t * d + h * dh + c];
-                kh[t * dh + c] = k[t * d + h * dh + c];
-                vh[t * dh + c] = v[t * d + h * dh + c];
-            }
+        head_columns(q, k, v, T, d, h, dh, qh, kh, vh);
         attention64(qh, kh, vh, T, T, dh, dh, 1, 0, 0, o, &term, &score);
         for (int t = 0; t < T; t++)
             for (int c = 0; c < dh; c++)
@@ -572,6 +574,15 @@ static void gather_and_scatter_rows_are_exact(void **state) {
     tensor_free(x);
 }
 
+/* The router's logits x router in float64 (tokens x experts), and each
+ * one's sum of |terms|: the scale of its float32 twin's error. */
+static void router_logits64(const tensor *x, const tensor *router, double *logits, double *size) {
+    double *x64 = values(x), *r64 = values(router);
+    matmul64(x64, r64, logits, size, (int)x->shape[0], (int)x->shape[1], (int)router->shape[1]);
+    free(x64);
+    free(r64);
+}
+
 /* Top-1 routing in float64, then each token through its expert. The float32
  * logits (d-term sums) are off by d u times their terms' size: the test
  * first asserts that every token's two best logits are further apart than
@@ -585,8 +596,8 @@ static void moe_matches_float64(void **state) {
         w1[e] = init_weight(D, HIDDEN, 100 + e, -1);
         w2[e] = init_weight(HIDDEN, D, 200 + e, -1);
     }
-    double *x64 = values(x), *r64 = values(router), logits[N * E], lsize[N * E];
-    matmul64(x64, r64, logits, lsize, N, D, E);
+    double *x64 = values(x), logits[N * E], lsize[N * E];
+    router_logits64(x, router, logits, lsize);
     tensor *out = moe_forward(x, router, w1, w2, E);
     double *got = values(out), worst = 0;
     int used[E] = {0};
@@ -625,7 +636,6 @@ static void moe_matches_float64(void **state) {
     assert_true(experts_used >= 3); /* the test exercises the routing, not one expert */
     free(got);
     free(x64);
-    free(r64);
     tensor_free(out);
     for (int e = 0; e < E; e++) {
         tensor_free(w1[e]);
@@ -740,8 +750,8 @@ static void top2_routing_and_capacity(void **state) {
     (void)state;
     enum { N = 24, D = 16, E = 4, C = 7 };
     tensor *x = random_tensor(N, D, 1.0f, 81), *router = init_weight(D, E, 82, -1);
-    double *x64 = values(x), *r64 = values(router), logits[N * E], lsize[N * E];
-    matmul64(x64, r64, logits, lsize, N, D, E);
+    double logits[N * E], lsize[N * E];
+    router_logits64(x, router, logits, lsize);
     moe_routing *r = moe_route_top2(x, router);
     int demand[E] = {0};
     for (int t = 0; t < N; t++) {
@@ -791,8 +801,6 @@ static void top2_routing_and_capacity(void **state) {
     print_message("top-2: %d tokens, demand %d %d %d %d, %d dropped at capacity %d\n", N, demand[0], demand[1],
                   demand[2], demand[3], expected_drops, C);
     moe_routing_free(r);
-    free(x64);
-    free(r64);
     tensor_free(x);
     tensor_free(router);
 }

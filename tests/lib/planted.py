@@ -140,6 +140,15 @@ class PlantedCase(unittest.TestCase):
         self.assertIsNotNone(trace, "the planted copy wrote no trace: " + tracecheck.why(p))
         return p, trace
 
+    def assert_unplanted_passes(self, anchor):
+        """The copy built with `anchor` (text found once) left as it is, so
+        the copy's build alone: every check it makes passes, and the run
+        with them. Its check renderings, for the caller's own count."""
+        p, trace = self.run_planted(anchor, anchor)
+        self.assertEqual(failed_checks(trace), [])
+        self.assertEqual(p.returncode, 0, tracecheck.why(p))
+        return checks(trace)
+
     def assert_fails(self, find, replace, what_starts, **kwargs):
         p, trace = self.run_planted(find, replace, **kwargs)
         failed = failed_checks(trace)

@@ -26,6 +26,7 @@ import tracecheck  # noqa: E402
 ROOT = tracecheck.ROOT
 FAIL_SRC = os.path.join(ROOT, "tests", "fixtures", "spawn_fail.c")
 BASIC_SRC = os.path.join(ROOT, "tests", "fixtures", "spawn_basic.c")
+SPAWN_CASES = "tests/fixtures/spawn_cases.h"   # rank functions spawn_fail.c shares with spawn_expect.c
 
 # What Open MPI and PMIx print of their own (banners, help texts, notices):
 # none of it may reach a student's console.
@@ -172,15 +173,15 @@ class RankFailures(Base):
         self.assertTrue(errs, "no error step for rank %d" % rank)
         return errs[-1]
 
-    def check_rank_failure(self, case, world, rank, words, marker, env=None):
+    def check_rank_failure(self, case, world, rank, words, marker, env=None, where="tests/fixtures/spawn_fail.c"):
         t, err = self.fail_case(case, env)
         step, msg = self.rank_error(t, rank)
-        line = line_of(FAIL_SRC, marker)
-        self.assertEqual(step["stack"][-1]["line"], line, msg)
+        line = line_of(os.path.join(ROOT, where), marker)
+        self.assertEqual((step["stack"][-1]["path"], step["stack"][-1]["line"]), (where, line), msg)
         self.assertEqual(step["world_size"], world)
         self.assertEqual(step["spawn"], 0)
         self.assertIn(words, msg)
-        self.assertTrue(msg.startswith("tests/fixtures/spawn_fail.c:%d: rank %d of %d" % (line, rank, world)), msg)
+        self.assertTrue(msg.startswith("%s:%d: rank %d of %d" % (where, line, rank, world)), msg)
         self.assertEqual(t["spawns"][0]["status"], "failed")
         # Every rank's first step, made before the failure, is kept.
         starts = {s["rank"] for s in t["steps"] for r in s["renderings"]
@@ -193,7 +194,7 @@ class RankFailures(Base):
         return t
 
     def test_segfault(self):
-        t = self.check_rank_failure("segv", 4, 2, "died with SIGSEGV", "MARK:segv")
+        t = self.check_rank_failure("segv", 4, 2, "died with SIGSEGV", "MARK:segv", where=SPAWN_CASES)
         texts = [r["data"] for s in t["steps"] for r in s["renderings"]]
         self.assertFalse([x for x in texts if "should not get here" in x])
         self.assertLess(self.seconds, 30)
@@ -210,10 +211,10 @@ class RankFailures(Base):
 
     def test_deadlock_is_named_long_before_the_timeout(self):
         t, err = self.fail_case("deadlock", {"LECTERN_TIMEOUT": "60"})
-        line = line_of(FAIL_SRC, "MARK:deadlock")
+        line = line_of(os.path.join(ROOT, SPAWN_CASES), "MARK:deadlock")
         for rank in (0, 1):
             step, msg = self.rank_error(t, rank)
-            self.assertEqual(step["stack"][-1]["line"], line, msg)
+            self.assertEqual((step["stack"][-1]["path"], step["stack"][-1]["line"]), (SPAWN_CASES, line), msg)
             self.assertIn("deadlock: rank %d of 2 waits in dist_recv()" % rank, msg)
             self.assertNotIn("no progress", msg)
         texts = [r["data"] for s in t["steps"] for r in s["renderings"]]

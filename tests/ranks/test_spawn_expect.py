@@ -18,6 +18,7 @@ from tracecheck import FixtureTest, line_of  # noqa: E402
 
 SRC = os.path.join(tracecheck.ROOT, "tests", "fixtures", "spawn_expect.c")
 WHERE = "tests/fixtures/spawn_expect.c"
+CASES = "tests/fixtures/spawn_cases.h"   # the rank functions spawn_fail.c shares
 
 
 class ExpectFailure(FixtureTest):
@@ -52,7 +53,7 @@ class ExpectFailure(FixtureTest):
     def test_deadlock_caught_three_times_and_the_pool_serves_the_next_spawn(self):
         t, err = self.run_case("deadlock")
         self.assertEqual(t["meta"]["status"], "ok")
-        line = line_of(SRC, "MARK:deadlock")
+        line = line_of(os.path.join(tracecheck.ROOT, CASES), "MARK:deadlock")
         for i in range(3):
             k = 2 * i   # spawns alternate: the expected failure, then a normal one
             sp = t["spawns"][k]
@@ -62,10 +63,10 @@ class ExpectFailure(FixtureTest):
             self.assertEqual(sorted(s["rank"] for s, _ in errs), [0, 1], errs)
             for s, r in errs:
                 self.assertIs(r.get("expected"), True)
-                self.assertEqual(s["stack"][-1]["line"], line)
+                self.assertEqual((s["stack"][-1]["path"], s["stack"][-1]["line"]), (CASES, line))
                 # named from the status board, before any timeout
                 self.assertIn("%s:%d: deadlock: rank %d of 2 waits in dist_recv() in both_receive() for rank %d "
-                              "to send" % (WHERE, line, s["rank"], 1 - s["rank"]), r["data"])
+                              "to send" % (CASES, line, s["rank"], 1 - s["rank"]), r["data"])
             self.assertIn("round %d: caught 1" % i, self.texts(t))
             self.fine_sums(t, k + 1, 2 + i)
         self.assertEqual(len(self.errors(t)), 6)
@@ -93,7 +94,8 @@ class ExpectFailure(FixtureTest):
         errs = self.errors(t, 0)
         self.assertEqual(len(errs), 1, errs)
         s, r = errs[0]
-        self.assertEqual((s["rank"], s["stack"][-1]["line"]), (1, line_of(SRC, "MARK:segv")))
+        self.assertEqual((s["rank"], s["stack"][-1]["path"], s["stack"][-1]["line"]),
+                         (1, CASES, line_of(os.path.join(tracecheck.ROOT, CASES), "MARK:segv")))
         self.assertIn("died with SIGSEGV", r["data"])
         self.assertIs(r.get("expected"), True)
         self.assertIn("caught 1", self.texts(t))

@@ -206,13 +206,21 @@ class Homeworks(unittest.TestCase):
         self.assertEqual({x["visibility"] for x in r["tests"] if x not in tests}, {"visible"})
         return tests
 
-    def test_homework_08(self):
-        p, r, _ = self.grade(os.path.join(FIXTURES, "homework_08_solution"))
+    def solution_entry(self, homework, score, prefix, visibility, board):
+        """The instructor's solution of `homework`, graded: it passes, scores
+        `score` of `score`, its four `prefix` checks have `visibility`, and
+        it enters one number, `board` = (name, order): that entry."""
+        p, r, _ = self.grade(os.path.join(FIXTURES, homework + "_solution"))
         self.assertEqual(p.returncode, 0, tracecheck.why(p))
-        self.assertEqual((r["score"], r["max_score"]), (90, 90))
-        self.withheld(r, self.ZERO1_TINY, "after_due_date")
+        self.assertEqual((r["score"], r["max_score"]), (score, score))
+        self.withheld(r, prefix, visibility)
         [entry] = r["leaderboard"]
-        self.assertEqual((entry["name"], entry["order"]), ("exercise 1: ring all-reduce bus bandwidth (GB/s)", "desc"))
+        self.assertEqual((entry["name"], entry["order"]), board)
+        return entry
+
+    def test_homework_08(self):
+        entry = self.solution_entry("homework_08", 90, self.ZERO1_TINY, "after_due_date",
+                                    ("exercise 1: ring all-reduce bus bandwidth (GB/s)", "desc"))
         self.assertGreater(entry["value"], 0)
 
     def test_homework_08_starter_withholds_the_after_due_check(self):
@@ -235,12 +243,8 @@ class Homeworks(unittest.TestCase):
         self.assertNotIn("leaderboard", r)   # the starter's ring sums nothing
 
     def test_homework_parallel(self):
-        p, r, _ = self.grade(os.path.join(FIXTURES, "homework_parallel_solution"))
-        self.assertEqual(p.returncode, 0, tracecheck.why(p))
-        self.assertEqual((r["score"], r["max_score"]), (100, 100))
-        self.withheld(r, self.TP_DB, "hidden")
-        [entry] = r["leaderboard"]
-        self.assertEqual((entry["name"], entry["order"]), ("exercise 2: 1F1B bubble, measured", "asc"))
+        entry = self.solution_entry("homework_parallel", 100, self.TP_DB, "hidden",
+                                    ("exercise 2: 1F1B bubble, measured", "asc"))
         # Entered only when the bubble check accepts it: within -0.05 and
         # +0.35 of (p-1)/(m+p-1) = 3/11 (homework_parallel.c's bounds).
         self.assertTrue(3 / 11 - 0.05 <= entry["value"] <= 3 / 11 + 0.35, entry)
