@@ -1557,6 +1557,9 @@ typedef struct cp_sizes {
     int seq, dim, heads;
 } cp_sizes;
 enum { CP_MAX_HEADS = 16 };
+/* The rings timed again after the checked one, each layout in turn: a ring
+ * of the full sizes takes this machine about a second. */
+enum { CP_TIMED_RINGS = 2, CP_TIMED_RINGS_QUICK = 6 };
 static cp_sizes cp_sizes_now(void);
 
 static void ring_main(int rank, int world_size, void *args);
@@ -1944,8 +1947,10 @@ static void compare_pieces(const char *what, int rank, const tensor *got, tensor
 
 /* One layout's ring, forward and backward, checked against one device;
  * its bytes against the formula. */
-static void ring_run(int layout, tensor *const *full, const cp_full *ref, const cp_sizes *s, cp_figures *f) {
-    int rank = dist_rank(), p = dist_world_size(), device = full[0]->device;
+/* A rank's part of one layout's ring, its pieces cut from the whole
+ * tensors (q, k, v, dout). */
+static cp_rank cp_rank_new(int layout, tensor *const *full, const cp_sizes *s) {
+    int rank = dist_rank(), p = dist_world_size();
     cp_rank r = {.s = s, .layout = layout, .rank = rank, .p = p, .c2 = s->seq / (2 * p), .dh = s->dim / s->heads};
     tensor *k = pieces_of(full[1], s, layout, rank), *v = pieces_of(full[2], s, layout, rank);
     r.q = pieces_of(full[0], s, layout, rank);
@@ -1954,6 +1959,24 @@ static void ring_run(int layout, tensor *const *full, const cp_full *ref, const 
     for (int h = 0; h < s->heads; h++)
         for (int a = 0; a < 2; a++)
             r.st[h][a] = online_attention_new(r.c2, r.dh);
+    tensor_free(k);
+    tensor_free(v);
+    return r;
+}
+
+static void cp_rank_free(cp_rank *r) {
+    for (int h = 0; h < r->s->heads; h++)
+        for (int a = 0; a < 2; a++)
+            online_attention_free(r->st[h][a]);
+    free(r->lse);
+    tensor *t[] = {r->q, r->kv, r->dout, r->out, r->dq};
+    for (int i = 0; i < 5; i++)
+        tensor_free(t[i]);
+}
+
+static void ring_run(int layout, tensor *const *full, const cp_full *ref, const cp_sizes *s, cp_figures *f) {
+    int rank = dist_rank(), p = dist_world_size();
+    cp_rank r = cp_rank_new(layout, full, s);
     dist_traffic before = dist_traffic_now();
     ring_forward(&r);
     dist_traffic fwd = dist_traffic_since(&before);
@@ -1992,14 +2015,28 @@ static void ring_run(int layout, tensor *const *full, const cp_full *ref, const 
           LAYOUT_NAME[layout], (long long)formula[1]);
     f->useful[layout] = r.useful;
     f->compute_ms[layout] = 1e3 * r.compute_s;
-    for (int h = 0; h < s->heads; h++)
-        for (int a = 0; a < 2; a++)
-            online_attention_free(r.st[h][a]);
-    free(r.lse);
-    tensor *t[] = {k, v, r.q, r.kv, r.dout, r.out, r.dq, dkv, dk, dv};
-    for (int i = 0; i < 10; i++)
+    tensor *t[] = {dkv, dk, dv};
+    for (int i = 0; i < 3; i++)
         tensor_free(t[i]);
-    (void)device;
+    cp_rank_free(&r);
+}
+
+/* The compute time of each layout's ring, forward and backward: the fastest
+ * of the checked run and CP_TIMED_RINGS more, the layouts in turn. A thread's
+ * CPU time leaves out the time other ranks take from it, but not what sharing
+ * a core costs it (its caches refilled, its fresh pages faulted in): that
+ * only adds, so the fastest of a few is the ring's own. */
+static void time_rings(tensor *const *full, const cp_sizes *s, cp_figures *f) {
+    int reps = lecture_quick() ? CP_TIMED_RINGS_QUICK : CP_TIMED_RINGS;
+    for (int n = 0; n < reps; n++)
+        for (int layout = 0; layout < LAYOUTS; layout++) {
+            cp_rank r = cp_rank_new(layout, full, s);
+            ring_forward(&r);
+            tensor *dkv = ring_backward(&r);
+            f->compute_ms[layout] = fmin(f->compute_ms[layout], 1e3 * r.compute_s);
+            tensor_free(dkv);
+            cp_rank_free(&r);
+        }
 }
 
 static void ulysses_run(tensor *const *full, const cp_full *ref, const cp_sizes *s, cp_figures *f) {
@@ -2041,6 +2078,7 @@ static void ring_main(int rank, int world_size, void *args) {
     for (int layout = 0; layout < LAYOUTS; layout++)
         ring_run(layout, full, &ref, s, &f);
     ulysses_run(full, &ref, s, &f);
+    time_rings(full, s, &f);
     spawn_return(&f, sizeof f);
     tensor *t[] = {full[0], full[1], full[2], full[3], ref.out, ref.dq, ref.dk, ref.dv};
     for (int i = 0; i < 8; i++)
@@ -2069,12 +2107,13 @@ static void context_tables(const cp_sizes *s, double seconds) {
     note("With a causal mask a query sees only the keys before it: a key chunk after a query chunk is hidden "
          "whole, and its block is skipped. Under the plain split rank r's chunks 2r and 2r + 1 see 4r + 3 (query, "
          "key) chunk pairs (a pair on the diagonal is half masked, but its block is computed whole), so the last "
-         "rank computes %d pairs to the first rank's 3 while every rank waits for all p steps. The **zig-zag** split gives rank r chunks r and 2p - 1 - r, one from each end: r + 1 pairs "
-         "and 2p - r pairs, 2p + 1 = %d on every rank. Both layouts ran above; the time is the CPU time of each "
-         "rank's thread in its blocks, forward and backward (its own arithmetic, not the time the other ranks on "
-         "these cores took from it).",
-         4 * (WORLD - 1) + 3, 2 * WORLD + 1);
-    see("https://arxiv.org/abs/2402.08268", "Brandon et al.: Striped Attention (2023), and Llama 3's zig-zag");
+         "rank computes %d pairs to the first rank's 3 while every rank waits for all p steps. The **zig-zag** "
+         "split gives rank r chunks r and 2p - 1 - r, one from each end: r + 1 pairs and 2p - r pairs, "
+         "2p + 1 = %d on every rank. Both layouts ran above, and %d times more each, in turn: the time is the "
+         "fastest of those rings' CPU time of each rank's thread in its blocks, forward and backward (its own "
+         "arithmetic, not the time the other ranks on these cores took from it).",
+         4 * (WORLD - 1) + 3, 2 * WORLD + 1, lecture_quick() ? CP_TIMED_RINGS_QUICK : CP_TIMED_RINGS);
+    see("https://arxiv.org/abs/2407.21783", "Llama Team: The Llama 3 Herd of Models (2024), context parallelism");
     table_t *t = table_new("Causal ring attention on %d ranks, %d tokens in %d chunks: the (query, key) chunk pairs "
                            "each rank computes and its CPU time in them, forward and backward",
                            WORLD, s->seq, 2 * WORLD);
@@ -2131,9 +2170,10 @@ static void context_tables(const cp_sizes *s, double seconds) {
     table_column(b, "against Ulysses", NULL, "%.2f");
     char ask[300];
     snprintf(ask, sizeof ask,
-             "On %d ranks, how many times the bytes Ulysses' all-to-alls send per rank does ring attention's "
-             "forward send (keys and values p - 1 times round the ring)?",
-             WORLD);
+             "On %d ranks ring attention's forward passes each rank's keys and values on in %d sends (p - 1); "
+             "Ulysses re-cuts q, k, v and the output with all-to-alls instead. How many times Ulysses' bytes per "
+             "rank does the ring's forward send?",
+             WORLD, WORLD - 1);
     double ring_over = (double)f[0].ring_bytes[0] / ulysses_measured;
     predict(ask, ring_over, "x");
     table_row(b, "ring attention, forward: (p-1) x keys and values", (long long)f[0].ring_calls[0], (long long)ring_fwd,
