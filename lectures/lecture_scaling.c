@@ -3375,7 +3375,8 @@ static void summary(void) {
          "| expert parallel | the experts | two all-to-alls of tokens per MoE layer |\n"
          "| tensor parallel | heads, MLP columns | an all-reduce per sub-block |\n"
          "| sequence parallel | tokens outside attention and MLP | reduce-scatter + all-gather, the same bytes |\n"
-         "| context parallel | tokens everywhere | keys and values round a ring |\n"
+         "| context parallel, ring | tokens everywhere | keys and values round a ring, dK and dV round with them |\n"
+         "| context parallel, Ulysses | tokens, heads for attention | four all-to-alls per attention layer |\n"
          "| 2-D mesh | both, on separate groups | each kind on its own links |\n"
          "| ZeRO-1, ZeRO-2 | optimizer state, gradients | DDP's bytes, as reduce-scatter + all-gather |\n"
          "| ZeRO-3 | the weights too | up to 1.5 times DDP's bytes (%.3g here), gathers prefetched |",
