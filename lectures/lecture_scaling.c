@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib/mlp.h"
@@ -60,7 +61,6 @@ enum {
     HEADS = 4,    /* attention heads, DIM / HEADS = 8 wide each */
     HIDDEN = 128, /* the MLP's hidden width, 4 d */
     EXPERTS = 4,  /* one per rank */
-    RING_DH = 16, /* the head width of the ring attention */
     MESH_BATCH = 32,
 };
 static const float LN_EPS = 1e-5f;
@@ -82,6 +82,7 @@ enum {
     SEED_Q = 50,
     SEED_K,
     SEED_V,
+    SEED_DO, /* the attention's upstream gradient */
     SEED_MESH_X = 60,
     SEED_MESH_A,
     SEED_MESH_B,
@@ -152,7 +153,9 @@ static void introduction(void) {
          "the sequence; then attention's backward under both, each forward collective's conjugate "
          "carrying the gradient back.\n"
          "4. **Context parallelism**: ring attention, keys and values passed round a ring while "
-         "each block computes, merged with an online softmax; the overlap timed.\n"
+         "each block computes, merged with an online softmax, forward and backward (dK and dV travelling "
+         "with their chunk); the zig-zag split that balances a causal ring; Ulysses' all-to-alls instead of "
+         "the ring, bytes compared; the overlap timed.\n"
          "5. **A 2-D mesh**: data parallelism across one axis of 4 ranks, tensor "
          "parallelism across the other, with process groups.\n"
          "6. **ZeRO-1 and ZeRO-2**, whose traffic is DDP's, and **ZeRO-3 with prefetch**, timed.\n"
@@ -1548,11 +1551,24 @@ static void tpb_table(void) {
 /* Context parallelism: ring attention                                 */
 /* ------------------------------------------------------------------ */
 
+/* The section's sizes: a sequence cut in 2p chunks, heads that split over
+ * the ranks (Ulysses). */
+typedef struct cp_sizes {
+    int seq, dim, heads;
+} cp_sizes;
+enum { CP_MAX_HEADS = 16 };
+/* The rings timed again after the checked one, each layout in turn: a ring
+ * of the full sizes takes this machine about a second. */
+enum { CP_TIMED_RINGS = 2, CP_TIMED_RINGS_QUICK = 6 };
+static cp_sizes cp_sizes_now(void);
+
 static void ring_main(int rank, int world_size, void *args);
 static void ring_timing(void);
+static void context_tables(const cp_sizes *s, double seconds);
 
 static void context_parallelism(void) {
     progress("context parallelism");
+    cp_sizes s = cp_sizes_now();
     note("## Context parallelism: ring attention");
     note("Sequence parallelism still gathers the whole sequence for attention. With a long enough context, one "
          "rank cannot hold that: each layer keeps activations of sequence x d numbers for backward, and the "
@@ -1572,19 +1588,29 @@ static void context_parallelism(void) {
          "rescales both by exp(m_old - m_new). After the last chunk, the weighted sum over l "
          "is the attention, whatever order the chunks came in (`online_attention_add` in "
          "`lectures/lecture_scaling/transformer.c`; flash attention does the same inside one GPU).");
-    note("One causal head of width %d over %d tokens, %d per rank.", RING_DH, SEQ, SEQ / WORLD);
-    spawn(ring_main, WORLD, NULL, 0);
-    note("Equal to one device on every rank. The ring itself needs no more than a rank's "
-         "own chunk and the ones passing through it (here each rank also makes the whole "
-         "sequence from the seeds, only to cut out its chunk and to compute one device's "
-         "answer for the check). The sends are exact counts (the runtime counts point-to-point "
-         "bytes as it hands them over). With a causal mask the ring is unbalanced: rank r "
-         "needs only the chunks at or before its own, r + 1 of them, yet every rank waits "
-         "for all p steps. Real systems give each rank two chunks, one from each end of "
-         "the sequence (a *zig-zag* split), so every rank has the same work; that split is "
-         "described here, not run.");
+    note("**Backward.** The forward keeps, per query, its output O and its log-sum-exp m + log l: with them any "
+         "chunk's softmax weights come back alone, P = exp(scores - lse), without the other chunks. The keys and "
+         "values go round the ring a second time. Each rank adds to its own queries' gradient dQ the share of "
+         "every chunk it is handed; the chunk's dK and dV need every rank's queries, so they travel *with* the "
+         "chunk: a rank adds its queries' share and passes the partial sums on, and after p steps each chunk's "
+         "dK and dV arrive home, complete (`attention_chunk_backward` in `transformer.c`: dS = P (dO V^T - D), "
+         "D = rowsum(dO O), dQ += dS K, dK += dS^T Q, dV += P^T dO). The next chunk's keys and values are sent "
+         "before the block's compute, as in the forward; the partial dK, dV leave right after it and travel "
+         "while the next block computes.");
+    note("Causal attention of %d heads of width %d (model width %d) over a sequence of %d tokens, %d per rank, "
+         "as 2p = %d chunks of %d tokens: rank r holds two of them. %s",
+         s.heads, s.dim / s.heads, s.dim, s.seq, s.seq / WORLD, 2 * WORLD, s.seq / (2 * WORLD),
+         lecture_quick() ? "(--quick: the lecture's full run has 1,024 tokens of width 256 in 8 heads.)" : "");
+    double t0 = now_seconds();
+    spawn(ring_main, WORLD, &s, sizeof s);
+    context_tables(&s, now_seconds() - t0);
     ring_timing();
 }
+
+/* The sizes of this section: the real ones where a class waits for them,
+ * small ones for tests (--quick). heads must split over the ranks for
+ * Ulysses, and the sequence into 2p chunks. */
+static cp_sizes cp_sizes_now(void) { return lecture_quick() ? (cp_sizes){128, 64, 8} : (cp_sizes){1024, 256, 8}; }
 
 /* A rank's keys and values travel as one tensor, the keys' rows above the
  * values': one message a step each way, not two (each message costs its
@@ -1631,57 +1657,538 @@ static tensor *chunk_of(tensor *t, int r, int64_t c) {
     return copy;
 }
 
-/* Ring attention: this rank's queries against every chunk of keys, the next
- * chunk's transfer in flight while this one is attended to. */
-static tensor *ring_attention(tensor *q_mine, tensor *kv_mine, int rank, int world_size, int *useful) {
-    int64_t c = q_mine->shape[0];
-    tensor *kv = to_device(kv_mine, kv_mine->device), *in = empty(2 * c, RING_DH, kv->device);
-    online_attention *s = online_attention_new(c, RING_DH);
-    for (int step = 0; step < world_size; step++) {
-        int owner = (rank - step + world_size) % world_size; /* whose chunk this rank holds now */
-        ring_pass pass;
-        if (step + 1 < world_size) pass = start_pass(kv, in); /* before the compute */
-        tensor *k = keys_of(kv), *v = values_of(kv);
-        online_attention_add(s, q_mine, k, v, 1, rank * c, owner * c);
-        tensor_free(k);
-        tensor_free(v);
-        *useful += owner <= rank; /* the causal mask hides later chunks whole */
-        if (step + 1 < world_size) finish_pass(&pass, &kv, &in);
+/* ---- a rank's pieces of the sequence ---- */
+
+/* Every tensor of this section is one head after another: a whole
+ * sequence's q is heads x seq rows of width dh, head h's rows
+ * [h seq, (h+1) seq). The sequence is cut in 2p chunks of c2 tokens and a
+ * rank holds two of them, in one of two layouts: the plain split (rank r
+ * holds chunks 2r and 2r + 1, the contiguous quarter) or the zig-zag
+ * (chunks r and 2p - 1 - r, one from each end). A rank's tensor keeps its
+ * pieces head by head, [head][piece][token]: piece a of head h is rows
+ * [(2h + a) c2, (2h + a + 1) c2), each contiguous, so a view reaches it. */
+enum { PLAIN, ZIGZAG, LAYOUTS };
+static const char *const LAYOUT_NAME[LAYOUTS] = {"plain split", "zig-zag"};
+
+/* The chunk (of 2p) that piece a of rank `rank` holds. */
+static int chunk_at(int layout, int rank, int a, int p) {
+    if (layout == PLAIN) return 2 * rank + a;
+    return a == 0 ? rank : 2 * p - 1 - rank;
+}
+
+static tensor *piece(tensor *t, int h, int a, int64_t c2) {
+    return row_slice(t, (2 * h + a) * c2, (2 * h + a + 1) * c2);
+}
+
+/* A rank's two chunks of every head of `full`, as a tensor of its own. */
+static tensor *pieces_of(tensor *full, const cp_sizes *s, int layout, int rank) {
+    int p = dist_world_size();
+    int64_t c2 = s->seq / (2 * p);
+    tensor *mine = empty(s->heads * 2 * c2, full->shape[1], full->device);
+    for (int h = 0; h < s->heads; h++)
+        for (int a = 0; a < 2; a++) {
+            int64_t from = (int64_t)h * s->seq + chunk_at(layout, rank, a, p) * c2;
+            tensor *src = row_slice(full, from, from + c2), *dst = piece(mine, h, a, c2);
+            tensor_copy(dst, src);
+            tensor_free(src);
+            tensor_free(dst);
+        }
+    return mine;
+}
+
+/* One device: each head's causal attention over the whole sequence, and
+ * its backward for dout, the same functions with one chunk of everything. */
+typedef struct cp_full {
+    tensor *out, *dq, *dk, *dv;
+} cp_full;
+
+static cp_full one_device_attention(tensor *q, tensor *k, tensor *v, tensor *dout, const cp_sizes *s) {
+    int64_t T = s->seq, dh = s->dim / s->heads;
+    cp_full f = {empty(s->heads * T, dh, q->device), zeros(s->heads * T, dh, q->device),
+                 zeros(s->heads * T, dh, q->device), zeros(s->heads * T, dh, q->device)};
+    float *lse = malloc((size_t)T * sizeof(float));
+    if (!lse) lecture_fail("out of memory for %lld log-sum-exps", (long long)T);
+    for (int h = 0; h < s->heads; h++) {
+        tensor *t[8], *const all[8] = {q, k, v, dout, f.out, f.dq, f.dk, f.dv};
+        for (int i = 0; i < 8; i++)
+            t[i] = row_slice(all[i], h * T, (h + 1) * T);
+        online_attention *st = online_attention_new(T, dh);
+        online_attention_add(st, t[0], t[1], t[2], 1, 0, 0);
+        online_attention_lse(st, lse);
+        tensor *o = online_attention_result(st, q->device);
+        tensor_copy(t[4], o);
+        attention_chunk_backward(t[0], t[1], t[2], t[4], t[3], lse, 1, 0, 0, t[5], t[6], t[7]);
+        tensor_free(o);
+        online_attention_free(st);
+        for (int i = 0; i < 8; i++)
+            tensor_free(t[i]);
     }
-    tensor *out = online_attention_result(s, q_mine->device);
-    online_attention_free(s);
+    free(lse);
+    return f;
+}
+
+/* ---- the ring, forward and backward ---- */
+
+/* A rank's part of the ring: its pieces, its online-softmax states, what
+ * the forward keeps for the backward, and what the lecture reports. */
+typedef struct cp_rank {
+    const cp_sizes *s;
+    int layout, rank, p;
+    int64_t c2, dh;
+    tensor *q, *kv, *dout; /* this rank's pieces; kv: the keys above the values */
+    online_attention *st[CP_MAX_HEADS][2];
+    tensor *out, *dq; /* the forward's output, the backward's dQ (pieces) */
+    float *lse;       /* the forward's log-sum-exp, heads x 2 x c2 */
+    int useful;       /* (query chunk, key chunk) pairs with a key to see */
+    double compute_s; /* CPU seconds of this rank's thread in its blocks */
+} cp_rank;
+
+/* The CPU time of the calling thread: what a rank computes, not the time
+ * other ranks on the same cores take from it (4 ranks share 2 cores here;
+ * each rank's OpenBLAS runs in its own thread when the cores are fewer than
+ * 2 per rank, runtime/ranks/spawn_rank.c). */
+static double thread_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* One ring step's compute: this rank's query pieces against the pieces of
+ * rank `owner` that it holds, head by head. dkv NULL: the forward (into
+ * the online states); else the backward, dQ into r->dq and these queries'
+ * share of the held chunks' dK, dV into dkv. A key chunk after a query
+ * chunk is hidden whole by the causal mask: no work at all. */
+static void ring_blocks(cp_rank *r, tensor *kv, int owner, tensor *dkv) {
+    double t0 = thread_seconds();
+    int heads = r->s->heads;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            int qc = chunk_at(r->layout, r->rank, a, r->p), kc = chunk_at(r->layout, owner, b, r->p);
+            if (kc > qc) continue;
+            r->useful += !dkv;
+            for (int h = 0; h < heads; h++) {
+                tensor *qa = piece(r->q, h, a, r->c2), *kb = piece(kv, h, b, r->c2),
+                       *vb = piece(kv, heads + h, b, r->c2);
+                if (!dkv) online_attention_add(r->st[h][a], qa, kb, vb, 1, qc * r->c2, kc * r->c2);
+                else {
+                    tensor *oa = piece(r->out, h, a, r->c2), *ga = piece(r->dout, h, a, r->c2),
+                           *dqa = piece(r->dq, h, a, r->c2), *dkb = piece(dkv, h, b, r->c2),
+                           *dvb = piece(dkv, heads + h, b, r->c2);
+                    attention_chunk_backward(qa, kb, vb, oa, ga, r->lse + (2 * h + a) * r->c2, 1, qc * r->c2,
+                                             kc * r->c2, dqa, dkb, dvb);
+                    tensor *t[] = {oa, ga, dqa, dkb, dvb};
+                    for (int i = 0; i < 5; i++)
+                        tensor_free(t[i]);
+                }
+                tensor_free(qa);
+                tensor_free(kb);
+                tensor_free(vb);
+            }
+        }
+    r->compute_s += thread_seconds() - t0;
+}
+
+/* Ring attention's forward: this rank's queries against every chunk of
+ * keys, the next chunk's transfer in flight while this one is attended to.
+ * Keeps the output and the log-sum-exp for the backward. */
+static void ring_forward(cp_rank *r) {
+    tensor *kv = to_device(r->kv, r->kv->device), *in = empty(kv->shape[0], kv->shape[1], kv->device);
+    for (int step = 0; step < r->p; step++) {
+        int owner = (r->rank - step + r->p) % r->p; /* whose chunks this rank holds now */
+        ring_pass pass;
+        if (step + 1 < r->p) pass = start_pass(kv, in); /* before the compute */
+        ring_blocks(r, kv, owner, NULL);
+        if (step + 1 < r->p) finish_pass(&pass, &kv, &in);
+    }
+    r->out = empty(r->q->shape[0], r->dh, r->q->device);
+    r->lse = malloc((size_t)r->q->shape[0] * sizeof(float));
+    if (!r->lse) lecture_fail("out of memory for the log-sum-exps");
+    for (int h = 0; h < r->s->heads; h++)
+        for (int a = 0; a < 2; a++) {
+            tensor *o = online_attention_result(r->st[h][a], r->q->device), *dst = piece(r->out, h, a, r->c2);
+            tensor_copy(dst, o);
+            online_attention_lse(r->st[h][a], r->lse + (2 * h + a) * r->c2);
+            tensor_free(o);
+            tensor_free(dst);
+        }
     tensor_free(kv);
     tensor_free(in);
+}
+
+/* Ring attention's backward. The keys and values go round again, each
+ * step's pass started before the step's compute; this rank's share of the
+ * held chunks' dK, dV is added to the partial sums that arrived with them
+ * and sent on right after the compute, so each chunk's gradient travels one
+ * step behind its keys and arrives home after p steps (the last send goes
+ * to the owner). Both go to the next rank, and without tags messages
+ * between two ranks match in the order they were posted (MPI's
+ * non-overtaking rule; NCCL's one stream): the sender sends keys 0, dK 0,
+ * keys 1, dK 1, ..., so each step posts the receive of the partial sums
+ * before that of the next keys. Two buffers of partial sums: one in
+ * flight while the next step fills the other. Returns this rank's chunks'
+ * dK above dV (the layout of r->kv); sets r->dq. */
+static tensor *ring_backward(cp_rank *r) {
+    int next = (r->rank + 1) % r->p, prev = (r->rank + r->p - 1) % r->p;
+    int64_t rows = r->kv->shape[0];
+    tensor *kv = to_device(r->kv, r->kv->device), *in = empty(rows, r->dh, kv->device),
+           *arrived = empty(rows, r->dh, kv->device),
+           *part[2] = {empty(rows, r->dh, kv->device), empty(rows, r->dh, kv->device)};
+    dist_request *sent[2] = {NULL, NULL};
+    r->dq = zeros(r->q->shape[0], r->dh, r->q->device);
+    for (int step = 0; step < r->p; step++) {
+        int owner = (r->rank - step + r->p) % r->p, slot = step % 2;
+        dist_request *partial = step > 0 ? dist_irecv(arrived, prev) : NULL; /* the ranks before: their shares */
+        ring_pass pass;
+        if (step + 1 < r->p) pass = start_pass(kv, in); /* before the compute */
+        if (sent[slot]) dist_wait(sent[slot]);          /* the buffer sent two steps ago */
+        fill_(part[slot], 0.0f);
+        ring_blocks(r, kv, owner, part[slot]);
+        if (partial) {
+            dist_wait(partial);
+            add_(part[slot], arrived);
+        }
+        sent[slot] = dist_isend(part[slot], next); /* on with the chunk; home after the last step */
+        if (step + 1 < r->p) finish_pass(&pass, &kv, &in);
+    }
+    tensor *home = empty(rows, r->dh, kv->device);
+    dist_wait(dist_irecv(home, prev)); /* this rank's chunks' dK and dV, every rank's share in */
+    for (int i = 0; i < 2; i++)
+        if (sent[i]) dist_wait(sent[i]);
+    tensor *t[] = {kv, in, arrived, part[0], part[1]};
+    for (int i = 0; i < 5; i++)
+        tensor_free(t[i]);
+    return home;
+}
+
+/* ---- Ulysses: all-to-all instead of a ring ---- */
+
+/* in, a x b blocks of `rows` rows in the order [a][b], as a new tensor in
+ * the order [b][a]: the local shuffle between an all-to-all's pieces (by
+ * rank) and the heads' whole sequences. */
+static tensor *regroup(tensor *in, int a, int b, int64_t rows) {
+    tensor *out = empty(in->shape[0], in->shape[1], in->device);
+    for (int x = 0; x < a; x++)
+        for (int y = 0; y < b; y++) {
+            tensor *src = row_slice(in, (x * b + y) * rows, (x * b + y + 1) * rows),
+                   *dst = row_slice(out, (y * a + x) * rows, (y * a + x + 1) * rows);
+            tensor_copy(dst, src);
+            tensor_free(src);
+            tensor_free(dst);
+        }
     return out;
 }
 
-static void ring_main(int rank, int world_size, void *args) {
-    int device = get_device(rank);
-    int64_t c = SEQ / world_size;
-    tensor *q = input(SEQ, RING_DH, SEED_Q, device), *k = input(SEQ, RING_DH, SEED_K, device),
-           *v = input(SEQ, RING_DH, SEED_V, device);
-    tensor *q_mine = chunk_of(q, rank, c), *k_mine = chunk_of(k, rank, c), *v_mine = chunk_of(v, rank, c);
-    tensor *kv_mine = stacked(k_mine, v_mine);
-    int useful = 0;
-    dist_traffic before = dist_traffic_now();
-    tensor *out = ring_attention(q_mine, kv_mine, rank, world_size, &useful);
-    dist_traffic d = dist_traffic_since(&before);
+/* Ulysses (DeepSpeed): q, k, v arrive cut along the sequence (this rank's
+ * contiguous quarter, every head: [head][token]). An all-to-all each makes
+ * them cut along the heads instead: piece j of the input, heads
+ * [j h/p, (j+1) h/p) of this rank's tokens, goes to rank j, and piece j of
+ * the output is rank j's tokens of this rank's heads. Regrouped, those are
+ * whole sequences of h/p heads: plain causal attention, no ring. One more
+ * all-to-all takes the outputs back to the sequence cut. A rank must take
+ * whole heads: heads % p == 0, or the method does not apply. */
+static tensor *ulysses_attention(tensor *q, tensor *k, tensor *v, const cp_sizes *s) {
+    int p = dist_world_size();
+    if (s->heads % p != 0)
+        lecture_fail("Ulysses attention: %d heads do not split over %d ranks (each rank attends to whole heads, so "
+                     "heads %% ranks must be 0)",
+                     s->heads, p);
+    int hp = s->heads / p;
+    int64_t c = s->seq / p, T = s->seq;
+    tensor *const in[3] = {q, k, v};
+    tensor *heads[3];
+    for (int i = 0; i < 3; i++) {
+        tensor *got = empty(q->shape[0], q->shape[1], q->device);
+        dist_all_to_all(got, in[i]);       /* [rank j][head of mine][token] */
+        heads[i] = regroup(got, p, hp, c); /* [head of mine][rank j][token]: whole sequences */
+        tensor_free(got);
+    }
+    tensor *o = empty(q->shape[0], q->shape[1], q->device);
+    for (int h = 0; h < hp; h++) {
+        tensor *qh = row_slice(heads[0], h * T, (h + 1) * T), *kh = row_slice(heads[1], h * T, (h + 1) * T),
+               *vh = row_slice(heads[2], h * T, (h + 1) * T), *oh = row_slice(o, h * T, (h + 1) * T);
+        tensor *a = attention(qh, kh, vh, 1, 0, 0);
+        tensor_copy(oh, a);
+        tensor *t[] = {qh, kh, vh, oh, a};
+        for (int i = 0; i < 5; i++)
+            tensor_free(t[i]);
+    }
+    tensor *back = regroup(o, hp, p, c), *out = empty(q->shape[0], q->shape[1], q->device);
+    dist_all_to_all(out, back); /* rank j's heads of this rank's tokens: [head][token] */
+    for (int i = 0; i < 3; i++)
+        tensor_free(heads[i]);
+    tensor_free(o);
+    tensor_free(back);
+    return out;
+}
 
-    tensor *all = attention(q, k, v, 1, 0, 0), *expected = chunk_of(all, rank, c);
-    /* A score (RING_DH terms), the weighted values (SEQ terms), and each
-     * of the p merges rescaling by a rounded factor (one more term each). */
-    compare("ring attention: this rank's rows", rank, out, expected, RING_DH + SEQ + world_size);
-    int64_t formula = (int64_t)(world_size - 1) * 2 * c * RING_DH * (int64_t)sizeof(float);
-    note_verbatim("Rank %d: %d of %d chunks had keys it may see; sent %lld bytes to rank %d in %lld "
-                  "isends (formula (p-1) x keys and values x %lld x %d floats = %lld)",
-                  rank, useful, world_size, (long long)d.bytes_sent[DIST_CALL_SEND], (rank + 1) % world_size,
-                  (long long)d.calls[DIST_CALL_SEND], (long long)c, RING_DH, (long long)formula);
-    check(d.bytes_sent[DIST_CALL_SEND] == formula && d.sent_to[(rank + 1) % world_size] == formula,
-          "ring attention: every chunk of keys and values passed on once, to the next rank (%lld bytes)",
-          (long long)formula);
-    tensor *all_t[] = {expected, all, out, kv_mine, v_mine, k_mine, q_mine, v, k, q};
-    for (int i = 0; i < 10; i++)
-        tensor_free(all_t[i]);
+/* ---- the spawn ---- */
+
+/* The forward's sums: a score (dh terms), the weighted values (seq terms),
+ * the online merges (2p chunks, a rescaling each). The backward's: a score,
+ * dP and D (dh each), the log-sum-exp (seq), dQ, dK, dV over the keys or
+ * the queries (seq at most), the p partial sums added round the ring and
+ * the 2p chunks' shares of dQ. */
+static int cp_forward_sums(const cp_sizes *s, int p) { return s->dim / s->heads + s->seq + 2 * p; }
+static int cp_backward_sums(const cp_sizes *s, int p) { return 3 * (s->dim / s->heads) + 2 * s->seq + 3 * p; }
+
+typedef struct cp_figures {
+    int useful[LAYOUTS];
+    double compute_ms[LAYOUTS];
+    int64_t ring_bytes[2], ring_calls[2]; /* forward, backward: point to point, sent */
+    int64_t ulysses_bytes, ulysses_nominal, ulysses_calls;
+} cp_figures;
+
+static void compare_pieces(const char *what, int rank, const tensor *got, tensor *full, const cp_sizes *s, int layout,
+                           int sums) {
+    tensor *expected = pieces_of(full, s, layout, rank);
+    compare(what, rank, got, expected, sums);
+    tensor_free(expected);
+}
+
+/* One layout's ring, forward and backward, checked against one device;
+ * its bytes against the formula. */
+/* A rank's part of one layout's ring, its pieces cut from the whole
+ * tensors (q, k, v, dout). */
+static cp_rank cp_rank_new(int layout, tensor *const *full, const cp_sizes *s) {
+    int rank = dist_rank(), p = dist_world_size();
+    cp_rank r = {.s = s, .layout = layout, .rank = rank, .p = p, .c2 = s->seq / (2 * p), .dh = s->dim / s->heads};
+    tensor *k = pieces_of(full[1], s, layout, rank), *v = pieces_of(full[2], s, layout, rank);
+    r.q = pieces_of(full[0], s, layout, rank);
+    r.kv = stacked(k, v);
+    r.dout = pieces_of(full[3], s, layout, rank);
+    for (int h = 0; h < s->heads; h++)
+        for (int a = 0; a < 2; a++)
+            r.st[h][a] = online_attention_new(r.c2, r.dh);
+    tensor_free(k);
+    tensor_free(v);
+    return r;
+}
+
+static void cp_rank_free(cp_rank *r) {
+    for (int h = 0; h < r->s->heads; h++)
+        for (int a = 0; a < 2; a++)
+            online_attention_free(r->st[h][a]);
+    free(r->lse);
+    tensor *t[] = {r->q, r->kv, r->dout, r->out, r->dq};
+    for (int i = 0; i < 5; i++)
+        tensor_free(t[i]);
+}
+
+static void ring_run(int layout, tensor *const *full, const cp_full *ref, const cp_sizes *s, cp_figures *f) {
+    int rank = dist_rank(), p = dist_world_size();
+    cp_rank r = cp_rank_new(layout, full, s);
+    dist_traffic before = dist_traffic_now();
+    ring_forward(&r);
+    dist_traffic fwd = dist_traffic_since(&before);
+    before = dist_traffic_now();
+    tensor *dkv = ring_backward(&r);
+    dist_traffic bwd = dist_traffic_since(&before);
+
+    char what[96];
+    snprintf(what, sizeof what, "ring attention, %s: this rank's rows", LAYOUT_NAME[layout]);
+    compare_pieces(what, rank, r.out, ref->out, s, layout, cp_forward_sums(s, p));
+    tensor *dk = keys_of(dkv), *dv = values_of(dkv);
+    tensor *const got[3] = {r.dq, dk, dv}, *const want[3] = {ref->dq, ref->dk, ref->dv};
+    const char *const grad[3] = {"dQ", "dK", "dV"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "ring attention backward, %s: %s", LAYOUT_NAME[layout], grad[i]);
+        compare_pieces(what, rank, got[i], want[i], s, layout, cp_backward_sums(s, p));
+    }
+    int64_t chunk = (int64_t)r.kv->numel * (int64_t)sizeof(float); /* this rank's keys and values */
+    int64_t formula[2] = {(p - 1) * chunk, (p - 1) * chunk + p * chunk};
+    const dist_traffic *d[2] = {&fwd, &bwd};
+    for (int b = 0; b < 2; b++) {
+        f->ring_bytes[b] = d[b]->bytes_sent[DIST_CALL_SEND];
+        f->ring_calls[b] = d[b]->calls[DIST_CALL_SEND];
+    }
+    note_verbatim("Rank %d, %s: %d (query, key) chunk pairs with work; sent %lld bytes forward in %lld isends "
+                  "(formula (p-1) x %lld) and %lld backward in %lld (formula (2p-1) x %lld = %lld)",
+                  rank, LAYOUT_NAME[layout], r.useful, (long long)f->ring_bytes[0], (long long)f->ring_calls[0],
+                  (long long)chunk, (long long)f->ring_bytes[1], (long long)f->ring_calls[1], (long long)chunk,
+                  (long long)formula[1]);
+    check(f->ring_bytes[0] == formula[0] && fwd.sent_to[(rank + 1) % p] == formula[0],
+          "ring attention, %s, forward: every chunk of keys and values passed on once, to the next rank (%lld bytes)",
+          LAYOUT_NAME[layout], (long long)formula[0]);
+    check(f->ring_bytes[1] == formula[1] && bwd.sent_to[(rank + 1) % p] == formula[1],
+          "ring attention, %s, backward: the keys and values again, and their dK and dV p steps round to their "
+          "home (%lld bytes)",
+          LAYOUT_NAME[layout], (long long)formula[1]);
+    f->useful[layout] = r.useful;
+    f->compute_ms[layout] = 1e3 * r.compute_s;
+    tensor *t[] = {dkv, dk, dv};
+    for (int i = 0; i < 3; i++)
+        tensor_free(t[i]);
+    cp_rank_free(&r);
+}
+
+/* The compute time of each layout's ring, forward and backward: the fastest
+ * of the checked run and CP_TIMED_RINGS more, the layouts in turn. A thread's
+ * CPU time leaves out the time other ranks take from it, but not what sharing
+ * a core costs it (its caches refilled, its fresh pages faulted in): that
+ * only adds, so the fastest of a few is the ring's own. */
+static void time_rings(tensor *const *full, const cp_sizes *s, cp_figures *f) {
+    int reps = lecture_quick() ? CP_TIMED_RINGS_QUICK : CP_TIMED_RINGS;
+    for (int n = 0; n < reps; n++)
+        for (int layout = 0; layout < LAYOUTS; layout++) {
+            cp_rank r = cp_rank_new(layout, full, s);
+            ring_forward(&r);
+            tensor *dkv = ring_backward(&r);
+            f->compute_ms[layout] = fmin(f->compute_ms[layout], 1e3 * r.compute_s);
+            tensor_free(dkv);
+            cp_rank_free(&r);
+        }
+}
+
+static void ulysses_run(tensor *const *full, const cp_full *ref, const cp_sizes *s, cp_figures *f) {
+    int rank = dist_rank(), p = dist_world_size();
+    tensor *q = pieces_of(full[0], s, PLAIN, rank), *k = pieces_of(full[1], s, PLAIN, rank),
+           *v = pieces_of(full[2], s, PLAIN, rank);
+    dist_traffic before = dist_traffic_now();
+    tensor *out = ulysses_attention(q, k, v, s);
+    dist_traffic d = dist_traffic_since(&before);
+    compare_pieces("Ulysses attention: this rank's rows", rank, out, ref->out, s, PLAIN, cp_forward_sums(s, p));
+    f->ulysses_bytes = d.bytes_sent[DIST_CALL_ALL_TO_ALL];
+    f->ulysses_nominal = d.nominal_sent[DIST_CALL_ALL_TO_ALL];
+    f->ulysses_calls = d.calls[DIST_CALL_ALL_TO_ALL];
+    int64_t formula = 4 * (int64_t)(p - 1) * (q->numel / p) * (int64_t)sizeof(float);
+    note_verbatim("Rank %d, Ulysses: %lld all-to-alls sent %lld bytes (the runtime's nominal figure %lld; formula "
+                  "4 x (p-1)/p x %lld floats x 4 = %lld)",
+                  rank, (long long)f->ulysses_calls, (long long)f->ulysses_bytes, (long long)f->ulysses_nominal,
+                  (long long)q->numel, (long long)formula);
+    check(f->ulysses_calls == 4 && f->ulysses_nominal == formula,
+          "Ulysses attention: four all-to-alls (q, k, v there, the output back), each sending (p-1)/p of this rank's "
+          "%lld floats (%lld bytes)",
+          (long long)q->numel, (long long)formula);
+    tensor *t[] = {q, k, v, out};
+    for (int i = 0; i < 4; i++)
+        tensor_free(t[i]);
+}
+
+static void ring_main(int rank, int world_size, void *args) {
+    const cp_sizes *s = args;
+    int device = get_device(rank);
+    int64_t rows = (int64_t)s->heads * s->seq, dh = s->dim / s->heads;
+    if (s->seq % (2 * world_size) != 0 || s->heads > CP_MAX_HEADS)
+        lecture_fail("context parallelism: %d tokens do not cut into 2 x %d chunks, or %d heads are more than %d",
+                     s->seq, world_size, s->heads, CP_MAX_HEADS);
+    tensor *full[4] = {input(rows, dh, SEED_Q, device), input(rows, dh, SEED_K, device),
+                       input(rows, dh, SEED_V, device), input(rows, dh, SEED_DO, device)};
+    cp_full ref = one_device_attention(full[0], full[1], full[2], full[3], s);
+    cp_figures f = {0};
+    for (int layout = 0; layout < LAYOUTS; layout++)
+        ring_run(layout, full, &ref, s, &f);
+    ulysses_run(full, &ref, s, &f);
+    time_rings(full, s, &f);
+    spawn_return(&f, sizeof f);
+    tensor *t[] = {full[0], full[1], full[2], full[3], ref.out, ref.dq, ref.dk, ref.dv};
+    for (int i = 0; i < 8; i++)
+        tensor_free(t[i]);
+}
+
+/* ---- what the spawn measured ---- */
+
+static double ratio_of(const double *t, int n) {
+    double lo = t[0], hi = t[0];
+    for (int i = 1; i < n; i++)
+        lo = fmin(lo, t[i]), hi = fmax(hi, t[i]);
+    return hi / lo;
+}
+
+static void context_tables(const cp_sizes *s, double seconds) {
+    cp_figures f[WORLD];
+    for (int r = 0; r < WORLD; r++)
+        if (spawn_result(r, &f[r], sizeof f[r]) != sizeof f[r]) lecture_fail("rank %d returned no result", r);
+    note("Equal to one device on every rank, forward and backward, in both layouts. The sends are exact counts "
+         "(the runtime counts point-to-point bytes as it hands them over): forward, p - 1 passes of a rank's keys "
+         "and values; backward, p - 1 passes again and p of their dK, dV (the last one home). Each rank also made "
+         "the whole sequence from the seeds, only to cut out its pieces and to compute one device's answer for "
+         "the check: the ring itself needs no more than its own pieces and the ones passing through.");
+    note("### Zig-zag: a balanced causal ring");
+    note("With a causal mask a query sees only the keys before it: a key chunk after a query chunk is hidden "
+         "whole, and its block is skipped. Under the plain split rank r's chunks 2r and 2r + 1 see 4r + 3 (query, "
+         "key) chunk pairs (a pair on the diagonal is half masked, but its block is computed whole), so the last "
+         "rank computes %d pairs to the first rank's 3 while every rank waits for all p steps. The **zig-zag** "
+         "split gives rank r chunks r and 2p - 1 - r, one from each end: r + 1 pairs and 2p - r pairs, "
+         "2p + 1 = %d on every rank. Both layouts ran above, and %d times more each, in turn: the time is the "
+         "fastest of those rings' CPU time of each rank's thread in its blocks, forward and backward (its own "
+         "arithmetic, not the time the other ranks on these cores took from it).",
+         4 * (WORLD - 1) + 3, 2 * WORLD + 1, lecture_quick() ? CP_TIMED_RINGS_QUICK : CP_TIMED_RINGS);
+    see("https://arxiv.org/abs/2407.21783", "Llama Team: The Llama 3 Herd of Models (2024), context parallelism");
+    table_t *t = table_new("Causal ring attention on %d ranks, %d tokens in %d chunks: the (query, key) chunk pairs "
+                           "each rank computes and its CPU time in them, forward and backward",
+                           WORLD, s->seq, 2 * WORLD);
+    table_column(t, "rank", NULL, "%s");
+    table_column(t, "pairs, plain split", NULL, "%.3g");
+    table_column(t, "pairs, zig-zag", NULL, "%.3g");
+    table_column(t, "compute, plain split", "ms", "%.3g");
+    table_column(t, "compute, zig-zag", "ms", "%.3g");
+    double ms[LAYOUTS][WORLD], pairs[LAYOUTS][WORLD];
+    for (int r = 0; r < WORLD; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", r);
+        table_row(t, name, (double)f[r].useful[PLAIN], (double)f[r].useful[ZIGZAG], f[r].compute_ms[PLAIN],
+                  f[r].compute_ms[ZIGZAG]);
+        for (int l = 0; l < LAYOUTS; l++)
+            ms[l][r] = f[r].compute_ms[l], pairs[l][r] = f[r].useful[l];
+    }
+    double ratio[LAYOUTS] = {ratio_of(ms[PLAIN], WORLD), ratio_of(ms[ZIGZAG], WORLD)};
+    table_row(t, "slowest / fastest", ratio_of(pairs[PLAIN], WORLD), ratio_of(pairs[ZIGZAG], WORLD), ratio[PLAIN],
+              ratio[ZIGZAG]);
+    int balanced = 1;
+    for (int r = 0; r < WORLD; r++)
+        balanced &= f[r].useful[ZIGZAG] == 2 * WORLD + 1;
+    table_show(t);
+    check(balanced, "zig-zag: every rank computes 2p + 1 = %d (query, key) chunk pairs", 2 * WORLD + 1);
+    check(ratio[ZIGZAG] < ratio[PLAIN],
+          "zig-zag: the slowest rank's compute over the fastest's is smaller than the plain split's (%.2f < %.2f)",
+          ratio[ZIGZAG], ratio[PLAIN]);
+    note("Measured in this run: under the plain split the busiest rank spent %.3g times the compute of the least "
+         "busy; under the zig-zag %.3g times. The ring's time is its slowest rank's, so the zig-zag finishes "
+         "causal attention in about the time of the average rank.",
+         quoted(ratio[PLAIN]), quoted(ratio[ZIGZAG]));
+
+    note("### Ulysses: all-to-all instead of a ring");
+    note("DeepSpeed-Ulysses cuts the other way for attention. q, k and v arrive cut along the sequence; one "
+         "all-to-all each re-cuts them along the heads, so each rank holds %d of the %d heads for the whole "
+         "sequence and runs ordinary attention on them; one more all-to-all takes the output back to the "
+         "sequence cut. It needs heads %% p == 0 (each rank takes whole heads: `ulysses_attention` refuses "
+         "anything else), and it cannot use more ranks than heads. Its bytes per rank fall as p grows, (p-1)/p of "
+         "4 x the rank's chunk, where the ring's grow with p, (p - 1) x 2 x the chunk.",
+         s->heads / WORLD, s->heads);
+    see("https://arxiv.org/abs/2309.14509", "Jacobs et al.: DeepSpeed Ulysses (2023)");
+    int64_t chunk = (int64_t)s->seq / WORLD * s->dim * (int64_t)sizeof(float); /* one of q, k, v: a rank's rows */
+    int64_t ring_fwd = (WORLD - 1) * 2 * chunk, ring_bwd = (WORLD - 1) * 2 * chunk + WORLD * 2 * chunk,
+            uly = 4 * (WORLD - 1) * chunk / WORLD;
+    double ulysses_measured = (double)f[0].ulysses_bytes;
+    table_t *b = table_new("Bytes each rank sends for one attention layer on %d ranks, %d tokens of width %d in %d "
+                           "heads: a rank's chunk of q (or k, or v) is %lld bytes; rank 0's counts",
+                           WORLD, s->seq, s->dim, s->heads, (long long)chunk);
+    table_column(b, "method", NULL, "%s");
+    table_column(b, "calls", NULL, "%lld");
+    table_column(b, "formula", "bytes", "%lld");
+    table_column(b, "measured", "bytes", "%lld");
+    table_column(b, "against Ulysses", NULL, "%.2f");
+    char ask[300];
+    snprintf(ask, sizeof ask,
+             "On %d ranks ring attention's forward passes each rank's keys and values on in %d sends (p - 1); "
+             "Ulysses re-cuts q, k, v and the output with all-to-alls instead. How many times Ulysses' bytes per "
+             "rank does the ring's forward send?",
+             WORLD, WORLD - 1);
+    double ring_over = (double)f[0].ring_bytes[0] / ulysses_measured;
+    predict(ask, ring_over, "x");
+    table_row(b, "ring attention, forward: (p-1) x keys and values", (long long)f[0].ring_calls[0], (long long)ring_fwd,
+              (long long)f[0].ring_bytes[0], ring_over);
+    table_row(b, "ring attention, backward: (p-1) x keys and values, p x dK and dV", (long long)f[0].ring_calls[1],
+              (long long)ring_bwd, (long long)f[0].ring_bytes[1], (double)f[0].ring_bytes[1] / ulysses_measured);
+    table_row(b, "Ulysses, forward: q, k, v and the output, (p-1)/p each", (long long)f[0].ulysses_calls,
+              (long long)uly, (long long)f[0].ulysses_bytes, 1.0);
+    table_show(b);
+    note("On %d ranks the ring's forward sends %.2f times Ulysses' bytes (p / 2 by the formulas); at 8 ranks it "
+         "would be 4 times. What Ulysses pays instead: all-to-alls, which cross every link at once and cannot "
+         "overlap a block's compute the way the ring's passes do, and the limit of p <= heads. Real systems "
+         "combine them (Ulysses inside a node, the ring across nodes). The whole section (one device's answer on "
+         "every rank, both rings forward and backward, Ulysses) ran for %.1f s on this machine's %ld cores.",
+         WORLD, quoted(ring_over), seconds, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 /* ---- does the ring hide its transfers? ---- */
@@ -1737,7 +2244,8 @@ typedef struct ring_figures {
 static void ring_timing(void) {
     progress("ring attention, timed");
     note("### Does the ring hide its transfers?");
-    note("The ring above is too small to time. Here the same ring with one head of width %d without the mask "
+    note("The rings above carry a causal mask, several heads and one device's answer for the check. To time the "
+         "overlap alone, here the forward ring with one head of width %d without the mask "
          "(every block a whole block's work), in two forms taken in turn %d times each: "
          "**blocking** (attend to the chunk held, then `dist_sendrecv` it on) and **overlapped** (`dist_isend` "
          "and `dist_irecv` first, attend, then wait). Twice: with this CPU's arithmetic, and with each block's "
@@ -2867,7 +3375,8 @@ static void summary(void) {
          "| expert parallel | the experts | two all-to-alls of tokens per MoE layer |\n"
          "| tensor parallel | heads, MLP columns | an all-reduce per sub-block |\n"
          "| sequence parallel | tokens outside attention and MLP | reduce-scatter + all-gather, the same bytes |\n"
-         "| context parallel | tokens everywhere | keys and values round a ring |\n"
+         "| context parallel, ring | tokens everywhere | keys and values round a ring, dK and dV round with them |\n"
+         "| context parallel, Ulysses | tokens, heads for attention | four all-to-alls per attention layer |\n"
          "| 2-D mesh | both, on separate groups | each kind on its own links |\n"
          "| ZeRO-1, ZeRO-2 | optimizer state, gradients | DDP's bytes, as reduce-scatter + all-gather |\n"
          "| ZeRO-3 | the weights too | up to 1.5 times DDP's bytes (%.3g here), gathers prefetched |",

@@ -314,6 +314,47 @@ tensor *online_attention_result(const online_attention *s, int device) {
     return out;
 }
 
+void online_attention_lse(const online_attention *s, float *lse) {
+    for (int64_t i = 0; i < s->rows; i++)
+        lse[i] = s->sum[i] > 0 ? s->max[i] + logf(s->sum[i]) : -INFINITY;
+}
+
+void attention_chunk_backward(const tensor *q, const tensor *k, const tensor *v, const tensor *out, const tensor *dout,
+                              const float *lse, int causal, int64_t q_pos, int64_t k_pos, tensor *dq, tensor *dk,
+                              tensor *dv) {
+    int64_t n = q->shape[0], m = k->shape[0], d = cols_of(q), dv_cols = cols_of(v);
+    if (cols_of(k) != d || v->shape[0] != m || out->shape[0] != n || cols_of(out) != dv_cols || dout->shape[0] != n ||
+        cols_of(dout) != dv_cols || dq->shape[0] != n || cols_of(dq) != d || dk->shape[0] != m || cols_of(dk) != d ||
+        dv->shape[0] != m || cols_of(dv) != dv_cols)
+        lecture_fail("attention_chunk_backward: q %lld x %lld, k %lld x %lld, v %lld x %lld, out and dout %lld x "
+                     "%lld: the gradients must have q's, k's and v's shapes, out and dout q's rows and v's columns",
+                     (long long)n, (long long)d, (long long)m, (long long)cols_of(k), (long long)v->shape[0],
+                     (long long)dv_cols, (long long)out->shape[0], (long long)cols_of(out));
+    const float scale = 1.0f / sqrtf((float)d);
+    tensor *sc = scores_of(q, k), *dpt = empty(n, m, q->device);
+    matmul_into(dpt, dout, v, 0, 1, 1.0f, 0.0f); /* dP = dout v^T */
+    float *p = host_copy(sc), *ds = host_copy(dpt), *o = host_copy(out), *g = host_copy(dout);
+    for (int64_t i = 0; i < n; i++) {
+        float delta = 0; /* D_i = dout_i . out_i */
+        for (int64_t c = 0; c < dv_cols; c++)
+            delta += g[i * dv_cols + c] * o[i * dv_cols + c];
+        for (int64_t j = 0; j < m; j++) {
+            float w = visible(causal, q_pos, i, k_pos, j) && lse[i] > -INFINITY ? expf(p[i * m + j] - lse[i]) : 0;
+            p[i * m + j] = w;
+            ds[i * m + j] = w * (ds[i * m + j] - delta) * scale; /* dS / sqrt(d) */
+        }
+    }
+    put_back(sc, p);
+    put_back(dpt, ds);
+    matmul_into(dq, dpt, k, 0, 0, 1.0f, 1.0f);   /* dq += dS k / sqrt(d) */
+    matmul_into(dk, dpt, q, 1, 0, 1.0f, 1.0f);   /* dk += dS^T q / sqrt(d) */
+    matmul_into(dv, sc, dout, 1, 0, 1.0f, 1.0f); /* dv += P^T dout */
+    free(o);
+    free(g);
+    tensor_free(sc);
+    tensor_free(dpt);
+}
+
 void online_attention_free(online_attention *s) {
     if (!s) return;
     free(s->max);

@@ -4,7 +4,7 @@
  * (plain, and with a learned gain and bias, forward and backward), scaled
  * dot-product attention (one head, several heads side by side, forward and
  * backward, and the online-softmax form that takes the keys a chunk at a
- * time), a GELU MLP (forward and backward), a top-1 mixture of experts, and
+ * time, and its backward a chunk at a time), a GELU MLP (forward and backward), a top-1 mixture of experts, and
  * the routing of a top-2 one with a capacity.
  *
  * Tensors may live on the host or a device: the matrix products run where
@@ -88,7 +88,29 @@ online_attention *online_attention_new(int64_t rows, int64_t dv);
 void online_attention_add(online_attention *s, const tensor *q, const tensor *k, const tensor *v, int causal,
                           int64_t q_pos, int64_t k_pos);
 tensor *online_attention_result(const online_attention *s, int device); /* acc / sum */
+/* Each row's log-sum-exp, max + log(sum), into lse (rows floats): what a
+ * backward needs to rebuild the softmax weights of any chunk of keys
+ * without the others, P_ij = exp(score_ij - lse_i). -inf for a row that
+ * saw no key. */
+void online_attention_lse(const online_attention *s, float *lse);
 void online_attention_free(online_attention *s);
+
+/* The backward of attention one chunk of keys at a time (flash attention's
+ * backward, ring attention's): queries q (n x d) at q_pos whose forward over
+ * all their keys gave `out` (n x dv) with log-sum-exp `lse` (n host floats,
+ * online_attention_lse), the upstream gradient dout (n x dv), and one chunk
+ * of keys k (m x d) and values v (m x dv) at k_pos. With the chunk's
+ * weights P = exp(q k^T / sqrt(d) - lse) (0 where the mask hides a key) and
+ * D_i = dout_i . out_i (the rowsum(P * dP) of the whole row, all chunks):
+ *     dP = dout v^T,  dS = P * (dP - D),
+ *     dq += dS k / sqrt(d),  dk += dS^T q / sqrt(d),  dv += P^T dout.
+ * dq gets this chunk's share of the queries' gradient (the chunks' shares
+ * add up to it); dk and dv get these queries' share of the chunk's (the
+ * queries' shares add up to it). dq, dk, dv are accumulated into (beta 1):
+ * zero them first. */
+void attention_chunk_backward(const tensor *q, const tensor *k, const tensor *v, const tensor *out, const tensor *dout,
+                              const float *lse, int causal, int64_t q_pos, int64_t k_pos, tensor *dq, tensor *dk,
+                              tensor *dv);
 
 /* The MLP of a block: gelu(x w1) w2 (w1 d x h, w2 h x d). */
 tensor *mlp_forward(const tensor *x, const tensor *w1, const tensor *w2);

@@ -14,6 +14,7 @@ lecture_scaling.json, made from the current source.
 
     /usr/bin/python3 tests/lectures/test_lecture_scaling.py     (LECTERN_BUILD picks the build)
 """
+import json
 import math
 import os
 import sys
@@ -37,6 +38,8 @@ SECTIONS = [
     "## Tensor and sequence parallelism",
     "### Backward: the conjugate collectives",
     "## Context parallelism: ring attention",
+    "### Zig-zag: a balanced causal ring",
+    "### Ulysses: all-to-all instead of a ring",
     "### Does the ring hide its transfers?",
     "## A 2-D mesh: data x tensor parallelism",
     "## ZeRO-1, ZeRO-2 and ZeRO-3 with prefetch",
@@ -98,8 +101,12 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
                        "padded: 3 all-to-alls", "expert x data: the kept tokens' output",
                        "expert x data: 2 all-to-alls backward", "expert x data: the router's gradient",
                        "tensor parallelism: the block's output", "sequence parallelism: the block's output",
-                       "sequence parallelism: the same bytes", "ring attention: this rank's rows",
-                       "ring attention: every chunk", "2-D mesh: the gradients",
+                       "sequence parallelism: the same bytes",
+                       "ring attention, plain split: this rank's rows", "ring attention, zig-zag: this rank's rows",
+                       "ring attention backward, plain split: dK", "ring attention backward, zig-zag: dV",
+                       "ring attention, plain split, forward: every chunk", "ring attention, zig-zag, backward",
+                       "Ulysses attention: this rank's rows", "Ulysses attention: four all-to-alls",
+                       "2-D mesh: the gradients",
                        "ZeRO-1: the gradient pieces", "ZeRO-1: the weights", "ZeRO-2: the gradient pieces",
                        "ZeRO-2: the weights", "ZeRO-3, prefetch: the gradient pieces", "ZeRO-3, prefetch: the weights",
                        "ZeRO-3: each layer's all-gather", "ZeRO-1 and ZeRO-2: the same bytes",
@@ -339,20 +346,92 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
 
     # ---- ring attention ----
 
-    def test_ring_attention_equals_one_device_and_passes_every_chunk_once(self):
-        f = self.figures("RING_DH", "SEQ / WORLD")   # lecture_scaling.c, ring_attention_section's note
-        dh, seq, chunk = f["RING_DH"], f["SEQ"], f["SEQ / WORLD"]
-        self.assertEqual(chunk * WORLD, seq)
-        for row in self.compared("ring attention: this rank's rows"):
-            self.assert_within(row, dh + seq + WORLD, "ring")
-        # each rank's line (lecture_scaling.c, ring_main), its figures by name
-        for rank, row in enumerate(self.per_rank_noted("rank", "useful", "(long long)d.bytes_sent[DIST_CALL_SEND]",
-                                                       world=WORLD)):
-            self.assertEqual((row["useful"], row["world_size"]), (rank + 1, WORLD))   # the causal mask: chunks 0 .. rank
-            self.assertEqual(row["(long long)d.bytes_sent[DIST_CALL_SEND]"], (WORLD - 1) * 2 * chunk * dh * 4)
-            self.assertEqual(row["(rank + 1) % world_size"], (rank + 1) % WORLD)
-            # keys and values in one message a step, started before the block's compute
-            self.assertEqual(row["(long long)d.calls[DIST_CALL_SEND]"], WORLD - 1)
+    def cp_config(self):
+        # the sizes note's own arguments (lecture_scaling.c, context_parallelism), read by name
+        f = self.figures("s.heads", "s.dim / s.heads", "s.seq / (2 * WORLD)")
+        seq, d, heads, dh, c2 = f["s.seq"], f["s.dim"], f["s.heads"], f["s.dim / s.heads"], f["s.seq / (2 * WORLD)"]
+        self.assertEqual((c2 * 2 * WORLD, dh * heads, f["2 * WORLD"]), (seq, d, 2 * WORLD))
+        return seq, d, heads, dh
+
+    @staticmethod
+    def chunks_of(layout, rank):
+        """The two chunks (of 2p) a rank holds: the plain split's contiguous
+        pair, or the zig-zag's one from each end (Striped/Llama 3)."""
+        return [2 * rank, 2 * rank + 1] if layout == "plain split" else [rank, 2 * WORLD - 1 - rank]
+
+    def test_ring_attention_forward_and_backward_equal_one_device(self):
+        seq, d, heads, dh = self.cp_config()
+        # the lecture's sums (cp_forward_sums, cp_backward_sums): a score, the values, 2p merges; a score, dP
+        # and D, the log-sum-exp and the gradient sums over the sequence, p partial sums and 2p shares
+        for layout in ("plain split", "zig-zag"):
+            for row in self.compared("ring attention, %s: this rank's rows" % layout):
+                self.assert_within(row, dh + seq + 2 * WORLD, layout)
+            for grad in ("dQ", "dK", "dV"):
+                for row in self.compared("ring attention backward, %s: %s" % (layout, grad)):
+                    self.assert_within(row, 3 * dh + 2 * seq + 3 * WORLD, (layout, grad))
+        for row in self.compared("Ulysses attention: this rank's rows"):
+            self.assert_within(row, dh + seq + 2 * WORLD, "Ulysses")
+
+    def test_ring_passes_keys_forward_and_gradients_home(self):
+        seq, d, heads, dh = self.cp_config()
+        chunk = 2 * (seq // WORLD) * d * 4   # a rank's keys and values, float32
+        for layout in ("plain split", "zig-zag"):
+            rows = self.per_rank_noted("rank", "r.useful", "(long long)f->ring_bytes[0]", world=WORLD,
+                                       where={"LAYOUT_NAME[layout]": layout})
+            for rank, row in enumerate(rows):
+                # counted here: (query chunk, key chunk) pairs the causal mask leaves work in, key <= query
+                pairs = sum(1 for a in self.chunks_of(layout, rank) for b in range(2 * WORLD) if b <= a)
+                self.assertEqual(row["r.useful"], pairs, (layout, rank))
+                self.assertEqual(row["(long long)chunk"], chunk)
+                # forward: p - 1 passes of the keys and values, each started before the block
+                self.assertEqual(row["(long long)f->ring_bytes[0]"], (WORLD - 1) * chunk)
+                self.assertEqual(row["(long long)f->ring_calls[0]"], WORLD - 1)
+                # backward: the keys and values p - 1 times again, their dK and dV p times (home at the last)
+                self.assertEqual(row["(long long)f->ring_bytes[1]"], (2 * WORLD - 1) * chunk)
+                self.assertEqual(row["(long long)f->ring_calls[1]"], 2 * WORLD - 1)
+
+    def test_zig_zag_balances_the_causal_ring(self):
+        t = self.columns(self.table(r"^Causal ring attention on"))
+        self.assertEqual(t["rank"], [str(r) for r in range(WORLD)] + ["slowest / fastest"])
+        for layout, col in (("plain split", "pairs, plain split"), ("zig-zag", "pairs, zig-zag")):
+            pairs = [sum(1 for a in self.chunks_of(layout, r) for b in range(2 * WORLD) if b <= a) for r in range(WORLD)]
+            self.assertEqual(t[col], pairs + [max(pairs) / min(pairs)])
+        self.assertEqual(set(t["pairs, zig-zag"]), {2 * WORLD + 1, 1})
+        ratio = {}
+        for k in ("compute, plain split", "compute, zig-zag"):
+            ratio[k] = max(t[k][:WORLD]) / min(t[k][:WORLD])
+            self.assertTrue(tracecheck.same_double(t[k][WORLD], ratio[k]), (k, t[k]))
+        self.assertLess(ratio["compute, zig-zag"], ratio["compute, plain split"])
+        # the sentence's figures are the table's
+        f = self.figures("ratio[PLAIN]", "ratio[ZIGZAG]")
+        self.assertTrue(tracecheck.same_double(f["ratio[PLAIN]"], ratio["compute, plain split"]), f)
+        self.assertTrue(tracecheck.same_double(f["ratio[ZIGZAG]"], ratio["compute, zig-zag"]), f)
+
+    def test_ulysses_bytes_against_the_ring(self):
+        seq, d, heads, dh = self.cp_config()
+        floats = seq // WORLD * d   # a rank's chunk of q (or k, or v)
+        for row in self.per_rank_noted("rank", "(long long)f->ulysses_calls", world=WORLD):
+            self.assertEqual(row["(long long)f->ulysses_calls"], 4)
+            self.assertEqual(row["(long long)q->numel"], floats)
+            # each all-to-all keeps 1/p of the tensor and sends the rest
+            self.assertEqual(row["(long long)f->ulysses_nominal"], 4 * (WORLD - 1) * floats // WORLD * 4)
+            self.assertEqual(row["(long long)f->ulysses_bytes"], 4 * (WORLD - 1) * floats // WORLD * 4)
+        s_t, table = self.tables(r"^Bytes each rank sends for one attention layer")[0]
+        rows = table["rows"]
+        ring_fwd = (WORLD - 1) * 2 * floats * 4                 # keys and values, p - 1 passes
+        ring_bwd = (2 * WORLD - 1) * 2 * floats * 4             # again, and dK, dV p times
+        uly = 4 * (WORLD - 1) * floats // WORLD * 4             # q, k, v and the output, (p-1)/p each
+        self.assertEqual([r[1:4] for r in rows], [[WORLD - 1, ring_fwd, ring_fwd], [2 * WORLD - 1, ring_bwd, ring_bwd],
+                                                  [4, uly, uly]])
+        for r in rows:
+            self.assertTrue(tracecheck.same_double(r[4], r[3] / uly), r)
+        # the prediction: the ring's forward over Ulysses', p / 2 by the formulas, equal to the table's
+        steps = self.trace["steps"]
+        (s_q, q), = [(s, r) for s, r in self.renderings("predict") if "Ulysses" in r["question"]]
+        self.assertTrue(tracecheck.same_double(q["value"], rows[0][4]), (q["value"], rows[0]))
+        self.assertEqual(q["value"], WORLD / 2)
+        self.assertEqual(q["unit"], "x")
+        self.assertLess(steps.index(s_q), steps.index(s_t))
 
     # ---- the mesh ----
 
@@ -646,10 +725,45 @@ class PlantedBugs(planted.PlantedCase):
                           "    (void)both;",
                           "sequence parallel attention backward: LayerNorm's dgain")
 
-    def test_ring_attention_skips_the_last_chunk(self):
-        self.assert_fails("    for (int step = 0; step < world_size; step++) {",
-                          "    for (int step = 0; step < world_size - 1; step++) {",
-                          "ring attention: this rank's rows")
+    # the context-parallelism plants skip the timed sections after it (the same line count)
+    CP_ONLY = (("    ring_timing();\n}", "    (void)ring_timing;\n}"), ("    zero_stages();", "    (void)0;"),
+               ("    memory();", "    (void)0;"))
+
+    def test_ring_attention_skips_its_own_chunk(self):
+        self.assert_fails("        ring_blocks(r, kv, owner, NULL);", "        if (step) ring_blocks(r, kv, owner, NULL);",
+                          "ring attention, plain split: this rank's rows", also=self.CP_ONLY)
+
+    def test_ring_backward_drops_the_partial_sums_that_travel(self):
+        # each rank sends on only its own share of the chunk's dK, dV: the ranks before it are lost
+        self.assert_fails("            add_(part[slot], arrived);", "            (void)arrived;",
+                          "ring attention backward, plain split: dK", also=self.CP_ONLY)
+
+    def test_zig_zag_that_pairs_r_with_p_minus_1_minus_r(self):
+        # chunks p .. 2p-1 held by nobody, chunks 0 .. p-1 twice: the forward still matches (a chunk of keys
+        # merged twice leaves a softmax unchanged), the gradients of the keys counted twice do not, and the
+        # work is unequal
+        p, trace = self.run_planted("    return a == 0 ? rank : 2 * p - 1 - rank;", "    return a == 0 ? rank : p - 1 - rank;",
+                                    also=self.CP_ONLY)
+        failed = planted.failed_checks(trace)
+        self.assertTrue(any(w.startswith("ring attention backward, zig-zag: dK") for w in failed), failed)
+        self.assertTrue(any(w.startswith("zig-zag: every rank computes") for w in failed), failed)
+        self.assertNotEqual(p.returncode, 0)
+
+    def test_ulysses_regroups_the_wrong_way(self):
+        # the all-to-all's pieces taken as [head][rank] instead of [rank][head]: heads mixed up
+        self.assert_fails("        heads[i] = regroup(got, p, hp, c); /* [head of mine][rank j][token]: whole sequences */",
+                          "        heads[i] = regroup(got, hp, p, c); /* [head of mine][rank j][token]: whole sequences */",
+                          "Ulysses attention: this rank's rows", also=self.CP_ONLY)
+
+    def test_ulysses_refuses_heads_that_do_not_split(self):
+        # 6 heads on 4 ranks: an error at the line that refuses, naming both numbers, and no trace clobbered
+        p, trace = self.run_planted("(cp_sizes){128, 64, 8} :", "(cp_sizes){128, 48, 6} :", also=self.CP_ONLY)
+        self.assertNotEqual(p.returncode, 0)
+        text = p.stdout + p.stderr + json.dumps(trace)
+        self.assertIn("Ulysses attention: 6 heads do not split over 4 ranks", text)
+        with open(os.path.join(ROOT, "lectures", "lecture_scaling.c")) as f:
+            line = next(i for i, l in enumerate(f, 1) if 'lecture_fail("Ulysses attention: %d heads' in l)
+        self.assertIn("lecture_scaling.c:%d" % line, text)
 
     def test_mesh_without_the_data_parallel_average(self):
         self.assert_fails("    dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */",

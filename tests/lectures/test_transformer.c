@@ -445,6 +445,77 @@ static void attention_heads_backward_matches_differences(void **state) {
         tensor_free(all[i]);
 }
 
+/* ---- attention's backward a chunk at a time ---- */
+
+typedef struct chunk_ctx {
+    int T, d;
+} chunk_ctx;
+
+/* L = sum(dout * attention(q, k, v)), one causal head over T tokens, in
+ * float64 (attention64: no chunks, no log-sum-exp). p: q, k, v, dout. */
+static double chunk_loss(double *const *p, const void *ctx) {
+    const chunk_ctx *c = ctx;
+    double *o = malloc(sizeof(double) * c->T * c->d), term, score, L = 0;
+    attention64(p[0], p[1], p[2], c->T, c->T, c->d, c->d, 1, 0, 0, o, &term, &score);
+    for (int i = 0; i < c->T * c->d; i++)
+        L += p[3][i] * o[i];
+    free(o);
+    return L;
+}
+
+/* The queries in 2 chunks, the keys in 4, each pair's backward on its own
+ * (its q_pos, k_pos, and the query chunk's log-sum-exp from the online
+ * forward over all 4 key chunks): the shares added up are the gradients of
+ * q, k and v, against central differences of the float64 forward. The sums:
+ * a score and dP (d each), D (d), the weights' log-sum-exp over the keys
+ * (T), and dq, dk, dv over the keys or queries (T each), as
+ * attention_heads_backward's test counts them. */
+static void attention_chunk_backward_matches_differences(void **state) {
+    (void)state;
+    enum { T = 16, d = 8, QC = 2, KC = 4 };
+    chunk_ctx ctx = {T, d};
+    tensor *q = random_tensor(T, d, 1.0f, 71), *k = random_tensor(T, d, 1.0f, 72), *v = random_tensor(T, d, 1.0f, 73),
+           *dout = random_tensor(T, d, 1.0f, 74);
+    tensor *dq = zeros(T, d, -1), *dk = zeros(T, d, -1), *dv = zeros(T, d, -1);
+    const int64_t qn = T / QC, kn = T / KC;
+    for (int a = 0; a < QC; a++) {
+        tensor *qa = row_slice(q, a * qn, (a + 1) * qn), *ga = row_slice(dout, a * qn, (a + 1) * qn),
+               *dqa = row_slice(dq, a * qn, (a + 1) * qn);
+        online_attention *s = online_attention_new(qn, d);
+        for (int b = KC - 1; b >= 0; b--) { /* any order */
+            tensor *kb = row_slice(k, b * kn, (b + 1) * kn), *vb = row_slice(v, b * kn, (b + 1) * kn);
+            online_attention_add(s, qa, kb, vb, 1, a * qn, b * kn);
+            tensor_free(kb);
+            tensor_free(vb);
+        }
+        float lse[T];
+        online_attention_lse(s, lse);
+        tensor *oa = online_attention_result(s, -1);
+        for (int b = 0; b < KC; b++) {
+            tensor *kb = row_slice(k, b * kn, (b + 1) * kn), *vb = row_slice(v, b * kn, (b + 1) * kn),
+                   *dkb = row_slice(dk, b * kn, (b + 1) * kn), *dvb = row_slice(dv, b * kn, (b + 1) * kn);
+            attention_chunk_backward(qa, kb, vb, oa, ga, lse, 1, a * qn, b * kn, dqa, dkb, dvb);
+            tensor *all[] = {kb, vb, dkb, dvb};
+            for (int i = 0; i < 4; i++)
+                tensor_free(all[i]);
+        }
+        online_attention_free(s);
+        tensor *all[] = {qa, ga, dqa, oa};
+        for (int i = 0; i < 4; i++)
+            tensor_free(all[i]);
+    }
+    double *p[4] = {values(q), values(k), values(v), values(dout)};
+    int lengths = 3 * d + 4 * T;
+    against_differences("attention_chunk_backward dq", dq, p, 0, T * d, lengths, chunk_loss, &ctx);
+    against_differences("attention_chunk_backward dk", dk, p, 1, T * d, lengths, chunk_loss, &ctx);
+    against_differences("attention_chunk_backward dv", dv, p, 2, T * d, lengths, chunk_loss, &ctx);
+    for (int i = 0; i < 4; i++)
+        free(p[i]);
+    tensor *all[] = {q, k, v, dout, dq, dk, dv};
+    for (int i = 0; i < 7; i++)
+        tensor_free(all[i]);
+}
+
 typedef struct ln_ctx {
     int rows, cols;
     double eps;
@@ -814,6 +885,7 @@ int main(void) {
             cmocka_unit_test(query_seeing_no_key_gives_zeros),
             cmocka_unit_test(attention_heads_match_float64),
             cmocka_unit_test(attention_heads_backward_matches_differences),
+            cmocka_unit_test(attention_chunk_backward_matches_differences),
             cmocka_unit_test(layer_norm_affine_backward_matches_differences),
             cmocka_unit_test(mlp_matches_float64),
             cmocka_unit_test(gather_and_scatter_rows_are_exact),
