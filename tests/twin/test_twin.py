@@ -266,6 +266,13 @@ class Fabric:
         step = max(lat + nbytes / p / bw for lat, bw in (self.hop(r, (r + 1) % p) for r in range(p)))
         return 2 * (p - 1) * step, step
 
+    def ring_over(self, gpus, nbytes):
+        """A ring all-reduce of nbytes over these GPUs, in this order: as
+        ring(), each hop from one to the next."""
+        n = len(gpus)
+        step = max(lat + nbytes / n / bw for lat, bw in (self.hop(a, b) for a, b in zip(gpus, gpus[1:] + gpus[:1])))
+        return 2 * (n - 1) * step
+
     def work(self, e):
         """A compute event as work: the roofline, max(FLOPs / speed, bytes / memory bandwidth)."""
         return max(e.get("flops", 0) / self.speed, e.get("bytes", 0) / self.memory_bw)
@@ -434,6 +441,94 @@ class TwinPlatforms(unittest.TestCase):
         got = self.replay("h100-node", "--ranks", "8")
         self.assertIn(why, got[3]["refused"])
         self.assertEqual([got[i]["rule"] for i in (0, 1, 2)], ["ddp", "ddp", "pipeline"])
+
+
+def mesh_events(T=2, D=2, tp_bytes=4 << 20, dp_bytes=16 << 20, flops=None):
+    """A hand-made D x T mesh step, lecture_scaling's shape (rank = T d +
+    t): compute, an all-reduce in the tensor-parallel group (T neighbouring
+    ranks), compute, two all-reduces in the data-parallel group (every T-th
+    rank). Rank r computes flops(r): which recorded rank a replayed one
+    repeats shows in its compute."""
+    flops = flops or (lambda r: 1e12)
+    ranks = []
+    for r in range(T * D):
+        d, t = divmod(r, T)
+        tp, dp = list(range(T * d, T * d + T)), list(range(t, T * D, T))
+        ev = [{"op": "compute", "start": 0, "end": 0, "flops": flops(r)},
+              {"op": "all_reduce", "start": 0, "end": 0, "bytes": tp_bytes, "group": tp},
+              {"op": "compute", "start": 0, "end": 0, "flops": 2 * flops(r)},
+              {"op": "all_reduce", "start": 0, "end": 0, "bytes": dp_bytes, "group": dp},
+              {"op": "all_reduce", "start": 0, "end": 0, "bytes": dp_bytes, "group": dp}]
+        ranks.append({"events": ev, "end": 0})
+    return {"version": 1, "lecture": "hand", "spawns": [{"id": 0, "world_size": T * D, "ranks": ranks}]}
+
+
+@unittest.skipUnless(os.path.exists(REPLAY), "the twin's replay is not built (SimGrid missing: libsimgrid-dev)")
+class TwinMesh(unittest.TestCase):
+    """The mesh's extension rule (tools/twin/extend.cpp): a 2 x 2 data x
+    tensor mesh grown to P = P/2 x 2 ranks, tensor-parallel groups kept 2
+    wide inside a node, data-parallel groups grown across nodes."""
+
+    def replay(self, events, platform, P, rc=0):
+        with tempfile.TemporaryDirectory() as d:
+            ev, out, ext = (os.path.join(d, n) for n in ("e.json", "o.json", "x.json"))
+            with open(ev, "w") as f:
+                json.dump(events, f)
+            p = subprocess.run([REPLAY, ev, os.path.join(PLATFORMS, platform + ".xml"), "--spawn", "0", "--ranks",
+                                str(P), "--out", out, "--events-out", ext], capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(p.returncode, rc, p.stderr)
+            if rc:
+                return p
+            with open(out) as f, open(ext) as g:
+                return json.load(f)["spawns"][0], json.load(g)["spawns"][0]
+
+    def test_layout_against_the_mesh(self):
+        # Independently: at P = D' x 2, rank 2 d' + t's tensor-parallel group
+        # is {2 d', 2 d' + 1}, its data-parallel group {t, t + 2, ..., P - 2
+        # + t}, and it repeats recorded rank 2 (d' mod 2) + t, whose compute
+        # (1 + r) TFLOP marks it.
+        rec = mesh_events(flops=lambda r: (1 + r) * 1e12)
+        for P in (8, 16):
+            s, ext = self.replay(rec, "scaled", P)
+            self.assertEqual((s["rule"], s["recorded_ranks"], ext["world_size"]), ("mesh", 4, P))
+            for r, rank in enumerate(ext["ranks"]):
+                d, t = divmod(r, 2)
+                src = rec["spawns"][0]["ranks"][2 * (d % 2) + t]["events"]
+                want = [dict(e) for e in src]
+                want[1]["group"] = [2 * d, 2 * d + 1]
+                want[3]["group"] = want[4]["group"] = list(range(t, P, 2))
+                got = [{k: v for k, v in e.items()} for e in rank["events"]]
+                self.assertEqual(got, want, "rank %d of %d" % (r, P))
+
+    def test_time_tensor_parallel_inside_a_node(self):
+        # Every rank the same work, so the ranks move together: the step is
+        # the compute, the tensor-parallel ring over two GPUs of one node
+        # (NVLink), the compute again, and two rings over the data-parallel
+        # group, which crosses nodes. Built with the tensor-parallel groups
+        # across nodes instead, its ring would cross InfiniBand and the time
+        # would not match.
+        fab = Fabric("scaled")
+        rec = mesh_events()
+        compute = sum(fab.work(e) for e in rec["spawns"][0]["ranks"][0]["events"] if e["op"] == "compute")
+        for P in (8, 64):
+            s, _ = self.replay(rec, "scaled", P)
+            tp = fab.ring_over([0, 1], 4 << 20)
+            dp = max(fab.ring_over(list(range(t, P, 2)), 16 << 20) for t in (0, 1))
+            want = compute + tp + 2 * dp
+            self.assertAlmostEqual(s["simulated_s"], want, delta=RING_ATOL + REL * want, msg=P)
+            rows = {(c["ranks"], c["bytes"]): c for c in s["collectives"]}
+            self.assertEqual(sorted(rows), [(2, 4 << 20), (P // 2, 16 << 20)])
+            self.assertAlmostEqual(rows[(2, 4 << 20)]["time_s"], tp, delta=RING_ATOL)
+
+    def test_not_a_mesh_refused(self):
+        rec = mesh_events()
+        for r in (0, 3):  # {0, 3}: neither neighbours nor every 2nd rank
+            rec["spawns"][0]["ranks"][r]["events"][1]["group"] = [0, 3]
+        p = self.replay(rec, "scaled", 8, rc=2)
+        self.assertIn("rank 0's all_reduce is over a group that is no axis of a mesh", p.stderr)
+        p = self.replay(mesh_events(), "scaled", 9, rc=2)
+        self.assertIn("its mesh's inner axis is 2 ranks wide, which does not divide 9", p.stderr)
 
 
 class TwinAtRunTime(unittest.TestCase):

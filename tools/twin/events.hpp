@@ -44,6 +44,11 @@ struct Run {
 /* Reads `path`; throws std::runtime_error naming the file and what is wrong. */
 Run read_events(const std::string &path);
 
+/* Writes `run` in the same format (the replay's --events-out: what an
+ * extension rule made, for a reader or a test to check); throws
+ * std::runtime_error when it cannot. */
+void write_events(const Run &run, const std::string &path);
+
 } // namespace twin
 
 #endif

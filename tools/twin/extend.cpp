@@ -33,12 +33,35 @@
  *              activations sent between stages keep their size (the
  *              micro-batch is the same).
  *
+ *   mesh       a spawn whose collectives are over the groups of a 2-D mesh
+ *              of p = D x T ranks, rank = T d + t (lecture_scaling's data x
+ *              tensor mesh), beside collectives over the world, and no
+ *              message. Each group is one of the mesh's two axes: the
+ *              *inner* groups, T neighbouring ranks {T d, ..., T d + T - 1}
+ *              (tensor parallelism: one batch slice, the weights cut T
+ *              ways), and the *outer* groups, every T-th rank {t, T + t,
+ *              ..., T (D - 1) + t} (data parallelism: one slice of the
+ *              weights, D batch slices). At P = D' x T ranks the inner axis
+ *              stays T wide and the outer one grows to D' = P / T: rank
+ *              T d' + t replays recorded rank T (d' mod D) + t, the same
+ *              compute and the same bytes per call (DDP's rule along the
+ *              outer axis), its inner groups rebuilt as {T d', ...,
+ *              T d' + T - 1} and its outer ones as {t, T + t, ...,
+ *              T (D' - 1) + t}, by the same axis rule. Ranks fill the
+ *              platform's hosts in order, so an inner group of T ranks,
+ *              T dividing the 8 GPUs of a node, stays inside one node
+ *              (tensor parallelism on NVLink) and the outer groups cross
+ *              nodes. T is read from the groups (an inner group's size, an
+ *              outer group's stride); groups that fit neither axis, or
+ *              disagree on T, are refused, as is a P that T does not divide.
+ *
  * Either rule keeps a barrier over the world (it lines the ranks up and
  * moves nothing): at P ranks it is a barrier over the P.
  *
- * Anything else (collectives over groups, messages beyond neighbours:
- * tensor parallelism, ZeRO's groups, a ring of messages closed from the
- * last rank to the first) has no rule here and is refused, with why.
+ * Anything else (collectives over groups that are no mesh's axes, messages
+ * beyond neighbours or beside group collectives: a ring of messages closed
+ * from the last rank to the first) has no rule here and is refused, with
+ * why.
  */
 #include "extend.hpp"
 
@@ -53,7 +76,8 @@ static std::runtime_error refuse(const Spawn &sp, int P, const std::string &why)
     return std::runtime_error("spawn " + std::to_string(sp.id) + " (" + std::to_string(sp.world_size) +
                               " ranks): no rule extends it to " + std::to_string(P) + " ranks: " + why +
                               " (DDP's rule needs collectives over the world only, a pipeline's messages "
-                              "between neighbouring ranks, beside collectives over the world)");
+                              "between neighbouring ranks, beside collectives over the world, a mesh's collectives over the "
+                              "groups of its two axes)");
 }
 
 /* A stage's warm-up: the micro-batches it sends on before it first hears
@@ -82,9 +106,24 @@ static void check_one_schedule(const Spawn &sp, int P) {
     }
 }
 
-/* "ddp", "pipeline", or throws naming the first event no rule covers. */
-static std::string strategy(const Spawn &sp, int P) {
-    bool collectives = false, messages = false;
+/* A group's place in a mesh of p ranks with inner axis T: the T it says
+ * (an inner group {T d, ..., T d + T - 1}: its size; an outer group {t,
+ * T + t, ...}: its stride), or 0 when it is neither. */
+static int axis_width(const std::vector<int> &g, int p) {
+    int n = (int)g.size();
+    if (n < 2 || n >= p || p % n) return 0;
+    bool inner = g[0] % n == 0, outer = g[0] < p / n;
+    for (int i = 0; i < n; i++) {
+        inner = inner && g[i] == g[0] + i;
+        outer = outer && g[i] == g[0] + i * (p / n);
+    }
+    return inner ? n : outer ? p / n : 0;
+}
+
+/* "ddp", "pipeline", "mesh", or throws naming the first event no rule covers. */
+static std::string strategy(const Spawn &sp, int P, int *T) {
+    bool collectives = false, messages = false, groups = false;
+    *T = 0;
     for (int r = 0; r < sp.world_size; r++) {
         for (const Event &e : sp.ranks[r].events) {
             if (is_local(e.op)) continue;
@@ -101,9 +140,24 @@ static std::string strategy(const Spawn &sp, int P) {
                         throw refuse(sp, P, who + " with rank " + std::to_string(q) + ", not a neighbour");
             } else {
                 collectives = true;
-                if (!e.group.empty()) throw refuse(sp, P, who + " is over a group, not the world");
+                if (e.group.empty()) continue;
+                groups = true;
+                int t = axis_width(e.group, sp.world_size);
+                if (!t) throw refuse(sp, P, who + " is over a group that is no axis of a mesh (neither neighbouring "
+                                                  "ranks nor every T-th rank)");
+                if (*T && t != *T)
+                    throw refuse(sp, P, who + "'s group says a mesh " + std::to_string(t) + " ranks wide, another " +
+                                            std::to_string(*T));
+                *T = t;
             }
         }
+    }
+    if (groups && messages) throw refuse(sp, P, "it has both messages and collectives over groups");
+    if (groups) {
+        if (P % *T)
+            throw refuse(sp, P, "its mesh's inner axis is " + std::to_string(*T) + " ranks wide, which does not divide " +
+                                    std::to_string(P));
+        return "mesh";
     }
     if (messages) {
         check_one_schedule(sp, P);
@@ -119,9 +173,19 @@ static Event scaled(Event e, double f) {
     return e;
 }
 
-Extended extend(const Spawn &sp, int P) {
+/* A group that lists every rank is the world: at P ranks, over the P. */
+static Spawn world_groups_cleared(Spawn sp) {
+    for (Rank &rank : sp.ranks)
+        for (Event &e : rank.events)
+            if ((int)e.group.size() == sp.world_size) e.group.clear();
+    return sp;
+}
+
+Extended extend(const Spawn &recorded, int P) {
+    Spawn sp = world_groups_cleared(recorded);
     Extended x;
-    x.rule = strategy(sp, P);
+    int T;
+    x.rule = strategy(sp, P, &T);
     x.spawn.id = sp.id;
     x.spawn.world_size = P;
     int p = sp.world_size;
@@ -132,6 +196,25 @@ Extended extend(const Spawn &sp, int P) {
     if (x.rule == "ddp") {
         for (int r = 0; r < P; r++)
             x.spawn.ranks.push_back(sp.ranks[r % p]);
+        return x;
+    }
+    if (x.rule == "mesh") {
+        int D = p / T, D2 = P / T;
+        for (int r = 0; r < P; r++) {
+            int d = r / T, t = r % T, from = T * (d % D) + t; /* the recorded rank this one repeats */
+            Rank rank = sp.ranks[from];
+            for (Event &e : rank.events) {
+                if (e.group.empty()) continue; /* the world: over the P */
+                bool inner = e.group[1] == e.group[0] + 1;
+                int root = e.peer;
+                e.group.clear();
+                for (int i = 0; i < (inner ? T : D2); i++)
+                    e.group.push_back(inner ? T * d + i : T * i + t);
+                /* A rooted call keeps its root's place along the axis. */
+                if (root >= 0) e.peer = inner ? T * d + root % T : T * (root / T) + t;
+            }
+            x.spawn.ranks.push_back(rank);
+        }
         return x;
     }
     if (P > 2 && p < 3) throw refuse(sp, P, "its messages pass between 2 ranks only: as a pipeline, it has no middle stage to repeat");

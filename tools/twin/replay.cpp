@@ -3,12 +3,14 @@
  * (docs/twin.md).
  *
  *   twin_replay EVENTS.json PLATFORM.xml [--name NAME] [--out FILE]
- *               [--ranks P] [--spawn ID] [--full-rings 1]
+ *               [--ranks P] [--spawn ID] [--full-rings 1] [--events-out FILE]
  *
  * --ranks P replays each spawn at P ranks by its strategy's extension rule
  * (extend.cpp); a spawn no rule covers is left out, with why. --spawn ID
  * replays that spawn only; then a refused extension is an error (exit 2).
  * --full-rings 1 plays every step of rings beyond one node (collectives.cpp).
+ * --events-out FILE writes the events replayed, in the events file's format:
+ * at --ranks P, the P ranks the extension rule made.
  *
  * SimGrid's S4U API: an actor per rank on the platform's hosts (rank r on
  * the r-th host, hosts in natural order of their names), replaying its
@@ -290,7 +292,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s EVENTS.json PLATFORM.xml [--name NAME] [--out FILE]\n", argv[0]);
         return 2;
     }
-    std::string events = argv[1], xml = argv[2], name, out;
+    std::string events = argv[1], xml = argv[2], name, out, events_out;
     int ranks = -1, only = -1; /* -1: not given */
     for (int i = 3; i < argc; i += 2) {
         if (i + 1 >= argc) {
@@ -301,6 +303,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
         else if (!strcmp(argv[i], "--ranks")) ranks = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--spawn")) only = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--events-out")) events_out = argv[i + 1];
         else if (!strcmp(argv[i], "--full-rings")) play_full_rings(!strcmp(argv[i + 1], "1"));
         else {
             fprintf(stderr, "twin_replay: unknown option %s\n", argv[i]);
@@ -338,6 +341,7 @@ int main(int argc, char **argv) {
                 }
             }
         }
+        if (!events_out.empty()) write_events(replayed, events_out);
         /* SimGrid's log and its engine's own arguments: quiet unless asked. */
 #ifdef __SANITIZE_ADDRESS__
         /* AddressSanitizer cannot follow SimGrid's own stack switching (its
