@@ -310,7 +310,7 @@ typedef struct twin_result {
     char label[96];     /* "simulated on scaled@512": every figure's caption carries it */
     int ranks;          /* ranks simulated */
     int recorded_ranks; /* ranks that ran here */
-    char rule[16];      /* "ddp", "pipeline" or "mesh" when extended; "" when not */
+    char rule[16];      /* "ddp", "pipeline", "1f1b" or "mesh" when extended; "" when not */
     double simulated_s; /* the spawn on the platform, simulated */
     double measured_s;  /* the same spawn here, measured */
     double busy_max_s;  /* the most simulated time any rank spent computing (compute and modelled spans) */

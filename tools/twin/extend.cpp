@@ -22,9 +22,7 @@
  *              stage between them recorded rank 1 (p >= 3: a middle stage
  *              to repeat), its peers moved with it. That needs a schedule
  *              every stage runs alike (GPipe: all forwards, then all
- *              backwards); 1F1B's warm-up, p - s micro-batches on stage s,
- *              depends on the stage's place, and is refused
- *              (check_one_schedule). The model is the same, split finer:
+ *              backwards). The model is the same, split finer:
  *              each stage's compute (measured, counted and modelled) is
  *              scaled by p / P. The lesson of more stages is the bubble,
  *              (P - 1) / (m + P - 1) of the time for m micro-batches, which
@@ -33,6 +31,12 @@
  *              activations sent between stages keep their size (the
  *              micro-batch is the same).
  *
+ *   1f1b       a pipeline whose stage s warms up with min(p - s, m) sends
+ *              on before its first gradient (1F1B: the order depends on the
+ *              stage's place, so no recorded stage repeats): every stage's
+ *              order generated for P stages from recorded stage 1's
+ *              forwards and backwards (one_f_one_b, below), the compute
+ *              scaled by p / P as the pipeline rule scales it.
  *   mesh       a spawn whose collectives are over the groups of a 2-D mesh
  *              of p = D x T ranks, rank = T d + t (lecture_scaling's data x
  *              tensor mesh), beside collectives over the world, and no
@@ -65,6 +69,7 @@
  */
 #include "extend.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace twin {
@@ -93,17 +98,34 @@ static int warm_up(const Rank &rank, int r) {
     return sent;
 }
 
-static void check_one_schedule(const Spawn &sp, int P) {
-    for (int r = 1; r + 1 < sp.world_size; r++) {
-        int w0 = warm_up(sp.ranks[0], 0), w = warm_up(sp.ranks[r], r);
-        if (w != w0)
-            throw refuse(sp, P,
-                         "its stages warm up differently (rank 0 sends " + std::to_string(w0) +
-                             " micro-batches on before its first gradient, rank " + std::to_string(r) + " " +
-                             std::to_string(w) +
-                             "): a schedule such as 1F1B, whose warm-up depends on the stage's place, has no one "
-                             "stage to repeat");
+/* The micro-batches a pipeline rank sends on to the next stage in all. */
+static int forwards(const Rank &rank, int r) {
+    int sent = 0;
+    for (const Event &e : rank.events)
+        if ((e.op == "send" || e.op == "sendrecv") && e.peer == r + 1) sent++;
+    return sent;
+}
+
+/* "gpipe": every stage warms up with all m micro-batches; "1f1b": stage s
+ * sends min(p - s, m) on before its first gradient (p - s - 1 forwards of
+ * warm-up, then the first of the steady one-forward-one-backward). Else
+ * throws: no one schedule to extend. */
+static std::string schedule(const Spawn &sp, int P) {
+    int p = sp.world_size, m = forwards(sp.ranks[0], 0);
+    bool gpipe = true, one_f_one_b = true;
+    for (int r = 0; r + 1 < p; r++) {
+        int w = warm_up(sp.ranks[r], r);
+        gpipe = gpipe && w == m;
+        one_f_one_b = one_f_one_b && w == std::min(p - r, m);
     }
+    if (gpipe) return "gpipe";
+    if (one_f_one_b) return "1f1b";
+    int w0 = warm_up(sp.ranks[0], 0), w1 = warm_up(sp.ranks[1], 1);
+    throw refuse(sp, P,
+                 "its stages warm up differently (rank 0 sends " + std::to_string(w0) +
+                     " micro-batches on before its first gradient, rank 1 " + std::to_string(w1) +
+                     "): neither GPipe (every stage all " + std::to_string(m) + ") nor 1F1B (stage s min(p - s, " +
+                     std::to_string(m) + "))");
 }
 
 /* A group's place in a mesh of p ranks with inner axis T: the T it says
@@ -159,10 +181,7 @@ static std::string strategy(const Spawn &sp, int P, int *T) {
                                     std::to_string(P));
         return "mesh";
     }
-    if (messages) {
-        check_one_schedule(sp, P);
-        return "pipeline";
-    }
+    if (messages) return schedule(sp, P) == "1f1b" ? "1f1b" : "pipeline";
     if (collectives) return "ddp";
     throw refuse(sp, P, "it makes no calls, so nothing says which strategy it follows");
 }
@@ -179,6 +198,73 @@ static Spawn world_groups_cleared(Spawn sp) {
         for (Event &e : rank.events)
             if ((int)e.group.size() == sp.world_size) e.group.clear();
     return sp;
+}
+
+/* A middle stage's run cut into its parts: what comes before the first
+ * message, then per micro-batch a forward (from its receive from the stage
+ * before, through its send on, and what follows up to the next message) and
+ * a backward (from the gradient's receive from the stage after, through
+ * its send back). The last backward keeps what ends the pass (the waits
+ * for the sends, collectives over the world). */
+struct Units {
+    std::vector<Event> prefix;
+    std::vector<std::vector<Event>> forward, backward;
+};
+
+static Units cut(const Spawn &sp, int P, int r) {
+    Units u;
+    std::vector<Event> *into = &u.prefix;
+    for (const Event &e : sp.ranks[r].events) {
+        if (e.op == "sendrecv") throw refuse(sp, P, "rank " + std::to_string(r) + "'s sendrecv: 1F1B's rule cuts sends and receives apart");
+        if (e.op == "recv" && e.peer == r - 1) u.forward.emplace_back(), into = &u.forward.back();
+        if (e.op == "recv" && e.peer == r + 1) u.backward.emplace_back(), into = &u.backward.back();
+        into->push_back(e);
+    }
+    return u;
+}
+
+/* 1F1B over P stages: stage s warms up with w = min(P - s - 1, m) forwards,
+ * then alternates a forward and a backward, then drains w backwards: the
+ * order lecture_08 runs (lecture_08.c, run_schedule), generated here for
+ * every stage. Every stage is built from recorded middle stage 1's
+ * forwards and backwards (each stage's place changes its order, so no
+ * recorded stage's order repeats): the first stage without the receive from
+ * before and the send back, the last without the send on and the
+ * gradient's receive; their own compute (the data, the loss) is that of a
+ * middle stage, scaled as the pipeline rule scales it (p / P: the same
+ * model split finer). The activations and gradients keep their size. */
+static Extended one_f_one_b(const Spawn &sp, int P, Extended x) {
+    int p = sp.world_size;
+    Units u = cut(sp, P, 1);
+    int m = (int)u.forward.size();
+    if ((int)u.backward.size() != m)
+        throw refuse(sp, P, "rank 1 has " + std::to_string(m) + " forwards and " + std::to_string(u.backward.size()) + " backwards");
+    double f = (double)p / P;
+    for (int s = 0; s < P; s++) {
+        Rank rank = sp.ranks[1];
+        rank.events = u.prefix;
+        int w = std::min(P - s - 1, m);
+        std::vector<const std::vector<Event> *> order;
+        for (int k = 0; k < w; k++) order.push_back(&u.forward[k]);
+        for (int k = w; k < m; k++) order.push_back(&u.forward[k]), order.push_back(&u.backward[k - w]);
+        for (int k = m - w; k < m; k++) order.push_back(&u.backward[k]);
+        std::vector<int> dropped; /* requests of sends this stage has no peer for */
+        for (const std::vector<Event> *unit : order)
+            for (Event e : *unit) {
+                if (e.op == "compute" || e.op == "modelled") e = scaled(e, f);
+                if (is_message(e.op)) {
+                    e.peer = s + (e.peer - 1);
+                    if (e.peer < 0 || e.peer >= P) {
+                        if (e.req) dropped.push_back(e.req);
+                        continue;
+                    }
+                }
+                if (e.op == "wait" && std::find(dropped.begin(), dropped.end(), e.req) != dropped.end()) continue;
+                rank.events.push_back(e);
+            }
+        x.spawn.ranks.push_back(rank);
+    }
+    return x;
 }
 
 Extended extend(const Spawn &recorded, int P) {
@@ -216,6 +302,10 @@ Extended extend(const Spawn &recorded, int P) {
             x.spawn.ranks.push_back(rank);
         }
         return x;
+    }
+    if (x.rule == "1f1b") {
+        if (p < 3) throw refuse(sp, P, "its messages pass between 2 ranks only: as a pipeline, it has no middle stage to repeat");
+        return one_f_one_b(sp, P, x);
     }
     if (P > 2 && p < 3) throw refuse(sp, P, "its messages pass between 2 ranks only: as a pipeline, it has no middle stage to repeat");
     double f = (double)p / P;

@@ -13,7 +13,7 @@ namespace twin {
 
 struct Extended {
     Spawn spawn;      /* P ranks of events */
-    std::string rule; /* "ddp", "pipeline" or "mesh": which rule made them */
+    std::string rule; /* "ddp", "pipeline", "1f1b" or "mesh": which rule made them */
 };
 
 /* The spawn as P ranks would have run it. Throws std::runtime_error naming
