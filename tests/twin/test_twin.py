@@ -526,6 +526,38 @@ class TwinMesh(unittest.TestCase):
             self.assertEqual(sorted(rows), [(2, 4 << 20), (P // 2, 16 << 20)])
             self.assertAlmostEqual(rows[(2, 4 << 20)]["time_s"], tp, delta=RING_ATOL)
 
+    def test_tensor_parallel_across_nodes_costs(self):
+        # --placement tp-across: the same mesh, each tensor-parallel pair on
+        # GPUs d and P/2 + d (other nodes), each data-parallel group packed.
+        # Its tensor-parallel ring now crosses the spine (closed form), and
+        # at these sizes (4 MiB of activations, 2 x 16 MiB of gradients) the
+        # step is slower than with the pair inside a node: the mistake.
+        fab = Fabric("scaled")
+        rec = mesh_events()
+        compute = sum(fab.work(e) for e in rec["spawns"][0]["ranks"][0]["events"] if e["op"] == "compute")
+        P = 64
+        good, _ = self.replay(rec, "scaled", P)
+        with tempfile.TemporaryDirectory() as d:
+            ev, out = os.path.join(d, "e.json"), os.path.join(d, "o.json")
+            with open(ev, "w") as f:
+                json.dump(rec, f)
+            p = subprocess.run([REPLAY, ev, os.path.join(PLATFORMS, "scaled.xml"), "--spawn", "0", "--ranks", str(P),
+                                "--placement", "tp-across", "--out", out], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(out) as f:
+                bad = json.load(f)["spawns"][0]
+        # Each pair's ring crosses from leaf 0 (GPUs 0-31) to leaf 1 and
+        # back, all P / 2 pairs at once over the one route between the two
+        # leaves (SimGrid has no ECMP, docs/twin.md): each flow gets the
+        # leaf's uplink over P / 2 if that is less than its own path's rate.
+        lat, bw = fab.hop(0, P // 2)
+        bw = min(bw, fab.links["up0-0"][0] / (P // 2))
+        tp = 2 * (lat + (4 << 20) / 2 / bw)
+        dp = max(fab.ring_over(list(range(t * P // 2, (t + 1) * P // 2)), 16 << 20) for t in (0, 1))
+        want = compute + tp + 2 * dp
+        self.assertAlmostEqual(bad["simulated_s"], want, delta=RING_ATOL + REL * want)
+        self.assertGreater(bad["simulated_s"], good["simulated_s"])
+
     def test_not_a_mesh_refused(self):
         rec = mesh_events()
         for r in (0, 3):  # {0, 3}: neither neighbours nor every 2nd rank

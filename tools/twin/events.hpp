@@ -32,6 +32,7 @@ struct Rank {
 struct Spawn {
     int id = 0, world_size = 0;
     std::vector<Rank> ranks;
+    std::vector<int> hosts; /* the platform host each rank runs on; empty: rank r on host r */
     bool complete() const;
     double measured_s() const; /* first event's start to the last rank's end */
 };

@@ -267,7 +267,7 @@ static Extended one_f_one_b(const Spawn &sp, int P, Extended x) {
     return x;
 }
 
-Extended extend(const Spawn &recorded, int P) {
+Extended extend(const Spawn &recorded, int P, bool tp_across) {
     Spawn sp = world_groups_cleared(recorded);
     Extended x;
     int T;
@@ -275,7 +275,8 @@ Extended extend(const Spawn &recorded, int P) {
     x.spawn.id = sp.id;
     x.spawn.world_size = P;
     int p = sp.world_size;
-    if (P == p) { /* the run itself */
+    if (tp_across && x.rule != "mesh") throw refuse(sp, P, "tensor parallelism across nodes is a mesh's placement; this spawn is no mesh");
+    if (P == p && !tp_across) { /* the run itself */
         x.spawn = sp;
         return x;
     }
@@ -300,6 +301,7 @@ Extended extend(const Spawn &recorded, int P) {
                 if (root >= 0) e.peer = inner ? T * d + root % T : T * (root / T) + t;
             }
             x.spawn.ranks.push_back(rank);
+            if (tp_across) x.spawn.hosts.push_back(t * D2 + d); /* the mistake, on purpose */
         }
         return x;
     }
