@@ -2414,6 +2414,7 @@ static void ring_timing_main(int rank, int world_size, void *args) {
 /* ------------------------------------------------------------------ */
 
 static void mesh_main(int rank, int world_size, void *args);
+static void mesh_on_the_twin(void);
 
 /* The mesh's MLP, lib/mlp.h's layers: y = gelu(gelu(x A) B), A d x
  * HIDDEN, B HIDDEN x d, loss mean(y^2). */
@@ -2444,6 +2445,64 @@ static void mesh_2d(void) {
          "traffic that never cross: the tensor-parallel all-reduces of activations (in "
          "every block, forward and, past the first block, backward) and the data-parallel "
          "all-reduces of gradients (once per step). That is why the mesh puts the first on the fastest links.");
+    mesh_on_the_twin();
+}
+
+/* The twin's row for the mesh's all-reduce over `ranks` ranks (docs/twin.md). */
+static const twin_collective *mesh_row(const twin_result *t, int ranks) {
+    for (int i = 0; i < t->n_collectives; i++)
+        if (!strcmp(t->collectives[i].op, "all_reduce") && t->collectives[i].ranks == ranks) return &t->collectives[i];
+    return NULL;
+}
+
+/* The same step, without its check, recorded and replayed on the simulated
+ * 8-GPU node and on 64 GPUs by the mesh's rule (tools/twin/extend.cpp):
+ * tensor-parallel groups kept 2 wide inside a node, data parallelism grown. */
+static void mesh_on_the_twin(void) {
+    note("### The mesh on 8 and 64 GPUs, simulated\n\n"
+         "This machine runs the 2 x 2 mesh. The twin (docs/twin.md) replays the same step, recorded here, on "
+         "`h100-node` (8 H100s on NVLink) as a 4 x 2 mesh and on `scaled` (8 GPUs a node, nodes over InfiniBand) "
+         "as 32 x 2, by the mesh's rule: each tensor-parallel pair stays two neighbouring GPUs of one node, and "
+         "data parallelism grows, its groups every second GPU, across nodes. Every rank keeps the recorded work and "
+         "bytes; compute is replayed as the roofline of the work counted here.");
+    static const int step_only = 1;
+    twin_record(1);
+    spawn(mesh_main, WORLD, &step_only, sizeof step_only);
+    twin_record(0);
+    twin_result node, cluster;
+    if (!twin_last_spawn("h100-node", 8, &node) || !twin_last_spawn("scaled", 64, &cluster)) {
+        note("Not simulated: %s.", node.ran ? cluster.why : node.why);
+        return;
+    }
+    const twin_collective *tp = mesh_row(&cluster, 2), *dp4 = mesh_row(&node, 4), *dp32 = mesh_row(&cluster, 32);
+    if (!tp || !dp4 || !dp32) {
+        lecture_fail("the twin of the mesh has no all-reduce over 2, 4 or 32 ranks");
+        return;
+    }
+    predict("Simulated on scaled@64 (a 32 x 2 mesh), how many microseconds will the step take?",
+            cluster.simulated_s * 1e6, "us");
+    table_t *tab =
+            table_new("The mesh's step, simulated (measured here on the 2 x 2 mesh: %.0f us)", node.measured_s * 1e6);
+    table_column(tab, "mesh (data x tensor)", NULL, "%s");
+    table_column(tab, "simulated step", "us", "%.1f");
+    table_column(tab, "tensor-parallel all-reduce", "us", "%.2f");
+    table_column(tab, "data-parallel all-reduce (one of 2)", "us", "%.2f");
+    table_column(tab, "platform", NULL, "%s");
+    const twin_collective *tp8 = mesh_row(&node, 2);
+    table_row(tab, "4 x 2", node.simulated_s * 1e6, tp8 ? tp8->time_s * 1e6 : NAN, dp4->time_s * 1e6, node.label);
+    table_row(tab, "32 x 2", cluster.simulated_s * 1e6, tp->time_s * 1e6, dp32->time_s * 1e6, cluster.label);
+    table_show(tab);
+    note("Simulated: the step takes %.1f us on h100-node@8 and %.1f us on scaled@64, against %.0f us measured here. "
+         "The tensor-parallel all-reduce (%.0f KiB, 2 GPUs of one node) takes %.2f us; a data-parallel all-reduce "
+         "of %.0f KiB takes %.2f us over 4 GPUs of one node and %.2f us over 32 across 8 nodes, %.0f times as "
+         "long. At this lecture's few KiB a ring's latencies, 2 (n - 1) steps, set the time, not its bytes: the "
+         "32-rank ring has 62 steps, each as long as its slowest hop, between nodes: %.2f us a step. A "
+         "tensor-parallel all-reduce comes in every block, forward and backward; the data-parallel one once a step: "
+         "the mesh keeps the frequent one in the node. Measured here, 4 ranks share 2 cores and Open MPI: not a "
+         "GPU's figure.",
+         quoted(node.simulated_s * 1e6), quoted(cluster.simulated_s * 1e6), node.measured_s * 1e6, tp->bytes / 1024,
+         quoted(tp->time_s * 1e6), dp4->bytes / 1024, quoted(dp4->time_s * 1e6), quoted(dp32->time_s * 1e6),
+         dp32->time_s / dp4->time_s, dp32->time_s * 1e6 / 62);
 }
 
 /* One device: the gradients of A and B on the whole batch. */
@@ -2490,6 +2549,14 @@ static void mesh_main(int rank, int world_size, void *args) {
     mesh_step(tp, x, a, b, ga, gb);
     dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */
     dist_all_reduce_in(dpg, gb, DIST_AVG);
+    if (args && *(const int *)args) { /* the step alone, for the twin: no check */
+        tensor *step[] = {a, b_view, b, ga, gb, A, B, x, data};
+        for (int i = 0; i < 9; i++)
+            tensor_free(step[i]);
+        dist_group_free(tp);
+        dist_group_free(dpg);
+        return;
+    }
 
     tensor *full_ga, *full_gb;
     mesh_one_device(device, &full_ga, &full_gb);

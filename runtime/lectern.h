@@ -279,7 +279,8 @@ size_t spawn_result(int rank, void *out, size_t cap);
  * replay (build/tools/twin/twin_replay beside the lecture's build, or
  * $LECTERN_TWIN_REPLAY); `ranks` 0 replays it at its own world size, P > 0
  * at P ranks by its strategy's extension rule (DDP: the same step on a
- * bigger ring; pipeline: the same schedule over more stages). Returns 1 and
+ * bigger ring; pipeline (GPipe or 1F1B): the same schedule over more
+ * stages; mesh: a data x tensor mesh with more data-parallel groups). Returns 1 and
  * fills *out; the trace's spawn gets the same "twin" entry `make twin`
  * writes (docs/trace-format.md), named as out->platform ("scaled@512").
  * Returns 0 with out->why when it could not simulate: SimGrid's replay not
@@ -309,7 +310,7 @@ typedef struct twin_result {
     char label[96];     /* "simulated on scaled@512": every figure's caption carries it */
     int ranks;          /* ranks simulated */
     int recorded_ranks; /* ranks that ran here */
-    char rule[16];      /* "ddp" or "pipeline" when extended; "" when not */
+    char rule[16];      /* "ddp", "pipeline", "1f1b" or "mesh" when extended; "" when not */
     double simulated_s; /* the spawn on the platform, simulated */
     double measured_s;  /* the same spawn here, measured */
     double busy_max_s;  /* the most simulated time any rank spent computing (compute and modelled spans) */

@@ -23,8 +23,13 @@ missing-SimGrid path.
   (P - 1) / P, and rings beyond a node played in steady state take what
   every step played message by message takes; a pipeline extended to 8 stages computes 3/8 of a recorded
   stage's work per stage; a spawn whose first rank sends to its last, and
-  a 1F1B-like pipeline (its stages' warm-ups differ), are refused, naming
+  a pipeline that is neither GPipe nor 1F1B (its stages' warm-ups differ), are refused, naming
   the spawn and why.
+- The mesh's rule: a 2 x 2 data x tensor mesh at 8, 16 and 64 ranks, its
+  groups against the test's own construction, its step's time against the
+  rings' closed forms (tensor parallelism inside a node); 1F1B's rule: the
+  extended orders against the schedule's rules and the simulated bubble
+  against (P - 1) / (m + P - 1).
 - make twin without the replay (LECTERN_TWIN_REPLAY pointing nowhere, as
   when SimGrid is missing) names what is missing, exits 3, and leaves the
   trace untouched.
@@ -266,6 +271,13 @@ class Fabric:
         step = max(lat + nbytes / p / bw for lat, bw in (self.hop(r, (r + 1) % p) for r in range(p)))
         return 2 * (p - 1) * step, step
 
+    def ring_over(self, gpus, nbytes):
+        """A ring all-reduce of nbytes over these GPUs, in this order: as
+        ring(), each hop from one to the next."""
+        n = len(gpus)
+        step = max(lat + nbytes / n / bw for lat, bw in (self.hop(a, b) for a, b in zip(gpus, gpus[1:] + gpus[:1])))
+        return 2 * (n - 1) * step
+
     def work(self, e):
         """A compute event as work: the roofline, max(FLOPs / speed, bytes / memory bandwidth)."""
         return max(e.get("flops", 0) / self.speed, e.get("bytes", 0) / self.memory_bw)
@@ -434,6 +446,255 @@ class TwinPlatforms(unittest.TestCase):
         got = self.replay("h100-node", "--ranks", "8")
         self.assertIn(why, got[3]["refused"])
         self.assertEqual([got[i]["rule"] for i in (0, 1, 2)], ["ddp", "ddp", "pipeline"])
+
+
+def mesh_events(T=2, D=2, tp_bytes=4 << 20, dp_bytes=16 << 20, flops=None):
+    """A hand-made D x T mesh step, lecture_scaling's shape (rank = T d +
+    t): compute, an all-reduce in the tensor-parallel group (T neighbouring
+    ranks), compute, two all-reduces in the data-parallel group (every T-th
+    rank). Rank r computes flops(r): which recorded rank a replayed one
+    repeats shows in its compute."""
+    flops = flops or (lambda r: 1e12)
+    ranks = []
+    for r in range(T * D):
+        d, t = divmod(r, T)
+        tp, dp = list(range(T * d, T * d + T)), list(range(t, T * D, T))
+        ev = [{"op": "compute", "start": 0, "end": 0, "flops": flops(r)},
+              {"op": "all_reduce", "start": 0, "end": 0, "bytes": tp_bytes, "group": tp},
+              {"op": "compute", "start": 0, "end": 0, "flops": 2 * flops(r)},
+              {"op": "all_reduce", "start": 0, "end": 0, "bytes": dp_bytes, "group": dp},
+              {"op": "all_reduce", "start": 0, "end": 0, "bytes": dp_bytes, "group": dp}]
+        ranks.append({"events": ev, "end": 0})
+    return {"version": 1, "lecture": "hand", "spawns": [{"id": 0, "world_size": T * D, "ranks": ranks}]}
+
+
+@unittest.skipUnless(os.path.exists(REPLAY), "the twin's replay is not built (SimGrid missing: libsimgrid-dev)")
+class TwinMesh(unittest.TestCase):
+    """The mesh's extension rule (tools/twin/extend.cpp): a 2 x 2 data x
+    tensor mesh grown to P = P/2 x 2 ranks, tensor-parallel groups kept 2
+    wide inside a node, data-parallel groups grown across nodes."""
+
+    def replay(self, events, platform, P, rc=0):
+        with tempfile.TemporaryDirectory() as d:
+            ev, out, ext = (os.path.join(d, n) for n in ("e.json", "o.json", "x.json"))
+            with open(ev, "w") as f:
+                json.dump(events, f)
+            p = subprocess.run([REPLAY, ev, os.path.join(PLATFORMS, platform + ".xml"), "--spawn", "0", "--ranks",
+                                str(P), "--out", out, "--events-out", ext], capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(p.returncode, rc, p.stderr)
+            if rc:
+                return p
+            with open(out) as f, open(ext) as g:
+                return json.load(f)["spawns"][0], json.load(g)["spawns"][0]
+
+    def test_layout_against_the_mesh(self):
+        # Independently: at P = D' x 2, rank 2 d' + t's tensor-parallel group
+        # is {2 d', 2 d' + 1}, its data-parallel group {t, t + 2, ..., P - 2
+        # + t}, and it repeats recorded rank 2 (d' mod 2) + t, whose compute
+        # (1 + r) TFLOP marks it.
+        rec = mesh_events(flops=lambda r: (1 + r) * 1e12)
+        for P in (8, 16):
+            s, ext = self.replay(rec, "scaled", P)
+            self.assertEqual((s["rule"], s["recorded_ranks"], ext["world_size"]), ("mesh", 4, P))
+            for r, rank in enumerate(ext["ranks"]):
+                d, t = divmod(r, 2)
+                src = rec["spawns"][0]["ranks"][2 * (d % 2) + t]["events"]
+                want = [dict(e) for e in src]
+                want[1]["group"] = [2 * d, 2 * d + 1]
+                want[3]["group"] = want[4]["group"] = list(range(t, P, 2))
+                got = [{k: v for k, v in e.items()} for e in rank["events"]]
+                self.assertEqual(got, want, "rank %d of %d" % (r, P))
+
+    def test_time_tensor_parallel_inside_a_node(self):
+        # Every rank the same work, so the ranks move together: the step is
+        # the compute, the tensor-parallel ring over two GPUs of one node
+        # (NVLink), the compute again, and two rings over the data-parallel
+        # group, which crosses nodes. Built with the tensor-parallel groups
+        # across nodes instead, its ring would cross InfiniBand and the time
+        # would not match.
+        fab = Fabric("scaled")
+        rec = mesh_events()
+        compute = sum(fab.work(e) for e in rec["spawns"][0]["ranks"][0]["events"] if e["op"] == "compute")
+        for P in (8, 64):
+            s, _ = self.replay(rec, "scaled", P)
+            tp = fab.ring_over([0, 1], 4 << 20)
+            dp = max(fab.ring_over(list(range(t, P, 2)), 16 << 20) for t in (0, 1))
+            want = compute + tp + 2 * dp
+            self.assertAlmostEqual(s["simulated_s"], want, delta=RING_ATOL + REL * want, msg=P)
+            rows = {(c["ranks"], c["bytes"]): c for c in s["collectives"]}
+            self.assertEqual(sorted(rows), [(2, 4 << 20), (P // 2, 16 << 20)])
+            self.assertAlmostEqual(rows[(2, 4 << 20)]["time_s"], tp, delta=RING_ATOL)
+
+    def test_tensor_parallel_across_nodes_costs(self):
+        # --placement tp-across: the same mesh, each tensor-parallel pair on
+        # GPUs d and P/2 + d (other nodes), each data-parallel group packed.
+        # Its tensor-parallel ring now crosses the spine (closed form), and
+        # at these sizes (4 MiB of activations, 2 x 16 MiB of gradients) the
+        # step is slower than with the pair inside a node: the mistake.
+        fab = Fabric("scaled")
+        rec = mesh_events()
+        compute = sum(fab.work(e) for e in rec["spawns"][0]["ranks"][0]["events"] if e["op"] == "compute")
+        P = 64
+        good, _ = self.replay(rec, "scaled", P)
+        with tempfile.TemporaryDirectory() as d:
+            ev, out = os.path.join(d, "e.json"), os.path.join(d, "o.json")
+            with open(ev, "w") as f:
+                json.dump(rec, f)
+            p = subprocess.run([REPLAY, ev, os.path.join(PLATFORMS, "scaled.xml"), "--spawn", "0", "--ranks", str(P),
+                                "--placement", "tp-across", "--out", out], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(out) as f:
+                bad = json.load(f)["spawns"][0]
+        # Each pair's ring crosses from leaf 0 (GPUs 0-31) to leaf 1 and
+        # back, all P / 2 pairs at once over the one route between the two
+        # leaves (SimGrid has no ECMP, docs/twin.md): each flow gets the
+        # leaf's uplink over P / 2 if that is less than its own path's rate.
+        lat, bw = fab.hop(0, P // 2)
+        bw = min(bw, fab.links["up0-0"][0] / (P // 2))
+        tp = 2 * (lat + (4 << 20) / 2 / bw)
+        dp = max(fab.ring_over(list(range(t * P // 2, (t + 1) * P // 2)), 16 << 20) for t in (0, 1))
+        want = compute + tp + 2 * dp
+        self.assertAlmostEqual(bad["simulated_s"], want, delta=RING_ATOL + REL * want)
+        self.assertGreater(bad["simulated_s"], good["simulated_s"])
+
+    def test_not_a_mesh_refused(self):
+        rec = mesh_events()
+        for r in (0, 3):  # {0, 3}: neither neighbours nor every 2nd rank
+            rec["spawns"][0]["ranks"][r]["events"][1]["group"] = [0, 3]
+        p = self.replay(rec, "scaled", 8, rc=2)
+        self.assertIn("rank 0's all_reduce is over a group that is no axis of a mesh", p.stderr)
+        p = self.replay(mesh_events(), "scaled", 9, rc=2)
+        self.assertIn("its mesh's inner axis is 2 ranks wide, which does not divide 9", p.stderr)
+
+
+def one_f_one_b_record(p=3, m=6, f_ms=1.0, b_ms=2.0, nbytes=64 << 10):
+    """A p-stage 1F1B pass recorded as lecture_08's run_schedule runs it
+    (warm-up min(p - s - 1, m) forwards; a forward: receive from the stage
+    before, modelled compute, send on without waiting; a backward: receive
+    the gradient from the stage after, modelled compute, send back without
+    waiting; the sends waited for at the end), with modelled compute."""
+    ranks = []
+    for s in range(p):
+        ev, reqs = [], []
+
+        def step(kind, k):
+            other, to = (s - 1, s + 1) if kind == "F" else (s + 1, s - 1)
+            if 0 <= other < p:
+                ev.append({"op": "recv", "start": 0, "end": 0, "bytes": nbytes, "peer": other})
+            ev.append({"op": "modelled", "start": 0, "end": 0, "ms": f_ms if kind == "F" else b_ms})
+            if 0 <= to < p:
+                reqs.append(len(reqs) + 1)
+                ev.append({"op": "send", "start": 0, "end": 0, "bytes": nbytes, "peer": to, "req": reqs[-1]})
+        w = min(p - s - 1, m)
+        for k in range(w):
+            step("F", k)
+        for k in range(w, m):
+            step("F", k)
+            step("B", k - w)
+        for k in range(m - w, m):
+            step("B", k)
+        ev += [{"op": "wait", "start": 0, "end": 0, "req": r} for r in reqs]
+        ranks.append({"events": ev, "end": 0})
+    return {"version": 1, "lecture": "hand", "spawns": [{"id": 0, "world_size": p, "ranks": ranks}]}
+
+
+def operations(events, s, P):
+    """A stage's extended events read back as its operations, in order:
+    ("F", k) for each forward (a modelled span that follows a receive from
+    the stage before, or starts a first stage's forward), ("B", k) for each
+    backward; k counted per kind, as micro-batches go through a stage in
+    order. Messages say which: what precedes a modelled span."""
+    ops, n, last = [], {"F": 0, "B": 0}, None
+    for e in events:
+        if e["op"] == "recv":
+            last = "F" if e["peer"] == s - 1 else "B"
+        elif e["op"] == "send":
+            last = None
+        elif e["op"] == "modelled":
+            if last is None:  # no receive before it: stage 0's forward or the last stage's backward
+                last = "F" if s == 0 else "B"
+            ops.append((last, n[last]))
+            n[last] += 1
+            last = None
+    return ops
+
+
+@unittest.skipUnless(os.path.exists(REPLAY), "the twin's replay is not built (SimGrid missing: libsimgrid-dev)")
+class TwinOneFOneB(unittest.TestCase):
+    """1F1B's extension rule (tools/twin/extend.cpp): the same schedule over
+    P stages, every stage's order generated by the rule, checked here against
+    the schedule's own rules and its bubble against (P - 1) / (m + P - 1)."""
+
+    replay = TwinMesh.replay
+
+    def test_order_follows_the_schedule(self):
+        # homework_parallel's checker's rules, independently of the rule's
+        # code: each forward and backward once per stage; forward k on stage s
+        # after forward k on s - 1, backward k after backward k on s + 1 and
+        # after its own forward; and 1F1B's order: stage s runs min(P - s - 1,
+        # m) forwards, then one forward and one backward in turn, so it never
+        # holds more than P - s micro-batches' activations.
+        m = 6
+        for P in (8, 16):
+            s_out, ext = self.replay(one_f_one_b_record(m=m), "scaled", P)
+            self.assertEqual((s_out["rule"], s_out["recorded_ranks"]), ("1f1b", 3))
+            stages = [operations(r["events"], s, P) for s, r in enumerate(ext["ranks"])]
+            for s, ops in enumerate(stages):
+                self.assertEqual(sorted(ops), sorted([("F", k) for k in range(m)] + [("B", k) for k in range(m)]), s)
+                held = peak = 0
+                for kind, _ in ops:
+                    held += 1 if kind == "F" else -1
+                    peak = max(peak, held)
+                self.assertEqual(peak, min(P - s, m), "stage %d holds %d micro-batches" % (s, peak))
+                w = min(P - s - 1, m)
+                self.assertEqual(ops[:w], [("F", k) for k in range(w)], s)
+                self.assertEqual(ops[w:w + 2], [("F", w), ("B", 0)] if w < m else [("B", 0), ("B", 1)], s)
+                # each message to a neighbour, none beyond the pipeline's ends
+                peers = {e["peer"] for e in ext["ranks"][s]["events"] if "peer" in e}
+                self.assertLessEqual(peers, {s - 1, s + 1} & set(range(P)), s)
+            # Dependencies: play the stages' orders as a dataflow; each
+            # operation runs once what it needs has run. All must finish.
+            done, pos = set(), [0] * P
+            progress = True
+            while progress:
+                progress = False
+                for s in range(P):
+                    while pos[s] < len(stages[s]):
+                        kind, k = stages[s][pos[s]]
+                        need = [("F", s - 1, k)] if kind == "F" and s > 0 else []
+                        if kind == "B":
+                            need = [("F", s, k)] + ([("B", s + 1, k)] if s < P - 1 else [])
+                        if not all(n in done for n in need):
+                            break
+                        done.add((kind, s, k))
+                        pos[s] += 1
+                        progress = True
+            self.assertEqual(pos, [2 * m] * P, "the stages' orders deadlock")
+
+    def test_bubble_against_the_formula(self):
+        # Modelled compute, the same on every stage (the recorded ms times 3 /
+        # P): the pass takes (m + P - 1) (t_F + t_B) and the busiest stage
+        # computes m (t_F + t_B), a bubble of (P - 1) / (m + P - 1). The
+        # messages add to it: at most one each way per slot of the schedule's
+        # critical path, 2 (m + P - 1) in all, each at most the slowest hop's
+        # latency and 64 KiB over its rate.
+        fab = Fabric("scaled")
+        m = 6
+        for P in (4, 8, 16):
+            s_out, _ = self.replay(one_f_one_b_record(m=m), "scaled", P)
+            busy = m * (1.0 + 2.0) * 1e-3 * 3 / P
+            total = s_out["simulated_s"]
+            spans = [sum(x["end"] - x["start"] for x in r if x["op"] == "modelled") for r in s_out["ranks"]]
+            self.assertAlmostEqual(max(spans), busy, delta=1e-9 * 2 * m)  # one clock rounding per span
+            slowest = max(lat + (64 << 10) / bw for lat, bw in (fab.hop(r, r + 1) for r in range(P - 1)))
+            extra = 2 * (m + P - 1) * slowest
+            formula = (P - 1) / (m + P - 1)
+            ideal = busy / (1 - formula)
+            self.assertGreaterEqual(total, ideal - 1e-9 * 4 * (m + P))
+            self.assertLessEqual(total, ideal + extra, P)
+            bubble = 1 - busy / total
+            self.assertAlmostEqual(bubble, formula, delta=extra / ideal, msg=P)
 
 
 class TwinAtRunTime(unittest.TestCase):

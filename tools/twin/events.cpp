@@ -5,6 +5,8 @@
 #include "events.hpp"
 
 #include <cjson/cJSON.h>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -94,6 +96,54 @@ Run read_events(const std::string &path) {
     }
     cJSON_Delete(root);
     return run;
+}
+
+static cJSON *event_json(const Event &e) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "op", e.op.c_str());
+    cJSON_AddNumberToObject(o, "start", e.start);
+    cJSON_AddNumberToObject(o, "end", e.end);
+    if (e.flops) cJSON_AddNumberToObject(o, "flops", e.flops);
+    if (e.bytes) cJSON_AddNumberToObject(o, "bytes", e.bytes);
+    if (e.recv_bytes) cJSON_AddNumberToObject(o, "recv_bytes", e.recv_bytes);
+    if (e.ms) cJSON_AddNumberToObject(o, "ms", e.ms);
+    if (e.peer >= 0) cJSON_AddNumberToObject(o, "peer", e.peer);
+    if (e.src >= 0) cJSON_AddNumberToObject(o, "src", e.src);
+    if (e.req) cJSON_AddNumberToObject(o, "req", e.req);
+    if (!e.group.empty()) cJSON_AddItemToObject(o, "group", cJSON_CreateIntArray(e.group.data(), (int)e.group.size()));
+    return o;
+}
+
+void write_events(const Run &run, const std::string &path) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddStringToObject(root, "lecture", run.lecture.c_str());
+    cJSON *spawns = cJSON_AddArrayToObject(root, "spawns");
+    for (const Spawn &sp : run.spawns) {
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "id", sp.id);
+        cJSON_AddNumberToObject(s, "world_size", sp.world_size);
+        cJSON *ranks = cJSON_AddArrayToObject(s, "ranks");
+        for (const Rank &r : sp.ranks) {
+            if (!r.present) {
+                cJSON_AddItemToArray(ranks, cJSON_CreateNull());
+                continue;
+            }
+            cJSON *o = cJSON_CreateObject(), *ev = cJSON_AddArrayToObject(o, "events");
+            for (const Event &e : r.events)
+                cJSON_AddItemToArray(ev, event_json(e));
+            cJSON_AddNumberToObject(o, "end", r.end);
+            cJSON_AddItemToArray(ranks, o);
+        }
+        cJSON_AddItemToArray(spawns, s);
+    }
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    FILE *f = text ? fopen(path.c_str(), "w") : nullptr;
+    bool ok = f && fputs(text, f) >= 0;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(text);
+    if (!ok) throw std::runtime_error(path + ": cannot write");
 }
 
 } // namespace twin

@@ -32,6 +32,7 @@ struct Rank {
 struct Spawn {
     int id = 0, world_size = 0;
     std::vector<Rank> ranks;
+    std::vector<int> hosts; /* the platform host each rank runs on; empty: rank r on host r */
     bool complete() const;
     double measured_s() const; /* first event's start to the last rank's end */
 };
@@ -43,6 +44,11 @@ struct Run {
 
 /* Reads `path`; throws std::runtime_error naming the file and what is wrong. */
 Run read_events(const std::string &path);
+
+/* Writes `run` in the same format (the replay's --events-out: what an
+ * extension rule made, for a reader or a test to check); throws
+ * std::runtime_error when it cannot. */
+void write_events(const Run &run, const std::string &path);
 
 } // namespace twin
 

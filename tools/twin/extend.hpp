@@ -13,12 +13,14 @@ namespace twin {
 
 struct Extended {
     Spawn spawn;      /* P ranks of events */
-    std::string rule; /* "ddp" or "pipeline": which rule made them */
+    std::string rule; /* "ddp", "pipeline", "1f1b" or "mesh": which rule made them */
 };
 
-/* The spawn as P ranks would have run it. Throws std::runtime_error naming
+/* The spawn as P ranks would have run it. tp_across (a mesh only): the
+ * placement mistake, each tensor-parallel group spread over nodes (rank
+ * T d + t on host t D' + d) and each data-parallel group packed. Throws std::runtime_error naming
  * the spawn and why where no rule applies. */
-Extended extend(const Spawn &sp, int P);
+Extended extend(const Spawn &sp, int P, bool tp_across = false);
 
 } // namespace twin
 

@@ -3,12 +3,17 @@
  * (docs/twin.md).
  *
  *   twin_replay EVENTS.json PLATFORM.xml [--name NAME] [--out FILE]
- *               [--ranks P] [--spawn ID] [--full-rings 1]
+ *               [--ranks P] [--spawn ID] [--full-rings 1] [--events-out FILE]
  *
  * --ranks P replays each spawn at P ranks by its strategy's extension rule
  * (extend.cpp); a spawn no rule covers is left out, with why. --spawn ID
  * replays that spawn only; then a refused extension is an error (exit 2).
  * --full-rings 1 plays every step of rings beyond one node (collectives.cpp).
+ * --placement tp-across (with --ranks, a mesh): the mesh placed the wrong
+ * way, tensor-parallel groups spread over nodes (extend.hpp), to show
+ * what that costs.
+ * --events-out FILE writes the events replayed, in the events file's format:
+ * at --ranks P, the P ranks the extension rule made.
  *
  * SimGrid's S4U API: an actor per rank on the platform's hosts (rank r on
  * the r-th host, hosts in natural order of their names), replaying its
@@ -198,9 +203,11 @@ static void conductor(const Run *run) {
         auto &tl = timelines[sp.id];
         tl.assign(sp.world_size, {});
         std::vector<s4u::ActorPtr> actors;
-        for (int r = 0; r < sp.world_size; r++)
-            actors.push_back(s4u::Actor::create("rank" + std::to_string(r), platform.hosts[r],
+        for (int r = 0; r < sp.world_size; r++) {
+            int host = sp.hosts.empty() ? r : sp.hosts[r];
+            actors.push_back(s4u::Actor::create("rank" + std::to_string(r), platform.hosts[host],
                                                 [&sp, r, &tl]() { rank_actor(&sp, r, &tl[r]); }));
+        }
         for (auto &a : actors) a->join();
         spawn_seconds[sp.id] = s4u::Engine::get_clock() - t0;
     }
@@ -290,8 +297,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s EVENTS.json PLATFORM.xml [--name NAME] [--out FILE]\n", argv[0]);
         return 2;
     }
-    std::string events = argv[1], xml = argv[2], name, out;
+    std::string events = argv[1], xml = argv[2], name, out, events_out;
     int ranks = -1, only = -1; /* -1: not given */
+    bool tp_across = false;
     for (int i = 3; i < argc; i += 2) {
         if (i + 1 >= argc) {
             fprintf(stderr, "twin_replay: %s needs a value\n", argv[i]);
@@ -301,6 +309,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
         else if (!strcmp(argv[i], "--ranks")) ranks = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--spawn")) only = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--events-out")) events_out = argv[i + 1];
+        else if (!strcmp(argv[i], "--placement")) {
+            if (strcmp(argv[i + 1], "tp-across")) {
+                fprintf(stderr, "twin_replay: --placement %s: the one placement it takes is tp-across\n", argv[i + 1]);
+                return 2;
+            }
+            tp_across = true;
+        }
         else if (!strcmp(argv[i], "--full-rings")) play_full_rings(!strcmp(argv[i + 1], "1"));
         else {
             fprintf(stderr, "twin_replay: unknown option %s\n", argv[i]);
@@ -328,7 +344,7 @@ int main(int argc, char **argv) {
             for (const Spawn &sp : run.spawns) {
                 if (!sp.complete()) continue;
                 try {
-                    Extended x = extend(sp, ranks);
+                    Extended x = extend(sp, ranks, tp_across);
                     rules[sp.id] = x.rule;
                     replayed.spawns.push_back(x.spawn);
                 } catch (const std::runtime_error &why) {
@@ -338,6 +354,7 @@ int main(int argc, char **argv) {
                 }
             }
         }
+        if (!events_out.empty()) write_events(replayed, events_out);
         /* SimGrid's log and its engine's own arguments: quiet unless asked. */
 #ifdef __SANITIZE_ADDRESS__
         /* AddressSanitizer cannot follow SimGrid's own stack switching (its
