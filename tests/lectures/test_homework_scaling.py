@@ -158,6 +158,30 @@ class HomeworkScaling(tracecheck.HomeworkTest):
     def test_moe_expert_major_packing_and_async_all_to_all_pass(self):
         self.wrong("alt_moe_expert_major", {}, status=0)
 
+    # ---- a mistake ----
+
+    def test_reading_the_block_still_received_names_the_students_call(self):
+        # attend_block(spare) before the receive into spare is waited for:
+        # the read is in the course's attend_block(); the error is at the
+        # student's call and names the receive's line. It costs exercise
+        # 2's checks only.
+        p, t = self.outcome("ring_read_early", 1)
+        others = EXERCISE[1] + EXERCISE[3]
+        self.assertEqual(checks(t), sorted((r, w, True) for r in range(WORLD) for w in others))
+        self.assertEqual(last_line(p), "checks: %d passed, 0 failed, %d not reached" % (WORLD * len(others),
+                                                                                        WORLD * len(EXERCISE[2])))
+        self.assertEqual([sp["status"] for sp in t["spawns"]], ["ok", "failed", "ok"])
+        fixture = "tests/fixtures/homework_scaling_ring_read_early.c"
+        call = tracecheck.line_of(os.path.join(tracecheck.ROOT, fixture), "attend_block(spare)")
+        recv = tracecheck.line_of(os.path.join(tracecheck.ROOT, fixture), "dist_irecv(spare")
+        errs = [(s["stack"][-1], r["data"]) for s in t["steps"] for r in s["renderings"] if r["type"] == "error"
+                and "attend_block" in r["data"]]
+        self.assertEqual(len(errs), WORLD)
+        for frame, data in errs:
+            self.assertEqual((frame["path"], frame["line"], frame["function"]), (fixture, call, "ring_attention"))
+            self.assertTrue(data.startswith("%s:%d: attend_block: reads a tensor that dist_irecv at %s:%d is still "
+                                            "writing into" % (fixture, call, fixture, recv)), data)
+
     # ---- the grade and the variants ----
 
     def graded(self, binary, status, *args):
