@@ -95,8 +95,9 @@ void ring_attention(tensor *kv, tensor *spare) {
  * expert's buffer are real), then the payload (w buffers of capacity
  * rows). Fill recv (w capacity x d: piece q holds the rows rank q sent to
  * this rank's expert) and counts (w floats: counts[q] is how many rows of
- * piece q are real). What the padding rows hold is not read. */
-void moe_dispatch(const tensor *x, const int *experts, int capacity, tensor *recv, tensor *counts) {
+ * piece q are real). What the padding rows hold is not read. x is not
+ * const so that row_slice() can take views of it: read it only. */
+void moe_dispatch(tensor *x, const int *experts, int capacity, tensor *recv, tensor *counts) {
     // your code here
 }
 
@@ -104,7 +105,7 @@ void moe_dispatch(const tensor *x, const int *experts, int capacity, tensor *rec
 void sp_backward(const tensor *dy_shard, const tensor *x_full, const tensor *a, const tensor *b, const tensor *hpre,
                  tensor *da, tensor *db, tensor *dx_shard);
 void ring_attention(tensor *kv, tensor *spare);
-void moe_dispatch(const tensor *x, const int *experts, int capacity, tensor *recv, tensor *counts);
+void moe_dispatch(tensor *x, const int *experts, int capacity, tensor *recv, tensor *counts);
 #endif
 
 /* ------------------------------------------------------------------ */
@@ -279,7 +280,7 @@ static void exercise_1(int rank, int world, void *args) {
  * into, row by row: the largest score so far, the sum of exp(score - max)
  * and the weighted sum of the value rows (float64). */
 static int ring_t;
-static float *ring_q;
+static const float *ring_q;
 static double *ring_max, *ring_sum, *ring_acc;
 
 /* What attend_block saw when called: the bytes sent to the next rank and
@@ -434,7 +435,7 @@ static void exercise_2(int rank, int world, void *args) {
     }
 
     ring_t = t;
-    ring_q = (float *)mine;
+    ring_q = mine;
     for (int i = 0; i < t; i++)
         ring_max[i] = -INFINITY;
     n_blocks = 0;
