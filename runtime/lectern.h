@@ -655,10 +655,14 @@ int dist_test(dist_request *req);
  * calls: the calls this rank made of each kind. A non-blocking call counts
  * with its blocking twin (dist_isend as DIST_CALL_SEND, dist_irecv as
  * DIST_CALL_RECV, dist_all_reduce_async as DIST_CALL_ALL_REDUCE, ...);
- * dist_wait is no call of its own. waited: the non-blocking collectives of
- * each kind whose dist_wait has returned. So calls - waited of a kind are
- * in flight: an order of events that bytes cannot give (two collectives in
- * flight share the bytes that move during either's wait, see below).
+ * dist_wait is no call of its own. waited: the non-blocking calls of each
+ * kind whose dist_wait has returned (the collectives', and dist_isend's as
+ * DIST_CALL_SEND, dist_irecv's as DIST_CALL_RECV). So, where a kind was
+ * made only in its non-blocking form, calls - waited of it are in flight,
+ * and calls == waited at the end says no blocking call of that kind was
+ * made: an order of events that bytes cannot give (two collectives in
+ * flight share the bytes that move during either's wait, see below; a
+ * receive posted before a compute and waited for after it).
  *
  * Point to point (send, recv, sendrecv and their non-blocking forms): the
  * bytes lectern hands the transport, to and from each peer: exact.
@@ -709,7 +713,7 @@ typedef enum {
 
 typedef struct dist_traffic {
     int64_t calls[DIST_CALL_KINDS];
-    int64_t waited[DIST_CALL_KINDS];          /* non-blocking collectives waited for */
+    int64_t waited[DIST_CALL_KINDS];          /* non-blocking calls waited for */
     int64_t bytes_sent[DIST_CALL_KINDS];      /* measured (collectives: see measured_collectives) */
     int64_t bytes_received[DIST_CALL_KINDS];  /* measured; point to point only */
     int64_t sent_to[LECTERN_MAX_WORLD];       /* measured, every kind, per peer */

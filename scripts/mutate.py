@@ -58,6 +58,7 @@ VIEWER = ["bash", "tests/viewer/run.sh"]
 CHECKS = [PY, "tests/trace/test_checks.py"]
 LEAKS = [PY, "tests/tensor/test_leaks.py"]
 HOMEWORK = [PY, "tests/lectures/test_homework.py"]
+HOMEWORK_SCALING = [PY, "tests/lectures/test_homework_scaling.py"]
 SLURM = [PY, "tests/system/test_slurm.py"]
 GROUPS = [PY, "tests/comm/test_groups.py"]
 
@@ -107,6 +108,18 @@ MUTANTS = [
     m("comm-stats-all-gather-counts-the-piece", "runtime/comm/comm_stats.c",
       "share(count * (size_t)lx_current_size()));\n    inner->all_gather", "share(count));\n    inner->all_gather",
       C_COMM_STATS),
+    m("comm-stats-isend-wait-not-counted", "runtime/comm/comm_stats.c",
+      "keep_p2p(inner->isend(buf, count, peer), DIST_CALL_SEND)", "inner->isend(buf, count, peer)", C_COMM_STATS),
+    # ---- homework_scaling's method checks ----
+    m("homework-scaling-ring-wait-at-once-allowed", "lectures/homework_scaling.c",
+      "else if (!last && (e->sends_open < 1 || e->recvs_open < 1))", "else if (0)", HOMEWORK_SCALING),
+    m("homework-scaling-ring-issued-after-compute-allowed", "lectures/homework_scaling.c",
+      "if (!last && (e->sent < want || e->asked < want))", "if (0)", HOMEWORK_SCALING),
+    m("homework-scaling-sp-counts-only-the-all-gather", "lectures/homework_scaling.c",
+      'check_named(two && sizes, "exercise 1', 'check_named(d.calls[DIST_CALL_ALL_GATHER] == 1, "exercise 1',
+      HOMEWORK_SCALING),
+    m("homework-scaling-moe-payload-bytes-unchecked", "lectures/homework_scaling.c",
+      "check_named(two && d.nominal_sent[DIST_CALL_ALL_TO_ALL] == want_bytes,", "check_named(two,", HOMEWORK_SCALING),
     m("ddp-buckets-all-reduce-every-micro-batch", "lectures/lecture_08.c",
       "            int sync = k == k_micro - 1;", "            int sync = 1;", LECTURE_08),
     m("lecture08-work-not-divided-goes-on", "lectures/lecture_08.c",

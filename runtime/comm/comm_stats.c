@@ -148,6 +148,7 @@ static void close_window(const window *w) {
 typedef struct open_request {
     void *req;
     window w;
+    int p2p; /* a dist_isend / dist_irecv: its bytes were counted at the call, no window to close */
     struct open_request *next;
 } open_request;
 static open_request *open_requests;
@@ -157,8 +158,20 @@ static void *keep_open(void *req, const window *w) {
     if (!o) lx_fatal("out of memory");
     o->req = req;
     o->w = *w;
+    o->p2p = 0;
     o->next = open_requests;
     open_requests = o;
+    return req;
+}
+
+/* A dist_isend's or dist_irecv's request is kept too, so that its wait
+ * counts in waited[] (an order of events a homework reads: a receive
+ * posted before a compute and waited for after it); its bytes were counted
+ * at the call, exactly, so it has no window. */
+static void *keep_p2p(void *req, dist_call_kind kind) {
+    window w = {.kind = kind};
+    keep_open(req, &w);
+    open_requests->p2p = 1;
     return req;
 }
 
@@ -292,7 +305,7 @@ static void *c_isend(const float *buf, size_t count, int peer) {
     calls[DIST_CALL_SEND]++;
     p2p_sent(DIST_CALL_SEND, count, peer);
     double t = twin_clock();
-    void *req = inner->isend(buf, count, peer);
+    void *req = keep_p2p(inner->isend(buf, count, peer), DIST_CALL_SEND);
     twin(DIST_CALL_SEND, count, peer, req, t);
     return req;
 }
@@ -300,7 +313,7 @@ static void *c_irecv(float *buf, size_t count, int peer) {
     calls[DIST_CALL_RECV]++;
     p2p_received(DIST_CALL_RECV, count, peer);
     double t = twin_clock();
-    void *req = inner->irecv(buf, count, peer);
+    void *req = keep_p2p(inner->irecv(buf, count, peer), DIST_CALL_RECV);
     twin(DIST_CALL_RECV, count, peer, req, t);
     return req;
 }
@@ -378,7 +391,7 @@ static void c_wait(void *req) {
         if ((*p)->req != req) continue;
         open_request *o = *p;
         *p = o->next;
-        close_window(&o->w);
+        if (!o->p2p) close_window(&o->w);
         waited[o->w.kind]++;
         free(o);
         return;

@@ -397,8 +397,9 @@ class Grade(unittest.TestCase):
 
     def test_autograder_defaults_per_homework(self):
         # Without HOMEWORK_ARGS each homework gets its own options: homework_08
-        # its exercise 4 (--deadlock), homework_parallel none (it takes no
-        # --deadlock: a default that scored every submission 0).
+        # its exercise 4 (--deadlock), homework_parallel and homework_scaling
+        # none (they take no --deadlock: a default that scored every
+        # submission 0).
         r = self.autograder(self.solution_exercises(), env={})
         self.assertAlmostEqual((r["score"], r["max_score"]), (100, 100))
         self.assertEqual(len(r["tests"]), 44)
@@ -406,6 +407,10 @@ class Grade(unittest.TestCase):
         r = self.autograder(self.solution_exercises("homework_parallel"), homework="homework_parallel", env={})
         self.assertAlmostEqual((r["score"], r["max_score"]), (100, 100))
         self.assertEqual(len(r["tests"]), 48)
+        shutil.rmtree(os.path.join(self.out, "autograder"))
+        r = self.autograder(self.solution_exercises("homework_scaling"), homework="homework_scaling", env={})
+        self.assertAlmostEqual((r["score"], r["max_score"]), (100, 100))
+        self.assertEqual(len(r["tests"]), 40)
 
     def test_autograder_option_the_homework_does_not_take(self):
         # The run cannot start: no results of its own. Its words are the reason.
