@@ -64,6 +64,9 @@
     total: function () { return L.T ? L.T.steps.length : 0; },
     // Where a move would land from step i (-1: nowhere), without moving.
     target: function (kind, i) { return L.navTarget(kind, i); },
+    // The viewer's index of the trace file's step i (model.js puts runs of
+    // ranks' steps at one line in rank order).
+    fileStep: function (i) { return L.IX && L.IX.fileStep ? L.IX.fileStep[i] : i; },
     state: L.S
   };
 
