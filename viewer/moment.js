@@ -181,6 +181,7 @@
     keepTime = false;
     if (!m.times.length) { shownK = k; $('moment').innerHTML = '<p>This spawn recorded no times.</p>'; return; }
     if (!keep) at = nearest(m, L.T.steps[S.cur].time);
+    at = Math.min(at, limit(m));
     if (k !== shownK || !$('mo-t') || laidFor !== S.rank) { shownK = k; laidFor = S.rank; layout(m); }
     update(false);
   };
@@ -244,6 +245,7 @@
     if (!m || !$('mo-t')) return;
     var t = m.times[at], n = m.times.length, rs = shownRanks(m), when = 't = ' + L.fmtSeconds(t) + ' (+' + rel(m, t) + ')';
     var sl = $('mo-t');
+    sl.max = limit(m);
     sl.value = at;
     sl.setAttribute('aria-valuetext', when + ', event ' + (at + 1) + ' of ' + n);
     $('mo-when').textContent = 'Spawn ' + (m.k + 1) + ' at ' + when + ', event ' + (at + 1) + ' of ' + n;
@@ -281,9 +283,17 @@
     });
   }
 
+  // The last moment one may go to: "as it happened" shows nothing after the
+  // current step, so the moment stops at its time.
+  function limit(m) {
+    var t = L.T.steps[S.cur].time;
+    if (!S.live || typeof t !== 'number') return m.times.length - 1;
+    return Math.max(0, L.lowerBound(m.times, t + 1e-12) - 1);
+  }
+
   function moveTo(p) {
     var m = models[shownK];
-    p = Math.max(0, Math.min(m.times.length - 1, p | 0));
+    p = Math.max(0, Math.min(limit(m), p | 0));
     if (p === at) return;
     at = p;
     update(true);
@@ -291,7 +301,7 @@
 
   function bindSlider(m) {
     var sl = $('mo-t');
-    sl.addEventListener('input', function () { moveTo(+this.value); });
+    sl.addEventListener('input', function () { moveTo(+this.value); if (+this.value !== at) this.value = at; });
     // The slider's keys are its own: the page's keys (arrows move steps,
     // Home and End go to the first and last) must not act as well.
     sl.addEventListener('keydown', function (e) {

@@ -16,6 +16,7 @@ the rule docs/viewer.md states, never read from the page.
 import bisect
 import json
 import os
+import shutil
 import sys
 import unittest
 
@@ -203,6 +204,17 @@ class TestTimeControl(base.ViewerCase):
         self.assertEqual(self.js("return document.querySelectorAll('.mo-lane').length"), 1)
         self.assertEqual(self.axe(), [])
 
+    def test_as_it_happened_stops_at_the_current_step(self):
+        self.open("?trace=%s&step=1" % NAME)
+        start = self.view_step(self.recv_note())
+        self.open("?trace=%s&step=%d&live=1" % (NAME, start + 1))
+        self.d.find_element(By.ID, "moment-toggle").click()
+        self.keys(Keys.END)
+        t = self.trace["steps"][self.recv_note()]["time"]
+        self.assertEqual(self.moment()["index"], bisect.bisect_right(self.times, t) - 1)
+        self.assertLess(self.moment()["index"], len(self.times) - 1)
+        self.assertEqual(self.cur_step(), start + 1)
+
     def test_no_panel_outside_a_spawn(self):
         self.open("?trace=%s&step=1" % NAME)
         self.assertIsNone(self.trace["steps"][0]["rank"])
@@ -211,3 +223,75 @@ class TestTimeControl(base.ViewerCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestTimeControlLecture08(base.ViewerCase):
+    """The committed lecture_08 trace: at a moment inside a blocking
+    collective that some members had not yet entered, its rank names exactly
+    those members (worked out here from the collective's arrivals)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        path = os.path.join(harness_repo(), "traces", "lecture_08.json")
+        if not os.path.exists(path):
+            raise unittest.SkipTest("traces/lecture_08.json missing")
+        with open(path, encoding="utf-8") as f:
+            cls.trace = json.load(f)
+        shutil.copy(path, cls.traces)
+        shutil.copy(path[:-5] + ".js", cls.traces)
+
+    def event_times(self, k):
+        t, sp, ev = self.trace, self.trace["spawns"][k], set()
+        ev.update(s["time"] for s in t["steps"] if s["rank"] is not None and s["spawn"] == k)
+        for m in sp.get("messages", []):
+            ev.update([m["from"][3], m["from"][4], m["to"][3], m["to"][4]])
+        for c in sp.get("collectives", []):
+            for x in c["calls"]:
+                ev.update([x[3], x[4]])
+        for m in t.get("modelled", []):
+            if m["spawn"] == k:
+                ev.update([m["start"], m["end"]])
+        return sorted(ev)
+
+    def a_wait(self):
+        """(spawn, rank, event index, the ranks it waits for): the first
+        blocking collective of a spawn without messages or modelled compute
+        whose rank is inside it at an event time before another member came."""
+        t = self.trace
+        for k, sp in enumerate(t["spawns"]):
+            if sp.get("messages") or any(m["spawn"] == k for m in t.get("modelled", [])):
+                continue
+            times = self.event_times(k)
+            for c in sp.get("collectives", []):
+                if sp["link_sites"][c["calls"][0][1]]["call"].endswith("_async"):
+                    continue
+                for x in c["calls"]:
+                    later = [y for y in c["calls"] if y[3] > x[3]]
+                    if not later:
+                        continue
+                    first_late = min(y[3] for y in later)
+                    p = bisect.bisect_left(times, x[3])
+                    if times[p] < first_late and times[p] < x[4]:
+                        late = sorted(y[0] for y in c["calls"] if y[3] > times[p])
+                        return k, x[0], p, late, sp["link_sites"][x[1]]["call"]
+        self.fail("lecture_08 has no collective with a late member")
+
+    def test_a_rank_waiting_in_a_collective(self):
+        k, rank, p, late, op = self.a_wait()
+        first = [n for n, s in enumerate(self.trace["steps"]) if s["rank"] is not None and s["spawn"] == k][0]
+        self.open("?trace=lecture_08&step=1")
+        i = self.js("return window.lecternViewer.fileStep(%d)" % first)
+        self.open("?trace=lecture_08&step=%d" % (i + 1))
+        self.d.find_element(By.ID, "moment-toggle").click()
+        self.assertEqual(int(self.js("return +document.getElementById('mo-t').max")) + 1, len(self.event_times(k)))
+        self.js("var s = document.getElementById('mo-t'); s.value = %d; s.dispatchEvent(new Event('input'));" % p)
+        self.assertEqual(self.js("return window.lecternViewer.moment().index"), p)
+        said = self.js("return document.querySelector('#mo-ranks li[data-r=\"%d\"]').textContent" % rank)
+        want = "in %s, waiting for rank%s %s" % (op, "s" if len(late) > 1 else "", ", ".join(map(str, late)))
+        self.assertIn(want, said)
+        self.assertEqual(self.axe(), [])
+
+
+def harness_repo():
+    return base.harness.REPO
