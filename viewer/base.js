@@ -24,6 +24,8 @@
  *   diff.js     two runs compared (?trace=A&diff=B): steps paired, what differs
  *   links.js    who talked to whom: a step's messages and collectives, their
  *               partners' steps (f follows, b comes back)
+ *   moment.js   every rank of a spawn at one moment: a slider over its event
+ *               times, each rank's state and line, measured
  *   lectures.js the index page: every lecture with a trace, when none is named
  *   main.js     starting: the trace the address names, or one opened by hand
  *
