@@ -112,12 +112,12 @@
       var f = L.T.steps[st.step].stack;
       st.line = f[f.length - 1].line;
     }
-    var best = null, bestPri = 0, model = null;
+    var best = null, bestPri = 0, modelled = null;
     for (var q = 0; q < R.calls.length; q++) {
       var c = R.calls[q];
       if (c.start > t) break;
       if (t >= c.end) continue;
-      if (c.kind === 'model') { model = c; continue; }
+      if (c.kind === 'model') { modelled = c; continue; }
       if (isAsync(c.call)) { st.inflight.push(c); continue; }
       var w = callWord(c, t), pri = w.waiting ? 2 : 1;
       if (pri > bestPri) { best = { c: c, word: w.word }; bestPri = pri; }
@@ -125,7 +125,7 @@
     var first = R.times.length ? R.times[0] : Infinity;
     if (R.calls.length && R.calls[0].start < first) first = R.calls[0].start;
     if (best) { st.word = best.word; st.call = best.c; }
-    else if (model) { st.word = 'computing (modelled)'; st.call = model; }
+    else if (modelled) { st.word = 'computing (modelled)'; st.call = modelled; }
     else if (t < first) st.word = 'starting, nothing recorded yet';
     else if (t >= R.last) st.word = 'done';
     else st.word = 'computing';
