@@ -22,7 +22,10 @@ opens it from file:// the way a student does, and measures
 --trace measures a real trace instead (traces/lecture_08.json, say);
 --viewer serves another copy of viewer/ (an older commit's, from
 `git archive REV viewer | tar -x -C DIR`), so two versions can be compared
-on the same trace in runs taken turn about.
+on the same trace in runs taken turn about. --against DIR compares the
+load of two versions within one run: loads of this viewer and of DIR's
+alternate (ABBA order) in one browser, so the machine's other work falls
+on both alike; their medians and the ratio are printed.
 
 Prints medians (and p95, max); writes the figures as JSON to --out
 (default bench/results/viewer.json).
@@ -172,6 +175,29 @@ return ts;
 """
 
 
+def ready_ms(drv, url):
+    """One load of url: navigation start to the viewer's 'lectern-ready' mark."""
+    drv.get("about:blank")
+    drv.get(url)
+    err = harness.wait_ready(drv, timeout=60)
+    if err:
+        raise SystemExit("viewer error: " + err)
+    return drv.execute_script("return performance.getEntriesByName('lectern-ready')[0].startTime")
+
+
+def against(drv, url_a, url_b, n):
+    """n loads of each of two viewers, in ABBA order: A's and B's medians."""
+    got = {"this": [], "against": []}
+    for k in range(n):
+        order = [("this", url_a), ("against", url_b)]
+        for name, u in (order if k % 2 == 0 else order[::-1]):
+            got[name].append(ready_ms(drv, u))
+    ma, mb = statistics.median(got["this"]), statistics.median(got["against"])
+    print(f"load, alternating: this viewer median {ma:.0f} ms (runs: {', '.join('%.0f' % x for x in got['this'])}); "
+          f"--against median {mb:.0f} ms (runs: {', '.join('%.0f' % x for x in got['against'])}); ratio {ma / mb:.3f}")
+    return {"this_ms": got["this"], "against_ms": got["against"], "ratio": ma / mb}
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
@@ -184,10 +210,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "viewer.json"))
     ap.add_argument("--trace", help="a trace's .json to measure instead of the synthetic one")
     ap.add_argument("--viewer", help="a folder holding viewer/ to serve instead of the repository's")
+    ap.add_argument("--against", help="a folder holding another viewer/: loads of both, alternating, in this run")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="lectern-bench-")
-    root = None
+    root = root_b = None
     drv = None
     try:
         if a.trace:
@@ -205,6 +232,11 @@ def main():
         print(f"viewer bench: {a.trace or 'synthetic'}: {len(t['steps'])} steps, {len(t['spawns'])} spawns, "
               f"{lines} source lines, trace {size / 1e6:.1f} MB" + (f", viewer from {a.viewer}" if a.viewer else ""))
         drv = harness.browser(1280, 800, binary=harness.CHROMIUM)   # what a reader runs
+        if a.against:
+            root_b = harness.make_root(tmp)
+            os.remove(os.path.join(root_b, "viewer"))
+            os.symlink(os.path.abspath(os.path.join(a.against, "viewer")), os.path.join(root_b, "viewer"))
+            res_b = against(drv, url, harness.file_url(root_b, "?trace=" + NAME), a.loads)
         loads, walls, parts = [], [], []
         for _ in range(a.loads):
             drv.get("about:blank")
@@ -227,6 +259,8 @@ def main():
               f"median {res['load_wall_ms']['median']:.0f} ms")
         print(f"  of which script load+parse {parts[-1].get('load_ms', 0):.0f} ms, "
               f"check+index {parts[-1].get('index_ms', 0):.0f} ms")
+        if a.against:
+            res["against"] = res_b
 
         drv.execute_script("window.lecternViewer.go(Math.min(1000, window.lecternViewer.total() / 10 | 0))")
         every = []
@@ -268,8 +302,9 @@ def main():
     finally:
         if drv:
             harness.quit_browser(drv)
-        if root:
-            shutil.rmtree(root, ignore_errors=True)
+        for r in (root, root_b):
+            if r:
+                shutil.rmtree(r, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -24,6 +24,8 @@
  *   diff.js     two runs compared (?trace=A&diff=B): steps paired, what differs
  *   links.js    who talked to whom: a step's messages and collectives, their
  *               partners' steps (f follows, b comes back)
+ *   moment.js   every rank of a spawn at one moment: a slider over its event
+ *               times, each rank's state and line, measured
  *   lectures.js the index page: every lecture with a trace, when none is named
  *   main.js     starting: the trace the address names, or one opened by hand
  *
@@ -64,6 +66,9 @@
     total: function () { return L.T ? L.T.steps.length : 0; },
     // Where a move would land from step i (-1: nowhere), without moving.
     target: function (kind, i) { return L.navTarget(kind, i); },
+    // The viewer's index of the trace file's step i (model.js puts runs of
+    // ranks' steps at one line in rank order).
+    fileStep: function (i) { return L.IX && L.IX.fileStep ? L.IX.fileStep[i] : i; },
     state: L.S
   };
 

@@ -24,10 +24,12 @@
   // counted (drawing 3,000 took 0.6 s a step in bench/viewer_bench.py).
   var SHOWN = 8;
 
-  // A side [rank, site, step, start, end], spelled out.
+  // A side [rank, site, step, start, end], spelled out. Its step is the
+  // file's index: model.js put some ranks' steps in rank order.
   function side(sp, x) {
-    var site = x[1] != null && sp.link_sites ? sp.link_sites[x[1]] : null;
-    return { rank: x[0], site: site || {}, step: x[2], start: x[3], end: x[4] };
+    var site = x[1] != null && sp.link_sites ? sp.link_sites[x[1]] : null, fs = L.IX.fileStep;
+    var step = x[2] == null ? null : fs && x[2] >= 0 && x[2] < fs.length ? fs[x[2]] : x[2];
+    return { rank: x[0], site: site || {}, step: step, start: x[3], end: x[4] };
   }
 
   function add(i, item) {

@@ -98,6 +98,7 @@
     L.resetOutline();
     L.resetHistory();
     L.resetDiff();
+    L.resetMoment();
     L.clearMarks();
     L.T = null;
     L.IX = null;

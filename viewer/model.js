@@ -39,9 +39,13 @@
   // Ranks run at once, and their steps reach the trace in the order they
   // happen to arrive (rank 0, 3, 2, 1). A run of consecutive steps that are
   // different ranks' output of one line of one spawn is put in rank order,
-  // so stepping through it and reading it both go 0, 1, 2, 3.
+  // so stepping through it and reading it both go 0, 1, 2, 3. Returns where
+  // each step of the file went (file index -> index here), or null when none
+  // moved: the trace's own references to steps (a message's sides) are file
+  // indices.
   function rankOrder(steps) {
     function at(s) { var f = s.stack[s.stack.length - 1]; return f.path + ':' + f.line; }
+    var moved = null;
     for (var i = 0; i < steps.length;) {
       var s = steps[i], j = i + 1;
       if (s.rank != null) {
@@ -50,19 +54,29 @@
         while (j < steps.length && steps[j].rank != null && steps[j].spawn === s.spawn && !seen[steps[j].rank] &&
                at(steps[j]) === where) seen[steps[j++].rank] = true;
         if (j - i > 1) {
-          var run = steps.slice(i, j).sort(function (a, b) { return a.rank - b.rank; });
-          for (var k = 0; k < run.length; k++) steps[i + k] = run[k];
+          var idx = [];
+          for (var k = i; k < j; k++) idx.push(k);
+          idx.sort(function (a, b) { return steps[a].rank - steps[b].rank; });
+          var run = idx.map(function (a) { return steps[a]; });
+          for (k = 0; k < run.length; k++) {
+            if (idx[k] === i + k) continue;
+            if (!moved) { moved = new Int32Array(steps.length); for (var q = 0; q < moved.length; q++) moved[q] = q; }
+            moved[idx[k]] = i + k;
+          }
+          for (k = 0; k < run.length; k++) steps[i + k] = run[k];
         }
       }
       i = j;
     }
+    return moved;
   }
 
   L.buildIndex = function (t) {
-    rankOrder(t.steps);
+    var fileStep = rankOrder(t.steps);
     var n = t.steps.length;
     var ix = {
       n: n,
+      fileStep: fileStep,              // the trace file's step index -> the index here (null: the same)
       depth: new Int32Array(n),
       spawnDepth: new Int32Array(n),   // frames of the parent in a rank step's stack; 0 for a lecture step
       own: Object.create(null),        // path -> Map(line -> lecture steps shown at that line)

@@ -162,6 +162,7 @@
     drawStack();
     if (L.drawVars) L.drawVars();   // vars.js: the frame's inspected variables
     if (L.drawLinks) L.drawLinks();   // links.js: the messages and collectives after this step
+    if (L.drawMoment) L.drawMoment();   // moment.js: every rank of the spawn at one moment
     if (L.diffActive()) L.drawDiffPanel();   // diff.js: what differs from the other run here
     markSpawns();
     markOutline();

@@ -45,14 +45,29 @@ class TestLinks(base.ViewerCase):
         self.assertTrue(ms)
         return ms[0]
 
+    def view(self, i):
+        """The viewer's index of the trace file's step i: the viewer puts a
+        run of ranks' steps at one line in rank order, and a link's step is
+        the file's index (the page must be open)."""
+        return self.js("return window.lecternViewer.fileStep(%d)" % i)
+
+    def open_at(self, file_step):
+        """Opens the trace at the file's step file_step; returns the
+        viewer's index of it."""
+        self.open("?trace=%s&step=1" % NAME)
+        i = self.view(file_step)
+        self.open("?trace=%s&step=%d" % (NAME, i + 1))
+        self.assertEqual(self.cur_step(), i + 1)
+        return i
+
     def panel_text(self):
         return self.d.find_element(By.ID, "links-panel").text
 
     def test_receive_names_its_send_and_jumps_there_and_back_by_keys(self):
         m = self.pipe_message()
-        recv_step, send_step = m["to"][2], m["from"][2]
-        self.open("?trace=%s&step=%d" % (NAME, recv_step + 1))
-        self.assertEqual(self.cur_step(), recv_step + 1)
+        self.assertEqual(self.trace["steps"][m["from"][2]]["rank"], 0)
+        recv_step = self.open_at(m["to"][2])
+        send_step = self.view(m["from"][2])
         text = self.panel_text()
         want = "from rank 0, line %d" % self.site(m["from"])["line"]
         self.assertIn(want, text)
@@ -64,7 +79,6 @@ class TestLinks(base.ViewerCase):
         self.assertTrue(self.js("return !!document.querySelector('.item.linked .link-sr')"))
         self.keys("f")
         self.assertEqual(self.cur_step(), send_step + 1)
-        self.assertEqual(self.trace["steps"][send_step]["rank"], 0)
         self.assertIn("to rank 1, line %d" % self.site(m["to"])["line"], self.panel_text())
         self.keys("b")
         self.assertEqual(self.cur_step(), recv_step + 1)
@@ -72,8 +86,8 @@ class TestLinks(base.ViewerCase):
 
     def test_mouse_button_has_an_accessible_name_and_goes(self):
         m = self.pipe_message()
-        recv_step, send_step = m["to"][2], m["from"][2]
-        self.open("?trace=%s&step=%d" % (NAME, recv_step + 1))
+        recv_step = self.open_at(m["to"][2])
+        send_step = self.view(m["from"][2])
         b = self.d.find_element(By.CSS_SELECTOR, "#links-panel .link-go[data-step='%d']" % send_step)
         self.assertIn("go to rank 0, line %d" % self.site(m["from"])["line"], b.get_attribute("aria-label"))
         b.click()
@@ -84,7 +98,7 @@ class TestLinks(base.ViewerCase):
 
     def test_keyboard_only_reaches_the_link(self):
         m = self.pipe_message()
-        self.open("?trace=%s&step=%d" % (NAME, m["to"][2] + 1))
+        self.open_at(m["to"][2])
         for _ in range(300):
             if self.js("return document.activeElement.matches('#links-panel .link-go')"):
                 break
@@ -92,14 +106,14 @@ class TestLinks(base.ViewerCase):
         else:
             self.fail("the keyboard never reached the link")
         self.keys(Keys.ENTER)
-        self.assertEqual(self.cur_step(), m["from"][2] + 1)
+        self.assertEqual(self.cur_step(), self.view(m["from"][2]) + 1)
 
     def test_collective_names_its_ranks_and_who_arrived_last(self):
         c = [c for c in self.sp["collectives"] if c["op"] == "all_reduce"][0]
         last = max(c["calls"], key=lambda x: x[3])
         self.assertEqual(last[0], c["last"])
         other = [x for x in c["calls"] if x[0] != c["last"]][0]
-        self.open("?trace=%s&step=%d" % (NAME, other[2] + 1))
+        self.open_at(other[2])
         text = self.panel_text()
         self.assertIn("on ranks %s" % ", ".join(str(x[0]) for x in c["calls"]), text)
         self.assertIn("Arrived last: rank %d" % c["last"], text)
@@ -108,7 +122,7 @@ class TestLinks(base.ViewerCase):
 
     def test_read_mode_unaffected(self):
         m = self.pipe_message()
-        self.open("?trace=%s&step=%d" % (NAME, m["to"][2] + 1))
+        self.open_at(m["to"][2])
         self.keys("m")
         self.assertTrue(self.js("return document.getElementById('links-panel').hidden"))
         self.assertEqual(self.js("return document.querySelectorAll('.item.linked').length"), 0)
@@ -116,11 +130,11 @@ class TestLinks(base.ViewerCase):
 
     def test_rank_filter_lifted_to_show_the_partner(self):
         m = self.pipe_message()
-        self.open("?trace=%s&step=%d" % (NAME, m["to"][2] + 1))
+        self.open_at(m["to"][2])
         self.keys("1")  # rank 1 only: the sender, rank 0, is hidden
         self.assertEqual(self.js("return document.getElementById('rank-filter').value"), "1")
         self.keys("f")
-        self.assertEqual(self.cur_step(), m["from"][2] + 1)
+        self.assertEqual(self.cur_step(), self.view(m["from"][2]) + 1)
         self.assertEqual(self.js("return document.getElementById('rank-filter').value"), "")
         self.assertEqual(self.axe(), [])
 
