@@ -31,6 +31,9 @@ model, itself checked against every value of each format):
   the same calls' on fp32 (2 bytes an element against 4), and the
   all-reduce's nominal is the textbook 2 (p - 1) / p * 2n per call.
 - A rank sending bf16 to a rank receiving fp32 is named at both lines.
+
+Ranks sharing a GPU (the staging pipeline, the shared-GPU protocol) still
+refuse 16-bit tensors, at the call's line: checked here too.
 """
 import math
 import os
@@ -183,6 +186,20 @@ class EmulatedNccl16(tracecheck.FixtureTest):
         send, recv = fx.line_of("bf16 sent"), fx.line_of("fp32 received")
         self.assertIn("dist_send of 24 bfloat16 to rank 1 at %s:%d" % (fx.rel, send), text)
         self.assertIn("dist_recv of 24 floats from rank 0 at %s:%d" % (fx.rel, recv), text)
+
+
+class SharedGpuStillRefuses(tracecheck.FixtureTest):
+    """The shared-GPU paths (the staging pipeline, the shared-GPU protocol)
+    do not carry 16-bit tensors yet: the first bf16 collective is refused at
+    its line, naming the backend and the conversion (LECTERN_STAGE_TEST=1
+    runs the staged backend's front on host tensors)."""
+
+    def test_bf16_all_reduce_refused_at_its_line(self):
+        r = FX.run(self.out, env={"LECTERN_STAGE_TEST": "1", "LECTERN_FIXTURE_WORLD": "2"}, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("%s:%d: dist_all_reduce(): the tensor is bfloat16; on this spawn's backend (ranks sharing GPUs) "
+                      "the collectives carry fp32 only: to_dtype(the tensor, DTYPE_F32) first"
+                      % (FX.rel, FX.line_of("else dist_all_reduce(t, op);")), r.stdout + r.stderr)
 
 
 if __name__ == "__main__":
