@@ -240,7 +240,11 @@ static void start(emu_group *g) {
 }
 
 /* fp32's AVG is a sum divided by the ranks where the result is (16-bit
- * types premultiplied instead, above). */
+ * types premultiplied instead, above). NCCL premultiplies fp32 too; the
+ * emulator keeps the division its fp32 results have always had. Over the
+ * same sums the two rules agree where the world size is a power of two
+ * (scaling by 1/2^k is exact, barring underflow) and may differ in the last
+ * bits elsewhere. */
 static void average(emu_group *g) {
     for (int i = 0; i < g->n_ops; i++) {
         emu_op *o = &g->ops[i];
