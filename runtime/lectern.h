@@ -440,14 +440,18 @@ tensor *to_dtype_scaled(const tensor *t, dtype d, double scale);
  *     cublasGemmEx with CUBLAS_COMPUTE_32F, fp8 is refused.
  *   - gelu, gelu_backward: refused (an error at the line naming the
  *     conversion: to_dtype(x, DTYPE_F32) first).
- *   - collectives and point to point (section 4), on Open MPI: bf16 and
- *     fp16 move 2 bytes per element (dist_traffic counts them); a sum adds
- *     two buffers in fp32 and rounds once to the dtype at each step of Open
- *     MPI's algorithm (an MPI user op: a sum over p ranks rounds p - 1
- *     times); AVG divides the sum in fp32 and rounds once more. All tensors
- *     of a call, and the sender's and receiver's, have one dtype (checked,
- *     named at both lines). fp8 is refused, and so are 16-bit tensors on
- *     NCCL, its emulator and shared GPUs (not carried there yet).
+ *   - collectives and point to point (section 4), on Open MPI and on NCCL
+ *     (and its CPU emulator): bf16 and fp16 move 2 bytes per element
+ *     (dist_traffic counts them); a sum adds two buffers in fp32 and rounds
+ *     once to the dtype at each step of the algorithm (Open MPI: an MPI user
+ *     op; NCCL: ncclBfloat16 / ncclFloat16 sums), so a sum over p ranks
+ *     rounds p - 1 times. AVG on Open MPI divides the sum in fp32 and rounds
+ *     once more; on NCCL it is ncclAvg, which multiplies each rank's
+ *     contribution by 1/p (rounded to the dtype) and rounds it before the
+ *     sum. All tensors of a call, and the sender's and receiver's, have one
+ *     dtype (checked, named at both lines). fp8 is refused, and so are 16-bit
+ *     tensors on shared GPUs (not carried there yet). NCCL's 16-bit path is
+ *     verified on the NCCL emulator; unverified on GPU.
  */
 
 void add_scalar_(tensor *t, float s);             /* in place */

@@ -61,6 +61,7 @@ HOMEWORK = [PY, "tests/lectures/test_homework.py"]
 HOMEWORK_SCALING = [PY, "tests/lectures/test_homework_scaling.py"]
 SLURM = [PY, "tests/system/test_slurm.py"]
 GROUPS = [PY, "tests/comm/test_groups.py"]
+DTYPE_PATHS = [PY, "tests/comm/test_dtype_paths.py", "-f", "EmulatedNccl16.test_2_ranks", "EmulatedNccl16.test_3_ranks"]
 
 
 def m(name, path, find, replace, *tests):
@@ -71,16 +72,24 @@ MUTANTS = [
     # ---- NCCL: the backend's ordering (comm_nccl.c, run on the emulator) and the emulator's rules ----
     m("nccl-p2p-on-the-collectives-stream", "runtime/comm/comm_nccl.c",
       "    lane *l = is_send ? &w->to[peer] : &w->from[peer];\n    begin(l);\n"
-      "    if (is_send) NCCL_TRY(api->send(buf, count, 1, l->comm, l->stream));\n"
-      "    else NCCL_TRY(api->recv((float *)buf, count, 0, l->comm, l->stream));",
+      "    if (is_send) NCCL_TRY(api->send(buf, count, dt(), 1, l->comm, l->stream));\n"
+      "    else NCCL_TRY(api->recv((float *)buf, count, dt(), 0, l->comm, l->stream));",
       "    lane *l = &w->world;\n    begin(l);\n"
-      "    if (is_send) NCCL_TRY(api->send(buf, count, peer, l->comm, l->stream));\n"
-      "    else NCCL_TRY(api->recv((float *)buf, count, peer, l->comm, l->stream));", NCCL_EMU_RING),
+      "    if (is_send) NCCL_TRY(api->send(buf, count, dt(), peer, l->comm, l->stream));\n"
+      "    else NCCL_TRY(api->recv((float *)buf, count, dt(), peer, l->comm, l->stream));", NCCL_EMU_RING),
     m("nccl-sendrecv-waits-for-its-send-first", "runtime/comm/comm_nccl.c",
       "    request *s = p2p(1, send, send_count, dst);\n    request *r = p2p(0, recv, recv_count, src);\n"
       "    complete(s, lx_calls[LX_SENDRECV].name);\n",
       "    request *s = p2p(1, send, send_count, dst);\n    complete(s, lx_calls[LX_SENDRECV].name);\n"
       "    request *r = p2p(0, recv, recv_count, src);\n", NCCL_EMU_SENDRECV),
+    # ---- NCCL on bf16 and fp16 (run on the emulator) ----
+    m("nccl-16-bit-pieces-counted-in-floats", "runtime/comm/comm_nccl.c",
+      "return (const char *)base + index * count * dtype_size(dt());",
+      "return (const char *)base + index * count * sizeof(float);", DTYPE_PATHS),
+    m("nccl-emulator-16-bit-as-fp32", "runtime/comm/nccl_emu.c", "MPI_Datatype type = lx_mpi_type_as(o->dt);",
+      "MPI_Datatype type = MPI_FLOAT;", DTYPE_PATHS),
+    m("nccl-emulator-avg-scalar-unrounded", "runtime/comm/nccl_emu.c",
+      "    lx_dtype_widen(o->dt, one_over, &scalar, 1, 1.0);\n", "", DTYPE_PATHS),
     m("nccl-emulator-buffers-sends", "runtime/comm/nccl_emu.c", "case SEND: return MPI_Issend(",
       "case SEND: return MPI_Isend(", C_NCCL_EMU),
     m("nccl-emulator-runs-a-communicator-out-of-order", "runtime/comm/nccl_emu.c",

@@ -360,7 +360,7 @@ pass_items() {   # the sanitizer and CPU-only passes' items, added to $items
         [ "$SCOPE" = all ] && asan_suites+=(tests/system/test_misuse.py tests/lectures/test_lecture_08.py
                      tests/lectures/test_lecture_collectives.py tests/lectures/test_lecture_ddp.py tests/lectures/test_lecture_gpu.py
                      tests/trace/test_options.py tests/comm/test_timer.py tests/ranks/test_spawn_expect.py tests/ranks/test_deadlock.py
-                     tests/comm/test_groups.py)
+                     tests/comm/test_groups.py tests/comm/test_dtype_paths.py)
         for t in "${asan_suites[@]}"; do [ -f "$t" ] && items+=("asan-py $t"); done
         items+=("asan-async -" "asan-nccl-emu -")
         [ "$SCOPE" = all ] && items+=("asan-nccl-emu-all -")

@@ -172,6 +172,16 @@ const lx_comm_ops *lx_comm_mpi_start(void);
 MPI_Op lx_mpi_op(dist_op op);
 void lx_mpi_average(float *x, size_t count, dist_op op, int world_size);
 void lx_mpi_average_as(dtype d, void *x, size_t count, dist_op op, int world_size);
+/* The MPI type and op of a call on dtype d: MPI_FLOAT and MPI's own ops for
+ * fp32; for bf16 and fp16, types of 2 bytes an element and user ops that
+ * widen both operands to fp32, combine them and round the result once (one
+ * rounding per application: per step of the algorithm). The 16-bit types
+ * and ops are made once per process by lx_mpi_make_16_bit_types (on the
+ * thread that calls MPI first: lx_comm_mpi_start, the NCCL emulator's
+ * first communicator) and kept. The NCCL emulator reduces with them too. */
+void lx_mpi_make_16_bit_types(void);
+MPI_Datatype lx_mpi_type_as(dtype d);
+MPI_Op lx_mpi_op_as(dtype d, dist_op op);
 /* comm_stats.c: a table in front of `ops` that counts this rank's calls and
  * bytes (dist_traffic_now) and passes every call on; resets the counters. */
 const lx_comm_ops *lx_comm_stats_wrap(const lx_comm_ops *ops);

@@ -92,23 +92,20 @@ static const char *where_name(int device) {
 }
 
 /* What the backends carry: fp32 everywhere; bf16 and fp16 on Open MPI
- * (host memory: an MPI user op adds them in fp32, comm_mpi.c); fp8 nowhere
- * (no backend here sums it). NCCL (ncclBfloat16, ncclFloat16), its emulator
- * and the shared-GPU paths do not carry 16-bit tensors yet: refused. */
+ * (host memory: an MPI user op adds them in fp32, comm_mpi.c) and on NCCL
+ * and its emulator (ncclBfloat16, ncclFloat16: nccl_api.h); fp8 nowhere (no
+ * backend here sums it). The shared-GPU paths (staged through host memory,
+ * the shared-GPU protocol) do not carry 16-bit tensors yet: refused. */
 static void check_dtype(const char *call, const char *what, const tensor *t) {
     if (t->dt == DTYPE_F32) return;
     if (t->dt != DTYPE_BF16 && t->dt != DTYPE_F16)
         lx_fatal("%s(): %s is %s, which no collective here carries: to_dtype(%s, DTYPE_BF16) first (or DTYPE_F32)",
                  call, what, dtype_name(t->dt), what);
     lx_backend b = lx_the_world.backend;
-    if (b != LX_BACKEND_MPI)
-        lx_fatal("%s(): %s is %s; on this spawn's backend (%s) the collectives carry fp32 only: "
+    if (b != LX_BACKEND_MPI && b != LX_BACKEND_NCCL && b != LX_BACKEND_NCCL_EMULATED)
+        lx_fatal("%s(): %s is %s; on this spawn's backend (ranks sharing GPUs) the collectives carry fp32 only: "
                  "to_dtype(%s, DTYPE_F32) first",
-                 call, what, dtype_name(t->dt),
-                 b == LX_BACKEND_NCCL            ? "NCCL"
-                 : b == LX_BACKEND_NCCL_EMULATED ? "the NCCL emulator"
-                                                 : "ranks sharing GPUs",
-                 what);
+                 call, what, dtype_name(t->dt), what);
 }
 
 size_t lx_check_tensor(const char *call, const char *what, const tensor *t) {

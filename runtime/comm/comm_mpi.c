@@ -84,7 +84,7 @@ static void max_16(void *in, void *inout, int *len, MPI_Datatype *type) {
     combine_16(in, inout, *len, *type, COMBINE_MAX);
 }
 
-static void make_16_bit_types(void) {
+void lx_mpi_make_16_bit_types(void) {
     if (bf16_type != MPI_DATATYPE_NULL) return;
     MPI_CHECK(MPI_Type_contiguous(1, MPI_UINT16_T, &bf16_type));
     MPI_CHECK(MPI_Type_commit(&bf16_type));
@@ -95,14 +95,16 @@ static void make_16_bit_types(void) {
     MPI_CHECK(MPI_Op_create(max_16, 1, &op16_max));
 }
 
-/* The MPI type of the call being made (lx_current_dtype: fp32, bf16 or fp16). */
-static MPI_Datatype mpi_type(void) {
-    switch (lx_current_dtype()) {
+MPI_Datatype lx_mpi_type_as(dtype d) {
+    switch (d) {
     case DTYPE_BF16: return bf16_type;
     case DTYPE_F16: return f16_type;
     default: return MPI_FLOAT;
     }
 }
+
+/* The MPI type of the call being made (lx_current_dtype: fp32, bf16 or fp16). */
+static MPI_Datatype mpi_type(void) { return lx_mpi_type_as(lx_current_dtype()); }
 
 MPI_Op lx_mpi_op(dist_op op) {
     switch (op) {
@@ -130,11 +132,13 @@ void lx_mpi_average_as(dtype d, void *x, size_t count, dist_op op, int world_siz
     free(wide);
 }
 
-/* The op for the call being made: MPI's own for fp32, ours for 16 bits. */
-static MPI_Op mpi_op(dist_op op) {
-    if (lx_current_dtype() == DTYPE_F32) return lx_mpi_op(op);
+MPI_Op lx_mpi_op_as(dtype d, dist_op op) {
+    if (d == DTYPE_F32) return lx_mpi_op(op);
     return op == DIST_MIN ? op16_min : op == DIST_MAX ? op16_max : op16_sum;
 }
+
+/* The op for the call being made: MPI's own for fp32, ours for 16 bits. */
+static MPI_Op mpi_op(dist_op op) { return lx_mpi_op_as(lx_current_dtype(), op); }
 
 static void average(float *x, size_t count, dist_op op) {
     lx_mpi_average_as(lx_current_dtype(), x, count, op, lx_current_size());
@@ -388,7 +392,7 @@ static const lx_comm_ops mpi_ops = {
 };
 
 const lx_comm_ops *lx_comm_mpi_start(void) {
-    make_16_bit_types();
+    lx_mpi_make_16_bit_types();
     MPI_Comm comm = lx_the_world.comm;
     MPI_CHECK(MPI_Comm_dup(comm, &world_comm));
     MPI_CHECK(MPI_Comm_set_errhandler(world_comm, MPI_ERRORS_RETURN));

@@ -346,12 +346,28 @@ static void complete(request *r, const char *what) {
     free(r);
 }
 
+/* ---- the call's elements ----
+ *
+ * A call's buffers hold elements of its tensors' dtype (lx_current_dtype:
+ * fp32, bf16 or fp16, whatever the float pointers say), and NCCL is told
+ * that type: counts are in elements, and the pieces of a scatter, gather or
+ * all-to-all are found by the element's size, not by float arithmetic.
+ * Reductions on 16-bit types are NCCL's: fp32 arithmetic rounded to the type
+ * once per step of its algorithm; AVG is ncclAvg (nccl_api.h). */
+static dtype dt(void) { return lx_current_dtype(); }
+
+/* Piece `index` (of `count` elements each) of a buffer. */
+static const void *piece(const void *base, size_t index, size_t count) {
+    return (const char *)base + index * count * dtype_size(dt());
+}
+static void *piece_out(void *base, size_t index, size_t count) { return (void *)piece(base, index, count); }
+
 /* A send or receive, queued now on its ordered pair's lane. */
 static request *p2p(int is_send, const float *buf, size_t count, int peer) {
     lane *l = is_send ? &w->to[peer] : &w->from[peer];
     begin(l);
-    if (is_send) NCCL_TRY(api->send(buf, count, 1, l->comm, l->stream));
-    else NCCL_TRY(api->recv((float *)buf, count, 0, l->comm, l->stream));
+    if (is_send) NCCL_TRY(api->send(buf, count, dt(), 1, l->comm, l->stream));
+    else NCCL_TRY(api->recv((float *)buf, count, dt(), 0, l->comm, l->stream));
     return queued_on(l, peer);
 }
 
@@ -359,37 +375,37 @@ static request *p2p(int is_send, const float *buf, size_t count, int peer) {
 
 static void op_barrier(void) {
     begin(cur);
-    NCCL_TRY(api->all_reduce(w->scratch, w->scratch, 1, DIST_SUM, cur->comm, cur->stream));
+    NCCL_TRY(api->all_reduce(w->scratch, w->scratch, 1, DTYPE_F32, DIST_SUM, cur->comm, cur->stream));
     finish(cur, lx_calls[LX_BARRIER].name, -1);
 }
 
 static void op_all_reduce(float *buf, size_t count, dist_op op) {
     begin(cur);
-    NCCL_TRY(api->all_reduce(buf, buf, count, op, cur->comm, cur->stream));
+    NCCL_TRY(api->all_reduce(buf, buf, count, dt(), op, cur->comm, cur->stream));
     finish(cur, lx_calls[LX_ALL_REDUCE].name, -1);
 }
 
 static void op_reduce(float *buf, size_t count, int root, dist_op op) {
     begin(cur);
-    NCCL_TRY(api->reduce(buf, buf, count, op, root, cur->comm, cur->stream));
+    NCCL_TRY(api->reduce(buf, buf, count, dt(), op, root, cur->comm, cur->stream));
     finish(cur, lx_calls[LX_REDUCE].name, -1);
 }
 
 static void op_broadcast(float *buf, size_t count, int root) {
     begin(cur);
-    NCCL_TRY(api->broadcast(buf, buf, count, root, cur->comm, cur->stream));
+    NCCL_TRY(api->broadcast(buf, buf, count, dt(), root, cur->comm, cur->stream));
     finish(cur, lx_calls[LX_BROADCAST].name, -1);
 }
 
 static void op_reduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     begin(cur);
-    NCCL_TRY(api->reduce_scatter(in, out, count, op, cur->comm, cur->stream));
+    NCCL_TRY(api->reduce_scatter(in, out, count, dt(), op, cur->comm, cur->stream));
     finish(cur, lx_calls[LX_REDUCE_SCATTER].name, -1);
 }
 
 static void op_all_gather(float *out, const float *in, size_t count) {
     begin(cur);
-    NCCL_TRY(api->all_gather(in, out, count, cur->comm, cur->stream));
+    NCCL_TRY(api->all_gather(in, out, count, dt(), cur->comm, cur->stream));
     finish(cur, lx_calls[LX_ALL_GATHER].name, -1);
 }
 
@@ -401,12 +417,12 @@ static void op_scatter(float *out, const float *in, size_t count, int root) {
     NCCL_TRY(api->group_start());
     if (me == root) {
         for (int r = 0; r < lx_the_world.size; r++)
-            if (r != root) NCCL_TRY(api->send(in + (size_t)r * count, count, r, cur->comm, cur->stream));
+            if (r != root) NCCL_TRY(api->send(piece(in, (size_t)r, count), count, dt(), r, cur->comm, cur->stream));
     } else {
-        NCCL_TRY(api->recv(out, count, root, cur->comm, cur->stream));
+        NCCL_TRY(api->recv(out, count, dt(), root, cur->comm, cur->stream));
     }
     NCCL_TRY(api->group_end());
-    if (me == root) DEVICE_TRY(api->copy(out, in + (size_t)root * count, count * sizeof(float), cur->stream));
+    if (me == root) DEVICE_TRY(api->copy(out, piece(in, (size_t)root, count), count * dtype_size(dt()), cur->stream));
     finish(cur, lx_calls[LX_SCATTER].name, -1);
 }
 
@@ -416,12 +432,14 @@ static void op_gather(float *out, const float *in, size_t count, int root) {
     NCCL_TRY(api->group_start());
     if (me == root) {
         for (int r = 0; r < lx_the_world.size; r++)
-            if (r != root) NCCL_TRY(api->recv(out + (size_t)r * count, count, r, cur->comm, cur->stream));
+            if (r != root)
+                NCCL_TRY(api->recv(piece_out(out, (size_t)r, count), count, dt(), r, cur->comm, cur->stream));
     } else {
-        NCCL_TRY(api->send(in, count, root, cur->comm, cur->stream));
+        NCCL_TRY(api->send(in, count, dt(), root, cur->comm, cur->stream));
     }
     NCCL_TRY(api->group_end());
-    if (me == root) DEVICE_TRY(api->copy(out + (size_t)root * count, in, count * sizeof(float), cur->stream));
+    if (me == root)
+        DEVICE_TRY(api->copy(piece_out(out, (size_t)root, count), in, count * dtype_size(dt()), cur->stream));
     finish(cur, lx_calls[LX_GATHER].name, -1);
 }
 
@@ -451,25 +469,25 @@ static void *op_irecv(float *buf, size_t count, int peer) { return p2p(0, buf, c
  * overlap the transfer. */
 static void *op_iall_reduce(float *buf, size_t count, dist_op op) {
     begin(cur);
-    NCCL_TRY(api->all_reduce(buf, buf, count, op, cur->comm, cur->stream));
+    NCCL_TRY(api->all_reduce(buf, buf, count, dt(), op, cur->comm, cur->stream));
     return queued_on(cur, -1);
 }
 
 static void *op_ibroadcast(float *buf, size_t count, int root) {
     begin(cur);
-    NCCL_TRY(api->broadcast(buf, buf, count, root, cur->comm, cur->stream));
+    NCCL_TRY(api->broadcast(buf, buf, count, dt(), root, cur->comm, cur->stream));
     return queued_on(cur, -1);
 }
 
 static void *op_ireduce_scatter(float *out, const float *in, size_t count, dist_op op) {
     begin(cur);
-    NCCL_TRY(api->reduce_scatter(in, out, count, op, cur->comm, cur->stream));
+    NCCL_TRY(api->reduce_scatter(in, out, count, dt(), op, cur->comm, cur->stream));
     return queued_on(cur, -1);
 }
 
 static void *op_iall_gather(float *out, const float *in, size_t count) {
     begin(cur);
-    NCCL_TRY(api->all_gather(in, out, count, cur->comm, cur->stream));
+    NCCL_TRY(api->all_gather(in, out, count, dt(), cur->comm, cur->stream));
     return queued_on(cur, -1);
 }
 
@@ -490,8 +508,8 @@ static void queue_all_to_all(float *out, const float *in, size_t count) {
     begin(cur);
     NCCL_TRY(api->group_start());
     for (int r = 0; r < lx_current_size(); r++) {
-        NCCL_TRY(api->send(in + (size_t)r * count, count, r, cur->comm, cur->stream));
-        NCCL_TRY(api->recv(out + (size_t)r * count, count, r, cur->comm, cur->stream));
+        NCCL_TRY(api->send(piece(in, (size_t)r, count), count, dt(), r, cur->comm, cur->stream));
+        NCCL_TRY(api->recv(piece_out(out, (size_t)r, count), count, dt(), r, cur->comm, cur->stream));
     }
     NCCL_TRY(api->group_end());
 }
@@ -624,8 +642,8 @@ static void make_pairs(nccl_world *nw, int rank, int size) {
             l->comm = c;
             nw->pairs[nw->n_pairs++] = l;
             DEVICE_TRY(api->stream_create(&l->stream));
-            if (rank == sender) NCCL_TRY(api->send(nw->scratch, 1, 1, c, l->stream));
-            else NCCL_TRY(api->recv(nw->scratch + 1, 1, 0, c, l->stream));
+            if (rank == sender) NCCL_TRY(api->send(nw->scratch, 1, DTYPE_F32, 1, c, l->stream));
+            else NCCL_TRY(api->recv(nw->scratch + 1, 1, DTYPE_F32, 0, c, l->stream));
         }
     }
 }

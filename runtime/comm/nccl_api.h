@@ -43,7 +43,7 @@
 
 #include <stddef.h>
 
-#include "lectern.h" /* dist_op */
+#include "lectern.h" /* dist_op, dtype */
 
 enum {
     LX_NCCL_OK = 0,             /* ncclSuccess */
@@ -90,20 +90,30 @@ typedef struct lx_nccl_api {
     /* NCCL's own account of its last error (ncclGetLastError); "" if none. */
     const char *(*last_error)(lx_nccl_comm comm);
 
-    /* ---- operations: queued on `stream`, never waited for here ---- */
+    /* ---- operations: queued on `stream`, never waited for here ----
+     *
+     * Buffers hold `count` elements of `dt` (DTYPE_F32, DTYPE_BF16 or
+     * DTYPE_F16: ncclFloat, ncclBfloat16, ncclFloat16), counts in elements.
+     * The 16-bit reductions add (or compare) in fp32 and round the result
+     * to the 16-bit type once per step of the algorithm, per element; AVG
+     * on them is ncclAvg: each rank's contribution times 1/nranks (itself
+     * rounded to the type), rounded, then summed so (nccl_emu.c says it in
+     * full). */
     int (*group_start)(void);
     int (*group_end)(void);
-    int (*send)(const float *buf, size_t count, int peer, lx_nccl_comm comm, lx_nccl_stream stream);
-    int (*recv)(float *buf, size_t count, int peer, lx_nccl_comm comm, lx_nccl_stream stream);
-    int (*all_reduce)(const float *in, float *out, size_t count, dist_op op, lx_nccl_comm comm, lx_nccl_stream stream);
-    int (*reduce)(const float *in, float *out, size_t count, dist_op op, int root, lx_nccl_comm comm,
+    int (*send)(const void *buf, size_t count, dtype dt, int peer, lx_nccl_comm comm, lx_nccl_stream stream);
+    int (*recv)(void *buf, size_t count, dtype dt, int peer, lx_nccl_comm comm, lx_nccl_stream stream);
+    int (*all_reduce)(const void *in, void *out, size_t count, dtype dt, dist_op op, lx_nccl_comm comm,
+                      lx_nccl_stream stream);
+    int (*reduce)(const void *in, void *out, size_t count, dtype dt, dist_op op, int root, lx_nccl_comm comm,
                   lx_nccl_stream stream);
-    int (*broadcast)(const float *in, float *out, size_t count, int root, lx_nccl_comm comm, lx_nccl_stream stream);
-    /* in: nranks * count floats; out: count */
-    int (*reduce_scatter)(const float *in, float *out, size_t count, dist_op op, lx_nccl_comm comm,
+    int (*broadcast)(const void *in, void *out, size_t count, dtype dt, int root, lx_nccl_comm comm,
+                     lx_nccl_stream stream);
+    /* in: nranks * count elements; out: count */
+    int (*reduce_scatter)(const void *in, void *out, size_t count, dtype dt, dist_op op, lx_nccl_comm comm,
                           lx_nccl_stream stream);
-    /* in: count floats; out: nranks * count */
-    int (*all_gather)(const float *in, float *out, size_t count, lx_nccl_comm comm, lx_nccl_stream stream);
+    /* in: count elements; out: nranks * count */
+    int (*all_gather)(const void *in, void *out, size_t count, dtype dt, lx_nccl_comm comm, lx_nccl_stream stream);
 
     /* ---- the device: streams, events, memory ---- */
     int (*set_device)(int device);

@@ -34,6 +34,8 @@
  * whether kernels of several communicators fit on one GPU at once, NVLink,
  * device memory, a kernel that spins, performance. Its numbers are Open
  * MPI's on host memory: the sums are exact where the inputs make them so.
+ * bf16 and fp16 are reduced by NCCL's rule (one rounding per step; ncclAvg
+ * premultiplies), in Open MPI's order of steps: "16-bit reductions" below.
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -65,9 +67,11 @@ enum { SEND, RECV, ALL_REDUCE, REDUCE, BROADCAST, REDUCE_SCATTER, ALL_GATHER };
 
 typedef struct emu_op {
     int kind;
-    const float *in;
-    float *out;
+    const void *in;
+    void *out;
     size_t count;
+    dtype dt;     /* the elements' type: fp32, bf16 or fp16 */
+    void *scaled; /* ncclAvg on a 16-bit type: the contribution times 1/nranks (premultiply) */
     dist_op op;
     int peer; /* the peer of a send or receive, the root of a reduce or broadcast */
     lx_nccl_comm comm;
@@ -149,28 +153,77 @@ static void fail(emu_group *g, lx_nccl_comm c, int rc, const char *what) {
     g->failed = 1;
 }
 
-static MPI_Op mpi_op(dist_op op) { return lx_mpi_op(op); }
+/*
+ * 16-bit reductions, as NCCL makes them. NCCL's reduction kernels combine
+ * bf16 and fp16 elements with the type's own add (__hadd2 on recent GPUs,
+ * a widening to fp32 on older ones): each step of its algorithm (a hop of a
+ * ring, a level of a tree) rounds its result to the 16-bit type, per
+ * element. Adding two 16-bit values in fp32 and rounding once gives that
+ * same correctly rounded result: fp32's 24 bits are at least twice the
+ * 16-bit significand plus two (2 x 8 + 2 for bf16, 2 x 11 + 2 for fp16), so
+ * rounding twice never differs from rounding once. The emulator reduces with
+ * comm_mpi.c's user ops (lx_mpi_op_as), which do exactly that on each
+ * application: one rounding per step, per element. What it cannot copy is
+ * NCCL's order of the steps: Open MPI's algorithm picks which partial sums
+ * meet (a ring's order on NCCL), so beyond two ranks a last bit may differ
+ * from a GPU's; the bound (p - 1 roundings of partial sums) is the same.
+ *
+ * ncclAvg on floating types is NCCL's "premultiply, then sum": each rank's
+ * contribution is multiplied by 1/nranks (that scalar rounded to the type
+ * first) and rounded to the type, and the products are summed as above; no
+ * division at the end. Here the product is made in double and rounded once
+ * (lx_dtype_narrow: exact before its rounding, as the 16-bit product is in
+ * fp32), into a copy of the contribution, so the caller's buffer is never
+ * changed where it is only read (a reduce's non-root ranks). fp32's AVG stays
+ * a sum divided at the end (average below).
+ */
+static MPI_Op mpi_op(const emu_op *o) { return lx_mpi_op_as(o->dt, o->op); }
+
+static int premultiplies(const emu_op *o) {
+    return o->dt != DTYPE_F32 && o->op == DIST_AVG &&
+           (o->kind == ALL_REDUCE || o->kind == REDUCE || o->kind == REDUCE_SCATTER);
+}
+
+/* The contribution times 1/nranks, rounded to the type: o->scaled, freed
+ * with the group. NULL when out of memory. */
+static const void *premultiplied(emu_op *o) {
+    size_t n = o->count * (o->kind == REDUCE_SCATTER ? (size_t)o->comm->size : 1);
+    float one_over[1] = {1.0f / (float)o->comm->size};
+    uint16_t scalar;
+    lx_dtype_narrow(o->dt, &scalar, one_over, 1, 1.0); /* the scalar in the type, as NCCL holds it */
+    lx_dtype_widen(o->dt, one_over, &scalar, 1, 1.0);
+    float *wide = malloc((n ? n : 1) * sizeof *wide);
+    o->scaled = malloc((n ? n : 1) * sizeof(uint16_t));
+    if (!wide || !o->scaled) {
+        free(wide);
+        return NULL;
+    }
+    lx_dtype_widen(o->dt, wide, o->in, (int64_t)n, 1.0);
+    lx_dtype_narrow(o->dt, o->scaled, wide, (int64_t)n, one_over[0]); /* one rounding per contribution */
+    free(wide);
+    return o->scaled;
+}
 
 /* Posts one operation's MPI call; the request lands in *req. */
 static int post(emu_op *o, MPI_Request *req) {
     lx_nccl_comm c = o->comm;
     int n = (int)o->count;
-    const void *in_place = MPI_IN_PLACE;
+    MPI_Datatype type = lx_mpi_type_as(o->dt);
+    const void *in = o->in;
+    if (premultiplies(o) && !(in = premultiplied(o))) return MPI_ERR_NO_MEM;
+    const void *in_place = in == o->out ? MPI_IN_PLACE : in;
     switch (o->kind) {
-    case SEND: return MPI_Issend(o->in, n, MPI_FLOAT, o->peer, 0, c->ops, req);
-    case RECV: return MPI_Irecv(o->out, n, MPI_FLOAT, o->peer, 0, c->ops, req);
-    case ALL_REDUCE:
-        return MPI_Iallreduce(o->in == o->out ? in_place : o->in, o->out, n, MPI_FLOAT, mpi_op(o->op), c->ops, req);
+    case SEND: return MPI_Issend(in, n, type, o->peer, 0, c->ops, req);
+    case RECV: return MPI_Irecv(o->out, n, type, o->peer, 0, c->ops, req);
+    case ALL_REDUCE: return MPI_Iallreduce(in_place, o->out, n, type, mpi_op(o), c->ops, req);
     case REDUCE:
-        if (c->rank == o->peer)
-            return MPI_Ireduce(o->in == o->out ? in_place : o->in, o->out, n, MPI_FLOAT, mpi_op(o->op), o->peer, c->ops,
-                               req);
-        return MPI_Ireduce(o->in, NULL, n, MPI_FLOAT, mpi_op(o->op), o->peer, c->ops, req);
+        if (c->rank == o->peer) return MPI_Ireduce(in_place, o->out, n, type, mpi_op(o), o->peer, c->ops, req);
+        return MPI_Ireduce(in, NULL, n, type, mpi_op(o), o->peer, c->ops, req);
     case BROADCAST:
-        if (c->rank == o->peer && o->in != o->out) memmove(o->out, o->in, o->count * sizeof(float));
-        return MPI_Ibcast(o->out, n, MPI_FLOAT, o->peer, c->ops, req);
-    case REDUCE_SCATTER: return MPI_Ireduce_scatter_block(o->in, o->out, n, MPI_FLOAT, mpi_op(o->op), c->ops, req);
-    default: return MPI_Iallgather(o->in, n, MPI_FLOAT, o->out, n, MPI_FLOAT, c->ops, req);
+        if (c->rank == o->peer && in != o->out) memmove(o->out, in, o->count * dtype_size(o->dt));
+        return MPI_Ibcast(o->out, n, type, o->peer, c->ops, req);
+    case REDUCE_SCATTER: return MPI_Ireduce_scatter_block(in, o->out, n, type, mpi_op(o), c->ops, req);
+    default: return MPI_Iallgather(in, n, type, o->out, n, type, c->ops, req);
     }
 }
 
@@ -186,11 +239,16 @@ static void start(emu_group *g) {
     }
 }
 
-/* AVG is a sum divided by the ranks, as NCCL's ncclAvg, where the result is. */
+/* fp32's AVG is a sum divided by the ranks where the result is (16-bit
+ * types premultiplied instead, above). NCCL premultiplies fp32 too; the
+ * emulator keeps the division its fp32 results have always had. Over the
+ * same sums the two rules agree where the world size is a power of two
+ * (scaling by 1/2^k is exact, barring underflow) and may differ in the last
+ * bits elsewhere. */
 static void average(emu_group *g) {
     for (int i = 0; i < g->n_ops; i++) {
         emu_op *o = &g->ops[i];
-        if (o->op != DIST_AVG) continue;
+        if (o->op != DIST_AVG || o->dt != DTYPE_F32) continue;
         int has_result =
                 o->kind == ALL_REDUCE || o->kind == REDUCE_SCATTER || (o->kind == REDUCE && o->comm->rank == o->peer);
         if (has_result) lx_mpi_average(o->out, o->count, DIST_AVG, o->comm->size);
@@ -246,6 +304,8 @@ static int step(void) {
         if (g->ended) {
             pop(s);
             if (--g->parts_left == 0) {
+                for (int i = 0; i < g->n_ops; i++)
+                    free(g->ops[i].scaled);
                 free(g->ops);
                 free(g->reqs);
                 free(g);
@@ -344,6 +404,8 @@ static emu_group *new_group(void) {
 static int add(emu_op o) {
     if (!o.comm || !o.stream) return LX_NCCL_INVALID_USAGE; /* the emulator queues no work on the compute stream */
     if (o.count > (size_t)INT32_MAX) return LX_NCCL_INVALID_USAGE;
+    if (o.dt != DTYPE_F32 && o.dt != DTYPE_BF16 && o.dt != DTYPE_F16)
+        return LX_NCCL_INVALID_USAGE; /* NCCL has no fp8 sum here */
     emu_group *g = group_depth > 0 ? open_group : new_group();
     if (g->n_ops == g->cap) {
         g->cap = g->cap ? 2 * g->cap : 4;
@@ -381,36 +443,36 @@ static int emu_group_end(void) {
     return LX_NCCL_OK;
 }
 
-static int emu_send(const float *buf, size_t count, int peer, lx_nccl_comm comm, lx_nccl_stream stream) {
-    return add((emu_op){SEND, buf, NULL, count, DIST_SUM, peer, comm, stream});
+static int emu_send(const void *buf, size_t count, dtype dt, int peer, lx_nccl_comm comm, lx_nccl_stream stream) {
+    return add((emu_op){SEND, buf, NULL, count, dt, NULL, DIST_SUM, peer, comm, stream});
 }
 
-static int emu_recv(float *buf, size_t count, int peer, lx_nccl_comm comm, lx_nccl_stream stream) {
-    return add((emu_op){RECV, NULL, buf, count, DIST_SUM, peer, comm, stream});
+static int emu_recv(void *buf, size_t count, dtype dt, int peer, lx_nccl_comm comm, lx_nccl_stream stream) {
+    return add((emu_op){RECV, NULL, buf, count, dt, NULL, DIST_SUM, peer, comm, stream});
 }
 
-static int emu_all_reduce(const float *in, float *out, size_t count, dist_op op, lx_nccl_comm comm,
+static int emu_all_reduce(const void *in, void *out, size_t count, dtype dt, dist_op op, lx_nccl_comm comm,
                           lx_nccl_stream stream) {
-    return add((emu_op){ALL_REDUCE, in, out, count, op, -1, comm, stream});
+    return add((emu_op){ALL_REDUCE, in, out, count, dt, NULL, op, -1, comm, stream});
 }
 
-static int emu_reduce(const float *in, float *out, size_t count, dist_op op, int root, lx_nccl_comm comm,
+static int emu_reduce(const void *in, void *out, size_t count, dtype dt, dist_op op, int root, lx_nccl_comm comm,
                       lx_nccl_stream stream) {
-    return add((emu_op){REDUCE, in, out, count, op, root, comm, stream});
+    return add((emu_op){REDUCE, in, out, count, dt, NULL, op, root, comm, stream});
 }
 
-static int emu_broadcast(const float *in, float *out, size_t count, int root, lx_nccl_comm comm,
+static int emu_broadcast(const void *in, void *out, size_t count, dtype dt, int root, lx_nccl_comm comm,
                          lx_nccl_stream stream) {
-    return add((emu_op){BROADCAST, in, out, count, DIST_SUM, root, comm, stream});
+    return add((emu_op){BROADCAST, in, out, count, dt, NULL, DIST_SUM, root, comm, stream});
 }
 
-static int emu_reduce_scatter(const float *in, float *out, size_t count, dist_op op, lx_nccl_comm comm,
+static int emu_reduce_scatter(const void *in, void *out, size_t count, dtype dt, dist_op op, lx_nccl_comm comm,
                               lx_nccl_stream stream) {
-    return add((emu_op){REDUCE_SCATTER, in, out, count, op, -1, comm, stream});
+    return add((emu_op){REDUCE_SCATTER, in, out, count, dt, NULL, op, -1, comm, stream});
 }
 
-static int emu_all_gather(const float *in, float *out, size_t count, lx_nccl_comm comm, lx_nccl_stream stream) {
-    return add((emu_op){ALL_GATHER, in, out, count, DIST_SUM, -1, comm, stream});
+static int emu_all_gather(const void *in, void *out, size_t count, dtype dt, lx_nccl_comm comm, lx_nccl_stream stream) {
+    return add((emu_op){ALL_GATHER, in, out, count, dt, NULL, DIST_SUM, -1, comm, stream});
 }
 
 /* ---- communicators ---- */
@@ -450,6 +512,7 @@ static void need_thread_multiple(void) {
  * communicator. */
 static int emu_comm_init_rank(lx_nccl_comm *comm, int nranks, const lx_nccl_id *id, int rank) {
     need_thread_multiple();
+    lx_mpi_make_16_bit_types(); /* here, on the rank's thread: the device thread only uses them */
     if (memcmp(id->bytes, ID_MARK, sizeof ID_MARK) != 0) return LX_NCCL_INVALID_USAGE;
     int size = 0, me = -1;
     MPI_Comm world = lx_the_world.comm;

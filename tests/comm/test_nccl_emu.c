@@ -131,7 +131,7 @@ static void rules(int rank, int world_size, void *unused) {
     /* 1. No buffering: a one-float send waits for its receive. */
     if (rank == 0) {
         x = 7;
-        ok(api->send(&x, 1, 1, c, s1));
+        ok(api->send(&x, 1, DTYPE_F32, 1, c, s1));
         lx_nccl_event e = event_on(s1);
         s.pending_unmatched_send = stays_pending(e);
         barrier(); /* now rank 1 queues the receive */
@@ -139,7 +139,7 @@ static void rules(int rank, int world_size, void *unused) {
         ok(api->event_destroy(e));
     } else {
         barrier();
-        ok(api->recv(&y, 1, 0, c, s1));
+        ok(api->recv(&y, 1, DTYPE_F32, 0, c, s1));
         lx_nccl_event e = event_on(s1);
         s.value_moved = wait_done(e) && y == 7;
         ok(api->event_destroy(e));
@@ -151,8 +151,8 @@ static void rules(int rank, int world_size, void *unused) {
     if (rank == 0) {
         x = 1;
         y = 2;
-        ok(api->send(&x, 1, 1, c, s1));
-        ok(api->send(&y, 1, 1, c2, s1));
+        ok(api->send(&x, 1, DTYPE_F32, 1, c, s1));
+        ok(api->send(&y, 1, DTYPE_F32, 1, c2, s1));
         lx_nccl_event e = event_on(s1);
         barrier();
         barrier();
@@ -161,10 +161,10 @@ static void rules(int rank, int world_size, void *unused) {
     } else {
         float a = 0, b = 0;
         barrier();
-        ok(api->recv(&b, 1, 0, c2, s2));
+        ok(api->recv(&b, 1, DTYPE_F32, 0, c2, s2));
         lx_nccl_event eb = event_on(s2);
         s.behind_unmatched = stays_pending(eb);
-        ok(api->recv(&a, 1, 0, c, s1));
+        ok(api->recv(&a, 1, DTYPE_F32, 0, c, s1));
         lx_nccl_event ea = event_on(s1);
         barrier();
         s.stream_drained = wait_done(ea) && wait_done(eb) && a == 1 && b == 2;
@@ -179,8 +179,8 @@ static void rules(int rank, int world_size, void *unused) {
         y = 0;
         barrier();
         ok(api->group_start());
-        ok(api->send(&x, 1, peer, c, s1));
-        ok(api->recv(&y, 1, peer, c, s1));
+        ok(api->send(&x, 1, DTYPE_F32, peer, c, s1));
+        ok(api->recv(&y, 1, DTYPE_F32, peer, c, s1));
         ok(api->group_end());
         lx_nccl_event e = event_on(s1);
         s.group_done = wait_done(e) && y == (float)(10 + peer);
@@ -195,14 +195,14 @@ static void rules(int rank, int world_size, void *unused) {
         float p = (float)(rank + 1), q = (float)(10 * (rank + 1)), hold = 5;
         lx_nccl_event eq = NULL, ep = NULL;
         if (rank == 0) {
-            ok(api->send(&hold, 1, 1, c2, s2)); /* unmatched until rank 1 receives */
+            ok(api->send(&hold, 1, DTYPE_F32, 1, c2, s2)); /* unmatched until rank 1 receives */
             lx_nccl_event held = event_on(s2);
             lx_nccl_stream s3;
             ok(api->stream_create(&s3));
             ok(api->stream_wait_event(s1, held));
-            ok(api->all_reduce(&p, &p, 1, DIST_SUM, c, s1));
+            ok(api->all_reduce(&p, &p, 1, DTYPE_F32, DIST_SUM, c, s1));
             ep = event_on(s1);
-            ok(api->all_reduce(&q, &q, 1, DIST_SUM, c, s3));
+            ok(api->all_reduce(&q, &q, 1, DTYPE_F32, DIST_SUM, c, s3));
             eq = event_on(s3);
             s.later_collective_held = stays_pending(eq);
             barrier();
@@ -212,13 +212,13 @@ static void rules(int rank, int world_size, void *unused) {
             ok(api->event_destroy(eq));
             ok(api->stream_destroy(s3));
         } else {
-            ok(api->all_reduce(&p, &p, 1, DIST_SUM, c, s1));
+            ok(api->all_reduce(&p, &p, 1, DTYPE_F32, DIST_SUM, c, s1));
             ep = event_on(s1);
-            ok(api->all_reduce(&q, &q, 1, DIST_SUM, c, s1));
+            ok(api->all_reduce(&q, &q, 1, DTYPE_F32, DIST_SUM, c, s1));
             eq = event_on(s1);
             barrier();
             float got = 0;
-            ok(api->recv(&got, 1, 0, c2, s2));
+            ok(api->recv(&got, 1, DTYPE_F32, 0, c2, s2));
             lx_nccl_event e = event_on(s2);
             s.collectives_right = wait_done(e) && wait_done(ep) && wait_done(eq) && p == 3 && q == 30 && got == 5;
             ok(api->event_destroy(e));
@@ -233,7 +233,7 @@ static void rules(int rank, int world_size, void *unused) {
         float src = 42, dst = 0;
         lx_nccl_event before = event_on(s1);
         x = 3;
-        ok(api->send(&x, 1, 1, c, s1));
+        ok(api->send(&x, 1, DTYPE_F32, 1, c, s1));
         lx_nccl_event after = event_on(s1);
         ok(api->stream_wait_event(s2, after));
         ok(api->copy(&dst, &src, sizeof dst, s2));
@@ -249,7 +249,7 @@ static void rules(int rank, int world_size, void *unused) {
     } else {
         barrier();
         float got = 0;
-        ok(api->recv(&got, 1, 0, c, s1));
+        ok(api->recv(&got, 1, DTYPE_F32, 0, c, s1));
         lx_nccl_event e = event_on(s1);
         s.value_moved = s.value_moved == 1 && wait_done(e) && got == 3;
         ok(api->event_destroy(e));
@@ -329,32 +329,32 @@ static void plumb(plumbing *p, const lx_nccl_api *table) {
     tensor *a = counting(dev, 1), *b = zeros(N, 0, dev);
     fence(st);
     ok(api->group_start());
-    ok(api->send(a->data, N, 0, one, st));
-    ok(api->recv(b->data, N, 0, one, st));
+    ok(api->send(a->data, N, DTYPE_F32, 0, one, st));
+    ok(api->recv(b->data, N, DTYPE_F32, 0, one, st));
     ok(api->group_end());
     p->self_exchange = after(st, b, 1, 1);
 
     fill_(b, 0);
     fence(st);
-    ok(api->all_reduce(a->data, b->data, N, DIST_SUM, c, st));
+    ok(api->all_reduce(a->data, b->data, N, DTYPE_F32, DIST_SUM, c, st));
     p->all_reduce = after(st, b, 1, 1) && holds(a, 1, 1);
-    ok(api->all_reduce(a->data, a->data, N, DIST_AVG, c, st)); /* in place; one rank: x / 1 */
+    ok(api->all_reduce(a->data, a->data, N, DTYPE_F32, DIST_AVG, c, st)); /* in place; one rank: x / 1 */
     p->all_reduce_avg = after(st, a, 1, 1);
     fill_(b, 0);
     fence(st);
-    ok(api->reduce(a->data, b->data, N, DIST_MAX, 0, c, st));
+    ok(api->reduce(a->data, b->data, N, DTYPE_F32, DIST_MAX, 0, c, st));
     p->reduce = after(st, b, 1, 1);
     fill_(b, 0);
     fence(st);
-    ok(api->broadcast(a->data, b->data, N, 0, c, st));
+    ok(api->broadcast(a->data, b->data, N, DTYPE_F32, 0, c, st));
     p->broadcast = after(st, b, 1, 1);
     fill_(b, 0);
     fence(st);
-    ok(api->reduce_scatter(a->data, b->data, N, DIST_SUM, c, st));
+    ok(api->reduce_scatter(a->data, b->data, N, DTYPE_F32, DIST_SUM, c, st));
     p->reduce_scatter = after(st, b, 1, 1);
     fill_(b, 0);
     fence(st);
-    ok(api->all_gather(a->data, b->data, N, c, st));
+    ok(api->all_gather(a->data, b->data, N, DTYPE_F32, c, st));
     p->all_gather = after(st, b, 1, 1);
 
     /* b <- a on `other`; `st` waits for it, then copies b to c2 */
