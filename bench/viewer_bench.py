@@ -25,7 +25,9 @@ opens it from file:// the way a student does, and measures
 on the same trace in runs taken turn about. --against DIR compares the
 load of two versions within one run: loads of this viewer and of DIR's
 alternate (ABBA order) in one browser, so the machine's other work falls
-on both alike; their medians and the ratio are printed.
+on both alike; their medians and the ratio are printed. --against-trace
+FILE gives DIR's viewer a trace of its own (the one its commit wrote), so a
+change that grew the trace is measured whole.
 
 Prints medians (and p95, max); writes the figures as JSON to --out
 (default bench/results/viewer.json).
@@ -211,6 +213,8 @@ def main():
     ap.add_argument("--trace", help="a trace's .json to measure instead of the synthetic one")
     ap.add_argument("--viewer", help="a folder holding viewer/ to serve instead of the repository's")
     ap.add_argument("--against", help="a folder holding another viewer/: loads of both, alternating, in this run")
+    ap.add_argument("--against-trace", help="the trace --against's viewer opens (default: the same as this one's), "
+                    "to compare an older viewer on the trace its own commit wrote")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="lectern-bench-")
@@ -233,7 +237,12 @@ def main():
               f"{lines} source lines, trace {size / 1e6:.1f} MB" + (f", viewer from {a.viewer}" if a.viewer else ""))
         drv = harness.browser(1280, 800, binary=harness.CHROMIUM)   # what a reader runs
         if a.against:
-            root_b = harness.make_root(tmp)
+            tmp_b = tmp
+            if a.against_trace:  # the older viewer reads the older trace, from a folder of its own
+                tmp_b = tempfile.mkdtemp(prefix="lectern-bench-b-", dir=tmp)
+                with open(a.against_trace, encoding="utf-8") as f:
+                    write_trace(json.load(f), tmp_b)
+            root_b = harness.make_root(tmp_b)
             os.remove(os.path.join(root_b, "viewer"))
             os.symlink(os.path.abspath(os.path.join(a.against, "viewer")), os.path.join(root_b, "viewer"))
             res_b = against(drv, url, harness.file_url(root_b, "?trace=" + NAME), a.loads)
