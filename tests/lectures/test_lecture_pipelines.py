@@ -30,7 +30,7 @@ HELD = "activations held, stage %d"
 # modelled times (ms) of one op: a stage's forward 20, B = W = 20, a whole backward 40; a chunk half of each
 DUR = {"F": 20.0, "B": 20.0, "W": 20.0, "BW": 40.0}
 OVERRUN = "overrun: busiest stage beyond its asked time"
-LATE = "lateness beyond 0.5 ms, summed"
+LATE = "lateness: the longest chain's delay"
 
 
 def parse(text):
