@@ -52,17 +52,28 @@ static void lecture_scaling(void) {
 /* Sizes, seeds and how close is close enough                          */
 /* ------------------------------------------------------------------ */
 
-/* 4 ranks for every strategy; sizes small enough that each spawn takes
- * milliseconds, large enough that every sum has dozens of terms. */
+/* 4 ranks for every strategy. */
 enum {
     WORLD = 4,
-    SEQ = 32,     /* tokens in the sequence */
-    DIM = 32,     /* model width d */
-    HEADS = 4,    /* attention heads, DIM / HEADS = 8 wide each */
-    HIDDEN = 128, /* the MLP's hidden width, 4 d */
-    EXPERTS = 4,  /* one per rank */
+    EXPERTS = 4,       /* one per rank */
+    MESH_DIM = 32,     /* the 2-D mesh's MLP: width d */
+    MESH_HIDDEN = 128, /* and hidden width 4 d */
     MESH_BATCH = 32,
 };
+
+/* The transformer block's sizes (one device, tensor and sequence
+ * parallelism): the lecture's are a sequence of 1,024 tokens of width 256
+ * in 8 heads (32 wide) with an MLP of hidden width 4 d, where an
+ * activation is 1 MiB and the bytes tables read as real ones do; the
+ * tests' (--quick) are 32 tokens of width 32 in 4 heads, where each spawn
+ * takes milliseconds and every sum still has dozens of terms. Heads and
+ * the hidden width split over the ranks, the sequence into p quarters. */
+typedef struct block_sizes {
+    int seq, dim, heads, hidden;
+} block_sizes;
+static block_sizes block_sizes_now(void) {
+    return lecture_quick() ? (block_sizes){32, 32, 4, 128} : (block_sizes){1024, 256, 8, 1024};
+}
 static const float LN_EPS = 1e-5f;
 
 /* Every tensor is drawn from its own seed, so every rank that needs it
@@ -106,7 +117,8 @@ static tensor *input(int64_t rows, int64_t cols, uint64_t seed, int device) {
  *     2 (sum of the lengths) u max|result|.
  * A heuristic, as lib/mlp.h's gradient_tolerance is (the rigorous bound
  * is relative to the sum of |terms|), with room on both sides: the right
- * answers below sit 20 to 1000 times under it (tests/lectures/test_transformer.c
+ * answers below sit 20 to 3000 times under it (the more terms, the further:
+ * rounding errors of a long sum mostly cancel; tests/lectures/test_transformer.c
  * holds each piece to bounds derived for its exact numbers), and every
  * bug planted in
  * tests/lectures/test_lecture_scaling.py (a missing all-reduce, experts
@@ -116,9 +128,12 @@ static double rounding_tolerance(int sum_lengths, double size) { return 2.0 * su
 
 /* The sums on the way through a transformer block: LayerNorm's mean and
  * variance (d each), the q, k, v projection (d), the scores (d / heads),
- * the weighted values (SEQ), the output projection (d), the second
- * LayerNorm (2 d), the MLP's two products (d and HIDDEN). */
-static int block_sum_lengths(void) { return 2 * DIM + DIM + DIM / HEADS + SEQ + DIM + 2 * DIM + DIM + HIDDEN; }
+ * the weighted values (seq), the output projection (d), the second
+ * LayerNorm (2 d), the MLP's two products (d and hidden). */
+static int block_sum_lengths(void) {
+    block_sizes sz = block_sizes_now();
+    return 2 * sz.dim + sz.dim + sz.dim / sz.heads + sz.seq + sz.dim + 2 * sz.dim + sz.dim + sz.hidden;
+}
 
 /* Compares `got` with `expected` and says it: max |difference| against
  * the tolerance for sums of `sum_lengths` terms. The check fails past it. */
@@ -187,13 +202,14 @@ typedef struct block {
 } block;
 
 static block block_full(int device) {
-    block b = {init_weight(DIM, DIM, SEED_WQ, device),
-               init_weight(DIM, DIM, SEED_WK, device),
-               init_weight(DIM, DIM, SEED_WV, device),
-               init_weight(DIM, DIM, SEED_WO, device),
-               init_weight(DIM, HIDDEN, SEED_W1, device),
-               init_weight(HIDDEN, DIM, SEED_W2, device),
-               HEADS};
+    block_sizes sz = block_sizes_now();
+    block b = {init_weight(sz.dim, sz.dim, SEED_WQ, device),
+               init_weight(sz.dim, sz.dim, SEED_WK, device),
+               init_weight(sz.dim, sz.dim, SEED_WV, device),
+               init_weight(sz.dim, sz.dim, SEED_WO, device),
+               init_weight(sz.dim, sz.hidden, SEED_W1, device),
+               init_weight(sz.hidden, sz.dim, SEED_W2, device),
+               sz.heads};
     return b;
 }
 
@@ -233,14 +249,18 @@ static void one_device(void) {
          "row takes a softmax-weighted mean of the value rows, here with a causal mask (a "
          "token sees itself and earlier tokens). The MLP is gelu(b W1) W2, again one token "
          "at a time.");
+    block_sizes sz = block_sizes_now();
     int device = get_device(0);
-    tensor *x = input(SEQ, DIM, SEED_X, device);
+    tensor *x = input(sz.seq, sz.dim, SEED_X, device);
     block w = block_full(device);
     tensor *z = block_forward(x, &w);
     note("Here: a sequence of %d tokens of width d = %d, %d heads of width %d, an MLP of "
          "hidden width %d. One device's output z: %s. Every rank below computes this same "
-         "block, from the same seeds, to judge its own part against.",
-         SEQ, DIM, HEADS, DIM / HEADS, HIDDEN, summarize(z));
+         "block, from the same seeds, to judge its own part against.%s",
+         sz.seq, sz.dim, sz.heads, sz.dim / sz.heads, sz.hidden, summarize(z),
+         lecture_quick() ? " (--quick: the lecture's full run has 1,024 tokens of width 256 in 8 heads, hidden width "
+                           "1,024.)"
+                         : "");
     tensor_free(z);
     block_free(&w);
     tensor_free(x);
@@ -1068,8 +1088,9 @@ static void tensor_and_sequence_parallelism(void) {
 /* Rank r's part of the block: heads [r h/p, (r+1) h/p) (columns of wq, wk,
  * wv), the matching rows of wo; columns of w1 and rows of w2. */
 static block block_shard(int rank, int world_size, int device) {
+    block_sizes sz = block_sizes_now();
     block full = block_full(device), b;
-    int64_t c = DIM / world_size, h = HIDDEN / world_size;
+    int64_t c = sz.dim / world_size, h = sz.hidden / world_size;
     b.wq = col_slice(full.wq, rank * c, (rank + 1) * c);
     b.wk = col_slice(full.wk, rank * c, (rank + 1) * c);
     b.wv = col_slice(full.wv, rank * c, (rank + 1) * c);
@@ -1077,7 +1098,7 @@ static block block_shard(int rank, int world_size, int device) {
     b.wo = to_device(o, device);
     b.w2 = to_device(w2, device);
     b.w1 = col_slice(full.w1, rank * h, (rank + 1) * h);
-    b.heads = HEADS / world_size;
+    b.heads = sz.heads / world_size;
     tensor_free(o);
     tensor_free(w2);
     block_free(&full);
@@ -1135,9 +1156,10 @@ static void count_traffic(tp_result *r, int which, const dist_traffic *d) {
 }
 
 static void tp_main(int rank, int world_size, void *args) {
+    block_sizes sz = block_sizes_now();
     int device = get_device(rank);
-    int64_t quarter = SEQ / world_size;
-    tensor *x = input(SEQ, DIM, SEED_X, device);
+    int64_t quarter = sz.seq / world_size;
+    tensor *x = input(sz.seq, sz.dim, SEED_X, device);
     block full = block_full(device), mine = block_shard(rank, world_size, device);
     tensor *expected = block_forward(x, &full);
     tp_result r;
@@ -1147,7 +1169,7 @@ static void tp_main(int rank, int world_size, void *args) {
     tensor *z = block_tensor_parallel(x, &mine);
     dist_traffic d = dist_traffic_since(&before);
     count_traffic(&r, 0, &d);
-    r.norm_rows[0] = SEQ;
+    r.norm_rows[0] = sz.seq;
     compare("tensor parallelism: the block's output", rank, z, expected, block_sum_lengths());
 
     tensor *x_mine = row_slice(x, rank * quarter, (rank + 1) * quarter);
@@ -1170,40 +1192,44 @@ static void tp_main(int rank, int world_size, void *args) {
 }
 
 static void tp_table(void) {
+    block_sizes sz = block_sizes_now();
     tp_result r;
     if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("rank 0 returned no result");
     table_t *t = table_new("One block forward on %d ranks, rank 0's traffic", WORLD);
     table_column(t, "strategy", NULL, "%s");
     table_column(t, "collective calls", NULL, "%lld");
+    table_column(t, "formula", NULL, "%s");
     table_column(t, "bytes sent, formula", "bytes", "%lld");
     table_column(t, "bytes sent, measured", "bytes", "%lld");
     table_column(t, "rows per LayerNorm", NULL, "%lld");
     const char *names[2] = {"tensor parallel (all-reduce)", "sequence parallel (reduce-scatter + all-gather)"};
+    const char *formulas[2] = {"2 x 2 (p-1)/p b", "4 x (p-1)/p b"};
     char question[400];
     snprintf(question, sizeof question,
              "An activation here is %d x %d floats, b = %.0f bytes, on p = %d ranks. Tensor parallelism makes "
              "%lld all-reduces of an activation per block forward, 2 (p-1)/p b each by the ring's formula. Sequence "
              "parallelism cuts each all-reduce into a reduce-scatter and an all-gather. How many bytes does rank 0 "
              "send with sequence parallelism, by the formula?",
-             SEQ, DIM, (double)SEQ * DIM * sizeof(float), WORLD, (long long)r.calls[0]);
+             sz.seq, sz.dim, (double)sz.seq * sz.dim * sizeof(float), WORLD, (long long)r.calls[0]);
     predict(question, (double)r.nominal[1], "bytes");
     for (int i = 0; i < 2; i++)
-        table_row(t, names[i], (long long)r.calls[i], (long long)r.nominal[i], (long long)r.measured[i],
+        table_row(t, names[i], (long long)r.calls[i], formulas[i], (long long)r.nominal[i], (long long)r.measured[i],
                   (long long)r.norm_rows[i]);
     table_show(t);
-    double activation = (double)SEQ * DIM * sizeof(float);
-    note("An activation here is %d x %d floats, b = %.0f bytes. Tensor parallelism sends two "
+    double activation = (double)sz.seq * sz.dim * sizeof(float);
+    note("An activation here is %d x %d floats, b = %.0f bytes (%.3g MiB). Tensor parallelism sends two "
          "all-reduces, 2 x 2 (p-1)/p b = %.0f bytes by the formula; sequence parallelism two "
          "reduce-scatters and two all-gathers of (p-1)/p b each, the same %.0f bytes in twice "
          "the calls (rank 0 made %lld and %lld). Its LayerNorms ran on %lld rows instead of %lld.",
-         SEQ, DIM, activation, 4 * 0.75 * activation, 4 * 0.75 * activation, (long long)r.calls[0],
-         (long long)r.calls[1], (long long)r.norm_rows[1], (long long)r.norm_rows[0]);
+         sz.seq, sz.dim, activation, activation / (1 << 20), 4.0 * (WORLD - 1) / WORLD * activation,
+         4.0 * (WORLD - 1) / WORLD * activation, (long long)r.calls[0], (long long)r.calls[1],
+         (long long)r.norm_rows[1], (long long)r.norm_rows[0]);
     if (r.measured_ok)
-        note("Open MPI's counters measured %lld and %lld bytes. The formula is what a "
-             "bandwidth-optimal (ring) algorithm sends; Open MPI picks its algorithm by "
-             "message size, and for messages this small it may pick one that sends more "
-             "bytes in fewer rounds.",
-             (long long)r.measured[0], (long long)r.measured[1]);
+        note("Open MPI's counters measured %lld and %lld bytes, against the formula's %lld and %lld. The formula is "
+             "what a bandwidth-optimal (ring) algorithm sends; Open MPI picks its algorithm by message size and "
+             "may pick one that sends more bytes in fewer rounds (for small messages) or that splits the "
+             "message differently.",
+             (long long)r.measured[0], (long long)r.measured[1], (long long)r.nominal[0], (long long)r.nominal[1]);
 }
 
 /* ---- backward: the conjugate collectives ---- */
@@ -1261,16 +1287,19 @@ static void attention_backward(void) {
 
 /* The sums on the way to a gradient of the sub-block: the forward to the
  * heads (LayerNorm 2 d, the projections d, a score d / heads, the weighted
- * values SEQ); the backward: dy W_o^T (d) and dW_o (SEQ), dP and dS
- * (2 d / heads), the row sum and dq, dk, dv (2 SEQ), the weight gradients
- * (SEQ), dx through three projections (3 d), LayerNorm's two means (2 d),
- * its gain's gradient (SEQ). */
+ * values seq); the backward: dy W_o^T (d) and dW_o (seq), dP and dS
+ * (2 d / heads), the row sum and dq, dk, dv (2 seq), the weight gradients
+ * (seq), dx through three projections (3 d), LayerNorm's two means (2 d),
+ * its gain's gradient (seq). */
 static int attention_backward_sum_lengths(void) {
-    return 2 * DIM + DIM + DIM / HEADS + SEQ + DIM + SEQ + 2 * DIM / HEADS + 2 * SEQ + SEQ + 3 * DIM + 2 * DIM + SEQ;
+    block_sizes sz = block_sizes_now();
+    return 2 * sz.dim + sz.dim + sz.dim / sz.heads + sz.seq + sz.dim + sz.seq + 2 * sz.dim / sz.heads + 2 * sz.seq +
+           sz.seq + 3 * sz.dim + 2 * sz.dim + sz.seq;
 }
 
 static tensor *ln_param(uint64_t seed, float base, int device) {
-    tensor *p = input(1, DIM, seed, device);
+    block_sizes sz = block_sizes_now();
+    tensor *p = input(1, sz.dim, seed, device);
     scale_(p, 0.2f);
     add_scalar_(p, base); /* a gain near 1, a bias near 0: not the identity */
     return p;
@@ -1362,8 +1391,9 @@ static attn_grads sp_attention_backward(const tensor *x_mine, const tensor *dy_m
     dist_all_reduce(both, DIST_SUM); /* LayerNorm's gain and bias: every quarter's share added */
     tensor_free(g.dgain);
     tensor_free(g.dbias);
-    g.dgain = col_slice(both, 0, DIM);
-    g.dbias = col_slice(both, DIM, 2 * DIM);
+    int64_t d = x_mine->shape[1];
+    g.dgain = col_slice(both, 0, d);
+    g.dbias = col_slice(both, d, 2 * d);
     tensor_free(both);
     tensor_free(dy);
     tensor_free(da);
@@ -1382,7 +1412,8 @@ static void attn_grads_free(attn_grads *g) {
  * dW_o, all of dgain and dbias. */
 static void compare_grads(const char *how, int rank, int world_size, const attn_grads *g, const attn_grads *ref,
                           int64_t row0, int64_t rows) {
-    int64_t c = DIM / world_size;
+    block_sizes sz = block_sizes_now();
+    int64_t c = sz.dim / world_size;
     int n = attention_backward_sum_lengths();
     tensor *expected[7] = {row_slice(ref->dx, row0, row0 + rows),
                            col_slice(ref->dwq, rank * c, (rank + 1) * c),
@@ -1415,11 +1446,12 @@ static void pass_of(pass_traffic *p, const dist_traffic *before) {
 }
 
 /* What each pass must call, and the ring's bytes for it: an activation is
- * b = SEQ DIM 4 bytes; an all-reduce sends 2 (p-1)/p of its tensor, an
+ * b = seq d 4 bytes; an all-reduce sends 2 (p-1)/p of its tensor, an
  * all-gather or reduce-scatter (p-1)/p of the whole sequence. SP's backward
- * all-reduce is of LayerNorm's gain and bias, 2 DIM floats. */
+ * all-reduce is of LayerNorm's gain and bias, 2 d floats. */
 static void expected_passes(int p, int64_t calls[2][2][KINDS], int64_t bytes[2][2][KINDS]) {
-    int64_t b = (int64_t)SEQ * DIM * sizeof(float), ln = 2 * DIM * (int64_t)sizeof(float);
+    block_sizes sz = block_sizes_now();
+    int64_t b = (int64_t)sz.seq * sz.dim * sizeof(float), ln = 2 * sz.dim * (int64_t)sizeof(float);
     int64_t want[2][2][KINDS] = {{{1, 0, 0}, {1, 0, 0}}, {{0, 1, 1}, {1, 1, 1}}};
     memcpy(calls, want, sizeof want);
     for (int s = 0; s < 2; s++)
@@ -1431,6 +1463,9 @@ static void expected_passes(int p, int64_t calls[2][2][KINDS], int64_t bytes[2][
 }
 
 static const char *const STRATEGY[2] = {"tensor parallel", "sequence parallel"};
+/* expected_passes' formulas, as the tables write them beside the bytes. */
+static const char *const FORMULA_TEXT[2][KINDS] = {
+        {"2 (p-1)/p b", "", ""}, {"2 (p-1)/p 2d 4 (LayerNorm's gain, bias)", "(p-1)/p b", "(p-1)/p b"}};
 static const char *const DIRECTION[2] = {"forward", "backward"};
 
 /* Each pass made exactly its collectives, each moving the formula's bytes. */
@@ -1453,9 +1488,10 @@ static void check_passes(tpb_result *r) {
 
 static void tpb_main(int rank, int world_size, void *args) {
     (void)args;
+    block_sizes sz = block_sizes_now();
     int device = get_device(rank);
-    int64_t quarter = SEQ / world_size;
-    tensor *x = input(SEQ, DIM, SEED_X, device), *dy = input(SEQ, DIM, SEED_DY, device);
+    int64_t quarter = sz.seq / world_size;
+    tensor *x = input(sz.seq, sz.dim, SEED_X, device), *dy = input(sz.seq, sz.dim, SEED_DY, device);
     tensor *gain = ln_param(SEED_GAIN, 1.0f, device), *bias = ln_param(SEED_BIAS, 0.0f, device);
     block full = block_full(device), mine = block_shard(rank, world_size, device);
     tensor *y_ref;
@@ -1471,7 +1507,7 @@ static void tpb_main(int rank, int world_size, void *args) {
     attn_grads g = tp_attention_backward(x, dy, &mine, gain, a);
     pass_of(&r.pass[0][1], &before);
     compare("tensor parallel attention forward: the output", rank, y, y_ref, attention_backward_sum_lengths());
-    compare_grads("tensor parallel attention", rank, world_size, &g, &ref, 0, SEQ);
+    compare_grads("tensor parallel attention", rank, world_size, &g, &ref, 0, sz.seq);
     attn_grads_free(&g);
     tensor_free(y);
     tensor_free(a);
@@ -1502,33 +1538,38 @@ static void tpb_main(int rank, int world_size, void *args) {
 }
 
 static void tpb_table(void) {
+    block_sizes sz = block_sizes_now();
     tpb_result r;
     if (spawn_result(0, &r, sizeof r) != sizeof r) lecture_fail("rank 0 returned no result");
-    double b = (double)SEQ * DIM * sizeof(float);
+    double b = (double)sz.seq * sz.dim * sizeof(float);
     char question[600];
     snprintf(question, sizeof question,
              "Sequence parallelism's forward all-gathers LayerNorm's output: each of the p = %d ranks holds %d of "
              "the %d tokens, and the whole sequence is %d x %d floats, b = %.0f bytes. In the backward pass 1 "
              "collective call carries the gradient back through that all-gather. Which collective is it, and how "
              "many bytes does each rank send in it, by the ring's formula?",
-             WORLD, SEQ / WORLD, SEQ, SEQ, DIM, b);
+             WORLD, sz.seq / WORLD, sz.seq, sz.seq, sz.dim, b);
     predict(question, (double)r.formula[1][1][K_REDUCE_SCATTER], "bytes");
     table_t *t = table_new("Attention forward and backward on %d ranks, rank 0's collectives", WORLD);
     table_column(t, "strategy", NULL, "%s");
     table_column(t, "pass", NULL, "%s");
     table_column(t, "collective", NULL, "%s");
     table_column(t, "calls", NULL, "%lld");
+    table_column(t, "formula", NULL, "%s");
     table_column(t, "bytes sent, formula", "bytes", "%lld");
     table_column(t, "bytes sent, the runtime's nominal", "bytes", "%lld");
     table_column(t, "bytes sent, measured", "bytes", "%lld");
     const int issued[KINDS] = {K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_REDUCE}; /* the order the code calls them */
+    int rows = 0, differ = 0; /* rows, and rows whose measured bytes are not the formula's */
     for (int s = 0; s < 2; s++)
         for (int dir = 0; dir < 2; dir++)
             for (int i = 0; i < KINDS; i++) {
                 const pass_traffic *p = &r.pass[s][dir];
                 int k = issued[i];
                 if (p->calls[k] == 0) continue;
-                table_row(t, STRATEGY[s], DIRECTION[dir], KIND_NAME[k], (long long)p->calls[k],
+                rows++;
+                differ += p->measured[k] != r.formula[s][dir][k];
+                table_row(t, STRATEGY[s], DIRECTION[dir], KIND_NAME[k], (long long)p->calls[k], FORMULA_TEXT[s][k],
                           (long long)r.formula[s][dir][k], (long long)p->nominal[k], (long long)p->measured[k]);
             }
     table_show(t);
@@ -1540,11 +1581,13 @@ static void tpb_table(void) {
          "sum of a reduce-scatter and an all-gather. Every gradient above equals one device's within its "
          "rounding tolerance, on every rank.",
          (long long)r.formula[1][0][K_ALL_GATHER], (long long)r.formula[1][1][K_REDUCE_SCATTER],
-         (long long)r.formula[1][0][K_REDUCE_SCATTER], (long long)r.formula[1][1][K_ALL_GATHER], 0.75 * b, b,
-         (long long)r.formula[1][1][K_ALL_REDUCE], DIM, (long long)r.formula[0][0][K_ALL_REDUCE]);
+         (long long)r.formula[1][0][K_REDUCE_SCATTER], (long long)r.formula[1][1][K_ALL_GATHER],
+         (WORLD - 1.0) / WORLD * b, b, (long long)r.formula[1][1][K_ALL_REDUCE], sz.dim,
+         (long long)r.formula[0][0][K_ALL_REDUCE]);
     if (r.measured_ok)
-        note("The measured column is Open MPI's own count; for messages this small its algorithm may send more "
-             "or fewer bytes than the ring's formula (see the forward's table above).");
+        note("The measured column is Open MPI's own count; its algorithm, chosen by message size, may send more "
+             "or fewer bytes than the ring's formula: here %d of the %d rows differ from it.",
+             differ, rows);
 }
 
 /* ------------------------------------------------------------------ */
@@ -2417,9 +2460,9 @@ static void mesh_main(int rank, int world_size, void *args);
 static void mesh_on_the_twin(void);
 
 /* The mesh's MLP, lib/mlp.h's layers: y = gelu(gelu(x A) B), A d x
- * HIDDEN, B HIDDEN x d, loss mean(y^2). */
+ * MESH_HIDDEN, B MESH_HIDDEN x d, loss mean(y^2). */
 static mlp_config mesh_config(void) {
-    mlp_config c = {.batch = MESH_BATCH, .width = HIDDEN, .layers = 2, .steps = 1, .lr = 0};
+    mlp_config c = {.batch = MESH_BATCH, .width = MESH_HIDDEN, .layers = 2, .steps = 1, .lr = 0};
     return c;
 }
 
@@ -2439,7 +2482,7 @@ static void mesh_2d(void) {
          "only.");
     note("The MLP here is y = gelu(gelu(x A) B) with A %d x %d and B %d x %d, loss mean(y^2), "
          "a batch of %d, the forward and backward passes of `lectures/lib/mlp.c`.",
-         DIM, HIDDEN, HIDDEN, DIM, MESH_BATCH);
+         MESH_DIM, MESH_HIDDEN, MESH_HIDDEN, MESH_DIM, MESH_BATCH);
     spawn(mesh_main, WORLD, NULL, 0);
     note("Every rank's slice of both gradients equals one device's, with two kinds of "
          "traffic that never cross: the tensor-parallel all-reduces of activations (in "
@@ -2507,9 +2550,10 @@ static void mesh_on_the_twin(void) {
 
 /* One device: the gradients of A and B on the whole batch. */
 static void mesh_one_device(int device, tensor **ga, tensor **gb) {
-    tensor *x = input(MESH_BATCH, DIM, SEED_MESH_X, device);
-    tensor *w[2] = {init_weight(DIM, HIDDEN, SEED_MESH_A, device), init_weight(HIDDEN, DIM, SEED_MESH_B, device)};
-    tensor *acts[3], *pre[2], *grads[2] = {empty(DIM, HIDDEN, device), empty(HIDDEN, DIM, device)};
+    tensor *x = input(MESH_BATCH, MESH_DIM, SEED_MESH_X, device);
+    tensor *w[2] = {init_weight(MESH_DIM, MESH_HIDDEN, SEED_MESH_A, device),
+                    init_weight(MESH_HIDDEN, MESH_DIM, SEED_MESH_B, device)};
+    tensor *acts[3], *pre[2], *grads[2] = {empty(MESH_DIM, MESH_HIDDEN, device), empty(MESH_HIDDEN, MESH_DIM, device)};
     forward(w, 2, x, acts, pre);
     backward(w, 2, acts, pre, grads);
     free_saved(2, acts, pre);
@@ -2539,13 +2583,14 @@ static void mesh_main(int rank, int world_size, void *args) {
     if (world_size != 4) lecture_fail("the mesh is 2 x 2: 4 ranks, not %d", world_size);
     int device = get_device(rank), dp = rank / 2, tp_rank = rank % 2;
     dist_group *tp = dist_new_group(tp_groups[dp], 2), *dpg = dist_new_group(dp_groups[tp_rank], 2);
-    int64_t half = MESH_BATCH / 2, cols = HIDDEN / 2;
-    tensor *data = input(MESH_BATCH, DIM, SEED_MESH_X, device);
+    int64_t half = MESH_BATCH / 2, cols = MESH_HIDDEN / 2;
+    tensor *data = input(MESH_BATCH, MESH_DIM, SEED_MESH_X, device);
     tensor *x = row_slice(data, dp * half, (dp + 1) * half);
-    tensor *A = init_weight(DIM, HIDDEN, SEED_MESH_A, device), *B = init_weight(HIDDEN, DIM, SEED_MESH_B, device);
+    tensor *A = init_weight(MESH_DIM, MESH_HIDDEN, SEED_MESH_A, device),
+           *B = init_weight(MESH_HIDDEN, MESH_DIM, SEED_MESH_B, device);
     tensor *a = col_slice(A, tp_rank * cols, (tp_rank + 1) * cols),
            *b_view = row_slice(B, tp_rank * cols, (tp_rank + 1) * cols);
-    tensor *b = to_device(b_view, device), *ga = empty(DIM, cols, device), *gb = empty(cols, DIM, device);
+    tensor *b = to_device(b_view, device), *ga = empty(MESH_DIM, cols, device), *gb = empty(cols, MESH_DIM, device);
     mesh_step(tp, x, a, b, ga, gb);
     dist_all_reduce_in(dpg, ga, DIST_AVG); /* the batch halves' gradients averaged */
     dist_all_reduce_in(dpg, gb, DIST_AVG);

@@ -58,8 +58,9 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
 
     def block_config(self):
         # the block note's own arguments (lecture_scaling.c, block_on_one_device), read by name
-        f = self.figures("HEADS", "DIM / HEADS", "HIDDEN")
-        return {"seq": f["SEQ"], "d": f["DIM"], "heads": f["HEADS"], "dh": f["DIM / HEADS"], "hidden": f["HIDDEN"]}
+        f = self.figures("sz.heads", "sz.dim / sz.heads", "sz.hidden")
+        return {"seq": f["sz.seq"], "d": f["sz.dim"], "heads": f["sz.heads"], "dh": f["sz.dim / sz.heads"],
+                "hidden": f["sz.hidden"]}
 
     def compared(self, what):
         """{expr: value} of each rank's line of compare() (lecture_scaling.c)
@@ -258,7 +259,9 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         b = c["seq"] * c["d"] * 4
         rows = self.table(r"^One block forward")["rows"]
         self.assertEqual(len(rows), 2)
-        (tp_name, tp_calls, tp_bytes, tp_measured, tp_rows), (sp_name, sp_calls, sp_bytes, sp_measured, sp_rows) = rows
+        (tp_name, tp_calls, tp_formula, tp_bytes, tp_measured, tp_rows), \
+            (sp_name, sp_calls, sp_formula, sp_bytes, sp_measured, sp_rows) = rows
+        self.assertEqual((tp_formula, sp_formula), ("2 x 2 (p-1)/p b", "4 x (p-1)/p b"))   # what the bytes are
         self.assertEqual((tp_calls, sp_calls), (2, 4))
         self.assertEqual(tp_bytes, 2 * 2 * (WORLD - 1) * b // WORLD)   # two all-reduces
         self.assertEqual(sp_bytes, 4 * (WORLD - 1) * b // WORLD)       # two reduce-scatters, two all-gathers
@@ -296,7 +299,8 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
 
     def conjugate_rows(self):
         rows = self.table(r"^Attention forward and backward on")["rows"]
-        return {(r[0], r[1], r[2]): r[3:] for r in rows}
+        # calls, bytes by the formula, the runtime's nominal, measured (the formula's text, r[4], left out)
+        return {(r[0], r[1], r[2]): [r[3]] + r[5:] for r in rows}
 
     def test_conjugate_collectives_per_pass(self):
         """Each pass's collectives, calls and bytes, against the ring's
@@ -339,7 +343,8 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         c = self.block_config()
         b = c["seq"] * c["d"] * 4
         rs = {(r[0], r[1], r[2]): r for r in t["rows"]}[("sequence parallel", "backward", "reduce-scatter")]
-        self.assertEqual((q["value"], q["unit"]), (rs[4], "bytes"))
+        self.assertEqual(rs[4], "(p-1)/p b")
+        self.assertEqual((q["value"], q["unit"]), (rs[5], "bytes"))
         self.assertEqual(q["value"], (WORLD - 1) * b // WORLD)
         self.assertIn("b = %d bytes" % b, q["question"])   # what it needs is said
         self.assertLess(steps.index(s_q), steps.index(s_t))
@@ -437,7 +442,7 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
 
     def test_mesh_gradients_equal_one_device(self):
         f = self.figures("MESH_BATCH")   # lecture_scaling.c, mesh_section's note
-        hidden, batch = f["HIDDEN"], f["MESH_BATCH"]
+        hidden, batch = f["MESH_HIDDEN"], f["MESH_BATCH"]
         # lib/mlp.h's gradient_tolerance: 2 (layers + 1) max(batch, width) u, width the hidden one: exact in a
         # double, so the tolerance is one rounded product here as there
         factor = 2 * 3 * max(batch, hidden)
@@ -639,7 +644,7 @@ class LectureScaling(tracecheck.LectureRun, tracecheck.WholeTrace, unittest.Test
         (s_table, table), = self.tables(r"^One block forward")
         sp_row = table["rows"][1]
         self.assertEqual((sp["value"], sp["unit"]), (4 * (WORLD - 1) * b // WORLD, "bytes"))   # 2 RS + 2 AG
-        self.assertEqual(sp["value"], sp_row[2])
+        self.assertEqual(sp["value"], sp_row[3])
         self.assertIn("b = %d bytes, on p = %d ranks" % (b, WORLD), sp["question"])   # what it needs is said
         self.assertLess(steps.index(s_sp), steps.index(s_table))
         (s_table, table), = self.tables(r"^Ring attention on")
@@ -708,7 +713,7 @@ class PlantedBugs(planted.PlantedCase):
         # the input gradient all-reduced and this rank's rows kept: the right numbers by the wrong
         # collective (4/3 the bytes); only the per-pass check of the conjugates catches it
         self.assert_fails("    tensor *da_mine = reduce_scatter_sequence(da); /* the all-gather's conjugate */",
-                          "    dist_all_reduce(da, DIST_SUM); tensor *da_mine = empty(x_mine->shape[0], DIM, da->device), *v = "
+                          "    dist_all_reduce(da, DIST_SUM); tensor *da_mine = empty(x_mine->shape[0], da->shape[1], da->device), *v = "
                           "row_slice(da, dist_rank() * x_mine->shape[0], (dist_rank() + 1) * x_mine->shape[0]); "
                           "tensor_copy(da_mine, v); tensor_free(v);",
                           "sequence parallel backward: 1 all-reduce, 1 all-gather, 1 reduce-scatter")
