@@ -142,14 +142,25 @@
       if (f.path === path) hs.push({ line: f.line, level: h.level, step: h.step });
     });
     hs.sort(function (a, b) { return a.line - b.line || a.step - b.step; });
+    // A file's notes may start below a heading of another file (an included
+    // section's "###" under the lecture's "##"). Shown alone, after the
+    // page's h1, its top heading would skip a level: this file's headings
+    // are read one level up per level skipped (aria-level), as the page
+    // shows them. Read mode, where the other file's heading precedes, keeps
+    // the notes' own levels.
+    var top = 7;
+    this.headSteps = Object.create(null);
+    hs.forEach(function (h) { self.headSteps[h.step] = true; });
     hs.forEach(function (h) {
       var p = null;
       for (var q = 1; q < h.level; q++) if (last[q] && (!p || last[q].line > p.line)) p = last[q];
+      if (!p && h.level < top) top = h.level;
       last[h.level] = h;
       last.length = h.level + 1;
       var c = ((h.line - 1) / CHUNK) | 0, pc = p ? ((p.line - 1) / CHUNK) | 0 : c, list = self.parentChunks[c];
       if (pc !== c && (!list || list.indexOf(pc) < 0)) (self.parentChunks[c] = list || []).push(pc);
     });
+    this.headShift = top < 7 ? Math.max(0, top - 2) : 0;
     this.lineEl = new Array(lines.length + 1);
     this.el = document.createElement('div');
     this.el.className = 'file';
@@ -266,6 +277,7 @@
     ch.el.classList.add('drawn');
     var kids = ch.el.children;
     for (var k = 0; k < kids.length; k++) this.lineEl[a + k] = kids[k];
+    this.levelHeadings(ch.el);
     L.hydrate(ch.el);
     this.drawn.push(c);
     if (this.drawn.length > MAX_DRAWN) this.evict();
@@ -295,7 +307,20 @@
       var fresh = tmp.firstChild;
       old.parentNode.replaceChild(fresh, old);
       this.lineEl[k] = fresh;
+      this.levelHeadings(fresh);
       L.hydrate(fresh);
+    }
+  };
+
+  // The headings of this file's notes in el, one level up per level the
+  // file's top heading skips (headShift, set in the constructor).
+  FileView.prototype.levelHeadings = function (el) {
+    if (!this.headShift) return;
+    var hs = el.querySelectorAll('.item[data-step] > .r-md > h1, .item[data-step] > .r-md > h2, .item[data-step] > .r-md > h3, ' +
+      '.item[data-step] > .r-md > h4, .item[data-step] > .r-md > h5, .item[data-step] > .r-md > h6');
+    for (var q = 0; q < hs.length; q++) {
+      if (!this.headSteps[hs[q].parentNode.parentNode.getAttribute('data-step')]) continue;
+      hs[q].setAttribute('aria-level', Math.max(2, +hs[q].tagName.charAt(1) - this.headShift));
     }
   };
 
