@@ -139,19 +139,6 @@ static int64_t p2p_calls(const dist_traffic *d) {
     return d->calls[DIST_CALL_SEND] + d->calls[DIST_CALL_RECV] + d->calls[DIST_CALL_SENDRECV];
 }
 
-/* "1 dist_all_reduce call, 6 dist_send calls" (or "no calls"), for a check's message. */
-static const char *calls_text(const dist_traffic *d, char *buf, size_t size) {
-    size_t at = 0;
-    buf[0] = 0;
-    for (int k = 0; k < DIST_CALL_KINDS; k++) {
-        if (!d->calls[k] || at >= size) continue;
-        at += (size_t)snprintf(buf + at, size - at, "%s%lld dist_%s call%s", at ? ", " : "", (long long)d->calls[k],
-                               dist_call_name((dist_call_kind)k), d->calls[k] == 1 ? "" : "s");
-    }
-    if (!buf[0]) snprintf(buf, size, "no calls");
-    return buf;
-}
-
 /* ---- exercise 1 ---- */
 
 /* Rank q's input: made from a seed the checker knows, so that every rank
@@ -293,7 +280,7 @@ static int check_ring_values(const tensor *t, const tensor *expected, int rank, 
  * receives from the previous one"), and is told so. */
 static void check_ring_method(const dist_traffic *d, int rank, int world, int64_t numel) {
     char calls[256];
-    calls_text(d, calls, sizeof calls);
+    dist_traffic_text(d, calls, sizeof calls);
     int64_t coll = collective_calls(d), p2p = p2p_calls(d);
     if (coll > 0)
         check_named(0, "exercise 1: sends and receives only",
@@ -397,7 +384,7 @@ static void exercise_2(int rank, int world, void *args) {
     if (one && world > 1 && reduced != total) snprintf(size, sizeof size, " of %lld floats", (long long)reduced);
     check_named(one && (world < 2 || reduced == total), "exercise 2: one all-reduce of the whole bucket",
                 "expected 1 all-reduce per step, of the whole bucket (%lld floats); ddp_sync made %s%s",
-                (long long)total, calls_text(&d, calls, sizeof calls), size);
+                (long long)total, dist_traffic_text(&d, calls, sizeof calls), size);
     tensor_free(bucket);
 }
 
@@ -456,7 +443,7 @@ static void exercise_3(int rank, int world, void *args) {
                         collective_calls(&d) == 2 && p2p_calls(&d) == 0,
                 "exercise 3: a reduce-scatter and an all-gather, nothing else",
                 "expected 1 dist_reduce_scatter and 1 dist_all_gather per step, nothing else; zero1_step made %s",
-                calls_text(&d, calls, sizeof calls));
+                dist_traffic_text(&d, calls, sizeof calls));
 }
 
 /* ---- exercise 4 ---- */

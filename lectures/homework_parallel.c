@@ -160,19 +160,6 @@ static int64_t p2p_calls(const dist_traffic *d) {
     return d->calls[DIST_CALL_SEND] + d->calls[DIST_CALL_RECV] + d->calls[DIST_CALL_SENDRECV];
 }
 
-/* "1 dist_all_reduce call, 6 dist_send calls" (or "no calls"), for a check's message. */
-static const char *calls_text(const dist_traffic *d, char *buf, size_t size) {
-    size_t at = 0;
-    buf[0] = 0;
-    for (int k = 0; k < DIST_CALL_KINDS; k++) {
-        if (!d->calls[k] || at >= size) continue;
-        at += (size_t)snprintf(buf + at, size - at, "%s%lld dist_%s call%s", at ? ", " : "", (long long)d->calls[k],
-                               dist_call_name((dist_call_kind)k), d->calls[k] == 1 ? "" : "s");
-    }
-    if (!buf[0]) snprintf(buf, size, "no calls");
-    return buf;
-}
-
 /* ---- exercise 1 ---- */
 
 static tensor *scaled_randn(int64_t rows, int64_t cols, float s, int device) {
@@ -228,7 +215,7 @@ static void exercise_1(int rank, int world, void *args) {
     check_named(one && reduced == want, "exercise 1: exactly one all-reduce, of dx",
                 "the backward needs exactly 1 all-reduce, of dx (%lld floats), and no other call; "
                 "megatron_backward made %s%s",
-                (long long)want, calls_text(&d, calls, sizeof calls), size);
+                (long long)want, dist_traffic_text(&d, calls, sizeof calls), size);
 
     tensor *one_device[] = {x, A, B, dy, h, z, dB, dz, dh, dA, dx_ref};
     tensor *this_rank[] = {a, band, b, hpre, da, db, dx, dA_mine, dB_band, dB_mine};
@@ -625,7 +612,7 @@ static void exercise_3(int rank, int world, void *args) {
     check_named(d.calls[DIST_CALL_ALL_GATHER] == Z3_LAYERS && collective_calls(&d) == Z3_LAYERS && p2p_calls(&d) == 0,
                 "exercise 3: one dist_all_gather per layer, nothing else",
                 "one dist_all_gather per layer (%d), no other call; zero3_forward made %s", Z3_LAYERS,
-                calls_text(&d, calls, sizeof calls));
+                dist_traffic_text(&d, calls, sizeof calls));
 
     char why[320] = "", log[320] = "";
     size_t at = 0;

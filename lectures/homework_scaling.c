@@ -161,19 +161,6 @@ static int64_t p2p_calls(const dist_traffic *d) {
     return d->calls[DIST_CALL_SEND] + d->calls[DIST_CALL_RECV] + d->calls[DIST_CALL_SENDRECV];
 }
 
-/* "1 dist_all_gather call, 1 dist_all_reduce call" (or "no calls"). */
-static const char *calls_text(const dist_traffic *d, char *buf, size_t size) {
-    size_t at = 0;
-    buf[0] = 0;
-    for (int k = 0; k < DIST_CALL_KINDS; k++) {
-        if (!d->calls[k] || at >= size) continue;
-        at += (size_t)snprintf(buf + at, size - at, "%s%lld dist_%s call%s", at ? ", " : "", (long long)d->calls[k],
-                               dist_call_name((dist_call_kind)k), d->calls[k] == 1 ? "" : "s");
-    }
-    if (!buf[0]) snprintf(buf, size, "no calls");
-    return buf;
-}
-
 static tensor *scaled_randn(int64_t rows, int64_t cols, float s, int device) {
     tensor *t = randn(rows, cols, device);
     scale_(t, s);
@@ -262,8 +249,8 @@ static void exercise_1(int rank, int world, void *args) {
                 "reduce-scatters dx (%lld floats) where the forward all-gathered x: 1 dist_all_gather and 1 "
                 "dist_reduce_scatter, no other call, %lld bytes sent (nominal); sp_backward made %s%s, %lld bytes "
                 "(%.2fx)",
-                (long long)whole, (long long)whole, (long long)(2 * want), calls_text(&d, calls, sizeof calls), size,
-                (long long)nominal, (double)nominal / (double)(2 * want));
+                (long long)whole, (long long)whole, (long long)(2 * want), dist_traffic_text(&d, calls, sizeof calls),
+                size, (long long)nominal, (double)nominal / (double)(2 * want));
 
     tensor *one_device[] = {x, A, B, dy, h, z, dB, dz, dh, dA, dx_ref};
     tensor *this_rank[] = {a,  band,     b,       x_full,  hpre,    dy_rows, dy_shard, da,
@@ -468,7 +455,7 @@ static void exercise_2(int rank, int world, void *args) {
                 world - 1, (long long)block_bytes, next, prev, (long long)d.sent_to[next], next,
                 (long long)d.received_from[prev], prev, others ? ", and bytes with another rank" : "",
                 world > 2 && (d.sent_to[prev] || d.received_from[next]) ? ", and bytes the other way round" : "",
-                calls_text(&d, calls, sizeof calls));
+                dist_traffic_text(&d, calls, sizeof calls));
 
     char why[320] = "", log[640] = "";
     size_t at = 0;
@@ -603,7 +590,7 @@ static void exercise_3(int rank, int world, void *args) {
                 "exercise 3: counts then payload, two all-to-alls of capacity-sized pieces",
                 "2 dist_all_to_all calls, the counts (%d floats) and the payload (%d pieces of %d x %d), %lld floats "
                 "in all, and no other call; moe_dispatch made %s%s",
-                world, world, cap, MOE_D, (long long)floats, calls_text(&d, calls, sizeof calls), size);
+                world, world, cap, MOE_D, (long long)floats, dist_traffic_text(&d, calls, sizeof calls), size);
 
     tensor_free(x);
     tensor_free(recv);

@@ -735,6 +735,12 @@ const char *dist_call_name(dist_call_kind kind);
 int64_t dist_traffic_sent(const dist_traffic *t);
 int64_t dist_traffic_nominal(const dist_traffic *t);
 int64_t dist_traffic_calls(const dist_traffic *t);
+/* The calls counted in t, kind by kind in dist_call_kind's order, as a
+ * check's message says them: "1 dist_all_gather call, 2 dist_send calls",
+ * or "no calls". Written into buf (size bytes, cut short if it does not
+ * fit, always terminated when size > 0); returns buf. A NULL t or buf is
+ * an error at the caller's line. */
+const char *dist_traffic_text(const dist_traffic *t, char *buf, size_t size);
 
 /* Since this rank's spawn started: the nominal bytes (the formula's figure
  * above, summed over every call: dist_traffic_now().nominal_sent added up)

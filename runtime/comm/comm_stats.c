@@ -42,6 +42,7 @@
  * two reads of a world-size array from Open MPI.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -497,6 +498,25 @@ static const dist_traffic *given(const dist_traffic *t, const char *call) {
 int64_t dist_traffic_sent(const dist_traffic *t) { return given(t, __func__) ? total(t->bytes_sent) : 0; }
 int64_t dist_traffic_nominal(const dist_traffic *t) { return given(t, __func__) ? total(t->nominal_sent) : 0; }
 int64_t dist_traffic_calls(const dist_traffic *t) { return given(t, __func__) ? total(t->calls) : 0; }
+
+const char *dist_traffic_text(const dist_traffic *t, char *buf, size_t size) {
+    if (!buf) {
+        lx_error("%s: buf is NULL (give it room for the text, e.g. char buf[256])", __func__);
+        return buf;
+    }
+    if (!size) return buf;
+    buf[0] = 0;
+    if (!given(t, __func__)) return buf;
+    size_t at = 0;
+    for (int k = 0; k < DIST_CALL_KINDS && at < size; k++) {
+        if (!t->calls[k]) continue;
+        /* snprintf returns what it would have written: past the end, at >= size stops the loop */
+        at += (size_t)snprintf(buf + at, size - at, "%s%lld dist_%s call%s", at ? ", " : "", (long long)t->calls[k],
+                               dist_call_name((dist_call_kind)k), t->calls[k] == 1 ? "" : "s");
+    }
+    if (!buf[0]) snprintf(buf, size, "no calls");
+    return buf;
+}
 
 int64_t dist_bytes_nominal(void) {
     double s = 0;

@@ -325,13 +325,37 @@ static void test_outside_spawn(void **state) {
     assert_int_equal(t.measured_collectives, 0);
 }
 
+/* dist_traffic_text on counts set by hand: each kind with calls, in the
+ * enum's order, singular for one; "no calls" for none; cut short, never
+ * past size, always terminated. */
+static void test_traffic_text(void **state) {
+    (void)state;
+    dist_traffic t;
+    memset(&t, 0, sizeof t);
+    char buf[128];
+    assert_string_equal(dist_traffic_text(&t, buf, sizeof buf), "no calls");
+    t.calls[DIST_CALL_SEND] = 2;
+    t.calls[DIST_CALL_ALL_GATHER] = 1;
+    t.calls[DIST_CALL_ALL_TO_ALL] = 12;
+    assert_ptr_equal(dist_traffic_text(&t, buf, sizeof buf), buf);
+    assert_string_equal(buf, "1 dist_all_gather call, 2 dist_send calls, 12 dist_all_to_all calls");
+    char small[12];
+    memset(small, 'x', sizeof small);
+    dist_traffic_text(&t, small, 10);
+    assert_string_equal(small, "1 dist_al"); /* 9 characters and the terminator */
+    assert_int_equal(small[10], 'x');        /* nothing written past size */
+    small[0] = 'y';
+    dist_traffic_text(&t, small, 0);
+    assert_int_equal(small[0], 'y'); /* size 0: buf untouched */
+}
+
 static int failures;
 
 static void body(void) {
     for (int p = 1; p <= 4; p++)
         spawn(exercise, p, &args, sizeof args);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_counts), cmocka_unit_test(test_measured),
-                                       cmocka_unit_test(test_outside_spawn)};
+                                       cmocka_unit_test(test_outside_spawn), cmocka_unit_test(test_traffic_text)};
     failures += cmocka_run_group_tests_name("comm stats", tests, NULL, NULL);
 }
 

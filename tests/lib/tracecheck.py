@@ -244,7 +244,7 @@ class HomeworkTest(FixtureTest):
     HOMEWORK = None
     NAMES = None      # a CheckNames of every check a run makes on each rank
     WORLD = 4
-    REPEAT = 1
+    REPEAT = int(os.environ.get("LECTERN_HOMEWORK_REPEAT", "1"))   # runs of each case (a soak)
 
     def wrong(self, which, says, status=1):
         """A method fails exactly the checks named by `says` on every rank,
@@ -273,6 +273,27 @@ class HomeworkTest(FixtureTest):
         self.assertEqual(last_line(p), "checks: 0 passed, %d failed, 0 not reached" % len(want))
         self.assertFalse(troubles(t))
         return p, t
+
+    def solution_passes_every_check(self):
+        """The instructor's solution (fixture HOMEWORK_solution) passes every
+        graded check on every rank, says so in its last line, and nothing
+        else goes wrong; (process, trace)."""
+        p, t = self.outcome("solution", 0)
+        want = sorted((r, w, True) for r in range(self.WORLD) for w in self.NAMES.graded)
+        self.assertEqual(self.NAMES.checks(t), want)
+        self.assertEqual(last_line(p), "checks: %d passed, 0 failed, 0 not reached" % len(want))
+        self.assertFalse(troubles(t))
+        return p, t
+
+    def only_not_reached(self, p, t, missing):
+        """The checks named in `missing` were not reached on any rank (an
+        error stopped their exercise) and every other graded check passed,
+        as the last line says; the checks that passed, by name."""
+        others = [w for w in self.NAMES.graded if w not in missing]
+        self.assertEqual(self.NAMES.checks(t), sorted((r, w, True) for r in range(self.WORLD) for w in others))
+        self.assertEqual(last_line(p), "checks: %d passed, 0 failed, %d not reached" % (self.WORLD * len(others),
+                                                                                        self.WORLD * len(missing)))
+        return others
 
     def outcome(self, which, status, *args):
         """Runs the fixture HOMEWORK_`which` (or the binary at the absolute

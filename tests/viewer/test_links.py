@@ -11,7 +11,6 @@ page.
 
     bash tests/viewer/run.sh test_links
 """
-import json
 import os
 import sys
 import unittest
@@ -22,16 +21,13 @@ import test_viewer as base  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-NAME = "links_fixture"
-
 
 class TestLinks(base.ViewerCase):
+    FIXTURE = "links_fixture"
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.add_fixture_trace(NAME)
-        with open(os.path.join(cls.traces, NAME + ".json"), encoding="utf-8") as f:
-            cls.trace = json.load(f)
         cls.sp = cls.trace["spawns"][0]
 
     def site(self, side):
@@ -54,9 +50,9 @@ class TestLinks(base.ViewerCase):
     def open_at(self, file_step):
         """Opens the trace at the file's step file_step; returns the
         viewer's index of it."""
-        self.open("?trace=%s&step=1" % NAME)
+        self.open("?trace=%s&step=1" % self.FIXTURE)
         i = self.view(file_step)
-        self.open("?trace=%s&step=%d" % (NAME, i + 1))
+        self.open("?trace=%s&step=%d" % (self.FIXTURE, i + 1))
         self.assertEqual(self.cur_step(), i + 1)
         return i
 
@@ -99,12 +95,7 @@ class TestLinks(base.ViewerCase):
     def test_keyboard_only_reaches_the_link(self):
         m = self.pipe_message()
         self.open_at(m["to"][2])
-        for _ in range(300):
-            if self.js("return document.activeElement.matches('#links-panel .link-go')"):
-                break
-            self.keys(Keys.TAB)
-        else:
-            self.fail("the keyboard never reached the link")
+        self.tab_to("#links-panel .link-go", limit=300)
         self.keys(Keys.ENTER)
         self.assertEqual(self.cur_step(), self.view(m["from"][2]) + 1)
 
@@ -139,7 +130,7 @@ class TestLinks(base.ViewerCase):
         self.assertEqual(self.axe(), [])
 
     def test_a_step_without_links_has_no_panel(self):
-        self.open("?trace=%s&step=1" % NAME)
+        self.open("?trace=%s&step=1" % self.FIXTURE)
         self.assertTrue(self.js("return document.getElementById('links-panel').hidden"))
 
 

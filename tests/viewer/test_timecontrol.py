@@ -28,16 +28,13 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-NAME = "timecontrol_fixture"
-
 
 class TestTimeControl(base.ViewerCase):
+    FIXTURE = "timecontrol_fixture"
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.add_fixture_trace(NAME)
-        with open(os.path.join(cls.traces, NAME + ".json"), encoding="utf-8") as f:
-            cls.trace = json.load(f)
         t = cls.trace
         cls.sp = t["spawns"][0]
         ev = set()
@@ -78,12 +75,7 @@ class TestTimeControl(base.ViewerCase):
     # -- the page
 
     def open_panel_by_keys(self):
-        for _ in range(400):
-            if self.js("return document.activeElement.id === 'moment-toggle'"):
-                break
-            self.keys(Keys.TAB)
-        else:
-            self.fail("the keyboard never reached the panel's button")
+        self.tab_to("#moment-toggle", limit=400)
         self.keys(Keys.ENTER)
         self.assertTrue(self.js("return document.activeElement.id === 'mo-t'"))
 
@@ -110,9 +102,9 @@ class TestTimeControl(base.ViewerCase):
     def test_keyboard_to_rank_1_waiting_for_rank_0(self):
         recv, send = self.msg["to"], self.msg["from"]
         self.assertLess(recv[3], send[3], "the planted delay: rank 1 entered its receive before rank 0 sent")
-        self.open("?trace=%s&step=1" % NAME)
+        self.open("?trace=%s&step=1" % self.FIXTURE)
         start = self.view_step(self.recv_note())
-        self.open("?trace=%s&step=%d" % (NAME, start + 1))
+        self.open("?trace=%s&step=%d" % (self.FIXTURE, start + 1))
         self.assertEqual(self.js("return window.lecternViewer.state.cur"), start)
         self.assertIsNone(self.moment(), "nothing is built before the panel is opened")
         self.open_panel_by_keys()
@@ -159,7 +151,7 @@ class TestTimeControl(base.ViewerCase):
         early = max(calls[0][3], calls[1][3])
         late = calls[2][3]
         self.assertEqual(self.coll["last"], 2)
-        self.open("?trace=%s&step=%d" % (NAME, self.recv_note() + 1))
+        self.open("?trace=%s&step=%d" % (self.FIXTURE, self.recv_note() + 1))
         self.d.find_element(By.ID, "moment-toggle").click()
         svg = self.d.find_element(By.ID, "mo-lanes")
         # a point a fifth of the way from the last early arrival to rank 2's:
@@ -186,7 +178,7 @@ class TestTimeControl(base.ViewerCase):
         self.assertEqual(self.axe(), [])
 
     def test_read_mode_unaffected(self):
-        self.open("?trace=%s&step=%d" % (NAME, self.recv_note() + 1))
+        self.open("?trace=%s&step=%d" % (self.FIXTURE, self.recv_note() + 1))
         self.d.find_element(By.ID, "moment-toggle").click()
         self.keys("m")
         self.assertFalse(self.js("return !!document.getElementById('moment-panel').offsetParent"))
@@ -196,7 +188,7 @@ class TestTimeControl(base.ViewerCase):
         self.assertTrue(self.js("return !!document.getElementById('moment-panel').offsetParent"))
 
     def test_rank_filter_shows_that_rank_only(self):
-        self.open("?trace=%s&step=%d" % (NAME, self.recv_note() + 1))
+        self.open("?trace=%s&step=%d" % (self.FIXTURE, self.recv_note() + 1))
         self.d.find_element(By.ID, "moment-toggle").click()
         self.keys("1")
         self.assertEqual(self.js("return Array.from(document.querySelectorAll('#mo-ranks li'))"
@@ -205,9 +197,9 @@ class TestTimeControl(base.ViewerCase):
         self.assertEqual(self.axe(), [])
 
     def test_as_it_happened_stops_at_the_current_step(self):
-        self.open("?trace=%s&step=1" % NAME)
+        self.open("?trace=%s&step=1" % self.FIXTURE)
         start = self.view_step(self.recv_note())
-        self.open("?trace=%s&step=%d&live=1" % (NAME, start + 1))
+        self.open("?trace=%s&step=%d&live=1" % (self.FIXTURE, start + 1))
         self.d.find_element(By.ID, "moment-toggle").click()
         self.keys(Keys.END)
         t = self.trace["steps"][self.recv_note()]["time"]
@@ -216,7 +208,7 @@ class TestTimeControl(base.ViewerCase):
         self.assertEqual(self.cur_step(), start + 1)
 
     def test_no_panel_outside_a_spawn(self):
-        self.open("?trace=%s&step=1" % NAME)
+        self.open("?trace=%s&step=1" % self.FIXTURE)
         self.assertIsNone(self.trace["steps"][0]["rank"])
         self.assertTrue(self.js("return document.getElementById('moment-panel').hidden"))
 

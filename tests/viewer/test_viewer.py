@@ -8,6 +8,7 @@ the call stack panel. Screenshots go to build/viewer-screenshots/.
     /usr/bin/python3 tests/viewer/test_viewer.py [-v] [TestViewer.test_name]
 """
 import atexit
+import json
 import os
 import re
 import shutil
@@ -47,6 +48,9 @@ class ViewerCase(unittest.TestCase):
     # into it) and the browser every class of the run shares
     # (harness.shared_browser: blank, at this class's size).
     _fixtures = None
+    # A class that names a fixture lecture here gets its run's trace made
+    # for it (add_fixture_trace), as cls.trace.
+    FIXTURE, FIXTURE_ARGS = None, ()
 
     @classmethod
     def setUpClass(cls):
@@ -60,6 +64,8 @@ class ViewerCase(unittest.TestCase):
         cls.root = harness.make_root(cls.traces)
         cls.d = harness.shared_browser(cls.width, cls.height)
         os.makedirs(SHOTS, exist_ok=True)
+        if cls.FIXTURE:
+            cls.trace = cls.add_fixture_trace(cls.FIXTURE, *cls.FIXTURE_ARGS)
 
     @classmethod
     def tearDownClass(cls):
@@ -70,7 +76,7 @@ class ViewerCase(unittest.TestCase):
     def add_fixture_trace(cls, name, *args):
         """Runs the fixture lecture tests/fixtures/NAME, as LECTERN_BUILD's
         build made it, with args, into this class's trace folder; skips the
-        class when it is not built."""
+        class when it is not built; the trace it wrote, as JSON."""
         binary = harness.tracecheck.fixture(name)
         if not os.path.exists(binary):
             raise unittest.SkipTest("build the fixture first: make build/tests/fixtures/%s" % name)
@@ -79,6 +85,8 @@ class ViewerCase(unittest.TestCase):
         p = subprocess.run([binary, "--quiet", "--out", cls.traces, *args], env=env, capture_output=True, text=True,
                            timeout=180)
         assert p.returncode == 0, p.stderr
+        with open(os.path.join(cls.traces, name + ".json"), encoding="utf-8") as f:
+            return json.load(f)
 
     # -- helpers
 
@@ -88,6 +96,14 @@ class ViewerCase(unittest.TestCase):
         if not err:
             self.wait_still()
         return err
+
+    def tab_to(self, selector, limit=200):
+        """Tabs (keys only) until the focus is on `selector`; fails past limit."""
+        for _ in range(limit):
+            if self.js("return document.activeElement.matches(arguments[0])", selector):
+                return
+            self.keys(Keys.TAB)
+        self.fail("the keyboard never reached " + selector)
 
     def wait_still(self):
         """Waits until the page stops moving (figures loaded, plots drawn,
