@@ -63,14 +63,6 @@ class TwinCase(base.ViewerCase):
     def panel(self, k, where="#source"):
         return self.d.find_element(By.CSS_SELECTOR, '%s .spawn[data-spawn="%d"] .twin' % (where, k))
 
-    def tab_to(self, selector, limit=200):
-        """Tabs (keys only) until the focus is on `selector`; fails past limit."""
-        for _ in range(limit):
-            if self.js("return document.activeElement.matches(arguments[0])", selector):
-                return
-            self.keys(Keys.TAB)
-        self.fail("the keyboard never reached " + selector)
-
     def wait_charts(self, box, n):
         WebDriverWait(self.d, 20).until(lambda d: len(box.find_elements(By.CSS_SELECTOR, ".twin-chart svg.marks")) == n)
 
