@@ -24,10 +24,11 @@
  * Checks are compared by outcome only: their lines carry a run's own
  * figures. Plots are not compared.
  *
- * Communication: a trace records each spawn (ranks, backend, status), not
- * each message, so spawns are paired by stack and order and compared by
- * those; a spawn present in one run only is a difference of its own. The
- * summary says that calls and bytes per peer are not in the traces.
+ * Communication: spawns are paired by stack and order and compared by
+ * their ranks, backend and status; a spawn present in one run only is a
+ * difference of its own. Each spawn's messages and collectives (calls and
+ * bytes per peer, docs/trace-format.md) are in the traces but not compared
+ * here, and the summary says so.
  *
  * Nothing here runs without ?diff=: a trace opened alone costs nothing.
  * The comparison itself is L.diffCompare(A, B, rtol), a pure function.
@@ -413,8 +414,8 @@
       '<span class="diff-flips">' + c.flips + ' checks flip</span>; ' +
       '<span class="diff-numbers">' + c.numbers + ' numbers</span> and <span class="diff-cells">' + c.cells +
       ' table cells</span> differ beyond the tolerance.';
-    bar.querySelector('.diff-comm').textContent = 'Communication: the traces record each spawn, not each message, so ' +
-      'calls and bytes per peer cannot be compared. ' + (spawnText.length ? spawnText.join('; ') + '.' :
+    bar.querySelector('.diff-comm').textContent = 'Communication: spawns are compared by ranks, backend and outcome; ' +
+      'their messages and collectives (calls, bytes per peer) are not compared. ' + (spawnText.length ? spawnText.join('; ') + '.' :
       'Spawns: the same ranks, backends and outcomes in both (' + (L.T.spawns || []).length + ').');
     drawPos();
   }

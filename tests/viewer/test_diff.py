@@ -4,8 +4,10 @@ the Compare… dialog.
 
 The traces are real runs made here, in setUpClass: homework_08's starter
 (lectures/homework_08.c) against its solution (tests/fixtures/
-homework_08_solution.c), and lecture_collectives --quick run twice (the same
-code: only timings differ). What the page counts is checked against a
+homework_08_solution.c), lecture_collectives --quick run twice (the same
+code: only timings differ), and lecture_08 --quick on the project's two
+backends here: Open MPI and the NCCL emulator (LECTERN_BACKEND=nccl
+LECTERN_NCCL_EMULATE=1, docs/gpu.md). What the page counts is checked against a
 comparison computed here from the two JSON files (compare() below, written
 from the rules in diff.js's header, not from its code), and against what is
 known without either: the starter fails each of its 40 checks and the
@@ -214,6 +216,44 @@ def compare(A, B, rtol):
     return c, kinds, stops
 
 
+def spawn_key(sp):
+    return tuple((norm(f["path"]), f["line"], f.get("function") or "") for f in sp.get("stack") or [])
+
+
+def compare_spawns(A, B):
+    """Spawns paired by stack and order: [(a, b, fields that differ)], a or
+    b -1 for a spawn of one run only (diff.js's header: compared by ranks,
+    backend and status)."""
+    queues, out, used = {}, [], set()
+    for j, sp in enumerate(B.get("spawns") or []):
+        queues.setdefault(spawn_key(sp), []).append(j)
+    for k, sp in enumerate(A.get("spawns") or []):
+        q = queues.get(spawn_key(sp))
+        if not q:
+            out.append((k, -1, ["only in A"]))
+            continue
+        j = q.pop(0)
+        used.add(j)
+        out.append((k, j, [f for f in ("world_size", "backend", "status") if sp[f] != B["spawns"][j][f]]))
+    out += [(-1, j, ["only in B"]) for j in range(len(B.get("spawns") or [])) if j not in used]
+    return out
+
+
+def traffic(sp):
+    """A spawn's communication with its timings and its call counts set
+    aside: who talks to whom and the sizes of their calls. Messages as
+    (sender's call, from rank, to rank) -> the bytes its messages carry, each
+    size once; collectives as (op, group) -> the bytes of its calls, each
+    size once. (Counts are left out: lecture_08 times some loops until a
+    time budget is spent, so how many calls a spawn makes is a timing.)"""
+    msgs, colls = {}, {}
+    for m in sp.get("messages") or []:
+        msgs.setdefault((m["kind"], m["from"][0], m["to"][0]), set()).add(m["bytes"])
+    for c in sp.get("collectives") or []:
+        colls.setdefault((c["op"], tuple(c["group"])), set()).add(c["bytes"])
+    return msgs, colls
+
+
 def rank_ordered(t):
     """The trace with its steps in the viewer's order (docs/trace-format.md,
     "How the viewer places steps"): a run of consecutive steps of one
@@ -247,17 +287,40 @@ def js_trace(path, name, out_dir):
     return t
 
 
-def run_into(binary, *args):
-    """Runs a lecture binary into a fresh folder; its one trace's path."""
+def start_into(binary, args, extra_env=None):
+    """Starts a lecture binary writing into a fresh folder: (folder, process)."""
     if not os.path.exists(binary):
         raise unittest.SkipTest("build it first: make (%s is missing)" % binary)
     out = tempfile.mkdtemp(prefix="lectern-diff-")
-    env = dict(os.environ, LECTERN_ROOT_DIR=harness.REPO)
+    env = dict(os.environ, LECTERN_ROOT_DIR=harness.REPO, **(extra_env or {}))
     env.pop("LECTERN_FIXTURE_CASE", None)
-    subprocess.run([binary, "--quiet", "--out", out, *args], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.Popen([binary, "--quiet", "--out", out, *args], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    return out, p
+
+
+def finish_into(binary, out, p):
+    """Waits for a run start_into() began; its one trace's path."""
+    try:
+        _, err = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise
     found = [f for f in os.listdir(out) if f.endswith(".json")]
-    assert len(found) == 1, "%s wrote %s" % (binary, found)
-    return out, os.path.join(out, found[0])
+    assert len(found) == 1, "%s wrote %s: %s" % (binary, found, err[-2000:])
+    return os.path.join(out, found[0])
+
+
+def run_into(binary, *args):
+    """Runs a lecture binary into a fresh folder; its one trace's path."""
+    out, p = start_into(binary, args)
+    return out, finish_into(binary, out, p)
+
+
+# lecture_08 on the NCCL emulator: the same calls on NCCL's rules, on the CPUs
+# (docs/gpu.md; tests/comm/test_nccl_emu.py runs it whole).
+EMULATED = {"LECTERN_BACKEND": "nccl", "LECTERN_NCCL_EMULATE": "1"}
 
 
 class TestDiff(base.ViewerCase):
@@ -266,6 +329,14 @@ class TestDiff(base.ViewerCase):
         super().setUpClass()
         cls.tmp = []
         made = {}
+        # lecture_08's two runs (about a minute each on a loaded 2-core
+        # machine) go in the background while the four short ones run.
+        l08 = harness.tracecheck.built("lectures", "lecture_08")
+        started = []
+        for name, env in [("l08_mpi", {"LECTERN_BACKEND": "mpi"}), ("l08_nccl", EMULATED)]:
+            out, p = start_into(l08, ["--quick"], env)
+            cls.tmp.append(out)
+            started.append((name, out, p))
         for name, binary, args in [
                 ("hw_starter", harness.tracecheck.built("lectures", "homework_08"), []),
                 ("hw_solution", harness.tracecheck.fixture("homework_08_solution"), []),
@@ -274,6 +345,8 @@ class TestDiff(base.ViewerCase):
             out, path = run_into(binary, *args)
             cls.tmp.append(out)
             made[name] = rank_ordered(js_trace(path, name, cls.traces))
+        for name, out, p in started:
+            made[name] = rank_ordered(js_trace(finish_into(l08, out, p), name, cls.traces))
         cls.T = made
 
     @classmethod
@@ -430,6 +503,74 @@ class TestDiff(base.ViewerCase):
             self.assertGreater(want["numbers"] + want["cells"], 0)
         finally:
             shutil.rmtree(local)
+
+    # -- one lecture on two backends: Open MPI and the NCCL emulator
+
+    def test_lecture_08_on_two_backends(self):
+        A, B = self.T["l08_mpi"], self.T["l08_nccl"]
+        self.assertEqual({s["backend"] for s in A["spawns"]}, {"mpi"})
+        self.assertEqual({s["backend"] for s in B["spawns"]}, {"nccl"})
+        want, kinds, _ = compare(A, B, 1e-6)
+        self.open_diff("l08_mpi", "l08_nccl")
+        got, got_kinds = self.page_counts()
+        self.assertEqual(got, want)
+        self.assertEqual(got_kinds, kinds)
+        # The same code on both backends: every check passes in both, none
+        # flips; timings differ.
+        self.assertEqual(A["meta"]["checks"]["failed"], 0)
+        self.assertEqual(B["meta"]["checks"]["failed"], 0)
+        self.assertEqual(got["flips"], 0)
+        self.assertEqual(got["same"] + got["differ"] + got["onlyA"], len(units(A)))
+        self.assertGreater(got["numbers"] + got["cells"], 0, "two runs' timings never agree to 1e-6")
+        # Communication as diff.js defines it: spawns paired by stack and
+        # order, compared by ranks, backend and outcome. Every pair differs
+        # in its backend, which the page names for each side. (A modelled
+        # pipeline shape is spawned again while its timing misses its bound,
+        # so that site's spawn count, and the pairs' world sizes there, can
+        # differ between two runs on one backend too.)
+        spawns = compare_spawns(A, B)
+        paired = [(a, b, w) for a, b, w in spawns if a >= 0 and b >= 0]
+        self.assertEqual(len(paired), min(len(A["spawns"]), len(B["spawns"])))
+        self.assertTrue(all("backend" in w for _, _, w in paired))
+        comm = self.d.find_element(By.CSS_SELECTOR, "#diff-bar .diff-comm").text
+        said = []
+        for a, b, what in spawns:
+            sp = A["spawns"][a] if a >= 0 else B["spawns"][b]
+            words = [w if w.startswith("only") else "%s %s in A, %s in B" % (
+                w.replace("_", " "), A["spawns"][a][w], B["spawns"][b][w]) for w in what]
+            said.append("spawn at %s:%d: %s" % (os.path.basename(sp["stack"][-1]["path"]), sp["stack"][-1]["line"],
+                                                ", ".join(words)))
+        self.assertIn("; ".join(said) + ".", comm)
+        self.assertEqual(comm.count("backend mpi in A, nccl in B"), len(paired))
+        # What the page does not compare, checked here: the same calls move
+        # the same bytes on both backends. A pair of spawns has the same
+        # senders and receivers, ops and groups, and the same sizes of
+        # call between them (traffic()); at each call site, the spawns'
+        # traffic is the same set in both runs. Not compared: timings, the
+        # backend's name and reason, and how many calls a timed loop made.
+        # run_modelled_pipelines (lectures/lecture_08/pipeline.c) spawns a
+        # shape again while its timing misses its bound, so which of its
+        # spawns meet in a pair is a timing: its site is left to by_site().
+        def retried(sp):
+            return any(f[2] == "run_modelled_pipelines" for f in spawn_key(sp))
+        fixed = [(a, b) for a, b, _ in paired if not retried(A["spawns"][a])]
+        self.assertEqual(len(fixed), sum(1 for sp in A["spawns"] if not retried(sp)))
+        self.assertGreater(len(fixed), 10)
+        for a, b in fixed:
+            self.assertEqual(traffic(A["spawns"][a]), traffic(B["spawns"][b]), "spawn %d of A, %d of B" % (a, b))
+
+        def by_site(t):
+            out = {}
+            for sp in t["spawns"]:
+                msgs, colls = traffic(sp)
+                out.setdefault(spawn_key(sp), set()).add(repr((sorted(msgs.items()), sorted(colls.items()))))
+            return out
+        self.assertEqual(by_site(A), by_site(B))
+        self.assertEqual(self.axe(), [])
+        self.shot("diff-lecture-08-backends")
+        self.keys("m")
+        WebDriverWait(self.d, 5).until(lambda d: self.js("return window.lecternViewer.state.mode") == "read")
+        self.assertEqual(self.axe(), [])
 
     # -- the picker, and a B that cannot be read
 
