@@ -26,9 +26,20 @@
  *
  * Communication: spawns are paired by stack and order and compared by
  * their ranks, backend and status; a spawn present in one run only is a
- * difference of its own. Each spawn's messages and collectives (calls and
- * bytes per peer, docs/trace-format.md) are in the traces but not compared
- * here, and the summary says so.
+ * difference of its own (its calls are not listed). In a pair, each
+ * spawn's traffic (docs/trace-format.md) is summed by channel:
+ *   a point-to-point channel is a sender and a receiver rank (from -> to),
+ *     whatever the calls (send, isend, a sendrecv's half): its matched
+ *     messages, and the bytes they carried;
+ *   a collective channel is an op on a group (all_reduce on [0,1,2,3]):
+ *     its calls, and the bytes of each call summed.
+ * A channel differs when its calls or its bytes differ (exact: both are
+ * counts), a channel of one side only counting as none on the other. Each
+ * differing channel is one communication difference, said in words with
+ * both sides ("rank 0 -> rank 1: 3 messages, 12 KiB in A; none in B").
+ * Calls left unmatched (links_unmatched) are not in any channel. A timed
+ * loop that runs until a budget is spent makes a run's count of calls a
+ * timing: the same code can differ here, and the page says what it saw.
  *
  * Nothing here runs without ?diff=: a trace opened alone costs nothing.
  * The comparison itself is L.diffCompare(A, B, rtol), a pure function.
@@ -196,6 +207,40 @@
     return (sp.stack || []).map(function (f) { return normPath(f.path) + ':' + f.line + ':' + (f.function || ''); }).join('\u0001');
   }
 
+  // A spawn's traffic by channel: key -> {label, calls, bytes}, keys in the
+  // order first seen (point-to-point first, then collectives).
+  function channels(sp) {
+    var out = Object.create(null), order = [];
+    function add(key, label, bytes) {
+      var c = out[key];
+      if (!c) { c = out[key] = { key: key, label: label, calls: 0, bytes: 0 }; order.push(key); }
+      c.calls++;
+      c.bytes += bytes;
+    }
+    (sp.messages || []).forEach(function (m) {
+      add('p ' + m.from[0] + ' ' + m.to[0], 'rank ' + m.from[0] + ' -> rank ' + m.to[0], m.bytes);
+    });
+    (sp.collectives || []).forEach(function (c) {
+      var g = '[' + (c.group || []).join(',') + ']';
+      add('c ' + c.op + ' ' + g, c.op + ' on ' + g, c.bytes);
+    });
+    return { map: out, order: order };
+  }
+
+  // The channels whose calls or bytes differ between two paired spawns:
+  // [{key, label, a: {calls, bytes}, b: {calls, bytes}}], A's order first.
+  function compareTraffic(sa, sb) {
+    var A = channels(sa), B = channels(sb), out = [], none = { calls: 0, bytes: 0 };
+    var keys = A.order.concat(B.order.filter(function (k) { return !A.map[k]; }));
+    keys.forEach(function (k) {
+      var a = A.map[k] || none, b = B.map[k] || none;
+      if (a.calls !== b.calls || a.bytes !== b.bytes)
+        out.push({ key: k, label: (A.map[k] || B.map[k]).label, a: { calls: a.calls, bytes: a.bytes },
+          b: { calls: b.calls, bytes: b.bytes } });
+    });
+    return out;
+  }
+
   // Spawns paired by stack and order; what differs in each pair.
   function compareSpawns(A, B) {
     var out = [], queue = Object.create(null), SA = A.spawns || [], SB = B.spawns || [], k;
@@ -203,15 +248,15 @@
     var used = {};
     for (k = 0; k < SA.length; k++) {
       var q = queue[spawnKey(SA[k])], j = q && q.length ? q.shift() : -1;
-      if (j < 0) { out.push({ a: k, b: -1, what: ['only in A'] }); continue; }
+      if (j < 0) { out.push({ a: k, b: -1, what: ['only in A'], comm: [] }); continue; }
       used[j] = true;
       var what = [];
       ['world_size', 'backend', 'status'].forEach(function (f) {
         if (SA[k][f] !== SB[j][f]) what.push(f.replace('_', ' ') + ' ' + SA[k][f] + ' in A, ' + SB[j][f] + ' in B');
       });
-      out.push({ a: k, b: j, what: what });
+      out.push({ a: k, b: j, what: what, comm: compareTraffic(SA[k], SB[j]) });
     }
-    for (k = 0; k < SB.length; k++) if (!used[k]) out.push({ a: -1, b: k, what: ['only in B'] });
+    for (k = 0; k < SB.length; k++) if (!used[k]) out.push({ a: -1, b: k, what: ['only in B'], comm: [] });
     return out;
   }
 
@@ -293,7 +338,8 @@
     var diffs = [];
     for (k = 0; k < entries.length; k++) if (entries[k].kinds.length) diffs.push(k);
     var spawns = compareSpawns(A, B);
-    c.spawns = spawns.filter(function (s) { return s.what.length; }).length;
+    c.spawns = spawns.filter(function (s) { return s.what.length || s.comm.length; }).length;
+    c.comm = spawns.reduce(function (n, s) { return n + s.comm.length; }, 0);
     return { entries: entries, diffs: diffs, counts: c, spawns: spawns, rtol: rtol };
   };
 
@@ -359,7 +405,7 @@
     var bar = $('diff-bar');
     bar.innerHTML =
       '<h2 id="diff-h" class="diff-h">Compared with <span class="diff-name">' + esc(nameOf(D.fileB) || 'B') + '</span></h2>' +
-      '<p class="diff-sum"></p><p class="diff-comm"></p>' +
+      '<p class="diff-sum"></p><div class="diff-comm"></div>' +
       '<div class="diff-tools">' +
         '<button type="button" id="diff-prev" title="Previous difference (Shift+d)">previous difference</button> ' +
         '<button type="button" id="diff-next" title="Next difference (d)">next difference</button> ' +
@@ -399,10 +445,6 @@
     var kinds = KINDS.filter(function (k) { return c.kinds[k]; }).map(function (k) {
       return '<span class="diff-k" data-kind="' + k + '">' + c.kinds[k] + ' ' + KIND_WORDS[k] + '</span>';
     }).join(', ');
-    var spawnText = D.res.spawns.filter(function (s) { return s.what.length; }).map(function (s) {
-      var where = s.a >= 0 ? L.T.spawns[s.a].stack : D.B.spawns[s.b].stack, f = where[where.length - 1];
-      return 'spawn at ' + L.basename(f.path) + ':' + f.line + ': ' + s.what.join(', ');
-    });
     var sum = bar.querySelector('.diff-sum');
     [['same', c.same], ['differ', c.differ], ['only-a', c.onlyA], ['only-b', c.onlyB], ['flips', c.flips],
      ['numbers', c.numbers], ['cells', c.cells]].forEach(function (x) { sum.setAttribute('data-' + x[0], x[1]); });
@@ -414,10 +456,55 @@
       '<span class="diff-flips">' + c.flips + ' checks flip</span>; ' +
       '<span class="diff-numbers">' + c.numbers + ' numbers</span> and <span class="diff-cells">' + c.cells +
       ' table cells</span> differ beyond the tolerance.';
-    bar.querySelector('.diff-comm').textContent = 'Communication: spawns are compared by ranks, backend and outcome; ' +
-      'their messages and collectives (calls, bytes per peer) are not compared. ' + (spawnText.length ? spawnText.join('; ') + '.' :
-      'Spawns: the same ranks, backends and outcomes in both (' + (L.T.spawns || []).length + ').');
+    drawComm();
     drawPos();
+  }
+
+  // A byte count in words; exact when the rounded words of two different
+  // counts would read the same.
+  function bytesText(b, other) {
+    var u = b >= 1 << 30 ? [1 << 30, 'GiB'] : b >= 1 << 20 ? [1 << 20, 'MiB'] : b >= 1 << 10 ? [1 << 10, 'KiB'] : [1, 'B'];
+    var t = +(b / u[0]).toPrecision(4) + ' ' + u[1];
+    return other !== undefined && other !== b && t === bytesText(other) ? b + ' B' : t;
+  }
+
+  // One side of a channel: "3 messages, 12 KiB" or "none".
+  function sideText(x, other, p2p) {
+    if (!x.calls) return 'none';
+    var what = p2p ? (x.calls === 1 ? 'message' : 'messages') : (x.calls === 1 ? 'call' : 'calls');
+    return x.calls + ' ' + what + ', ' + bytesText(x.bytes, other.bytes);
+  }
+
+  // The spawns' differences, each in words: what differs in the pair, then
+  // one item per channel whose calls or bytes differ (both sides said).
+  function drawComm() {
+    var c = D.res.counts, el = $('diff-bar').querySelector('.diff-comm');
+    var differ = D.res.spawns.filter(function (s) { return s.what.length || s.comm.length; });
+    el.setAttribute('data-comm', c.comm);
+    el.setAttribute('data-spawns', c.spawns);
+    var head = 'Communication: spawns are compared by ranks, backend, outcome, and calls and bytes per channel ' +
+      '(sender -> receiver; a collective on its group). ';
+    if (!differ.length) {
+      el.innerHTML = '<p>' + esc(head + 'The same in both (' + (L.T.spawns || []).length + ' spawns).') + '</p>';
+      return;
+    }
+    var items = differ.map(function (s) {
+      var where = s.a >= 0 ? L.T.spawns[s.a].stack : D.B.spawns[s.b].stack, f = where[where.length - 1];
+      var chans = s.comm.map(function (x) {
+        var p2p = x.key.charAt(0) === 'p';
+        return '<li class="diff-chan" data-chan="' + esc(x.key) + '" data-a-calls="' + x.a.calls + '" data-a-bytes="' +
+          x.a.bytes + '" data-b-calls="' + x.b.calls + '" data-b-bytes="' + x.b.bytes + '">' +
+          esc(x.label + ': ' + sideText(x.a, x.b, p2p) + ' in A; ' + sideText(x.b, x.a, p2p) + ' in B') + '</li>';
+      }).join('');
+      return '<li class="diff-spawn" data-a="' + s.a + '" data-b="' + s.b + '">' +
+        esc('spawn at ' + L.basename(f.path) + ':' + f.line + ': ' +
+          (s.what.length ? s.what.join(', ') : 'same ranks, backend and outcome') +
+          (s.comm.length ? '; ' + s.comm.length + ' channel' + (s.comm.length === 1 ? '' : 's') + ' differ' : '')) +
+        (chans ? '<ul>' + chans + '</ul>' : '') + '</li>';
+    }).join('');
+    el.innerHTML = '<p>' + esc(head) + '</p><details><summary>' +
+      esc(c.comm + ' communication difference' + (c.comm === 1 ? '' : 's') + ' (calls or bytes of a channel), ' +
+        c.spawns + ' spawn' + (c.spawns === 1 ? '' : 's') + ' differ') + '</summary><ul>' + items + '</ul></details>';
   }
 
   function drawPos() {

@@ -220,22 +220,60 @@ def spawn_key(sp):
     return tuple((norm(f["path"]), f["line"], f.get("function") or "") for f in sp.get("stack") or [])
 
 
+def channels(sp):
+    """A spawn's traffic by channel, as diff.js's header defines it: a
+    sender and receiver rank ("p", from, to), whatever the call, or an op
+    on a group ("c", op, group) -> [calls, bytes summed]."""
+    out = {}
+    for m in sp.get("messages") or []:
+        c = out.setdefault(("p", m["from"][0], m["to"][0]), [0, 0])
+        c[0] += 1
+        c[1] += m["bytes"]
+    for m in sp.get("collectives") or []:
+        c = out.setdefault(("c", m["op"], tuple(m["group"])), [0, 0])
+        c[0] += 1
+        c[1] += m["bytes"]
+    return out
+
+
+def traffic_diffs(sa, sb):
+    """The channels whose calls or bytes differ: key -> (A's calls, A's
+    bytes, B's calls, B's bytes), a channel of one side only being 0, 0 on
+    the other."""
+    ca, cb = channels(sa), channels(sb)
+    out = {}
+    for k in set(ca) | set(cb):
+        x, y = ca.get(k, [0, 0]), cb.get(k, [0, 0])
+        if x != y:
+            out[k] = (x[0], x[1], y[0], y[1])
+    return out
+
+
+def chan_name(key):
+    """A channel's key as the page writes it in data-chan."""
+    if key[0] == "p":
+        return "p %d %d" % (key[1], key[2])
+    return "c %s [%s]" % (key[1], ",".join(str(r) for r in key[2]))
+
+
 def compare_spawns(A, B):
-    """Spawns paired by stack and order: [(a, b, fields that differ)], a or
-    b -1 for a spawn of one run only (diff.js's header: compared by ranks,
-    backend and status)."""
+    """Spawns paired by stack and order: [(a, b, fields that differ,
+    channels that differ)], a or b -1 for a spawn of one run only (diff.js's
+    header: compared by ranks, backend and status, and a pair by its
+    traffic per channel; a spawn of one run only lists no channels)."""
     queues, out, used = {}, [], set()
     for j, sp in enumerate(B.get("spawns") or []):
         queues.setdefault(spawn_key(sp), []).append(j)
     for k, sp in enumerate(A.get("spawns") or []):
         q = queues.get(spawn_key(sp))
         if not q:
-            out.append((k, -1, ["only in A"]))
+            out.append((k, -1, ["only in A"], {}))
             continue
         j = q.pop(0)
         used.add(j)
-        out.append((k, j, [f for f in ("world_size", "backend", "status") if sp[f] != B["spawns"][j][f]]))
-    out += [(-1, j, ["only in B"]) for j in range(len(B.get("spawns") or [])) if j not in used]
+        out.append((k, j, [f for f in ("world_size", "backend", "status") if sp[f] != B["spawns"][j][f]],
+                    traffic_diffs(sp, B["spawns"][j])))
+    out += [(-1, j, ["only in B"], {}) for j in range(len(B.get("spawns") or [])) if j not in used]
     return out
 
 
@@ -365,6 +403,36 @@ class TestDiff(base.ViewerCase):
             kinds[k.get_attribute("data-kind")] = int(k.text.split()[0])
         return got, kinds
 
+    def page_comm(self):
+        """The page's communication differences: (count of channel
+        differences, count of spawns that differ, {(a, b): {data-chan: (A's
+        calls, A's bytes, B's calls, B's bytes)}}, {(a, b): [item texts]})."""
+        got = self.js("""
+            var el = document.querySelector('#diff-bar .diff-comm'), out = [];
+            el.querySelectorAll('li.diff-spawn').forEach(function (s) {
+              var ch = [];
+              s.querySelectorAll('li.diff-chan').forEach(function (c) {
+                ch.push([c.dataset.chan, +c.dataset.aCalls, +c.dataset.aBytes, +c.dataset.bCalls, +c.dataset.bBytes,
+                         c.textContent]);
+              });
+              out.push([+s.dataset.a, +s.dataset.b, ch]);
+            });
+            return [+el.dataset.comm, +el.dataset.spawns, out];""")
+        chans = {(a, b): {c[0]: tuple(c[1:5]) for c in ch} for a, b, ch in got[2]}
+        texts = {(a, b): [c[5] for c in ch] for a, b, ch in got[2]}
+        return got[0], got[1], chans, texts
+
+    def assert_comm_as_the_rule_says(self, A, B):
+        """The page's communication differences are compare_spawns()'s; the
+        comparison, for the caller to check further."""
+        spawns = compare_spawns(A, B)
+        n, n_spawns, chans, texts = self.page_comm()
+        want = {(a, b): {chan_name(k): v for k, v in c.items()} for a, b, w, c in spawns if w or c}
+        self.assertEqual(chans, want)
+        self.assertEqual(n, sum(len(c) for _, _, _, c in spawns))
+        self.assertEqual(n_spawns, len(want))
+        return spawns, texts
+
     def open_diff(self, a, b, extra=""):
         self.assertIsNone(self.open("?trace=%s&diff=%s%s" % (a, b, extra)))
 
@@ -385,6 +453,24 @@ class TestDiff(base.ViewerCase):
         # Every step of A is in one pair or is A's alone.
         self.assertEqual(got["same"] + got["differ"] + got["onlyA"], len(units(A)))
         self.assertEqual(self.d.find_element(By.CSS_SELECTOR, "#diff-bar .diff-name").text, "hw_solution")
+        # Communication: the starter leaves out calls the solution makes.
+        # Known without the rule: its ring never sends, so each rank's
+        # messages to the next exist in B only; its all-gather and
+        # reduce-scatter are missing.
+        spawns, texts = self.assert_comm_as_the_rule_says(A, B)
+        ring = [(a, b, c) for a, b, _, c in spawns if any(k[0] == "p" for k in c)]
+        self.assertEqual(len(ring), 1)
+        a, b, c = ring[0]
+        self.assertEqual({k[1:] for k in c if k[0] == "p"}, {(0, 1), (1, 2), (2, 3), (3, 0)})
+        self.assertTrue(all(v[0] == 0 and v[2] > 0 for k, v in c.items() if k[0] == "p"))
+        said = next(t for t in texts[(a, b)] if t.startswith("rank 0 -> rank 1: "))
+        self.assertRegex(said, r"^rank 0 -> rank 1: none in A; %d messages, [0-9.]+ (B|KiB|MiB) in B$"
+                         % c[("p", 0, 1)][2])
+        missing = {k[1] for _, _, _, c in spawns for k, v in c.items() if k[0] == "c" and v[0] == 0}
+        self.assertTrue({"all_gather", "reduce_scatter"} <= missing, missing)
+        # The list opened (a summary: a button to the keyboard), axe clean.
+        self.d.find_element(By.CSS_SELECTOR, "#diff-bar .diff-comm summary").click()
+        self.assertTrue(self.d.find_element(By.CSS_SELECTOR, "#diff-bar li.diff-chan").is_displayed())
         self.assertEqual(self.axe(), [])
         self.shot("diff-homework")
         # Read mode, the diff still open: the marks are there, axe clean.
@@ -468,6 +554,9 @@ class TestDiff(base.ViewerCase):
         self.assertEqual(got["flips"], 0)
         self.assertEqual(got["same"] + got["differ"] + got["onlyA"], len(units(A)))
         self.assertGreater(got["numbers"] + got["cells"], 0, "two runs' timings never agree to 1e-6")
+        # The same code makes the same calls: whatever the runs' traffic,
+        # the page says what the rule says.
+        self.assert_comm_as_the_rule_says(A, B)
         # A looser tolerance, typed in the page: the counts follow it.
         loose, loose_kinds, _ = compare(A, B, 0.5)
         self.assertNotEqual(loose, want, "the runs should differ by less than 50% somewhere")
@@ -485,6 +574,7 @@ class TestDiff(base.ViewerCase):
         got, _ = self.page_counts()
         n = len(units(self.T["coll_1"]))
         self.assertEqual(got, dict(same=n, differ=0, onlyA=0, onlyB=0, flips=0, numbers=0, cells=0))
+        self.assertEqual(self.page_comm(), (0, 0, {}, {}))
 
     def test_local_run_against_the_shipped_trace(self):
         # ?trace=NAME opens traces/local/NAME (this machine's run) and
@@ -523,25 +613,28 @@ class TestDiff(base.ViewerCase):
         self.assertEqual(got["same"] + got["differ"] + got["onlyA"], len(units(A)))
         self.assertGreater(got["numbers"] + got["cells"], 0, "two runs' timings never agree to 1e-6")
         # Communication as diff.js defines it: spawns paired by stack and
-        # order, compared by ranks, backend and outcome. Every pair differs
-        # in its backend, which the page names for each side. (A modelled
-        # pipeline shape is spawned again while its timing misses its bound,
-        # so that site's spawn count, and the pairs' world sizes there, can
-        # differ between two runs on one backend too.)
-        spawns = compare_spawns(A, B)
-        paired = [(a, b, w) for a, b, w in spawns if a >= 0 and b >= 0]
+        # order, compared by ranks, backend and outcome, and a pair by its
+        # calls and bytes per channel. Every pair differs in its backend,
+        # which the page names for each side. (A modelled pipeline shape is
+        # spawned again while its timing misses its bound, so that site's
+        # spawn count, and the pairs' world sizes there, can differ between
+        # two runs on one backend too.)
+        spawns, _ = self.assert_comm_as_the_rule_says(A, B)
+        paired = [(a, b, w, c) for a, b, w, c in spawns if a >= 0 and b >= 0]
         self.assertEqual(len(paired), min(len(A["spawns"]), len(B["spawns"])))
-        self.assertTrue(all("backend" in w for _, _, w in paired))
-        comm = self.d.find_element(By.CSS_SELECTOR, "#diff-bar .diff-comm").text
+        self.assertTrue(all("backend" in w for _, _, w, _ in paired))
+        items = self.js("return Array.from(document.querySelectorAll('#diff-bar li.diff-spawn'))"
+                        ".map(function (li) { return li.firstChild.textContent; })")
         said = []
-        for a, b, what in spawns:
+        for a, b, what, chans in spawns:
             sp = A["spawns"][a] if a >= 0 else B["spawns"][b]
             words = [w if w.startswith("only") else "%s %s in A, %s in B" % (
                 w.replace("_", " "), A["spawns"][a][w], B["spawns"][b][w]) for w in what]
-            said.append("spawn at %s:%d: %s" % (os.path.basename(sp["stack"][-1]["path"]), sp["stack"][-1]["line"],
-                                                ", ".join(words)))
-        self.assertIn("; ".join(said) + ".", comm)
-        self.assertEqual(comm.count("backend mpi in A, nccl in B"), len(paired))
+            tail = "; %d channel%s differ" % (len(chans), "" if len(chans) == 1 else "s") if chans else ""
+            said.append("spawn at %s:%d: %s%s" % (os.path.basename(sp["stack"][-1]["path"]),
+                                                  sp["stack"][-1]["line"], ", ".join(words), tail))
+        self.assertEqual(items, said)
+        self.assertEqual(sum(x.count("backend mpi in A, nccl in B") for x in items), len(paired))
         # What the page does not compare, checked here: the same calls move
         # the same bytes on both backends. A pair of spawns has the same
         # senders and receivers, ops and groups, and the same sizes of
@@ -553,11 +646,18 @@ class TestDiff(base.ViewerCase):
         # spawns meet in a pair is a timing: its site is left to by_site().
         def retried(sp):
             return any(f[2] == "run_modelled_pipelines" for f in spawn_key(sp))
-        fixed = [(a, b) for a, b, _ in paired if not retried(A["spawns"][a])]
+        fixed = [(a, b) for a, b, _, _ in paired if not retried(A["spawns"][a])]
         self.assertEqual(len(fixed), sum(1 for sp in A["spawns"] if not retried(sp)))
         self.assertGreater(len(fixed), 10)
         for a, b in fixed:
             self.assertEqual(traffic(A["spawns"][a]), traffic(B["spawns"][b]), "spawn %d of A, %d of B" % (a, b))
+        # So where the rule marks a channel of such a pair, it is one both
+        # runs used (the same peers, ops and groups): only how many calls a
+        # timed loop made differs, never who talked to whom.
+        comm_of = {(a, b): c for a, b, _, c in paired}
+        for a, b in fixed:
+            for k, v in comm_of[(a, b)].items():
+                self.assertTrue(v[0] > 0 and v[2] > 0, "spawn %d of A, %d of B: %s %s" % (a, b, k, v))
 
         def by_site(t):
             out = {}
