@@ -2535,17 +2535,18 @@ static void mesh_on_the_twin(void) {
     table_row(tab, "4 x 2", node.simulated_s * 1e6, tp8 ? tp8->time_s * 1e6 : NAN, dp4->time_s * 1e6, node.label);
     table_row(tab, "32 x 2", cluster.simulated_s * 1e6, tp->time_s * 1e6, dp32->time_s * 1e6, cluster.label);
     table_show(tab);
+    int ring_steps = 2 * (32 - 1); /* the data-parallel ring of scaled@64's 32 x 2 mesh: 2 (n - 1) */
     note("Simulated: the step takes %.1f us on h100-node@8 and %.1f us on scaled@64, against %.0f us measured here. "
          "The tensor-parallel all-reduce (%.0f KiB, 2 GPUs of one node) takes %.2f us; a data-parallel all-reduce "
          "of %.0f KiB takes %.2f us over 4 GPUs of one node and %.2f us over 32 across 8 nodes, %.0f times as "
          "long. At this lecture's few KiB a ring's latencies, 2 (n - 1) steps, set the time, not its bytes: the "
-         "32-rank ring has 62 steps, each as long as its slowest hop, between nodes: %.2f us a step. A "
+         "32-rank ring has %d steps, each as long as its slowest hop, between nodes: %.2f us a step. A "
          "tensor-parallel all-reduce comes in every block, forward and backward; the data-parallel one once a step: "
          "the mesh keeps the frequent one in the node. Measured here, 4 ranks share 2 cores and Open MPI: not a "
          "GPU's figure.",
          quoted(node.simulated_s * 1e6), quoted(cluster.simulated_s * 1e6), node.measured_s * 1e6, tp->bytes / 1024,
          quoted(tp->time_s * 1e6), dp4->bytes / 1024, quoted(dp4->time_s * 1e6), quoted(dp32->time_s * 1e6),
-         dp32->time_s / dp4->time_s, dp32->time_s * 1e6 / 62);
+         dp32->time_s / dp4->time_s, ring_steps, dp32->time_s * 1e6 / ring_steps);
 }
 
 /* One device: the gradients of A and B on the whole batch. */
